@@ -1,0 +1,117 @@
+# tetris - top-level build. Each directory contributes a module.mk that adds
+# to the variables below; this file only knows how to build and run them.
+#
+#   make            build everything into bin/ (deps installed on demand)
+#   make test       all tests, then again under ASan/UBSan
+#   make demo       the main job on a local store (no cluster needed)
+#   make bench      benchmarks (long; prints tables, see BENCHMARKS.md)
+#   make fuzz       the parser fuzzers for a bounded time (FUZZ_SECONDS)
+#   make SAN=1      sanitizer build into build/asan/bin
+
+CC ?= gcc
+SAN ?= 0
+TETRIS_VERSION := 0.1.0
+TETRIS_CACHE ?= $(HOME)/.cache/tetris
+ORT_DIR := .deps/onnxruntime
+
+ifeq ($(SAN),1)
+BUILD := build/asan
+BIN := build/asan/bin
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT := -O1
+else
+BUILD := build/release
+BIN := bin
+SANFLAGS :=
+OPT := -O2
+endif
+
+CPPFLAGS := -I. -Icommon -Itensorstore -Iagent -Ireclaimer -Ischeduler-ext -Iprofiler \
+            -I$(ORT_DIR)/include -D_GNU_SOURCE -DTETRIS_VERSION=\"$(TETRIS_VERSION)\"
+CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+          -Wmissing-prototypes -Wno-missing-field-initializers -pthread $(SANFLAGS)
+LDFLAGS := -pthread $(SANFLAGS) -L$(ORT_DIR)/lib -Wl,-rpath,'$$ORIGIN/../lib' \
+           -Wl,-rpath,$(abspath $(ORT_DIR)/lib)
+LDLIBS := -lcrypto -lz -ljansson -lyaml -lm -ldl
+
+# Filled by module.mk files.
+LIB_SRCS :=
+PROGRAMS :=
+UNIT_TESTS :=
+SHELL_TESTS :=
+TEST_PROGRAMS :=
+UNIT_LIBS :=
+
+include common/module.mk
+-include tensorstore/module.mk
+-include agent/module.mk
+-include reclaimer/module.mk
+-include scheduler-ext/module.mk
+-include profiler/module.mk
+-include deploy/module.mk
+-include tests/module.mk
+-include bench/module.mk
+-include fuzz/module.mk
+
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+LIBTETRIS := $(BUILD)/libtetris.a
+
+.PHONY: all deps test test-release test-asan demo bench fuzz clean cluster-up cluster-down
+.DEFAULT_GOAL := all
+
+all: deps-stamp $(addprefix $(BIN)/,$(PROGRAMS)) $(addprefix $(BIN)/,$(TEST_PROGRAMS))
+
+# Dependencies: Debian packages and npm artefacts, cached outside the tree.
+deps-stamp: .deps/.stamp
+.deps/.stamp: scripts/deps.sh
+	@scripts/deps.sh
+	@touch $@
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/%.o: %.c | .deps/.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIBTETRIS): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+# PROGRAM_template(name): bin/name from $(name_SRCS) + libtetris + $(name_LIBS)
+define PROGRAM_template
+$(BIN)/$(1): $$($(1)_SRCS:%.c=$(BUILD)/%.o) $(LIBTETRIS)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$($(1)_LIBS) $$(LDLIBS)
+endef
+$(foreach p,$(PROGRAMS) $(TEST_PROGRAMS),$(eval $(call PROGRAM_template,$(p))))
+
+UNIT_BINS := $(UNIT_TESTS:tests/unit/%.c=$(BUILD)/tests/%)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTETRIS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ -lcheck -lsubunit -lrt $(UNIT_LIBS) $(LDLIBS)
+
+# Tests run against the binaries of the current build flavour (BIN).
+test-one: all $(UNIT_BINS)
+	@TETRIS_BIN=$(abspath $(BIN)) TETRIS_BUILD=$(abspath $(BUILD)) \
+	  tests/run-tests.sh $(UNIT_BINS) -- $(SHELL_TESTS)
+
+test:
+	$(MAKE) test-one SAN=0
+	$(MAKE) test-one SAN=1
+
+demo: all
+	@scripts/demo.sh
+
+bench: all
+	@TETRIS_BIN=$(abspath $(BIN)) bench/run-bench.sh
+
+cluster-up: all
+	@scripts/cluster-up.sh
+cluster-down:
+	@scripts/cluster-down.sh
+
+clean:
+	rm -rf build bin
+
+-include $(shell find build -name '*.d' 2>/dev/null)

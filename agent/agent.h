@@ -1,0 +1,64 @@
+/* agent.h - load a model's tensors for a function instance: map what the
+ * node's store holds, get the rest ingested (by the node daemon, or directly
+ * in single-tenant setups), and fall back to a private load when the store
+ * cannot serve. The result is a name -> read-only bytes table a runtime
+ * (see ort_adapter.h) can use without copying. */
+#ifndef TETRIS_AGENT_H
+#define TETRIS_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "model.h"
+#include "store.h"
+
+enum agent_mode {
+    AGENT_MODE_STORE = 0, /* map from store; missing tensors via daemon */
+    AGENT_MODE_DIRECT,    /* map from store; the agent ingests itself */
+    AGENT_MODE_PRIVATE,   /* no store: private memory (the baseline) */
+};
+
+struct agent_options {
+    enum agent_mode mode;
+    const char *store_dir;     /* default STORE_DEFAULT_DIR */
+    const char *tenant;        /* dedicated store, NULL for the shared one */
+    const char *manifest_path; /* skip parsing+hashing the model if given */
+    const char *daemon_socket; /* default <store>/ingest.sock */
+    int daemon_timeout_ms;     /* default 30000 */
+    bool shuffle;              /* randomise ingest order (default true) */
+    const char *label;         /* holder label, default model file name */
+};
+
+struct agent_stats {
+    size_t tensors;
+    uint64_t bytes;          /* all tensor bytes of the model */
+    uint64_t mapped_bytes;   /* served by read-only store mappings */
+    uint64_t ingested_bytes; /* published into the store by this load */
+    uint64_t private_bytes;  /* copied into private memory */
+    double load_ms;
+    bool fell_back;          /* store mode degraded to private */
+    char fallback_reason[256];
+};
+
+typedef struct agent_tensor {
+    const tensor_desc *desc;
+    const void *data; /* read-only; valid until agent_model_free */
+    bool shared;      /* true: a store mapping */
+} agent_tensor;
+
+typedef struct agent_model {
+    model *model;
+    agent_tensor *tensors; /* model->n_tensors entries, same order */
+    struct agent_stats stats;
+    struct agent_model_private *priv;
+} agent_model;
+
+void agent_options_init(struct agent_options *o);
+int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
+               tetris_error *err);
+const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);
+void agent_model_free(agent_model *am);
+
+#endif

@@ -1,0 +1,29 @@
+/* log.h - structured logs on stderr, one `key=value` line per event.
+ *
+ * Every line starts with `ts=<RFC3339 UTC> level=<lvl> prog=<name>` and then
+ * the caller's key=value pairs, e.g.
+ *   log_info("event=load model=%s tensors=%zu", path, n);
+ * Values with spaces must be quoted by the caller: use log_quote(). */
+#ifndef TETRIS_LOG_H
+#define TETRIS_LOG_H
+
+#include <stddef.h>
+
+enum log_level { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
+
+void log_init(const char *prog);          /* program name for prog= */
+void log_set_level(enum log_level level);  /* default info; TETRIS_LOG_LEVEL env */
+void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_debug(...) log_write(LOG_LEVEL_DEBUG, __VA_ARGS__)
+#define log_info(...) log_write(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_warn(...) log_write(LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_error(...) log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
+
+/* Quotes s as a logfmt value ("..." with \" and \\ escaped) into buf. */
+const char *log_quote(const char *s, char *buf, size_t len);
+
+/* True when stderr is a terminal: programs draw progress only then. */
+int log_is_tty(void);
+
+#endif

@@ -1,0 +1,1 @@
+LIB_SRCS += common/error.c common/log.c

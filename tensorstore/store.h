@@ -1,0 +1,155 @@
+/* store.h - the node's tensor store: one read-only copy of each distinct
+ * tensor in a directory on tmpfs, mapped by every instance that needs it.
+ *
+ * Layout of a store directory (DIR, or DIR/tenants/NAME for a dedicated
+ * tenant store):
+ *   .tetris-store            format marker + options (JSON)
+ *   tensors/XX/<hex digest>  tensor bytes followed by a fixed trailer
+ *                            (magic, dtype, shape, nbytes, crc32, digest);
+ *                            mode 0444; only complete, verified files appear
+ *   tmp/                     in-progress ingests (never mapped)
+ *   locks/XXX                per-tensor lock stripes (flock), by digest prefix
+ *   holders/<id>.ref         one file per live holder: the digests it maps;
+ *                            the holder keeps an flock on it, so a holder
+ *                            file whose lock can be taken belongs to a dead
+ *                            process and its references can be released
+ *   quarantine/              tensors that failed a scrub (no new mappings)
+ *   .use.lock                shared by loaders while they record references
+ *                            and map; exclusive for a reclaim pass, so a
+ *                            tensor is never removed between "referenced"
+ *                            and "mapped"
+ *
+ * Invariants (tested in tests/tensorstore): a tensor file in tensors/ is
+ * complete and its bytes hash to its name; mappings are PROT_READ shared;
+ * concurrent publishers of one digest produce one file; a tensor referenced
+ * by a live holder is never removed. */
+#ifndef TETRIS_STORE_H
+#define TETRIS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "digest.h"
+#include "error.h"
+
+#define STORE_DEFAULT_DIR "/dev/shm/tetris"
+
+typedef struct store store;
+
+struct store_options {
+    const char *tenant;      /* NULL: the shared store; else DIR/tenants/NAME */
+    uint64_t capacity_bytes; /* 0: unlimited; else ingests past it fail FULL */
+    bool create;             /* create the layout if missing (needs write access) */
+    bool read_only;          /* open for mapping only (a read-only mount) */
+};
+
+int store_open(const char *dir, const struct store_options *opts, store **out, tetris_error *err);
+void store_close(store *s);
+const char *store_root(const store *s); /* the resolved directory (tenant included) */
+uint64_t store_capacity(const store *s);
+
+/* ---- mapping ---- */
+
+typedef struct store_mapping {
+    const void *data; /* PROT_READ, MAP_SHARED; a write through it faults */
+    uint64_t nbytes;
+    tensor_meta meta; /* from the trailer */
+    void *map_base;   /* for munmap */
+    size_t map_len;
+} store_mapping;
+
+/* Maps a resident tensor read-only. TETRIS_E_NOTFOUND if absent or
+ * quarantined; TETRIS_E_CORRUPT if its trailer does not match the digest. */
+int store_map_tensor(store *s, const tensor_digest *d, store_mapping *out, tetris_error *err);
+void store_unmap_tensor(store_mapping *m);
+bool store_has_tensor(store *s, const tensor_digest *d);
+
+/* ---- publishing (ingest) ---- */
+
+/* Writes exactly len bytes of the tensor into dst (a private writable
+ * mapping of the temp file). */
+typedef int (*store_fill_fn)(void *ctx, void *dst, uint64_t len, tetris_error *err);
+
+/* Publishes one tensor atomically: under the tensor's lock, if it is not
+ * already resident, fills a temp file, re-hashes it and compares digest and
+ * crc32 with meta, appends the trailer, makes it 0444 and renames it into
+ * tensors/. *published (may be NULL) says whether this call created it.
+ * TETRIS_E_CORRUPT if the filled bytes do not match meta; TETRIS_E_FULL if
+ * capacity would be exceeded. Never leaves a partial file under tensors/. */
+int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, void *ctx,
+                         bool *published, tetris_error *err);
+
+/* Bytes the store's resident tensors occupy (files under tensors/). */
+int store_usage_bytes(store *s, uint64_t *out, tetris_error *err);
+
+/* ---- use lock: loaders shared, reclaimer exclusive ---- */
+int store_use_begin(store *s, tetris_error *err);
+void store_use_end(store *s);
+int store_reclaim_begin(store *s, tetris_error *err);
+void store_reclaim_end(store *s);
+
+/* ---- holders: who maps what, surviving crashes ---- */
+
+typedef struct store_holder store_holder;
+
+/* Creates holders/<id>.ref and keeps it flock-ed until store_holder_close
+ * or process death. label is free text (model name) recorded in the file.
+ * owner_pid is the process the references belong to (getpid() normally; the
+ * node daemon passes the client's pid when it records for an agent). */
+int store_holder_open(store *s, const char *label, pid_t owner_pid, store_holder **out,
+                      tetris_error *err);
+/* Records a reference; durable (written to the file) before it returns. */
+int store_holder_add(store_holder *h, const tensor_digest *d, uint64_t nbytes, tetris_error *err);
+int store_holder_add_many(store_holder *h, const tensor_digest *d, const uint64_t *nbytes,
+                          size_t n, tetris_error *err);
+const char *store_holder_id(const store_holder *h);
+/* Removes the holder file: its references are released. */
+void store_holder_close(store_holder *h);
+
+struct store_holder_info {
+    const char *id;
+    const char *label;
+    pid_t pid;
+    bool alive; /* its flock is still held */
+    size_t n_refs;
+    const tensor_digest *refs;
+    const uint64_t *ref_bytes;
+};
+/* Calls cb for every holder file. Stops early if cb returns non-zero. */
+int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holder_info *h),
+                         void *ctx, tetris_error *err);
+
+/* ---- listing, removal, repair, verification ---- */
+
+struct store_entry {
+    tensor_meta meta; /* from the trailer */
+    uint64_t file_bytes;
+    struct timespec mtime; /* publish time */
+};
+int store_foreach_tensor(store *s, int (*cb)(void *ctx, const struct store_entry *e), void *ctx,
+                         tetris_error *err);
+
+/* Unlinks a resident tensor under its lock. Existing mappings keep working.
+ * Callers that must not remove referenced tensors hold the reclaim lock. */
+int store_remove_tensor(store *s, const tensor_digest *d, tetris_error *err);
+
+/* Moves a tensor to quarantine/: no new mappings, existing ones keep working. */
+int store_quarantine_tensor(store *s, const tensor_digest *d, tetris_error *err);
+
+struct store_repair_report {
+    size_t dead_holders_released;
+    size_t temp_files_removed;
+    size_t bad_tensors_removed; /* wrong size/trailer: half-finished renames */
+};
+/* Releases dead holders' references, removes orphaned temp files (whose
+ * writer is gone) and any tensors/ file whose trailer is inconsistent. */
+int store_repair(store *s, struct store_repair_report *report, tetris_error *err);
+
+/* Re-hashes one resident tensor: 0 if it matches, TETRIS_E_CORRUPT if not. */
+int store_verify_tensor(store *s, const tensor_digest *d, tetris_error *err);
+/* Re-checks only the crc32 (cheap scrub). */
+int store_check_crc(store *s, const tensor_digest *d, tetris_error *err);
+
+#endif
