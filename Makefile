@@ -45,6 +45,7 @@ UNIT_LIBS :=
 include common/module.mk
 -include tensorstore/module.mk
 -include agent/module.mk
+-include agent/formats.mk
 -include reclaimer/module.mk
 -include scheduler-ext/module.mk
 -include profiler/module.mk
