@@ -42,17 +42,9 @@ SHELL_TESTS :=
 TEST_PROGRAMS :=
 UNIT_LIBS :=
 
+# Every directory's *.mk fragment (fuzz/ only defines the fuzz target).
 include common/module.mk
--include tensorstore/module.mk
--include agent/module.mk
--include agent/formats.mk
--include reclaimer/module.mk
--include scheduler-ext/module.mk
--include profiler/module.mk
--include deploy/module.mk
--include tests/module.mk
--include bench/module.mk
--include fuzz/module.mk
+-include $(sort $(filter-out common/module.mk,$(wildcard */*.mk tests/*/*.mk bench/*/*.mk)))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIBTETRIS := $(BUILD)/libtetris.a
