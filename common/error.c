@@ -31,7 +31,12 @@ int tetris_wrap(tetris_error *err, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* A long chain of context may not fit: cut the tail of the old message. */
+    snprintf(err->msg, sizeof err->msg, "%s: ", prefix);
+    size_t used = strlen(err->msg);
+    size_t keep = strnlen(old, sizeof err->msg - used - 1);
+    memcpy(err->msg + used, old, keep);
+    err->msg[used + keep] = '\0';
     return -err->code;
 }
 

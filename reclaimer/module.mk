@@ -1,0 +1,10 @@
+# reclaimer/module.mk - the node daemon tetris-reclaimer, the HTTP server
+# it shares with the scheduler extender, and the agent's ingest client.
+
+# common/httpserver.c needs libmicrohttpd; every program linking libtetris
+# may pull it in, so the library goes on the global link line.
+LIB_SRCS += common/httpserver.c
+LDLIBS += -lmicrohttpd
+
+UNIT_TESTS += tests/unit/test_reclaimer_httpserver.c
+UNIT_LIBS += -lcurl
