@@ -1,0 +1,3 @@
+# bench/synth.mk - the synthetic-model generator and the benchmark tests.
+PROGRAMS += tetris-synth-model
+tetris-synth-model_SRCS := bench/tetris-synth-model.c
