@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "digest.h"
 #include "error.h"
@@ -40,6 +41,8 @@ typedef struct model {
     size_t n_tensors;
     tensor_desc *tensors;
     uint64_t total_bytes; /* sum of nbytes */
+    size_t n_skipped;     /* tensors left out as not shareable (ONNX string
+                             tensors, sparse initializers) */
 } model;
 
 /* Parses a model file (format from content: safetensors header or ONNX
@@ -59,6 +62,24 @@ int model_compute_digests(model *m, tetris_error *err);
 int model_read_tensor(const tensor_desc *t, int source_fd, void *dst, tetris_error *err);
 
 void model_free(model *m);
+
+/* Human-readable listing (tetris-agent inspect): a summary, then one line
+ * per tensor. */
+int model_print(const model *m, FILE *out, tetris_error *err);
+
+/* ---- building a model (for format parsers and the manifest reader) ---- */
+model *model_new(const char *path, const char *format, tetris_error *err);
+/* Appends *t, taking ownership of t->name and t->source (freed on failure
+ * too); adds t->meta.nbytes to total_bytes. */
+int model_add_tensor(model *m, tensor_desc *t, tetris_error *err);
+/* Sets *nbytes = product(shape) * size(dtype); an unknown dtype, more than
+ * TENSOR_MAX_DIMS dims, a negative dim or an overflow is TETRIS_E_FORMAT. */
+int tensor_shape_nbytes(const char *dtype, int ndim, const int64_t *shape, uint64_t *nbytes,
+                        tetris_error *err);
+/* Whole-model checks every parser ends with: unique names, region lengths
+ * consistent with their encoding, and no two regions of one source
+ * overlapping. `what` names the input in messages (file or manifest). */
+int model_check(const model *m, const char *what, tetris_error *err);
 
 /* ---- manifest (JSON) ----
  * {"format":"tetris-manifest/1","model":PATH,"model_format":"onnx",
