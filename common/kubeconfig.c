@@ -1,0 +1,478 @@
+/* kubeconfig.c - reading a kubeconfig (libyaml) or the in-cluster
+ * service-account files into a kube_config.
+ *
+ * The YAML document is first turned into a JSON tree (every scalar a string)
+ * so that resolving current-context -> context -> cluster/user is plain
+ * jansson navigation. Anchors and aliases are refused: kubeconfigs do not use
+ * them and they are a classic way to blow up a parser. */
+#include "kubeconfig.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <yaml.h>
+
+#include "cleanup.h"
+
+#define KUBECONFIG_MAX_BYTES (16u << 20)
+#define YAML_MAX_DEPTH 64
+#define SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
+
+static int read_whole_file(const char *path, char **out, size_t *len, tetris_error *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
+                           "open %s", path);
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+    if (st.st_size > (off_t)KUBECONFIG_MAX_BYTES)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: larger than %u bytes", path,
+                           KUBECONFIG_MAX_BYTES);
+    size_t cap = (size_t)st.st_size;
+    cleanup_free char *buf = malloc(cap + 1);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "read %s", path);
+    size_t got = 0;
+    while (got < cap) {
+        ssize_t n = read(fd, buf + got, cap - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    *len = got;
+    *out = steal_pointer(&buf);
+    return 0;
+}
+
+/* ---- YAML -> JSON ---- */
+
+static int yaml_fail(tetris_error *err, const yaml_parser_t *p, const char *what)
+{
+    return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: %s at line %zu", what,
+                       (size_t)p->mark.line + 1);
+}
+
+/* Builds the node that starts with event ev (already taken from p). */
+static int yaml_node(yaml_parser_t *p, yaml_event_t *ev, int depth, json_t **out,
+                     tetris_error *err);
+
+static int yaml_next(yaml_parser_t *p, yaml_event_t *ev, tetris_error *err)
+{
+    if (!yaml_parser_parse(p, ev))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: %s at line %zu",
+                           p->problem != NULL ? p->problem : "parse error",
+                           (size_t)p->problem_mark.line + 1);
+    return 0;
+}
+
+static int yaml_collection(yaml_parser_t *p, bool mapping, int depth, json_t **out,
+                           tetris_error *err)
+{
+    json_t *node = mapping ? json_object() : json_array();
+    if (node == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "kubeconfig");
+    for (;;) {
+        yaml_event_t ev;
+        int r = yaml_next(p, &ev, err);
+        if (r < 0)
+            goto fail;
+        if (ev.type == (mapping ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT)) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (mapping) {
+            if (ev.type != YAML_SCALAR_EVENT) {
+                yaml_event_delete(&ev);
+                r = yaml_fail(err, p, "mapping key is not a scalar");
+                goto fail;
+            }
+            cleanup_free char *key = strndup((const char *)ev.data.scalar.value,
+                                             ev.data.scalar.length);
+            yaml_event_delete(&ev);
+            if (key == NULL) {
+                r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "kubeconfig");
+                goto fail;
+            }
+            r = yaml_next(p, &ev, err);
+            if (r < 0)
+                goto fail;
+            json_t *value = NULL;
+            r = yaml_node(p, &ev, depth + 1, &value, err);
+            if (r < 0)
+                goto fail;
+            json_object_set_new(node, key, value);
+        } else {
+            json_t *value = NULL;
+            r = yaml_node(p, &ev, depth + 1, &value, err);
+            if (r < 0)
+                goto fail;
+            json_array_append_new(node, value);
+        }
+        continue;
+    fail:
+        json_decref(node);
+        return r;
+    }
+    *out = node;
+    return 0;
+}
+
+static int yaml_node(yaml_parser_t *p, yaml_event_t *ev, int depth, json_t **out,
+                     tetris_error *err)
+{
+    int r = 0;
+    if (depth > YAML_MAX_DEPTH) {
+        r = yaml_fail(err, p, "nested too deeply");
+    } else if (ev->type == YAML_SCALAR_EVENT) {
+        *out = json_stringn((const char *)ev->data.scalar.value, ev->data.scalar.length);
+        if (*out == NULL)
+            r = yaml_fail(err, p, "scalar is not valid UTF-8");
+    } else if (ev->type == YAML_MAPPING_START_EVENT || ev->type == YAML_SEQUENCE_START_EVENT) {
+        if (ev->data.mapping_start.anchor != NULL)
+            r = yaml_fail(err, p, "anchors are not supported");
+        else
+            r = yaml_collection(p, ev->type == YAML_MAPPING_START_EVENT, depth, out, err);
+    } else if (ev->type == YAML_ALIAS_EVENT) {
+        r = yaml_fail(err, p, "aliases are not supported");
+    } else {
+        r = yaml_fail(err, p, "unexpected YAML event");
+    }
+    yaml_event_delete(ev);
+    return r;
+}
+
+static int yaml_to_json(const char *text, size_t len, json_t **out, tetris_error *err)
+{
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "yaml parser");
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    json_t *root = NULL;
+    int r = 0;
+    for (;;) {
+        yaml_event_t ev;
+        r = yaml_next(&p, &ev, err);
+        if (r < 0)
+            break;
+        yaml_event_type_t type = ev.type;
+        if (type == YAML_STREAM_END_EVENT) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (type == YAML_MAPPING_START_EVENT || type == YAML_SEQUENCE_START_EVENT ||
+            type == YAML_SCALAR_EVENT || type == YAML_ALIAS_EVENT) {
+            if (root != NULL) {
+                yaml_event_delete(&ev);
+                r = yaml_fail(err, &p, "more than one document");
+                break;
+            }
+            r = yaml_node(&p, &ev, 0, &root, err);
+            if (r < 0)
+                break;
+            continue;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    if (r == 0 && !json_is_object(root))
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: not a mapping");
+    if (r < 0) {
+        json_decref(root);
+        return r;
+    }
+    *out = root;
+    return 0;
+}
+
+/* ---- resolving the current context ---- */
+
+/* The "NAME" entry of a kubeconfig list (clusters, users, contexts): its
+ * inner object (cluster, user, context), or NULL. */
+static json_t *named_entry(json_t *root, const char *list, const char *inner, const char *name)
+{
+    json_t *arr = json_object_get(root, list);
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+        const char *n = json_string_value(json_object_get(e, "name"));
+        if (n != NULL && strcmp(n, name) == 0)
+            return json_object_get(e, inner);
+    }
+    return NULL;
+}
+
+static const char *str_field(json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+static int dup_string(const char *s, char **out, tetris_error *err)
+{
+    if (s == NULL)
+        return 0;
+    *out = strdup(s);
+    if (*out == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "kubeconfig");
+    return 0;
+}
+
+static int b64_value(int ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+/* Standard base64 (whitespace ignored, padding optional). */
+static int base64_decode(const char *in, const char *what, kube_blob *out, tetris_error *err)
+{
+    size_t n = strlen(in);
+    cleanup_free char *buf = malloc(n / 4 * 3 + 4);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "kubeconfig");
+    size_t len = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = in[i];
+        if (ch == '=' || ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t')
+            continue;
+        int v = b64_value((unsigned char)ch);
+        if (v < 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: %s is not base64", what);
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            buf[len++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    buf[len] = '\0';
+    out->len = len;
+    out->data = steal_pointer(&buf);
+    return 0;
+}
+
+static int resolve_path(const char *base_dir, const char *path, char *out, size_t size,
+                        tetris_error *err)
+{
+    int n = (path[0] == '/' || base_dir == NULL) ? snprintf(out, size, "%s", path)
+                                                 : snprintf(out, size, "%s/%s", base_dir, path);
+    if (n < 0 || (size_t)n >= size)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "kubeconfig: path too long: %s", path);
+    return 0;
+}
+
+/* obj's "<key>-data" (base64) or "<key>" (a file) into blob. */
+static int load_blob(json_t *obj, const char *key, const char *base_dir, kube_blob *blob,
+                     tetris_error *err)
+{
+    char data_key[64];
+    snprintf(data_key, sizeof data_key, "%s-data", key);
+    const char *data = str_field(obj, data_key);
+    if (data != NULL)
+        return base64_decode(data, data_key, blob, err);
+    const char *file = str_field(obj, key);
+    if (file == NULL)
+        return 0;
+    char path[PATH_MAX];
+    int r = resolve_path(base_dir, file, path, sizeof path, err);
+    if (r < 0)
+        return r;
+    r = read_whole_file(path, &blob->data, &blob->len, err);
+    if (r < 0)
+        return tetris_wrap(err, "kubeconfig %s", key);
+    return 0;
+}
+
+static int fill_from_context(json_t *root, const char *base_dir, kube_config *cfg,
+                             tetris_error *err)
+{
+    const char *ctx_name = str_field(root, "current-context");
+    if (ctx_name == NULL || ctx_name[0] == '\0')
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: no current-context");
+    json_t *ctx = named_entry(root, "contexts", "context", ctx_name);
+    if (ctx == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: context %s not found",
+                           ctx_name);
+    const char *cluster_name = str_field(ctx, "cluster");
+    json_t *cluster = cluster_name != NULL
+                          ? named_entry(root, "clusters", "cluster", cluster_name)
+                          : NULL;
+    if (cluster == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: cluster of context %s not found",
+                           ctx_name);
+    const char *server = str_field(cluster, "server");
+    if (server == NULL || (strncmp(server, "https://", 8) != 0 &&
+                           strncmp(server, "http://", 7) != 0))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "kubeconfig: cluster %s has no http(s) server URL", cluster_name);
+    int r = dup_string(server, &cfg->server, err);
+    if (r == 0)
+        r = load_blob(cluster, "certificate-authority", base_dir, &cfg->ca, err);
+    if (r < 0)
+        return r;
+    const char *insecure = str_field(cluster, "insecure-skip-tls-verify");
+    cfg->insecure = insecure != NULL && strcmp(insecure, "true") == 0;
+
+    const char *user_name = str_field(ctx, "user");
+    json_t *user = user_name != NULL ? named_entry(root, "users", "user", user_name) : NULL;
+    if (user_name != NULL && user == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: user %s not found", user_name);
+    if (user != NULL) {
+        r = dup_string(str_field(user, "token"), &cfg->token, err);
+        const char *token_file = str_field(user, "tokenFile");
+        if (r == 0 && token_file != NULL) {
+            char path[PATH_MAX];
+            r = resolve_path(base_dir, token_file, path, sizeof path, err);
+            if (r == 0)
+                r = dup_string(path, &cfg->token_file, err);
+        }
+        if (r == 0)
+            r = load_blob(user, "client-certificate", base_dir, &cfg->cert, err);
+        if (r == 0)
+            r = load_blob(user, "client-key", base_dir, &cfg->key, err);
+        if (r < 0)
+            return r;
+        if ((cfg->cert.data == NULL) != (cfg->key.data == NULL))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "kubeconfig: user %s has a client certificate without a key "
+                               "or a key without a certificate", user_name);
+    }
+    const char *ns = str_field(ctx, "namespace");
+    return dup_string(ns != NULL && ns[0] != '\0' ? ns : "default", &cfg->ns, err);
+}
+
+int kubeconfig_parse(const char *text, size_t len, const char *base_dir, kube_config *cfg,
+                     tetris_error *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    json_t *root = NULL;
+    int r = yaml_to_json(text, len, &root, err);
+    if (r < 0)
+        return r;
+    r = fill_from_context(root, base_dir, cfg, err);
+    json_decref(root);
+    if (r < 0)
+        kubeconfig_clear(cfg);
+    return r;
+}
+
+int kubeconfig_load(const char *path, kube_config *cfg, tetris_error *err)
+{
+    char default_path[PATH_MAX];
+    if (path == NULL || path[0] == '\0') {
+        const char *env = getenv("KUBECONFIG");
+        const char *home = getenv("HOME");
+        if (env != NULL && env[0] != '\0') {
+            /* A KUBECONFIG list: the first file wins (no merging). */
+            snprintf(default_path, sizeof default_path, "%.*s", (int)strcspn(env, ":"), env);
+        } else if (home != NULL) {
+            snprintf(default_path, sizeof default_path, "%s/.kube/config", home);
+        } else {
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "no kubeconfig: set KUBECONFIG or HOME");
+        }
+        path = default_path;
+    }
+    cleanup_free char *text = NULL;
+    size_t len = 0;
+    int r = read_whole_file(path, &text, &len, err);
+    if (r < 0)
+        return tetris_wrap(err, "kubeconfig");
+    cleanup_free char *dir = strdup(path);
+    if (dir == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "kubeconfig");
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    r = kubeconfig_parse(text, len, slash != NULL ? dir : ".", cfg, err);
+    if (r < 0)
+        return tetris_wrap(err, "%s", path);
+    return 0;
+}
+
+static void strip_trailing_space(char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
+        s[--n] = '\0';
+}
+
+int kubeconfig_in_cluster(const char *sa_dir, const char *server, kube_config *cfg,
+                          tetris_error *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    if (sa_dir == NULL)
+        sa_dir = SA_DIR_DEFAULT;
+    char url[512];
+    if (server == NULL) {
+        const char *host = getenv("KUBERNETES_SERVICE_HOST");
+        const char *port = getenv("KUBERNETES_SERVICE_PORT");
+        if (host == NULL || port == NULL)
+            return tetris_fail(err, TETRIS_E_INVAL, 0,
+                               "not in a cluster: KUBERNETES_SERVICE_HOST/PORT unset and no "
+                               "--kubeconfig given");
+        /* An IPv6 service address needs brackets in a URL. */
+        snprintf(url, sizeof url, strchr(host, ':') != NULL ? "https://[%s]:%s" : "https://%s:%s",
+                 host, port);
+        server = url;
+    }
+    char path[PATH_MAX];
+    int r = dup_string(server, &cfg->server, err);
+    if (r == 0) {
+        snprintf(path, sizeof path, "%s/token", sa_dir);
+        if (access(path, R_OK) < 0)
+            r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "service account token %s", path);
+        else
+            r = dup_string(path, &cfg->token_file, err);
+    }
+    if (r == 0) {
+        snprintf(path, sizeof path, "%s/ca.crt", sa_dir);
+        r = read_whole_file(path, &cfg->ca.data, &cfg->ca.len, err);
+    }
+    if (r == 0) {
+        snprintf(path, sizeof path, "%s/namespace", sa_dir);
+        r = read_whole_file(path, &cfg->ns, &(size_t){0}, err);
+        if (r == -TETRIS_E_NOTFOUND)
+            r = dup_string("default", &cfg->ns, err);
+        else if (r == 0)
+            strip_trailing_space(cfg->ns);
+    }
+    if (r < 0)
+        kubeconfig_clear(cfg);
+    return r;
+}
+
+void kubeconfig_clear(kube_config *cfg)
+{
+    free(cfg->server);
+    free(cfg->token);
+    free(cfg->token_file);
+    free(cfg->ca.data);
+    free(cfg->cert.data);
+    free(cfg->key.data);
+    free(cfg->ns);
+    memset(cfg, 0, sizeof *cfg);
+}

@@ -1,0 +1,49 @@
+/* faultserver.h - a scripted HTTP/1.1 server on 127.0.0.1 for tests: it
+ * answers each request with the next reply queued by the test, and can do
+ * what a real apiserver or node daemon will not do on demand: drop the
+ * connection, answer slowly, stream watch events and fail in the middle of
+ * the stream, answer 429 storms.
+ *
+ * One connection at a time, one request per connection (Connection: close).
+ * Requests are recorded so tests can assert what the client sent. */
+#ifndef TETRIS_TESTS_FAULTSERVER_H
+#define TETRIS_TESTS_FAULTSERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct fault_server fault_server;
+
+typedef struct fault_reply {
+    int status;           /* 0: close the connection without answering */
+    const char *headers;  /* extra header lines, each ending in "\r\n" */
+    const char *body;     /* sent with Content-Length (unless chunks) */
+    int delay_ms;         /* wait this long before answering */
+    const char *const *chunks; /* NULL-terminated: sent chunked, one by one */
+    int chunk_delay_ms;   /* between chunks */
+    bool truncate;        /* after the chunks, close without the last chunk */
+    int repeat;           /* answer this many requests (0 counts as 1) */
+} fault_reply;
+
+typedef struct fault_request {
+    char method[16];
+    char *target;         /* path and query */
+    char *content_type;   /* NULL when absent */
+    char *authorization;  /* NULL when absent */
+    char *if_none_match;  /* NULL when absent */
+    char *body;           /* "" when none */
+} fault_request;
+
+/* Starts serving on 127.0.0.1 on a free port. NULL on failure (perror). */
+fault_server *fault_server_start(void);
+int fault_server_port(const fault_server *fs);
+/* Queues a reply (copied). With an empty queue the server answers 500. */
+void fault_server_push(fault_server *fs, const fault_reply *r);
+/* Requests received so far; fault_server_request(i) stays valid until stop. */
+size_t fault_server_count(fault_server *fs);
+const fault_request *fault_server_request(fault_server *fs, size_t i);
+/* Forgets queued replies and recorded requests. */
+void fault_server_reset(fault_server *fs);
+void fault_server_stop(fault_server *fs);
+
+#endif

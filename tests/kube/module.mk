@@ -1,0 +1,6 @@
+# tests/kube/module.mk - the Kubernetes client against the fault-injecting
+# HTTP server (dropped connections, 410 mid-stream, 429 storms, slow replies).
+TEST_PROGRAMS += kube-client-test
+kube-client-test_SRCS := tests/kube/kube_client_test.c tests/kube/faultserver.c
+kube-client-test_LIBS := -lcheck -lsubunit -lrt -lcurl
+SHELL_TESTS += tests/kube/test-kube-client.sh
