@@ -59,6 +59,9 @@ void agent_options_init(struct agent_options *o);
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
                tetris_error *err);
 const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);
+/* The store directory (tenant included) the shared tensors are mapped
+ * from; NULL when nothing is shared (private load or full fallback). */
+const char *agent_store_root(const agent_model *am);
 void agent_model_free(agent_model *am);
 
 #endif

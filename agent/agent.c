@@ -1,0 +1,471 @@
+/* agent.c - load a model's tensors for a function instance (see agent.h).
+ *
+ * Store modes map what is resident and get the rest published, either by
+ * the node daemon (STORE: the instance mounts the store read-only) or by
+ * the agent itself (DIRECT). References are recorded before anything is
+ * mapped, under the store's shared use lock, so the reclaimer never removes
+ * a tensor between "referenced" and "mapped". Whatever the store cannot
+ * serve is loaded privately, with one `event=fallback` log line: inference
+ * must work without the store. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "cleanup.h"
+#include "ingest_client.h"
+#include "log.h"
+
+#define DEFAULT_DAEMON_TIMEOUT_MS 30000
+
+struct source_fd {
+    const char *path;
+    int fd;
+};
+
+struct agent_model_private {
+    store *store;
+    store_holder *holder;   /* DIRECT: our references */
+    ingest_client *daemon;  /* STORE: the daemon holds our references */
+    store_mapping *maps;    /* per tensor; map_base NULL if not mapped */
+    void **copies;          /* per tensor private copy, or NULL */
+    struct source_fd *sources;
+    size_t n_sources;
+    char *store_root;
+};
+
+static const uint8_t empty_tensor[1];
+
+void agent_options_init(struct agent_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->mode = AGENT_MODE_STORE;
+    o->store_dir = STORE_DEFAULT_DIR;
+    o->daemon_timeout_ms = DEFAULT_DAEMON_TIMEOUT_MS;
+    o->shuffle = true;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int source_fd(agent_model *am, const char *path, int *fd, tetris_error *err)
+{
+    struct agent_model_private *p = am->priv;
+    for (size_t i = 0; i < p->n_sources; i++) {
+        if (strcmp(p->sources[i].path, path) == 0) {
+            *fd = p->sources[i].fd;
+            return 0;
+        }
+    }
+    struct source_fd *s = realloc(p->sources, (p->n_sources + 1) * sizeof(*s));
+    if (s == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    p->sources = s;
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
+    s[p->n_sources].path = path;
+    s[p->n_sources].fd = f;
+    p->n_sources++;
+    *fd = f;
+    return 0;
+}
+
+/* Reads tensor i from its source into private memory. */
+static int load_private(agent_model *am, size_t i, tetris_error *err)
+{
+    const tensor_desc *t = &am->model->tensors[i];
+    int fd, r;
+
+    am->tensors[i].shared = false;
+    if (t->meta.nbytes == 0) {
+        am->tensors[i].data = empty_tensor;
+        return 0;
+    }
+    if ((r = source_fd(am, t->source, &fd, err)) < 0)
+        return r;
+    cleanup_free void *buf = malloc(t->meta.nbytes);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory for tensor %s (%llu bytes)",
+                           t->name, (unsigned long long)t->meta.nbytes);
+    if ((r = model_read_tensor(t, fd, buf, err)) < 0)
+        return tetris_wrap(err, "tensor %s", t->name);
+    am->priv->copies[i] = steal_pointer(&buf);
+    am->tensors[i].data = am->priv->copies[i];
+    am->stats.private_bytes += t->meta.nbytes;
+    return 0;
+}
+
+static int load_private_missing(agent_model *am, tetris_error *err)
+{
+    for (size_t i = 0; i < am->model->n_tensors; i++) {
+        if (am->tensors[i].data != NULL)
+            continue;
+        int r = load_private(am, i, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* Records why the store could not serve (the first reason wins) and logs
+ * it once; the caller then loads what is missing privately. */
+static void fall_back(agent_model *am, const struct agent_options *o, const char *reason,
+                      const tetris_error *cause)
+{
+    char q[600];
+    if (am->stats.fell_back)
+        return;
+    am->stats.fell_back = true;
+    snprintf(am->stats.fallback_reason, sizeof(am->stats.fallback_reason), "%s", reason);
+    log_warn("event=fallback reason=%s model=%s mode=%s detail=%s", reason, am->model->path,
+             o->mode == AGENT_MODE_DIRECT ? "direct" : "store",
+             log_quote(cause != NULL ? cause->msg : reason, q, sizeof(q)));
+}
+
+static int map_tensor(agent_model *am, size_t i, tetris_error *err)
+{
+    store_mapping *mp = &am->priv->maps[i];
+    int r = store_map_tensor(am->priv->store, &am->model->tensors[i].meta.digest, mp, err);
+    if (r < 0)
+        return r;
+    am->tensors[i].data = mp->data;
+    am->tensors[i].shared = true;
+    am->stats.mapped_bytes += am->model->tensors[i].meta.nbytes;
+    return 0;
+}
+
+/* ---- DIRECT: the agent publishes into the store itself ---- */
+
+struct fill_ctx {
+    const tensor_desc *t;
+    int fd;
+};
+
+static int fill_from_source(void *ctx, void *dst, uint64_t len, tetris_error *err)
+{
+    struct fill_ctx *c = ctx;
+    if (len != c->t->meta.nbytes)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor %s: store asked for %llu bytes, not %llu",
+                           c->t->name, (unsigned long long)len,
+                           (unsigned long long)c->t->meta.nbytes);
+    return model_read_tensor(c->t, c->fd, dst, err);
+}
+
+static void shuffle(size_t *idx, size_t n)
+{
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)rand_r(&seed) % i;
+        size_t tmp = idx[i - 1];
+        idx[i - 1] = idx[j];
+        idx[j] = tmp;
+    }
+}
+
+static int record_references(agent_model *am, const char *label, tetris_error *err)
+{
+    const model *m = am->model;
+    cleanup_free tensor_digest *digests = calloc(m->n_tensors + 1, sizeof(*digests));
+    cleanup_free uint64_t *sizes = calloc(m->n_tensors + 1, sizeof(*sizes));
+    int r;
+
+    if (digests == NULL || sizes == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        digests[i] = m->tensors[i].meta.digest;
+        sizes[i] = m->tensors[i].meta.nbytes;
+    }
+    if ((r = store_holder_open(am->priv->store, label, getpid(), &am->priv->holder, err)) < 0)
+        return r;
+    return store_holder_add_many(am->priv->holder, digests, sizes, m->n_tensors, err);
+}
+
+/* Under the use lock: references first, then map what is resident, then
+ * publish and map the rest (in random order when asked, so concurrent
+ * loaders of one model spread over the tensor locks). */
+static int load_direct(agent_model *am, const struct agent_options *o, const char *label,
+                       tetris_error *err)
+{
+    const model *m = am->model;
+    cleanup_free size_t *missing = calloc(m->n_tensors + 1, sizeof(*missing));
+    size_t n_missing = 0;
+    tetris_error cause = {0};
+    int r;
+
+    if (missing == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    if ((r = record_references(am, label, &cause)) < 0) {
+        fall_back(am, o, "holder-failed", &cause);
+        return 0;
+    }
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        if (m->tensors[i].meta.nbytes == 0)
+            continue; /* nothing to share; loaded privately for free */
+        r = map_tensor(am, i, &cause);
+        if (r == -TETRIS_E_NOTFOUND)
+            missing[n_missing++] = i;
+        else if (r < 0)
+            fall_back(am, o, "map-failed", &cause);
+    }
+    if (o->shuffle)
+        shuffle(missing, n_missing);
+    for (size_t k = 0; k < n_missing && !am->stats.fell_back; k++) {
+        const tensor_desc *t = &m->tensors[missing[k]];
+        struct fill_ctx fc = {.t = t};
+        bool published = false;
+        if ((r = source_fd(am, t->source, &fc.fd, err)) < 0)
+            return r; /* the model itself is unreadable: no fallback helps */
+        r = store_publish_tensor(am->priv->store, &t->meta, fill_from_source, &fc, &published,
+                                 &cause);
+        if (r == -TETRIS_E_FULL) {
+            fall_back(am, o, "store-full", &cause);
+            break;
+        }
+        if (r == -TETRIS_E_CORRUPT || r == -TETRIS_E_FORMAT) {
+            /* the source does not hash to its manifest: never publish it */
+            *err = cause;
+            return r;
+        }
+        if (r == 0)
+            r = map_tensor(am, missing[k], &cause);
+        if (r < 0) {
+            fall_back(am, o, "ingest-failed", &cause);
+            break;
+        }
+        if (published)
+            am->stats.ingested_bytes += t->meta.nbytes;
+    }
+    return 0;
+}
+
+/* ---- STORE: the node daemon publishes and holds our references ---- */
+
+static const char *daemon_failure_reason(int code)
+{
+    switch (code) {
+    case -TETRIS_E_TIMEOUT: return "daemon-timeout";
+    case -TETRIS_E_UNAVAILABLE: return "daemon-unavailable";
+    case -TETRIS_E_FULL: return "store-full";
+    default: return "daemon-error";
+    }
+}
+
+static int load_via_daemon(agent_model *am, const struct agent_options *o, const char *label,
+                           tetris_error *err)
+{
+    const model *m = am->model;
+    struct ingest_summary summary = {0};
+    tetris_error cause = {0};
+    char sock[4096];
+    int r;
+
+    if (o->daemon_socket != NULL)
+        snprintf(sock, sizeof(sock), "%s", o->daemon_socket);
+    else
+        snprintf(sock, sizeof(sock), "%s/%s", am->priv->store_root, INGEST_SOCKET_NAME);
+    cleanup_free struct ingest_tensor_result *res = calloc(m->n_tensors + 1, sizeof(*res));
+    if (res == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    r = ingest_client_connect(sock, o->daemon_timeout_ms, &am->priv->daemon, &cause);
+    if (r == 0)
+        r = ingest_client_ingest(am->priv->daemon, label, m, res, &summary, &cause);
+    if (r < 0) {
+        fall_back(am, o, daemon_failure_reason(r), &cause);
+        if (r != -TETRIS_E_UNAVAILABLE || am->priv->daemon != NULL)
+            ingest_report_fallback(sock, label, am->stats.fallback_reason, o->daemon_timeout_ms,
+                                   NULL);
+        ingest_client_close(am->priv->daemon);
+        am->priv->daemon = NULL;
+        return 0;
+    }
+    am->stats.ingested_bytes = summary.ingested_bytes;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        if (res[i].status == INGEST_REJECTED || m->tensors[i].meta.nbytes == 0)
+            continue;
+        if ((r = map_tensor(am, i, &cause)) < 0) {
+            fall_back(am, o, "map-failed", &cause);
+            break;
+        }
+    }
+    if (summary.rejected > 0) {
+        size_t i = 0;
+        while (i < m->n_tensors && res[i].status != INGEST_REJECTED)
+            i++;
+        snprintf(cause.msg, sizeof(cause.msg), "%zu tensors rejected by the daemon, first %s: %s",
+                 summary.rejected, m->tensors[i].name, res[i].reason);
+        fall_back(am, o, summary.rejected_full > 0 ? "store-full" : "ingest-rejected", &cause);
+        ingest_report_fallback(sock, label, am->stats.fallback_reason, o->daemon_timeout_ms,
+                               NULL);
+    }
+    return 0;
+}
+
+static int load_from_store(agent_model *am, const struct agent_options *o, tetris_error *err)
+{
+    struct store_options so = {.tenant = o->tenant,
+                               .create = o->mode == AGENT_MODE_DIRECT,
+                               .read_only = o->mode == AGENT_MODE_STORE};
+    const char *dir = o->store_dir != NULL ? o->store_dir : STORE_DEFAULT_DIR;
+    const char *label = o->label;
+    tetris_error cause = {0};
+    struct stat st;
+    int r;
+
+    /* DIRECT mode may lay a store out, but only in a directory someone
+     * provided: a missing one means no store on this node. */
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        tetris_fail(&cause, TETRIS_E_NOTFOUND, errno, "store directory %s", dir);
+        fall_back(am, o, "store-unavailable", &cause);
+        return 0;
+    }
+    if (label == NULL) {
+        label = strrchr(am->model->path, '/');
+        label = label != NULL ? label + 1 : am->model->path;
+    }
+    r = store_open(dir, &so, &am->priv->store, &cause);
+    if (r < 0) {
+        fall_back(am, o, "store-unavailable", &cause);
+        return 0;
+    }
+    am->priv->store_root = strdup(store_root(am->priv->store));
+    if (am->priv->store_root == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    if ((r = store_use_begin(am->priv->store, &cause)) < 0) {
+        fall_back(am, o, "store-unavailable", &cause);
+        return 0;
+    }
+    if (o->mode == AGENT_MODE_DIRECT)
+        r = load_direct(am, o, label, err);
+    else
+        r = load_via_daemon(am, o, label, err);
+    store_use_end(am->priv->store);
+    return r;
+}
+
+static int read_model(const char *model_path, const struct agent_options *o, model **out,
+                      tetris_error *err)
+{
+    int r;
+    if (o->manifest_path != NULL)
+        r = manifest_read_file(o->manifest_path, out, err);
+    else
+        r = model_parse_file(model_path, out, err);
+    if (r < 0 || o->mode == AGENT_MODE_PRIVATE)
+        return r;
+    for (size_t i = 0; i < (*out)->n_tensors; i++) {
+        if (!(*out)->tensors[i].has_digest) {
+            if ((r = model_compute_digests(*out, err)) < 0) {
+                model_free(*out);
+                *out = NULL;
+            }
+            return r;
+        }
+    }
+    return 0;
+}
+
+int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
+               tetris_error *err)
+{
+    struct agent_options defaults;
+    double start = now_ms();
+    int r;
+
+    if (o == NULL) {
+        agent_options_init(&defaults);
+        o = &defaults;
+    }
+    agent_model *am = calloc(1, sizeof(*am));
+    if (am == NULL || (am->priv = calloc(1, sizeof(*am->priv))) == NULL) {
+        free(am);
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    }
+    if ((r = read_model(model_path, o, &am->model, err)) < 0) {
+        agent_model_free(am);
+        return r;
+    }
+    size_t n = am->model->n_tensors;
+    am->tensors = calloc(n + 1, sizeof(*am->tensors));
+    am->priv->maps = calloc(n + 1, sizeof(*am->priv->maps));
+    am->priv->copies = calloc(n + 1, sizeof(*am->priv->copies));
+    if (am->tensors == NULL || am->priv->maps == NULL || am->priv->copies == NULL) {
+        agent_model_free(am);
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        am->tensors[i].desc = &am->model->tensors[i];
+    am->stats.tensors = n;
+    am->stats.bytes = am->model->total_bytes;
+
+    if (o->mode != AGENT_MODE_PRIVATE)
+        r = load_from_store(am, o, err);
+    if (r == 0)
+        r = load_private_missing(am, err);
+    if (r < 0) {
+        agent_model_free(am);
+        return r;
+    }
+    am->stats.load_ms = now_ms() - start;
+    log_info("event=load model=%s tensors=%zu bytes=%llu mapped_bytes=%llu ingested_bytes=%llu "
+             "private_bytes=%llu load_ms=%.3f",
+             am->model->path, n, (unsigned long long)am->stats.bytes,
+             (unsigned long long)am->stats.mapped_bytes,
+             (unsigned long long)am->stats.ingested_bytes,
+             (unsigned long long)am->stats.private_bytes, am->stats.load_ms);
+    *out = am;
+    return 0;
+}
+
+const agent_tensor *agent_find_tensor(const agent_model *am, const char *name)
+{
+    for (size_t i = 0; i < am->model->n_tensors; i++)
+        if (strcmp(am->model->tensors[i].name, name) == 0)
+            return &am->tensors[i];
+    return NULL;
+}
+
+const char *agent_store_root(const agent_model *am)
+{
+    return am->stats.mapped_bytes > 0 ? am->priv->store_root : NULL;
+}
+
+void agent_model_free(agent_model *am)
+{
+    if (am == NULL)
+        return;
+    struct agent_model_private *p = am->priv;
+    if (p != NULL) {
+        size_t n = am->model != NULL ? am->model->n_tensors : 0;
+        for (size_t i = 0; i < n && p->maps != NULL; i++)
+            if (p->maps[i].map_base != NULL)
+                store_unmap_tensor(&p->maps[i]);
+        for (size_t i = 0; i < n && p->copies != NULL; i++)
+            free(p->copies[i]);
+        /* mappings are gone: now the references may go */
+        if (p->holder != NULL)
+            store_holder_close(p->holder);
+        ingest_client_close(p->daemon);
+        if (p->store != NULL)
+            store_close(p->store);
+        for (size_t i = 0; i < p->n_sources; i++)
+            close(p->sources[i].fd);
+        free(p->sources);
+        free(p->maps);
+        free(p->copies);
+        free(p->store_root);
+        free(p);
+    }
+    free(am->tensors);
+    model_free(am->model);
+    free(am);
+}

@@ -1,0 +1,355 @@
+/* ort_adapter.c - ONNX Runtime sessions over store mappings (see
+ * ort_adapter.h for the approach and what stays private). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cleanup.h"
+#include "log.h"
+#include "onnx_rewrite.h"
+#include "ort_adapter.h"
+
+struct ort_model_private {
+    OrtEnv *env;
+    OrtMemoryInfo *cpu;
+    OrtValue **values; /* one per shared initializer, wrapping a mapping */
+    char **names;
+    size_t n, cap;
+};
+
+/* State of one rewrite pass: which agent tensors can back which protos. */
+struct share_ctx {
+    ort_model *m;
+    const agent_model *am;
+    const char *store_root;
+    bool *in_file; /* am->tensors[i] has its bytes in the rewritten file */
+    tetris_error *err;
+    int failed;    /* an error inside the callback, reported after the pass */
+};
+
+void ort_adapter_options_init(struct ort_adapter_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->graph_optimization = ORT_DISABLE_ALL;
+}
+
+int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_error *err)
+{
+    if (status == NULL)
+        return 0;
+    int r = tetris_fail(err, TETRIS_E_RUNTIME, 0, "onnxruntime: %s: %s", what,
+                        api->GetErrorMessage(status));
+    api->ReleaseStatus(status);
+    return r;
+}
+
+int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err)
+{
+    static const struct {
+        const char *name;
+        int level;
+    } levels[] = {{"none", ORT_DISABLE_ALL},
+                  {"basic", ORT_ENABLE_BASIC},
+                  {"extended", ORT_ENABLE_EXTENDED},
+                  {"all", ORT_ENABLE_ALL}};
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+        if (strcmp(s, levels[i].name) == 0) {
+            *out = levels[i].level;
+            return 0;
+        }
+    }
+    return tetris_fail(err, TETRIS_E_INVAL, 0,
+                       "graph optimization '%s': expected none, basic, extended or all", s);
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (strcmp(a, b) == 0)
+        return true;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static const agent_tensor *tensor_at_offset(const struct share_ctx *c, uint64_t offset)
+{
+    const model *mdl = c->am->model;
+    for (size_t i = 0; i < mdl->n_tensors; i++)
+        if (c->in_file[i] && mdl->tensors[i].offset == offset)
+            return &c->am->tensors[i];
+    return NULL;
+}
+
+static bool name_taken(const struct ort_model_private *p, const char *name, size_t len)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (strlen(p->names[i]) == len && memcmp(p->names[i], name, len) == 0)
+            return true;
+    return false;
+}
+
+static int add_initializer(struct share_ctx *c, const struct onnx_tensor_ref *ref,
+                           const agent_tensor *t)
+{
+    ort_model *m = c->m;
+    struct ort_model_private *p = m->priv;
+    OrtValue *v = NULL;
+
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        OrtValue **values = realloc(p->values, cap * sizeof(*values));
+        if (values == NULL)
+            return tetris_fail(c->err, TETRIS_E_NOMEM, 0, "out of memory");
+        p->values = values;
+        char **names = realloc(p->names, cap * sizeof(*names));
+        if (names == NULL)
+            return tetris_fail(c->err, TETRIS_E_NOMEM, 0, "out of memory");
+        p->names = names;
+        p->cap = cap;
+    }
+    char *name = strndup(ref->name, ref->name_len);
+    if (name == NULL)
+        return tetris_fail(c->err, TETRIS_E_NOMEM, 0, "out of memory");
+    /* ORT never writes initializers; the API just lacks a const variant. */
+    int r = ort_check(m->api,
+                      m->api->CreateTensorWithDataAsOrtValue(
+                          p->cpu, (void *)t->data, t->desc->meta.nbytes, ref->dims,
+                          (size_t)ref->ndim, (ONNXTensorElementDataType)ref->data_type, &v),
+                      "wrap a store mapping", c->err);
+    if (r < 0) {
+        free(name);
+        return r;
+    }
+    p->values[p->n] = v;
+    p->names[p->n] = name;
+    p->n++;
+    return 0;
+}
+
+/* onnx_share_fn: externalise a proto when the agent maps its bytes from
+ * the store and the store file can stand as its external data. */
+static bool share_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+{
+    struct share_ctx *c = ctx;
+    const agent_tensor *t = tensor_at_offset(c, ref->offset);
+    char hex[TENSOR_DIGEST_HEX_LEN + 1], path[PATH_MAX];
+    struct stat st;
+
+    if (c->failed || t == NULL || !t->shared || t->desc->length != ref->length ||
+        t->desc->meta.nbytes < ORT_ADAPTER_MIN_SHARED_BYTES || ref->name_len == 0 ||
+        name_taken(c->m->priv, ref->name, ref->name_len))
+        return false;
+    uint64_t nbytes = tensor_dtype_size(t->desc->meta.dtype);
+    for (int i = 0; i < ref->ndim; i++)
+        nbytes *= (uint64_t)ref->dims[i];
+    if (nbytes != t->desc->meta.nbytes)
+        return false;
+    /* The store's own file is the external data: ORT validates that it
+     * exists, and any code path in ORT that reads it gets the right bytes. */
+    tensor_digest_to_hex(&t->desc->meta.digest, hex);
+    snprintf(ext->location, sizeof(ext->location), "tensors/%.2s/%s", hex, hex);
+    ext->offset = 0;
+    snprintf(path, sizeof(path), "%s/%s", c->store_root, ext->location);
+    if (stat(path, &st) != 0 || (uint64_t)st.st_size < nbytes)
+        return false;
+    if (add_initializer(c, ref, t) < 0) {
+        c->failed = 1;
+        return false;
+    }
+    c->m->shared_tensors++;
+    c->m->shared_bytes += nbytes;
+    return true;
+}
+
+static int read_image(const char *path, uint8_t **out, size_t *len, tetris_error *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+    cleanup_free uint8_t *buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory reading %s", path);
+    size_t done = 0;
+    while (done < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
+        if (n == 0)
+            return tetris_fail(err, TETRIS_E_IO, 0, "%s shrank while reading", path);
+        done += (size_t)n;
+    }
+    *out = steal_pointer(&buf);
+    *len = done;
+    return 0;
+}
+
+/* Builds the stripped image and registers the shared initializers. */
+static int prepare_shared(ort_model *m, const char *model_path, const agent_model *am,
+                          OrtSessionOptions *so, uint8_t **image, size_t *image_len,
+                          tetris_error *err)
+{
+    struct ort_model_private *p = m->priv;
+    const char *root = agent_store_root(am);
+    cleanup_free uint8_t *orig = NULL;
+    cleanup_free bool *in_file = NULL;
+    size_t orig_len = 0;
+    int r;
+
+    if ((r = read_image(model_path, &orig, &orig_len, err)) < 0)
+        return r;
+    in_file = calloc(am->model->n_tensors + 1, sizeof(*in_file));
+    if (in_file == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    for (size_t i = 0; i < am->model->n_tensors; i++)
+        in_file[i] = am->model->tensors[i].source != NULL &&
+                     same_file(am->model->tensors[i].source, model_path);
+
+    struct share_ctx c = {.m = m, .am = am, .store_root = root, .in_file = in_file, .err = err};
+    if (root != NULL) {
+        r = ort_check(m->api, m->api->AddSessionConfigEntry(
+                                  so, "session.model_external_initializers_file_folder_path", root),
+                      "set the external data folder", err);
+        if (r < 0)
+            return r;
+    }
+    if (root == NULL) {
+        /* A private load: nothing to share, ORT reads the image. */
+        *image = steal_pointer(&orig);
+        *image_len = orig_len;
+    } else if ((r = onnx_rewrite(orig, orig_len, share_tensor, &c, image, image_len, err)) < 0) {
+        return r;
+    }
+    if (c.failed)
+        return -err->code;
+    for (size_t i = 0; i < p->n; i++) {
+        r = ort_check(m->api, m->api->AddInitializer(so, p->names[i], p->values[i]),
+                      "add a shared initializer", err);
+        if (r < 0)
+            return r;
+    }
+    for (size_t i = 0; i < am->model->n_tensors; i++) {
+        m->inline_tensors++;
+        m->inline_bytes += am->model->tensors[i].meta.nbytes;
+    }
+    m->inline_tensors -= m->shared_tensors;
+    m->inline_bytes -= m->shared_bytes;
+    return 0;
+}
+
+static int session_options(const ort_model *m, const struct ort_adapter_options *o,
+                           OrtSessionOptions **out, tetris_error *err)
+{
+    const OrtApi *api = m->api;
+    OrtSessionOptions *so = NULL;
+    int r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
+    if (r == 0 && o->intra_op_threads > 0)
+        r = ort_check(api, api->SetIntraOpNumThreads(so, o->intra_op_threads),
+                      "set intra-op threads", err);
+    if (r == 0)
+        r = ort_check(api, api->SetInterOpNumThreads(so, 1), "set inter-op threads", err);
+    if (r == 0)
+        r = ort_check(api,
+                      api->SetSessionGraphOptimizationLevel(
+                          so, (GraphOptimizationLevel)o->graph_optimization),
+                      "set graph optimization", err);
+    if (r == 0 && !o->prepack)
+        r = ort_check(api, api->AddSessionConfigEntry(so, "session.disable_prepacking", "1"),
+                      "disable pre-packing", err);
+    if (r < 0) {
+        if (so != NULL)
+            api->ReleaseSessionOptions(so);
+        return r;
+    }
+    *out = so;
+    return 0;
+}
+
+int ort_model_open(const char *model_path, const agent_model *am,
+                   const struct ort_adapter_options *o, ort_model **out, tetris_error *err)
+{
+    struct ort_adapter_options defaults;
+    OrtSessionOptions *so = NULL;
+    cleanup_free uint8_t *image = NULL;
+    size_t image_len = 0;
+    int r;
+
+    if (o == NULL) {
+        ort_adapter_options_init(&defaults);
+        o = &defaults;
+    }
+    ort_model *m = calloc(1, sizeof(*m));
+    if (m == NULL || (m->priv = calloc(1, sizeof(*m->priv))) == NULL) {
+        free(m);
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    }
+    m->api = OrtGetApiBase()->GetApi(ORT_API_VERSION);
+    if (m->api == NULL) {
+        ort_model_free(m);
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0,
+                           "onnxruntime %s does not provide API version %d",
+                           OrtGetApiBase()->GetVersionString(), ORT_API_VERSION);
+    }
+    r = ort_check(m->api, m->api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris", &m->priv->env),
+                  "create environment", err);
+    if (r == 0)
+        r = ort_check(m->api,
+                      m->api->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault,
+                                                  &m->priv->cpu),
+                      "create memory info", err);
+    if (r == 0)
+        r = session_options(m, o, &so, err);
+    if (r == 0 && am != NULL)
+        r = prepare_shared(m, model_path, am, so, &image, &image_len, err);
+    if (r == 0 && image != NULL)
+        r = ort_check(m->api,
+                      m->api->CreateSessionFromArray(m->priv->env, image, image_len, so,
+                                                     &m->session),
+                      "create session", err);
+    else if (r == 0)
+        r = ort_check(m->api, m->api->CreateSession(m->priv->env, model_path, so, &m->session),
+                      "create session", err);
+    if (so != NULL)
+        m->api->ReleaseSessionOptions(so);
+    if (r < 0) {
+        ort_model_free(m);
+        return tetris_wrap(err, "%s", model_path);
+    }
+    log_debug("event=ort-session model=%s shared_tensors=%zu shared_bytes=%llu "
+              "inline_tensors=%zu inline_bytes=%llu",
+              model_path, m->shared_tensors, (unsigned long long)m->shared_bytes,
+              m->inline_tensors, (unsigned long long)m->inline_bytes);
+    *out = m;
+    return 0;
+}
+
+void ort_model_free(ort_model *m)
+{
+    if (m == NULL)
+        return;
+    struct ort_model_private *p = m->priv;
+    if (m->session != NULL)
+        m->api->ReleaseSession(m->session);
+    if (p != NULL) {
+        for (size_t i = 0; i < p->n; i++) {
+            m->api->ReleaseValue(p->values[i]);
+            free(p->names[i]);
+        }
+        free(p->values);
+        free(p->names);
+        if (p->cpu != NULL)
+            m->api->ReleaseMemoryInfo(p->cpu);
+        if (p->env != NULL)
+            m->api->ReleaseEnv(p->env);
+        free(p);
+    }
+    free(m);
+}

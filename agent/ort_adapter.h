@@ -1,0 +1,62 @@
+/* ort_adapter.h - an ONNX Runtime session whose weights are the agent's
+ * read-only store mappings, without a private copy.
+ *
+ * How: the model image is rewritten (onnx_rewrite.h) so every shared tensor
+ * is an external-data reference to its own file in the store; each mapping
+ * is wrapped in an OrtValue (CreateTensorWithDataAsOrtValue) and handed to
+ * the session with AddInitializer, which makes ORT use that buffer instead
+ * of deserializing a copy. Constant-node tensors become initializers first.
+ *
+ * What stays private (measured in README.md): tensors under
+ * ORT_ADAPTER_MIN_SHARED_BYTES (shape operands ORT must see inline), tensors
+ * the agent could only load privately (fallback), and whatever ORT derives
+ * from weights: graph optimisations (fusions fold weights into new private
+ * initializers) and MLAS pre-packing. Both are off by default so that the
+ * weights ORT computes with are exactly the shared pages. */
+#ifndef TETRIS_ORT_ADAPTER_H
+#define TETRIS_ORT_ADAPTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent.h"
+#include "error.h"
+#include "onnxruntime_c_api.h"
+
+#define ORT_ADAPTER_MIN_SHARED_BYTES 128
+
+struct ort_adapter_options {
+    int intra_op_threads;   /* 0: ORT's default (one per core) */
+    int graph_optimization; /* GraphOptimizationLevel, default ORT_DISABLE_ALL */
+    bool prepack;           /* let ORT pre-pack weights (private copies); default false */
+};
+
+typedef struct ort_model {
+    const OrtApi *api;
+    OrtSession *session;
+    size_t shared_tensors;  /* weights ORT reads from store mappings */
+    uint64_t shared_bytes;
+    size_t inline_tensors;  /* left in the image: ORT holds its own copy */
+    uint64_t inline_bytes;
+    struct ort_model_private *priv;
+} ort_model;
+
+void ort_adapter_options_init(struct ort_adapter_options *o);
+
+/* Creates a session for the ONNX file model_path. With am (from agent_load
+ * on the same file) the tensors am maps from the store are shared; with am
+ * NULL, ORT loads the file itself like any application (the baseline). am
+ * must outlive the session. */
+int ort_model_open(const char *model_path, const agent_model *am,
+                   const struct ort_adapter_options *o, ort_model **out, tetris_error *err);
+void ort_model_free(ort_model *m);
+
+/* Turns an OrtStatus into a TETRIS_E_RUNTIME error (and releases it);
+ * returns 0 when status is NULL. */
+int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_error *err);
+
+/* Parses "none", "basic", "extended", "all" into a GraphOptimizationLevel. */
+int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err);
+
+#endif
