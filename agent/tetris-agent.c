@@ -1,0 +1,442 @@
+/* tetris-agent - the agent's command line: index a model (manifest), load
+ * it through the node's tensor store, verify a store, and inspect models
+ * and stores. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "agent.h"
+#include "hold.h"
+#include "log.h"
+
+enum exit_code {
+    EXIT_OK = 0,
+    EXIT_FAIL = 1,      /* verify found corrupt tensors; an operation failed */
+    EXIT_USAGE = 2,
+    EXIT_BAD_INPUT = 3, /* a model or manifest that is unreadable or malformed */
+    EXIT_NO_STORE = 4,  /* the store given does not exist or is not a store */
+};
+
+static const char usage_text[] =
+    "usage: tetris-agent COMMAND [OPTIONS]\n"
+    "\n"
+    "commands:\n"
+    "  index MODEL [-o MANIFEST]\n"
+    "        parse MODEL (ONNX or safetensors), hash every tensor and write its\n"
+    "        manifest as JSON to MANIFEST (default: stdout)\n"
+    "  load [--store DIR] [--tenant T] [--manifest M] [--direct | --private]\n"
+    "       [--socket PATH] [--timeout-ms N] [--label L] [--hold] MODEL\n"
+    "        map MODEL's tensors from the store (default " STORE_DEFAULT_DIR "); the\n"
+    "        node daemon ingests missing ones (--direct: ingest them ourselves;\n"
+    "        --private: no store, the baseline). Prints one JSON object as soon as\n"
+    "        the model is loaded: tensors, bytes, mapped_bytes, ingested_bytes,\n"
+    "        private_bytes, load_ms, fell_back, fallback_reason. --hold keeps it\n"
+    "        loaded until stdin closes or SIGTERM.\n"
+    "  verify [--store DIR] [--tenant T]\n"
+    "        re-hash every stored tensor; list the ones that do not match\n"
+    "  inspect MODEL | inspect [--store DIR] [--tenant T]\n"
+    "        a model's tensors, or a store's tensors and holders, for humans\n"
+    "\n"
+    "  -h, --help     this text         --version   the version\n"
+    "\n"
+    "Logs go to stderr as key=value lines (TETRIS_LOG_LEVEL=debug for more).\n"
+    "Exit status: 0 ok; 1 failure (verify found corrupt tensors, a load failed);\n"
+    "2 usage; 3 bad model or manifest; 4 no usable store at DIR.\n";
+
+struct cli {
+    const char *store_dir;
+    const char *tenant;
+    const char *manifest;
+    const char *output;
+    const char *socket;
+    const char *label;
+    int timeout_ms;
+    enum agent_mode mode;
+    bool mode_given;
+    bool hold;
+    const char *arg; /* the one positional argument, if any */
+};
+
+static int usage_error(const char *fmt, const char *what)
+{
+    fprintf(stderr, "tetris-agent: ");
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, "\nTry 'tetris-agent --help'.\n");
+    return EXIT_USAGE;
+}
+
+static int exit_code_for(int r)
+{
+    switch (-r) {
+    case TETRIS_E_FORMAT:
+    case TETRIS_E_IO:
+    case TETRIS_E_NOTFOUND: return EXIT_BAD_INPUT;
+    case TETRIS_E_INVAL: return EXIT_USAGE;
+    default: return EXIT_FAIL;
+    }
+}
+
+static int report(int r, const char *what, const tetris_error *err)
+{
+    char q[600];
+    log_error("event=error op=%s code=%s msg=%s", what, tetris_code_name(r),
+              log_quote(err->msg, q, sizeof(q)));
+    return exit_code_for(r);
+}
+
+/* Parses the options common to every command; `allowed` lists the long
+ * option names the command accepts. Returns EXIT_OK or EXIT_USAGE. */
+static int parse_cli(int argc, char **argv, const char *cmd, const char *const *allowed,
+                     struct cli *c)
+{
+    static const struct option longopts[] = {
+        {"store", required_argument, NULL, 's'},  {"tenant", required_argument, NULL, 't'},
+        {"manifest", required_argument, NULL, 'm'}, {"output", required_argument, NULL, 'o'},
+        {"direct", no_argument, NULL, 'D'},       {"private", no_argument, NULL, 'P'},
+        {"socket", required_argument, NULL, 'S'}, {"timeout-ms", required_argument, NULL, 'T'},
+        {"label", required_argument, NULL, 'l'},  {"hold", no_argument, NULL, 'H'},
+        {NULL, 0, NULL, 0}};
+    int c_, idx;
+
+    memset(c, 0, sizeof(*c));
+    c->store_dir = STORE_DEFAULT_DIR;
+    c->mode = AGENT_MODE_STORE;
+    optind = 1;
+    while ((c_ = getopt_long(argc, argv, "o:", longopts, &idx)) != -1) {
+        const char *name = NULL;
+        for (size_t i = 0; longopts[i].name != NULL; i++)
+            if (longopts[i].val == c_)
+                name = longopts[i].name;
+        if (c_ == '?' || name == NULL)
+            return usage_error("bad option for '%s'", cmd);
+        bool ok = false;
+        for (size_t i = 0; allowed[i] != NULL; i++)
+            ok = ok || strcmp(allowed[i], name) == 0;
+        if (!ok) {
+            fprintf(stderr, "tetris-agent: %s does not take --%s\n", cmd, name);
+            return usage_error("see the usage of '%s'", cmd);
+        }
+        switch (c_) {
+        case 's': c->store_dir = optarg; break;
+        case 't': c->tenant = optarg; break;
+        case 'm': c->manifest = optarg; break;
+        case 'o': c->output = optarg; break;
+        case 'S': c->socket = optarg; break;
+        case 'l': c->label = optarg; break;
+        case 'H': c->hold = true; break;
+        case 'T': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || v <= 0 || v > 86400000)
+                return usage_error("bad --timeout-ms '%s'", optarg);
+            c->timeout_ms = (int)v;
+            break;
+        }
+        case 'D':
+        case 'P':
+            if (c->mode_given)
+                return usage_error("%s: --direct and --private exclude each other", cmd);
+            c->mode = c_ == 'D' ? AGENT_MODE_DIRECT : AGENT_MODE_PRIVATE;
+            c->mode_given = true;
+            break;
+        }
+    }
+    if (optind < argc)
+        c->arg = argv[optind++];
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    return EXIT_OK;
+}
+
+/* ---- index ---- */
+
+static int cmd_index(int argc, char **argv)
+{
+    static const char *const allowed[] = {"output", NULL};
+    tetris_error err = {0};
+    struct cli c;
+    model *m = NULL;
+    int r;
+
+    if ((r = parse_cli(argc, argv, "index", allowed, &c)) != EXIT_OK)
+        return r;
+    if (c.arg == NULL)
+        return usage_error("%s: expected a MODEL", "index");
+    r = model_parse_file(c.arg, &m, &err);
+    if (r == 0)
+        r = model_compute_digests(m, &err);
+    if (r == 0)
+        r = manifest_write_file(m, c.output != NULL ? c.output : "-", &err);
+    if (r == 0)
+        log_info("event=index model=%s tensors=%zu bytes=%" PRIu64 " manifest=%s", c.arg,
+                 m->n_tensors, m->total_bytes, c.output != NULL ? c.output : "-");
+    model_free(m);
+    return r < 0 ? report(r, "index", &err) : EXIT_OK;
+}
+
+/* ---- load ---- */
+
+static int print_load(const agent_model *am, const char *mode)
+{
+    const struct agent_stats *s = &am->stats;
+    json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:b, s:s}", "model",
+                          am->model->path, "mode", mode, "tensors", (json_int_t)s->tensors,
+                          "bytes", (json_int_t)s->bytes, "mapped_bytes",
+                          (json_int_t)s->mapped_bytes, "ingested_bytes",
+                          (json_int_t)s->ingested_bytes, "private_bytes",
+                          (json_int_t)s->private_bytes, "load_ms", s->load_ms, "fell_back",
+                          s->fell_back, "fallback_reason", s->fallback_reason);
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return -1;
+    printf("%s\n", text);
+    free(text);
+    return fflush(stdout) == 0 ? 0 : -1;
+}
+
+static int cmd_load(int argc, char **argv)
+{
+    static const char *const allowed[] = {"store", "tenant", "manifest", "direct", "private",
+                                          "socket", "timeout-ms", "label", "hold", NULL};
+    static const char *const mode_names[] = {"store", "direct", "private"};
+    struct agent_options o;
+    tetris_error err = {0};
+    agent_model *am = NULL;
+    struct cli c;
+    int r;
+
+    if ((r = parse_cli(argc, argv, "load", allowed, &c)) != EXIT_OK)
+        return r;
+    if (c.arg == NULL)
+        return usage_error("%s: expected a MODEL", "load");
+    agent_options_init(&o);
+    o.mode = c.mode;
+    o.store_dir = c.store_dir;
+    o.tenant = c.tenant;
+    o.manifest_path = c.manifest;
+    o.daemon_socket = c.socket;
+    o.label = c.label;
+    if (c.timeout_ms > 0)
+        o.daemon_timeout_ms = c.timeout_ms;
+    if ((r = agent_load(c.arg, &o, &am, &err)) < 0)
+        return report(r, "load", &err);
+    if (print_load(am, mode_names[c.mode]) < 0) {
+        log_error("event=error op=load msg=\"cannot write the result to stdout\"");
+        agent_model_free(am);
+        return EXIT_FAIL;
+    }
+    if (c.hold) {
+        int sig = hold_until_released();
+        log_info("event=release model=%s by=%s", c.arg, sig ? "signal" : "stdin-closed");
+    }
+    agent_model_free(am);
+    return EXIT_OK;
+}
+
+/* ---- verify ---- */
+
+struct digest_list {
+    tensor_digest *d;
+    size_t n, cap;
+};
+
+static int collect_digest(void *ctx, const struct store_entry *e)
+{
+    struct digest_list *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        tensor_digest *d = realloc(l->d, cap * sizeof(*d));
+        if (d == NULL)
+            return -1;
+        l->d = d;
+        l->cap = cap;
+    }
+    l->d[l->n++] = e->meta.digest;
+    return 0;
+}
+
+static int open_store(const struct cli *c, store **s, tetris_error *err)
+{
+    struct store_options so = {.tenant = c->tenant, .read_only = true};
+    int r = store_open(c->store_dir, &so, s, err);
+    if (r < 0)
+        log_error("event=error op=open-store store=%s code=%s msg=\"%s\"", c->store_dir,
+                  tetris_code_name(r), err->msg);
+    return r;
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+    static const char *const allowed[] = {"store", "tenant", NULL};
+    struct digest_list l = {0};
+    tetris_error err = {0};
+    size_t bad = 0, failed = 0;
+    store *s = NULL;
+    struct cli c;
+    int r;
+
+    if ((r = parse_cli(argc, argv, "verify", allowed, &c)) != EXIT_OK)
+        return r;
+    if (c.arg != NULL)
+        return usage_error("verify: unexpected argument '%s'", c.arg);
+    if (open_store(&c, &s, &err) < 0)
+        return EXIT_NO_STORE;
+    r = store_foreach_tensor(s, collect_digest, &l, &err);
+    if (r < 0) {
+        free(l.d);
+        store_close(s);
+        return report(r, "verify", &err);
+    }
+    for (size_t i = 0; i < l.n; i++) {
+        char hex[TENSOR_DIGEST_HEX_LEN + 1], q[600];
+        tensor_digest_to_hex(&l.d[i], hex);
+        r = store_verify_tensor(s, &l.d[i], &err);
+        if (r == -TETRIS_E_CORRUPT) {
+            bad++;
+            printf("corrupt sha256:%s\n", hex);
+            log_error("event=corrupt digest=sha256:%s msg=%s", hex,
+                      log_quote(err.msg, q, sizeof(q)));
+        } else if (r == -TETRIS_E_NOTFOUND) {
+            continue; /* reclaimed since the listing */
+        } else if (r < 0) {
+            failed++;
+            printf("unverified sha256:%s\n", hex);
+            log_error("event=verify-failed digest=sha256:%s code=%s msg=%s", hex,
+                      tetris_code_name(r), log_quote(err.msg, q, sizeof(q)));
+        }
+    }
+    printf("verified %zu tensors in %s: %zu corrupt, %zu unreadable\n", l.n, store_root(s), bad,
+           failed);
+    log_info("event=verify store=%s tensors=%zu corrupt=%zu unreadable=%zu", store_root(s), l.n,
+             bad, failed);
+    free(l.d);
+    store_close(s);
+    return bad > 0 || failed > 0 ? EXIT_FAIL : EXIT_OK;
+}
+
+/* ---- inspect ---- */
+
+static void format_shape(const tensor_meta *meta, char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < meta->ndim && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, i > 0 ? "," : "",
+                                 meta->shape[i]);
+    if (used < len)
+        snprintf(buf + used, len - used, "]");
+}
+
+struct store_totals {
+    size_t tensors;
+    uint64_t bytes;
+    size_t holders, live_holders;
+    uint64_t referenced_bytes; /* what live holders map, counted per holder */
+};
+
+static int print_tensor(void *ctx, const struct store_entry *e)
+{
+    struct store_totals *t = ctx;
+    char hex[TENSOR_DIGEST_HEX_LEN + 1], shape[160];
+    tensor_digest_to_hex(&e->meta.digest, hex);
+    format_shape(&e->meta, shape, sizeof(shape));
+    printf("  sha256:%.16s  %-10s %-22s %12" PRIu64 "\n", hex, e->meta.dtype, shape,
+           e->meta.nbytes);
+    t->tensors++;
+    t->bytes += e->meta.nbytes;
+    return 0;
+}
+
+static int print_holder(void *ctx, const struct store_holder_info *h)
+{
+    struct store_totals *t = ctx;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < h->n_refs; i++)
+        bytes += h->ref_bytes[i];
+    printf("  %-24s pid %-8d %-5s %6zu refs %12" PRIu64 " bytes  %s\n", h->id, (int)h->pid,
+           h->alive ? "live" : "dead", h->n_refs, bytes, h->label ? h->label : "");
+    t->holders++;
+    if (h->alive) {
+        t->live_holders++;
+        t->referenced_bytes += bytes;
+    }
+    return 0;
+}
+
+static int inspect_store(const struct cli *c)
+{
+    struct store_totals t = {0};
+    tetris_error err = {0};
+    store *s = NULL;
+    int r;
+
+    if (open_store(c, &s, &err) < 0)
+        return EXIT_NO_STORE;
+    printf("store: %s\ncapacity: %" PRIu64 " bytes%s\n\ntensors:\n", store_root(s),
+           store_capacity(s), store_capacity(s) == 0 ? " (unlimited)" : "");
+    r = store_foreach_tensor(s, print_tensor, &t, &err);
+    if (r == 0) {
+        printf("\nholders:\n");
+        r = store_foreach_holder(s, print_holder, &t, &err);
+    }
+    if (r == 0)
+        printf("\n%zu tensors, %" PRIu64 " bytes resident; %zu holders (%zu live) map %" PRIu64
+               " bytes: %" PRIu64 " bytes saved by sharing\n",
+               t.tensors, t.bytes, t.holders, t.live_holders, t.referenced_bytes,
+               t.referenced_bytes > t.bytes ? t.referenced_bytes - t.bytes : 0);
+    store_close(s);
+    return r < 0 ? report(r, "inspect", &err) : EXIT_OK;
+}
+
+static int cmd_inspect(int argc, char **argv)
+{
+    static const char *const allowed[] = {"store", "tenant", NULL};
+    tetris_error err = {0};
+    model *m = NULL;
+    struct cli c;
+    int r;
+
+    if ((r = parse_cli(argc, argv, "inspect", allowed, &c)) != EXIT_OK)
+        return r;
+    if (c.arg == NULL)
+        return inspect_store(&c);
+    r = model_parse_file(c.arg, &m, &err);
+    if (r == 0)
+        r = model_compute_digests(m, &err);
+    if (r == 0)
+        r = model_print(m, stdout, &err);
+    model_free(m);
+    return r < 0 ? report(r, "inspect", &err) : EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int (*fn)(int argc, char **argv);
+    } commands[] = {{"index", cmd_index},
+                    {"load", cmd_load},
+                    {"verify", cmd_verify},
+                    {"inspect", cmd_inspect}};
+
+    log_init(argv[0]);
+    if (argc < 2)
+        return usage_error("%s", "expected a COMMAND");
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        fputs(usage_text, stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("tetris-agent %s\n", TETRIS_VERSION);
+        return EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    return usage_error("unknown command '%s'", argv[1]);
+}
