@@ -116,6 +116,7 @@ struct store_holder_info {
     size_t n_refs;
     const tensor_digest *refs;
     const uint64_t *ref_bytes;
+    size_t n_garbage; /* lines that could not be parsed (skipped) */
 };
 /* Calls cb for every holder file. Stops early if cb returns non-zero. */
 int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holder_info *h),

@@ -1,0 +1,241 @@
+/* maintenance.c - listing, removing and quarantining resident tensors, and
+ * crash repair: dead holders, dead writers' temp files, and anything under
+ * tensors/ that is not a complete tensor file named by its digest. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "store_private.h"
+
+static DIR *open_dir_stream(int parent_fd, const char *name, tetris_error *err)
+{
+    int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        tetris_fail(err, store_errno_code(errno), errno, "open %s", name);
+        return NULL;
+    }
+    DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        tetris_fail(err, TETRIS_E_IO, errno, "open %s", name);
+        close(fd);
+    }
+    return d;
+}
+
+static bool is_fanout_name(const char *name)
+{
+    return strlen(name) == 2 && strspn(name, "0123456789abcdef") == 2;
+}
+
+/* The digest a tensors/XX/<name> file claims to be, if its name is one. */
+static bool digest_of_name(const char *fanout, const char *name, tensor_digest *d)
+{
+    return strlen(name) == TENSOR_DIGEST_HEX_LEN &&
+           strspn(name, "0123456789abcdef") == TENSOR_DIGEST_HEX_LEN &&
+           strncmp(name, fanout, 2) == 0 && tensor_digest_from_hex(name, d, NULL) == 0;
+}
+
+/* Calls visit(s, fanout_fd, fanout, name, ctx) for every entry of every
+ * tensors/XX directory. */
+typedef int (*tensor_visit_fn)(store *s, int fanout_fd, const char *fanout, const char *name,
+                               void *ctx, tetris_error *err);
+
+static int walk_tensors(store *s, tensor_visit_fn visit, void *ctx, tetris_error *err)
+{
+    cleanup_closedir DIR *top = open_dir_stream(s->tensors_fd, ".", err);
+    if (top == NULL)
+        return tetris_wrap(err, "store %s/tensors", s->root);
+    struct dirent *de;
+    while ((de = readdir(top)) != NULL) {
+        if (!is_fanout_name(de->d_name))
+            continue;
+        cleanup_closedir DIR *sub = open_dir_stream(s->tensors_fd, de->d_name, err);
+        if (sub == NULL)
+            return tetris_wrap(err, "store %s/tensors", s->root);
+        struct dirent *fe;
+        while ((fe = readdir(sub)) != NULL) {
+            if (strcmp(fe->d_name, ".") == 0 || strcmp(fe->d_name, "..") == 0)
+                continue;
+            int rc = visit(s, dirfd(sub), de->d_name, fe->d_name, ctx, err);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* ---- listing ---- */
+
+struct foreach_ctx {
+    int (*cb)(void *ctx, const struct store_entry *e);
+    void *ctx;
+};
+
+static int visit_list(store *s, int fanout_fd, const char *fanout, const char *name, void *ctx,
+                      tetris_error *err)
+{
+    (void)s;
+    (void)err;
+    struct foreach_ctx *fc = ctx;
+    tensor_digest d;
+    if (!digest_of_name(fanout, name, &d))
+        return 0;
+    cleanup_close int fd = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0; /* removed meanwhile */
+    struct store_entry e;
+    struct stat st;
+    if (tensor_file_check(fd, &d, name, &e.meta, NULL) < 0 || fstat(fd, &st) < 0)
+        return 0; /* not a complete tensor: repair's business, not a listing's */
+    e.file_bytes = (uint64_t)st.st_size;
+    e.mtime = st.st_mtim;
+    return fc->cb(fc->ctx, &e);
+}
+
+int store_foreach_tensor(store *s, int (*cb)(void *ctx, const struct store_entry *e), void *ctx,
+                         tetris_error *err)
+{
+    struct foreach_ctx fc = {cb, ctx};
+    return walk_tensors(s, visit_list, &fc, err);
+}
+
+/* ---- removal ---- */
+
+int store_remove_tensor(store *s, const tensor_digest *d, tetris_error *err)
+{
+    int rc = store_require_writable(s, "remove", err);
+    if (rc < 0)
+        return rc;
+    cleanup_close int lock = store_lock_tensor(s, d, err);
+    if (lock < 0)
+        return lock;
+    char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_relpath(d, rel);
+    if (unlinkat(s->tensors_fd, rel, 0) < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "remove tensor %s from %s",
+                           rel + 3, s->root);
+    return 0;
+}
+
+int store_quarantine_tensor(store *s, const tensor_digest *d, tetris_error *err)
+{
+    int rc = store_require_writable(s, "quarantine", err);
+    if (rc < 0)
+        return rc;
+    cleanup_close int lock = store_lock_tensor(s, d, err);
+    if (lock < 0)
+        return lock;
+    char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_relpath(d, rel);
+    if (renameat(s->tensors_fd, rel, s->quarantine_fd, rel + 3) < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "quarantine tensor %s in %s",
+                           rel + 3, s->root);
+    return 0;
+}
+
+/* ---- repair ---- */
+
+/* Removes every file in dir_fd accepted by want() whose flock can be
+ * taken (its writer is dead), holding the lock while unlinking. */
+static int remove_dead_files(int dir_fd, const char *what, bool (*want)(const char *name),
+                             size_t *count, tetris_error *err)
+{
+    cleanup_closedir DIR *d = open_dir_stream(dir_fd, ".", err);
+    if (d == NULL)
+        return tetris_wrap(err, "%s", what);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 || !want(de->d_name))
+            continue;
+        cleanup_close int fd = -1;
+        int dead = store_probe_dead(dir_fd, de->d_name, &fd, err);
+        if (dead == -TETRIS_E_NOTFOUND)
+            continue;
+        if (dead < 0)
+            return tetris_wrap(err, "%s", what);
+        if (dead == 0)
+            continue;
+        if (unlinkat(dir_fd, de->d_name, 0) < 0 && errno != ENOENT)
+            return tetris_fail(err, store_errno_code(errno), errno, "remove %s/%s", what,
+                               de->d_name);
+        (*count)++;
+    }
+    return 0;
+}
+
+static bool is_holder_file(const char *name)
+{
+    size_t n = strlen(name);
+    return name[0] != '.' && n > 4 && strcmp(name + n - 4, ".ref") == 0;
+}
+
+static bool is_holder_temp(const char *name)
+{
+    return strncmp(name, ".new-", 5) == 0;
+}
+
+static bool any_file(const char *name)
+{
+    (void)name;
+    return true;
+}
+
+struct repair_ctx {
+    size_t removed;
+};
+
+static int visit_repair(store *s, int fanout_fd, const char *fanout, const char *name, void *ctx,
+                        tetris_error *err)
+{
+    struct repair_ctx *rc = ctx;
+    struct stat st;
+    if (fstatat(fanout_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+        return 0;
+    tensor_digest d;
+    tensor_meta meta;
+    if (digest_of_name(fanout, name, &d)) {
+        cleanup_close int fd = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 || tensor_file_check(fd, &d, name, &meta, NULL) == 0)
+            return 0;
+        /* Re-check under the tensor's lock: a publisher may just have
+         * replaced the bad file with a good copy. */
+        cleanup_close int lock = store_lock_tensor(s, &d, err);
+        if (lock < 0)
+            return lock;
+        cleanup_close int again = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (again < 0 || tensor_file_check(again, &d, name, &meta, NULL) == 0)
+            return 0;
+    }
+    if (unlinkat(fanout_fd, name, 0) < 0 && errno != ENOENT)
+        return tetris_fail(err, store_errno_code(errno), errno, "remove %s/tensors/%s/%s",
+                           s->root, fanout, name);
+    rc->removed++;
+    return 0;
+}
+
+int store_repair(store *s, struct store_repair_report *report, tetris_error *err)
+{
+    struct store_repair_report r = {0};
+    int rc = store_require_writable(s, "repair", err);
+    if (rc < 0)
+        return rc;
+    char what[4096];
+    snprintf(what, sizeof what, "%s/holders", s->root);
+    rc = remove_dead_files(s->holders_fd, what, is_holder_file, &r.dead_holders_released, err);
+    if (rc == 0)
+        rc = remove_dead_files(s->holders_fd, what, is_holder_temp, &r.temp_files_removed, err);
+    snprintf(what, sizeof what, "%s/tmp", s->root);
+    if (rc == 0)
+        rc = remove_dead_files(s->tmp_fd, what, any_file, &r.temp_files_removed, err);
+    struct repair_ctx rctx = {0};
+    if (rc == 0)
+        rc = walk_tensors(s, visit_repair, &rctx, err);
+    r.bad_tensors_removed = rctx.removed;
+    if (report != NULL)
+        *report = r;
+    return rc;
+}

@@ -1,0 +1,187 @@
+/* publish.c - atomic, single-copy ingest of one tensor.
+ *
+ * Under the tensor's lock stripe: if the tensor is not resident yet, reserve
+ * its full size in a temp file under tmp/ (flock-ed, so repair can tell a
+ * live writer from a dead one), let the caller fill it through a writable
+ * shared mapping (no intermediate buffer), re-hash that mapping, append the
+ * trailer, make it 0444 and rename it into tensors/XX/. A crash at any point
+ * leaves at most a temp file, never a partial file under tensors/. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "store_private.h"
+
+#define HUGE_PAGE_BYTES (2u * 1024u * 1024u)
+
+/* A temp file in tmp/ that is removed unless it was renamed into place. */
+struct temp_file {
+    int fd;
+    int dir_fd;
+    char name[TENSOR_DIGEST_HEX_LEN + 32];
+};
+
+static void temp_file_discard(struct temp_file *t)
+{
+    if (t->fd < 0)
+        return;
+    unlinkat(t->dir_fd, t->name, 0);
+    close(t->fd);
+    t->fd = -1;
+}
+
+/* Creates the temp file at its final size and allocates its blocks, so a
+ * full filesystem fails here with ENOSPC rather than with SIGBUS while the
+ * caller writes through the mapping. */
+static int temp_file_create(store *s, const char *hex, uint64_t file_bytes, struct temp_file *t,
+                            tetris_error *err)
+{
+    t->dir_fd = s->tmp_fd;
+    t->fd = store_create_locked(s->tmp_fd, hex, "", 0644, t->name, sizeof t->name, err);
+    if (t->fd < 0)
+        return tetris_wrap(err, "store %s/tmp", s->root);
+    int rc = 0;
+    if (ftruncate(t->fd, (off_t)file_bytes) < 0)
+        rc = tetris_fail(err, store_errno_code(errno), errno, "size temp file for %s", hex);
+    else if (fallocate(t->fd, 0, 0, (off_t)file_bytes) < 0 && errno != EOPNOTSUPP)
+        rc = tetris_fail(err, store_errno_code(errno), errno,
+                         "allocate %llu bytes for %s in %s", (unsigned long long)file_bytes, hex,
+                         s->root);
+    if (rc < 0)
+        temp_file_discard(t);
+    return rc;
+}
+
+/* Temp file creation, checked against the capacity under the store-wide
+ * capacity lock: the reservation (a sized temp file) is visible to every
+ * other publisher before the lock is released. */
+static int reserve(store *s, const char *hex, uint64_t file_bytes, struct temp_file *t,
+                   tetris_error *err)
+{
+    if (s->capacity_bytes == 0)
+        return temp_file_create(s, hex, file_bytes, t, err);
+    cleanup_close int lock = store_lock_named(s, STORE_CAPACITY_LOCK, err);
+    if (lock < 0)
+        return lock;
+    uint64_t used = 0;
+    int rc = store_usage_with_reservations(s, &used, err);
+    if (rc < 0)
+        return rc;
+    if (used > s->capacity_bytes || file_bytes > s->capacity_bytes - used)
+        return tetris_fail(err, TETRIS_E_FULL, 0,
+                           "store full: need %llu bytes, %llu of %llu used (store %s)",
+                           (unsigned long long)file_bytes, (unsigned long long)used,
+                           (unsigned long long)s->capacity_bytes, s->root);
+    return temp_file_create(s, hex, file_bytes, t, err);
+}
+
+static int fill_and_verify(const tensor_meta *meta, const char *hex, int fd, store_fill_fn fill,
+                           void *ctx, tetris_error *err)
+{
+    tensor_hasher *h = NULL;
+    int rc = tensor_hasher_new(meta, &h, err);
+    if (rc < 0)
+        return rc;
+    if (meta->nbytes > 0) {
+        size_t len = (size_t)meta->nbytes;
+        void *dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (dst == MAP_FAILED) {
+            tensor_hasher_free(h);
+            return tetris_fail(err, store_errno_code(errno), errno, "mmap temp file for %s", hex);
+        }
+        if (len >= HUGE_PAGE_BYTES)
+            madvise(dst, len, MADV_HUGEPAGE); /* a hint; see map.c */
+        rc = fill(ctx, dst, meta->nbytes, err);
+        if (rc == 0)
+            tensor_hasher_update(h, dst, len);
+        munmap(dst, len);
+        if (rc < 0) {
+            tensor_hasher_free(h);
+            return tetris_wrap(err, "filling tensor %s", hex);
+        }
+    }
+    tensor_digest got;
+    uint32_t crc;
+    tensor_hasher_finish(h, &got, &crc);
+    if (!tensor_digest_equal(&got, &meta->digest)) {
+        char got_hex[TENSOR_DIGEST_HEX_LEN + 1];
+        tensor_digest_to_hex(&got, got_hex);
+        return tetris_fail(err, TETRIS_E_CORRUPT, 0, "tensor %s: filled bytes hash to %s", hex,
+                           got_hex);
+    }
+    if (crc != meta->crc32)
+        return tetris_fail(err, TETRIS_E_CORRUPT, 0,
+                           "tensor %s: filled bytes have crc32 %08x, expected %08x", hex, crc,
+                           meta->crc32);
+    return 0;
+}
+
+static int finish_file(store *s, const tensor_meta *meta, const char *hex, struct temp_file *t,
+                       tetris_error *err)
+{
+    uint8_t trailer[TENSOR_TRAILER_BYTES];
+    trailer_encode(meta, trailer);
+    ssize_t n = pwrite(t->fd, trailer, sizeof trailer, (off_t)meta->nbytes);
+    if (n != (ssize_t)sizeof trailer)
+        return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : EIO, "write trailer of %s", hex);
+    if (fchmod(t->fd, 0444) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "chmod temp file of %s", hex);
+
+    char fanout[3] = {hex[0], hex[1], '\0'};
+    if (mkdirat(s->tensors_fd, fanout, 0755) < 0 && errno != EEXIST)
+        return tetris_fail(err, store_errno_code(errno), errno, "create %s/tensors/%s", s->root,
+                           fanout);
+    char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_relpath(&meta->digest, rel);
+    if (renameat(t->dir_fd, t->name, s->tensors_fd, rel) < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%s", s->root,
+                           rel);
+    close(t->fd); /* renamed: no longer ours to discard */
+    t->fd = -1;
+    return 0;
+}
+
+int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, void *ctx,
+                         bool *published, tetris_error *err)
+{
+    if (published != NULL)
+        *published = false;
+    int rc = store_require_writable(s, "publish", err);
+    if (rc < 0)
+        return rc;
+    rc = tensor_meta_validate(meta, err);
+    if (rc < 0)
+        return rc;
+    if (meta->nbytes > (uint64_t)INT64_MAX - TENSOR_TRAILER_BYTES)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor of %llu bytes is too large to store",
+                           (unsigned long long)meta->nbytes);
+    if (store_has_tensor(s, &meta->digest))
+        return 0;
+
+    cleanup_close int lock = store_lock_tensor(s, &meta->digest, err);
+    if (lock < 0)
+        return lock;
+    /* Another publisher may have finished while we waited for the lock. */
+    if (store_has_tensor(s, &meta->digest))
+        return 0;
+
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_digest_to_hex(&meta->digest, hex);
+    struct temp_file t = {.fd = -1};
+    rc = reserve(s, hex, meta->nbytes + TENSOR_TRAILER_BYTES, &t, err);
+    if (rc < 0)
+        return rc;
+    rc = fill_and_verify(meta, hex, t.fd, fill, ctx, err);
+    if (rc == 0)
+        rc = finish_file(s, meta, hex, &t, err);
+    temp_file_discard(&t);
+    if (rc == 0 && published != NULL)
+        *published = true;
+    return rc;
+}

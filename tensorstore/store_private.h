@@ -1,0 +1,100 @@
+/* store_private.h - what the store's source files share and nobody else
+ * sees: the open store handle, the tensor file trailer, lock and temp-file
+ * helpers. */
+#ifndef TETRIS_STORE_PRIVATE_H
+#define TETRIS_STORE_PRIVATE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "store.h"
+
+#define STORE_MARKER ".tetris-store"
+#define STORE_USE_LOCK ".use.lock"
+#define STORE_FORMAT_VERSION 1
+#define STORE_TENSOR_FANOUT 256  /* tensors/00 .. tensors/ff */
+#define STORE_LOCK_STRIPE_CHARS 3 /* locks/000 .. locks/fff */
+#define STORE_CAPACITY_LOCK "capacity"
+
+/* Per-fanout-directory cache of the bytes its tensor files occupy, trusted
+ * while the directory's mtime is unchanged and older than the scan (see
+ * store.c: usage_scan_dir). */
+struct usage_cache_entry {
+    bool valid;
+    struct timespec mtime;
+    uint64_t bytes;
+};
+
+struct store {
+    char *root;
+    bool read_only;
+    uint64_t capacity_bytes;
+    int root_fd;
+    int tensors_fd;
+    int tmp_fd;
+    int locks_fd; /* -1 when read-only: locks are only taken to write */
+    int holders_fd;
+    int quarantine_fd;
+    int use_lock_fd;
+
+    pthread_mutex_t use_mutex; /* guards use_depth and reclaiming */
+    int use_depth;             /* store_use_begin calls not yet ended */
+    bool reclaiming;
+    pthread_mutex_t mutex; /* guards the usage cache */
+    struct usage_cache_entry usage[STORE_TENSOR_FANOUT];
+};
+
+/* ---- tensor files: bytes followed by a fixed little-endian trailer ---- */
+
+#define TENSOR_TRAILER_BYTES 160
+#define TENSOR_TRAILER_MAGIC "tetrisT1"
+
+void trailer_encode(const tensor_meta *meta, uint8_t out[TENSOR_TRAILER_BYTES]);
+/* Decodes and checks self-consistency (magic, own crc, valid meta); the
+ * caller checks file size and name. */
+int trailer_decode(const uint8_t in[TENSOR_TRAILER_BYTES], tensor_meta *meta, tetris_error *err);
+
+/* Opens tensors/XX/<hex> read-only and checks its trailer against file size
+ * and the digest; fills meta. Returns the fd. */
+int tensor_file_open(store *s, const tensor_digest *d, tensor_meta *meta, tetris_error *err);
+/* Same checks for an already open file. */
+int tensor_file_check(int fd, const tensor_digest *d, const char *what, tensor_meta *meta,
+                      tetris_error *err);
+
+void tensor_relpath(const tensor_digest *d, char out[3 + TENSOR_DIGEST_HEX_LEN + 1]);
+
+/* ---- locks and temp files ---- */
+
+/* Takes the exclusive lock stripe for digest d; returns its fd (close to
+ * release). */
+int store_lock_tensor(store *s, const tensor_digest *d, tetris_error *err);
+/* Takes locks/<name> exclusively; returns its fd. */
+int store_lock_named(store *s, const char *name, tetris_error *err);
+
+/* Creates a new file in dir_fd named <prefix>.<random><suffix>, flock-ed
+ * exclusively, and makes sure it is still linked once locked (repair may
+ * have taken the lock and removed it between creation and locking). */
+int store_create_locked(int dir_fd, const char *prefix, const char *suffix, int mode,
+                        char *name_out, size_t name_len, tetris_error *err);
+
+/* Whether the flock of dir_fd/name can be taken, i.e. its owner is gone.
+ * Returns 1 dead, 0 alive, negative on error (-TETRIS_E_NOTFOUND if the file
+ * vanished). When dead and keep_fd is not NULL the locked fd is returned in
+ * it so the caller can remove the file while still holding the lock. */
+int store_probe_dead(int dir_fd, const char *name, int *keep_fd, tetris_error *err);
+
+/* flock(2), resumed when a signal interrupts the wait. */
+int store_flock(int fd, int op);
+
+/* TETRIS_E_DENIED, _NOTFOUND, _FULL, _NOMEM or _IO for an errno. */
+int store_errno_code(int errnum);
+
+int store_require_writable(store *s, const char *what, tetris_error *err);
+
+/* Bytes under tensors/ plus live temp files in tmp/ (their full size is
+ * reserved by ftruncate before they are filled). */
+int store_usage_with_reservations(store *s, uint64_t *out, tetris_error *err);
+
+#endif

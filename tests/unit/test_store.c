@@ -1,0 +1,1017 @@
+/* test_store.c - the tensor store's API on a real directory under /dev/shm:
+ * layout and options, publish/map/remove/quarantine, read-only mappings,
+ * trailer and byte corruption, capacity, tenants, read-only opens, holders
+ * and their liveness, repair, and the use lock. Multi-process and crash
+ * behaviour is in tests/tensorstore/. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store.h"
+
+static char base_dir[] = "/dev/shm/tetris-test-store.XXXXXX";
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void base_setup(void)
+{
+    if (mkdtemp(base_dir) == NULL) {
+        perror(base_dir);
+        exit(EXIT_FAILURE);
+    }
+    chmod(base_dir, 0755); /* the read-only test drops to another user */
+}
+
+static void base_teardown(void)
+{
+    nftw(base_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A fresh directory for one test. */
+static char *new_dir(void)
+{
+    char *dir;
+    ck_assert_int_ge(asprintf(&dir, "%s/s.XXXXXX", base_dir), 0);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    chmod(dir, 0755);
+    return dir;
+}
+
+static store *open_store(const char *dir, uint64_t capacity, const char *tenant)
+{
+    struct store_options o = {.create = true, .capacity_bytes = capacity, .tenant = tenant};
+    store *s = NULL;
+    tetris_error err;
+    int rc = store_open(dir, &o, &s, &err);
+    ck_assert_msg(rc == 0, "store_open: %s", err.msg);
+    return s;
+}
+
+/* A float32 tensor of n elements with deterministic content. */
+struct test_tensor {
+    tensor_meta meta;
+    float *data;
+};
+
+static struct test_tensor make_tensor(size_t n, unsigned seed)
+{
+    struct test_tensor t;
+    memset(&t, 0, sizeof t);
+    strcpy(t.meta.dtype, "float32");
+    t.meta.ndim = 1;
+    t.meta.shape[0] = (int64_t)n;
+    t.meta.nbytes = n * sizeof(float);
+    t.data = malloc(t.meta.nbytes + 1);
+    ck_assert_ptr_nonnull(t.data);
+    for (size_t i = 0; i < n; i++)
+        t.data[i] = (float)(seed * 1000003u + i);
+    tetris_error err;
+    ck_assert_int_eq(tensor_digest_compute(&t.meta, t.data, &err), 0);
+    return t;
+}
+
+static int fill_copy(void *ctx, void *dst, uint64_t len, tetris_error *err)
+{
+    (void)err;
+    memcpy(dst, ctx, len);
+    return 0;
+}
+
+static int fill_scribble(void *ctx, void *dst, uint64_t len, tetris_error *err)
+{
+    (void)err;
+    memcpy(dst, ctx, len);
+    ((unsigned char *)dst)[len / 2] ^= 0x40;
+    return 0;
+}
+
+static int fill_fail(void *ctx, void *dst, uint64_t len, tetris_error *err)
+{
+    (void)ctx;
+    memset(dst, 0, len / 2);
+    return tetris_fail(err, TETRIS_E_IO, EIO, "source went away");
+}
+
+static void publish(store *s, struct test_tensor *t, bool expect_new)
+{
+    tetris_error err;
+    bool published = !expect_new;
+    int rc = store_publish_tensor(s, &t->meta, fill_copy, t->data, &published, &err);
+    ck_assert_msg(rc == 0, "publish: %s", err.msg);
+    ck_assert(published == expect_new);
+}
+
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+static char *tensor_path(store *s, const tensor_digest *d)
+{
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_digest_to_hex(d, hex);
+    char *p;
+    ck_assert_int_ge(asprintf(&p, "%s/tensors/%.2s/%s", store_root(s), hex, hex), 0);
+    return p;
+}
+
+static char *sub_path(store *s, const char *sub)
+{
+    char *p;
+    ck_assert_int_ge(asprintf(&p, "%s/%s", store_root(s), sub), 0);
+    return p;
+}
+
+/* ---- layout and options ---- */
+
+START_TEST(open_creates_layout_and_reopens)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    ck_assert_str_eq(store_root(s), dir);
+    const char *subs[] = {"tensors", "tmp", "locks", "holders", "quarantine", ".use.lock",
+                          ".tetris-store"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        char *p = sub_path(s, subs[i]);
+        ck_assert_msg(access(p, F_OK) == 0, "missing %s", p);
+        free(p);
+    }
+    store_close(s);
+
+    store *again = NULL;
+    tetris_error err;
+    struct store_options plain = {0};
+    ck_assert_int_eq(store_open(dir, &plain, &again, &err), 0);
+    ck_assert_uint_eq(store_capacity(again), 0);
+    store_close(again);
+    free(dir);
+}
+END_TEST
+
+START_TEST(open_rejects_missing_and_foreign)
+{
+    tetris_error err;
+    store *s = NULL;
+    char *dir = new_dir();
+    struct store_options plain = {0};
+    ck_assert_int_eq(store_open(dir, &plain, &s, &err), -TETRIS_E_NOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not a tetris store"));
+
+    char *missing;
+    ck_assert_int_ge(asprintf(&missing, "%s/nope", dir), 0);
+    ck_assert_int_eq(store_open(missing, &plain, &s, &err), -TETRIS_E_NOTFOUND);
+
+    struct store_options bad = {.create = true, .read_only = true};
+    ck_assert_int_eq(store_open(dir, &bad, &s, &err), -TETRIS_E_INVAL);
+
+    /* A marker that is not ours. */
+    char *marker;
+    ck_assert_int_ge(asprintf(&marker, "%s/.tetris-store", dir), 0);
+    FILE *f = fopen(marker, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"format\": \"something-else\"}", f);
+    fclose(f);
+    ck_assert_int_eq(store_open(dir, &plain, &s, &err), -TETRIS_E_FORMAT);
+    f = fopen(marker, "w");
+    fputs("{not json", f);
+    fclose(f);
+    ck_assert_int_eq(store_open(dir, &plain, &s, &err), -TETRIS_E_FORMAT);
+    free(marker);
+    free(missing);
+    free(dir);
+}
+END_TEST
+
+/* ---- publish and map ---- */
+
+START_TEST(publish_map_roundtrip)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(1000, 1);
+    tetris_error err;
+    ck_assert(!store_has_tensor(s, &t.meta.digest));
+    store_mapping m;
+    ck_assert_int_eq(store_map_tensor(s, &t.meta.digest, &m, &err), -TETRIS_E_NOTFOUND);
+
+    publish(s, &t, true);
+    ck_assert(store_has_tensor(s, &t.meta.digest));
+    publish(s, &t, false); /* already resident: not written again */
+
+    ck_assert_int_eq(store_map_tensor(s, &t.meta.digest, &m, &err), 0);
+    ck_assert_uint_eq(m.nbytes, t.meta.nbytes);
+    ck_assert_mem_eq(m.data, t.data, t.meta.nbytes);
+    ck_assert_str_eq(m.meta.dtype, "float32");
+    ck_assert_int_eq(m.meta.ndim, 1);
+    ck_assert_int_eq(m.meta.shape[0], 1000);
+    ck_assert_uint_eq(m.meta.crc32, t.meta.crc32);
+    ck_assert(tensor_digest_equal(&m.meta.digest, &t.meta.digest));
+
+    char *path = tensor_path(s, &t.meta.digest);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0444);
+
+    /* The kernel shows the mapping as read-only and shared. */
+    FILE *maps = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(maps);
+    char line[4096], perms[8] = "";
+    while (fgets(line, sizeof line, maps) != NULL)
+        if (strstr(line, path) != NULL)
+            sscanf(line, "%*s %7s", perms);
+    fclose(maps);
+    ck_assert_str_eq(perms, "r--s");
+
+    ck_assert_int_eq(store_verify_tensor(s, &t.meta.digest, &err), 0);
+    ck_assert_int_eq(store_check_crc(s, &t.meta.digest, &err), 0);
+
+    char *tmp = sub_path(s, "tmp");
+    ck_assert_int_eq(count_files(tmp), 0);
+    store_unmap_tensor(&m);
+    ck_assert_ptr_null(m.map_base);
+    free(tmp);
+    free(path);
+    free(t.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+START_TEST(publish_empty_and_scalar)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    tetris_error err;
+    tensor_meta empty = {.dtype = "int64", .ndim = 2, .shape = {0, 7}, .nbytes = 0};
+    ck_assert_int_eq(tensor_digest_compute(&empty, "", &err), 0);
+    bool published = false;
+    ck_assert_int_eq(store_publish_tensor(s, &empty, fill_copy, "", &published, &err), 0);
+    ck_assert(published);
+    store_mapping m;
+    ck_assert_int_eq(store_map_tensor(s, &empty.digest, &m, &err), 0);
+    ck_assert_uint_eq(m.nbytes, 0);
+    ck_assert_int_eq(m.meta.shape[1], 7);
+    store_unmap_tensor(&m);
+
+    unsigned char one = 1;
+    tensor_meta scalar = {.dtype = "bool", .ndim = 0, .nbytes = 1};
+    ck_assert_int_eq(tensor_digest_compute(&scalar, &one, &err), 0);
+    ck_assert_int_eq(store_publish_tensor(s, &scalar, fill_copy, &one, &published, &err), 0);
+    ck_assert_int_eq(store_verify_tensor(s, &scalar.digest, &err), 0);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+START_TEST(publish_rejects_wrong_bytes_and_bad_meta)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(4096, 2);
+    tetris_error err;
+    bool published = true;
+
+    ck_assert_int_eq(store_publish_tensor(s, &t.meta, fill_scribble, t.data, &published, &err),
+                     -TETRIS_E_CORRUPT);
+    ck_assert(!published);
+    ck_assert_ptr_nonnull(strstr(err.msg, "hash to"));
+    ck_assert(!store_has_tensor(s, &t.meta.digest));
+
+    ck_assert_int_eq(store_publish_tensor(s, &t.meta, fill_fail, NULL, &published, &err),
+                     -TETRIS_E_IO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "source went away"));
+
+    /* Right digest, wrong crc in meta. */
+    tensor_meta wrong_crc = t.meta;
+    wrong_crc.crc32 ^= 1;
+    ck_assert_int_eq(store_publish_tensor(s, &wrong_crc, fill_copy, t.data, &published, &err),
+                     -TETRIS_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "crc32"));
+
+    tensor_meta bad = t.meta;
+    bad.nbytes += 4; /* shape says otherwise */
+    ck_assert_int_eq(store_publish_tensor(s, &bad, fill_copy, t.data, &published, &err),
+                     -TETRIS_E_FORMAT);
+    strcpy(bad.dtype, "complex128");
+    ck_assert_int_eq(store_publish_tensor(s, &bad, fill_copy, t.data, &published, &err),
+                     -TETRIS_E_FORMAT);
+
+    /* Nothing partial is left behind anywhere. */
+    char *tmp = sub_path(s, "tmp");
+    ck_assert_int_eq(count_files(tmp), 0);
+    uint64_t used = 1;
+    ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+    ck_assert_uint_eq(used, 0);
+    free(tmp);
+    free(t.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+START_TEST(write_through_mapping_faults)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(1024, 3);
+    publish(s, &t, true);
+    store_mapping m;
+    tetris_error err;
+    ck_assert_int_eq(store_map_tensor(s, &t.meta.digest, &m, &err), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL); /* not the sanitizer's report-and-exit */
+        *(volatile char *)m.data = 42;
+        _exit(0);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "child status %#x", status);
+    ck_assert_mem_eq(m.data, t.data, t.meta.nbytes);
+    store_unmap_tensor(&m);
+    free(t.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+START_TEST(remove_and_quarantine_keep_existing_mappings)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor a = make_tensor(512, 4), b = make_tensor(512, 5);
+    publish(s, &a, true);
+    publish(s, &b, true);
+    tetris_error err;
+    store_mapping ma, mb;
+    ck_assert_int_eq(store_map_tensor(s, &a.meta.digest, &ma, &err), 0);
+    ck_assert_int_eq(store_map_tensor(s, &b.meta.digest, &mb, &err), 0);
+
+    ck_assert_int_eq(store_remove_tensor(s, &a.meta.digest, &err), 0);
+    ck_assert(!store_has_tensor(s, &a.meta.digest));
+    ck_assert_int_eq(store_remove_tensor(s, &a.meta.digest, &err), -TETRIS_E_NOTFOUND);
+    ck_assert_mem_eq(ma.data, a.data, a.meta.nbytes);
+
+    ck_assert_int_eq(store_quarantine_tensor(s, &b.meta.digest, &err), 0);
+    store_mapping again;
+    ck_assert_int_eq(store_map_tensor(s, &b.meta.digest, &again, &err), -TETRIS_E_NOTFOUND);
+    ck_assert_mem_eq(mb.data, b.data, b.meta.nbytes);
+    char *q = sub_path(s, "quarantine");
+    ck_assert_int_eq(count_files(q), 1);
+    ck_assert_int_eq(store_quarantine_tensor(s, &b.meta.digest, &err), -TETRIS_E_NOTFOUND);
+
+    /* A quarantined tensor can be ingested again as a fresh copy. */
+    publish(s, &b, true);
+    ck_assert_int_eq(store_verify_tensor(s, &b.meta.digest, &err), 0);
+
+    store_unmap_tensor(&ma);
+    store_unmap_tensor(&mb);
+    free(q);
+    free(a.data);
+    free(b.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+struct listing {
+    int n;
+    uint64_t bytes;
+};
+
+static int count_entry(void *ctx, const struct store_entry *e)
+{
+    struct listing *l = ctx;
+    l->n++;
+    l->bytes += e->meta.nbytes;
+    ck_assert_uint_eq(e->file_bytes, e->meta.nbytes + 160);
+    return 0;
+}
+
+START_TEST(foreach_tensor_lists_complete_files)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t[3] = {make_tensor(10, 6), make_tensor(20, 7), make_tensor(30, 8)};
+    for (int i = 0; i < 3; i++)
+        publish(s, &t[i], true);
+    /* A stray file in a fanout directory is not a tensor. */
+    char *stray;
+    ck_assert_int_ge(asprintf(&stray, "%s/tensors/00/junk", dir), 0);
+    char *fan;
+    ck_assert_int_ge(asprintf(&fan, "%s/tensors/00", dir), 0);
+    mkdir(fan, 0755);
+    FILE *f = fopen(stray, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("junk", f);
+    fclose(f);
+
+    struct listing l = {0};
+    tetris_error err;
+    ck_assert_int_eq(store_foreach_tensor(s, count_entry, &l, &err), 0);
+    ck_assert_int_eq(l.n, 3);
+    ck_assert_uint_eq(l.bytes, 60 * sizeof(float));
+
+    struct store_repair_report r;
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.bad_tensors_removed, 1);
+    ck_assert_int_eq(access(stray, F_OK), -1);
+    for (int i = 0; i < 3; i++)
+        free(t[i].data);
+    free(fan);
+    free(stray);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+/* ---- corruption ---- */
+
+static void corrupt_byte(const char *path, off_t off)
+{
+    int fd = open(path, O_RDWR); /* root ignores the 0444 mode */
+    ck_assert_int_ge(fd, 0);
+    unsigned char c;
+    ck_assert_int_eq(pread(fd, &c, 1, off), 1);
+    c ^= 0x01;
+    ck_assert_int_eq(pwrite(fd, &c, 1, off), 1);
+    close(fd);
+}
+
+START_TEST(corruption_is_detected_and_repaired)
+{
+    if (geteuid() != 0)
+        return; /* needs to write 0444 files */
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor bytes_bad = make_tensor(256, 9), trailer_bad = make_tensor(256, 10),
+                       short_file = make_tensor(256, 11), good = make_tensor(256, 12);
+    publish(s, &bytes_bad, true);
+    publish(s, &trailer_bad, true);
+    publish(s, &short_file, true);
+    publish(s, &good, true);
+    tetris_error err;
+
+    char *p = tensor_path(s, &bytes_bad.meta.digest);
+    corrupt_byte(p, 100);
+    /* Mapping checks the trailer only; scrubs re-read the bytes. */
+    ck_assert(store_has_tensor(s, &bytes_bad.meta.digest));
+    ck_assert_int_eq(store_verify_tensor(s, &bytes_bad.meta.digest, &err), -TETRIS_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "hash to"));
+    ck_assert_int_eq(store_check_crc(s, &bytes_bad.meta.digest, &err), -TETRIS_E_CORRUPT);
+    free(p);
+
+    p = tensor_path(s, &trailer_bad.meta.digest);
+    corrupt_byte(p, (off_t)trailer_bad.meta.nbytes + 20); /* inside the dtype */
+    store_mapping m;
+    ck_assert_int_eq(store_map_tensor(s, &trailer_bad.meta.digest, &m, &err), -TETRIS_E_CORRUPT);
+    ck_assert(!store_has_tensor(s, &trailer_bad.meta.digest));
+    free(p);
+
+    p = tensor_path(s, &short_file.meta.digest);
+    ck_assert_int_eq(truncate(p, (off_t)short_file.meta.nbytes), 0);
+    ck_assert_int_eq(store_map_tensor(s, &short_file.meta.digest, &m, &err), -TETRIS_E_CORRUPT);
+    free(p);
+
+    /* Republishing heals a tensor whose file is unusable. */
+    publish(s, &short_file, true);
+    ck_assert_int_eq(store_verify_tensor(s, &short_file.meta.digest, &err), 0);
+
+    struct store_repair_report r;
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.bad_tensors_removed, 1); /* the bad trailer; bad bytes need a scrub */
+    ck_assert(!store_has_tensor(s, &trailer_bad.meta.digest));
+    ck_assert_int_eq(store_verify_tensor(s, &good.meta.digest, &err), 0);
+    ck_assert_int_eq(store_quarantine_tensor(s, &bytes_bad.meta.digest, &err), 0);
+    free(bytes_bad.data);
+    free(trailer_bad.data);
+    free(short_file.data);
+    free(good.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+/* ---- capacity ---- */
+
+START_TEST(capacity_limits_ingest)
+{
+    char *dir = new_dir();
+    /* 1000 floats = 4000 bytes + 160 trailer = 4160 per file. */
+    store *s = open_store(dir, 10000, NULL);
+    ck_assert_uint_eq(store_capacity(s), 10000);
+    struct test_tensor t[3] = {make_tensor(1000, 20), make_tensor(1000, 21), make_tensor(1000, 22)};
+    publish(s, &t[0], true);
+    publish(s, &t[1], true);
+    tetris_error err;
+    bool published = true;
+    ck_assert_int_eq(store_publish_tensor(s, &t[2].meta, fill_copy, t[2].data, &published, &err),
+                     -TETRIS_E_FULL);
+    ck_assert(!published);
+    ck_assert_msg(strstr(err.msg, "store full: need 4160 bytes, 8320 of 10000 used") != NULL,
+                  "message: %s", err.msg);
+    uint64_t used;
+    ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+    ck_assert_uint_eq(used, 8320);
+    /* Re-publishing a resident tensor needs no room. */
+    publish(s, &t[0], false);
+    store_close(s);
+
+    /* The capacity is persisted; an explicit option overrides it. */
+    struct store_options plain = {0};
+    ck_assert_int_eq(store_open(dir, &plain, &s, &err), 0);
+    ck_assert_uint_eq(store_capacity(s), 10000);
+    ck_assert_int_eq(store_publish_tensor(s, &t[2].meta, fill_copy, t[2].data, &published, &err),
+                     -TETRIS_E_FULL);
+    /* Usage follows removals at once (the cache must notice). */
+    ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+    ck_assert_int_eq(store_remove_tensor(s, &t[0].meta.digest, &err), 0);
+    ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+    ck_assert_uint_eq(used, 4160);
+    publish(s, &t[2], true);
+    ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+    ck_assert_uint_eq(used, 8320);
+    store_close(s);
+
+    struct store_options bigger = {.capacity_bytes = 20000};
+    ck_assert_int_eq(store_open(dir, &bigger, &s, &err), 0);
+    ck_assert_uint_eq(store_capacity(s), 20000);
+    publish(s, &t[0], true);
+    store_close(s);
+    for (int i = 0; i < 3; i++)
+        free(t[i].data);
+    free(dir);
+}
+END_TEST
+
+START_TEST(capacity_counts_live_reservations_only)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 10000, NULL);
+    tetris_error err;
+    /* A live writer's 6000-byte temp file counts; a dead one's does not. */
+    char *live, *dead;
+    ck_assert_int_ge(asprintf(&live, "%s/tmp/live", dir), 0);
+    ck_assert_int_ge(asprintf(&dead, "%s/tmp/dead", dir), 0);
+    int lfd = open(live, O_RDWR | O_CREAT, 0644);
+    ck_assert_int_ge(lfd, 0);
+    ck_assert_int_eq(flock(lfd, LOCK_EX), 0);
+    ck_assert_int_eq(ftruncate(lfd, 6000), 0);
+    int dfd = open(dead, O_RDWR | O_CREAT, 0644);
+    ck_assert_int_eq(ftruncate(dfd, 6000), 0);
+    close(dfd);
+
+    struct test_tensor t = make_tensor(1000, 30);
+    bool published;
+    ck_assert_int_eq(store_publish_tensor(s, &t.meta, fill_copy, t.data, &published, &err),
+                     -TETRIS_E_FULL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "6000 of 10000 used"));
+
+    struct store_repair_report r;
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.temp_files_removed, 1);
+    ck_assert_int_eq(access(live, F_OK), 0);
+    ck_assert_int_eq(access(dead, F_OK), -1);
+
+    close(lfd); /* the writer dies */
+    publish(s, &t, true);
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.temp_files_removed, 1);
+    ck_assert_int_eq(access(live, F_OK), -1);
+    free(t.data);
+    free(live);
+    free(dead);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+/* ---- tenants ---- */
+
+START_TEST(tenants_are_isolated)
+{
+    char *dir = new_dir();
+    store *shared = open_store(dir, 0, NULL);
+    store *a = open_store(dir, 0, "team-a");
+    store *b = open_store(dir, 0, "team_b.v2");
+    char *want;
+    ck_assert_int_ge(asprintf(&want, "%s/tenants/team-a", dir), 0);
+    ck_assert_str_eq(store_root(a), want);
+
+    struct test_tensor t = make_tensor(300, 40);
+    publish(a, &t, true);
+    ck_assert(store_has_tensor(a, &t.meta.digest));
+    ck_assert(!store_has_tensor(b, &t.meta.digest));
+    ck_assert(!store_has_tensor(shared, &t.meta.digest));
+    struct listing l = {0};
+    tetris_error err;
+    ck_assert_int_eq(store_foreach_tensor(shared, count_entry, &l, &err), 0);
+    ck_assert_int_eq(l.n, 0);
+    /* The same tensor in another tenant is a separate copy. */
+    publish(b, &t, true);
+
+    const char *bad[] = {"", "..", ".", "a/b", "../x", "A", "x..y", "tenant name", "é",
+                         "0123456789012345678901234567890123456789012345678901234567890123"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct store_options o = {.create = true, .tenant = bad[i]};
+        store *x = NULL;
+        ck_assert_msg(store_open(dir, &o, &x, &err) == -TETRIS_E_INVAL, "tenant '%s'", bad[i]);
+    }
+    free(want);
+    free(t.data);
+    store_close(shared);
+    store_close(a);
+    store_close(b);
+    free(dir);
+}
+END_TEST
+
+/* ---- read-only opens ---- */
+
+START_TEST(read_only_store_maps_but_refuses_writes)
+{
+    char *dir = new_dir();
+    store *w = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(2048, 50), other = make_tensor(64, 51);
+    publish(w, &t, true);
+    store_close(w);
+
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* As an unprivileged user the directory is really unwritable. */
+        if (geteuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0))
+            _exit(10);
+        tetris_error err;
+        store *s = NULL;
+        struct store_options ro = {.read_only = true};
+        if (store_open(dir, &ro, &s, &err) != 0)
+            _exit(11);
+        store_mapping m;
+        if (!store_has_tensor(s, &t.meta.digest) || store_map_tensor(s, &t.meta.digest, &m, &err) != 0)
+            _exit(12);
+        if (memcmp(m.data, t.data, t.meta.nbytes) != 0)
+            _exit(13);
+        if (store_verify_tensor(s, &t.meta.digest, &err) != 0)
+            _exit(14);
+        bool published;
+        if (store_publish_tensor(s, &other.meta, fill_copy, other.data, &published, &err) !=
+                -TETRIS_E_DENIED ||
+            strstr(err.msg, "read-only") == NULL)
+            _exit(15);
+        store_holder *h;
+        if (store_holder_open(s, "x", getpid(), &h, &err) != -TETRIS_E_DENIED ||
+            strstr(err.msg, "read-only") == NULL)
+            _exit(16);
+        if (store_use_begin(s, &err) != 0)
+            _exit(17);
+        store_use_end(s);
+        struct store_repair_report r;
+        if (store_repair(s, &r, &err) != -TETRIS_E_DENIED ||
+            store_remove_tensor(s, &t.meta.digest, &err) != -TETRIS_E_DENIED)
+            _exit(18);
+        store_unmap_tensor(&m);
+        store_close(s);
+
+        /* Opened for writing by a user who cannot write: clear denial. */
+        struct store_options rw = {0};
+        if (geteuid() != 0) {
+            if (store_open(dir, &rw, &s, &err) != 0)
+                _exit(19);
+            if (store_holder_open(s, "x", getpid(), &h, &err) != -TETRIS_E_DENIED)
+                _exit(20);
+            if (store_publish_tensor(s, &other.meta, fill_copy, other.data, &published, &err) !=
+                -TETRIS_E_DENIED)
+                _exit(21);
+            store_close(s);
+        }
+        _exit(0);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    free(t.data);
+    free(other.data);
+    free(dir);
+}
+END_TEST
+
+/* ---- holders ---- */
+
+struct holders_seen {
+    int n, alive, dead;
+    size_t refs, garbage;
+    char label[256];
+    pid_t pid;
+    uint64_t first_bytes;
+    tensor_digest first;
+};
+
+static int see_holder(void *ctx, const struct store_holder_info *h)
+{
+    struct holders_seen *seen = ctx;
+    seen->n++;
+    if (h->alive)
+        seen->alive++;
+    else
+        seen->dead++;
+    seen->refs += h->n_refs;
+    seen->garbage += h->n_garbage;
+    snprintf(seen->label, sizeof seen->label, "%s", h->label);
+    seen->pid = h->pid;
+    if (h->n_refs > 0) {
+        seen->first = h->refs[0];
+        seen->first_bytes = h->ref_bytes[0];
+    }
+    return 0;
+}
+
+static struct holders_seen scan_holders(store *s)
+{
+    struct holders_seen seen;
+    memset(&seen, 0, sizeof seen);
+    tetris_error err;
+    int rc = store_foreach_holder(s, see_holder, &seen, &err);
+    ck_assert_msg(rc == 0, "foreach_holder: %s", err.msg);
+    return seen;
+}
+
+START_TEST(holder_records_references)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t[3] = {make_tensor(8, 60), make_tensor(9, 61), make_tensor(10, 62)};
+    tetris_error err;
+    store_holder *h = NULL;
+    ck_assert_int_eq(store_holder_open(s, "resnet\nfake line", 4242, &h, &err), 0);
+    ck_assert_ptr_nonnull(strstr(store_holder_id(h), "4242-"));
+    ck_assert_int_eq(store_holder_add(h, &t[0].meta.digest, t[0].meta.nbytes, &err), 0);
+    tensor_digest ds[2] = {t[1].meta.digest, t[2].meta.digest};
+    uint64_t bytes[2] = {t[1].meta.nbytes, t[2].meta.nbytes};
+    ck_assert_int_eq(store_holder_add_many(h, ds, bytes, 2, &err), 0);
+
+    /* Our own holder reads as alive: the probe uses its own description. */
+    struct holders_seen seen = scan_holders(s);
+    ck_assert_int_eq(seen.n, 1);
+    ck_assert_int_eq(seen.alive, 1);
+    ck_assert_uint_eq(seen.refs, 3);
+    ck_assert_uint_eq(seen.garbage, 0);
+    ck_assert_str_eq(seen.label, "resnet_fake line");
+    ck_assert_int_eq(seen.pid, 4242);
+    ck_assert(tensor_digest_equal(&seen.first, &t[0].meta.digest));
+    ck_assert_uint_eq(seen.first_bytes, 32);
+
+    /* A live holder survives repair. */
+    struct store_repair_report r;
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.dead_holders_released, 0);
+    ck_assert_int_eq(scan_holders(s).alive, 1);
+
+    store_holder_close(h);
+    ck_assert_int_eq(scan_holders(s).n, 0);
+    char *hd = sub_path(s, "holders");
+    ck_assert_int_eq(count_files(hd), 0);
+    free(hd);
+    for (int i = 0; i < 3; i++)
+        free(t[i].data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+START_TEST(killed_holder_is_found_dead_and_released)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(100, 70);
+    publish(s, &t, true);
+    tetris_error err;
+    store_holder *mine = NULL;
+    ck_assert_int_eq(store_holder_open(s, "parent", getpid(), &mine, &err), 0);
+
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(ready[0]);
+        store *cs = NULL;
+        store_holder *h = NULL;
+        struct store_options o = {0};
+        store_mapping m;
+        if (store_open(dir, &o, &cs, &err) != 0 || store_use_begin(cs, &err) != 0 ||
+            store_holder_open(cs, "child", getpid(), &h, &err) != 0 ||
+            store_holder_add(h, &t.meta.digest, t.meta.nbytes, &err) != 0 ||
+            store_map_tensor(cs, &t.meta.digest, &m, &err) != 0)
+            _exit(1);
+        store_use_end(cs);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(2);
+        for (;;)
+            pause();
+    }
+    close(ready[1]);
+    char c;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+
+    struct holders_seen seen = scan_holders(s);
+    ck_assert_int_eq(seen.n, 2);
+    ck_assert_int_eq(seen.alive, 2);
+
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+
+    seen = scan_holders(s);
+    ck_assert_int_eq(seen.n, 2);
+    ck_assert_int_eq(seen.alive, 1);
+    ck_assert_int_eq(seen.dead, 1);
+
+    struct store_repair_report r;
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.dead_holders_released, 1);
+    seen = scan_holders(s);
+    ck_assert_int_eq(seen.n, 1);
+    ck_assert_int_eq(seen.alive, 1);
+    ck_assert_str_eq(seen.label, "parent");
+    store_holder_close(mine);
+    free(t.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+START_TEST(garbage_holder_files_are_parsed_defensively)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    char *path;
+    ck_assert_int_ge(asprintf(&path, "%s/holders/999-junk.ref", dir), 0);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("tetris-holder 1\npid 999\nlabel junk\n", f);
+    fputs("530bf3b50eab5d304d865052a7fc80c19034c5d7561a0f30c2de7b45c60956b0 8\n", f); /* good */
+    fputs("530bf3b50eab5d304d865052a7fc80c19034c5d7561a0f30c2de7b45c60956b0 -8\n", f);
+    fputs("530bf3b50eab5d304d865052a7fc80c19034c5d7561a0f30c2de7b45c60956 8\n", f);
+    fputs("530bf3b50eab5d304d865052a7fc80c19034c5d7561a0f30c2de7b45c60956b0 99999999999999999999999\n", f);
+    fputs("zz0bf3b50eab5d304d865052a7fc80c19034c5d7561a0f30c2de7b45c60956b0 8\n", f);
+    fputs("pid banana\n\n", f);
+    fwrite("\x00\x01\xff\n", 1, 4, f);
+    for (int i = 0; i < 10000; i++)
+        fputc('x', f);
+    fputc('\n', f);
+    fputs("07de19ac9ca841fb9e4ca2fc7a65441710337078713cc11dd7893a396409140e 4", f); /* torn */
+    fclose(f);
+    /* Temp holder files of a dead creator are repair's too. */
+    char *temp;
+    ck_assert_int_ge(asprintf(&temp, "%s/holders/.new-1.0000000000000000", dir), 0);
+    f = fopen(temp, "w");
+    fclose(f);
+
+    struct holders_seen seen = scan_holders(s);
+    ck_assert_int_eq(seen.n, 1);
+    ck_assert_int_eq(seen.dead, 1);
+    ck_assert_uint_eq(seen.refs, 1);
+    ck_assert_uint_eq(seen.garbage, 9);
+    ck_assert_int_eq(seen.pid, 999);
+
+    struct store_repair_report r;
+    tetris_error err;
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.dead_holders_released, 1);
+    ck_assert_uint_eq(r.temp_files_removed, 1);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    ck_assert_int_eq(access(temp, F_OK), -1);
+    free(temp);
+    free(path);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+static int stop_early(void *ctx, const struct store_holder_info *h)
+{
+    (void)h;
+    (*(int *)ctx)++;
+    return 7;
+}
+
+START_TEST(foreach_holder_stops_when_asked)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    tetris_error err;
+    store_holder *h1, *h2;
+    ck_assert_int_eq(store_holder_open(s, "a", 1, &h1, &err), 0);
+    ck_assert_int_eq(store_holder_open(s, "b", 2, &h2, &err), 0);
+    int calls = 0;
+    ck_assert_int_eq(store_foreach_holder(s, stop_early, &calls, &err), 7);
+    ck_assert_int_eq(calls, 1);
+    store_holder_close(h1);
+    store_holder_close(h2);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+/* ---- use lock ---- */
+
+static int try_lock(const char *dir, int op)
+{
+    char *p;
+    ck_assert_int_ge(asprintf(&p, "%s/.use.lock", dir), 0);
+    int fd = open(p, O_RDONLY);
+    free(p);
+    ck_assert_int_ge(fd, 0);
+    int rc = flock(fd, op | LOCK_NB);
+    close(fd);
+    return rc;
+}
+
+START_TEST(use_lock_excludes_reclaim)
+{
+    char *dir = new_dir();
+    store *loader = open_store(dir, 0, NULL);
+    store *reclaimer = open_store(dir, 0, NULL);
+    tetris_error err;
+
+    ck_assert_int_eq(store_use_begin(loader, &err), 0);
+    ck_assert_int_eq(store_use_begin(loader, &err), 0); /* nests */
+    ck_assert_int_eq(try_lock(dir, LOCK_EX), -1);
+    ck_assert_int_eq(try_lock(dir, LOCK_SH), 0); /* other loaders share */
+    ck_assert_int_eq(store_reclaim_begin(loader, &err), -TETRIS_E_INVAL);
+    store_use_end(loader);
+    ck_assert_int_eq(try_lock(dir, LOCK_EX), -1);
+    store_use_end(loader);
+    ck_assert_int_eq(try_lock(dir, LOCK_EX), 0);
+
+    ck_assert_int_eq(store_reclaim_begin(reclaimer, &err), 0);
+    ck_assert_int_eq(try_lock(dir, LOCK_SH), -1);
+    ck_assert_int_eq(store_use_begin(reclaimer, &err), -TETRIS_E_INVAL);
+    store_reclaim_end(reclaimer);
+    ck_assert_int_eq(try_lock(dir, LOCK_SH), 0);
+    store_close(loader);
+    store_close(reclaimer);
+    free(dir);
+}
+END_TEST
+
+int main(void)
+{
+    base_setup();
+    Suite *s = suite_create("store");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, open_creates_layout_and_reopens);
+    tcase_add_test(tc, open_rejects_missing_and_foreign);
+    tcase_add_test(tc, publish_map_roundtrip);
+    tcase_add_test(tc, publish_empty_and_scalar);
+    tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
+    tcase_add_test(tc, write_through_mapping_faults);
+    tcase_add_test(tc, remove_and_quarantine_keep_existing_mappings);
+    tcase_add_test(tc, foreach_tensor_lists_complete_files);
+    tcase_add_test(tc, corruption_is_detected_and_repaired);
+    tcase_add_test(tc, capacity_limits_ingest);
+    tcase_add_test(tc, capacity_counts_live_reservations_only);
+    tcase_add_test(tc, tenants_are_isolated);
+    tcase_add_test(tc, read_only_store_maps_but_refuses_writes);
+    tcase_add_test(tc, holder_records_references);
+    tcase_add_test(tc, killed_holder_is_found_dead_and_released);
+    tcase_add_test(tc, garbage_holder_files_are_parsed_defensively);
+    tcase_add_test(tc, foreach_holder_stops_when_asked);
+    tcase_add_test(tc, use_lock_excludes_reclaim);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    base_teardown();
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
