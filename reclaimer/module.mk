@@ -8,3 +8,6 @@ LDLIBS += -lmicrohttpd
 
 UNIT_TESTS += tests/unit/test_reclaimer_httpserver.c
 UNIT_LIBS += -lcurl
+
+LIB_SRCS += common/config_yaml.c agent/ingest_client.c
+

@@ -1,0 +1,32 @@
+/* config_yaml.h - read a YAML configuration file into flat key/value pairs.
+ *
+ * Nested mappings become dotted keys: `scrub: {rate: 10Mi}` gives
+ * "scrub.rate" = "10Mi". Values are scalars as written (the caller parses
+ * numbers and sizes); sequences are refused with TETRIS_E_FORMAT. The line
+ * of each key is kept so errors can point at it. */
+#ifndef TETRIS_CONFIG_YAML_H
+#define TETRIS_CONFIG_YAML_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+struct config_item {
+    char *key;
+    char *value;
+    int line; /* 1-based */
+};
+
+typedef struct config_yaml {
+    size_t n_items;
+    struct config_item *items;
+} config_yaml;
+
+int config_yaml_load(const char *path, config_yaml **out, tetris_error *err);
+int config_yaml_parse(const char *text, size_t len, const char *name, config_yaml **out,
+                      tetris_error *err);
+/* The last value given for key, or NULL. */
+const struct config_item *config_yaml_get(const config_yaml *c, const char *key);
+void config_yaml_free(config_yaml *c);
+
+#endif
