@@ -1,0 +1,79 @@
+#!/bin/sh
+# test-plan.sh - `tetris-autoscaler plan`: DTS and --exact on hand-checked
+# profiles, how sharing-aware DTS changes the choice, and clear errors with
+# the documented exit codes for an infeasible SLO and bad input.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${TETRIS_BIN:?}/tetris-autoscaler
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# plan ARGS... -> compact summary "b/p/count ..." plus total memory
+summary() {
+    "$bin" plan "$@" | jq -r '[(.configs[] | "\(.b)/\(.p)/\(.count)"), (.memory_mib * 1000 | round / 1000 | tostring)] | join(" ")'
+}
+
+# DTS takes A (100 rps / 100 MiB) until 450 rps are covered: 5 instances.
+got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50)
+[ "$got" = "1/1/5 500" ] || fail "dts 450 rps: $got"
+out=$("$bin" plan --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50)
+[ "$(echo "$out" | jq -r '.algorithm, .instances, .covered_rps, .configs[0].l, .configs[0].m, .configs[0].c')" = "dts
+5
+500
+10
+100
+1" ] || fail "plan fields: $out"
+echo "$out" | jq -e '.decision_time_ms >= 0' >/dev/null || fail "no decision time"
+
+# An SLO of 39 ms rules out B (b=2 needs l <= 19.5), so nothing changes; an
+# SLO of 15 ms leaves only A; 9 ms leaves nothing: exit 2 and the reason.
+got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 15)
+[ "$got" = "1/1/5 500" ] || fail "slo 15: $got"
+rc=0
+"$bin" plan --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 9 2>"$tmp/err" || rc=$?
+[ $rc -eq 2 ] || fail "infeasible SLO: exit $rc"
+grep -q "no config meets the SLO of 9 ms" "$tmp/err" || fail "infeasible message: $(cat "$tmp/err")"
+
+# Sharing-aware DTS: 2 X (800 MiB) without sharing; with it, X pays the
+# tensors first and then Y is cheaper: 1 X + 2 Y = 100 + 40 + 300 = 440 MiB.
+got=$(summary --profile "$here/sharing.profile.yaml" --rps 200 --slo-ms 100)
+[ "$got" = "1/4/2 800" ] || fail "no sharing: $got"
+got=$(summary --profile "$here/sharing.profile.yaml" --rps 200 --slo-ms 100 --sharing)
+[ "$got" = "1/4/1 1/1/2 440" ] || fail "sharing: $got"
+got=$(summary --profile "$here/sharing.profile.yaml" --rps 200 --slo-ms 100 --sharing --resident)
+[ "$got" = "1/1/4 80" ] || fail "sharing, resident: $got"
+# The optimum with sharing is 4 Y (380 MiB); DTS is within 16% of it.
+out=$("$bin" plan --profile "$here/sharing.profile.yaml" --rps 200 --slo-ms 100 --sharing --exact)
+[ "$(echo "$out" | jq -r '.algorithm, .optimal, .memory_mib, .shared_mib')" = "ilp
+true
+380
+300" ] || fail "exact with sharing: $out"
+
+# The m + alpha*c variant: at 1000 MiB per CPU, A ranks 100/1100 and B
+# 200/1300, so B wins: 3 B (900 MiB, 3 CPUs) instead of 5 A (500 MiB, 5 CPUs).
+got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50 --alpha 1000)
+[ "$got" = "2/2/3 900" ] || fail "alpha: $got"
+
+# Bad input: exit 1 and a message naming the problem.
+expect_usage() {
+    rc=0
+    "$bin" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+    [ $rc -eq 1 ] || fail "$*: exit $rc, want 1"
+    [ -s "$tmp/err" ] || fail "$*: no message"
+}
+printf 'tetris_profile: 1\nmodel: x\nconfigs:\n  - {c: 1, m_mib: oops}\n' >"$tmp/bad.yaml"
+expect_usage plan --profile "$tmp/bad.yaml" --rps 1 --slo-ms 10
+grep -q "bad.yaml:4: m_mib: 'oops' is not a number" "$tmp/err" || fail "bad yaml: $(cat "$tmp/err")"
+printf 'model: [\n' >"$tmp/broken.yaml"
+expect_usage plan --profile "$tmp/broken.yaml" --rps 1 --slo-ms 10
+grep -q "YAML" "$tmp/err" || fail "broken yaml: $(cat "$tmp/err")"
+expect_usage plan --profile "$tmp/missing.yaml" --rps 1 --slo-ms 10
+expect_usage plan --profile "$here/two-configs.profile.yaml" --rps -3 --slo-ms 10
+expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1
+expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --latency p50
+expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --resident
+expect_usage frobnicate
+"$bin" --help | grep -q "exit status" || fail "--help"
+"$bin" --version | grep -q "tetris-autoscaler" || fail "--version"
+echo "ok: plan"
