@@ -400,6 +400,18 @@ static int locate_inline(const pb_reader *r, const struct onnx_tensor *t, tensor
     }
 }
 
+/* The tensor's name, read ahead so that an error in a field before it can
+ * still name the tensor; malformed input just leaves name empty. */
+static void peek_name(const pb_reader *r, char *name, size_t cap)
+{
+    pb_reader ahead = *r;
+    pb_field f;
+    while (pb_next(&ahead, &f, NULL) > 0)
+        if (f.number == TENSOR_NAME && copy_string(&f, name, cap, "name", NULL) == 0)
+            return;
+    name[0] = '\0';
+}
+
 /* Parses one TensorProto and adds it to the model (string tensors are
  * counted and left out). name_override names Constant-node tensors. */
 static int tensor_add(struct onnx_ctx *c, pb_reader *r, const char *kind,
@@ -407,6 +419,8 @@ static int tensor_add(struct onnx_ctx *c, pb_reader *r, const char *kind,
 {
     struct onnx_tensor t = {.kind = kind};
     size_t index = c->n_tensors_seen++;
+    if (name_override == NULL)
+        peek_name(r, t.name, sizeof t.name);
     int ret = tensor_read(r, &t, err);
     const char *name = name_override != NULL ? name_override : t.name;
     if (ret < 0) {

@@ -249,7 +249,8 @@ int safetensors_parse(const char *path, const uint8_t *data, size_t len, model *
     }
     if (ret == 0) {
         /* File order: sequential reads, and coverage is one pass. */
-        qsort(m->tensors, m->n_tensors, sizeof *m->tensors, offset_cmp);
+        if (m->n_tensors > 1)
+            qsort(m->tensors, m->n_tensors, sizeof *m->tensors, offset_cmp);
         ret = check_coverage(path, m, len - 8 - hlen, err);
     }
     if (ret == 0) {

@@ -110,9 +110,11 @@ int model_check(const model *m, const char *what, tetris_error *err)
     for (size_t i = 0; i < m->n_tensors; i++) {
         const tensor_desc *t = &m->tensors[i];
         uint64_t end;
-        if (__builtin_add_overflow(t->offset, t->length, &end))
+        /* Regions are file offsets: off_t is signed. */
+        if (__builtin_add_overflow(t->offset, t->length, &end) || end > (uint64_t)INT64_MAX)
             return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "%s: tensor \"%s\": offset + length overflows", what, t->name);
+                               "%s: tensor \"%s\": offset + length overflows 2^63", what,
+                               t->name);
         if (t->encoding == TENSOR_ENC_RAW && t->length != t->meta.nbytes)
             return tetris_fail(err, TETRIS_E_FORMAT, 0,
                                "%s: tensor \"%s\": %llu bytes of data for a %s tensor of "

@@ -59,7 +59,7 @@ int pb_next(pb_reader *r, pb_field *f, tetris_error *err)
         f->data = r->p;
         if (pb_decode_varint(&r->p, r->end, &f->value) < 0)
             return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "byte %llu: field %u: malformed or truncated varint",
+                               "byte %llu: field %u: malformed varint (truncated, over 10 bytes or over 64 bits)",
                                (unsigned long long)at, f->number);
         f->len = (size_t)(r->p - f->data);
         return 1;

@@ -1,0 +1,256 @@
+/* test_manifest.c - manifests: a parsed model written as JSON and read back
+ * is the same model; every malformed manifest (missing fields, wrong types,
+ * negative or huge numbers, bad digests, inconsistent sizes, duplicates,
+ * overlaps) is TETRIS_E_FORMAT naming the field. */
+#include <check.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../formats/model_synth.h"
+#include "model.h"
+
+static char dir[] = "/tmp/tetris-test-manifest-XXXXXX";
+static char model_path[256];
+
+static void setup(void)
+{
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(model_path, sizeof model_path, "%s/m.safetensors", dir);
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int64_t v[2] = {7, -8};
+    struct sbuf data = {0};
+    sbuf_put(&data, w, sizeof w);
+    sbuf_put(&data, v, sizeof v);
+    struct sbuf b = syn_safetensors(
+        "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+        "\"v\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[24,40]},"
+        "\"s\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[40,41]}}",
+        UINT64_MAX, data.p, data.len + 1);
+    ck_assert_int_eq(sbuf_write_file(&b, model_path), 0);
+    sbuf_free(&b);
+    sbuf_free(&data);
+}
+
+static void teardown(void)
+{
+    unlink(model_path);
+    rmdir(dir);
+}
+
+static model *indexed_model(void)
+{
+    model *m = NULL;
+    tetris_error err;
+    ck_assert_int_eq(model_parse_file(model_path, &m, &err), 0);
+    ck_assert_int_eq(model_compute_digests(m, &err), 0);
+    return m;
+}
+
+static void assert_same(const model *a, const model *b)
+{
+    ck_assert_str_eq(a->path, b->path);
+    ck_assert_str_eq(a->format, b->format);
+    ck_assert_uint_eq(a->n_tensors, b->n_tensors);
+    ck_assert_uint_eq(a->total_bytes, b->total_bytes);
+    for (size_t i = 0; i < a->n_tensors; i++) {
+        const tensor_desc *x = &a->tensors[i], *y = &b->tensors[i];
+        ck_assert_str_eq(x->name, y->name);
+        ck_assert_str_eq(x->source, y->source);
+        ck_assert_str_eq(x->meta.dtype, y->meta.dtype);
+        ck_assert_int_eq(x->meta.ndim, y->meta.ndim);
+        ck_assert_mem_eq(x->meta.shape, y->meta.shape, sizeof x->meta.shape);
+        ck_assert_uint_eq(x->meta.nbytes, y->meta.nbytes);
+        ck_assert_uint_eq(x->meta.crc32, y->meta.crc32);
+        ck_assert(tensor_digest_equal(&x->meta.digest, &y->meta.digest));
+        ck_assert_uint_eq(x->offset, y->offset);
+        ck_assert_uint_eq(x->length, y->length);
+        ck_assert_int_eq(x->encoding, y->encoding);
+        ck_assert(y->has_digest);
+    }
+}
+
+START_TEST(round_trip_in_memory_and_on_disk)
+{
+    model *m = indexed_model();
+    tetris_error err;
+    char *json = manifest_to_json(m, &err);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_ptr_nonnull(strstr(json, "\"format\": \"tetris-manifest/1\""));
+    ck_assert_ptr_nonnull(strstr(json, "\"digest\": \"sha256:"));
+    model *back = NULL;
+    ck_assert_msg(manifest_parse(json, strlen(json), &back, &err) == 0, "%s", err.msg);
+    assert_same(m, back);
+    model_free(back);
+    free(json);
+
+    char path[300];
+    snprintf(path, sizeof path, "%s/m.manifest.json", dir);
+    ck_assert_int_eq(manifest_write_file(m, path, &err), 0);
+    ck_assert_int_eq(manifest_read_file(path, &back, &err), 0);
+    assert_same(m, back);
+    model_free(back);
+    unlink(path);
+    ck_assert_int_eq(manifest_read_file(path, &back, &err), -TETRIS_E_NOTFOUND);
+    model_free(m);
+}
+END_TEST
+
+START_TEST(writing_needs_digests)
+{
+    model *m = NULL;
+    tetris_error err;
+    ck_assert_int_eq(model_parse_file(model_path, &m, &err), 0);
+    ck_assert_ptr_null(manifest_to_json(m, &err));
+    ck_assert_int_eq(err.code, TETRIS_E_INVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no digest"));
+    model_free(m);
+}
+END_TEST
+
+/* One mutation of a valid manifest: at tensors[tensor] (or the top level
+ * when tensor < 0) set field to the JSON value (delete it when NULL). */
+static const struct {
+    int tensor;
+    const char *field;
+    const char *value;
+    const char *expect;
+} bad[] = {
+    {-1, "format", NULL, "\"format\": missing"},
+    {-1, "format", "\"tetris-manifest/2\"", "\"format\""},
+    {-1, "model", NULL, "\"model\": missing"},
+    {-1, "model", "7", "\"model\": must be a string"},
+    {-1, "model_format", "\"\"", "\"model_format\": must not be empty"},
+    {-1, "tensor_bytes", "-1", "\"tensor_bytes\": must be a non-negative integer"},
+    {-1, "tensor_bytes", "41.5", "\"tensor_bytes\""},
+    {-1, "tensor_bytes", "40", "\"tensor_bytes\": does not equal"},
+    {-1, "tensors", NULL, "\"tensors\": missing"},
+    {-1, "tensors", "{}", "\"tensors\": must be an array"},
+    {-1, "tensors", "[1]", "tensors[0]"},
+    {0, "name", NULL, "tensors[0]: field \"name\": missing"},
+    {0, "name", "\"v\"", "duplicate tensor name \"v\""},
+    {1, "dtype", "\"float128\"", "\"dtype\": unknown dtype"},
+    {1, "dtype", NULL, "\"dtype\": missing"},
+    {1, "shape", "[2, -3]", "\"shape\""},
+    {1, "shape", "[1,1,1,1,1,1,1,1,1]", "\"shape\": more than 8 dims"},
+    {1, "shape", "[4294967296, 4294967296, 4294967296]", "\"shape\": shape overflows"},
+    {1, "shape", "\"2x3\"", "\"shape\": must be an array"},
+    {1, "source", NULL, "\"source\": missing"},
+    {1, "offset", "-8", "\"offset\": must be a non-negative integer"},
+    {1, "offset", "9223372036854775807", "overflows"},
+    {1, "offset", "1e30", "\"offset\": must be a non-negative integer"},
+    {1, "length", "\"24\"", "\"length\""},
+    {1, "length", "23", "\"length\": must equal nbytes"},
+    {1, "nbytes", "25", "\"nbytes\": does not match"},
+    {1, "encoding", "\"zigzag\"", "\"encoding\""},
+    {1, "digest", "\"sha256:1234\"", "\"digest\""},
+    {1, "digest", "\"md5:00\"", "\"digest\""},
+    {1, "digest",
+     "\"sha256:zz00000000000000000000000000000000000000000000000000000000000000\"",
+     "\"digest\""},
+    {1, "digest", NULL, "\"digest\": missing"},
+    {1, "crc32", "4294967296", "\"crc32\": 4294967296 exceeds"},
+    {1, "crc32", "true", "\"crc32\""},
+    {2, "offset", "100", "overlap"},
+};
+
+START_TEST(malformed_manifests_name_the_field)
+{
+    model *m = indexed_model();
+    tetris_error err;
+    char *json = manifest_to_json(m, &err);
+    json_t *root = json_loads(json, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    free(json);
+    model_free(m);
+
+    json_t *target = root;
+    if (bad[_i].tensor >= 0)
+        target = json_array_get(json_object_get(root, "tensors"), (size_t)bad[_i].tensor);
+    /* Tensors are in file order: w (0..24), v (24..40), s (40..41); the
+     * overlap case moves s's region onto v's. */
+    if (strcmp(bad[_i].expect, "overlap") == 0) {
+        json_object_set_new(target, "offset",
+                            json_integer(json_integer_value(json_object_get(
+                                json_array_get(json_object_get(root, "tensors"), 1),
+                                "offset"))));
+    } else if (bad[_i].value == NULL) {
+        json_object_del(target, bad[_i].field);
+    } else {
+        json_t *v = json_loads(bad[_i].value, JSON_DECODE_ANY, NULL);
+        ck_assert_ptr_nonnull(v);
+        json_object_set_new(target, bad[_i].field, v);
+    }
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+
+    model *out = NULL;
+    int ret = manifest_parse(text, strlen(text), &out, &err);
+    ck_assert_msg(ret == -TETRIS_E_FORMAT, "case %d: ret %d", _i, ret);
+    ck_assert_ptr_null(out);
+    ck_assert_msg(strstr(err.msg, bad[_i].expect) != NULL, "case %d: \"%s\" not in: %s", _i,
+                  bad[_i].expect, err.msg);
+    free(text);
+}
+END_TEST
+
+START_TEST(not_json_at_all)
+{
+    static const char *const inputs[] = {"", "{", "[]", "null", "{\"a\":1,\"a\":2}",
+                                         "{\"format\":\"tetris-manifest/1\"} trailing"};
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+        model *m = NULL;
+        tetris_error err;
+        ck_assert_int_eq(manifest_parse(inputs[i], strlen(inputs[i]), &m, &err),
+                         -TETRIS_E_FORMAT);
+        ck_assert_ptr_nonnull(strstr(err.msg, "manifest"));
+    }
+    /* A NUL inside the text is refused, not truncated. */
+    model *m = NULL;
+    tetris_error err;
+    ck_assert_int_eq(manifest_parse("{\"a\":\"x\0y\"}", 11, &m, &err), -TETRIS_E_FORMAT);
+}
+END_TEST
+
+START_TEST(print_lists_every_tensor)
+{
+    model *m = indexed_model();
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    tetris_error err;
+    ck_assert_int_eq(model_print(m, f, &err), 0);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(text, "format:  safetensors"));
+    ck_assert_ptr_nonnull(strstr(text, "tensors: 3 (41 bytes"));
+    ck_assert_ptr_nonnull(strstr(text, "[2,3]"));
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_digest_to_hex(&m->tensors[0].meta.digest, hex);
+    hex[16] = '\0';
+    ck_assert_ptr_nonnull(strstr(text, hex));
+    free(text);
+    model_free(m);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("manifest");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, round_trip_in_memory_and_on_disk);
+    tcase_add_test(tc, writing_needs_digests);
+    tcase_add_loop_test(tc, malformed_manifests_name_the_field, 0,
+                        (int)(sizeof bad / sizeof bad[0]));
+    tcase_add_test(tc, not_json_at_all);
+    tcase_add_test(tc, print_lists_every_tensor);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
