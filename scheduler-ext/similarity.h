@@ -1,0 +1,52 @@
+/* similarity.h - tensor similarity between a model and a node's store.
+ *
+ * θ = (bytes of the model's distinct tensors already resident on the node)
+ *     / (bytes of the model's distinct tensors)
+ * A node fits the model when its store has room for the missing bytes
+ * (capacity - resident >= missing); a capacity of 0 means "no limit
+ * reported". The extender's score is round(10 θ), the extender protocol's
+ * 0..10 range. */
+#ifndef TETRIS_SIMILARITY_H
+#define TETRIS_SIMILARITY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIMILARITY_MAX_SCORE 10
+
+/* What a model needs: its distinct tensors (ids from tensor_ids). */
+typedef struct model_need {
+    char *model;
+    size_t n;
+    uint32_t *ids;     /* distinct */
+    uint64_t *bytes;   /* per id */
+    uint64_t total_bytes;
+} model_need;
+
+/* A node store's contents at one generation. */
+typedef struct node_inventory {
+    uint64_t generation;
+    uint64_t capacity_bytes; /* 0: unlimited / not reported */
+    uint64_t resident_bytes;
+    size_t n;
+    uint32_t *ids; /* sorted ascending, distinct */
+} node_inventory;
+
+typedef struct node_fit {
+    uint64_t present_bytes;
+    uint64_t missing_bytes;
+    double theta;  /* 0..1; 0 for a model without tensors */
+    int score;     /* round(10 θ) */
+    bool fits;
+} node_fit;
+
+void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *out);
+
+/* Sorts ids and drops duplicates; returns the new count. */
+size_t similarity_sort_ids(uint32_t *ids, size_t n);
+
+void model_need_free(model_need *m);
+void node_inventory_free(node_inventory *inv);
+
+#endif
