@@ -11,3 +11,6 @@ UNIT_LIBS += -lcurl
 
 LIB_SRCS += common/config_yaml.c agent/ingest_client.c
 
+PROGRAMS += tetris-reclaimer
+tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/config.c reclaimer/reclaim.c \
+                         reclaimer/ingest_server.c reclaimer/http_api.c reclaimer/tensor_index.c

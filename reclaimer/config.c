@@ -1,0 +1,301 @@
+/* config.c - tetris-reclaimer's settings: defaults < YAML file < flags. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "config_yaml.h"
+#include "store.h"
+
+enum {
+    OPT_STORE = 256,
+    OPT_LISTEN,
+    OPT_INTERVAL,
+    OPT_KEEP_ALIVE,
+    OPT_CAPACITY,
+    OPT_CONFIG,
+    OPT_ONCE,
+    OPT_NODE_NAME,
+    OPT_SCRUB_RATE,
+    OPT_STATE_FILE,
+    OPT_SOCKET,
+    OPT_MAX_CONNECTIONS,
+    OPT_REQUEST_TIMEOUT,
+    OPT_HELP,
+    OPT_VERSION,
+};
+
+static const struct option long_options[] = {
+    {"store", required_argument, NULL, OPT_STORE},
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"interval", required_argument, NULL, OPT_INTERVAL},
+    {"keep-alive", required_argument, NULL, OPT_KEEP_ALIVE},
+    {"capacity", required_argument, NULL, OPT_CAPACITY},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"once", no_argument, NULL, OPT_ONCE},
+    {"node-name", required_argument, NULL, OPT_NODE_NAME},
+    {"scrub-rate", required_argument, NULL, OPT_SCRUB_RATE},
+    {"state-file", required_argument, NULL, OPT_STATE_FILE},
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
+    {"request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+void reclaimer_usage(const char *prog)
+{
+    printf("Usage: %s [OPTIONS]\n"
+           "The tetris node daemon: ingests tensors into the node's store for function\n"
+           "instances (Unix socket <store>/ingest.sock), frees tensors no live holder\n"
+           "references (keep-alive, then LRU above capacity), repairs after crashes,\n"
+           "scrubs CRC32s, and serves /metrics, /inventory and /healthz over HTTP.\n"
+           "\n"
+           "  --store DIR              tensor store (default " STORE_DEFAULT_DIR ")\n"
+           "  --listen ADDR:PORT       HTTP address (default 127.0.0.1:9464; \"\" = off)\n"
+           "  --interval SECONDS       between reclaim passes (default 10; 30s, 5m ok)\n"
+           "  --keep-alive SECONDS     keep unreferenced tensors this long (default 300)\n"
+           "  --capacity BYTES         store capacity, e.g. 2Gi (default 0 = unlimited):\n"
+           "                           ingests past it are refused, LRU evicts above it\n"
+           "  --scrub-rate BYTES/SEC   CRC32 re-check rate (default 64Mi; 0 = off)\n"
+           "  --node-name NAME         node name in /inventory (default: hostname,\n"
+           "                           or $NODE_NAME)\n"
+           "  --config FILE            YAML settings (same names, keep_alive etc.);\n"
+           "                           flags override it; SIGHUP re-reads it\n"
+           "  --state-file FILE        last-use times (default <store>/reclaimer.state)\n"
+           "  --socket PATH            ingest socket (default <store>/ingest.sock)\n"
+           "  --max-connections N      concurrent ingest connections (default 256)\n"
+           "  --request-timeout SECS   to receive a request or send a reply (default 30)\n"
+           "  --once                   repair and one reclaim pass, then exit\n"
+           "  --help, --version\n"
+           "\n"
+           "Signals: SIGHUP reloads the config file; SIGTERM/SIGINT stop cleanly.\n"
+           "Exit status: 0 stopped cleanly (or --once done), 1 runtime failure\n"
+           "(store, socket or HTTP address unusable), 2 usage or config error.\n",
+           prog);
+}
+
+int parse_bytes(const char *s, uint64_t *out, tetris_error *err)
+{
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {
+        {"", 1},          {"k", 1e3},           {"K", 1e3},           {"M", 1e6},
+        {"G", 1e9},       {"T", 1e12},          {"Ki", 1024.0},       {"Mi", 1048576.0},
+        {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}, {"B", 1},
+    };
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !isfinite(v) || v < 0)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad byte count \"%s\"", s);
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(end, units[i].suffix) == 0) {
+            double b = v * units[i].mult;
+            if (b >= 1.8e19)
+                return tetris_fail(err, TETRIS_E_INVAL, 0, "byte count \"%s\" too large", s);
+            *out = (uint64_t)b;
+            return 0;
+        }
+    }
+    return tetris_fail(err, TETRIS_E_INVAL, 0,
+                       "bad byte count \"%s\" (suffixes: Ki Mi Gi Ti k M G T)", s);
+}
+
+int parse_seconds(const char *s, double *out, tetris_error *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !isfinite(v) || v < 0)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad duration \"%s\"", s);
+    double mult = 1;
+    if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
+        mult = 1;
+    else if (strcmp(end, "ms") == 0)
+        mult = 0.001;
+    else if (strcmp(end, "m") == 0)
+        mult = 60;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600;
+    else if (strcmp(end, "d") == 0)
+        mult = 86400;
+    else
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad duration \"%s\" (suffixes: ms s m h d)",
+                           s);
+    *out = v * mult;
+    return 0;
+}
+
+static int parse_count(const char *s, unsigned *out, tetris_error *err)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v == 0 || v > 65536 || s[0] == '-')
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad count \"%s\" (1..65536)", s);
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int copy_string(char *dst, size_t len, const char *what, const char *v, tetris_error *err)
+{
+    if (strlen(v) >= len)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s too long", what);
+    strcpy(dst, v);
+    return 0;
+}
+
+/* Applies one setting by its flag id; shared by the file and the flags. */
+static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_error *err)
+{
+    switch (opt) {
+    case OPT_STORE:
+        return copy_string(cfg->store_dir, sizeof(cfg->store_dir), "store", v, err);
+    case OPT_LISTEN:
+        return copy_string(cfg->listen, sizeof(cfg->listen), "listen", v, err);
+    case OPT_INTERVAL:
+        if (parse_seconds(v, &cfg->interval_s, err) < 0)
+            return -TETRIS_E_INVAL;
+        if (cfg->interval_s < 0.01)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "interval %s is too short", v);
+        return 0;
+    case OPT_KEEP_ALIVE:
+        return parse_seconds(v, &cfg->keep_alive_s, err);
+    case OPT_CAPACITY:
+        return parse_bytes(v, &cfg->capacity_bytes, err);
+    case OPT_SCRUB_RATE:
+        return parse_bytes(v, &cfg->scrub_rate, err);
+    case OPT_NODE_NAME:
+        return copy_string(cfg->node_name, sizeof(cfg->node_name), "node name", v, err);
+    case OPT_STATE_FILE:
+        return copy_string(cfg->state_path, sizeof(cfg->state_path), "state file", v, err);
+    case OPT_SOCKET:
+        return copy_string(cfg->socket_path, sizeof(cfg->socket_path), "socket", v, err);
+    case OPT_MAX_CONNECTIONS:
+        return parse_count(v, &cfg->max_connections, err);
+    case OPT_REQUEST_TIMEOUT:
+        if (parse_seconds(v, &cfg->request_timeout_s, err) < 0)
+            return -TETRIS_E_INVAL;
+        if (cfg->request_timeout_s < 0.01)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "request timeout %s is too short", v);
+        return 0;
+    default:
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "unknown setting");
+    }
+}
+
+static void set_defaults(struct reclaimer_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    strcpy(cfg->store_dir, STORE_DEFAULT_DIR);
+    strcpy(cfg->listen, "127.0.0.1:9464");
+    cfg->interval_s = 10;
+    cfg->keep_alive_s = 300;
+    cfg->scrub_rate = 64u << 20;
+    cfg->max_connections = 256;
+    cfg->request_timeout_s = 30;
+    const char *node = getenv("NODE_NAME");
+    if (node != NULL && node[0] != '\0' && strlen(node) < sizeof(cfg->node_name))
+        strcpy(cfg->node_name, node);
+    else if (gethostname(cfg->node_name, sizeof(cfg->node_name)) < 0)
+        strcpy(cfg->node_name, "unknown");
+    cfg->node_name[sizeof(cfg->node_name) - 1] = '\0';
+}
+
+/* YAML keys: the flag names, with '-' or '_' ("keep_alive" = "keep-alive"). */
+static int apply_file(struct reclaimer_config *cfg, const char *path, tetris_error *err)
+{
+    config_yaml *y;
+    int rc = config_yaml_load(path, &y, err);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < y->n_items && rc == 0; i++) {
+        const struct config_item *it = &y->items[i];
+        char name[64];
+        snprintf(name, sizeof(name), "%s", it->key);
+        for (char *p = name; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        int opt = -1;
+        for (const struct option *o = long_options; o->name != NULL; o++)
+            if (strcmp(o->name, name) == 0 && o->has_arg == required_argument &&
+                o->val != OPT_CONFIG)
+                opt = o->val;
+        if (opt < 0)
+            rc = tetris_fail(err, TETRIS_E_INVAL, 0, "%s:%d: unknown setting \"%s\"", path,
+                             it->line, it->key);
+        else if ((rc = apply(cfg, opt, it->value, err)) < 0)
+            rc = tetris_wrap(err, "%s:%d: %s", path, it->line, it->key);
+    }
+    config_yaml_free(y);
+    return rc;
+}
+
+int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
+                          tetris_error *err)
+{
+    set_defaults(cfg);
+    /* First pass: only --config, --help, --version (the file comes before
+     * the other flags whatever their order on the command line). */
+    optind = 1;
+    opterr = 0;
+    for (;;) {
+        int opt = getopt_long(argc, argv, "", long_options, NULL);
+        if (opt == -1)
+            break;
+        if (opt == OPT_HELP) {
+            reclaimer_usage(argv[0]);
+            return 1;
+        }
+        if (opt == OPT_VERSION) {
+            printf("tetris-reclaimer %s\n", TETRIS_VERSION);
+            return 1;
+        }
+        if (opt == '?')
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "unknown or incomplete option %s",
+                               argv[optind - 1]);
+        if (opt == OPT_CONFIG && copy_string(cfg->config_path, sizeof(cfg->config_path),
+                                             "config path", optarg, err) < 0)
+            return -TETRIS_E_INVAL;
+    }
+    if (optind < argc)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "unexpected argument %s", argv[optind]);
+    if (cfg->config_path[0] != '\0') {
+        int rc = apply_file(cfg, cfg->config_path, err);
+        if (rc < 0)
+            return rc;
+    }
+    optind = 1;
+    for (;;) {
+        int opt = getopt_long(argc, argv, "", long_options, NULL);
+        if (opt == -1)
+            break;
+        if (opt == OPT_ONCE) {
+            cfg->once = true;
+            continue;
+        }
+        if (opt == OPT_CONFIG)
+            continue;
+        int rc = apply(cfg, opt, optarg, err);
+        if (rc < 0)
+            return tetris_wrap(err, "--%s", long_options[opt - OPT_STORE].name);
+    }
+    if (cfg->socket_path[0] == '\0' &&
+        snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/ingest.sock",
+                 cfg->store_dir) >= (int)sizeof(cfg->socket_path))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
+    if (cfg->state_path[0] == '\0' &&
+        snprintf(cfg->state_path, sizeof(cfg->state_path), "%s/reclaimer.state",
+                 cfg->store_dir) >= (int)sizeof(cfg->state_path))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
+    return 0;
+}

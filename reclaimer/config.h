@@ -1,0 +1,43 @@
+/* config.h - tetris-reclaimer settings: defaults, then the YAML file
+ * (--config), then command-line flags, in that order of precedence. SIGHUP
+ * re-runs the same sequence, so a flag keeps overriding the file. */
+#ifndef TETRIS_RECLAIMER_CONFIG_H
+#define TETRIS_RECLAIMER_CONFIG_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct reclaimer_config {
+    char store_dir[PATH_MAX];
+    char config_path[PATH_MAX];  /* "" if none */
+    char state_path[PATH_MAX];   /* "" -> <store>/reclaimer.state */
+    char socket_path[PATH_MAX];  /* "" -> <store>/ingest.sock */
+    char listen[128];            /* HTTP ADDR:PORT, "" disables HTTP */
+    char node_name[256];
+    double interval_s;           /* between reclaim passes */
+    double keep_alive_s;         /* cold tensors live this long after last use */
+    uint64_t capacity_bytes;     /* 0: unlimited */
+    uint64_t scrub_rate;         /* CRC-checked bytes per second, 0: off */
+    unsigned max_connections;    /* concurrent ingest connections */
+    double request_timeout_s;    /* to receive a request / send a reply */
+    bool once;                   /* one pass, then exit */
+};
+
+/* Defaults, then the file named by --config (if any), then the flags.
+ * Returns 1 if --help or --version was handled (exit 0), 0 to run, <0 on a
+ * usage or config error. */
+int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
+                          tetris_error *err);
+
+/* "4096", "64Ki", "2Gi", "1.5G", "10M": bytes. Binary (Ki, Mi, Gi, Ti) and
+ * decimal (k/K, M, G, T) suffixes, as Kubernetes quantities. */
+int parse_bytes(const char *s, uint64_t *out, tetris_error *err);
+/* "30", "2.5", "30s", "5m", "1h", "1d": seconds. */
+int parse_seconds(const char *s, double *out, tetris_error *err);
+
+void reclaimer_usage(const char *prog);
+
+#endif

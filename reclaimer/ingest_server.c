@@ -1,0 +1,715 @@
+/* ingest_server.c - the daemon's side of the ingest protocol (wire format
+ * in agent/ingest_client.h).
+ *
+ * One thread per client connection. The client's descriptors are the only
+ * source of bytes: the daemon decodes each tensor from them itself and
+ * store_publish_tensor re-hashes what it wrote, so a client that lies about
+ * a digest gets "rejected" instead of poisoning the store. The connection
+ * is the client's liveness: its references live in a holder the daemon
+ * keeps open until the connection closes. Every request is validated
+ * before anything is touched; a malformed one gets an error reply and the
+ * connection is closed. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cleanup.h"
+#include "ingest_client.h"
+#include "log.h"
+#include "model.h"
+
+const double ingest_duration_bounds[INGEST_DURATION_BUCKETS] = {
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+};
+
+struct ingest_server {
+    struct daemon *d;
+    int listen_fd;
+    int stop_pipe[2]; /* readable once stopping */
+    pthread_t accept_thread;
+    pthread_mutex_t lock;
+    pthread_cond_t idle; /* signalled when a connection ends */
+    unsigned active;
+    char path[PATH_MAX];
+};
+
+/* Holders of connections still open when the daemon stops. Their files
+ * must outlive this process (the clients still map the tensors) so that
+ * the next daemon adopts them; store_holder_close would delete them. They
+ * stay reachable here, locked, until the process exits. */
+static pthread_mutex_t retained_lock = PTHREAD_MUTEX_INITIALIZER;
+static store_holder **retained;
+static size_t n_retained;
+
+static void retain_holder(store_holder *h)
+{
+    pthread_mutex_lock(&retained_lock);
+    store_holder **r = realloc(retained, (n_retained + 1) * sizeof(*r));
+    if (r != NULL) {
+        retained = r;
+        retained[n_retained++] = h;
+    }
+    pthread_mutex_unlock(&retained_lock);
+}
+
+struct conn {
+    ingest_server *srv;
+    int sock;
+    pid_t pid;
+    uid_t uid;
+    store_holder *holder;
+};
+
+/* One tensor of a request, validated. */
+struct req_tensor {
+    tensor_desc desc; /* name and source point into the request's JSON */
+    int source_index;
+};
+
+struct request {
+    const char *label;
+    size_t n_sources;
+    int *fds;
+    struct req_tensor *tensors;
+    size_t n_tensors;
+};
+
+/* ---- validation ---- */
+
+static int get_u64(json_t *obj, const char *key, uint64_t *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int parse_tensor(json_t *t, size_t i, const struct request *rq, const uint64_t *sizes,
+                        struct req_tensor *out, tetris_error *err)
+{
+    if (!json_is_object(t))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] is not an object", i);
+    const char *name = json_string_value(json_object_get(t, "name"));
+    const char *dtype = json_string_value(json_object_get(t, "dtype"));
+    const char *digest = json_string_value(json_object_get(t, "digest"));
+    const char *enc = json_string_value(json_object_get(t, "encoding"));
+    json_t *shape = json_object_get(t, "shape");
+    json_t *src = json_object_get(t, "source_index");
+    uint64_t offset, length, nbytes, crc;
+    if (name == NULL || dtype == NULL || digest == NULL || !json_is_array(shape) ||
+        !json_is_integer(src) || get_u64(t, "offset", &offset) < 0 ||
+        get_u64(t, "length", &length) < 0 || get_u64(t, "nbytes", &nbytes) < 0 ||
+        get_u64(t, "crc32", &crc) < 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "tensors[%zu]: needs name, dtype, shape, source_index, offset, "
+                           "length, nbytes, digest, crc32",
+                           i);
+    tensor_desc *d = &out->desc;
+    memset(out, 0, sizeof(*out));
+    d->name = (char *)name;
+    if (strlen(dtype) >= sizeof(d->meta.dtype))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): unknown dtype", i, name);
+    strcpy(d->meta.dtype, dtype);
+    if (json_array_size(shape) > TENSOR_MAX_DIMS)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): more than %d dims", i,
+                           name, TENSOR_MAX_DIMS);
+    d->meta.ndim = (int)json_array_size(shape);
+    for (int k = 0; k < d->meta.ndim; k++) {
+        json_t *dim = json_array_get(shape, (size_t)k);
+        if (!json_is_integer(dim))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): bad shape", i, name);
+        d->meta.shape[k] = json_integer_value(dim);
+    }
+    d->meta.nbytes = nbytes;
+    if (crc > UINT32_MAX)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): bad crc32", i, name);
+    d->meta.crc32 = (uint32_t)crc;
+    int rc = tensor_meta_validate(&d->meta, err);
+    if (rc < 0)
+        return tetris_wrap(err, "tensors[%zu] (%s)", i, name);
+    rc = tensor_digest_from_hex(digest, &d->meta.digest, err);
+    if (rc < 0)
+        return tetris_wrap(err, "tensors[%zu] (%s)", i, name);
+    d->has_digest = true;
+    if (enc == NULL || strcmp(enc, "raw") == 0)
+        d->encoding = TENSOR_ENC_RAW;
+    else if (strcmp(enc, "varint") == 0)
+        d->encoding = TENSOR_ENC_VARINT;
+    else
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): unknown encoding %s", i,
+                           name, enc);
+    if (d->encoding == TENSOR_ENC_RAW && length != nbytes)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "tensors[%zu] (%s): raw length %llu != nbytes %llu", i, name,
+                           (unsigned long long)length, (unsigned long long)nbytes);
+    json_int_t s = json_integer_value(src);
+    if (s < 0 || (size_t)s >= rq->n_sources)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): source_index %lld out of "
+                           "range (%zu sources)", i, name, (long long)s, rq->n_sources);
+    out->source_index = (int)s;
+    if (offset > sizes[s] || length > sizes[s] - offset)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "tensors[%zu] (%s): region %llu+%llu past the end of source %lld "
+                           "(%llu bytes)",
+                           i, name, (unsigned long long)offset, (unsigned long long)length,
+                           (long long)s, (unsigned long long)sizes[s]);
+    d->offset = offset;
+    d->length = length;
+    d->source = (char *)"client descriptor";
+    return 0;
+}
+
+static int parse_ingest(json_t *msg, int *fds, size_t n_fds, struct request *rq,
+                        tetris_error *err)
+{
+    json_t *sources = json_object_get(msg, "sources");
+    json_t *tensors = json_object_get(msg, "tensors");
+    rq->label = json_string_value(json_object_get(msg, "label"));
+    if (rq->label == NULL)
+        rq->label = "";
+    if (strlen(rq->label) > 255)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "label longer than 255 bytes");
+    if (!json_is_array(sources) || !json_is_array(tensors))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "ingest needs \"sources\" and \"tensors\"");
+    if (json_array_size(sources) != n_fds)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "%zu sources but %zu descriptors attached", json_array_size(sources),
+                           n_fds);
+    if (json_array_size(tensors) > INGEST_MAX_TENSORS)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%zu tensors exceed the limit of %d",
+                           json_array_size(tensors), INGEST_MAX_TENSORS);
+    rq->n_sources = n_fds;
+    rq->fds = fds;
+    uint64_t sizes[INGEST_MAX_SOURCES];
+    for (size_t i = 0; i < n_fds; i++) {
+        struct stat st;
+        if (fstat(fds[i], &st) < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "fstat of descriptor %zu", i);
+        if (!S_ISREG(st.st_mode))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "descriptor %zu is not a regular file", i);
+        int fl = fcntl(fds[i], F_GETFL);
+        if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "descriptor %zu is not readable", i);
+        sizes[i] = (uint64_t)st.st_size;
+    }
+    rq->n_tensors = json_array_size(tensors);
+    rq->tensors = calloc(rq->n_tensors ? rq->n_tensors : 1, sizeof(*rq->tensors));
+    if (rq->tensors == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
+    for (size_t i = 0; i < rq->n_tensors; i++) {
+        int rc = parse_tensor(json_array_get(tensors, i), i, rq, sizes, &rq->tensors[i], err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- publishing ---- */
+
+struct fill_ctx {
+    const tensor_desc *desc;
+    int fd;
+};
+
+static int fill_from_source(void *ctx, void *dst, uint64_t len, tetris_error *err)
+{
+    struct fill_ctx *f = ctx;
+    if (len != f->desc->meta.nbytes)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "fill of %llu bytes for a %llu-byte tensor",
+                           (unsigned long long)len, (unsigned long long)f->desc->meta.nbytes);
+    return model_read_tensor(f->desc, f->fd, dst, err);
+}
+
+/* Reserves room for nbytes against the capacity; false if it does not fit. */
+static bool reserve(struct daemon *d, uint64_t nbytes, uint64_t *capacity_out)
+{
+    pthread_mutex_lock(&d->cfg_lock);
+    uint64_t capacity = d->cfg.capacity_bytes;
+    pthread_mutex_unlock(&d->cfg_lock);
+    *capacity_out = capacity;
+    pthread_mutex_lock(&d->index_lock);
+    bool ok = capacity == 0 || d->resident_bytes + d->reserved_bytes + nbytes <= capacity;
+    if (ok)
+        d->reserved_bytes += nbytes;
+    pthread_mutex_unlock(&d->index_lock);
+    return ok;
+}
+
+static void unreserve(struct daemon *d, uint64_t nbytes)
+{
+    pthread_mutex_lock(&d->index_lock);
+    d->reserved_bytes -= nbytes;
+    pthread_mutex_unlock(&d->index_lock);
+}
+
+struct result {
+    enum ingest_status status;
+    int code;
+    char reason[160];
+};
+
+static void publish_one(struct daemon *d, const struct request *rq, const struct req_tensor *t,
+                        struct result *r, uint64_t *ingested_bytes)
+{
+    const tensor_meta *meta = &t->desc.meta;
+    if (store_has_tensor(d->store, &meta->digest)) {
+        r->status = INGEST_RESIDENT;
+        return;
+    }
+    uint64_t capacity;
+    if (!reserve(d, meta->nbytes, &capacity)) {
+        r->status = INGEST_REJECTED;
+        r->code = TETRIS_E_FULL;
+        snprintf(r->reason, sizeof(r->reason), "store full (capacity %llu bytes)",
+                 (unsigned long long)capacity);
+        atomic_fetch_add(&d->counters.ingest_rejected, 1);
+        return;
+    }
+    struct fill_ctx fc = {&t->desc, rq->fds[t->source_index]};
+    bool published = false;
+    tetris_error err;
+    int rc = store_publish_tensor(d->store, meta, fill_from_source, &fc, &published, &err);
+    unreserve(d, meta->nbytes);
+    if (rc < 0) {
+        r->status = INGEST_REJECTED;
+        r->code = -rc;
+        snprintf(r->reason, sizeof(r->reason), "%.*s", (int)sizeof(r->reason) - 1, err.msg);
+        atomic_fetch_add(&d->counters.ingest_rejected, 1);
+        return;
+    }
+    if (!published) {
+        r->status = INGEST_RESIDENT; /* someone else published it meanwhile */
+        return;
+    }
+    r->status = INGEST_INGESTED;
+    *ingested_bytes += meta->nbytes;
+    atomic_fetch_add(&d->counters.ingest_tensors, 1);
+    atomic_fetch_add(&d->counters.ingest_bytes, meta->nbytes);
+    pthread_mutex_lock(&d->index_lock);
+    tetris_error ierr;
+    /* The trailer is small; the next pass corrects file_bytes exactly. */
+    if (daemon_index_add(d, meta, meta->nbytes, wall_ms() / 1000, &ierr) < 0)
+        log_warn("event=index-add-failed msg=\"%s\"", ierr.msg);
+    pthread_mutex_unlock(&d->index_lock);
+}
+
+/* Random processing order, so concurrent clients loading one model do not
+ * all queue on the same tensor lock. */
+static void shuffle(size_t *order, size_t n, unsigned *seed)
+{
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)rand_r(seed) % i;
+        size_t tmp = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = tmp;
+    }
+}
+
+static int record_refs(struct conn *c, const struct request *rq, const struct result *res,
+                       tetris_error *err)
+{
+    struct daemon *d = c->srv->d;
+    if (c->holder == NULL) {
+        int rc = store_holder_open(d->store, rq->label, c->pid, &c->holder, err);
+        if (rc < 0)
+            return rc;
+    }
+    cleanup_free tensor_digest *digests = malloc((rq->n_tensors + 1) * sizeof(*digests));
+    cleanup_free uint64_t *bytes = malloc((rq->n_tensors + 1) * sizeof(*bytes));
+    if (digests == NULL || bytes == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "references");
+    size_t n = 0;
+    for (size_t i = 0; i < rq->n_tensors; i++) {
+        if (res[i].status == INGEST_REJECTED)
+            continue;
+        digests[n] = rq->tensors[i].desc.meta.digest;
+        bytes[n++] = rq->tensors[i].desc.meta.nbytes;
+    }
+    int rc = store_holder_add_many(c->holder, digests, bytes, n, err);
+    if (rc < 0)
+        return rc;
+    int64_t now_s = wall_ms() / 1000;
+    pthread_mutex_lock(&d->index_lock);
+    for (size_t i = 0; i < n; i++)
+        daemon_index_touch(d, &digests[i], now_s);
+    pthread_mutex_unlock(&d->index_lock);
+    return 0;
+}
+
+static json_t *build_reply(const struct conn *c, const struct request *rq,
+                           const struct result *res, uint64_t ingested_bytes)
+{
+    json_t *tensors = json_array();
+    for (size_t i = 0; tensors != NULL && i < rq->n_tensors; i++) {
+        static const char *const names[] = {"resident", "ingested", "rejected"};
+        json_t *t = json_pack("{s:s}", "status", names[res[i].status]);
+        if (t != NULL && res[i].status == INGEST_REJECTED) {
+            json_object_set_new(t, "error", json_string(tetris_code_name(res[i].code)));
+            json_object_set_new(t, "reason", json_string(res[i].reason));
+        }
+        json_array_append_new(tensors, t);
+    }
+    return json_pack("{s:b, s:s, s:I, s:o*}", "ok", 1, "holder",
+                     c->holder ? store_holder_id(c->holder) : "", "ingested_bytes",
+                     (json_int_t)ingested_bytes, "tensors", tensors);
+}
+
+static void observe_duration(struct daemon *d, int64_t us)
+{
+    double s = (double)us / 1e6;
+    size_t b = 0;
+    while (b < INGEST_DURATION_BUCKETS && s > ingest_duration_bounds[b])
+        b++;
+    atomic_fetch_add(&d->counters.ingest_duration_bucket[b], 1);
+    atomic_fetch_add(&d->counters.ingest_duration_us, (uint64_t)us);
+}
+
+static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, json_t **reply,
+                         tetris_error *err)
+{
+    struct daemon *d = c->srv->d;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct request rq = {0};
+    int rc = parse_ingest(msg, fds, n_fds, &rq, err);
+    if (rc < 0) {
+        free(rq.tensors);
+        return rc;
+    }
+    cleanup_free struct result *res = calloc(rq.n_tensors + 1, sizeof(*res));
+    cleanup_free size_t *order = malloc((rq.n_tensors + 1) * sizeof(*order));
+    if (res == NULL || order == NULL) {
+        free(rq.tensors);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq.n_tensors);
+    }
+    unsigned seed = (unsigned)t0.tv_nsec ^ (unsigned)c->pid;
+    shuffle(order, rq.n_tensors, &seed);
+    uint64_t ingested_bytes = 0;
+    pthread_rwlock_rdlock(&d->use_lock);
+    for (size_t k = 0; k < rq.n_tensors && !atomic_load(&d->stopping); k++)
+        publish_one(d, &rq, &rq.tensors[order[k]], &res[order[k]], &ingested_bytes);
+    if (atomic_load(&d->stopping))
+        rc = tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
+    else
+        rc = record_refs(c, &rq, res, err);
+    pthread_rwlock_unlock(&d->use_lock);
+    if (rc == 0) {
+        *reply = build_reply(c, &rq, res, ingested_bytes);
+        if (*reply == NULL)
+            rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reply");
+    }
+    size_t ingested = 0, rejected = 0;
+    for (size_t i = 0; i < rq.n_tensors; i++) {
+        ingested += res[i].status == INGEST_INGESTED;
+        rejected += res[i].status == INGEST_REJECTED;
+    }
+    free(rq.tensors);
+    atomic_fetch_add(&d->counters.ingest_requests, 1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    observe_duration(d, (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    char q[300];
+    log_info("event=ingest pid=%d label=%s tensors=%zu ingested=%zu rejected=%zu bytes=%llu",
+             (int)c->pid, log_quote(rq.label, q, sizeof(q)), rq.n_tensors, ingested, rejected,
+             (unsigned long long)ingested_bytes);
+    return rc;
+}
+
+static int handle_fallback(struct conn *c, json_t *msg, json_t **reply, tetris_error *err)
+{
+    const char *label = json_string_value(json_object_get(msg, "label"));
+    const char *reason = json_string_value(json_object_get(msg, "reason"));
+    atomic_fetch_add(&c->srv->d->counters.fallbacks, 1);
+    char ql[300], qr[600];
+    log_warn("event=agent-fallback pid=%d label=%s reason=%s", (int)c->pid,
+             log_quote(label ? label : "", ql, sizeof(ql)),
+             log_quote(reason ? reason : "", qr, sizeof(qr)));
+    *reply = json_pack("{s:b}", "ok", 1);
+    if (*reply == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reply");
+    return 0;
+}
+
+static int handle_message(struct conn *c, const char *text, size_t len, int *fds, size_t n_fds,
+                          json_t **reply, tetris_error *err)
+{
+    json_error_t jerr;
+    json_t *msg = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (msg == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "request is not JSON: %s", jerr.text);
+    const char *op = json_string_value(json_object_get(msg, "op"));
+    int rc;
+    if (op != NULL && strcmp(op, "ingest") == 0)
+        rc = handle_ingest(c, msg, fds, n_fds, reply, err);
+    else if (op != NULL && strcmp(op, "report_fallback") == 0 && n_fds == 0)
+        rc = handle_fallback(c, msg, reply, err);
+    else
+        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "unknown op %s%s", op ? op : "(none)",
+                         n_fds ? " (or unexpected descriptors)" : "");
+    json_decref(msg);
+    return rc;
+}
+
+/* ---- connections ---- */
+
+static int64_t request_deadline(struct daemon *d)
+{
+    pthread_mutex_lock(&d->cfg_lock);
+    double t = d->cfg.request_timeout_s;
+    pthread_mutex_unlock(&d->cfg_lock);
+    return ingest_now_ms() + (int64_t)(t * 1000);
+}
+
+static void send_reply(struct conn *c, json_t *reply)
+{
+    char *text = json_dumps(reply, JSON_COMPACT);
+    if (text == NULL)
+        return;
+    tetris_error err;
+    if (ingest_send_message(c->sock, text, strlen(text), NULL, 0, request_deadline(c->srv->d),
+                            &err) < 0)
+        log_info("event=ingest-reply-failed pid=%d msg=\"%s\"", (int)c->pid, err.msg);
+    free(text);
+}
+
+static void send_error(struct conn *c, int code, const char *msg)
+{
+    json_t *reply = json_pack("{s:b, s:s, s:s}", "ok", 0, "error", tetris_code_name(code),
+                              "message", msg);
+    if (reply != NULL)
+        send_reply(c, reply);
+    json_decref(reply);
+}
+
+/* Waits for the next request or a stop; false when the connection ends. */
+static bool wait_for_request(struct conn *c)
+{
+    struct pollfd p[2] = {
+        {.fd = c->sock, .events = POLLIN},
+        {.fd = c->srv->stop_pipe[0], .events = POLLIN},
+    };
+    for (;;) {
+        int n = poll(p, 2, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || p[1].revents != 0)
+            return false;
+        return true; /* readable or hung up: the receive tells which */
+    }
+}
+
+static void serve(struct conn *c)
+{
+    struct daemon *d = c->srv->d;
+    while (wait_for_request(c)) {
+        int fds[INGEST_MAX_SOURCES];
+        size_t n_fds = 0;
+        char *text = NULL;
+        size_t len = 0;
+        tetris_error err;
+        int rc = ingest_recv_message(c->sock, INGEST_MAX_MESSAGE_BYTES, &text, &len, fds,
+                                     INGEST_MAX_SOURCES, &n_fds, request_deadline(d), &err);
+        if (rc == -TETRIS_E_UNAVAILABLE)
+            return; /* the client closed: normal end */
+        json_t *reply = NULL;
+        if (rc == 0) {
+            rc = handle_message(c, text, len, fds, n_fds, &reply, &err);
+            for (size_t i = 0; i < n_fds; i++)
+                close(fds[i]);
+            free(text);
+        }
+        if (rc < 0) {
+            atomic_fetch_add(&d->counters.ingest_errors, 1);
+            log_warn("event=ingest-refused pid=%d code=%s msg=\"%s\"", (int)c->pid,
+                     tetris_code_name(-rc), err.msg);
+            send_error(c, -rc, err.msg);
+            json_decref(reply);
+            return;
+        }
+        send_reply(c, reply);
+        json_decref(reply);
+    }
+}
+
+static void *conn_main(void *arg)
+{
+    struct conn *c = arg;
+    ingest_server *srv = c->srv;
+    atomic_fetch_add(&srv->d->counters.connections, 1);
+    serve(c);
+    if (c->holder != NULL && atomic_load(&srv->d->stopping))
+        retain_holder(c->holder);
+    else if (c->holder != NULL)
+        store_holder_close(c->holder);
+    close(c->sock);
+    atomic_fetch_sub(&srv->d->counters.connections, 1);
+    free(c);
+    pthread_mutex_lock(&srv->lock);
+    srv->active--;
+    pthread_cond_broadcast(&srv->idle);
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
+static void start_connection(ingest_server *srv, int sock)
+{
+    struct ucred cred = {0};
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
+        cred.pid = 0;
+    struct conn *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(sock);
+        return;
+    }
+    *c = (struct conn){.srv = srv, .sock = sock, .pid = cred.pid, .uid = cred.uid};
+    pthread_mutex_lock(&srv->lock);
+    pthread_mutex_lock(&srv->d->cfg_lock);
+    unsigned max = srv->d->cfg.max_connections;
+    pthread_mutex_unlock(&srv->d->cfg_lock);
+    bool busy = srv->active >= max;
+    if (!busy)
+        srv->active++;
+    pthread_mutex_unlock(&srv->lock);
+    if (busy) {
+        send_error(c, TETRIS_E_UNAVAILABLE, "too many connections");
+        close(sock);
+        free(c);
+        return;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, conn_main, c);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        log_warn("event=ingest-thread-failed errno=%d", rc);
+        send_error(c, TETRIS_E_UNAVAILABLE, "cannot start a thread");
+        close(sock);
+        free(c);
+        pthread_mutex_lock(&srv->lock);
+        srv->active--;
+        pthread_mutex_unlock(&srv->lock);
+    }
+}
+
+static void *accept_main(void *arg)
+{
+    ingest_server *srv = arg;
+    struct pollfd p[2] = {
+        {.fd = srv->listen_fd, .events = POLLIN},
+        {.fd = srv->stop_pipe[0], .events = POLLIN},
+    };
+    for (;;) {
+        int n = poll(p, 2, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || p[1].revents != 0)
+            return NULL;
+        int sock = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (sock < 0) {
+            if (errno == EMFILE || errno == ENFILE)
+                usleep(100 * 1000); /* out of descriptors: let connections end */
+            continue;
+        }
+        start_connection(srv, sock);
+    }
+}
+
+/* A socket file left by a dead daemon is removed; a live daemon's is not. */
+static int claim_socket_path(const char *path, tetris_error *err)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(sa.sun_path, path);
+    cleanup_close int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "socket");
+    if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+        return tetris_fail(err, TETRIS_E_CONFLICT, 0,
+                           "another daemon is serving %s", path);
+    if (unlink(path) < 0 && errno != ENOENT)
+        return tetris_fail(err, TETRIS_E_IO, errno, "unlink stale %s", path);
+    return 0;
+}
+
+int ingest_server_start(struct daemon *d, ingest_server **out, tetris_error *err)
+{
+    const char *path = d->cfg.socket_path;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "socket path too long: %s", path);
+    strcpy(sa.sun_path, path);
+    int rc = claim_socket_path(path, err);
+    if (rc < 0)
+        return rc;
+    cleanup_close int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "socket");
+    /* Function instances run as any user; the socket is their only door. */
+    mode_t old = umask(0);
+    rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    int bind_errno = errno;
+    umask(old);
+    if (rc < 0)
+        return tetris_fail(err, TETRIS_E_IO, bind_errno, "bind %s", path);
+    if (listen(fd, 128) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "listen %s", path);
+    ingest_server *srv = calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "ingest server");
+    srv->d = d;
+    snprintf(srv->path, sizeof(srv->path), "%s", path);
+    if (pipe2(srv->stop_pipe, O_CLOEXEC) < 0) {
+        free(srv);
+        return tetris_fail(err, TETRIS_E_IO, errno, "pipe");
+    }
+    pthread_mutex_init(&srv->lock, NULL);
+    pthread_cond_init(&srv->idle, NULL);
+    srv->listen_fd = fd;
+    rc = pthread_create(&srv->accept_thread, NULL, accept_main, srv);
+    if (rc != 0) {
+        close(srv->stop_pipe[0]);
+        close(srv->stop_pipe[1]);
+        free(srv);
+        return tetris_fail(err, TETRIS_E_IO, rc, "accept thread");
+    }
+    fd = -1;
+    *out = srv;
+    return 0;
+}
+
+void ingest_server_stop(ingest_server *srv)
+{
+    if (srv == NULL)
+        return;
+    unlink(srv->path);
+    if (write(srv->stop_pipe[1], "x", 1) < 0)
+        log_warn("event=stop-signal-failed errno=%d", errno);
+    pthread_join(srv->accept_thread, NULL);
+    close(srv->listen_fd);
+    pthread_mutex_lock(&srv->lock);
+    while (srv->active > 0)
+        pthread_cond_wait(&srv->idle, &srv->lock);
+    pthread_mutex_unlock(&srv->lock);
+    close(srv->stop_pipe[0]);
+    close(srv->stop_pipe[1]);
+    pthread_mutex_destroy(&srv->lock);
+    pthread_cond_destroy(&srv->idle);
+    free(srv);
+}

@@ -1,0 +1,189 @@
+/* main.c - tetris-reclaimer: configuration, signals and the main loop.
+ * The main thread runs reclaim passes every --interval and handles
+ * signals; the ingest service and the HTTP server run on their own
+ * threads (see daemon.h for the parts). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "log.h"
+
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE 2
+
+static int daemon_init(struct daemon *d, const struct reclaimer_config *cfg, tetris_error *err)
+{
+    memset(d, 0, sizeof(*d));
+    d->cfg = *cfg;
+    pthread_mutex_init(&d->cfg_lock, NULL);
+    pthread_mutex_init(&d->index_lock, NULL);
+    pthread_mutex_init(&d->pin_lock, NULL);
+    pthread_rwlock_init(&d->use_lock, NULL);
+    d->started_ms = wall_ms();
+    /* Generations start at the start time in ms, so an ETag from before a
+     * restart never matches one after it. */
+    d->generation = (uint64_t)d->started_ms;
+    int rc = tensor_index_new(&d->index, err);
+    if (rc < 0)
+        return rc;
+    struct store_options so = {.create = true};
+    return store_open(cfg->store_dir, &so, &d->store, err);
+}
+
+static void daemon_fini(struct daemon *d)
+{
+    daemon_release_adopted(d);
+    store_close(d->store);
+    tensor_index_free(d->index);
+    free(d->pinned);
+    pthread_rwlock_destroy(&d->use_lock);
+    pthread_mutex_destroy(&d->pin_lock);
+    pthread_mutex_destroy(&d->index_lock);
+    pthread_mutex_destroy(&d->cfg_lock);
+}
+
+/* SIGHUP: re-read the file and re-apply the flags. Only the policy knobs
+ * change at run time; where the daemon lives (store, socket, HTTP address)
+ * needs a restart. */
+static void reload(struct daemon *d, int argc, char **argv)
+{
+    struct reclaimer_config fresh;
+    tetris_error err;
+    int rc = reclaimer_config_load(argc, argv, &fresh, &err);
+    if (rc != 0) {
+        log_error("event=reload-failed msg=\"%s\" action=keep-old-config", err.msg);
+        return;
+    }
+    if (strcmp(fresh.store_dir, d->cfg.store_dir) != 0 ||
+        strcmp(fresh.listen, d->cfg.listen) != 0 ||
+        strcmp(fresh.socket_path, d->cfg.socket_path) != 0)
+        log_warn("event=reload-ignored what=\"store, socket or listen address\" "
+                 "msg=\"needs a restart\"");
+    pthread_mutex_lock(&d->cfg_lock);
+    d->cfg.interval_s = fresh.interval_s;
+    d->cfg.keep_alive_s = fresh.keep_alive_s;
+    d->cfg.capacity_bytes = fresh.capacity_bytes;
+    d->cfg.scrub_rate = fresh.scrub_rate;
+    d->cfg.max_connections = fresh.max_connections;
+    d->cfg.request_timeout_s = fresh.request_timeout_s;
+    memcpy(d->cfg.node_name, fresh.node_name, sizeof(d->cfg.node_name));
+    pthread_mutex_unlock(&d->cfg_lock);
+    log_info("event=reloaded interval_s=%g keep_alive_s=%g capacity_bytes=%llu scrub_rate=%llu",
+             fresh.interval_s, fresh.keep_alive_s, (unsigned long long)fresh.capacity_bytes,
+             (unsigned long long)fresh.scrub_rate);
+}
+
+/* Waits up to seconds for a signal; returns it, or 0 on timeout. */
+static int wait_signal(const sigset_t *set, double seconds)
+{
+    struct timespec ts = {.tv_sec = (time_t)seconds,
+                          .tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    for (;;) {
+        int sig = sigtimedwait(set, NULL, &ts);
+        if (sig >= 0)
+            return sig;
+        if (errno == EAGAIN)
+            return 0;
+        if (errno != EINTR)
+            return SIGTERM;
+    }
+}
+
+static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **argv)
+{
+    for (;;) {
+        pthread_mutex_lock(&d->cfg_lock);
+        double interval = d->cfg.interval_s;
+        pthread_mutex_unlock(&d->cfg_lock);
+        /* Adopted holders are checked more often than a pass runs. */
+        int sig = wait_signal(set, interval < 1 ? interval : 1);
+        if (sig == SIGTERM || sig == SIGINT) {
+            log_info("event=stopping signal=%s", sig == SIGTERM ? "TERM" : "INT");
+            return;
+        }
+        if (sig == SIGHUP) {
+            reload(d, argc, argv);
+            continue;
+        }
+        daemon_poll_adopted(d);
+        pthread_mutex_lock(&d->index_lock);
+        int64_t last = d->last_pass_ms;
+        pthread_mutex_unlock(&d->index_lock);
+        if ((double)(wall_ms() - last) < interval * 1000)
+            continue;
+        tetris_error err;
+        if (daemon_reclaim_pass(d, &err) < 0) {
+            log_error("event=reclaim-pass-failed code=%s msg=\"%s\"", tetris_code_name(err.code),
+                      err.msg);
+            pthread_mutex_lock(&d->index_lock);
+            d->last_pass_ms = wall_ms(); /* retry after one interval, not at once */
+            pthread_mutex_unlock(&d->index_lock);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    log_init(argv[0]);
+    struct reclaimer_config cfg;
+    tetris_error err;
+    int rc = reclaimer_config_load(argc, argv, &cfg, &err);
+    if (rc == 1)
+        return 0;
+    if (rc < 0) {
+        log_error("event=usage msg=\"%s\"", err.msg);
+        fprintf(stderr, "Try '%s --help'.\n", argv[0]);
+        return EXIT_USAGE;
+    }
+    /* Signals are taken synchronously by the main thread only. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    static struct daemon d;
+    if (daemon_init(&d, &cfg, &err) < 0 || daemon_startup(&d, &err) < 0) {
+        log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
+        if (d.store != NULL)
+            daemon_fini(&d);
+        else
+            tensor_index_free(d.index);
+        return EXIT_RUNTIME;
+    }
+    pthread_mutex_lock(&d.index_lock);
+    log_info("event=started store=%s tensors=%zu resident_bytes=%llu once=%d", cfg.store_dir,
+             tensor_index_count(d.index), (unsigned long long)d.resident_bytes, cfg.once);
+    pthread_mutex_unlock(&d.index_lock);
+    if (cfg.once) {
+        daemon_fini(&d);
+        return 0;
+    }
+
+    ingest_server *ingest = NULL;
+    http_api *http = NULL;
+    if (ingest_server_start(&d, &ingest, &err) < 0 ||
+        (cfg.listen[0] != '\0' && http_api_start(&d, &http, &err) < 0)) {
+        log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
+        atomic_store(&d.stopping, true);
+        ingest_server_stop(ingest);
+        daemon_fini(&d);
+        return EXIT_RUNTIME;
+    }
+    log_info("event=serving socket=%s", cfg.socket_path);
+    run_loop(&d, &set, argc, argv);
+
+    atomic_store(&d.stopping, true);
+    http_api_stop(http);
+    ingest_server_stop(ingest);
+    daemon_save_state(&d);
+    daemon_fini(&d);
+    log_info("event=stopped");
+    return 0;
+}

@@ -1,0 +1,561 @@
+/* reclaim.c - keeping the store tidy: crash repair, the reclaim pass
+ * (T_cold = T_all \ T_warm; keep-alive, then LRU above capacity), holder
+ * adoption after a daemon restart, and the rate-limited CRC scrub.
+ *
+ * Why adoption: the daemon records an agent's references in a holder file
+ * that the daemon itself keeps locked for as long as the agent's
+ * connection is open. If the daemon dies, those locks go with it although
+ * the agents still map their tensors. At start-up, before repair releases
+ * dead holders, the daemon re-records the references of every dead holder
+ * whose owner process still exists and keeps them until that process exits
+ * (watched through a pidfd). */
+#include "daemon.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "log.h"
+
+#define MARK_SEEN 1u
+#define MARK_REF 2u
+/* Persist last-use times at most this often (and at shutdown). */
+#define STATE_SAVE_INTERVAL_MS 30000
+
+struct adopted_holder {
+    store_holder *holder;
+    int pidfd;
+    pid_t pid;
+};
+
+int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- index helpers (index_lock held) ---- */
+
+void daemon_index_touch(struct daemon *d, const tensor_digest *dg, int64_t now_s)
+{
+    struct index_entry *e = tensor_index_find(d->index, dg);
+    if (e != NULL)
+        e->last_ref_s = now_s;
+}
+
+int daemon_index_add(struct daemon *d, const tensor_meta *meta, uint64_t file_bytes,
+                     int64_t now_s, tetris_error *err)
+{
+    struct index_entry *e;
+    bool created;
+    int rc = tensor_index_upsert(d->index, &meta->digest, &e, &created, err);
+    if (rc < 0)
+        return rc;
+    if (created || e->bytes == 0) {
+        e->bytes = meta->nbytes;
+        e->file_bytes = file_bytes;
+        e->mtime_s = now_s;
+        d->resident_bytes += file_bytes;
+        d->generation++;
+    }
+    e->mark |= MARK_SEEN;
+    return 0;
+}
+
+/* ---- adoption ---- */
+
+struct orphan {
+    pid_t pid;
+    char label[256];
+    size_t n;
+    tensor_digest *refs;
+    uint64_t *bytes;
+};
+
+struct orphan_scan {
+    struct orphan *list;
+    size_t n;
+    size_t cap;
+    int err;
+};
+
+static int pidfd_open_pid(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+static int collect_orphan(void *ctx, const struct store_holder_info *h)
+{
+    struct orphan_scan *scan = ctx;
+    if (h->alive || h->pid <= 0 || h->pid == getpid() || h->n_refs == 0)
+        return 0;
+    /* A dead holder whose owner still runs: the previous daemon held it. */
+    if (kill(h->pid, 0) < 0 && errno == ESRCH)
+        return 0;
+    if (scan->n == scan->cap) {
+        size_t cap = scan->cap ? scan->cap * 2 : 16;
+        struct orphan *l = realloc(scan->list, cap * sizeof(*l));
+        if (l == NULL)
+            return scan->err = -TETRIS_E_NOMEM;
+        scan->list = l;
+        scan->cap = cap;
+    }
+    struct orphan *o = &scan->list[scan->n];
+    memset(o, 0, sizeof(*o));
+    o->pid = h->pid;
+    snprintf(o->label, sizeof(o->label), "%s", h->label ? h->label : "");
+    o->refs = malloc(h->n_refs * sizeof(*o->refs));
+    o->bytes = malloc(h->n_refs * sizeof(*o->bytes));
+    if (o->refs == NULL || o->bytes == NULL) {
+        free(o->refs);
+        free(o->bytes);
+        return scan->err = -TETRIS_E_NOMEM;
+    }
+    memcpy(o->refs, h->refs, h->n_refs * sizeof(*o->refs));
+    memcpy(o->bytes, h->ref_bytes, h->n_refs * sizeof(*o->bytes));
+    o->n = h->n_refs;
+    scan->n++;
+    return 0;
+}
+
+static int adopt_one(struct daemon *d, const struct orphan *o, tetris_error *err)
+{
+    int pidfd = pidfd_open_pid(o->pid);
+    if (pidfd < 0)
+        return 0; /* exited meanwhile (or no pidfd support): nothing to keep */
+    store_holder *h;
+    int rc = store_holder_open(d->store, o->label, o->pid, &h, err);
+    if (rc < 0) {
+        close(pidfd);
+        return rc;
+    }
+    rc = store_holder_add_many(h, o->refs, o->bytes, o->n, err);
+    if (rc < 0) {
+        store_holder_close(h);
+        close(pidfd);
+        return rc;
+    }
+    struct adopted_holder *a = realloc(d->adopted, (d->n_adopted + 1) * sizeof(*a));
+    if (a == NULL) {
+        store_holder_close(h);
+        close(pidfd);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "adopted holders");
+    }
+    d->adopted = a;
+    d->adopted[d->n_adopted++] = (struct adopted_holder){h, pidfd, o->pid};
+    atomic_fetch_add(&d->counters.adopted_holders, 1);
+    char q[300];
+    log_info("event=holder-adopted pid=%d label=%s refs=%zu", (int)o->pid,
+             log_quote(o->label, q, sizeof(q)), o->n);
+    return 0;
+}
+
+static int adopt_orphans(struct daemon *d, tetris_error *err)
+{
+    struct orphan_scan scan = {0};
+    int rc = store_foreach_holder(d->store, collect_orphan, &scan, err);
+    if (rc == 0 && scan.err < 0)
+        rc = tetris_fail(err, -scan.err, ENOMEM, "scanning holders");
+    for (size_t i = 0; i < scan.n; i++) {
+        if (rc == 0)
+            rc = adopt_one(d, &scan.list[i], err);
+        free(scan.list[i].refs);
+        free(scan.list[i].bytes);
+    }
+    free(scan.list);
+    return rc;
+}
+
+void daemon_poll_adopted(struct daemon *d)
+{
+    for (size_t i = 0; i < d->n_adopted;) {
+        struct pollfd p = {.fd = d->adopted[i].pidfd, .events = POLLIN};
+        if (poll(&p, 1, 0) == 1) {
+            log_info("event=adopted-holder-released pid=%d", (int)d->adopted[i].pid);
+            store_holder_close(d->adopted[i].holder);
+            close(d->adopted[i].pidfd);
+            d->adopted[i] = d->adopted[--d->n_adopted];
+        } else {
+            i++;
+        }
+    }
+}
+
+void daemon_release_adopted(struct daemon *d)
+{
+    /* On a clean stop the holder files must stay (their owners still map):
+     * close only our descriptors; the next daemon adopts them again. */
+    for (size_t i = 0; i < d->n_adopted; i++)
+        close(d->adopted[i].pidfd);
+    free(d->adopted);
+    d->adopted = NULL;
+    d->n_adopted = 0;
+}
+
+/* ---- the pass ---- */
+
+struct pass {
+    struct daemon *d;
+    int64_t now_s;
+    uint64_t holders;
+    uint64_t logical_bytes;
+    int err;
+    tetris_error *errp;
+};
+
+static int on_tensor(void *ctx, const struct store_entry *se)
+{
+    struct pass *p = ctx;
+    struct index_entry *e;
+    bool created;
+    int rc = tensor_index_upsert(p->d->index, &se->meta.digest, &e, &created, p->errp);
+    if (rc < 0)
+        return p->err = rc;
+    if (created || e->bytes == 0) {
+        e->bytes = se->meta.nbytes;
+        e->file_bytes = se->file_bytes;
+        e->mtime_s = se->mtime.tv_sec;
+        p->d->generation++;
+    }
+    e->mark = MARK_SEEN;
+    return 0;
+}
+
+static int on_holder(void *ctx, const struct store_holder_info *h)
+{
+    struct pass *p = ctx;
+    if (!h->alive)
+        return 0;
+    p->holders++;
+    for (size_t i = 0; i < h->n_refs; i++) {
+        p->logical_bytes += h->ref_bytes[i];
+        struct index_entry *e = tensor_index_find(p->d->index, &h->refs[i]);
+        if (e != NULL) {
+            e->mark |= MARK_REF;
+            e->last_ref_s = p->now_s;
+        }
+    }
+    return 0;
+}
+
+static void apply_pins(struct daemon *d, int64_t now_s)
+{
+    pthread_mutex_lock(&d->pin_lock);
+    for (size_t i = 0; i < d->n_pinned; i++) {
+        struct index_entry *e = tensor_index_find(d->index, &d->pinned[i]);
+        if (e != NULL) {
+            e->mark |= MARK_REF;
+            e->last_ref_s = now_s;
+        }
+    }
+    pthread_mutex_unlock(&d->pin_lock);
+}
+
+/* Drops index entries the store no longer has; recomputes totals. */
+static int reconcile(struct daemon *d, tetris_error *err)
+{
+    size_t n_gone = 0;
+    size_t c = 0;
+    struct index_entry *e;
+    while ((e = tensor_index_next(d->index, &c)) != NULL)
+        n_gone += !(e->mark & MARK_SEEN);
+    if (n_gone > 0) {
+        cleanup_free tensor_digest *gone = malloc(n_gone * sizeof(*gone));
+        if (gone == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reconcile");
+        size_t k = 0;
+        for (c = 0; (e = tensor_index_next(d->index, &c)) != NULL;)
+            if (!(e->mark & MARK_SEEN))
+                gone[k++] = e->digest;
+        for (size_t i = 0; i < k; i++)
+            tensor_index_remove(d->index, &gone[i]);
+        d->generation++;
+    }
+    uint64_t resident = 0;
+    uint64_t warm = 0;
+    for (c = 0; (e = tensor_index_next(d->index, &c)) != NULL;) {
+        resident += e->file_bytes;
+        if (e->mark & MARK_REF)
+            warm += e->bytes;
+    }
+    d->resident_bytes = resident;
+    d->warm_bytes = warm;
+    return 0;
+}
+
+static int remove_tensor(struct daemon *d, struct index_entry *e, bool eviction)
+{
+    tetris_error err;
+    tensor_digest dg = e->digest;
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_digest_to_hex(&dg, hex);
+    int rc = store_remove_tensor(d->store, &dg, &err);
+    if (rc < 0 && rc != -TETRIS_E_NOTFOUND) {
+        log_warn("event=remove-failed digest=%s code=%s msg=\"%s\"", hex, tetris_code_name(-rc),
+                 err.msg);
+        return rc;
+    }
+    uint64_t bytes = e->file_bytes;
+    d->resident_bytes -= bytes < d->resident_bytes ? bytes : d->resident_bytes;
+    tensor_index_remove(d->index, &dg);
+    d->generation++;
+    atomic_fetch_add(eviction ? &d->counters.evictions : &d->counters.reclaims, 1);
+    atomic_fetch_add(&d->counters.reclaimed_bytes, bytes);
+    log_debug("event=%s digest=%s bytes=%llu", eviction ? "evicted" : "reclaimed", hex,
+              (unsigned long long)bytes);
+    return 0;
+}
+
+struct cold {
+    tensor_digest digest;
+    int64_t last_use_s;
+};
+
+static int cmp_cold(const void *a, const void *b)
+{
+    const struct cold *x = a, *y = b;
+    return (x->last_use_s > y->last_use_s) - (x->last_use_s < y->last_use_s);
+}
+
+static int64_t last_use(const struct index_entry *e)
+{
+    return e->last_ref_s > 0 ? e->last_ref_s : e->mtime_s;
+}
+
+/* Keep-alive expiry, then LRU down to capacity; cold tensors only. */
+static int free_cold(struct daemon *d, int64_t now_s, double keep_alive_s, uint64_t capacity,
+                     size_t *n_freed, tetris_error *err)
+{
+    size_t n = tensor_index_count(d->index);
+    cleanup_free struct cold *cold = malloc((n ? n : 1) * sizeof(*cold));
+    if (cold == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "cold list of %zu", n);
+    size_t n_cold = 0;
+    size_t c = 0;
+    struct index_entry *e;
+    while ((e = tensor_index_next(d->index, &c)) != NULL)
+        if (!(e->mark & MARK_REF))
+            cold[n_cold++] = (struct cold){e->digest, last_use(e)};
+    qsort(cold, n_cold, sizeof(*cold), cmp_cold);
+    size_t freed = 0;
+    for (size_t i = 0; i < n_cold; i++) {
+        e = tensor_index_find(d->index, &cold[i].digest);
+        if (e == NULL)
+            continue;
+        bool expired = (double)(now_s - cold[i].last_use_s) >= keep_alive_s;
+        bool over = capacity > 0 && d->resident_bytes > capacity;
+        if (!expired && !over)
+            break; /* the rest are younger and the store is under capacity */
+        if (remove_tensor(d, e, !expired) == 0)
+            freed++;
+    }
+    *n_freed = freed;
+    return 0;
+}
+
+static void save_state(struct daemon *d, bool force)
+{
+    static int64_t last_save_ms;
+    int64_t now = mono_ms();
+    if (!force && last_save_ms != 0 && now - last_save_ms < STATE_SAVE_INTERVAL_MS)
+        return;
+    tetris_error err;
+    pthread_mutex_lock(&d->index_lock);
+    int rc = tensor_index_save(d->index, d->cfg.state_path, &err);
+    pthread_mutex_unlock(&d->index_lock);
+    if (rc < 0)
+        log_warn("event=state-save-failed msg=\"%s\"", err.msg);
+    else
+        last_save_ms = now;
+}
+
+static void repair(struct daemon *d)
+{
+    struct store_repair_report rep = {0};
+    tetris_error err;
+    if (store_repair(d->store, &rep, &err) < 0) {
+        log_warn("event=repair-failed msg=\"%s\"", err.msg);
+        return;
+    }
+    atomic_fetch_add(&d->counters.repaired_holders, rep.dead_holders_released);
+    atomic_fetch_add(&d->counters.repaired_temp_files, rep.temp_files_removed);
+    atomic_fetch_add(&d->counters.repaired_bad_tensors, rep.bad_tensors_removed);
+    if (rep.dead_holders_released || rep.temp_files_removed || rep.bad_tensors_removed)
+        log_info("event=repair dead_holders=%zu temp_files=%zu bad_tensors=%zu",
+                 rep.dead_holders_released, rep.temp_files_removed, rep.bad_tensors_removed);
+}
+
+/* Re-checks CRC32s of up to scrub_rate * interval bytes, resuming where
+ * the previous pass stopped; quarantines mismatches. Runs without the use
+ * lock: a tensor removed meanwhile is simply skipped. */
+static void scrub(struct daemon *d, uint64_t budget)
+{
+    if (budget == 0)
+        return;
+    size_t cap = 4096;
+    cleanup_free tensor_digest *batch = malloc(cap * sizeof(*batch));
+    if (batch == NULL)
+        return;
+    size_t n = 0;
+    uint64_t planned = 0;
+    pthread_mutex_lock(&d->index_lock);
+    size_t count = tensor_index_count(d->index);
+    size_t c = d->scrub_cursor;
+    for (size_t visited = 0; visited < count && planned < budget && n < cap;) {
+        struct index_entry *e = tensor_index_next(d->index, &c);
+        if (e == NULL) {
+            c = 0;
+            continue;
+        }
+        batch[n++] = e->digest;
+        planned += e->bytes;
+        visited++;
+    }
+    d->scrub_cursor = c;
+    pthread_mutex_unlock(&d->index_lock);
+
+    for (size_t i = 0; i < n && !atomic_load(&d->stopping); i++) {
+        tetris_error err;
+        int rc = store_check_crc(d->store, &batch[i], &err);
+        if (rc == 0 || rc == -TETRIS_E_NOTFOUND)
+            continue;
+        char hex[TENSOR_DIGEST_HEX_LEN + 1];
+        tensor_digest_to_hex(&batch[i], hex);
+        if (rc != -TETRIS_E_CORRUPT) {
+            log_warn("event=scrub-failed digest=%s msg=\"%s\"", hex, err.msg);
+            continue;
+        }
+        atomic_fetch_add(&d->counters.scrub_errors, 1);
+        log_error("event=scrub-corrupt digest=%s action=quarantine msg=\"%s\"", hex, err.msg);
+        if (store_quarantine_tensor(d->store, &batch[i], &err) < 0)
+            log_error("event=quarantine-failed digest=%s msg=\"%s\"", hex, err.msg);
+        pthread_mutex_lock(&d->index_lock);
+        struct index_entry *e = tensor_index_find(d->index, &batch[i]);
+        if (e != NULL) {
+            d->resident_bytes -= e->file_bytes < d->resident_bytes ? e->file_bytes
+                                                                    : d->resident_bytes;
+            tensor_index_remove(d->index, &batch[i]);
+            d->generation++;
+        }
+        pthread_mutex_unlock(&d->index_lock);
+    }
+    atomic_fetch_add(&d->counters.scrubbed_bytes, planned);
+}
+
+int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
+{
+    int64_t start = mono_ms();
+    pthread_mutex_lock(&d->cfg_lock);
+    double keep_alive_s = d->cfg.keep_alive_s;
+    uint64_t capacity = d->cfg.capacity_bytes;
+    uint64_t scrub_budget = (uint64_t)((double)d->cfg.scrub_rate * d->cfg.interval_s);
+    pthread_mutex_unlock(&d->cfg_lock);
+
+    daemon_poll_adopted(d);
+    pthread_rwlock_wrlock(&d->use_lock);
+    int rc = store_reclaim_begin(d->store, err);
+    if (rc < 0) {
+        pthread_rwlock_unlock(&d->use_lock);
+        return rc;
+    }
+    repair(d);
+    struct pass p = {.d = d, .now_s = wall_ms() / 1000, .errp = err};
+    size_t freed = 0;
+    pthread_mutex_lock(&d->index_lock);
+    size_t c = 0;
+    struct index_entry *e;
+    while ((e = tensor_index_next(d->index, &c)) != NULL)
+        e->mark = 0;
+    rc = store_foreach_tensor(d->store, on_tensor, &p, err);
+    if (rc == 0 && p.err < 0)
+        rc = p.err;
+    if (rc == 0)
+        rc = reconcile(d, err);
+    if (rc == 0)
+        rc = store_foreach_holder(d->store, on_holder, &p, err);
+    if (rc == 0) {
+        apply_pins(d, p.now_s);
+        rc = reconcile(d, err); /* warm bytes now that references are marked */
+    }
+    if (rc == 0) {
+        d->holders = p.holders;
+        d->logical_bytes = p.logical_bytes;
+        rc = free_cold(d, p.now_s, keep_alive_s, capacity, &freed, err);
+    }
+    d->last_pass_ok = rc == 0;
+    if (rc == 0)
+        d->last_pass_ms = wall_ms();
+    uint64_t resident = d->resident_bytes;
+    size_t tensors = tensor_index_count(d->index);
+    pthread_mutex_unlock(&d->index_lock);
+    store_reclaim_end(d->store);
+    pthread_rwlock_unlock(&d->use_lock);
+    if (rc < 0)
+        return rc;
+
+    atomic_fetch_add(&d->counters.reclaim_passes, 1);
+    save_state(d, false);
+    scrub(d, scrub_budget);
+    log_debug("event=reclaim-pass tensors=%zu resident_bytes=%llu holders=%llu freed=%zu ms=%lld",
+              tensors, (unsigned long long)resident, (unsigned long long)p.holders, freed,
+              (long long)(mono_ms() - start));
+    if (freed > 0)
+        log_info("event=reclaim-pass freed=%zu tensors=%zu resident_bytes=%llu", freed, tensors,
+                 (unsigned long long)resident);
+    return 0;
+}
+
+int daemon_startup(struct daemon *d, tetris_error *err)
+{
+    tetris_error lerr;
+    pthread_mutex_lock(&d->index_lock);
+    int rc = tensor_index_load(d->index, d->cfg.state_path, &lerr);
+    pthread_mutex_unlock(&d->index_lock);
+    if (rc < 0)
+        log_warn("event=state-load-failed msg=\"%s\" action=ignore", lerr.msg);
+    rc = adopt_orphans(d, err);
+    if (rc < 0)
+        return rc;
+    rc = daemon_reclaim_pass(d, err);
+    if (rc < 0)
+        return rc;
+    save_state(d, true);
+    return 0;
+}
+
+int daemon_set_pinned(struct daemon *d, const tensor_digest *digests, size_t n,
+                      tetris_error *err)
+{
+    tensor_digest *copy = NULL;
+    if (n > 0) {
+        copy = malloc(n * sizeof(*copy));
+        if (copy == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pinned set of %zu", n);
+        memcpy(copy, digests, n * sizeof(*copy));
+    }
+    pthread_mutex_lock(&d->pin_lock);
+    free(d->pinned);
+    d->pinned = copy;
+    d->n_pinned = n;
+    pthread_mutex_unlock(&d->pin_lock);
+    return 0;
+}
+
+void daemon_save_state(struct daemon *d)
+{
+    save_state(d, true);
+}

@@ -1,0 +1,444 @@
+/* ingest-probe.c - test driver for tetris-reclaimer (tests and benchmarks
+ * only). Subcommands:
+ *
+ *   synth --out FILE --tensors N --bytes B [--seed S]
+ *       writes a synthetic safetensors model: N float32 tensors of B bytes
+ *       each, seeded pseudo-random values (same seed, same bytes)
+ *   load --store DIR [--socket PATH] [--timeout-ms N] [--hold] [--direct] MODEL
+ *       what a function instance does: ask the daemon to ingest MODEL and
+ *       record references (or, with --direct, publish into the store
+ *       itself), map every tensor read-only and read each page; on any
+ *       daemon failure fall back to a private load and report it. Prints
+ *       one JSON line; with --hold keeps everything until stdin closes or
+ *       SIGTERM.
+ *   send --socket PATH [--fd FILE]... [--raw]
+ *       sends stdin as one request (length-prefixed unless --raw) with the
+ *       files' descriptors attached; prints the reply, or "closed".
+ *
+ * Exit status: 0 done (a fallback still counts as done), 1 failure, 2 usage. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "ingest_client.h"
+#include "log.h"
+#include "model.h"
+#include "store.h"
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: tetris-ingest-probe synth|load|send ... (see the source header)\n");
+    return 2;
+}
+
+/* ---- synth ---- */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int cmd_synth(int argc, char **argv)
+{
+    const char *out = NULL;
+    unsigned long n = 0, bytes = 0, seed = 1;
+    static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
+                                         {"tensors", required_argument, NULL, 'n'},
+                                         {"bytes", required_argument, NULL, 'b'},
+                                         {"seed", required_argument, NULL, 's'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'o')
+            out = optarg;
+        else if (c == 'n')
+            n = strtoul(optarg, NULL, 10);
+        else if (c == 'b')
+            bytes = strtoul(optarg, NULL, 10);
+        else if (c == 's')
+            seed = strtoul(optarg, NULL, 10);
+        else
+            return usage();
+    }
+    if (out == NULL || n == 0 || bytes == 0 || bytes % 4 != 0)
+        return usage();
+    /* Header: {"t0":{"dtype":"F32","shape":[k],"data_offsets":[a,b]},...} */
+    size_t hcap = 128 + n * 96;
+    cleanup_free char *hdr = malloc(hcap);
+    if (hdr == NULL)
+        return 1;
+    size_t hl = 0;
+    hl += (size_t)snprintf(hdr + hl, hcap - hl, "{");
+    for (unsigned long i = 0; i < n; i++)
+        hl += (size_t)snprintf(hdr + hl, hcap - hl,
+                               "%s\"t%lu\":{\"dtype\":\"F32\",\"shape\":[%lu],"
+                               "\"data_offsets\":[%lu,%lu]}",
+                               i ? "," : "", i, bytes / 4, i * bytes, (i + 1) * bytes);
+    hl += (size_t)snprintf(hdr + hl, hcap - hl, "}");
+    while (hl % 8 != 0)
+        hdr[hl++] = ' ';
+    cleanup_fclose FILE *fp = fopen(out, "we");
+    if (fp == NULL) {
+        perror(out);
+        return 1;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    fwrite(len8, 1, 8, fp);
+    fwrite(hdr, 1, hl, fp);
+    cleanup_free uint64_t *buf = malloc(bytes + 8);
+    if (buf == NULL)
+        return 1;
+    uint64_t state = seed * 0x100000001b3ull + 7;
+    for (unsigned long i = 0; i < n; i++) {
+        for (size_t k = 0; k < (bytes + 7) / 8; k++)
+            buf[k] = splitmix(&state);
+        fwrite(buf, 1, bytes, fp);
+    }
+    if (fflush(fp) != 0 || ferror(fp)) {
+        perror(out);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- load ---- */
+
+static volatile sig_atomic_t got_term;
+static void on_term(int sig)
+{
+    (void)sig;
+    got_term = 1;
+}
+
+/* Reads every page so the mapping is really faulted in (and charged). */
+static uint64_t touch(const void *p, uint64_t n)
+{
+    const volatile uint8_t *b = p;
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < n; i += 4096)
+        sum += b[i];
+    return sum;
+}
+
+static int load_private(const model *m, uint64_t *bytes)
+{
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tensor_desc *t = &m->tensors[i];
+        cleanup_close int fd = open(t->source ? t->source : m->path, O_RDONLY | O_CLOEXEC);
+        cleanup_free void *dst = malloc(t->meta.nbytes ? t->meta.nbytes : 1);
+        tetris_error err;
+        if (fd < 0 || dst == NULL || model_read_tensor(t, fd, dst, &err) < 0)
+            return -1;
+        touch(dst, t->meta.nbytes);
+        *bytes += t->meta.nbytes;
+    }
+    return 0;
+}
+
+static void wait_hold(void)
+{
+    struct pollfd p = {.fd = 0, .events = POLLIN};
+    while (!got_term) {
+        int n = poll(&p, 1, 200);
+        if (n > 0) {
+            char b[256];
+            ssize_t r = read(0, b, sizeof(b));
+            if (r <= 0)
+                return;
+        }
+    }
+}
+
+struct load_result {
+    size_t resident, ingested, rejected;
+    uint64_t ingested_bytes, mapped_bytes, private_bytes;
+    bool fallback;
+    char reason[512];
+};
+
+static int map_all(store *s, const model *m, const struct ingest_tensor_result *res,
+                   store_mapping *maps, struct load_result *r, tetris_error *err)
+{
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        if (res != NULL && res[i].status == INGEST_REJECTED)
+            continue;
+        int rc = store_map_tensor(s, &m->tensors[i].meta.digest, &maps[i], err);
+        if (rc < 0)
+            return rc;
+        touch(maps[i].data, maps[i].nbytes);
+        r->mapped_bytes += maps[i].nbytes;
+    }
+    return 0;
+}
+
+struct copy_src {
+    const void *bytes;
+};
+
+static int fill_copy(void *ctx, void *dst, uint64_t len, tetris_error *err)
+{
+    (void)err;
+    struct copy_src *src = ctx;
+    memcpy(dst, src->bytes, len);
+    return 0;
+}
+
+static int cmd_load(int argc, char **argv)
+{
+    const char *store_dir = NULL, *sock = NULL;
+    int timeout_ms = 30000;
+    bool hold = false, direct = false;
+    static const struct option opts[] = {{"store", required_argument, NULL, 'd'},
+                                         {"socket", required_argument, NULL, 'S'},
+                                         {"timeout-ms", required_argument, NULL, 't'},
+                                         {"hold", no_argument, NULL, 'h'},
+                                         {"direct", no_argument, NULL, 'D'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd')
+            store_dir = optarg;
+        else if (c == 'S')
+            sock = optarg;
+        else if (c == 't')
+            timeout_ms = atoi(optarg);
+        else if (c == 'h')
+            hold = true;
+        else if (c == 'D')
+            direct = true;
+        else
+            return usage();
+    }
+    if (store_dir == NULL || optind + 1 != argc)
+        return usage();
+    const char *path = argv[optind];
+    char sockbuf[4096];
+    if (sock == NULL) {
+        snprintf(sockbuf, sizeof(sockbuf), "%s/%s", store_dir, INGEST_SOCKET_NAME);
+        sock = sockbuf;
+    }
+    signal(SIGTERM, on_term);
+    signal(SIGPIPE, SIG_IGN);
+    tetris_error err;
+    model *m;
+    if (model_parse_file(path, &m, &err) < 0 || model_compute_digests(m, &err) < 0) {
+        fprintf(stderr, "probe: %s\n", err.msg);
+        return 1;
+    }
+    struct load_result r = {0};
+    store *s = NULL;
+    store_holder *holder = NULL;
+    ingest_client *client = NULL;
+    cleanup_free struct ingest_tensor_result *res = calloc(m->n_tensors + 1, sizeof(*res));
+    cleanup_free store_mapping *maps = calloc(m->n_tensors + 1, sizeof(*maps));
+    struct store_options so = {.read_only = !direct};
+    int rc = store_open(store_dir, &so, &s, &err);
+    if (rc == 0 && direct) {
+        /* Direct mode: publish and hold references ourselves. */
+        rc = store_holder_open(s, path, getpid(), &holder, &err);
+        for (size_t i = 0; rc == 0 && i < m->n_tensors; i++) {
+            rc = store_holder_add(holder, &m->tensors[i].meta.digest, m->tensors[i].meta.nbytes,
+                                  &err);
+            if (rc == 0 && !store_has_tensor(s, &m->tensors[i].meta.digest)) {
+                cleanup_close int fd = open(m->tensors[i].source ? m->tensors[i].source : path,
+                                            O_RDONLY | O_CLOEXEC);
+                cleanup_free void *buf = malloc(m->tensors[i].meta.nbytes + 1);
+                rc = (fd < 0 || buf == NULL)
+                         ? tetris_fail(&err, TETRIS_E_IO, errno, "open source")
+                         : model_read_tensor(&m->tensors[i], fd, buf, &err);
+                if (rc == 0) {
+                    struct copy_src src = {buf};
+                    bool pub = false;
+                    rc = store_publish_tensor(s, &m->tensors[i].meta, fill_copy, &src, &pub,
+                                              &err);
+                    r.ingested += pub;
+                }
+            }
+        }
+        if (rc == 0)
+            rc = map_all(s, m, NULL, maps, &r, &err);
+    } else if (rc == 0) {
+        rc = ingest_client_connect(sock, timeout_ms, &client, &err);
+        if (rc == 0)
+            rc = ingest_client_ingest(client, path, m, res, NULL, &err);
+        for (size_t i = 0; rc == 0 && i < m->n_tensors; i++) {
+            r.resident += res[i].status == INGEST_RESIDENT;
+            r.ingested += res[i].status == INGEST_INGESTED;
+            r.rejected += res[i].status == INGEST_REJECTED;
+        }
+        if (rc == 0)
+            rc = map_all(s, m, res, maps, &r, &err);
+    }
+    if (rc < 0) {
+        r.fallback = true;
+        snprintf(r.reason, sizeof(r.reason), "%s: %.*s", tetris_code_name(err.code), 400, err.msg);
+        ingest_client_close(client);
+        client = NULL;
+        for (size_t i = 0; i < m->n_tensors; i++)
+            if (maps[i].map_base != NULL)
+                store_unmap_tensor(&maps[i]);
+        memset(maps, 0, m->n_tensors * sizeof(*maps));
+        r.mapped_bytes = 0;
+        tetris_error ignored;
+        ingest_report_fallback(sock, path, r.reason, 2000, &ignored);
+        if (load_private(m, &r.private_bytes) < 0) {
+            fprintf(stderr, "probe: private load failed\n");
+            return 1;
+        }
+    } else if (r.rejected > 0) {
+        for (size_t i = 0; i < m->n_tensors; i++) {
+            if (res[i].status != INGEST_REJECTED)
+                continue;
+            model one = *m;
+            one.n_tensors = 1;
+            one.tensors = &m->tensors[i];
+            if (load_private(&one, &r.private_bytes) < 0)
+                return 1;
+        }
+    }
+    char q[600];
+    printf("{\"pid\":%d,\"tensors\":%zu,\"resident\":%zu,\"ingested\":%zu,\"rejected\":%zu,"
+           "\"mapped_bytes\":%" PRIu64 ",\"private_bytes\":%" PRIu64 ",\"fallback\":%s,"
+           "\"reason\":%s}\n",
+           (int)getpid(), m->n_tensors, r.resident, r.ingested, r.rejected, r.mapped_bytes,
+           r.private_bytes, r.fallback ? "true" : "false",
+           log_quote(r.fallback ? r.reason : "", q, sizeof(q)));
+    fflush(stdout);
+    if (hold)
+        wait_hold();
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (maps[i].map_base != NULL)
+            store_unmap_tensor(&maps[i]);
+    ingest_client_close(client);
+    if (holder != NULL)
+        store_holder_close(holder);
+    store_close(s);
+    model_free(m);
+    return 0;
+}
+
+/* ---- send ---- */
+
+static int cmd_send(int argc, char **argv)
+{
+    const char *sock = NULL;
+    bool raw = false;
+    int fds[INGEST_MAX_SOURCES + 8];
+    size_t n_fds = 0;
+    static const struct option opts[] = {{"socket", required_argument, NULL, 'S'},
+                                         {"fd", required_argument, NULL, 'f'},
+                                         {"raw", no_argument, NULL, 'r'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'S')
+            sock = optarg;
+        else if (c == 'r')
+            raw = true;
+        else if (c == 'f' && n_fds < sizeof(fds) / sizeof(fds[0])) {
+            fds[n_fds] = open(optarg, O_RDONLY | O_CLOEXEC);
+            if (fds[n_fds] < 0) {
+                perror(optarg);
+                return 1;
+            }
+            n_fds++;
+        } else
+            return usage();
+    }
+    if (sock == NULL)
+        return usage();
+    size_t cap = 1 << 16, len = 0;
+    cleanup_free char *body = malloc(cap);
+    for (;;) {
+        if (len == cap) {
+            char *b = realloc(body, cap *= 2);
+            if (b == NULL)
+                return 1;
+            body = b;
+        }
+        ssize_t n = read(0, body + len, cap - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+    cleanup_close int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        perror(sock);
+        return 1;
+    }
+    tetris_error err;
+    int64_t deadline = ingest_now_ms() + 20000;
+    if (raw) {
+        /* Bytes as given, descriptors on the first byte. */
+        struct iovec iov = {body, len};
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * (INGEST_MAX_SOURCES + 8))];
+        } control;
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (n_fds > 0) {
+            memset(&control, 0, sizeof(control));
+            msg.msg_control = control.buf;
+            msg.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+            memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
+        }
+        if (len > 0 && sendmsg(s, &msg, MSG_NOSIGNAL) < 0) {
+            perror("sendmsg");
+            return 1;
+        }
+        shutdown(s, SHUT_WR);
+    } else if (ingest_send_message(s, body, len, fds, n_fds, deadline, &err) < 0) {
+        fprintf(stderr, "probe: %s\n", err.msg);
+        return 1;
+    }
+    cleanup_free char *reply = NULL;
+    size_t rl;
+    if (ingest_recv_message(s, INGEST_MAX_MESSAGE_BYTES, &reply, &rl, NULL, 0, NULL, deadline,
+                            &err) < 0) {
+        printf("closed\n");
+        return 0;
+    }
+    printf("%s\n", reply);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    log_init("tetris-ingest-probe");
+    if (argc < 2)
+        return usage();
+    const char *cmd = argv[1];
+    argc--;
+    argv++;
+    if (strcmp(cmd, "synth") == 0)
+        return cmd_synth(argc, argv);
+    if (strcmp(cmd, "load") == 0)
+        return cmd_load(argc, argv);
+    if (strcmp(cmd, "send") == 0)
+        return cmd_send(argc, argv);
+    return usage();
+}

@@ -1,0 +1,3 @@
+# tests/reclaimer/module.mk - tetris-reclaimer's tests and their driver.
+TEST_PROGRAMS += tetris-ingest-probe
+tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
