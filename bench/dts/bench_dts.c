@@ -1,0 +1,300 @@
+/* bench_dts.c - tetris-bench-dts: DTS against the GLPK optimum.
+ *
+ *   tetris-bench-dts profiles FILE...   real profiles, a range of rates and SLOs
+ *   tetris-bench-dts spaces [N...]      generated config spaces of N configs
+ *
+ * For each case both algorithms plan the same rate under the same SLO; the
+ * table shows DTS's memory over the optimum's (1.000 = optimal) and how long
+ * each took to decide. With sharing, a column also shows what DTS would
+ * have chosen ranking by full memory (sharing-unaware), costed with sharing:
+ * how much making the memory term marginal buys. Times are medians over repetitions. The optimum runs
+ * under a time limit; a case where GLPK did not prove optimality is marked
+ * and its ratio is against the best plan GLPK found.
+ *
+ * Generated spaces: configs <c, m, b, p, l> drawn at random (seeded, so
+ * runs repeat) from a CPU inference model with noise: l grows with the batch
+ * (b^0.85) and with threads beyond the CPUs, m with the samples in flight.
+ * The SLO (400 ms) admits most of them.
+ *
+ * Exit status: 0 done, 1 bad usage or an unreadable profile, 2 a plan failed. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dts.h"
+#include "ilp.h"
+#include "log.h"
+#include "profile.h"
+
+enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_PLAN = 2 };
+
+typedef struct bench_settings {
+    int reps;          /* repetitions for median decision times */
+    int ilp_limit_ms;  /* GLPK time limit per solve */
+} bench_settings;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One comparison: median times and both plans' memory. */
+typedef struct outcome {
+    double dts_mib, ilp_mib;
+    double unaware_mib; /* with sharing: DTS ranked without it, costed with it */
+    double dts_us, ilp_us;
+    unsigned dts_instances, ilp_instances;
+    bool optimal;
+} outcome;
+
+static int compare(const profile *p, double rps, const plan_options *o, const bench_settings *s,
+                   outcome *out, tetris_error *err)
+{
+    double dts_t[64], ilp_t[64];
+    int reps = s->reps < 64 ? s->reps : 64;
+    for (int r = 0; r < reps; r++) {
+        plan greedy, exact;
+        double t0 = now_us();
+        int rc = dts_plan(p, rps, o, &greedy, err);
+        double t1 = now_us();
+        if (rc < 0)
+            return rc;
+        rc = ilp_plan(p, rps, o, s->ilp_limit_ms, &exact, err);
+        double t2 = now_us();
+        if (rc < 0) {
+            plan_clear(&greedy);
+            return rc;
+        }
+        dts_t[r] = t1 - t0;
+        ilp_t[r] = t2 - t1;
+        out->dts_mib = greedy.memory_mib + o->alpha * greedy.cpus;
+        out->ilp_mib = exact.memory_mib + o->alpha * exact.cpus;
+        out->dts_instances = greedy.instances;
+        out->ilp_instances = exact.instances;
+        out->optimal = exact.optimal;
+        plan_clear(&greedy);
+        if (o->sharing) {
+            /* Sharing-unaware DTS: plan on full memory, pay what sharing costs. */
+            plan_options unaware = *o;
+            unaware.sharing = false;
+            if ((rc = dts_plan(p, rps, &unaware, &greedy, err)) < 0) {
+                plan_clear(&exact);
+                return rc;
+            }
+            plan_total(&greedy, p, o);
+            out->unaware_mib = greedy.memory_mib + o->alpha * greedy.cpus;
+            plan_clear(&greedy);
+        }
+        plan_clear(&exact);
+    }
+    out->dts_us = median(dts_t, reps);
+    out->ilp_us = median(ilp_t, reps);
+    return 0;
+}
+
+/* ---- real profiles ---- */
+
+static double fastest_single(const profile *p, enum profile_stat stat)
+{
+    double best = INFINITY;
+    for (size_t i = 0; i < p->n_configs; i++)
+        if (p->configs[i].b == 1)
+            best = fmin(best, profile_config_latency(&p->configs[i], stat));
+    return best;
+}
+
+static int bench_profiles(int argc, char **argv, const bench_settings *s)
+{
+    printf("| model | measured | SLO (ms) | rate (rps) | sharing | DTS MiB (inst) | "
+           "optimum MiB (inst) | DTS/opt | sharing-unaware DTS MiB | DTS time (us) | "
+           "GLPK time (us) |\n");
+    printf("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    static const double rates[] = {5, 20, 100, 500, 2000};
+    static const double slo_factors[] = {1.5, 4};
+    for (int f = 0; f < argc; f++) {
+        profile *p = NULL;
+        tetris_error err = {0};
+        if (profile_load(argv[f], &p, &err) < 0) {
+            fprintf(stderr, "tetris-bench-dts: %s\n", err.msg);
+            return EXIT_USAGE;
+        }
+        /* SLOs relative to the model: tight (only fast configs qualify) and
+         * loose (batching qualifies too). */
+        double base = fastest_single(p, PROFILE_STAT_P95);
+        for (size_t k = 0; k < sizeof slo_factors / sizeof slo_factors[0]; k++)
+            for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++)
+                for (int sharing = 0; sharing <= 1; sharing++) {
+                    plan_options o = {.slo_ms = ceil(base * slo_factors[k]),
+                                      .latency = PROFILE_STAT_P95, .sharing = sharing};
+                    outcome out;
+                    if (compare(p, rates[r], &o, s, &out, &err) < 0) {
+                        fprintf(stderr, "tetris-bench-dts: %s: %s\n", argv[f], err.msg);
+                        profile_free(p);
+                        return EXIT_PLAN;
+                    }
+                    char unaware[32] = "-";
+                    if (sharing)
+                        snprintf(unaware, sizeof unaware, "%.0f", out.unaware_mib);
+                    printf("| %s | %s | %g | %g | %s | %.0f (%u) | %.0f (%u)%s | %.3f | %s | "
+                           "%.1f | %.0f |\n",
+                           p->model, p->measured ? "yes" : "no", o.slo_ms, rates[r],
+                           sharing ? "yes" : "no", out.dts_mib, out.dts_instances, out.ilp_mib,
+                           out.ilp_instances, out.optimal ? "" : " (time limit)",
+                           out.dts_mib / out.ilp_mib, unaware, out.dts_us, out.ilp_us);
+                }
+        profile_free(p);
+    }
+    return EXIT_OK;
+}
+
+/* ---- generated config spaces ---- */
+
+static double uniform(unsigned *seed, double lo, double hi)
+{
+    return lo + (hi - lo) * (rand_r(seed) / (double)RAND_MAX);
+}
+
+static void generate(profile *p, size_t n, unsigned *seed)
+{
+    static const double cpus[] = {0.5, 1, 1.5, 2, 3, 4, 6, 8};
+    static const int batches[] = {1, 2, 4, 8, 16};
+    double t0 = uniform(seed, 5, 50);        /* ms per sample on one CPU */
+    double base = uniform(seed, 60, 400);    /* MiB: runtime + model */
+    double act = uniform(seed, 2, 40);       /* MiB per sample in flight */
+    for (size_t i = 0; i < n; i++) {
+        profile_config *c = &p->configs[i];
+        c->c = cpus[rand_r(seed) % 8];
+        c->b = batches[rand_r(seed) % 5];
+        c->p = 1 + rand_r(seed) % 8;
+        /* Each thread gets c/p CPUs: below one it is slowed down in
+         * proportion, above one intra-op parallelism helps at 70%. */
+        double share = c->c / c->p;
+        double speedup = share < 1 ? share : 1 + 0.7 * (share - 1);
+        double l = t0 * pow(c->b, 0.85) / speedup * uniform(seed, 0.8, 1.25);
+        c->latency_ms = (profile_latency){l, l * 1.15, l * 1.3};
+        c->m_mib = round((base + act * c->b * c->p) * uniform(seed, 0.9, 1.2));
+        c->private_bytes = (uint64_t)((c->m_mib - base * 0.7) * 1048576.0);
+        c->shared_bytes = (uint64_t)(base * 0.7 * 1048576.0);
+    }
+    p->n_configs = n;
+}
+
+static int bench_spaces(int argc, char **argv, const bench_settings *s)
+{
+    static const size_t default_sizes[] = {10, 100, 1000, 10000};
+    static const double rates[] = {10, 100, 1000};
+    enum { SEEDS = 3 };
+    size_t sizes[32];
+    size_t n_sizes = 0;
+    for (int i = 0; i < argc && n_sizes < 32; i++) {
+        char *end;
+        long v = strtol(argv[i], &end, 10);
+        if (*end != '\0' || v < 1 || v > 1000000) {
+            fprintf(stderr, "tetris-bench-dts: config space size '%s' must be 1..1000000\n",
+                    argv[i]);
+            return EXIT_USAGE;
+        }
+        sizes[n_sizes++] = (size_t)v;
+    }
+    if (n_sizes == 0) {
+        memcpy(sizes, default_sizes, sizeof default_sizes);
+        n_sizes = sizeof default_sizes / sizeof default_sizes[0];
+    }
+    printf("| configs | rate (rps) | cases | DTS/opt mean | DTS/opt max | proved optimal | "
+           "DTS time median (us) | GLPK time median (us) |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t k = 0; k < n_sizes; k++) {
+        profile p = {.model = "generated"};
+        p.configs = calloc(sizes[k], sizeof *p.configs);
+        if (p.configs == NULL) {
+            fprintf(stderr, "tetris-bench-dts: out of memory\n");
+            return EXIT_USAGE;
+        }
+        for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
+            double ratio_sum = 0, ratio_max = 0, dts_t[SEEDS], ilp_t[SEEDS];
+            int proved = 0;
+            for (unsigned seed_no = 0; seed_no < SEEDS; seed_no++) {
+                unsigned seed = 1000u * (unsigned)k + seed_no + 1;
+                generate(&p, sizes[k], &seed);
+                plan_options o = {.slo_ms = 400, .latency = PROFILE_STAT_P95};
+                outcome out;
+                tetris_error err = {0};
+                if (compare(&p, rates[r], &o, s, &out, &err) < 0) {
+                    fprintf(stderr, "tetris-bench-dts: %zu configs, %g rps: %s\n", sizes[k],
+                            rates[r], err.msg);
+                    free(p.configs);
+                    return EXIT_PLAN;
+                }
+                double ratio = out.dts_mib / out.ilp_mib;
+                ratio_sum += ratio;
+                ratio_max = fmax(ratio_max, ratio);
+                proved += out.optimal;
+                dts_t[seed_no] = out.dts_us;
+                ilp_t[seed_no] = out.ilp_us;
+            }
+            printf("| %zu | %g | %d | %.3f | %.3f | %d/%d | %.1f | %.1f |\n", sizes[k], rates[r],
+                   SEEDS, ratio_sum / SEEDS, ratio_max, proved, SEEDS, median(dts_t, SEEDS),
+                   median(ilp_t, SEEDS));
+            fflush(stdout);
+        }
+        free(p.configs);
+    }
+    return EXIT_OK;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tetris-bench-dts profiles FILE...\n"
+               "       tetris-bench-dts spaces [N...]   (default 10 100 1000 10000)\n"
+               "environment: BENCH_REPS (default 5), BENCH_ILP_LIMIT_MS (default 10000)\n"
+               "prints a Markdown table: DTS's memory over the GLPK optimum, decision times\n"
+               "exit status: 0 done, 1 bad usage or profile, 2 a plan failed\n");
+}
+
+static int env_int(const char *name, int fallback, int min)
+{
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0')
+        return fallback;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end == '\0' && v >= min && v <= 1000000000 ? (int)v : fallback;
+}
+
+int main(int argc, char **argv)
+{
+    log_init(argv[0]);
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+        printf("tetris-bench-dts %s\n", TETRIS_VERSION);
+        return EXIT_OK;
+    }
+    if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    bench_settings s = {.reps = env_int("BENCH_REPS", 5, 1),
+                        .ilp_limit_ms = env_int("BENCH_ILP_LIMIT_MS", 10000, 1)};
+    if (argc >= 3 && strcmp(argv[1], "profiles") == 0)
+        return bench_profiles(argc - 2, argv + 2, &s);
+    if (argc >= 2 && strcmp(argv[1], "spaces") == 0)
+        return bench_spaces(argc - 2, argv + 2, &s);
+    usage(stderr);
+    return EXIT_USAGE;
+}
