@@ -4,3 +4,9 @@ TEST_PROGRAMS += kube-client-test
 kube-client-test_SRCS := tests/kube/kube_client_test.c tests/kube/faultserver.c
 kube-client-test_LIBS := -lcheck -lsubunit -lrt -lcurl
 SHELL_TESTS += tests/kube/test-kube-client.sh
+
+# The scheduler extender over HTTP, inventories served by fault servers.
+TEST_PROGRAMS += extender-test
+extender-test_SRCS := tests/kube/extender_test.c tests/kube/faultserver.c
+extender-test_LIBS := -lcheck -lsubunit -lrt -lcurl
+SHELL_TESTS += tests/kube/test-extender.sh

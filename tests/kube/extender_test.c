@@ -1,0 +1,482 @@
+/* extender_test.c - tetris-scheduler-ext over HTTP, without a cluster
+ * (--standalone, manifests from a directory), with node inventories served
+ * by fault servers: scores follow θ, a full store is filtered out with a
+ * reason, unknown models and dead / slow / garbage inventories stay neutral,
+ * inventories are re-polled with If-None-Match, both extender request forms
+ * (Nodes and NodeNames) work, bad requests get 400, /metrics counts. Also
+ * the pure parts (θ rounding, manifest and inventory parsing) in-process. */
+#include <check.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "faultserver.h"
+#include "inventory.h"
+#include "manifests.h"
+#include "similarity.h"
+#include "tensor_ids.h"
+
+extern char **environ;
+
+#define D(c) "sha256:" c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c \
+             c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c
+/* Model "bert": tensors A (600 bytes), B (300), C (100), A again (shared). */
+static const char manifest_bert[] =
+    "{\"format\":\"tetris-manifest/1\",\"model\":\"bert.onnx\",\"tensors\":["
+    "{\"name\":\"a\",\"digest\":\"" D("a") "\",\"nbytes\":600},"
+    "{\"name\":\"b\",\"digest\":\"" D("b") "\",\"nbytes\":300},"
+    "{\"name\":\"c\",\"digest\":\"" D("c") "\",\"nbytes\":100},"
+    "{\"name\":\"a2\",\"digest\":\"" D("a") "\",\"nbytes\":600}]}";
+
+static char tmpdir[PATH_MAX];
+static pid_t ext_pid;
+static int ext_port;
+enum { NODE_ALL, NODE_HALF, NODE_NONE, NODE_FULL, NODE_SLOW, NODE_GARBAGE, N_NODES };
+static const char *const node_names[N_NODES] = {"n-all", "n-a", "n-none", "n-full", "n-slow",
+                                                "n-garbage"};
+static fault_server *inv[N_NODES];
+
+static char *inventory_json(const char *node, int gen, long cap, long resident, const char *tensors)
+{
+    static char buf[N_NODES][2048];
+    static int k;
+    char *b = buf[k++ % N_NODES];
+    snprintf(b, sizeof buf[0],
+             "{\"node\":\"%s\",\"generation\":%d,\"capacity_bytes\":%ld,\"resident_bytes\":%ld,"
+             "\"tensors\":[%s]}",
+             node, gen, cap, resident, tensors);
+    return b;
+}
+
+static void serve_inventory(int i, const char *json, int delay_ms)
+{
+    fault_server_push(inv[i], &(fault_reply){.status = 200, .headers = "ETag: \"1\"\r\n",
+                                             .body = json, .delay_ms = delay_ms});
+    fault_server_push(inv[i], &(fault_reply){.status = 304, .repeat = 100000});
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+typedef struct reply {
+    long status;
+    char *body;
+    size_t len;
+} reply;
+
+static size_t collect(char *d, size_t s, size_t n, void *u)
+{
+    reply *r = u;
+    char *b = realloc(r->body, r->len + s * n + 1);
+    ck_assert_ptr_nonnull(b);
+    memcpy(b + r->len, d, s * n);
+    r->len += s * n;
+    b[r->len] = '\0';
+    r->body = b;
+    return s * n;
+}
+
+/* method + path with an optional body; the reply body is malloc'd. */
+static reply http(const char *method, const char *path, const char *body)
+{
+    reply r = {0};
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", ext_port, path);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (body != NULL)
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 20L);
+    CURLcode rc = curl_easy_perform(h);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_easy_cleanup(h);
+    return r;
+}
+
+static void start_servers(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/tetris-ext-test.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/bert.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(manifest_bert, f);
+    fclose(f);
+
+    for (int i = 0; i < N_NODES; i++) {
+        inv[i] = fault_server_start();
+        ck_assert_ptr_nonnull(inv[i]);
+    }
+    const char *abc = "{\"digest\":\"" D("a") "\",\"bytes\":600},{\"digest\":\"" D("b")
+                      "\",\"bytes\":300},{\"digest\":\"" D("c") "\",\"bytes\":100}";
+    const char *a_only = "{\"digest\":\"" D("a") "\",\"bytes\":600},{\"digest\":\"" D("d")
+                         "\",\"bytes\":5000}";
+    serve_inventory(NODE_ALL, inventory_json("n-all", 1, 0, 1000, abc), 0);
+    serve_inventory(NODE_HALF, inventory_json("n-a", 1, 10000, 5600, a_only), 0);
+    serve_inventory(NODE_NONE, inventory_json("n-none", 1, 10000, 0, ""), 0);
+    /* 1000 bytes missing, 999 free. */
+    serve_inventory(NODE_FULL, inventory_json("n-full", 1, 10000, 9001, ""), 0);
+    serve_inventory(NODE_SLOW, inventory_json("n-slow", 1, 0, 0, abc), 1500);
+    fault_server_push(inv[NODE_GARBAGE], &(fault_reply){.status = 200, .body = "{\"tensors\":7}",
+                                                        .repeat = 100000});
+
+    ext_port = free_port();
+    char listen[64], bin[PATH_MAX];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", ext_port);
+    const char *dir = getenv("TETRIS_BIN");
+    snprintf(bin, sizeof bin, "%s/tetris-scheduler-ext", dir != NULL ? dir : "bin");
+    char *argv[] = {bin, "--standalone", "--manifest-dir", tmpdir, "--listen", listen,
+                    "--refresh", "1", "--fetch-timeout", "500", NULL};
+    ck_assert_int_eq(posix_spawn(&ext_pid, bin, NULL, NULL, argv, environ), 0);
+    for (int i = 0; i < 200; i++) {
+        reply r = http("GET", "/healthz", NULL);
+        free(r.body);
+        if (r.status == 200)
+            return;
+        usleep(50 * 1000);
+    }
+    ck_abort_msg("extender did not come up");
+}
+
+static void stop_servers(void)
+{
+    if (ext_pid > 0) {
+        kill(ext_pid, SIGTERM);
+        int st = 0;
+        ck_assert_int_eq(waitpid(ext_pid, &st, 0), ext_pid);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "extender exit status %d", st);
+    }
+    for (int i = 0; i < N_NODES; i++)
+        fault_server_stop(inv[i]);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    curl_global_cleanup();
+}
+
+/* ExtenderArgs with full Node objects (nodeCacheCapable: false). */
+static char *args_nodes(const char *model_label)
+{
+    json_t *items = json_array();
+    for (int i = 0; i < N_NODES; i++) {
+        char url[128];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/inventory", fault_server_port(inv[i]));
+        json_array_append_new(items, json_pack("{s:{s:s,s:{s:s}}}", "metadata", "name",
+                                               node_names[i], "annotations",
+                                               "tetris.io/inventory-url", url));
+    }
+    json_t *pod = json_pack("{s:{s:s,s:s}}", "metadata", "name", "p1", "namespace", "fns");
+    if (model_label != NULL)
+        json_object_set_new(json_object_get(pod, "metadata"), "labels",
+                            json_pack("{s:s}", "tetris.io/model", model_label));
+    json_t *args = json_pack("{s:o,s:{s:o},s:n}", "Pod", pod, "Nodes", "items", items,
+                             "NodeNames");
+    char *s = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    return s;
+}
+
+static char *args_names(const char *model_annotation)
+{
+    json_t *names = json_array();
+    for (int i = 0; i < N_NODES; i++)
+        json_array_append_new(names, json_string(node_names[i]));
+    json_array_append_new(names, json_string("n-never-seen"));
+    json_t *args = json_pack("{s:{s:{s:s,s:{s:s}}},s:n,s:o}", "Pod", "metadata", "name", "p2",
+                             "annotations", "tetris.io/model", model_annotation, "Nodes",
+                             "NodeNames", names);
+    char *s = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    return s;
+}
+
+static json_int_t score_of(json_t *list, const char *host)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "Host")), host) == 0)
+            return json_integer_value(json_object_get(e, "Score"));
+    }
+    ck_abort_msg("no score for %s", host);
+    return -1;
+}
+
+static json_t *post_json(const char *path, const char *body, long want_status)
+{
+    reply r = http("POST", path, body);
+    ck_assert_msg(r.status == want_status, "%s: status %ld body %s", path, r.status,
+                  r.body ? r.body : "");
+    json_t *j = json_loads(r.body, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    free(r.body);
+    return j;
+}
+
+START_TEST(prioritize_scores_theta)
+{
+    char *args = args_nodes("bert");
+    json_t *list = post_json("/prioritize", args, 200);
+    ck_assert_int_eq(score_of(list, "n-all"), 10);
+    ck_assert_int_eq(score_of(list, "n-a"), 6);   /* 600 of 1000 bytes */
+    ck_assert_int_eq(score_of(list, "n-none"), 0);
+    ck_assert_int_eq(score_of(list, "n-full"), 0);
+    ck_assert_int_eq(score_of(list, "n-slow"), 0);    /* timed out: neutral */
+    ck_assert_int_eq(score_of(list, "n-garbage"), 0); /* unparsable: neutral */
+    json_decref(list);
+    free(args);
+}
+END_TEST
+
+START_TEST(filter_fails_full_store_with_reason)
+{
+    char *args = args_nodes("bert");
+    json_t *res = post_json("/filter", args, 200);
+    json_t *items = json_object_get(json_object_get(res, "Nodes"), "items");
+    ck_assert_uint_eq(json_array_size(items), N_NODES - 1);
+    json_t *failed = json_object_get(res, "FailedNodes");
+    ck_assert_uint_eq(json_object_size(failed), 1);
+    const char *reason = json_string_value(json_object_get(failed, "n-full"));
+    ck_assert_ptr_nonnull(reason);
+    ck_assert_ptr_nonnull(strstr(reason, "needs 1000 more bytes"));
+    ck_assert_str_eq(json_string_value(json_object_get(res, "Error")), "");
+    json_decref(res);
+    free(args);
+}
+END_TEST
+
+START_TEST(node_names_form_uses_known_urls)
+{
+    /* The Nodes-form requests above taught the extender each node's URL. */
+    char *warm = args_nodes("bert");
+    json_decref(post_json("/prioritize", warm, 200));
+    free(warm);
+    char *args = args_names("bert");
+    json_t *res = post_json("/filter", args, 200);
+    ck_assert(json_is_null(json_object_get(res, "Nodes")));
+    json_t *names = json_object_get(res, "NodeNames");
+    ck_assert_uint_eq(json_array_size(names), N_NODES); /* all but n-full, plus n-never-seen */
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(res, "FailedNodes"), "n-full"));
+    json_decref(res);
+    json_t *list = post_json("/prioritize", args, 200);
+    ck_assert_int_eq(score_of(list, "n-all"), 10);
+    ck_assert_int_eq(score_of(list, "n-never-seen"), 0);
+    json_decref(list);
+    free(args);
+}
+END_TEST
+
+START_TEST(unknown_or_missing_model_is_neutral)
+{
+    const char *models[] = {"no-such-model", NULL};
+    for (int m = 0; m < 2; m++) {
+        char *args = args_nodes(models[m]);
+        json_t *res = post_json("/filter", args, 200);
+        ck_assert_uint_eq(json_array_size(json_object_get(json_object_get(res, "Nodes"), "items")),
+                          N_NODES);
+        ck_assert_uint_eq(json_object_size(json_object_get(res, "FailedNodes")), 0);
+        json_decref(res);
+        json_t *list = post_json("/prioritize", args, 200);
+        for (int i = 0; i < N_NODES; i++)
+            ck_assert_int_eq(score_of(list, node_names[i]), 0);
+        json_decref(list);
+        free(args);
+    }
+}
+END_TEST
+
+START_TEST(inventories_repolled_with_if_none_match)
+{
+    char *args = args_nodes("bert");
+    json_decref(post_json("/prioritize", args, 200));
+    free(args);
+    /* The poller runs every second; wait for a conditional request. */
+    bool seen = false;
+    for (int i = 0; i < 100 && !seen; i++) {
+        for (size_t k = 0; k < fault_server_count(inv[NODE_ALL]); k++) {
+            const fault_request *rq = fault_server_request(inv[NODE_ALL], k);
+            if (rq->if_none_match != NULL && strcmp(rq->if_none_match, "\"1\"") == 0)
+                seen = true;
+        }
+        usleep(100 * 1000);
+    }
+    ck_assert_msg(seen, "no If-None-Match poll seen");
+}
+END_TEST
+
+START_TEST(bad_requests_get_400)
+{
+    static const char *const bad[] = {
+        "garbage",
+        "[]",
+        "{}",
+        "{\"Pod\":7,\"NodeNames\":[]}",
+        "{\"Pod\":{}}",
+        "{\"Pod\":{},\"Nodes\":{\"items\":5}}",
+        "{\"Pod\":{},\"Nodes\":[]}",
+        "{\"Pod\":{},\"NodeNames\":\"n1\"}",
+        "{\"Pod\":{},\"NodeNames\":[1,2]}",
+        "{\"Pod\":{},\"Nodes\":{\"items\":[{\"metadata\":{}}]}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int v = 0; v < 2; v++) {
+            json_t *err = post_json(v ? "/prioritize" : "/filter", bad[i], 400);
+            ck_assert_msg(json_string_value(json_object_get(err, "error")) != NULL,
+                          "no error for %s", bad[i]);
+            json_decref(err);
+        }
+    }
+    reply r = http("GET", "/filter", NULL);
+    ck_assert_int_eq(r.status, 405);
+    free(r.body);
+    /* Lower-case keys are accepted as Go's decoder does. */
+    json_t *list = post_json("/prioritize", "{\"pod\":{},\"nodenames\":[\"x\"]}", 200);
+    ck_assert_int_eq(score_of(list, "x"), 0);
+    json_decref(list);
+}
+END_TEST
+
+START_TEST(metrics_count_requests)
+{
+    char *args = args_nodes("bert");
+    json_decref(post_json("/filter", args, 200));
+    free(args);
+    json_decref(post_json("/filter", "nope", 400));
+    reply r = http("GET", "/metrics", NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "tetris_extender_requests_total{verb=\"filter\",code=\"200\"} "));
+    ck_assert_ptr_null(strstr(r.body, "tetris_extender_requests_total{verb=\"filter\",code=\"400\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "tetris_extender_models 1\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "tetris_extender_request_duration_seconds_count{verb=\"filter\"}"));
+    ck_assert_ptr_null(strstr(r.body, "tetris_extender_nodes_filtered_total 0\n"));
+    /* promtool, when installed, must accept the exposition. */
+    if (system("command -v promtool >/dev/null 2>&1") == 0) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/metrics.txt", tmpdir);
+        FILE *f = fopen(path, "w");
+        fputs(r.body, f);
+        fclose(f);
+        char cmd[PATH_MAX + 64];
+        snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+    free(r.body);
+}
+END_TEST
+
+/* ---- in-process: the pure parts ---- */
+
+START_TEST(theta_and_fit)
+{
+    tensor_ids *ids = tensor_ids_new();
+    model_need *m = NULL;
+    tetris_error err = {0};
+    ck_assert_int_eq(manifest_need_parse(ids, "bert", manifest_bert, strlen(manifest_bert), &m,
+                                         &err),
+                     0);
+    ck_assert_uint_eq(m->n, 3); /* the repeated tensor counts once */
+    ck_assert_uint_eq(m->total_bytes, 1000);
+    const char *inv_text = "{\"node\":\"x\",\"generation\":4,\"capacity_bytes\":2000,"
+                           "\"resident_bytes\":1950,\"tensors\":[{\"digest\":\"" D("b")
+                           "\",\"bytes\":300},{\"digest\":\"" D("c") "\",\"bytes\":100}]}";
+    node_inventory *ni = NULL;
+    ck_assert_int_eq(inventory_parse(ids, inv_text, strlen(inv_text), &ni, &err), 0);
+    ck_assert_uint_eq(ni->generation, 4);
+    node_fit fit;
+    similarity_eval(m, ni, &fit);
+    ck_assert_uint_eq(fit.present_bytes, 400);
+    ck_assert_uint_eq(fit.missing_bytes, 600);
+    ck_assert_int_eq(fit.score, 4);
+    ck_assert(!fit.fits); /* 50 bytes free, 600 missing */
+    ni->capacity_bytes = 0; /* no limit reported */
+    similarity_eval(m, ni, &fit);
+    ck_assert(fit.fits);
+    ck_assert_uint_eq(tensor_ids_count(ids), 3);
+    node_inventory_free(ni);
+    model_need_free(m);
+    tensor_ids_free(ids);
+}
+END_TEST
+
+START_TEST(bad_manifests_and_inventories)
+{
+    tensor_ids *ids = tensor_ids_new();
+    static const char *const manifests[] = {
+        "", "{}", "{\"format\":\"other\",\"tensors\":[]}",
+        "{\"format\":\"tetris-manifest/1\",\"tensors\":[{\"digest\":\"sha256:xyz\",\"nbytes\":1}]}",
+        "{\"format\":\"tetris-manifest/1\",\"tensors\":[{\"digest\":\"" D("a") "\",\"nbytes\":-1}]}",
+        "{\"format\":\"tetris-manifest/1\",\"tensors\":[{\"nbytes\":1}]}",
+    };
+    for (size_t i = 0; i < sizeof manifests / sizeof manifests[0]; i++) {
+        model_need *m = NULL;
+        tetris_error err = {0};
+        ck_assert_int_eq(manifest_need_parse(ids, "x", manifests[i], strlen(manifests[i]), &m, &err),
+                         -TETRIS_E_FORMAT);
+        ck_assert_ptr_nonnull(strstr(err.msg, "manifest of x"));
+    }
+    static const char *const inventories[] = {
+        "[]", "{\"generation\":1,\"capacity_bytes\":0,\"resident_bytes\":0}",
+        "{\"generation\":-1,\"capacity_bytes\":0,\"resident_bytes\":0,\"tensors\":[]}",
+        "{\"generation\":1,\"capacity_bytes\":0,\"resident_bytes\":0,\"tensors\":[{}]}",
+        "{\"generation\":1,\"capacity_bytes\":0,\"resident_bytes\":0,\"tensors\":[{\"digest\":\"" D("a") "0\"}]}",
+    };
+    for (size_t i = 0; i < sizeof inventories / sizeof inventories[0]; i++) {
+        node_inventory *ni = NULL;
+        tetris_error err = {0};
+        ck_assert_int_eq(inventory_parse(ids, inventories[i], strlen(inventories[i]), &ni, &err),
+                         -TETRIS_E_FORMAT);
+    }
+    tensor_ids_free(ids);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("scheduler-extender");
+    TCase *pure = tcase_create("pure");
+    tcase_add_test(pure, theta_and_fit);
+    tcase_add_test(pure, bad_manifests_and_inventories);
+    suite_add_tcase(s, pure);
+    TCase *tc = tcase_create("http");
+    tcase_add_unchecked_fixture(tc, start_servers, stop_servers);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, prioritize_scores_theta);
+    tcase_add_test(tc, filter_fails_full_store_with_reason);
+    tcase_add_test(tc, node_names_form_uses_known_urls);
+    tcase_add_test(tc, unknown_or_missing_model_is_neutral);
+    tcase_add_test(tc, inventories_repolled_with_if_none_match);
+    tcase_add_test(tc, bad_requests_get_400);
+    tcase_add_test(tc, metrics_count_requests);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    /* One extender process and the fault servers' threads serve every test. */
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
