@@ -6,7 +6,8 @@ UNIT_TESTS += tests/unit/test_kubeconfig.c
 
 # The extender's parts live in libtetris so the benchmark and tests reuse them.
 LIB_SRCS += scheduler-ext/strmap.c scheduler-ext/tensor_ids.c scheduler-ext/similarity.c \
-            scheduler-ext/manifests.c scheduler-ext/inventory.c scheduler-ext/extender.c
+            scheduler-ext/manifests.c scheduler-ext/inventory.c scheduler-ext/extender.c \
+            scheduler-ext/node_pods.c
 
 PROGRAMS += tetris-scheduler-ext
 tetris-scheduler-ext_SRCS := scheduler-ext/extender_main.c

@@ -15,6 +15,7 @@
 
 #include "faultserver.h"
 #include "kube.h"
+#include "node_pods.h"
 
 static fault_server *fs;
 static kube_client *kc;
@@ -489,6 +490,50 @@ START_TEST(in_cluster_token_is_reread_when_rotated)
 }
 END_TEST
 
+#define HEX_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define HEX_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define POD(name, model, phase)                                                        \
+    "{\"metadata\":{\"name\":\"" name "\",\"labels\":{\"tetris.io/model\":\"" model \
+    "\"}},\"status\":{\"phase\":\"" phase "\"}}"
+
+START_TEST(node_pods_lists_models_and_digests)
+{
+    push(200, "{\"metadata\":{\"resourceVersion\":\"5\"},\"items\":[" POD("p1", "bert", "Running")
+              "," POD("p2", "bert", "Pending") "," POD("p3", "gpt", "Running") ","
+              POD("p4", "old", "Succeeded") "]}");
+    /* bert's ConfigMap: a manifest whose tensors repeat a digest. */
+    push(200, "{\"metadata\":{},\"items\":[{\"metadata\":{\"name\":\"tetris-manifest-bert\"},"
+              "\"data\":{\"manifest.json\":\"{\\\"format\\\":\\\"tetris-manifest/1\\\","
+              "\\\"tensors\\\":[{\\\"digest\\\":\\\"sha256:" HEX_A "\\\"},"
+              "{\\\"digest\\\":\\\"sha256:" HEX_B "\\\"},"
+              "{\\\"digest\\\":\\\"sha256:" HEX_A "\\\"}]}\"}}]}");
+    push(200, "{\"metadata\":{},\"items\":[]}"); /* gpt: no manifest */
+    node_models *m = NULL;
+    tetris_error err = {0};
+    ck_assert_msg(node_pods_models(kc, "node-a", "tetris", &m, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(m->n_models, 2);
+    ck_assert_str_eq(m->models[0], "bert");
+    ck_assert_str_eq(m->models[1], "gpt");
+    ck_assert_uint_eq(m->n_missing, 1);
+    ck_assert_uint_eq(m->n_digests, 2);
+    ck_assert_uint_eq(m->digests[0].bytes[0], 0xaa);
+    ck_assert_uint_eq(m->digests[1].bytes[0], 0xbb);
+    node_models_free(m);
+    ck_assert_str_eq(fault_server_request(fs, 0)->target,
+                     "/api/v1/pods?labelSelector=tetris.io%2Fmodel&fieldSelector=spec.nodeName"
+                     "%3Dnode-a&limit=500");
+    ck_assert_str_eq(fault_server_request(fs, 1)->target,
+                     "/api/v1/namespaces/tetris/configmaps?labelSelector=tetris.io%2Fmodel%3Dbert"
+                     "&limit=500");
+    ck_assert_uint_eq(fault_server_count(fs), 3);
+
+    fault_server_reset(fs);
+    push(403, status_body(403, "Forbidden", "pods is forbidden"));
+    ck_assert_int_eq(node_pods_models(kc, "node-a", "tetris", &m, &err), -TETRIS_E_DENIED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "pods on node node-a"));
+}
+END_TEST
+
 static Suite *kube_suite(void)
 {
     Suite *s = suite_create("kube-client");
@@ -514,6 +559,7 @@ static Suite *kube_suite(void)
     tcase_add_test(tc, patch_content_types);
     tcase_add_test(tc, binding_and_scale);
     tcase_add_test(tc, in_cluster_token_is_reread_when_rotated);
+    tcase_add_test(tc, node_pods_lists_models_and_digests);
     suite_add_tcase(s, tc);
     return s;
 }
