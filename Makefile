@@ -49,6 +49,9 @@ include common/module.mk
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIBTETRIS := $(BUILD)/libtetris.a
 
+# Keep intermediate objects (unit-test .o files) between runs.
+.SECONDARY:
+
 .PHONY: all deps test test-release test-asan demo bench fuzz clean cluster-up cluster-down
 .DEFAULT_GOAL := all
 
