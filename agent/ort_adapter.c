@@ -41,8 +41,15 @@ int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_err
 {
     if (status == NULL)
         return 0;
-    int r = tetris_fail(err, TETRIS_E_RUNTIME, 0, "onnxruntime: %s: %s", what,
-                        api->GetErrorMessage(status));
+    int code = TETRIS_E_RUNTIME;
+    switch (api->GetErrorCode(status)) {
+    case ORT_NO_SUCHFILE: code = TETRIS_E_NOTFOUND; break;
+    case ORT_NO_MODEL:
+    case ORT_INVALID_PROTOBUF:
+    case ORT_INVALID_GRAPH: code = TETRIS_E_FORMAT; break;
+    default: break;
+    }
+    int r = tetris_fail(err, code, 0, "onnxruntime: %s: %s", what, api->GetErrorMessage(status));
     api->ReleaseStatus(status);
     return r;
 }

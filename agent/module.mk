@@ -1,0 +1,15 @@
+# agent/module.mk - the agent library (loader, ONNX Runtime adapter), the
+# tetris-agent CLI, tetris-onnx-run, and their tests.
+LIB_SRCS += agent/agent.c agent/onnx_rewrite.c agent/ort_adapter.c
+
+PROGRAMS += tetris-agent tetris-onnx-run
+tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c
+tetris-agent_LIBS := -lonnxruntime
+tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
+tetris-onnx-run_LIBS := -lonnxruntime
+
+UNIT_TESTS += tests/unit/test_agent.c
+UNIT_LIBS += -lonnxruntime
+SHELL_TESTS += $(sort $(wildcard tests/agent/test-*.sh))
+TEST_PROGRAMS += tetris-test-fake-daemon
+tetris-test-fake-daemon_SRCS := tests/agent/fake_daemon.c

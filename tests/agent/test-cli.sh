@@ -1,0 +1,46 @@
+#!/bin/sh
+# Command-line contract: --help/--version exit 0; bad usage exits 2 with a
+# message; a malformed model exits 3; a missing store exits 4.
+. "$(dirname "$0")/lib.sh"
+expect() { # rc cmd...
+    want=$1; shift
+    rc=0
+    "$@" >"$WORK/out" 2>"$WORK/err" || rc=$?
+    [ $rc -eq "$want" ] || fail "$*: exit $rc, want $want"
+    if [ "$want" -ne 0 ]; then
+        [ -s "$WORK/err" ] || fail "$*: no message on stderr"
+        grep -q "Segmentation\|Aborted\|AddressSanitizer" "$WORK/err" && fail "$*: crashed"
+    fi
+    return 0
+}
+A="$BIN/tetris-agent"
+R="$BIN/tetris-onnx-run"
+m="$MODELS/hello_deepa.onnx"
+expect 0 "$A" --help
+grep -q "Exit status" "$WORK/out" || fail "--help lacks exit codes"
+expect 0 "$A" --version
+expect 0 "$R" --help
+expect 0 "$R" --version
+expect 2 "$A"
+expect 2 "$A" frobnicate
+expect 2 "$A" load
+expect 2 "$A" load --direct --private "$m"
+expect 2 "$A" load --no-such-option "$m"
+expect 2 "$A" verify --manifest x
+expect 2 "$A" index "$m" extra
+expect 2 "$A" load --timeout-ms nan "$m"
+expect 2 "$R"
+expect 2 "$R" "$m" --runs 0
+expect 2 "$R" "$m" --private --store "$WORK"
+expect 2 "$R" "$m" --graph-opt turbo
+printf 'not a model at all' >"$WORK/garbage.onnx"
+expect 3 "$A" index "$WORK/garbage.onnx"
+expect 3 "$A" load --private "$WORK/garbage.onnx"
+expect 3 "$A" inspect "$WORK/nonexistent.onnx"
+expect 3 "$R" "$WORK/garbage.onnx" --private
+head -c 1000 "$m" >"$WORK/truncated.onnx"
+expect 3 "$A" index "$WORK/truncated.onnx"
+expect 3 "$R" "$WORK/truncated.onnx" --store "$WORK/s" --direct
+expect 4 "$A" verify --store "$WORK/no-store"
+expect 4 "$A" inspect --store "$WORK/no-store"
+echo "ok command-line contract"

@@ -1,0 +1,313 @@
+/* test_agent.c - the agent loader in every mode over a real model and a
+ * real store: the bytes it hands out equal a private load's, direct loads
+ * share and reuse the store, every degraded case (no store, full store)
+ * still serves the whole model; and the ONNX rewriter keeps models intact
+ * and rejects garbage. Needs the real models (.deps/models, or
+ * TETRIS_MODELS). */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "log.h"
+#include "onnx_rewrite.h"
+
+static char model_path[4096];
+static char scratch[4096];
+
+static void setup(void)
+{
+    const char *dir = getenv("TETRIS_MODELS");
+    snprintf(model_path, sizeof(model_path), "%s/silero_vad_v5.onnx",
+             dir != NULL ? dir : ".deps/models");
+    ck_assert_msg(access(model_path, R_OK) == 0, "missing real model %s", model_path);
+    snprintf(scratch, sizeof(scratch), "%s/tetris-test-agent.XXXXXX",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(scratch));
+}
+
+static void teardown(void)
+{
+    char cmd[8300];
+    snprintf(cmd, sizeof(cmd), "chmod -R u+w '%s' && rm -rf '%s'", scratch, scratch);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static agent_model *load(enum agent_mode mode, const char *store_dir)
+{
+    struct agent_options o;
+    tetris_error err = {0};
+    agent_model *am = NULL;
+    agent_options_init(&o);
+    o.mode = mode;
+    o.store_dir = store_dir;
+    int r = agent_load(model_path, &o, &am, &err);
+    ck_assert_msg(r == 0, "agent_load: %s", err.msg);
+    return am;
+}
+
+/* Every tensor of a holds the same bytes as in b. */
+static void assert_same_bytes(const agent_model *a, const agent_model *b)
+{
+    ck_assert_uint_eq(a->model->n_tensors, b->model->n_tensors);
+    for (size_t i = 0; i < a->model->n_tensors; i++) {
+        const agent_tensor *t = &a->tensors[i];
+        const agent_tensor *u = agent_find_tensor(b, t->desc->name);
+        ck_assert_ptr_nonnull(u);
+        ck_assert_uint_eq(t->desc->meta.nbytes, u->desc->meta.nbytes);
+        ck_assert_msg(memcmp(t->data, u->data, t->desc->meta.nbytes) == 0, "tensor %s differs",
+                      t->desc->name);
+    }
+}
+
+START_TEST(private_load_reads_everything)
+{
+    agent_model *am = load(AGENT_MODE_PRIVATE, NULL);
+    ck_assert_uint_gt(am->stats.tensors, 0);
+    ck_assert_uint_eq(am->stats.private_bytes, am->stats.bytes);
+    ck_assert_uint_eq(am->stats.mapped_bytes, 0);
+    ck_assert(!am->stats.fell_back);
+    ck_assert_ptr_null(agent_store_root(am));
+    for (size_t i = 0; i < am->stats.tensors; i++)
+        ck_assert(!am->tensors[i].shared && am->tensors[i].data != NULL);
+    ck_assert_ptr_null(agent_find_tensor(am, "no such tensor"));
+    agent_model_free(am);
+}
+END_TEST
+
+START_TEST(direct_load_shares_and_reuses)
+{
+    agent_model *base = load(AGENT_MODE_PRIVATE, NULL);
+    agent_model *cold = load(AGENT_MODE_DIRECT, scratch);
+    ck_assert(!cold->stats.fell_back);
+    ck_assert_uint_eq(cold->stats.mapped_bytes, cold->stats.bytes);
+    ck_assert_uint_gt(cold->stats.ingested_bytes, 0);
+    ck_assert_uint_eq(cold->stats.private_bytes, 0);
+    ck_assert_str_eq(agent_store_root(cold), scratch);
+    assert_same_bytes(cold, base);
+
+    agent_model *warm = load(AGENT_MODE_DIRECT, scratch);
+    ck_assert_uint_eq(warm->stats.ingested_bytes, 0);
+    ck_assert_uint_eq(warm->stats.mapped_bytes, warm->stats.bytes);
+    for (size_t i = 0; i < warm->stats.tensors; i++)
+        ck_assert(warm->tensors[i].shared || warm->tensors[i].desc->meta.nbytes == 0);
+    assert_same_bytes(warm, base);
+    agent_model_free(warm);
+    agent_model_free(cold);
+    agent_model_free(base);
+}
+END_TEST
+
+static int count_live_holders(void *ctx, const struct store_holder_info *h)
+{
+    if (h->alive)
+        (*(int *)ctx)++;
+    return 0;
+}
+
+START_TEST(direct_load_records_references_until_freed)
+{
+    agent_model *am = load(AGENT_MODE_DIRECT, scratch);
+    struct store_options so = {.read_only = true};
+    tetris_error err = {0};
+    store *s = NULL;
+    int live = 0;
+    ck_assert_int_eq(store_open(scratch, &so, &s, &err), 0);
+    ck_assert_int_eq(store_foreach_holder(s, count_live_holders, &live, &err), 0);
+    ck_assert_int_eq(live, 1);
+    agent_model_free(am);
+    live = 0;
+    ck_assert_int_eq(store_foreach_holder(s, count_live_holders, &live, &err), 0);
+    ck_assert_int_eq(live, 0);
+    store_close(s);
+}
+END_TEST
+
+START_TEST(full_store_falls_back_with_every_tensor_served)
+{
+    struct store_options so = {.create = true, .capacity_bytes = 64 * 1024};
+    tetris_error err = {0};
+    store *s = NULL;
+    ck_assert_int_eq(store_open(scratch, &so, &s, &err), 0);
+    store_close(s);
+
+    agent_model *base = load(AGENT_MODE_PRIVATE, NULL);
+    agent_model *am = load(AGENT_MODE_DIRECT, scratch);
+    ck_assert(am->stats.fell_back);
+    ck_assert_str_eq(am->stats.fallback_reason, "store-full");
+    ck_assert_uint_gt(am->stats.private_bytes, 0);
+    ck_assert_uint_eq(am->stats.mapped_bytes + am->stats.private_bytes, am->stats.bytes);
+    assert_same_bytes(am, base);
+    agent_model_free(am);
+    agent_model_free(base);
+}
+END_TEST
+
+START_TEST(missing_store_falls_back)
+{
+    char missing[4200];
+    snprintf(missing, sizeof(missing), "%s/absent", scratch);
+    for (int mode = AGENT_MODE_STORE; mode <= AGENT_MODE_DIRECT; mode++) {
+        agent_model *am = load((enum agent_mode)mode, missing);
+        ck_assert(am->stats.fell_back);
+        ck_assert_str_eq(am->stats.fallback_reason, "store-unavailable");
+        ck_assert_uint_eq(am->stats.private_bytes, am->stats.bytes);
+        ck_assert_int_ne(access(missing, F_OK), 0); /* nothing was created */
+        agent_model_free(am);
+    }
+}
+END_TEST
+
+START_TEST(store_mode_without_daemon_falls_back)
+{
+    agent_model *seed = load(AGENT_MODE_DIRECT, scratch); /* lays the store out */
+    agent_model_free(seed);
+    agent_model *am = load(AGENT_MODE_STORE, scratch);
+    ck_assert(am->stats.fell_back);
+    ck_assert_str_eq(am->stats.fallback_reason, "daemon-unavailable");
+    ck_assert_uint_eq(am->stats.private_bytes, am->stats.bytes);
+    agent_model_free(am);
+}
+END_TEST
+
+START_TEST(bad_model_is_a_format_error)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/garbage.onnx", scratch);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("\x0a\xff\xff\xff\xff\x0f garbage", f);
+    fclose(f);
+    struct agent_options o;
+    tetris_error err = {0};
+    agent_model *am = NULL;
+    agent_options_init(&o);
+    o.mode = AGENT_MODE_DIRECT;
+    o.store_dir = scratch;
+    ck_assert_int_eq(agent_load(path, &o, &am, &err), -TETRIS_E_FORMAT);
+    ck_assert_ptr_null(am);
+}
+END_TEST
+
+/* ---- onnx_rewrite ---- */
+
+static uint8_t *read_all(const char *path, size_t *len)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    uint8_t *buf = malloc((size_t)st.st_size);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(read(fd, buf, (size_t)st.st_size), st.st_size);
+    close(fd);
+    *len = (size_t)st.st_size;
+    return buf;
+}
+
+struct seen {
+    size_t tensors, constants;
+    uint64_t bytes;
+    bool share;
+};
+
+static bool count_tensor(void *ctx, const struct onnx_tensor_ref *t, struct onnx_external *ext)
+{
+    struct seen *s = ctx;
+    s->tensors++;
+    s->constants += t->from_constant;
+    s->bytes += t->length;
+    snprintf(ext->location, sizeof(ext->location), "weights.bin");
+    ext->offset = 0;
+    return s->share;
+}
+
+START_TEST(rewrite_without_sharing_is_identity)
+{
+    size_t len, out_len;
+    uint8_t *img = read_all(model_path, &len), *out = NULL;
+    struct seen s = {0};
+    tetris_error err = {0};
+    ck_assert_int_eq(onnx_rewrite(img, len, count_tensor, &s, &out, &out_len, &err), 0);
+    ck_assert_uint_gt(s.tensors, 0);
+    ck_assert_uint_gt(s.constants, 0); /* silero keeps weights in Constant nodes */
+    ck_assert_uint_eq(out_len, len);
+    ck_assert(memcmp(out, img, len) == 0);
+    free(out);
+    free(img);
+}
+END_TEST
+
+START_TEST(rewrite_with_sharing_strips_payloads)
+{
+    size_t len, out_len;
+    uint8_t *img = read_all(model_path, &len), *out = NULL;
+    struct seen s = {.share = true};
+    tetris_error err = {0};
+    ck_assert_int_eq(onnx_rewrite(img, len, count_tensor, &s, &out, &out_len, &err), 0);
+    ck_assert_uint_lt(out_len, len - s.bytes + s.tensors * 256);
+    ck_assert_ptr_nonnull(memmem(out, out_len, "weights.bin", 11));
+    free(out);
+    free(img);
+}
+END_TEST
+
+START_TEST(rewrite_rejects_garbage)
+{
+    static const uint8_t bad[][8] = {
+        {0x3a, 0x7f, 0x00},             /* graph length past the end */
+        {0x0f, 0x00},                   /* wire type 7 */
+        {0x08, 0xff, 0xff, 0xff, 0xff}, /* truncated varint */
+        {0x08, 0x01},                   /* no graph at all */
+    };
+    static const size_t lens[] = {3, 2, 5, 2};
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        struct seen s = {0};
+        tetris_error err = {0};
+        uint8_t *out = NULL;
+        size_t out_len = 0;
+        ck_assert_int_eq(onnx_rewrite(bad[i], lens[i], count_tensor, &s, &out, &out_len, &err),
+                         -TETRIS_E_FORMAT);
+        ck_assert_ptr_null(out);
+        ck_assert_str_ne(err.msg, "");
+    }
+}
+END_TEST
+
+static Suite *agent_suite(void)
+{
+    Suite *s = suite_create("agent");
+    TCase *load_case = tcase_create("load");
+    tcase_add_checked_fixture(load_case, setup, teardown);
+    tcase_set_timeout(load_case, 120);
+    tcase_add_test(load_case, private_load_reads_everything);
+    tcase_add_test(load_case, direct_load_shares_and_reuses);
+    tcase_add_test(load_case, direct_load_records_references_until_freed);
+    tcase_add_test(load_case, full_store_falls_back_with_every_tensor_served);
+    tcase_add_test(load_case, missing_store_falls_back);
+    tcase_add_test(load_case, store_mode_without_daemon_falls_back);
+    tcase_add_test(load_case, bad_model_is_a_format_error);
+    suite_add_tcase(s, load_case);
+    TCase *rw = tcase_create("onnx_rewrite");
+    tcase_add_checked_fixture(rw, setup, teardown);
+    tcase_add_test(rw, rewrite_without_sharing_is_identity);
+    tcase_add_test(rw, rewrite_with_sharing_strips_payloads);
+    tcase_add_test(rw, rewrite_rejects_garbage);
+    suite_add_tcase(s, rw);
+    return s;
+}
+
+int main(void)
+{
+    log_init("test_agent");
+    log_set_level(LOG_LEVEL_ERROR);
+    SRunner *sr = srunner_create(agent_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
