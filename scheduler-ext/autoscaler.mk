@@ -10,3 +10,8 @@ tetris-autoscaler_LIBS := -lglpk -lcurl
 UNIT_TESTS += tests/unit/test_profile.c tests/unit/test_dts.c tests/unit/test_ilp.c
 UNIT_LIBS += -lglpk
 SHELL_TESTS += $(sort $(wildcard tests/autoscaler/test-*.sh))
+
+# The gateway's invocation counter for the Prometheus test (no OpenFaaS here).
+TEST_PROGRAMS += autoscaler-gateway-counter
+autoscaler-gateway-counter_SRCS := tests/autoscaler/gateway_counter.c
+autoscaler-gateway-counter_LIBS := -lmicrohttpd

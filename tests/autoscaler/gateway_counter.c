@@ -1,0 +1,117 @@
+/* gateway_counter.c - autoscaler-gateway-counter: serves the one metric of
+ * the OpenFaaS gateway the autoscaler reads, for tests where no gateway can
+ * run: `gateway_function_invocation_total{function_name=NAME}` growing at a
+ * fixed rate per function, on /metrics, for a real Prometheus to scrape.
+ *
+ *   autoscaler-gateway-counter NAME=RPS... [--listen ADDR:PORT]
+ *
+ * Prints `port=N` on stdout once listening; runs until SIGTERM/SIGINT.
+ * Exit status: 0 stopped by a signal, 1 bad usage or cannot listen. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "httpserver.h"
+#include "log.h"
+
+typedef struct counter {
+    const char *name;
+    double rps;
+} counter;
+
+typedef struct gateway {
+    counter *counters;
+    int n;
+    struct timespec start;
+} gateway;
+
+static double elapsed_s(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - start->tv_sec) + (now.tv_nsec - start->tv_nsec) / 1e9;
+}
+
+static void handle_metrics(void *ctx, const http_request *req, http_response *resp)
+{
+    (void)req;
+    gateway *g = ctx;
+    char *body = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&body, &len);
+    if (f == NULL) {
+        http_response_error(resp, 500, "out of memory");
+        return;
+    }
+    double t = elapsed_s(&g->start);
+    fputs("# HELP gateway_function_invocation_total Function metrics\n"
+          "# TYPE gateway_function_invocation_total counter\n", f);
+    for (int i = 0; i < g->n; i++)
+        fprintf(f, "gateway_function_invocation_total{code=\"200\",function_name=\"%s\"} %.0f\n",
+                g->counters[i].name, floor(g->counters[i].rps * t));
+    if (fclose(f) != 0) {
+        free(body);
+        http_response_error(resp, 500, "out of memory");
+        return;
+    }
+    http_response_take_body(resp, 200, "text/plain; version=0.0.4", body, len);
+}
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+int main(int argc, char **argv)
+{
+    log_init(argv[0]);
+    const char *listen = "127.0.0.1:0";
+    gateway g = {.counters = calloc((size_t)argc, sizeof(counter))};
+    if (g.counters == NULL)
+        return 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
+            listen = argv[++i];
+            continue;
+        }
+        char *eq = strchr(argv[i], '=');
+        char *end = NULL;
+        double rps = eq ? strtod(eq + 1, &end) : -1;
+        if (eq == NULL || eq == argv[i] || *end != '\0' || !(rps >= 0)) {
+            fprintf(stderr, "usage: autoscaler-gateway-counter NAME=RPS... [--listen ADDR:PORT]\n");
+            return 1;
+        }
+        *eq = '\0';
+        g.counters[g.n++] = (counter){.name = argv[i], .rps = rps};
+    }
+    clock_gettime(CLOCK_MONOTONIC, &g.start);
+    struct http_server_options o;
+    http_server_options_init(&o);
+    o.listen = listen;
+    http_server *srv = NULL;
+    tetris_error err = {0};
+    if (http_server_new(&o, &srv, &err) < 0 ||
+        http_server_route(srv, "GET", "/metrics", handle_metrics, &g, &err) < 0 ||
+        http_server_start(srv, &err) < 0) {
+        fprintf(stderr, "autoscaler-gateway-counter: %s\n", err.msg);
+        http_server_free(srv);
+        return 1;
+    }
+    printf("port=%u\n", http_server_port(srv));
+    fflush(stdout);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    while (!stop)
+        pause();
+    http_server_free(srv);
+    free(g.counters);
+    return 0;
+}
