@@ -95,7 +95,46 @@ struct onnx_tensor {
 
 static int graph_walk(struct onnx_ctx *c, pb_reader *r, tetris_error *err);
 
-/* Copies a protobuf string; NULs and overlong strings are errors. */
+/* Names end up in JSON manifests, which hold UTF-8 only. */
+static bool valid_utf8(const uint8_t *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        size_t n;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            n = 1;
+            cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 2;
+            cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (len - i <= n)
+            return false;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        static const uint32_t min_cp[4] = {0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+/* Copies a protobuf string; NULs, bytes that are not UTF-8 and overlong
+ * strings are errors. */
 static int copy_string(const pb_field *f, char *dst, size_t cap, const char *what,
                        tetris_error *err)
 {
@@ -107,6 +146,8 @@ static int copy_string(const pb_field *f, char *dst, size_t cap, const char *wha
                            f->len, cap - 1);
     if (memchr(f->data, '\0', f->len) != NULL)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: contains a NUL byte", what);
+    if (!valid_utf8(f->data, f->len))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not valid UTF-8", what);
     memcpy(dst, f->data, f->len);
     dst[f->len] = '\0';
     return 0;

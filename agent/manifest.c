@@ -25,24 +25,36 @@ static void json_decref_p(json_t **j)
     json_decref(*j);
 }
 
-/* Builds one tensor's object; NULL on a failed allocation. */
-static json_t *tensor_to_json(const tensor_desc *t)
+/* Builds one tensor's object. Strings must be UTF-8 (jansson refuses
+ * anything else). */
+static json_t *tensor_to_json(const model *m, const tensor_desc *t, tetris_error *err)
 {
+    __attribute__((cleanup(json_decref_p))) json_t *name = json_string(t->name);
+    __attribute__((cleanup(json_decref_p))) json_t *source = json_string(t->source);
+    if (name == NULL || source == NULL) {
+        tetris_fail(err, TETRIS_E_INVAL, 0,
+                    "%s: tensor \"%s\": name or source is not valid UTF-8 (or out of memory)",
+                    m->path, t->name);
+        return NULL;
+    }
     json_t *shape = json_array();
     for (int i = 0; shape != NULL && i < t->meta.ndim; i++)
         if (json_array_append_new(shape, json_integer(t->meta.shape[i])) < 0) {
             json_decref(shape);
-            return NULL;
+            shape = NULL;
         }
     char hex[TENSOR_DIGEST_HEX_LEN + 1];
     tensor_digest_to_hex(&t->meta.digest, hex);
     char digest[TENSOR_DIGEST_HEX_LEN + 8];
     snprintf(digest, sizeof digest, "sha256:%s", hex);
-    return json_pack("{s:s, s:s, s:o, s:s, s:I, s:I, s:I, s:s, s:s, s:I}", "name", t->name,
-                     "dtype", t->meta.dtype, "shape", shape, "source", t->source, "offset",
-                     (json_int_t)t->offset, "length", (json_int_t)t->length, "nbytes",
-                     (json_int_t)t->meta.nbytes, "encoding", encoding_name(t->encoding),
-                     "digest", digest, "crc32", (json_int_t)t->meta.crc32);
+    json_t *obj = json_pack("{s:O, s:s, s:o, s:O, s:I, s:I, s:I, s:s, s:s, s:I}", "name", name,
+                            "dtype", t->meta.dtype, "shape", shape, "source", source, "offset",
+                            (json_int_t)t->offset, "length", (json_int_t)t->length, "nbytes",
+                            (json_int_t)t->meta.nbytes, "encoding", encoding_name(t->encoding),
+                            "digest", digest, "crc32", (json_int_t)t->meta.crc32);
+    if (obj == NULL)
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: building manifest", m->path);
+    return obj;
 }
 
 static char *manifest_nomem(const model *m, tetris_error *err)
@@ -70,15 +82,21 @@ char *manifest_to_json(const model *m, tetris_error *err)
                         m->path, t->name);
             return NULL;
         }
-        if (json_array_append_new(tensors, tensor_to_json(t)) < 0)
+        json_t *obj = tensor_to_json(m, t, err);
+        if (obj == NULL)
+            return NULL;
+        if (json_array_append_new(tensors, obj) < 0)
             return manifest_nomem(m, err);
     }
     __attribute__((cleanup(json_decref_p))) json_t *root =
         json_pack("{s:s, s:s, s:s, s:I, s:O}", "format", MANIFEST_FORMAT, "model", m->path,
                   "model_format", m->format, "tensor_bytes", (json_int_t)m->total_bytes,
                   "tensors", tensors);
-    if (root == NULL)
-        return manifest_nomem(m, err);
+    if (root == NULL) {
+        tetris_fail(err, TETRIS_E_INVAL, 0,
+                    "%s: model path or format is not valid UTF-8 (or out of memory)", m->path);
+        return NULL;
+    }
     char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     if (text == NULL)
         return manifest_nomem(m, err);

@@ -498,6 +498,13 @@ static inline struct sbuf syn_onnx_constant_no_output(void)
     return syn_model(&g);
 }
 
+static inline struct sbuf syn_onnx_name_not_utf8(void)
+{
+    int64_t dims[] = {1};
+    struct sbuf t = syn_tensor("w\xff\xfe", SYN_UINT8, 1, dims, SYN_F_RAW, "x", 1);
+    return syn_model_with(&t);
+}
+
 static const struct syn_bad_case syn_bad_cases[] = {
     {"st-truncated.safetensors", "truncated", syn_st_tiny},
     {"st-header-past-eof.safetensors", "past the end of the file", syn_st_header_past_eof},
@@ -540,6 +547,7 @@ static const struct syn_bad_case syn_bad_cases[] = {
     {"onnx-external-escape.onnx", "leaves the model's directory", syn_onnx_external_escape},
     {"onnx-external-absolute.onnx", "absolute", syn_onnx_external_absolute},
     {"onnx-constant-no-output.onnx", "without an output", syn_onnx_constant_no_output},
+    {"onnx-name-not-utf8.onnx", "not valid UTF-8", syn_onnx_name_not_utf8},
 };
 
 #define SYN_N_BAD_CASES (sizeof syn_bad_cases / sizeof syn_bad_cases[0])
