@@ -2,3 +2,9 @@
 LIB_SRCS += tensorstore/digest.c tensorstore/layout.c tensorstore/store.c tensorstore/map.c \
             tensorstore/publish.c tensorstore/holders.c tensorstore/maintenance.c
 UNIT_TESTS += tests/unit/test_digest.c tests/unit/test_store.c
+
+# Multi-process and crash tests: a helper that drives the store from many
+# processes, and the shell tests that run it.
+TEST_PROGRAMS += tetris-store-stress
+tetris-store-stress_SRCS := tests/tensorstore/store_stress.c
+SHELL_TESTS += tests/tensorstore/test-concurrent.sh tests/tensorstore/test-crash.sh
