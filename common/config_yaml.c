@@ -3,6 +3,7 @@
 #include "config_yaml.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,4 +169,57 @@ void config_yaml_free(config_yaml *c)
     }
     free(c->items);
     free(c);
+}
+
+int config_parse_bytes(const char *s, uint64_t *out, tetris_error *err)
+{
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {
+        {"", 1},          {"k", 1e3},           {"K", 1e3},           {"M", 1e6},
+        {"G", 1e9},       {"T", 1e12},          {"Ki", 1024.0},       {"Mi", 1048576.0},
+        {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}, {"B", 1},
+    };
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !isfinite(v) || v < 0)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad byte count \"%s\"", s);
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(end, units[i].suffix) == 0) {
+            double b = v * units[i].mult;
+            if (b >= 1.8e19)
+                return tetris_fail(err, TETRIS_E_INVAL, 0, "byte count \"%s\" too large", s);
+            *out = (uint64_t)b;
+            return 0;
+        }
+    }
+    return tetris_fail(err, TETRIS_E_INVAL, 0,
+                       "bad byte count \"%s\" (suffixes: Ki Mi Gi Ti k M G T)", s);
+}
+
+int config_parse_seconds(const char *s, double *out, tetris_error *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !isfinite(v) || v < 0)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad duration \"%s\"", s);
+    double mult = 1;
+    if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
+        mult = 1;
+    else if (strcmp(end, "ms") == 0)
+        mult = 0.001;
+    else if (strcmp(end, "m") == 0)
+        mult = 60;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600;
+    else if (strcmp(end, "d") == 0)
+        mult = 86400;
+    else
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad duration \"%s\" (suffixes: ms s m h d)",
+                           s);
+    *out = v * mult;
+    return 0;
 }

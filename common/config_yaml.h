@@ -8,6 +8,7 @@
 #define TETRIS_CONFIG_YAML_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -28,5 +29,11 @@ int config_yaml_parse(const char *text, size_t len, const char *name, config_yam
 /* The last value given for key, or NULL. */
 const struct config_item *config_yaml_get(const config_yaml *c, const char *key);
 void config_yaml_free(config_yaml *c);
+
+/* Setting values. "4096", "64Ki", "2Gi", "1.5G", "10M": bytes, with binary
+ * (Ki Mi Gi Ti) and decimal (k/K M G T) suffixes as Kubernetes quantities. */
+int config_parse_bytes(const char *s, uint64_t *out, tetris_error *err);
+/* "30", "2.5", "30s", "500ms", "5m", "1h", "1d": seconds. */
+int config_parse_seconds(const char *s, double *out, tetris_error *err);
 
 #endif

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,59 +81,6 @@ void reclaimer_usage(const char *prog)
            prog);
 }
 
-int parse_bytes(const char *s, uint64_t *out, tetris_error *err)
-{
-    static const struct {
-        const char *suffix;
-        double mult;
-    } units[] = {
-        {"", 1},          {"k", 1e3},           {"K", 1e3},           {"M", 1e6},
-        {"G", 1e9},       {"T", 1e12},          {"Ki", 1024.0},       {"Mi", 1048576.0},
-        {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}, {"B", 1},
-    };
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno != 0 || !isfinite(v) || v < 0)
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad byte count \"%s\"", s);
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(end, units[i].suffix) == 0) {
-            double b = v * units[i].mult;
-            if (b >= 1.8e19)
-                return tetris_fail(err, TETRIS_E_INVAL, 0, "byte count \"%s\" too large", s);
-            *out = (uint64_t)b;
-            return 0;
-        }
-    }
-    return tetris_fail(err, TETRIS_E_INVAL, 0,
-                       "bad byte count \"%s\" (suffixes: Ki Mi Gi Ti k M G T)", s);
-}
-
-int parse_seconds(const char *s, double *out, tetris_error *err)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno != 0 || !isfinite(v) || v < 0)
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad duration \"%s\"", s);
-    double mult = 1;
-    if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
-        mult = 1;
-    else if (strcmp(end, "ms") == 0)
-        mult = 0.001;
-    else if (strcmp(end, "m") == 0)
-        mult = 60;
-    else if (strcmp(end, "h") == 0)
-        mult = 3600;
-    else if (strcmp(end, "d") == 0)
-        mult = 86400;
-    else
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad duration \"%s\" (suffixes: ms s m h d)",
-                           s);
-    *out = v * mult;
-    return 0;
-}
-
 static int parse_count(const char *s, unsigned *out, tetris_error *err)
 {
     char *end;
@@ -163,17 +109,17 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
     case OPT_LISTEN:
         return copy_string(cfg->listen, sizeof(cfg->listen), "listen", v, err);
     case OPT_INTERVAL:
-        if (parse_seconds(v, &cfg->interval_s, err) < 0)
+        if (config_parse_seconds(v, &cfg->interval_s, err) < 0)
             return -TETRIS_E_INVAL;
         if (cfg->interval_s < 0.01)
             return tetris_fail(err, TETRIS_E_INVAL, 0, "interval %s is too short", v);
         return 0;
     case OPT_KEEP_ALIVE:
-        return parse_seconds(v, &cfg->keep_alive_s, err);
+        return config_parse_seconds(v, &cfg->keep_alive_s, err);
     case OPT_CAPACITY:
-        return parse_bytes(v, &cfg->capacity_bytes, err);
+        return config_parse_bytes(v, &cfg->capacity_bytes, err);
     case OPT_SCRUB_RATE:
-        return parse_bytes(v, &cfg->scrub_rate, err);
+        return config_parse_bytes(v, &cfg->scrub_rate, err);
     case OPT_NODE_NAME:
         return copy_string(cfg->node_name, sizeof(cfg->node_name), "node name", v, err);
     case OPT_STATE_FILE:
@@ -183,7 +129,7 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
     case OPT_MAX_CONNECTIONS:
         return parse_count(v, &cfg->max_connections, err);
     case OPT_REQUEST_TIMEOUT:
-        if (parse_seconds(v, &cfg->request_timeout_s, err) < 0)
+        if (config_parse_seconds(v, &cfg->request_timeout_s, err) < 0)
             return -TETRIS_E_INVAL;
         if (cfg->request_timeout_s < 0.01)
             return tetris_fail(err, TETRIS_E_INVAL, 0, "request timeout %s is too short", v);

@@ -32,12 +32,6 @@ struct reclaimer_config {
 int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
                           tetris_error *err);
 
-/* "4096", "64Ki", "2Gi", "1.5G", "10M": bytes. Binary (Ki, Mi, Gi, Ti) and
- * decimal (k/K, M, G, T) suffixes, as Kubernetes quantities. */
-int parse_bytes(const char *s, uint64_t *out, tetris_error *err);
-/* "30", "2.5", "30s", "5m", "1h", "1d": seconds. */
-int parse_seconds(const char *s, double *out, tetris_error *err);
-
 void reclaimer_usage(const char *prog);
 
 #endif

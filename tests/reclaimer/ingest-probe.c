@@ -9,8 +9,7 @@
  *       record references (or, with --direct, publish into the store
  *       itself), map every tensor read-only and read each page; on any
  *       daemon failure fall back to a private load and report it. Prints
- *       one JSON line; with --hold keeps everything until stdin closes or
- *       SIGTERM.
+ *       one JSON line; with --hold keeps everything until SIGTERM.
  *   send --socket PATH [--fd FILE]... [--raw]
  *       sends stdin as one request (length-prefixed unless --raw) with the
  *       files' descriptors attached; prints the reply, or "closed".
@@ -155,16 +154,8 @@ static int load_private(const model *m, uint64_t *bytes)
 
 static void wait_hold(void)
 {
-    struct pollfd p = {.fd = 0, .events = POLLIN};
-    while (!got_term) {
-        int n = poll(&p, 1, 200);
-        if (n > 0) {
-            char b[256];
-            ssize_t r = read(0, b, sizeof(b));
-            if (r <= 0)
-                return;
-        }
-    }
+    while (!got_term)
+        poll(NULL, 0, 100);
 }
 
 struct load_result {

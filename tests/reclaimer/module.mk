@@ -1,3 +1,4 @@
 # tests/reclaimer/module.mk - tetris-reclaimer's tests and their driver.
 TEST_PROGRAMS += tetris-ingest-probe
 tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
+SHELL_TESTS += tests/reclaimer/test-reclaim.sh

@@ -1,0 +1,102 @@
+#!/bin/sh
+# test-reclaim.sh - the reclaim policy of tetris-reclaimer against real
+# holders (function instances loading through the daemon):
+#  - tensors of exited holders are reclaimed after the keep-alive; a live
+#    holder's tensors survive any number of passes, also when another
+#    holder of the same model exits or is SIGKILLed;
+#  - metrics count holders, logical and saved bytes;
+#  - LRU keeps the store under capacity (lowered by SIGHUP) and never
+#    evicts a referenced tensor; ingests past capacity are refused per
+#    tensor and the instance loads those privately;
+#  - --once runs repair plus one pass and exits.
+# Models differ in tensor size, so /inventory's "bytes" tells them apart.
+. "$(dirname "$0")/lib.sh"
+
+KI=1024
+synth "$WORK/a.safetensors" 8 $((256 * KI)) 1   # A: 8 x 256 KiB = 2 MiB
+synth "$WORK/b.safetensors" 8 $((128 * KI)) 2   # B: 8 x 128 KiB = 1 MiB
+synth "$WORK/c.safetensors" 8 $((64 * KI)) 3    # C: 8 x 64 KiB = 512 KiB
+
+# count_of BYTES: resident tensors of that size (i.e. of that model).
+count_of() {
+    http_get /inventory | jq "[.tensors[] | select(.bytes == $1)] | length"
+}
+
+cat >"$WORK/r.yaml" <<YAML
+interval: 200ms
+keep_alive: 2
+scrub_rate: 0
+YAML
+start_daemon --config "$WORK/r.yaml"
+
+hold "$WORK/a.safetensors" "$WORK/a1.json"; A1=$HOLD_PID
+hold "$WORK/b.safetensors" "$WORK/b1.json"; B1=$HOLD_PID
+hold "$WORK/a.safetensors" "$WORK/a2.json"; A2=$HOLD_PID
+grep -q '"ingested":8' "$WORK/a1.json" || fail "first load of A did not ingest: $(cat "$WORK/a1.json")"
+grep -q '"resident":8' "$WORK/a2.json" || fail "second load of A was not served from the store"
+wait_passes 2
+[ "$(metric tetris_store_tensors)" = 16 ] || fail "want 16 tensors, have $(metric tetris_store_tensors)"
+[ "$(metric tetris_store_holders)" = 3 ] || fail "want 3 holders, have $(metric tetris_store_holders)"
+want_logical=$((2 * 2097152 + 1048576))
+[ "$(metric tetris_store_logical_bytes)" = $want_logical ] || fail "logical bytes $(metric tetris_store_logical_bytes) != $want_logical"
+[ "$(metric tetris_store_saved_bytes)" = 2097152 ] || fail "saved bytes $(metric tetris_store_saved_bytes) != 2097152"
+note "3 holders, 16 tensors, saved bytes = one copy of A"
+
+# B's only holder exits cleanly, one of A's two is killed: B goes after the
+# keep-alive, A stays as long as A2 lives.
+release "$B1"
+kill -KILL "$A1"
+wait_until 60 '[ "$(count_of $((128 * KI)))" = 0 ]' || fail "B was not reclaimed after keep-alive"
+[ "$(count_of $((256 * KI)))" = 8 ] || fail "A lost tensors while A2 holds it"
+wait_passes 25
+[ "$(count_of $((256 * KI)))" = 8 ] || fail "A lost tensors over many passes"
+[ "$(metric tetris_store_holders)" = 1 ] || fail "dead holder not released"
+note "exited holder's tensors reclaimed; live holder's survived 25+ passes"
+
+kill -KILL "$A2"
+wait_until 60 '[ "$(metric tetris_store_tensors)" = 0 ]' || fail "A not reclaimed after its last holder died"
+[ "$(metric tetris_reclaims_total)" = 16 ] || fail "reclaims_total $(metric tetris_reclaims_total) != 16"
+[ "$(metric tetris_reclaimed_bytes_total)" -ge $((3 * 1048576)) ] || fail "reclaimed bytes too small"
+
+# LRU: long keep-alive, capacity set by SIGHUP.
+cat >"$WORK/r.yaml" <<YAML
+interval: 200ms
+keep_alive: 1h
+scrub_rate: 0
+capacity: 3Mi
+YAML
+kill -HUP "$DAEMON_PID"
+wait_until 30 '[ "$(metric tetris_store_capacity_bytes)" = 3145728 ]' || fail "SIGHUP did not apply capacity"
+"$PROBE" load --store "$STORE" "$WORK/b.safetensors" >"$WORK/b2.json" 2>>"$WORK/probe.log" || fail "load B"
+sleep 1.1   # last-use times have one-second resolution: B is older than A
+hold "$WORK/a.safetensors" "$WORK/a3.json"; A3=$HOLD_PID
+grep -q '"ingested":8' "$WORK/a3.json" || fail "A not ingested under capacity: $(cat "$WORK/a3.json")"
+# The store is full (3 MiB): C is refused tensor by tensor, loaded privately.
+"$PROBE" load --store "$STORE" "$WORK/c.safetensors" >"$WORK/c1.json" 2>>"$WORK/probe.log" || fail "load C"
+grep -q '"rejected":8' "$WORK/c1.json" || fail "C should be refused by a full store: $(cat "$WORK/c1.json")"
+grep -q '"private_bytes":524288' "$WORK/c1.json" || fail "C's refused tensors not loaded privately"
+grep -q '"fallback":false' "$WORK/c1.json" || fail "a full store is a per-tensor refusal, not a fallback"
+
+sed -i 's/capacity: 3Mi/capacity: 2560Ki/' "$WORK/r.yaml"
+kill -HUP "$DAEMON_PID"
+wait_until 60 '[ "$(metric tetris_evictions_total)" = 4 ]' || fail "LRU did not evict 4 of B's tensors (evictions $(metric tetris_evictions_total))"
+wait_passes 3
+[ "$(metric tetris_store_resident_bytes)" -le 2621440 ] || fail "store above capacity after LRU"
+[ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor of A"
+sed -i 's/capacity: 2560Ki/capacity: 1Mi/' "$WORK/r.yaml"
+kill -HUP "$DAEMON_PID"
+wait_until 60 '[ "$(count_of $((128 * KI)))" = 0 ]' || fail "LRU left cold tensors of B above capacity"
+wait_passes 5
+[ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor to meet capacity"
+note "LRU evicted only cold tensors, oldest first; referenced ones kept even above capacity"
+
+# The state file remembers last use across restarts.
+release "$A3"
+stop_daemon
+grep -q . "$STORE/reclaimer.state" || fail "no last-use state persisted"
+"$RECLAIMER" --store "$STORE" --once --keep-alive 1h >>"$DAEMON_LOG" 2>&1 || fail "--once failed"
+[ "$(tensor_count)" = 8 ] || fail "--once with a long keep-alive freed tensors"
+"$RECLAIMER" --store "$STORE" --once --keep-alive 0 >>"$DAEMON_LOG" 2>&1 || fail "--once failed"
+[ "$(tensor_count)" = 0 ] || fail "--once --keep-alive 0 left $(tensor_count) tensors"
+note "--once honours keep-alive"
+echo "ok $T_NAME"

@@ -1,0 +1,261 @@
+/* test_reclaimer_units.c - tetris-reclaimer's pure parts: size and
+ * duration parsing, the YAML settings reader, settings precedence (file <
+ * flags), and the tensor index (hash table with deletions, state file). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "config_yaml.h"
+#include "tensor_index.h"
+
+START_TEST(test_parse_bytes)
+{
+    uint64_t v;
+    tetris_error err;
+    ck_assert_int_eq(config_parse_bytes("4096", &v, &err), 0);
+    ck_assert_uint_eq(v, 4096);
+    ck_assert_int_eq(config_parse_bytes("2Gi", &v, &err), 0);
+    ck_assert_uint_eq(v, 2ull << 30);
+    ck_assert_int_eq(config_parse_bytes("64Ki", &v, &err), 0);
+    ck_assert_uint_eq(v, 65536);
+    ck_assert_int_eq(config_parse_bytes("1.5G", &v, &err), 0);
+    ck_assert_uint_eq(v, 1500000000ull);
+    ck_assert_int_eq(config_parse_bytes("10M", &v, &err), 0);
+    ck_assert_uint_eq(v, 10000000ull);
+    ck_assert_int_eq(config_parse_bytes("", &v, &err), -TETRIS_E_INVAL);
+    ck_assert_int_eq(config_parse_bytes("-1", &v, &err), -TETRIS_E_INVAL);
+    ck_assert_int_eq(config_parse_bytes("12Qi", &v, &err), -TETRIS_E_INVAL);
+    ck_assert_int_eq(config_parse_bytes("1e30", &v, &err), -TETRIS_E_INVAL);
+    ck_assert_int_eq(config_parse_bytes("nan", &v, &err), -TETRIS_E_INVAL);
+}
+END_TEST
+
+START_TEST(test_parse_seconds)
+{
+    double v;
+    tetris_error err;
+    ck_assert_int_eq(config_parse_seconds("30", &v, &err), 0);
+    ck_assert(v == 30);
+    ck_assert_int_eq(config_parse_seconds("5m", &v, &err), 0);
+    ck_assert(v == 300);
+    ck_assert_int_eq(config_parse_seconds("500ms", &v, &err), 0);
+    ck_assert(v == 0.5);
+    ck_assert_int_eq(config_parse_seconds("1h", &v, &err), 0);
+    ck_assert(v == 3600);
+    ck_assert_int_eq(config_parse_seconds("3x", &v, &err), -TETRIS_E_INVAL);
+    ck_assert_int_eq(config_parse_seconds("-3", &v, &err), -TETRIS_E_INVAL);
+}
+END_TEST
+
+START_TEST(test_yaml_nested)
+{
+    const char *text = "interval: 5\n"
+                       "scrub:\n"
+                       "  rate: 10Mi\n"
+                       "  deep:\n"
+                       "    x: y\n"
+                       "keep_alive: 2m\n";
+    config_yaml *c;
+    tetris_error err;
+    ck_assert_int_eq(config_yaml_parse(text, strlen(text), "t.yaml", &c, &err), 0);
+    ck_assert_uint_eq(c->n_items, 4);
+    ck_assert_str_eq(config_yaml_get(c, "interval")->value, "5");
+    ck_assert_str_eq(config_yaml_get(c, "scrub.rate")->value, "10Mi");
+    ck_assert_str_eq(config_yaml_get(c, "scrub.deep.x")->value, "y");
+    ck_assert_str_eq(config_yaml_get(c, "keep_alive")->value, "2m");
+    ck_assert_int_eq(config_yaml_get(c, "keep_alive")->line, 6);
+    ck_assert_ptr_null(config_yaml_get(c, "scrub"));
+    config_yaml_free(c);
+}
+END_TEST
+
+START_TEST(test_yaml_bad)
+{
+    static const char *bad[] = {
+        "a: [1, 2]\n", "a: {b: c\n", "- a\n- b\n", "just a scalar\n", "a: &x 1\nb: *x\n",
+        "? {a: b}\n: c\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        config_yaml *c = NULL;
+        tetris_error err;
+        ck_assert_msg(config_yaml_parse(bad[i], strlen(bad[i]), "bad.yaml", &c, &err) ==
+                          -TETRIS_E_FORMAT,
+                      "accepted: %s", bad[i]);
+        ck_assert_ptr_nonnull(strstr(err.msg, "bad.yaml"));
+    }
+    config_yaml *c;
+    tetris_error err;
+    ck_assert_int_eq(config_yaml_parse("", 0, "empty.yaml", &c, &err), 0);
+    ck_assert_uint_eq(c->n_items, 0);
+    config_yaml_free(c);
+}
+END_TEST
+
+static char *write_temp(const char *text)
+{
+    char *path = strdup("/tmp/tetris-reclaimer-test-XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+START_TEST(test_config_precedence)
+{
+    char *path = write_temp("store: /tmp/s1\ninterval: 7\nkeep_alive: 1m\ncapacity: 1Gi\n"
+                            "node_name: from-file\n");
+    char *argv[] = {"tetris-reclaimer", "--interval", "3", "--config", path, NULL};
+    struct reclaimer_config cfg;
+    tetris_error err;
+    ck_assert_int_eq(reclaimer_config_load(5, argv, &cfg, &err), 0);
+    ck_assert_str_eq(cfg.store_dir, "/tmp/s1");
+    ck_assert(cfg.interval_s == 3); /* the flag wins even before --config */
+    ck_assert(cfg.keep_alive_s == 60);
+    ck_assert_uint_eq(cfg.capacity_bytes, 1ull << 30);
+    ck_assert_str_eq(cfg.node_name, "from-file");
+    ck_assert_str_eq(cfg.socket_path, "/tmp/s1/ingest.sock");
+    ck_assert_str_eq(cfg.state_path, "/tmp/s1/reclaimer.state");
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+START_TEST(test_config_errors)
+{
+    struct reclaimer_config cfg;
+    tetris_error err;
+    char *a1[] = {"r", "--interval", "soon", NULL};
+    ck_assert_int_lt(reclaimer_config_load(3, a1, &cfg, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "interval"));
+    char *a2[] = {"r", "--bogus", NULL};
+    ck_assert_int_lt(reclaimer_config_load(2, a2, &cfg, &err), 0);
+    char *a3[] = {"r", "extra", NULL};
+    ck_assert_int_lt(reclaimer_config_load(2, a3, &cfg, &err), 0);
+    char *path = write_temp("interval: 5\nfrobnicate: yes\n");
+    char *a4[] = {"r", "--config", path, NULL};
+    ck_assert_int_lt(reclaimer_config_load(3, a4, &cfg, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, ":2:"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "frobnicate"));
+    unlink(path);
+    free(path);
+    char *a5[] = {"r", "--config", "/nonexistent/x.yaml", NULL};
+    ck_assert_int_lt(reclaimer_config_load(3, a5, &cfg, &err), 0);
+}
+END_TEST
+
+static tensor_digest digest_of(uint32_t i)
+{
+    tensor_digest d;
+    memset(&d, 0, sizeof(d));
+    /* Spread like a hash, with collisions in the low bits for some keys. */
+    uint64_t h = (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    if (i % 7 == 0)
+        h &= ~0xfffull;
+    memcpy(d.bytes, &h, sizeof(h));
+    memcpy(d.bytes + 8, &i, sizeof(i));
+    return d;
+}
+
+START_TEST(test_index_insert_remove)
+{
+    tensor_index *ix;
+    tetris_error err;
+    ck_assert_int_eq(tensor_index_new(&ix, &err), 0);
+    const uint32_t n = 20000;
+    for (uint32_t i = 0; i < n; i++) {
+        tensor_digest d = digest_of(i);
+        struct index_entry *e;
+        bool created;
+        ck_assert_int_eq(tensor_index_upsert(ix, &d, &e, &created, &err), 0);
+        ck_assert(created);
+        e->bytes = i;
+    }
+    ck_assert_uint_eq(tensor_index_count(ix), n);
+    for (uint32_t i = 0; i < n; i += 2) {
+        tensor_digest d = digest_of(i);
+        tensor_index_remove(ix, &d);
+    }
+    ck_assert_uint_eq(tensor_index_count(ix), n / 2);
+    for (uint32_t i = 0; i < n; i++) {
+        tensor_digest d = digest_of(i);
+        struct index_entry *e = tensor_index_find(ix, &d);
+        if (i % 2 == 0) {
+            ck_assert_ptr_null(e);
+        } else {
+            ck_assert_ptr_nonnull(e);
+            ck_assert_uint_eq(e->bytes, i);
+        }
+    }
+    size_t seen = 0, c = 0;
+    while (tensor_index_next(ix, &c) != NULL)
+        seen++;
+    ck_assert_uint_eq(seen, n / 2);
+    tensor_index_free(ix);
+}
+END_TEST
+
+START_TEST(test_index_state_file)
+{
+    tensor_index *ix;
+    tetris_error err;
+    ck_assert_int_eq(tensor_index_new(&ix, &err), 0);
+    for (uint32_t i = 0; i < 100; i++) {
+        tensor_digest d = digest_of(i);
+        struct index_entry *e;
+        ck_assert_int_eq(tensor_index_upsert(ix, &d, &e, NULL, &err), 0);
+        e->last_ref_s = i % 3 ? 1000 + i : 0;
+    }
+    char path[] = "/tmp/tetris-reclaimer-state-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    ck_assert_int_eq(tensor_index_save(ix, path, &err), 0);
+    tensor_index_free(ix);
+
+    ck_assert_int_eq(tensor_index_new(&ix, &err), 0);
+    ck_assert_int_eq(tensor_index_load(ix, path, &err), 0);
+    for (uint32_t i = 0; i < 100; i++) {
+        tensor_digest d = digest_of(i);
+        struct index_entry *e = tensor_index_find(ix, &d);
+        if (i % 3) {
+            ck_assert_ptr_nonnull(e);
+            ck_assert_int_eq(e->last_ref_s, 1000 + i);
+        } else {
+            ck_assert_ptr_null(e);
+        }
+    }
+    tensor_index_free(ix);
+
+    FILE *fp = fopen(path, "w");
+    fputs("not a digest 12\n", fp);
+    fclose(fp);
+    ck_assert_int_eq(tensor_index_new(&ix, &err), 0);
+    ck_assert_int_eq(tensor_index_load(ix, path, &err), -TETRIS_E_FORMAT);
+    ck_assert_int_eq(tensor_index_load(ix, "/nonexistent/state", &err), 0);
+    tensor_index_free(ix);
+    unlink(path);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("reclaimer");
+    TCase *tc = tcase_create("units");
+    tcase_add_test(tc, test_parse_bytes);
+    tcase_add_test(tc, test_parse_seconds);
+    tcase_add_test(tc, test_yaml_nested);
+    tcase_add_test(tc, test_yaml_bad);
+    tcase_add_test(tc, test_config_precedence);
+    tcase_add_test(tc, test_config_errors);
+    tcase_add_test(tc, test_index_insert_remove);
+    tcase_add_test(tc, test_index_state_file);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
