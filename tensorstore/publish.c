@@ -36,9 +36,8 @@ static void temp_file_discard(struct temp_file *t)
     t->fd = -1;
 }
 
-/* Creates the temp file at its final size and allocates its blocks, so a
- * full filesystem fails here with ENOSPC rather than with SIGBUS while the
- * caller writes through the mapping. */
+/* Creates the temp file at its final size: from then on other publishers
+ * count it against the capacity. */
 static int temp_file_create(store *s, const char *hex, uint64_t file_bytes, struct temp_file *t,
                             tetris_error *err)
 {
@@ -46,16 +45,12 @@ static int temp_file_create(store *s, const char *hex, uint64_t file_bytes, stru
     t->fd = store_create_locked(s->tmp_fd, hex, "", 0644, t->name, sizeof t->name, err);
     if (t->fd < 0)
         return tetris_wrap(err, "store %s/tmp", s->root);
-    int rc = 0;
-    if (ftruncate(t->fd, (off_t)file_bytes) < 0)
-        rc = tetris_fail(err, store_errno_code(errno), errno, "size temp file for %s", hex);
-    else if (fallocate(t->fd, 0, 0, (off_t)file_bytes) < 0 && errno != EOPNOTSUPP)
-        rc = tetris_fail(err, store_errno_code(errno), errno,
-                         "allocate %llu bytes for %s in %s", (unsigned long long)file_bytes, hex,
-                         s->root);
-    if (rc < 0)
+    if (ftruncate(t->fd, (off_t)file_bytes) < 0) {
+        int rc = tetris_fail(err, store_errno_code(errno), errno, "size temp file for %s", hex);
         temp_file_discard(t);
-    return rc;
+        return rc;
+    }
+    return 0;
 }
 
 /* Temp file creation, checked against the capacity under the store-wide
@@ -79,6 +74,20 @@ static int reserve(store *s, const char *hex, uint64_t file_bytes, struct temp_f
                            (unsigned long long)file_bytes, (unsigned long long)used,
                            (unsigned long long)s->capacity_bytes, s->root);
     return temp_file_create(s, hex, file_bytes, t, err);
+}
+
+/* Allocates the temp file's blocks (outside the capacity lock: on tmpfs this
+ * zeroes every page), so a full filesystem fails here with ENOSPC rather
+ * than with SIGBUS while the caller writes through the mapping. After
+ * ftruncate, so that tmpfs huge=within_size may use huge pages. */
+static int allocate(store *s, const char *hex, uint64_t file_bytes, struct temp_file *t,
+                    tetris_error *err)
+{
+    if (fallocate(t->fd, 0, 0, (off_t)file_bytes) < 0 && errno != EOPNOTSUPP)
+        return tetris_fail(err, store_errno_code(errno), errno,
+                           "allocate %llu bytes for %s in %s", (unsigned long long)file_bytes, hex,
+                           s->root);
+    return 0;
 }
 
 static int fill_and_verify(const tensor_meta *meta, const char *hex, int fd, store_fill_fn fill,
@@ -174,10 +183,13 @@ int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, 
     char hex[TENSOR_DIGEST_HEX_LEN + 1];
     tensor_digest_to_hex(&meta->digest, hex);
     struct temp_file t = {.fd = -1};
-    rc = reserve(s, hex, meta->nbytes + TENSOR_TRAILER_BYTES, &t, err);
+    uint64_t file_bytes = meta->nbytes + TENSOR_TRAILER_BYTES;
+    rc = reserve(s, hex, file_bytes, &t, err);
     if (rc < 0)
         return rc;
-    rc = fill_and_verify(meta, hex, t.fd, fill, ctx, err);
+    rc = allocate(s, hex, file_bytes, &t, err);
+    if (rc == 0)
+        rc = fill_and_verify(meta, hex, t.fd, fill, ctx, err);
     if (rc == 0)
         rc = finish_file(s, meta, hex, &t, err);
     temp_file_discard(&t);

@@ -5,6 +5,9 @@
  *   concurrent  N processes publish + map the same tensors at once: exactly
  *               one publish per digest, one file each, identical bytes seen
  *               by every process.
+ *   fill        N processes publish distinct tensors into a store with a
+ *               capacity until it is full: usage never passes the capacity,
+ *               every process sees "store full", every file verifies.
  *   crash       trials of a publisher SIGKILLed at a random instant of its
  *               ingest: nothing partial is ever mappable, and after
  *               store_repair the store verifies clean with no temp files
@@ -44,6 +47,7 @@ struct options {
     int trials;
     uint64_t seed;
     uint64_t max_bytes;
+    uint64_t capacity;
 };
 
 static uint64_t splitmix(uint64_t *state)
@@ -353,6 +357,77 @@ static int run_concurrent(const struct options *o)
     return failures == 0 ? 0 : EXIT_FAIL;
 }
 
+/* ---- fill ---- */
+
+/* One process: publish its own tensors until the store says it is full.
+ * Exit 0 when it saw TETRIS_E_FULL, 1 on any other outcome. */
+static void fill_child(const struct options *o, int proc)
+{
+    tetris_error err;
+    store *cs = NULL;
+    if (open_store(o->store_dir, false, &cs, &err) < 0)
+        _exit(EXIT_FAIL);
+    for (int batch = 0; batch < 1000; batch++) {
+        cleanup_free struct gen_tensor *set =
+            make_set(4, o->seed * 7919u + (uint64_t)proc * 1000u + (uint64_t)batch, o->max_bytes);
+        if (set == NULL)
+            _exit(EXIT_FAIL);
+        for (int i = 0; i < 4; i++) {
+            bool published;
+            int rc = store_publish_tensor(cs, &set[i].meta, fill_generated, &set[i].seed,
+                                          &published, &err);
+            if (rc == -TETRIS_E_FULL && strstr(err.msg, "store full: need ") != NULL)
+                _exit(0);
+            if (rc < 0) {
+                log_error("event=publish-failed proc=%d error=\"%s\"", proc, err.msg);
+                _exit(EXIT_FAIL);
+            }
+        }
+    }
+    _exit(EXIT_FAIL); /* never filled up */
+}
+
+static int run_fill(const struct options *o)
+{
+    tetris_error err;
+    store *s = NULL;
+    struct store_options so = {.create = true, .capacity_bytes = o->capacity};
+    if (o->capacity == 0 || store_open(o->store_dir, &so, &s, &err) < 0) {
+        log_error("event=open-failed error=\"%s\"", o->capacity ? err.msg : "no --capacity");
+        return o->capacity ? EXIT_FAIL : EXIT_USAGE;
+    }
+    cleanup_free pid_t *pids = calloc((size_t)o->procs, sizeof *pids);
+    for (int p = 0; p < o->procs; p++) {
+        pids[p] = fork();
+        if (pids[p] < 0)
+            return EXIT_FAIL;
+        if (pids[p] == 0)
+            fill_child(o, p);
+    }
+    int failures = 0;
+    for (int p = 0; p < o->procs; p++) {
+        int status;
+        if (waitpid(pids[p], &status, 0) != pids[p] || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0) {
+            log_error("event=child-failed proc=%d status=%#x", p, status);
+            failures++;
+        }
+    }
+    uint64_t used = 0;
+    int files = 0;
+    if (store_usage_bytes(s, &used, &err) < 0 || check_tensor_files(s, &files, &err) < 0) {
+        log_error("event=check-failed error=\"%s\"", err.msg);
+        failures++;
+    }
+    int tmp_left = count_dir(store_root(s), "tmp");
+    printf("procs=%d capacity=%llu used=%llu files=%d tmp_left=%d\n", o->procs,
+           (unsigned long long)o->capacity, (unsigned long long)used, files, tmp_left);
+    if (used > o->capacity || files == 0 || tmp_left != 0)
+        failures++;
+    store_close(s);
+    return failures == 0 ? 0 : EXIT_FAIL;
+}
+
 /* ---- crash ---- */
 
 static void sleep_ns(uint64_t ns)
@@ -544,8 +619,9 @@ static int run_crash(const struct options *o)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: tetris-store-stress concurrent|crash --store DIR [options]\n"
+            "usage: tetris-store-stress concurrent|fill|crash --store DIR [options]\n"
             "  concurrent   --procs N (32) --tensors N (24) --max-bytes B (262144)\n"
+            "  fill         --capacity B --procs N (32) --max-bytes B (262144)\n"
             "  crash        --trials N (300) --tensors N (6) --max-bytes B (262144)\n"
             "  --seed N     generator seed (1)\n"
             "exit status: 0 invariants held, 1 an invariant failed, 2 usage error\n");
@@ -558,6 +634,7 @@ int main(int argc, char **argv)
         {"store", required_argument, NULL, 's'},   {"procs", required_argument, NULL, 'p'},
         {"tensors", required_argument, NULL, 't'}, {"trials", required_argument, NULL, 'n'},
         {"seed", required_argument, NULL, 'S'},    {"max-bytes", required_argument, NULL, 'b'},
+        {"capacity", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
@@ -571,6 +648,7 @@ int main(int argc, char **argv)
         case 'n': o.trials = atoi(optarg); break;
         case 'S': o.seed = strtoull(optarg, NULL, 10); break;
         case 'b': o.max_bytes = strtoull(optarg, NULL, 10); break;
+        case 'c': o.capacity = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("tetris-store-stress %s\n", TETRIS_VERSION); return 0;
         default: usage(stderr); return EXIT_USAGE;
@@ -587,6 +665,8 @@ int main(int argc, char **argv)
             o.tensors = 24;
         return o.tensors < 1 ? EXIT_USAGE : run_concurrent(&o);
     }
+    if (strcmp(mode, "fill") == 0)
+        return run_fill(&o);
     if (strcmp(mode, "crash") == 0) {
         if (o.tensors < 0)
             o.tensors = 6;
