@@ -10,3 +10,8 @@ TEST_PROGRAMS += extender-test
 extender-test_SRCS := tests/kube/extender_test.c tests/kube/faultserver.c
 extender-test_LIBS := -lcheck -lsubunit -lrt -lcurl
 SHELL_TESTS += tests/kube/test-extender.sh
+
+# The client against the real apiserver (driven by tests/k8s/).
+TEST_PROGRAMS += kube-e2e
+kube-e2e_SRCS := tests/kube/kube_e2e.c
+kube-e2e_LIBS := -lcurl

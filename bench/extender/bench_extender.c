@@ -1,0 +1,341 @@
+/* bench_extender.c - tetris-bench-extender: latency of the scheduler
+ * extender's decisions for clusters of 10..5000 nodes holding 10k tensors
+ * each.
+ *
+ * The inventories are generated (a pool of models, each node holding a
+ * random selection of them) and installed into the extender's cache as if
+ * fetched; a request is the JSON kube-scheduler sends, in both forms
+ * (NodeNames and full Node objects). Each sample is what one scheduling
+ * cycle costs the extender: parse the request, decide, serialise the reply,
+ * for /filter and for /prioritize. HTTP transport is not included.
+ *
+ * usage: tetris-bench-extender [--nodes N,N,...] [--tensors-per-node N]
+ *                              [--model-tensors N] [--samples N]
+ * Prints a Markdown table on stdout. Exit status: 0 ok, 1 failure, 2 usage. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "extender.h"
+#include "inventory.h"
+#include "log.h"
+#include "manifests.h"
+#include "similarity.h"
+#include "tensor_ids.h"
+
+typedef struct bench_opts {
+    size_t nodes[16];
+    size_t n_sizes;
+    size_t tensors_per_node;
+    size_t model_tensors;
+    size_t samples; /* 0: chosen per size */
+} bench_opts;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng(void)
+{
+    /* splitmix64: deterministic, so every run measures the same cluster. */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void random_hex(char out[65])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 4; i++) {
+        uint64_t v = rng();
+        for (int j = 0; j < 16; j++, v >>= 4)
+            out[i * 16 + j] = hex[v & 15];
+    }
+    out[64] = '\0';
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, size_t n, double p)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return kb;
+}
+
+/* A cluster: the models are slices of one digest pool; a node holds
+ * tensors_per_node / model_tensors whole models picked at random. */
+typedef struct cluster {
+    tensor_ids *ids;
+    manifest_cache *manifests;
+    inventory_cache *inventories;
+    extender *x;
+    size_t n_models;
+    uint32_t *pool; /* n_models * model_tensors ids */
+} cluster;
+
+static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->ids = tensor_ids_new();
+    c->manifests = c->ids ? manifest_cache_new(c->ids) : NULL;
+    c->inventories = c->ids ? inventory_cache_new(c->ids, NULL) : NULL;
+    c->x = c->manifests && c->inventories ? extender_new(c->manifests, c->inventories, 9464) : NULL;
+    if (c->x == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench cluster");
+    size_t per_node = o->tensors_per_node / o->model_tensors;
+    c->n_models = per_node * 4 > 64 ? per_node * 4 : 64;
+    c->pool = malloc(c->n_models * o->model_tensors * sizeof *c->pool);
+    if (c->pool == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench pool");
+
+    /* Model 0's manifest is what the benchmarked pod runs. */
+    size_t cap = o->model_tensors * 120 + 256;
+    char *manifest = malloc(cap);
+    if (manifest == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench manifest");
+    size_t len = (size_t)snprintf(manifest, cap, "{\"format\":\"tetris-manifest/1\",\"tensors\":[");
+    for (size_t m = 0; m < c->n_models; m++) {
+        for (size_t t = 0; t < o->model_tensors; t++) {
+            char hex[65];
+            random_hex(hex);
+            int r = tensor_ids_intern(c->ids, hex, &c->pool[m * o->model_tensors + t], err);
+            if (r < 0) {
+                free(manifest);
+                return r;
+            }
+            if (m == 0)
+                len += (size_t)snprintf(manifest + len, cap - len,
+                                        "%s{\"digest\":\"sha256:%s\",\"nbytes\":%" PRIu64 "}",
+                                        t ? "," : "", hex, 4096 + rng() % (1u << 20));
+        }
+    }
+    len += (size_t)snprintf(manifest + len, cap - len, "]}");
+    int r = manifest_cache_put(c->manifests, "bench-model", manifest, len, err);
+    free(manifest);
+    if (r < 0)
+        return r;
+
+    for (size_t n = 0; n < nodes; n++) {
+        node_inventory *inv = calloc(1, sizeof *inv);
+        if (inv == NULL || (inv->ids = malloc(per_node * o->model_tensors * sizeof *inv->ids)) == NULL) {
+            free(inv);
+            return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench inventory");
+        }
+        for (size_t k = 0; k < per_node; k++) {
+            size_t m = (size_t)(rng() % c->n_models);
+            memcpy(inv->ids + k * o->model_tensors, c->pool + m * o->model_tensors,
+                   o->model_tensors * sizeof *inv->ids);
+        }
+        inv->n = similarity_sort_ids(inv->ids, per_node * o->model_tensors);
+        inv->generation = 1;
+        inv->capacity_bytes = 64ull << 30;
+        inv->resident_bytes = (uint64_t)(rng() % (64ull << 30));
+        char name[32];
+        snprintf(name, sizeof name, "node-%05zu", n);
+        r = inventory_cache_put(c->inventories, name, inv, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static void free_cluster(cluster *c)
+{
+    extender_free(c->x);
+    manifest_cache_free(c->manifests);
+    inventory_cache_free(c->inventories);
+    tensor_ids_free(c->ids);
+    free(c->pool);
+}
+
+/* The ExtenderArgs kube-scheduler sends for one pod. */
+static char *make_request(size_t nodes, bool by_name)
+{
+    json_t *list = json_array();
+    for (size_t n = 0; n < nodes; n++) {
+        char name[32];
+        snprintf(name, sizeof name, "node-%05zu", n);
+        if (by_name)
+            json_array_append_new(list, json_string(name));
+        else
+            /* A Node roughly as big as a real one's interesting parts, but
+             * without addresses: the benchmark must not poll anything. */
+            json_array_append_new(
+                list, json_pack("{s:{s:s,s:{s:s,s:s,s:s},s:{s:s}},s:{s:{s:s,s:s,s:s},s:{s:s,s:s,s:s}}}",
+                                "metadata", "name", name, "labels", "kubernetes.io/hostname", name,
+                                "kubernetes.io/os", "linux", "node.kubernetes.io/instance-type",
+                                "m5.2xlarge", "annotations", "node.alpha.kubernetes.io/ttl", "0",
+                                "status", "allocatable", "cpu", "8", "memory", "32Gi", "pods",
+                                "110", "capacity", "cpu", "8", "memory", "32Gi", "pods", "110"));
+    }
+    json_t *args = json_pack("{s:{s:{s:s,s:s,s:{s:s}}}}", "Pod", "metadata", "name", "fn-1",
+                             "namespace", "fns", "labels", "tetris.io/model", "bench-model");
+    json_object_set_new(args, by_name ? "NodeNames" : "Nodes",
+                        by_name ? list : json_pack("{s:o}", "items", list));
+    json_object_set_new(args, by_name ? "Nodes" : "NodeNames", json_null());
+    char *s = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    return s;
+}
+
+typedef int (*decide_fn)(extender *x, json_t *args, json_t **result, tetris_error *err);
+
+/* One request as the HTTP handler serves it: parse, decide, serialise. */
+static int serve_once(extender *x, decide_fn fn, const char *request, tetris_error *err)
+{
+    json_t *args = json_loads(request, 0, NULL);
+    json_t *result = NULL;
+    if (args == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "bench request is not JSON");
+    int r = fn(x, args, &result, err);
+    if (r == 0) {
+        char *reply = json_dumps(result, JSON_COMPACT);
+        if (reply == NULL)
+            r = tetris_fail(err, TETRIS_E_NOMEM, 0, "serialise reply");
+        free(reply);
+    }
+    json_decref(args);
+    json_decref(result);
+    return r;
+}
+
+static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
+{
+    cluster c;
+    long rss0 = rss_kb();
+    double t0 = now_s();
+    int r = make_cluster(&c, nodes, o, err);
+    double build_s = now_s() - t0;
+    long rss1 = rss_kb();
+    size_t samples = o->samples ? o->samples
+                                : (nodes <= 100 ? 1000 : nodes <= 1000 ? 200 : 50);
+    for (int form = 0; r == 0 && form < 2; form++) {
+        bool by_name = form == 0;
+        char *request = make_request(nodes, by_name);
+        double *f = malloc(samples * sizeof *f), *p = malloc(samples * sizeof *p),
+               *fp = malloc(samples * sizeof *fp);
+        if (request == NULL || f == NULL || p == NULL || fp == NULL)
+            r = tetris_fail(err, TETRIS_E_NOMEM, 0, "bench samples");
+        /* One warm-up cycle, not measured. */
+        if (r == 0)
+            r = serve_once(c.x, extender_filter, request, err);
+        for (size_t i = 0; r == 0 && i < samples; i++) {
+            double a = now_s();
+            r = serve_once(c.x, extender_filter, request, err);
+            double b = now_s();
+            if (r == 0)
+                r = serve_once(c.x, extender_prioritize, request, err);
+            double d = now_s();
+            f[i] = (b - a) * 1e3;
+            p[i] = (d - b) * 1e3;
+            fp[i] = (d - a) * 1e3;
+        }
+        if (r == 0)
+            printf("| %zu | %zu | %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f | %.1f |\n",
+                   nodes, o->tensors_per_node, by_name ? "NodeNames" : "Nodes", samples,
+                   percentile(f, samples, 0.5), percentile(f, samples, 0.99),
+                   percentile(p, samples, 0.5), percentile(p, samples, 0.99),
+                   percentile(fp, samples, 0.5), percentile(fp, samples, 0.99),
+                   (double)(rss1 - rss0) / 1024.0, build_s);
+        fflush(stdout);
+        free(request);
+        free(f);
+        free(p);
+        free(fp);
+    }
+    free_cluster(&c);
+    return r;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: tetris-bench-extender [--nodes N,N,...] [--tensors-per-node N]\n"
+                 "                             [--model-tensors N] [--samples N]\n"
+                 "Latency of the scheduler extender's filter + prioritize decisions (no HTTP)\n"
+                 "for generated clusters; defaults: --nodes 10,100,1000,5000\n"
+                 "--tensors-per-node 10000 --model-tensors 1000. Markdown table on stdout.\n"
+                 "Exit status: 0 ok, 1 failure, 2 usage.\n");
+}
+
+int main(int argc, char **argv)
+{
+    log_init(argv[0]);
+    log_set_level(LOG_LEVEL_WARN);
+    bench_opts o = {.nodes = {10, 100, 1000, 5000}, .n_sizes = 4, .tensors_per_node = 10000,
+                    .model_tensors = 1000};
+    static const struct option longopts[] = {
+        {"nodes", required_argument, NULL, 'n'},   {"tensors-per-node", required_argument, NULL, 't'},
+        {"model-tensors", required_argument, NULL, 'm'}, {"samples", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        char *end = NULL;
+        switch (ch) {
+        case 'n':
+            o.n_sizes = 0;
+            for (char *s = optarg; *s && o.n_sizes < 16; s = *end ? end + 1 : end) {
+                o.nodes[o.n_sizes] = strtoul(s, &end, 10);
+                if (end == s || o.nodes[o.n_sizes] == 0 || (*end != ',' && *end != '\0')) {
+                    fprintf(stderr, "tetris-bench-extender: bad --nodes '%s'\n", optarg);
+                    return 2;
+                }
+                o.n_sizes++;
+            }
+            break;
+        case 't': o.tensors_per_node = strtoul(optarg, &end, 10); break;
+        case 'm': o.model_tensors = strtoul(optarg, &end, 10); break;
+        case 's': o.samples = strtoul(optarg, &end, 10); break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("tetris-bench-extender %s\n", TETRIS_VERSION); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (end != NULL && *end != '\0' && ch != 'n') {
+            fprintf(stderr, "tetris-bench-extender: bad number '%s'\n", optarg);
+            return 2;
+        }
+    }
+    if (o.model_tensors == 0 || o.tensors_per_node < o.model_tensors) {
+        fprintf(stderr, "tetris-bench-extender: need 0 < --model-tensors <= --tensors-per-node\n");
+        return 2;
+    }
+    printf("| nodes | tensors/node | request form | samples | filter p50 ms | filter p99 ms | "
+           "prioritize p50 ms | prioritize p99 ms | filter+prioritize p50 ms | "
+           "filter+prioritize p99 ms | inventories RSS (MiB) | setup s |\n");
+    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < o.n_sizes; i++) {
+        tetris_error err = {0};
+        if (bench_size(o.nodes[i], &o, &err) < 0) {
+            fprintf(stderr, "tetris-bench-extender: %s\n", err.msg);
+            return 1;
+        }
+    }
+    return 0;
+}

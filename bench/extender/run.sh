@@ -1,0 +1,17 @@
+#!/bin/sh
+# run.sh - scheduler extender benchmark: filter + prioritize latency (p50,
+# p99) for 10, 100, 1000 and 5000 nodes holding 10k tensors each, both
+# request forms. Called by bench/run-bench.sh; prints a Markdown table.
+# Environment: TETRIS_BIN (required), BENCH_QUICK=1 (fewer samples, no 5000).
+set -eu
+BIN="${TETRIS_BIN:?TETRIS_BIN must name the directory of the tetris programs}"
+echo
+echo "### Scheduler extender: one scheduling cycle (parse request, decide, serialise reply) per sample"
+echo
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    "$BIN/tetris-bench-extender" --nodes 10,100,1000 --samples 30
+else
+    "$BIN/tetris-bench-extender"
+fi
+echo
+echo "Each node holds 10 whole models of 1,000 tensors (10k tensors) drawn from a pool of 40; the pod's model has 1,000 tensors. Inventories are installed in the cache as if polled; HTTP transport is not included. NodeNames = nodeCacheCapable: true; Nodes = full Node objects in every request."
