@@ -2,3 +2,4 @@
 TEST_PROGRAMS += tetris-ingest-probe
 tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
 SHELL_TESTS += tests/reclaimer/test-reclaim.sh
+SHELL_TESTS += tests/reclaimer/test-bad-requests.sh

@@ -1,0 +1,131 @@
+#!/bin/sh
+# test-bad-requests.sh - tetris-reclaimer under hostile or broken clients:
+# garbage, truncated, huge and stalled messages, wrong or missing
+# descriptors, malformed tensor lists, forged digests on the ingest socket;
+# unknown paths, wrong methods, oversized bodies and raw garbage over HTTP;
+# bad command lines. Each gets a clear error (or a closed connection) and
+# the daemon keeps serving; a forged digest never enters the store.
+. "$(dirname "$0")/lib.sh"
+
+SOCK="$STORE/ingest.sock"
+synth "$WORK/m.safetensors" 4 4096 1
+synth "$WORK/other.safetensors" 4 4096 2
+"$PROBE" manifest "$WORK/m.safetensors" >"$WORK/m.json" || fail "manifest"
+"$PROBE" manifest "$WORK/other.safetensors" >"$WORK/other.json" || fail "manifest"
+
+# request MANIFEST [JQ-FILTER]: an ingest request for MANIFEST's tensors.
+request() {
+    jq -c "{op: \"ingest\", label: \"bad\", sources: [.model],
+            tensors: [.tensors[] | {name, dtype, shape, source_index: 0, offset, length,
+                                    nbytes, encoding, digest, crc32}]} | ${2:-.}" "$1"
+}
+
+# expect_error WHAT PATTERN CMD...: CMD's reply must be an error matching
+# PATTERN (or the connection closed when PATTERN is "closed").
+expect_error() {
+    what=$1; pattern=$2; shift 2
+    out=$("$@" 2>&1)
+    case "$pattern" in
+    closed) echo "$out" | grep -q -e closed -e '"ok":false' || fail "$what: got $out" ;;
+    *) echo "$out" | grep -q '"ok":false' && echo "$out" | grep -q -e "$pattern" ||
+           fail "$what: want error ~ $pattern, got $out" ;;
+    esac
+    daemon_alive || fail "daemon died on: $what"
+    note "$what -> $(echo "$out" | cut -c1-110)"
+}
+
+send() { "$PROBE" send --socket "$SOCK" "$@"; }
+
+start_daemon --interval 1 --request-timeout 1 --scrub-rate 0
+
+expect_error "garbage bytes" "exceeds" sh -c "printf 'hello, daemon' | $PROBE send --socket $SOCK --raw"
+expect_error "huge length" "exceeds" sh -c "printf '\377\377\377\377{}' | $PROBE send --socket $SOCK --raw"
+expect_error "truncated message" closed sh -c "printf '\144\0\0\0{\"op\"' | $PROBE send --socket $SOCK --raw"
+expect_error "stalled client" "timed out" sh -c "printf '\144\0\0\0{\"op\"' | $PROBE send --socket $SOCK --raw --no-eof"
+expect_error "empty message" "not JSON" sh -c "printf '\0\0\0\0' | $PROBE send --socket $SOCK --raw"
+expect_error "not JSON" "not JSON" sh -c "printf 'op=ingest' | $PROBE send --socket $SOCK"
+expect_error "JSON array" "unknown op" sh -c "printf '[1,2]' | $PROBE send --socket $SOCK"
+expect_error "unknown op" "unknown op" sh -c "printf '{\"op\":\"format-disk\"}' | $PROBE send --socket $SOCK"
+# bad WHAT PATTERN FILTER SEND-ARGS...: an ingest request for m, edited by
+# the jq FILTER, sent with SEND-ARGS, must be refused with PATTERN.
+bad() {
+    what=$1; pattern=$2; request "$WORK/m.json" "$3" >"$WORK/req.json"; shift 3
+    expect_error "$what" "$pattern" sh -c "$PROBE send --socket $SOCK $* <$WORK/req.json"
+}
+M="--fd $WORK/m.safetensors"
+bad "missing fds" "1 sources but 0 descriptors" .
+bad "extra fds" "1 sources but 2 descriptors" . $M $M
+bad "directory fd" "not a regular file" . --fd "$WORK"
+bad "fd of /dev/null" "not a regular file" . --fd /dev/null
+many=""
+i=0
+while [ $i -lt 70 ]; do many="$many $M"; i=$((i + 1)); done
+bad "too many fds" "descriptors" . $many
+bad "region past EOF" "past the end" '.tensors[0].offset = 99999999' $M
+bad "offset overflow" "past the end" '.tensors[0].offset = 9007199254740991' $M
+bad "negative offset" "needs name" '.tensors[0].offset = -1' $M
+bad "absurd shape" "format" '.tensors[0].shape = [4294967296, 4294967296, 4294967296]' $M
+bad "shape/nbytes mismatch" "format" '.tensors[0].shape = [3]' $M
+bad "unknown dtype" "format" '.tensors[0].dtype = "complex512"' $M
+bad "bad digest text" "format" '.tensors[0].digest = "sha256:zz"' $M
+bad "source index" "out of range" '.tensors[0].source_index = 3' $M
+bad "too many dims" "dims" '.tensors[0].shape = [1,1,1,1,1,1,1,1,1,1]' $M
+bad "tensors not a list" "needs" '.tensors = 5' $M
+bad "tensor not an object" "not an object" '.tensors[0] = "x"' $M
+bad "raw length mismatch" "raw length" '.tensors[0].length = 8' $M
+bad "unknown encoding" "encoding" '.tensors[0].encoding = "zstd"' $M
+[ "$(tensor_count)" = 0 ] || fail "refused requests left tensors in the store"
+
+# A forged digest: m's bytes claimed to be other's first tensor. The daemon
+# hashes what it reads, refuses the tensor and publishes nothing under it.
+forged=$(jq -r '.tensors[0].digest' "$WORK/other.json")
+forged_crc=$(jq -r '.tensors[0].crc32' "$WORK/other.json")
+out=$(request "$WORK/m.json" ".tensors[0].digest = \"$forged\" | .tensors[0].crc32 = $forged_crc" |
+      send --fd "$WORK/m.safetensors")
+echo "$out" | jq -e '.ok and .tensors[0].status == "rejected" and .tensors[0].error == "corrupt"' >/dev/null ||
+    fail "forged digest not rejected: $out"
+echo "$out" | jq -e '[.tensors[1:][] | .status == "ingested"] | all' >/dev/null ||
+    fail "honest tensors of the same request not ingested: $out"
+hex=${forged#sha256:}
+http_get /inventory | jq -e --arg d "$hex" '[.tensors[] | select(.digest == $d)] | length == 0' >/dev/null ||
+    fail "forged digest visible in the inventory"
+[ -z "$(find "$STORE/tensors" -name "$hex*")" ] || fail "forged digest present in the store"
+note "forged digest rejected (corrupt), honest tensors ingested"
+
+# The daemon still serves a normal client.
+"$PROBE" load --store "$STORE" "$WORK/other.safetensors" >"$WORK/ok.json" 2>>"$WORK/probe.log" ||
+    fail "normal load after abuse"
+grep -q '"fallback":false' "$WORK/ok.json" || fail "normal load fell back: $(cat "$WORK/ok.json")"
+[ "$(metric tetris_ingest_errors_total)" -ge 20 ] || fail "refused requests not counted"
+
+# HTTP.
+code() { curl -s -o /dev/null -w '%{http_code}' --max-time 20 "$@"; }
+[ "$(code "http://127.0.0.1:$HTTP_PORT/nope")" = 404 ] || fail "unknown path not 404"
+[ "$(code -X POST "http://127.0.0.1:$HTTP_PORT/metrics")" = 405 ] || fail "POST /metrics not 405"
+head -c 100000 /dev/zero >"$WORK/big"
+[ "$(code -X GET --data-binary @"$WORK/big" "http://127.0.0.1:$HTTP_PORT/inventory")" = 413 ] ||
+    fail "oversized body not 413"
+[ "$(code "http://127.0.0.1:$HTTP_PORT/inventory?x=%%%%")" = 200 ] || fail "odd query broke /inventory"
+for junk in 'GARBAGE\r\n\r\n' 'GET /metrics HTTP/9.9\r\n\r\n' 'GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n' \
+            'GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n' '\0\1\2\3\4'; do
+    printf "$junk" | "$PROBE" tcp --port "$HTTP_PORT" >/dev/null 2>&1
+    daemon_alive || fail "daemon died on HTTP junk: $junk"
+done
+[ "$(code "http://127.0.0.1:$HTTP_PORT/healthz")" = 200 ] || fail "healthz after HTTP junk"
+note "HTTP: 404, 405, 413, junk survived"
+
+# Command line.
+"$RECLAIMER" --interval never >/dev/null 2>&1; [ $? = 2 ] || fail "bad --interval not exit 2"
+"$RECLAIMER" --capacity 3Zi >/dev/null 2>&1; [ $? = 2 ] || fail "bad --capacity not exit 2"
+"$RECLAIMER" --bogus >/dev/null 2>&1; [ $? = 2 ] || fail "unknown flag not exit 2"
+"$RECLAIMER" --help | grep -q "Exit status" || fail "--help has no exit codes"
+"$RECLAIMER" --version | grep -q "tetris-reclaimer" || fail "--version"
+"$RECLAIMER" --store "$WORK/s2" --listen "127.0.0.1:$HTTP_PORT" >"$WORK/busy.log" 2>&1; rc=$?
+[ $rc = 1 ] || fail "busy HTTP port: exit $rc, want 1"
+grep -q "listen on 127.0.0.1:$HTTP_PORT" "$WORK/busy.log" || fail "busy port error unclear: $(cat "$WORK/busy.log")"
+"$RECLAIMER" --store "$STORE" --listen 127.0.0.1:0 >"$WORK/twice.log" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "another daemon" "$WORK/twice.log" || fail "second daemon on one store: exit $rc"
+daemon_alive || fail "daemon died"
+stop_daemon
+note "command line errors: exit 2; unusable address or store: exit 1"
+echo "ok $T_NAME"
