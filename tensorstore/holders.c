@@ -25,8 +25,6 @@
 #include "store_private.h"
 
 #define HOLDER_MAGIC "tetris-holder 1"
-#define HOLDER_SUFFIX ".ref"
-#define HOLDER_TEMP_PREFIX ".new"
 #define HOLDER_LABEL_MAX 200
 #define HOLDER_REF_LINE_MAX (TENSOR_DIGEST_HEX_LEN + 1 + 20 + 1)
 

@@ -157,7 +157,8 @@ static int remove_dead_files(int dir_fd, const char *what, bool (*want)(const ch
             continue;
         if (dead < 0)
             return tetris_wrap(err, "%s", what);
-        if (dead == 0)
+        struct stat st;
+        if (dead == 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
             continue;
         if (unlinkat(dir_fd, de->d_name, 0) < 0 && errno != ENOENT)
             return tetris_fail(err, store_errno_code(errno), errno, "remove %s/%s", what,
@@ -169,13 +170,13 @@ static int remove_dead_files(int dir_fd, const char *what, bool (*want)(const ch
 
 static bool is_holder_file(const char *name)
 {
-    size_t n = strlen(name);
-    return name[0] != '.' && n > 4 && strcmp(name + n - 4, ".ref") == 0;
+    size_t n = strlen(name), m = strlen(HOLDER_SUFFIX);
+    return name[0] != '.' && n > m && strcmp(name + n - m, HOLDER_SUFFIX) == 0;
 }
 
 static bool is_holder_temp(const char *name)
 {
-    return strncmp(name, ".new-", 5) == 0;
+    return strncmp(name, HOLDER_TEMP_PREFIX "-", strlen(HOLDER_TEMP_PREFIX) + 1) == 0;
 }
 
 static bool any_file(const char *name)

@@ -75,8 +75,17 @@ static int create_layout(int root_fd, const char *root, tetris_error *err)
     return 0;
 }
 
-/* Writes the marker under a temp name and links it into place, so
- * concurrent creators agree on one marker (the first link wins). */
+static int open_dir(int parent_fd, const char *root, const char *name, tetris_error *err)
+{
+    int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "open %s/%s", root, name);
+    return fd;
+}
+
+/* Writes the marker under a temp name in tmp/ (where repair cleans up after
+ * a crashed creator) and links it into place, so concurrent creators agree
+ * on one marker: the first link wins. */
 static int write_marker(int root_fd, const char *root, uint64_t capacity, tetris_error *err)
 {
     json_t *doc = json_pack("{s:s, s:i, s:I}", "format", "tetris-store", "version",
@@ -88,18 +97,21 @@ static int write_marker(int root_fd, const char *root, uint64_t capacity, tetris
     if (text == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "serialising the store marker");
 
+    cleanup_close int tmp_fd = open_dir(root_fd, root, "tmp", err);
+    if (tmp_fd < 0)
+        return tmp_fd;
     char tmp[64];
     cleanup_close int fd =
-        store_create_locked(root_fd, ".tetris-store-new", "", 0644, tmp, sizeof tmp, err);
+        store_create_locked(tmp_fd, STORE_MARKER, "", 0644, tmp, sizeof tmp, err);
     if (fd < 0)
         return tetris_wrap(err, "store %s", root);
     size_t len = strlen(text);
     int rc = 0;
     if (write(fd, text, len) != (ssize_t)len || write(fd, "\n", 1) != 1)
-        rc = tetris_fail(err, TETRIS_E_IO, errno, "write %s/%s", root, tmp);
-    else if (linkat(root_fd, tmp, root_fd, STORE_MARKER, 0) < 0 && errno != EEXIST)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "write %s/tmp/%s", root, tmp);
+    else if (linkat(tmp_fd, tmp, root_fd, STORE_MARKER, 0) < 0 && errno != EEXIST)
         rc = tetris_fail(err, store_errno_code(errno), errno, "publish %s/%s", root, STORE_MARKER);
-    unlinkat(root_fd, tmp, 0);
+    unlinkat(tmp_fd, tmp, 0);
     return rc;
 }
 
@@ -135,14 +147,6 @@ static int read_marker(int root_fd, const char *root, uint64_t *capacity, tetris
         *capacity = cap != NULL ? (uint64_t)json_integer_value(cap) : 0;
     json_decref(doc);
     return rc;
-}
-
-static int open_dir(int parent_fd, const char *root, const char *name, tetris_error *err)
-{
-    int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "open %s/%s", root, name);
-    return fd;
 }
 
 static int open_layout(store *s, tetris_error *err)

@@ -45,6 +45,11 @@ struct store_options {
     bool read_only;          /* open for mapping only (a read-only mount) */
 };
 
+/* dir NULL means STORE_DEFAULT_DIR. A store created with a capacity keeps
+ * it in .tetris-store; a non-zero capacity_bytes overrides it for this
+ * handle only. TETRIS_E_NOTFOUND if there is no store and create is false,
+ * TETRIS_E_INVAL for a bad tenant name (allowed: [a-z0-9._-], no ".."). A
+ * handle may be shared by threads. Close holders before their store. */
 int store_open(const char *dir, const struct store_options *opts, store **out, tetris_error *err);
 void store_close(store *s);
 const char *store_root(const store *s); /* the resolved directory (tenant included) */
@@ -68,8 +73,8 @@ bool store_has_tensor(store *s, const tensor_digest *d);
 
 /* ---- publishing (ingest) ---- */
 
-/* Writes exactly len bytes of the tensor into dst (a private writable
- * mapping of the temp file). */
+/* Writes exactly len bytes of the tensor into dst: a writable shared
+ * mapping of the (not yet visible) temp file, so no intermediate copy. */
 typedef int (*store_fill_fn)(void *ctx, void *dst, uint64_t len, tetris_error *err);
 
 /* Publishes one tensor atomically: under the tensor's lock, if it is not
@@ -77,14 +82,23 @@ typedef int (*store_fill_fn)(void *ctx, void *dst, uint64_t len, tetris_error *e
  * crc32 with meta, appends the trailer, makes it 0444 and renames it into
  * tensors/. *published (may be NULL) says whether this call created it.
  * TETRIS_E_CORRUPT if the filled bytes do not match meta; TETRIS_E_FULL if
- * capacity would be exceeded. Never leaves a partial file under tensors/. */
+ * capacity would be exceeded ("store full: need N bytes, M of C used") or
+ * the filesystem is full; TETRIS_E_DENIED on a read-only store. Never
+ * leaves a partial file under tensors/. */
 int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, void *ctx,
                          bool *published, tetris_error *err);
 
-/* Bytes the store's resident tensors occupy (files under tensors/). */
+/* Bytes the store's resident tensors occupy (sizes of files under
+ * tensors/; cached per fanout directory, revalidated by its mtime). The
+ * capacity check adds the sizes of live in-progress ingests in tmp/. */
 int store_usage_bytes(store *s, uint64_t *out, tetris_error *err);
 
-/* ---- use lock: loaders shared, reclaimer exclusive ---- */
+/* ---- use lock: loaders shared, reclaimer exclusive ----
+ * Loaders wrap "record references, then map" in use_begin/use_end (which
+ * nest, per handle); a reclaim pass reads holders and removes tensors
+ * between reclaim_begin/reclaim_end. The lock is an flock on the handle's
+ * own open file description, so one handle cannot be both: a process that
+ * loads and reclaims opens the store twice. */
 int store_use_begin(store *s, tetris_error *err);
 void store_use_end(store *s);
 int store_reclaim_begin(store *s, tetris_error *err);
@@ -95,7 +109,9 @@ void store_reclaim_end(store *s);
 typedef struct store_holder store_holder;
 
 /* Creates holders/<id>.ref and keeps it flock-ed until store_holder_close
- * or process death. label is free text (model name) recorded in the file.
+ * or process death. The lock belongs to the open file description: a forked
+ * child that inherits it keeps the holder alive until it exits too (the fd
+ * is close-on-exec). TETRIS_E_DENIED on a read-only store. label is free text (model name) recorded in the file.
  * owner_pid is the process the references belong to (getpid() normally; the
  * node daemon passes the client's pid when it records for an agent). */
 int store_holder_open(store *s, const char *label, pid_t owner_pid, store_holder **out,
@@ -118,7 +134,11 @@ struct store_holder_info {
     const uint64_t *ref_bytes;
     size_t n_garbage; /* lines that could not be parsed (skipped) */
 };
-/* Calls cb for every holder file. Stops early if cb returns non-zero. */
+/* Calls cb for every holder file. Liveness is probed by trying the file's
+ * flock from a fresh open file description, so a process sees its own open
+ * holders as alive (only a dup of the holder's fd would wrongly get the
+ * lock). Garbage lines are skipped and counted, never fatal. Stops early and
+ * returns cb's value if cb returns non-zero; 0 otherwise. */
 int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holder_info *h),
                          void *ctx, tetris_error *err);
 
@@ -129,6 +149,9 @@ struct store_entry {
     uint64_t file_bytes;
     struct timespec mtime; /* publish time */
 };
+/* Calls cb for every complete tensor (trailer consistent with file size and
+ * name); anything else under tensors/ is skipped (store_repair removes it).
+ * Stops early and returns cb's value if cb returns non-zero. */
 int store_foreach_tensor(store *s, int (*cb)(void *ctx, const struct store_entry *e), void *ctx,
                          tetris_error *err);
 

@@ -17,6 +17,8 @@
 #define STORE_TENSOR_FANOUT 256  /* tensors/00 .. tensors/ff */
 #define STORE_LOCK_STRIPE_CHARS 3 /* locks/000 .. locks/fff */
 #define STORE_CAPACITY_LOCK "capacity"
+#define HOLDER_SUFFIX ".ref"       /* holders/<id>.ref */
+#define HOLDER_TEMP_PREFIX ".new"  /* holders/.new-<pid>.<random> before rename */
 
 /* Per-fanout-directory cache of the bytes its tensor files occupy, trusted
  * while the directory's mtime is unchanged and older than the scan (see

@@ -593,10 +593,17 @@ START_TEST(capacity_counts_live_reservations_only)
                      -TETRIS_E_FULL);
     ck_assert_ptr_nonnull(strstr(err.msg, "6000 of 10000 used"));
 
+    /* Something that is not a temp file does not stop repair. */
+    char *subdir;
+    ck_assert_int_ge(asprintf(&subdir, "%s/tmp/not-a-file", dir), 0);
+    ck_assert_int_eq(mkdir(subdir, 0755), 0);
+
     struct store_repair_report r;
     ck_assert_int_eq(store_repair(s, &r, &err), 0);
     ck_assert_uint_eq(r.temp_files_removed, 1);
     ck_assert_int_eq(access(live, F_OK), 0);
+    ck_assert_int_eq(access(subdir, F_OK), 0);
+    free(subdir);
     ck_assert_int_eq(access(dead, F_OK), -1);
 
     close(lfd); /* the writer dies */
