@@ -3,3 +3,4 @@ TEST_PROGRAMS += tetris-ingest-probe
 tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
 SHELL_TESTS += tests/reclaimer/test-reclaim.sh
 SHELL_TESTS += tests/reclaimer/test-bad-requests.sh
+SHELL_TESTS += tests/reclaimer/test-prometheus.sh

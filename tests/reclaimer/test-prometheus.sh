@@ -1,0 +1,73 @@
+#!/bin/sh
+# test-prometheus.sh - tetris-reclaimer's /metrics as Prometheus sees it:
+# `promtool check metrics` passes on the daemon's output (idle and busy),
+# and a real Prometheus server (Debian's), configured here to scrape the
+# daemon every second on loopback, reports through its HTTP API
+# (/api/v1/query) exactly the saved bytes this test computes from the
+# models it loads: 3 instances of A and 1 of B save 2 copies of A.
+. "$(dirname "$0")/lib.sh"
+command -v prometheus >/dev/null && command -v promtool >/dev/null ||
+    fail "prometheus/promtool not installed (scripts/deps.sh installs them)"
+
+start_daemon --interval 200ms --scrub-rate 1Mi
+http_get /metrics >"$WORK/idle.prom"
+promtool check metrics <"$WORK/idle.prom" || fail "promtool rejects idle metrics"
+
+synth "$WORK/a.safetensors" 6 65536 11
+synth "$WORK/b.safetensors" 3 32768 12
+hold "$WORK/a.safetensors" "$WORK/a1.json"
+hold "$WORK/a.safetensors" "$WORK/a2.json"
+hold "$WORK/a.safetensors" "$WORK/a3.json"
+hold "$WORK/b.safetensors" "$WORK/b1.json"
+printf '{"op":"report_fallback","label":"b","reason":"store full"}' |
+    "$PROBE" send --socket "$STORE/ingest.sock" | grep -q '"ok":true' || fail "report_fallback"
+A_BYTES=$((6 * 65536))
+WANT_SAVED=$((2 * A_BYTES))
+wait_until 60 '[ "$(metric tetris_store_holders)" = 4 ]' || fail "holders not seen"
+http_get /metrics >"$WORK/busy.prom"
+promtool check metrics <"$WORK/busy.prom" || fail "promtool rejects busy metrics"
+[ "$(metric tetris_store_saved_bytes)" = $WANT_SAVED ] ||
+    fail "daemon reports saved $(metric tetris_store_saved_bytes), want $WANT_SAVED"
+note "promtool check metrics: ok; daemon saved bytes = $WANT_SAVED"
+
+# A Prometheus server on a free loopback port.
+mkdir -p "$WORK/prom"
+cat >"$WORK/prometheus.yml" <<YAML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: tetris-reclaimer
+    static_configs:
+      - targets: ['127.0.0.1:$HTTP_PORT']
+YAML
+PROM_PORT=""
+for try in 1 2 3 4 5 6 7 8; do
+    port=$(( 20000 + ($$ * 7 + try * 7919) % 40000 ))
+    prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/prom" \
+        --web.listen-address="127.0.0.1:$port" >"$WORK/prom.log" 2>&1 &
+    PROM_PID=$!
+    BG_PIDS="$BG_PIDS $PROM_PID"
+    if wait_until 60 "curl -sf http://127.0.0.1:$port/-/ready || ! kill -0 $PROM_PID"; then
+        if kill -0 "$PROM_PID" 2>/dev/null; then PROM_PORT=$port; break; fi
+    fi
+    kill -KILL "$PROM_PID" 2>/dev/null
+done
+[ -n "$PROM_PORT" ] || { tail -5 "$WORK/prom.log" >&2; fail "prometheus did not start"; }
+
+query() {
+    curl -sS --max-time 10 -G "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=$1" |
+        jq -r '.data.result[0].value[1] // empty'
+}
+wait_until 120 '[ "$(query tetris_store_saved_bytes)" = $WANT_SAVED ]' ||
+    fail "Prometheus saw saved bytes '$(query tetris_store_saved_bytes)', want $WANT_SAVED"
+[ "$(query 'up{job="tetris-reclaimer"}')" = 1 ] || fail "target not up"
+[ "$(query tetris_store_logical_bytes)" = $((3 * A_BYTES + 3 * 32768)) ] || fail "logical bytes via Prometheus"
+[ "$(query tetris_agent_fallbacks_total)" = 1 ] || fail "fallback report not counted"
+[ "$(query 'tetris_ingest_duration_seconds_count')" = 4 ] || fail "ingest histogram count"
+note "Prometheus /api/v1/query: tetris_store_saved_bytes = $WANT_SAVED (computed), up = 1"
+
+kill -TERM "$PROM_PID"
+wait "$PROM_PID" 2>/dev/null
+stop_daemon
+echo "ok $T_NAME"
