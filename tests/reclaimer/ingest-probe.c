@@ -144,16 +144,18 @@ static uint64_t touch(const void *p, uint64_t n)
     return sum;
 }
 
-static int load_private(const model *m, uint64_t *bytes)
+/* Loads tensors [first, first + n) of m into private memory kept in
+ * bufs[] (like an instance without a store) until the probe exits. */
+static int load_private(const model *m, size_t first, size_t n, void **bufs, uint64_t *bytes)
 {
-    for (size_t i = 0; i < m->n_tensors; i++) {
+    for (size_t i = first; i < first + n; i++) {
         const tensor_desc *t = &m->tensors[i];
         cleanup_close int fd = open(t->source ? t->source : m->path, O_RDONLY | O_CLOEXEC);
-        cleanup_free void *dst = malloc(t->meta.nbytes ? t->meta.nbytes : 1);
+        bufs[i] = malloc(t->meta.nbytes ? t->meta.nbytes : 1);
         tetris_error err;
-        if (fd < 0 || dst == NULL || model_read_tensor(t, fd, dst, &err) < 0)
+        if (fd < 0 || bufs[i] == NULL || model_read_tensor(t, fd, bufs[i], &err) < 0)
             return -1;
-        touch(dst, t->meta.nbytes);
+        touch(bufs[i], t->meta.nbytes);
         *bytes += t->meta.nbytes;
     }
     return 0;
@@ -247,6 +249,7 @@ static int cmd_load(int argc, char **argv)
     ingest_client *client = NULL;
     cleanup_free struct ingest_tensor_result *res = calloc(m->n_tensors + 1, sizeof(*res));
     cleanup_free store_mapping *maps = calloc(m->n_tensors + 1, sizeof(*maps));
+    cleanup_free void **privs = calloc(m->n_tensors + 1, sizeof(*privs));
     struct store_options so = {.read_only = !direct};
     int rc = store_open(store_dir, &so, &s, &err);
     if (rc == 0 && direct) {
@@ -297,18 +300,14 @@ static int cmd_load(int argc, char **argv)
         r.mapped_bytes = 0;
         tetris_error ignored;
         ingest_report_fallback(sock, path, r.reason, 2000, &ignored);
-        if (load_private(m, &r.private_bytes) < 0) {
+        if (load_private(m, 0, m->n_tensors, privs, &r.private_bytes) < 0) {
             fprintf(stderr, "probe: private load failed\n");
             return 1;
         }
     } else if (r.rejected > 0) {
         for (size_t i = 0; i < m->n_tensors; i++) {
-            if (res[i].status != INGEST_REJECTED)
-                continue;
-            model one = *m;
-            one.n_tensors = 1;
-            one.tensors = &m->tensors[i];
-            if (load_private(&one, &r.private_bytes) < 0)
+            if (res[i].status == INGEST_REJECTED &&
+                load_private(m, i, 1, privs, &r.private_bytes) < 0)
                 return 1;
         }
     }
@@ -322,9 +321,11 @@ static int cmd_load(int argc, char **argv)
     fflush(stdout);
     if (hold)
         wait_hold();
-    for (size_t i = 0; i < m->n_tensors; i++)
+    for (size_t i = 0; i < m->n_tensors; i++) {
         if (maps[i].map_base != NULL)
             store_unmap_tensor(&maps[i]);
+        free(privs[i]);
+    }
     ingest_client_close(client);
     if (holder != NULL)
         store_holder_close(holder);

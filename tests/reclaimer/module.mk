@@ -4,3 +4,4 @@ tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
 SHELL_TESTS += tests/reclaimer/test-reclaim.sh
 SHELL_TESTS += tests/reclaimer/test-bad-requests.sh
 SHELL_TESTS += tests/reclaimer/test-prometheus.sh
+SHELL_TESTS += tests/reclaimer/test-cgroup.sh
