@@ -78,7 +78,6 @@ static const char *const data_field_names[DF_COUNT] = {
 };
 
 struct onnx_tensor {
-    const char *kind; /* "initializer", "Constant" */
     char name[1024];
     int ndim;
     int64_t shape[TENSOR_MAX_DIMS];
@@ -458,7 +457,7 @@ static void peek_name(const pb_reader *r, char *name, size_t cap)
 static int tensor_add(struct onnx_ctx *c, pb_reader *r, const char *kind,
                       const char *name_override, tetris_error *err)
 {
-    struct onnx_tensor t = {.kind = kind};
+    struct onnx_tensor t = {0};
     size_t index = c->n_tensors_seen++;
     if (name_override == NULL)
         peek_name(r, t.name, sizeof t.name);
