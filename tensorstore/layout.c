@@ -130,8 +130,10 @@ int tensor_file_check(int fd, const tensor_digest *d, const char *what, tensor_m
     if (n != TENSOR_TRAILER_BYTES)
         return tetris_fail(err, TETRIS_E_CORRUPT, 0, "%s: short trailer read", what);
     int rc = trailer_decode(trailer, meta, err);
-    if (rc < 0)
-        return tetris_wrap(err, "%s", what);
+    if (rc < 0) {
+        tetris_wrap(err, "%s", what);
+        return rc;
+    }
     if (meta->nbytes != (uint64_t)st.st_size - TENSOR_TRAILER_BYTES)
         return tetris_fail(err, TETRIS_E_CORRUPT, 0,
                            "%s: trailer says %llu bytes, file holds %llu", what,

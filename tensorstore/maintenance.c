@@ -11,19 +11,19 @@
 #include "cleanup.h"
 #include "store_private.h"
 
-static DIR *open_dir_stream(int parent_fd, const char *name, tetris_error *err)
+static int open_dir_stream(int parent_fd, const char *name, const char *what, DIR **out,
+                           tetris_error *err)
 {
     int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        tetris_fail(err, store_errno_code(errno), errno, "open %s", name);
-        return NULL;
-    }
-    DIR *d = fdopendir(fd);
-    if (d == NULL) {
-        tetris_fail(err, TETRIS_E_IO, errno, "open %s", name);
+    if (fd < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "open %s", what);
+    *out = fdopendir(fd);
+    if (*out == NULL) {
+        int rc = tetris_fail(err, TETRIS_E_IO, errno, "open %s", what);
         close(fd);
+        return rc;
     }
-    return d;
+    return 0;
 }
 
 static bool is_fanout_name(const char *name)
@@ -46,21 +46,25 @@ typedef int (*tensor_visit_fn)(store *s, int fanout_fd, const char *fanout, cons
 
 static int walk_tensors(store *s, tensor_visit_fn visit, void *ctx, tetris_error *err)
 {
-    cleanup_closedir DIR *top = open_dir_stream(s->tensors_fd, ".", err);
-    if (top == NULL)
-        return tetris_wrap(err, "store %s/tensors", s->root);
+    char what[4096];
+    snprintf(what, sizeof what, "%s/tensors", s->root);
+    cleanup_closedir DIR *top = NULL;
+    int rc = open_dir_stream(s->tensors_fd, ".", what, &top, err);
+    if (rc < 0)
+        return rc;
     struct dirent *de;
     while ((de = readdir(top)) != NULL) {
         if (!is_fanout_name(de->d_name))
             continue;
-        cleanup_closedir DIR *sub = open_dir_stream(s->tensors_fd, de->d_name, err);
-        if (sub == NULL)
-            return tetris_wrap(err, "store %s/tensors", s->root);
+        cleanup_closedir DIR *sub = NULL;
+        rc = open_dir_stream(s->tensors_fd, de->d_name, de->d_name, &sub, err);
+        if (rc < 0)
+            return rc;
         struct dirent *fe;
         while ((fe = readdir(sub)) != NULL) {
             if (strcmp(fe->d_name, ".") == 0 || strcmp(fe->d_name, "..") == 0)
                 continue;
-            int rc = visit(s, dirfd(sub), de->d_name, fe->d_name, ctx, err);
+            rc = visit(s, dirfd(sub), de->d_name, fe->d_name, ctx, err);
             if (rc != 0)
                 return rc;
         }
@@ -144,9 +148,10 @@ int store_quarantine_tensor(store *s, const tensor_digest *d, tetris_error *err)
 static int remove_dead_files(int dir_fd, const char *what, bool (*want)(const char *name),
                              size_t *count, tetris_error *err)
 {
-    cleanup_closedir DIR *d = open_dir_stream(dir_fd, ".", err);
-    if (d == NULL)
-        return tetris_wrap(err, "%s", what);
+    cleanup_closedir DIR *d = NULL;
+    int rc = open_dir_stream(dir_fd, ".", what, &d, err);
+    if (rc < 0)
+        return rc;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 || !want(de->d_name))
@@ -155,8 +160,10 @@ static int remove_dead_files(int dir_fd, const char *what, bool (*want)(const ch
         int dead = store_probe_dead(dir_fd, de->d_name, &fd, err);
         if (dead == -TETRIS_E_NOTFOUND)
             continue;
-        if (dead < 0)
-            return tetris_wrap(err, "%s", what);
+        if (dead < 0) {
+            tetris_wrap(err, "%s", what);
+            return dead;
+        }
         struct stat st;
         if (dead == 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
             continue;
@@ -192,7 +199,7 @@ struct repair_ctx {
 static int visit_repair(store *s, int fanout_fd, const char *fanout, const char *name, void *ctx,
                         tetris_error *err)
 {
-    struct repair_ctx *rc = ctx;
+    struct repair_ctx *rep = ctx;
     struct stat st;
     if (fstatat(fanout_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
         return 0;
@@ -214,7 +221,7 @@ static int visit_repair(store *s, int fanout_fd, const char *fanout, const char 
     if (unlinkat(fanout_fd, name, 0) < 0 && errno != ENOENT)
         return tetris_fail(err, store_errno_code(errno), errno, "remove %s/tensors/%s/%s",
                            s->root, fanout, name);
-    rc->removed++;
+    rep->removed++;
     return 0;
 }
 

@@ -43,8 +43,10 @@ static int temp_file_create(store *s, const char *hex, uint64_t file_bytes, stru
 {
     t->dir_fd = s->tmp_fd;
     t->fd = store_create_locked(s->tmp_fd, hex, "", 0644, t->name, sizeof t->name, err);
-    if (t->fd < 0)
-        return tetris_wrap(err, "store %s/tmp", s->root);
+    if (t->fd < 0) {
+        tetris_wrap(err, "store %s/tmp", s->root);
+        return t->fd;
+    }
     if (ftruncate(t->fd, (off_t)file_bytes) < 0) {
         int rc = tetris_fail(err, store_errno_code(errno), errno, "size temp file for %s", hex);
         temp_file_discard(t);
@@ -115,7 +117,8 @@ static int fill_and_verify(const tensor_meta *meta, const char *hex, int fd, sto
         munmap(dst, len);
         if (rc < 0) {
             tensor_hasher_free(h);
-            return tetris_wrap(err, "filling tensor %s", hex);
+            tetris_wrap(err, "filling tensor %s", hex);
+            return rc;
         }
     }
     tensor_digest got;

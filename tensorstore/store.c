@@ -103,8 +103,10 @@ static int write_marker(int root_fd, const char *root, uint64_t capacity, tetris
     char tmp[64];
     cleanup_close int fd =
         store_create_locked(tmp_fd, STORE_MARKER, "", 0644, tmp, sizeof tmp, err);
-    if (fd < 0)
-        return tetris_wrap(err, "store %s", root);
+    if (fd < 0) {
+        tetris_wrap(err, "store %s", root);
+        return fd;
+    }
     size_t len = strlen(text);
     int rc = 0;
     if (write(fd, text, len) != (ssize_t)len || write(fd, "\n", 1) != 1)
