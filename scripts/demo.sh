@@ -1,0 +1,189 @@
+#!/bin/sh
+# demo.sh - `make demo`: tetris on this machine, no cluster.
+#
+# Starts several instances of several real ONNX models twice: first the
+# usual way (every instance loads its own copy of the weights), then with
+# tetris (one copy per distinct tensor in a tensor store on tmpfs, mapped
+# read-only by every instance). Every instance runs real inference through
+# ONNX Runtime and stays alive while we measure. Prints memory (sum of PSS
+# from /proc/PID/smaps_rollup) and startup time for both, and what tetris
+# saved. Uses the node daemon (bin/tetris-reclaimer) when it is built,
+# otherwise the agent's direct mode.
+#
+# Environment: TETRIS_DEMO_INSTANCES (per model, default 4), TETRIS_BIN
+# (default bin/), TETRIS_DEMO_DIR (store parent, default /dev/shm).
+set -eu
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="${TETRIS_BIN:-$ROOT/bin}"
+MODELS="$ROOT/.deps/models"
+N="${TETRIS_DEMO_INSTANCES:-4}"
+# model file, instances (small models get fewer)
+DEMO_MODELS="ch_PP-OCRv4_rec_infer.onnx:$N ch_PP-OCRv4_det_infer.onnx:$N
+ch_ppocr_mobile_v2.0_cls_infer.onnx:2 silero_vad_v5.onnx:2 silero_vad_v6.onnx:2"
+
+for p in tetris-agent tetris-onnx-run; do
+    [ -x "$BIN/$p" ] || { echo "demo: $BIN/$p is missing; run make first" >&2; exit 1; }
+done
+"$ROOT/scripts/deps.sh" # the real models (cached after the first time)
+
+parent="${TETRIS_DEMO_DIR:-/dev/shm}"
+[ -d "$parent" ] && [ -w "$parent" ] || parent="${TMPDIR:-/tmp}"
+WORK="$(mktemp -d "$parent/tetris-demo.XXXXXX")"
+STORE="$WORK/store"
+DAEMON_PID=""
+cleanup() {
+    exec 3>&- 2>/dev/null || true
+    for p in $(cat "$WORK"/pids 2>/dev/null) $DAEMON_PID; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    chmod -R u+w "$WORK" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+
+# pss_kb PID [PREFIX]: the process's PSS in kB, or only that of its
+# mappings of files under PREFIX.
+pss_kb() {
+    if [ $# -eq 1 ]; then
+        awk '/^Pss:/ { print $2 }' "/proc/$1/smaps_rollup"
+    else
+        awk -v pre="$2" '/^[0-9a-f]+-[0-9a-f]+ / { in_store = index($6, pre) == 1 }
+                         /^Pss:/ && in_store { kb += $2 } END { print kb + 0 }' "/proc/$1/smaps"
+    fi
+}
+
+# run_phase NAME ARGS...: starts every instance (one after another, so each
+# startup is timed alone), waits until each has run inference and printed
+# its result, then measures. Leaves the instances running.
+run_phase() {
+    phase=$1; shift
+    : >"$WORK/pids"
+    mkfifo "$WORK/hold.$phase"
+    exec 3<>"$WORK/hold.$phase" # the instances hold their models until this closes
+    for entry in $DEMO_MODELS; do
+        model=${entry%%:*}; count=${entry##*:}
+        i=1
+        while [ "$i" -le "$count" ]; do
+            out="$WORK/$phase.$model.$i"
+            manifest=""
+            [ "$phase" = tetris ] && manifest="--manifest=$WORK/$model.manifest.json"
+            # shellcheck disable=SC2086
+            "$BIN/tetris-onnx-run" "$MODELS/$model" "$@" $manifest --hold <"$WORK/hold.$phase" 3>&- \
+                >"$out.json" 2>"$out.log" &
+            echo $! >>"$WORK/pids"
+            echo "$! $model $i" >>"$WORK/$phase.instances"
+            while [ ! -s "$out.json" ]; do
+                kill -0 $! 2>/dev/null || { echo "demo: $model failed:" >&2; cat "$out.log" >&2; exit 1; }
+                sleep 0.05
+            done
+            [ -t 2 ] && printf '\r  %-8s started %-40s' "$phase" "$model #$i" >&2
+            i=$((i + 1))
+        done
+    done
+    [ -t 2 ] && printf '\r%70s\r' '' >&2
+    while read -r pid model i; do
+        total=$(pss_kb "$pid")
+        store_part=0
+        [ "$phase" = tetris ] && store_part=$(pss_kb "$pid" "$STORE/")
+        jq -r --arg m "$model" --arg i "$i" --arg t "$total" --arg s "$store_part" \
+            '[$m, $i, $t, $s, (.load_ms + .session_ms), .run_ms, .sha256] | @tsv' \
+            "$WORK/$phase.$model.$i.json"
+    done <"$WORK/$phase.instances" >"$WORK/$phase.tsv"
+}
+
+stop_phase() {
+    exec 3>&-
+    for p in $(cat "$WORK/pids"); do wait "$p" 2>/dev/null || true; done
+    : >"$WORK/pids"
+}
+
+echo "tetris demo: $(echo "$DEMO_MODELS" | wc -w) real ONNX models, several instances each, real inference"
+echo
+
+# ---- without tetris: every instance loads its own weights ----
+run_phase private --private
+stop_phase
+
+# ---- with tetris: one shared copy in the store ----
+# Registration, once per model (in a cluster: tetris-profiler index): the
+# manifest names every tensor by digest, so instances need not hash.
+for entry in $DEMO_MODELS; do
+    model=${entry%%:*}
+    "$BIN/tetris-agent" index "$MODELS/$model" -o "$WORK/$model.manifest.json" 2>/dev/null
+done
+mkdir -p "$STORE"
+if [ -x "$BIN/tetris-reclaimer" ]; then
+    how="node daemon (tetris-reclaimer) ingests, instances map read-only"
+    "$BIN/tetris-reclaimer" --store "$STORE" --listen "" --interval 3600 \
+        2>"$WORK/daemon.log" &
+    DAEMON_PID=$!
+    i=0
+    while [ ! -S "$STORE/ingest.sock" ]; do
+        kill -0 $DAEMON_PID 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
+        i=$((i + 1)); [ $i -lt 200 ] || { echo "demo: daemon did not start" >&2; exit 1; }
+        sleep 0.05
+    done
+    run_phase tetris --store "$STORE"
+    daemon_kb=$(pss_kb "$DAEMON_PID")
+else
+    how="direct mode (no node daemon built): instances ingest themselves"
+    run_phase tetris --store "$STORE" --direct
+    daemon_kb=0
+fi
+store_bytes=$(du -sb "$STORE/tensors" | cut -f1)
+fallbacks=$(cat "$WORK"/tetris.*.json | jq -s '[.[] | select(.fell_back)] | length')
+holders=$("$BIN/tetris-agent" inspect --store "$STORE" 2>/dev/null | tail -1)
+stop_phase
+verify=$("$BIN/tetris-agent" verify --store "$STORE" 2>/dev/null || true)
+
+# ---- the table ----
+awk -F'\t' -v store_bytes="$store_bytes" -v daemon_kb="$daemon_kb" '
+    function mib(kb) { return sprintf("%.1f", kb / 1024) }
+    FNR == 1 { phase++ }
+    {
+        m = $1
+        if (!(m in seen)) { seen[m] = 1; order[++nm] = m }
+        if (phase == 1) {
+            n[m]++; priv_kb[m] += $3; priv_ms[m] += $5; priv_sha[m] = $7
+        } else {
+            # the store pages count once, below, not per instance
+            tet_kb[m] += $3 - $4
+            if ($2 == 1) cold_ms[m] = $5; else { warm_ms[m] += $5; warm_n[m]++ }
+            if ($7 != priv_sha[m]) differ[m] = 1
+        }
+    }
+    END {
+        printf "%-36s %5s | %-23s | %-31s\n", "", "", "   without tetris", "        with tetris"
+        printf "%-36s %5s | %10s %12s | %10s %20s\n", "model", "inst", "memory MiB", "start ms", "memory MiB", "start ms cold/warm"
+        printf "%s\n", "-------------------------------------------------------------------------------------------------"
+        for (k = 1; k <= nm; k++) {
+            m = order[k]
+            tp += priv_kb[m]; tt += tet_kb[m]
+            warm = warm_n[m] ? sprintf("%.0f", warm_ms[m] / warm_n[m]) : "-"
+            printf "%-36s %5d | %10s %12.0f | %10s %13.0f / %4s%s\n", m, n[m], mib(priv_kb[m]),
+                   priv_ms[m] / n[m], mib(tet_kb[m]), cold_ms[m], warm, (m in differ) ? "  OUTPUT DIFFERS" : ""
+        }
+        store_kb = store_bytes / 1024
+        printf "%-42s | %10s %12s | %10s   (one copy of every distinct tensor)\n", "tensor store (tmpfs)", "-", "", mib(store_kb)
+        printf "%-42s | %10s %12s | %10s\n", "node daemon", "-", "", mib(daemon_kb)
+        printf "%s\n", "-------------------------------------------------------------------------------------------------"
+        total_t = tt + store_kb + daemon_kb
+        printf "%-42s | %10s %12s | %10s\n", "total memory (sum of PSS)", mib(tp), "", mib(total_t)
+        printf "\nsaved: %s MiB (%.0f%% of the memory without tetris)\n", mib(tp - total_t), 100 * (tp - total_t) / tp
+        nd = 0; for (m in differ) nd++
+        printf "outputs: %s\n", nd ? "SOME DIFFER (see above)" : "identical with and without tetris for every instance (SHA-256 of output bytes)"
+    }' "$WORK/private.tsv" "$WORK/tetris.tsv"
+
+echo "tetris mode: $how"
+echo "fallbacks to a private load: $fallbacks"
+echo "store while running: $holders"
+echo "store check: $(echo "$verify" | tail -1)"
+echo
+echo "memory = sum of PSS over the instances (shared pages split among their users);"
+echo "with tetris the store's pages are counted once, in full, as 'tensor store'."
+echo "start = time until the instance is ready to serve: weights loaded (or mapped)"
+echo "and the ONNX Runtime session created. cold = first instance of a model (ingests"
+echo "into the store), warm = later ones (map what is already there)."
