@@ -198,12 +198,10 @@ void daemon_poll_adopted(struct daemon *d)
 void daemon_release_adopted(struct daemon *d)
 {
     /* On a clean stop the holder files must stay (their owners still map):
-     * close only our descriptors; the next daemon adopts them again. */
+     * close only the pidfds; the holders stay referenced from d, locked
+     * until the process exits, and the next daemon adopts them again. */
     for (size_t i = 0; i < d->n_adopted; i++)
         close(d->adopted[i].pidfd);
-    free(d->adopted);
-    d->adopted = NULL;
-    d->n_adopted = 0;
 }
 
 /* ---- the pass ---- */

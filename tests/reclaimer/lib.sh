@@ -53,9 +53,11 @@ wait_until() {
 # start_daemon ARGS...: starts tetris-reclaimer on $STORE with an HTTP port
 # picked by the kernel; sets DAEMON_PID and HTTP_PORT.
 start_daemon() {
+    started_before=$(grep -c "event=serving" "$DAEMON_LOG" 2>/dev/null)
     "$RECLAIMER" --store "$STORE" --listen 127.0.0.1:0 "$@" >>"$DAEMON_LOG" 2>&1 &
     DAEMON_PID=$!
-    wait_until 60 'grep -q "event=serving" "$DAEMON_LOG"' || fail "daemon did not start"
+    wait_until 60 '[ "$(grep -c "event=serving" "$DAEMON_LOG")" -gt "${started_before:-0}" ]' ||
+        fail "daemon did not start"
     HTTP_PORT=$(grep -o 'event=http-listening.*port=[0-9]*' "$DAEMON_LOG" | tail -n 1 |
                 sed 's/.*port=//')
 }
@@ -82,7 +84,7 @@ passes() { metric tetris_reclaim_passes_total; }
 # wait_passes N: waits until N more reclaim passes have completed.
 wait_passes() {
     target=$(( $(passes) + $1 ))
-    wait_until 120 '[ "$(passes)" -ge $target ]' || fail "reclaim passes stalled"
+    wait_until 120 "[ \"\$(passes)\" -ge $target ]" || fail "reclaim passes stalled (want $target, have $(passes))"
 }
 
 # tensor_count: tensor files in the store.

@@ -5,3 +5,4 @@ SHELL_TESTS += tests/reclaimer/test-reclaim.sh
 SHELL_TESTS += tests/reclaimer/test-bad-requests.sh
 SHELL_TESTS += tests/reclaimer/test-prometheus.sh
 SHELL_TESTS += tests/reclaimer/test-cgroup.sh
+SHELL_TESTS += tests/reclaimer/test-crash.sh
