@@ -570,6 +570,50 @@ START_TEST(capacity_limits_ingest)
 }
 END_TEST
 
+/* Usage is cached per fanout directory; back-to-back changes inside one
+ * directory (same clock tick) must all show up. */
+START_TEST(usage_tracks_changes_within_one_directory)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    enum { SAME = 6 };
+    struct test_tensor t[SAME];
+    int found = 0;
+    t[found++] = make_tensor(4, 1000);
+    for (unsigned seed = 1001; found < SAME; seed++) {
+        struct test_tensor c = make_tensor(4, seed);
+        if (c.meta.digest.bytes[0] == t[0].meta.digest.bytes[0])
+            t[found++] = c;
+        else
+            free(c.data);
+    }
+    tetris_error err;
+    uint64_t used, want = 0;
+    for (int i = 0; i < SAME; i++) {
+        /* Let a clock tick pass so the scan below may be cached, then
+         * change the directory right after it. */
+        usleep(20000);
+        ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+        ck_assert_uint_eq(used, want);
+        publish(s, &t[i], true);
+        want += t[i].meta.nbytes + 160;
+        ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+        ck_assert_uint_eq(used, want);
+    }
+    for (int i = 0; i < SAME; i++) {
+        usleep(20000);
+        ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+        ck_assert_int_eq(store_remove_tensor(s, &t[i].meta.digest, &err), 0);
+        want -= t[i].meta.nbytes + 160;
+        ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+        ck_assert_uint_eq(used, want);
+        free(t[i].data);
+    }
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
 START_TEST(capacity_counts_live_reservations_only)
 {
     char *dir = new_dir();
@@ -1006,6 +1050,7 @@ int main(void)
     tcase_add_test(tc, foreach_tensor_lists_complete_files);
     tcase_add_test(tc, corruption_is_detected_and_repaired);
     tcase_add_test(tc, capacity_limits_ingest);
+    tcase_add_test(tc, usage_tracks_changes_within_one_directory);
     tcase_add_test(tc, capacity_counts_live_reservations_only);
     tcase_add_test(tc, tenants_are_isolated);
     tcase_add_test(tc, read_only_store_maps_but_refuses_writes);
