@@ -6,3 +6,4 @@ SHELL_TESTS += tests/reclaimer/test-bad-requests.sh
 SHELL_TESTS += tests/reclaimer/test-prometheus.sh
 SHELL_TESTS += tests/reclaimer/test-cgroup.sh
 SHELL_TESTS += tests/reclaimer/test-crash.sh
+SHELL_TESTS += tests/reclaimer/test-inventory-scrub.sh
