@@ -1,0 +1,63 @@
+#!/bin/sh
+# STORE mode through the real node daemon: the instance opens the store
+# read-only, the daemon ingests and holds its references; outputs equal a
+# private run's; `tetris-agent load --hold` prints its result while it still
+# holds the model, and the daemon keeps the reference until it lets go.
+. "$(dirname "$0")/lib.sh"
+[ -x "$BIN/tetris-reclaimer" ] || fail "tetris-reclaimer not built in $BIN"
+store="$WORK/store"
+mkdir -p "$store"
+"$BIN/tetris-reclaimer" --store "$store" --listen "" --interval 3600 2>"$WORK/daemon.log" &
+daemon=$!
+KILL_ON_EXIT=$daemon
+i=0
+while [ ! -S "$store/ingest.sock" ]; do
+    kill -0 $daemon 2>/dev/null || fail "daemon died: $(cat "$WORK/daemon.log")"
+    i=$((i + 1)); [ $i -lt 300 ] || fail "daemon socket did not appear"
+    sleep 0.1
+done
+
+for m in silero_vad_v6.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx; do
+    want=$("$BIN/tetris-onnx-run" "$MODELS/$m" --private 2>/dev/null | jq -r .sha256)
+    for pass in cold warm; do
+        out=$("$BIN/tetris-onnx-run" "$MODELS/$m" --store "$store" 2>"$WORK/err") ||
+            fail "$m $pass: $(cat "$WORK/err")"
+        [ "$(json_get "$out" fell_back)" = false ] || fail "$m $pass: fell back: $(cat "$WORK/err")"
+        [ "$(json_get "$out" mapped_bytes)" -gt 0 ] || fail "$m $pass: nothing mapped"
+        [ "$(json_get "$out" private_bytes)" = 0 ] || fail "$m $pass: private bytes"
+        [ "$(json_get "$out" sha256)" = "$want" ] || fail "$m $pass: output differs"
+        if [ $pass = cold ]; then
+            [ "$(json_get "$out" ingested_bytes)" -gt 0 ] || fail "$m: daemon ingested nothing"
+        else
+            [ "$(json_get "$out" ingested_bytes)" = 0 ] || fail "$m: warm load ingested"
+        fi
+    done
+    echo "ok $m through the daemon, cold and warm, output $want"
+done
+
+# --hold: the result comes out while the model is held; references live
+# exactly as long as the holder does.
+mkfifo "$WORK/stdin"
+"$BIN/tetris-agent" load --store "$store" --hold "$MODELS/silero_vad_v6.onnx" \
+    <"$WORK/stdin" >"$WORK/out" 2>"$WORK/err" &
+agent=$!
+KILL_ON_EXIT="$agent $daemon"
+exec 3>"$WORK/stdin"
+i=0
+while [ ! -s "$WORK/out" ]; do
+    kill -0 $agent 2>/dev/null || fail "load --hold died: $(cat "$WORK/err")"
+    i=$((i + 1)); [ $i -lt 300 ] || fail "no result from load --hold"
+    sleep 0.1
+done
+jq -e '.tensors > 0 and .mapped_bytes == .bytes and .fell_back == false' "$WORK/out" >/dev/null ||
+    fail "load --hold result: $(cat "$WORK/out")"
+kill -0 $agent 2>/dev/null || fail "load --hold exited before stdin closed"
+"$BIN/tetris-agent" inspect --store "$store" | grep -q " live " || fail "no live holder while held"
+exec 3>&-
+wait $agent || fail "load --hold exited non-zero"
+i=0
+while "$BIN/tetris-agent" inspect --store "$store" | grep -q " live "; do
+    i=$((i + 1)); [ $i -lt 100 ] || fail "daemon kept the reference after the agent let go"
+    sleep 0.1
+done
+echo "ok load --hold through the daemon: result while held, reference released after"
