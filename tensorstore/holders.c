@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -283,12 +284,19 @@ int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holde
             continue; /* closed meanwhile */
         if (dead < 0)
             return dead;
-        int fd = openat(s->holders_fd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        /* Non-blocking, and only regular files: a FIFO planted here must
+         * not hang the reclaimer. */
+        int fd = openat(s->holders_fd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) {
             if (errno == ENOENT)
                 continue;
             return tetris_fail(err, store_errno_code(errno), errno, "open %s/holders/%s",
                                s->root, de->d_name);
+        }
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            continue;
         }
         struct holder_parse p = {0};
         int rc = parse_holder_file(fd, de->d_name, &p, err);

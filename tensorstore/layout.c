@@ -149,7 +149,7 @@ int tensor_file_open(store *s, const tensor_digest *d, tensor_meta *meta, tetris
 {
     char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
     tensor_relpath(d, rel);
-    cleanup_close int fd = openat(s->tensors_fd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    cleanup_close int fd = openat(s->tensors_fd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         int code = store_errno_code(errno);
         return tetris_fail(err, code, errno, "tensor %.64s", rel + 3);

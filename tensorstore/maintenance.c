@@ -88,7 +88,7 @@ static int visit_list(store *s, int fanout_fd, const char *fanout, const char *n
     tensor_digest d;
     if (!digest_of_name(fanout, name, &d))
         return 0;
-    cleanup_close int fd = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    cleanup_close int fd = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return 0; /* removed meanwhile */
     struct store_entry e;
@@ -206,7 +206,7 @@ static int visit_repair(store *s, int fanout_fd, const char *fanout, const char 
     tensor_digest d;
     tensor_meta meta;
     if (digest_of_name(fanout, name, &d)) {
-        cleanup_close int fd = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        cleanup_close int fd = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0 || tensor_file_check(fd, &d, name, &meta, NULL) == 0)
             return 0;
         /* Re-check under the tensor's lock: a publisher may just have
@@ -214,7 +214,7 @@ static int visit_repair(store *s, int fanout_fd, const char *fanout, const char 
         cleanup_close int lock = store_lock_tensor(s, &d, err);
         if (lock < 0)
             return lock;
-        cleanup_close int again = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        cleanup_close int again = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (again < 0 || tensor_file_check(again, &d, name, &meta, NULL) == 0)
             return 0;
     }

@@ -431,6 +431,10 @@ START_TEST(foreach_tensor_lists_complete_files)
     ck_assert_ptr_nonnull(f);
     fputs("junk", f);
     fclose(f);
+    /* So is a FIFO with a digest's name; reading it must not hang. */
+    char *fifo;
+    ck_assert_int_ge(asprintf(&fifo, "%s/tensors/00/00%062d", dir, 0), 0);
+    ck_assert_int_eq(mkfifo(fifo, 0644), 0);
 
     struct listing l = {0};
     tetris_error err;
@@ -440,8 +444,10 @@ START_TEST(foreach_tensor_lists_complete_files)
 
     struct store_repair_report r;
     ck_assert_int_eq(store_repair(s, &r, &err), 0);
-    ck_assert_uint_eq(r.bad_tensors_removed, 1);
+    ck_assert_uint_eq(r.bad_tensors_removed, 2);
     ck_assert_int_eq(access(stray, F_OK), -1);
+    ck_assert_int_eq(access(fifo, F_OK), -1);
+    free(fifo);
     for (int i = 0; i < 3; i++)
         free(t[i].data);
     free(fan);
@@ -946,6 +952,11 @@ START_TEST(garbage_holder_files_are_parsed_defensively)
     f = fopen(temp, "w");
     fclose(f);
 
+    /* A FIFO posing as a holder must not hang the scan. */
+    char *fifo;
+    ck_assert_int_ge(asprintf(&fifo, "%s/holders/fifo.ref", dir), 0);
+    ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+
     struct holders_seen seen = scan_holders(s);
     ck_assert_int_eq(seen.n, 1);
     ck_assert_int_eq(seen.dead, 1);
@@ -960,6 +971,7 @@ START_TEST(garbage_holder_files_are_parsed_defensively)
     ck_assert_uint_eq(r.temp_files_removed, 1);
     ck_assert_int_eq(access(path, F_OK), -1);
     ck_assert_int_eq(access(temp, F_OK), -1);
+    free(fifo);
     free(temp);
     free(path);
     store_close(s);
