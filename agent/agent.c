@@ -3,8 +3,8 @@
  * Store modes map what is resident and get the rest published, either by
  * the node daemon (STORE: the instance mounts the store read-only) or by
  * the agent itself (DIRECT). References are recorded before anything is
- * mapped, under the store's shared use lock, so the reclaimer never removes
- * a tensor between "referenced" and "mapped". Whatever the store cannot
+ * mapped, and mapping happens under the store's shared use lock, so the
+ * reclaimer never removes a tensor between "referenced" and "mapped". Whatever the store cannot
  * serve is loaded privately, with one `event=fallback` log line: inference
  * must work without the store. */
 #include <errno.h>
@@ -289,6 +289,13 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
         return 0;
     }
     am->stats.ingested_bytes = summary.ingested_bytes;
+    /* The daemon recorded our references before it answered; the use lock
+     * is not held across the request, so a daemon busy reclaiming never
+     * waits for us while we wait for it. */
+    if ((r = store_use_begin(am->priv->store, &cause)) < 0) {
+        fall_back(am, o, "store-unavailable", &cause);
+        return 0;
+    }
     for (size_t i = 0; i < m->n_tensors; i++) {
         if (res[i].status == INGEST_REJECTED || m->tensors[i].meta.nbytes == 0)
             continue;
@@ -297,6 +304,7 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
             break;
         }
     }
+    store_use_end(am->priv->store);
     if (summary.rejected > 0) {
         size_t i = 0;
         while (i < m->n_tensors && res[i].status != INGEST_REJECTED)
@@ -340,14 +348,13 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
     am->priv->store_root = strdup(store_root(am->priv->store));
     if (am->priv->store_root == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    if (o->mode == AGENT_MODE_STORE)
+        return load_via_daemon(am, o, label, err);
     if ((r = store_use_begin(am->priv->store, &cause)) < 0) {
         fall_back(am, o, "store-unavailable", &cause);
         return 0;
     }
-    if (o->mode == AGENT_MODE_DIRECT)
-        r = load_direct(am, o, label, err);
-    else
-        r = load_via_daemon(am, o, label, err);
+    r = load_direct(am, o, label, err);
     store_use_end(am->priv->store);
     return r;
 }
