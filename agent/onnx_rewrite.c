@@ -6,16 +6,16 @@
  *   ModelProto.graph(7) -> GraphProto.node(1), .initializer(5)
  *   NodeProto.attribute(5) -> AttributeProto.g(6), .graphs(11)
  * A rewritten message changes length, so each one is built in its own
- * buffer and then emitted into its parent with a fresh length prefix. */
+ * buffer and then emitted into its parent with a fresh length prefix.
+ * Reading (bounds, nesting depth) is protobuf.h's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "onnx_rewrite.h"
+#include "protobuf.h"
 
-#define MAX_DEPTH 64 /* nested subgraphs; real models use a handful */
-
-enum wire { WIRE_VARINT = 0, WIRE_I64 = 1, WIRE_LEN = 2, WIRE_I32 = 5 };
+enum { WIRE_VARINT = PB_WT_VARINT, WIRE_LEN = PB_WT_LEN };
 
 /* TensorProto fields */
 enum {
@@ -30,22 +30,29 @@ struct buf {
     size_t len, cap;
 };
 
+/* A field as read by field_next(): pb_field plus the span it came from. */
 struct field {
-    unsigned number;
-    unsigned wire;
-    uint64_t varint;   /* WIRE_VARINT value */
-    size_t start, end; /* the whole field, tag included */
-    size_t payload, payload_len; /* WIRE_LEN payload */
+    pb_field f;
+    const uint8_t *start, *end; /* the whole field, tag included */
 };
 
 struct rewriter {
-    const uint8_t *img;
     onnx_share_fn share;
     void *ctx;
 };
 
-static int graph_rewrite(struct rewriter *rw, size_t start, size_t end, int depth, struct buf *out,
+static int graph_rewrite(struct rewriter *rw, const pb_reader *msg, struct buf *out,
                          tetris_error *err);
+
+/* pb_next() that also remembers where the field starts and ends, so it can
+ * be copied verbatim. Returns 1, 0 at the end, or <0. */
+static int field_next(pb_reader *r, struct field *fd, tetris_error *err)
+{
+    fd->start = r->p;
+    int n = pb_next(r, &fd->f, err);
+    fd->end = r->p;
+    return n;
+}
 
 static void buf_free(struct buf *b)
 {
@@ -104,76 +111,9 @@ static int buf_len_field(struct buf *b, unsigned number, const void *data, size_
     return r;
 }
 
-static int buf_copy_field(struct rewriter *rw, struct buf *b, const struct field *f,
-                          tetris_error *err)
+static int buf_copy_field(struct buf *b, const struct field *fd, tetris_error *err)
 {
-    return buf_put(b, rw->img + f->start, f->end - f->start, err);
-}
-
-static int read_varint(const uint8_t *img, size_t *pos, size_t end, uint64_t *out,
-                       tetris_error *err)
-{
-    uint64_t v = 0;
-    for (unsigned shift = 0; shift < 64; shift += 7) {
-        if (*pos >= end)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "protobuf varint runs past its message");
-        uint8_t byte = img[(*pos)++];
-        v |= (uint64_t)(byte & 0x7f) << shift;
-        if (!(byte & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return tetris_fail(err, TETRIS_E_FORMAT, 0, "protobuf varint longer than 10 bytes");
-}
-
-/* Reads the field at *pos (< end) and advances past it. */
-static int next_field(struct rewriter *rw, size_t *pos, size_t end, struct field *f,
-                      tetris_error *err)
-{
-    uint64_t tag, n;
-    int r;
-
-    memset(f, 0, sizeof(*f));
-    f->start = *pos;
-    if ((r = read_varint(rw->img, pos, end, &tag, err)) < 0)
-        return r;
-    f->number = (unsigned)(tag >> 3);
-    f->wire = (unsigned)(tag & 7);
-    if (f->number == 0 || (tag >> 3) > 0x1fffffff)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "protobuf field number %llu at offset %zu",
-                           (unsigned long long)(tag >> 3), f->start);
-    switch (f->wire) {
-    case WIRE_VARINT:
-        if ((r = read_varint(rw->img, pos, end, &f->varint, err)) < 0)
-            return r;
-        break;
-    case WIRE_I64:
-    case WIRE_I32: {
-        size_t width = f->wire == WIRE_I64 ? 8 : 4;
-        if (end - *pos < width)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "protobuf fixed field past end at %zu",
-                               f->start);
-        *pos += width;
-        break;
-    }
-    case WIRE_LEN:
-        if ((r = read_varint(rw->img, pos, end, &n, err)) < 0)
-            return r;
-        if (n > end - *pos)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "protobuf field %u at offset %zu: length %llu past its message",
-                               f->number, f->start, (unsigned long long)n);
-        f->payload = *pos;
-        f->payload_len = (size_t)n;
-        *pos += (size_t)n;
-        break;
-    default:
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "protobuf wire type %u at offset %zu",
-                           f->wire, f->start);
-    }
-    f->end = *pos;
-    return 0;
+    return buf_put(b, fd->start, (size_t)(fd->end - fd->start), err);
 }
 
 static size_t element_size(int data_type)
@@ -195,51 +135,51 @@ static bool is_data_field(unsigned number)
            number == TP_UINT64_DATA;
 }
 
-/* Fills ref from the TensorProto in [start, end). Returns 1 if it has one
- * contiguous payload that can be externalised, 0 if not, <0 on bad input. */
-static int tensor_describe(struct rewriter *rw, size_t start, size_t end,
-                           struct onnx_tensor_ref *ref, tetris_error *err)
+/* Fills ref from the TensorProto msg. Returns 1 if it has one contiguous
+ * payload that can be externalised, 0 if not, <0 on bad input. */
+static int tensor_describe(const pb_reader *msg, struct onnx_tensor_ref *ref, tetris_error *err)
 {
-    size_t pos = start;
-    int payloads = 0;
+    pb_reader r = *msg;
+    struct field fd;
+    int payloads = 0, n;
     bool shareable = true;
 
     memset(ref, 0, sizeof(*ref));
-    while (pos < end) {
-        struct field f;
-        int r = next_field(rw, &pos, end, &f, err);
-        if (r < 0)
-            return r;
-        if (f.number == TP_DIMS && f.wire == WIRE_VARINT) {
+    while ((n = field_next(&r, &fd, err)) == 1) {
+        const pb_field *f = &fd.f;
+        if (f->number == TP_DIMS && f->wire_type == PB_WT_VARINT) {
             if (ref->ndim >= TENSOR_MAX_DIMS)
                 return 0;
-            ref->dims[ref->ndim++] = (int64_t)f.varint;
-        } else if (f.number == TP_DIMS && f.wire == WIRE_LEN) {
-            size_t p = f.payload, e = f.payload + f.payload_len;
+            ref->dims[ref->ndim++] = (int64_t)f->value;
+        } else if (f->number == TP_DIMS && f->wire_type == PB_WT_LEN) {
+            const uint8_t *p = f->data, *e = f->data + f->len;
             while (p < e) {
                 uint64_t d;
-                if ((r = read_varint(rw->img, &p, e, &d, err)) < 0)
-                    return r;
+                if (pb_decode_varint(&p, e, &d) < 0)
+                    return tetris_fail(err, TETRIS_E_FORMAT, 0, "byte %llu: malformed dims",
+                                       (unsigned long long)pb_offset(&r, f->data));
                 if (ref->ndim >= TENSOR_MAX_DIMS)
                     return 0;
                 ref->dims[ref->ndim++] = (int64_t)d;
             }
-        } else if (f.number == TP_DATA_TYPE && f.wire == WIRE_VARINT) {
-            ref->data_type = (int)f.varint;
-        } else if (f.number == TP_NAME && f.wire == WIRE_LEN) {
-            ref->name = (const char *)rw->img + f.payload;
-            ref->name_len = f.payload_len;
-        } else if (is_data_field(f.number)) {
+        } else if (f->number == TP_DATA_TYPE && f->wire_type == PB_WT_VARINT) {
+            ref->data_type = (int)f->value;
+        } else if (f->number == TP_NAME && f->wire_type == PB_WT_LEN) {
+            ref->name = (const char *)f->data;
+            ref->name_len = f->len;
+        } else if (is_data_field(f->number)) {
             payloads++;
-            if (f.wire != WIRE_LEN || f.number == TP_STRING_DATA)
+            if (f->wire_type != PB_WT_LEN || f->number == TP_STRING_DATA)
                 shareable = false; /* unpacked repeated values or strings */
-            ref->offset = f.payload;
-            ref->length = f.payload_len;
-        } else if (f.number == TP_SEGMENT || f.number == TP_EXTERNAL_DATA ||
-                   (f.number == TP_DATA_LOCATION && f.varint == TP_LOCATION_EXTERNAL)) {
+            ref->offset = pb_offset(&r, f->data);
+            ref->length = f->len;
+        } else if (f->number == TP_SEGMENT || f->number == TP_EXTERNAL_DATA ||
+                   (f->number == TP_DATA_LOCATION && f->value == TP_LOCATION_EXTERNAL)) {
             shareable = false;
         }
     }
+    if (n < 0)
+        return n;
     for (int i = 0; i < ref->ndim; i++)
         if (ref->dims[i] < 0)
             shareable = false;
@@ -268,28 +208,28 @@ static int put_entry(struct buf *b, const char *key, const char *value, tetris_e
     return r;
 }
 
-/* Emits into out (as field `number` of the parent) the TensorProto in
- * [start, end) without its payload, pointing at external data instead.
- * name, if not NULL, replaces the tensor's own name. */
-static int tensor_externalise(struct rewriter *rw, size_t start, size_t end,
-                              const struct onnx_tensor_ref *ref, const struct onnx_external *ext,
-                              const char *name, size_t name_len, unsigned number,
-                              struct buf *out, tetris_error *err)
+/* Emits into out (as field `number` of the parent) the TensorProto msg
+ * without its payload, pointing at external data instead. name, if not
+ * NULL, replaces the tensor's own name. */
+static int tensor_externalise(const pb_reader *msg, const struct onnx_tensor_ref *ref,
+                              const struct onnx_external *ext, const char *name, size_t name_len,
+                              unsigned number, struct buf *out, tetris_error *err)
 {
+    pb_reader rd = *msg;
     struct buf t = {0};
-    size_t pos = start;
+    struct field fd;
     char length[32], offset[32];
-    int r = 0;
+    int r = 0, n;
 
-    while (r == 0 && pos < end) {
-        struct field f;
-        if ((r = next_field(rw, &pos, end, &f, err)) < 0)
-            break;
-        if (is_data_field(f.number) || f.number == TP_EXTERNAL_DATA ||
-            f.number == TP_DATA_LOCATION || (name != NULL && f.number == TP_NAME))
+    while (r == 0 && (n = field_next(&rd, &fd, err)) == 1) {
+        unsigned num = fd.f.number;
+        if (is_data_field(num) || num == TP_EXTERNAL_DATA || num == TP_DATA_LOCATION ||
+            (name != NULL && num == TP_NAME))
             continue;
-        r = buf_copy_field(rw, &t, &f, err);
+        r = buf_copy_field(&t, &fd, err);
     }
+    if (r == 0 && n < 0)
+        r = n;
     snprintf(length, sizeof(length), "%llu", (unsigned long long)tensor_nbytes(ref));
     snprintf(offset, sizeof(offset), "%llu", (unsigned long long)ext->offset);
     if (r == 0 && name != NULL)
@@ -310,50 +250,54 @@ static int tensor_externalise(struct rewriter *rw, size_t start, size_t end,
     return r;
 }
 
-static int attribute_rewrite(struct rewriter *rw, size_t start, size_t end, int depth,
-                             struct buf *out, tetris_error *err)
+/* Emits the length-delimited field fd of msg with its payload rewritten
+ * by fn (a graph, node or attribute rewriter). */
+static int rewrite_sub(struct rewriter *rw, const pb_reader *msg, const struct field *fd,
+                       int (*fn)(struct rewriter *, const pb_reader *, struct buf *,
+                                 tetris_error *),
+                       struct buf *out, tetris_error *err)
 {
-    size_t pos = start;
-    int r = 0;
-
-    while (r == 0 && pos < end) {
-        struct field f;
-        if ((r = next_field(rw, &pos, end, &f, err)) < 0)
-            break;
-        if ((f.number == 6 || f.number == 11) && f.wire == WIRE_LEN) { /* g, graphs */
-            struct buf g = {0};
-            r = graph_rewrite(rw, f.payload, f.payload + f.payload_len, depth + 1, &g, err);
-            if (r == 0)
-                r = buf_len_field(out, f.number, g.p, g.len, err);
-            buf_free(&g);
-        } else {
-            r = buf_copy_field(rw, out, &f, err);
-        }
-    }
+    pb_reader sub;
+    struct buf b = {0};
+    int r = pb_reader_sub(msg, &fd->f, &sub, err);
+    if (r == 0)
+        r = fn(rw, &sub, &b, err);
+    if (r == 0)
+        r = buf_len_field(out, fd->f.number, b.p, b.len, err);
+    buf_free(&b);
     return r;
 }
 
-static int node_rewrite(struct rewriter *rw, size_t start, size_t end, int depth, struct buf *out,
+static int attribute_rewrite(struct rewriter *rw, const pb_reader *msg, struct buf *out,
+                             tetris_error *err)
+{
+    pb_reader rd = *msg;
+    struct field fd;
+    int r = 0, n;
+
+    while (r == 0 && (n = field_next(&rd, &fd, err)) == 1) {
+        if ((fd.f.number == 6 || fd.f.number == 11) && fd.f.wire_type == PB_WT_LEN) /* g, graphs */
+            r = rewrite_sub(rw, &rd, &fd, graph_rewrite, out, err);
+        else
+            r = buf_copy_field(out, &fd, err);
+    }
+    return r < 0 ? r : n;
+}
+
+static int node_rewrite(struct rewriter *rw, const pb_reader *msg, struct buf *out,
                         tetris_error *err)
 {
-    size_t pos = start;
-    int r = 0;
+    pb_reader rd = *msg;
+    struct field fd;
+    int r = 0, n;
 
-    while (r == 0 && pos < end) {
-        struct field f;
-        if ((r = next_field(rw, &pos, end, &f, err)) < 0)
-            break;
-        if (f.number == 5 && f.wire == WIRE_LEN) { /* attribute */
-            struct buf a = {0};
-            r = attribute_rewrite(rw, f.payload, f.payload + f.payload_len, depth, &a, err);
-            if (r == 0)
-                r = buf_len_field(out, f.number, a.p, a.len, err);
-            buf_free(&a);
-        } else {
-            r = buf_copy_field(rw, out, &f, err);
-        }
+    while (r == 0 && (n = field_next(&rd, &fd, err)) == 1) {
+        if (fd.f.number == 5 && fd.f.wire_type == PB_WT_LEN) /* attribute */
+            r = rewrite_sub(rw, &rd, &fd, attribute_rewrite, out, err);
+        else
+            r = buf_copy_field(out, &fd, err);
     }
-    return r;
+    return r < 0 ? r : n;
 }
 
 static bool bytes_equal(const uint8_t *p, size_t n, const char *s)
@@ -361,112 +305,119 @@ static bool bytes_equal(const uint8_t *p, size_t n, const char *s)
     return n == strlen(s) && memcmp(p, s, n) == 0;
 }
 
-/* A Constant node with a single output and a `value` tensor: finds the
- * tensor's range and the output name. Returns 1 if the node is one. */
-static int constant_node_parse(struct rewriter *rw, size_t start, size_t end, size_t *t_start,
-                               size_t *t_end, const char **out_name, size_t *out_name_len,
-                               tetris_error *err)
+/* A Constant node with a single output and a `value` tensor: sets *value
+ * to a reader over the tensor and *out_name to the output. Returns 1 if the
+ * node is one, 0 if not, <0 on bad input. */
+static int constant_node_parse(const pb_reader *msg, pb_reader *value, const char **out_name,
+                               size_t *out_name_len, tetris_error *err)
 {
-    size_t pos = start;
+    pb_reader rd = *msg;
+    struct field fd;
     bool is_constant = false, default_domain = true, has_value = false;
-    int outputs = 0, attributes = 0;
+    int outputs = 0, attributes = 0, n;
 
-    while (pos < end) {
-        struct field f;
-        int r = next_field(rw, &pos, end, &f, err);
-        if (r < 0)
-            return r;
-        if (f.wire != WIRE_LEN)
+    while ((n = field_next(&rd, &fd, err)) == 1) {
+        const pb_field *f = &fd.f;
+        if (f->wire_type != PB_WT_LEN)
             continue;
-        const uint8_t *p = rw->img + f.payload;
-        if (f.number == 4) { /* op_type */
-            is_constant = bytes_equal(p, f.payload_len, "Constant");
-        } else if (f.number == 7) { /* domain */
-            default_domain = f.payload_len == 0 || bytes_equal(p, f.payload_len, "ai.onnx");
-        } else if (f.number == 2) { /* output */
+        if (f->number == 4) { /* op_type */
+            is_constant = bytes_equal(f->data, f->len, "Constant");
+        } else if (f->number == 7) { /* domain */
+            default_domain = f->len == 0 || bytes_equal(f->data, f->len, "ai.onnx");
+        } else if (f->number == 2) { /* output */
             outputs++;
-            *out_name = (const char *)p;
-            *out_name_len = f.payload_len;
-        } else if (f.number == 5) { /* attribute */
-            size_t apos = f.payload, aend = f.payload + f.payload_len;
-            bool named_value = false;
-            size_t ts = 0, te = 0;
+            *out_name = (const char *)f->data;
+            *out_name_len = f->len;
+        } else if (f->number == 5) { /* attribute */
+            pb_reader attr, t = {0};
+            struct field afd;
+            bool named_value = false, has_t = false;
+            int an;
             attributes++;
-            while (apos < aend) {
-                struct field af;
-                if ((r = next_field(rw, &apos, aend, &af, err)) < 0)
-                    return r;
-                if (af.number == 1 && af.wire == WIRE_LEN)
-                    named_value = bytes_equal(rw->img + af.payload, af.payload_len, "value");
-                else if (af.number == 5 && af.wire == WIRE_LEN) {
-                    ts = af.payload;
-                    te = af.payload + af.payload_len;
+            if ((an = pb_reader_sub(&rd, f, &attr, err)) < 0)
+                return an;
+            while ((an = field_next(&attr, &afd, err)) == 1) {
+                if (afd.f.number == 1 && afd.f.wire_type == PB_WT_LEN) {
+                    named_value = bytes_equal(afd.f.data, afd.f.len, "value");
+                } else if (afd.f.number == 5 && afd.f.wire_type == PB_WT_LEN) {
+                    if ((an = pb_reader_sub(&attr, &afd.f, &t, err)) < 0)
+                        return an;
+                    has_t = true;
                 }
             }
-            if (named_value && te > 0) {
+            if (an < 0)
+                return an;
+            if (named_value && has_t) {
                 has_value = true;
-                *t_start = ts;
-                *t_end = te;
+                *value = t;
             }
         }
     }
+    if (n < 0)
+        return n;
     return is_constant && default_domain && has_value && outputs == 1 && attributes == 1 &&
            *out_name_len > 0;
 }
 
-static int graph_rewrite(struct rewriter *rw, size_t start, size_t end, int depth, struct buf *out,
+/* A node field of a graph: a Constant whose tensor the caller shares
+ * becomes an initializer in `converted`; any other node is rewritten in
+ * place (its attributes may hold subgraphs). */
+static int graph_node(struct rewriter *rw, const pb_reader *graph, const struct field *fd,
+                      struct buf *out, struct buf *converted, tetris_error *err)
+{
+    struct onnx_tensor_ref ref;
+    struct onnx_external ext;
+    pb_reader node, value;
+    const char *name = NULL;
+    size_t name_len = 0;
+    int r;
+
+    if ((r = pb_reader_sub(graph, &fd->f, &node, err)) < 0)
+        return r;
+    if ((r = constant_node_parse(&node, &value, &name, &name_len, err)) < 0)
+        return r;
+    if (r == 1) {
+        if ((r = tensor_describe(&value, &ref, err)) < 0)
+            return r;
+        ref.name = name;
+        ref.name_len = name_len;
+        ref.from_constant = true;
+        memset(&ext, 0, sizeof(ext));
+        if (r == 1 && rw->share(rw->ctx, &ref, &ext))
+            return tensor_externalise(&value, &ref, &ext, name, name_len, 5, converted, err);
+    }
+    return rewrite_sub(rw, graph, fd, node_rewrite, out, err);
+}
+
+static int graph_rewrite(struct rewriter *rw, const pb_reader *msg, struct buf *out,
                          tetris_error *err)
 {
     struct buf converted = {0}; /* Constant nodes turned initializers */
-    size_t pos = start;
-    int r = 0;
+    pb_reader rd = *msg;
+    struct field fd;
+    int r = 0, n;
 
-    if (depth > MAX_DEPTH)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "subgraphs nested deeper than %d", MAX_DEPTH);
-    while (r == 0 && pos < end) {
-        struct field f;
-        struct onnx_tensor_ref ref;
-        struct onnx_external ext = {{0}};
-        size_t ps, pe;
-        if ((r = next_field(rw, &pos, end, &f, err)) < 0)
-            break;
-        if (f.wire != WIRE_LEN || (f.number != 1 && f.number != 5)) {
-            r = buf_copy_field(rw, out, &f, err);
-            continue;
-        }
-        ps = f.payload;
-        pe = f.payload + f.payload_len;
-        if (f.number == 5) { /* initializer */
-            if ((r = tensor_describe(rw, ps, pe, &ref, err)) < 0)
+    while (r == 0 && (n = field_next(&rd, &fd, err)) == 1) {
+        if (fd.f.wire_type == PB_WT_LEN && fd.f.number == 1) {
+            r = graph_node(rw, &rd, &fd, out, &converted, err);
+        } else if (fd.f.wire_type == PB_WT_LEN && fd.f.number == 5) { /* initializer */
+            struct onnx_tensor_ref ref;
+            struct onnx_external ext;
+            pb_reader t;
+            memset(&ext, 0, sizeof(ext));
+            if ((r = pb_reader_sub(&rd, &fd.f, &t, err)) < 0 ||
+                (r = tensor_describe(&t, &ref, err)) < 0)
                 break;
             if (r == 1 && rw->share(rw->ctx, &ref, &ext))
-                r = tensor_externalise(rw, ps, pe, &ref, &ext, NULL, 0, 5, out, err);
+                r = tensor_externalise(&t, &ref, &ext, NULL, 0, 5, out, err);
             else
-                r = buf_copy_field(rw, out, &f, err);
-            continue;
+                r = buf_copy_field(out, &fd, err);
+        } else {
+            r = buf_copy_field(out, &fd, err);
         }
-        /* node */
-        size_t ts = 0, te = 0, name_len = 0;
-        const char *name = NULL;
-        if ((r = constant_node_parse(rw, ps, pe, &ts, &te, &name, &name_len, err)) < 0)
-            break;
-        if (r == 1) {
-            if ((r = tensor_describe(rw, ts, te, &ref, err)) < 0)
-                break;
-            ref.name = name;
-            ref.name_len = name_len;
-            ref.from_constant = true;
-            if (r == 1 && rw->share(rw->ctx, &ref, &ext)) {
-                r = tensor_externalise(rw, ts, te, &ref, &ext, name, name_len, 5, &converted, err);
-                continue;
-            }
-        }
-        struct buf n = {0};
-        r = node_rewrite(rw, ps, pe, depth, &n, err);
-        if (r == 0)
-            r = buf_len_field(out, f.number, n.p, n.len, err);
-        buf_free(&n);
     }
+    if (r == 0 && n < 0)
+        r = n;
     if (r == 0)
         r = buf_put(out, converted.p, converted.len, err);
     buf_free(&converted);
@@ -476,26 +427,23 @@ static int graph_rewrite(struct rewriter *rw, size_t start, size_t end, int dept
 int onnx_rewrite(const uint8_t *image, size_t len, onnx_share_fn share, void *ctx, uint8_t **out,
                  size_t *out_len, tetris_error *err)
 {
-    struct rewriter rw = {.img = image, .share = share, .ctx = ctx};
+    struct rewriter rw = {.share = share, .ctx = ctx};
     struct buf b = {0};
-    size_t pos = 0;
-    int graphs = 0, r = 0;
+    struct field fd;
+    pb_reader rd;
+    int graphs = 0, r = 0, n;
 
-    while (r == 0 && pos < len) {
-        struct field f;
-        if ((r = next_field(&rw, &pos, len, &f, err)) < 0)
-            break;
-        if (f.number == 7 && f.wire == WIRE_LEN) { /* graph */
-            struct buf g = {0};
+    pb_reader_init(&rd, image, len);
+    while (r == 0 && (n = field_next(&rd, &fd, err)) == 1) {
+        if (fd.f.number == 7 && fd.f.wire_type == PB_WT_LEN) { /* graph */
             graphs++;
-            r = graph_rewrite(&rw, f.payload, f.payload + f.payload_len, 0, &g, err);
-            if (r == 0)
-                r = buf_len_field(&b, 7, g.p, g.len, err);
-            buf_free(&g);
+            r = rewrite_sub(&rw, &rd, &fd, graph_rewrite, &b, err);
         } else {
-            r = buf_copy_field(&rw, &b, &f, err);
+            r = buf_copy_field(&b, &fd, err);
         }
     }
+    if (r == 0 && n < 0)
+        r = n;
     if (r == 0 && graphs != 1)
         r = tetris_fail(err, TETRIS_E_FORMAT, 0, "not an ONNX model: %d graphs", graphs);
     if (r < 0) {
