@@ -133,7 +133,8 @@ else
     run_phase tetris --store "$STORE" --direct
     daemon_kb=0
 fi
-store_bytes=$(du -sb "$STORE/tensors" | cut -f1)
+# allocated pages, not file sizes: a 4-byte tensor still takes a page
+store_bytes=$(( $(du -sk "$STORE/tensors" | cut -f1) * 1024 ))
 fallbacks=$(cat "$WORK"/tetris.*.json | jq -s '[.[] | select(.fell_back)] | length')
 holders=$("$BIN/tetris-agent" inspect --store "$STORE" 2>/dev/null | tail -1)
 stop_phase
