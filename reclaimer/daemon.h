@@ -64,6 +64,8 @@ struct daemon {
     uint64_t resident_bytes; /* file bytes of resident tensors */
     uint64_t reserved_bytes; /* ingests in flight, counted against capacity */
     int64_t last_pass_ms;    /* wall clock of the last completed pass, 0: none */
+    int64_t last_pass_us;    /* how long it took */
+    int64_t last_locked_us;  /* of which ingests had to wait */
     bool last_pass_ok;
 
     /* Digests pinned by an outside source (the cluster's running pods); a

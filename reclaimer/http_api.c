@@ -100,6 +100,8 @@ char *daemon_render_metrics(struct daemon *d, size_t *len)
     uint64_t warm = d->warm_bytes;
     uint64_t generation = d->generation;
     int64_t last_pass_ms = d->last_pass_ms;
+    int64_t last_pass_us = d->last_pass_us;
+    int64_t last_locked_us = d->last_locked_us;
     pthread_mutex_unlock(&d->index_lock);
     pthread_mutex_lock(&d->cfg_lock);
     uint64_t capacity = d->cfg.capacity_bytes;
@@ -181,6 +183,18 @@ char *daemon_render_metrics(struct daemon *d, size_t *len)
                "reclaim pass.\n# TYPE tetris_last_reclaim_timestamp_seconds gauge\n"
                "tetris_last_reclaim_timestamp_seconds %.3f\n",
                (double)last_pass_ms / 1000.0);
+    buf_printf(&b,
+               "# HELP tetris_reclaim_pass_duration_seconds How long the last reclaim pass held "
+               "the store (repair, reconcile, free).\n"
+               "# TYPE tetris_reclaim_pass_duration_seconds gauge\n"
+               "tetris_reclaim_pass_duration_seconds %.6f\n",
+               (double)last_pass_us / 1e6);
+    buf_printf(&b,
+               "# HELP tetris_reclaim_pass_locked_seconds How long the last reclaim pass held "
+               "the store's use lock (ingests and loaders wait that long).\n"
+               "# TYPE tetris_reclaim_pass_locked_seconds gauge\n"
+               "tetris_reclaim_pass_locked_seconds %.6f\n",
+               (double)last_locked_us / 1e6);
     if (b.failed) {
         free(b.p);
         return NULL;

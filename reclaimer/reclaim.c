@@ -215,21 +215,54 @@ struct pass {
     tetris_error *errp;
 };
 
+/* What one walk of tensors/ found, collected without holding any lock. */
+struct listing {
+    struct listed {
+        tensor_digest digest;
+        uint64_t bytes;
+        uint64_t file_bytes;
+        int64_t mtime_s;
+    } *items;
+    size_t n;
+    size_t cap;
+    bool failed;
+};
+
 static int on_tensor(void *ctx, const struct store_entry *se)
 {
-    struct pass *p = ctx;
-    struct index_entry *e;
-    bool created;
-    int rc = tensor_index_upsert(p->d->index, &se->meta.digest, &e, &created, p->errp);
-    if (rc < 0)
-        return p->err = rc;
-    if (created || e->bytes == 0) {
-        e->bytes = se->meta.nbytes;
-        e->file_bytes = se->file_bytes;
-        e->mtime_s = se->mtime.tv_sec;
-        p->d->generation++;
+    struct listing *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 1024;
+        struct listed *items = realloc(l->items, cap * sizeof(*items));
+        if (items == NULL) {
+            l->failed = true;
+            return 1;
+        }
+        l->items = items;
+        l->cap = cap;
     }
-    e->mark = MARK_SEEN;
+    l->items[l->n++] = (struct listed){se->meta.digest, se->meta.nbytes, se->file_bytes,
+                                       se->mtime.tv_sec};
+    return 0;
+}
+
+/* Folds a listing into the index (index_lock held). */
+static int merge_listing(struct daemon *d, const struct listing *l, tetris_error *err)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        struct index_entry *e;
+        bool created;
+        int rc = tensor_index_upsert(d->index, &l->items[i].digest, &e, &created, err);
+        if (rc < 0)
+            return rc;
+        if (created || e->bytes == 0) {
+            e->bytes = l->items[i].bytes;
+            e->mtime_s = l->items[i].mtime_s;
+            d->generation++;
+        }
+        e->file_bytes = l->items[i].file_bytes;
+        e->mark |= MARK_SEEN;
+    }
     return 0;
 }
 
@@ -454,9 +487,91 @@ static void scrub(struct daemon *d, uint64_t budget)
     atomic_fetch_add(&d->counters.scrubbed_bytes, planned);
 }
 
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Repair and the full walk of tensors/ read every tensor's trailer: with
+ * 100k tensors that is seconds of CPU. Both run outside the locks, and
+ * each at most as often as keeps it under DUTY_PERCENT of the daemon's
+ * time (but at every pass while a pass costs little). Between walks the
+ * index is kept current by the daemon's own ingests and removals; only
+ * tensors other writers (direct-mode agents) publish wait for the next
+ * walk. */
+#define DUTY_PERCENT 10
+
+struct duty {
+    int64_t last_start_us;
+    int64_t last_cost_us;
+};
+
+static bool duty_due(const struct duty *t, int64_t now_us)
+{
+    return t->last_start_us == 0 || now_us - t->last_start_us >= t->last_cost_us * 100 / DUTY_PERCENT;
+}
+
+static void duty_done(struct duty *t, int64_t start_us, int64_t end_us)
+{
+    t->last_start_us = start_us;
+    t->last_cost_us = end_us - start_us;
+}
+
+static struct duty repair_duty, listing_duty;
+
+/* The part of a pass that needs the locks: mark what live holders (and
+ * pins) reference, then free cold tensors. t[] gets phase end times. */
+static int pass_locked(struct daemon *d, struct pass *p, const struct listing *l,
+                       double keep_alive_s, uint64_t capacity, size_t *freed, int64_t t[2],
+                       tetris_error *err)
+{
+    int rc = 0;
+    if (l != NULL) {
+        rc = merge_listing(d, l, err);
+        if (rc == 0)
+            rc = reconcile(d, err); /* drops what the walk did not find */
+    }
+    size_t c = 0;
+    struct index_entry *e;
+    while ((e = tensor_index_next(d->index, &c)) != NULL)
+        e->mark = MARK_SEEN;
+    if (rc == 0)
+        rc = store_foreach_holder(d->store, on_holder, p, err);
+    if (rc == 0) {
+        apply_pins(d, p->now_s);
+        rc = reconcile(d, err); /* warm bytes now that references are marked */
+    }
+    t[0] = mono_us();
+    if (rc == 0) {
+        d->holders = p->holders;
+        d->logical_bytes = p->logical_bytes;
+        rc = free_cold(d, p->now_s, keep_alive_s, capacity, freed, err);
+    }
+    t[1] = mono_us();
+    return rc;
+}
+
+/* Walks tensors/ without locks. Entries the daemon adds meanwhile are
+ * marked SEEN by daemon_index_add, so the merge never drops them. */
+static int list_tensors(struct daemon *d, struct listing *l, tetris_error *err)
+{
+    pthread_mutex_lock(&d->index_lock);
+    size_t c = 0;
+    struct index_entry *e;
+    while ((e = tensor_index_next(d->index, &c)) != NULL)
+        e->mark = 0;
+    pthread_mutex_unlock(&d->index_lock);
+    int rc = store_foreach_tensor(d->store, on_tensor, l, err);
+    if (rc >= 0 && l->failed)
+        rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "listing of %zu tensors", l->n);
+    return rc < 0 ? rc : 0;
+}
+
 int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
 {
-    int64_t start = mono_ms();
+    int64_t start = mono_us();
     pthread_mutex_lock(&d->cfg_lock);
     double keep_alive_s = d->cfg.keep_alive_s;
     uint64_t capacity = d->cfg.capacity_bytes;
@@ -464,53 +579,59 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
     pthread_mutex_unlock(&d->cfg_lock);
 
     daemon_poll_adopted(d);
-    pthread_rwlock_wrlock(&d->use_lock);
-    int rc = store_reclaim_begin(d->store, err);
-    if (rc < 0) {
-        pthread_rwlock_unlock(&d->use_lock);
-        return rc;
+    bool did_repair = duty_due(&repair_duty, start);
+    if (did_repair) {
+        repair(d);
+        duty_done(&repair_duty, start, mono_us());
     }
-    repair(d);
+    int64_t t_repair = mono_us();
+    struct listing l = {0};
+    bool did_list = duty_due(&listing_duty, t_repair);
+    int rc = 0;
+    if (did_list) {
+        rc = list_tensors(d, &l, err);
+        duty_done(&listing_duty, t_repair, mono_us());
+    }
+    int64_t t_list = mono_us();
     struct pass p = {.d = d, .now_s = wall_ms() / 1000, .errp = err};
     size_t freed = 0;
+    int64_t t[2] = {t_list, t_list};
+    if (rc == 0) {
+        pthread_rwlock_wrlock(&d->use_lock);
+        rc = store_reclaim_begin(d->store, err);
+        if (rc == 0) {
+            pthread_mutex_lock(&d->index_lock);
+            rc = pass_locked(d, &p, did_list ? &l : NULL, keep_alive_s, capacity, &freed, t,
+                             err);
+            pthread_mutex_unlock(&d->index_lock);
+            store_reclaim_end(d->store);
+        }
+        pthread_rwlock_unlock(&d->use_lock);
+    }
+    free(l.items);
     pthread_mutex_lock(&d->index_lock);
-    size_t c = 0;
-    struct index_entry *e;
-    while ((e = tensor_index_next(d->index, &c)) != NULL)
-        e->mark = 0;
-    rc = store_foreach_tensor(d->store, on_tensor, &p, err);
-    if (rc == 0 && p.err < 0)
-        rc = p.err;
-    if (rc == 0)
-        rc = reconcile(d, err);
-    if (rc == 0)
-        rc = store_foreach_holder(d->store, on_holder, &p, err);
-    if (rc == 0) {
-        apply_pins(d, p.now_s);
-        rc = reconcile(d, err); /* warm bytes now that references are marked */
-    }
-    if (rc == 0) {
-        d->holders = p.holders;
-        d->logical_bytes = p.logical_bytes;
-        rc = free_cold(d, p.now_s, keep_alive_s, capacity, &freed, err);
-    }
     d->last_pass_ok = rc == 0;
-    if (rc == 0)
+    if (rc == 0) {
         d->last_pass_ms = wall_ms();
+        d->last_pass_us = t[1] - start;
+        d->last_locked_us = t[1] - t_list;
+    }
     uint64_t resident = d->resident_bytes;
     size_t tensors = tensor_index_count(d->index);
     pthread_mutex_unlock(&d->index_lock);
-    store_reclaim_end(d->store);
-    pthread_rwlock_unlock(&d->use_lock);
     if (rc < 0)
         return rc;
 
     atomic_fetch_add(&d->counters.reclaim_passes, 1);
     save_state(d, false);
     scrub(d, scrub_budget);
-    log_debug("event=reclaim-pass tensors=%zu resident_bytes=%llu holders=%llu freed=%zu ms=%lld",
+    log_debug("event=reclaim-pass tensors=%zu resident_bytes=%llu holders=%llu freed=%zu "
+              "repair_ms=%.1f list_ms=%.1f mark_ms=%.1f free_ms=%.1f total_ms=%.1f",
               tensors, (unsigned long long)resident, (unsigned long long)p.holders, freed,
-              (long long)(mono_ms() - start));
+              did_repair ? (double)(t_repair - start) / 1e3 : -1.0,
+              did_list ? (double)(t_list - t_repair) / 1e3 : -1.0,
+              (double)(t[0] - t_list) / 1e3, (double)(t[1] - t[0]) / 1e3,
+              (double)(mono_us() - start) / 1e3);
     if (freed > 0)
         log_info("event=reclaim-pass freed=%zu tensors=%zu resident_bytes=%llu", freed, tensors,
                  (unsigned long long)resident);

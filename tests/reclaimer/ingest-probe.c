@@ -244,6 +244,8 @@ static int cmd_load(int argc, char **argv)
         return 1;
     }
     struct load_result r = {0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     store *s = NULL;
     store_holder *holder = NULL;
     ingest_client *client = NULL;
@@ -311,11 +313,13 @@ static int cmd_load(int argc, char **argv)
                 return 1;
         }
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double load_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     char q[600];
-    printf("{\"pid\":%d,\"tensors\":%zu,\"resident\":%zu,\"ingested\":%zu,\"rejected\":%zu,"
+    printf("{\"pid\":%d,\"load_ms\":%.3f,\"tensors\":%zu,\"resident\":%zu,\"ingested\":%zu,\"rejected\":%zu,"
            "\"mapped_bytes\":%" PRIu64 ",\"private_bytes\":%" PRIu64 ",\"fallback\":%s,"
            "\"reason\":%s}\n",
-           (int)getpid(), m->n_tensors, r.resident, r.ingested, r.rejected, r.mapped_bytes,
+           (int)getpid(), load_ms, m->n_tensors, r.resident, r.ingested, r.rejected, r.mapped_bytes,
            r.private_bytes, r.fallback ? "true" : "false",
            log_quote(r.fallback ? r.reason : "", q, sizeof(q)));
     fflush(stdout);

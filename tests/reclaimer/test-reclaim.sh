@@ -63,27 +63,27 @@ cat >"$WORK/r.yaml" <<YAML
 interval: 200ms
 keep_alive: 1h
 scrub_rate: 0
-capacity: 3Mi
+capacity: 3136Ki
 YAML
 kill -HUP "$DAEMON_PID"
-wait_until 30 '[ "$(metric tetris_store_capacity_bytes)" = 3145728 ]' || fail "SIGHUP did not apply capacity"
+wait_until 30 '[ "$(metric tetris_store_capacity_bytes)" = 3211264 ]' || fail "SIGHUP did not apply capacity"
 "$PROBE" load --store "$STORE" "$WORK/b.safetensors" >"$WORK/b2.json" 2>>"$WORK/probe.log" || fail "load B"
 sleep 1.1   # last-use times have one-second resolution: B is older than A
 hold "$WORK/a.safetensors" "$WORK/a3.json"; A3=$HOLD_PID
 grep -q '"ingested":8' "$WORK/a3.json" || fail "A not ingested under capacity: $(cat "$WORK/a3.json")"
-# The store is full (3 MiB): C is refused tensor by tensor, loaded privately.
+# The store is full (3 MiB + 64 KiB, tensor files have a small trailer): C is refused tensor by tensor, loaded privately.
 "$PROBE" load --store "$STORE" "$WORK/c.safetensors" >"$WORK/c1.json" 2>>"$WORK/probe.log" || fail "load C"
 grep -q '"rejected":8' "$WORK/c1.json" || fail "C should be refused by a full store: $(cat "$WORK/c1.json")"
 grep -q '"private_bytes":524288' "$WORK/c1.json" || fail "C's refused tensors not loaded privately"
 grep -q '"fallback":false' "$WORK/c1.json" || fail "a full store is a per-tensor refusal, not a fallback"
 
-sed -i 's/capacity: 3Mi/capacity: 2560Ki/' "$WORK/r.yaml"
+sed -i 's/capacity: 3136Ki/capacity: 2600Ki/' "$WORK/r.yaml"
 kill -HUP "$DAEMON_PID"
 wait_until 60 '[ "$(metric tetris_evictions_total)" = 4 ]' || fail "LRU did not evict 4 of B's tensors (evictions $(metric tetris_evictions_total))"
 wait_passes 3
-[ "$(metric tetris_store_resident_bytes)" -le 2621440 ] || fail "store above capacity after LRU"
+[ "$(metric tetris_store_resident_bytes)" -le 2662400 ] || fail "store above capacity after LRU"
 [ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor of A"
-sed -i 's/capacity: 2560Ki/capacity: 1Mi/' "$WORK/r.yaml"
+sed -i 's/capacity: 2600Ki/capacity: 1Mi/' "$WORK/r.yaml"
 kill -HUP "$DAEMON_PID"
 wait_until 60 '[ "$(count_of $((128 * KI)))" = 0 ]' || fail "LRU left cold tensors of B above capacity"
 wait_passes 5
