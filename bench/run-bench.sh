@@ -29,6 +29,7 @@ set -uo pipefail
 BIN="${TETRIS_BIN:?TETRIS_BIN must name the directory of the tetris programs}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 AGENT="$BIN/tetris-agent"
+ONNX_RUN="$BIN/tetris-onnx-run"
 SYNTH="$BIN/tetris-synth-model"
 QUICK="${BENCH_QUICK:-0}"
 SECTIONS="${BENCH_SECTIONS:-memory warm ingest concurrent variants hugepages others}"
@@ -144,15 +145,21 @@ stop_daemon() {
     DAEMON_PID=
 }
 
-# ---- holders: `tetris-agent load --hold` processes, stdin on one FIFO -----------
+# ---- holders: `tetris-agent load --hold` (or `tetris-onnx-run --hold`)
+# processes, each an instance keeping a model loaded; stdin on one FIFO ------
 
 open_fifo() { [ -p "$FIFO" ] || mkfifo "$FIFO"; exec 9<>"$FIFO"; }
 
-# start_holder OUT ARGS...: a holder in the background; its pid joins HOLDERS.
+# start_holder OUT RUNNER ARGS...: an instance in the background, its pid
+# joins HOLDERS. RUNNER: agent (tetris-agent load: the weights only) or onnx
+# (tetris-onnx-run: an ONNX Runtime session that has run one inference).
 start_holder() {
-    local out=$1; shift
+    local out=$1 runner=$2; shift 2
     : >"$out" # emptied here, not in the child: wait_loaded must not see an old file
-    "$AGENT" load --hold "$@" <"$FIFO" >>"$out" 2>>"$AGENT_LOG" 9>&- &
+    case $runner in
+    agent) "$AGENT" load --hold "$@" <"$FIFO" >>"$out" 2>>"$AGENT_LOG" 9>&- & ;;
+    onnx) "$ONNX_RUN" --hold "$@" <"$FIFO" >>"$out" 2>>"$AGENT_LOG" 9>&- & ;;
+    esac
     HOLDERS+=($!)
 }
 
@@ -209,7 +216,8 @@ holders_mem() {
 # Registration-time work (DESIGN.md, data flow 1): loads below pass it so they
 # do not re-hash the model file.
 index_model() {
-    local m="$WORK/$(basename "$1").manifest.json"
+    local m
+    m="$WORK/$(basename "$1").manifest.json"
     if [ ! -s "$m" ]; then
         "$AGENT" index "$1" -o "$m" 2>>"$AGENT_LOG" || { warn "tetris-agent index $1 failed"; return 1; }
     fi
@@ -236,8 +244,8 @@ private_budget_kb() {
 
 # ---- 1. memory of N instances -------------------------------------------------
 
-bench_memory_model() { # LABEL MODEL
-    local label=$1 model=$2 manifest bytes store n out o s
+bench_memory_model() { # LABEL RUNNER MODEL
+    local label=$1 runner=$2 model=$3 manifest bytes store n out o s
     manifest=$(index_model "$model") || return 1
     bytes=$(model_bytes "$manifest")
     local -A priv=() tet=() tet_out=() tet_store=() tet_daemon=()
@@ -252,9 +260,9 @@ bench_memory_model() { # LABEL MODEL
         while [ $started -lt "$n" ]; do
             progress "memory $label: tetris instance $((started + 1))/$max"
             out="$WORK/hold.$started.json"
-            start_holder "$out" --store "$store" --manifest "$manifest" "$model"
+            start_holder "$out" "$runner" --store "$store" --manifest "$manifest" "$model"
             wait_loaded "$out" "${HOLDERS[-1]}" || { stop_holders; stop_daemon; return 1; }
-            [ "$(jfield "$out" private_bytes)" = 0 ] || warn "holder $started fell back: $(jfield "$out" fallback_reason)"
+            [ "$(jfield "$out" fell_back)" = false ] || warn "holder $started fell back: $(jfield "$out" fallback_reason)"
             started=$((started + 1))
         done
         read -r o s < <(holders_mem "$store")
@@ -285,7 +293,11 @@ bench_memory_model() { # LABEL MODEL
         while [ $started -lt "$n" ]; do
             progress "memory $label: private instance $((started + 1))/$n"
             out="$WORK/priv.$started.json"
-            start_holder "$out" --private --manifest "$manifest" "$model"
+            if [ "$runner" = agent ]; then
+                start_holder "$out" agent --private --manifest "$manifest" "$model"
+            else
+                start_holder "$out" onnx --private "$model"
+            fi
             wait_loaded "$out" "${HOLDERS[-1]}" || { stop_holders; return 1; }
             started=$((started + 1))
         done
@@ -330,12 +342,13 @@ bench_memory() {
     base=$(synth bert-base) || return 1
     real=$(real_model)
     if [ -n "$real" ]; then
-        bench_memory_model "real $(basename "$real")" "$real" || return 1
+        bench_memory_model "real $(basename "$real"), weights loaded (tetris-agent load)" agent "$real" || return 1
+        bench_memory_model "real $(basename "$real"), after one inference (tetris-onnx-run, ONNX Runtime)" onnx "$real" || return 1
     else
         warn "no real ONNX model under .deps/models (run make deps)"
     fi
-    bench_memory_model "synthetic-bert-base" "$base" || return 1
-    bench_memory_model "synthetic-bert-large" "$large" || return 1
+    bench_memory_model "synthetic-bert-base" agent "$base" || return 1
+    bench_memory_model "synthetic-bert-large" agent "$large" || return 1
 }
 
 # ---- 2. warm start ---------------------------------------------------------------
@@ -503,7 +516,7 @@ bench_variants() {
     for k in $(seq "$VARIANTS"); do
         progress "variants: tetris, variant $k/$VARIANTS"
         out="$WORK/var.$k.json"
-        start_holder "$out" --store "$store" --manifest "${manifests[k - 1]}" "${models[k - 1]}"
+        start_holder "$out" agent --store "$store" --manifest "${manifests[k - 1]}" "${models[k - 1]}"
         wait_loaded "$out" "${HOLDERS[-1]}" || { stop_holders; stop_daemon; return 1; }
         [ "$(jfield "$out" fell_back)" = false ] || warn "variant $k fell back: $(jfield "$out" fallback_reason)"
         read -r o s < <(holders_mem "$store")
@@ -523,7 +536,7 @@ bench_variants() {
         [ $(( k * (base_bytes / 1024) * 21 / 20 )) -le "$budget" ] || break
         progress "variants: private, variant $k/$VARIANTS"
         out="$WORK/pvar.$k.json"
-        start_holder "$out" --private --manifest "${manifests[k - 1]}" "${models[k - 1]}"
+        start_holder "$out" agent --private --manifest "${manifests[k - 1]}" "${models[k - 1]}"
         wait_loaded "$out" "${HOLDERS[-1]}" || { stop_holders; return 1; }
         read -r o s < <(holders_mem /nonexistent)
         priv[$k]=$((o * 1024))
@@ -568,20 +581,28 @@ bench_hugepages() {
         fi
         MOUNTS+=("$dir")
         store="$dir/store"
-        mkdir -p "$store"
-        progress "hugepages ($kind): cold ingest"
-        shm0=$(meminfo_kb ShmemHugePages)
-        agent_once "$WORK/huge.json" --direct --store "$store" --manifest "$manifest" "$model" || return 1
-        ingest_ms=$(median -p 0 "$(jfield "$WORK/huge.json" load_ms)")
-        shm1=$(meminfo_kb ShmemHugePages)
+        local i ingest=()
+        for i in $(seq "$REPS"); do
+            progress "hugepages ($kind): cold ingest $i/$REPS"
+            rm -rf "$store" && mkdir -p "$store"
+            shm0=$(meminfo_kb ShmemHugePages)
+            agent_once "$WORK/huge.json" --direct --store "$store" --manifest "$manifest" "$model" || return 1
+            shm1=$(meminfo_kb ShmemHugePages)
+            ingest+=("$(jfield "$WORK/huge.json" load_ms)")
+        done
+        ingest_ms=$(median -p 0 "${ingest[@]}")
         start_daemon "$store" || return 1
         warm_vs_private "$kind" "$store" "$model" "$manifest" || { stop_daemon; return 1; }
         stop_daemon
-        touch="n/a"; huge="n/a"
-        if "$BIN/tetris-bench-map" --store "$store" --manifest "$manifest" >"$WORK/map.json" 2>>"$AGENT_LOG"; then
-            touch="$(jfield "$WORK/map.json" map_ms) / $(jfield "$WORK/map.json" touch_ms)"
-            huge="$(jfield "$WORK/map.json" anon_huge_kb) / $(jfield "$WORK/map.json" shmem_pmd_kb) / $(jfield "$WORK/map.json" file_pmd_kb) / $(jfield "$WORK/map.json" vm_pte_kb)"
-        fi
+        local map_ms=() touch_ms=()
+        for i in $(seq "$REPS"); do
+            progress "hugepages ($kind): map and touch $i/$REPS"
+            "$BIN/tetris-bench-map" --store "$store" --manifest "$manifest" >"$WORK/map.json" 2>>"$AGENT_LOG" ||
+                { warn "tetris-bench-map failed"; tail -1 "$AGENT_LOG" >&2; return 1; }
+            map_ms+=("$(jfield "$WORK/map.json" map_ms)"); touch_ms+=("$(jfield "$WORK/map.json" touch_ms)")
+        done
+        touch="$(median "${map_ms[@]}") / $(median "${touch_ms[@]}")"
+        huge="$(jfield "$WORK/map.json" anon_huge_kb) / $(jfield "$WORK/map.json" shmem_pmd_kb) / $(jfield "$WORK/map.json" file_pmd_kb) / $(jfield "$WORK/map.json" vm_pte_kb)"
         rows+=("$(printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |' "$kind" \
             "$(mib "$(store_bytes "$store")")" "$(( (shm1 - shm0) / 1024 ))" "$ingest_ms" \
             "$WARM_LOAD" "$WARM_WALL" "$touch" "$huge" "$PRIV_LOAD")")
@@ -592,7 +613,7 @@ bench_hugepages() {
     echo
     echo "### Huge pages: the store of synthetic-bert-large ($(mib "$bytes") MiB) on a tmpfs mounted default vs huge=within_size (medians of $REPS)"
     echo
-    echo "| tmpfs | store (MiB) | ShmemHugePages gained (MiB) | cold ingest ms (--direct) | warm start load_ms | warm start wall ms | map ms / touch every page ms (tetris-bench-map) | after the touch, kB: AnonHugePages / ShmemPmdMapped / FilePmdMapped / page tables | private load_ms (control) |"
+    echo "| tmpfs | store (MiB) | ShmemHugePages gained by one ingest (MiB) | cold ingest ms (--direct) | warm start load_ms | warm start wall ms | map ms / touch every page ms (tetris-bench-map) | after the touch, kB: AnonHugePages / ShmemPmdMapped / FilePmdMapped / page tables | private load_ms (control) |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${rows[@]}"
     echo
@@ -613,7 +634,7 @@ bench_others() {
 
 # ---- main ------------------------------------------------------------------------------
 
-for p in "$AGENT" "$SYNTH"; do
+for p in "$AGENT" "$SYNTH" "$ONNX_RUN" "$BIN/tetris-reclaimer" "$BIN/tetris-bench-map"; do
     [ -x "$p" ] || die "$p is missing (run make)"
 done
 command -v jq >/dev/null || die "jq is missing (run make deps)"
