@@ -14,7 +14,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
+
+#include "crc32.h"
 
 #define DIGEST_DOMAIN_TAG "tetris-tensor-v1"
 /* Chunk of the combined SHA-256 + CRC32 pass; fits the L2 of any x86 core. */
@@ -22,7 +23,7 @@
 
 struct tensor_hasher {
     EVP_MD_CTX *ctx;
-    uLong crc;
+    uint32_t crc;
 };
 
 static const struct {
@@ -122,7 +123,7 @@ int tensor_hasher_new(const tensor_meta *meta, tensor_hasher **out, tetris_error
     uint8_t header[sizeof DIGEST_DOMAIN_TAG + TENSOR_DTYPE_MAX + 4 + 8 * TENSOR_MAX_DIMS];
     size_t header_len = digest_header(meta, header);
     EVP_DigestUpdate(h->ctx, header, header_len);
-    h->crc = crc32_z(0L, Z_NULL, 0);
+    h->crc = crc32_update(0, NULL, 0);
     *out = h;
     return 0;
 }
@@ -133,7 +134,7 @@ void tensor_hasher_update(tensor_hasher *h, const void *data, size_t len)
     while (len > 0) {
         size_t n = len < HASH_CHUNK_BYTES ? len : HASH_CHUNK_BYTES;
         EVP_DigestUpdate(h->ctx, p, n);
-        h->crc = crc32_z(h->crc, p, n);
+        h->crc = crc32_update(h->crc, p, n);
         p += n;
         len -= n;
     }
@@ -143,7 +144,7 @@ void tensor_hasher_finish(tensor_hasher *h, tensor_digest *digest, uint32_t *crc
 {
     unsigned int len = 0;
     EVP_DigestFinal_ex(h->ctx, digest->bytes, &len);
-    *crc32 = (uint32_t)h->crc;
+    *crc32 = h->crc;
     tensor_hasher_free(h);
 }
 

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "cleanup.h"
+#include "crc32.h"
 #include "store_private.h"
 
 #define HUGE_PAGE_BYTES (2u * 1024u * 1024u)
@@ -101,7 +101,7 @@ int store_check_crc(store *s, const tensor_digest *d, tetris_error *err)
     int rc = store_map_tensor(s, d, &m, err);
     if (rc < 0)
         return rc;
-    uint32_t crc = (uint32_t)crc32_z(0L, m.data, m.nbytes);
+    uint32_t crc = crc32_update(0, m.data, m.nbytes);
     uint32_t want = m.meta.crc32;
     store_unmap_tensor(&m);
     if (crc == want)

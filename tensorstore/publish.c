@@ -2,14 +2,22 @@
  *
  * Under the tensor's lock stripe: if the tensor is not resident yet, reserve
  * its full size in a temp file under tmp/ (flock-ed, so repair can tell a
- * live writer from a dead one), let the caller fill it through a writable
- * shared mapping (no intermediate buffer), re-hash that mapping, append the
- * trailer, make it 0444 and rename it into tensors/XX/. A crash at any point
- * leaves at most a temp file, never a partial file under tensors/. */
+ * live writer from a dead one), write the bytes, hash what was written,
+ * append the trailer, make it 0444 and rename it into tensors/XX/. A crash
+ * at any point leaves at most a temp file, never a partial file under
+ * tensors/.
+ *
+ * Two ways to supply the bytes: a fill callback that writes the whole tensor
+ * through a writable shared mapping (for decoders that need the whole
+ * destination), or a read callback asked for successive chunks that are
+ * hashed while still in cache and written with pwrite. The chunked path is
+ * the fast one: it never faults in or zeroes tmpfs pages one by one and
+ * reads each byte from memory once. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -19,6 +27,15 @@
 #include "store_private.h"
 
 #define HUGE_PAGE_BYTES (2u * 1024u * 1024u)
+/* Chunk of the streaming path: hashed while it is still in L2. */
+#define STREAM_CHUNK_BYTES (256u * 1024u)
+
+/* Where the bytes of the tensor being published come from. */
+struct byte_source {
+    store_fill_fn fill; /* whole tensor through a mapping, or */
+    store_read_fn read; /* successive chunks */
+    void *ctx;
+};
 
 /* A temp file in tmp/ that is removed unless it was renamed into place. */
 struct temp_file {
@@ -92,34 +109,70 @@ static int allocate(store *s, const char *hex, uint64_t file_bytes, struct temp_
     return 0;
 }
 
-static int fill_and_verify(const tensor_meta *meta, const char *hex, int fd, store_fill_fn fill,
-                           void *ctx, tetris_error *err)
+static int fill_through_mapping(const tensor_meta *meta, const char *hex, int fd,
+                                const struct byte_source *src, tensor_hasher *h,
+                                tetris_error *err)
+{
+    if (meta->nbytes == 0)
+        return 0;
+    size_t len = (size_t)meta->nbytes;
+    /* No MAP_POPULATE: the fill's own faults cost about the same on
+     * 4 KiB pages, and populating tmpfs huge pages measured several
+     * times slower than letting the fill fault them in. */
+    void *dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (dst == MAP_FAILED)
+        return tetris_fail(err, store_errno_code(errno), errno, "mmap temp file for %s", hex);
+    if (len >= HUGE_PAGE_BYTES)
+        madvise(dst, len, MADV_HUGEPAGE); /* a hint; see map.c */
+    int rc = src->fill(src->ctx, dst, meta->nbytes, err);
+    if (rc == 0)
+        tensor_hasher_update(h, dst, len);
+    munmap(dst, len);
+    return rc;
+}
+
+static int write_in_chunks(const tensor_meta *meta, const char *hex, int fd,
+                           const struct byte_source *src, tensor_hasher *h, tetris_error *err)
+{
+    size_t chunk = meta->nbytes < STREAM_CHUNK_BYTES ? (size_t)meta->nbytes : STREAM_CHUNK_BYTES;
+    cleanup_free unsigned char *buf = malloc(chunk > 0 ? chunk : 1);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "chunk buffer for %s", hex);
+    for (uint64_t off = 0; off < meta->nbytes;) {
+        size_t n = meta->nbytes - off < chunk ? (size_t)(meta->nbytes - off) : chunk;
+        int rc = src->read(src->ctx, buf, off, n, err);
+        if (rc < 0)
+            return rc;
+        tensor_hasher_update(h, buf, n);
+        for (size_t done = 0; done < n;) {
+            ssize_t w = pwrite(fd, buf + done, n - done, (off_t)(off + done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return tetris_fail(err, store_errno_code(w < 0 ? errno : EIO),
+                                   w < 0 ? errno : EIO, "write tensor %s", hex);
+            done += (size_t)w;
+        }
+        off += n;
+    }
+    return 0;
+}
+
+/* Writes the bytes, then checks that what was written hashes to the
+ * digest and crc32 the caller claimed. */
+static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
+                            const struct byte_source *src, tetris_error *err)
 {
     tensor_hasher *h = NULL;
     int rc = tensor_hasher_new(meta, &h, err);
     if (rc < 0)
         return rc;
-    if (meta->nbytes > 0) {
-        size_t len = (size_t)meta->nbytes;
-        /* No MAP_POPULATE: the fill's own faults cost about the same on
-         * 4 KiB pages, and populating tmpfs huge pages measured several
-         * times slower than letting the fill fault them in. */
-        void *dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (dst == MAP_FAILED) {
-            tensor_hasher_free(h);
-            return tetris_fail(err, store_errno_code(errno), errno, "mmap temp file for %s", hex);
-        }
-        if (len >= HUGE_PAGE_BYTES)
-            madvise(dst, len, MADV_HUGEPAGE); /* a hint; see map.c */
-        rc = fill(ctx, dst, meta->nbytes, err);
-        if (rc == 0)
-            tensor_hasher_update(h, dst, len);
-        munmap(dst, len);
-        if (rc < 0) {
-            tensor_hasher_free(h);
-            tetris_wrap(err, "filling tensor %s", hex);
-            return rc;
-        }
+    rc = src->read != NULL ? write_in_chunks(meta, hex, fd, src, h, err)
+                           : fill_through_mapping(meta, hex, fd, src, h, err);
+    if (rc < 0) {
+        tensor_hasher_free(h);
+        tetris_wrap(err, "filling tensor %s", hex);
+        return rc;
     }
     tensor_digest got;
     uint32_t crc;
@@ -162,8 +215,8 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
     return 0;
 }
 
-int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, void *ctx,
-                         bool *published, tetris_error *err)
+static int publish_from(store *s, const tensor_meta *meta, const struct byte_source *src,
+                        bool *published, tetris_error *err)
 {
     if (published != NULL)
         *published = false;
@@ -193,13 +246,30 @@ int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, 
     rc = reserve(s, hex, file_bytes, &t, err);
     if (rc < 0)
         return rc;
-    rc = allocate(s, hex, file_bytes, &t, err);
+    /* The mapping path needs the blocks up front (ENOSPC, not SIGBUS, on a
+     * full filesystem); pwrite reports ENOSPC itself. */
+    if (src->read == NULL)
+        rc = allocate(s, hex, file_bytes, &t, err);
     if (rc == 0)
-        rc = fill_and_verify(meta, hex, t.fd, fill, ctx, err);
+        rc = write_and_verify(meta, hex, t.fd, src, err);
     if (rc == 0)
         rc = finish_file(s, meta, hex, &t, err);
     temp_file_discard(&t);
     if (rc == 0 && published != NULL)
         *published = true;
     return rc;
+}
+
+int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, void *ctx,
+                         bool *published, tetris_error *err)
+{
+    struct byte_source src = {.fill = fill, .ctx = ctx};
+    return publish_from(s, meta, &src, published, err);
+}
+
+int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_fn read,
+                                 void *ctx, bool *published, tetris_error *err)
+{
+    struct byte_source src = {.read = read, .ctx = ctx};
+    return publish_from(s, meta, &src, published, err);
 }

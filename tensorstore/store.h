@@ -88,6 +88,15 @@ typedef int (*store_fill_fn)(void *ctx, void *dst, uint64_t len, tetris_error *e
 int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, void *ctx,
                          bool *published, tetris_error *err);
 
+/* Copies bytes [offset, offset + len) of the tensor into dst. */
+typedef int (*store_read_fn)(void *ctx, void *dst, uint64_t offset, size_t len, tetris_error *err);
+
+/* As store_publish_tensor, but the bytes are asked for in chunks, hashed
+ * while in cache and written with pwrite: the fast path for sources that can
+ * be read at an offset (raw tensors in a model file, a client's fd). */
+int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_fn read,
+                                 void *ctx, bool *published, tetris_error *err);
+
 /* Bytes the store's resident tensors occupy (sizes of files under
  * tensors/; cached per fanout directory, revalidated by its mtime). The
  * capacity check adds the sizes of live in-progress ingests in tmp/. */

@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
+#include "crc32.h"
 #include "digest.h"
 
 static tensor_meta meta_of(const char *dtype, int ndim, const int64_t *shape, uint64_t nbytes)
@@ -118,6 +121,31 @@ START_TEST(vector_large_streamed)
     tensor_digest_to_hex(&d, hex);
     ck_assert_str_eq(hex, want);
     ck_assert_uint_eq(crc, 0xef0e6054);
+    free(buf);
+}
+END_TEST
+
+START_TEST(crc32_matches_zlib)
+{
+    /* The folding path must equal zlib's crc32 for every length (the fold
+     * starts at 256 bytes), alignment and starting value. */
+    size_t n = 70000;
+    unsigned char *buf = malloc(n + 16);
+    ck_assert_ptr_nonnull(buf);
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < n + 16; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (unsigned char)x;
+    }
+    for (size_t len = 0; len < 1200; len++)
+        for (size_t off = 0; off < 4; off++)
+            ck_assert_uint_eq(crc32_update(0x1234567u, buf + off, len),
+                              (uint32_t)crc32_z(0x1234567u, buf + off, len));
+    ck_assert_uint_eq(crc32_update(0, buf, n), (uint32_t)crc32_z(0, buf, n));
+    /* Chaining: crc(a || b) from crc(a). */
+    ck_assert_uint_eq(crc32_update(crc32_update(0, buf, 1000), buf + 1000, n - 1000),
+                      (uint32_t)crc32_z(0, buf, n));
+    ck_assert_uint_eq(crc32_update(0, NULL, 0), 0);
     free(buf);
 }
 END_TEST
@@ -237,6 +265,7 @@ int main(void)
     tcase_add_test(tc, vector_empty);
     tcase_add_test(tc, vector_large_streamed);
     tcase_add_test(tc, hex_round_trip);
+    tcase_add_test(tc, crc32_matches_zlib);
     tcase_add_test(tc, hex_rejects_garbage);
     tcase_add_test(tc, dtype_sizes);
     tcase_add_test(tc, meta_validation);

@@ -109,6 +109,32 @@ static int fill_fail(void *ctx, void *dst, uint64_t len, tetris_error *err)
     return tetris_fail(err, TETRIS_E_IO, EIO, "source went away");
 }
 
+/* Chunked-source callbacks: ctx is the tensor's bytes. */
+static int read_copy(void *ctx, void *dst, uint64_t offset, size_t len, tetris_error *err)
+{
+    (void)err;
+    memcpy(dst, (const unsigned char *)ctx + offset, len);
+    return 0;
+}
+
+static int read_scribble(void *ctx, void *dst, uint64_t offset, size_t len, tetris_error *err)
+{
+    (void)err;
+    memcpy(dst, (const unsigned char *)ctx + offset, len);
+    if (offset == 0)
+        ((unsigned char *)dst)[len - 1] ^= 0x01;
+    return 0;
+}
+
+static int read_fail_late(void *ctx, void *dst, uint64_t offset, size_t len, tetris_error *err)
+{
+    if (offset > 0)
+        return tetris_fail(err, TETRIS_E_IO, EIO, "source went away at %llu",
+                           (unsigned long long)offset);
+    memcpy(dst, ctx, len);
+    return 0;
+}
+
 static void publish(store *s, struct test_tensor *t, bool expect_new)
 {
     tetris_error err;
@@ -283,6 +309,49 @@ START_TEST(publish_empty_and_scalar)
     ck_assert_int_eq(tensor_digest_compute(&scalar, &one, &err), 0);
     ck_assert_int_eq(store_publish_tensor(s, &scalar, fill_copy, &one, &published, &err), 0);
     ck_assert_int_eq(store_verify_tensor(s, &scalar.digest, &err), 0);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
+START_TEST(chunked_publish_matches_and_verifies)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    /* Several chunks plus a ragged tail: 1,000,003 float32 elements. */
+    struct test_tensor t = make_tensor(1000003, 7);
+    tetris_error err;
+    bool published = true;
+
+    ck_assert_int_eq(
+        store_publish_tensor_chunked(s, &t.meta, read_scribble, t.data, &published, &err),
+        -TETRIS_E_CORRUPT);
+    ck_assert(!published);
+    ck_assert(!store_has_tensor(s, &t.meta.digest));
+    ck_assert_int_eq(
+        store_publish_tensor_chunked(s, &t.meta, read_fail_late, t.data, &published, &err),
+        -TETRIS_E_IO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "source went away"));
+    ck_assert(!store_has_tensor(s, &t.meta.digest));
+
+    ck_assert_int_eq(store_publish_tensor_chunked(s, &t.meta, read_copy, t.data, &published, &err),
+                     0);
+    ck_assert(published);
+    ck_assert_int_eq(store_publish_tensor_chunked(s, &t.meta, read_copy, t.data, &published, &err),
+                     0);
+    ck_assert(!published); /* one copy */
+
+    store_mapping m;
+    ck_assert_int_eq(store_map_tensor(s, &t.meta.digest, &m, &err), 0);
+    ck_assert_mem_eq(m.data, t.data, t.meta.nbytes);
+    ck_assert_int_eq(store_verify_tensor(s, &t.meta.digest, &err), 0);
+    ck_assert_int_eq(store_check_crc(s, &t.meta.digest, &err), 0);
+    store_unmap_tensor(&m);
+
+    char *tmp = sub_path(s, "tmp");
+    ck_assert_int_eq(count_files(tmp), 0);
+    free(tmp);
+    free(t.data);
     store_close(s);
     free(dir);
 }
@@ -1057,6 +1126,7 @@ int main(void)
     tcase_add_test(tc, publish_map_roundtrip);
     tcase_add_test(tc, publish_empty_and_scalar);
     tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
+    tcase_add_test(tc, chunked_publish_matches_and_verifies);
     tcase_add_test(tc, write_through_mapping_faults);
     tcase_add_test(tc, remove_and_quarantine_keep_existing_mappings);
     tcase_add_test(tc, foreach_tensor_lists_complete_files);
