@@ -385,9 +385,12 @@ int store_usage_bytes(store *s, uint64_t *out, tetris_error *err)
 int store_usage_with_reservations(store *s, uint64_t *out, tetris_error *err)
 {
     uint64_t resident = 0, reserved = 0;
-    int rc = store_usage_bytes(s, &resident, err);
+    /* tmp/ before tensors/: a temp file renamed into place between the two
+     * walks is then counted twice (harmless) rather than not at all, which
+     * let concurrent publishers overshoot the capacity. */
+    int rc = sum_file_sizes(s->tmp_fd, "tmp", true, &reserved, err);
     if (rc == 0)
-        rc = sum_file_sizes(s->tmp_fd, "tmp", true, &reserved, err);
+        rc = store_usage_bytes(s, &resident, err);
     if (rc < 0)
         return rc;
     *out = resident + reserved;
