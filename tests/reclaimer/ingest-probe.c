@@ -4,12 +4,14 @@
  *   synth --out FILE --tensors N --bytes B [--seed S]
  *       writes a synthetic safetensors model: N float32 tensors of B bytes
  *       each, seeded pseudo-random values (same seed, same bytes)
- *   load --store DIR [--socket PATH] [--timeout-ms N] [--hold] [--direct] MODEL
+ *   load --store DIR [--socket PATH] [--timeout-ms N] [--hold] [--direct] [--no-map] MODEL
  *       what a function instance does: ask the daemon to ingest MODEL and
  *       record references (or, with --direct, publish into the store
  *       itself), map every tensor read-only and read each page; on any
  *       daemon failure fall back to a private load and report it. Prints
- *       one JSON line; with --hold keeps everything until SIGTERM.
+ *       one JSON line; with --hold keeps everything until SIGTERM. --no-map
+ *       only records references (a model of 100k tensors would exceed the
+ *       kernel's limit on mappings per process).
  *   send --socket PATH [--fd FILE]... [--raw [--no-eof]]
  *       sends stdin as one request (length-prefixed unless --raw) with the
  *       files' descriptors attached; prints the reply, or "closed". --raw
@@ -205,12 +207,13 @@ static int cmd_load(int argc, char **argv)
 {
     const char *store_dir = NULL, *sock = NULL;
     int timeout_ms = 30000;
-    bool hold = false, direct = false;
+    bool hold = false, direct = false, no_map = false;
     static const struct option opts[] = {{"store", required_argument, NULL, 'd'},
                                          {"socket", required_argument, NULL, 'S'},
                                          {"timeout-ms", required_argument, NULL, 't'},
                                          {"hold", no_argument, NULL, 'h'},
                                          {"direct", no_argument, NULL, 'D'},
+                                         {"no-map", no_argument, NULL, 'N'},
                                          {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -224,6 +227,8 @@ static int cmd_load(int argc, char **argv)
             hold = true;
         else if (c == 'D')
             direct = true;
+        else if (c == 'N')
+            no_map = true;
         else
             return usage();
     }
@@ -287,7 +292,7 @@ static int cmd_load(int argc, char **argv)
             r.ingested += res[i].status == INGEST_INGESTED;
             r.rejected += res[i].status == INGEST_REJECTED;
         }
-        if (rc == 0)
+        if (rc == 0 && !no_map)
             rc = map_all(s, m, res, maps, &r, &err);
     }
     if (rc < 0) {
