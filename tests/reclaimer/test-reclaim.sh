@@ -99,4 +99,6 @@ grep -q . "$STORE/reclaimer.state" || fail "no last-use state persisted"
 "$RECLAIMER" --store "$STORE" --once --keep-alive 0 >>"$DAEMON_LOG" 2>&1 || fail "--once failed"
 [ "$(tensor_count)" = 0 ] || fail "--once --keep-alive 0 left $(tensor_count) tensors"
 note "--once honours keep-alive"
+"$RECLAIMER" --config "$(dirname "$0")/../../deploy/reclaimer.yaml" --store "$STORE" --once \
+    >>"$DAEMON_LOG" 2>&1 || fail "the example config deploy/reclaimer.yaml does not load"
 echo "ok $T_NAME"
