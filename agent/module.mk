@@ -13,3 +13,5 @@ UNIT_LIBS += -lonnxruntime
 SHELL_TESTS += $(sort $(wildcard tests/agent/test-*.sh))
 TEST_PROGRAMS += tetris-test-fake-daemon
 tetris-test-fake-daemon_SRCS := tests/agent/fake_daemon.c
+TEST_PROGRAMS += tetris-test-externalize
+tetris-test-externalize_SRCS := tests/agent/externalize.c

@@ -135,6 +135,71 @@ static bool is_data_field(unsigned number)
            number == TP_UINT64_DATA;
 }
 
+static bool bytes_equal(const uint8_t *p, size_t n, const char *s)
+{
+    return n == strlen(s) && memcmp(p, s, n) == 0;
+}
+
+static uint64_t tensor_nbytes(const struct onnx_tensor_ref *ref)
+{
+    uint64_t n = element_size(ref->data_type);
+    for (int i = 0; i < ref->ndim; i++)
+        n *= (uint64_t)ref->dims[i];
+    return n;
+}
+
+static int parse_u64(const uint8_t *p, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0 || n > 19)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* One external_data entry (StringStringEntryProto: key 1, value 2). */
+static int external_entry(const pb_reader *tensor, const pb_field *f,
+                          struct onnx_tensor_ref *ref, bool *has_length, tetris_error *err)
+{
+    pb_reader e;
+    struct field fd;
+    const uint8_t *key = NULL, *value = NULL;
+    size_t key_len = 0, value_len = 0;
+    int n;
+
+    if ((n = pb_reader_sub(tensor, f, &e, err)) < 0)
+        return n;
+    while ((n = field_next(&e, &fd, err)) == 1) {
+        if (fd.f.number == 1 && fd.f.wire_type == PB_WT_LEN) {
+            key = fd.f.data;
+            key_len = fd.f.len;
+        } else if (fd.f.number == 2 && fd.f.wire_type == PB_WT_LEN) {
+            value = fd.f.data;
+            value_len = fd.f.len;
+        }
+    }
+    if (n < 0)
+        return n;
+    if (key == NULL || value == NULL)
+        return 0;
+    if (bytes_equal(key, key_len, "location")) {
+        ref->location = (const char *)value;
+        ref->location_len = value_len;
+    } else if (bytes_equal(key, key_len, "offset") && parse_u64(value, value_len, &ref->offset) < 0) {
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "external data offset is not a number");
+    } else if (bytes_equal(key, key_len, "length")) {
+        if (parse_u64(value, value_len, &ref->length) < 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "external data length is not a number");
+        *has_length = true;
+    }
+    return 0;
+}
+
 /* Fills ref from the TensorProto msg. Returns 1 if it has one contiguous
  * payload that can be externalised, 0 if not, <0 on bad input. */
 static int tensor_describe(const pb_reader *msg, struct onnx_tensor_ref *ref, tetris_error *err)
@@ -143,6 +208,8 @@ static int tensor_describe(const pb_reader *msg, struct onnx_tensor_ref *ref, te
     struct field fd;
     int payloads = 0, n;
     bool shareable = true;
+
+    bool external = false, has_length = false;
 
     memset(ref, 0, sizeof(*ref));
     while ((n = field_next(&r, &fd, err)) == 1) {
@@ -173,8 +240,12 @@ static int tensor_describe(const pb_reader *msg, struct onnx_tensor_ref *ref, te
                 shareable = false; /* unpacked repeated values or strings */
             ref->offset = pb_offset(&r, f->data);
             ref->length = f->len;
-        } else if (f->number == TP_SEGMENT || f->number == TP_EXTERNAL_DATA ||
-                   (f->number == TP_DATA_LOCATION && f->value == TP_LOCATION_EXTERNAL)) {
+        } else if (f->number == TP_EXTERNAL_DATA && f->wire_type == PB_WT_LEN) {
+            if ((n = external_entry(&r, f, ref, &has_length, err)) < 0)
+                return n;
+        } else if (f->number == TP_DATA_LOCATION && f->wire_type == PB_WT_VARINT) {
+            external = f->value == TP_LOCATION_EXTERNAL;
+        } else if (f->number == TP_SEGMENT) {
             shareable = false;
         }
     }
@@ -183,17 +254,19 @@ static int tensor_describe(const pb_reader *msg, struct onnx_tensor_ref *ref, te
     for (int i = 0; i < ref->ndim; i++)
         if (ref->dims[i] < 0)
             shareable = false;
-    if (payloads != 1 || element_size(ref->data_type) == 0)
+    if (element_size(ref->data_type) == 0)
         shareable = false;
+    if (external) {
+        if (payloads != 0 || ref->location == NULL)
+            shareable = false;
+        if (!has_length)
+            ref->length = tensor_nbytes(ref);
+    } else {
+        ref->location = NULL;
+        if (payloads != 1)
+            shareable = false;
+    }
     return shareable ? 1 : 0;
-}
-
-static uint64_t tensor_nbytes(const struct onnx_tensor_ref *ref)
-{
-    uint64_t n = element_size(ref->data_type);
-    for (int i = 0; i < ref->ndim; i++)
-        n *= (uint64_t)ref->dims[i];
-    return n;
 }
 
 static int put_entry(struct buf *b, const char *key, const char *value, tetris_error *err)
@@ -298,11 +371,6 @@ static int node_rewrite(struct rewriter *rw, const pb_reader *msg, struct buf *o
             r = buf_copy_field(out, &fd, err);
     }
     return r < 0 ? r : n;
-}
-
-static bool bytes_equal(const uint8_t *p, size_t n, const char *s)
-{
-    return n == strlen(s) && memcmp(p, s, n) == 0;
 }
 
 /* A Constant node with a single output and a `value` tensor: sets *value

@@ -17,10 +17,14 @@
 #include "digest.h"
 #include "error.h"
 
-/* One tensor payload found in the image. */
+/* One tensor payload found in the image, or in an external data file. */
 struct onnx_tensor_ref {
-    uint64_t offset;   /* of its data field's payload in the image */
+    uint64_t offset;   /* of its data field's payload in the image, or in
+                          the external file */
     uint64_t length;   /* of that payload */
+    const char *location; /* external data file (relative to the model's
+                             directory, not NUL-terminated); NULL: in the image */
+    size_t location_len;
     int data_type;     /* TensorProto.DataType (== ONNXTensorElementDataType) */
     int ndim;
     int64_t dims[TENSOR_MAX_DIMS];

@@ -26,9 +26,11 @@ struct share_ctx {
     ort_model *m;
     const agent_model *am;
     const char *store_root;
-    bool *in_file; /* am->tensors[i] has its bytes in the rewritten file */
+    char model_dir[PATH_MAX];
+    bool *in_file;        /* am->tensors[i] has its bytes in the model file */
+    size_t kept_external; /* external-data tensors left as they were */
     tetris_error *err;
-    int failed;    /* an error inside the callback, reported after the pass */
+    int failed;           /* an error inside the callback, reported after the pass */
 };
 
 void ort_adapter_options_init(struct ort_adapter_options *o)
@@ -82,12 +84,25 @@ static bool same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
-static const agent_tensor *tensor_at_offset(const struct share_ctx *c, uint64_t offset)
+/* The agent tensor whose bytes are the proto's payload: same file (the
+ * model, or the external data file) and same offset. */
+static const agent_tensor *tensor_of(const struct share_ctx *c, const struct onnx_tensor_ref *ref)
 {
     const model *mdl = c->am->model;
-    for (size_t i = 0; i < mdl->n_tensors; i++)
-        if (c->in_file[i] && mdl->tensors[i].offset == offset)
+    char path[PATH_MAX];
+
+    if (ref->location != NULL &&
+        snprintf(path, sizeof(path), "%s/%.*s", c->model_dir, (int)ref->location_len,
+                 ref->location) >= (int)sizeof(path))
+        return NULL;
+    for (size_t i = 0; i < mdl->n_tensors; i++) {
+        const tensor_desc *d = &mdl->tensors[i];
+        if (d->offset != ref->offset)
+            continue;
+        if (ref->location == NULL ? c->in_file[i]
+                                  : d->source != NULL && same_file(d->source, path))
             return &c->am->tensors[i];
+    }
     return NULL;
 }
 
@@ -137,12 +152,12 @@ static int add_initializer(struct share_ctx *c, const struct onnx_tensor_ref *re
     return 0;
 }
 
-/* onnx_share_fn: externalise a proto when the agent maps its bytes from
- * the store and the store file can stand as its external data. */
-static bool share_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+/* Whether ref can be served by a store mapping; if so registers it and
+ * points ext at the store file. */
+static bool try_share(struct share_ctx *c, const struct onnx_tensor_ref *ref,
+                      struct onnx_external *ext)
 {
-    struct share_ctx *c = ctx;
-    const agent_tensor *t = tensor_at_offset(c, ref->offset);
+    const agent_tensor *t = tensor_of(c, ref);
     char hex[TENSOR_DIGEST_HEX_LEN + 1], path[PATH_MAX];
     struct stat st;
 
@@ -172,6 +187,17 @@ static bool share_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct on
     return true;
 }
 
+/* onnx_share_fn: externalise a proto when the agent maps its bytes from
+ * the store and the store file can stand as its external data. */
+static bool share_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+{
+    struct share_ctx *c = ctx;
+    bool shared = try_share(c, ref, ext);
+    if (!shared && ref->location != NULL)
+        c->kept_external++;
+    return shared;
+}
+
 static int read_image(const char *path, uint8_t **out, size_t *len, tetris_error *err)
 {
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -199,18 +225,27 @@ static int read_image(const char *path, uint8_t **out, size_t *len, tetris_error
     return 0;
 }
 
-/* Builds the stripped image and registers the shared initializers. */
+/* Builds the stripped image and registers the shared initializers. Leaves
+ * *image NULL when ORT should load the model file itself: nothing is
+ * shared, or external data the store cannot serve would resolve against
+ * the store instead of the model's directory. */
 static int prepare_shared(ort_model *m, const char *model_path, const agent_model *am,
                           OrtSessionOptions *so, uint8_t **image, size_t *image_len,
                           tetris_error *err)
 {
     struct ort_model_private *p = m->priv;
     const char *root = agent_store_root(am);
-    cleanup_free uint8_t *orig = NULL;
+    cleanup_free uint8_t *orig = NULL, *rewritten = NULL;
     cleanup_free bool *in_file = NULL;
-    size_t orig_len = 0;
+    size_t orig_len = 0, rewritten_len = 0;
     int r;
 
+    for (size_t i = 0; i < am->model->n_tensors; i++) {
+        m->inline_tensors++;
+        m->inline_bytes += am->model->tensors[i].meta.nbytes;
+    }
+    if (root == NULL)
+        return 0; /* nothing mapped from a store */
     if ((r = read_image(model_path, &orig, &orig_len, err)) < 0)
         return r;
     in_file = calloc(am->model->n_tensors + 1, sizeof(*in_file));
@@ -221,34 +256,33 @@ static int prepare_shared(ort_model *m, const char *model_path, const agent_mode
                      same_file(am->model->tensors[i].source, model_path);
 
     struct share_ctx c = {.m = m, .am = am, .store_root = root, .in_file = in_file, .err = err};
-    if (root != NULL) {
-        r = ort_check(m->api, m->api->AddSessionConfigEntry(
-                                  so, "session.model_external_initializers_file_folder_path", root),
-                      "set the external data folder", err);
-        if (r < 0)
-            return r;
-    }
-    if (root == NULL) {
-        /* A private load: nothing to share, ORT reads the image. */
-        *image = steal_pointer(&orig);
-        *image_len = orig_len;
-    } else if ((r = onnx_rewrite(orig, orig_len, share_tensor, &c, image, image_len, err)) < 0) {
+    const char *slash = strrchr(model_path, '/');
+    snprintf(c.model_dir, sizeof(c.model_dir), "%.*s",
+             slash != NULL ? (int)(slash - model_path) : 1, slash != NULL ? model_path : ".");
+    if ((r = onnx_rewrite(orig, orig_len, share_tensor, &c, &rewritten, &rewritten_len, err)) < 0)
         return r;
-    }
     if (c.failed)
         return -err->code;
-    for (size_t i = 0; i < p->n; i++) {
+    if (c.kept_external > 0) {
+        log_warn("event=ort-no-sharing model=%s reason=external-data-not-in-store tensors=%zu",
+                 model_path, c.kept_external);
+        m->shared_tensors = 0;
+        m->shared_bytes = 0;
+        return 0;
+    }
+    r = ort_check(m->api,
+                  m->api->AddSessionConfigEntry(
+                      so, "session.model_external_initializers_file_folder_path", root),
+                  "set the external data folder", err);
+    for (size_t i = 0; r == 0 && i < p->n; i++)
         r = ort_check(m->api, m->api->AddInitializer(so, p->names[i], p->values[i]),
                       "add a shared initializer", err);
-        if (r < 0)
-            return r;
-    }
-    for (size_t i = 0; i < am->model->n_tensors; i++) {
-        m->inline_tensors++;
-        m->inline_bytes += am->model->tensors[i].meta.nbytes;
-    }
+    if (r < 0)
+        return r;
     m->inline_tensors -= m->shared_tensors;
     m->inline_bytes -= m->shared_bytes;
+    *image = steal_pointer(&rewritten);
+    *image_len = rewritten_len;
     return 0;
 }
 
