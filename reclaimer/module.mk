@@ -18,3 +18,4 @@ tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/reclaim.c \
 # tests can reach them.
 LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c
 UNIT_TESTS += tests/unit/test_reclaimer_units.c
+UNIT_TESTS += tests/unit/test_reclaimer_ingest_client.c

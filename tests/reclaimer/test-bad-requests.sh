@@ -98,6 +98,15 @@ note "forged digest rejected (corrupt), honest tensors ingested"
 grep -q '"fallback":false' "$WORK/ok.json" || fail "normal load fell back: $(cat "$WORK/ok.json")"
 [ "$(metric tetris_ingest_errors_total)" -ge 20 ] || fail "refused requests not counted"
 
+# A stalled daemon: the instance times out and loads privately.
+kill -STOP "$DAEMON_PID"
+"$PROBE" load --store "$STORE" --timeout-ms 500 "$WORK/m.safetensors" >"$WORK/stall.json" 2>>"$WORK/probe.log"
+kill -CONT "$DAEMON_PID"
+grep -q '"fallback":true' "$WORK/stall.json" && grep -q 'timeout' "$WORK/stall.json" ||
+    fail "stalled daemon: $(cat "$WORK/stall.json")"
+grep -q '"private_bytes":16384' "$WORK/stall.json" || fail "stalled daemon: no private load"
+note "stalled daemon -> timeout, private load"
+
 # HTTP.
 code() { curl -s -o /dev/null -w '%{http_code}' --max-time 20 "$@"; }
 [ "$(code "http://127.0.0.1:$HTTP_PORT/nope")" = 404 ] || fail "unknown path not 404"
