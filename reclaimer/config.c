@@ -26,6 +26,7 @@ enum {
     OPT_SOCKET,
     OPT_MAX_CONNECTIONS,
     OPT_REQUEST_TIMEOUT,
+    OPT_PIN_FILE,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -44,6 +45,7 @@ static const struct option long_options[] = {
     {"socket", required_argument, NULL, OPT_SOCKET},
     {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
     {"request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT},
+    {"pin-file", required_argument, NULL, OPT_PIN_FILE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -72,6 +74,9 @@ void reclaimer_usage(const char *prog)
            "  --socket PATH            ingest socket (default <store>/ingest.sock)\n"
            "  --max-connections N      concurrent ingest connections (default 256)\n"
            "  --request-timeout SECS   to receive a request or send a reply (default 30)\n"
+           "  --pin-file FILE          digests (hex, one per line) kept as if referenced,\n"
+           "                           e.g. the models of pods scheduled to this node;\n"
+           "                           re-read when it changes\n"
            "  --once                   repair and one reclaim pass, then exit\n"
            "  --help, --version\n"
            "\n"
@@ -126,6 +131,8 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
         return copy_string(cfg->state_path, sizeof(cfg->state_path), "state file", v, err);
     case OPT_SOCKET:
         return copy_string(cfg->socket_path, sizeof(cfg->socket_path), "socket", v, err);
+    case OPT_PIN_FILE:
+        return copy_string(cfg->pin_path, sizeof(cfg->pin_path), "pin file", v, err);
     case OPT_MAX_CONNECTIONS:
         return parse_count(v, &cfg->max_connections, err);
     case OPT_REQUEST_TIMEOUT:

@@ -15,6 +15,7 @@ struct reclaimer_config {
     char config_path[PATH_MAX];  /* "" if none */
     char state_path[PATH_MAX];   /* "" -> <store>/reclaimer.state */
     char socket_path[PATH_MAX];  /* "" -> <store>/ingest.sock */
+    char pin_path[PATH_MAX];     /* "" -> no pinned digests */
     char listen[128];            /* HTTP ADDR:PORT, "" disables HTTP */
     char node_name[256];
     double interval_s;           /* between reclaim passes */

@@ -68,8 +68,8 @@ struct daemon {
     int64_t last_locked_us;  /* of which ingests had to wait */
     bool last_pass_ok;
 
-    /* Digests pinned by an outside source (the cluster's running pods); a
-     * pinned tensor is warm even without a live holder. */
+    /* Digests pinned through --pin-file (the cluster's pods on this node);
+     * a pinned tensor is warm even without a live holder. */
     pthread_mutex_t pin_lock;
     tensor_digest *pinned;
     size_t n_pinned;
@@ -102,9 +102,8 @@ int daemon_startup(struct daemon *d, tetris_error *err);
 int daemon_reclaim_pass(struct daemon *d, tetris_error *err);
 /* Writes the last-use state file now (at shutdown). */
 void daemon_save_state(struct daemon *d);
-/* Replaces the pinned set (hook for a cluster-aware caller). */
-int daemon_set_pinned(struct daemon *d, const tensor_digest *digests, size_t n,
-                      tetris_error *err);
+/* Re-reads --pin-file if it changed (the hook for the cluster side). */
+void daemon_refresh_pins(struct daemon *d);
 /* Releases holders adopted at start-up whose owner has exited. */
 void daemon_poll_adopted(struct daemon *d);
 void daemon_release_adopted(struct daemon *d);

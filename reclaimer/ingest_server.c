@@ -181,6 +181,9 @@ static int parse_ingest(json_t *msg, int *fds, size_t n_fds, struct request *rq,
         rq->label = "";
     if (strlen(rq->label) > 255)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "label longer than 255 bytes");
+    for (const char *c = rq->label; *c != '\0'; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "label has control characters");
     if (!json_is_array(sources) || !json_is_array(tensors))
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "ingest needs \"sources\" and \"tensors\"");
     if (json_array_size(sources) != n_fds)

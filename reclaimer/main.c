@@ -71,6 +71,7 @@ static void reload(struct daemon *d, int argc, char **argv)
     d->cfg.max_connections = fresh.max_connections;
     d->cfg.request_timeout_s = fresh.request_timeout_s;
     memcpy(d->cfg.node_name, fresh.node_name, sizeof(d->cfg.node_name));
+    memcpy(d->cfg.pin_path, fresh.pin_path, sizeof(d->cfg.pin_path));
     pthread_mutex_unlock(&d->cfg_lock);
     log_info("event=reloaded interval_s=%g keep_alive_s=%g capacity_bytes=%llu scrub_rate=%llu",
              fresh.interval_s, fresh.keep_alive_s, (unsigned long long)fresh.capacity_bytes,

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -579,6 +580,7 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
     pthread_mutex_unlock(&d->cfg_lock);
 
     daemon_poll_adopted(d);
+    daemon_refresh_pins(d);
     bool did_repair = duty_due(&repair_duty, start);
     if (did_repair) {
         repair(d);
@@ -656,25 +658,81 @@ int daemon_startup(struct daemon *d, tetris_error *err)
     return 0;
 }
 
-int daemon_set_pinned(struct daemon *d, const tensor_digest *digests, size_t n,
-                      tetris_error *err)
-{
-    tensor_digest *copy = NULL;
-    if (n > 0) {
-        copy = malloc(n * sizeof(*copy));
-        if (copy == NULL)
-            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pinned set of %zu", n);
-        memcpy(copy, digests, n * sizeof(*copy));
-    }
-    pthread_mutex_lock(&d->pin_lock);
-    free(d->pinned);
-    d->pinned = copy;
-    d->n_pinned = n;
-    pthread_mutex_unlock(&d->pin_lock);
-    return 0;
-}
-
 void daemon_save_state(struct daemon *d)
 {
     save_state(d, true);
+}
+
+/* The pin file: what the cluster side wants kept (digests of the models of
+ * pods bound to this node, say), written by whoever knows. Hex digests, one
+ * per line, "sha256:" optional, '#' comments. Re-read when its mtime or
+ * size changes; a missing file pins nothing. */
+static int read_pin_file(const char *path, tensor_digest **out, size_t *n_out, tetris_error *err)
+{
+    cleanup_fclose FILE *fp = fopen(path, "re");
+    if (fp == NULL) {
+        if (errno == ENOENT) {
+            *out = NULL;
+            *n_out = 0;
+            return 0;
+        }
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
+    }
+    cleanup_free tensor_digest *list = NULL;
+    size_t n = 0, cap = 0;
+    char line[256];
+    int lineno = 0;
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        lineno++;
+        char *p = line + strspn(line, " \t");
+        p[strcspn(p, " \t\r\n#")] = '\0';
+        if (*p == '\0')
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            tensor_digest *l = realloc(list, cap * sizeof(*l));
+            if (l == NULL)
+                return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", path);
+            list = l;
+        }
+        if (tensor_digest_from_hex(p, &list[n], err) < 0)
+            return tetris_wrap(err, "%s:%d", path, lineno);
+        n++;
+    }
+    if (ferror(fp))
+        return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
+    *out = steal_pointer(&list);
+    *n_out = n;
+    return 0;
+}
+
+void daemon_refresh_pins(struct daemon *d)
+{
+    static struct stat last;
+    char path[PATH_MAX];
+    pthread_mutex_lock(&d->cfg_lock);
+    memcpy(path, d->cfg.pin_path, sizeof(path));
+    pthread_mutex_unlock(&d->cfg_lock);
+    if (path[0] == '\0')
+        return;
+    struct stat st = {0};
+    if (stat(path, &st) < 0)
+        memset(&st, 0, sizeof(st));
+    if (st.st_mtim.tv_sec == last.st_mtim.tv_sec && st.st_mtim.tv_nsec == last.st_mtim.tv_nsec &&
+        st.st_size == last.st_size && st.st_ino == last.st_ino && last.st_ino != 0)
+        return;
+    tensor_digest *list = NULL;
+    size_t n = 0;
+    tetris_error err;
+    if (read_pin_file(path, &list, &n, &err) < 0) {
+        log_warn("event=pin-file-unreadable msg=\"%s\" action=keep-previous-pins", err.msg);
+        return;
+    }
+    last = st;
+    pthread_mutex_lock(&d->pin_lock);
+    free(d->pinned);
+    d->pinned = list;
+    d->n_pinned = n;
+    pthread_mutex_unlock(&d->pin_lock);
+    log_info("event=pins-loaded file=%s digests=%zu", path, n);
 }

@@ -74,6 +74,7 @@ bad "tensors not a list" "needs" '.tensors = 5' $M
 bad "tensor not an object" "not an object" '.tensors[0] = "x"' $M
 bad "raw length mismatch" "raw length" '.tensors[0].length = 8' $M
 bad "unknown encoding" "encoding" '.tensors[0].encoding = "zstd"' $M
+bad "newline in label" "control characters" '.label = "a\nb"' $M
 [ "$(tensor_count)" = 0 ] || fail "refused requests left tensors in the store"
 
 # A forged digest: m's bytes claimed to be other's first tensor. The daemon

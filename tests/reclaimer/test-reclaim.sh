@@ -8,7 +8,8 @@
 #  - LRU keeps the store under capacity (lowered by SIGHUP) and never
 #    evicts a referenced tensor; ingests past capacity are refused per
 #    tensor and the instance loads those privately;
-#  - --once runs repair plus one pass and exits.
+#  - --once runs repair plus one pass and exits;
+#  - digests in --pin-file are kept like referenced ones.
 # Models differ in tensor size, so /inventory's "bytes" tells them apart.
 . "$(dirname "$0")/lib.sh"
 
@@ -101,4 +102,17 @@ grep -q . "$STORE/reclaimer.state" || fail "no last-use state persisted"
 note "--once honours keep-alive"
 "$RECLAIMER" --config "$(dirname "$0")/../../deploy/reclaimer.yaml" --store "$STORE" --once \
     >>"$DAEMON_LOG" 2>&1 || fail "the example config deploy/reclaimer.yaml does not load"
+
+# Pins (the cluster hook): pinned digests stay even with keep-alive 0.
+"$PROBE" manifest "$WORK/b.safetensors" | jq -r '.tensors[].digest' >"$WORK/pins"
+start_daemon --interval 200ms --keep-alive 0 --scrub-rate 0 --pin-file "$WORK/pins"
+"$PROBE" load --store "$STORE" "$WORK/b.safetensors" >"$WORK/b3.json" 2>>"$WORK/probe.log" || fail "load B"
+"$PROBE" load --store "$STORE" "$WORK/c.safetensors" >"$WORK/c3.json" 2>>"$WORK/probe.log" || fail "load C"
+wait_until 60 '[ "$(count_of $((64 * KI)))" = 0 ]' || fail "unpinned C not reclaimed"
+wait_passes 5
+[ "$(count_of $((128 * KI)))" = 8 ] || fail "pinned B reclaimed"
+echo "# nothing pinned now" >"$WORK/pins.new" && mv "$WORK/pins.new" "$WORK/pins"
+wait_until 60 '[ "$(count_of $((128 * KI)))" = 0 ]' || fail "B not reclaimed after unpinning"
+stop_daemon
+note "--pin-file keeps pinned digests, re-read on change"
 echo "ok $T_NAME"
