@@ -122,7 +122,7 @@ int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventor
     json_t *root = json_loadb(json, len, 0, &je);
     if (root == NULL)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: line %d: %s", je.line, je.text);
-    node_inventory *inv = calloc(1, sizeof *inv);
+    node_inventory *inv = node_inventory_new();
     json_t *tensors = json_object_get(root, "tensors");
     size_t n = json_array_size(tensors);
     int r = 0;

@@ -136,6 +136,7 @@ int manifest_need_parse(tensor_ids *ids, const char *model, const char *json, si
         m->bytes[i] = (uint64_t)json_integer_value(nbytes);
     }
     m->n = dedup_pairs(m->ids, m->bytes, n, &m->total_bytes);
+    m->version = model_need_version();
     if (m->n == SIZE_MAX)
         r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "manifest of %s", model);
 out:

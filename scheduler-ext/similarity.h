@@ -9,6 +9,7 @@
 #ifndef TETRIS_SIMILARITY_H
 #define TETRIS_SIMILARITY_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 
 /* What a model needs: its distinct tensors (ids from tensor_ids). */
 typedef struct model_need {
+    uint64_t version;  /* unique per parsed manifest (model_need_version) */
     char *model;
     size_t n;
     uint32_t *ids;     /* distinct */
@@ -24,13 +26,20 @@ typedef struct model_need {
     uint64_t total_bytes;
 } model_need;
 
-/* A node store's contents at one generation. */
+/* A node store's contents at one generation. Immutable once built, except
+ * for the memo: the present bytes of the last model evaluated against it,
+ * so /prioritize reuses what /filter computed for the same pod, and later
+ * pods of that model cost nothing until the inventory changes (a new
+ * generation is a new node_inventory). */
 typedef struct node_inventory {
     uint64_t generation;
     uint64_t capacity_bytes; /* 0: unlimited / not reported */
     uint64_t resident_bytes;
     size_t n;
     uint32_t *ids; /* sorted ascending, distinct */
+    pthread_mutex_t memo_lock;
+    uint64_t memo_version; /* model_need.version; 0: empty */
+    uint64_t memo_present;
 } node_inventory;
 
 typedef struct node_fit {
@@ -42,6 +51,12 @@ typedef struct node_fit {
 } node_fit;
 
 void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *out);
+
+/* A fresh version number for a model_need (never 0). */
+uint64_t model_need_version(void);
+
+/* An empty inventory (calloc + memo lock); NULL when out of memory. */
+node_inventory *node_inventory_new(void);
 
 /* Sorts ids and drops duplicates; returns the new count. */
 size_t similarity_sort_ids(uint32_t *ids, size_t n);
