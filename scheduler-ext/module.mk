@@ -12,3 +12,8 @@ LIB_SRCS += scheduler-ext/strmap.c scheduler-ext/tensor_ids.c scheduler-ext/simi
 PROGRAMS += tetris-scheduler-ext
 tetris-scheduler-ext_SRCS := scheduler-ext/extender_main.c
 tetris-scheduler-ext_LIBS := -lmicrohttpd -lcurl
+
+# Keeps tetris-reclaimer's --pin-file in step with the pods on its node.
+PROGRAMS += tetris-node-pins
+tetris-node-pins_SRCS := scheduler-ext/node_pins_main.c
+tetris-node-pins_LIBS := -lcurl
