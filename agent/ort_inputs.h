@@ -1,0 +1,68 @@
+/* ort_inputs.h - deterministic inputs for an ONNX Runtime session, built
+ * from its input metadata and a seed, one request's worth or a batch of
+ * requests concatenated along the leading (batch) dimension, and the output
+ * side: per-request SHA-256 of the output bytes.
+ *
+ * One request's inputs: input by input in model order, every element drawn
+ * from splitmix64(seed): float types uniform in [-1, 1), integer types
+ * uniform in [0, 16), bool 0/1. An input's first dynamic dimension is the
+ * batch (1 per request); later dynamic dimensions get `dynamic_dim`.
+ *
+ * A batch of k requests is the k requests' inputs concatenated along dim 0,
+ * so sample j of the batch holds exactly the values request j would have had
+ * alone. That is possible when the model is "batchable": every input and
+ * every output has a dynamic first dimension. Otherwise a batch runs as k
+ * single-request runs (ort_io.batchable tells which). */
+#ifndef TETRIS_ORT_INPUTS_H
+#define TETRIS_ORT_INPUTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "digest.h"
+#include "error.h"
+#include "ort_adapter.h"
+
+#define ORT_INPUTS_DEFAULT_DYNAMIC_DIM 256
+
+struct ort_input_desc {
+    ONNXTensorElementDataType type;
+    size_t ndim;
+    int64_t dims[TENSOR_MAX_DIMS]; /* one request's shape (batch dim = 1) */
+    size_t sample_elements;  /* elements of one request */
+    bool leading_dynamic;    /* dim 0 is dynamic: the batch */
+};
+
+typedef struct ort_io {
+    size_t n_in, n_out;
+    char **in_names, **out_names; /* malloc'd copies */
+    struct ort_input_desc *in;
+    bool batchable; /* every input and output has a dynamic dim 0 */
+} ort_io;
+
+/* Reads the session's input/output metadata. dynamic_dim (>= 1) is the size
+ * of dynamic dimensions after an input's first one. TETRIS_E_FORMAT for a
+ * non-tensor input or an element type we cannot generate. */
+int ort_io_describe(const ort_model *m, int64_t dynamic_dim, ort_io **out, tetris_error *err);
+void ort_io_free(ort_io *io);
+
+/* Creates io->n_in inputs holding the n requests with the given seeds
+ * concatenated along dim 0. n > 1 needs io->batchable. inputs[] gets owned
+ * OrtValues (release with ort_values_release). */
+int ort_inputs_make(const ort_model *m, const ort_io *io, const uint64_t *seeds, size_t n,
+                    OrtValue **inputs, tetris_error *err);
+
+/* Runs the session on inputs (io->n_in) and fills outputs (io->n_out). */
+int ort_io_run(const ort_model *m, const ort_io *io, OrtValue *const *inputs,
+               OrtValue **outputs, tetris_error *err);
+
+/* SHA-256 (lowercase hex) of request j's share of every output, in output
+ * order: with n requests in the batch, each output's first dimension must be
+ * n and request j owns the j-th slice. *out_bytes gets the bytes hashed. */
+int ort_outputs_sha256(const ort_model *m, const ort_io *io, OrtValue *const *outputs, size_t n,
+                       size_t j, char hex[65], uint64_t *out_bytes, tetris_error *err);
+
+void ort_values_release(const ort_model *m, OrtValue **values, size_t n);
+
+#endif
