@@ -1,7 +1,7 @@
 #!/bin/sh
 # test-cgroup.sh - the accounting invariant with real cgroup v1 memory
 # cgroups: the daemon runs in cgroup A, a function instance in cgroup B
-# loads a ~200 MB synthetic model through the daemon and maps it. The
+# loads a 256 MiB synthetic model through the daemon and maps it. The
 # shared pages are charged to A (the daemon wrote them into tmpfs), and B
 # is charged less than 5% of the model's bytes. As a control, an instance
 # in cgroup C that loads privately (no daemon) is charged the whole model.
@@ -31,9 +31,9 @@ trap cg_cleanup EXIT
 usage() { cat "$1/memory.usage_in_bytes"; }
 stat_of() { awk -v k="$2" '$1 == k { print $2 }' "$1/memory.stat"; }
 
-MODEL="$WORK/synthetic-200m.safetensors"
-synth "$MODEL" 50 $((4 * 1048576)) 7          # 50 x 4 MiB = 200 MiB
-MODEL_BYTES=$((50 * 4 * 1048576))
+MODEL="$WORK/synthetic-256m.safetensors"
+synth "$MODEL" 64 $((4 * 1048576)) 7          # 64 x 4 MiB = 256 MiB
+MODEL_BYTES=$((64 * 4 * 1048576))
 
 # The daemon, started inside cgroup A.
 sh -c "echo \$\$ >'$CG_A/cgroup.procs' && exec '$RECLAIMER' --store '$STORE' --listen 127.0.0.1:0 \
