@@ -10,7 +10,10 @@
  * decoded by onnx_decode_varints); data_location=EXTERNAL tensors point into
  * a file next to the model, which must not resolve outside the model's
  * directory. String tensors and sparse initializers are not shareable and
- * are left out (counted in model.n_skipped). */
+ * are left out (counted in model.n_skipped); so are the scalar and list
+ * attributes of Constant (value_float, value_ints, ...), which are not
+ * tensors in the file. Tensor names must be unique across the whole model,
+ * subgraphs included, since the model is a name -> tensor table. */
 #ifndef TETRIS_FORMAT_ONNX_H
 #define TETRIS_FORMAT_ONNX_H
 
