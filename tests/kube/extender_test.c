@@ -1,7 +1,8 @@
 /* extender_test.c - tetris-scheduler-ext over HTTP, without a cluster
  * (--standalone, manifests from a directory), with node inventories served
  * by fault servers: scores follow θ, a full store is filtered out with a
- * reason, unknown models and dead / slow / garbage inventories stay neutral,
+ * reason, unknown models and dead / slow / garbage / stale inventories stay
+ * neutral,
  * inventories are re-polled with If-None-Match, both extender request forms
  * (Nodes and NodeNames) work, bad requests get 400, /metrics counts. Also
  * the pure parts (θ rounding, manifest and inventory parsing) in-process. */
@@ -41,9 +42,9 @@ static const char manifest_bert[] =
 static char tmpdir[PATH_MAX];
 static pid_t ext_pid;
 static int ext_port;
-enum { NODE_ALL, NODE_HALF, NODE_NONE, NODE_FULL, NODE_SLOW, NODE_GARBAGE, N_NODES };
+enum { NODE_ALL, NODE_HALF, NODE_NONE, NODE_FULL, NODE_SLOW, NODE_GARBAGE, NODE_DIES, N_NODES };
 static const char *const node_names[N_NODES] = {"n-all", "n-a", "n-none", "n-full", "n-slow",
-                                                "n-garbage"};
+                                                "n-garbage", "n-dies"};
 static fault_server *inv[N_NODES];
 
 static char *inventory_json(const char *node, int gen, long cap, long resident, const char *tensors)
@@ -143,6 +144,10 @@ static void start_servers(void)
     serve_inventory(NODE_SLOW, inventory_json("n-slow", 1, 0, 0, abc), 1500);
     fault_server_push(inv[NODE_GARBAGE], &(fault_reply){.status = 200, .body = "{\"tensors\":7}",
                                                         .repeat = 100000});
+    /* Answers once, then drops every connection: its inventory goes stale. */
+    fault_server_push(inv[NODE_DIES], &(fault_reply){.status = 200, .headers = "ETag: \"1\"\r\n",
+                                                     .body = inventory_json("n-dies", 1, 0, 0, abc)});
+    fault_server_push(inv[NODE_DIES], &(fault_reply){.status = 0, .repeat = 100000});
 
     ext_port = free_port();
     char listen[64], bin[PATH_MAX];
@@ -150,7 +155,7 @@ static void start_servers(void)
     const char *dir = getenv("TETRIS_BIN");
     snprintf(bin, sizeof bin, "%s/tetris-scheduler-ext", dir != NULL ? dir : "bin");
     char *argv[] = {bin, "--standalone", "--manifest-dir", tmpdir, "--listen", listen,
-                    "--refresh", "1", "--fetch-timeout", "500", NULL};
+                    "--refresh", "1", "--fetch-timeout", "500", "--stale-after", "3", NULL};
     ck_assert_int_eq(posix_spawn(&ext_pid, bin, NULL, NULL, argv, environ), 0);
     for (int i = 0; i < 200; i++) {
         reply r = http("GET", "/healthz", NULL);
@@ -247,6 +252,7 @@ START_TEST(prioritize_scores_theta)
     ck_assert_int_eq(score_of(list, "n-full"), 0);
     ck_assert_int_eq(score_of(list, "n-slow"), 0);    /* timed out: neutral */
     ck_assert_int_eq(score_of(list, "n-garbage"), 0); /* unparsable: neutral */
+    ck_assert_int_eq(score_of(list, "n-dies"), 10);   /* still fresh */
     json_decref(list);
     free(args);
 }
@@ -388,6 +394,28 @@ START_TEST(metrics_count_requests)
 }
 END_TEST
 
+START_TEST(stale_inventory_becomes_neutral)
+{
+    /* n-dies stopped answering after its first reply; once its inventory
+     * is older than --stale-after (3 s) it must no longer count. */
+    char *args = args_nodes("bert");
+    json_int_t score = -1;
+    for (int i = 0; i < 200 && score != 0; i++) {
+        json_t *list = post_json("/prioritize", args, 200);
+        score = score_of(list, "n-dies");
+        ck_assert_int_eq(score_of(list, "n-all"), 10); /* polled with 304s: fresh */
+        json_decref(list);
+        if (score != 0)
+            usleep(100 * 1000);
+    }
+    ck_assert_int_eq(score, 0);
+    json_t *res = post_json("/filter", args, 200);
+    ck_assert_ptr_null(json_object_get(json_object_get(res, "FailedNodes"), "n-dies"));
+    json_decref(res);
+    free(args);
+}
+END_TEST
+
 /* ---- in-process: the pure parts ---- */
 
 START_TEST(theta_and_fit)
@@ -471,6 +499,7 @@ int main(void)
     tcase_add_test(tc, inventories_repolled_with_if_none_match);
     tcase_add_test(tc, bad_requests_get_400);
     tcase_add_test(tc, metrics_count_requests);
+    tcase_add_test(tc, stale_inventory_becomes_neutral);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     /* One extender process and the fault servers' threads serve every test. */
