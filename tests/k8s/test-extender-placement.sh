@@ -1,0 +1,182 @@
+#!/bin/sh
+# test-extender-placement.sh - tensor-similarity placement end to end on the
+# local cluster, with the real kube-scheduler configured from
+# deploy/scheduler/kube-scheduler-v1beta1.yaml:
+#  - three API-only nodes, each with its own tensor store served by its own
+#    tetris-reclaimer: node 1 holds model "vad", node 2 model "ocr-cls",
+#    node 3 nothing and a store of capacity 1 byte (full);
+#  - the models' manifests are ConfigMaps (label tetris.io/model);
+#  - pods of each model are bound by kube-scheduler to the node holding it,
+#    with nodeCacheCapable false (full Node objects) and true (names only);
+#  - a pod that can only go to node 3 stays Pending and its events carry the
+#    extender's reason;
+#  - with the extender down (ignorable: true) pods still schedule.
+# The local cluster's helpers come with scripts/cluster-up.sh.
+[ -f "$(dirname "$0")/lib.sh" ] || { echo "SKIP: $0 needs tests/k8s/lib.sh" >&2; exit 0; }
+. "$(dirname "$0")/lib.sh"
+
+k8s_skip_unless_possible
+[ -x "$TETRIS_BIN/tetris-reclaimer" ] || { echo "SKIP: $PROG needs tetris-reclaimer" >&2; exit 0; }
+k8s_cluster_up
+k8s_api_nodes 3
+
+MODELS="$K8S_ROOT/.deps/models"
+work="$(mktemp -d /tmp/tetris-ext-e2e.XXXXXX)"
+stores="$(mktemp -d /dev/shm/tetris-ext-e2e.XXXXXX)"
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill "$p" 2>/dev/null; done
+    for p in $PIDS; do wait "$p" 2>/dev/null; done
+    k8s_cleanup
+    rm -rf "$work" "$stores"
+}
+k8s_namespace placement
+ns="$K8S_NS"
+trap cleanup EXIT
+
+# A free loopback port (the kernel's pick, released right away).
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
+        echo $((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
+}
+
+# 1. Stores, filled directly by the agent, each served by a reclaimer on the
+# port its Node's tetris.io/inventory-url annotation names.
+for i in 1 2 3; do mkdir "$stores/s$i"; done
+"$TETRIS_BIN/tetris-agent" load --direct --store "$stores/s1" "$MODELS/silero_vad_v5.onnx" >/dev/null 2>>"$work/agent.log" ||
+    fail "cannot fill store 1"
+"$TETRIS_BIN/tetris-agent" load --direct --store "$stores/s2" "$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx" >/dev/null 2>>"$work/agent.log" ||
+    fail "cannot fill store 2"
+for i in 1 2 3; do
+    url="$(kc get node "tetris-api-node-$i" -o jsonpath='{.metadata.annotations.tetris\.io/inventory-url}')"
+    addr="${url#http://}"
+    addr="${addr%%/*}"
+    cap=0
+    [ "$i" = 3 ] && cap=1
+    "$TETRIS_BIN/tetris-reclaimer" --store "$stores/s$i" --listen "$addr" --capacity "$cap" \
+        --interval 3600 --keep-alive 86400 --node-name "tetris-api-node-$i" \
+        2>"$work/reclaimer-$i.log" &
+    PIDS="$PIDS $!"
+    wait_for 30 "reclaimer-$i" curl -fsS --max-time 2 "$url" || fail "reclaimer $i not serving $url"
+done
+
+# 2. Manifests as ConfigMaps.
+for m in vad:silero_vad_v5 ocr-cls:ch_ppocr_mobile_v2.0_cls_infer; do
+    name="${m%%:*}"
+    "$TETRIS_BIN/tetris-agent" index "$MODELS/${m#*:}.onnx" -o "$work/$name.json" 2>/dev/null ||
+        fail "cannot index $name"
+    kc -n "$ns" create configmap "tetris-manifest-$name" --from-file=manifest.json="$work/$name.json" >/dev/null ||
+        fail "cannot create manifest ConfigMap for $name"
+    kc -n "$ns" label configmap "tetris-manifest-$name" tetris.io/model="$name" >/dev/null ||
+        fail "cannot label manifest ConfigMap for $name"
+done
+
+# 3. The extender.
+ext_port="$(free_port)"
+start_extender() {
+    "$TETRIS_BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$ns" \
+        --listen "127.0.0.1:$ext_port" 2>>"$work/extender.log" &
+    EXT_PID=$!
+    PIDS="$PIDS $EXT_PID"
+    wait_for 30 extender sh -c "curl -fsS --max-time 2 http://127.0.0.1:$ext_port/metrics | grep -q '^tetris_extender_models 2$'" ||
+        fail "extender did not load both manifests; log: $(tail -5 "$work/extender.log")"
+}
+start_extender
+
+# 4. A kube-scheduler from the deployable configuration, renamed so it does
+# not compete with the cluster's own tetris-scheduler.
+SCHED_PID=""
+start_scheduler() { # NAME NODE_CACHE_CAPABLE
+    hp="$(free_port)"
+    sed -e "s|schedulerName: tetris-scheduler|schedulerName: $1|" \
+        -e "s|http://127.0.0.1:8888|http://127.0.0.1:$ext_port|" \
+        -e "s|nodeCacheCapable: true|nodeCacheCapable: $2|" \
+        "$K8S_ROOT/deploy/scheduler/kube-scheduler-v1beta1.yaml" >"$work/$1.yaml"
+    cat >>"$work/$1.yaml" <<YAML
+clientConnection:
+  kubeconfig: $KUBECONFIG_FILE
+healthzBindAddress: 127.0.0.1:$hp
+metricsBindAddress: 127.0.0.1:$hp
+YAML
+    grep -q "nodeCacheCapable: $2" "$work/$1.yaml" || fail "config rewrite failed"
+    "$KUBE_BIN/kube-scheduler" --config "$work/$1.yaml" --secure-port 0 2>"$work/$1.log" &
+    SCHED_PID=$!
+    PIDS="$PIDS $SCHED_PID"
+    wait_for 60 "$1" curl -fsS --max-time 2 "http://127.0.0.1:$hp/healthz" ||
+        fail "scheduler $1 not healthy: $(tail -5 "$work/$1.log")"
+}
+stop_scheduler() {
+    kill "$SCHED_PID" 2>/dev/null
+    wait "$SCHED_PID" 2>/dev/null
+}
+
+# pod NAME MODEL SCHEDULER [HOSTNAME]: a function pod for MODEL on API-only nodes.
+pod() {
+    selector="tetris.io/node-kind: api-only"
+    [ -n "${4:-}" ] && selector="kubernetes.io/hostname: $4"
+    kc -n "$ns" create -f - >/dev/null <<YAML || fail "cannot create pod $1"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  labels: { tetris.io/model: "$2" }
+spec:
+  schedulerName: $3
+  nodeSelector: { $selector }
+  containers:
+  - name: fn
+    image: tetris-test-tools:latest
+    imagePullPolicy: Never
+YAML
+}
+
+expect_node() { # POD NODE
+    k8s_wait_bound "$ns" "$1"
+    [ "$K8S_NODE" = "$2" ] || {
+        tail -20 "$work/extender.log" >&2
+        fail "pod $1 bound to $K8S_NODE, want $2 (the node holding its model)"
+    }
+}
+
+for mode in false true; do
+    sched="tetris-e2e-cache-$mode"
+    start_scheduler "$sched" "$mode"
+    for k in 1 2; do
+        pod "vad-$mode-$k" vad "$sched"
+        expect_node "vad-$mode-$k" tetris-api-node-1
+        pod "ocr-$mode-$k" ocr-cls "$sched"
+        expect_node "ocr-$mode-$k" tetris-api-node-2
+    done
+    [ "$mode" = true ] || stop_scheduler
+done
+
+# 5. Node 3's store is full: a pod that may only go there stays Pending and
+# says why.
+pod vad-full vad "$sched" tetris-api-node-3
+reason=""
+i=0
+while [ $i -lt $((K8S_TIMEOUT * 2)) ]; do
+    reason="$(kc -n "$ns" get events --field-selector involvedObject.name=vad-full,reason=FailedScheduling \
+        -o jsonpath='{.items[*].message}' 2>/dev/null)"
+    case "$reason" in *"tensor store cannot take model vad"*) break ;; esac
+    sleep 0.5
+    i=$((i + 1))
+done
+case "$reason" in
+*"tensor store cannot take model vad"*) ;;
+*) k8s_describe "$ns" vad-full; fail "no FailedScheduling event with the extender's reason (got: $reason)" ;;
+esac
+[ -z "$(kc -n "$ns" get pod vad-full -o jsonpath='{.spec.nodeName}')" ] || fail "vad-full was bound"
+curl -fsS "http://127.0.0.1:$ext_port/metrics" | grep -q '^tetris_extender_nodes_filtered_total [1-9]' ||
+    fail "extender metrics do not count the filtered node"
+
+# 6. Extender down, ignorable: scheduling goes on without it.
+kill "$EXT_PID"
+wait "$EXT_PID" 2>/dev/null
+pod vad-down vad "$sched"
+k8s_wait_bound "$ns" vad-down
+case "$K8S_NODE" in
+tetris-api-node-[0-9]*) ;;
+*) fail "vad-down bound to unexpected node $K8S_NODE" ;;
+esac
+echo "extender placement: ok (θ placement with and without node cache, full store filtered, ignorable when down)" >&2
