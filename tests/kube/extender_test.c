@@ -394,6 +394,34 @@ START_TEST(metrics_count_requests)
 }
 END_TEST
 
+START_TEST(mangled_requests_get_200_or_400)
+{
+    /* Truncated and bit-flipped versions of a valid request: each must get
+     * a verdict or a 400, and the extender must stay up. */
+    char *valid = args_names("bert");
+    size_t len = strlen(valid);
+    unsigned seed = 42;
+    for (int i = 0; i < 300; i++) {
+        char *body = strdup(valid);
+        ck_assert_ptr_nonnull(body);
+        if (i % 2 == 0) {
+            body[rand_r(&seed) % len] = '\0';
+        } else {
+            for (int k = 0; k < 4; k++)
+                body[rand_r(&seed) % len] ^= (char)(1 << (rand_r(&seed) % 7));
+        }
+        reply r = http("POST", i % 3 ? "/filter" : "/prioritize", body);
+        ck_assert_msg(r.status == 200 || r.status == 400, "status %ld for %s", r.status, body);
+        free(r.body);
+        free(body);
+    }
+    free(valid);
+    reply h = http("GET", "/healthz", NULL);
+    ck_assert_int_eq(h.status, 200);
+    free(h.body);
+}
+END_TEST
+
 START_TEST(stale_inventory_becomes_neutral)
 {
     /* n-dies stopped answering after its first reply; once its inventory
@@ -498,6 +526,7 @@ int main(void)
     tcase_add_test(tc, unknown_or_missing_model_is_neutral);
     tcase_add_test(tc, inventories_repolled_with_if_none_match);
     tcase_add_test(tc, bad_requests_get_400);
+    tcase_add_test(tc, mangled_requests_get_200_or_400);
     tcase_add_test(tc, metrics_count_requests);
     tcase_add_test(tc, stale_inventory_becomes_neutral);
     suite_add_tcase(s, tc);
