@@ -197,7 +197,7 @@ static void decide(extender *x, const ext_args *a, decision *d)
     x->node_decisions_no_inventory += unknown;
     pthread_mutex_unlock(&x->stats_lock);
     if (need == NULL)
-        log_info("event=unknown-model pod=%s model=%s nodes=%zu", a->pod_name, a->model, a->n);
+        log_debug("event=unknown-model pod=%s model=%s nodes=%zu", a->pod_name, a->model, a->n);
 }
 
 static int nomem(json_t *j, tetris_error *err)
