@@ -277,19 +277,21 @@ bench_memory_model() { # LABEL RUNNER MODEL
     # does): page tables for the whole model, which the idle holders above
     # have not built.
     local pte_kb=""
-    if [ -x "$BIN/tetris-bench-map" ] &&
-        "$BIN/tetris-bench-map" --store "$store" --manifest "$manifest" >"$WORK/map.json" 2>>"$AGENT_LOG"; then
+    if "$BIN/tetris-bench-map" --store "$store" --manifest "$manifest" >"$WORK/map.json" 2>>"$AGENT_LOG"; then
         pte_kb=$(jfield "$WORK/map.json" vm_pte_kb)
     fi
     stop_daemon
     rm -rf "$store"
 
-    # baseline: N private copies, as many as fit the budget.
-    local budget measured_max=0
+    # baseline: N private copies, as many as fit the budget (an instance
+    # takes its tensors + 5%, or what the measured ones took, if more).
+    local budget measured_max=0 per_kb=$(( bytes / 1024 * 21 / 20 ))
     budget=$(private_budget_kb)
     started=0
     for n in $COUNTS; do
-        [ $(( n * (bytes / 1024) * 21 / 20 )) -le "$budget" ] || break
+        [ $measured_max -eq 0 ] || [ $(( priv[$measured_max] / 1024 / measured_max )) -le $per_kb ] ||
+            per_kb=$(( priv[$measured_max] / 1024 / measured_max ))
+        [ $(( n * per_kb )) -le "$budget" ] || break
         while [ $started -lt "$n" ]; do
             progress "memory $label: private instance $((started + 1))/$n"
             out="$WORK/priv.$started.json"
@@ -396,39 +398,43 @@ bench_warm() {
 
 # ---- 3. cold ingest throughput ---------------------------------------------------
 
+# ingest_rate ARGS...: one `tetris-agent load --direct ARGS` into an empty
+# store; sets RATE_WALL (GB/s over the agent's load_ms) and RATE_CORE (GB/s
+# over the process's user + system CPU time).
+ingest_rate() {
+    local store c0
+    store=$(fresh_store ingest)
+    cpu_now; c0=$CPU_S
+    agent_once "$WORK/cold.json" --direct --store "$store" "$@" || return 1
+    cpu_now
+    RATE_WALL=$(jq -r '.ingested_bytes / .load_ms / 1e6' "$WORK/cold.json")
+    RATE_CORE=$(awk -v b="$(jfield "$WORK/cold.json" ingested_bytes)" -v c="$(awk -v a="$CPU_S" -v b="$c0" 'BEGIN { print a - b }')" \
+        'BEGIN { printf "%.3f", b / c / 1e9 }')
+}
+
 bench_ingest() {
-    local model manifest store i c0 c1 bytes
+    local model manifest i
     model=$(synth bert-large) || return 1
     manifest=$(index_model "$model") || return 1
     warm_page_cache "$model"
-    local -a wall_gbs=() core_gbs=() nm_wall=() nm_core=()
+    local -a wall=() core=() nm_wall=() nm_core=()
     for i in $(seq "$REPS"); do
-        # With the manifest: read + SHA-256/CRC32 verify + publish.
         progress "cold ingest: rep $i/$REPS"
-        store=$(fresh_store ingest)
-        cpu_now; c0=$CPU_S
-        agent_once "$WORK/cold.json" --direct --store "$store" --manifest "$manifest" "$model" || return 1
-        cpu_now; c1=$CPU_S
-        bytes=$(jfield "$WORK/cold.json" ingested_bytes)
-        wall_gbs+=("$(awk -v b="$bytes" -v ms="$(jfield "$WORK/cold.json" load_ms)" 'BEGIN { printf "%.3f", b / ms / 1e6 }')")
-        core_gbs+=("$(awk -v b="$bytes" -v c0="$c0" -v c1="$c1" 'BEGIN { printf "%.3f", b / (c1 - c0) / 1e9 }')")
+        # With the manifest: read + SHA-256/CRC32 verify + publish.
+        ingest_rate --manifest "$manifest" "$model" || return 1
+        wall+=("$RATE_WALL"); core+=("$RATE_CORE")
         # Without: the agent first hashes the model file to learn the digests.
-        store=$(fresh_store ingest)
-        cpu_now; c0=$CPU_S
-        agent_once "$WORK/cold.json" --direct --store "$store" "$model" || return 1
-        cpu_now; c1=$CPU_S
-        bytes=$(jfield "$WORK/cold.json" ingested_bytes)
-        nm_wall+=("$(awk -v b="$bytes" -v ms="$(jfield "$WORK/cold.json" load_ms)" 'BEGIN { printf "%.3f", b / ms / 1e6 }')")
-        nm_core+=("$(awk -v b="$bytes" -v c0="$c0" -v c1="$c1" 'BEGIN { printf "%.3f", b / (c1 - c0) / 1e9 }')")
+        ingest_rate "$model" || return 1
+        nm_wall+=("$RATE_WALL"); nm_core+=("$RATE_CORE")
     done
-    rm -rf "$STORES/ingest"
+    rm -rf "${STORES:?}/ingest"
     progress_done
     echo
     echo "### Cold ingest into an empty store: synthetic-bert-large, median of $REPS (GB = 10^9 bytes)"
     echo
     echo "| load | GB/s (wall, agent load_ms) | GB/s per core (bytes / process CPU time) |"
     echo "|---|---:|---:|"
-    printf '| --direct --manifest (read, SHA-256 + CRC32 verify, publish) | %s | %s |\n' "$(median -p 2 "${wall_gbs[@]}")" "$(median -p 2 "${core_gbs[@]}")"
+    printf '| --direct --manifest (read, SHA-256 + CRC32 verify, publish) | %s | %s |\n' "$(median -p 2 "${wall[@]}")" "$(median -p 2 "${core[@]}")"
     printf '| --direct, no manifest (hash the model first, then the above) | %s | %s |\n' "$(median -p 2 "${nm_wall[@]}")" "$(median -p 2 "${nm_core[@]}")"
     echo
     echo "Target: >= 1 GB/s per core. CPU time is the whole process (start-up and parsing included)."
@@ -649,7 +655,7 @@ echo "Synthetic models are random weights in real BERT shapes (tetris-synth-mode
 for section in $SECTIONS; do
     case $section in
     memory | warm | ingest | concurrent | variants | hugepages | others)
-        "bench_$section" || { warn "section $section failed"; failed=1; stop_holders; } ;;
+        "bench_$section" || { warn "section $section failed"; failed=1; stop_holders; stop_daemon; } ;;
     *) die "unknown section $section (see the header of $0)" ;;
     esac
 done

@@ -203,12 +203,13 @@ static int plan_header(const struct plan *p, char **out, size_t *out_len, tetris
         fputc(' ', f);
         pos++;
     }
-    if (ferror(f) || pos < 0 || fclose(f) != 0) {
-        f = NULL;
+    bool failed = ferror(f) || pos < 0;
+    failed |= fclose(f) != 0; /* buf is only valid once the stream is closed */
+    f = NULL;
+    if (failed) {
         free(buf);
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "header buffer");
     }
-    f = NULL;
     *out = buf;
     *out_len = len;
     return 0;
