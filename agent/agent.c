@@ -210,7 +210,12 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
     }
     for (size_t i = 0; i < m->n_tensors; i++) {
         if (m->tensors[i].meta.nbytes == 0)
-            continue; /* nothing to share; loaded privately for free */
+            continue; /* nothing to share */
+        if (m->tensors[i].meta.nbytes < AGENT_MIN_MAPPED_BYTES) {
+            if (!store_has_tensor(am->priv->store, &m->tensors[i].meta.digest))
+                missing[n_missing++] = i;
+            continue;
+        }
         r = map_tensor(am, i, &cause);
         if (r == -TETRIS_E_NOTFOUND)
             missing[n_missing++] = i;
@@ -236,7 +241,7 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
             *err = cause;
             return r;
         }
-        if (r == 0)
+        if (r == 0 && t->meta.nbytes >= AGENT_MIN_MAPPED_BYTES)
             r = map_tensor(am, missing[k], &cause);
         if (r < 0) {
             fall_back(am, o, "ingest-failed", &cause);
@@ -297,7 +302,8 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
         return 0;
     }
     for (size_t i = 0; i < m->n_tensors; i++) {
-        if (res[i].status == INGEST_REJECTED || m->tensors[i].meta.nbytes == 0)
+        if (res[i].status == INGEST_REJECTED ||
+            m->tensors[i].meta.nbytes < AGENT_MIN_MAPPED_BYTES)
             continue;
         if ((r = map_tensor(am, i, &cause)) < 0) {
             fall_back(am, o, "map-failed", &cause);

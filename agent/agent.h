@@ -14,6 +14,12 @@
 #include "model.h"
 #include "store.h"
 
+/* Tensors smaller than this are read privately even in store modes (they
+ * are still published and referenced, so the store holds whole models):
+ * mapping one costs a page and a mapping per instance, more than the copy,
+ * and runtimes keep such tensors (shape operands) inline anyway. */
+#define AGENT_MIN_MAPPED_BYTES 128
+
 enum agent_mode {
     AGENT_MODE_STORE = 0, /* map from store; missing tensors via daemon */
     AGENT_MODE_DIRECT,    /* map from store; the agent ingests itself */
@@ -36,7 +42,8 @@ struct agent_stats {
     uint64_t bytes;          /* all tensor bytes of the model */
     uint64_t mapped_bytes;   /* served by read-only store mappings */
     uint64_t ingested_bytes; /* published into the store by this load */
-    uint64_t private_bytes;  /* copied into private memory */
+    uint64_t private_bytes;  /* copied into private memory (fallback, and
+                                tensors under AGENT_MIN_MAPPED_BYTES) */
     double load_ms;
     bool fell_back;          /* store mode degraded to private */
     char fallback_reason[256];

@@ -198,7 +198,9 @@ static int print_result(const struct run_options *o, const agent_model *am, cons
                           "inline_tensors", (json_int_t)m->inline_tensors,
                           "inline_bytes", (json_int_t)m->inline_bytes);
     if (j != NULL && am != NULL) {
-        json_t *s = json_pack("{s:I, s:I, s:I, s:b, s:s}", "mapped_bytes",
+        json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s}", "tensors",
+                              (json_int_t)am->stats.tensors, "bytes",
+                              (json_int_t)am->stats.bytes, "mapped_bytes",
                               (json_int_t)am->stats.mapped_bytes, "ingested_bytes",
                               (json_int_t)am->stats.ingested_bytes, "private_bytes",
                               (json_int_t)am->stats.private_bytes, "fell_back",

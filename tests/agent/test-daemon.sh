@@ -22,9 +22,7 @@ for m in silero_vad_v6.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx; do
     for pass in cold warm; do
         out=$("$BIN/tetris-onnx-run" "$MODELS/$m" --store "$store" 2>"$WORK/err") ||
             fail "$m $pass: $(cat "$WORK/err")"
-        [ "$(json_get "$out" fell_back)" = false ] || fail "$m $pass: fell back: $(cat "$WORK/err")"
-        [ "$(json_get "$out" mapped_bytes)" -gt 0 ] || fail "$m $pass: nothing mapped"
-        [ "$(json_get "$out" private_bytes)" = 0 ] || fail "$m $pass: private bytes"
+        assert_shared "$out" "$m $pass"
         [ "$(json_get "$out" sha256)" = "$want" ] || fail "$m $pass: output differs"
         if [ $pass = cold ]; then
             [ "$(json_get "$out" ingested_bytes)" -gt 0 ] || fail "$m: daemon ingested nothing"
@@ -49,8 +47,7 @@ while [ ! -s "$WORK/out" ]; do
     i=$((i + 1)); [ $i -lt 300 ] || fail "no result from load --hold"
     sleep 0.1
 done
-jq -e '.tensors > 0 and .mapped_bytes == .bytes and .fell_back == false' "$WORK/out" >/dev/null ||
-    fail "load --hold result: $(cat "$WORK/out")"
+assert_shared "$(cat "$WORK/out")" "load --hold"
 kill -0 $agent 2>/dev/null || fail "load --hold exited before stdin closed"
 "$BIN/tetris-agent" inspect --store "$store" | grep -q " live " || fail "no live holder while held"
 exec 3>&-

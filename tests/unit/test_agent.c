@@ -64,6 +64,23 @@ static void assert_same_bytes(const agent_model *a, const agent_model *b)
     }
 }
 
+/* Every tensor but the tiny ones is a store mapping; the stats agree. */
+static void assert_shared(const agent_model *am)
+{
+    uint64_t mapped = 0, priv = 0;
+    ck_assert(!am->stats.fell_back);
+    for (size_t i = 0; i < am->stats.tensors; i++) {
+        const agent_tensor *t = &am->tensors[i];
+        bool tiny = t->desc->meta.nbytes < AGENT_MIN_MAPPED_BYTES;
+        ck_assert_msg(t->shared == !tiny, "tensor %s (%llu bytes) shared=%d", t->desc->name,
+                      (unsigned long long)t->desc->meta.nbytes, t->shared);
+        *(t->shared ? &mapped : &priv) += t->desc->meta.nbytes;
+    }
+    ck_assert_uint_gt(mapped, 0);
+    ck_assert_uint_eq(am->stats.mapped_bytes, mapped);
+    ck_assert_uint_eq(am->stats.private_bytes, priv);
+}
+
 START_TEST(private_load_reads_everything)
 {
     agent_model *am = load(AGENT_MODE_PRIVATE, NULL);
@@ -83,18 +100,14 @@ START_TEST(direct_load_shares_and_reuses)
 {
     agent_model *base = load(AGENT_MODE_PRIVATE, NULL);
     agent_model *cold = load(AGENT_MODE_DIRECT, scratch);
-    ck_assert(!cold->stats.fell_back);
-    ck_assert_uint_eq(cold->stats.mapped_bytes, cold->stats.bytes);
+    assert_shared(cold);
     ck_assert_uint_gt(cold->stats.ingested_bytes, 0);
-    ck_assert_uint_eq(cold->stats.private_bytes, 0);
     ck_assert_str_eq(agent_store_root(cold), scratch);
     assert_same_bytes(cold, base);
 
     agent_model *warm = load(AGENT_MODE_DIRECT, scratch);
     ck_assert_uint_eq(warm->stats.ingested_bytes, 0);
-    ck_assert_uint_eq(warm->stats.mapped_bytes, warm->stats.bytes);
-    for (size_t i = 0; i < warm->stats.tensors; i++)
-        ck_assert(warm->tensors[i].shared || warm->tensors[i].desc->meta.nbytes == 0);
+    assert_shared(warm);
     assert_same_bytes(warm, base);
     agent_model_free(warm);
     agent_model_free(cold);
