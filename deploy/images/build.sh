@@ -1,0 +1,54 @@
+#!/bin/sh
+# build.sh - the project's OCI image: every program in a bin directory, the
+# shared libraries they load and libonnxruntime, in /usr/local/{bin,lib}.
+# Packed with umoci (scripts/cluster/pack-image.sh); when the local cluster
+# runs, imported into its containerd. Skips the work when the inputs have not
+# changed since the last import.
+#
+# Usage: deploy/images/build.sh [-b BIN_DIR] [-n NAME[:TAG]] [-o OUT.tar]
+#   -b  programs to pack (default: bin/ of the source tree)
+#   -n  image reference (default tetris:latest)
+#   -o  write the OCI archive here instead of importing it
+# Exit status: 0 image ready, 1 failure, 2 usage.
+set -eu
+PROG=image-build
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$ROOT/scripts/cluster/common.sh"
+
+bin_dir="$ROOT/bin" name="tetris:latest" out=""
+while getopts b:n:o: opt; do
+    case "$opt" in
+    b) bin_dir="$OPTARG" ;;
+    n) name="$OPTARG" ;;
+    o) out="$OPTARG" ;;
+    *) sed -n '/^# Usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    esac
+done
+
+case "$name" in *:*) ;; *) name="$name:latest" ;; esac
+
+ort="$ROOT/.deps/onnxruntime/lib/libonnxruntime.so.1"
+[ -f "$ort" ] || die "event=missing-onnxruntime path=$ort hint=\"run make deps\""
+set --
+for p in "$bin_dir"/*; do
+    [ -f "$p" ] && [ -x "$p" ] && set -- "$@" -x "$p"
+done
+[ $# -gt 0 ] || die "event=no-programs dir=$bin_dir hint=\"run make\""
+set -- "$@" -f "$ort:/usr/local/lib/libonnxruntime.so.1"
+
+if [ -n "$out" ]; then
+    exec "$ROOT/scripts/cluster/pack-image.sh" -n "$name" "$@" -o "$out"
+fi
+
+# Import only when the programs or the runtime changed.
+stamp="$CLUSTER_DIR/images/$(echo "$name" | tr '/:' '__').sha256"
+mkdir -p "$CLUSTER_DIR/images"
+sum="$(cat "$bin_dir"/* "$ort" | sha256sum | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] &&
+    ctr --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io images ls -q |
+    grep -qE "(^|/)$name\$"; then
+    log "event=image-current image=$name"
+    exit 0
+fi
+"$ROOT/scripts/cluster/pack-image.sh" -n "$name" "$@" -i
+echo "$sum" >"$stamp"

@@ -1,0 +1,129 @@
+# common.sh - settings and helpers shared by the local-cluster scripts.
+# shellcheck shell=sh disable=SC2034
+# Sourced (POSIX sh) by scripts/cluster-up.sh, scripts/cluster-down.sh, the
+# helpers in scripts/cluster/ and tests/k8s/lib.sh. Every setting can be
+# overridden from the environment.
+
+KUBE_VERSION=1.20.2
+TETRIS_CACHE="${TETRIS_CACHE:-$HOME/.cache/tetris}"
+KUBE_CACHE="$TETRIS_CACHE/kubernetes-$KUBE_VERSION"
+KUBE_BIN="$KUBE_CACHE/bin"
+
+# Everything a running cluster owns lives under CLUSTER_DIR.
+CLUSTER_DIR="${TETRIS_CLUSTER_DIR:-/tmp/tetris-cluster}"
+KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
+
+# Loopback ports. kubelet's are fixed by its config file below.
+ETCD_CLIENT_PORT="${TETRIS_ETCD_PORT:-2379}"
+ETCD_PEER_PORT="${TETRIS_ETCD_PEER_PORT:-2380}"
+APISERVER_PORT="${TETRIS_APISERVER_PORT:-6443}"
+SCHEDULER_HEALTH_PORT="${TETRIS_SCHEDULER_HEALTH_PORT:-10251}"
+DEFAULT_SCHEDULER_HEALTH_PORT="${TETRIS_DEFAULT_SCHEDULER_HEALTH_PORT:-10261}"
+CONTROLLER_MANAGER_PORT="${TETRIS_CONTROLLER_MANAGER_PORT:-10252}"
+
+# The real node's name and the extender the tetris-scheduler calls.
+NODE_NAME="${TETRIS_NODE_NAME:-tetris-node-0}"
+EXTENDER_URL="${TETRIS_EXTENDER_URL:-http://127.0.0.1:8888}"
+EXTENDER_IGNORABLE="${TETRIS_EXTENDER_IGNORABLE:-true}"
+API_NODES="${TETRIS_API_NODES:-0}"
+# A stock kube-scheduler for pods without a schedulerName (DaemonSet pods
+# among them); 0 leaves such pods Pending.
+DEFAULT_SCHEDULER="${TETRIS_DEFAULT_SCHEDULER:-1}"
+
+
+log() {
+    echo "ts=$(date -u +%Y-%m-%dT%H:%M:%SZ) prog=${PROG:-cluster} $*" >&2
+}
+
+die() {
+    log "level=error $*"
+    exit 1
+}
+
+# apt_require PKG... installs the Debian packages that are not installed yet.
+apt_require() {
+    _missing=""
+    for _p in "$@"; do
+        dpkg-query -W -f='${Status}' "$_p" 2>/dev/null | grep -q "install ok installed" ||
+            _missing="$_missing $_p"
+    done
+    [ -z "$_missing" ] && return 0
+    log "event=apt-install packages=\"$_missing\""
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || die "event=apt-update-failed"
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $_missing >/dev/null ||
+        die "event=apt-install-failed packages=\"$_missing\""
+}
+
+# kc ARGS... runs kubectl against the local cluster.
+kc() {
+    kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"
+}
+
+# wait_for SECONDS DESCRIPTION COMMAND... retries COMMAND every half second.
+wait_for() {
+    _limit=$(( $1 * 2 )); _what="$2"; shift 2
+    _i=0
+    while ! "$@" >/dev/null 2>&1; do
+        _i=$((_i + 1))
+        [ "$_i" -ge "$_limit" ] && return 1
+        sleep 0.5
+    done
+    log "event=ready what=$_what"
+}
+
+# pid_alive FILE: the process whose pid FILE holds is running.
+pid_alive() {
+    [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# start_daemon NAME COMMAND... runs COMMAND in its own session, logging to
+# $CLUSTER_DIR/logs/NAME.log. Its pid file records "PID EXECUTABLE" so that
+# stop_daemon never signals an unrelated process that reused the pid.
+start_daemon() {
+    _name="$1"; shift
+    _pidf="$CLUSTER_DIR/run/$_name.pid"
+    daemon_running "$_name" && return 0
+    [ -x "$(command -v "$1")" ] || die "event=missing-program daemon=$_name path=$1"
+    mkdir -p "$CLUSTER_DIR/run" "$CLUSTER_DIR/logs"
+    # Not the cluster-up lock (fd 8) nor the build lock (fd 9): a daemon
+    # holding them would block every later cluster-up and cluster-down.
+    setsid "$@" >>"$CLUSTER_DIR/logs/$_name.log" 2>&1 </dev/null 8>&- 9>&- &
+    echo "$! $(command -v "$1")" >"$_pidf"
+    log "event=started daemon=$_name pid=$! log=$CLUSTER_DIR/logs/$_name.log"
+}
+
+# daemon_running NAME: NAME's recorded process is alive and is what we started.
+daemon_running() {
+    _pidf="$CLUSTER_DIR/run/$1.pid"
+    [ -f "$_pidf" ] || return 1
+    read -r _pid _exe <"$_pidf" || return 1
+    [ "$(readlink "/proc/$_pid/exe" 2>/dev/null)" = "$(readlink -f "$_exe")" ]
+}
+
+# stop_daemon NAME: SIGTERM, then SIGKILL after 10 s.
+stop_daemon() {
+    _pidf="$CLUSTER_DIR/run/$1.pid"
+    if daemon_running "$1"; then
+        read -r _pid _exe <"$_pidf"
+        kill -TERM "$_pid" 2>/dev/null || true
+        _i=0
+        while daemon_running "$1" && [ "$_i" -lt 20 ]; do sleep 0.5; _i=$((_i + 1)); done
+        daemon_running "$1" && kill -KILL "$_pid" 2>/dev/null
+        log "event=stopped daemon=$1 pid=$_pid"
+    fi
+    rm -f "$_pidf"
+}
+
+# api_token: the static bearer token of the cluster's admin user.
+api_token() {
+    cat "$CLUSTER_DIR/pki/admin.token"
+}
+
+# apiserver_ready: /readyz answers ok over TLS with the cluster's CA.
+apiserver_ready() {
+    curl -fsS --max-time 2 --cacert "$CLUSTER_DIR/pki/ca.crt" \
+        -H "Authorization: Bearer $(api_token)" \
+        "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1
+}

@@ -1,0 +1,126 @@
+# tests/k8s/lib.sh - helpers for end-to-end tests on the local cluster
+# (scripts/cluster-up.sh). Source it from a test (POSIX sh):
+#
+#   . "$(dirname "$0")/lib.sh"
+#   k8s_cluster_up                 # starts the cluster unless it runs
+#   k8s_namespace smoke            # a fresh namespace in $K8S_NS, removed at exit
+#   kc -n "$K8S_NS" apply -f pod.yaml
+#   k8s_wait_bound "$K8S_NS" mypod  # its node in $K8S_NODE
+#
+# The cluster is shared: the first test that needs it starts it and every
+# later test (and the next `make test`) reuses it; `make cluster-down` stops
+# it. Tests change only what they create, in their own namespaces.
+
+K8S_ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+PROG="$(basename "$0" .sh)"
+. "$K8S_ROOT/scripts/cluster/common.sh"
+export KUBECONFIG="$KUBECONFIG_FILE"
+
+# Generous bounds for things that either happen or are broken; never a
+# performance assertion.
+K8S_TIMEOUT="${TETRIS_K8S_TIMEOUT:-180}"
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# k8s_skip_unless_possible: a cluster needs root and kubectl; without them
+# the test says SKIP and succeeds.
+k8s_skip_unless_possible() {
+    if [ "$(id -u)" != 0 ]; then echo "SKIP: $PROG needs root" >&2; exit 0; fi
+    if ! command -v kubectl >/dev/null; then echo "SKIP: $PROG needs kubectl" >&2; exit 0; fi
+}
+
+# k8s_cluster_up: the cluster, started if needed (the first time this builds
+# Kubernetes: minutes). Images are the tests' business (k8s_image).
+k8s_cluster_up() {
+    TETRIS_IMAGE=0 "$K8S_ROOT/scripts/cluster-up.sh" >/dev/null ||
+        fail "cluster-up failed; logs in $CLUSTER_DIR/logs"
+}
+
+# k8s_api_nodes COUNT: API-only nodes tetris-api-node-1..COUNT exist.
+k8s_api_nodes() {
+    "$K8S_ROOT/scripts/cluster/api-nodes.sh" "$1" || fail "cannot create $1 API-only nodes"
+}
+
+# k8s_restart_scheduler: tetris-scheduler again with the current TETRIS_EXTENDER_*.
+k8s_restart_scheduler() {
+    "$K8S_ROOT/scripts/cluster/scheduler.sh" --restart || fail "scheduler restart failed"
+}
+
+# k8s_image [NAME]: the project's programs under test ($TETRIS_BIN) packed
+# and imported as NAME (default tetris:latest); repacked only on change.
+k8s_image() {
+    "$K8S_ROOT/deploy/images/build.sh" -b "${TETRIS_BIN:-$K8S_ROOT/bin}" -n "${1:-tetris:latest}" ||
+        fail "image build failed"
+}
+
+# k8s_tools_image: tetris-test-tools:latest, a shell and a few coreutils
+# from this machine, for pods that only move files around.
+k8s_tools_image() {
+    ctr --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io images ls -q |
+        grep -q '/tetris-test-tools:latest$' && return 0
+    set -- -x /bin/sh:/bin/sh
+    for tool in cat ls sleep id; do set -- "$@" -x "$(command -v $tool):/bin/$tool"; done
+    "$K8S_ROOT/scripts/cluster/pack-image.sh" -n tetris-test-tools:latest -e /bin/sh -i "$@" ||
+        fail "tools image failed"
+}
+
+# k8s_namespace PREFIX: creates PREFIX-<random> and sets K8S_NS to it (not
+# printed: a command substitution's subshell would lose the cleanup). It and
+# its pods go when the test exits, as do the paths in K8S_CLEANUP_PATHS.
+k8s_namespace() {
+    K8S_NS="$1-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
+    kc create namespace "$K8S_NS" >/dev/null || fail "cannot create namespace $K8S_NS"
+    K8S_NAMESPACES="${K8S_NAMESPACES:-} $K8S_NS"
+    trap k8s_cleanup EXIT
+    trap 'exit 1' INT TERM
+}
+
+# Pods bound to API-only nodes never terminate (no kubelet confirms), so
+# they are force-deleted once their namespace is terminating (from then on
+# no controller can create new ones there).
+k8s_cleanup() {
+    for _ns in ${K8S_NAMESPACES:-}; do
+        kc delete namespace "$_ns" --wait=false >/dev/null 2>&1
+        kc -n "$_ns" delete pods --all --grace-period=0 --force --wait=false >/dev/null 2>&1
+    done
+    for _p in ${K8S_CLEANUP_PATHS:-}; do rm -rf "$_p"; done
+}
+
+# k8s_wait_bound NS POD: waits until POD has a node; sets K8S_NODE to it.
+k8s_wait_bound() {
+    _i=0
+    while [ "$_i" -lt $((K8S_TIMEOUT * 2)) ]; do
+        K8S_NODE="$(kc -n "$1" get pod "$2" -o jsonpath='{.spec.nodeName}' 2>/dev/null)"
+        [ -n "$K8S_NODE" ] && return 0
+        sleep 0.5
+        _i=$((_i + 1))
+    done
+    k8s_describe "$1" "$2"
+    fail "pod $1/$2 not bound within ${K8S_TIMEOUT}s"
+}
+
+# k8s_wait_phase NS POD PHASE: waits until POD reaches PHASE (Running,
+# Succeeded, ...); a pod that reaches Failed instead fails the test.
+k8s_wait_phase() {
+    _i=0
+    while [ "$_i" -lt $((K8S_TIMEOUT * 2)) ]; do
+        _phase="$(kc -n "$1" get pod "$2" -o jsonpath='{.status.phase}' 2>/dev/null)"
+        [ "$_phase" = "$3" ] && return 0
+        if [ "$_phase" = Failed ] && [ "$3" != Failed ]; then
+            k8s_describe "$1" "$2"
+            fail "pod $1/$2 Failed while waiting for $3"
+        fi
+        sleep 0.5
+        _i=$((_i + 1))
+    done
+    k8s_describe "$1" "$2"
+    fail "pod $1/$2 not $3 within ${K8S_TIMEOUT}s (phase: ${_phase:-none})"
+}
+
+# k8s_describe NS POD: the pod's status and events, on stderr, for failures.
+k8s_describe() {
+    kc -n "$1" describe pod "$2" >&2 2>/dev/null || true
+}
