@@ -30,7 +30,7 @@ enum {
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: tetris-autoscaler plan --profile FILE --rps R --slo-ms T [options]\n"
+        "usage: tetris-autoscaler plan --profile PROFILE --rps R --slo-ms T [options]\n"
         "       tetris-autoscaler run --function NAME=PROFILE... --slo-ms T\n"
         "                             (--trace NAME=FILE... | --prometheus URL) [options]\n"
         "\n"
@@ -75,7 +75,7 @@ static void usage(FILE *f)
         "  --help, --version\n"
         "\n"
         "exit status: 0 ok, 1 bad usage or input, 2 no config meets the SLO,\n"
-        "3 --exact found no plan in time, 4 Kubernetes API unreachable at start\n",
+        "3 --exact found no plan in time, 4 Kubernetes API unreachable or refusing at start\n",
         RATE_DEFAULT_QUERY, TETRIS_VERSION);
 }
 
@@ -86,6 +86,19 @@ static int exit_for(int rc)
         return EXIT_INFEASIBLE;
     case TETRIS_E_TIMEOUT:
         return EXIT_SOLVER;
+    default:
+        return EXIT_USAGE;
+    }
+}
+
+/* Loading profiles and traces: the cluster's fault, or the input's. */
+static int exit_for_load(int rc)
+{
+    switch (-rc) {
+    case TETRIS_E_UNAVAILABLE:
+    case TETRIS_E_TIMEOUT:
+    case TETRIS_E_DENIED:
+        return EXIT_CLUSTER;
     default:
         return EXIT_USAGE;
     }
@@ -146,9 +159,9 @@ static int cmd_plan(int argc, char **argv)
         {"exact", no_argument, NULL, 'x'},          {"sharing", no_argument, NULL, 'S'},
         {"resident", no_argument, NULL, 'R'},       {"latency", required_argument, NULL, 'l'},
         {"time-limit-ms", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"kubeconfig", required_argument, NULL, 'k'},    {NULL, 0, NULL, 0},
     };
-    const char *path = NULL;
+    const char *path = NULL, *kubeconfig = NULL;
     double rps = -1, limit_ms = 10000;
     bool exact = false;
     plan_options o = {.latency = PROFILE_STAT_P95};
@@ -157,6 +170,7 @@ static int cmd_plan(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case 'f': path = optarg; break;
+        case 'k': kubeconfig = optarg; break;
         case 'r': if (parse_double("--rps", optarg, 0, &rps) < 0) return EXIT_USAGE; break;
         case 's': if (parse_double("--slo-ms", optarg, 0, &o.slo_ms) < 0) return EXIT_USAGE; break;
         case 'a': if (parse_double("--alpha", optarg, 0, &o.alpha) < 0) return EXIT_USAGE; break;
@@ -183,10 +197,10 @@ static int cmd_plan(int argc, char **argv)
         return EXIT_USAGE;
     }
     profile *p = NULL;
-    int rc = profile_load(path, &p, &err);
+    int rc = as_profile_load(path, kubeconfig, &p, &err);
     if (rc < 0) {
         fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
-        return EXIT_USAGE;
+        return exit_for_load(rc);
     }
     plan pl;
     double start = now_ms();
@@ -250,7 +264,7 @@ static as_function *find_function(run_config *rc, const char *name)
     return NULL;
 }
 
-/* --function NAME=PROFILE */
+/* --function NAME=PROFILE (a file or configmap:NS/NAME) */
 static int add_function(run_config *rc, const char *arg, tetris_error *err)
 {
     cleanup_free char *name = strdup(arg);
@@ -268,7 +282,7 @@ static int add_function(run_config *rc, const char *arg, tetris_error *err)
     if (find_function(rc, name) != NULL)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "--function %s given twice", name);
     profile *p = NULL;
-    int r = profile_load(eq + 1, &p, err);
+    int r = as_profile_load(eq + 1, rc->kubeconfig, &p, err);
     if (r < 0)
         return r;
     as_function **grown = realloc(rc->fns, (rc->n_fns + 1) * sizeof *grown);
@@ -286,7 +300,7 @@ static int add_function(run_config *rc, const char *arg, tetris_error *err)
     return 0;
 }
 
-/* --trace NAME=FILE, after the --function it belongs to */
+/* --trace NAME=FILE for a --function NAME */
 static int add_trace(run_config *rc, const char *arg, tetris_error *err)
 {
     cleanup_free char *name = strdup(arg);
@@ -298,8 +312,7 @@ static int add_trace(run_config *rc, const char *arg, tetris_error *err)
     *eq = '\0';
     as_function *fn = find_function(rc, name);
     if (fn == NULL)
-        return tetris_fail(err, TETRIS_E_INVAL, 0,
-                           "--trace %s: no --function %s before it", arg, name);
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "--trace %s: no --function %s", arg, name);
     if (fn->trace != NULL)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "--trace for %s given twice", name);
     return rate_trace_load(eq + 1, &fn->trace, err);
@@ -490,11 +503,20 @@ static int cmd_run(int argc, char **argv)
     char quoted[600];
     double v;
     int c, status = EXIT_USAGE;
+    /* Profiles load once every option is known (a ConfigMap needs the
+     * kubeconfig); at most one --function and one --trace per argument. */
+    cleanup_free const char **function_args = calloc((size_t)argc, sizeof(char *));
+    cleanup_free const char **trace_args = calloc((size_t)argc, sizeof(char *));
+    size_t n_function_args = 0, n_trace_args = 0;
+    if (function_args == NULL || trace_args == NULL) {
+        fprintf(stderr, "tetris-autoscaler: out of memory\n");
+        return EXIT_USAGE;
+    }
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int r = 0;
         switch (c) {
-        case OPT_FUNCTION: r = add_function(&rc, optarg, &err); break;
-        case OPT_TRACE: r = add_trace(&rc, optarg, &err); break;
+        case OPT_FUNCTION: function_args[n_function_args++] = optarg; break;
+        case OPT_TRACE: trace_args[n_trace_args++] = optarg; break;
         case OPT_PROMETHEUS: rc.prometheus = optarg; break;
         case OPT_QUERY: rc.query = optarg; break;
         case OPT_DRY_RUN: rc.dry_run = true; break;
@@ -546,6 +568,15 @@ static int cmd_run(int argc, char **argv)
         }
     }
     rc.deploy.plan = rc.policy.plan;
+    for (size_t i = 0; i < n_function_args + n_trace_args; i++) {
+        int r = i < n_function_args ? add_function(&rc, function_args[i], &err)
+                                    : add_trace(&rc, trace_args[i - n_function_args], &err);
+        if (r < 0) {
+            fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
+            status = exit_for_load(r);
+            goto out;
+        }
+    }
     if (optind != argc || rc.n_fns == 0 || !(rc.policy.plan.slo_ms > 0)) {
         fprintf(stderr, "tetris-autoscaler run: needs --function NAME=PROFILE and --slo-ms > 0\n");
         goto out;

@@ -112,6 +112,11 @@ struct as_actuator {
     as_deploy_options deploy;
 };
 
+/* A profile from a file, or from a ConfigMap's "profile.yaml" when source
+ * is "configmap:NS/NAME" (through kubeconfig, or in-cluster if NULL). */
+int as_profile_load(const char *source, const char *kubeconfig, profile **out,
+                    tetris_error *err);
+
 /* Prints each action as a JSON line on stdout instead of doing it. */
 int as_actuator_dry_run(const as_deploy_options *o, as_actuator **out, tetris_error *err);
 /* Acts through the Kubernetes API (kubeconfig path, or in-cluster if NULL). */

@@ -32,8 +32,8 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
                                const as_deploy_options *o)
 {
     const profile_config *cfg = &fn->prof->configs[config];
-    char name[256], key[96], cpu[32], memory[32], batch[16], concurrency[16], model[1024],
-        port[16];
+    char name[256], key[96], cpu[32], memory[32], batch[16], concurrency[16], threads[16],
+        model[1024], port[16];
     as_deployment_name(fn, config, name, sizeof name);
     as_config_key(cfg, key, sizeof key);
     snprintf(cpu, sizeof cpu, "%ldm", lround(cfg->c * 1000.0));
@@ -42,6 +42,8 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
     snprintf(memory, sizeof memory, "%ldMi", lround(ceil(plan_instance_mib(cfg, &o->plan))));
     snprintf(batch, sizeof batch, "%d", cfg->b);
     snprintf(concurrency, sizeof concurrency, "%d", cfg->p);
+    /* As profiled: c CPUs shared by p workers, c/p intra-op threads each. */
+    snprintf(threads, sizeof threads, "%d", (int)fmax(1, floor(cfg->c / cfg->p)));
     snprintf(model, sizeof model, "%s/%s", o->model_dir,
              fn->prof->model_file ? fn->prof->model_file : fn->prof->model);
     snprintf(port, sizeof port, "%d", o->port);
@@ -51,8 +53,9 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
     json_t *selector = json_pack("{s:s, s:s}", "faas_function", fn->name, "tetris.io/config", key);
     json_t *pod_labels = json_pack("{s:s, s:s}", "faas_function", fn->name, "tetris.io/config",
                                    key);
-    json_t *env = json_pack("[o, o, o, o, o]", env_var("TETRIS_BATCH", batch),
+    json_t *env = json_pack("[o, o, o, o, o, o]", env_var("TETRIS_BATCH", batch),
                             env_var("TETRIS_CONCURRENCY", concurrency),
+                            env_var("TETRIS_THREADS", threads),
                             env_var("TETRIS_MODEL", model), env_var("TETRIS_STORE", o->store_dir),
                             env_var("TETRIS_PORT", port));
     json_t *resources = json_pack("{s:{s:s, s:s}, s:{s:s, s:s}}", "requests", "cpu", cpu,

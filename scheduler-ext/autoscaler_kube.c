@@ -98,6 +98,43 @@ static int kube_apply(as_actuator *a, as_function *fn, const as_change *ch, tetr
     return 0;
 }
 
+int as_profile_load(const char *source, const char *kubeconfig, profile **out,
+                    tetris_error *err)
+{
+    static const char scheme[] = "configmap:";
+    /* The key and name pattern `tetris-profiler job` stores profiles under. */
+    static const char key[] = "profile.yaml";
+    if (strncmp(source, scheme, sizeof scheme - 1) != 0)
+        return profile_load(source, out, err);
+    const char *ref = source + sizeof scheme - 1;
+    const char *slash = strchr(ref, '/');
+    if (slash == NULL || slash == ref || slash[1] == '\0' || strchr(slash + 1, '/') != NULL)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: expected configmap:NAMESPACE/NAME",
+                           source);
+    char path[512];
+    int n = snprintf(path, sizeof path, "/api/v1/namespaces/%.*s/configmaps/%s",
+                     (int)(slash - ref), ref, slash + 1);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: name too long", source);
+    kube_client *client = NULL;
+    int rc = kube_client_new(kubeconfig, &client, err);
+    if (rc < 0)
+        return tetris_wrap(err, "%s", source);
+    json_t *cm = NULL;
+    rc = kube_get(client, path, &cm, err);
+    kube_client_free(client);
+    if (rc < 0)
+        return tetris_wrap(err, "%s", source);
+    const char *yaml = json_string_value(json_object_get(json_object_get(cm, "data"), key));
+    if (yaml == NULL)
+        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: the ConfigMap has no data key %s",
+                         source, key);
+    else
+        rc = profile_parse(yaml, strlen(yaml), source, out, err);
+    json_decref(cm);
+    return rc;
+}
+
 static void kube_destroy(as_actuator *a)
 {
     kube_actuator *k = (kube_actuator *)a;

@@ -5,7 +5,8 @@
 # decides in dry-run mode (DTS scale-out, hysteretic scale-in); the
 # Deployments carry the OpenFaaS label, tetris env, resources, read-only
 # store volume and tetris-scheduler; their pods are created and bound by
-# tetris-scheduler; a restarted autoscaler adopts the replicas it left.
+# tetris-scheduler; a restarted autoscaler adopts the replicas it left; a
+# profile stored as a ConfigMap (as `tetris-profiler job` does) plans the same.
 lib="$(dirname "$0")/../k8s/lib.sh"
 [ -f "$lib" ] || { echo "SKIP: no tests/k8s/lib.sh (the cluster test helpers)" >&2; exit 0; }
 . "$lib"
@@ -70,7 +71,7 @@ check .spec.replicas "$final"
 check '.metadata.labels.faas_function' fn
 check '.spec.template.spec.schedulerName' tetris-scheduler
 check '.spec.template.spec.containers[0].env | map("\(.name)=\(.value)") | join(",")' \
-    "TETRIS_BATCH=1,TETRIS_CONCURRENCY=1,TETRIS_MODEL=/models/two-configs,TETRIS_STORE=/dev/shm/tetris,TETRIS_PORT=8080"
+    "TETRIS_BATCH=1,TETRIS_CONCURRENCY=1,TETRIS_THREADS=1,TETRIS_MODEL=/models/two-configs,TETRIS_STORE=/dev/shm/tetris,TETRIS_PORT=8080"
 check '.spec.template.spec.containers[0].resources.requests.memory' 100Mi
 check '.spec.template.spec.containers[0].volumeMounts[0].readOnly' true
 
@@ -98,4 +99,17 @@ grep -q "event=adopt function=fn deployment=fn-c1000-m100-b1-p1 replicas=$final"
 if grep -q 'event=\(create\|scale\)' "$tmp/adopt.log"; then
     fail "adopting run acted: $(cat "$tmp/adopt.log")"
 fi
+# The profile from a ConfigMap's profile.yaml gives the same decisions.
+kc -n "$ns" create configmap tetris-profile-two-configs --from-file=profile.yaml="$profile" >/dev/null ||
+    fail "cannot create the profile ConfigMap"
+# shellcheck disable=SC2086
+"$bin/tetris-autoscaler" run --dry-run --kubeconfig "$KUBECONFIG_FILE" \
+    $(echo $args | sed "s|fn=$profile|fn=configmap:$ns/tetris-profile-two-configs|") \
+    >"$tmp/dry-cm" 2>"$tmp/dry-cm.log" || fail "dry run from ConfigMap: $(cat "$tmp/dry-cm.log")"
+cmp -s "$tmp/dry" "$tmp/dry-cm" || fail "ConfigMap profile decides differently: $(cat "$tmp/dry-cm")"
+rc=0
+"$bin/tetris-autoscaler" plan --kubeconfig "$KUBECONFIG_FILE" --rps 10 --slo-ms 50 \
+    --profile "configmap:$ns/no-such-profile" >/dev/null 2>"$tmp/err" || rc=$?
+[ $rc -eq 1 ] || fail "missing ConfigMap: exit $rc, want 1"
+grep -q "configmap:$ns/no-such-profile" "$tmp/err" || fail "missing ConfigMap message: $(cat "$tmp/err")"
 echo "ok: autoscaler on the cluster"

@@ -56,7 +56,7 @@ check '.spec.template.metadata.labels.faas_function' fn
 check '.spec.selector.matchLabels["tetris.io/config"]' c1000-m100-b1-p1
 check .spec.template.spec.schedulerName tetris-scheduler
 check '.spec.template.spec.containers[0].env | map("\(.name)=\(.value)") | join(",")' \
-    "TETRIS_BATCH=1,TETRIS_CONCURRENCY=1,TETRIS_MODEL=/models/two-configs,TETRIS_STORE=/dev/shm/tetris,TETRIS_PORT=8080"
+    "TETRIS_BATCH=1,TETRIS_CONCURRENCY=1,TETRIS_THREADS=1,TETRIS_MODEL=/models/two-configs,TETRIS_STORE=/dev/shm/tetris,TETRIS_PORT=8080"
 check '.spec.template.spec.containers[0].resources.requests.cpu' 1000m
 check '.spec.template.spec.containers[0].resources.limits.memory' 100Mi
 check '.spec.template.spec.containers[0].volumeMounts[0].readOnly' true
