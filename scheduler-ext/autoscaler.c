@@ -264,6 +264,23 @@ static as_function *find_function(run_config *rc, const char *name)
     return NULL;
 }
 
+/* Each config becomes a Deployment named by its key: two configs with one
+ * key would fight over the same Deployment. */
+static int check_distinct_configs(const profile *p, tetris_error *err)
+{
+    for (size_t i = 0; i < p->n_configs; i++)
+        for (size_t j = 0; j < i; j++) {
+            char a[96], b[96];
+            as_config_key(&p->configs[i], a, sizeof a);
+            as_config_key(&p->configs[j], b, sizeof b);
+            if (strcmp(a, b) == 0)
+                return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                                   "profile %s: configs %zu and %zu are both %s", p->model, j,
+                                   i, a);
+        }
+    return 0;
+}
+
 /* --function NAME=PROFILE (a file or configmap:NS/NAME) */
 static int add_function(run_config *rc, const char *arg, tetris_error *err)
 {
@@ -285,6 +302,10 @@ static int add_function(run_config *rc, const char *arg, tetris_error *err)
     int r = as_profile_load(eq + 1, rc->kubeconfig, &p, err);
     if (r < 0)
         return r;
+    if ((r = check_distinct_configs(p, err)) < 0) {
+        profile_free(p);
+        return r;
+    }
     as_function **grown = realloc(rc->fns, (rc->n_fns + 1) * sizeof *grown);
     if (grown == NULL) {
         profile_free(p);
