@@ -140,10 +140,11 @@ static json_t *plan_json(const profile *p, const plan *pl, const plan_options *o
                                plan_capacity_rps(cfg, o->latency)));
     }
     json_t *out = json_pack(
-        "{s:s, s:b, s:s, s:f, s:f, s:s, s:f, s:b, s:b, s:o, s:i, s:f, s:f, s:f, s:f, s:f}",
+        "{s:s, s:b, s:s, s:f, s:f, s:s, s:f, s:b, s:b, s:s, s:o, s:i, s:f, s:f, s:f, s:f, s:f}",
         "model", p->model, "measured", p->measured, "algorithm", exact ? "ilp" : "dts", "rps",
         rps, "slo_ms", o->slo_ms, "latency", profile_stat_name(o->latency), "alpha", o->alpha,
-        "sharing", o->sharing, "resident", o->resident, "configs", configs, "instances",
+        "sharing", o->sharing, "resident", o->resident, "space", plan_space_name(o->space),
+        "configs", configs, "instances",
         (int)pl->instances, "memory_mib", pl->memory_mib, "shared_mib", pl->shared_mib, "cpus",
         pl->cpus, "covered_rps", pl->covered_rps, "decision_time_ms", decision_ms);
     if (exact)
@@ -159,7 +160,8 @@ static int cmd_plan(int argc, char **argv)
         {"exact", no_argument, NULL, 'x'},          {"sharing", no_argument, NULL, 'S'},
         {"resident", no_argument, NULL, 'R'},       {"latency", required_argument, NULL, 'l'},
         {"time-limit-ms", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-        {"kubeconfig", required_argument, NULL, 'k'},    {NULL, 0, NULL, 0},
+        {"kubeconfig", required_argument, NULL, 'k'},    {"space", required_argument, NULL, 'c'},
+        {NULL, 0, NULL, 0},
     };
     const char *path = NULL, *kubeconfig = NULL;
     double rps = -1, limit_ms = 10000;
@@ -180,6 +182,12 @@ static int cmd_plan(int argc, char **argv)
         case 'R': o.resident = true; break;
         case 'l':
             if (profile_stat_parse(optarg, &o.latency, &err) < 0) {
+                fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'c':
+            if (plan_space_parse(optarg, &o.space, &err) < 0) {
                 fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
                 return EXIT_USAGE;
             }
@@ -480,7 +488,8 @@ static int cmd_run(int argc, char **argv)
         OPT_FUNCTION = 256, OPT_TRACE, OPT_PROMETHEUS, OPT_QUERY, OPT_DRY_RUN, OPT_KUBECONFIG,
         OPT_INTERVAL, OPT_HEADROOM, OPT_IN_HEADROOM, OPT_COOLDOWN, OPT_WINDOW, OPT_MIN,
         OPT_REALTIME, OPT_DURATION, OPT_NAMESPACE, OPT_IMAGE, OPT_PULL, OPT_STORE, OPT_MODEL_DIR,
-        OPT_PORT, OPT_SCHEDULER, OPT_SLO, OPT_ALPHA, OPT_SHARING, OPT_LATENCY, OPT_HELP,
+        OPT_PORT, OPT_SCHEDULER, OPT_SLO, OPT_ALPHA, OPT_SHARING, OPT_LATENCY, OPT_SPACE,
+        OPT_HELP,
     };
     static const struct option longopts[] = {
         {"function", required_argument, NULL, OPT_FUNCTION},
@@ -508,6 +517,7 @@ static int cmd_run(int argc, char **argv)
         {"alpha", required_argument, NULL, OPT_ALPHA},
         {"sharing", no_argument, NULL, OPT_SHARING},
         {"latency", required_argument, NULL, OPT_LATENCY},
+        {"space", required_argument, NULL, OPT_SPACE},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -578,6 +588,7 @@ static int cmd_run(int argc, char **argv)
             rc.deploy.port = (int)v;
             break;
         case OPT_LATENCY: r = profile_stat_parse(optarg, &rc.policy.plan.latency, &err); break;
+        case OPT_SPACE: r = plan_space_parse(optarg, &rc.policy.plan.space, &err); break;
         case OPT_HELP: usage(stdout); status = EXIT_OK; goto out;
         default: usage(stderr); goto out;
         }

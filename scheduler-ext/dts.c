@@ -27,6 +27,38 @@ bool plan_meets_slo(const profile_config *cfg, const plan_options *o)
     return cfg->b == 1 ? l <= o->slo_ms : l <= o->slo_ms / 2.0;
 }
 
+bool plan_eligible(const profile_config *cfg, const plan_options *o)
+{
+    if ((o->space == PLAN_SPACE_BATCHING && cfg->p != 1) ||
+        (o->space == PLAN_SPACE_CONCURRENCY && cfg->b != 1))
+        return false;
+    return plan_meets_slo(cfg, o);
+}
+
+int plan_space_parse(const char *s, enum plan_space *out, tetris_error *err)
+{
+    for (int i = PLAN_SPACE_ALL; i <= PLAN_SPACE_CONCURRENCY; i++)
+        if (strcmp(s, plan_space_name((enum plan_space)i)) == 0) {
+            *out = (enum plan_space)i;
+            return 0;
+        }
+    return tetris_fail(err, TETRIS_E_INVAL, 0,
+                       "config space '%s': expected all, batching or concurrency", s);
+}
+
+const char *plan_space_name(enum plan_space space)
+{
+    switch (space) {
+    case PLAN_SPACE_ALL:
+        return "all";
+    case PLAN_SPACE_BATCHING:
+        return "batching";
+    case PLAN_SPACE_CONCURRENCY:
+        return "concurrency";
+    }
+    return "?";
+}
+
 double plan_instance_mib(const profile_config *cfg, const plan_options *o)
 {
     return o->sharing ? (double)cfg->private_bytes / MIB : cfg->m_mib;
@@ -61,7 +93,11 @@ int plan_check(const profile *p, const plan_options *o, tetris_error *err)
 int plan_fail_infeasible(const profile *p, const plan_options *o, tetris_error *err)
 {
     double best_single = INFINITY, best_batched = INFINITY;
+    plan_options in_space = *o;
+    in_space.slo_ms = INFINITY; /* eligible but for the SLO */
     for (size_t i = 0; i < p->n_configs; i++) {
+        if (!plan_eligible(&p->configs[i], &in_space))
+            continue;
         double l = profile_config_latency(&p->configs[i], o->latency);
         if (p->configs[i].b == 1)
             best_single = fmin(best_single, l);
@@ -69,11 +105,15 @@ int plan_fail_infeasible(const profile *p, const plan_options *o, tetris_error *
             best_batched = fmin(best_batched, l);
     }
     return tetris_fail(err, TETRIS_E_NOTFOUND, 0,
-                       "model %s: no config meets the SLO of %g ms (%s latency): the fastest "
+                       "model %s: no config%s meets the SLO of %g ms (%s latency): the fastest "
                        "b=1 config takes %g ms (needs <= %g), the fastest b>1 config takes "
                        "%g ms (needs <= %g)",
-                       p->model, o->slo_ms, profile_stat_name(o->latency), best_single,
-                       o->slo_ms, best_batched, o->slo_ms / 2.0);
+                       p->model,
+                       o->space == PLAN_SPACE_BATCHING      ? " with p=1"
+                       : o->space == PLAN_SPACE_CONCURRENCY ? " with b=1"
+                                                            : "",
+                       o->slo_ms, profile_stat_name(o->latency), best_single, o->slo_ms,
+                       best_batched, o->slo_ms / 2.0);
 }
 
 void plan_total(plan *pl, const profile *p, const plan_options *o)
@@ -161,13 +201,14 @@ int dts_plan(const profile *p, double rps, const plan_options *o, plan *out,
         return 0;
 
     /* Lines 5-8 of Algorithm 1 skip configs that miss the SLO; they can never
-     * be chosen, so leave them out of the ranking altogether. */
+     * be chosen, so leave them (and those outside the space) out of the
+     * ranking altogether. */
     cleanup_free candidate *cand = calloc(p->n_configs, sizeof *cand);
     if (cand == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "%zu candidates", p->n_configs);
     size_t n = 0;
     for (size_t i = 0; i < p->n_configs; i++)
-        if (plan_meets_slo(&p->configs[i], o))
+        if (plan_eligible(&p->configs[i], o))
             cand[n++] = (candidate){.config = i,
                                     .capacity_rps = plan_capacity_rps(&p->configs[i], o->latency)};
     if (n == 0)

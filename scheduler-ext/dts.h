@@ -20,12 +20,20 @@
 #include "error.h"
 #include "profile.h"
 
+/* Which configs may be chosen: all, or the baselines' restricted spaces. */
+enum plan_space {
+    PLAN_SPACE_ALL = 0,
+    PLAN_SPACE_BATCHING,    /* p = 1: batching only (INFless-like) */
+    PLAN_SPACE_CONCURRENCY, /* b = 1: concurrency only (Photons-like) */
+};
+
 typedef struct plan_options {
     double slo_ms;
     double alpha;                 /* MiB per CPU in the memory term; 0 = memory only */
     enum profile_stat latency;    /* which latency statistic is l */
     bool sharing;                 /* memory term = marginal memory (needs private_bytes) */
     bool resident;                /* with sharing: tensors already resident, none pays them */
+    enum plan_space space;
 } plan_options;
 
 typedef struct plan_entry {
@@ -51,6 +59,11 @@ typedef struct plan {
 double plan_capacity_rps(const profile_config *cfg, enum profile_stat latency);
 /* The SLO rule of constraints (2) and (3). */
 bool plan_meets_slo(const profile_config *cfg, const plan_options *o);
+/* In the config space and meeting the SLO: may be chosen. */
+bool plan_eligible(const profile_config *cfg, const plan_options *o);
+/* Parses "all", "batching" or "concurrency". */
+int plan_space_parse(const char *s, enum plan_space *out, tetris_error *err);
+const char *plan_space_name(enum plan_space space);
 /* The instance's own memory, MiB: m_mib, or private memory with sharing. */
 double plan_instance_mib(const profile_config *cfg, const plan_options *o);
 /* The model's tensors, MiB (largest shared_bytes over its configs). */
@@ -58,7 +71,7 @@ double plan_shared_mib(const profile *p);
 /* Checks that options and profile fit together (sharing needs every config's
  * private_bytes); -TETRIS_E_INVAL with the reason when not. */
 int plan_check(const profile *p, const plan_options *o, tetris_error *err);
-/* -TETRIS_E_NOTFOUND naming the fastest configs, for when none meets the SLO. */
+/* -TETRIS_E_NOTFOUND naming the fastest configs, for when none is eligible. */
 int plan_fail_infeasible(const profile *p, const plan_options *o, tetris_error *err);
 /* Fills instances, memory, cpus and covered rate from the entries. */
 void plan_total(plan *pl, const profile *p, const plan_options *o);

@@ -39,7 +39,7 @@ static int build(glp_prob *lp, const profile *p, double rps, const plan_options 
         double capacity = plan_capacity_rps(cfg, o->latency);
         glp_set_col_kind(lp, col, GLP_IV);
         glp_set_obj_coef(lp, col, plan_instance_mib(cfg, o) + o->alpha * cfg->c);
-        if (plan_meets_slo(cfg, o)) {
+        if (plan_eligible(cfg, o)) {
             /* More than ceil(R / capacity) of one config never helps. */
             glp_set_col_bnds(lp, col, GLP_DB, 0.0, ceil(rps / capacity));
             (*feasible)++;

@@ -7,7 +7,8 @@
  *              sum_i x_i b_i p_i / l_i >= R          (4)
  *              x_i in N                              (5)
  *
- * (2) and (3) fix x_i = 0 for configs that miss the SLO. The memory term m_i
+ * (2) and (3) fix x_i = 0 for configs that miss the SLO (and for those
+ * outside a restricted config space, dts.h). The memory term m_i
  * is the one of dts.h (with alpha*c_i, and with sharing the private memory
  * plus the tensors once), so DTS and the optimum are compared on the same
  * objective. The problem is a knapsack cover and NP-hard: use it to measure

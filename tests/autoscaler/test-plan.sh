@@ -55,6 +55,16 @@ true
 got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50 --alpha 1000)
 [ "$got" = "2/2/3 900" ] || fail "alpha: $got"
 
+# Restricted spaces, for the baselines: batching only (p=1) leaves A (b=1,
+# p=1) and excludes B (p=2); concurrency only (b=1) likewise. With B out at
+# 1000 MiB per CPU, A it is.
+got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50 --alpha 1000 --space batching)
+[ "$got" = "1/1/5 500" ] || fail "batching only: $got"
+got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50 --alpha 1000 --space concurrency)
+[ "$got" = "1/1/5 500" ] || fail "concurrency only: $got"
+[ "$("$bin" plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 50 --space batching | jq -r .space)" = batching ] ||
+    fail "space not reported"
+
 # Bad input: exit 1 and a message naming the problem.
 expect_usage() {
     rc=0
@@ -73,6 +83,7 @@ expect_usage plan --profile "$here/two-configs.profile.yaml" --rps -3 --slo-ms 1
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --latency p50
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --resident
+expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --space both
 expect_usage frobnicate
 "$bin" --help | grep -q "exit status" || fail "--help"
 "$bin" --version | grep -q "tetris-autoscaler" || fail "--version"

@@ -249,6 +249,47 @@ START_TEST(sharing_needs_private_bytes)
 }
 END_TEST
 
+/* Restricted config spaces, the baselines' choices (all 100 MiB):
+ *   P b=1 p=1 l=10 (100 rps)  Q b=4 p=1 l=20 (200)  R b=1 p=4 l=25 (160)
+ *   S b=4 p=4 l=40 (400)
+ * 400 rps under 100 ms: all -> 1 S; batching (p=1) -> 2 Q; concurrency
+ * (b=1) -> 3 R. */
+START_TEST(restricted_spaces)
+{
+    profile_config c[4] = {cfg(1, 100, 1, 1, 10), cfg(1, 100, 4, 1, 20), cfg(1, 100, 1, 4, 25),
+                           cfg(1, 100, 4, 4, 40)};
+    profile p = {.model = "spaces", .configs = c, .n_configs = 4};
+    plan_options o = slo(100);
+    plan pl;
+    plan_ok(&p, 400, &o, &pl);
+    ck_assert_uint_eq(count_of(&pl, 3), 1);
+    ck_assert_uint_eq(pl.instances, 1);
+    plan_clear(&pl);
+    o.space = PLAN_SPACE_BATCHING;
+    plan_ok(&p, 400, &o, &pl);
+    ck_assert_uint_eq(count_of(&pl, 1), 2);
+    ck_assert_uint_eq(pl.instances, 2);
+    plan_clear(&pl);
+    o.space = PLAN_SPACE_CONCURRENCY;
+    plan_ok(&p, 400, &o, &pl);
+    ck_assert_uint_eq(count_of(&pl, 2), 3);
+    ck_assert_uint_eq(pl.instances, 3);
+    plan_clear(&pl);
+
+    tetris_error err = {0};
+    o = slo(8);
+    o.space = PLAN_SPACE_BATCHING;
+    ck_assert_int_eq(dts_plan(&p, 400, &o, &pl, &err), -TETRIS_E_NOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no config with p=1 meets the SLO of 8 ms"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "fastest b>1 config takes 20 ms"));
+
+    enum plan_space space;
+    ck_assert_int_eq(plan_space_parse("concurrency", &space, &err), 0);
+    ck_assert_int_eq(space, PLAN_SPACE_CONCURRENCY);
+    ck_assert_int_eq(plan_space_parse("both", &space, &err), -TETRIS_E_INVAL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dts");
@@ -262,6 +303,7 @@ int main(void)
     tcase_add_test(tc, latency_statistic_changes_the_choice);
     tcase_add_test(tc, sharing_makes_memory_marginal);
     tcase_add_test(tc, sharing_needs_private_bytes);
+    tcase_add_test(tc, restricted_spaces);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);

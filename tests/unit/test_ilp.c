@@ -73,6 +73,16 @@ START_TEST(constraints_two_and_three_exclude_slow_configs)
     ck_assert_uint_eq(count_of(&pl, 1), 2);
     plan_clear(&pl);
 
+    /* At 60 ms the batched config wins, unless the space is concurrency only
+     * (b=1). */
+    o.slo_ms = 60;
+    o.space = PLAN_SPACE_CONCURRENCY;
+    ilp_ok(&p, 130, &o, &pl);
+    ck_assert_uint_eq(count_of(&pl, 1), 2);
+    ck_assert_uint_eq(pl.n_entries, 1);
+    plan_clear(&pl);
+    o.space = PLAN_SPACE_ALL;
+
     tetris_error err = {0};
     o.slo_ms = 5;
     ck_assert_int_eq(ilp_plan(&p, 130, &o, TIME_LIMIT_MS, &pl, &err), -TETRIS_E_NOTFOUND);
