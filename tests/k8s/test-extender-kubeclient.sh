@@ -5,8 +5,6 @@
 # certificate, and in-cluster service-account files (token + CA) with the
 # server given explicitly. Each run creates, lists (paged), watches,
 # patches (3 content types), deletes, binds a pod and scales a deployment.
-# The local cluster's helpers come with scripts/cluster-up.sh.
-[ -f "$(dirname "$0")/lib.sh" ] || { echo "SKIP: $0 needs tests/k8s/lib.sh" >&2; exit 0; }
 . "$(dirname "$0")/lib.sh"
 
 k8s_skip_unless_possible

@@ -4,8 +4,6 @@
 # manifest ConfigMaps and writes the pin file tetris-reclaimer --pin-file
 # reads: exactly the distinct digests of the models in use there (finished
 # pods and other nodes' pods do not count); when the pods go, so do the pins.
-# The local cluster's helpers come with scripts/cluster-up.sh.
-[ -f "$(dirname "$0")/lib.sh" ] || { echo "SKIP: $0 needs tests/k8s/lib.sh" >&2; exit 0; }
 . "$(dirname "$0")/lib.sh"
 
 k8s_skip_unless_possible
