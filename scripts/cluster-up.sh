@@ -65,7 +65,7 @@ apt_require etcd-server containerd runc containernetworking-plugins umoci \
 # The real node's reclaimer (the DaemonSet, hostNetwork) serves its
 # inventory on loopback; API-only nodes name their own port.
 kc annotate --overwrite node "$NODE_NAME" \
-    "tetris.io/inventory-url=http://127.0.0.1:${TETRIS_RECLAIMER_PORT:-9100}/inventory" >/dev/null
+    "tetris.io/inventory-url=http://127.0.0.1:${TETRIS_RECLAIMER_PORT:-9464}/inventory" >/dev/null
 "$HELPERS/api-nodes.sh" "$API_NODES"
 
 if [ "${TETRIS_IMAGE:-1}" != 0 ] && ls "$ROOT"/bin/tetris-* >/dev/null 2>&1; then

@@ -1,6 +1,7 @@
 #!/bin/sh
 # build.sh - the project's OCI image: every program in a bin directory, the
-# shared libraries they load and libonnxruntime, in /usr/local/{bin,lib}.
+# shared libraries they load and libonnxruntime, in /usr/local/{bin,lib}, and
+# /bin/sh.
 # Packed with umoci (scripts/cluster/pack-image.sh); when the local cluster
 # runs, imported into its containerd. Skips the work when the inputs have not
 # changed since the last import.
@@ -35,6 +36,9 @@ for p in "$bin_dir"/*; do
 done
 [ $# -gt 0 ] || die "event=no-programs dir=$bin_dir hint=\"run make\""
 set -- "$@" -f "$ort:/usr/local/lib/libonnxruntime.so.1"
+# libonnxruntime popen()s a shell while creating a session and crashes on a
+# NULL dereference when there is none.
+set -- "$@" -x /bin/sh:/bin/sh -x "$(command -v hostname):/bin/hostname"
 
 if [ -n "$out" ]; then
     exec "$ROOT/scripts/cluster/pack-image.sh" -n "$name" "$@" -o "$out"

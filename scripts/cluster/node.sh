@@ -139,6 +139,13 @@ start_kubelet() {
         --node-labels "tetris.io/node-kind=real"
     wait_for 120 "node $NODE_NAME" node_ready ||
         die "event=node-not-ready node=$NODE_NAME log=$CLUSTER_DIR/logs/kubelet.log"
+    # The apiserver taints a new node not-ready; the node lifecycle
+    # controller would clear it but does not run here (it would also mark
+    # the API-only nodes, which send no heartbeats, unreachable).
+    if kc get node "$NODE_NAME" -o jsonpath='{.spec.taints[*].key}' | grep -q node.kubernetes.io/not-ready; then
+        kc taint node "$NODE_NAME" node.kubernetes.io/not-ready- >/dev/null ||
+            die "event=untaint-failed node=$NODE_NAME"
+    fi
 }
 
 write_configs

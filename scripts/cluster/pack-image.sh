@@ -96,10 +96,13 @@ triplet="$(gcc -print-multiarch)"
 printf '/usr/local/lib\n/lib/%s\n/usr/lib/%s\n' "$triplet" "$triplet" >"$rootfs/etc/ld.so.conf"
 ldconfig -r "$rootfs" 2>/dev/null || die "event=ldconfig-failed"
 
+# The layer is GNU tar's: umoci 0.4.7's own walker (umoci insert) truncates
+# large files such as libonnxruntime.
+tar --numeric-owner --owner=0 --group=0 -C "$rootfs" -cf "$work/layer.tar" .
 img="$work/oci:$tag"
 umoci init --layout "$work/oci"
 umoci new --image "$img"
-umoci insert --image "$img" "$rootfs" /
+umoci raw add-layer --image "$img" "$work/layer.tar"
 set -- --config.env PATH=/usr/local/bin:/usr/bin:/bin --config.workingdir /
 [ -n "$entrypoint" ] && set -- "$@" --config.entrypoint "$entrypoint"
 umoci config --image "$img" "$@"

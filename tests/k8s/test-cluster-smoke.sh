@@ -5,8 +5,9 @@
 #     their inventory is;
 #  3. with the tetris extender down and ignorable, tetris-scheduler still
 #     binds a pod to one of them;
-#  4. a pod on the real node reads a /dev/shm directory mounted read-only
-#     (writes fail) and hands its findings back through a hostPath file.
+#  4. a pod that tetris-scheduler places on the real node reads a /dev/shm
+#     directory mounted read-only (writes fail) and hands its findings back
+#     through a hostPath file.
 . "$(dirname "$0")/lib.sh"
 
 k8s_skip_unless_possible
@@ -16,6 +17,9 @@ k8s_cluster_up
 kc get --raw /readyz >/dev/null || fail "apiserver not ready through $KUBECONFIG_FILE"
 [ "$(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ] ||
     fail "node $NODE_NAME not Ready"
+if kc get node "$NODE_NAME" -o jsonpath='{.spec.taints[*].key}' | grep -q not-ready; then
+    fail "$NODE_NAME still tainted not-ready"
+fi
 
 # 2. Three API-only nodes.
 k8s_api_nodes 3
@@ -81,7 +85,9 @@ kind: Pod
 metadata:
   name: on-real-node
 spec:
-  nodeName: $NODE_NAME
+  schedulerName: tetris-scheduler
+  nodeSelector:
+    kubernetes.io/hostname: $NODE_NAME
   hostNetwork: true
   restartPolicy: Never
   containers:
