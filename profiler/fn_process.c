@@ -51,9 +51,12 @@ static void exec_child(const struct fn_process_options *o, int out_fd)
             _exit(126);
         close(fd);
     }
-    int log_fd = open(o->log_path != NULL ? o->log_path : "/dev/null",
-                      O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (log_fd < 0 || dup2(out_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)
+    if (o->log_path != NULL) {
+        int log_fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (log_fd < 0 || dup2(log_fd, STDERR_FILENO) < 0)
+            _exit(127);
+    }
+    if (dup2(out_fd, STDOUT_FILENO) < 0)
         _exit(127);
     const char *argv[] = {o->function_bin, "--listen", "127.0.0.1:0",
                           o->store_dir == NULL ? "--private" : o->direct ? "--direct" : NULL,
@@ -162,7 +165,7 @@ int fn_process_start(const struct fn_process_options *o, fn_process *out, tetris
         waitpid(pid, NULL, 0);
         out->pid = -1;
         return tetris_wrap(err, "%s (log: %s)", o->function_bin,
-                           o->log_path != NULL ? o->log_path : "none");
+                           o->log_path != NULL ? o->log_path : "stderr");
     }
     return 0;
 }

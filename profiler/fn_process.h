@@ -19,7 +19,7 @@ struct fn_process_options {
     int batch, concurrency, threads;
     double max_wait_ms;
     const char *cgroup_procs; /* cgroup.procs to join before exec, or NULL */
-    const char *log_path;     /* its stderr (NULL: /dev/null) */
+    const char *log_path;     /* its stderr goes here (NULL: ours) */
     int ready_timeout_s;      /* default 120 */
 };
 
