@@ -32,6 +32,7 @@ if daemon_running kube-apiserver && apiserver_ready; then
     pod_uids="$(kc get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)"
 fi
 
+stop_daemon api-node-reaper
 stop_daemon kubelet
 
 # Pod containers: kill and remove every task and container of the cluster's

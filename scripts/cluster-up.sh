@@ -67,6 +67,7 @@ apt_require etcd-server containerd runc containernetworking-plugins umoci \
 kc annotate --overwrite node "$NODE_NAME" \
     "tetris.io/inventory-url=http://127.0.0.1:${TETRIS_RECLAIMER_PORT:-9464}/inventory" >/dev/null
 "$HELPERS/api-nodes.sh" "$API_NODES"
+start_daemon api-node-reaper /bin/sh "$HELPERS/api-node-reaper.sh"
 
 if [ "${TETRIS_IMAGE:-1}" != 0 ] && ls "$ROOT"/bin/tetris-* >/dev/null 2>&1; then
     "$ROOT/deploy/images/build.sh" -b "$ROOT/bin"

@@ -102,15 +102,17 @@ daemon_running() {
     [ "$(readlink "/proc/$_pid/exe" 2>/dev/null)" = "$(readlink -f "$_exe")" ]
 }
 
-# stop_daemon NAME: SIGTERM, then SIGKILL after 10 s.
+# stop_daemon NAME: SIGTERM, then SIGKILL after 10 s, to the daemon's
+# process group (start_daemon made it one; a script daemon's children are in
+# it too).
 stop_daemon() {
     _pidf="$CLUSTER_DIR/run/$1.pid"
     if daemon_running "$1"; then
         read -r _pid _exe <"$_pidf"
-        kill -TERM "$_pid" 2>/dev/null || true
+        kill -TERM -- "-$_pid" 2>/dev/null || kill -TERM "$_pid" 2>/dev/null || true
         _i=0
         while daemon_running "$1" && [ "$_i" -lt 20 ]; do sleep 0.5; _i=$((_i + 1)); done
-        daemon_running "$1" && kill -KILL "$_pid" 2>/dev/null
+        daemon_running "$1" && kill -KILL -- "-$_pid" 2>/dev/null
         log "event=stopped daemon=$1 pid=$_pid"
     fi
     rm -f "$_pidf"

@@ -4,7 +4,7 @@
 #  2. API-only nodes exist, schedulable (no not-ready taint) and say where
 #     their inventory is;
 #  3. with the tetris extender down and ignorable, tetris-scheduler still
-#     binds a pod to one of them;
+#     binds a pod to one of them, and deleting it completes;
 #  4. a pod that tetris-scheduler places on the real node reads a /dev/shm
 #     directory mounted read-only (writes fail) and hands its findings back
 #     through a hostPath file.
@@ -71,6 +71,10 @@ kc -n "$ns" get events --field-selector involvedObject.name=on-api-node,reason=S
     -o jsonpath='{.items[*].reportingComponent}' | grep -qw tetris-scheduler ||
     fail "no Scheduled event from tetris-scheduler for on-api-node"
 [ "$extender_down" = 1 ] && echo "extender down, pod bound to $K8S_NODE" >&2
+# No kubelet confirms the deletion of a pod on an API-only node: the
+# cluster's api-node-reaper does, so an ordinary delete completes.
+kc -n "$ns" delete pod on-api-node --timeout="${K8S_TIMEOUT}s" >/dev/null ||
+    fail "deleting on-api-node did not complete (api-node-reaper)"
 
 # 4. Read-only store on the real node, output through a hostPath file.
 k8s_tools_image
