@@ -17,9 +17,10 @@ cleanup() {
     for p in $BG_PIDS; do kill -KILL "$p" 2>/dev/null; done
     if [ -n "$DAEMON_PID" ]; then kill -KILL "$DAEMON_PID" 2>/dev/null; fi
     wait 2>/dev/null
-    rm -rf "$STORE" "$WORK"
+    [ -n "${KEEP_WORK:-}" ] || rm -rf "$STORE" "$WORK"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
 
 fail() {
     echo "FAIL $T_NAME: $*" >&2

@@ -7,3 +7,4 @@ SHELL_TESTS += tests/reclaimer/test-prometheus.sh
 SHELL_TESTS += tests/reclaimer/test-cgroup.sh
 SHELL_TESTS += tests/reclaimer/test-crash.sh
 SHELL_TESTS += tests/reclaimer/test-inventory-scrub.sh
+SHELL_TESTS += tests/reclaimer/test-agent.sh
