@@ -247,6 +247,8 @@ static int measure_config(const struct profile_run_options *o, const struct conf
                      "quota; c is only the intra-op thread count\"",
                      cerr.msg);
             *cpu_limit_ok = false;
+        } else {
+            log_info("event=cpu-limit cgroup=%s cpus=%g", cpu_cgroup_path(cg), cr->c);
         }
     }
     if (o->log_dir != NULL)
@@ -290,6 +292,8 @@ static int measure_config(const struct profile_run_options *o, const struct conf
         *err = stop_err;
         r = -stop_err.code;
     }
+    if (cg != NULL)
+        log_info("event=cpu-limit-removed cgroup=%s", cpu_cgroup_path(cg));
     cpu_cgroup_remove(cg);
     if (r == 0)
         r = batch_latency(&lr, &out->latency_ms, err);

@@ -52,8 +52,11 @@ grep -q 'batch=2 concurrency=2' "$WORK"/logs/function-*.log || fail "b=2 p=2 nev
 # Not a terminal: no progress bar; and no cgroup left behind.
 if grep -q "$(printf '\r')" "$WORK/profile.log"; then fail "progress bar without a terminal"; fi
 if grep -q 'CPU limited by cgroup quota' "$y"; then
-    cg=$(find /sys/fs/cgroup/cpu* /sys/fs/cgroup -maxdepth 6 -type d -name 'tetris-profiler-*' 2>/dev/null | head -1)
-    [ -z "$cg" ] || fail "cgroup left behind: $cg"
+    cgs=$(sed -n 's/.*event=cpu-limit cgroup=\([^ ]*\).*/\1/p' "$WORK/profile.log")
+    [ "$(printf '%s\n' "$cgs" | wc -l)" = 4 ] || fail "want a cgroup per config: $cgs"
+    for cg in $cgs; do
+        [ ! -d "$cg" ] || fail "cgroup left behind: $cg"
+    done
     echo "ok profile with a cgroup CPU quota"
 else
     grep -q 'event=no-cpu-limit' "$WORK/profile.log" || fail "no CPU limit and no warning"
