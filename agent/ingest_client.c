@@ -429,14 +429,22 @@ static int exchange(int sock, const char *request, const int *fds, size_t n_fds,
                     int64_t deadline_ms, json_t **reply, tetris_error *err)
 {
     int rc = ingest_send_message(sock, request, strlen(request), fds, n_fds, deadline_ms, err);
-    if (rc < 0)
+    bool send_failed = rc < 0;
+    if (rc < 0 && rc != -TETRIS_E_UNAVAILABLE)
         return rc;
+    /* A daemon that turns a client away (too many connections) answers and
+     * closes before reading: its reason is still waiting in the socket. */
+    tetris_error send_err;
+    if (send_failed)
+        send_err = *err;
     cleanup_free char *text = NULL;
     size_t len;
     rc = ingest_recv_message(sock, INGEST_MAX_MESSAGE_BYTES, &text, &len, NULL, 0, NULL,
                              deadline_ms, err);
+    if (rc < 0 && send_failed)
+        *err = send_err;
     if (rc < 0)
-        return rc;
+        return send_failed ? -send_err.code : rc;
     json_error_t jerr;
     *reply = json_loadb(text, len, 0, &jerr);
     if (*reply == NULL)

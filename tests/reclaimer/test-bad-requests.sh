@@ -138,4 +138,21 @@ grep -q "listen on 127.0.0.1:$HTTP_PORT" "$WORK/busy.log" || fail "busy port err
 daemon_alive || fail "daemon died"
 stop_daemon
 note "command line errors: exit 2; unusable address or store: exit 1"
+
+# Connection limit: the third concurrent instance is turned away and loads
+# privately; the first two keep their references.
+start_daemon --max-connections 2 --scrub-rate 0
+hold "$WORK/m.safetensors" "$WORK/h1.json"; H1=$HOLD_PID
+hold "$WORK/other.safetensors" "$WORK/h2.json"; H2=$HOLD_PID
+"$PROBE" load --store "$STORE" "$WORK/m.safetensors" >"$WORK/h3.json" 2>>"$WORK/probe.log"
+grep -q '"fallback":true' "$WORK/h3.json" && grep -q "too many connections" "$WORK/h3.json" ||
+    fail "third connection not refused: $(cat "$WORK/h3.json")"
+[ "$(metric tetris_ingest_connections)" = 2 ] || fail "connections gauge $(metric tetris_ingest_connections)"
+release "$H1"
+wait_until 30 '[ "$(metric tetris_ingest_connections)" = 1 ]' || fail "closed connection still counted"
+"$PROBE" load --store "$STORE" "$WORK/m.safetensors" >"$WORK/h4.json" 2>>"$WORK/probe.log"
+grep -q '"fallback":false' "$WORK/h4.json" || fail "a freed slot was not reusable: $(cat "$WORK/h4.json")"
+release "$H2"
+stop_daemon
+note "connection limit: refused politely, slot reused"
 echo "ok $T_NAME"
