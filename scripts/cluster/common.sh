@@ -109,10 +109,13 @@ stop_daemon() {
     _pidf="$CLUSTER_DIR/run/$1.pid"
     if daemon_running "$1"; then
         read -r _pid _exe <"$_pidf"
-        kill -TERM -- "-$_pid" 2>/dev/null || kill -TERM "$_pid" 2>/dev/null || true
+        kill -TERM "-$_pid" 2>/dev/null || kill -TERM "$_pid" 2>/dev/null || true
         _i=0
         while daemon_running "$1" && [ "$_i" -lt 20 ]; do sleep 0.5; _i=$((_i + 1)); done
-        daemon_running "$1" && kill -KILL -- "-$_pid" 2>/dev/null
+        if daemon_running "$1"; then
+            kill -KILL "-$_pid" 2>/dev/null || kill -KILL "$_pid" 2>/dev/null
+            while daemon_running "$1"; do sleep 0.1; done
+        fi
         log "event=stopped daemon=$1 pid=$_pid"
     fi
     rm -f "$_pidf"
