@@ -29,9 +29,13 @@
  *            + one fd per sources[] entry, in order
  *   reply    {"ok":true,"holder":ID,"ingested_bytes":N,
  *             "tensors":[{"status":"resident"|"ingested"|"rejected",
- *                         "reason":S (rejected only)}, ...]}  (request order)
+ *                         "error":CODE,"reason":S (rejected only)}, ...]}
+ *            (request order; CODE "full" when the store is at capacity,
+ *            "corrupt" when the bytes do not hash to the claimed digest)
  *   error    {"ok":false,"error":CODE,"message":S}; the daemon then closes
- *            the connection. CODE is tetris_code_name() of the failure.
+ *            the connection. CODE is tetris_code_name() of the failure. A
+ *            daemon at its connection limit sends this ("unavailable") at
+ *            once, without reading the request.
  *   request  {"op":"report_fallback","label":S,"reason":S}
  *   reply    {"ok":true}
  * The sources' paths are informational (logs); the daemon only trusts the
