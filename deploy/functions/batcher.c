@@ -9,6 +9,19 @@
 #include "batcher.h"
 #include "log.h"
 
+/* A worker's scratch space, sized once for the largest batch. */
+struct scratch {
+    fn_request **reqs;
+    uint64_t *seeds;
+    OrtValue **inputs, **outputs;
+};
+
+struct worker {
+    batcher *b;
+    pthread_t thread;
+    struct scratch s;
+};
+
 struct batcher {
     const ort_model *m;
     const ort_io *io;
@@ -21,8 +34,8 @@ struct batcher {
     size_t depth;
     uint64_t batches;
     bool draining;
-    pthread_t *workers;
-    int n_workers;
+    struct worker *workers; /* concurrency entries */
+    int n_workers;          /* started */
 };
 
 static double now_ms(void)
@@ -49,19 +62,13 @@ static void fail_request(fn_request *req, const tetris_error *err)
     snprintf(req->error, sizeof(req->error), "%s", err->msg);
 }
 
-/* A worker's scratch space, sized once for the largest batch. */
-struct scratch {
-    fn_request **reqs;
-    uint64_t *seeds;
-    OrtValue **inputs, **outputs;
-};
-
 static void scratch_free(struct scratch *s)
 {
     free(s->reqs);
     free(s->seeds);
     free(s->inputs);
     free(s->outputs);
+    memset(s, 0, sizeof(*s));
 }
 
 static int scratch_alloc(struct scratch *s, const batcher *b)
@@ -183,27 +190,22 @@ static size_t next_batch(batcher *b, fn_request **reqs, uint64_t *id)
 
 static void *worker_main(void *arg)
 {
-    batcher *b = arg;
-    struct scratch s = {0};
-    if (scratch_alloc(&s, b) < 0) {
-        log_error("event=worker-failed error=\"out of memory\"");
-        return NULL;
-    }
+    struct worker *w = arg;
+    batcher *b = w->b;
     pthread_mutex_lock(&b->lock);
     for (;;) {
         uint64_t id;
-        size_t n = next_batch(b, s.reqs, &id);
+        size_t n = next_batch(b, w->s.reqs, &id);
         if (n == 0)
             break;
         pthread_mutex_unlock(&b->lock);
-        run_batch(b, &s, n, id);
+        run_batch(b, &w->s, n, id);
         pthread_mutex_lock(&b->lock);
         for (size_t j = 0; j < n; j++)
-            s.reqs[j]->done = true;
+            w->s.reqs[j]->done = true;
         pthread_cond_broadcast(&b->done);
     }
     pthread_mutex_unlock(&b->lock);
-    scratch_free(&s);
     return NULL;
 }
 
@@ -235,7 +237,14 @@ int batcher_new(const ort_model *m, const ort_io *io, const struct batcher_optio
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
     for (int i = 0; i < o->concurrency; i++) {
-        if ((r = pthread_create(&b->workers[i], NULL, worker_main, b)) != 0) {
+        b->workers[i].b = b;
+        if (scratch_alloc(&b->workers[i].s, b) < 0) {
+            batcher_free(b);
+            return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+        }
+    }
+    for (int i = 0; i < o->concurrency; i++) {
+        if ((r = pthread_create(&b->workers[i].thread, NULL, worker_main, &b->workers[i])) != 0) {
             batcher_free(b);
             return tetris_fail(err, TETRIS_E_IO, r, "cannot start worker %d", i);
         }
@@ -285,7 +294,9 @@ void batcher_free(batcher *b)
         return;
     batcher_drain(b);
     for (int i = 0; i < b->n_workers; i++)
-        pthread_join(b->workers[i], NULL);
+        pthread_join(b->workers[i].thread, NULL);
+    for (int i = 0; b->workers != NULL && i < b->o.concurrency; i++)
+        scratch_free(&b->workers[i].s);
     free(b->workers);
     pthread_cond_destroy(&b->work);
     pthread_cond_destroy(&b->done);
