@@ -498,16 +498,32 @@ static void send_error(struct conn *c, int code, const char *msg)
     json_decref(reply);
 }
 
-/* Waits for the next request or a stop; false when the connection ends. */
+/* Waits for the next request or a stop; false when the connection ends.
+ * A connection that holds references may stay idle for ever (it is the
+ * client's liveness); one that holds none must send a request within the
+ * request timeout, so idle connections cannot use up the slots. */
 static bool wait_for_request(struct conn *c)
 {
     struct pollfd p[2] = {
         {.fd = c->sock, .events = POLLIN},
         {.fd = c->srv->stop_pipe[0], .events = POLLIN},
     };
+    int64_t deadline = c->holder == NULL ? request_deadline(c->srv->d) : 0;
     for (;;) {
-        int n = poll(p, 2, -1);
+        int timeout = -1;
+        if (deadline > 0) {
+            int64_t left = deadline - ingest_now_ms();
+            if (left <= 0) {
+                log_info("event=ingest-idle-timeout pid=%d", (int)c->pid);
+                send_error(c, TETRIS_E_TIMEOUT, "no request within the request timeout");
+                return false;
+            }
+            timeout = (int)left;
+        }
+        int n = poll(p, 2, timeout);
         if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0)
             continue;
         if (n < 0 || p[1].revents != 0)
             return false;

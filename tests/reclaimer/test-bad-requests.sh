@@ -42,6 +42,7 @@ expect_error "garbage bytes" "exceeds" sh -c "printf 'hello, daemon' | $PROBE se
 expect_error "huge length" "exceeds" sh -c "printf '\377\377\377\377{}' | $PROBE send --socket $SOCK --raw"
 expect_error "truncated message" closed sh -c "printf '\144\0\0\0{\"op\"' | $PROBE send --socket $SOCK --raw"
 expect_error "stalled client" "timed out" sh -c "printf '\144\0\0\0{\"op\"' | $PROBE send --socket $SOCK --raw --no-eof"
+expect_error "idle connection" "no request within" sh -c "printf '' | $PROBE send --socket $SOCK --raw --no-eof"
 expect_error "empty message" "not JSON" sh -c "printf '\0\0\0\0' | $PROBE send --socket $SOCK --raw"
 expect_error "not JSON" "not JSON" sh -c "printf 'op=ingest' | $PROBE send --socket $SOCK"
 expect_error "JSON array" "unknown op" sh -c "printf '[1,2]' | $PROBE send --socket $SOCK"
