@@ -39,9 +39,14 @@ apt_require golang-go rsync jq golang-github-modern-go-reflect2-dev ca-certifica
 # the machine's debian.sources: the system's apt setup stays untouched.
 APT_DIR="$KUBE_CACHE/apt"
 mkdir -p "$APT_DIR/lists/partial" "$APT_DIR/sources.list.d" "$KUBE_CACHE/src"
-src_list=/etc/apt/sources.list.d/debian.sources
-[ -f "$src_list" ] || die "event=no-apt-sources file=$src_list"
-sed 's/^Types:.*/Types: deb-src/' "$src_list" >"$APT_DIR/sources.list.d/debian-src.sources"
+if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    sed 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
+        >"$APT_DIR/sources.list.d/debian-src.sources"
+elif [ -f /etc/apt/sources.list ]; then
+    sed -n 's/^deb /deb-src /p' /etc/apt/sources.list >"$APT_DIR/sources.list.d/debian-src.list"
+else
+    die "event=no-apt-sources want=/etc/apt/sources.list.d/debian.sources"
+fi
 cat >"$APT_DIR/apt.conf" <<CONF
 Dir::Etc::SourceList "/dev/null";
 Dir::Etc::SourceParts "$APT_DIR/sources.list.d";

@@ -13,7 +13,7 @@ KUBE_BIN="$KUBE_CACHE/bin"
 CLUSTER_DIR="${TETRIS_CLUSTER_DIR:-/tmp/tetris-cluster}"
 KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
 
-# Loopback ports. kubelet's are fixed by its config file below.
+# Loopback ports. The kubelet's (10250, 10248) are in node.sh's config.
 ETCD_CLIENT_PORT="${TETRIS_ETCD_PORT:-2379}"
 ETCD_PEER_PORT="${TETRIS_ETCD_PEER_PORT:-2380}"
 APISERVER_PORT="${TETRIS_APISERVER_PORT:-6443}"
@@ -29,7 +29,6 @@ API_NODES="${TETRIS_API_NODES:-0}"
 # A stock kube-scheduler for pods without a schedulerName (DaemonSet pods
 # among them); 0 leaves such pods Pending.
 DEFAULT_SCHEDULER="${TETRIS_DEFAULT_SCHEDULER:-1}"
-
 
 log() {
     echo "ts=$(date -u +%Y-%m-%dT%H:%M:%SZ) prog=${PROG:-cluster} $*" >&2
@@ -71,11 +70,6 @@ wait_for() {
         sleep 0.5
     done
     log "event=ready what=$_what"
-}
-
-# pid_alive FILE: the process whose pid FILE holds is running.
-pid_alive() {
-    [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
 }
 
 # start_daemon NAME COMMAND... runs COMMAND in its own session, logging to

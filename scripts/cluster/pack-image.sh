@@ -78,11 +78,9 @@ done
 
 # Split NAME into repository and tag and spell the repository the way the
 # kubelet normalises image names (docker.io/library/x, localhost/x, ...).
-case "$name" in
-*:*) repo="${name%:*}" tag="${name##*:}" ;;
-*) repo="$name" tag=latest ;;
-esac
-case "$repo" in */*/* | */*) first="${repo%%/*}" ;; *) first="" ;; esac
+repo="$name" tag=latest
+case "${name##*/}" in *:*) repo="${name%:*}" tag="${name##*:}" ;; esac
+case "$repo" in */*) first="${repo%%/*}" ;; *) first="" ;; esac
 case "$first" in
 "") repo="docker.io/library/$repo" ;;
 *.* | *:* | localhost) ;;
