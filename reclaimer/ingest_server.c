@@ -426,9 +426,10 @@ static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, js
     clock_gettime(CLOCK_MONOTONIC, &t1);
     observe_duration(d, (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
     char q[300];
-    log_info("event=ingest pid=%d label=%s tensors=%zu ingested=%zu rejected=%zu bytes=%llu",
-             (int)c->pid, log_quote(rq.label, q, sizeof(q)), rq.n_tensors, ingested, rejected,
-             (unsigned long long)ingested_bytes);
+    log_info("event=ingest pid=%d uid=%u label=%s tensors=%zu ingested=%zu rejected=%zu "
+             "bytes=%llu",
+             (int)c->pid, (unsigned)c->uid, log_quote(rq.label, q, sizeof(q)), rq.n_tensors,
+             ingested, rejected, (unsigned long long)ingested_bytes);
     return rc;
 }
 

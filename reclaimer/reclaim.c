@@ -511,7 +511,8 @@ struct duty {
 
 static bool duty_due(const struct duty *t, int64_t now_us)
 {
-    return t->last_start_us == 0 || now_us - t->last_start_us >= t->last_cost_us * 100 / DUTY_PERCENT;
+    return t->last_start_us == 0 ||
+           now_us - t->last_start_us >= t->last_cost_us * 100 / DUTY_PERCENT;
 }
 
 static void duty_done(struct duty *t, int64_t start_us, int64_t end_us)

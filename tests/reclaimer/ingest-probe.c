@@ -319,9 +319,11 @@ static int cmd_load(int argc, char **argv)
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    double load_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    double load_ms =
+        (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     char q[600];
-    printf("{\"pid\":%d,\"load_ms\":%.3f,\"tensors\":%zu,\"resident\":%zu,\"ingested\":%zu,\"rejected\":%zu,"
+    printf("{\"pid\":%d,\"load_ms\":%.3f,\"tensors\":%zu,\"resident\":%zu,\"ingested\":%zu,"
+           "\"rejected\":%zu,"
            "\"mapped_bytes\":%" PRIu64 ",\"private_bytes\":%" PRIu64 ",\"fallback\":%s,"
            "\"reason\":%s}\n",
            (int)getpid(), load_ms, m->n_tensors, r.resident, r.ingested, r.rejected, r.mapped_bytes,
