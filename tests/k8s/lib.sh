@@ -120,6 +120,18 @@ k8s_wait_phase() {
     fail "pod $1/$2 not $3 within ${K8S_TIMEOUT}s (phase: ${_phase:-none})"
 }
 
+# k8s_pod_log NS POD [CONTAINER]: what POD's container (default: its first)
+# wrote, stdout and stderr interleaved, from the kubelet's log files on this
+# machine (`kubectl logs` cannot reach a kubelet on loopback).
+k8s_pod_log() {
+    _uid="$(kc -n "$1" get pod "$2" -o jsonpath='{.metadata.uid}')" || return 1
+    _c="${3:-$(kc -n "$1" get pod "$2" -o jsonpath='{.spec.containers[0].name}')}"
+    # CRI log lines: TIMESTAMP STREAM P|F TEXT (P: partial line, continued).
+    for _f in /var/log/pods/"$1_$2_$_uid/$_c"/*.log; do
+        [ -f "$_f" ] && cut -d' ' -f4- "$_f"
+    done
+}
+
 # k8s_describe NS POD: the pod's status and events, on stderr, for failures.
 k8s_describe() {
     kc -n "$1" describe pod "$2" >&2 2>/dev/null || true

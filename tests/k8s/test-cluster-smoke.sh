@@ -115,6 +115,7 @@ spec:
     - -c
     - |
       cat /store/tensor >/out/read
+      echo "smoke log line"
       if (echo x >/store/tensor) 2>/dev/null; then echo writable; else echo read-only; fi >/out/mode
     volumeMounts:
     - { name: store, mountPath: /store, readOnly: true }
@@ -127,4 +128,6 @@ k8s_wait_phase "$ns" on-real-node Succeeded
 [ "$(cat "$out/read" 2>/dev/null)" = "$token" ] || fail "pod read '$(cat "$out/read" 2>/dev/null)', want '$token'"
 [ "$(cat "$out/mode" 2>/dev/null)" = read-only ] || fail "store mount is $(cat "$out/mode" 2>/dev/null), want read-only"
 [ "$(cat "$store/tensor")" = "$token" ] || fail "the pod changed the read-only store"
+k8s_pod_log "$ns" on-real-node | grep -qx "smoke log line" ||
+    fail "k8s_pod_log does not show what the pod printed: $(k8s_pod_log "$ns" on-real-node)"
 echo "cluster smoke: ok" >&2
