@@ -55,6 +55,22 @@ apt_require() {
         die "event=apt-install-failed packages=\"$_missing\""
 }
 
+# write_file FILE [MODE]: stdin becomes FILE's content (mode 644 unless
+# given), atomically and only when it differs, so readers (containerd
+# watching its CNI directory, clients reading a kubeconfig) never see a
+# half-written or needlessly rewritten file.
+write_file() {
+    mkdir -p "$CLUSTER_DIR/.tmp"
+    _tmp="$(mktemp "$CLUSTER_DIR/.tmp/write.XXXXXX")"
+    cat >"$_tmp"
+    if cmp -s "$_tmp" "$1"; then
+        rm -f "$_tmp"
+    else
+        chmod "${2:-644}" "$_tmp"
+        mv "$_tmp" "$1"
+    fi
+}
+
 # kc ARGS... runs kubectl against the local cluster.
 kc() {
     kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"

@@ -102,7 +102,7 @@ start_controller_manager() {
 write_kubeconfigs() {
     ca="$(base64 -w0 <"$PKI/ca.crt")"
     server="https://127.0.0.1:$APISERVER_PORT"
-    cat >"$KUBECONFIG_FILE.tmp" <<KC
+    write_file "$KUBECONFIG_FILE" 600 <<KC
 apiVersion: v1
 kind: Config
 clusters:
@@ -121,7 +121,7 @@ contexts:
     user: tetris-admin
 current-context: tetris-local
 KC
-    cat >"$CLUSTER_DIR/kubeconfig-cert.tmp" <<KC
+    write_file "$CLUSTER_DIR/kubeconfig-cert" 600 <<KC
 apiVersion: v1
 kind: Config
 clusters:
@@ -141,9 +141,6 @@ contexts:
     user: tetris-admin-cert
 current-context: tetris-local
 KC
-    chmod 600 "$KUBECONFIG_FILE.tmp" "$CLUSTER_DIR/kubeconfig-cert.tmp"
-    mv "$KUBECONFIG_FILE.tmp" "$KUBECONFIG_FILE"
-    mv "$CLUSTER_DIR/kubeconfig-cert.tmp" "$CLUSTER_DIR/kubeconfig-cert"
 }
 
 mkdir -p "$CLUSTER_DIR"

@@ -20,7 +20,7 @@ POD_SUBNET="${TETRIS_POD_SUBNET:-10.244.0.0/24}"
 write_configs() {
     mkdir -p "$CONF" "$CTRD" "$CLUSTER_DIR/bin" "$CLUSTER_DIR/cni/net.d" "$CLUSTER_DIR/cni/ipam"
     cp "$HERE/runc-oom-wrapper" "$CLUSTER_DIR/bin/runc-oom-wrapper"
-    cat >"$CONF/containerd.toml" <<TOML
+    write_file "$CONF/containerd.toml" <<TOML
 version = 2
 root = "$CTRD/root"
 state = "$CTRD/state"
@@ -50,7 +50,7 @@ state = "$CTRD/state"
     conf_dir = "$CLUSTER_DIR/cni/net.d"
 TOML
     # No ipMasq: pods talk to the node and each other, never beyond.
-    cat >"$CLUSTER_DIR/cni/net.d/10-tetris.conflist" <<JSON
+    write_file "$CLUSTER_DIR/cni/net.d/10-tetris.conflist" <<JSON
 {
   "cniVersion": "0.4.0",
   "name": "tetris",
@@ -73,7 +73,7 @@ TOML
 JSON
     # cgroupsPerQOS and node-allocatable enforcement need a cgroup hierarchy
     # the kubelet owns; on a shared machine it owns none.
-    cat >"$CONF/kubelet.yaml" <<YAML
+    write_file "$CONF/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
