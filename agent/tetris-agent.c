@@ -99,15 +99,19 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
         {"direct", no_argument, NULL, 'D'},       {"private", no_argument, NULL, 'P'},
         {"socket", required_argument, NULL, 'S'}, {"timeout-ms", required_argument, NULL, 'T'},
         {"label", required_argument, NULL, 'l'},  {"hold", no_argument, NULL, 'H'},
-        {NULL, 0, NULL, 0}};
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
     int c_, idx;
 
     memset(c, 0, sizeof(*c));
     c->store_dir = STORE_DEFAULT_DIR;
     c->mode = AGENT_MODE_STORE;
     optind = 1;
-    while ((c_ = getopt_long(argc, argv, "o:", longopts, &idx)) != -1) {
+    while ((c_ = getopt_long(argc, argv, "ho:", longopts, &idx)) != -1) {
         const char *name = NULL;
+        if (c_ == 'h') {
+            fputs(usage_text, stdout);
+            exit(EXIT_OK);
+        }
         for (size_t i = 0; longopts[i].name != NULL; i++)
             if (longopts[i].val == c_)
                 name = longopts[i].name;
