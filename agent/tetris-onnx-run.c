@@ -18,7 +18,7 @@
 #include "ort_adapter.h"
 #include "ort_inputs.h"
 
-enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
+enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
 
 struct run_options {
     const char *model;
@@ -224,7 +224,7 @@ static int exit_code_for(int r)
 {
     return r == -TETRIS_E_FORMAT || r == -TETRIS_E_NOTFOUND || r == -TETRIS_E_IO
                ? EXIT_BAD_INPUT
-               : EXIT_FAILURE_;
+               : EXIT_FAILED;
 }
 
 /* Prepares the inputs and runs o->runs times; every run must hash alike. */
