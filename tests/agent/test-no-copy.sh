@@ -1,0 +1,54 @@
+#!/bin/sh
+# ONNX Runtime computes on the store mappings and keeps no copy of the
+# weights: after one inference, the instance has touched (nearly) all of
+# its shared weight pages through the r--s mappings, and its anonymous
+# memory is lower than a private instance's by at least the weight bytes
+# it shares. (Memory, not time: deterministic for one model and build.)
+. "$(dirname "$0")/lib.sh"
+store="$WORK/store"
+mkdir -p "$store"
+model="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
+"$BIN/tetris-agent" load --direct --store "$store" "$model" >/dev/null 2>&1 || fail "seeding the store"
+
+# hold ARGS...: starts an instance that holds the model after one inference;
+# sets $pid and leaves its result in $WORK/out.
+hold() {
+    rm -f "$WORK/out" "$WORK/in"
+    mkfifo "$WORK/in"
+    "$BIN/tetris-onnx-run" "$model" "$@" --hold <"$WORK/in" >"$WORK/out" 2>"$WORK/err" &
+    pid=$!
+    KILL_ON_EXIT=$pid
+    exec 3>"$WORK/in"
+    i=0
+    while [ ! -s "$WORK/out" ]; do
+        kill -0 $pid 2>/dev/null || fail "tetris-onnx-run $*: $(cat "$WORK/err")"
+        i=$((i + 1)); [ $i -lt 600 ] || fail "no result from tetris-onnx-run $*"
+        sleep 0.1
+    done
+}
+release() {
+    exec 3>&-
+    wait $pid || fail "instance exited non-zero"
+    KILL_ON_EXIT=
+}
+anon_kb() { awk '/^RssAnon:/ { print $2 }' /proc/$1/status; }
+
+hold --private
+private_anon=$(anon_kb $pid)
+release
+
+hold --store "$store" --direct
+store_anon=$(anon_kb $pid)
+shared_bytes=$(jq -r .shared_bytes "$WORK/out")
+touched_kb=$(awk -v pre="$store/tensors/" '/^[0-9a-f]+-[0-9a-f]+ / { in_store = index($6, pre) == 1 }
+                                          /^Rss:/ && in_store { kb += $2 } END { print kb + 0 }' /proc/$pid/smaps)
+release
+
+[ "$shared_bytes" -gt 0 ] || fail "nothing shared"
+# every shared weight page was read through the mapping (pages round up)
+[ $((touched_kb * 1024)) -ge "$shared_bytes" ] ||
+    fail "only $touched_kb kB of $shared_bytes shared bytes touched through the store mappings"
+saved=$(((private_anon - store_anon) * 1024))
+[ "$saved" -ge "$shared_bytes" ] ||
+    fail "anonymous memory only $saved bytes lower than private ($shared_bytes bytes shared): a copy?"
+echo "ok weights read through the mappings ($touched_kb kB); anonymous memory $private_anon kB private vs $store_anon kB shared"
