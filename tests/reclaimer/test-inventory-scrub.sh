@@ -56,5 +56,11 @@ note "corrupt tensor quarantined by the scrub; mapping instance unaffected"
 "$PROBE" load --store "$STORE" "$WORK/m.safetensors" >"$WORK/again.json" 2>>"$WORK/probe.log" || fail "reload"
 grep -q '"ingested":1' "$WORK/again.json" || fail "quarantined tensor not re-ingested: $(cat "$WORK/again.json")"
 release "$H"
+old_etag=$(etag_of)
 stop_daemon
+start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0
+[ "$(status_with "$old_etag")" = 200 ] || fail "an ETag from before the restart still matched"
+[ "$(http_get /inventory | jq '.tensors | length')" = 5 ] || fail "inventory after restart"
+stop_daemon
+note "ETags do not survive a restart; the inventory does"
 echo "ok $T_NAME"

@@ -91,6 +91,13 @@ wait_passes 5
 [ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor to meet capacity"
 note "LRU evicted only cold tensors, oldest first; referenced ones kept even above capacity"
 
+# A broken config on SIGHUP keeps the running settings.
+echo "capacity: [oops" >"$WORK/r.yaml"
+kill -HUP "$DAEMON_PID"
+wait_until 30 'grep -q "event=reload-failed" "$DAEMON_LOG"' || fail "broken config not reported"
+daemon_alive || fail "daemon died on a broken config"
+[ "$(metric tetris_store_capacity_bytes)" = 1048576 ] || fail "broken config changed settings"
+
 # The state file remembers last use across restarts.
 release "$A3"
 stop_daemon
