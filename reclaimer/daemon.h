@@ -18,6 +18,16 @@
 #include "store.h"
 #include "tensor_index.h"
 
+/* Per-model metrics are labelled with the holder's label (the model);
+ * past this many distinct labels the rest are summed under "other". */
+#define MODEL_LABELS_MAX 64
+
+struct model_usage {
+    char label[128];
+    uint64_t holders;
+    uint64_t logical_bytes;
+};
+
 /* Upper bounds of tetris_ingest_duration_seconds's buckets. */
 #define INGEST_DURATION_BUCKETS 12
 
@@ -82,6 +92,8 @@ struct daemon {
     /* Last pass's view of the holders (for /metrics). */
     uint64_t holders;        /* live holders */
     uint64_t logical_bytes;  /* sum over holders of the bytes each maps */
+    struct model_usage models[MODEL_LABELS_MAX + 1]; /* by holder label, +other */
+    size_t n_models;
     uint64_t warm_bytes;     /* resident bytes of referenced tensors */
     size_t scrub_cursor;
 

@@ -85,6 +85,46 @@ static void metric(struct buf *b, const char *name, const char *type, const char
                value);
 }
 
+/* A Prometheus label value: backslash, quote and newline escaped (labels
+ * come from clients; control characters were refused at ingest). */
+static void label_value(char *out, size_t len, const char *in)
+{
+    size_t o = 0;
+    for (; *in != '\0' && o + 3 < len; in++) {
+        if (*in == '\\' || *in == '"')
+            out[o++] = '\\';
+        if (*in == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+            continue;
+        }
+        out[o++] = *in;
+    }
+    out[o] = '\0';
+}
+
+static void render_models(struct buf *b, const struct model_usage *m, size_t n)
+{
+    /* The "other" row, when used, sits after the named ones. */
+    size_t rows = n + (n == MODEL_LABELS_MAX && m[MODEL_LABELS_MAX].holders > 0);
+    buf_printf(b, "# HELP tetris_model_holders Live holders per model (holder label).\n"
+                  "# TYPE tetris_model_holders gauge\n");
+    for (size_t i = 0; i < rows; i++) {
+        char v[300];
+        label_value(v, sizeof(v), m[i].label);
+        buf_printf(b, "tetris_model_holders{model=\"%s\"} %" PRIu64 "\n", v, m[i].holders);
+    }
+    buf_printf(b, "# HELP tetris_model_logical_bytes Tensor bytes live holders of a model map, "
+                  "counted once per holder.\n"
+                  "# TYPE tetris_model_logical_bytes gauge\n");
+    for (size_t i = 0; i < rows; i++) {
+        char v[300];
+        label_value(v, sizeof(v), m[i].label);
+        buf_printf(b, "tetris_model_logical_bytes{model=\"%s\"} %" PRIu64 "\n", v,
+                   m[i].logical_bytes);
+    }
+}
+
 static uint64_t load(atomic_uint_least64_t *v)
 {
     return atomic_load(v);
@@ -102,6 +142,9 @@ char *daemon_render_metrics(struct daemon *d, size_t *len)
     int64_t last_pass_ms = d->last_pass_ms;
     int64_t last_pass_us = d->last_pass_us;
     int64_t last_locked_us = d->last_locked_us;
+    struct model_usage models[MODEL_LABELS_MAX + 1];
+    memcpy(models, d->models, sizeof(models));
+    size_t n_models = d->n_models;
     pthread_mutex_unlock(&d->index_lock);
     pthread_mutex_lock(&d->cfg_lock);
     uint64_t capacity = d->cfg.capacity_bytes;
@@ -119,6 +162,7 @@ char *daemon_render_metrics(struct daemon *d, size_t *len)
            "Logical bytes minus the resident bytes of the tensors holders reference: "
            "memory that private copies would have cost on top.",
            logical > warm ? logical - warm : 0);
+    render_models(&b, models, n_models);
     metric(&b, "tetris_store_tensors", "gauge", "Tensors resident in the store.", tensors);
     metric(&b, "tetris_store_holders", "gauge", "Live holders (model instances) of the store.",
            holders);

@@ -212,6 +212,8 @@ struct pass {
     int64_t now_s;
     uint64_t holders;
     uint64_t logical_bytes;
+    struct model_usage models[MODEL_LABELS_MAX + 1];
+    size_t n_models;
     int err;
     tetris_error *errp;
 };
@@ -267,14 +269,36 @@ static int merge_listing(struct daemon *d, const struct listing *l, tetris_error
     return 0;
 }
 
+/* The usage row of a holder label (model), or the "other" row once
+ * MODEL_LABELS_MAX labels are in use. */
+static struct model_usage *model_row(struct pass *p, const char *label)
+{
+    char name[sizeof(p->models[0].label)];
+    snprintf(name, sizeof(name), "%s", label != NULL && label[0] != '\0' ? label : "unlabelled");
+    for (size_t i = 0; i < p->n_models; i++)
+        if (strcmp(p->models[i].label, name) == 0)
+            return &p->models[i];
+    if (p->n_models == MODEL_LABELS_MAX) {
+        struct model_usage *other = &p->models[MODEL_LABELS_MAX];
+        strcpy(other->label, "other");
+        return other;
+    }
+    struct model_usage *m = &p->models[p->n_models++];
+    memcpy(m->label, name, sizeof(name));
+    return m;
+}
+
 static int on_holder(void *ctx, const struct store_holder_info *h)
 {
     struct pass *p = ctx;
     if (!h->alive)
         return 0;
     p->holders++;
+    struct model_usage *m = model_row(p, h->label);
+    m->holders++;
     for (size_t i = 0; i < h->n_refs; i++) {
         p->logical_bytes += h->ref_bytes[i];
+        m->logical_bytes += h->ref_bytes[i];
         struct index_entry *e = tensor_index_find(p->d->index, &h->refs[i]);
         if (e != NULL) {
             e->mark |= MARK_REF;
@@ -549,6 +573,8 @@ static int pass_locked(struct daemon *d, struct pass *p, const struct listing *l
     if (rc == 0) {
         d->holders = p->holders;
         d->logical_bytes = p->logical_bytes;
+        memcpy(d->models, p->models, sizeof(d->models));
+        d->n_models = p->n_models;
         rc = free_cold(d, p->now_s, keep_alive_s, capacity, freed, err);
     }
     t[1] = mono_us();

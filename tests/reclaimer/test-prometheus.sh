@@ -18,7 +18,10 @@ synth "$WORK/b.safetensors" 3 32768 12
 hold "$WORK/a.safetensors" "$WORK/a1.json"
 hold "$WORK/a.safetensors" "$WORK/a2.json"
 hold "$WORK/a.safetensors" "$WORK/a3.json"
-hold "$WORK/b.safetensors" "$WORK/b1.json"
+# B's file name carries a quote and a backslash into a label value.
+WEIRD="$WORK/b \"q\\uo\".safetensors"
+cp "$WORK/b.safetensors" "$WEIRD"
+hold "$WEIRD" "$WORK/b1.json"
 printf '{"op":"report_fallback","label":"b","reason":"store full"}' |
     "$PROBE" send --socket "$STORE/ingest.sock" | grep -q '"ok":true' || fail "report_fallback"
 A_BYTES=$((6 * 65536))
@@ -28,7 +31,11 @@ http_get /metrics >"$WORK/busy.prom"
 promtool check metrics <"$WORK/busy.prom" || fail "promtool rejects busy metrics"
 [ "$(metric tetris_store_saved_bytes)" = $WANT_SAVED ] ||
     fail "daemon reports saved $(metric tetris_store_saved_bytes), want $WANT_SAVED"
-note "promtool check metrics: ok; daemon saved bytes = $WANT_SAVED"
+grep -q "^tetris_model_holders{model=\"$WORK/a.safetensors\"} 3\$" "$WORK/busy.prom" ||
+    fail "per-model holders missing: $(grep tetris_model_holders "$WORK/busy.prom")"
+grep -q "^tetris_model_logical_bytes{model=\"$WORK/a.safetensors\"} $((3 * A_BYTES))\$" "$WORK/busy.prom" ||
+    fail "per-model logical bytes missing"
+note "promtool check metrics: ok; daemon saved bytes = $WANT_SAVED; per-model gauges"
 
 # A Prometheus server on a free loopback port.
 mkdir -p "$WORK/prom"
@@ -65,6 +72,7 @@ wait_until 120 '[ "$(query tetris_store_saved_bytes)" = $WANT_SAVED ]' ||
 [ "$(query tetris_store_logical_bytes)" = $((3 * A_BYTES + 3 * 32768)) ] || fail "logical bytes via Prometheus"
 [ "$(query tetris_agent_fallbacks_total)" = 1 ] || fail "fallback report not counted"
 [ "$(query 'tetris_ingest_duration_seconds_count')" = 4 ] || fail "ingest histogram count"
+[ "$(query 'sum(tetris_model_holders)')" = 4 ] || fail "per-model holders via Prometheus"
 note "Prometheus /api/v1/query: tetris_store_saved_bytes = $WANT_SAVED (computed), up = 1"
 
 kill -TERM "$PROM_PID"
