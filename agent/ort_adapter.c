@@ -302,6 +302,9 @@ static int session_options(const ort_model *m, const struct ort_adapter_options 
                       api->SetSessionGraphOptimizationLevel(
                           so, (GraphOptimizationLevel)o->graph_optimization),
                       "set graph optimization", err);
+    if (r == 0 && o->save_optimized != NULL)
+        r = ort_check(api, api->SetOptimizedModelFilePath(so, o->save_optimized),
+                      "set the optimised model path", err);
     if (r == 0 && !o->prepack)
         r = ort_check(api, api->AddSessionConfigEntry(so, "session.disable_prepacking", "1"),
                       "disable pre-packing", err);

@@ -30,6 +30,8 @@ struct ort_adapter_options {
     int intra_op_threads;   /* 0: ORT's default (one per core) */
     int graph_optimization; /* GraphOptimizationLevel, default ORT_DISABLE_ALL */
     bool prepack;           /* let ORT pre-pack weights (private copies); default false */
+    const char *save_optimized; /* write the optimised graph, weights included,
+                                   to this ONNX file (ORT's SetOptimizedModelFilePath) */
 };
 
 typedef struct ort_model {

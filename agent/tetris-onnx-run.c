@@ -39,7 +39,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: tetris-onnx-run MODEL [--store DIR [--direct] [--tenant T] [--manifest M]\n"
             "                              | --private] [--seed N] [--runs N] [--threads N]\n"
-            "                              [--graph-opt LEVEL] [--prepack] [--dim N] [--hold]\n"
+            "                              [--graph-opt LEVEL] [--prepack] [--save-optimized OUT]\n"
+            "                              [--dim N] [--hold]\n"
             "\n"
             "Runs MODEL (ONNX) through ONNX Runtime on inputs built from its input\n"
             "metadata and a seeded PRNG, and prints one JSON object with the SHA-256 of\n"
@@ -58,6 +59,9 @@ static void usage(FILE *out)
             "  --graph-opt L    none|basic|extended|all (default none: fusions would\n"
             "                   fold shared weights into private copies)\n"
             "  --prepack        let ONNX Runtime pre-pack weights (private copies)\n"
+            "  --save-optimized OUT  also write the optimised graph and its weights to\n"
+            "                   OUT (ONNX): optimise once at registration with\n"
+            "                   --graph-opt all, then share OUT's fused weights\n"
             "  --dim N          size of an input's dynamic dimensions after its first one\n"
             "                   (the batch, or the batch of a state tensor: always 1);\n"
             "                   default %d\n"
@@ -98,6 +102,7 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         {"runs", required_argument, NULL, 'r'},    {"threads", required_argument, NULL, 'j'},
         {"graph-opt", required_argument, NULL, 'g'}, {"dim", required_argument, NULL, 'd'},
         {"hold", no_argument, NULL, 'H'},          {"prepack", no_argument, NULL, 'K'},
+        {"save-optimized", required_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0}};
     bool store_given = false, private_given = false;
@@ -123,6 +128,7 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         case 'P': private_given = true; o->use_store = false; break;
         case 'H': o->hold = true; break;
         case 'K': o->ort.prepack = true; break;
+        case 'O': o->ort.save_optimized = optarg; break;
         case 'S':
             if (parse_int(optarg, 0, INT64_MAX, &v) < 0)
                 goto bad_number;

@@ -9,7 +9,10 @@
 # instance; "removed %" compares it with the model's weight bytes. Near or
 # above 100% means ORT keeps no copy of the weights (above: a private
 # session also keeps protobuf copies); well below means ORT derived private
-# weights (fusions, pre-packing). Also checks both outputs are identical.
+# weights (fusions, pre-packing). "all@reg": the model optimised once with
+# --graph-opt all and saved (--save-optimized), then run without further
+# optimisation, so the fused weights are shared too. Also checks both
+# outputs are identical.
 # Usage: bench/agent/run.sh [MODEL...]   (TETRIS_BIN: programs)
 set -eu
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -44,24 +47,37 @@ anon_kb() {
 
 printf "%-34s %-9s %-7s %9s %11s %11s %9s %8s\n" model graph-opt prepack "weights" "anon priv" "anon store" "removed" outputs
 printf "%-34s %-9s %-7s %9s %11s %11s %9s %8s\n" "" "" "" MiB MiB MiB "%" ""
+# row MODEL OPT PREPACK LABEL: one measurement, printed.
+row() {
+    flag=""; [ "$3" = on ] && flag=--prepack
+    # shellcheck disable=SC2086
+    read -r priv psha <<EOT
+$(anon_kb "$1" --private --graph-opt "$2" $flag)
+EOT
+    # shellcheck disable=SC2086
+    read -r stor ssha <<EOT
+$(anon_kb "$1" --store "$WORK/store" --direct --graph-opt "$2" $flag)
+EOT
+    awk -v m="$(basename "$1")" -v o="$4" -v p="$3" -v w="$weights" -v a="$priv" -v b="$stor" \
+        -v same="$([ "$psha" = "$ssha" ] && echo same || echo DIFFER)" 'BEGIN {
+        printf "%-34s %-9s %-7s %9.1f %11.1f %11.1f %9.0f %8s\n", m, o, p, w / 1048576,
+               a / 1024, b / 1024, 100 * (a - b) * 1024 / w, same }'
+}
+
 for m in "$@"; do
     "$BIN/tetris-agent" load --direct --store "$WORK/store" "$m" >"$WORK/load" 2>/dev/null
     weights=$(jq -r .bytes "$WORK/load")
     for opt in none basic all; do
         for pp in off on; do
-            flag=""; [ $pp = on ] && flag=--prepack
-            # shellcheck disable=SC2086
-            read -r priv psha <<EOT
-$(anon_kb "$m" --private --graph-opt $opt $flag)
-EOT
-            # shellcheck disable=SC2086
-            read -r stor ssha <<EOT
-$(anon_kb "$m" --store "$WORK/store" --direct --graph-opt $opt $flag)
-EOT
-            awk -v m="$(basename "$m")" -v o=$opt -v p=$pp -v w="$weights" -v a="$priv" -v b="$stor" \
-                -v same="$([ "$psha" = "$ssha" ] && echo same || echo DIFFER)" 'BEGIN {
-                printf "%-34s %-9s %-7s %9.1f %11.1f %11.1f %9.0f %8s\n", m, o, p, w / 1048576,
-                       a / 1024, b / 1024, 100 * (a - b) * 1024 / w, same }'
+            row "$m" $opt $pp $opt
         done
     done
+    # optimised once (at registration), then shared: the fused weights are
+    # what the store holds and every instance maps
+    opt_model="$WORK/$(basename "$m" .onnx).opt.onnx"
+    "$BIN/tetris-onnx-run" "$m" --private --graph-opt all --save-optimized "$opt_model" \
+        >/dev/null 2>&1
+    "$BIN/tetris-agent" load --direct --store "$WORK/store" "$opt_model" >"$WORK/load" 2>/dev/null
+    weights=$(jq -r .bytes "$WORK/load")
+    row "$opt_model" none off "all@reg"
 done
