@@ -99,6 +99,10 @@ struct daemon {
 
     struct daemon_counters counters;
     atomic_bool stopping;
+    /* Bytes ingests were refused for lack of room since the last pass: the
+     * next pass evicts that much below capacity (LRU, cold tensors only),
+     * and runs as soon as possible rather than after the interval. */
+    atomic_uint_least64_t shortfall_bytes;
 };
 
 int64_t wall_ms(void);

@@ -279,6 +279,7 @@ static void publish_one(struct daemon *d, const struct request *rq, const struct
         snprintf(r->reason, sizeof(r->reason), "store full (capacity %llu bytes)",
                  (unsigned long long)capacity);
         atomic_fetch_add(&d->counters.ingest_rejected, 1);
+        atomic_fetch_add(&d->shortfall_bytes, meta->nbytes); /* next pass makes room */
         return;
     }
     struct fill_ctx fc = {&t->desc, rq->fds[t->source_index]};

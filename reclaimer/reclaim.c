@@ -392,10 +392,12 @@ static int64_t last_use(const struct index_entry *e)
     return e->last_ref_s > 0 ? e->last_ref_s : e->mtime_s;
 }
 
-/* Keep-alive expiry, then LRU down to capacity; cold tensors only. */
+/* Keep-alive expiry, then LRU down to the target (capacity less what
+ * refused ingests need); cold tensors only. */
 static int free_cold(struct daemon *d, int64_t now_s, double keep_alive_s, uint64_t capacity,
-                     size_t *n_freed, tetris_error *err)
+                     uint64_t shortfall, size_t *n_freed, tetris_error *err)
 {
+    uint64_t target = shortfall < capacity ? capacity - shortfall : 0;
     size_t n = tensor_index_count(d->index);
     cleanup_free struct cold *cold = malloc((n ? n : 1) * sizeof(*cold));
     if (cold == NULL)
@@ -413,9 +415,9 @@ static int free_cold(struct daemon *d, int64_t now_s, double keep_alive_s, uint6
         if (e == NULL)
             continue;
         bool expired = (double)(now_s - cold[i].last_use_s) >= keep_alive_s;
-        bool over = capacity > 0 && d->resident_bytes > capacity;
+        bool over = capacity > 0 && d->resident_bytes > target;
         if (!expired && !over)
-            break; /* the rest are younger and the store is under capacity */
+            break; /* the rest are younger and the store is under target */
         if (remove_tensor(d, e, !expired) == 0)
             freed++;
     }
@@ -575,7 +577,8 @@ static int pass_locked(struct daemon *d, struct pass *p, const struct listing *l
         d->logical_bytes = p->logical_bytes;
         memcpy(d->models, p->models, sizeof(d->models));
         d->n_models = p->n_models;
-        rc = free_cold(d, p->now_s, keep_alive_s, capacity, freed, err);
+        uint64_t shortfall = atomic_exchange(&d->shortfall_bytes, 0);
+        rc = free_cold(d, p->now_s, keep_alive_s, capacity, shortfall, freed, err);
     }
     t[1] = mono_us();
     return rc;

@@ -72,21 +72,34 @@ wait_until 30 '[ "$(metric tetris_store_capacity_bytes)" = 3211264 ]' || fail "S
 sleep 1.1   # last-use times have one-second resolution: B is older than A
 hold "$WORK/a.safetensors" "$WORK/a3.json"; A3=$HOLD_PID
 grep -q '"ingested":8' "$WORK/a3.json" || fail "A not ingested under capacity: $(cat "$WORK/a3.json")"
-# The store is full (3 MiB + 64 KiB, tensor files have a small trailer): C is refused tensor by tensor, loaded privately.
+# The store is full (3 MiB + 64 KiB; tensor files have a small trailer):
+# C is refused tensor by tensor and loaded privately. The refusal makes the
+# next pass evict least recently used cold tensors (B's, never A's) until
+# C fits, so the next instance of C gets it shared.
 "$PROBE" load --store "$STORE" "$WORK/c.safetensors" >"$WORK/c1.json" 2>>"$WORK/probe.log" || fail "load C"
 grep -q '"rejected":8' "$WORK/c1.json" || fail "C should be refused by a full store: $(cat "$WORK/c1.json")"
 grep -q '"private_bytes":524288' "$WORK/c1.json" || fail "C's refused tensors not loaded privately"
 grep -q '"fallback":false' "$WORK/c1.json" || fail "a full store is a per-tensor refusal, not a fallback"
+wait_until 60 '[ "$(metric tetris_evictions_total)" = 4 ]' ||
+    fail "refusal did not make room: evictions $(metric tetris_evictions_total), want 4 of B's"
+[ "$(count_of $((256 * KI)))" = 8 ] || fail "making room evicted a referenced tensor of A"
+"$PROBE" load --store "$STORE" "$WORK/c.safetensors" >"$WORK/c2.json" 2>>"$WORK/probe.log" || fail "load C"
+grep -q '"ingested":8' "$WORK/c2.json" || fail "C not ingested after room was made: $(cat "$WORK/c2.json")"
+note "store full: C refused per tensor, LRU made room, C shared next time"
 
+# Lower capacity: LRU goes oldest first (B's remaining tensors, then C's)
+# and never touches A, even when A alone is above capacity.
 sed -i 's/capacity: 3136Ki/capacity: 2600Ki/' "$WORK/r.yaml"
 kill -HUP "$DAEMON_PID"
-wait_until 60 '[ "$(metric tetris_evictions_total)" = 4 ]' || fail "LRU did not evict 4 of B's tensors (evictions $(metric tetris_evictions_total))"
+wait_until 60 '[ "$(metric tetris_evictions_total)" = 8 ]' || fail "LRU did not evict B's other 4 tensors (evictions $(metric tetris_evictions_total))"
 wait_passes 3
 [ "$(metric tetris_store_resident_bytes)" -le 2662400 ] || fail "store above capacity after LRU"
+[ "$(count_of $((128 * KI)))" = 0 ] || fail "B (oldest) not evicted first"
+[ "$(count_of $((64 * KI)))" = 8 ] || fail "C (newer) evicted before B"
 [ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor of A"
 sed -i 's/capacity: 2600Ki/capacity: 1Mi/' "$WORK/r.yaml"
 kill -HUP "$DAEMON_PID"
-wait_until 60 '[ "$(count_of $((128 * KI)))" = 0 ]' || fail "LRU left cold tensors of B above capacity"
+wait_until 60 '[ "$(count_of $((64 * KI)))" = 0 ]' || fail "LRU left cold tensors of C above capacity"
 wait_passes 5
 [ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor to meet capacity"
 note "LRU evicted only cold tensors, oldest first; referenced ones kept even above capacity"
