@@ -38,8 +38,8 @@ while [ $trial -lt "$TRIALS" ]; do
         pids="$pids $!"
         i=$((i + 1))
     done
-    # Kill somewhere in the ingests: 0-150 ms in.
-    sleep "0.$(( (trial * 37) % 15 ))"
+    # Kill somewhere in the loads: 0-290 ms in.
+    sleep "$(printf "0.%03d" $(( (trial * 37) % 30 * 10 )))"
     kill -KILL "$DAEMON_PID"
     wait "$DAEMON_PID" 2>/dev/null
     DAEMON_PID=""
