@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "daemon.h"
@@ -44,6 +45,18 @@ static void daemon_fini(struct daemon *d)
     pthread_mutex_destroy(&d->pin_lock);
     pthread_mutex_destroy(&d->index_lock);
     pthread_mutex_destroy(&d->cfg_lock);
+}
+
+/* Each ingest connection may carry up to INGEST_MAX_SOURCES descriptors:
+ * use the hard limit, not the (often 1024) soft one. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            log_warn("event=fd-limit-unchanged errno=%d", errno);
+    }
 }
 
 /* SIGHUP: re-read the file and re-apply the flags. Only the policy knobs
@@ -148,6 +161,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
 
     static struct daemon d;
     if (daemon_init(&d, &cfg, &err) < 0 || daemon_startup(&d, &err) < 0) {

@@ -8,3 +8,4 @@ SHELL_TESTS += tests/reclaimer/test-cgroup.sh
 SHELL_TESTS += tests/reclaimer/test-crash.sh
 SHELL_TESTS += tests/reclaimer/test-inventory-scrub.sh
 SHELL_TESTS += tests/reclaimer/test-agent.sh
+SHELL_TESTS += tests/reclaimer/test-concurrent.sh
