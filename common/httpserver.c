@@ -276,7 +276,9 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *conn, con
         const struct route *rt = &s->routes[i];
         if (!route_matches_path(rt, url))
             continue;
-        if (strcmp(rt->method, method) != 0) {
+        /* HEAD is GET without the body (libmicrohttpd drops it). */
+        bool head_of_get = strcmp(method, "HEAD") == 0 && strcmp(rt->method, "GET") == 0;
+        if (strcmp(rt->method, method) != 0 && !head_of_get) {
             size_t used = strlen(allow);
             snprintf(allow + used, sizeof(allow) - used, "%s%s", used ? ", " : "", rt->method);
             continue;

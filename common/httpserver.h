@@ -14,6 +14,7 @@
  *
  * Routing is by exact method + path (the query string is not part of the
  * path); a route path ending in '*' matches every path with that prefix.
+ * HEAD is served by the GET route (without the body).
  * Unknown path -> 404, known path with another method -> 405 (with Allow),
  * a body larger than max_body_bytes -> 413. Those replies are JSON
  * `{"error":"..."}` like the ones http_response_error() builds.

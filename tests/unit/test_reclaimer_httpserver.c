@@ -57,7 +57,10 @@ static struct reply request(uint16_t port, const char *method, const char *path,
     if (header != NULL)
         hdrs = curl_slist_append(hdrs, header);
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (strcmp(method, "HEAD") == 0)
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    else
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -164,6 +167,12 @@ static void check_routing(unsigned threads)
     r = request(port, "GET", "/nope", NULL, 0, NULL);
     ck_assert_int_eq(r.status, 404);
     ck_assert_ptr_nonnull(strstr(r.body, "\"error\""));
+    free(r.body);
+
+    r = request(port, "HEAD", "/cached", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, 0);
+    ck_assert_str_eq(r.etag, "\"7\"");
     free(r.body);
 
     r = request(port, "DELETE", "/hello", NULL, 0, NULL);
