@@ -61,9 +61,10 @@ kc apply -f - <"$work/job.yaml" >/dev/null || fail "kubectl apply of the Job fai
 job=tetris-profile-silero-vad
 if ! kc -n "$ns" wait --for=condition=complete "job/$job" --timeout="${K8S_TIMEOUT}s" >/dev/null; then
     kc -n "$ns" describe job "$job" >&2 || true
-    for p in $(kc -n "$ns" get pods -l job-name=$job -o name); do kc -n "$ns" describe "$p" >&2; done
-    # kubectl logs needs a node address this cluster does not have.
-    cat /var/log/pods/"${ns}"_*/*/0.log >&2 2>/dev/null || true
+    for p in $(kc -n "$ns" get pods -l job-name=$job -o jsonpath='{.items[*].metadata.name}'); do
+        k8s_describe "$ns" "$p"
+        k8s_pod_log "$ns" "$p" >&2
+    done
     fail "Job $job did not complete"
 fi
 pod_node="$(kc -n "$ns" get pods -l job-name=$job -o jsonpath='{.items[0].spec.nodeName}')"
