@@ -20,6 +20,7 @@
 #include "cleanup.h"
 #include "ingest_client.h"
 #include "log.h"
+#include "model_publish.h"
 
 #define DEFAULT_DAEMON_TIMEOUT_MS 30000
 
@@ -146,50 +147,6 @@ static int map_tensor(agent_model *am, size_t i, tetris_error *err)
 
 /* ---- DIRECT: the agent publishes into the store itself ---- */
 
-struct fill_ctx {
-    const tensor_desc *t;
-    int fd;
-};
-
-static int fill_from_source(void *ctx, void *dst, uint64_t len, tetris_error *err)
-{
-    struct fill_ctx *c = ctx;
-    if (len != c->t->meta.nbytes)
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor %s: store asked for %llu bytes, not %llu",
-                           c->t->name, (unsigned long long)len,
-                           (unsigned long long)c->t->meta.nbytes);
-    return model_read_tensor(c->t, c->fd, dst, err);
-}
-
-/* Raw tensors are read at an offset chunk by chunk, so the store can hash
- * each chunk while it is in cache and write it with pwrite. */
-static int read_raw_range(void *ctx, void *dst, uint64_t offset, size_t len, tetris_error *err)
-{
-    struct fill_ctx *c = ctx;
-    uint64_t at = c->t->offset + offset;
-    for (size_t done = 0; done < len;) {
-        ssize_t n = pread(c->fd, (char *)dst + done, len - done, (off_t)(at + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tetris_fail(err, TETRIS_E_IO, errno, "read tensor %s from %s", c->t->name,
-                               c->t->source);
-        if (n == 0)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensor %s: %s ends before its bytes",
-                               c->t->name, c->t->source);
-        done += (size_t)n;
-    }
-    return 0;
-}
-
-static int publish_from_source(store *s, const tensor_desc *t, struct fill_ctx *fc,
-                               bool *published, tetris_error *err)
-{
-    if (t->encoding == TENSOR_ENC_RAW)
-        return store_publish_tensor_chunked(s, &t->meta, read_raw_range, fc, published, err);
-    return store_publish_tensor(s, &t->meta, fill_from_source, fc, published, err);
-}
-
 static void shuffle(size_t *idx, size_t n)
 {
     unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
@@ -255,11 +212,11 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
         shuffle(missing, n_missing);
     for (size_t k = 0; k < n_missing && !am->stats.fell_back; k++) {
         const tensor_desc *t = &m->tensors[missing[k]];
-        struct fill_ctx fc = {.t = t};
+        int fd;
         bool published = false;
-        if ((r = source_fd(am, t->source, &fc.fd, err)) < 0)
+        if ((r = source_fd(am, t->source, &fd, err)) < 0)
             return r; /* the model itself is unreadable: no fallback helps */
-        r = publish_from_source(am->priv->store, t, &fc, &published, &cause);
+        r = model_publish_tensor(am->priv->store, t, fd, &published, &cause);
         if (r == -TETRIS_E_FULL) {
             fall_back(am, o, "store-full", &cause);
             break;

@@ -1,6 +1,6 @@
 # agent/module.mk - the agent library (loader, ONNX Runtime adapter), the
 # tetris-agent CLI, tetris-onnx-run, and their tests.
-LIB_SRCS += agent/agent.c agent/onnx_rewrite.c agent/ort_adapter.c
+LIB_SRCS += agent/agent.c agent/model_publish.c agent/onnx_rewrite.c agent/ort_adapter.c
 
 PROGRAMS += tetris-agent tetris-onnx-run
 tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c

@@ -28,6 +28,7 @@
 #include "ingest_client.h"
 #include "log.h"
 #include "model.h"
+#include "model_publish.h"
 
 const double ingest_duration_bounds[INGEST_DURATION_BUCKETS] = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
@@ -222,20 +223,6 @@ static int parse_ingest(json_t *msg, int *fds, size_t n_fds, struct request *rq,
 
 /* ---- publishing ---- */
 
-struct fill_ctx {
-    const tensor_desc *desc;
-    int fd;
-};
-
-static int fill_from_source(void *ctx, void *dst, uint64_t len, tetris_error *err)
-{
-    struct fill_ctx *f = ctx;
-    if (len != f->desc->meta.nbytes)
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "fill of %llu bytes for a %llu-byte tensor",
-                           (unsigned long long)len, (unsigned long long)f->desc->meta.nbytes);
-    return model_read_tensor(f->desc, f->fd, dst, err);
-}
-
 /* Reserves room for nbytes against the capacity; false if it does not fit. */
 static bool reserve(struct daemon *d, uint64_t nbytes, uint64_t *capacity_out)
 {
@@ -282,10 +269,9 @@ static void publish_one(struct daemon *d, const struct request *rq, const struct
         atomic_fetch_add(&d->shortfall_bytes, meta->nbytes); /* next pass makes room */
         return;
     }
-    struct fill_ctx fc = {&t->desc, rq->fds[t->source_index]};
     bool published = false;
     tetris_error err;
-    int rc = store_publish_tensor(d->store, meta, fill_from_source, &fc, &published, &err);
+    int rc = model_publish_tensor(d->store, &t->desc, rq->fds[t->source_index], &published, &err);
     unreserve(d, meta->nbytes);
     if (rc < 0) {
         r->status = INGEST_REJECTED;
