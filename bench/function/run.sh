@@ -169,7 +169,9 @@ while [ ! -S "$STORE/ingest.sock" ]; do
     sleep 0.1
 done
 
-echo "Model $(basename "$MODEL"), profile $(basename "$PROFILE") ($(sed -n 's/^measured: //p' "$PROFILE") measured);"
+kind=illustrative
+grep -q '^measured: true$' "$PROFILE" && kind=measured
+echo "Model $(basename "$MODEL"), profile $(basename "$PROFILE") ($kind);"
 echo "open loop at a fixed rate for ${DURATION} s after ${WARMUP} s warm-up, SLO ${SLO_MS} ms"
 echo "(a request over the SLO or failed is a violation; p95 is end to end, client side)."
 if [ -n "$CPU_ROOT" ]; then
