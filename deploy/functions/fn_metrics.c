@@ -20,8 +20,12 @@ static const double batch_size_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128};
 static const int codes[] = {200, 400, 413, 500, 503};
 #define N_CODES (sizeof(codes) / sizeof(codes[0]))
 
+#define MAX_BUCKETS 16
+_Static_assert(N_DURATION_BUCKETS < MAX_BUCKETS && N_BATCH_BUCKETS < MAX_BUCKETS,
+               "a histogram needs one more count than its bounds (+Inf)");
+
 struct histogram {
-    uint64_t counts[16]; /* per bucket, not cumulative; the last is +Inf */
+    uint64_t counts[MAX_BUCKETS]; /* per bucket, not cumulative; the last is +Inf */
     uint64_t count;
     double sum;
 };
