@@ -7,7 +7,7 @@
 # after this file, so `fuzz` hands it to a sub-make on the command line.
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
-FUZZ_TARGETS := safetensors onnx manifest
+FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)

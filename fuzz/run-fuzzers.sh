@@ -23,14 +23,16 @@ for m in silero_vad_v5.onnx silero_vad_legacy.onnx hello_deepa.onnx \
          ch_ppocr_mobile_v2.0_cls_infer.onnx; do
     [ -f "$models/$m" ] && cp "$models/$m" "$seeds/onnx/"
 done
+# The rewriter (what ONNX Runtime is handed in store mode) reads ONNX too.
+cp -r "$seeds/onnx" "$seeds/onnx_rewrite"
 "$dir/seed-manifests" "$seeds/manifest" "$seeds/files/valid-features.onnx" \
     "$seeds/files/valid-features.safetensors" "$models/hello_deepa.onnx"
 
 failed=0
-for t in safetensors onnx manifest; do
+for t in safetensors onnx onnx_rewrite manifest; do
     mkdir -p "$dir/corpus/$t"
     dict=""
-    [ "$t" != onnx ] && dict="-dict=$(pwd)/fuzz/json.dict"
+    case $t in onnx*) ;; *) dict="-dict=$(pwd)/fuzz/json.dict" ;; esac
     echo "fuzz target=$t seconds=$secs"
     # Inputs may name external data files: run where none exist.
     if ! (cd "$dir" && ./fuzz_$t $dict -max_total_time="$secs" -timeout=10 \
