@@ -222,11 +222,33 @@ static double round3(double v)
     return round(v * 1000.0) / 1000.0;
 }
 
+/* On a terminal the progress bar owns the current line: clear it before a
+ * log line, the next draw_progress() puts it back. */
+static void clear_progress(const struct profile_run_options *o)
+{
+    if (o->progress)
+        fputs("\r\033[K", stderr);
+}
+
 struct config_run {
     double c;
     int b, p;
-    size_t index;
+    size_t index, total;
 };
+
+static void draw_progress(size_t done, size_t total, const struct config_run *cr)
+{
+    const int width = 30;
+    int filled = total > 0 ? (int)(done * (size_t)width / total) : width;
+    fprintf(stderr, "\r[%.*s%*s] %zu/%zu", filled, "##############################",
+            width - filled, "", done, total);
+    if (cr != NULL)
+        fprintf(stderr, "  c=%g b=%d p=%d   ", cr->c, cr->b, cr->p);
+    else
+        fprintf(stderr, "%20s\n", "");
+    fflush(stderr);
+}
+
 
 static int measure_config(const struct profile_run_options *o, const struct config_run *cr,
                           bool *cpu_limit_ok, profile_config *out, tetris_error *err)
@@ -243,11 +265,13 @@ static int measure_config(const struct profile_run_options *o, const struct conf
         tetris_error cerr = {0};
         snprintf(name, sizeof(name), "tetris-profiler-%d-%zu", (int)getpid(), cr->index);
         if (cpu_cgroup_create(name, cr->c, &cg, &cerr) < 0) {
+            clear_progress(o);
             log_warn("event=no-cpu-limit reason=\"%s\" effect=\"configs run without a CPU "
                      "quota; c is only the intra-op thread count\"",
                      cerr.msg);
             *cpu_limit_ok = false;
         } else {
+            clear_progress(o);
             log_info("event=cpu-limit cgroup=%s cpus=%g", cpu_cgroup_path(cg), cr->c);
         }
     }
@@ -263,15 +287,22 @@ static int measure_config(const struct profile_run_options *o, const struct conf
     fo.threads = (int)fmax(1, floor(cr->c / cr->p));
     fo.max_wait_ms = o->max_wait_ms;
     fo.cgroup_procs = cg != NULL ? cpu_cgroup_procs_file(cg) : NULL;
-    fo.log_path = o->log_dir != NULL ? log_path : NULL;
+    /* The functions' logs would run through the progress bar: on a
+     * terminal they need --log-dir. */
+    fo.log_path = o->log_dir != NULL ? log_path : o->progress ? "/dev/null" : NULL;
     if ((r = fn_process_start(&fo, &fp, err)) < 0) {
         cpu_cgroup_remove(cg);
+        if (o->progress && o->log_dir == NULL)
+            tetris_wrap(err, "rerun with --log-dir DIR for the function's log");
         return r;
     }
+    clear_progress(o);
     if (o->store_dir != NULL && fp.fell_back)
         log_warn("event=private-fallback model=%s effect=\"weights are private: shared_bytes "
                  "0, private_bytes include them\"",
                  o->model);
+    if (o->progress)
+        draw_progress(cr->index, cr->total, cr);
     r = sampler_start(&smp, fp.pid, fp.shared_bytes > 0 ? o->store_dir : NULL, err);
     if (r == 0) {
         struct load_target t = {.url = fp.url, .weight = 1};
@@ -292,6 +323,7 @@ static int measure_config(const struct profile_run_options *o, const struct conf
         *err = stop_err;
         r = -stop_err.code;
     }
+    clear_progress(o);
     if (cg != NULL)
         log_info("event=cpu-limit-removed cgroup=%s", cpu_cgroup_path(cg));
     cpu_cgroup_remove(cg);
@@ -317,19 +349,6 @@ static int measure_config(const struct profile_run_options *o, const struct conf
     }
     load_result_free(&lr);
     return r < 0 ? tetris_wrap(err, "config c=%g b=%d p=%d", cr->c, cr->b, cr->p) : 0;
-}
-
-static void draw_progress(size_t done, size_t total, const struct config_run *cr)
-{
-    const int width = 30;
-    int filled = total > 0 ? (int)(done * (size_t)width / total) : width;
-    fprintf(stderr, "\r[%.*s%*s] %zu/%zu", filled, "##############################",
-            width - filled, "", done, total);
-    if (cr != NULL)
-        fprintf(stderr, "  c=%g b=%d p=%d   ", cr->c, cr->b, cr->p);
-    else
-        fprintf(stderr, "%20s\n", "");
-    fflush(stderr);
 }
 
 static char *source_text(const struct profile_run_options *o, bool cpu_limit_ok)
@@ -369,9 +388,7 @@ int profile_run(const struct profile_run_options *o, profile **out, tetris_error
         for (size_t ib = 0; r == 0 && ib < o->grid.n_b; ib++) {
             for (size_t ip = 0; r == 0 && ip < o->grid.n_p; ip++) {
                 struct config_run cr = {.c = o->grid.c[ic], .b = o->grid.b[ib],
-                                        .p = o->grid.p[ip], .index = done};
-                if (o->progress)
-                    draw_progress(done, total, &cr);
+                                        .p = o->grid.p[ip], .index = done, .total = total};
                 r = measure_config(o, &cr, &cpu_limit_ok, &p->configs[p->n_configs], err);
                 if (r == 0)
                     p->n_configs++;
