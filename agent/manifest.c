@@ -200,8 +200,20 @@ static int get_uint(const json_t *obj, const char *field, uint64_t max, const st
     return 0;
 }
 
-static int tensor_from_json(const json_t *obj, struct where *w, tensor_desc *t,
-                            tetris_error *err)
+/* A source as the manifest names it, resolved against base_dir (the
+ * manifest's directory) when it is relative. malloc'd. */
+static char *resolve_source(const char *base_dir, const char *source)
+{
+    char *out;
+    if (base_dir == NULL || source[0] == '/')
+        return strdup(source);
+    if (asprintf(&out, "%s/%s", base_dir, source) < 0)
+        return NULL;
+    return out;
+}
+
+static int tensor_from_json(const json_t *obj, const char *base_dir, struct where *w,
+                            tensor_desc *t, tetris_error *err)
 {
     if (!json_is_object(obj))
         return field_error(w, "tensors", "entry is not an object", err);
@@ -262,14 +274,16 @@ static int tensor_from_json(const json_t *obj, struct where *w, tensor_desc *t,
         return field_error(w, "digest", derr.msg, err);
     t->has_digest = true;
     t->name = strdup(name);
-    t->source = strdup(source);
+    t->source = resolve_source(base_dir, source);
     if (t->name == NULL || t->source == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: tensor \"%s\"", w->what, name);
     return 0;
 }
 
-static int manifest_parse_named(const char *what, const char *json, size_t len, model **out,
-                                tetris_error *err)
+/* Parses a manifest; `what` names it in messages. Relative paths in it
+ * are resolved against base_dir, unless that is NULL. */
+static int manifest_parse_named(const char *what, const char *base_dir, const char *json,
+                                size_t len, model **out, tetris_error *err)
 {
     *out = NULL;
     json_error_t jerr;
@@ -298,14 +312,17 @@ static int manifest_parse_named(const char *what, const char *json, size_t len, 
     if (!json_is_array(tensors))
         return field_error(&w, "tensors", "must be an array", err);
 
-    model *m = model_new(path, model_format, err);
+    cleanup_free char *model_path = resolve_source(base_dir, path);
+    if (model_path == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", what);
+    model *m = model_new(model_path, model_format, err);
     if (m == NULL)
         return -TETRIS_E_NOMEM;
     for (size_t i = 0; i < json_array_size(tensors) && ret == 0; i++) {
         tensor_desc t = {0};
         w.index = i;
         w.name = NULL;
-        ret = tensor_from_json(json_array_get(tensors, i), &w, &t, err);
+        ret = tensor_from_json(json_array_get(tensors, i), base_dir, &w, &t, err);
         if (ret < 0) {
             free(t.name);
             free(t.source);
@@ -335,7 +352,7 @@ static int manifest_parse_named(const char *what, const char *json, size_t len, 
 
 int manifest_parse(const char *json, size_t len, model **out, tetris_error *err)
 {
-    return manifest_parse_named("manifest", json, len, out, err);
+    return manifest_parse_named("manifest", NULL, json, len, out, err);
 }
 
 int manifest_read_file(const char *path, model **out, tetris_error *err)
@@ -366,5 +383,37 @@ int manifest_read_file(const char *path, model **out, tetris_error *err)
             break;
         }
     }
-    return manifest_parse_named(path, buf, len, out, err);
+    /* Relative sources are relative to the manifest, wherever it is read
+     * from; a bare file name is in the working directory already. */
+    const char *slash = strrchr(path, '/');
+    cleanup_free char *dir = NULL;
+    if (slash != NULL && (dir = strndup(path, slash == path ? 1 : (size_t)(slash - path))) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", path);
+    return manifest_parse_named(path, dir, buf, len, out, err);
+}
+
+int model_sources_realpath(model *m, tetris_error *err)
+{
+    char *real = realpath(m->path, NULL);
+    if (real == NULL)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
+                           "resolve %s", m->path);
+    free(m->path);
+    m->path = real;
+    /* One model file holds most tensors: resolve each run of one source once. */
+    cleanup_free char *prev = NULL; /* the previous tensor's source as it was */
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        tensor_desc *t = &m->tensors[i];
+        if (prev != NULL && strcmp(t->source, prev) == 0) {
+            if ((real = strdup(m->tensors[i - 1].source)) == NULL)
+                return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "resolve %s", t->source);
+        } else if ((real = realpath(t->source, NULL)) == NULL) {
+            return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
+                               "resolve %s", t->source);
+        }
+        free(prev);
+        prev = t->source;
+        t->source = real;
+    }
+    return 0;
 }

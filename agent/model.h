@@ -85,10 +85,18 @@ int model_check(const model *m, const char *what, tetris_error *err);
  * {"format":"tetris-manifest/1","model":PATH,"model_format":"onnx",
  *  "tensor_bytes":N,"tensors":[{"name","dtype","shape":[..],"source",
  *  "offset","length","nbytes","encoding":"raw"|"varint",
- *  "digest":"sha256:HEX","crc32":N}, ...]} */
+ *  "digest":"sha256:HEX","crc32":N}, ...]}
+ *
+ * Sources and the model path are best absolute: `tetris-agent index` writes
+ * them so (model_sources_realpath), and such a manifest works from any
+ * working directory. A relative one in a manifest read from a file is
+ * relative to the manifest's directory (manifest_read_file resolves it);
+ * manifest_parse, which has no file, leaves it as it is. */
 int manifest_write_file(const model *m, const char *path, tetris_error *err); /* "-" = stdout */
 char *manifest_to_json(const model *m, tetris_error *err);                     /* malloc'd */
 int manifest_read_file(const char *path, model **out, tetris_error *err);
 int manifest_parse(const char *json, size_t len, model **out, tetris_error *err);
+/* Replaces the model path and every tensor's source by its realpath(3). */
+int model_sources_realpath(model *m, tetris_error *err);
 
 #endif

@@ -172,6 +172,8 @@ static int cmd_index(int argc, char **argv)
         return usage_error("%s: expected a MODEL", "index");
     r = model_parse_file(c.arg, &m, &err);
     if (r == 0)
+        r = model_sources_realpath(m, &err);
+    if (r == 0)
         r = model_compute_digests(m, &err);
     if (r == 0)
         r = manifest_write_file(m, c.output != NULL ? c.output : "-", &err);
@@ -409,6 +411,8 @@ static int cmd_inspect(int argc, char **argv)
     if (c.arg == NULL)
         return inspect_store(&c);
     r = model_parse_file(c.arg, &m, &err);
+    if (r == 0)
+        r = model_sources_realpath(m, &err);
     if (r == 0)
         r = model_compute_digests(m, &err);
     if (r == 0)

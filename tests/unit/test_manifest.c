@@ -236,6 +236,97 @@ START_TEST(print_lists_every_tensor)
 }
 END_TEST
 
+/* Rewrites m's model path and sources to `to`, as a hand-written or moved
+ * manifest would name them. */
+static void rename_sources(model *m, const char *to)
+{
+    free(m->path);
+    m->path = strdup(to);
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        free(m->tensors[i].source);
+        m->tensors[i].source = strdup(to);
+    }
+}
+
+START_TEST(relative_sources_are_relative_to_the_manifest)
+{
+    model *m = indexed_model(), *back = NULL;
+    tetris_error err;
+    char manifest[300], expect[300], rel[300];
+    rename_sources(m, "m.safetensors");
+    snprintf(manifest, sizeof manifest, "%s/m.manifest.json", dir);
+    ck_assert_int_eq(manifest_write_file(m, manifest, &err), 0);
+
+    /* From elsewhere, by absolute path: sources next to the manifest. */
+    ck_assert_int_eq(chdir("/"), 0);
+    ck_assert_msg(manifest_read_file(manifest, &back, &err) == 0, "%s", err.msg);
+    snprintf(expect, sizeof expect, "%s/m.safetensors", dir);
+    ck_assert_str_eq(back->path, expect);
+    for (size_t i = 0; i < back->n_tensors; i++)
+        ck_assert_str_eq(back->tensors[i].source, expect);
+    model_free(back);
+
+    /* By a relative path: still next to the manifest. */
+    snprintf(rel, sizeof rel, "%s/m.manifest.json", dir + 1);
+    ck_assert_msg(manifest_read_file(rel, &back, &err) == 0, "%s", err.msg);
+    snprintf(expect, sizeof expect, "%s/m.safetensors", dir + 1);
+    ck_assert_str_eq(back->tensors[0].source, expect);
+    model_free(back);
+
+    /* From its own directory by bare name, and from a buffer: as written. */
+    ck_assert_int_eq(chdir(dir), 0);
+    ck_assert_int_eq(manifest_read_file("m.manifest.json", &back, &err), 0);
+    ck_assert_str_eq(back->tensors[0].source, "m.safetensors");
+    model_free(back);
+    char *json = manifest_to_json(m, &err);
+    ck_assert_int_eq(manifest_parse(json, strlen(json), &back, &err), 0);
+    ck_assert_str_eq(back->tensors[0].source, "m.safetensors");
+    model_free(back);
+    free(json);
+
+    /* Absolute sources are taken as they are. */
+    rename_sources(m, model_path);
+    ck_assert_int_eq(manifest_write_file(m, manifest, &err), 0);
+    ck_assert_int_eq(chdir("/"), 0);
+    ck_assert_int_eq(manifest_read_file(manifest, &back, &err), 0);
+    assert_same(m, back);
+    model_free(back);
+    unlink(manifest);
+    model_free(m);
+}
+END_TEST
+
+START_TEST(realpath_makes_sources_absolute)
+{
+    model *m = NULL;
+    tetris_error err;
+    char link[300], *real_dir = realpath(dir, NULL), expect[300];
+    ck_assert_ptr_nonnull(real_dir);
+    snprintf(expect, sizeof expect, "%s/m.safetensors", real_dir);
+    snprintf(link, sizeof link, "%s/link.safetensors", dir);
+    ck_assert_int_eq(symlink("m.safetensors", link), 0);
+
+    /* A relative path through a symlink: the file itself, absolutely. */
+    ck_assert_int_eq(chdir(dir), 0);
+    ck_assert_int_eq(model_parse_file("link.safetensors", &m, &err), 0);
+    ck_assert_int_eq(model_sources_realpath(m, &err), 0);
+    ck_assert_str_eq(m->path, expect);
+    for (size_t i = 0; i < m->n_tensors; i++)
+        ck_assert_str_eq(m->tensors[i].source, expect);
+    model_free(m);
+
+    /* A source that went away is an error naming it. */
+    ck_assert_int_eq(model_parse_file("link.safetensors", &m, &err), 0);
+    free(m->tensors[1].source);
+    m->tensors[1].source = strdup("gone.safetensors");
+    ck_assert_int_eq(model_sources_realpath(m, &err), -TETRIS_E_NOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "gone.safetensors"));
+    model_free(m);
+    unlink(link);
+    free(real_dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("manifest");
@@ -247,6 +338,8 @@ int main(void)
                         (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, not_json_at_all);
     tcase_add_test(tc, print_lists_every_tensor);
+    tcase_add_test(tc, relative_sources_are_relative_to_the_manifest);
+    tcase_add_test(tc, realpath_makes_sources_absolute);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
