@@ -27,6 +27,8 @@ enum {
     OPT_MAX_CONNECTIONS,
     OPT_REQUEST_TIMEOUT,
     OPT_PIN_FILE,
+    OPT_MAX_TENANTS,
+    OPT_NO_TENANTS,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -46,6 +48,8 @@ static const struct option long_options[] = {
     {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
     {"request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT},
     {"pin-file", required_argument, NULL, OPT_PIN_FILE},
+    {"max-tenants", required_argument, NULL, OPT_MAX_TENANTS},
+    {"no-tenants", no_argument, NULL, OPT_NO_TENANTS},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -58,13 +62,16 @@ void reclaimer_usage(const char *prog)
            "instances (Unix socket <store>/ingest.sock), frees tensors no live holder\n"
            "references (keep-alive, then LRU above capacity), repairs after crashes,\n"
            "scrubs CRC32s, and serves /metrics, /inventory and /healthz over HTTP.\n"
+           "It serves every tenant store under <store>/tenants/ the same way (socket\n"
+           "<store>/tenants/NAME/ingest.sock); mkdir <store>/tenants/NAME adds one.\n"
            "\n"
            "  --store DIR              tensor store (default " STORE_DEFAULT_DIR ")\n"
            "  --listen ADDR:PORT       HTTP address (default 127.0.0.1:9464; \"\" = off)\n"
            "  --interval SECONDS       between reclaim passes (default 10; 30s, 5m ok)\n"
            "  --keep-alive SECONDS     keep unreferenced tensors this long (default 300)\n"
-           "  --capacity BYTES         store capacity, e.g. 2Gi (default 0 = unlimited):\n"
-           "                           ingests past it are refused, LRU evicts above it\n"
+           "  --capacity BYTES         node capacity, e.g. 2Gi (default 0 = unlimited), for\n"
+           "                           all stores together: ingests past it are refused,\n"
+           "                           LRU evicts above it\n"
            "  --scrub-rate BYTES/SEC   CRC32 re-check rate (default 64Mi; 0 = off)\n"
            "  --node-name NAME         node name in /inventory (default: hostname,\n"
            "                           or $NODE_NAME)\n"
@@ -77,13 +84,15 @@ void reclaimer_usage(const char *prog)
            "  --pin-file FILE          digests (hex, one per line) kept as if referenced,\n"
            "                           e.g. the models of pods scheduled to this node;\n"
            "                           re-read when it changes\n"
+           "  --max-tenants N          tenant stores served at most (default 64, max %d)\n"
+           "  --no-tenants             serve the shared store only\n"
            "  --once                   repair and one reclaim pass, then exit\n"
            "  --help, --version\n"
            "\n"
            "Signals: SIGHUP reloads the config file; SIGTERM/SIGINT stop cleanly.\n"
            "Exit status: 0 stopped cleanly (or --once done), 1 runtime failure\n"
            "(store, socket or HTTP address unusable), 2 usage or config error.\n",
-           prog);
+           prog, RECLAIMER_TENANTS_MAX);
 }
 
 static int parse_count(const char *s, unsigned *out, tetris_error *err)
@@ -135,6 +144,12 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
         return copy_string(cfg->pin_path, sizeof(cfg->pin_path), "pin file", v, err);
     case OPT_MAX_CONNECTIONS:
         return parse_count(v, &cfg->max_connections, err);
+    case OPT_MAX_TENANTS:
+        if (parse_count(v, &cfg->max_tenants, err) < 0)
+            return -TETRIS_E_INVAL;
+        if (cfg->max_tenants > RECLAIMER_TENANTS_MAX)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d tenants", RECLAIMER_TENANTS_MAX);
+        return 0;
     case OPT_REQUEST_TIMEOUT:
         if (config_parse_seconds(v, &cfg->request_timeout_s, err) < 0)
             return -TETRIS_E_INVAL;
@@ -155,6 +170,7 @@ static void set_defaults(struct reclaimer_config *cfg)
     cfg->keep_alive_s = 300;
     cfg->scrub_rate = 64u << 20;
     cfg->max_connections = 256;
+    cfg->max_tenants = 64;
     cfg->request_timeout_s = 30;
     const char *node = getenv("NODE_NAME");
     if (node != NULL && node[0] != '\0' && strlen(node) < sizeof(cfg->node_name))
@@ -234,6 +250,10 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
             break;
         if (opt == OPT_ONCE) {
             cfg->once = true;
+            continue;
+        }
+        if (opt == OPT_NO_TENANTS) {
+            cfg->no_tenants = true;
             continue;
         }
         if (opt == OPT_CONFIG)

@@ -10,6 +10,11 @@
 
 #include "error.h"
 
+/* Tenant stores one daemon can serve (--max-tenants caps it lower): each
+ * costs a socket, an accept thread and an index, and adds one value of the
+ * tenant label to every per-store metric. */
+#define RECLAIMER_TENANTS_MAX 256
+
 struct reclaimer_config {
     char store_dir[PATH_MAX];
     char config_path[PATH_MAX];  /* "" if none */
@@ -24,6 +29,8 @@ struct reclaimer_config {
     uint64_t scrub_rate;         /* CRC-checked bytes per second, 0: off */
     unsigned max_connections;    /* concurrent ingest connections */
     double request_timeout_s;    /* to receive a request / send a reply */
+    unsigned max_tenants;        /* tenant stores served at most */
+    bool no_tenants;             /* serve the shared store only */
     bool once;                   /* one pass, then exit */
 };
 

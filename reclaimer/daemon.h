@@ -1,6 +1,7 @@
-/* daemon.h - the state tetris-reclaimer's parts share: the store, the
- * tensor index, counters, and the locks that order ingests against reclaim
- * passes. Each part lives in its own file:
+/* daemon.h - the state tetris-reclaimer's parts share: the stores it
+ * serves (the shared one and every tenant's), their tensor indexes and
+ * counters, and the locks that order ingests against reclaim passes. Each part lives in its own file:
+ *   stores.c         the served stores: the shared one and tenants' (discovery)
  *   ingest_server.c  the Unix-socket ingest service (one thread per client)
  *   reclaim.c        repair, reclaim pass (keep-alive, LRU), scrub
  *   http_api.c       /metrics, /inventory, /healthz
@@ -9,6 +10,7 @@
 #define TETRIS_RECLAIMER_DAEMON_H
 
 #include <pthread.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,7 +33,8 @@ struct model_usage {
 /* Upper bounds of tetris_ingest_duration_seconds's buckets. */
 #define INGEST_DURATION_BUCKETS 12
 
-struct daemon_counters {
+/* Counters of one served store (exported with its tenant label). */
+struct store_counters {
     atomic_uint_least64_t ingest_requests;      /* ingest ops answered */
     atomic_uint_least64_t ingest_errors;        /* refused requests (bad input, ...) */
     atomic_uint_least64_t ingest_tensors;       /* tensors published */
@@ -40,7 +43,6 @@ struct daemon_counters {
     atomic_uint_least64_t ingest_duration_us;   /* sum, microseconds */
     atomic_uint_least64_t ingest_duration_bucket[INGEST_DURATION_BUCKETS + 1]; /* +Inf last */
     atomic_uint_least64_t fallbacks;            /* agents' report_fallback */
-    atomic_uint_least64_t reclaim_passes;
     atomic_uint_least64_t reclaims;             /* tensors freed after keep-alive */
     atomic_uint_least64_t evictions;            /* tensors freed by LRU above capacity */
     atomic_uint_least64_t reclaimed_bytes;      /* both of the above */
@@ -55,12 +57,24 @@ struct daemon_counters {
 
 extern const double ingest_duration_bounds[INGEST_DURATION_BUCKETS];
 
-struct daemon {
-    struct reclaimer_config cfg; /* settings that SIGHUP may change are
-                                    read under cfg_lock */
-    pthread_mutex_t cfg_lock;
+/* When an expensive step last ran and what it cost (see reclaim.c). */
+struct duty {
+    int64_t last_start_us;
+    int64_t last_cost_us;
+};
+
+typedef struct ingest_server ingest_server;
+
+/* One store the daemon serves: the shared store, or a tenant's dedicated
+ * store DIR/tenants/NAME. Each has its own ingest socket, index, holders
+ * and counters, so nothing of one tenant is visible through another. */
+struct served_store {
+    struct daemon *d;
+    char tenant[64];            /* "" for the shared store */
+    char socket_path[PATH_MAX];
+    char state_path[PATH_MAX];
     store *store;
-    int64_t started_ms; /* wall clock; seeds the inventory generation */
+    ingest_server *ingest;      /* NULL until serving (or with --once) */
 
     /* Ingest workers hold it shared from "is it resident?" to "reference
      * recorded"; a reclaim pass holds it exclusively (with the store's own
@@ -73,21 +87,6 @@ struct daemon {
     uint64_t generation;     /* bumps whenever the resident set changes */
     uint64_t resident_bytes; /* file bytes of resident tensors */
     uint64_t reserved_bytes; /* ingests in flight, counted against capacity */
-    int64_t last_pass_ms;    /* wall clock of the last completed pass, 0: none */
-    int64_t last_pass_us;    /* how long it took */
-    int64_t last_locked_us;  /* of which ingests had to wait */
-    bool last_pass_ok;
-
-    /* Digests pinned through --pin-file (the cluster's pods on this node);
-     * a pinned tensor is warm even without a live holder. */
-    pthread_mutex_t pin_lock;
-    tensor_digest *pinned;
-    size_t n_pinned;
-
-    /* Holders re-created at start-up for clients that outlived a previous
-     * daemon; each is released when its owner exits (pidfd). Main thread. */
-    struct adopted_holder *adopted;
-    size_t n_adopted;
 
     /* Last pass's view of the holders (for /metrics). */
     uint64_t holders;        /* live holders */
@@ -97,7 +96,51 @@ struct daemon {
     uint64_t warm_bytes;     /* resident bytes of referenced tensors */
     size_t scrub_cursor;
 
-    struct daemon_counters counters;
+    /* Holders re-created at start-up for clients that outlived a previous
+     * daemon; each is released when its owner exits (pidfd). Main thread. */
+    struct adopted_holder *adopted;
+    size_t n_adopted;
+
+    /* Main thread only. */
+    struct duty repair_duty, listing_duty;
+    int64_t last_state_save_ms;
+
+    struct store_counters counters;
+};
+
+struct daemon {
+    struct reclaimer_config cfg; /* settings that SIGHUP may change are
+                                    read under cfg_lock */
+    pthread_mutex_t cfg_lock;
+    int64_t started_ms; /* wall clock; seeds the inventory generations */
+    bool serving;       /* ingest sockets are up (not with --once) */
+
+    /* stores[0] is the shared store, then tenants in discovery order.
+     * Append-only until shutdown: other threads read stores[i] for
+     * i < n_stores without a lock. */
+    struct served_store *stores[1 + RECLAIMER_TENANTS_MAX];
+    atomic_size_t n_stores;
+    bool tenant_limit_logged;
+
+    /* Capacity is node-wide: the sum over every served store. reserve()
+     * in ingest_server.c holds this while it adds up the stores. */
+    pthread_mutex_t capacity_lock;
+
+    /* Digests pinned through --pin-file (the cluster's pods on this node);
+     * a pinned tensor is warm even without a live holder, in every store. */
+    pthread_mutex_t pin_lock;
+    tensor_digest *pinned;
+    size_t n_pinned;
+
+    /* The last node pass (all stores), under pass_lock. */
+    pthread_mutex_t pass_lock;
+    int64_t last_pass_ms;    /* wall clock of the last completed pass, 0: none */
+    int64_t last_pass_us;    /* how long it took */
+    int64_t last_locked_us;  /* the longest any one store's ingests had to wait */
+    bool last_pass_ok;
+
+    atomic_uint_least64_t reclaim_passes;
+    atomic_uint connections; /* open ingest connections, all stores */
     atomic_bool stopping;
     /* Bytes ingests were refused for lack of room since the last pass: the
      * next pass evicts that much below capacity (LRU, cold tensors only),
@@ -105,33 +148,60 @@ struct daemon {
     atomic_uint_least64_t shortfall_bytes;
 };
 
+/* How logs name a store: its tenant, or "(shared)" (no tenant name has
+ * parentheses). */
+static inline const char *tenant_name(const struct served_store *ss)
+{
+    return ss->tenant[0] != '\0' ? ss->tenant : "(shared)";
+}
+
 int64_t wall_ms(void);
 int64_t mono_ms(void);
 
+/* ---- stores.c ---- */
+/* Opens the shared store (stores[0]). */
+int daemon_open_shared(struct daemon *d, tetris_error *err);
+/* Looks for tenant stores under DIR/tenants/ not served yet (a directory
+ * with a valid name; a bare one gets the store layout), starts each
+ * (repair, index, adoption, first pass) and, once the daemon is serving,
+ * its ingest socket. Failures are logged per tenant; the rest go on. */
+void daemon_discover_tenants(struct daemon *d);
+/* The served store of tenant ("" or NULL: the shared store), or NULL. */
+struct served_store *daemon_find_store(struct daemon *d, const char *tenant);
+size_t daemon_store_count(struct daemon *d);
+/* Starts every store's ingest socket; sets d->serving. */
+int daemon_start_serving(struct daemon *d, tetris_error *err);
+/* Stops the sockets, saves state, closes the stores. */
+void daemon_close_stores(struct daemon *d);
+
 /* ---- reclaim.c ---- */
-/* Repairs the store, rebuilds the index from it and re-adopts holders
- * whose owner outlived a previous daemon. Call once before serving. */
-int daemon_startup(struct daemon *d, tetris_error *err);
-/* One pass: repair, reconcile the index with the store, free cold
- * tensors per keep-alive, evict LRU above capacity, persist last-use
- * times, then scrub a bounded number of bytes. */
+/* Repairs one store, rebuilds its index from it and re-adopts holders
+ * whose owner outlived a previous daemon. Call once before serving it. */
+int store_startup(struct served_store *ss, tetris_error *err);
+/* One node pass: discovers tenants (unless --no-tenants), then for each
+ * store: cheap repair (full repair on its duty cycle), reconcile the
+ * index with the store, free cold tensors per keep-alive, evict LRU above
+ * the node's capacity, persist last-use times, then scrub a bounded number
+ * of bytes. Every store is passed even if one fails. */
 int daemon_reclaim_pass(struct daemon *d, tetris_error *err);
-/* Writes the last-use state file now (at shutdown). */
-void daemon_save_state(struct daemon *d);
+/* Writes a store's last-use state file now (at shutdown). */
+void store_save_state(struct served_store *ss);
 /* Re-reads --pin-file if it changed (the hook for the cluster side). */
 void daemon_refresh_pins(struct daemon *d);
 /* Releases holders adopted at start-up whose owner has exited. */
 void daemon_poll_adopted(struct daemon *d);
-void daemon_release_adopted(struct daemon *d);
+void store_release_adopted(struct served_store *ss);
+/* Bytes every served store but skip holds or has reserved. */
+uint64_t daemon_other_stores_bytes(struct daemon *d, const struct served_store *skip);
 
 /* ---- index helpers shared by ingest and reclaim (index_lock held) ---- */
-void daemon_index_touch(struct daemon *d, const tensor_digest *dg, int64_t now_s);
-int daemon_index_add(struct daemon *d, const tensor_meta *meta, uint64_t file_bytes,
-                     int64_t now_s, tetris_error *err);
+void store_index_touch(struct served_store *ss, const tensor_digest *dg, int64_t now_s);
+int store_index_add(struct served_store *ss, const tensor_meta *meta, uint64_t file_bytes,
+                    int64_t now_s, tetris_error *err);
 
 /* ---- ingest_server.c ---- */
-typedef struct ingest_server ingest_server;
-int ingest_server_start(struct daemon *d, ingest_server **out, tetris_error *err);
+/* Listens on ss->socket_path. */
+int ingest_server_start(struct served_store *ss, ingest_server **out, tetris_error *err);
 /* Stops accepting, closes every connection (releasing its references),
  * joins the threads and removes the socket. */
 void ingest_server_stop(ingest_server *s);

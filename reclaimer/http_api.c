@@ -3,7 +3,9 @@
  *   GET /inventory  resident tensors for the scheduler extender:
  *                   {"node","generation","capacity_bytes","resident_bytes",
  *                    "tensors":[{"digest":HEX,"bytes":N},...]}
- *                   with ETag "G"; If-None-Match "G" -> 304
+ *                   with ETag "G"; If-None-Match "G" -> 304.
+ *                   ?tenant=T: that tenant's store instead (with
+ *                   "tenant":T); 404 if not served, 400 if not a name
  *   GET /healthz    {"status":"ok"|"failing",...}
  *
  * /inventory is built once per generation and shared by reference between
@@ -13,6 +15,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +36,9 @@ struct http_api {
     struct daemon *d;
     http_server *server;
     pthread_mutex_t lock;
-    struct inventory_body *inventory; /* the cached one (holds a reference) */
+    /* The cached inventory of each store, by its index in d->stores
+     * (holds a reference). */
+    struct inventory_body *inventory[1 + RECLAIMER_TENANTS_MAX];
 };
 
 /* ---- text buffer ---- */
@@ -76,14 +81,12 @@ static void buf_printf(struct buf *b, const char *fmt, ...)
     }
 }
 
-/* ---- /metrics ---- */
-
-static void metric(struct buf *b, const char *name, const char *type, const char *help,
-                   uint64_t value)
-{
-    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type, name,
-               value);
-}
+/* ---- /metrics ----
+ * Per-store series carry a tenant label; the shared store's have none
+ * (an empty label is no label to Prometheus), so sum() over a metric is
+ * the node and {tenant=""} selects the shared store. Tenant names are
+ * [a-z0-9._-] and need no escaping; their number is capped by
+ * --max-tenants. */
 
 /* A Prometheus label value: backslash, quote and newline escaped (labels
  * come from clients; control characters were refused at ingest). */
@@ -103,139 +106,230 @@ static void label_value(char *out, size_t len, const char *in)
     out[o] = '\0';
 }
 
-static void render_models(struct buf *b, const struct model_usage *m, size_t n)
+/* What /metrics shows of one store, copied under its lock. */
+struct store_snapshot {
+    const char *tenant;
+    uint64_t resident, logical, saved, tensors, holders, generation;
+    uint64_t connections, ingest_requests, ingest_errors, ingest_tensors, ingest_bytes,
+        ingest_rejected, fallbacks, reclaims, evictions, reclaimed_bytes, scrubbed_bytes,
+        scrub_errors, repaired_holders, repaired_temp_files, repaired_tensors, adopted_holders;
+    uint64_t duration_us;
+    uint64_t duration_bucket[INGEST_DURATION_BUCKETS + 1];
+    struct model_usage models[MODEL_LABELS_MAX + 1];
+    size_t n_models;
+};
+
+static void snapshot_store(struct served_store *ss, struct store_snapshot *out)
 {
-    /* The "other" row, when used, sits after the named ones. */
-    size_t rows = n + (n == MODEL_LABELS_MAX && m[MODEL_LABELS_MAX].holders > 0);
-    buf_printf(b, "# HELP tetris_model_holders Live holders per model (holder label).\n"
-                  "# TYPE tetris_model_holders gauge\n");
-    for (size_t i = 0; i < rows; i++) {
-        char v[300];
-        label_value(v, sizeof(v), m[i].label);
-        buf_printf(b, "tetris_model_holders{model=\"%s\"} %" PRIu64 "\n", v, m[i].holders);
-    }
-    buf_printf(b, "# HELP tetris_model_logical_bytes Tensor bytes live holders of a model map, "
-                  "counted once per holder.\n"
-                  "# TYPE tetris_model_logical_bytes gauge\n");
-    for (size_t i = 0; i < rows; i++) {
-        char v[300];
-        label_value(v, sizeof(v), m[i].label);
-        buf_printf(b, "tetris_model_logical_bytes{model=\"%s\"} %" PRIu64 "\n", v,
-                   m[i].logical_bytes);
+    pthread_mutex_lock(&ss->index_lock);
+    out->tenant = ss->tenant;
+    out->resident = ss->resident_bytes;
+    out->tensors = tensor_index_count(ss->index);
+    out->holders = ss->holders;
+    out->logical = ss->logical_bytes;
+    out->saved = ss->logical_bytes > ss->warm_bytes ? ss->logical_bytes - ss->warm_bytes : 0;
+    out->generation = ss->generation;
+    memcpy(out->models, ss->models, sizeof(out->models));
+    out->n_models = ss->n_models;
+    pthread_mutex_unlock(&ss->index_lock);
+    struct store_counters *c = &ss->counters;
+    out->connections = atomic_load(&c->connections);
+    out->ingest_requests = atomic_load(&c->ingest_requests);
+    out->ingest_errors = atomic_load(&c->ingest_errors);
+    out->ingest_tensors = atomic_load(&c->ingest_tensors);
+    out->ingest_bytes = atomic_load(&c->ingest_bytes);
+    out->ingest_rejected = atomic_load(&c->ingest_rejected);
+    out->fallbacks = atomic_load(&c->fallbacks);
+    out->reclaims = atomic_load(&c->reclaims);
+    out->evictions = atomic_load(&c->evictions);
+    out->reclaimed_bytes = atomic_load(&c->reclaimed_bytes);
+    out->scrubbed_bytes = atomic_load(&c->scrubbed_bytes);
+    out->scrub_errors = atomic_load(&c->scrub_errors);
+    out->repaired_holders = atomic_load(&c->repaired_holders);
+    out->repaired_temp_files = atomic_load(&c->repaired_temp_files);
+    out->repaired_tensors = atomic_load(&c->repaired_bad_tensors);
+    out->adopted_holders = atomic_load(&c->adopted_holders);
+    out->duration_us = atomic_load(&c->ingest_duration_us);
+    for (size_t i = 0; i <= INGEST_DURATION_BUCKETS; i++)
+        out->duration_bucket[i] = atomic_load(&c->ingest_duration_bucket[i]);
+}
+
+#define SNAP(field) offsetof(struct store_snapshot, field)
+
+static const struct store_family {
+    const char *name, *type, *help;
+    size_t offset; /* of a uint64_t in struct store_snapshot */
+} store_families[] = {
+    {"tetris_store_resident_bytes", "gauge", "Bytes of tensor files resident in the store.",
+     SNAP(resident)},
+    {"tetris_store_logical_bytes", "gauge",
+     "Tensor bytes mapped by live holders, counted once per holder.", SNAP(logical)},
+    {"tetris_store_saved_bytes", "gauge",
+     "Logical bytes minus the resident bytes of the tensors holders reference: memory that "
+     "private copies would have cost on top.",
+     SNAP(saved)},
+    {"tetris_store_tensors", "gauge", "Tensors resident in the store.", SNAP(tensors)},
+    {"tetris_store_holders", "gauge", "Live holders (model instances) of the store.",
+     SNAP(holders)},
+    {"tetris_store_generation", "gauge",
+     "Inventory generation; changes whenever the resident set changes.", SNAP(generation)},
+    {"tetris_ingest_connections", "gauge", "Open ingest connections.", SNAP(connections)},
+    {"tetris_ingest_requests_total", "counter", "Ingest requests served.",
+     SNAP(ingest_requests)},
+    {"tetris_ingest_errors_total", "counter", "Ingest requests refused as malformed or failed.",
+     SNAP(ingest_errors)},
+    {"tetris_ingest_tensors_total", "counter", "Tensors published by ingests.",
+     SNAP(ingest_tensors)},
+    {"tetris_ingest_bytes_total", "counter", "Tensor bytes published by ingests.",
+     SNAP(ingest_bytes)},
+    {"tetris_ingest_rejected_tensors_total", "counter",
+     "Tensors an ingest refused (digest mismatch, store full, unreadable).",
+     SNAP(ingest_rejected)},
+    {"tetris_agent_fallbacks_total", "counter",
+     "Agents that reported falling back to a private load.", SNAP(fallbacks)},
+    {"tetris_reclaims_total", "counter", "Cold tensors freed after their keep-alive expired.",
+     SNAP(reclaims)},
+    {"tetris_evictions_total", "counter",
+     "Cold tensors evicted (least recently used) to get under capacity.", SNAP(evictions)},
+    {"tetris_reclaimed_bytes_total", "counter", "Bytes freed by reclaims and evictions.",
+     SNAP(reclaimed_bytes)},
+    {"tetris_scrubbed_bytes_total", "counter", "Tensor bytes whose CRC32 was re-checked.",
+     SNAP(scrubbed_bytes)},
+    {"tetris_scrub_errors_total", "counter",
+     "Tensors that failed a CRC32 scrub and were quarantined.", SNAP(scrub_errors)},
+    {"tetris_repaired_holders_total", "counter",
+     "Dead holders whose references repair released.", SNAP(repaired_holders)},
+    {"tetris_repaired_temp_files_total", "counter",
+     "Orphaned temporary ingest files repair removed.", SNAP(repaired_temp_files)},
+    {"tetris_repaired_tensors_total", "counter", "Inconsistent tensor files repair removed.",
+     SNAP(repaired_tensors)},
+    {"tetris_adopted_holders_total", "counter",
+     "Holders re-held at start-up for clients that outlived a previous daemon.",
+     SNAP(adopted_holders)},
+};
+
+static void family_header(struct buf *b, const char *name, const char *type, const char *help)
+{
+    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* "{tenant="T"" plus extra labels and "}", or just the extra labels in
+ * braces for the shared store, or nothing. extra is "" or "k=\"v\"". */
+static void labels(char *out, size_t len, const char *tenant, const char *extra)
+{
+    if (tenant[0] != '\0')
+        snprintf(out, len, "{tenant=\"%s\"%s%s}", tenant, extra[0] ? "," : "", extra);
+    else if (extra[0] != '\0')
+        snprintf(out, len, "{%s}", extra);
+    else
+        out[0] = '\0';
+}
+
+static void render_models(struct buf *b, const struct store_snapshot *snap, size_t n_snap)
+{
+    static const char *const names[] = {"tetris_model_holders", "tetris_model_logical_bytes"};
+    static const char *const helps[] = {
+        "Live holders per model (holder label).",
+        "Tensor bytes live holders of a model map, counted once per holder.",
+    };
+    for (size_t f = 0; f < 2; f++) {
+        family_header(b, names[f], "gauge", helps[f]);
+        for (size_t s = 0; s < n_snap; s++) {
+            const struct model_usage *m = snap[s].models;
+            size_t n = snap[s].n_models;
+            /* The "other" row, when used, sits after the named ones. */
+            size_t rows = n + (n == MODEL_LABELS_MAX && m[MODEL_LABELS_MAX].holders > 0);
+            for (size_t i = 0; i < rows; i++) {
+                char v[300], extra[310], l[400];
+                label_value(v, sizeof(v), m[i].label);
+                snprintf(extra, sizeof(extra), "model=\"%s\"", v);
+                labels(l, sizeof(l), snap[s].tenant, extra);
+                buf_printf(b, "%s%s %" PRIu64 "\n", names[f], l,
+                           f == 0 ? m[i].holders : m[i].logical_bytes);
+            }
+        }
     }
 }
 
-static uint64_t load(atomic_uint_least64_t *v)
+static void render_durations(struct buf *b, const struct store_snapshot *snap, size_t n_snap)
 {
-    return atomic_load(v);
+    family_header(b, "tetris_ingest_duration_seconds", "histogram",
+                  "Time to serve one ingest request.");
+    for (size_t s = 0; s < n_snap; s++) {
+        char l[200];
+        uint64_t cumulative = 0;
+        for (size_t i = 0; i <= INGEST_DURATION_BUCKETS; i++) {
+            char le[32];
+            cumulative += snap[s].duration_bucket[i];
+            if (i < INGEST_DURATION_BUCKETS)
+                snprintf(le, sizeof(le), "le=\"%g\"", ingest_duration_bounds[i]);
+            else
+                snprintf(le, sizeof(le), "le=\"+Inf\"");
+            labels(l, sizeof(l), snap[s].tenant, le);
+            buf_printf(b, "tetris_ingest_duration_seconds_bucket%s %" PRIu64 "\n", l, cumulative);
+        }
+        labels(l, sizeof(l), snap[s].tenant, "");
+        buf_printf(b, "tetris_ingest_duration_seconds_sum%s %.6f\n", l,
+                   (double)snap[s].duration_us / 1e6);
+        buf_printf(b, "tetris_ingest_duration_seconds_count%s %" PRIu64 "\n", l, cumulative);
+    }
 }
 
 char *daemon_render_metrics(struct daemon *d, size_t *len)
 {
-    pthread_mutex_lock(&d->index_lock);
-    uint64_t resident = d->resident_bytes;
-    uint64_t tensors = tensor_index_count(d->index);
-    uint64_t holders = d->holders;
-    uint64_t logical = d->logical_bytes;
-    uint64_t warm = d->warm_bytes;
-    uint64_t generation = d->generation;
+    size_t n = daemon_store_count(d);
+    struct store_snapshot *snap = calloc(n, sizeof(*snap));
+    if (snap == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        snapshot_store(d->stores[i], &snap[i]);
+    pthread_mutex_lock(&d->pass_lock);
     int64_t last_pass_ms = d->last_pass_ms;
     int64_t last_pass_us = d->last_pass_us;
     int64_t last_locked_us = d->last_locked_us;
-    struct model_usage models[MODEL_LABELS_MAX + 1];
-    memcpy(models, d->models, sizeof(models));
-    size_t n_models = d->n_models;
-    pthread_mutex_unlock(&d->index_lock);
+    pthread_mutex_unlock(&d->pass_lock);
     pthread_mutex_lock(&d->cfg_lock);
     uint64_t capacity = d->cfg.capacity_bytes;
     pthread_mutex_unlock(&d->cfg_lock);
-    struct daemon_counters *c = &d->counters;
 
     struct buf b = {0};
-    metric(&b, "tetris_store_resident_bytes", "gauge",
-           "Bytes of tensor files resident in the node's store.", resident);
-    metric(&b, "tetris_store_capacity_bytes", "gauge",
-           "Configured store capacity in bytes (0 = unlimited).", capacity);
-    metric(&b, "tetris_store_logical_bytes", "gauge",
-           "Tensor bytes mapped by live holders, counted once per holder.", logical);
-    metric(&b, "tetris_store_saved_bytes", "gauge",
-           "Logical bytes minus the resident bytes of the tensors holders reference: "
-           "memory that private copies would have cost on top.",
-           logical > warm ? logical - warm : 0);
-    render_models(&b, models, n_models);
-    metric(&b, "tetris_store_tensors", "gauge", "Tensors resident in the store.", tensors);
-    metric(&b, "tetris_store_holders", "gauge", "Live holders (model instances) of the store.",
-           holders);
-    metric(&b, "tetris_store_generation", "gauge",
-           "Inventory generation; changes whenever the resident set changes.", generation);
-    metric(&b, "tetris_ingest_connections", "gauge", "Open ingest connections.",
-           load(&c->connections));
-    metric(&b, "tetris_ingest_requests_total", "counter", "Ingest requests served.",
-           load(&c->ingest_requests));
-    metric(&b, "tetris_ingest_errors_total", "counter",
-           "Ingest requests refused as malformed or failed.", load(&c->ingest_errors));
-    metric(&b, "tetris_ingest_tensors_total", "counter", "Tensors published by ingests.",
-           load(&c->ingest_tensors));
-    metric(&b, "tetris_ingest_bytes_total", "counter", "Tensor bytes published by ingests.",
-           load(&c->ingest_bytes));
-    metric(&b, "tetris_ingest_rejected_tensors_total", "counter",
-           "Tensors an ingest refused (digest mismatch, store full, unreadable).",
-           load(&c->ingest_rejected));
-
-    buf_printf(&b, "# HELP tetris_ingest_duration_seconds Time to serve one ingest request.\n"
-                   "# TYPE tetris_ingest_duration_seconds histogram\n");
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i <= INGEST_DURATION_BUCKETS; i++) {
-        cumulative += load(&c->ingest_duration_bucket[i]);
-        if (i < INGEST_DURATION_BUCKETS)
-            buf_printf(&b, "tetris_ingest_duration_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-                       ingest_duration_bounds[i], cumulative);
-        else
-            buf_printf(&b, "tetris_ingest_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n",
-                       cumulative);
+    family_header(&b, "tetris_store_capacity_bytes", "gauge",
+                  "Configured capacity in bytes for all stores of the node (0 = unlimited).");
+    buf_printf(&b, "tetris_store_capacity_bytes %" PRIu64 "\n", capacity);
+    family_header(&b, "tetris_store_tenants", "gauge", "Tenant stores the daemon serves.");
+    buf_printf(&b, "tetris_store_tenants %zu\n", n - 1);
+    for (size_t f = 0; f < sizeof(store_families) / sizeof(store_families[0]); f++) {
+        const struct store_family *fam = &store_families[f];
+        family_header(&b, fam->name, fam->type, fam->help);
+        for (size_t i = 0; i < n; i++) {
+            char l[100];
+            labels(l, sizeof(l), snap[i].tenant, "");
+            uint64_t v;
+            memcpy(&v, (const char *)&snap[i] + fam->offset, sizeof(v));
+            buf_printf(&b, "%s%s %" PRIu64 "\n", fam->name, l, v);
+        }
     }
-    buf_printf(&b, "tetris_ingest_duration_seconds_sum %.6f\n",
-               (double)load(&c->ingest_duration_us) / 1e6);
-    buf_printf(&b, "tetris_ingest_duration_seconds_count %" PRIu64 "\n", cumulative);
-
-    metric(&b, "tetris_agent_fallbacks_total", "counter",
-           "Agents that reported falling back to a private load.", load(&c->fallbacks));
-    metric(&b, "tetris_reclaim_passes_total", "counter", "Reclaim passes completed.",
-           load(&c->reclaim_passes));
-    metric(&b, "tetris_reclaims_total", "counter",
-           "Cold tensors freed after their keep-alive expired.", load(&c->reclaims));
-    metric(&b, "tetris_evictions_total", "counter",
-           "Cold tensors evicted (least recently used) to get under capacity.",
-           load(&c->evictions));
-    metric(&b, "tetris_reclaimed_bytes_total", "counter",
-           "Bytes freed by reclaims and evictions.", load(&c->reclaimed_bytes));
-    metric(&b, "tetris_scrubbed_bytes_total", "counter", "Tensor bytes whose CRC32 was re-checked.",
-           load(&c->scrubbed_bytes));
-    metric(&b, "tetris_scrub_errors_total", "counter",
-           "Tensors that failed a CRC32 scrub and were quarantined.", load(&c->scrub_errors));
-    metric(&b, "tetris_repaired_holders_total", "counter",
-           "Dead holders whose references repair released.", load(&c->repaired_holders));
-    metric(&b, "tetris_repaired_temp_files_total", "counter",
-           "Orphaned temporary ingest files repair removed.", load(&c->repaired_temp_files));
-    metric(&b, "tetris_repaired_tensors_total", "counter",
-           "Inconsistent tensor files repair removed.", load(&c->repaired_bad_tensors));
-    metric(&b, "tetris_adopted_holders_total", "counter",
-           "Holders re-held at start-up for clients that outlived a previous daemon.",
-           load(&c->adopted_holders));
+    render_models(&b, snap, n);
+    render_durations(&b, snap, n);
+    free(snap);
+    family_header(&b, "tetris_reclaim_passes_total", "counter",
+                  "Reclaim passes completed (each covers every store).");
+    buf_printf(&b, "tetris_reclaim_passes_total %" PRIu64 "\n", atomic_load(&d->reclaim_passes));
     buf_printf(&b,
                "# HELP tetris_last_reclaim_timestamp_seconds Unix time of the last completed "
                "reclaim pass.\n# TYPE tetris_last_reclaim_timestamp_seconds gauge\n"
                "tetris_last_reclaim_timestamp_seconds %.3f\n",
                (double)last_pass_ms / 1000.0);
     buf_printf(&b,
-               "# HELP tetris_reclaim_pass_duration_seconds How long the last reclaim pass held "
-               "the store (repair, reconcile, free).\n"
+               "# HELP tetris_reclaim_pass_duration_seconds How long the last reclaim pass took "
+               "over all stores (repair, reconcile, free).\n"
                "# TYPE tetris_reclaim_pass_duration_seconds gauge\n"
                "tetris_reclaim_pass_duration_seconds %.6f\n",
                (double)last_pass_us / 1e6);
     buf_printf(&b,
                "# HELP tetris_reclaim_pass_locked_seconds How long the last reclaim pass held "
-               "the store's use lock (ingests and loaders wait that long).\n"
+               "one store's use lock at most (that store's ingests and loaders wait that "
+               "long).\n"
                "# TYPE tetris_reclaim_pass_locked_seconds gauge\n"
                "tetris_reclaim_pass_locked_seconds %.6f\n",
                (double)last_locked_us / 1e6);
@@ -276,20 +370,20 @@ struct inv_item {
     uint64_t bytes;
 };
 
-static struct inventory_body *render_inventory(struct daemon *d)
+static struct inventory_body *render_inventory(struct daemon *d, struct served_store *ss)
 {
-    pthread_mutex_lock(&d->index_lock);
-    size_t n = tensor_index_count(d->index);
-    uint64_t generation = d->generation;
-    uint64_t resident = d->resident_bytes;
+    pthread_mutex_lock(&ss->index_lock);
+    size_t n = tensor_index_count(ss->index);
+    uint64_t generation = ss->generation;
+    uint64_t resident = ss->resident_bytes;
     struct inv_item *items = malloc((n ? n : 1) * sizeof(*items));
     if (items != NULL) {
         size_t c = 0, k = 0;
         struct index_entry *e;
-        while ((e = tensor_index_next(d->index, &c)) != NULL)
+        while ((e = tensor_index_next(ss->index, &c)) != NULL)
             items[k++] = (struct inv_item){e->digest, e->bytes};
     }
-    pthread_mutex_unlock(&d->index_lock);
+    pthread_mutex_unlock(&ss->index_lock);
     pthread_mutex_lock(&d->cfg_lock);
     uint64_t capacity = d->cfg.capacity_bytes;
     char node[sizeof(d->cfg.node_name)];
@@ -308,10 +402,13 @@ static struct inventory_body *render_inventory(struct daemon *d)
     b.cap = 128 + n * 96;
     b.p = malloc(b.cap);
     b.failed = b.p == NULL || node_json == NULL;
+    buf_printf(&b, "{\"node\":%s,", node_json ? node_json : "\"\"");
+    if (ss->tenant[0] != '\0')
+        buf_printf(&b, "\"tenant\":\"%s\",", ss->tenant); /* [a-z0-9._-] */
     buf_printf(&b,
-               "{\"node\":%s,\"generation\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64
+               "\"generation\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64
                ",\"resident_bytes\":%" PRIu64 ",\"tensors\":[",
-               node_json ? node_json : "\"\"", generation, capacity, resident);
+               generation, capacity, resident);
     for (size_t i = 0; i < n; i++) {
         char hex[TENSOR_DIGEST_HEX_LEN + 1];
         tensor_digest_to_hex(&items[i].digest, hex);
@@ -334,32 +431,49 @@ static struct inventory_body *render_inventory(struct daemon *d)
     return inv;
 }
 
-/* The cached inventory for the current generation, with a reference. */
-static struct inventory_body *current_inventory(http_api *a)
+/* The cached inventory of store i for its current generation, with a
+ * reference. */
+static struct inventory_body *current_inventory(http_api *a, size_t i)
 {
-    pthread_mutex_lock(&a->d->index_lock);
-    uint64_t generation = a->d->generation;
-    pthread_mutex_unlock(&a->d->index_lock);
+    struct served_store *ss = a->d->stores[i];
+    pthread_mutex_lock(&ss->index_lock);
+    uint64_t generation = ss->generation;
+    pthread_mutex_unlock(&ss->index_lock);
     pthread_mutex_lock(&a->lock);
-    if (a->inventory == NULL || a->inventory->generation != generation) {
-        struct inventory_body *fresh = render_inventory(a->d);
+    if (a->inventory[i] == NULL || a->inventory[i]->generation != generation) {
+        struct inventory_body *fresh = render_inventory(a->d, ss);
         if (fresh != NULL) {
-            if (a->inventory != NULL)
-                inventory_release(a->inventory);
-            a->inventory = fresh;
+            if (a->inventory[i] != NULL)
+                inventory_release(a->inventory[i]);
+            a->inventory[i] = fresh;
         }
     }
-    struct inventory_body *inv = a->inventory;
+    struct inventory_body *inv = a->inventory[i];
     if (inv != NULL)
         atomic_fetch_add(&inv->refs, 1);
     pthread_mutex_unlock(&a->lock);
     return inv;
 }
 
+/* ?tenant=T picks a tenant's store; none (or empty) the shared one. */
 static void handle_inventory(void *ctx, const http_request *req, http_response *resp)
 {
     http_api *a = ctx;
-    struct inventory_body *inv = current_inventory(a);
+    const char *tenant = http_request_query(req, "tenant");
+    if (tenant == NULL)
+        tenant = "";
+    size_t n = daemon_store_count(a->d), i = 0;
+    while (i < n && strcmp(a->d->stores[i]->tenant, tenant) != 0)
+        i++;
+    if (i == n) {
+        bool plain = strlen(tenant) < 64 &&
+                     strspn(tenant, "abcdefghijklmnopqrstuvwxyz0123456789._-") == strlen(tenant);
+        http_response_error(resp, plain ? 404 : 400,
+                            plain ? "no such tenant store on this node"
+                                  : "tenant names are 1-63 characters of [a-z0-9._-]");
+        return;
+    }
+    struct inventory_body *inv = current_inventory(a, i);
     if (inv == NULL) {
         http_response_error(resp, 500, "out of memory");
         return;
@@ -382,10 +496,10 @@ static void handle_healthz(void *ctx, const http_request *req, http_response *re
 {
     (void)req;
     http_api *a = ctx;
-    pthread_mutex_lock(&a->d->index_lock);
+    pthread_mutex_lock(&a->d->pass_lock);
     bool ok = a->d->last_pass_ok;
     int64_t last = a->d->last_pass_ms;
-    pthread_mutex_unlock(&a->d->index_lock);
+    pthread_mutex_unlock(&a->d->pass_lock);
     json_t *j = json_pack("{s:s, s:f}", "status", ok ? "ok" : "failing",
                           "last_reclaim_age_seconds",
                           last ? (double)(wall_ms() - last) / 1000.0 : -1.0);
@@ -437,8 +551,9 @@ void http_api_stop(http_api *a)
     if (a == NULL)
         return;
     http_server_free(a->server);
-    if (a->inventory != NULL)
-        inventory_release(a->inventory);
+    for (size_t i = 0; i < sizeof(a->inventory) / sizeof(a->inventory[0]); i++)
+        if (a->inventory[i] != NULL)
+            inventory_release(a->inventory[i]);
     pthread_mutex_destroy(&a->lock);
     free(a);
 }

@@ -35,7 +35,7 @@ const double ingest_duration_bounds[INGEST_DURATION_BUCKETS] = {
 };
 
 struct ingest_server {
-    struct daemon *d;
+    struct served_store *ss;
     int listen_fd;
     int stop_pipe[2]; /* readable once stopping */
     pthread_t accept_thread;
@@ -223,26 +223,37 @@ static int parse_ingest(json_t *msg, int *fds, size_t n_fds, struct request *rq,
 
 /* ---- publishing ---- */
 
-/* Reserves room for nbytes against the capacity; false if it does not fit. */
-static bool reserve(struct daemon *d, uint64_t nbytes, uint64_t *capacity_out)
+/* Reserves room for nbytes against the capacity; false if it does not fit.
+ * The capacity bounds the node: every served store's bytes count. */
+static bool reserve(struct served_store *ss, uint64_t nbytes, uint64_t *capacity_out)
 {
+    struct daemon *d = ss->d;
     pthread_mutex_lock(&d->cfg_lock);
     uint64_t capacity = d->cfg.capacity_bytes;
     pthread_mutex_unlock(&d->cfg_lock);
     *capacity_out = capacity;
-    pthread_mutex_lock(&d->index_lock);
-    bool ok = capacity == 0 || d->resident_bytes + d->reserved_bytes + nbytes <= capacity;
+    if (capacity == 0) {
+        pthread_mutex_lock(&ss->index_lock);
+        ss->reserved_bytes += nbytes;
+        pthread_mutex_unlock(&ss->index_lock);
+        return true;
+    }
+    pthread_mutex_lock(&d->capacity_lock);
+    uint64_t others = daemon_other_stores_bytes(d, ss);
+    pthread_mutex_lock(&ss->index_lock);
+    bool ok = others + ss->resident_bytes + ss->reserved_bytes + nbytes <= capacity;
     if (ok)
-        d->reserved_bytes += nbytes;
-    pthread_mutex_unlock(&d->index_lock);
+        ss->reserved_bytes += nbytes;
+    pthread_mutex_unlock(&ss->index_lock);
+    pthread_mutex_unlock(&d->capacity_lock);
     return ok;
 }
 
-static void unreserve(struct daemon *d, uint64_t nbytes)
+static void unreserve(struct served_store *ss, uint64_t nbytes)
 {
-    pthread_mutex_lock(&d->index_lock);
-    d->reserved_bytes -= nbytes;
-    pthread_mutex_unlock(&d->index_lock);
+    pthread_mutex_lock(&ss->index_lock);
+    ss->reserved_bytes -= nbytes;
+    pthread_mutex_unlock(&ss->index_lock);
 }
 
 struct result {
@@ -251,33 +262,33 @@ struct result {
     char reason[160];
 };
 
-static void publish_one(struct daemon *d, const struct request *rq, const struct req_tensor *t,
+static void publish_one(struct served_store *ss, const struct request *rq, const struct req_tensor *t,
                         struct result *r, uint64_t *ingested_bytes)
 {
     const tensor_meta *meta = &t->desc.meta;
-    if (store_has_tensor(d->store, &meta->digest)) {
+    if (store_has_tensor(ss->store, &meta->digest)) {
         r->status = INGEST_RESIDENT;
         return;
     }
     uint64_t capacity;
-    if (!reserve(d, meta->nbytes, &capacity)) {
+    if (!reserve(ss, meta->nbytes, &capacity)) {
         r->status = INGEST_REJECTED;
         r->code = TETRIS_E_FULL;
         snprintf(r->reason, sizeof(r->reason), "store full (capacity %llu bytes)",
                  (unsigned long long)capacity);
-        atomic_fetch_add(&d->counters.ingest_rejected, 1);
-        atomic_fetch_add(&d->shortfall_bytes, meta->nbytes); /* next pass makes room */
+        atomic_fetch_add(&ss->counters.ingest_rejected, 1);
+        atomic_fetch_add(&ss->d->shortfall_bytes, meta->nbytes); /* next pass makes room */
         return;
     }
     bool published = false;
     tetris_error err;
-    int rc = model_publish_tensor(d->store, &t->desc, rq->fds[t->source_index], &published, &err);
-    unreserve(d, meta->nbytes);
+    int rc = model_publish_tensor(ss->store, &t->desc, rq->fds[t->source_index], &published, &err);
+    unreserve(ss, meta->nbytes);
     if (rc < 0) {
         r->status = INGEST_REJECTED;
         r->code = -rc;
         snprintf(r->reason, sizeof(r->reason), "%.*s", (int)sizeof(r->reason) - 1, err.msg);
-        atomic_fetch_add(&d->counters.ingest_rejected, 1);
+        atomic_fetch_add(&ss->counters.ingest_rejected, 1);
         return;
     }
     if (!published) {
@@ -286,14 +297,14 @@ static void publish_one(struct daemon *d, const struct request *rq, const struct
     }
     r->status = INGEST_INGESTED;
     *ingested_bytes += meta->nbytes;
-    atomic_fetch_add(&d->counters.ingest_tensors, 1);
-    atomic_fetch_add(&d->counters.ingest_bytes, meta->nbytes);
-    pthread_mutex_lock(&d->index_lock);
+    atomic_fetch_add(&ss->counters.ingest_tensors, 1);
+    atomic_fetch_add(&ss->counters.ingest_bytes, meta->nbytes);
+    pthread_mutex_lock(&ss->index_lock);
     tetris_error ierr;
     /* The trailer is small; the next pass corrects file_bytes exactly. */
-    if (daemon_index_add(d, meta, meta->nbytes, wall_ms() / 1000, &ierr) < 0)
+    if (store_index_add(ss, meta, meta->nbytes, wall_ms() / 1000, &ierr) < 0)
         log_warn("event=index-add-failed msg=\"%s\"", ierr.msg);
-    pthread_mutex_unlock(&d->index_lock);
+    pthread_mutex_unlock(&ss->index_lock);
 }
 
 /* Random processing order, so concurrent clients loading one model do not
@@ -313,9 +324,9 @@ static void shuffle(size_t *order, size_t n, unsigned *seed)
 static int record_refs(struct conn *c, const struct request *rq, const struct result *res,
                        tetris_error *err)
 {
-    struct daemon *d = c->srv->d;
+    struct served_store *ss = c->srv->ss;
     if (c->holder == NULL) {
-        int rc = store_holder_open(d->store, rq->label, c->pid, &c->holder, err);
+        int rc = store_holder_open(ss->store, rq->label, c->pid, &c->holder, err);
         if (rc < 0)
             return rc;
     }
@@ -334,10 +345,10 @@ static int record_refs(struct conn *c, const struct request *rq, const struct re
     if (rc < 0)
         return rc;
     int64_t now_s = wall_ms() / 1000;
-    pthread_mutex_lock(&d->index_lock);
+    pthread_mutex_lock(&ss->index_lock);
     for (size_t i = 0; i < n; i++)
-        daemon_index_touch(d, &digests[i], now_s);
-    pthread_mutex_unlock(&d->index_lock);
+        store_index_touch(ss, &digests[i], now_s);
+    pthread_mutex_unlock(&ss->index_lock);
     return 0;
 }
 
@@ -359,20 +370,20 @@ static json_t *build_reply(const struct conn *c, const struct request *rq,
                      (json_int_t)ingested_bytes, "tensors", tensors);
 }
 
-static void observe_duration(struct daemon *d, int64_t us)
+static void observe_duration(struct served_store *ss, int64_t us)
 {
     double s = (double)us / 1e6;
     size_t b = 0;
     while (b < INGEST_DURATION_BUCKETS && s > ingest_duration_bounds[b])
         b++;
-    atomic_fetch_add(&d->counters.ingest_duration_bucket[b], 1);
-    atomic_fetch_add(&d->counters.ingest_duration_us, (uint64_t)us);
+    atomic_fetch_add(&ss->counters.ingest_duration_bucket[b], 1);
+    atomic_fetch_add(&ss->counters.ingest_duration_us, (uint64_t)us);
 }
 
 static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, json_t **reply,
                          tetris_error *err)
 {
-    struct daemon *d = c->srv->d;
+    struct served_store *ss = c->srv->ss;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     struct request rq = {0};
@@ -390,14 +401,14 @@ static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, js
     unsigned seed = (unsigned)t0.tv_nsec ^ (unsigned)c->pid;
     shuffle(order, rq.n_tensors, &seed);
     uint64_t ingested_bytes = 0;
-    pthread_rwlock_rdlock(&d->use_lock);
-    for (size_t k = 0; k < rq.n_tensors && !atomic_load(&d->stopping); k++)
-        publish_one(d, &rq, &rq.tensors[order[k]], &res[order[k]], &ingested_bytes);
-    if (atomic_load(&d->stopping))
+    pthread_rwlock_rdlock(&ss->use_lock);
+    for (size_t k = 0; k < rq.n_tensors && !atomic_load(&ss->d->stopping); k++)
+        publish_one(ss, &rq, &rq.tensors[order[k]], &res[order[k]], &ingested_bytes);
+    if (atomic_load(&ss->d->stopping))
         rc = tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
     else
         rc = record_refs(c, &rq, res, err);
-    pthread_rwlock_unlock(&d->use_lock);
+    pthread_rwlock_unlock(&ss->use_lock);
     if (rc == 0) {
         *reply = build_reply(c, &rq, res, ingested_bytes);
         if (*reply == NULL)
@@ -409,13 +420,13 @@ static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, js
         rejected += res[i].status == INGEST_REJECTED;
     }
     free(rq.tensors);
-    atomic_fetch_add(&d->counters.ingest_requests, 1);
+    atomic_fetch_add(&ss->counters.ingest_requests, 1);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    observe_duration(d, (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    observe_duration(ss, (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
     char q[300];
-    log_info("event=ingest pid=%d uid=%u label=%s tensors=%zu ingested=%zu rejected=%zu "
-             "bytes=%llu",
-             (int)c->pid, (unsigned)c->uid, log_quote(rq.label, q, sizeof(q)), rq.n_tensors,
+    log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
+             "rejected=%zu bytes=%llu",
+             tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq.label, q, sizeof(q)), rq.n_tensors,
              ingested, rejected, (unsigned long long)ingested_bytes);
     return rc;
 }
@@ -424,9 +435,10 @@ static int handle_fallback(struct conn *c, json_t *msg, json_t **reply, tetris_e
 {
     const char *label = json_string_value(json_object_get(msg, "label"));
     const char *reason = json_string_value(json_object_get(msg, "reason"));
-    atomic_fetch_add(&c->srv->d->counters.fallbacks, 1);
+    atomic_fetch_add(&c->srv->ss->counters.fallbacks, 1);
     char ql[300], qr[600];
-    log_warn("event=agent-fallback pid=%d label=%s reason=%s", (int)c->pid,
+    log_warn("event=agent-fallback tenant=%s pid=%d label=%s reason=%s",
+             tenant_name(c->srv->ss), (int)c->pid,
              log_quote(label ? label : "", ql, sizeof(ql)),
              log_quote(reason ? reason : "", qr, sizeof(qr)));
     *reply = json_pack("{s:b}", "ok", 1);
@@ -457,11 +469,11 @@ static int handle_message(struct conn *c, const char *text, size_t len, int *fds
 
 /* ---- connections ---- */
 
-static int64_t request_deadline(struct daemon *d)
+static int64_t request_deadline(struct served_store *ss)
 {
-    pthread_mutex_lock(&d->cfg_lock);
-    double t = d->cfg.request_timeout_s;
-    pthread_mutex_unlock(&d->cfg_lock);
+    pthread_mutex_lock(&ss->d->cfg_lock);
+    double t = ss->d->cfg.request_timeout_s;
+    pthread_mutex_unlock(&ss->d->cfg_lock);
     return ingest_now_ms() + (int64_t)(t * 1000);
 }
 
@@ -471,7 +483,7 @@ static void send_reply(struct conn *c, json_t *reply)
     if (text == NULL)
         return;
     tetris_error err;
-    if (ingest_send_message(c->sock, text, strlen(text), NULL, 0, request_deadline(c->srv->d),
+    if (ingest_send_message(c->sock, text, strlen(text), NULL, 0, request_deadline(c->srv->ss),
                             &err) < 0)
         log_info("event=ingest-reply-failed pid=%d msg=\"%s\"", (int)c->pid, err.msg);
     free(text);
@@ -496,7 +508,7 @@ static bool wait_for_request(struct conn *c)
         {.fd = c->sock, .events = POLLIN},
         {.fd = c->srv->stop_pipe[0], .events = POLLIN},
     };
-    int64_t deadline = c->holder == NULL ? request_deadline(c->srv->d) : 0;
+    int64_t deadline = c->holder == NULL ? request_deadline(c->srv->ss) : 0;
     for (;;) {
         int timeout = -1;
         if (deadline > 0) {
@@ -521,7 +533,7 @@ static bool wait_for_request(struct conn *c)
 
 static void serve(struct conn *c)
 {
-    struct daemon *d = c->srv->d;
+    struct served_store *ss = c->srv->ss;
     while (wait_for_request(c)) {
         int fds[INGEST_MAX_SOURCES];
         size_t n_fds = 0;
@@ -529,7 +541,7 @@ static void serve(struct conn *c)
         size_t len = 0;
         tetris_error err;
         int rc = ingest_recv_message(c->sock, INGEST_MAX_MESSAGE_BYTES, &text, &len, fds,
-                                     INGEST_MAX_SOURCES, &n_fds, request_deadline(d), &err);
+                                     INGEST_MAX_SOURCES, &n_fds, request_deadline(ss), &err);
         if (rc == -TETRIS_E_UNAVAILABLE)
             return; /* the client closed: normal end */
         json_t *reply = NULL;
@@ -540,7 +552,7 @@ static void serve(struct conn *c)
             free(text);
         }
         if (rc < 0) {
-            atomic_fetch_add(&d->counters.ingest_errors, 1);
+            atomic_fetch_add(&ss->counters.ingest_errors, 1);
             log_warn("event=ingest-refused pid=%d code=%s msg=\"%s\"", (int)c->pid,
                      tetris_code_name(-rc), err.msg);
             send_error(c, -rc, err.msg);
@@ -556,14 +568,15 @@ static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     ingest_server *srv = c->srv;
-    atomic_fetch_add(&srv->d->counters.connections, 1);
+    atomic_fetch_add(&srv->ss->counters.connections, 1);
     serve(c);
-    if (c->holder != NULL && atomic_load(&srv->d->stopping))
+    if (c->holder != NULL && atomic_load(&srv->ss->d->stopping))
         retain_holder(c->holder);
     else if (c->holder != NULL)
         store_holder_close(c->holder);
     close(c->sock);
-    atomic_fetch_sub(&srv->d->counters.connections, 1);
+    atomic_fetch_sub(&srv->ss->counters.connections, 1);
+    atomic_fetch_sub(&srv->ss->d->connections, 1);
     free(c);
     pthread_mutex_lock(&srv->lock);
     srv->active--;
@@ -584,15 +597,14 @@ static void start_connection(ingest_server *srv, int sock)
         return;
     }
     *c = (struct conn){.srv = srv, .sock = sock, .pid = cred.pid, .uid = cred.uid};
-    pthread_mutex_lock(&srv->lock);
-    pthread_mutex_lock(&srv->d->cfg_lock);
-    unsigned max = srv->d->cfg.max_connections;
-    pthread_mutex_unlock(&srv->d->cfg_lock);
-    bool busy = srv->active >= max;
-    if (!busy)
-        srv->active++;
-    pthread_mutex_unlock(&srv->lock);
+    struct daemon *d = srv->ss->d;
+    pthread_mutex_lock(&d->cfg_lock);
+    unsigned max = d->cfg.max_connections;
+    pthread_mutex_unlock(&d->cfg_lock);
+    /* The limit is node-wide: every store's connections count. */
+    bool busy = atomic_fetch_add(&d->connections, 1) >= max;
     if (busy) {
+        atomic_fetch_sub(&d->connections, 1);
         send_error(c, TETRIS_E_UNAVAILABLE, "too many connections");
         close(sock);
         free(c);
@@ -602,6 +614,9 @@ static void start_connection(ingest_server *srv, int sock)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_mutex_lock(&srv->lock);
+    srv->active++;
+    pthread_mutex_unlock(&srv->lock);
     pthread_t t;
     int rc = pthread_create(&t, &attr, conn_main, c);
     pthread_attr_destroy(&attr);
@@ -610,6 +625,7 @@ static void start_connection(ingest_server *srv, int sock)
         send_error(c, TETRIS_E_UNAVAILABLE, "cannot start a thread");
         close(sock);
         free(c);
+        atomic_fetch_sub(&d->connections, 1);
         pthread_mutex_lock(&srv->lock);
         srv->active--;
         pthread_mutex_unlock(&srv->lock);
@@ -655,9 +671,9 @@ static int claim_socket_path(const char *path, tetris_error *err)
     return 0;
 }
 
-int ingest_server_start(struct daemon *d, ingest_server **out, tetris_error *err)
+int ingest_server_start(struct served_store *ss, ingest_server **out, tetris_error *err)
 {
-    const char *path = d->cfg.socket_path;
+    const char *path = ss->socket_path;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(sa.sun_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "socket path too long: %s", path);
@@ -680,7 +696,7 @@ int ingest_server_start(struct daemon *d, ingest_server **out, tetris_error *err
     ingest_server *srv = calloc(1, sizeof(*srv));
     if (srv == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "ingest server");
-    srv->d = d;
+    srv->ss = ss;
     snprintf(srv->path, sizeof(srv->path), "%s", path);
     if (pipe2(srv->stop_pipe, O_CLOEXEC) < 0) {
         free(srv);

@@ -16,34 +16,24 @@
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
 
-static int daemon_init(struct daemon *d, const struct reclaimer_config *cfg, tetris_error *err)
+static void daemon_init(struct daemon *d, const struct reclaimer_config *cfg)
 {
     memset(d, 0, sizeof(*d));
     d->cfg = *cfg;
     pthread_mutex_init(&d->cfg_lock, NULL);
-    pthread_mutex_init(&d->index_lock, NULL);
     pthread_mutex_init(&d->pin_lock, NULL);
-    pthread_rwlock_init(&d->use_lock, NULL);
+    pthread_mutex_init(&d->pass_lock, NULL);
+    pthread_mutex_init(&d->capacity_lock, NULL);
     d->started_ms = wall_ms();
-    /* Generations start at the start time in ms, so an ETag from before a
-     * restart never matches one after it. */
-    d->generation = (uint64_t)d->started_ms;
-    int rc = tensor_index_new(&d->index, err);
-    if (rc < 0)
-        return rc;
-    struct store_options so = {.create = true};
-    return store_open(cfg->store_dir, &so, &d->store, err);
 }
 
 static void daemon_fini(struct daemon *d)
 {
-    daemon_release_adopted(d);
-    store_close(d->store);
-    tensor_index_free(d->index);
+    daemon_close_stores(d);
     free(d->pinned);
-    pthread_rwlock_destroy(&d->use_lock);
+    pthread_mutex_destroy(&d->capacity_lock);
+    pthread_mutex_destroy(&d->pass_lock);
     pthread_mutex_destroy(&d->pin_lock);
-    pthread_mutex_destroy(&d->index_lock);
     pthread_mutex_destroy(&d->cfg_lock);
 }
 
@@ -73,8 +63,9 @@ static void reload(struct daemon *d, int argc, char **argv)
     }
     if (strcmp(fresh.store_dir, d->cfg.store_dir) != 0 ||
         strcmp(fresh.listen, d->cfg.listen) != 0 ||
-        strcmp(fresh.socket_path, d->cfg.socket_path) != 0)
-        log_warn("event=reload-ignored what=\"store, socket or listen address\" "
+        strcmp(fresh.socket_path, d->cfg.socket_path) != 0 ||
+        fresh.no_tenants != d->cfg.no_tenants || fresh.max_tenants != d->cfg.max_tenants)
+        log_warn("event=reload-ignored what=\"store, socket, listen address or tenants\" "
                  "msg=\"needs a restart\"");
     pthread_mutex_lock(&d->cfg_lock);
     d->cfg.interval_s = fresh.interval_s;
@@ -124,18 +115,18 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
             continue;
         }
         daemon_poll_adopted(d);
-        pthread_mutex_lock(&d->index_lock);
+        pthread_mutex_lock(&d->pass_lock);
         int64_t last = d->last_pass_ms;
-        pthread_mutex_unlock(&d->index_lock);
+        pthread_mutex_unlock(&d->pass_lock);
         if ((double)(wall_ms() - last) < interval * 1000 && atomic_load(&d->shortfall_bytes) == 0)
             continue;
         tetris_error err;
         if (daemon_reclaim_pass(d, &err) < 0) {
             log_error("event=reclaim-pass-failed code=%s msg=\"%s\"", tetris_code_name(err.code),
                       err.msg);
-            pthread_mutex_lock(&d->index_lock);
+            pthread_mutex_lock(&d->pass_lock);
             d->last_pass_ms = wall_ms(); /* retry after one interval, not at once */
-            pthread_mutex_unlock(&d->index_lock);
+            pthread_mutex_unlock(&d->pass_lock);
         }
     }
 }
@@ -164,30 +155,29 @@ int main(int argc, char **argv)
     raise_fd_limit();
 
     static struct daemon d;
-    if (daemon_init(&d, &cfg, &err) < 0 || daemon_startup(&d, &err) < 0) {
+    daemon_init(&d, &cfg);
+    /* The first pass repairs every store and finds the tenants. */
+    if (daemon_open_shared(&d, &err) < 0 || daemon_reclaim_pass(&d, &err) < 0) {
         log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
-        if (d.store != NULL)
-            daemon_fini(&d);
-        else
-            tensor_index_free(d.index);
+        daemon_fini(&d);
         return EXIT_RUNTIME;
     }
-    pthread_mutex_lock(&d.index_lock);
-    log_info("event=started store=%s tensors=%zu resident_bytes=%llu once=%d", cfg.store_dir,
-             tensor_index_count(d.index), (unsigned long long)d.resident_bytes, cfg.once);
-    pthread_mutex_unlock(&d.index_lock);
+    struct served_store *shared = d.stores[0];
+    pthread_mutex_lock(&shared->index_lock);
+    log_info("event=started store=%s tensors=%zu resident_bytes=%llu tenants=%zu once=%d",
+             cfg.store_dir, tensor_index_count(shared->index),
+             (unsigned long long)shared->resident_bytes, daemon_store_count(&d) - 1, cfg.once);
+    pthread_mutex_unlock(&shared->index_lock);
     if (cfg.once) {
         daemon_fini(&d);
         return 0;
     }
 
-    ingest_server *ingest = NULL;
     http_api *http = NULL;
-    if (ingest_server_start(&d, &ingest, &err) < 0 ||
+    if (daemon_start_serving(&d, &err) < 0 ||
         (cfg.listen[0] != '\0' && http_api_start(&d, &http, &err) < 0)) {
         log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
         atomic_store(&d.stopping, true);
-        ingest_server_stop(ingest);
         daemon_fini(&d);
         return EXIT_RUNTIME;
     }
@@ -196,8 +186,6 @@ int main(int argc, char **argv)
 
     atomic_store(&d.stopping, true);
     http_api_stop(http);
-    ingest_server_stop(ingest);
-    daemon_save_state(&d);
     daemon_fini(&d);
     log_info("event=stopped");
     return 0;

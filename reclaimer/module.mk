@@ -12,7 +12,7 @@ UNIT_LIBS += -lcurl
 LIB_SRCS += common/config_yaml.c agent/ingest_client.c
 
 PROGRAMS += tetris-reclaimer
-tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/reclaim.c \
+tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c
 # The daemon's settings and tensor index are in the library so the unit
 # tests can reach them.

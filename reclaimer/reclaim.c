@@ -51,27 +51,27 @@ int64_t mono_ms(void)
 
 /* ---- index helpers (index_lock held) ---- */
 
-void daemon_index_touch(struct daemon *d, const tensor_digest *dg, int64_t now_s)
+void store_index_touch(struct served_store *ss, const tensor_digest *dg, int64_t now_s)
 {
-    struct index_entry *e = tensor_index_find(d->index, dg);
+    struct index_entry *e = tensor_index_find(ss->index, dg);
     if (e != NULL)
         e->last_ref_s = now_s;
 }
 
-int daemon_index_add(struct daemon *d, const tensor_meta *meta, uint64_t file_bytes,
-                     int64_t now_s, tetris_error *err)
+int store_index_add(struct served_store *ss, const tensor_meta *meta, uint64_t file_bytes,
+                    int64_t now_s, tetris_error *err)
 {
     struct index_entry *e;
     bool created;
-    int rc = tensor_index_upsert(d->index, &meta->digest, &e, &created, err);
+    int rc = tensor_index_upsert(ss->index, &meta->digest, &e, &created, err);
     if (rc < 0)
         return rc;
     if (created || e->bytes == 0) {
         e->bytes = meta->nbytes;
         e->file_bytes = file_bytes;
         e->mtime_s = now_s;
-        d->resident_bytes += file_bytes;
-        d->generation++;
+        ss->resident_bytes += file_bytes;
+        ss->generation++;
     }
     e->mark |= MARK_SEEN;
     return 0;
@@ -133,13 +133,13 @@ static int collect_orphan(void *ctx, const struct store_holder_info *h)
     return 0;
 }
 
-static int adopt_one(struct daemon *d, const struct orphan *o, tetris_error *err)
+static int adopt_one(struct served_store *ss, const struct orphan *o, tetris_error *err)
 {
     int pidfd = pidfd_open_pid(o->pid);
     if (pidfd < 0)
         return 0; /* exited meanwhile (or no pidfd support): nothing to keep */
     store_holder *h;
-    int rc = store_holder_open(d->store, o->label, o->pid, &h, err);
+    int rc = store_holder_open(ss->store, o->label, o->pid, &h, err);
     if (rc < 0) {
         close(pidfd);
         return rc;
@@ -150,30 +150,30 @@ static int adopt_one(struct daemon *d, const struct orphan *o, tetris_error *err
         close(pidfd);
         return rc;
     }
-    struct adopted_holder *a = realloc(d->adopted, (d->n_adopted + 1) * sizeof(*a));
+    struct adopted_holder *a = realloc(ss->adopted, (ss->n_adopted + 1) * sizeof(*a));
     if (a == NULL) {
         store_holder_close(h);
         close(pidfd);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "adopted holders");
     }
-    d->adopted = a;
-    d->adopted[d->n_adopted++] = (struct adopted_holder){h, pidfd, o->pid};
-    atomic_fetch_add(&d->counters.adopted_holders, 1);
+    ss->adopted = a;
+    ss->adopted[ss->n_adopted++] = (struct adopted_holder){h, pidfd, o->pid};
+    atomic_fetch_add(&ss->counters.adopted_holders, 1);
     char q[300];
-    log_info("event=holder-adopted pid=%d label=%s refs=%zu", (int)o->pid,
-             log_quote(o->label, q, sizeof(q)), o->n);
+    log_info("event=holder-adopted tenant=%s pid=%d label=%s refs=%zu", tenant_name(ss),
+             (int)o->pid, log_quote(o->label, q, sizeof(q)), o->n);
     return 0;
 }
 
-static int adopt_orphans(struct daemon *d, tetris_error *err)
+static int adopt_orphans(struct served_store *ss, tetris_error *err)
 {
     struct orphan_scan scan = {0};
-    int rc = store_foreach_holder(d->store, collect_orphan, &scan, err);
+    int rc = store_foreach_holder(ss->store, collect_orphan, &scan, err);
     if (rc == 0 && scan.err < 0)
         rc = tetris_fail(err, -scan.err, ENOMEM, "scanning holders");
     for (size_t i = 0; i < scan.n; i++) {
         if (rc == 0)
-            rc = adopt_one(d, &scan.list[i], err);
+            rc = adopt_one(ss, &scan.list[i], err);
         free(scan.list[i].refs);
         free(scan.list[i].bytes);
     }
@@ -181,34 +181,40 @@ static int adopt_orphans(struct daemon *d, tetris_error *err)
     return rc;
 }
 
-void daemon_poll_adopted(struct daemon *d)
+static void poll_adopted(struct served_store *ss)
 {
-    for (size_t i = 0; i < d->n_adopted;) {
-        struct pollfd p = {.fd = d->adopted[i].pidfd, .events = POLLIN};
+    for (size_t i = 0; i < ss->n_adopted;) {
+        struct pollfd p = {.fd = ss->adopted[i].pidfd, .events = POLLIN};
         if (poll(&p, 1, 0) == 1) {
-            log_info("event=adopted-holder-released pid=%d", (int)d->adopted[i].pid);
-            store_holder_close(d->adopted[i].holder);
-            close(d->adopted[i].pidfd);
-            d->adopted[i] = d->adopted[--d->n_adopted];
+            log_info("event=adopted-holder-released pid=%d", (int)ss->adopted[i].pid);
+            store_holder_close(ss->adopted[i].holder);
+            close(ss->adopted[i].pidfd);
+            ss->adopted[i] = ss->adopted[--ss->n_adopted];
         } else {
             i++;
         }
     }
 }
 
-void daemon_release_adopted(struct daemon *d)
+void daemon_poll_adopted(struct daemon *d)
+{
+    for (size_t i = 0; i < daemon_store_count(d); i++)
+        poll_adopted(d->stores[i]);
+}
+
+void store_release_adopted(struct served_store *ss)
 {
     /* On a clean stop the holder files must stay (their owners still map):
-     * close only the pidfds; the holders stay referenced from d, locked
+     * close only the pidfds; the holders stay referenced from ss, locked
      * until the process exits, and the next daemon adopts them again. */
-    for (size_t i = 0; i < d->n_adopted; i++)
-        close(d->adopted[i].pidfd);
+    for (size_t i = 0; i < ss->n_adopted; i++)
+        close(ss->adopted[i].pidfd);
 }
 
 /* ---- the pass ---- */
 
 struct pass {
-    struct daemon *d;
+    struct served_store *ss;
     int64_t now_s;
     uint64_t holders;
     uint64_t logical_bytes;
@@ -250,18 +256,18 @@ static int on_tensor(void *ctx, const struct store_entry *se)
 }
 
 /* Folds a listing into the index (index_lock held). */
-static int merge_listing(struct daemon *d, const struct listing *l, tetris_error *err)
+static int merge_listing(struct served_store *ss, const struct listing *l, tetris_error *err)
 {
     for (size_t i = 0; i < l->n; i++) {
         struct index_entry *e;
         bool created;
-        int rc = tensor_index_upsert(d->index, &l->items[i].digest, &e, &created, err);
+        int rc = tensor_index_upsert(ss->index, &l->items[i].digest, &e, &created, err);
         if (rc < 0)
             return rc;
         if (created || e->bytes == 0) {
             e->bytes = l->items[i].bytes;
             e->mtime_s = l->items[i].mtime_s;
-            d->generation++;
+            ss->generation++;
         }
         e->file_bytes = l->items[i].file_bytes;
         e->mark |= MARK_SEEN;
@@ -299,7 +305,7 @@ static int on_holder(void *ctx, const struct store_holder_info *h)
     for (size_t i = 0; i < h->n_refs; i++) {
         p->logical_bytes += h->ref_bytes[i];
         m->logical_bytes += h->ref_bytes[i];
-        struct index_entry *e = tensor_index_find(p->d->index, &h->refs[i]);
+        struct index_entry *e = tensor_index_find(p->ss->index, &h->refs[i]);
         if (e != NULL) {
             e->mark |= MARK_REF;
             e->last_ref_s = p->now_s;
@@ -308,69 +314,69 @@ static int on_holder(void *ctx, const struct store_holder_info *h)
     return 0;
 }
 
-static void apply_pins(struct daemon *d, int64_t now_s)
+static void apply_pins(struct served_store *ss, int64_t now_s)
 {
-    pthread_mutex_lock(&d->pin_lock);
-    for (size_t i = 0; i < d->n_pinned; i++) {
-        struct index_entry *e = tensor_index_find(d->index, &d->pinned[i]);
+    pthread_mutex_lock(&ss->d->pin_lock);
+    for (size_t i = 0; i < ss->d->n_pinned; i++) {
+        struct index_entry *e = tensor_index_find(ss->index, &ss->d->pinned[i]);
         if (e != NULL) {
             e->mark |= MARK_REF;
             e->last_ref_s = now_s;
         }
     }
-    pthread_mutex_unlock(&d->pin_lock);
+    pthread_mutex_unlock(&ss->d->pin_lock);
 }
 
 /* Drops index entries the store no longer has; recomputes totals. */
-static int reconcile(struct daemon *d, tetris_error *err)
+static int reconcile(struct served_store *ss, tetris_error *err)
 {
     size_t n_gone = 0;
     size_t c = 0;
     struct index_entry *e;
-    while ((e = tensor_index_next(d->index, &c)) != NULL)
+    while ((e = tensor_index_next(ss->index, &c)) != NULL)
         n_gone += !(e->mark & MARK_SEEN);
     if (n_gone > 0) {
         cleanup_free tensor_digest *gone = malloc(n_gone * sizeof(*gone));
         if (gone == NULL)
             return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reconcile");
         size_t k = 0;
-        for (c = 0; (e = tensor_index_next(d->index, &c)) != NULL;)
+        for (c = 0; (e = tensor_index_next(ss->index, &c)) != NULL;)
             if (!(e->mark & MARK_SEEN))
                 gone[k++] = e->digest;
         for (size_t i = 0; i < k; i++)
-            tensor_index_remove(d->index, &gone[i]);
-        d->generation++;
+            tensor_index_remove(ss->index, &gone[i]);
+        ss->generation++;
     }
     uint64_t resident = 0;
     uint64_t warm = 0;
-    for (c = 0; (e = tensor_index_next(d->index, &c)) != NULL;) {
+    for (c = 0; (e = tensor_index_next(ss->index, &c)) != NULL;) {
         resident += e->file_bytes;
         if (e->mark & MARK_REF)
             warm += e->bytes;
     }
-    d->resident_bytes = resident;
-    d->warm_bytes = warm;
+    ss->resident_bytes = resident;
+    ss->warm_bytes = warm;
     return 0;
 }
 
-static int remove_tensor(struct daemon *d, struct index_entry *e, bool eviction)
+static int remove_tensor(struct served_store *ss, struct index_entry *e, bool eviction)
 {
     tetris_error err;
     tensor_digest dg = e->digest;
     char hex[TENSOR_DIGEST_HEX_LEN + 1];
     tensor_digest_to_hex(&dg, hex);
-    int rc = store_remove_tensor(d->store, &dg, &err);
+    int rc = store_remove_tensor(ss->store, &dg, &err);
     if (rc < 0 && rc != -TETRIS_E_NOTFOUND) {
         log_warn("event=remove-failed digest=%s code=%s msg=\"%s\"", hex, tetris_code_name(-rc),
                  err.msg);
         return rc;
     }
     uint64_t bytes = e->file_bytes;
-    d->resident_bytes -= bytes < d->resident_bytes ? bytes : d->resident_bytes;
-    tensor_index_remove(d->index, &dg);
-    d->generation++;
-    atomic_fetch_add(eviction ? &d->counters.evictions : &d->counters.reclaims, 1);
-    atomic_fetch_add(&d->counters.reclaimed_bytes, bytes);
+    ss->resident_bytes -= bytes < ss->resident_bytes ? bytes : ss->resident_bytes;
+    tensor_index_remove(ss->index, &dg);
+    ss->generation++;
+    atomic_fetch_add(eviction ? &ss->counters.evictions : &ss->counters.reclaims, 1);
+    atomic_fetch_add(&ss->counters.reclaimed_bytes, bytes);
     log_debug("event=%s digest=%s bytes=%llu", eviction ? "evicted" : "reclaimed", hex,
               (unsigned long long)bytes);
     return 0;
@@ -392,75 +398,75 @@ static int64_t last_use(const struct index_entry *e)
     return e->last_ref_s > 0 ? e->last_ref_s : e->mtime_s;
 }
 
-/* Keep-alive expiry, then LRU down to the target (capacity less what
- * refused ingests need); cold tensors only. */
-static int free_cold(struct daemon *d, int64_t now_s, double keep_alive_s, uint64_t capacity,
-                     uint64_t shortfall, size_t *n_freed, tetris_error *err)
+/* Keep-alive expiry, then, when bounded, LRU down to target bytes (this
+ * store's share of the node's capacity, less what refused ingests need);
+ * cold tensors only. */
+static int free_cold(struct served_store *ss, int64_t now_s, double keep_alive_s, bool bounded,
+                     uint64_t target, size_t *n_freed, tetris_error *err)
 {
-    uint64_t target = shortfall < capacity ? capacity - shortfall : 0;
-    size_t n = tensor_index_count(d->index);
+    size_t n = tensor_index_count(ss->index);
     cleanup_free struct cold *cold = malloc((n ? n : 1) * sizeof(*cold));
     if (cold == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "cold list of %zu", n);
     size_t n_cold = 0;
     size_t c = 0;
     struct index_entry *e;
-    while ((e = tensor_index_next(d->index, &c)) != NULL)
+    while ((e = tensor_index_next(ss->index, &c)) != NULL)
         if (!(e->mark & MARK_REF))
             cold[n_cold++] = (struct cold){e->digest, last_use(e)};
     qsort(cold, n_cold, sizeof(*cold), cmp_cold);
     size_t freed = 0;
     for (size_t i = 0; i < n_cold; i++) {
-        e = tensor_index_find(d->index, &cold[i].digest);
+        e = tensor_index_find(ss->index, &cold[i].digest);
         if (e == NULL)
             continue;
         bool expired = (double)(now_s - cold[i].last_use_s) >= keep_alive_s;
-        bool over = capacity > 0 && d->resident_bytes > target;
+        bool over = bounded && ss->resident_bytes > target;
         if (!expired && !over)
             break; /* the rest are younger and the store is under target */
-        if (remove_tensor(d, e, !expired) == 0)
+        if (remove_tensor(ss, e, !expired) == 0)
             freed++;
     }
     *n_freed = freed;
     return 0;
 }
 
-static void save_state(struct daemon *d, bool force)
+static void save_state(struct served_store *ss, bool force)
 {
-    static int64_t last_save_ms;
     int64_t now = mono_ms();
-    if (!force && last_save_ms != 0 && now - last_save_ms < STATE_SAVE_INTERVAL_MS)
+    if (!force && ss->last_state_save_ms != 0 &&
+        now - ss->last_state_save_ms < STATE_SAVE_INTERVAL_MS)
         return;
     tetris_error err;
-    pthread_mutex_lock(&d->index_lock);
-    int rc = tensor_index_save(d->index, d->cfg.state_path, &err);
-    pthread_mutex_unlock(&d->index_lock);
+    pthread_mutex_lock(&ss->index_lock);
+    int rc = tensor_index_save(ss->index, ss->state_path, &err);
+    pthread_mutex_unlock(&ss->index_lock);
     if (rc < 0)
-        log_warn("event=state-save-failed msg=\"%s\"", err.msg);
+        log_warn("event=state-save-failed tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
     else
-        last_save_ms = now;
+        ss->last_state_save_ms = now;
 }
 
-static void repair(struct daemon *d)
+static void repair(struct served_store *ss)
 {
     struct store_repair_report rep = {0};
     tetris_error err;
-    if (store_repair(d->store, &rep, &err) < 0) {
-        log_warn("event=repair-failed msg=\"%s\"", err.msg);
+    if (store_repair(ss->store, &rep, &err) < 0) {
+        log_warn("event=repair-failed tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
         return;
     }
-    atomic_fetch_add(&d->counters.repaired_holders, rep.dead_holders_released);
-    atomic_fetch_add(&d->counters.repaired_temp_files, rep.temp_files_removed);
-    atomic_fetch_add(&d->counters.repaired_bad_tensors, rep.bad_tensors_removed);
+    atomic_fetch_add(&ss->counters.repaired_holders, rep.dead_holders_released);
+    atomic_fetch_add(&ss->counters.repaired_temp_files, rep.temp_files_removed);
+    atomic_fetch_add(&ss->counters.repaired_bad_tensors, rep.bad_tensors_removed);
     if (rep.dead_holders_released || rep.temp_files_removed || rep.bad_tensors_removed)
-        log_info("event=repair dead_holders=%zu temp_files=%zu bad_tensors=%zu",
-                 rep.dead_holders_released, rep.temp_files_removed, rep.bad_tensors_removed);
+        log_info("event=repair tenant=%s dead_holders=%zu temp_files=%zu bad_tensors=%zu",
+                 tenant_name(ss), rep.dead_holders_released, rep.temp_files_removed, rep.bad_tensors_removed);
 }
 
 /* Re-checks CRC32s of up to scrub_rate * interval bytes, resuming where
  * the previous pass stopped; quarantines mismatches. Runs without the use
  * lock: a tensor removed meanwhile is simply skipped. */
-static void scrub(struct daemon *d, uint64_t budget)
+static void scrub(struct served_store *ss, uint64_t budget)
 {
     if (budget == 0)
         return;
@@ -470,11 +476,11 @@ static void scrub(struct daemon *d, uint64_t budget)
         return;
     size_t n = 0;
     uint64_t planned = 0;
-    pthread_mutex_lock(&d->index_lock);
-    size_t count = tensor_index_count(d->index);
-    size_t c = d->scrub_cursor;
+    pthread_mutex_lock(&ss->index_lock);
+    size_t count = tensor_index_count(ss->index);
+    size_t c = ss->scrub_cursor;
     for (size_t visited = 0; visited < count && planned < budget && n < cap;) {
-        struct index_entry *e = tensor_index_next(d->index, &c);
+        struct index_entry *e = tensor_index_next(ss->index, &c);
         if (e == NULL) {
             c = 0;
             continue;
@@ -483,12 +489,12 @@ static void scrub(struct daemon *d, uint64_t budget)
         planned += e->bytes;
         visited++;
     }
-    d->scrub_cursor = c;
-    pthread_mutex_unlock(&d->index_lock);
+    ss->scrub_cursor = c;
+    pthread_mutex_unlock(&ss->index_lock);
 
-    for (size_t i = 0; i < n && !atomic_load(&d->stopping); i++) {
+    for (size_t i = 0; i < n && !atomic_load(&ss->d->stopping); i++) {
         tetris_error err;
-        int rc = store_check_crc(d->store, &batch[i], &err);
+        int rc = store_check_crc(ss->store, &batch[i], &err);
         if (rc == 0 || rc == -TETRIS_E_NOTFOUND)
             continue;
         char hex[TENSOR_DIGEST_HEX_LEN + 1];
@@ -497,21 +503,22 @@ static void scrub(struct daemon *d, uint64_t budget)
             log_warn("event=scrub-failed digest=%s msg=\"%s\"", hex, err.msg);
             continue;
         }
-        atomic_fetch_add(&d->counters.scrub_errors, 1);
-        log_error("event=scrub-corrupt digest=%s action=quarantine msg=\"%s\"", hex, err.msg);
-        if (store_quarantine_tensor(d->store, &batch[i], &err) < 0)
+        atomic_fetch_add(&ss->counters.scrub_errors, 1);
+        log_error("event=scrub-corrupt tenant=%s digest=%s action=quarantine msg=\"%s\"",
+                  tenant_name(ss), hex, err.msg);
+        if (store_quarantine_tensor(ss->store, &batch[i], &err) < 0)
             log_error("event=quarantine-failed digest=%s msg=\"%s\"", hex, err.msg);
-        pthread_mutex_lock(&d->index_lock);
-        struct index_entry *e = tensor_index_find(d->index, &batch[i]);
+        pthread_mutex_lock(&ss->index_lock);
+        struct index_entry *e = tensor_index_find(ss->index, &batch[i]);
         if (e != NULL) {
-            d->resident_bytes -= e->file_bytes < d->resident_bytes ? e->file_bytes
-                                                                    : d->resident_bytes;
-            tensor_index_remove(d->index, &batch[i]);
-            d->generation++;
+            ss->resident_bytes -= e->file_bytes < ss->resident_bytes ? e->file_bytes
+                                                                    : ss->resident_bytes;
+            tensor_index_remove(ss->index, &batch[i]);
+            ss->generation++;
         }
-        pthread_mutex_unlock(&d->index_lock);
+        pthread_mutex_unlock(&ss->index_lock);
     }
-    atomic_fetch_add(&d->counters.scrubbed_bytes, planned);
+    atomic_fetch_add(&ss->counters.scrubbed_bytes, planned);
 }
 
 static int64_t mono_us(void)
@@ -530,11 +537,6 @@ static int64_t mono_us(void)
  * walk. */
 #define DUTY_PERCENT 10
 
-struct duty {
-    int64_t last_start_us;
-    int64_t last_cost_us;
-};
-
 static bool duty_due(const struct duty *t, int64_t now_us)
 {
     return t->last_start_us == 0 ||
@@ -547,150 +549,193 @@ static void duty_done(struct duty *t, int64_t start_us, int64_t end_us)
     t->last_cost_us = end_us - start_us;
 }
 
-static struct duty repair_duty, listing_duty;
+/* What one store's pass is told: policy read once per node pass. */
+struct pass_policy {
+    double keep_alive_s;
+    bool bounded;    /* a capacity is set */
+    uint64_t target; /* bytes this store may keep (capacity less the other
+                        stores' bytes and the refused ingests' shortfall) */
+    uint64_t scrub_budget;
+};
 
 /* The part of a pass that needs the locks: mark what live holders (and
  * pins) reference, then free cold tensors. t[] gets phase end times. */
-static int pass_locked(struct daemon *d, struct pass *p, const struct listing *l,
-                       double keep_alive_s, uint64_t capacity, size_t *freed, int64_t t[2],
+static int pass_locked(struct served_store *ss, struct pass *p, const struct listing *l,
+                       const struct pass_policy *pol, size_t *freed, int64_t t[2],
                        tetris_error *err)
 {
     int rc = 0;
     if (l != NULL) {
-        rc = merge_listing(d, l, err);
+        rc = merge_listing(ss, l, err);
         if (rc == 0)
-            rc = reconcile(d, err); /* drops what the walk did not find */
+            rc = reconcile(ss, err); /* drops what the walk did not find */
     }
     size_t c = 0;
     struct index_entry *e;
-    while ((e = tensor_index_next(d->index, &c)) != NULL)
+    while ((e = tensor_index_next(ss->index, &c)) != NULL)
         e->mark = MARK_SEEN;
     if (rc == 0)
-        rc = store_foreach_holder(d->store, on_holder, p, err);
+        rc = store_foreach_holder(ss->store, on_holder, p, err);
     if (rc == 0) {
-        apply_pins(d, p->now_s);
-        rc = reconcile(d, err); /* warm bytes now that references are marked */
+        apply_pins(ss, p->now_s);
+        rc = reconcile(ss, err); /* warm bytes now that references are marked */
     }
     t[0] = mono_us();
     if (rc == 0) {
-        d->holders = p->holders;
-        d->logical_bytes = p->logical_bytes;
-        memcpy(d->models, p->models, sizeof(d->models));
-        d->n_models = p->n_models;
-        uint64_t shortfall = atomic_exchange(&d->shortfall_bytes, 0);
-        rc = free_cold(d, p->now_s, keep_alive_s, capacity, shortfall, freed, err);
+        ss->holders = p->holders;
+        ss->logical_bytes = p->logical_bytes;
+        memcpy(ss->models, p->models, sizeof(ss->models));
+        ss->n_models = p->n_models;
+        rc = free_cold(ss, p->now_s, pol->keep_alive_s, pol->bounded, pol->target, freed, err);
     }
     t[1] = mono_us();
     return rc;
 }
 
 /* Walks tensors/ without locks. Entries the daemon adds meanwhile are
- * marked SEEN by daemon_index_add, so the merge never drops them. */
-static int list_tensors(struct daemon *d, struct listing *l, tetris_error *err)
+ * marked SEEN by store_index_add, so the merge never drops them. */
+static int list_tensors(struct served_store *ss, struct listing *l, tetris_error *err)
 {
-    pthread_mutex_lock(&d->index_lock);
+    pthread_mutex_lock(&ss->index_lock);
     size_t c = 0;
     struct index_entry *e;
-    while ((e = tensor_index_next(d->index, &c)) != NULL)
+    while ((e = tensor_index_next(ss->index, &c)) != NULL)
         e->mark = 0;
-    pthread_mutex_unlock(&d->index_lock);
-    int rc = store_foreach_tensor(d->store, on_tensor, l, err);
+    pthread_mutex_unlock(&ss->index_lock);
+    int rc = store_foreach_tensor(ss->store, on_tensor, l, err);
     if (rc >= 0 && l->failed)
         rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "listing of %zu tensors", l->n);
     return rc < 0 ? rc : 0;
+}
+
+/* One store's pass; *locked_us gets how long its ingests had to wait. */
+static int store_pass(struct served_store *ss, const struct pass_policy *pol, int64_t *locked_us,
+                      tetris_error *err)
+{
+    int64_t start = mono_us();
+    bool did_repair = duty_due(&ss->repair_duty, start);
+    if (did_repair) {
+        repair(ss);
+        duty_done(&ss->repair_duty, start, mono_us());
+    }
+    int64_t t_repair = mono_us();
+    struct listing l = {0};
+    bool did_list = duty_due(&ss->listing_duty, t_repair);
+    int rc = 0;
+    if (did_list) {
+        rc = list_tensors(ss, &l, err);
+        duty_done(&ss->listing_duty, t_repair, mono_us());
+    }
+    int64_t t_list = mono_us();
+    struct pass p = {.ss = ss, .now_s = wall_ms() / 1000, .errp = err};
+    size_t freed = 0;
+    int64_t t[2] = {t_list, t_list};
+    if (rc == 0) {
+        pthread_rwlock_wrlock(&ss->use_lock);
+        rc = store_reclaim_begin(ss->store, err);
+        if (rc == 0) {
+            pthread_mutex_lock(&ss->index_lock);
+            rc = pass_locked(ss, &p, did_list ? &l : NULL, pol, &freed, t, err);
+            pthread_mutex_unlock(&ss->index_lock);
+            store_reclaim_end(ss->store);
+        }
+        pthread_rwlock_unlock(&ss->use_lock);
+    }
+    free(l.items);
+    *locked_us = t[1] - t_list;
+    if (rc < 0)
+        return tetris_wrap(err, "store %s", store_root(ss->store));
+    pthread_mutex_lock(&ss->index_lock);
+    uint64_t resident = ss->resident_bytes;
+    size_t tensors = tensor_index_count(ss->index);
+    pthread_mutex_unlock(&ss->index_lock);
+
+    save_state(ss, false);
+    scrub(ss, pol->scrub_budget);
+    log_debug("event=reclaim-pass tenant=%s tensors=%zu resident_bytes=%llu holders=%llu "
+              "freed=%zu repair_ms=%.1f list_ms=%.1f mark_ms=%.1f free_ms=%.1f total_ms=%.1f",
+              tenant_name(ss), tensors, (unsigned long long)resident,
+              (unsigned long long)p.holders, freed,
+              did_repair ? (double)(t_repair - start) / 1e3 : -1.0,
+              did_list ? (double)(t_list - t_repair) / 1e3 : -1.0,
+              (double)(t[0] - t_list) / 1e3, (double)(t[1] - t[0]) / 1e3,
+              (double)(mono_us() - start) / 1e3);
+    if (freed > 0)
+        log_info("event=reclaim-pass tenant=%s freed=%zu tensors=%zu resident_bytes=%llu",
+                 tenant_name(ss), freed, tensors, (unsigned long long)resident);
+    return 0;
 }
 
 int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
 {
     int64_t start = mono_us();
     pthread_mutex_lock(&d->cfg_lock);
-    double keep_alive_s = d->cfg.keep_alive_s;
+    struct pass_policy pol = {
+        .keep_alive_s = d->cfg.keep_alive_s,
+        .scrub_budget = (uint64_t)((double)d->cfg.scrub_rate * d->cfg.interval_s),
+    };
     uint64_t capacity = d->cfg.capacity_bytes;
-    uint64_t scrub_budget = (uint64_t)((double)d->cfg.scrub_rate * d->cfg.interval_s);
     pthread_mutex_unlock(&d->cfg_lock);
 
     daemon_poll_adopted(d);
     daemon_refresh_pins(d);
-    bool did_repair = duty_due(&repair_duty, start);
-    if (did_repair) {
-        repair(d);
-        duty_done(&repair_duty, start, mono_us());
-    }
-    int64_t t_repair = mono_us();
-    struct listing l = {0};
-    bool did_list = duty_due(&listing_duty, t_repair);
+    if (!d->cfg.no_tenants)
+        daemon_discover_tenants(d);
+    uint64_t shortfall = atomic_exchange(&d->shortfall_bytes, 0);
     int rc = 0;
-    if (did_list) {
-        rc = list_tensors(d, &l, err);
-        duty_done(&listing_duty, t_repair, mono_us());
-    }
-    int64_t t_list = mono_us();
-    struct pass p = {.d = d, .now_s = wall_ms() / 1000, .errp = err};
-    size_t freed = 0;
-    int64_t t[2] = {t_list, t_list};
-    if (rc == 0) {
-        pthread_rwlock_wrlock(&d->use_lock);
-        rc = store_reclaim_begin(d->store, err);
-        if (rc == 0) {
-            pthread_mutex_lock(&d->index_lock);
-            rc = pass_locked(d, &p, did_list ? &l : NULL, keep_alive_s, capacity, &freed, t,
-                             err);
-            pthread_mutex_unlock(&d->index_lock);
-            store_reclaim_end(d->store);
+    int64_t locked_max = 0;
+    /* Stores are passed in turn, the shared one first; each sees the
+     * others' current bytes, so once one has evicted enough for the node
+     * to fit, the rest keep theirs. */
+    for (size_t i = 0; i < daemon_store_count(d); i++) {
+        struct served_store *ss = d->stores[i];
+        pol.bounded = capacity > 0;
+        if (pol.bounded) {
+            uint64_t others = daemon_other_stores_bytes(d, ss);
+            uint64_t taken = others + shortfall;
+            pol.target = taken < capacity ? capacity - taken : 0;
         }
-        pthread_rwlock_unlock(&d->use_lock);
+        tetris_error serr;
+        int64_t locked_us = 0;
+        int r = store_pass(ss, &pol, &locked_us, &serr);
+        if (locked_us > locked_max)
+            locked_max = locked_us;
+        if (r < 0 && rc == 0) {
+            rc = r;
+            *err = serr;
+        } else if (r < 0) {
+            log_error("event=reclaim-pass-failed tenant=%s code=%s msg=\"%s\"", tenant_name(ss),
+                      tetris_code_name(serr.code), serr.msg);
+        }
     }
-    free(l.items);
-    pthread_mutex_lock(&d->index_lock);
+    pthread_mutex_lock(&d->pass_lock);
     d->last_pass_ok = rc == 0;
     if (rc == 0) {
         d->last_pass_ms = wall_ms();
-        d->last_pass_us = t[1] - start;
-        d->last_locked_us = t[1] - t_list;
+        d->last_pass_us = mono_us() - start;
+        d->last_locked_us = locked_max;
     }
-    uint64_t resident = d->resident_bytes;
-    size_t tensors = tensor_index_count(d->index);
-    pthread_mutex_unlock(&d->index_lock);
-    if (rc < 0)
-        return rc;
-
-    atomic_fetch_add(&d->counters.reclaim_passes, 1);
-    save_state(d, false);
-    scrub(d, scrub_budget);
-    log_debug("event=reclaim-pass tensors=%zu resident_bytes=%llu holders=%llu freed=%zu "
-              "repair_ms=%.1f list_ms=%.1f mark_ms=%.1f free_ms=%.1f total_ms=%.1f",
-              tensors, (unsigned long long)resident, (unsigned long long)p.holders, freed,
-              did_repair ? (double)(t_repair - start) / 1e3 : -1.0,
-              did_list ? (double)(t_list - t_repair) / 1e3 : -1.0,
-              (double)(t[0] - t_list) / 1e3, (double)(t[1] - t[0]) / 1e3,
-              (double)(mono_us() - start) / 1e3);
-    if (freed > 0)
-        log_info("event=reclaim-pass freed=%zu tensors=%zu resident_bytes=%llu", freed, tensors,
-                 (unsigned long long)resident);
-    return 0;
+    pthread_mutex_unlock(&d->pass_lock);
+    if (rc == 0)
+        atomic_fetch_add(&d->reclaim_passes, 1);
+    return rc;
 }
 
-int daemon_startup(struct daemon *d, tetris_error *err)
+int store_startup(struct served_store *ss, tetris_error *err)
 {
     tetris_error lerr;
-    pthread_mutex_lock(&d->index_lock);
-    int rc = tensor_index_load(d->index, d->cfg.state_path, &lerr);
-    pthread_mutex_unlock(&d->index_lock);
+    pthread_mutex_lock(&ss->index_lock);
+    int rc = tensor_index_load(ss->index, ss->state_path, &lerr);
+    pthread_mutex_unlock(&ss->index_lock);
     if (rc < 0)
-        log_warn("event=state-load-failed msg=\"%s\" action=ignore", lerr.msg);
-    rc = adopt_orphans(d, err);
-    if (rc < 0)
-        return rc;
-    rc = daemon_reclaim_pass(d, err);
-    if (rc < 0)
-        return rc;
-    save_state(d, true);
-    return 0;
+        log_warn("event=state-load-failed tenant=%s msg=\"%s\" action=ignore", tenant_name(ss),
+                 lerr.msg);
+    return adopt_orphans(ss, err);
 }
 
-void daemon_save_state(struct daemon *d)
+void store_save_state(struct served_store *ss)
 {
-    save_state(d, true);
+    save_state(ss, true);
 }
 
 /* The pin file: what the cluster side wants kept (digests of the models of

@@ -9,3 +9,4 @@ SHELL_TESTS += tests/reclaimer/test-crash.sh
 SHELL_TESTS += tests/reclaimer/test-inventory-scrub.sh
 SHELL_TESTS += tests/reclaimer/test-agent.sh
 SHELL_TESTS += tests/reclaimer/test-concurrent.sh
+SHELL_TESTS += tests/reclaimer/test-tenants.sh

@@ -147,6 +147,26 @@ START_TEST(test_config_errors)
 }
 END_TEST
 
+START_TEST(test_config_tenants)
+{
+    struct reclaimer_config cfg;
+    tetris_error err;
+    char *a1[] = {"r", NULL};
+    ck_assert_int_eq(reclaimer_config_load(1, a1, &cfg, &err), 0);
+    ck_assert(!cfg.no_tenants);
+    ck_assert_uint_eq(cfg.max_tenants, 64);
+    char *a2[] = {"r", "--no-tenants", "--max-tenants", "3", NULL};
+    ck_assert_int_eq(reclaimer_config_load(4, a2, &cfg, &err), 0);
+    ck_assert(cfg.no_tenants);
+    ck_assert_uint_eq(cfg.max_tenants, 3);
+    char *a3[] = {"r", "--max-tenants", "257", NULL};
+    ck_assert_int_lt(reclaimer_config_load(3, a3, &cfg, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "tenants"));
+    char *a4[] = {"r", "--max-tenants", "0", NULL};
+    ck_assert_int_lt(reclaimer_config_load(3, a4, &cfg, &err), 0);
+}
+END_TEST
+
 static tensor_digest digest_of(uint32_t i)
 {
     tensor_digest d;
@@ -250,6 +270,7 @@ int main(void)
     tcase_add_test(tc, test_yaml_bad);
     tcase_add_test(tc, test_config_precedence);
     tcase_add_test(tc, test_config_errors);
+    tcase_add_test(tc, test_config_tenants);
     tcase_add_test(tc, test_index_insert_remove);
     tcase_add_test(tc, test_index_state_file);
     suite_add_tcase(s, tc);

@@ -1,0 +1,223 @@
+/* stores.c - the stores one tetris-reclaimer serves: the node's shared
+ * store and every tenant's dedicated store DIR/tenants/NAME.
+ *
+ * A tenant is added by creating its directory: the daemon looks under
+ * DIR/tenants/ at start and on every pass, lays out a bare directory as a
+ * store, and serves it exactly like the shared one (its own ingest socket
+ * DIR/tenants/NAME/ingest.sock, which is where `tetris-agent --tenant NAME`
+ * connects, its own index, holders, reclaim and counters). Nothing crosses
+ * between stores: an ingest on a tenant's socket publishes only into that
+ * tenant's store. Only the capacity is node-wide, since memory is.
+ *
+ * Stores are only added while the daemon runs (a removed tenant directory
+ * is noticed at the next start), which lets the HTTP threads read the list
+ * without a lock. */
+#include "daemon.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cleanup.h"
+#include "log.h"
+
+size_t daemon_store_count(struct daemon *d)
+{
+    return atomic_load_explicit(&d->n_stores, memory_order_acquire);
+}
+
+struct served_store *daemon_find_store(struct daemon *d, const char *tenant)
+{
+    if (tenant == NULL)
+        tenant = "";
+    size_t n = daemon_store_count(d);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(d->stores[i]->tenant, tenant) == 0)
+            return d->stores[i];
+    return NULL;
+}
+
+uint64_t daemon_other_stores_bytes(struct daemon *d, const struct served_store *skip)
+{
+    uint64_t sum = 0;
+    size_t n = daemon_store_count(d);
+    for (size_t i = 0; i < n; i++) {
+        struct served_store *ss = d->stores[i];
+        if (ss == skip)
+            continue;
+        pthread_mutex_lock(&ss->index_lock);
+        sum += ss->resident_bytes + ss->reserved_bytes;
+        pthread_mutex_unlock(&ss->index_lock);
+    }
+    return sum;
+}
+
+static void served_store_free(struct served_store *ss)
+{
+    if (ss == NULL)
+        return;
+    store_close(ss->store);
+    tensor_index_free(ss->index);
+    free(ss->adopted);
+    pthread_rwlock_destroy(&ss->use_lock);
+    pthread_mutex_destroy(&ss->index_lock);
+    free(ss);
+}
+
+/* Opens (creating the layout if needed) the shared store or a tenant's,
+ * and runs its start-up: last-use state, adoption of orphaned holders. */
+static int served_store_open(struct daemon *d, const char *tenant, struct served_store **out,
+                             tetris_error *err)
+{
+    struct served_store *ss = calloc(1, sizeof(*ss));
+    if (ss == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "served store");
+    ss->d = d;
+    pthread_rwlock_init(&ss->use_lock, NULL);
+    pthread_mutex_init(&ss->index_lock, NULL);
+    /* Generations start at the start time in ms, so an ETag from before a
+     * restart never matches one after it. */
+    ss->generation = (uint64_t)d->started_ms;
+    int rc = tensor_index_new(&ss->index, err);
+    struct store_options so = {.create = true, .tenant = tenant[0] != '\0' ? tenant : NULL};
+    if (rc == 0)
+        rc = store_open(d->cfg.store_dir, &so, &ss->store, err);
+    if (rc < 0) {
+        served_store_free(ss);
+        return rc;
+    }
+    snprintf(ss->tenant, sizeof(ss->tenant), "%s", tenant);
+    const char *root = store_root(ss->store);
+    bool too_long;
+    if (tenant[0] == '\0') {
+        snprintf(ss->socket_path, sizeof(ss->socket_path), "%s", d->cfg.socket_path);
+        snprintf(ss->state_path, sizeof(ss->state_path), "%s", d->cfg.state_path);
+        too_long = false;
+    } else {
+        too_long = snprintf(ss->socket_path, sizeof(ss->socket_path), "%s/ingest.sock", root) >=
+                       (int)sizeof(ss->socket_path) ||
+                   snprintf(ss->state_path, sizeof(ss->state_path), "%s/reclaimer.state",
+                            root) >= (int)sizeof(ss->state_path);
+    }
+    if (too_long)
+        rc = tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long: %s", root);
+    if (rc == 0)
+        rc = store_startup(ss, err);
+    if (rc < 0) {
+        served_store_free(ss);
+        return rc;
+    }
+    *out = ss;
+    return 0;
+}
+
+/* Publishes ss to readers of the list. */
+static void add_store(struct daemon *d, struct served_store *ss)
+{
+    size_t n = atomic_load_explicit(&d->n_stores, memory_order_relaxed);
+    d->stores[n] = ss;
+    atomic_store_explicit(&d->n_stores, n + 1, memory_order_release);
+}
+
+int daemon_open_shared(struct daemon *d, tetris_error *err)
+{
+    struct served_store *ss;
+    int rc = served_store_open(d, "", &ss, err);
+    if (rc < 0)
+        return rc;
+    add_store(d, ss);
+    return 0;
+}
+
+/* A tenant directory's name as store_open accepts it ([a-z0-9._-]). */
+static bool is_tenant_name(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 0 && len < sizeof(((struct served_store *)0)->tenant) &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") == len && name[0] != '.' &&
+           strstr(name, "..") == NULL;
+}
+
+static void start_tenant(struct daemon *d, const char *name)
+{
+    struct served_store *ss;
+    tetris_error err;
+    int rc = served_store_open(d, name, &ss, &err);
+    if (rc == 0 && d->serving && (rc = ingest_server_start(ss, &ss->ingest, &err)) < 0)
+        served_store_free(ss);
+    if (rc < 0) {
+        log_warn("event=tenant-unusable tenant=%s code=%s msg=\"%s\" action=retry-next-pass",
+                 name, tetris_code_name(err.code), err.msg);
+        return;
+    }
+    add_store(d, ss);
+    log_info("event=tenant-served tenant=%s store=%s socket=%s", name, store_root(ss->store),
+             ss->socket_path);
+}
+
+void daemon_discover_tenants(struct daemon *d)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof(dir), "%s/tenants", d->cfg.store_dir) >= (int)sizeof(dir))
+        return;
+    cleanup_closedir DIR *td = opendir(dir);
+    if (td == NULL) {
+        if (errno != ENOENT)
+            log_warn("event=tenants-unreadable dir=%s errno=%d", dir, errno);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(td)) != NULL) {
+        if (de->d_name[0] == '.' || daemon_find_store(d, de->d_name) != NULL)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(td), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISDIR(st.st_mode))
+            continue;
+        if (!is_tenant_name(de->d_name)) {
+            log_debug("event=tenant-ignored name=%.64s msg=\"not a tenant name ([a-z0-9._-])\"",
+                      de->d_name);
+            continue;
+        }
+        if (daemon_store_count(d) > d->cfg.max_tenants) {
+            if (!d->tenant_limit_logged)
+                log_warn("event=tenant-limit max_tenants=%u tenant=%s msg=\"not served; its "
+                         "agents load privately\"",
+                         d->cfg.max_tenants, de->d_name);
+            d->tenant_limit_logged = true;
+            continue;
+        }
+        start_tenant(d, de->d_name);
+    }
+}
+
+int daemon_start_serving(struct daemon *d, tetris_error *err)
+{
+    size_t n = daemon_store_count(d);
+    for (size_t i = 0; i < n; i++) {
+        int rc = ingest_server_start(d->stores[i], &d->stores[i]->ingest, err);
+        if (rc < 0)
+            return rc;
+    }
+    d->serving = true;
+    return 0;
+}
+
+void daemon_close_stores(struct daemon *d)
+{
+    size_t n = daemon_store_count(d);
+    for (size_t i = 0; i < n; i++) {
+        ingest_server_stop(d->stores[i]->ingest);
+        d->stores[i]->ingest = NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        store_save_state(d->stores[i]);
+        store_release_adopted(d->stores[i]);
+        served_store_free(d->stores[i]);
+    }
+    atomic_store(&d->n_stores, 0);
+}

@@ -1,0 +1,142 @@
+#!/bin/sh
+# test-tenants.sh - one tetris-reclaimer serves the shared store and every
+# tenant store under <store>/tenants/:
+#   - a socket per tenant at <store>/tenants/T/ingest.sock (where
+#     tetris-agent --tenant T connects), none for a directory whose name is
+#     not a tenant name;
+#   - isolation: what a tenant ingests lands in its store only; another
+#     tenant loading the same model gets its own copy; /inventory shows the
+#     shared store, /inventory?tenant=T only T's tensors (404 for a tenant
+#     not served, 400 for a bad name);
+#   - per-tenant metrics with a tenant label pass promtool;
+#   - reclaim per store: a tenant's released tensors go after the
+#     keep-alive while another tenant's held copy stays;
+#   - a tenant directory created while the daemon runs is served from the
+#     next pass (the real agent loads through it);
+#   - the capacity bounds the node: a tenant's ingest is refused when the
+#     shared store already fills it;
+#   - --no-tenants serves the shared store only.
+. "$(dirname "$0")/lib.sh"
+AGENT="$TETRIS_BIN/tetris-agent"
+[ -x "$AGENT" ] || fail "tetris-agent missing"
+command -v promtool >/dev/null || fail "promtool not installed (scripts/deps.sh installs it)"
+
+# tmetric NAME TENANT: the value of NAME{tenant="TENANT"}.
+tmetric() {
+    http_get /metrics | awk -v n="$1{tenant=\"$2\"}" '$1 == n { print $2 }'
+}
+files() { find "$1/tensors" -type f 2>/dev/null | wc -l; }
+digests() { find "$1/tensors" -type f -printf '%f\n' 2>/dev/null | sort; }
+inventory_digests() { http_get "/inventory$1" | jq -r '.tensors[].digest' | sort; }
+http_code() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTP_PORT$1"; }
+
+# hold_in DIR MODEL OUT: an instance that loads MODEL through the daemon
+# socket of the store at DIR and keeps it; sets HOLD_PID.
+hold_in() {
+    "$PROBE" load --store "$1" --hold "$2" </dev/null >"$3" 2>>"$WORK/probe.log" &
+    HOLD_PID=$!
+    BG_PIDS="$BG_PIDS $HOLD_PID"
+    wait_until 60 "grep -q '\"pid\"' '$3'" || fail "holder of $2 in $1 did not load"
+}
+
+synth "$WORK/m1.safetensors" 4 65536 51
+synth "$WORK/m2.safetensors" 3 32768 52
+M1_BYTES=$((4 * 65536))
+mkdir -p "$STORE/tenants/alpha" "$STORE/tenants/beta" "$STORE/tenants/Bad.Name"
+start_daemon --interval 200ms --keep-alive 1 --scrub-rate 0
+A="$STORE/tenants/alpha"
+B="$STORE/tenants/beta"
+[ -S "$A/ingest.sock" ] && [ -S "$B/ingest.sock" ] || fail "no tenant sockets"
+[ -e "$STORE/tenants/Bad.Name/ingest.sock" ] && fail "a directory that is no tenant name is served"
+[ "$(metric tetris_store_tenants)" = 2 ] || fail "tenants gauge $(metric tetris_store_tenants)"
+
+# ---- isolation ----
+hold_in "$A" "$WORK/m1.safetensors" "$WORK/a1.json"
+A1=$HOLD_PID
+jq -e '.fallback == false and .ingested == 4' "$WORK/a1.json" >/dev/null ||
+    fail "alpha's load: $(cat "$WORK/a1.json")"
+[ "$(files "$A")" = 4 ] || fail "alpha has $(files "$A") tensors, want 4"
+[ "$(files "$STORE")" = 0 ] || fail "alpha's tensors leaked into the shared store"
+[ "$(files "$B")" = 0 ] || fail "alpha's tensors leaked into beta"
+# Beta loads the same model: its own copy, nothing found resident.
+hold_in "$B" "$WORK/m1.safetensors" "$WORK/b1.json"
+B1=$HOLD_PID
+jq -e '.fallback == false and .ingested == 4 and .resident == 0' "$WORK/b1.json" >/dev/null ||
+    fail "beta's load saw alpha's tensors: $(cat "$WORK/b1.json")"
+[ "$(digests "$B")" = "$(digests "$A")" ] || fail "beta's copy differs from alpha's"
+hold_in "$STORE" "$WORK/m2.safetensors" "$WORK/s1.json"
+S1=$HOLD_PID
+[ "$(files "$STORE")" = 3 ] && [ "$(files "$A")" = 4 ] || fail "shared store load crossed stores"
+
+[ "$(inventory_digests '')" = "$(digests "$STORE")" ] || fail "shared inventory is not the shared store"
+[ "$(inventory_digests '?tenant=alpha')" = "$(digests "$A")" ] || fail "alpha's inventory"
+[ "$(inventory_digests '?tenant=beta')" = "$(digests "$B")" ] || fail "beta's inventory"
+http_get '/inventory?tenant=alpha' | jq -e '.tenant == "alpha"' >/dev/null || fail "inventory names no tenant"
+http_get '/inventory' | jq -e 'has("tenant") | not' >/dev/null || fail "shared inventory names a tenant"
+[ "$(http_code '/inventory?tenant=nope')" = 404 ] || fail "unknown tenant not 404"
+[ "$(http_code '/inventory?tenant=Bad.Name')" = 400 ] || fail "bad tenant name not 400"
+note "isolation: alpha, beta and the shared store each hold their own tensors; inventories match"
+
+# ---- metrics ----
+wait_until 60 '[ "$(tmetric tetris_store_holders alpha)" = 1 ] && [ "$(tmetric tetris_store_holders beta)" = 1 ] && [ "$(metric tetris_store_holders)" = 1 ]' ||
+    fail "per-tenant holders not seen"
+http_get /metrics >"$WORK/metrics.prom"
+promtool check metrics <"$WORK/metrics.prom" || fail "promtool rejects the tenant metrics"
+[ "$(tmetric tetris_store_tensors alpha)" = 4 ] || fail "alpha tensors metric"
+[ "$(tmetric tetris_ingest_bytes_total beta)" = $M1_BYTES ] || fail "beta ingest bytes metric"
+[ "$(metric tetris_ingest_bytes_total)" = $((3 * 32768)) ] || fail "shared ingest bytes metric"
+grep -q "^tetris_model_holders{tenant=\"alpha\",model=\"$WORK/m1.safetensors\"} 1\$" "$WORK/metrics.prom" ||
+    fail "per-model gauge of a tenant: $(grep tetris_model_holders "$WORK/metrics.prom")"
+grep -q '^tetris_ingest_duration_seconds_count{tenant="beta"} 1$' "$WORK/metrics.prom" ||
+    fail "per-tenant histogram"
+note "metrics: per-tenant series pass promtool"
+
+# ---- reclaim per store ----
+release "$A1"
+wait_until 60 '[ "$(files "$A")" = 0 ]' || fail "alpha's released tensors not reclaimed"
+[ "$(tmetric tetris_reclaims_total alpha)" = 4 ] || fail "alpha reclaims metric"
+wait_passes 3
+[ "$(files "$B")" = 4 ] && [ "$(files "$STORE")" = 3 ] || fail "a held copy was reclaimed"
+[ "$(inventory_digests '?tenant=alpha')" = "" ] || fail "alpha's inventory still lists reclaimed tensors"
+note "reclaim: alpha's released tensors freed, beta's and the shared store's held ones kept"
+
+# ---- a tenant added while running ----
+mkdir "$STORE/tenants/gamma"
+wait_until 60 "[ -S '$STORE/tenants/gamma/ingest.sock' ]" || fail "new tenant not served"
+"$AGENT" load --store "$STORE" --tenant gamma "$WORK/m1.safetensors" >"$WORK/g1.json" 2>>"$WORK/probe.log" ||
+    fail "agent --tenant gamma failed"
+jq -e ".fell_back == false and .ingested_bytes == $M1_BYTES" "$WORK/g1.json" >/dev/null ||
+    fail "agent --tenant gamma: $(cat "$WORK/g1.json")"
+[ "$(inventory_digests '?tenant=gamma')" = "$(digests "$B")" ] || fail "gamma's inventory"
+note "a tenant directory made while running is served; tetris-agent --tenant loads through it"
+release "$B1"
+release "$S1"
+stop_daemon
+
+# ---- capacity bounds the node ----
+rm -rf "$STORE"
+mkdir -p "$STORE/tenants/alpha"
+start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --capacity $((M1_BYTES * 7 / 5))
+hold_in "$STORE" "$WORK/m1.safetensors" "$WORK/s2.json"
+S2=$HOLD_PID
+jq -e '.fallback == false and .ingested == 4' "$WORK/s2.json" >/dev/null || fail "shared load under capacity"
+hold_in "$A" "$WORK/m1.safetensors" "$WORK/a2.json"
+A2=$HOLD_PID
+jq -e '.rejected >= 3' "$WORK/a2.json" >/dev/null || fail "alpha filled the node past capacity: $(cat "$WORK/a2.json")"
+[ "$(tmetric tetris_ingest_rejected_tensors_total alpha)" -ge 3 ] || fail "alpha rejections not counted"
+wait_passes 2
+[ "$(files "$STORE")" = 4 ] || fail "the held shared tensors were evicted"
+note "capacity: the shared store's held bytes leave alpha room for one tensor only"
+release "$A2"
+release "$S2"
+stop_daemon
+
+# ---- --no-tenants ----
+start_daemon --interval 200ms --no-tenants
+[ -e "$A/ingest.sock" ] && fail "--no-tenants still serves alpha"
+[ "$(metric tetris_store_tenants)" = 0 ] || fail "--no-tenants: tenants gauge"
+http_get /metrics | grep -q 'tenant="' && fail "--no-tenants: tenant series"
+[ "$(http_code '/inventory?tenant=alpha')" = 404 ] || fail "--no-tenants: alpha inventory"
+stop_daemon
+note "--no-tenants: the shared store only"
+echo "ok $T_NAME"
