@@ -49,9 +49,6 @@ include common/module.mk
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIBTETRIS := $(BUILD)/libtetris.a
 
-# Keep intermediate objects (unit-test .o files) between runs.
-.SECONDARY:
-
 .PHONY: all deps test test-release test-asan demo bench fuzz clean cluster-up cluster-down
 .DEFAULT_GOAL := all
 
@@ -83,6 +80,8 @@ endef
 $(foreach p,$(PROGRAMS) $(TEST_PROGRAMS),$(eval $(call PROGRAM_template,$(p))))
 
 UNIT_BINS := $(UNIT_TESTS:tests/unit/%.c=$(BUILD)/tests/%)
+# Unit-test objects are intermediate for make; keep them between runs.
+.SECONDARY: $(UNIT_TESTS:%.c=$(BUILD)/%.o)
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTETRIS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcheck -lsubunit -lrt $(UNIT_LIBS) $(LDLIBS)
