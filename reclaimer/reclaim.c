@@ -202,13 +202,27 @@ void daemon_poll_adopted(struct daemon *d)
         poll_adopted(d->stores[i]);
 }
 
+/* Adopted holders still open when the daemon stops. Main thread only. */
+static store_holder **kept_at_exit;
+static size_t n_kept_at_exit;
+
 void store_release_adopted(struct served_store *ss)
 {
     /* On a clean stop the holder files must stay (their owners still map):
-     * close only the pidfds; the holders stay referenced from ss, locked
-     * until the process exits, and the next daemon adopts them again. */
+     * close only the pidfds; the holders stay open and reachable here,
+     * locked until the process exits, and the next daemon adopts them
+     * again. */
     for (size_t i = 0; i < ss->n_adopted; i++)
         close(ss->adopted[i].pidfd);
+    if (ss->n_adopted == 0)
+        return;
+    store_holder **k = realloc(kept_at_exit, (n_kept_at_exit + ss->n_adopted) * sizeof(*k));
+    if (k == NULL)
+        return; /* the files stay all the same; only the pointers are lost */
+    kept_at_exit = k;
+    for (size_t i = 0; i < ss->n_adopted; i++)
+        kept_at_exit[n_kept_at_exit++] = ss->adopted[i].holder;
+    ss->n_adopted = 0;
 }
 
 /* ---- the pass ---- */
@@ -447,11 +461,15 @@ static void save_state(struct served_store *ss, bool force)
         ss->last_state_save_ms = now;
 }
 
-static void repair(struct served_store *ss)
+/* full: the whole store_repair (walks tensors/); else the light one
+ * (dead holders and temp files only). */
+static void repair(struct served_store *ss, bool full)
 {
     struct store_repair_report rep = {0};
     tetris_error err;
-    if (store_repair(ss->store, &rep, &err) < 0) {
+    int rc = full ? store_repair(ss->store, &rep, &err)
+                  : store_repair_light(ss->store, &rep, &err);
+    if (rc < 0) {
         log_warn("event=repair-failed tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
         return;
     }
@@ -528,13 +546,14 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Repair and the full walk of tensors/ read every tensor's trailer: with
- * 100k tensors that is seconds of CPU. Both run outside the locks, and
- * each at most as often as keeps it under DUTY_PERCENT of the daemon's
- * time (but at every pass while a pass costs little). Between walks the
- * index is kept current by the daemon's own ingests and removals; only
- * tensors other writers (direct-mode agents) publish wait for the next
- * walk. */
+/* The full repair and the walk of tensors/ read every tensor's trailer:
+ * with 100k tensors that is seconds of CPU. Both run outside the locks,
+ * and each at most as often as keeps it under DUTY_PERCENT of the daemon's
+ * time (but at every pass while a pass costs little). In between, every
+ * pass runs the light repair (dead holders, dead writers' temp files),
+ * whose cost does not grow with the store. Between walks the index is
+ * kept current by the daemon's own ingests and removals; only tensors
+ * other writers (direct-mode agents) publish wait for the next walk. */
 #define DUTY_PERCENT 10
 
 static bool duty_due(const struct duty *t, int64_t now_us)
@@ -614,10 +633,9 @@ static int store_pass(struct served_store *ss, const struct pass_policy *pol, in
 {
     int64_t start = mono_us();
     bool did_repair = duty_due(&ss->repair_duty, start);
-    if (did_repair) {
-        repair(ss);
+    repair(ss, did_repair);
+    if (did_repair)
         duty_done(&ss->repair_duty, start, mono_us());
-    }
     int64_t t_repair = mono_us();
     struct listing l = {0};
     bool did_list = duty_due(&ss->listing_duty, t_repair);
@@ -653,10 +671,12 @@ static int store_pass(struct served_store *ss, const struct pass_policy *pol, in
     save_state(ss, false);
     scrub(ss, pol->scrub_budget);
     log_debug("event=reclaim-pass tenant=%s tensors=%zu resident_bytes=%llu holders=%llu "
-              "freed=%zu repair_ms=%.1f list_ms=%.1f mark_ms=%.1f free_ms=%.1f total_ms=%.1f",
+              "freed=%zu repair_ms=%.1f light_repair_ms=%.1f list_ms=%.1f mark_ms=%.1f "
+              "free_ms=%.1f total_ms=%.1f",
               tenant_name(ss), tensors, (unsigned long long)resident,
               (unsigned long long)p.holders, freed,
               did_repair ? (double)(t_repair - start) / 1e3 : -1.0,
+              did_repair ? -1.0 : (double)(t_repair - start) / 1e3,
               did_list ? (double)(t_list - t_repair) / 1e3 : -1.0,
               (double)(t[0] - t_list) / 1e3, (double)(t[1] - t[0]) / 1e3,
               (double)(mono_us() - start) / 1e3);

@@ -225,20 +225,37 @@ static int visit_repair(store *s, int fanout_fd, const char *fanout, const char 
     return 0;
 }
 
-int store_repair(store *s, struct store_repair_report *report, tetris_error *err)
+/* The cheap part: holders/ and tmp/ hold one file per live (or crashed)
+ * holder and ingest, a handful, whatever the number of tensors. */
+static int repair_dead_writers(store *s, struct store_repair_report *r, tetris_error *err)
 {
-    struct store_repair_report r = {0};
     int rc = store_require_writable(s, "repair", err);
     if (rc < 0)
         return rc;
     char what[4096];
     snprintf(what, sizeof what, "%s/holders", s->root);
-    rc = remove_dead_files(s->holders_fd, what, is_holder_file, &r.dead_holders_released, err);
+    rc = remove_dead_files(s->holders_fd, what, is_holder_file, &r->dead_holders_released, err);
     if (rc == 0)
-        rc = remove_dead_files(s->holders_fd, what, is_holder_temp, &r.temp_files_removed, err);
+        rc = remove_dead_files(s->holders_fd, what, is_holder_temp, &r->temp_files_removed, err);
     snprintf(what, sizeof what, "%s/tmp", s->root);
     if (rc == 0)
-        rc = remove_dead_files(s->tmp_fd, what, any_file, &r.temp_files_removed, err);
+        rc = remove_dead_files(s->tmp_fd, what, any_file, &r->temp_files_removed, err);
+    return rc;
+}
+
+int store_repair_light(store *s, struct store_repair_report *report, tetris_error *err)
+{
+    struct store_repair_report r = {0};
+    int rc = repair_dead_writers(s, &r, err);
+    if (report != NULL)
+        *report = r;
+    return rc;
+}
+
+int store_repair(store *s, struct store_repair_report *report, tetris_error *err)
+{
+    struct store_repair_report r = {0};
+    int rc = repair_dead_writers(s, &r, err);
     struct repair_ctx rctx = {0};
     if (rc == 0)
         rc = walk_tensors(s, visit_repair, &rctx, err);

@@ -177,8 +177,16 @@ struct store_repair_report {
     size_t bad_tensors_removed; /* wrong size/trailer: half-finished renames */
 };
 /* Releases dead holders' references, removes orphaned temp files (whose
- * writer is gone) and any tensors/ file whose trailer is inconsistent. */
+ * writer is gone) and any tensors/ file whose trailer is inconsistent. The
+ * last part reads every tensor file's trailer: seconds with 100k tensors. */
 int store_repair(store *s, struct store_repair_report *report, tetris_error *err);
+/* Only the cheap part of store_repair: dead holders and dead writers' temp
+ * files (holders/ and tmp/), without touching tensors/, so its cost does
+ * not grow with the number of tensors. bad_tensors_removed stays 0. The
+ * node daemon runs it every pass and the full repair more rarely: what
+ * only the full walk finds (inconsistent files under tensors/) is damage
+ * from outside the store's API, which atomic publishing never leaves. */
+int store_repair_light(store *s, struct store_repair_report *report, tetris_error *err);
 
 /* Re-hashes one resident tensor: 0 if it matches, TETRIS_E_CORRUPT if not. */
 int store_verify_tensor(store *s, const tensor_digest *d, tetris_error *err);

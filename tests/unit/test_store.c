@@ -994,6 +994,84 @@ START_TEST(killed_holder_is_found_dead_and_released)
 }
 END_TEST
 
+/* The light repair releases a killed holder and a dead writer's temp file,
+ * keeps a live holder and a live writer's temp file, and leaves tensors/
+ * alone (an inconsistent file there waits for the full repair). */
+START_TEST(light_repair_skips_the_tensor_walk)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(100, 71);
+    publish(s, &t, true);
+    tetris_error err;
+    store_holder *mine = NULL;
+    ck_assert_int_eq(store_holder_open(s, "live", getpid(), &mine, &err), 0);
+
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        store *cs = NULL;
+        store_holder *h = NULL;
+        struct store_options o = {0};
+        if (store_open(dir, &o, &cs, &err) != 0 ||
+            store_holder_open(cs, "killed", getpid(), &h, &err) != 0 ||
+            store_holder_add(h, &t.meta.digest, t.meta.nbytes, &err) != 0)
+            _exit(1);
+        raise(SIGKILL);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status));
+
+    /* A crashed ingest's temp file (nobody holds its lock) and a live one. */
+    char *dead_tmp = sub_path(s, "tmp/crashed-ingest");
+    FILE *f = fopen(dead_tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    char *live_tmp = sub_path(s, "tmp/live-ingest");
+    int live_fd = open(live_tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ck_assert_int_ge(live_fd, 0);
+    ck_assert_int_eq(flock(live_fd, LOCK_EX), 0);
+    /* Not a tensor: only the full repair's walk of tensors/ removes it. */
+    char *stray = sub_path(s, "tensors/00/not-a-tensor");
+    char *fan = sub_path(s, "tensors/00");
+    ck_assert(mkdir(fan, 0755) == 0 || errno == EEXIST);
+    free(fan);
+    f = fopen(stray, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+
+    struct store_repair_report r;
+    ck_assert_int_eq(store_repair_light(s, &r, &err), 0);
+    ck_assert_uint_eq(r.dead_holders_released, 1);
+    ck_assert_uint_eq(r.temp_files_removed, 1);
+    ck_assert_uint_eq(r.bad_tensors_removed, 0);
+    ck_assert_int_eq(access(dead_tmp, F_OK), -1);
+    ck_assert_int_eq(access(live_tmp, F_OK), 0);
+    ck_assert_int_eq(access(stray, F_OK), 0);
+    struct holders_seen seen = scan_holders(s);
+    ck_assert_int_eq(seen.n, 1);
+    ck_assert_str_eq(seen.label, "live");
+    ck_assert(store_has_tensor(s, &t.meta.digest));
+
+    ck_assert_int_eq(store_repair_light(s, &r, &err), 0); /* nothing left to do */
+    ck_assert_uint_eq(r.dead_holders_released + r.temp_files_removed, 0);
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.bad_tensors_removed, 1);
+    ck_assert_int_eq(access(stray, F_OK), -1);
+    ck_assert(store_has_tensor(s, &t.meta.digest));
+
+    close(live_fd);
+    store_holder_close(mine);
+    free(dead_tmp);
+    free(live_tmp);
+    free(stray);
+    free(t.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
 START_TEST(garbage_holder_files_are_parsed_defensively)
 {
     char *dir = new_dir();
@@ -1138,6 +1216,7 @@ int main(void)
     tcase_add_test(tc, read_only_store_maps_but_refuses_writes);
     tcase_add_test(tc, holder_records_references);
     tcase_add_test(tc, killed_holder_is_found_dead_and_released);
+    tcase_add_test(tc, light_repair_skips_the_tensor_walk);
     tcase_add_test(tc, garbage_holder_files_are_parsed_defensively);
     tcase_add_test(tc, foreach_holder_stops_when_asked);
     tcase_add_test(tc, use_lock_excludes_reclaim);
