@@ -1,12 +1,20 @@
 /* map.c - handing out resident tensors: read-only shared mappings after a
- * trailer check, and the re-hashing scrubs (full digest, or CRC32 only).
+ * trailer check, the process's mapping budget, and the re-hashing scrubs
+ * (full digest, or CRC32 only).
+ *
+ * Every mapped tensor is one mapping, and the kernel caps the mappings of
+ * a process at vm.max_map_count (65530 by default). Past it mmap fails with
+ * ENOMEM, which reads like a lack of memory; map_file says which limit it
+ * is instead, and store_map_budget lets a loader plan around it.
  *
  * A mapping covers the whole file (bytes + trailer) from offset 0, so the
  * tensor bytes start page-aligned and, on tmpfs mounted huge=within_size or
  * huge=advise, the kernel can back them with 2 MiB pages (shmem picks a
  * suitably aligned address itself; MADV_HUGEPAGE opts in under "advise"). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,10 +25,77 @@
 
 #define HUGE_PAGE_BYTES (2u * 1024u * 1024u)
 
+/* Mappings within this many of the limit count as "at the limit" (the
+ * kernel's count and /proc/self/maps differ by the vsyscall page). */
+#define MAP_LIMIT_SLACK 16
+
+static int read_map_limit(uint64_t *out, tetris_error *err)
+{
+    cleanup_fclose FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+    if (f == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open /proc/sys/vm/max_map_count");
+    unsigned long long v;
+    if (fscanf(f, "%llu", &v) != 1)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "read /proc/sys/vm/max_map_count");
+    *out = v;
+    return 0;
+}
+
+/* Lines of /proc/self/maps: one per mapping. */
+static int count_own_mappings(uint64_t *out, tetris_error *err)
+{
+    cleanup_close int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open /proc/self/maps");
+    char buf[65536];
+    uint64_t lines = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "read /proc/self/maps");
+        if (n == 0)
+            break;
+        for (const char *p = buf; (p = memchr(p, '\n', (size_t)(buf + n - p))) != NULL; p++)
+            lines++;
+    }
+    *out = lines;
+    return 0;
+}
+
+int store_map_budget(uint64_t *out, tetris_error *err)
+{
+    uint64_t limit, used;
+    int rc = read_map_limit(&limit, err);
+    if (rc == 0)
+        rc = count_own_mappings(&used, err);
+    if (rc < 0)
+        return rc;
+    *out = used + MAP_LIMIT_SLACK < limit ? limit - used - MAP_LIMIT_SLACK : 0;
+    return 0;
+}
+
+/* mmap failed with ENOMEM: name the limit if that is what was hit. */
+static int fail_nomem(size_t len, tetris_error *err)
+{
+    uint64_t limit, used;
+    if (read_map_limit(&limit, NULL) == 0 && count_own_mappings(&used, NULL) == 0 &&
+        used + MAP_LIMIT_SLACK >= limit)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM,
+                           "mmap %zu bytes: this process has %llu mappings, the kernel's limit "
+                           "(vm.max_map_count = %llu); each shared tensor takes one: raise the "
+                           "limit (sysctl vm.max_map_count) or map fewer tensors",
+                           len, (unsigned long long)used, (unsigned long long)limit);
+    return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "mmap %zu bytes", len);
+}
+
 static int map_file(int fd, const tensor_meta *meta, store_mapping *out, tetris_error *err)
 {
     size_t len = (size_t)meta->nbytes + TENSOR_TRAILER_BYTES;
     void *base = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED && errno == ENOMEM)
+        return fail_nomem(len, err);
     if (base == MAP_FAILED)
         return tetris_fail(err, store_errno_code(errno), errno, "mmap %zu bytes", len);
     if (meta->nbytes >= HUGE_PAGE_BYTES)

@@ -69,6 +69,13 @@ typedef struct store_mapping {
  * quarantined; TETRIS_E_CORRUPT if its trailer does not match the digest. */
 int store_map_tensor(store *s, const tensor_digest *d, store_mapping *out, tetris_error *err);
 void store_unmap_tensor(store_mapping *m);
+/* How many more mappings this process may create: vm.max_map_count less
+ * the mappings it has (and a small margin). Each mapped tensor is one; a
+ * model of more tensors than this cannot be mapped whole, and
+ * store_map_tensor past the limit fails TETRIS_E_NOMEM with a message
+ * naming vm.max_map_count. Reads /proc/self/maps: once per model, not per
+ * tensor. */
+int store_map_budget(uint64_t *out, tetris_error *err);
 bool store_has_tensor(store *s, const tensor_digest *d);
 
 /* ---- publishing (ingest) ---- */

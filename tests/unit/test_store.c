@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1072,6 +1073,58 @@ START_TEST(light_repair_skips_the_tensor_walk)
 }
 END_TEST
 
+/* Each mapping counts against vm.max_map_count: the budget shrinks by one
+ * per mapped tensor, and mapping past the limit fails with an error that
+ * names the limit rather than a bare "Cannot allocate memory". */
+START_TEST(mapping_limit_is_named)
+{
+    uint64_t limit = 0;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%" SCNu64, &limit), 1);
+    fclose(f);
+    if (limit > 1000000)
+        return; /* raised far enough that hitting it would take minutes */
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(16, 72);
+    publish(s, &t, true);
+    tetris_error err;
+    size_t cap = (size_t)limit + 64, n = 0;
+    store_mapping *maps = calloc(cap, sizeof *maps); /* itself a mapping: before the count */
+    ck_assert_ptr_nonnull(maps);
+    uint64_t before, after;
+    ck_assert_int_eq(store_map_budget(&before, &err), 0);
+    ck_assert_uint_gt(before, 0);
+    ck_assert_uint_lt(before, limit);
+
+    int rc = 0;
+    while (n < cap && (rc = store_map_tensor(s, &t.meta.digest, &maps[n], &err)) == 0) {
+        n++;
+        if (n == 1) {
+            ck_assert_int_eq(store_map_budget(&after, &err), 0);
+            ck_assert_uint_eq(after, before - 1);
+        }
+    }
+    ck_assert_int_eq(rc, -TETRIS_E_NOMEM);
+    ck_assert_ptr_nonnull(strstr(err.msg, "vm.max_map_count"));
+    /* The budget was what could be mapped, give or take the margin. */
+    ck_assert_uint_ge(n, before);
+    ck_assert_uint_le(n, before + 64);
+    ck_assert_int_eq(store_map_budget(&after, &err), 0);
+    ck_assert_uint_eq(after, 0);
+    for (size_t i = 0; i < n; i++)
+        store_unmap_tensor(&maps[i]);
+    free(maps);
+    store_mapping again;
+    ck_assert_int_eq(store_map_tensor(s, &t.meta.digest, &again, &err), 0); /* room again */
+    store_unmap_tensor(&again);
+    free(t.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
 START_TEST(garbage_holder_files_are_parsed_defensively)
 {
     char *dir = new_dir();
@@ -1217,6 +1270,7 @@ int main(void)
     tcase_add_test(tc, holder_records_references);
     tcase_add_test(tc, killed_holder_is_found_dead_and_released);
     tcase_add_test(tc, light_repair_skips_the_tensor_walk);
+    tcase_add_test(tc, mapping_limit_is_named);
     tcase_add_test(tc, garbage_holder_files_are_parsed_defensively);
     tcase_add_test(tc, foreach_holder_stops_when_asked);
     tcase_add_test(tc, use_lock_excludes_reclaim);
