@@ -140,23 +140,36 @@ static bool bytes_equal(const uint8_t *p, size_t n, const char *s)
     return n == strlen(s) && memcmp(p, s, n) == 0;
 }
 
-static uint64_t tensor_nbytes(const struct onnx_tensor_ref *ref)
+/* The tensor's size in bytes from its type and dims; false if that is no
+ * real size (a negative dim, or past 2^63: it would wrap, and could not be
+ * written into external_data and read back). */
+static bool tensor_nbytes(const struct onnx_tensor_ref *ref, uint64_t *out)
 {
     uint64_t n = element_size(ref->data_type);
-    for (int i = 0; i < ref->ndim; i++)
-        n *= (uint64_t)ref->dims[i];
-    return n;
+    for (int i = 0; i < ref->ndim; i++) {
+        if (ref->dims[i] < 0)
+            return false;
+        uint64_t d = (uint64_t)ref->dims[i];
+        if (d != 0 && n > INT64_MAX / d)
+            return false;
+        n *= d;
+    }
+    *out = n;
+    return true;
 }
 
 static int parse_u64(const uint8_t *p, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
-    if (n == 0 || n > 19)
+    if (n == 0 || n > 20)
         return -1;
     for (size_t i = 0; i < n; i++) {
         if (p[i] < '0' || p[i] > '9')
             return -1;
-        v = v * 10 + (uint64_t)(p[i] - '0');
+        uint64_t digit = (uint64_t)(p[i] - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            return -1;
+        v = v * 10 + digit;
     }
     *out = v;
     return 0;
@@ -251,16 +264,14 @@ static int tensor_describe(const pb_reader *msg, struct onnx_tensor_ref *ref, te
     }
     if (n < 0)
         return n;
-    for (int i = 0; i < ref->ndim; i++)
-        if (ref->dims[i] < 0)
-            shareable = false;
-    if (element_size(ref->data_type) == 0)
+    uint64_t nbytes = 0;
+    if (!tensor_nbytes(ref, &nbytes) || element_size(ref->data_type) == 0)
         shareable = false;
     if (external) {
         if (payloads != 0 || ref->location == NULL)
             shareable = false;
         if (!has_length)
-            ref->length = tensor_nbytes(ref);
+            ref->length = nbytes;
     } else {
         ref->location = NULL;
         if (payloads != 1)
@@ -292,6 +303,7 @@ static int tensor_externalise(const pb_reader *msg, const struct onnx_tensor_ref
     struct buf t = {0};
     struct field fd;
     char length[32], offset[32];
+    uint64_t nbytes = 0;
     int r = 0, n;
 
     while (r == 0 && (n = field_next(&rd, &fd, err)) == 1) {
@@ -303,7 +315,8 @@ static int tensor_externalise(const pb_reader *msg, const struct onnx_tensor_ref
     }
     if (r == 0 && n < 0)
         r = n;
-    snprintf(length, sizeof(length), "%llu", (unsigned long long)tensor_nbytes(ref));
+    tensor_nbytes(ref, &nbytes); /* shareable tensors have a real size */
+    snprintf(length, sizeof(length), "%llu", (unsigned long long)nbytes);
     snprintf(offset, sizeof(offset), "%llu", (unsigned long long)ext->offset);
     if (r == 0 && name != NULL)
         r = buf_len_field(&t, TP_NAME, name, name_len, err);

@@ -314,6 +314,36 @@ START_TEST(rewrite_rejects_garbage)
 }
 END_TEST
 
+/* Inputs the fuzzer (fuzz/fuzz_onnx_rewrite.c) found, with what it
+ * checks: an image rewritten with everything shared rewrites again. */
+START_TEST(rewrite_fuzz_regressions)
+{
+    /* An initializer whose dims multiply past 2^64: its size wrapped, was
+     * written into external_data with 20 digits, and the rewritten image
+     * no longer parsed. A tensor of no real size is not offered now. */
+    static const uint8_t huge_dims[] = {
+        0x08, 0x08, 0x12, 0x0c, 0x74, 0x65, 0x74, 0x19, 0x19, 0x19, 0x19, 0x19, 0x19, 0x19,
+        0x19, 0x73, 0x3a, 0x1e, 0x12, 0x01, 0x67, 0x2a, 0x19, 0x08, 0x80, 0x80, 0xff, 0xff,
+        0xff, 0x16, 0x08, 0x80, 0x87, 0x80, 0x80, 0x80, 0x20, 0x10, 0x01, 0x42, 0x01, 0x77,
+        0x4a, 0x04, 0x61, 0x62, 0x63, 0x11,
+    };
+    struct seen s = {.share = true}, again = {0};
+    tetris_error err = {0};
+    uint8_t *out = NULL, *twice = NULL;
+    size_t out_len = 0, twice_len = 0;
+    ck_assert_int_eq(onnx_rewrite(huge_dims, sizeof(huge_dims), count_tensor, &s, &out, &out_len,
+                                  &err),
+                     0);
+    ck_assert_uint_eq(s.tensors, 0);
+    ck_assert_msg(onnx_rewrite(out, out_len, count_tensor, &again, &twice, &twice_len, &err) == 0,
+                  "rewritten image does not parse: %s", err.msg);
+    ck_assert_uint_eq(twice_len, sizeof(huge_dims));
+    ck_assert(memcmp(twice, huge_dims, sizeof(huge_dims)) == 0);
+    free(out);
+    free(twice);
+}
+END_TEST
+
 /* Seeded mutations of a real model (byte flips, truncation, spliced
  * lengths): the rewriter either succeeds or reports a format error, and
  * never reads out of bounds (this runs under ASan in `make test`). */
@@ -372,6 +402,7 @@ static Suite *agent_suite(void)
     tcase_add_test(rw, rewrite_with_sharing_strips_payloads);
     tcase_add_test(rw, rewrite_rejects_garbage);
     tcase_add_test(rw, rewrite_survives_mutations);
+    tcase_add_test(rw, rewrite_fuzz_regressions);
     suite_add_tcase(s, rw);
     return s;
 }
