@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "error.h"
@@ -71,6 +72,11 @@ typedef struct ingest_server ingest_server;
 struct served_store {
     struct daemon *d;
     char tenant[64];            /* "" for the shared store */
+    dev_t root_dev;             /* the directory served, to notice when a */
+    ino_t root_ino;             /* tenant's is removed (or replaced) */
+    /* Its directory was removed: no longer served, passed or reported.
+     * The entry stays (other threads may be reading it) until exit. */
+    atomic_bool retired;
     char socket_path[PATH_MAX];
     char state_path[PATH_MAX];
     store *store;
@@ -116,8 +122,9 @@ struct daemon {
     bool serving;       /* ingest sockets are up (not with --once) */
 
     /* stores[0] is the shared store, then tenants in discovery order.
-     * Append-only until shutdown: other threads read stores[i] for
-     * i < n_stores without a lock. */
+     * Append-only until shutdown (a removed tenant's entry is retired,
+     * not freed): other threads read stores[i] for i < n_stores without a
+     * lock. */
     struct served_store *stores[1 + RECLAIMER_TENANTS_MAX];
     atomic_size_t n_stores;
     bool tenant_limit_logged;
@@ -161,12 +168,15 @@ int64_t mono_ms(void);
 /* ---- stores.c ---- */
 /* Opens the shared store (stores[0]). */
 int daemon_open_shared(struct daemon *d, tetris_error *err);
-/* Looks for tenant stores under DIR/tenants/ not served yet (a directory
- * with a valid name; a bare one gets the store layout), starts each
- * (repair, index, adoption, first pass) and, once the daemon is serving,
- * its ingest socket. Failures are logged per tenant; the rest go on. */
+/* Retires tenant stores whose directory was removed or replaced (their
+ * socket stops), then looks for tenant stores under DIR/tenants/ not
+ * served yet (a directory with a valid name; a bare one gets the store
+ * layout) and starts each (index, adoption) and, once the daemon is
+ * serving, its ingest socket. Failures are logged per tenant; the rest go
+ * on. */
 void daemon_discover_tenants(struct daemon *d);
-/* The served store of tenant ("" or NULL: the shared store), or NULL. */
+/* The served store of tenant ("" or NULL: the shared store), or NULL;
+ * never a retired one. */
 struct served_store *daemon_find_store(struct daemon *d, const char *tenant);
 size_t daemon_store_count(struct daemon *d);
 /* Starts every store's ingest socket; sets d->serving. */

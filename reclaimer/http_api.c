@@ -277,12 +277,13 @@ static void render_durations(struct buf *b, const struct store_snapshot *snap, s
 
 char *daemon_render_metrics(struct daemon *d, size_t *len)
 {
-    size_t n = daemon_store_count(d);
-    struct store_snapshot *snap = calloc(n, sizeof(*snap));
+    size_t n_all = daemon_store_count(d), n = 0;
+    struct store_snapshot *snap = calloc(n_all, sizeof(*snap));
     if (snap == NULL)
         return NULL;
-    for (size_t i = 0; i < n; i++)
-        snapshot_store(d->stores[i], &snap[i]);
+    for (size_t i = 0; i < n_all; i++)
+        if (!atomic_load(&d->stores[i]->retired))
+            snapshot_store(d->stores[i], &snap[n++]);
     pthread_mutex_lock(&d->pass_lock);
     int64_t last_pass_ms = d->last_pass_ms;
     int64_t last_pass_us = d->last_pass_us;
@@ -463,7 +464,8 @@ static void handle_inventory(void *ctx, const http_request *req, http_response *
     if (tenant == NULL)
         tenant = "";
     size_t n = daemon_store_count(a->d), i = 0;
-    while (i < n && strcmp(a->d->stores[i]->tenant, tenant) != 0)
+    while (i < n && (atomic_load(&a->d->stores[i]->retired) ||
+                     strcmp(a->d->stores[i]->tenant, tenant) != 0))
         i++;
     if (i == n) {
         bool plain = strlen(tenant) < 64 &&

@@ -709,6 +709,8 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
      * to fit, the rest keep theirs. */
     for (size_t i = 0; i < daemon_store_count(d); i++) {
         struct served_store *ss = d->stores[i];
+        if (atomic_load(&ss->retired))
+            continue;
         pol.bounded = capacity > 0;
         if (pol.bounded) {
             uint64_t others = daemon_other_stores_bytes(d, ss);

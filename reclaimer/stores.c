@@ -9,9 +9,10 @@
  * between stores: an ingest on a tenant's socket publishes only into that
  * tenant's store. Only the capacity is node-wide, since memory is.
  *
- * Stores are only added while the daemon runs (a removed tenant directory
- * is noticed at the next start), which lets the HTTP threads read the list
- * without a lock. */
+ * Stores are only added while the daemon runs: a tenant whose directory
+ * is removed (or replaced) is retired, its socket closed and its entry
+ * left in place, which lets the HTTP threads read the list without a
+ * lock; a new directory of the same name is a new store. */
 #include "daemon.h"
 
 #include <dirent.h>
@@ -36,7 +37,7 @@ struct served_store *daemon_find_store(struct daemon *d, const char *tenant)
         tenant = "";
     size_t n = daemon_store_count(d);
     for (size_t i = 0; i < n; i++)
-        if (strcmp(d->stores[i]->tenant, tenant) == 0)
+        if (!atomic_load(&d->stores[i]->retired) && strcmp(d->stores[i]->tenant, tenant) == 0)
             return d->stores[i];
     return NULL;
 }
@@ -47,7 +48,7 @@ uint64_t daemon_other_stores_bytes(struct daemon *d, const struct served_store *
     size_t n = daemon_store_count(d);
     for (size_t i = 0; i < n; i++) {
         struct served_store *ss = d->stores[i];
-        if (ss == skip)
+        if (ss == skip || atomic_load(&ss->retired))
             continue;
         pthread_mutex_lock(&ss->index_lock);
         sum += ss->resident_bytes + ss->reserved_bytes;
@@ -92,6 +93,14 @@ static int served_store_open(struct daemon *d, const char *tenant, struct served
     }
     snprintf(ss->tenant, sizeof(ss->tenant), "%s", tenant);
     const char *root = store_root(ss->store);
+    struct stat st;
+    if (stat(root, &st) < 0) {
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "stat %s", root);
+        served_store_free(ss);
+        return rc;
+    }
+    ss->root_dev = st.st_dev;
+    ss->root_ino = st.st_ino;
     bool too_long;
     if (tenant[0] == '\0') {
         snprintf(ss->socket_path, sizeof(ss->socket_path), "%s", d->cfg.socket_path);
@@ -115,7 +124,8 @@ static int served_store_open(struct daemon *d, const char *tenant, struct served
     return 0;
 }
 
-/* Publishes ss to readers of the list. */
+/* Publishes ss to readers of the list (the caller checked there is a
+ * free slot). */
 static void add_store(struct daemon *d, struct served_store *ss)
 {
     size_t n = atomic_load_explicit(&d->n_stores, memory_order_relaxed);
@@ -142,6 +152,35 @@ static bool is_tenant_name(const char *name)
            strstr(name, "..") == NULL;
 }
 
+/* Tenants served now (retired ones excluded). */
+static size_t live_tenants(struct daemon *d)
+{
+    size_t n = daemon_store_count(d), live = 0;
+    for (size_t i = 1; i < n; i++)
+        live += !atomic_load(&d->stores[i]->retired);
+    return live;
+}
+
+/* A tenant's directory is gone or is another one now: stop serving it. */
+static void retire_removed_tenants(struct daemon *d)
+{
+    size_t n = daemon_store_count(d);
+    for (size_t i = 1; i < n; i++) {
+        struct served_store *ss = d->stores[i];
+        struct stat st;
+        if (atomic_load(&ss->retired) ||
+            (stat(store_root(ss->store), &st) == 0 && st.st_dev == ss->root_dev &&
+             st.st_ino == ss->root_ino))
+            continue;
+        atomic_store(&ss->retired, true);
+        /* Its connections end, releasing their holders; their instances
+         * keep the tensors they map. */
+        ingest_server_stop(ss->ingest);
+        ss->ingest = NULL;
+        log_info("event=tenant-retired tenant=%s msg=\"directory removed\"", ss->tenant);
+    }
+}
+
 static void start_tenant(struct daemon *d, const char *name)
 {
     struct served_store *ss;
@@ -161,6 +200,7 @@ static void start_tenant(struct daemon *d, const char *name)
 
 void daemon_discover_tenants(struct daemon *d)
 {
+    retire_removed_tenants(d);
     char dir[PATH_MAX];
     if (snprintf(dir, sizeof(dir), "%s/tenants", d->cfg.store_dir) >= (int)sizeof(dir))
         return;
@@ -183,7 +223,8 @@ void daemon_discover_tenants(struct daemon *d)
                       de->d_name);
             continue;
         }
-        if (daemon_store_count(d) > d->cfg.max_tenants) {
+        if (live_tenants(d) >= d->cfg.max_tenants ||
+            daemon_store_count(d) == sizeof(d->stores) / sizeof(d->stores[0])) {
             if (!d->tenant_limit_logged)
                 log_warn("event=tenant-limit max_tenants=%u tenant=%s msg=\"not served; its "
                          "agents load privately\"",
@@ -215,7 +256,8 @@ void daemon_close_stores(struct daemon *d)
         d->stores[i]->ingest = NULL;
     }
     for (size_t i = 0; i < n; i++) {
-        store_save_state(d->stores[i]);
+        if (!atomic_load(&d->stores[i]->retired))
+            store_save_state(d->stores[i]);
         store_release_adopted(d->stores[i]);
         served_store_free(d->stores[i]);
     }

@@ -12,7 +12,8 @@
 #   - reclaim per store: a tenant's released tensors go after the
 #     keep-alive while another tenant's held copy stays;
 #   - a tenant directory created while the daemon runs is served from the
-#     next pass (the real agent loads through it);
+#     next pass (the real agent loads through it); a removed one stops
+#     being served, and made again it is a new, empty store;
 #   - the capacity bounds the node: a tenant's ingest is refused when the
 #     shared store already fills it;
 #   - --no-tenants serves the shared store only.
@@ -111,6 +112,21 @@ jq -e ".fell_back == false and .ingested_bytes == $M1_BYTES" "$WORK/g1.json" >/d
 note "a tenant directory made while running is served; tetris-agent --tenant loads through it"
 release "$B1"
 release "$S1"
+
+# ---- a tenant removed, then made again: a new, empty store ----
+rm -rf "$B"
+wait_until 60 "grep -q 'event=tenant-retired tenant=beta' '$DAEMON_LOG'" || fail "removed tenant not retired"
+[ "$(http_code '/inventory?tenant=beta')" = 404 ] || fail "removed tenant still has an inventory"
+mkdir "$B"
+wait_until 60 "[ -S '$B/ingest.sock' ]" || fail "re-made tenant not served"
+[ "$(inventory_digests '?tenant=beta')" = "" ] || fail "re-made tenant inherited the old inventory"
+"$PROBE" load --store "$B" "$WORK/m2.safetensors" >"$WORK/b2.json" 2>>"$WORK/probe.log" || fail "load into re-made beta"
+jq -e '.fallback == false and .ingested == 3' "$WORK/b2.json" >/dev/null || fail "re-made beta: $(cat "$WORK/b2.json")"
+http_get /metrics >"$WORK/metrics2.prom"
+promtool check metrics <"$WORK/metrics2.prom" || fail "promtool rejects metrics after a tenant came back"
+[ "$(grep -c '^tetris_store_tensors{tenant="beta"}' "$WORK/metrics2.prom")" = 1 ] || fail "beta reported twice"
+[ "$(metric tetris_store_tenants)" = 3 ] || fail "tenants gauge after re-make: $(metric tetris_store_tenants)"
+note "a removed tenant is retired; made again, it is a new store"
 stop_daemon
 
 # ---- capacity bounds the node ----
