@@ -1,6 +1,8 @@
-/* reclaim.c - keeping the store tidy: crash repair, the reclaim pass
+/* reclaim.c - keeping the stores tidy: crash repair, the reclaim pass
  * (T_cold = T_all \ T_warm; keep-alive, then LRU above capacity), holder
- * adoption after a daemon restart, and the rate-limited CRC scrub.
+ * adoption after a daemon restart, and the rate-limited CRC scrub. A node
+ * pass runs all of it for each served store in turn (shared, then
+ * tenants); only the capacity is shared between them.
  *
  * Why adoption: the daemon records an agent's references in a holder file
  * that the daemon itself keeps locked for as long as the agent's
