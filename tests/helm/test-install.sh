@@ -1,0 +1,196 @@
+#!/bin/sh
+# test-install.sh - `helm install` of charts/tetris on the local cluster
+# (Kubernetes 1.20, the real node tetris-node-0), then `helm uninstall`:
+#  1. the release installs with the scheduler configuration for 1.20
+#     (v1beta1) and the images the cluster holds (pullPolicy Never): the
+#     project image, and kube-scheduler packed from the cluster's own build
+#     (its tag left empty: the chart picks the cluster's version);
+#  2. the reclaimer DaemonSet's pod runs on the real node and serves
+#     /healthz, /metrics (promtool-clean, with the capacity from the chart's
+#     ConfigMap) and /inventory (its node's name) on loopback;
+#  3. the tetris-scheduler pod runs and binds a pod that asks for it, through
+#     the extender in the same pod (whose metrics count the filter call), and
+#     the daemon's tetris-node-pins sidecar pins that pod's model (the
+#     digests of its manifest ConfigMap);
+#  4. `helm uninstall` removes every object, cluster-scoped ones included,
+#     and the daemon stops serving; the store directory stays (it outlives
+#     the daemon by design).
+# The cluster is shared: this release uses its own namespace, store, ports
+# and scheduler name, so it never meets the cluster's own tetris-scheduler
+# or another test's daemon. The cluster issues no service-account tokens:
+# the release gets API credentials through apiAccess.
+. "$(dirname "$0")/../k8s/lib.sh"
+CHART="$K8S_ROOT/charts/tetris"
+BIN="${TETRIS_BIN:-$K8S_ROOT/bin}"
+
+k8s_skip_unless_possible
+HELM="$("$K8S_ROOT/scripts/helm.sh")" || fail "cannot install helm (scripts/helm.sh)"
+k8s_cluster_up
+k8s_image
+k8s_tools_image
+# kube-scheduler of the cluster's own build, as an image (packed once).
+ctr --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io images ls -q |
+    grep -q "/tetris-kube-scheduler:v$KUBE_VERSION\$" ||
+    "$K8S_ROOT/scripts/cluster/pack-image.sh" -n "tetris-kube-scheduler:v$KUBE_VERSION" -i \
+        -x "$KUBE_BIN/kube-scheduler" >/dev/null 2>&1 || fail "cannot pack kube-scheduler as an image"
+k8s_namespace helm
+ns="$K8S_NS"
+release=tetris
+work="$(mktemp -d /tmp/tetris-helm-install.XXXXXX)"
+store="$(mktemp -d /dev/shm/tetris-helm-store.XXXXXX)"
+K8S_CLEANUP_PATHS="$work $store"
+# An interrupted run must not leave cluster-scoped objects behind.
+trap '"$HELM" uninstall "$release" -n "$ns" >/dev/null 2>&1; k8s_cleanup' EXIT
+
+# free_port: a loopback TCP port nothing listens on.
+free_port() {
+    while :; do
+        _p=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
+        ss -Hltn "sport = :$_p" | grep -q . || { echo "$_p"; return; }
+    done
+}
+port="$(free_port)"
+ext_port="$(free_port)"
+health_port="$(free_port)"
+scheduler="tetris-helm-${ns#helm-}"
+
+# API credentials in the service-account layout.
+kc config view --raw -o jsonpath='{.users[0].user.token}' >"$work/token"
+kc config view --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$work/ca.crt"
+kc -n "$ns" create secret generic tetris-api --from-file=token="$work/token" \
+    --from-file=ca.crt="$work/ca.crt" --from-literal=namespace="$ns" >/dev/null ||
+    fail "cannot create the credentials Secret"
+server="$(kc config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
+api_host="${server#https://}"
+api_port="${api_host##*:}"
+api_host="${api_host%:*}"
+
+cat >"$work/values.yaml" <<YAML
+image: {repository: tetris, tag: latest, pullPolicy: Never}
+apiAccess: {secretName: tetris-api, host: "$api_host", port: $api_port}
+reclaimer:
+  store: {hostPath: "$store"}
+  listenHost: 127.0.0.1
+  port: $port
+  capacity: 96Mi
+  keepAlive: 1m
+  nodePins: {interval: 2}
+scheduler:
+  name: $scheduler
+  configApiVersion: v1beta1
+  image: {repository: tetris-kube-scheduler, tag: "", pullPolicy: Never}
+  hostNetwork: true
+  healthPort: $health_port
+  extender: {port: $ext_port, refresh: 1}
+  nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
+YAML
+
+# diagnose: the release's pods, their events and logs, on stderr.
+diagnose() {
+    kc -n "$ns" get pods -o wide >&2 2>/dev/null
+    for p in $(kc -n "$ns" get pods -o jsonpath='{.items[*].metadata.name}' 2>/dev/null); do
+        k8s_describe "$ns" "$p"
+        for c in $(kc -n "$ns" get pod "$p" -o jsonpath='{.spec.containers[*].name}'); do
+            echo "--- log of $p/$c" >&2
+            k8s_pod_log "$ns" "$p" "$c" 2>/dev/null | tail -20 >&2
+        done
+    done
+}
+
+# 1. Install and wait for the DaemonSet and the Deployment to be ready.
+if ! "$HELM" install "$release" "$CHART" -n "$ns" -f "$work/values.yaml" \
+    --wait --timeout "${K8S_TIMEOUT}s" >"$work/install.out" 2>&1; then
+    diagnose
+    fail "helm install: $(cat "$work/install.out")"
+fi
+grep -q "schedulerName: $scheduler" "$work/install.out" || fail "NOTES do not show the function pod snippet: $(cat "$work/install.out")"
+grep -q "tetris-profiler job" "$work/install.out" || fail "NOTES do not show the profiling Job"
+image="$(kc -n "$ns" get deployment tetris-scheduler -o jsonpath='{.spec.template.spec.containers[0].image}')"
+[ "$image" = "tetris-kube-scheduler:v$KUBE_VERSION" ] || fail "kube-scheduler image $image, want the cluster's version v$KUBE_VERSION"
+
+# 2. The node daemon on the real node, serving on loopback.
+pod="$(kc -n "$ns" get pods -l app.kubernetes.io/name=tetris-reclaimer -o jsonpath='{.items[0].metadata.name}')"
+[ -n "$pod" ] || fail "no tetris-reclaimer pod"
+k8s_wait_phase "$ns" "$pod" Running
+[ "$(kc -n "$ns" get pod "$pod" -o jsonpath='{.spec.nodeName}')" = "$NODE_NAME" ] ||
+    fail "reclaimer pod not on $NODE_NAME"
+url="http://127.0.0.1:$port"
+curl -fsS --max-time 5 "$url/healthz" >/dev/null || { diagnose; fail "no /healthz at $url"; }
+curl -fsS --max-time 5 "$url/metrics" >"$work/metrics" || fail "no /metrics at $url"
+promtool check metrics <"$work/metrics" >"$work/promtool" 2>&1 || fail "promtool: $(cat "$work/promtool")"
+grep -qx 'tetris_store_capacity_bytes 100663296' "$work/metrics" ||
+    fail "capacity from the chart's ConfigMap (96Mi) not in effect: $(grep capacity "$work/metrics")"
+curl -fsS --max-time 5 "$url/inventory" | jq -e --arg n "$NODE_NAME" '.node == $n' >/dev/null ||
+    fail "/inventory does not name $NODE_NAME"
+[ -S "$store/ingest.sock" ] || fail "no ingest socket in the store hostPath $store"
+# tetris-node-pins' file, in its emptyDir as the node's kubelet keeps it.
+uid="$(kc -n "$ns" get pod "$pod" -o jsonpath='{.metadata.uid}')"
+pins="$CLUSTER_DIR/kubelet/pods/$uid/volumes/kubernetes.io~empty-dir/pins/pins"
+
+# 3. The scheduler binds a pod that names it, asking its extender.
+sched_pod="$(kc -n "$ns" get pods -l app.kubernetes.io/name=tetris-scheduler -o jsonpath='{.items[0].metadata.name}')"
+k8s_wait_phase "$ns" "$sched_pod" Running
+# The pod's model: a manifest ConfigMap where the chart's extender and
+# node-pins look (the release's namespace).
+d1="$(head -c 32 /dev/urandom | sha256sum | cut -d' ' -f1)"
+d2="$(head -c 32 /dev/urandom | sha256sum | cut -d' ' -f1)"
+printf '{"format":"tetris-manifest/1","tensors":[{"digest":"sha256:%s","nbytes":4096},{"digest":"sha256:%s","nbytes":8192}]}\n' \
+    "$d1" "$d2" >"$work/manifest.json"
+kc -n "$ns" create configmap tetris-manifest-helm-test-model --from-file=manifest.json="$work/manifest.json" \
+    >/dev/null || fail "cannot create the manifest ConfigMap"
+kc -n "$ns" label configmap tetris-manifest-helm-test-model tetris.io/model=helm-test-model >/dev/null ||
+    fail "cannot label the manifest ConfigMap"
+kc -n "$ns" create -f - >/dev/null <<YAML || fail "cannot create pod placed"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: placed
+  labels: {tetris.io/model: helm-test-model}
+spec:
+  schedulerName: $scheduler
+  nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
+  hostNetwork: true
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: tetris-test-tools:latest
+    imagePullPolicy: Never
+    command: ["/bin/sleep", "3600"]
+YAML
+k8s_wait_bound "$ns" placed
+kc -n "$ns" get events --field-selector involvedObject.name=placed,reason=Scheduled \
+    -o jsonpath='{.items[*].reportingComponent}{.items[*].source.component}' | grep -qw "$scheduler" ||
+    fail "pod placed was not bound by $scheduler"
+curl -fsS --max-time 5 "http://127.0.0.1:$ext_port/metrics" >"$work/ext.metrics" ||
+    fail "no extender at 127.0.0.1:$ext_port"
+grep -q '^tetris_extender_requests_total{verb="filter",code="200"} [1-9]' "$work/ext.metrics" ||
+    fail "the scheduler did not call the extender: $(grep requests_total "$work/ext.metrics")"
+
+# tetris-node-pins pins the model of the pod now bound to its node.
+printf '%s\n' "$d1" "$d2" | sort >"$work/want.pins"
+i=0
+until [ -f "$pins" ] && sort "$pins" | cmp -s - "$work/want.pins"; do
+    i=$((i + 1))
+    if [ "$i" -ge $((K8S_TIMEOUT * 2)) ]; then
+        diagnose
+        fail "pin file $pins: '$(cat "$pins" 2>/dev/null)', want the model's digests $d1 $d2"
+    fi
+    sleep 0.5
+done
+
+# 4. Uninstall: nothing of the release stays.
+"$HELM" uninstall "$release" -n "$ns" --wait --timeout "${K8S_TIMEOUT}s" >"$work/uninstall.out" 2>&1 ||
+    fail "helm uninstall: $(cat "$work/uninstall.out")"
+left="$(kc get clusterroles,clusterrolebindings -o name | grep -e "-$ns-$release\$")"
+[ -z "$left" ] || fail "cluster-scoped objects left: $left"
+left="$(kc -n "$ns" get daemonsets,deployments,configmaps,serviceaccounts,roles,rolebindings \
+    -l app.kubernetes.io/instance="$release" -o name)"
+[ -z "$left" ] || fail "objects left in $ns: $left"
+i=0
+while curl -fsS --max-time 1 "$url/healthz" >/dev/null 2>&1; do
+    i=$((i + 1))
+    [ "$i" -lt $((K8S_TIMEOUT * 2)) ] || fail "the daemon still serves $url after uninstall"
+    sleep 0.5
+done
+[ -d "$store" ] || fail "uninstall removed the store directory"
+echo "helm install: ok (release in $ns, scheduler $scheduler, daemon on 127.0.0.1:$port)" >&2
