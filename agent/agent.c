@@ -6,7 +6,9 @@
  * mapped, and mapping happens under the store's shared use lock, so the
  * reclaimer never removes a tensor between "referenced" and "mapped". Whatever the store cannot
  * serve is loaded privately, with one `event=fallback` log line: inference
- * must work without the store. */
+ * must work without the store. In STORE mode the daemon connection is
+ * watched for the model's lifetime, so a restarted daemon gets our
+ * references again (ingest_client_keep_registered). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -279,6 +281,11 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
         return 0;
     }
     am->stats.ingested_bytes = summary.ingested_bytes;
+    /* The references are to outlive a daemon restart: a watcher registers
+     * them again with the next daemon. Without it they still hold until a
+     * restart, so a failure here costs nothing now. */
+    if ((r = ingest_client_keep_registered(am->priv->daemon, &cause)) < 0)
+        log_warn("event=daemon-watch-failed model=%s detail=\"%s\"", m->path, cause.msg);
     /* The daemon recorded our references before it answered; the use lock
      * is not held across the request, so a daemon busy reclaiming never
      * waits for us while we wait for it. */

@@ -8,10 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -20,12 +23,31 @@
 #include <jansson.h>
 
 #include "cleanup.h"
+#include "log.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
+/* Re-registration after a lost connection: the first retry comes after
+ * about this long, each failure doubles it up to the cap, and each delay
+ * is drawn from [d/2, d] so the instances of a node do not all knock on a
+ * restarted daemon at the same instant. */
+#define REREGISTER_FIRST_DELAY_MS 100
+#define REREGISTER_MAX_DELAY_MS 5000
 
 struct ingest_client {
-    int sock;
+    int sock; /* -1 while the watcher is between connections */
     int timeout_ms;
+    char *socket_path;
+    /* The last successful ingest, for re-registration. */
+    char *label;
+    const model *m;
+    /* ingest_client_keep_registered's watcher */
+    bool watching;
+    int stop_fd; /* eventfd: readable once the client closes */
+    pthread_t watcher;
+    /* Guards sock against the watcher replacing it while close shuts it
+     * down (which wakes a watcher waiting on a stalled daemon). */
+    pthread_mutex_t sock_lock;
+    bool closing;
 };
 
 int64_t ingest_now_ms(void)
@@ -272,21 +294,57 @@ int ingest_client_connect(const char *socket_path, int timeout_ms, ingest_client
     if (rc < 0)
         return rc;
     ingest_client *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
+    if (c == NULL || (c->socket_path = strdup(socket_path)) == NULL) {
+        free(c);
         close(sock);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "ingest client");
     }
     c->sock = sock;
     c->timeout_ms = timeout_ms;
+    c->stop_fd = -1;
+    pthread_mutex_init(&c->sock_lock, NULL);
     *out = c;
     return 0;
+}
+
+/* Replaces the client's socket (-1: none); the watcher's side of
+ * sock_lock. A client closing meanwhile gets a socket already shut down. */
+static void set_sock(ingest_client *c, int sock)
+{
+    pthread_mutex_lock(&c->sock_lock);
+    if (c->sock >= 0)
+        close(c->sock);
+    c->sock = sock;
+    if (c->closing && sock >= 0)
+        shutdown(sock, SHUT_RDWR);
+    pthread_mutex_unlock(&c->sock_lock);
 }
 
 void ingest_client_close(ingest_client *c)
 {
     if (c == NULL)
         return;
-    close(c->sock);
+    if (c->watching) {
+        /* Stop first, so that the watcher reads the shutdown below as the
+         * stop and not as a lost daemon; the shutdown ends any exchange it
+         * is waiting in. */
+        uint64_t one = 1;
+        while (write(c->stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+            ;
+        pthread_mutex_lock(&c->sock_lock);
+        c->closing = true;
+        if (c->sock >= 0)
+            shutdown(c->sock, SHUT_RDWR);
+        pthread_mutex_unlock(&c->sock_lock);
+        pthread_join(c->watcher, NULL);
+    }
+    pthread_mutex_destroy(&c->sock_lock);
+    if (c->stop_fd >= 0)
+        close(c->stop_fd);
+    if (c->sock >= 0)
+        close(c->sock);
+    free(c->socket_path);
+    free(c->label);
     free(c);
 }
 
@@ -470,7 +528,141 @@ int ingest_client_ingest(ingest_client *c, const char *label, const model *m,
     if (rc == 0)
         rc = parse_results(reply, m, results, summary, err);
     json_decref(reply);
+    if (rc == 0 && label != c->label) {
+        char *copy = strdup(label != NULL ? label : "");
+        if (copy == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "ingest client");
+        free(c->label);
+        c->label = copy;
+    }
+    if (rc == 0)
+        c->m = m;
     return rc;
+}
+
+/* ---- staying registered across daemon restarts ---- */
+
+/* Sleeps about delay_ms (see REREGISTER_FIRST_DELAY_MS). Returns false if
+ * the client is closing. */
+static bool backoff(const ingest_client *c, int delay_ms, unsigned *seed)
+{
+    int ms = delay_ms / 2 + (int)((unsigned)rand_r(seed) % (unsigned)(delay_ms / 2 + 1));
+    struct pollfd p = {.fd = c->stop_fd, .events = POLLIN};
+    int64_t deadline = ingest_now_ms() + ms;
+    for (;;) {
+        int64_t left = deadline - ingest_now_ms();
+        if (left <= 0)
+            return true;
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return false;
+        if (n < 0 && errno != EINTR)
+            return false; /* cannot wait: give up rather than spin */
+    }
+}
+
+/* Blocks until the daemon's end of the connection goes away (true) or the
+ * client is closing (false). The daemon sends nothing unasked, so anything
+ * readable is the end of the connection (or a daemon out of step with us:
+ * starting over is right then too). */
+static bool wait_connection_lost(const ingest_client *c)
+{
+    struct pollfd p[2] = {
+        {.fd = c->sock, .events = POLLIN | POLLRDHUP},
+        {.fd = c->stop_fd, .events = POLLIN},
+    };
+    for (;;) {
+        int n = poll(p, 2, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || p[1].revents != 0)
+            return false;
+        if (p[0].revents != 0)
+            return true;
+    }
+}
+
+/* A new connection carrying the last ingest request again: the daemon at
+ * the other end records our references in a holder of its own (tensors it
+ * no longer has are ingested again from the sources). */
+static int reregister(ingest_client *c, tetris_error *err)
+{
+    int sock;
+    int rc = connect_socket(c->socket_path, ingest_now_ms() + c->timeout_ms, &sock, err);
+    if (rc < 0)
+        return rc;
+    set_sock(c, sock);
+    cleanup_free struct ingest_tensor_result *res = calloc(c->m->n_tensors + 1, sizeof(*res));
+    struct ingest_summary sum = {0};
+    if (res == NULL)
+        rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "re-registration");
+    if (rc == 0)
+        rc = ingest_client_ingest(c, c->label, c->m, res, &sum, err);
+    if (rc < 0) {
+        set_sock(c, -1);
+        return rc;
+    }
+    if (sum.rejected > 0) {
+        /* Our mappings stay valid; only these tensors go unreferenced. */
+        size_t i = 0;
+        while (res[i].status != INGEST_REJECTED)
+            i++;
+        log_warn("event=daemon-reregister-partial label=%s rejected=%zu first=%s reason=\"%s\"",
+                 c->label, sum.rejected, c->m->tensors[i].name, res[i].reason);
+    }
+    log_info("event=daemon-reregistered label=%s tensors=%zu ingested_bytes=%llu", c->label,
+             sum.resident + sum.ingested, (unsigned long long)sum.ingested_bytes);
+    return 0;
+}
+
+static void *watch_main(void *arg)
+{
+    ingest_client *c = arg;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)ingest_now_ms();
+    while (wait_connection_lost(c)) {
+        log_warn("event=daemon-connection-lost label=%s socket=%s action=reconnect", c->label,
+                 c->socket_path);
+        set_sock(c, -1);
+        int delay = REREGISTER_FIRST_DELAY_MS;
+        unsigned attempts = 0;
+        for (;;) {
+            tetris_error err;
+            if (!backoff(c, delay, &seed))
+                return NULL;
+            attempts++;
+            if (reregister(c, &err) == 0)
+                break;
+            /* Attempts 1, 2, 4, 8, ...: a daemon gone for hours costs a
+             * dozen lines, not thousands. */
+            if ((attempts & (attempts - 1)) == 0)
+                log_warn("event=daemon-reregister-failed label=%s attempts=%u error=\"%s\"",
+                         c->label, attempts, err.msg);
+            delay = delay * 2 > REREGISTER_MAX_DELAY_MS ? REREGISTER_MAX_DELAY_MS : delay * 2;
+        }
+    }
+    return NULL;
+}
+
+int ingest_client_keep_registered(ingest_client *c, tetris_error *err)
+{
+    if (c->m == NULL)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "nothing registered to keep");
+    if (c->watching)
+        return 0;
+    c->stop_fd = eventfd(0, EFD_CLOEXEC);
+    if (c->stop_fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "eventfd");
+    /* The watcher takes no signals: they stay with the threads that wait
+     * for them (hold.c's ppoll), whatever the process's disposition. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&c->watcher, NULL, watch_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return tetris_fail(err, TETRIS_E_IO, rc, "start the daemon connection watcher");
+    c->watching = true;
+    return 0;
 }
 
 int ingest_report_fallback(const char *socket_path, const char *label, const char *reason,

@@ -17,6 +17,7 @@
  *       -> private load (TIMEOUT: daemon stalled; FULL: store full; ...)
  *   map every tensor whose res[i].status is RESIDENT or INGESTED;
  *   load the REJECTED ones privately (or all of them privately);
+ *   ingest_client_keep_registered(c, &err);  // optional: survive daemon restarts
  *   ... run ...
  *   ingest_client_close(c);  // releases the references
  *
@@ -93,12 +94,24 @@ int ingest_client_ingest(ingest_client *c, const char *label, const model *m,
                          struct ingest_tensor_result *results, struct ingest_summary *summary,
                          tetris_error *err);
 
+/* Keeps the references of the last successful ingest held for as long as
+ * c is open, across daemon restarts. A thread watches the connection; when
+ * the daemon's end goes away it reconnects, with backoff (about 0.1 s,
+ * doubling to 5 s), and sends that ingest request again, so the new daemon
+ * holds the references in a holder of its own even when it could not
+ * adopt the old one (no view of the client's pid). The caller's mappings
+ * are never touched. The ingest's model must stay valid until
+ * ingest_client_close, and from this call on only ingest_client_close may
+ * use c. TETRIS_E_INVAL if nothing was ingested on c yet. */
+int ingest_client_keep_registered(ingest_client *c, tetris_error *err);
+
 /* Tells the daemon that an agent fell back to a private load (counted in
  * tetris_agent_fallbacks_total). Best effort: one short connection. */
 int ingest_report_fallback(const char *socket_path, const char *label, const char *reason,
                            int timeout_ms, tetris_error *err);
 
-/* Closes the connection: the daemon releases this client's references. */
+/* Closes the connection (stopping the watcher first, if any): the daemon
+ * releases this client's references. */
 void ingest_client_close(ingest_client *c);
 
 /* ---- framing, shared with the daemon ---- */

@@ -1,15 +1,18 @@
 /* test_reclaimer_ingest_client.c - agent/ingest_client against fake
  * daemons on a real Unix socket: absent daemon (no socket, refused),
  * stalled daemon (timeout), a daemon that refuses (store full, bad
- * request), a well-formed reply, and the framing limits. */
+ * request), a well-formed reply, the framing limits, and staying
+ * registered across a daemon restart. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -257,6 +260,174 @@ START_TEST(test_framing_limits)
 }
 END_TEST
 
+/* A daemon that serves one ingest, dies (connection and socket gone),
+ * comes back a moment later and serves the client's re-registration. */
+struct restarting_fake {
+    char *requests[2];
+    size_t fds_seen[2];
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int served;         /* requests answered */
+    bool client_closed; /* the second connection ended */
+    bool stall_second;  /* the second daemon never answers */
+};
+
+static const char resident_reply[] =
+    "{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[{\"status\":\"resident\"}]}";
+
+static int serve_one(struct restarting_fake *f, int ls, bool answer)
+{
+    int c = accept(ls, NULL, NULL);
+    int fds[8];
+    size_t n_fds = 0, len = 0;
+    tetris_error err;
+    char *request = NULL;
+    if (c < 0 || ingest_recv_message(c, 1 << 20, &request, &len, fds, 8, &n_fds,
+                                     ingest_now_ms() + 5000, &err) < 0)
+        return -1;
+    for (size_t i = 0; i < n_fds; i++)
+        close(fds[i]);
+    if (answer)
+        ingest_send_message(c, resident_reply, strlen(resident_reply), NULL, 0, 0, &err);
+    pthread_mutex_lock(&f->lock);
+    f->requests[f->served] = request;
+    f->fds_seen[f->served] = n_fds;
+    f->served++;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->lock);
+    return c;
+}
+
+static void *restarting_main(void *arg)
+{
+    struct restarting_fake *f = arg;
+    int ls = listen_socket();
+    int c = serve_one(f, ls, true);
+    /* The daemon dies: its end of the connection and its socket go. */
+    close(ls);
+    unlink(sock_path);
+    if (c >= 0)
+        close(c);
+    usleep(300 * 1000); /* the client finds no daemon for a while */
+    ls = listen_socket();
+    c = serve_one(f, ls, !f->stall_second);
+    close(ls);
+    char b;
+    while (c >= 0 && read(c, &b, 1) > 0) /* held until the client closes */
+        ;
+    if (c >= 0)
+        close(c);
+    pthread_mutex_lock(&f->lock);
+    f->client_closed = true;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->lock);
+    return NULL;
+}
+
+/* Waits (at most 20 s: a hang, not a measurement) until f->served >= n. */
+static bool wait_served(struct restarting_fake *f, int n)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    pthread_mutex_lock(&f->lock);
+    while (f->served < n && pthread_cond_timedwait(&f->changed, &f->lock, &until) == 0)
+        ;
+    bool ok = f->served >= n;
+    pthread_mutex_unlock(&f->lock);
+    return ok;
+}
+
+START_TEST(test_reregisters_after_daemon_restart)
+{
+    struct restarting_fake f = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                .changed = PTHREAD_COND_INITIALIZER};
+    struct ingest_tensor_result res[1];
+    tetris_error err;
+    ingest_client *c;
+    model *m = one_tensor_model();
+    pthread_t t;
+
+    pthread_create(&t, NULL, restarting_main, &f);
+    for (int i = 0; ingest_client_connect(sock_path, 2000, &c, &err) < 0; i++) {
+        ck_assert_int_lt(i, 2000); /* the fake is still starting */
+        usleep(1000);
+    }
+    ck_assert_int_eq(ingest_client_keep_registered(c, &err), -TETRIS_E_INVAL);
+    ck_assert_int_eq(ingest_client_ingest(c, "label", m, res, NULL, &err), 0);
+    ck_assert_int_eq(ingest_client_keep_registered(c, &err), 0);
+
+    ck_assert_msg(wait_served(&f, 2), "no re-registration after the daemon came back");
+    /* The same request again, descriptors included, so the new daemon can
+     * ingest anything it lost. */
+    ck_assert_str_eq(f.requests[1], f.requests[0]);
+    ck_assert_uint_eq(f.fds_seen[1], 1);
+    ck_assert(!f.client_closed);
+    ingest_client_close(c); /* stops the watcher; the references go */
+    pthread_join(t, NULL);
+    ck_assert(f.client_closed);
+    free(f.requests[0]);
+    free(f.requests[1]);
+    free_model(m);
+}
+END_TEST
+
+/* Closing while the watcher waits on a restarted daemon that stalls: the
+ * close does not wait out the request timeout (a minute here, past the
+ * test's own timeout). */
+START_TEST(test_close_while_daemon_stalls)
+{
+    struct restarting_fake f = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                .changed = PTHREAD_COND_INITIALIZER,
+                                .stall_second = true};
+    struct ingest_tensor_result res[1];
+    tetris_error err;
+    ingest_client *c;
+    model *m = one_tensor_model();
+    pthread_t t;
+
+    pthread_create(&t, NULL, restarting_main, &f);
+    for (int i = 0; ingest_client_connect(sock_path, 60000, &c, &err) < 0; i++) {
+        ck_assert_int_lt(i, 2000);
+        usleep(1000);
+    }
+    ck_assert_int_eq(ingest_client_ingest(c, "label", m, res, NULL, &err), 0);
+    ck_assert_int_eq(ingest_client_keep_registered(c, &err), 0);
+    ck_assert(wait_served(&f, 2)); /* the re-registration is waiting for its reply */
+    ingest_client_close(c);
+    pthread_join(t, NULL);
+    ck_assert(f.client_closed);
+    free(f.requests[0]);
+    free(f.requests[1]);
+    free_model(m);
+}
+END_TEST
+
+/* Closing while the watcher waits for a daemon that never comes back. */
+START_TEST(test_close_while_reconnecting)
+{
+    struct fake f = {.reply = resident_reply};
+    struct ingest_tensor_result res[1];
+    tetris_error err;
+    ingest_client *c;
+    model *m = one_tensor_model();
+    pthread_t t;
+
+    f.listen_fd = listen_socket();
+    pthread_create(&t, NULL, fake_main, &f);
+    ck_assert_int_eq(ingest_client_connect(sock_path, 2000, &c, &err), 0);
+    ck_assert_int_eq(ingest_client_ingest(c, "label", m, res, NULL, &err), 0);
+    ck_assert_int_eq(ingest_client_keep_registered(c, &err), 0);
+    pthread_join(t, NULL); /* the fake answered and closed: the daemon is gone */
+    close(f.listen_fd);
+    unlink(sock_path);
+    usleep(300 * 1000);
+    ingest_client_close(c); /* returns (the test's timeout catches a hang) */
+    free(f.request);
+    free_model(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ingest_client");
@@ -268,6 +439,9 @@ int main(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_reply_and_request);
     tcase_add_test(tc, test_framing_limits);
+    tcase_add_test(tc, test_reregisters_after_daemon_restart);
+    tcase_add_test(tc, test_close_while_reconnecting);
+    tcase_add_test(tc, test_close_while_daemon_stalls);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
