@@ -1,6 +1,7 @@
 # fuzz/module.mk - libFuzzer harnesses for the model parsers (safetensors,
-# ONNX and its protobuf reader, manifests). Built with clang only by
-# `make fuzz`, never by `make` or `make test`.
+# ONNX and its protobuf reader, manifests) and the ONNX rewriter that
+# strips shared payloads before ONNX Runtime sees a model. Built with clang
+# only by `make fuzz`, never by `make` or `make test`.
 #
 # The harnesses link a clang-built, coverage-instrumented libtetris. Its
 # source list is complete only once every module.mk has been read, which is

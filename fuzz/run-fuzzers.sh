@@ -1,9 +1,9 @@
 #!/bin/sh
-# run-fuzzers.sh - runs each parser fuzzer for FUZZ_SECONDS (default 60)
-# from a seed corpus made now from the real models (.deps/models) and the
-# synthetic valid and malformed files of tetris-gen-model-corpus. The
-# corpus grows under build/fuzz/corpus and is kept between runs; crashes
-# land in build/fuzz/artifacts.
+# run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's)
+# for FUZZ_SECONDS (default 60) from a seed corpus made now from the real
+# models (.deps/models) and the synthetic valid and malformed files of
+# tetris-gen-model-corpus. The corpus grows under build/fuzz/corpus and is
+# kept between runs; crashes land in build/fuzz/artifacts.
 # Usage: run-fuzzers.sh FUZZ_DIR GEN_CORPUS_BIN
 # Exit status: 0 no fuzzer found anything, 1 otherwise.
 set -eu
