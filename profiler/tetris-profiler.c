@@ -149,6 +149,8 @@ static int cmd_index(int argc, char **argv)
         return usage_error("%s", "index: expected exactly one MODEL");
     r = model_parse_file(argv[optind], &m, &err);
     if (r == 0)
+        r = model_sources_realpath(m, &err); /* same manifest as tetris-agent index */
+    if (r == 0)
         r = model_compute_digests(m, &err);
     if (r == 0)
         r = manifest_write_file(m, output, &err);
