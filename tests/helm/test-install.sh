@@ -12,13 +12,17 @@
 #     the extender in the same pod (whose metrics count the filter call), and
 #     the daemon's tetris-node-pins sidecar pins that pod's model (the
 #     digests of its manifest ConfigMap);
-#  4. `helm uninstall` removes every object, cluster-scoped ones included,
+#  4. a real Prometheus scrapes the daemon as its pod's prometheus.io
+#     annotations say; the autoscaler, with
+#     its own service account's token (RBAC of the chart), asks that
+#     Prometheus for the rate and creates the function's warm instance;
+#  5. `helm uninstall` removes every object, cluster-scoped ones included,
 #     and the daemon stops serving; the store directory stays (it outlives
 #     the daemon by design).
 # The cluster is shared: this release uses its own namespace, store, ports
 # and scheduler name, so it never meets the cluster's own tetris-scheduler
 # or another test's daemon. The cluster issues no service-account tokens:
-# the release gets API credentials through apiAccess.
+# the release gets each service account's token through apiAccess.
 . "$(dirname "$0")/../k8s/lib.sh"
 CHART="$K8S_ROOT/charts/tetris"
 BIN="${TETRIS_BIN:-$K8S_ROOT/bin}"
@@ -49,25 +53,44 @@ free_port() {
         ss -Hltn "sport = :$_p" | grep -q . || { echo "$_p"; return; }
     done
 }
+# jq_true ARGS...: stdin is JSON for which jq ARGS prints true (jq 1.6's -e
+# succeeds on empty input, so a failed request would pass).
+jq_true() {
+    _in="$(cat)"
+    [ -n "$_in" ] && [ "$(printf '%s' "$_in" | jq "$@")" = true ]
+}
 port="$(free_port)"
 ext_port="$(free_port)"
 health_port="$(free_port)"
 scheduler="tetris-helm-${ns#helm-}"
 
-# API credentials in the service-account layout.
-kc config view --raw -o jsonpath='{.users[0].user.token}' >"$work/token"
+# The cluster's CA and the apiserver's address; each component's token is
+# minted for its own service account after the install (TokenRequest), so
+# the components act with the chart's RBAC, not as an administrator.
 kc config view --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$work/ca.crt"
-kc -n "$ns" create secret generic tetris-api --from-file=token="$work/token" \
-    --from-file=ca.crt="$work/ca.crt" --from-literal=namespace="$ns" >/dev/null ||
-    fail "cannot create the credentials Secret"
+kc config view --raw -o jsonpath='{.users[0].user.token}' >"$work/admin.token"
 server="$(kc config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
 api_host="${server#https://}"
 api_port="${api_host##*:}"
 api_host="${api_host%:*}"
 
+# A real Prometheus on loopback (started once the release runs): scrapes
+# the daemon where its pod's prometheus.io annotations say; the autoscaler
+# asks it for the functions' request rates.
+command -v prometheus >/dev/null || fail "prometheus not installed (scripts/deps.sh installs it)"
+prom_port="$(free_port)"
+prom="http://127.0.0.1:$prom_port"
+prom_pid=""
+trap '[ -n "$prom_pid" ] && kill $prom_pid 2>/dev/null; "$HELM" uninstall "$release" -n "$ns" >/dev/null 2>&1; k8s_cleanup' EXIT
+
+# The autoscaler's function and its profile, as `tetris-profiler job` stores it.
+kc -n "$ns" create configmap tetris-profile-silero-vad \
+    --from-file=profile.yaml="$K8S_ROOT/deploy/profiles/silero-vad.profile.yaml" >/dev/null ||
+    fail "cannot create the profile ConfigMap"
+
 cat >"$work/values.yaml" <<YAML
 image: {repository: tetris, tag: latest, pullPolicy: Never}
-apiAccess: {secretName: tetris-api, host: "$api_host", port: $api_port}
+apiAccess: {secretName: tetris-api, perServiceAccount: true, host: "$api_host", port: $api_port}
 reclaimer:
   store: {hostPath: "$store"}
   listenHost: 127.0.0.1
@@ -83,6 +106,14 @@ scheduler:
   healthPort: $health_port
   extender: {port: $ext_port, refresh: 1}
   nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
+autoscaler:
+  enabled: true
+  prometheusUrl: $prom
+  hostNetwork: true
+  interval: 1
+  functions: [{name: silero-vad, profile: "configmap:$ns/tetris-profile-silero-vad"}]
+  functionNamespace: $ns
+  nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
 YAML
 
 # diagnose: the release's pods, their events and logs, on stderr.
@@ -97,12 +128,22 @@ diagnose() {
     done
 }
 
-# 1. Install and wait for the DaemonSet and the Deployment to be ready.
-if ! "$HELM" install "$release" "$CHART" -n "$ns" -f "$work/values.yaml" \
-    --wait --timeout "${K8S_TIMEOUT}s" >"$work/install.out" 2>&1; then
-    diagnose
+# 1. Install; then each component's token, then everything ready.
+"$HELM" install "$release" "$CHART" -n "$ns" -f "$work/values.yaml" >"$work/install.out" 2>&1 ||
     fail "helm install: $(cat "$work/install.out")"
-fi
+for sa in tetris-reclaimer tetris-scheduler tetris-autoscaler; do
+    kc -n "$ns" create token "$sa" --duration=1h >"$work/$sa.token" 2>"$work/token.err" ||
+        fail "cannot mint a token for $sa: $(cat "$work/token.err")"
+    kc -n "$ns" create secret generic "tetris-api-$sa" --from-file=token="$work/$sa.token" \
+        --from-file=ca.crt="$work/ca.crt" --from-literal=namespace="$ns" >/dev/null ||
+        fail "cannot create the credentials Secret of $sa"
+done
+for w in daemonset/tetris-reclaimer deployment/tetris-scheduler deployment/tetris-autoscaler; do
+    if ! kc -n "$ns" rollout status "$w" --timeout="${K8S_TIMEOUT}s" >"$work/rollout.out" 2>&1; then
+        diagnose
+        fail "$w not ready: $(cat "$work/rollout.out")"
+    fi
+done
 grep -q "schedulerName: $scheduler" "$work/install.out" || fail "NOTES do not show the function pod snippet: $(cat "$work/install.out")"
 grep -q "tetris-profiler job" "$work/install.out" || fail "NOTES do not show the profiling Job"
 image="$(kc -n "$ns" get deployment tetris-scheduler -o jsonpath='{.spec.template.spec.containers[0].image}')"
@@ -120,7 +161,7 @@ curl -fsS --max-time 5 "$url/metrics" >"$work/metrics" || fail "no /metrics at $
 promtool check metrics <"$work/metrics" >"$work/promtool" 2>&1 || fail "promtool: $(cat "$work/promtool")"
 grep -qx 'tetris_store_capacity_bytes 100663296' "$work/metrics" ||
     fail "capacity from the chart's ConfigMap (96Mi) not in effect: $(grep capacity "$work/metrics")"
-curl -fsS --max-time 5 "$url/inventory" | jq -e --arg n "$NODE_NAME" '.node == $n' >/dev/null ||
+curl -fsS --max-time 5 "$url/inventory" | jq_true --arg n "$NODE_NAME" '.node == $n' ||
     fail "/inventory does not name $NODE_NAME"
 [ -S "$store/ingest.sock" ] || fail "no ingest socket in the store hostPath $store"
 # tetris-node-pins' file, in its emptyDir as the node's kubelet keeps it.
@@ -178,7 +219,54 @@ until [ -f "$pins" ] && sort "$pins" | cmp -s - "$work/want.pins"; do
     sleep 0.5
 done
 
-# 4. Uninstall: nothing of the release stays.
+# Prometheus scrapes the daemon at the port and path of its pod's
+# annotations (discovery's job; Debian's Prometheus has no Kubernetes
+# discovery built in).
+ann="$(kc -n "$ns" get pod "$pod" -o json | jq -c '.metadata.annotations')"
+printf '%s' "$ann" | jq_true '.["prometheus.io/scrape"] == "true"' || fail "daemon pod not annotated for scraping: $ann"
+cat >"$work/prometheus.yml" <<YAML
+global:
+  scrape_interval: 1s
+scrape_configs:
+- job_name: tetris-reclaimer
+  metrics_path: $(printf '%s' "$ann" | jq -r '.["prometheus.io/path"]')
+  static_configs:
+  - targets: ['127.0.0.1:$(printf '%s' "$ann" | jq -r '.["prometheus.io/port"]')']
+    labels: {node: $NODE_NAME}
+YAML
+prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/prom" \
+    --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
+prom_pid=$!
+i=0
+until curl -fsS --max-time 5 "$prom/api/v1/query" \
+    --data-urlencode "query=tetris_store_capacity_bytes{node=\"$NODE_NAME\"}" 2>/dev/null |
+    jq_true '.data.result[0].value[1] == "100663296"'; do
+    i=$((i + 1))
+    if [ "$i" -ge $((K8S_TIMEOUT * 2)) ]; then
+        curl -sS "$prom/api/v1/targets" >&2
+        fail "Prometheus did not scrape the daemon at its annotated port and path ($(tail -3 "$work/prometheus.log"))"
+    fi
+    sleep 0.5
+done
+
+# The autoscaler, with its own service account, keeps the function's one
+# warm instance: a Deployment for tetris-scheduler with the store read-only.
+i=0
+until [ -n "$(kc -n "$ns" get deployments -l faas_function=silero-vad -o name 2>/dev/null)" ]; do
+    i=$((i + 1))
+    if [ "$i" -ge $((K8S_TIMEOUT * 2)) ]; then
+        diagnose
+        fail "the autoscaler created no Deployment for silero-vad (Prometheus at $prom: $(tail -3 "$work/prometheus.log"))"
+    fi
+    sleep 0.5
+done
+fn="$(kc -n "$ns" get deployments -l faas_function=silero-vad -o json | jq -c '.items[0].spec.template.spec')"
+printf '%s' "$fn" | jq_true --arg s "$scheduler" --arg st "$store" '.schedulerName == $s and
+    ([.volumes[] | select(.hostPath.path == $st)] | length) == 1 and
+    ([.containers[0].volumeMounts[] | select(.mountPath == $st) | .readOnly] == [true])' ||
+    fail "function Deployment does not use $scheduler and the store read-only: $fn"
+
+# 5. Uninstall: nothing of the release stays.
 "$HELM" uninstall "$release" -n "$ns" --wait --timeout "${K8S_TIMEOUT}s" >"$work/uninstall.out" 2>&1 ||
     fail "helm uninstall: $(cat "$work/uninstall.out")"
 left="$(kc get clusterroles,clusterrolebindings -o name | grep -e "-$ns-$release\$")"

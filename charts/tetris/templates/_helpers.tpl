@@ -87,10 +87,11 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 {{- define "tetris.apiVolume" -}}
-{{- if .Values.apiAccess.secretName }}
+{{- $a := .root.Values.apiAccess -}}
+{{- if $a.secretName }}
 - name: api-credentials
   secret:
-    secretName: {{ .Values.apiAccess.secretName }}
+    secretName: {{ ternary (printf "%s-%s" $a.secretName .serviceAccount) $a.secretName $a.perServiceAccount }}
 {{- end }}
 {{- end -}}
 
