@@ -25,7 +25,6 @@
 # the release gets each service account's token through apiAccess.
 . "$(dirname "$0")/../k8s/lib.sh"
 CHART="$K8S_ROOT/charts/tetris"
-BIN="${TETRIS_BIN:-$K8S_ROOT/bin}"
 
 k8s_skip_unless_possible
 HELM="$("$K8S_ROOT/scripts/helm.sh")" || fail "cannot install helm (scripts/helm.sh)"

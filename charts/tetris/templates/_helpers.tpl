@@ -57,8 +57,9 @@ image: {{ printf "%s:%s" .Values.scheduler.image.repository $tag | quote }}
 imagePullPolicy: {{ .Values.scheduler.image.pullPolicy }}
 {{- end -}}
 
-{{/* Pod-level settings of a pod whose containers talk to the API. */}}
-{{- define "tetris.apiPodSpec" -}}
+{{/* Pod-level settings every pod of the chart shares: its own API
+credentials replace the automatic token; image pull secrets. */}}
+{{- define "tetris.podCommon" -}}
 {{- if .Values.apiAccess.secretName }}
 automountServiceAccountToken: false
 {{- end }}
