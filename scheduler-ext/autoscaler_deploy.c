@@ -67,12 +67,12 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
         "volumeMounts", "name", "tetris-store", "mountPath", o->store_dir, "readOnly", 1,
         "readinessProbe", "httpGet", "path", "/_/health", "port", o->port);
     return json_pack(
-        "{s:s, s:s, s:{s:s, s:s, s:o}, s:{s:i, s:{s:o}, s:{s:{s:o, s:{s:s}}, s:{s:s, s:[o], "
+        "{s:s, s:s, s:{s:s, s:s, s:o}, s:{s:i, s:{s:o}, s:{s:{s:o, s:{s:s, s:s}}, s:{s:s, s:[o], "
         "s:[{s:s, s:{s:s, s:s}}]}}}}",
         "apiVersion", "apps/v1", "kind", "Deployment", "metadata", "name", name, "namespace",
         o->namespace_, "labels", labels, "spec", "replicas", (int)replicas, "selector",
         "matchLabels", selector, "template", "metadata", "labels", pod_labels, "annotations",
-        "prometheus.io.scrape", "true", "spec", "schedulerName", o->scheduler_name, "containers",
+        "prometheus.io/scrape", "true", "prometheus.io/port", port, "spec", "schedulerName", o->scheduler_name, "containers",
         container, "volumes", "name", "tetris-store", "hostPath", "path", o->store_dir, "type",
         "Directory");
 }
