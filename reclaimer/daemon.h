@@ -103,7 +103,9 @@ struct served_store {
     size_t scrub_cursor;
 
     /* Holders re-created at start-up for clients that outlived a previous
-     * daemon; each is released when its owner exits (pidfd). Main thread. */
+     * daemon; each is released when its owner exits (pidfd) or registers
+     * the same references again (ingest threads). Under adopted_lock. */
+    pthread_mutex_t adopted_lock;
     struct adopted_holder *adopted;
     size_t n_adopted;
 
@@ -201,6 +203,13 @@ void daemon_refresh_pins(struct daemon *d);
 /* Releases holders adopted at start-up whose owner has exited. */
 void daemon_poll_adopted(struct daemon *d);
 void store_release_adopted(struct served_store *ss);
+/* A connection of pid now holds sorted_refs (sorted by store_sort_refs)
+ * under label: releases one holder adopted for that pid with that label
+ * whose references are all among them, since the connection carries them
+ * now (no tensor goes unreferenced). True if one was released. */
+bool store_replace_adopted(struct served_store *ss, pid_t pid, const char *label,
+                           const tensor_digest *sorted_refs, size_t n);
+void store_sort_refs(tensor_digest *refs, size_t n);
 /* Bytes every served store but skip holds or has reserved. */
 uint64_t daemon_other_stores_bytes(struct daemon *d, const struct served_store *skip);
 

@@ -70,6 +70,7 @@ struct conn {
     pid_t pid;
     uid_t uid;
     store_holder *holder;
+    bool replaced_adopted; /* took over a holder adopted for its pid */
 };
 
 /* One tensor of a request, validated. */
@@ -349,6 +350,14 @@ static int record_refs(struct conn *c, const struct request *rq, const struct re
     for (size_t i = 0; i < n; i++)
         store_index_touch(ss, &digests[i], now_s);
     pthread_mutex_unlock(&ss->index_lock);
+    /* A client that outlived a daemon restart registers again; the holder
+     * adopted for it at start-up would count it twice. Its references are
+     * recorded above, so releasing that holder now leaves nothing
+     * unreferenced. One per connection: one connection, one holder. */
+    if (!c->replaced_adopted) {
+        store_sort_refs(digests, n);
+        c->replaced_adopted = store_replace_adopted(ss, c->pid, rq->label, digests, n);
+    }
     return 0;
 }
 

@@ -10,7 +10,9 @@
  * the agents still map their tensors. At start-up, before repair releases
  * dead holders, the daemon re-records the references of every dead holder
  * whose owner process still exists and keeps them until that process exits
- * (watched through a pidfd). */
+ * (watched through a pidfd), or until that process registers the same
+ * references over a connection of its own (agents reconnect after a
+ * restart), so no holder is counted twice. */
 #include "daemon.h"
 
 #include <errno.h>
@@ -35,7 +37,17 @@ struct adopted_holder {
     store_holder *holder;
     int pidfd;
     pid_t pid;
+    char label[256];
+    tensor_digest *refs; /* what the holder keeps, for store_replace_adopted */
+    size_t n_refs;
 };
+
+static void adopted_holder_free(struct adopted_holder *a)
+{
+    store_holder_close(a->holder);
+    close(a->pidfd);
+    free(a->refs);
+}
 
 int64_t wall_ms(void)
 {
@@ -135,7 +147,8 @@ static int collect_orphan(void *ctx, const struct store_holder_info *h)
     return 0;
 }
 
-static int adopt_one(struct served_store *ss, const struct orphan *o, tetris_error *err)
+/* Takes o->refs over on success. */
+static int adopt_one(struct served_store *ss, struct orphan *o, tetris_error *err)
 {
     int pidfd = pidfd_open_pid(o->pid);
     if (pidfd < 0)
@@ -152,14 +165,20 @@ static int adopt_one(struct served_store *ss, const struct orphan *o, tetris_err
         close(pidfd);
         return rc;
     }
+    pthread_mutex_lock(&ss->adopted_lock);
     struct adopted_holder *a = realloc(ss->adopted, (ss->n_adopted + 1) * sizeof(*a));
     if (a == NULL) {
+        pthread_mutex_unlock(&ss->adopted_lock);
         store_holder_close(h);
         close(pidfd);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "adopted holders");
     }
     ss->adopted = a;
-    ss->adopted[ss->n_adopted++] = (struct adopted_holder){h, pidfd, o->pid};
+    a = &ss->adopted[ss->n_adopted++];
+    *a = (struct adopted_holder){.holder = h, .pidfd = pidfd, .pid = o->pid,
+                                 .refs = steal_pointer(&o->refs), .n_refs = o->n};
+    snprintf(a->label, sizeof(a->label), "%s", o->label);
+    pthread_mutex_unlock(&ss->adopted_lock);
     atomic_fetch_add(&ss->counters.adopted_holders, 1);
     char q[300];
     log_info("event=holder-adopted tenant=%s pid=%d label=%s refs=%zu", tenant_name(ss),
@@ -185,17 +204,56 @@ static int adopt_orphans(struct served_store *ss, tetris_error *err)
 
 static void poll_adopted(struct served_store *ss)
 {
+    pthread_mutex_lock(&ss->adopted_lock);
     for (size_t i = 0; i < ss->n_adopted;) {
         struct pollfd p = {.fd = ss->adopted[i].pidfd, .events = POLLIN};
         if (poll(&p, 1, 0) == 1) {
             log_info("event=adopted-holder-released pid=%d", (int)ss->adopted[i].pid);
-            store_holder_close(ss->adopted[i].holder);
-            close(ss->adopted[i].pidfd);
+            adopted_holder_free(&ss->adopted[i]);
             ss->adopted[i] = ss->adopted[--ss->n_adopted];
         } else {
             i++;
         }
     }
+    pthread_mutex_unlock(&ss->adopted_lock);
+}
+
+static int digest_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(tensor_digest));
+}
+
+bool store_replace_adopted(struct served_store *ss, pid_t pid, const char *label,
+                           const tensor_digest *sorted_refs, size_t n)
+{
+    if (pid <= 0)
+        return false;
+    bool replaced = false;
+    pthread_mutex_lock(&ss->adopted_lock);
+    for (size_t i = 0; i < ss->n_adopted && !replaced; i++) {
+        struct adopted_holder *a = &ss->adopted[i];
+        if (a->pid != pid || strcmp(a->label, label) != 0)
+            continue;
+        size_t k = 0;
+        while (k < a->n_refs &&
+               bsearch(&a->refs[k], sorted_refs, n, sizeof(*sorted_refs), digest_cmp) != NULL)
+            k++;
+        if (k < a->n_refs)
+            continue; /* it keeps something the connection does not */
+        char q[300];
+        log_info("event=adopted-holder-replaced tenant=%s pid=%d label=%s refs=%zu",
+                 tenant_name(ss), (int)pid, log_quote(label, q, sizeof(q)), a->n_refs);
+        adopted_holder_free(a);
+        ss->adopted[i] = ss->adopted[--ss->n_adopted];
+        replaced = true;
+    }
+    pthread_mutex_unlock(&ss->adopted_lock);
+    return replaced;
+}
+
+void store_sort_refs(tensor_digest *refs, size_t n)
+{
+    qsort(refs, n, sizeof(*refs), digest_cmp);
 }
 
 void daemon_poll_adopted(struct daemon *d)
@@ -214,17 +272,21 @@ void store_release_adopted(struct served_store *ss)
      * close only the pidfds; the holders stay open and reachable here,
      * locked until the process exits, and the next daemon adopts them
      * again. */
-    for (size_t i = 0; i < ss->n_adopted; i++)
+    pthread_mutex_lock(&ss->adopted_lock);
+    for (size_t i = 0; i < ss->n_adopted; i++) {
         close(ss->adopted[i].pidfd);
-    if (ss->n_adopted == 0)
-        return;
-    store_holder **k = realloc(kept_at_exit, (n_kept_at_exit + ss->n_adopted) * sizeof(*k));
-    if (k == NULL)
-        return; /* the files stay all the same; only the pointers are lost */
-    kept_at_exit = k;
-    for (size_t i = 0; i < ss->n_adopted; i++)
-        kept_at_exit[n_kept_at_exit++] = ss->adopted[i].holder;
+        free(ss->adopted[i].refs);
+    }
+    store_holder **k = NULL;
+    if (ss->n_adopted > 0)
+        k = realloc(kept_at_exit, (n_kept_at_exit + ss->n_adopted) * sizeof(*k));
+    if (k != NULL) { /* else the files stay all the same; only the pointers are lost */
+        kept_at_exit = k;
+        for (size_t i = 0; i < ss->n_adopted; i++)
+            kept_at_exit[n_kept_at_exit++] = ss->adopted[i].holder;
+    }
     ss->n_adopted = 0;
+    pthread_mutex_unlock(&ss->adopted_lock);
 }
 
 /* ---- the pass ---- */

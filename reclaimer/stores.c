@@ -61,11 +61,13 @@ static void served_store_free(struct served_store *ss)
 {
     if (ss == NULL)
         return;
+    store_release_adopted(ss); /* none left but after a failed start-up */
     store_close(ss->store);
     tensor_index_free(ss->index);
     free(ss->adopted);
     pthread_rwlock_destroy(&ss->use_lock);
     pthread_mutex_destroy(&ss->index_lock);
+    pthread_mutex_destroy(&ss->adopted_lock);
     free(ss);
 }
 
@@ -80,6 +82,7 @@ static int served_store_open(struct daemon *d, const char *tenant, struct served
     ss->d = d;
     pthread_rwlock_init(&ss->use_lock, NULL);
     pthread_mutex_init(&ss->index_lock, NULL);
+    pthread_mutex_init(&ss->adopted_lock, NULL);
     /* Generations start at the start time in ms, so an ETag from before a
      * restart never matches one after it. */
     ss->generation = (uint64_t)d->started_ms;

@@ -1,13 +1,19 @@
 #!/bin/sh
-# A daemon restart that cannot adopt the agents' references (no view of
-# their pids: a daemon without hostPID, here one in its own pid namespace;
-# or, where namespaces are not allowed, the old holder files removed) does
-# not cost a holder its tensors: each holding process (`tetris-agent load
-# --hold`, `tetris-onnx-run --hold`) notices the lost connection,
-# reconnects and registers its references with the new daemon, which then
-# keeps them through reclaim passes with keep-alive 0. Their mappings stay
-# as they were. Once they let go, the same passes free the tensors (so the
-# passes do run).
+# Each holding process (`tetris-agent load --hold`, `tetris-onnx-run
+# --hold`) notices when the daemon goes away, reconnects and registers its
+# references with the new daemon.
+#
+# First a restart that can adopt the old holders (it sees the pids): the
+# adopted holder of each process is released once the process has
+# registered again, so the holders and the logical and saved bytes count
+# each process once, as they did before the agents were back.
+#
+# Then a restart that cannot adopt them (no view of their pids: a daemon
+# without hostPID, here one in its own pid namespace; or, where namespaces
+# are not allowed, the old holder files removed) does not cost a holder
+# its tensors: the new daemon keeps the re-registered references through
+# reclaim passes with keep-alive 0. Their mappings stay as they were. Once
+# they let go, the same passes free the tensors (so the passes do run).
 . "$(dirname "$0")/lib.sh"
 [ -x "$BIN/tetris-reclaimer" ] || fail "tetris-reclaimer not built in $BIN"
 store="$WORK/store"
@@ -34,8 +40,31 @@ missing_tensors() { # how many of the held models' tensors the store lacks
     done
     echo $n
 }
-passes() {
-    grep -c "event=reclaim-pass" "$WORK/daemon2.log" || true
+passes() { # [log]
+    grep -c "event=reclaim-pass" "${1:-$WORK/daemon2.log}" || true
+}
+wait_passes() { # log n: waits for n more passes
+    start=$(passes "$1")
+    i=0
+    while [ $(($(passes "$1") - start)) -lt "$2" ]; do
+        i=$((i + 1)); [ $i -lt 300 ] || fail "the daemon runs no reclaim passes: $(tail "$1")"
+        sleep 0.1
+    done
+}
+wait_reregistered() { # times: each holder has re-registered that often
+    for n in $names; do
+        i=0
+        until [ "$(grep -c "event=daemon-reregistered" "$WORK/$n.log")" -ge "$1" ]; do
+            kill -0 $(pid_of $n) 2>/dev/null || fail "$n died: $(cat "$WORK/$n.log")"
+            i=$((i + 1)); [ $i -lt 300 ] || fail "$n did not register with the new daemon: $(cat "$WORK/$n.log")"
+            sleep 0.1
+        done
+        grep -q "event=daemon-connection-lost" "$WORK/$n.log" || fail "$n: no connection-lost log line"
+    done
+}
+store_metric() { # name port: the shared store's value (no tenants: no label)
+    curl -sS --max-time 20 "http://127.0.0.1:$2/metrics" |
+        awk -v n="$1" '$1 == n || $1 == n "{tenant=\"\"}" { print $2 }'
 }
 pid_of() { cat "$WORK/$1.pid"; }
 store_maps() { grep "$store/tensors/" /proc/$(pid_of $1)/maps; }
@@ -72,7 +101,52 @@ for n in $names; do
 done
 [ "$(live_holders)" = 2 ] || fail "$(live_holders) live holders, want 2"
 
-# The daemon dies; its locks on the holders go with it.
+# The daemon dies; its locks on the holders go with it. The next one sees
+# the pids and adopts both holders at start-up, before its first pass and
+# before it serves, so that pass counts each process once: the reference.
+kill -KILL $daemon
+wait $daemon 2>/dev/null || true
+rm -f "$store/ingest.sock"
+printf 'interval: 3600s\nkeep_alive: 3600s\n' >"$WORK/reclaimer.yaml"
+TETRIS_LOG_LEVEL=debug "$BIN/tetris-reclaimer" --store "$store" --listen 127.0.0.1:0 \
+    --config "$WORK/reclaimer.yaml" 2>"$WORK/adopting.log" 3>&- 4>&- &
+daemon=$!
+KILL_ON_EXIT="$(pid_of agent) $(pid_of run) $daemon"
+wait_socket $daemon "$WORK/adopting.log"
+[ "$(grep -c "event=holder-adopted" "$WORK/adopting.log")" = 2 ] ||
+    fail "the new daemon did not adopt both holders: $(cat "$WORK/adopting.log")"
+i=0
+until port=$(grep -o 'event=http-listening.*port=[0-9]*' "$WORK/adopting.log" | sed 's/.*port=//') &&
+    [ -n "$port" ]; do
+    i=$((i + 1)); [ $i -lt 300 ] || fail "no HTTP port: $(cat "$WORK/adopting.log")"
+    sleep 0.1
+done
+want_logical=$(store_metric tetris_store_logical_bytes $port)
+want_saved=$(store_metric tetris_store_saved_bytes $port)
+[ "$(store_metric tetris_store_holders $port)" = 2 ] ||
+    fail "$(store_metric tetris_store_holders $port) holders after adoption, want 2"
+[ "${want_saved:-0}" -gt 0 ] || fail "no saved bytes after adoption: $want_saved"
+wait_reregistered 1
+i=0
+until [ "$(grep -c "event=adopted-holder-replaced" "$WORK/adopting.log")" = 2 ]; do
+    i=$((i + 1)); [ $i -lt 300 ] || fail "the adopted holders were not released: $(cat "$WORK/adopting.log")"
+    sleep 0.1
+done
+[ "$(live_holders)" = 2 ] || fail "$(live_holders) live holders after adoption and re-registration, want 2"
+printf 'interval: 0.2s\nkeep_alive: 3600s\n' >"$WORK/reclaimer.yaml"
+kill -HUP $daemon
+wait_passes "$WORK/adopting.log" 2
+holders=$(store_metric tetris_store_holders $port)
+logical=$(store_metric tetris_store_logical_bytes $port)
+saved=$(store_metric tetris_store_saved_bytes $port)
+[ "$holders" = 2 ] || fail "tetris_store_holders is $holders after re-registration, want 2"
+[ "$logical" = "$want_logical" ] || fail "logical bytes $logical after re-registration, want $want_logical"
+[ "$saved" = "$want_saved" ] || fail "saved bytes $saved after re-registration, want $want_saved"
+for n in $names; do
+    store_maps $n | cmp -s - "$WORK/$n.maps" || fail "$n: its mappings changed"
+done
+echo "ok daemon restarted seeing the pids: both holders adopted, re-registered, each counted once ($holders holders, $saved saved bytes)"
+
 kill -KILL $daemon
 wait $daemon 2>/dev/null || true
 rm -f "$store/ingest.sock"
@@ -102,26 +176,13 @@ KILL_ON_EXIT="$(pid_of agent) $(pid_of run) $daemon_pid"
 grep -q "event=holder-adopted" "$WORK/daemon2.log" &&
     fail "the new daemon adopted an old holder: this test needs one that cannot"
 
-for n in $names; do
-    i=0
-    until grep -q "event=daemon-reregistered" "$WORK/$n.log"; do
-        kill -0 $(pid_of $n) 2>/dev/null || fail "$n died: $(cat "$WORK/$n.log")"
-        i=$((i + 1)); [ $i -lt 300 ] || fail "$n did not register with the new daemon: $(cat "$WORK/$n.log")"
-        sleep 0.1
-    done
-    grep -q "event=daemon-connection-lost" "$WORK/$n.log" || fail "$n: no connection-lost log line"
-done
+wait_reregistered 2
 [ "$(live_holders)" = 2 ] || fail "$(live_holders) live holders after re-registration, want 2"
 # Now reclaim hard: a pass every 0.2 s with keep-alive 0 (SIGHUP re-reads
 # the file).
 printf 'interval: 0.2s\nkeep_alive: 0s\n' >"$WORK/reclaimer.yaml"
 kill -HUP $daemon_pid
-start=$(passes)
-i=0
-while [ $(($(passes) - start)) -lt 3 ]; do
-    i=$((i + 1)); [ $i -lt 300 ] || fail "the new daemon runs no reclaim passes: $(tail "$WORK/daemon2.log")"
-    sleep 0.1
-done
+wait_passes "$WORK/daemon2.log" 3
 [ "$(missing_tensors)" = 0 ] || fail "$(missing_tensors) of the held models' tensors were freed"
 for n in $names; do
     kill -0 $(pid_of $n) 2>/dev/null || fail "$n died"
