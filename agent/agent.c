@@ -6,7 +6,10 @@
  * mapped, and mapping happens under the store's shared use lock, so the
  * reclaimer never removes a tensor between "referenced" and "mapped". Whatever the store cannot
  * serve is loaded privately, with one `event=fallback` log line: inference
- * must work without the store. In STORE mode the daemon connection is
+ * must work without the store. A model of more tensors than the process
+ * may still map (vm.max_map_count) gets its largest tensors mapped and the
+ * rest loaded privately, with one `event=map-budget` line, rather than
+ * mapping until mmap fails. In STORE mode the daemon connection is
  * watched for the model's lifetime, so a restarted daemon gets our
  * references again (ingest_client_keep_registered). */
 #include <errno.h>
@@ -25,6 +28,10 @@
 #include "model_publish.h"
 
 #define DEFAULT_DAEMON_TIMEOUT_MS 30000
+/* Mappings left to the runtime after the tensors are mapped: its threads'
+ * stacks, allocator arenas and libraries each take some, and an mmap
+ * failing inside it is far worse than a few tensors held privately. */
+#define MAP_BUDGET_RUNTIME_MARGIN 1024
 
 struct source_fd {
     const char *path;
@@ -36,6 +43,7 @@ struct agent_model_private {
     store_holder *holder;   /* DIRECT: our references */
     ingest_client *daemon;  /* STORE: the daemon holds our references */
     store_mapping *maps;    /* per tensor; map_base NULL if not mapped */
+    bool *mappable;         /* per tensor: to be mapped (see plan_mappings) */
     void **copies;          /* per tensor private copy, or NULL */
     struct source_fd *sources;
     size_t n_sources;
@@ -199,7 +207,7 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
     for (size_t i = 0; i < m->n_tensors; i++) {
         if (m->tensors[i].meta.nbytes == 0)
             continue; /* nothing to share */
-        if (m->tensors[i].meta.nbytes < AGENT_MIN_MAPPED_BYTES) {
+        if (!am->priv->mappable[i]) {
             if (!store_has_tensor(am->priv->store, &m->tensors[i].meta.digest))
                 missing[n_missing++] = i;
             continue;
@@ -228,7 +236,7 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
             *err = cause;
             return r;
         }
-        if (r == 0 && t->meta.nbytes >= AGENT_MIN_MAPPED_BYTES)
+        if (r == 0 && am->priv->mappable[missing[k]])
             r = map_tensor(am, missing[k], &cause);
         if (r < 0) {
             fall_back(am, o, "ingest-failed", &cause);
@@ -237,6 +245,74 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
         if (published)
             am->stats.ingested_bytes += t->meta.nbytes;
     }
+    return 0;
+}
+
+/* ---- the mapping budget ---- */
+
+struct sized_tensor {
+    size_t index;
+    uint64_t nbytes;
+};
+
+static int by_size_descending(const void *a, const void *b)
+{
+    uint64_t x = ((const struct sized_tensor *)a)->nbytes;
+    uint64_t y = ((const struct sized_tensor *)b)->nbytes;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Decides which tensors get mapped: all but the tiny ones, unless that is
+ * more mappings than the process has left; then the largest ones, since
+ * they save the most memory per mapping. Tensors left out are still
+ * published and referenced, and load privately. */
+static int plan_mappings(agent_model *am, const struct agent_options *o, tetris_error *err)
+{
+    const model *m = am->model;
+    bool *mappable = am->priv->mappable;
+    size_t eligible = 0, allowed = o->max_mappings;
+    uint64_t budget = 0;
+    tetris_error cause = {0};
+
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        mappable[i] = m->tensors[i].meta.nbytes >= AGENT_MIN_MAPPED_BYTES;
+        eligible += mappable[i];
+    }
+    if (allowed == 0) {
+        if (store_map_budget(&budget, &cause) < 0) {
+            /* mapping still works; only its planning is blind */
+            log_warn("event=map-budget-unknown model=%s detail=\"%s\"", m->path, cause.msg);
+            return 0;
+        }
+        allowed = budget > MAP_BUDGET_RUNTIME_MARGIN ? budget - MAP_BUDGET_RUNTIME_MARGIN : 0;
+    }
+    if (eligible <= allowed)
+        return 0;
+
+    cleanup_free struct sized_tensor *order = calloc(eligible + 1, sizeof(*order));
+    if (order == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (mappable[i])
+            order[n++] = (struct sized_tensor){i, m->tensors[i].meta.nbytes};
+    qsort(order, n, sizeof(*order), by_size_descending);
+    uint64_t private_bytes = 0;
+    for (size_t k = allowed; k < n; k++) {
+        mappable[order[k].index] = false;
+        private_bytes += order[k].nbytes;
+    }
+    if (o->max_mappings != 0)
+        log_warn("event=map-budget model=%s tensors=%zu mapped=%zu private=%zu "
+                 "private_bytes=%llu max_mappings=%zu",
+                 m->path, eligible, allowed, eligible - allowed,
+                 (unsigned long long)private_bytes, o->max_mappings);
+    else
+        log_warn("event=map-budget model=%s tensors=%zu mapped=%zu private=%zu "
+                 "private_bytes=%llu mappings_left=%llu runtime_margin=%d",
+                 m->path, eligible, allowed, eligible - allowed,
+                 (unsigned long long)private_bytes, (unsigned long long)budget,
+                 MAP_BUDGET_RUNTIME_MARGIN);
     return 0;
 }
 
@@ -294,8 +370,7 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
         return 0;
     }
     for (size_t i = 0; i < m->n_tensors; i++) {
-        if (res[i].status == INGEST_REJECTED ||
-            m->tensors[i].meta.nbytes < AGENT_MIN_MAPPED_BYTES)
+        if (res[i].status == INGEST_REJECTED || !am->priv->mappable[i])
             continue;
         if ((r = map_tensor(am, i, &cause)) < 0) {
             fall_back(am, o, "map-failed", &cause);
@@ -346,6 +421,8 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
     am->priv->store_root = strdup(store_root(am->priv->store));
     if (am->priv->store_root == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    if ((r = plan_mappings(am, o, err)) < 0)
+        return r;
     if (o->mode == AGENT_MODE_STORE)
         return load_via_daemon(am, o, label, err);
     if ((r = store_use_begin(am->priv->store, &cause)) < 0) {
@@ -403,7 +480,9 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
     am->tensors = calloc(n + 1, sizeof(*am->tensors));
     am->priv->maps = calloc(n + 1, sizeof(*am->priv->maps));
     am->priv->copies = calloc(n + 1, sizeof(*am->priv->copies));
-    if (am->tensors == NULL || am->priv->maps == NULL || am->priv->copies == NULL) {
+    am->priv->mappable = calloc(n + 1, sizeof(*am->priv->mappable));
+    if (am->tensors == NULL || am->priv->maps == NULL || am->priv->copies == NULL ||
+        am->priv->mappable == NULL) {
         agent_model_free(am);
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
@@ -467,6 +546,7 @@ void agent_model_free(agent_model *am)
         free(p->sources);
         free(p->maps);
         free(p->copies);
+        free(p->mappable);
         free(p->store_root);
         free(p);
     }

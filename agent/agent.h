@@ -35,6 +35,9 @@ struct agent_options {
     int daemon_timeout_ms;     /* default 30000 */
     bool shuffle;              /* randomise ingest order (default true) */
     const char *label;         /* holder label, default model file name */
+    size_t max_mappings;       /* at most this many tensor mappings; 0: what
+                                  vm.max_map_count leaves (store_map_budget)
+                                  less a margin for the runtime */
 };
 
 struct agent_stats {

@@ -210,6 +210,58 @@ START_TEST(tenants_have_their_own_stores)
 }
 END_TEST
 
+/* With fewer mappings allowed than the model has tensors to map, the
+ * largest ones are mapped, the rest load privately, and every tensor is
+ * still published: a second load ingests nothing. */
+START_TEST(map_budget_maps_the_largest_tensors)
+{
+    struct agent_options o;
+    tetris_error err = {0};
+    agent_model *am = NULL, *again = NULL;
+    agent_model *base = load(AGENT_MODE_PRIVATE, NULL);
+    agent_options_init(&o);
+    o.mode = AGENT_MODE_DIRECT;
+    o.store_dir = scratch;
+    o.max_mappings = 2;
+    ck_assert_int_eq(agent_load(model_path, &o, &am, &err), 0);
+    ck_assert(!am->stats.fell_back);
+    ck_assert_uint_gt(am->stats.ingested_bytes, 0);
+
+    size_t shared = 0, eligible = 0;
+    uint64_t smallest_shared = UINT64_MAX, largest_private = 0, mapped = 0;
+    for (size_t i = 0; i < am->stats.tensors; i++) {
+        const agent_tensor *t = &am->tensors[i];
+        uint64_t nbytes = t->desc->meta.nbytes;
+        if (nbytes < AGENT_MIN_MAPPED_BYTES) {
+            ck_assert(!t->shared);
+            continue;
+        }
+        eligible++;
+        if (t->shared) {
+            shared++;
+            mapped += nbytes;
+            smallest_shared = nbytes < smallest_shared ? nbytes : smallest_shared;
+        } else {
+            largest_private = nbytes > largest_private ? nbytes : largest_private;
+        }
+    }
+    ck_assert_uint_gt(eligible, 2); /* the model must exceed the budget */
+    ck_assert_uint_eq(shared, 2);
+    ck_assert_uint_ge(smallest_shared, largest_private);
+    ck_assert_uint_eq(am->stats.mapped_bytes, mapped);
+    ck_assert_uint_eq(am->stats.mapped_bytes + am->stats.private_bytes, am->stats.bytes);
+    assert_same_bytes(am, base);
+
+    o.max_mappings = 0; /* what vm.max_map_count leaves: all of them */
+    ck_assert_int_eq(agent_load(model_path, &o, &again, &err), 0);
+    ck_assert_uint_eq(again->stats.ingested_bytes, 0);
+    assert_shared(again);
+    agent_model_free(again);
+    agent_model_free(am);
+    agent_model_free(base);
+}
+END_TEST
+
 START_TEST(bad_model_is_a_format_error)
 {
     char path[4200];
@@ -393,6 +445,7 @@ static Suite *agent_suite(void)
     tcase_add_test(load_case, missing_store_falls_back);
     tcase_add_test(load_case, store_mode_without_daemon_falls_back);
     tcase_add_test(load_case, tenants_have_their_own_stores);
+    tcase_add_test(load_case, map_budget_maps_the_largest_tensors);
     tcase_add_test(load_case, bad_model_is_a_format_error);
     suite_add_tcase(s, load_case);
     TCase *rw = tcase_create("onnx_rewrite");
