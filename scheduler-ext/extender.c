@@ -1,5 +1,9 @@
 /* extender.c - filter and prioritize by tensor similarity, and the
- * extender's metrics. See extender.h for the protocol. */
+ * extender's metrics. See extender.h for the protocol.
+ *
+ * A pod of a dedicated tenant (label tetris.io/tenant) can only use its
+ * tenant's store on a node, so it is judged against that store's
+ * inventory; other pods against the shared store's. */
 #include "extender.h"
 
 #include <errno.h>
@@ -83,6 +87,8 @@ typedef struct ext_args {
     const char **names;   /* n node names (borrowed from the request) */
     bool by_name;         /* the scheduler sent NodeNames */
     const char *model;    /* NULL: the pod names no model */
+    const char *tenant;   /* NULL: the shared store */
+    bool bad_tenant;      /* a tenant label no daemon could serve */
     const char *pod_name;
 } ext_args;
 
@@ -95,6 +101,13 @@ static const char *pod_model(json_t *pod)
         m = json_string_value(json_object_get(json_object_get(meta, "annotations"),
                                               EXTENDER_MODEL_KEY));
     return m != NULL && m[0] != '\0' ? m : NULL;
+}
+
+static const char *pod_tenant(json_t *pod)
+{
+    json_t *labels = json_object_get(json_object_get(pod, "metadata"), "labels");
+    const char *t = json_string_value(json_object_get(labels, EXTENDER_TENANT_LABEL));
+    return t != NULL && t[0] != '\0' ? t : NULL;
 }
 
 static int parse_args(json_t *args, ext_args *a, tetris_error *err)
@@ -139,6 +152,8 @@ static int parse_args(json_t *args, ext_args *a, tetris_error *err)
         a->names[i] = name;
     }
     a->model = pod_model(a->pod);
+    a->tenant = pod_tenant(a->pod);
+    a->bad_tenant = a->tenant != NULL && !inventory_tenant_valid(a->tenant);
     a->pod_name = json_string_value(json_object_get(json_object_get(a->pod, "metadata"), "name"));
     if (a->pod_name == NULL)
         a->pod_name = "?";
@@ -149,7 +164,7 @@ static int parse_args(json_t *args, ext_args *a, tetris_error *err)
  * address) and fetches the inventories never seen before. */
 static void prepare_inventories(extender *x, const ext_args *a)
 {
-    if (a->model == NULL)
+    if (a->model == NULL || a->bad_tenant)
         return;
     for (size_t i = 0; a->items != NULL && i < a->n; i++) {
         char url[1024];
@@ -158,7 +173,7 @@ static void prepare_inventories(extender *x, const ext_args *a)
                                     sizeof url) == 0)
             inventory_cache_set_url(x->inventories, a->names[i], url, &err);
     }
-    inventory_cache_fetch_missing(x->inventories, a->names, a->n);
+    inventory_cache_fetch_missing(x->inventories, a->names, a->n, a->tenant);
 }
 
 /* ---- decisions ---- */
@@ -174,13 +189,23 @@ static void decide(extender *x, const ext_args *a, decision *d)
     memset(d, 0, a->n * sizeof *d);
     if (a->model == NULL)
         return;
+    if (a->bad_tenant) {
+        char q[300];
+        log_debug("event=bad-tenant pod=%s tenant=%s nodes=%zu", a->pod_name,
+                  log_quote(a->tenant, q, sizeof q), a->n);
+        pthread_mutex_lock(&x->stats_lock);
+        x->node_decisions_no_inventory += a->n;
+        pthread_mutex_unlock(&x->stats_lock);
+        return;
+    }
     size_t unknown = 0;
     manifest_cache_rdlock(x->manifests);
     const model_need *need = manifest_cache_find(x->manifests, a->model);
     if (need != NULL) {
         inventory_cache_rdlock(x->inventories);
         for (size_t i = 0; i < a->n; i++) {
-            const node_inventory *inv = inventory_cache_find(x->inventories, a->names[i]);
+            const node_inventory *inv =
+                inventory_cache_find(x->inventories, a->names[i], a->tenant);
             if (inv == NULL) {
                 unknown++;
                 continue;

@@ -28,6 +28,9 @@
 #include "manifests.h"
 
 #define EXTENDER_MODEL_KEY "tetris.io/model" /* pod label or annotation */
+/* Pod label: the pod's tenant has a dedicated store (DIR/tenants/T); its
+ * placement follows that store's inventories, not the shared store's. */
+#define EXTENDER_TENANT_LABEL "tetris.io/tenant"
 
 typedef struct extender extender;
 

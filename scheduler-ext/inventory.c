@@ -1,5 +1,9 @@
 /* inventory.c - node inventory cache: parsing, parallel conditional fetches
- * (curl multi), and the poller thread. See inventory.h. */
+ * (curl multi), and the poller thread. See inventory.h.
+ *
+ * A node's shared store is cached under the node's name; a tenant's store
+ * under "NODE/TENANT" (neither a node name nor a tenant name holds a
+ * '/'), fetched from the node's URL with ?tenant=TENANT. */
 #include "inventory.h"
 
 #include <errno.h>
@@ -18,6 +22,7 @@
 
 typedef struct node_entry {
     char *url;
+    char *node;           /* a tenant entry's node; NULL for the shared store */
     char *etag;           /* of inv */
     node_inventory *inv;  /* NULL until the first successful fetch */
     int64_t last_ok_ms;   /* last 200/304 (monotonic) */
@@ -80,6 +85,7 @@ static void free_entry(void *p)
     if (e == NULL)
         return;
     free(e->url);
+    free(e->node);
     free(e->etag);
     node_inventory_free(e->inv);
     free(e);
@@ -183,15 +189,44 @@ int inventory_url_from_node(json_t *node, int default_port, char *buf, size_t si
     return -1;
 }
 
+/* ---- tenants ---- */
+
+bool inventory_tenant_valid(const char *tenant)
+{
+    size_t len = strlen(tenant);
+    if (len == 0 || len > INVENTORY_TENANT_MAX ||
+        strspn(tenant, "abcdefghijklmnopqrstuvwxyz0123456789._-") != len)
+        return false;
+    return strcmp(tenant, ".") != 0 && strstr(tenant, "..") == NULL;
+}
+
+/* The cache key of node's store for tenant (NULL: the shared store); false
+ * when it does not fit, which only an absurd node name does. */
+static bool entry_key(const char *node, const char *tenant, char *buf, size_t size)
+{
+    int n = tenant == NULL ? snprintf(buf, size, "%s", node)
+                           : snprintf(buf, size, "%s/%s", node, tenant);
+    return n > 0 && (size_t)n < size;
+}
+
+/* The tenant's inventory URL on the node whose shared one is base. */
+static char *tenant_url(const char *base, const char *tenant)
+{
+    char *url = NULL;
+    if (asprintf(&url, "%s%ctenant=%s", base, strchr(base, '?') != NULL ? '&' : '?', tenant) < 0)
+        return NULL;
+    return url;
+}
+
 /* ---- the table ---- */
 
-static node_entry *entry_for(inventory_cache *c, const char *node, tetris_error *err)
+static node_entry *entry_for(inventory_cache *c, const char *key, tetris_error *err)
 {
-    node_entry *e = strmap_get(c->nodes, node);
+    node_entry *e = strmap_get(c->nodes, key);
     if (e != NULL)
         return e;
     e = calloc(1, sizeof *e);
-    if (e == NULL || strmap_put(c->nodes, node, e) == STRMAP_NOMEM) {
+    if (e == NULL || strmap_put(c->nodes, key, e) == STRMAP_NOMEM) {
         free(e);
         tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory cache");
         return NULL;
@@ -199,48 +234,117 @@ static node_entry *entry_for(inventory_cache *c, const char *node, tetris_error 
     return e;
 }
 
+/* Points e at url (a copy); a changed URL voids what e holds. 1 when it
+ * changed. */
+static int entry_set_url(node_entry *e, const char *url, tetris_error *err)
+{
+    if (e->url != NULL && strcmp(e->url, url) == 0)
+        return 0;
+    char *copy = strdup(url);
+    if (copy == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory cache");
+    /* Another daemon answers now: what the old one said is void. */
+    free(e->url);
+    e->url = copy;
+    free(e->etag);
+    e->etag = NULL;
+    node_inventory_free(e->inv);
+    e->inv = NULL;
+    e->last_try_ms = 0;
+    e->pinned = false;
+    return 1;
+}
+
+typedef struct node_tenants {
+    const char *node;
+    const char *url;     /* set_url: the node's new URL */
+    char **keys;         /* forget: the tenant entries to remove */
+    size_t n, cap;
+    int r;
+    tetris_error *err;
+} node_tenants;
+
+static int follow_node_url(const char *key, void *value, void *user)
+{
+    (void)key;
+    node_tenants *t = user;
+    node_entry *e = value;
+    if (e->node == NULL || strcmp(e->node, t->node) != 0)
+        return 0;
+    const char *tenant = key + strlen(e->node) + 1;
+    char *url = tenant_url(t->url, tenant);
+    int r = url != NULL ? entry_set_url(e, url, t->err)
+                        : tetris_fail(t->err, TETRIS_E_NOMEM, ENOMEM, "inventory cache");
+    free(url);
+    t->r = r < 0 ? r : 0;
+    return r < 0;
+}
+
 int inventory_cache_set_url(inventory_cache *c, const char *node, const char *url,
                             tetris_error *err)
 {
     pthread_rwlock_wrlock(&c->lock);
-    int r = 0;
+    int r = -TETRIS_E_NOMEM;
     node_entry *e = entry_for(c, node, err);
-    if (e == NULL) {
-        r = -TETRIS_E_NOMEM;
-    } else if (e->url == NULL || strcmp(e->url, url) != 0) {
-        char *copy = strdup(url);
-        if (copy == NULL) {
-            r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory cache");
-        } else {
-            /* Another daemon answers now: what the old one said is void. */
-            free(e->url);
-            e->url = copy;
-            free(e->etag);
-            e->etag = NULL;
-            node_inventory_free(e->inv);
-            e->inv = NULL;
-            e->last_try_ms = 0;
-            e->pinned = false;
-        }
+    if (e != NULL)
+        r = entry_set_url(e, url, err);
+    if (r == 1) {
+        /* the node's tenant stores are served by the same daemon */
+        node_tenants t = {.node = node, .url = url, .err = err};
+        strmap_foreach(c->nodes, follow_node_url, &t);
+        r = t.r;
     }
     pthread_rwlock_unlock(&c->lock);
     return r;
 }
 
-void inventory_cache_forget(inventory_cache *c, const char *node)
+static int collect_node_tenants(const char *key, void *value, void *user)
 {
-    pthread_rwlock_wrlock(&c->lock);
-    node_entry *e = strmap_get(c->nodes, node);
-    /* An in-flight fetch still refers to the entry: keep it, urlless. */
+    node_tenants *t = user;
+    node_entry *e = value;
+    if (e->node == NULL || strcmp(e->node, t->node) != 0)
+        return 0;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 8;
+        char **k = realloc(t->keys, cap * sizeof *k);
+        if (k == NULL)
+            return 1;
+        t->keys = k;
+        t->cap = cap;
+    }
+    if ((t->keys[t->n] = strdup(key)) == NULL)
+        return 1;
+    t->n++;
+    return 0;
+}
+
+/* Under the write lock. An in-flight fetch still refers to the entry: keep
+ * it, urlless, so the poller leaves it alone. */
+static node_entry *remove_entry(inventory_cache *c, const char *key)
+{
+    node_entry *e = strmap_get(c->nodes, key);
     if (e != NULL && e->in_flight) {
         free(e->url);
         e->url = NULL;
-        e = NULL;
-    } else if (e != NULL) {
-        strmap_remove(c->nodes, node);
+        return NULL;
     }
+    if (e != NULL)
+        strmap_remove(c->nodes, key);
+    return e;
+}
+
+void inventory_cache_forget(inventory_cache *c, const char *node)
+{
+    node_tenants t = {.node = node};
+    pthread_rwlock_wrlock(&c->lock);
+    free_entry(remove_entry(c, node));
+    strmap_foreach(c->nodes, collect_node_tenants, &t);
+    for (size_t i = 0; i < t.n; i++)
+        free_entry(remove_entry(c, t.keys[i]));
     pthread_rwlock_unlock(&c->lock);
-    free_entry(e);
+    for (size_t i = 0; i < t.n; i++)
+        free(t.keys[i]);
+    free(t.keys);
 }
 
 int inventory_cache_put(inventory_cache *c, const char *node, node_inventory *inv,
@@ -272,14 +376,22 @@ void inventory_cache_unlock(inventory_cache *c)
     pthread_rwlock_unlock(&c->lock);
 }
 
-const node_inventory *inventory_cache_find(inventory_cache *c, const char *node)
+static const node_inventory *usable(const inventory_cache *c, const node_entry *e)
 {
-    node_entry *e = strmap_get(c->nodes, node);
     if (e == NULL || e->inv == NULL)
         return NULL;
     if (!e->pinned && now_ms() - e->last_ok_ms > c->o.stale_ms)
         return NULL;
     return e->inv;
+}
+
+const node_inventory *inventory_cache_find(inventory_cache *c, const char *node,
+                                           const char *tenant)
+{
+    char key[INVENTORY_KEY_MAX];
+    if (!entry_key(node, tenant, key, sizeof key))
+        return NULL;
+    return usable(c, strmap_get(c->nodes, key));
 }
 
 /* ---- fetching ---- */
@@ -537,13 +649,45 @@ static void run_list(job_list *l)
     free(l->jobs);
 }
 
-void inventory_cache_fetch_missing(inventory_cache *c, const char *const *nodes, size_t n)
+/* Under the write lock: the tenant's entry on node, created (and pointed
+ * at the node daemon's URL) on first use; NULL while the node's URL is
+ * unknown. */
+static node_entry *tenant_entry(inventory_cache *c, const char *node, const char *key,
+                                const char *tenant)
+{
+    tetris_error err = {0};
+    node_entry *base = strmap_get(c->nodes, node);
+    if (base == NULL || base->url == NULL)
+        return NULL;
+    node_entry *e = entry_for(c, key, &err);
+    if (e == NULL)
+        return NULL;
+    if (e->node == NULL && (e->node = strdup(node)) == NULL)
+        return NULL;
+    if (e->url == NULL) {
+        char *url = tenant_url(base->url, tenant);
+        int r = url != NULL ? entry_set_url(e, url, &err) : -TETRIS_E_NOMEM;
+        free(url);
+        if (r < 0)
+            return NULL;
+    }
+    return e;
+}
+
+void inventory_cache_fetch_missing(inventory_cache *c, const char *const *nodes, size_t n,
+                                   const char *tenant)
 {
     job_list l = {.c = c, .now = now_ms(), .missing_only = true};
+    if (tenant != NULL && !inventory_tenant_valid(tenant))
+        return;
     pthread_rwlock_wrlock(&c->lock);
     for (size_t i = 0; i < n; i++) {
-        node_entry *e = strmap_get(c->nodes, nodes[i]);
-        if (e != NULL && due(&l, e) && !add_job(&l, nodes[i], e))
+        char key[INVENTORY_KEY_MAX];
+        if (!entry_key(nodes[i], tenant, key, sizeof key))
+            continue;
+        node_entry *e = tenant != NULL ? tenant_entry(c, nodes[i], key, tenant)
+                                       : strmap_get(c->nodes, key);
+        if (e != NULL && due(&l, e) && !add_job(&l, key, e))
             break;
     }
     pthread_rwlock_unlock(&c->lock);
@@ -599,10 +743,13 @@ typedef struct count_ctx {
 static int count_node(const char *node, void *value, void *user)
 {
     count_ctx *x = user;
+    (void)node;
     node_entry *e = value;
+    if (e->node != NULL)
+        return 0; /* a tenant's store: the node counts once */
     if (e->url != NULL)
         x->s->nodes++;
-    if (inventory_cache_find(x->c, node) != NULL)
+    if (usable(x->c, e) != NULL)
         x->s->fresh++;
     return 0;
 }

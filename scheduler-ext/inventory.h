@@ -14,6 +14,12 @@
  * http://<InternalIP>:<default port>/inventory (the DaemonSet runs with
  * hostNetwork).
  *
+ * Tenants: one daemon serves the shared store at /inventory and each
+ * dedicated store DIR/tenants/T at /inventory?tenant=T (404 when the node
+ * has no such store). The cache keeps one inventory per (node, tenant),
+ * fetched from the node's URL on first use and polled like the shared one;
+ * a tenant without an inventory on a node is "unknown" there.
+ *
  * An inventory that could not be refreshed for stale_ms is not used: the
  * node is then "unknown" (neutral score, passes the filter). */
 #ifndef TETRIS_INVENTORY_H
@@ -30,6 +36,8 @@
 #include "tensor_ids.h"
 
 #define INVENTORY_URL_ANNOTATION "tetris.io/inventory-url"
+#define INVENTORY_TENANT_MAX 63  /* as the store allows */
+#define INVENTORY_KEY_MAX 320    /* node name (253), '/', tenant, NUL */
 
 typedef struct inventory_opts {
     long refresh_ms;   /* poll period (default 1000) */
@@ -55,7 +63,11 @@ int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventor
  * default_port). -1 when the node has neither. */
 int inventory_url_from_node(json_t *node, int default_port, char *buf, size_t size);
 
-/* Where node's inventory is served; a changed URL drops the cached one. */
+/* A tenant name the daemon could serve: 1..63 of [a-z0-9._-], not "."
+ * and without "..", as tensorstore validates it. */
+bool inventory_tenant_valid(const char *tenant);
+
+/* Where node's inventory is served (its tenants' follow); a changed URL drops the cached one. */
 int inventory_cache_set_url(inventory_cache *c, const char *node, const char *url,
                             tetris_error *err);
 void inventory_cache_forget(inventory_cache *c, const char *node);
@@ -65,8 +77,11 @@ int inventory_cache_put(inventory_cache *c, const char *node, node_inventory *in
                         tetris_error *err);
 
 /* Fetches, in parallel, those of the nodes that have a URL but no inventory
- * yet and were not tried within refresh_ms. Returns when all are done. */
-void inventory_cache_fetch_missing(inventory_cache *c, const char *const *nodes, size_t n);
+ * yet (of tenant's store; NULL: the shared one) and were not tried within
+ * refresh_ms. Returns when all are done. An invalid tenant fetches
+ * nothing. */
+void inventory_cache_fetch_missing(inventory_cache *c, const char *const *nodes, size_t n,
+                                   const char *tenant);
 
 /* Refreshes every node that is due; what the poller does each period. */
 void inventory_cache_refresh(inventory_cache *c);
@@ -78,7 +93,8 @@ int inventory_cache_start(inventory_cache *c, tetris_error *err);
  * the node has no inventory or a stale one. */
 void inventory_cache_rdlock(inventory_cache *c);
 void inventory_cache_unlock(inventory_cache *c);
-const node_inventory *inventory_cache_find(inventory_cache *c, const char *node);
+const node_inventory *inventory_cache_find(inventory_cache *c, const char *node,
+                                           const char *tenant);
 
 typedef struct inventory_stats {
     uint64_t fetch_ok;           /* 200, parsed */

@@ -4,13 +4,16 @@
  * reason, unknown models and dead / slow / garbage / stale inventories stay
  * neutral,
  * inventories are re-polled with If-None-Match, both extender request forms
- * (Nodes and NodeNames) work, bad requests get 400, /metrics counts. Also
+ * (Nodes and NodeNames) work, bad requests get 400, /metrics counts, a
+ * tenant's pod is judged by its tenant's inventories (/inventory?tenant=T)
+ * and a shared-store pod by the shared ones. Also
  * the pure parts (θ rounding, manifest and inventory parsing) in-process. */
 #include <check.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -58,6 +61,113 @@ static char *inventory_json(const char *node, int gen, long cap, long resident, 
              node, gen, cap, resident, tensors);
     return b;
 }
+
+/* ---- node daemons with tenant stores ----
+ * The fault servers answer in queue order whatever the path; these answer
+ * by request target, as the node daemon does: /inventory for the shared
+ * store, /inventory?tenant=T for T's, 404 for a tenant it does not have. */
+
+typedef struct route {
+    const char *target;
+    const char *body;
+} route;
+
+enum { MAX_ROUTES = 4, MAX_SEEN = 256 };
+
+typedef struct route_server {
+    int fd, port;
+    pthread_t thread;
+    route routes[MAX_ROUTES];
+    size_t n_routes;
+    pthread_mutex_t lock;
+    char *seen[MAX_SEEN]; /* request targets, in order */
+    size_t n_seen;
+} route_server;
+
+static void route_reply(int fd, int status, const char *body)
+{
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu"
+                     "\r\nETag: \"1\"\r\nConnection: close\r\n\r\n",
+                     status, status == 200 ? "OK" : "Not Found", strlen(body));
+    if (write(fd, head, (size_t)n) == n)
+        (void)!write(fd, body, strlen(body));
+}
+
+static void *route_serve(void *arg)
+{
+    route_server *rs = arg;
+    for (;;) {
+        int c = accept(rs->fd, NULL, NULL);
+        if (c < 0)
+            return NULL; /* shut down */
+        char req[4096];
+        size_t len = 0;
+        ssize_t k;
+        while (len < sizeof req - 1 && (k = read(c, req + len, sizeof req - 1 - len)) > 0) {
+            len += (size_t)k;
+            req[len] = '\0';
+            if (strstr(req, "\r\n\r\n") != NULL)
+                break;
+        }
+        req[len] = '\0';
+        char target[1024] = "";
+        sscanf(req, "%*s %1023s", target);
+        pthread_mutex_lock(&rs->lock);
+        if (rs->n_seen < MAX_SEEN)
+            rs->seen[rs->n_seen++] = strdup(target);
+        pthread_mutex_unlock(&rs->lock);
+        const char *body = NULL;
+        for (size_t i = 0; i < rs->n_routes; i++)
+            if (strcmp(rs->routes[i].target, target) == 0)
+                body = rs->routes[i].body;
+        route_reply(c, body != NULL ? 200 : 404,
+                    body != NULL ? body : "{\"error\":\"no such tenant store on this node\"}");
+        close(c);
+    }
+}
+
+static void route_server_start(route_server *rs)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    rs->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(rs->fd, 0);
+    ck_assert_int_eq(bind(rs->fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(rs->fd, (struct sockaddr *)&a, &len), 0);
+    ck_assert_int_eq(listen(rs->fd, 16), 0);
+    rs->port = ntohs(a.sin_port);
+    pthread_mutex_init(&rs->lock, NULL);
+    ck_assert_int_eq(pthread_create(&rs->thread, NULL, route_serve, rs), 0);
+}
+
+static void route_server_stop(route_server *rs)
+{
+    shutdown(rs->fd, SHUT_RDWR); /* accept fails: the thread returns */
+    pthread_join(rs->thread, NULL);
+    close(rs->fd);
+    for (size_t i = 0; i < rs->n_seen; i++)
+        free(rs->seen[i]);
+    pthread_mutex_destroy(&rs->lock);
+}
+
+/* How many requests for target rs has seen. */
+static size_t route_hits(route_server *rs, const char *target)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&rs->lock);
+    for (size_t i = 0; i < rs->n_seen; i++)
+        n += strcmp(rs->seen[i], target) == 0;
+    pthread_mutex_unlock(&rs->lock);
+    return n;
+}
+
+/* n-t1: the shared store is empty, alpha's holds all of bert, beta's is
+ * full. n-t2: the shared store holds all of bert, alpha's none, no beta. */
+enum { TNODE_1, TNODE_2, N_TNODES };
+static const char *const tnode_names[N_TNODES] = {"n-t1", "n-t2"};
+static route_server tnode[N_TNODES];
 
 static void serve_inventory(int i, const char *json, int delay_ms)
 {
@@ -149,6 +259,22 @@ static void start_servers(void)
                                                      .body = inventory_json("n-dies", 1, 0, 0, abc)});
     fault_server_push(inv[NODE_DIES], &(fault_reply){.status = 0, .repeat = 100000});
 
+    static char t_inv[5][512];
+    snprintf(t_inv[0], sizeof t_inv[0], "%s", inventory_json("n-t1", 1, 10000, 0, ""));
+    snprintf(t_inv[1], sizeof t_inv[1], "%s", inventory_json("n-t1", 1, 0, 1000, abc));
+    snprintf(t_inv[2], sizeof t_inv[2], "%s", inventory_json("n-t1", 1, 10000, 9001, ""));
+    snprintf(t_inv[3], sizeof t_inv[3], "%s", inventory_json("n-t2", 1, 0, 1000, abc));
+    snprintf(t_inv[4], sizeof t_inv[4], "%s", inventory_json("n-t2", 1, 10000, 0, ""));
+    tnode[TNODE_1] = (route_server){.n_routes = 3,
+                                    .routes = {{"/inventory", t_inv[0]},
+                                               {"/inventory?tenant=alpha", t_inv[1]},
+                                               {"/inventory?tenant=beta", t_inv[2]}}};
+    tnode[TNODE_2] = (route_server){.n_routes = 2,
+                                    .routes = {{"/inventory", t_inv[3]},
+                                               {"/inventory?tenant=alpha", t_inv[4]}}};
+    for (int i = 0; i < N_TNODES; i++)
+        route_server_start(&tnode[i]);
+
     ext_port = free_port();
     char listen[64], bin[PATH_MAX];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", ext_port);
@@ -177,6 +303,8 @@ static void stop_servers(void)
     }
     for (int i = 0; i < N_NODES; i++)
         fault_server_stop(inv[i]);
+    for (int i = 0; i < N_TNODES; i++)
+        route_server_stop(&tnode[i]);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     ck_assert_int_eq(system(cmd), 0);
@@ -214,6 +342,31 @@ static char *args_names(const char *model_annotation)
     json_t *args = json_pack("{s:{s:{s:s,s:{s:s}}},s:n,s:o}", "Pod", "metadata", "name", "p2",
                              "annotations", "tetris.io/model", model_annotation, "Nodes",
                              "NodeNames", names);
+    char *s = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    return s;
+}
+
+/* ExtenderArgs for the tenant nodes: a bert pod of tenant (NULL: none),
+ * with Node objects or only their names. */
+static char *args_tenant(const char *tenant, bool by_name)
+{
+    json_t *labels = json_pack("{s:s}", "tetris.io/model", "bert");
+    if (tenant != NULL)
+        json_object_set_new(labels, "tetris.io/tenant", json_string(tenant));
+    json_t *pod = json_pack("{s:{s:s,s:o}}", "metadata", "name", "tp", "labels", labels);
+    json_t *list = json_array();
+    for (int i = 0; i < N_TNODES; i++) {
+        char url[128];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/inventory", tnode[i].port);
+        json_array_append_new(list, by_name ? json_string(tnode_names[i])
+                                            : json_pack("{s:{s:s,s:{s:s}}}", "metadata", "name",
+                                                        tnode_names[i], "annotations",
+                                                        "tetris.io/inventory-url", url));
+    }
+    json_t *args = by_name ? json_pack("{s:o,s:n,s:o}", "Pod", pod, "Nodes", "NodeNames", list)
+                           : json_pack("{s:o,s:{s:o},s:n}", "Pod", pod, "Nodes", "items", list,
+                                       "NodeNames");
     char *s = json_dumps(args, JSON_COMPACT);
     json_decref(args);
     return s;
@@ -444,6 +597,82 @@ START_TEST(stale_inventory_becomes_neutral)
 }
 END_TEST
 
+START_TEST(tenant_pod_scored_by_its_tenant_store)
+{
+    static const char *const tenants[] = {NULL, "alpha"};
+    /* n-t1, n-t2: the shared store is empty / whole, alpha's whole / empty */
+    static const json_int_t want[2][N_TNODES] = {{0, 10}, {10, 0}};
+    for (int t = 0; t < 2; t++) {
+        for (int by_name = 0; by_name < 2; by_name++) {
+            char *args = args_tenant(tenants[t], by_name);
+            json_t *list = post_json("/prioritize", args, 200);
+            for (int i = 0; i < N_TNODES; i++)
+                ck_assert_msg(score_of(list, tnode_names[i]) == want[t][i],
+                              "tenant %s node %s: score %lld, want %lld",
+                              tenants[t] ? tenants[t] : "(shared)", tnode_names[i],
+                              (long long)score_of(list, tnode_names[i]), (long long)want[t][i]);
+            json_decref(list);
+            free(args);
+        }
+    }
+    for (int i = 0; i < N_TNODES; i++) {
+        ck_assert_uint_gt(route_hits(&tnode[i], "/inventory"), 0);
+        ck_assert_uint_gt(route_hits(&tnode[i], "/inventory?tenant=alpha"), 0);
+    }
+}
+END_TEST
+
+START_TEST(tenant_store_full_or_absent)
+{
+    /* beta's store on n-t1 cannot take bert; n-t2 has no beta store (404):
+     * neutral, and it passes. */
+    char *args = args_tenant("beta", false);
+    json_t *res = post_json("/filter", args, 200);
+    json_t *failed = json_object_get(res, "FailedNodes");
+    ck_assert_uint_eq(json_object_size(failed), 1);
+    const char *reason = json_string_value(json_object_get(failed, "n-t1"));
+    ck_assert_ptr_nonnull(reason);
+    ck_assert_ptr_nonnull(strstr(reason, "needs 1000 more bytes"));
+    json_t *items = json_object_get(json_object_get(res, "Nodes"), "items");
+    ck_assert_uint_eq(json_array_size(items), 1);
+    json_decref(res);
+    json_t *list = post_json("/prioritize", args, 200);
+    ck_assert_int_eq(score_of(list, "n-t2"), 0);
+    json_decref(list);
+    free(args);
+    ck_assert_uint_gt(route_hits(&tnode[TNODE_2], "/inventory?tenant=beta"), 0);
+}
+END_TEST
+
+START_TEST(invalid_tenant_is_neutral_and_never_asked_for)
+{
+    static const char *const bad[] = {"Alpha", "a/b", "..", "a b", "a?x=1",
+                                      "0123456789012345678901234567890123456789012345678901234567890123"};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        char *args = args_tenant(bad[b], false);
+        json_t *res = post_json("/filter", args, 200);
+        ck_assert_uint_eq(json_object_size(json_object_get(res, "FailedNodes")), 0);
+        json_decref(res);
+        json_t *list = post_json("/prioritize", args, 200);
+        for (int i = 0; i < N_TNODES; i++)
+            ck_assert_int_eq(score_of(list, tnode_names[i]), 0);
+        json_decref(list);
+        free(args);
+    }
+    for (int i = 0; i < N_TNODES; i++) {
+        pthread_mutex_lock(&tnode[i].lock);
+        for (size_t k = 0; k < tnode[i].n_seen; k++) {
+            const char *t = tnode[i].seen[k];
+            ck_assert_msg(strcmp(t, "/inventory") == 0 ||
+                              strcmp(t, "/inventory?tenant=alpha") == 0 ||
+                              strcmp(t, "/inventory?tenant=beta") == 0,
+                          "unexpected request %s", t);
+        }
+        pthread_mutex_unlock(&tnode[i].lock);
+    }
+}
+END_TEST
+
 /* ---- in-process: the pure parts ---- */
 
 START_TEST(theta_and_fit)
@@ -528,6 +757,9 @@ int main(void)
     tcase_add_test(tc, bad_requests_get_400);
     tcase_add_test(tc, mangled_requests_get_200_or_400);
     tcase_add_test(tc, metrics_count_requests);
+    tcase_add_test(tc, tenant_pod_scored_by_its_tenant_store);
+    tcase_add_test(tc, tenant_store_full_or_absent);
+    tcase_add_test(tc, invalid_tenant_is_neutral_and_never_asked_for);
     tcase_add_test(tc, stale_inventory_becomes_neutral);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
