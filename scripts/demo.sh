@@ -10,19 +10,31 @@
 # saved. Uses the node daemon (bin/tetris-reclaimer) when it is built,
 # otherwise the agent's direct mode.
 #
-# Environment: TETRIS_DEMO_INSTANCES (per model, default 4), TETRIS_BIN
-# (default bin/), TETRIS_DEMO_DIR (store parent, default /dev/shm).
+# Part 2 does the same at the paper's scale with a SYNTHETIC model: random
+# weights in BERT-base's real shapes (~440 MB, bin/tetris-synth-model,
+# cached), loaded by several `tetris-agent load --hold` instances. These
+# load the weights only and run no inference.
+#
+# Environment: TETRIS_DEMO_INSTANCES (per real model, default 4),
+# TETRIS_DEMO_SYNTH_INSTANCES (synthetic model, default 8; 0 skips part 2),
+# TETRIS_BIN (default bin/), TETRIS_DEMO_DIR (store parent, default /dev/shm),
+# TETRIS_CACHE (where the synthetic model is cached).
 set -eu
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${TETRIS_BIN:-$ROOT/bin}"
 MODELS="$ROOT/.deps/models"
 N="${TETRIS_DEMO_INSTANCES:-4}"
+SYNTH_N="${TETRIS_DEMO_SYNTH_INSTANCES:-8}"
+case "$N$SYNTH_N" in
+*[!0-9]*) echo "demo: TETRIS_DEMO_INSTANCES and TETRIS_DEMO_SYNTH_INSTANCES must be numbers" >&2; exit 2 ;;
+esac
+[ "$N" -ge 1 ] || { echo "demo: TETRIS_DEMO_INSTANCES must be at least 1" >&2; exit 2; }
 # model file, instances (small models get fewer)
 DEMO_MODELS="ch_PP-OCRv4_rec_infer.onnx:$N ch_PP-OCRv4_det_infer.onnx:$N
 ch_ppocr_mobile_v2.0_cls_infer.onnx:2 silero_vad_v5.onnx:2 silero_vad_v6.onnx:2"
 
-for p in tetris-agent tetris-onnx-run; do
+for p in tetris-agent tetris-onnx-run tetris-synth-model; do
     [ -x "$BIN/$p" ] || { echo "demo: $BIN/$p is missing; run make first" >&2; exit 1; }
 done
 "$ROOT/scripts/deps.sh" # the real models (cached after the first time)
@@ -100,12 +112,43 @@ stop_phase() {
     : >"$WORK/pids"
 }
 
-echo "tetris demo: $(echo "$DEMO_MODELS" | wc -w) real ONNX models, several instances each, real inference"
+echo "tetris demo, part 1: $(echo "$DEMO_MODELS" | wc -w) real ONNX models, several instances each, real inference"
 echo
 
 # ---- without tetris: every instance loads its own weights ----
 run_phase private --private
 stop_phase
+
+# start_daemon STORE: the node daemon on STORE (reclaiming nothing while
+# the demo runs), once its socket is there. Sets DAEMON_PID and HOW.
+start_daemon() {
+    mkdir -p "$1"
+    if [ ! -x "$BIN/tetris-reclaimer" ]; then
+        HOW="direct mode (no node daemon built): instances ingest themselves"
+        return 0
+    fi
+    HOW="node daemon (tetris-reclaimer) ingests, instances map read-only"
+    "$BIN/tetris-reclaimer" --store "$1" --listen "" --interval 3600 \
+        2>"$WORK/daemon.log" &
+    DAEMON_PID=$!
+    i=0
+    while [ ! -S "$1/ingest.sock" ]; do
+        kill -0 $DAEMON_PID 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
+        i=$((i + 1)); [ $i -lt 200 ] || { echo "demo: daemon did not start" >&2; exit 1; }
+        sleep 0.05
+    done
+}
+
+stop_daemon() {
+    [ -n "$DAEMON_PID" ] || return 0
+    kill "$DAEMON_PID" 2>/dev/null || true
+    wait "$DAEMON_PID" 2>/dev/null || true
+    DAEMON_PID=""
+}
+
+# Without the daemon the instances ingest themselves (--direct).
+direct_flag() { [ -n "$DAEMON_PID" ] || echo --direct; }
+daemon_pss_kb() { if [ -n "$DAEMON_PID" ]; then pss_kb "$DAEMON_PID"; else echo 0; fi; }
 
 # ---- with tetris: one shared copy in the store ----
 # Registration, once per model (in a cluster: tetris-profiler index): the
@@ -114,25 +157,11 @@ for entry in $DEMO_MODELS; do
     model=${entry%%:*}
     "$BIN/tetris-agent" index "$MODELS/$model" -o "$WORK/$model.manifest.json" 2>/dev/null
 done
-mkdir -p "$STORE"
-if [ -x "$BIN/tetris-reclaimer" ]; then
-    how="node daemon (tetris-reclaimer) ingests, instances map read-only"
-    "$BIN/tetris-reclaimer" --store "$STORE" --listen "" --interval 3600 \
-        2>"$WORK/daemon.log" &
-    DAEMON_PID=$!
-    i=0
-    while [ ! -S "$STORE/ingest.sock" ]; do
-        kill -0 $DAEMON_PID 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
-        i=$((i + 1)); [ $i -lt 200 ] || { echo "demo: daemon did not start" >&2; exit 1; }
-        sleep 0.05
-    done
-    run_phase tetris --store "$STORE"
-    daemon_kb=$(pss_kb "$DAEMON_PID")
-else
-    how="direct mode (no node daemon built): instances ingest themselves"
-    run_phase tetris --store "$STORE" --direct
-    daemon_kb=0
-fi
+start_daemon "$STORE"
+# shellcheck disable=SC2046
+run_phase tetris --store "$STORE" $(direct_flag)
+daemon_kb=$(daemon_pss_kb)
+how=$HOW
 # allocated pages, not file sizes: a 4-byte tensor still takes a page
 store_bytes=$(( $(du -sk "$STORE/tensors" | cut -f1) * 1024 ))
 fallbacks=$(cat "$WORK"/tetris.*.json | jq -s '[.[] | select(.fell_back)] | length')
@@ -188,3 +217,113 @@ echo "with tetris the store's pages are counted once, in full, as 'tensor store'
 echo "start = time until the instance is ready to serve: weights loaded (or mapped)"
 echo "and the ONNX Runtime session created. cold = first instance of a model (ingests"
 echo "into the store), warm = later ones (map what is already there)."
+
+# ---- part 2: a paper-scale model (SYNTHETIC) ----
+# The real models above are small next to ONNX Runtime's own memory; the
+# paper's models are hundreds of MB. Random weights in BERT-base's real
+# shapes, loaded (weights only, no inference) by SYNTH_N instances.
+[ "$SYNTH_N" -gt 0 ] || exit 0
+stop_daemon
+
+# Every private instance holds its own copy: cap the count at what fits in
+# half of the memory available now.
+synth_model=$("$BIN/tetris-synth-model" bert-base 2>"$WORK/synth.log") ||
+    { echo "demo: tetris-synth-model failed:" >&2; cat "$WORK/synth.log" >&2; exit 1; }
+"$BIN/tetris-agent" index "$synth_model" -o "$WORK/synth.manifest.json" 2>"$WORK/synth.log" ||
+    { echo "demo: tetris-agent index $synth_model failed:" >&2; cat "$WORK/synth.log" >&2; exit 1; }
+synth_bytes=$(jq -r .tensor_bytes "$WORK/synth.manifest.json")
+fit=$(awk -v b="$synth_bytes" '/^MemAvailable:/ { print int($2 * 1024 / 2 / (b * 1.1)) }' /proc/meminfo)
+synth_note=""
+if [ "$fit" -lt "$SYNTH_N" ]; then
+    [ "$fit" -ge 2 ] || { echo; echo "part 2 skipped: too little memory available for two private copies"; exit 0; }
+    synth_note=" (capped from $SYNTH_N: memory available)"
+    SYNTH_N=$fit
+fi
+
+echo
+echo
+echo "tetris demo, part 2: a SYNTHETIC paper-scale model (random weights in BERT-base's"
+echo "real shapes, $((synth_bytes / 1000000)) MB = $(mib "$synth_bytes") MiB), $SYNTH_N instances$synth_note, weights loaded only (no inference)"
+echo
+
+# synth_phase NAME ARGS...: starts SYNTH_N `tetris-agent load --hold`
+# instances one after another (each load timed alone), waits until each has
+# loaded, then measures. Leaves them running.
+synth_phase() {
+    phase=$1; shift
+    : >"$WORK/pids"
+    mkfifo "$WORK/hold.synth.$phase"
+    exec 3<>"$WORK/hold.synth.$phase"
+    i=1
+    while [ "$i" -le "$SYNTH_N" ]; do
+        out="$WORK/synth.$phase.$i"
+        "$BIN/tetris-agent" load --hold "$@" --manifest "$WORK/synth.manifest.json" "$synth_model" \
+            <"$WORK/hold.synth.$phase" 3>&- >"$out.json" 2>"$out.log" &
+        echo $! >>"$WORK/pids"
+        until grep -q '}' "$out.json" 2>/dev/null; do
+            kill -0 $! 2>/dev/null || { echo "demo: synthetic instance $i failed:" >&2; cat "$out.log" >&2; exit 1; }
+            sleep 0.05
+        done
+        [ -t 2 ] && printf '\r  %-8s started synthetic instance #%d   ' "$phase" "$i" >&2
+        i=$((i + 1))
+    done
+    [ -t 2 ] && printf '\r%70s\r' '' >&2
+    i=1
+    while read -r pid; do
+        total=$(pss_kb "$pid") # an instance that died on the way ends the demo here
+        store_part=0
+        [ "$phase" = tetris ] && store_part=$(pss_kb "$pid" "$SYNTH_STORE/")
+        jq -r --arg t "$total" --arg s "$store_part" \
+            '[$t, $s, .load_ms, .fell_back] | @tsv' "$WORK/synth.$phase.$i.json"
+        i=$((i + 1))
+    done <"$WORK/pids" >"$WORK/synth.$phase.tsv"
+}
+
+# without tetris: every instance reads the file into its own memory
+synth_phase private --private
+stop_phase
+
+# with tetris: the node daemon ingests once, every instance maps the store
+SYNTH_STORE="$WORK/synth-store"
+start_daemon "$SYNTH_STORE"
+# shellcheck disable=SC2046
+synth_phase tetris --store "$SYNTH_STORE" $(direct_flag)
+daemon_kb=$(daemon_pss_kb)
+store_bytes=$(( $(du -sk "$SYNTH_STORE/tensors" | cut -f1) * 1024 ))
+stop_phase
+
+awk -F'\t' -v store_bytes="$store_bytes" -v daemon_kb="$daemon_kb" -v n="$SYNTH_N" \
+    -v model="synthetic-bert-base (random)" '
+    function mib(kb) { return sprintf("%.1f", kb / 1024) }
+    FNR == 1 { phase++ }
+    phase == 1 { priv_kb += $1; priv_ms += $3 }
+    phase == 2 {
+        tet_kb += $1 - $2 # the store pages count once, below
+        if (FNR == 1) cold_ms = $3; else { warm_ms += $3; warm_n++ }
+        if ($4 != "false") fallbacks++
+    }
+    END {
+        printf "%-36s %5s | %-23s | %-31s\n", "", "", "   without tetris", "        with tetris"
+        printf "%-36s %5s | %10s %12s | %10s %20s\n", "model", "inst", "memory MiB", "load ms", "memory MiB", "load ms cold/warm"
+        printf "%s\n", "-------------------------------------------------------------------------------------------------"
+        warm = warm_n ? sprintf("%.0f", warm_ms / warm_n) : "-"
+        printf "%-36s %5d | %10s %12.0f | %10s %13.0f / %4s\n", model, n, mib(priv_kb), priv_ms / n,
+               mib(tet_kb), cold_ms, warm
+        store_kb = store_bytes / 1024
+        printf "%-42s | %10s %12s | %10s   (one copy of every distinct tensor)\n", "tensor store (tmpfs)", "-", "", mib(store_kb)
+        printf "%-42s | %10s %12s | %10s\n", "node daemon", "-", "", mib(daemon_kb)
+        printf "%s\n", "-------------------------------------------------------------------------------------------------"
+        total_t = tet_kb + store_kb + daemon_kb
+        printf "%-42s | %10s %12s | %10s\n", "total memory (sum of PSS)", mib(priv_kb), "", mib(total_t)
+        printf "\nsaved: %s MiB (%.0f%% of the memory without tetris; %.1fx less)\n",
+               mib(priv_kb - total_t), 100 * (priv_kb - total_t) / priv_kb, priv_kb / total_t
+        printf "fallbacks to a private load: %d\n", fallbacks
+    }' "$WORK/synth.private.tsv" "$WORK/synth.tetris.tsv"
+
+echo "tetris mode: $HOW"
+echo
+echo "load = tetris-agent's time to load the weights: read from the file (page cache"
+echo "warm) into private memory, or mapped from the store. cold = the first instance"
+echo "(the daemon ingests the model into the store), warm = the later ones. No ONNX"
+echo "Runtime here: with inference each instance would add its runtime's own memory"
+echo "(part 1), the same with and without tetris."
