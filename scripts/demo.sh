@@ -243,7 +243,7 @@ fi
 echo
 echo
 echo "tetris demo, part 2: a SYNTHETIC paper-scale model (random weights in BERT-base's"
-echo "real shapes, $((synth_bytes / 1000000)) MB = $(mib "$synth_bytes") MiB), $SYNTH_N instances$synth_note, weights loaded only (no inference)"
+echo "real shapes, $(( (synth_bytes + 500000) / 1000000 )) MB = $(mib "$synth_bytes") MiB), $SYNTH_N instances$synth_note, weights loaded only (no inference)"
 echo
 
 # synth_phase NAME ARGS...: starts SYNTH_N `tetris-agent load --hold`
