@@ -4,7 +4,7 @@
  * data with real models.
  *
  *   tetris-test-externalize IN.onnx OUT.onnx   (writes OUT.onnx.data)
- * Exit status: 0 ok, 1 failure, 2 usage. */
+ * Exit status: 0 ok (or --help, --version), 1 failure, 2 usage. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -54,10 +54,29 @@ static bool externalize(void *p, const struct onnx_tensor_ref *t, struct onnx_ex
     return true;
 }
 
+static const char usage_text[] =
+    "usage: tetris-test-externalize IN.onnx OUT.onnx\n"
+    "\n"
+    "Rewrites IN.onnx so its larger raw tensors live in OUT.onnx.data, an\n"
+    "external data file next to OUT.onnx, as exporters do for large models.\n"
+    "\n"
+    "  -h, --help     this text         --version   the version\n"
+    "\n"
+    "Exit status: 0 ok; 1 failure; 2 usage.\n";
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("tetris-test-externalize %s\n", TETRIS_VERSION);
+        return 0;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: tetris-test-externalize IN.onnx OUT.onnx\n");
+        fprintf(stderr, "tetris-test-externalize: expected IN.onnx OUT.onnx\n"
+                        "Try 'tetris-test-externalize --help'.\n");
         return 2;
     }
     cleanup_close int fd = open(argv[1], O_RDONLY);

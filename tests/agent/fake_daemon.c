@@ -5,7 +5,7 @@
  *                                         on (a daemon that died), then exit
  *   tetris-test-fake-daemon stall SOCKET  accept connections, read, never
  *                                         answer; runs until killed
- * Exit status: 0 ok, 1 failure, 2 usage. */
+ * Exit status: 0 ok (or --help, --version), 1 failure, 2 usage. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,10 +34,31 @@ static int listen_on(const char *path)
     return fd;
 }
 
+static const char usage_text[] =
+    "usage: tetris-test-fake-daemon dead|stall SOCKET\n"
+    "\n"
+    "A broken node daemon at SOCKET, to test the agent's private fallback:\n"
+    "  dead    leave a socket file nobody listens on, then exit\n"
+    "  stall   accept connections, read, never answer (prints ready); runs\n"
+    "          until killed\n"
+    "\n"
+    "  -h, --help     this text         --version   the version\n"
+    "\n"
+    "Exit status: 0 ok; 1 failure; 2 usage.\n";
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("tetris-test-fake-daemon %s\n", TETRIS_VERSION);
+        return 0;
+    }
     if (argc != 3 || (strcmp(argv[1], "dead") != 0 && strcmp(argv[1], "stall") != 0)) {
-        fprintf(stderr, "usage: tetris-test-fake-daemon dead|stall SOCKET\n");
+        fprintf(stderr, "tetris-test-fake-daemon: expected dead|stall SOCKET\n"
+                        "Try 'tetris-test-fake-daemon --help'.\n");
         return 2;
     }
     cleanup_close int fd = listen_on(argv[2]);

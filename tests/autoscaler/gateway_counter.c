@@ -6,7 +6,8 @@
  *   autoscaler-gateway-counter NAME=RPS... [--listen ADDR:PORT]
  *
  * Prints `port=N` on stdout once listening; runs until SIGTERM/SIGINT.
- * Exit status: 0 stopped by a signal, 1 bad usage or cannot listen. */
+ * Exit status: 0 stopped by a signal (or --help, --version), 1 bad usage or
+ * cannot listen. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,6 +62,19 @@ static void handle_metrics(void *ctx, const http_request *req, http_response *re
     http_response_take_body(resp, 200, "text/plain; version=0.0.4", body, len);
 }
 
+static const char usage_text[] =
+    "usage: autoscaler-gateway-counter NAME=RPS... [--listen ADDR:PORT]\n"
+    "\n"
+    "Serves gateway_function_invocation_total{function_name=NAME} on /metrics,\n"
+    "growing by RPS per second for each NAME, the one OpenFaaS gateway metric\n"
+    "the autoscaler reads. Prints port=N on stdout once listening.\n"
+    "\n"
+    "  --listen ADDR:PORT   where to listen (default 127.0.0.1:0, any free port)\n"
+    "  -h, --help           this text\n"
+    "  --version            the version\n"
+    "\n"
+    "Exit status: 0 stopped by SIGTERM/SIGINT; 1 bad usage or cannot listen.\n";
+
 static volatile sig_atomic_t stop;
 
 static void on_signal(int sig)
@@ -72,6 +86,14 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
     log_init(argv[0]);
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("autoscaler-gateway-counter %s\n", TETRIS_VERSION);
+        return 0;
+    }
     const char *listen = "127.0.0.1:0";
     gateway g = {.counters = calloc((size_t)argc, sizeof(counter))};
     if (g.counters == NULL)
@@ -85,7 +107,9 @@ int main(int argc, char **argv)
         char *end = NULL;
         double rps = eq ? strtod(eq + 1, &end) : -1;
         if (eq == NULL || eq == argv[i] || *end != '\0' || !(rps >= 0)) {
-            fprintf(stderr, "usage: autoscaler-gateway-counter NAME=RPS... [--listen ADDR:PORT]\n");
+            fprintf(stderr, "autoscaler-gateway-counter: bad argument '%s'\n"
+                            "Try 'autoscaler-gateway-counter --help'.\n", argv[i]);
+            free(g.counters);
             return 1;
         }
         *eq = '\0';

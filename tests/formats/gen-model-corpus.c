@@ -80,7 +80,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-        printf("%s\n", TETRIS_VERSION);
+        printf("tetris-gen-model-corpus %s\n", TETRIS_VERSION);
         return 0;
     }
     if (argc != 2 + valid) {

@@ -739,8 +739,30 @@ START_TEST(bad_manifests_and_inventories)
 }
 END_TEST
 
-int main(void)
+static const char usage_text[] =
+    "usage: extender-test [-h | --help | --version]\n"
+    "\n"
+    "Runs the scheduler extender's Check suite: tetris-scheduler-ext over HTTP\n"
+    "against fault-serving node inventories, and its pure parts in-process.\n"
+    "CK_RUN_CASE=pure|http and CK_RUN_SUITE select a part (Check's variables).\n"
+    "\n"
+    "Exit status: 0 every test passed; 1 a test failed; 2 usage.\n";
+
+int main(int argc, char **argv)
 {
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("extender-test %s\n", TETRIS_VERSION);
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "extender-test: unexpected argument '%s'\n"
+                        "Try 'extender-test --help'.\n", argv[1]);
+        return 2;
+    }
     Suite *s = suite_create("scheduler-extender");
     TCase *pure = tcase_create("pure");
     tcase_add_test(pure, theta_and_fit);

@@ -564,8 +564,29 @@ static Suite *kube_suite(void)
     return s;
 }
 
-int main(void)
+static const char usage_text[] =
+    "usage: kube-client-test [-h | --help | --version]\n"
+    "\n"
+    "Runs the Kubernetes client's Check suite against the fault-injecting\n"
+    "server. CK_RUN_CASE and CK_RUN_SUITE select a part (Check's variables).\n"
+    "\n"
+    "Exit status: 0 every test passed; 1 a test failed; 2 usage.\n";
+
+int main(int argc, char **argv)
 {
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("kube-client-test %s\n", TETRIS_VERSION);
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "kube-client-test: unexpected argument '%s'\n"
+                        "Try 'kube-client-test --help'.\n", argv[1]);
+        return 2;
+    }
     SRunner *sr = srunner_create(kube_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

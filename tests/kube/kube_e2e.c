@@ -5,12 +5,26 @@
  * tests/k8s/test-extender-kubeclient.sh.
  *
  * usage: kube-e2e NAMESPACE NODE (--kubeconfig FILE | --sa-dir DIR --server URL)
- * Exit status: 0 all checks passed, 1 a check failed, 2 usage. */
+ * Exit status: 0 all checks passed (or --help, --version), 1 a check failed,
+ * 2 usage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kube.h"
+#include "log.h"
+
+static const char usage_text[] =
+    "usage: kube-e2e NAMESPACE NODE (--kubeconfig FILE | --sa-dir DIR --server URL)\n"
+    "\n"
+    "Runs the Kubernetes client against a real apiserver: creates, lists, watches,\n"
+    "patches and deletes ConfigMaps in NAMESPACE, binds a pod to NODE and scales a\n"
+    "deployment. Credentials from a kubeconfig, or from service-account files in\n"
+    "DIR (token, ca.crt) with the apiserver at URL.\n"
+    "\n"
+    "  -h, --help     this text         --version   the version\n"
+    "\n"
+    "Exit status: 0 all checks passed; 1 a check failed; 2 usage.\n";
 
 static int failures;
 
@@ -176,9 +190,17 @@ static void scale(kube_client *kc, const char *ns)
 
 int main(int argc, char **argv)
 {
+    log_init(argv[0]);
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("kube-e2e %s\n", TETRIS_VERSION);
+        return 0;
+    }
     if (argc != 5 && argc != 7) {
-        fprintf(stderr, "usage: kube-e2e NAMESPACE NODE (--kubeconfig FILE | --sa-dir DIR "
-                        "--server URL)\n");
+        fprintf(stderr, "kube-e2e: expected 4 or 6 arguments\nTry 'kube-e2e --help'.\n");
         return 2;
     }
     const char *ns = argv[1], *node = argv[2];

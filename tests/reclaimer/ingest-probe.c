@@ -1,25 +1,6 @@
 /* ingest-probe.c - test driver for tetris-reclaimer (tests and benchmarks
- * only). Subcommands:
- *
- *   synth --out FILE --tensors N --bytes B [--seed S]
- *       writes a synthetic safetensors model: N float32 tensors of B bytes
- *       each, seeded pseudo-random values (same seed, same bytes)
- *   load --store DIR [--socket PATH] [--timeout-ms N] [--hold] [--direct] [--no-map] MODEL
- *       what a function instance does: ask the daemon to ingest MODEL and
- *       record references (or, with --direct, publish into the store
- *       itself), map every tensor read-only and read each page; on any
- *       daemon failure fall back to a private load and report it. Prints
- *       one JSON line; with --hold keeps everything until SIGTERM. --no-map
- *       only records references (a model of 100k tensors would exceed the
- *       kernel's limit on mappings per process).
- *   send --socket PATH [--fd FILE]... [--raw [--no-eof]]
- *       sends stdin as one request (length-prefixed unless --raw) with the
- *       files' descriptors attached; prints the reply, or "closed". --raw
- *       then ends the stream unless --no-eof (a stalled client).
- *   manifest MODEL
- *       prints MODEL's manifest with digests (to build requests by hand)
- *   tcp --port PORT
- *       sends stdin to 127.0.0.1:PORT as is, prints what comes back
+ * only): synthesises models, loads them the way a function instance does, and
+ * talks to the daemon's socket by hand. The subcommands are in usage_text.
  *
  * Exit status: 0 done (a fallback still counts as done), 1 failure, 2 usage. */
 #include <errno.h>
@@ -46,9 +27,37 @@
 #include "model.h"
 #include "store.h"
 
+static const char usage_text[] =
+    "usage: tetris-ingest-probe COMMAND [OPTIONS]\n"
+    "\n"
+    "commands:\n"
+    "  synth --out FILE --tensors N --bytes B [--seed S]\n"
+    "      writes a synthetic safetensors model: N float32 tensors of B bytes\n"
+    "      each, seeded pseudo-random values (same seed, same bytes)\n"
+    "  load --store DIR [--socket PATH] [--timeout-ms N] [--hold] [--direct] [--no-map] MODEL\n"
+    "      what a function instance does: ask the daemon to ingest MODEL and\n"
+    "      record references (or, with --direct, publish into the store\n"
+    "      itself), map every tensor read-only and read each page; on any\n"
+    "      daemon failure fall back to a private load and report it. Prints\n"
+    "      one JSON line; with --hold keeps everything until SIGTERM. --no-map\n"
+    "      only records references (a model of 100k tensors would exceed the\n"
+    "      kernel's limit on mappings per process).\n"
+    "  send --socket PATH [--fd FILE]... [--raw [--no-eof]]\n"
+    "      sends stdin as one request (length-prefixed unless --raw) with the\n"
+    "      files' descriptors attached; prints the reply, or \"closed\". --raw\n"
+    "      then ends the stream unless --no-eof (a stalled client).\n"
+    "  manifest MODEL\n"
+    "      prints MODEL's manifest with digests (to build requests by hand)\n"
+    "  tcp --port PORT\n"
+    "      sends stdin to 127.0.0.1:PORT as is, prints what comes back\n"
+    "\n"
+    "  -h, --help     this text         --version   the version\n"
+    "\n"
+    "Exit status: 0 done (a fallback still counts as done); 1 failure; 2 usage.\n";
+
 static int usage(void)
 {
-    fprintf(stderr, "usage: tetris-ingest-probe synth|load|send ... (see the source header)\n");
+    fprintf(stderr, "tetris-ingest-probe: bad usage\nTry 'tetris-ingest-probe --help'.\n");
     return 2;
 }
 
@@ -515,6 +524,14 @@ int main(int argc, char **argv)
     log_init("tetris-ingest-probe");
     if (argc < 2)
         return usage();
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("tetris-ingest-probe %s\n", TETRIS_VERSION);
+        return 0;
+    }
     const char *cmd = argv[1];
     argc--;
     argv++;
