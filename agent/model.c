@@ -266,6 +266,18 @@ int model_read_tensor(const tensor_desc *t, int source_fd, void *dst, tetris_err
     return 0;
 }
 
+int model_read_tensor_range(const tensor_desc *t, int source_fd, uint64_t offset, void *dst,
+                            size_t len, tetris_error *err)
+{
+    if (t->encoding != TENSOR_ENC_RAW)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor \"%s\": not raw, read it whole",
+                           t->name);
+    if (offset > t->length || len > t->length - offset)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor \"%s\": range past its %llu bytes",
+                           t->name, (unsigned long long)t->length);
+    return pread_full(source_fd, dst, len, t->offset + offset, t, err);
+}
+
 /* Hashes every tensor of one source file from a read-only mapping of it. */
 static int digest_source(model *m, const char *source, tetris_error *err)
 {

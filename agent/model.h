@@ -61,6 +61,11 @@ int model_compute_digests(model *m, tetris_error *err);
  * source file. */
 int model_read_tensor(const tensor_desc *t, int source_fd, void *dst, tetris_error *err);
 
+/* Reads bytes [offset, offset + len) of a RAW tensor from an open fd of its
+ * source file, for callers that stream a tensor in chunks. */
+int model_read_tensor_range(const tensor_desc *t, int source_fd, uint64_t offset, void *dst,
+                            size_t len, tetris_error *err);
+
 void model_free(model *m);
 
 /* Human-readable listing (tetris-agent inspect): a summary, then one line

@@ -2,10 +2,6 @@
  * intermediate copy of the whole tensor. */
 #include "model_publish.h"
 
-#include <errno.h>
-#include <sys/types.h>
-#include <unistd.h>
-
 struct source {
     const tensor_desc *t;
     int fd;
@@ -24,24 +20,7 @@ static int decode_whole(void *ctx, void *dst, uint64_t len, tetris_error *err)
 static int read_raw_range(void *ctx, void *dst, uint64_t offset, size_t len, tetris_error *err)
 {
     const struct source *src = ctx;
-    const tensor_desc *t = src->t;
-    if (offset > t->length || len > t->length - offset)
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor %s: range past its %llu bytes", t->name,
-                           (unsigned long long)t->length);
-    for (size_t done = 0; done < len;) {
-        ssize_t n = pread(src->fd, (char *)dst + done, len - done,
-                          (off_t)(t->offset + offset + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tetris_fail(err, TETRIS_E_IO, errno, "read tensor %s from %s", t->name,
-                               t->source);
-        if (n == 0)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensor %s: %s ends before its bytes",
-                               t->name, t->source);
-        done += (size_t)n;
-    }
-    return 0;
+    return model_read_tensor_range(src->t, src->fd, offset, dst, len, err);
 }
 
 int model_publish_tensor(store *s, const tensor_desc *t, int source_fd, bool *published,
