@@ -1,5 +1,6 @@
-# tetris - top-level build. Each directory contributes a module.mk that adds
-# to the variables below; this file only knows how to build and run them.
+# tetris - top-level build. Each module (a folder, see docs/ARCHITECTURE.md)
+# has one module.mk that adds its own sources and tests to the variables
+# below; this file only knows how to build and run them.
 #
 #   make            build everything into bin/ (deps installed on demand)
 #   make test       all tests, then again under ASan/UBSan
@@ -26,8 +27,8 @@ SANFLAGS :=
 OPT := -O2
 endif
 
-CPPFLAGS := -I. -Icommon -Itensorstore -Iagent -Ireclaimer -Ischeduler-ext -Iprofiler \
-            -I$(ORT_DIR)/include -D_GNU_SOURCE -DTETRIS_VERSION=\"$(TETRIS_VERSION)\"
+# One include root: sources include "module/file.h".
+CPPFLAGS := -I. -I$(ORT_DIR)/include -D_GNU_SOURCE -DTETRIS_VERSION=\"$(TETRIS_VERSION)\"
 CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
           -Wmissing-prototypes -Wno-missing-field-initializers -pthread $(SANFLAGS)
 LDFLAGS := -pthread $(SANFLAGS) -L$(ORT_DIR)/lib -Wl,-rpath,'$$ORIGIN/../lib' \
@@ -42,9 +43,8 @@ SHELL_TESTS :=
 TEST_PROGRAMS :=
 UNIT_LIBS :=
 
-# Every directory's *.mk fragment (fuzz/ only defines the fuzz target).
-include common/module.mk
--include $(sort $(filter-out common/module.mk,$(wildcard */*.mk tests/*/*.mk bench/*/*.mk)))
+# Every module's module.mk (fuzz/ only defines the fuzz target).
+include $(sort $(wildcard */module.mk */*/module.mk))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIBTETRIS := $(BUILD)/libtetris.a

@@ -21,11 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "cleanup.h"
-#include "ingest_client.h"
-#include "log.h"
-#include "model_publish.h"
+#include "agent/agent.h"
+#include "common/cleanup.h"
+#include "agent/ingest_client.h"
+#include "common/log.h"
+#include "model/model_publish.h"
 
 #define DEFAULT_DAEMON_TIMEOUT_MS 30000
 /* Mappings left to the runtime after the tensors are mapped: its threads'

@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "model.h"
-#include "store.h"
+#include "common/error.h"
+#include "model/model.h"
+#include "tensorstore/store.h"
 
 /* Tensors smaller than this are read privately even in store modes (they
  * are still published and referenced, so the store holds whole models):

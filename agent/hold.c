@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "hold.h"
+#include "agent/hold.h"
 
 static volatile sig_atomic_t released_by;
 

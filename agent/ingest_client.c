@@ -3,7 +3,7 @@
  * little-endian length, JSON, descriptors attached to the first byte. Every
  * blocking step waits in poll() against one deadline, so a stalled daemon
  * turns into TETRIS_E_TIMEOUT instead of a hung function instance. */
-#include "ingest_client.h"
+#include "agent/ingest_client.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,8 +22,8 @@
 
 #include <jansson.h>
 
-#include "cleanup.h"
-#include "log.h"
+#include "common/cleanup.h"
+#include "common/log.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
 /* Re-registration after a lost connection: the first retry comes after

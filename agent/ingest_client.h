@@ -47,8 +47,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "model.h"
+#include "common/error.h"
+#include "model/model.h"
 
 #define INGEST_SOCKET_NAME "ingest.sock"
 #define INGEST_MAX_MESSAGE_BYTES (64u << 20) /* requests and replies */

@@ -1,6 +1,7 @@
-# agent/module.mk - the agent library (loader, ONNX Runtime adapter), the
-# tetris-agent CLI, tetris-onnx-run, and their tests.
-LIB_SRCS += agent/agent.c agent/model_publish.c agent/onnx_rewrite.c agent/ort_adapter.c
+# agent/module.mk - the agent library (loader, ingest client, ONNX Runtime
+# adapter, seeded inputs), the tetris-agent CLI, tetris-onnx-run, and their
+# tests.
+LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c
 
 PROGRAMS += tetris-agent tetris-onnx-run
 tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c
@@ -8,7 +9,7 @@ tetris-agent_LIBS := -lonnxruntime
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime
 
-UNIT_TESTS += tests/unit/test_agent.c
+UNIT_TESTS += tests/unit/test_agent.c tests/unit/test_ingest_client.c
 UNIT_LIBS += -lonnxruntime
 SHELL_TESTS += $(sort $(wildcard tests/agent/test-*.sh))
 TEST_PROGRAMS += tetris-test-fake-daemon

@@ -8,10 +8,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cleanup.h"
-#include "log.h"
-#include "onnx_rewrite.h"
-#include "ort_adapter.h"
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "model/onnx_rewrite.h"
+#include "agent/ort_adapter.h"
 
 struct ort_model_private {
     OrtEnv *env;

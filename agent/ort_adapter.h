@@ -20,8 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent.h"
-#include "error.h"
+#include "agent/agent.h"
+#include "common/error.h"
 #include "onnxruntime_c_api.h"
 
 #define ORT_ADAPTER_MIN_SHARED_BYTES 128

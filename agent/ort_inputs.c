@@ -5,7 +5,7 @@
 
 #include <openssl/evp.h>
 
-#include "ort_inputs.h"
+#include "agent/ort_inputs.h"
 
 static uint64_t splitmix64(uint64_t *state)
 {

@@ -20,9 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "digest.h"
-#include "error.h"
-#include "ort_adapter.h"
+#include "tensorstore/digest.h"
+#include "common/error.h"
+#include "agent/ort_adapter.h"
 
 #define ORT_INPUTS_DEFAULT_DYNAMIC_DIM 256
 

@@ -9,9 +9,9 @@
 
 #include <jansson.h>
 
-#include "agent.h"
-#include "hold.h"
-#include "log.h"
+#include "agent/agent.h"
+#include "agent/hold.h"
+#include "common/log.h"
 
 enum exit_code {
     EXIT_OK = 0,

@@ -11,12 +11,12 @@
 
 #include <jansson.h>
 
-#include "agent.h"
-#include "cleanup.h"
-#include "hold.h"
-#include "log.h"
-#include "ort_adapter.h"
-#include "ort_inputs.h"
+#include "agent/agent.h"
+#include "common/cleanup.h"
+#include "agent/hold.h"
+#include "common/log.h"
+#include "agent/ort_adapter.h"
+#include "agent/ort_inputs.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
 

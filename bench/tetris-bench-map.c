@@ -18,11 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "error.h"
-#include "log.h"
-#include "model.h"
-#include "store.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "model/model.h"
+#include "tensorstore/store.h"
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2 };
 

@@ -26,9 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "error.h"
-#include "log.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/log.h"
 
 #define WRITE_CHUNK (8u << 20) /* large writes: the files are GBs */
 

@@ -1,6 +1,6 @@
 /* config_yaml.c - libyaml event parser folding nested mappings into dotted
  * keys (see config_yaml.h). */
-#include "config_yaml.h"
+#include "common/config_yaml.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,7 +11,7 @@
 
 #include <yaml.h>
 
-#include "cleanup.h"
+#include "common/cleanup.h"
 
 #define MAX_DEPTH 8
 #define MAX_CONFIG_BYTES (1 << 20)

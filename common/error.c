@@ -1,5 +1,5 @@
 /* error.c - filling and composing tetris_error objects. */
-#include "error.h"
+#include "common/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

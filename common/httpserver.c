@@ -4,7 +4,7 @@
  * We create and bind the listening socket ourselves (getaddrinfo + bind)
  * and hand it to libmicrohttpd, so a bind failure is reported with the
  * address and errno, and port 0 works (http_server_port reads it back). */
-#include "httpserver.h"
+#include "common/httpserver.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -20,8 +20,8 @@
 
 #include <microhttpd.h>
 
-#include "cleanup.h"
-#include "log.h"
+#include "common/cleanup.h"
+#include "common/log.h"
 
 #define DEFAULT_MAX_BODY (1u << 20)
 #define DEFAULT_MAX_CONNECTIONS 256

@@ -30,7 +30,7 @@
 
 #include <jansson.h>
 
-#include "error.h"
+#include "common/error.h"
 
 typedef struct http_server http_server;
 

@@ -1,7 +1,7 @@
 /* kube.c - the Kubernetes REST client: one curl easy handle per request (so
  * threads never share one), retries with backoff, Status-object errors,
  * paged lists and streamed watches. See kube.h for the contract. */
-#include "kube.h"
+#include "common/kube.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -16,9 +16,9 @@
 
 #include <curl/curl.h>
 
-#include "cleanup.h"
-#include "kubeconfig.h"
-#include "log.h"
+#include "common/cleanup.h"
+#include "common/kubeconfig.h"
+#include "common/log.h"
 
 #define KUBE_MAX_BODY (256u << 20)   /* a reply larger than this is refused */
 #define KUBE_MAX_EVENT (16u << 20)   /* one watch event line */

@@ -5,7 +5,7 @@
  * so that resolving current-context -> context -> cluster/user is plain
  * jansson navigation. Anchors and aliases are refused: kubeconfigs do not use
  * them and they are a classic way to blow up a parser. */
-#include "kubeconfig.h"
+#include "common/kubeconfig.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 #include <jansson.h>
 #include <yaml.h>
 
-#include "cleanup.h"
+#include "common/cleanup.h"
 
 #define KUBECONFIG_MAX_BYTES (16u << 20)
 #define YAML_MAX_DEPTH 64

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "error.h"
+#include "common/error.h"
 
 typedef struct kube_blob {
     char *data; /* PEM bytes, NUL-terminated; NULL when absent */

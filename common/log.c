@@ -1,6 +1,6 @@
 /* log.c - logfmt lines on stderr. One write(2) per line so lines from
  * concurrent processes sharing stderr never interleave. */
-#include "log.h"
+#include "common/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,1 +1,24 @@
-LIB_SRCS += common/error.c common/log.c
+# common/module.mk - shared plumbing: errors, logging, cleanup attributes,
+# the HTTP server, YAML configuration, the string map and the Kubernetes
+# client; their unit tests and the client's fault-injection test.
+LIB_SRCS += common/error.c common/log.c common/httpserver.c common/config_yaml.c \
+            common/strmap.c common/kube.c common/kubeconfig.c
+
+# common/httpserver.c needs libmicrohttpd; every program linking libtetris
+# may pull it in, so the library goes on the global link line.
+LDLIBS += -lmicrohttpd
+
+UNIT_TESTS += tests/unit/test_httpserver.c tests/unit/test_kubeconfig.c
+UNIT_LIBS += -lcurl
+
+# The Kubernetes client against the fault-injecting HTTP server (dropped
+# connections, 410 mid-stream, 429 storms, slow replies).
+TEST_PROGRAMS += kube-client-test
+kube-client-test_SRCS := tests/kube/kube_client_test.c tests/kube/faultserver.c
+kube-client-test_LIBS := -lcheck -lsubunit -lrt -lcurl
+SHELL_TESTS += tests/kube/test-kube-client.sh
+
+# The client against the real apiserver (driven by tests/k8s/).
+TEST_PROGRAMS += kube-e2e
+kube-e2e_SRCS := tests/kube/kube_e2e.c
+kube-e2e_LIBS := -lcurl

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "model.h"
+#include "common/log.h"
+#include "model/model.h"
 
 static FILE *fuzz_devnull;
 

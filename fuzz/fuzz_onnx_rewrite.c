@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz_common.h"
-#include "onnx_rewrite.h"
+#include "fuzz/fuzz_common.h"
+#include "model/onnx_rewrite.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

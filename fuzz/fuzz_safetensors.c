@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format_safetensors.h"
-#include "fuzz_common.h"
+#include "model/format_safetensors.h"
+#include "fuzz/fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

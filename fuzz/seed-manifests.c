@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
-#include "model.h"
+#include "common/log.h"
+#include "model/model.h"
 
 int main(int argc, char **argv)
 {

@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cgroup_cpu.h"
-#include "cleanup.h"
+#include "profiler/cgroup_cpu.h"
+#include "common/cleanup.h"
 
 #define CFS_PERIOD_US 100000
 

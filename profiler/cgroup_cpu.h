@@ -6,7 +6,7 @@
 
 #include <sys/types.h>
 
-#include "error.h"
+#include "common/error.h"
 
 typedef struct cpu_cgroup cpu_cgroup;
 

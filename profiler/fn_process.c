@@ -14,8 +14,8 @@
 
 #include <jansson.h>
 
-#include "cleanup.h"
-#include "fn_process.h"
+#include "common/cleanup.h"
+#include "profiler/fn_process.h"
 
 int fn_process_default_bin(char *buf, size_t len, tetris_error *err)
 {

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "error.h"
+#include "common/error.h"
 
 struct fn_process_options {
     const char *function_bin; /* path of tetris-function */

@@ -7,10 +7,10 @@
 
 #include <jansson.h>
 
-#include "job.h"
-#include "kube.h"
-#include "log.h"
-#include "manifests.h"
+#include "profiler/job.h"
+#include "common/kube.h"
+#include "common/log.h"
+#include "scheduler-ext/extender/manifests.h"
 
 #define SA_MOUNT "/var/run/secrets/tetris"
 

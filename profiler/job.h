@@ -6,14 +6,14 @@
  *   tetris-profile-<name>   label tetris.io/profile=<model>  key profile.yaml
  *
  * The manifest ConfigMap is what the scheduler extender watches
- * (scheduler-ext/manifests.h); <name> is <model> made a valid object name
+ * (scheduler-ext/extender/manifests.h); <name> is <model> made a valid object name
  * (lower case, '_' and '.' to '-'). */
 #ifndef TETRIS_JOB_H
 #define TETRIS_JOB_H
 
 #include <stdio.h>
 
-#include "error.h"
+#include "common/error.h"
 
 #define PROFILE_LABEL "tetris.io/profile"
 #define PROFILE_KEY "profile.yaml"

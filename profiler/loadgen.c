@@ -12,7 +12,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "loadgen.h"
+#include "profiler/loadgen.h"
 
 struct shared {
     const struct load_options *o;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cleanup.h"
-#include "procmem.h"
+#include "common/cleanup.h"
+#include "profiler/procmem.h"
 
 /* A mapping header line: "start-end perms offset dev inode [path]". */
 static bool is_mapping_header(const char *line, const char **path)

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "error.h"
+#include "common/error.h"
 
 struct proc_mem {
     uint64_t private_bytes; /* Private_Clean + Private_Dirty outside the store */

@@ -10,13 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cgroup_cpu.h"
-#include "cleanup.h"
-#include "fn_process.h"
-#include "loadgen.h"
-#include "log.h"
-#include "procmem.h"
-#include "profile_run.h"
+#include "profiler/cgroup_cpu.h"
+#include "common/cleanup.h"
+#include "profiler/fn_process.h"
+#include "profiler/loadgen.h"
+#include "common/log.h"
+#include "profiler/procmem.h"
+#include "profiler/profile_run.h"
 
 #define SAMPLE_INTERVAL_MS 100
 #define MIB (1024.0 * 1024.0)

@@ -3,15 +3,15 @@
  * quota) with batch b and concurrency p, saturated by a closed-loop load
  * generator; recorded are the batch latency (mean, p95, p99 over distinct
  * batches), the throughput, the peak private memory and the bytes shared
- * from the tensor store. The result is a profile (scheduler-ext/profile.h). */
+ * from the tensor store. The result is a profile (protocol/profile.h). */
 #ifndef TETRIS_PROFILE_RUN_H
 #define TETRIS_PROFILE_RUN_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "error.h"
-#include "profile.h"
+#include "common/error.h"
+#include "protocol/profile.h"
 
 #define GRID_MAX 32
 

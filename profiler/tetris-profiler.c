@@ -14,15 +14,15 @@
 
 #include <jansson.h>
 
-#include "cleanup.h"
-#include "fn_process.h"
-#include "job.h"
-#include "loadgen.h"
-#include "log.h"
-#include "model.h"
-#include "profile.h"
-#include "profile_run.h"
-#include "store.h"
+#include "common/cleanup.h"
+#include "profiler/fn_process.h"
+#include "profiler/job.h"
+#include "profiler/loadgen.h"
+#include "common/log.h"
+#include "model/model.h"
+#include "protocol/profile.h"
+#include "profiler/profile_run.h"
+#include "tensorstore/store.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL = 3 };
 

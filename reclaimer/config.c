@@ -1,5 +1,5 @@
 /* config.c - tetris-reclaimer's settings: defaults < YAML file < flags. */
-#include "config.h"
+#include "reclaimer/config.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -9,8 +9,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "config_yaml.h"
-#include "store.h"
+#include "common/config_yaml.h"
+#include "tensorstore/store.h"
 
 enum {
     OPT_STORE = 256,

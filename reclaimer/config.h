@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "common/error.h"
 
 /* Tenant stores one daemon can serve (--max-tenants caps it lower): each
  * costs a socket, an accept thread and an index, and adds one value of the

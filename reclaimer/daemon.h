@@ -16,10 +16,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "config.h"
-#include "error.h"
-#include "store.h"
-#include "tensor_index.h"
+#include "reclaimer/config.h"
+#include "common/error.h"
+#include "tensorstore/store.h"
+#include "reclaimer/tensor_index.h"
 
 /* Per-model metrics are labelled with the holder's label (the model);
  * past this many distinct labels the rest are summed under "other". */

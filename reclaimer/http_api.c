@@ -11,7 +11,7 @@
  * /inventory is built once per generation and shared by reference between
  * concurrent replies, so polling it with 100k resident tensors costs one
  * render per change, not one per request. */
-#include "daemon.h"
+#include "reclaimer/daemon.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "httpserver.h"
-#include "log.h"
+#include "common/httpserver.h"
+#include "common/log.h"
 
 struct inventory_body {
     atomic_int refs;

@@ -9,7 +9,7 @@
  * keeps open until the connection closes. Every request is validated
  * before anything is touched; a malformed one gets an error reply and the
  * connection is closed. */
-#include "daemon.h"
+#include "reclaimer/daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,11 +24,11 @@
 
 #include <jansson.h>
 
-#include "cleanup.h"
-#include "ingest_client.h"
-#include "log.h"
-#include "model.h"
-#include "model_publish.h"
+#include "common/cleanup.h"
+#include "agent/ingest_client.h"
+#include "common/log.h"
+#include "model/model.h"
+#include "model/model_publish.h"
 
 const double ingest_duration_bounds[INGEST_DURATION_BUCKETS] = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,

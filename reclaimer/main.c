@@ -10,8 +10,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "daemon.h"
-#include "log.h"
+#include "reclaimer/daemon.h"
+#include "common/log.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2

@@ -1,16 +1,5 @@
-# reclaimer/module.mk - the node daemon tetris-reclaimer, the HTTP server
-# it shares with the scheduler extender, and the agent's ingest client.
-
-# common/httpserver.c needs libmicrohttpd; every program linking libtetris
-# may pull it in, so the library goes on the global link line.
-LIB_SRCS += common/httpserver.c
-LDLIBS += -lmicrohttpd
-
-UNIT_TESTS += tests/unit/test_reclaimer_httpserver.c
-UNIT_LIBS += -lcurl
-
-LIB_SRCS += common/config_yaml.c agent/ingest_client.c
-
+# reclaimer/module.mk - the node daemon tetris-reclaimer and its tests.
+# (tetris-node-pins, its sidecar, is the sub-module reclaimer/node-pins/.)
 PROGRAMS += tetris-reclaimer
 tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c
@@ -18,4 +7,15 @@ tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c
 # tests can reach them.
 LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c
 UNIT_TESTS += tests/unit/test_reclaimer_units.c
-UNIT_TESTS += tests/unit/test_reclaimer_ingest_client.c
+
+TEST_PROGRAMS += tetris-ingest-probe
+tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
+SHELL_TESTS += tests/reclaimer/test-reclaim.sh
+SHELL_TESTS += tests/reclaimer/test-bad-requests.sh
+SHELL_TESTS += tests/reclaimer/test-prometheus.sh
+SHELL_TESTS += tests/reclaimer/test-cgroup.sh
+SHELL_TESTS += tests/reclaimer/test-crash.sh
+SHELL_TESTS += tests/reclaimer/test-inventory-scrub.sh
+SHELL_TESTS += tests/reclaimer/test-agent.sh
+SHELL_TESTS += tests/reclaimer/test-concurrent.sh
+SHELL_TESTS += tests/reclaimer/test-tenants.sh

@@ -13,7 +13,7 @@
  * (watched through a pidfd), or until that process registers the same
  * references over a connection of its own (agents reconnect after a
  * restart), so no holder is counted twice. */
-#include "daemon.h"
+#include "reclaimer/daemon.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "log.h"
+#include "common/cleanup.h"
+#include "common/log.h"
 
 #define MARK_SEEN 1u
 #define MARK_REF 2u

@@ -13,7 +13,7 @@
  * is removed (or replaced) is retired, its socket closed and its entry
  * left in place, which lets the HTTP threads read the list without a
  * lock; a new directory of the same name is a new store. */
-#include "daemon.h"
+#include "reclaimer/daemon.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,8 +23,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cleanup.h"
-#include "log.h"
+#include "common/cleanup.h"
+#include "common/log.h"
 
 size_t daemon_store_count(struct daemon *d)
 {

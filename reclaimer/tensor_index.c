@@ -1,7 +1,7 @@
 /* tensor_index.c - open-addressing hash table keyed by tensor digest (the
  * digest is a SHA-256, so its first 8 bytes are already a good hash), plus
  * the last-use state file. */
-#include "tensor_index.h"
+#include "reclaimer/tensor_index.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cleanup.h"
+#include "common/cleanup.h"
 
 struct tensor_index {
     struct index_entry *slots;

@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "digest.h"
-#include "error.h"
+#include "tensorstore/digest.h"
+#include "common/error.h"
 
 struct index_entry {
     tensor_digest digest;

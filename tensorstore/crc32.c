@@ -8,7 +8,7 @@
  * bits for the 4-lane fold, 128+32 and 128-32 for the single fold, 64 for
  * the 64-to-32 step), plus P' and floor(x^64 / P)' for Barrett, all
  * bit-reflected and shifted left by one as the reflected folding requires. */
-#include "crc32.h"
+#include "tensorstore/crc32.h"
 
 #include <zlib.h>
 

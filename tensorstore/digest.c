@@ -6,7 +6,7 @@
  * the low-level SHA256_* calls (deprecated) and a per-call implicit fetch
  * would not do as cheaply. Bytes are fed in chunks small enough to stay in
  * L2 so the CRC pass reads what the SHA pass just pulled in. */
-#include "digest.h"
+#include "tensorstore/digest.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32.h"
+#include "tensorstore/crc32.h"
 
 #define DIGEST_DOMAIN_TAG "tetris-tensor-v1"
 /* Chunk of the combined SHA-256 + CRC32 pass; fits the L2 of any x86 core. */

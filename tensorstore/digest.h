@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "common/error.h"
 
 #define TENSOR_DIGEST_BYTES 32
 #define TENSOR_DIGEST_HEX_LEN 64 /* without the NUL */

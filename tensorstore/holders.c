@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "store_private.h"
+#include "common/cleanup.h"
+#include "tensorstore/store_private.h"
 
 #define HOLDER_MAGIC "tetris-holder 1"
 #define HOLDER_LABEL_MAX 200

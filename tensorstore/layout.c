@@ -20,8 +20,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "cleanup.h"
-#include "store_private.h"
+#include "common/cleanup.h"
+#include "tensorstore/store_private.h"
 
 /* Trailer layout (little-endian, TENSOR_TRAILER_BYTES long):
  *   0  magic[8]   "tetrisT1"

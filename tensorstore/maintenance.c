@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "store_private.h"
+#include "common/cleanup.h"
+#include "tensorstore/store_private.h"
 
 static int open_dir_stream(int parent_fd, const char *name, const char *what, DIR **out,
                            tetris_error *err)

@@ -19,9 +19,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "crc32.h"
-#include "store_private.h"
+#include "common/cleanup.h"
+#include "tensorstore/crc32.h"
+#include "tensorstore/store_private.h"
 
 #define HUGE_PAGE_BYTES (2u * 1024u * 1024u)
 

@@ -23,8 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "store_private.h"
+#include "common/cleanup.h"
+#include "tensorstore/store_private.h"
 
 #define HUGE_PAGE_BYTES (2u * 1024u * 1024u)
 /* Chunk of the streaming path: hashed while it is still in L2. */

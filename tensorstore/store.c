@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "store_private.h"
+#include "common/cleanup.h"
+#include "tensorstore/store_private.h"
 
 #define TENANT_NAME_MAX 63
 

@@ -31,8 +31,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "digest.h"
-#include "error.h"
+#include "tensorstore/digest.h"
+#include "common/error.h"
 
 #define STORE_DEFAULT_DIR "/dev/shm/tetris"
 

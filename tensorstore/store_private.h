@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "store.h"
+#include "tensorstore/store.h"
 
 #define STORE_MARKER ".tetris-store"
 #define STORE_USE_LOCK ".use.lock"

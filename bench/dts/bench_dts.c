@@ -24,10 +24,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "dts.h"
-#include "ilp.h"
-#include "log.h"
-#include "profile.h"
+#include "scheduler-ext/autoscaler/dts.h"
+#include "scheduler-ext/autoscaler/ilp.h"
+#include "common/log.h"
+#include "protocol/profile.h"
 
 enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_PLAN = 2 };
 

@@ -22,12 +22,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "extender.h"
-#include "inventory.h"
-#include "log.h"
-#include "manifests.h"
-#include "similarity.h"
-#include "tensor_ids.h"
+#include "scheduler-ext/extender/extender.h"
+#include "scheduler-ext/extender/inventory.h"
+#include "common/log.h"
+#include "scheduler-ext/extender/manifests.h"
+#include "scheduler-ext/extender/similarity.h"
+#include "scheduler-ext/extender/tensor_ids.h"
 
 typedef struct bench_opts {
     size_t nodes[16];

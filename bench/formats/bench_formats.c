@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
-#include "model.h"
+#include "common/log.h"
+#include "model/model.h"
 
 static double now_ms(void)
 {

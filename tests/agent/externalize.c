@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "onnx_rewrite.h"
+#include "common/cleanup.h"
+#include "model/onnx_rewrite.h"
 
 struct ctx {
     const uint8_t *img;

@@ -13,7 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cleanup.h"
+#include "common/cleanup.h"
 
 static int listen_on(const char *path)
 {

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "httpserver.h"
-#include "log.h"
+#include "common/httpserver.h"
+#include "common/log.h"
 
 typedef struct counter {
     const char *name;

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "log.h"
-#include "model_synth.h"
+#include "common/log.h"
+#include "tests/formats/model_synth.h"
 
 static int write_one(const char *dir, const char *name, struct sbuf *b, const char *expect)
 {

@@ -24,11 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "faultserver.h"
-#include "inventory.h"
-#include "manifests.h"
-#include "similarity.h"
-#include "tensor_ids.h"
+#include "tests/kube/faultserver.h"
+#include "scheduler-ext/extender/inventory.h"
+#include "scheduler-ext/extender/manifests.h"
+#include "scheduler-ext/extender/similarity.h"
+#include "scheduler-ext/extender/tensor_ids.h"
 
 extern char **environ;
 

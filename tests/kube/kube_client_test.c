@@ -13,9 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "faultserver.h"
-#include "kube.h"
-#include "node_pods.h"
+#include "tests/kube/faultserver.h"
+#include "common/kube.h"
+#include "reclaimer/node-pins/node_pods.h"
 
 static fault_server *fs;
 static kube_client *kc;

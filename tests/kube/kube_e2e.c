@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube.h"
-#include "log.h"
+#include "common/kube.h"
+#include "common/log.h"
 
 static const char usage_text[] =
     "usage: kube-e2e NAMESPACE NODE (--kubeconfig FILE | --sa-dir DIR --server URL)\n"

@@ -21,11 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "ingest_client.h"
-#include "log.h"
-#include "model.h"
-#include "store.h"
+#include "common/cleanup.h"
+#include "agent/ingest_client.h"
+#include "common/log.h"
+#include "model/model.h"
+#include "tensorstore/store.h"
 
 static const char usage_text[] =
     "usage: tetris-ingest-probe COMMAND [OPTIONS]\n"

@@ -28,9 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "log.h"
-#include "store.h"
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "tensorstore/store.h"
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2

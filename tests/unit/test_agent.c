@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "log.h"
-#include "onnx_rewrite.h"
+#include "agent/agent.h"
+#include "common/log.h"
+#include "model/onnx_rewrite.h"
 
 static char model_path[4096];
 static char scratch[4096];

@@ -14,8 +14,8 @@
 
 #include <zlib.h>
 
-#include "crc32.h"
-#include "digest.h"
+#include "tensorstore/crc32.h"
+#include "tensorstore/digest.h"
 
 static tensor_meta meta_of(const char *dtype, int ndim, const int64_t *shape, uint64_t nbytes)
 {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dts.h"
+#include "scheduler-ext/autoscaler/dts.h"
 
 #define MIB (1024ull * 1024ull)
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dts.h"
-#include "ilp.h"
+#include "scheduler-ext/autoscaler/dts.h"
+#include "scheduler-ext/autoscaler/ilp.h"
 
 #define MIB (1024ull * 1024ull)
 #define TIME_LIMIT_MS 20000

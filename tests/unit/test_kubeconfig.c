@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kubeconfig.h"
+#include "common/kubeconfig.h"
 
 static const char two_contexts[] =
     "apiVersion: v1\n"

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../formats/model_synth.h"
-#include "model.h"
+#include "tests/formats/model_synth.h"
+#include "model/model.h"
 
 static char dir[] = "/tmp/tetris-test-manifest-XXXXXX";
 static char model_path[256];

@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../formats/model_synth.h"
-#include "format_onnx.h"
-#include "model.h"
-#include "protobuf.h"
+#include "tests/formats/model_synth.h"
+#include "model/format_onnx.h"
+#include "model/model.h"
+#include "model/protobuf.h"
 
 static model *parse_ok(const char *path, const struct sbuf *b)
 {

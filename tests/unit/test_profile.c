@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "profile.h"
+#include "protocol/profile.h"
 
 static const char valid[] =
     "tetris_profile: 1\n"

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "config_yaml.h"
-#include "tensor_index.h"
+#include "reclaimer/config.h"
+#include "common/config_yaml.h"
+#include "reclaimer/tensor_index.h"
 
 START_TEST(test_parse_bytes)
 {

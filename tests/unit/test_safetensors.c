@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../formats/model_synth.h"
-#include "format_safetensors.h"
-#include "model.h"
+#include "tests/formats/model_synth.h"
+#include "model/format_safetensors.h"
+#include "model/model.h"
 
 static model *parse_ok(const char *path, const struct sbuf *b)
 {

@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "tensorstore/store.h"
 
 static char base_dir[] = "/dev/shm/tetris-test-store.XXXXXX";
 

@@ -1,0 +1,15 @@
+# bench/module.mk - the benchmark programs (`make bench`, bench/run-bench.sh):
+# the synthetic-model generator, store mapping, model indexing, the
+# extender's decision latency and DTS against the GLPK optimum.
+PROGRAMS += tetris-synth-model
+tetris-synth-model_SRCS := bench/tetris-synth-model.c
+PROGRAMS += tetris-bench-map
+tetris-bench-map_SRCS := bench/tetris-bench-map.c
+PROGRAMS += tetris-bench-formats
+tetris-bench-formats_SRCS := bench/formats/bench_formats.c
+PROGRAMS += tetris-bench-extender
+tetris-bench-extender_SRCS := bench/extender/bench_extender.c
+tetris-bench-extender_LIBS := -lcurl
+PROGRAMS += tetris-bench-dts
+tetris-bench-dts_SRCS := bench/dts/bench_dts.c
+tetris-bench-dts_LIBS := -lglpk

@@ -1,8 +1,0 @@
-# deploy/functions.mk - tetris-function, the OpenFaaS-compatible inference
-# function (batching queue, workers, request metrics), and its tests.
-PROGRAMS += tetris-function
-tetris-function_SRCS := deploy/functions/tetris-function.c deploy/functions/batcher.c \
-                        deploy/functions/fn_metrics.c
-tetris-function_LIBS := -lonnxruntime -lmicrohttpd
-
-SHELL_TESTS += $(sort $(wildcard tests/function/test-*.sh))

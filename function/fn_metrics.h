@@ -1,0 +1,45 @@
+/* fn_metrics.h - the inference function's own request metrics, served at
+ * GET /metrics in the Prometheus text format:
+ *
+ *   tetris_function_requests_total{code}             counter
+ *   tetris_function_request_duration_seconds         histogram (enqueue..reply)
+ *   tetris_function_batch_size                       histogram (requests per batch)
+ *   tetris_function_batch_duration_seconds           histogram (inference of a batch)
+ *   tetris_function_queue_depth                      gauge (waiting for a worker)
+ *   tetris_function_inflight_requests                gauge (accepted, not answered)
+ *   tetris_function_shared_tensor_bytes              gauge (weights from the store)
+ *   tetris_function_info{model,mode,batching}        1
+ *
+ * Every update takes one mutex: updates happen a few times per request,
+ * next to an inference that costs milliseconds. */
+#ifndef TETRIS_FN_METRICS_H
+#define TETRIS_FN_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+typedef struct fn_metrics fn_metrics;
+
+struct fn_metrics_info {
+    const char *model;    /* model file name */
+    const char *mode;     /* "store", "direct", "private" */
+    const char *batching; /* "concat" or "sequential" */
+    uint64_t shared_bytes;
+};
+
+int fn_metrics_new(const struct fn_metrics_info *info, fn_metrics **out, tetris_error *err);
+void fn_metrics_free(fn_metrics *m);
+
+/* A request entered / left the handler (inflight gauge). */
+void fn_metrics_request_begin(fn_metrics *m);
+/* ... and was answered with HTTP status code after seconds. */
+void fn_metrics_request_end(fn_metrics *m, int code, double seconds);
+void fn_metrics_queue_depth(fn_metrics *m, size_t depth);
+void fn_metrics_batch(fn_metrics *m, size_t size, double seconds);
+
+/* The exposition text (malloc'd, NUL-terminated). */
+char *fn_metrics_render(fn_metrics *m, size_t *len);
+
+#endif

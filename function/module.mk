@@ -1,0 +1,7 @@
+# function/module.mk - tetris-function, the OpenFaaS-compatible inference
+# function (batching queue, workers, request metrics), and its tests.
+PROGRAMS += tetris-function
+tetris-function_SRCS := function/tetris-function.c function/batcher.c function/fn_metrics.c
+tetris-function_LIBS := -lonnxruntime -lmicrohttpd
+
+SHELL_TESTS += $(sort $(wildcard tests/function/test-*.sh))

@@ -1,0 +1,590 @@
+/* tetris-function - an inference function for OpenFaaS (of-watchdog HTTP
+ * mode): an HTTP server whose POST / runs an ONNX model through ONNX
+ * Runtime, with the model's weights mapped from the node's tensor store by
+ * the agent, requests batched (up to TETRIS_BATCH, TETRIS_MAX_WAIT_MS) and
+ * run by TETRIS_CONCURRENCY worker threads. The autoscaler sets those
+ * through the environment; the profiler measures each setting. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "agent/agent.h"
+#include "function/batcher.h"
+#include "function/fn_metrics.h"
+#include "common/httpserver.h"
+#include "common/log.h"
+#include "agent/ort_adapter.h"
+#include "agent/ort_inputs.h"
+
+enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL = 3 };
+
+#define DEFAULT_LISTEN "127.0.0.1:8080"
+#define DEFAULT_MAX_WAIT_MS 10.0
+#define DEFAULT_SEED 1
+#define MAX_BODY_BYTES 4096
+#define DRAIN_TIMEOUT_S 30
+
+struct fn_options {
+    const char *model;
+    const char *store_dir; /* NULL: private */
+    enum agent_mode mode;
+    const char *tenant;
+    const char *manifest;
+    char listen[300];
+    struct batcher_options batch;
+    int threads;
+    int64_t dynamic_dim;
+};
+
+struct fn {
+    struct fn_options o;
+    agent_model *am;
+    ort_model *m;
+    ort_io *io;
+    fn_metrics *metrics;
+    batcher *batcher;
+    http_server *srv;
+    /* Inference replies not yet sent: draining waits for them, because
+     * stopping the HTTP server drops what it has not written. */
+    pthread_mutex_t replies_lock;
+    pthread_cond_t replies_sent;
+    unsigned replies_pending;
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: tetris-function [--model FILE] [--store DIR [--direct] [--tenant T]\n"
+            "                       [--manifest M] | --private] [--listen ADDR:PORT]\n"
+            "                       [--batch B] [--concurrency P] [--max-wait-ms MS]\n"
+            "                       [--threads N] [--dim N]\n"
+            "\n"
+            "Serves an ONNX model over HTTP like an OpenFaaS of-watchdog (HTTP mode)\n"
+            "function. Every option has an environment variable; options win.\n"
+            "\n"
+            "  --model FILE        TETRIS_MODEL: the ONNX model (required)\n"
+            "  --store DIR         TETRIS_STORE: map weights from the tensor store at DIR;\n"
+            "                      missing tensors are ingested by the node daemon, and a\n"
+            "                      private load is used if the store cannot serve. Unset\n"
+            "                      or empty: private (ONNX Runtime loads the file)\n"
+            "  --direct            ingest missing tensors into the store ourselves (no daemon)\n"
+            "  --tenant T          TETRIS_TENANT: the dedicated store of tenant T\n"
+            "  --manifest M        TETRIS_MANIFEST: tensor identities from manifest M\n"
+            "  --private           no store, whatever TETRIS_STORE says\n"
+            "  --listen ADDR:PORT  where to listen; else \":$port\" (OpenFaaS) or\n"
+            "                      \":$TETRIS_PORT\" when set; default %s;\n"
+            "                      port 0 picks a free port\n"
+            "  --batch B           TETRIS_BATCH: most requests per batch (default 1)\n"
+            "  --concurrency P     TETRIS_CONCURRENCY: inference worker threads (default 1)\n"
+            "  --max-wait-ms MS    TETRIS_MAX_WAIT_MS: how long a partial batch waits for\n"
+            "                      more requests (default %g)\n"
+            "  --threads N         TETRIS_THREADS: ONNX Runtime intra-op threads per run\n"
+            "                      (default 1)\n"
+            "  --dim N             TETRIS_DYNAMIC_DIM: size of dynamic input dimensions\n"
+            "                      after the batch (default %d, as tetris-onnx-run)\n"
+            "\n"
+            "HTTP:\n"
+            "  POST /          body {\"seed\": N} (or empty: seed %d). Runs the model on\n"
+            "                  inputs generated from the seed exactly as tetris-onnx-run\n"
+            "                  --seed N does, and answers {\"seed\", \"sha256\" (of this\n"
+            "                  request's output bytes), \"output_bytes\", \"batch_size\",\n"
+            "                  \"batch_id\", \"batching\", \"queue_ms\", \"inference_ms\",\n"
+            "                  \"latency_ms\"}. A bad body is 400 with {\"error\": ...}.\n"
+            "  GET /_/health   200 while serving (of-watchdog's health path); /healthz too\n"
+            "  GET /metrics    request metrics, Prometheus text format\n"
+            "\n"
+            "Batching: when every input and output of the model has a dynamic first\n"
+            "dimension, a batch is one ONNX Runtime run over the requests' inputs\n"
+            "concatenated (\"concat\"); otherwise the requests of a batch run one after\n"
+            "the other (\"sequential\"), which the ready line and /metrics say.\n"
+            "\n"
+            "When ready it prints one JSON line on stdout (listen address, mode,\n"
+            "batching, shared bytes). SIGTERM or SIGINT: stop accepting, answer what is\n"
+            "queued, exit 0.\n"
+            "\n"
+            "Exit status: 0 drained after SIGTERM/SIGINT, 1 runtime failure (cannot\n"
+            "listen, inference setup), 2 usage, 3 bad or missing model file.\n",
+            DEFAULT_LISTEN, DEFAULT_MAX_WAIT_MS, ORT_INPUTS_DEFAULT_DYNAMIC_DIM, DEFAULT_SEED);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- configuration: environment, then options ---- */
+
+static int parse_long(const char *what, const char *s, long long min, long long max,
+                      long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
+        fprintf(stderr, "tetris-function: %s: '%s' is not an integer in [%lld, %lld]\n", what, s,
+                min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_ms(const char *what, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || errno != 0 || !(v >= 0 && v <= 60000)) {
+        fprintf(stderr, "tetris-function: %s: '%s' is not a number of ms in [0, 60000]\n", what,
+                s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+/* A setting from the environment; the matching option may override it. */
+static int int_setting(const char *name, const char *value, long long min, long long max,
+                       int *out)
+{
+    long long v;
+    if (value == NULL)
+        return 0;
+    if (parse_long(name, value, min, max, &v) < 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int options_from_env(struct fn_options *o)
+{
+    long long dim;
+    const char *port;
+
+    o->model = env("TETRIS_MODEL");
+    o->store_dir = env("TETRIS_STORE");
+    o->tenant = env("TETRIS_TENANT");
+    o->manifest = env("TETRIS_MANIFEST");
+    if ((port = env("port")) != NULL || (port = env("TETRIS_PORT")) != NULL)
+        snprintf(o->listen, sizeof(o->listen), ":%s", port);
+    if (int_setting("TETRIS_BATCH", env("TETRIS_BATCH"), 1, 1024, &o->batch.batch) < 0 ||
+        int_setting("TETRIS_CONCURRENCY", env("TETRIS_CONCURRENCY"), 1, 256,
+                    &o->batch.concurrency) < 0 ||
+        int_setting("TETRIS_THREADS", env("TETRIS_THREADS"), 0, 256, &o->threads) < 0)
+        return -1;
+    if (env("TETRIS_MAX_WAIT_MS") != NULL &&
+        parse_ms("TETRIS_MAX_WAIT_MS", env("TETRIS_MAX_WAIT_MS"), &o->batch.max_wait_ms) < 0)
+        return -1;
+    if (env("TETRIS_DYNAMIC_DIM") != NULL) {
+        if (parse_long("TETRIS_DYNAMIC_DIM", env("TETRIS_DYNAMIC_DIM"), 1, 1 << 20, &dim) < 0)
+            return -1;
+        o->dynamic_dim = dim;
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct fn_options *o)
+{
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'},     {"store", required_argument, NULL, 's'},
+        {"direct", no_argument, NULL, 'D'},          {"tenant", required_argument, NULL, 't'},
+        {"manifest", required_argument, NULL, 'M'},  {"private", no_argument, NULL, 'P'},
+        {"listen", required_argument, NULL, 'l'},    {"batch", required_argument, NULL, 'b'},
+        {"concurrency", required_argument, NULL, 'p'},
+        {"max-wait-ms", required_argument, NULL, 'w'},
+        {"threads", required_argument, NULL, 'j'},   {"dim", required_argument, NULL, 'd'},
+        {"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0}};
+    bool private_given = false;
+    long long v;
+    int c;
+
+    memset(o, 0, sizeof(*o));
+    o->mode = AGENT_MODE_STORE;
+    snprintf(o->listen, sizeof(o->listen), "%s", DEFAULT_LISTEN);
+    o->batch.batch = 1;
+    o->batch.concurrency = 1;
+    o->batch.max_wait_ms = DEFAULT_MAX_WAIT_MS;
+    o->threads = 1;
+    o->dynamic_dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM;
+    if (options_from_env(o) < 0)
+        goto usage_error;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 's': o->store_dir = optarg[0] != '\0' ? optarg : NULL; break;
+        case 'D': o->mode = AGENT_MODE_DIRECT; break;
+        case 't': o->tenant = optarg; break;
+        case 'M': o->manifest = optarg; break;
+        case 'P': private_given = true; break;
+        case 'l': snprintf(o->listen, sizeof(o->listen), "%s", optarg); break;
+        case 'b':
+            if (int_setting("--batch", optarg, 1, 1024, &o->batch.batch) < 0)
+                goto usage_error;
+            break;
+        case 'p':
+            if (int_setting("--concurrency", optarg, 1, 256, &o->batch.concurrency) < 0)
+                goto usage_error;
+            break;
+        case 'j':
+            if (int_setting("--threads", optarg, 0, 256, &o->threads) < 0)
+                goto usage_error;
+            break;
+        case 'w':
+            if (parse_ms("--max-wait-ms", optarg, &o->batch.max_wait_ms) < 0)
+                goto usage_error;
+            break;
+        case 'd':
+            if (parse_long("--dim", optarg, 1, 1 << 20, &v) < 0)
+                goto usage_error;
+            o->dynamic_dim = v;
+            break;
+        case 'h': usage(stdout); exit(EXIT_OK);
+        case 'V': printf("tetris-function %s\n", TETRIS_VERSION); exit(EXIT_OK);
+        default: goto usage_error;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "tetris-function: unexpected argument '%s'\n", argv[optind]);
+        goto usage_error;
+    }
+    if (o->model == NULL) {
+        fprintf(stderr, "tetris-function: no model: set TETRIS_MODEL or --model\n");
+        goto usage_error;
+    }
+    if (private_given)
+        o->store_dir = NULL;
+    return 0;
+usage_error:
+    fprintf(stderr, "Try 'tetris-function --help'.\n");
+    return -1;
+}
+
+static const char *mode_name(const struct fn_options *o)
+{
+    return o->store_dir == NULL ? "private" : o->mode == AGENT_MODE_DIRECT ? "direct" : "store";
+}
+
+/* ---- HTTP ---- */
+
+/* The request body: empty, or {"seed": N} with 0 <= N < 2^63. */
+static int parse_body(const http_request *req, uint64_t *seed, tetris_error *err)
+{
+    json_t *j = NULL, *v;
+    const char *key;
+    size_t i = 0;
+    int r = 0;
+
+    *seed = DEFAULT_SEED;
+    while (i < req->body_len && strchr(" \t\r\n", req->body[i]) != NULL)
+        i++;
+    if (i == req->body_len)
+        return 0;
+    if ((r = http_request_json(req, &j, err)) < 0)
+        return r;
+    if (!json_is_object(j))
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "body must be a JSON object like {\"seed\": 1}");
+    json_object_foreach(j, key, v)
+    {
+        if (r < 0)
+            break;
+        if (strcmp(key, "seed") != 0)
+            r = tetris_fail(err, TETRIS_E_FORMAT, 0, "unknown field \"%s\" (only \"seed\")",
+                            key);
+        else if (!json_is_integer(v) || json_integer_value(v) < 0)
+            r = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                            "\"seed\" must be an integer in [0, 2^63)");
+        else
+            *seed = (uint64_t)json_integer_value(v);
+    }
+    json_decref(j);
+    return r;
+}
+
+/* Wraps a reply's release so that the function learns when it was sent. */
+struct reply_guard {
+    struct fn *f;
+    void (*release)(void *ctx);
+    void *release_ctx;
+};
+
+static void reply_begin(struct fn *f)
+{
+    pthread_mutex_lock(&f->replies_lock);
+    f->replies_pending++;
+    pthread_mutex_unlock(&f->replies_lock);
+}
+
+static void reply_end(struct fn *f)
+{
+    pthread_mutex_lock(&f->replies_lock);
+    f->replies_pending--;
+    pthread_cond_broadcast(&f->replies_sent);
+    pthread_mutex_unlock(&f->replies_lock);
+}
+
+static void reply_released(void *ctx)
+{
+    struct reply_guard *g = ctx;
+    if (g->release != NULL)
+        g->release(g->release_ctx);
+    reply_end(g->f);
+    free(g);
+}
+
+/* The reply counted by reply_begin() ends once the server released it. */
+static void guard_reply(struct fn *f, http_response *resp)
+{
+    struct reply_guard *g = malloc(sizeof(*g));
+    if (g == NULL) {
+        reply_end(f); /* untracked: draining may cut this one reply short */
+        return;
+    }
+    g->f = f;
+    g->release = resp->release;
+    g->release_ctx = resp->release_ctx;
+    resp->release = reply_released;
+    resp->release_ctx = g;
+}
+
+/* Waits until every inference reply has been sent, at most timeout_s. */
+static void wait_replies_sent(struct fn *f, int timeout_s)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_s;
+    pthread_mutex_lock(&f->replies_lock);
+    while (f->replies_pending > 0 &&
+           pthread_cond_timedwait(&f->replies_sent, &f->replies_lock, &deadline) == 0)
+        ;
+    if (f->replies_pending > 0)
+        log_warn("event=drain-timeout unsent_replies=%u", f->replies_pending);
+    pthread_mutex_unlock(&f->replies_lock);
+}
+
+static void handle_invoke(void *ctx, const http_request *req, http_response *resp)
+{
+    struct fn *f = ctx;
+    fn_request r = {0};
+    tetris_error err = {0};
+    double start = now_ms();
+    int status;
+
+    reply_begin(f);
+    fn_metrics_request_begin(f->metrics);
+    if (parse_body(req, &r.seed, &err) < 0) {
+        status = 400;
+        http_response_error(resp, status, "%s", err.msg);
+    } else if (batcher_run(f->batcher, &r, &err) < 0) {
+        status = 503;
+        http_response_error(resp, status, "%s", err.msg);
+    } else if (r.rc < 0) {
+        status = 500;
+        http_response_error(resp, status, "inference failed: %s", r.error);
+    } else {
+        status = 200;
+        json_t *j = json_pack("{s:I, s:s, s:I, s:I, s:I, s:s, s:f, s:f, s:f}", "seed",
+                              (json_int_t)r.seed, "sha256", r.sha256, "output_bytes",
+                              (json_int_t)r.output_bytes, "batch_size", (json_int_t)r.batch_size,
+                              "batch_id", (json_int_t)r.batch_id, "batching",
+                              f->io->batchable ? "concat" : "sequential", "queue_ms", r.queue_ms,
+                              "inference_ms", r.inference_ms, "latency_ms", now_ms() - start);
+        if (j == NULL || http_response_json(resp, status, j) < 0) {
+            status = 500;
+            http_response_error(resp, status, "out of memory");
+        }
+        json_decref(j);
+    }
+    guard_reply(f, resp);
+    fn_metrics_request_end(f->metrics, status, (now_ms() - start) / 1e3);
+}
+
+static void handle_health(void *ctx, const http_request *req, http_response *resp)
+{
+    (void)ctx;
+    (void)req;
+    http_response_set_body(resp, 200, "text/plain", "OK\n", 3);
+}
+
+static void handle_metrics(void *ctx, const http_request *req, http_response *resp)
+{
+    struct fn *f = ctx;
+    size_t len = 0;
+    (void)req;
+    char *text = fn_metrics_render(f->metrics, &len);
+    if (text == NULL)
+        http_response_error(resp, 500, "out of memory");
+    else
+        http_response_take_body(resp, 200, "text/plain; version=0.0.4", text, len);
+}
+
+static int serve(struct fn *f, tetris_error *err)
+{
+    struct http_server_options ho;
+    int r;
+
+    http_server_options_init(&ho);
+    ho.listen = f->o.listen;
+    ho.max_body_bytes = MAX_BODY_BYTES;
+    if ((r = http_server_new(&ho, &f->srv, err)) < 0)
+        return r;
+    if ((r = http_server_route(f->srv, "POST", "/", handle_invoke, f, err)) < 0 ||
+        (r = http_server_route(f->srv, "GET", "/_/health", handle_health, f, err)) < 0 ||
+        (r = http_server_route(f->srv, "GET", "/healthz", handle_health, f, err)) < 0 ||
+        (r = http_server_route(f->srv, "GET", "/metrics", handle_metrics, f, err)) < 0)
+        return r;
+    return http_server_start(f->srv, err);
+}
+
+/* ---- start-up and shutdown ---- */
+
+static int load_model(struct fn *f, tetris_error *err)
+{
+    struct agent_options ao;
+    struct ort_adapter_options oo;
+    int r;
+
+    if (f->o.store_dir != NULL) {
+        agent_options_init(&ao);
+        ao.mode = f->o.mode;
+        ao.store_dir = f->o.store_dir;
+        ao.tenant = f->o.tenant;
+        ao.manifest_path = f->o.manifest;
+        if ((r = agent_load(f->o.model, &ao, &f->am, err)) < 0)
+            return r;
+    }
+    ort_adapter_options_init(&oo);
+    oo.intra_op_threads = f->o.threads;
+    if ((r = ort_model_open(f->o.model, f->am, &oo, &f->m, err)) < 0)
+        return r;
+    return ort_io_describe(f->m, f->o.dynamic_dim, &f->io, err);
+}
+
+static int print_ready(const struct fn *f, tetris_error *err)
+{
+    char listen[300];
+    const char *colon = strrchr(f->o.listen, ':');
+    size_t host_len = colon != NULL ? (size_t)(colon - f->o.listen) : 0;
+    snprintf(listen, sizeof(listen), "%.*s:%u", (int)host_len, f->o.listen,
+             (unsigned)http_server_port(f->srv));
+    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:i, s:i, s:f, s:I, s:b, s:s}",
+                          "event", "ready", "listen", listen, "port",
+                          (int)http_server_port(f->srv), "model", f->o.model, "mode",
+                          mode_name(&f->o), "batching", f->io->batchable ? "concat" : "sequential",
+                          "batch", f->o.batch.batch, "concurrency", f->o.batch.concurrency,
+                          "max_wait_ms", f->o.batch.max_wait_ms, "shared_bytes",
+                          (json_int_t)f->m->shared_bytes, "fell_back",
+                          f->am != NULL && f->am->stats.fell_back, "fallback_reason",
+                          f->am != NULL ? f->am->stats.fallback_reason : "");
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    printf("%s\n", text);
+    free(text);
+    if (fflush(stdout) != 0 && errno != EPIPE)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stdout");
+    return 0;
+}
+
+static int start(struct fn *f, tetris_error *err)
+{
+    struct fn_metrics_info mi;
+    const char *base = strrchr(f->o.model, '/');
+    int r;
+
+    if ((r = load_model(f, err)) < 0)
+        return r;
+    mi.model = base != NULL ? base + 1 : f->o.model;
+    mi.mode = mode_name(&f->o);
+    mi.batching = f->io->batchable ? "concat" : "sequential";
+    mi.shared_bytes = f->m->shared_bytes;
+    if ((r = fn_metrics_new(&mi, &f->metrics, err)) < 0 ||
+        (r = batcher_new(f->m, f->io, &f->o.batch, f->metrics, &f->batcher, err)) < 0)
+        return r;
+    if ((r = serve(f, err)) < 0)
+        return r;
+    log_info("event=ready model=%s mode=%s batching=%s batch=%d concurrency=%d max_wait_ms=%g "
+             "threads=%d port=%u shared_bytes=%llu",
+             f->o.model, mi.mode, mi.batching, f->o.batch.batch, f->o.batch.concurrency,
+             f->o.batch.max_wait_ms, f->o.threads, (unsigned)http_server_port(f->srv),
+             (unsigned long long)f->m->shared_bytes);
+    if (f->am != NULL && f->am->stats.fell_back)
+        log_warn("event=private-fallback model=%s reason=\"%s\"", f->o.model,
+                 f->am->stats.fallback_reason);
+    return print_ready(f, err);
+}
+
+/* Draining order: partial batches stop waiting and new requests get 503,
+ * the replies of everything accepted are sent, then the HTTP server and the
+ * workers stop. */
+static void stop(struct fn *f)
+{
+    if (f->batcher != NULL)
+        batcher_drain(f->batcher);
+    if (f->srv != NULL)
+        wait_replies_sent(f, DRAIN_TIMEOUT_S);
+    http_server_free(f->srv);
+    batcher_free(f->batcher);
+    fn_metrics_free(f->metrics);
+    ort_io_free(f->io);
+    ort_model_free(f->m);
+    agent_model_free(f->am);
+    pthread_cond_destroy(&f->replies_sent);
+    pthread_mutex_destroy(&f->replies_lock);
+}
+
+static int exit_code_for(int r)
+{
+    return r == -TETRIS_E_FORMAT || r == -TETRIS_E_NOTFOUND ? EXIT_BAD_MODEL : EXIT_FAILURE_;
+}
+
+int main(int argc, char **argv)
+{
+    struct fn f = {0};
+    tetris_error err = {0};
+    sigset_t stop_signals;
+    char quoted[1100];
+    int r, sig = 0, rc = EXIT_OK;
+
+    log_init(argv[0]);
+    if (parse_args(argc, argv, &f.o) < 0)
+        return EXIT_USAGE;
+    pthread_mutex_init(&f.replies_lock, NULL);
+    pthread_cond_init(&f.replies_sent, NULL);
+    /* Blocked before any thread starts, so every thread inherits the mask
+     * and only sigwait() below sees them. */
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if ((r = start(&f, &err)) < 0) {
+        log_error("event=error model=%s code=%s msg=%s", f.o.model ? f.o.model : "",
+                  tetris_code_name(r), log_quote(err.msg, quoted, sizeof(quoted)));
+        rc = exit_code_for(r);
+    } else {
+        sigwait(&stop_signals, &sig);
+        log_info("event=draining signal=%d", sig);
+    }
+    stop(&f);
+    if (rc == EXIT_OK)
+        log_info("event=stopped");
+    return rc;
+}

@@ -1,0 +1,349 @@
+/* model.c - the model object: building it, picking the format parser,
+ * whole-model checks, and reading tensor bytes back from their sources
+ * (decoding and hashing them). */
+#include "model/model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "model/format_onnx.h"
+#include "model/format_safetensors.h"
+
+model *model_new(const char *path, const char *format, tetris_error *err)
+{
+    model *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "model %s", path);
+        return NULL;
+    }
+    m->path = strdup(path);
+    m->format = strdup(format);
+    if (m->path == NULL || m->format == NULL) {
+        model_free(m);
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "model %s", path);
+        return NULL;
+    }
+    return m;
+}
+
+void model_free(model *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        free(m->tensors[i].name);
+        free(m->tensors[i].source);
+    }
+    free(m->tensors);
+    free(m->path);
+    free(m->format);
+    free(m);
+}
+
+int model_add_tensor(model *m, tensor_desc *t, tetris_error *err)
+{
+    if (m->n_tensors % 64 == 0) {
+        size_t cap = m->n_tensors + 64;
+        tensor_desc *grown = reallocarray(m->tensors, cap, sizeof *grown);
+        if (grown == NULL) {
+            free(t->name);
+            free(t->source);
+            t->name = t->source = NULL;
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: tensor table", m->path);
+        }
+        m->tensors = grown;
+    }
+    m->tensors[m->n_tensors++] = *t;
+    m->total_bytes += t->meta.nbytes;
+    t->name = t->source = NULL;
+    return 0;
+}
+
+int tensor_shape_nbytes(const char *dtype, int ndim, const int64_t *shape, uint64_t *nbytes,
+                        tetris_error *err)
+{
+    size_t size = tensor_dtype_size(dtype);
+    if (size == 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "unknown dtype \"%s\"", dtype);
+    if (ndim < 0 || ndim > TENSOR_MAX_DIMS)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%d dims (at most %d supported)", ndim,
+                           TENSOR_MAX_DIMS);
+    uint64_t n = size;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "dim %d is negative (%lld)", i,
+                               (long long)shape[i]);
+        if (__builtin_mul_overflow(n, (uint64_t)shape[i], &n) || n > (uint64_t)INT64_MAX)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "shape overflows: byte size exceeds 2^63 at dim %d", i);
+    }
+    *nbytes = n;
+    return 0;
+}
+
+/* Orders regions by (source, offset) so overlaps become neighbours. */
+static int region_cmp(const void *a, const void *b)
+{
+    const tensor_desc *x = *(const tensor_desc *const *)a;
+    const tensor_desc *y = *(const tensor_desc *const *)b;
+    int c = strcmp(x->source, y->source);
+    if (c != 0)
+        return c;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    const tensor_desc *x = *(const tensor_desc *const *)a;
+    const tensor_desc *y = *(const tensor_desc *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+int model_check(const model *m, const char *what, tetris_error *err)
+{
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tensor_desc *t = &m->tensors[i];
+        uint64_t end;
+        /* Regions are file offsets: off_t is signed. */
+        if (__builtin_add_overflow(t->offset, t->length, &end) || end > (uint64_t)INT64_MAX)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "%s: tensor \"%s\": offset + length overflows 2^63", what,
+                               t->name);
+        if (t->encoding == TENSOR_ENC_RAW && t->length != t->meta.nbytes)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "%s: tensor \"%s\": %llu bytes of data for a %s tensor of "
+                               "%llu bytes",
+                               what, t->name, (unsigned long long)t->length, t->meta.dtype,
+                               (unsigned long long)t->meta.nbytes);
+        if (t->encoding == TENSOR_ENC_VARINT && t->length > 10 * t->meta.nbytes)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "%s: tensor \"%s\": %llu bytes of varints cannot hold %llu "
+                               "bytes of %s",
+                               what, t->name, (unsigned long long)t->length,
+                               (unsigned long long)t->meta.nbytes, t->meta.dtype);
+    }
+    if (m->n_tensors < 2)
+        return 0;
+
+    cleanup_free const tensor_desc **v = calloc(m->n_tensors, sizeof *v);
+    if (v == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: checking tensors", what);
+    for (size_t i = 0; i < m->n_tensors; i++)
+        v[i] = &m->tensors[i];
+
+    qsort(v, m->n_tensors, sizeof *v, name_cmp);
+    for (size_t i = 1; i < m->n_tensors; i++)
+        if (strcmp(v[i - 1]->name, v[i]->name) == 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: duplicate tensor name \"%s\"",
+                               what, v[i]->name);
+
+    qsort(v, m->n_tensors, sizeof *v, region_cmp);
+    const tensor_desc *prev = NULL;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tensor_desc *t = v[i];
+        if (t->length == 0)
+            continue; /* empty tensors occupy no bytes */
+        if (prev != NULL && strcmp(prev->source, t->source) == 0 &&
+            prev->offset + prev->length > t->offset)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "%s: tensors \"%s\" [%llu, %llu) and \"%s\" [%llu, %llu) "
+                               "overlap in %s",
+                               what, prev->name, (unsigned long long)prev->offset,
+                               (unsigned long long)(prev->offset + prev->length), t->name,
+                               (unsigned long long)t->offset,
+                               (unsigned long long)(t->offset + t->length), t->source);
+        prev = t;
+    }
+    return 0;
+}
+
+static bool has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The extension decides when there is one, so a damaged file gets the
+ * error of the format it claims to be; otherwise the content does. */
+int model_parse_buffer(const char *path, const uint8_t *data, size_t len, model **out,
+                       tetris_error *err)
+{
+    *out = NULL;
+    if (has_suffix(path, ".safetensors"))
+        return safetensors_parse(path, data, len, out, err);
+    if (has_suffix(path, ".onnx"))
+        return onnx_parse(path, data, len, out, err);
+    if (safetensors_sniff(data, len))
+        return safetensors_parse(path, data, len, out, err);
+    return onnx_parse(path, data, len, out, err);
+}
+
+int model_parse_file(const char *path, model **out, tetris_error *err)
+{
+    *out = NULL;
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
+                           "open %s", path);
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+    if (!S_ISREG(st.st_mode))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: not a regular file", path);
+    if (st.st_size == 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: empty file", path);
+    size_t len = (size_t)st.st_size;
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", path);
+    int ret = model_parse_buffer(path, map, len, out, err);
+    munmap(map, len);
+    return ret;
+}
+
+/* Decodes a region (already in memory) into the tensor's bytes. */
+static int decode_region(const tensor_desc *t, const uint8_t *region, void *dst,
+                         tetris_error *err)
+{
+    switch (t->encoding) {
+    case TENSOR_ENC_RAW:
+        memcpy(dst, region, t->meta.nbytes);
+        return 0;
+    case TENSOR_ENC_VARINT:
+        return onnx_decode_varints(t, region, dst, err);
+    default:
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "unsupported encoding %d", (int)t->encoding);
+    }
+}
+
+static int pread_full(int fd, void *buf, uint64_t len, uint64_t offset, const tensor_desc *t,
+                      tetris_error *err)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = pread(fd, p, len, (off_t)offset);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "read %s (tensor \"%s\")", t->source,
+                               t->name);
+        if (n == 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "%s: tensor \"%s\": file ends before its region (changed since "
+                               "it was indexed?)",
+                               t->source, t->name);
+        p += n;
+        len -= (uint64_t)n;
+        offset += (uint64_t)n;
+    }
+    return 0;
+}
+
+int model_read_tensor(const tensor_desc *t, int source_fd, void *dst, tetris_error *err)
+{
+    if (t->encoding == TENSOR_ENC_RAW) {
+        if (t->length != t->meta.nbytes)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "%s: tensor \"%s\": region of %llu bytes for %llu bytes",
+                               t->source, t->name, (unsigned long long)t->length,
+                               (unsigned long long)t->meta.nbytes);
+        return pread_full(source_fd, dst, t->length, t->offset, t, err);
+    }
+    cleanup_free uint8_t *region = malloc(t->length > 0 ? t->length : 1);
+    if (region == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\"", t->name);
+    int ret = pread_full(source_fd, region, t->length, t->offset, t, err);
+    if (ret < 0)
+        return ret;
+    if (decode_region(t, region, dst, err) < 0)
+        return tetris_wrap(err, "%s: tensor \"%s\"", t->source, t->name);
+    return 0;
+}
+
+int model_read_tensor_range(const tensor_desc *t, int source_fd, uint64_t offset, void *dst,
+                            size_t len, tetris_error *err)
+{
+    if (t->encoding != TENSOR_ENC_RAW)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor \"%s\": not raw, read it whole",
+                           t->name);
+    if (offset > t->length || len > t->length - offset)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor \"%s\": range past its %llu bytes",
+                           t->name, (unsigned long long)t->length);
+    return pread_full(source_fd, dst, len, t->offset + offset, t, err);
+}
+
+/* Hashes every tensor of one source file from a read-only mapping of it. */
+static int digest_source(model *m, const char *source, tetris_error *err)
+{
+    cleanup_close int fd = open(source, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
+                           "open %s", source);
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", source);
+    size_t size = (size_t)st.st_size;
+    const uint8_t *map = NULL;
+    if (size > 0) {
+        void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+            return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", source);
+        (void)madvise(p, size, MADV_SEQUENTIAL); /* a hint; failure changes nothing */
+        map = p;
+    }
+
+    int ret = 0;
+    for (size_t i = 0; i < m->n_tensors && ret == 0; i++) {
+        tensor_desc *t = &m->tensors[i];
+        if (strcmp(t->source, source) != 0)
+            continue;
+        if (t->offset > size || t->length > size - t->offset) {
+            ret = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                              "%s: tensor \"%s\": region [%llu, +%llu) is past the end of the "
+                              "file (%zu bytes)",
+                              source, t->name, (unsigned long long)t->offset,
+                              (unsigned long long)t->length, size);
+            break;
+        }
+        static const uint8_t empty[1];
+        const uint8_t *region = t->length > 0 ? map + t->offset : empty;
+        if (t->encoding == TENSOR_ENC_RAW) {
+            ret = tensor_digest_compute(&t->meta, region, err);
+        } else {
+            cleanup_free uint8_t *bytes = malloc(t->meta.nbytes > 0 ? t->meta.nbytes : 1);
+            if (bytes == NULL)
+                ret = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\"", t->name);
+            else if ((ret = decode_region(t, region, bytes, err)) == 0)
+                ret = tensor_digest_compute(&t->meta, bytes, err);
+        }
+        if (ret < 0)
+            tetris_wrap(err, "%s: tensor \"%s\"", source, t->name);
+        else
+            t->has_digest = true;
+    }
+    if (map != NULL)
+        munmap((void *)map, size);
+    return ret;
+}
+
+int model_compute_digests(model *m, tetris_error *err)
+{
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const char *source = m->tensors[i].source;
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(m->tensors[j].source, source) == 0;
+        if (seen)
+            continue;
+        int ret = digest_source(m, source, err);
+        if (ret < 0)
+            return ret;
+    }
+    return 0;
+}

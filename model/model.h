@@ -1,0 +1,107 @@
+/* model.h - a model file as a list of tensors: what each tensor is, where
+ * its bytes are, and its identity. Format parsers (format_*.c) fill it; the
+ * manifest (manifest.c) is its JSON form.
+ *
+ * Parsers work on an in-memory image of the file so they can be fuzzed;
+ * every offset/length they produce is checked against the file size, and
+ * overlapping tensor regions, absurd shapes and dtype/length mismatches are
+ * TETRIS_E_FORMAT errors with a message naming the tensor. */
+#ifndef TETRIS_MODEL_H
+#define TETRIS_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tensorstore/digest.h"
+#include "common/error.h"
+
+/* How a tensor's bytes are stored in its source region. */
+enum tensor_encoding {
+    TENSOR_ENC_RAW = 0,     /* the region is the little-endian tensor bytes */
+    TENSOR_ENC_VARINT = 1,  /* protobuf packed varints (ONNX int32_data,
+                               int64_data, uint64_data), one per element */
+    TENSOR_ENC_VARINT_ZZ = 2, /* unused by ONNX today; reserved */
+};
+
+typedef struct tensor_desc {
+    char *name;
+    tensor_meta meta;     /* dtype, shape, nbytes, crc32, digest */
+    bool has_digest;      /* meta.digest/crc32 are filled */
+    char *source;         /* file holding the bytes (model or external data) */
+    uint64_t offset;      /* region in source */
+    uint64_t length;      /* region length (== nbytes for RAW) */
+    enum tensor_encoding encoding;
+} tensor_desc;
+
+typedef struct model {
+    char *path;          /* the model file */
+    char *format;        /* "onnx", "safetensors" */
+    size_t n_tensors;
+    tensor_desc *tensors;
+    uint64_t total_bytes; /* sum of nbytes */
+    size_t n_skipped;     /* tensors left out as not shareable (ONNX string
+                             tensors, sparse initializers) */
+} model;
+
+/* Parses a model file (format from content: safetensors header or ONNX
+ * protobuf). Digests are not computed (see model_compute_digests). */
+int model_parse_file(const char *path, model **out, tetris_error *err);
+
+/* Parses an in-memory image; path is used for messages and to resolve
+ * external data files relative to it. */
+int model_parse_buffer(const char *path, const uint8_t *data, size_t len, model **out,
+                       tetris_error *err);
+
+/* Reads every tensor's bytes and fills meta.digest/crc32. */
+int model_compute_digests(model *m, tetris_error *err);
+
+/* Decodes one tensor's bytes (nbytes long) into dst, from an open fd of its
+ * source file. */
+int model_read_tensor(const tensor_desc *t, int source_fd, void *dst, tetris_error *err);
+
+/* Reads bytes [offset, offset + len) of a RAW tensor from an open fd of its
+ * source file, for callers that stream a tensor in chunks. */
+int model_read_tensor_range(const tensor_desc *t, int source_fd, uint64_t offset, void *dst,
+                            size_t len, tetris_error *err);
+
+void model_free(model *m);
+
+/* Human-readable listing (tetris-agent inspect): a summary, then one line
+ * per tensor. */
+int model_print(const model *m, FILE *out, tetris_error *err);
+
+/* ---- building a model (for format parsers and the manifest reader) ---- */
+model *model_new(const char *path, const char *format, tetris_error *err);
+/* Appends *t, taking ownership of t->name and t->source (freed on failure
+ * too); adds t->meta.nbytes to total_bytes. */
+int model_add_tensor(model *m, tensor_desc *t, tetris_error *err);
+/* Sets *nbytes = product(shape) * size(dtype); an unknown dtype, more than
+ * TENSOR_MAX_DIMS dims, a negative dim or an overflow is TETRIS_E_FORMAT. */
+int tensor_shape_nbytes(const char *dtype, int ndim, const int64_t *shape, uint64_t *nbytes,
+                        tetris_error *err);
+/* Whole-model checks every parser ends with: unique names, region lengths
+ * consistent with their encoding, and no two regions of one source
+ * overlapping. `what` names the input in messages (file or manifest). */
+int model_check(const model *m, const char *what, tetris_error *err);
+
+/* ---- manifest (JSON) ----
+ * {"format":"tetris-manifest/1","model":PATH,"model_format":"onnx",
+ *  "tensor_bytes":N,"tensors":[{"name","dtype","shape":[..],"source",
+ *  "offset","length","nbytes","encoding":"raw"|"varint",
+ *  "digest":"sha256:HEX","crc32":N}, ...]}
+ *
+ * Sources and the model path are best absolute: `tetris-agent index` writes
+ * them so (model_sources_realpath), and such a manifest works from any
+ * working directory. A relative one in a manifest read from a file is
+ * relative to the manifest's directory (manifest_read_file resolves it);
+ * manifest_parse, which has no file, leaves it as it is. */
+int manifest_write_file(const model *m, const char *path, tetris_error *err); /* "-" = stdout */
+char *manifest_to_json(const model *m, tetris_error *err);                     /* malloc'd */
+int manifest_read_file(const char *path, model **out, tetris_error *err);
+int manifest_parse(const char *json, size_t len, model **out, tetris_error *err);
+/* Replaces the model path and every tensor's source by its realpath(3). */
+int model_sources_realpath(model *m, tetris_error *err);
+
+#endif

@@ -1,0 +1,33 @@
+/* model_publish.c - a model file's tensor into the store, without an
+ * intermediate copy of the whole tensor. */
+#include "model/model_publish.h"
+
+struct source {
+    const tensor_desc *t;
+    int fd;
+};
+
+static int decode_whole(void *ctx, void *dst, uint64_t len, tetris_error *err)
+{
+    const struct source *src = ctx;
+    if (len != src->t->meta.nbytes)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor %s: store asked for %llu bytes, not %llu",
+                           src->t->name, (unsigned long long)len,
+                           (unsigned long long)src->t->meta.nbytes);
+    return model_read_tensor(src->t, src->fd, dst, err);
+}
+
+static int read_raw_range(void *ctx, void *dst, uint64_t offset, size_t len, tetris_error *err)
+{
+    const struct source *src = ctx;
+    return model_read_tensor_range(src->t, src->fd, offset, dst, len, err);
+}
+
+int model_publish_tensor(store *s, const tensor_desc *t, int source_fd, bool *published,
+                         tetris_error *err)
+{
+    struct source src = {.t = t, .fd = source_fd};
+    if (t->encoding == TENSOR_ENC_RAW && t->length == t->meta.nbytes)
+        return store_publish_tensor_chunked(s, &t->meta, read_raw_range, &src, published, err);
+    return store_publish_tensor(s, &t->meta, decode_whole, &src, published, err);
+}

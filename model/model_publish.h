@@ -1,0 +1,21 @@
+/* model_publish.h - publish one tensor of a model file into the store,
+ * reading its bytes from an open descriptor of its source file. Shared by
+ * the agent (direct mode) and the node daemon (ingest service), so both
+ * take the same fast path and the same checks. */
+#ifndef TETRIS_MODEL_PUBLISH_H
+#define TETRIS_MODEL_PUBLISH_H
+
+#include <stdbool.h>
+
+#include "common/error.h"
+#include "model/model.h"
+#include "tensorstore/store.h"
+
+/* Raw tensors are read chunk by chunk at their offset (hashed in cache,
+ * written with pwrite); encoded ones (packed varints) are decoded whole into
+ * the store's temp mapping. The store re-hashes what it wrote, so bytes
+ * that do not match t->meta are never published (TETRIS_E_CORRUPT). */
+int model_publish_tensor(store *s, const tensor_desc *t, int source_fd, bool *published,
+                         tetris_error *err);
+
+#endif

@@ -1,0 +1,15 @@
+# model/module.mk - the model-format library: the protobuf reader, the
+# safetensors and ONNX parsers, tensor manifests, publishing a model's
+# tensors into the store and the ONNX rewriter; their unit tests, the
+# bad-input corpus generator and the bad-input CLI test. (The fuzz
+# harnesses are in fuzz/module.mk, built only by `make fuzz`.)
+LIB_SRCS += model/protobuf.c model/format_safetensors.c model/format_onnx.c \
+            model/model.c model/manifest.c model/model_print.c model/model_publish.c \
+            model/onnx_rewrite.c
+
+UNIT_TESTS += tests/unit/test_safetensors.c tests/unit/test_onnx.c tests/unit/test_manifest.c
+
+TEST_PROGRAMS += tetris-gen-model-corpus
+tetris-gen-model-corpus_SRCS := tests/formats/gen-model-corpus.c
+
+SHELL_TESTS += tests/formats/test-bad-models.sh

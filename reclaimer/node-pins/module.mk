@@ -1,0 +1,9 @@
+# reclaimer/node-pins/module.mk - tetris-node-pins, the daemon's sidecar:
+# keeps tetris-reclaimer's --pin-file in step with the pods bound to its
+# node.
+LIB_SRCS += reclaimer/node-pins/node_pods.c
+
+PROGRAMS += tetris-node-pins
+tetris-node-pins_SRCS := reclaimer/node-pins/node_pins_main.c
+tetris-node-pins_LIBS := -lcurl
+

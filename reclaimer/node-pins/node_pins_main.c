@@ -1,0 +1,211 @@
+/* node_pins_main.c - tetris-node-pins: keeps a node daemon's pin file in
+ * step with the cluster. Every interval it asks the apiserver which model
+ * pods are on this node (node_pods.h) and rewrites the file that
+ * `tetris-reclaimer --pin-file` reads: one hex digest per line, replaced
+ * atomically (write a temporary file, then rename) and only when it
+ * changed. Runs next to the daemon (a sidecar in its DaemonSet pod). */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "common/cleanup.h"
+#include "common/kube.h"
+#include "common/log.h"
+#include "reclaimer/node-pins/node_pods.h"
+
+static volatile sig_atomic_t stopping;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stopping = 1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: tetris-node-pins --node NAME --pin-file FILE [OPTIONS]\n"
+            "\n"
+            "Writes the tensor digests of the models of the pods scheduled to NAME (pods\n"
+            "labelled tetris.io/model, manifests in ConfigMaps labelled tetris.io/model) to\n"
+            "FILE, one hex digest per line, for tetris-reclaimer --pin-file.\n"
+            "\n"
+            "  --node NAME          this node (default: $NODE_NAME)\n"
+            "  --pin-file FILE      the file to keep up to date\n"
+            "  --namespace NS       namespace of the manifest ConfigMaps (default: the\n"
+            "                       kubeconfig context's / service account's)\n"
+            "  --kubeconfig FILE    default: in-cluster service account\n"
+            "  --interval SECONDS   between refreshes (default 30)\n"
+            "  --once               refresh once and exit\n"
+            "  --help, --version\n"
+            "\n"
+            "A failed refresh keeps the previous file (pins are never dropped because the\n"
+            "apiserver is unreachable).\n"
+            "Exit status: 0 stopped by SIGTERM/SIGINT or --once done, 1 failure (--once\n"
+            "refresh failed, no credentials), 2 usage error.\n");
+}
+
+/* The pin file's new contents (malloc'd). */
+static char *render(const node_models *m)
+{
+    char *text = malloc(m->n_digests * (TENSOR_DIGEST_HEX_LEN + 1) + 1);
+    if (text == NULL)
+        return NULL;
+    size_t len = 0;
+    for (size_t i = 0; i < m->n_digests; i++) {
+        tensor_digest_to_hex(&m->digests[i], text + len);
+        len += TENSOR_DIGEST_HEX_LEN;
+        text[len++] = '\n';
+    }
+    text[len] = '\0';
+    return text;
+}
+
+static int write_atomically(const char *path, const char *text, tetris_error *err)
+{
+    char tmp[4096];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "pin file path too long");
+    cleanup_close int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "create %s", tmp);
+    size_t len = strlen(text), off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, text + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            int e = errno;
+            unlink(tmp);
+            return tetris_fail(err, TETRIS_E_IO, e, "write %s", tmp);
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+        int e = errno;
+        unlink(tmp);
+        return tetris_fail(err, TETRIS_E_IO, e, "replace %s", path);
+    }
+    return 0;
+}
+
+/* One refresh; *last is the file's current contents (updated). */
+static int refresh(kube_client *kc, const char *node, const char *ns, const char *path,
+                   char **last, tetris_error *err)
+{
+    node_models *m = NULL;
+    int r = node_pods_models(kc, node, ns, &m, err);
+    if (r < 0)
+        return r;
+    char *text = render(m);
+    size_t n_models = m->n_models, n_missing = m->n_missing, n_digests = m->n_digests;
+    node_models_free(m);
+    if (text == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pin file");
+    if (*last != NULL && strcmp(*last, text) == 0) {
+        free(text);
+        return 0;
+    }
+    r = write_atomically(path, text, err);
+    if (r < 0) {
+        free(text);
+        return r;
+    }
+    free(*last);
+    *last = text;
+    log_info("event=pins-written node=%s models=%zu models_without_manifest=%zu digests=%zu file=%s",
+             node, n_models, n_missing, n_digests, path);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    log_init(argv[0]);
+    enum { OPT_NODE = 256, OPT_PIN_FILE, OPT_NAMESPACE, OPT_KUBECONFIG, OPT_INTERVAL, OPT_ONCE,
+           OPT_HELP, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"node", required_argument, NULL, OPT_NODE},
+        {"pin-file", required_argument, NULL, OPT_PIN_FILE},
+        {"namespace", required_argument, NULL, OPT_NAMESPACE},
+        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
+        {"interval", required_argument, NULL, OPT_INTERVAL},
+        {"once", no_argument, NULL, OPT_ONCE},
+        {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    const char *node = getenv("NODE_NAME"), *path = NULL, *ns = NULL, *kubeconfig = NULL;
+    long interval = 30;
+    bool once = false;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        char *end;
+        switch (ch) {
+        case OPT_NODE: node = optarg; break;
+        case OPT_PIN_FILE: path = optarg; break;
+        case OPT_NAMESPACE: ns = optarg; break;
+        case OPT_KUBECONFIG: kubeconfig = optarg; break;
+        case OPT_INTERVAL:
+            interval = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || interval < 1 || interval > 86400) {
+                fprintf(stderr, "tetris-node-pins: --interval wants 1..86400 seconds\n");
+                return 2;
+            }
+            break;
+        case OPT_ONCE: once = true; break;
+        case OPT_HELP: usage(stdout); return 0;
+        case OPT_VERSION: printf("tetris-node-pins %s\n", TETRIS_VERSION); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc || node == NULL || node[0] == '\0' || path == NULL) {
+        fprintf(stderr, "tetris-node-pins: --node (or $NODE_NAME) and --pin-file are required\n");
+        usage(stderr);
+        return 2;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    kube_client *kc = NULL;
+    tetris_error err = {0};
+    char q[600];
+    if (kube_client_new(kubeconfig, &kc, &err) < 0) {
+        log_error("event=start-failed error=%s", log_quote(err.msg, q, sizeof q));
+        curl_global_cleanup();
+        return 1;
+    }
+    if (ns == NULL)
+        ns = kube_client_namespace(kc);
+    char *last = NULL;
+    int rc = 0;
+    while (!stopping) {
+        tetris_error e = {0};
+        if (refresh(kc, node, ns, path, &last, &e) < 0) {
+            log_warn("event=pins-refresh-failed node=%s error=%s action=keep-previous-file", node,
+                     log_quote(e.msg, q, sizeof q));
+            if (once)
+                rc = 1;
+        }
+        if (once)
+            break;
+        /* sleep() returns early when a signal arrives. */
+        for (long left = interval; left > 0 && !stopping;)
+            left = (long)sleep((unsigned)left);
+    }
+    free(last);
+    kube_client_free(kc);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,180 @@
+/* node_pods.c - pods on a node -> their models -> their tensor digests. */
+#include "reclaimer/node-pins/node_pods.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "scheduler-ext/extender/manifests.h"
+
+static bool pod_is_live(json_t *pod)
+{
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+    return phase == NULL || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0);
+}
+
+static bool has_model(const node_models *m, const char *model)
+{
+    for (size_t i = 0; i < m->n_models; i++)
+        if (strcmp(m->models[i], model) == 0)
+            return true;
+    return false;
+}
+
+static int add_model(node_models *m, const char *model, tetris_error *err)
+{
+    char **models = realloc(m->models, (m->n_models + 1) * sizeof *models);
+    if (models == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "node models");
+    m->models = models;
+    if ((m->models[m->n_models] = strdup(model)) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "node models");
+    m->n_models++;
+    return 0;
+}
+
+/* Appends the digests of one manifest; FORMAT errors leave m unchanged. */
+static int add_manifest_digests(node_models *m, const char *model, const char *text,
+                                tetris_error *err)
+{
+    json_error_t je;
+    json_t *root = json_loads(text, 0, &je);
+    json_t *tensors = json_object_get(root, "tensors");
+    if (!json_is_array(tensors)) {
+        json_decref(root);
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "manifest of %s: no tensors array", model);
+    }
+    size_t n = json_array_size(tensors);
+    tensor_digest *d = realloc(m->digests, (m->n_digests + n + 1) * sizeof *d);
+    if (d == NULL) {
+        json_decref(root);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "node models");
+    }
+    m->digests = d;
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        const char *hex = json_string_value(json_object_get(json_array_get(tensors, i), "digest"));
+        if (hex == NULL)
+            r = tetris_fail(err, TETRIS_E_FORMAT, 0, "manifest of %s: tensor %zu has no digest",
+                            model, i);
+        else
+            r = tensor_digest_from_hex(hex, &d[m->n_digests + i], err);
+    }
+    json_decref(root);
+    if (r == 0)
+        m->n_digests += n;
+    return r;
+}
+
+/* The model's manifest text from its ConfigMap(s); the first valid wins. */
+static int load_model(kube_client *kc, node_models *m, const char *model, const char *ns,
+                      tetris_error *err)
+{
+    char path[512], selector[512];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps", ns);
+    snprintf(selector, sizeof selector, "%s=%s", MANIFEST_LABEL, model);
+    kube_list_opts opts = {.label_selector = selector};
+    json_t *items = NULL;
+    int r = kube_list(kc, path, &opts, &items, NULL, err);
+    if (r < 0)
+        return r;
+    size_t i;
+    json_t *cm;
+    bool found = false;
+    json_array_foreach(items, i, cm) {
+        const char *text =
+            json_string_value(json_object_get(json_object_get(cm, "data"), MANIFEST_KEY));
+        tetris_error e = {0};
+        if (text != NULL && add_manifest_digests(m, model, text, &e) == 0) {
+            found = true;
+            break;
+        }
+        if (e.code == TETRIS_E_NOMEM) {
+            json_decref(items);
+            *err = e;
+            return -TETRIS_E_NOMEM;
+        }
+        if (text != NULL) {
+            char q[600];
+            log_warn("event=manifest-invalid model=%s error=%s", model,
+                     log_quote(e.msg, q, sizeof q));
+        }
+    }
+    json_decref(items);
+    if (!found) {
+        m->n_missing++;
+        log_warn("event=manifest-missing model=%s namespace=%s", model, ns);
+    }
+    return 0;
+}
+
+static int cmp_digest(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(tensor_digest));
+}
+
+static void sort_unique(node_models *m)
+{
+    if (m->n_digests == 0)
+        return;
+    qsort(m->digests, m->n_digests, sizeof *m->digests, cmp_digest);
+    size_t out = 1;
+    for (size_t i = 1; i < m->n_digests; i++)
+        if (memcmp(&m->digests[i], &m->digests[out - 1], sizeof *m->digests) != 0)
+            m->digests[out++] = m->digests[i];
+    m->n_digests = out;
+}
+
+int node_pods_models(kube_client *kc, const char *node, const char *manifest_ns,
+                     node_models **out, tetris_error *err)
+{
+    char field[512];
+    int n = snprintf(field, sizeof field, "spec.nodeName=%s", node);
+    if (n < 0 || (size_t)n >= sizeof field)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "node name too long");
+    kube_list_opts opts = {.label_selector = MANIFEST_LABEL, .field_selector = field};
+    json_t *pods = NULL;
+    int r = kube_list(kc, "/api/v1/pods", &opts, &pods, NULL, err);
+    if (r < 0)
+        return tetris_wrap(err, "pods on node %s", node);
+    node_models *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        json_decref(pods);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "node models");
+    }
+    size_t i;
+    json_t *pod;
+    json_array_foreach(pods, i, pod) {
+        const char *model = json_string_value(json_object_get(
+            json_object_get(json_object_get(pod, "metadata"), "labels"), MANIFEST_LABEL));
+        if (model == NULL || model[0] == '\0' || !pod_is_live(pod) || has_model(m, model))
+            continue;
+        r = add_model(m, model, err);
+        if (r == 0)
+            r = load_model(kc, m, model, manifest_ns, err);
+        if (r < 0)
+            break;
+    }
+    json_decref(pods);
+    if (r < 0) {
+        node_models_free(m);
+        return r;
+    }
+    sort_unique(m);
+    *out = m;
+    return 0;
+}
+
+void node_models_free(node_models *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->n_models; i++)
+        free(m->models[i]);
+    free(m->models);
+    free(m->digests);
+    free(m);
+}

@@ -1,0 +1,130 @@
+/* autoscaler_deploy.c - what an instance config looks like to Kubernetes
+ * (one Deployment per function and config) and the dry-run actuator, which
+ * prints each action as a JSON line instead of doing it. */
+#include "scheduler-ext/autoscaler/autoscaler.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MANAGED_BY "tetris-autoscaler"
+
+void as_config_key(const profile_config *cfg, char *buf, size_t len)
+{
+    snprintf(buf, len, "c%ld-m%ld-b%d-p%d", lround(cfg->c * 1000.0), lround(ceil(cfg->m_mib)),
+             cfg->b, cfg->p);
+}
+
+void as_deployment_name(const as_function *fn, size_t config, char *buf, size_t len)
+{
+    char key[96];
+    as_config_key(&fn->prof->configs[config], key, sizeof key);
+    snprintf(buf, len, "%s-%s", fn->name, key);
+}
+
+static json_t *env_var(const char *name, const char *value)
+{
+    return json_pack("{s:s, s:s}", "name", name, "value", value);
+}
+
+json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned replicas,
+                               const as_deploy_options *o)
+{
+    const profile_config *cfg = &fn->prof->configs[config];
+    char name[256], key[96], cpu[32], memory[32], batch[16], concurrency[16], threads[16],
+        model[1024], port[16];
+    as_deployment_name(fn, config, name, sizeof name);
+    as_config_key(cfg, key, sizeof key);
+    snprintf(cpu, sizeof cpu, "%ldm", lround(cfg->c * 1000.0));
+    /* With tensor sharing the store's pages are charged to the node daemon:
+     * the pod asks for its private memory only. */
+    snprintf(memory, sizeof memory, "%ldMi", lround(ceil(plan_instance_mib(cfg, &o->plan))));
+    snprintf(batch, sizeof batch, "%d", cfg->b);
+    snprintf(concurrency, sizeof concurrency, "%d", cfg->p);
+    /* As profiled: c CPUs shared by p workers, c/p intra-op threads each. */
+    snprintf(threads, sizeof threads, "%d", (int)fmax(1, floor(cfg->c / cfg->p)));
+    snprintf(model, sizeof model, "%s/%s", o->model_dir,
+             fn->prof->model_file ? fn->prof->model_file : fn->prof->model);
+    snprintf(port, sizeof port, "%d", o->port);
+
+    json_t *labels = json_pack("{s:s, s:s, s:s}", "faas_function", fn->name, "tetris.io/config",
+                               key, "app.kubernetes.io/managed-by", MANAGED_BY);
+    json_t *selector = json_pack("{s:s, s:s}", "faas_function", fn->name, "tetris.io/config", key);
+    json_t *pod_labels = json_pack("{s:s, s:s}", "faas_function", fn->name, "tetris.io/config",
+                                   key);
+    json_t *env = json_pack("[o, o, o, o, o, o]", env_var("TETRIS_BATCH", batch),
+                            env_var("TETRIS_CONCURRENCY", concurrency),
+                            env_var("TETRIS_THREADS", threads),
+                            env_var("TETRIS_MODEL", model), env_var("TETRIS_STORE", o->store_dir),
+                            env_var("TETRIS_PORT", port));
+    json_t *resources = json_pack("{s:{s:s, s:s}, s:{s:s, s:s}}", "requests", "cpu", cpu,
+                                  "memory", memory, "limits", "cpu", cpu, "memory", memory);
+    json_t *container = json_pack(
+        "{s:s, s:s, s:s, s:o, s:[{s:i, s:s}], s:o, s:[{s:s, s:s, s:b}], s:{s:{s:s, s:i}}}",
+        "name", fn->name, "image", o->image, "imagePullPolicy", o->pull_policy, "env", env,
+        "ports", "containerPort", o->port, "protocol", "TCP", "resources", resources,
+        "volumeMounts", "name", "tetris-store", "mountPath", o->store_dir, "readOnly", 1,
+        "readinessProbe", "httpGet", "path", "/_/health", "port", o->port);
+    return json_pack(
+        "{s:s, s:s, s:{s:s, s:s, s:o}, s:{s:i, s:{s:o}, s:{s:{s:o, s:{s:s, s:s}}, s:{s:s, s:[o], "
+        "s:[{s:s, s:{s:s, s:s}}]}}}}",
+        "apiVersion", "apps/v1", "kind", "Deployment", "metadata", "name", name, "namespace",
+        o->namespace_, "labels", labels, "spec", "replicas", (int)replicas, "selector",
+        "matchLabels", selector, "template", "metadata", "labels", pod_labels, "annotations",
+        "prometheus.io/scrape", "true", "prometheus.io/port", port, "spec", "schedulerName", o->scheduler_name, "containers",
+        container, "volumes", "name", "tetris-store", "hostPath", "path", o->store_dir, "type",
+        "Directory");
+}
+
+/* ---- dry run ---- */
+
+static int dry_adopt(as_actuator *a, as_function *fn, tetris_error *err)
+{
+    (void)a, (void)fn, (void)err;
+    return 0; /* no cluster: every function starts with no instances */
+}
+
+static int dry_apply(as_actuator *a, as_function *fn, const as_change *ch, tetris_error *err)
+{
+    const profile_config *cfg = &fn->prof->configs[ch->config];
+    char name[256];
+    as_deployment_name(fn, ch->config, name, sizeof name);
+    bool create = !fn->exists[ch->config];
+    json_t *line = json_pack(
+        "{s:f, s:s, s:s, s:s, s:s, s:{s:f, s:f, s:i, s:i, s:f}, s:{s:i, s:i}, s:f}", "time_s",
+        ch->time_s, "function", fn->name, "action", create ? "create" : "scale", "reason",
+        ch->reason, "deployment", name, "config", "c", cfg->c, "m",
+        plan_instance_mib(cfg, &a->deploy.plan), "b", cfg->b, "p", cfg->p, "l",
+        profile_config_latency(cfg, a->deploy.plan.latency), "replicas", "from", (int)ch->from, "to",
+        (int)ch->to, "rate_rps", ch->rps);
+    if (line == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "dry-run line");
+    if (create)
+        json_object_set_new(line, "manifest",
+                            as_deployment_manifest(fn, ch->config, ch->to, &a->deploy));
+    int rc = json_dumpf(line, stdout, JSON_COMPACT | JSON_REAL_PRECISION(8));
+    json_decref(line);
+    if (rc != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "write dry-run action");
+    fn->exists[ch->config] = true;
+    return 0;
+}
+
+static void dry_destroy(as_actuator *a)
+{
+    free(a);
+}
+
+int as_actuator_dry_run(const as_deploy_options *o, as_actuator **out, tetris_error *err)
+{
+    as_actuator *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "dry-run actuator");
+    a->adopt = dry_adopt;
+    a->apply = dry_apply;
+    a->destroy = dry_destroy;
+    a->deploy = *o;
+    *out = a;
+    return 0;
+}

@@ -1,0 +1,20 @@
+# scheduler-ext/autoscaler/module.mk - DTS, the GLPK optimum and
+# tetris-autoscaler, and their tests.
+LIB_SRCS += scheduler-ext/autoscaler/dts.c scheduler-ext/autoscaler/ilp.c
+
+PROGRAMS += tetris-autoscaler
+tetris-autoscaler_SRCS := scheduler-ext/autoscaler/autoscaler.c \
+                          scheduler-ext/autoscaler/autoscaler_policy.c \
+                          scheduler-ext/autoscaler/autoscaler_rate.c \
+                          scheduler-ext/autoscaler/autoscaler_deploy.c \
+                          scheduler-ext/autoscaler/autoscaler_kube.c
+tetris-autoscaler_LIBS := -lglpk -lcurl
+
+UNIT_TESTS += tests/unit/test_dts.c tests/unit/test_ilp.c
+UNIT_LIBS += -lglpk
+SHELL_TESTS += $(sort $(wildcard tests/autoscaler/test-*.sh))
+
+# The gateway's invocation counter for the Prometheus test (no OpenFaaS here).
+TEST_PROGRAMS += autoscaler-gateway-counter
+autoscaler-gateway-counter_SRCS := tests/autoscaler/gateway_counter.c
+autoscaler-gateway-counter_LIBS := -lmicrohttpd

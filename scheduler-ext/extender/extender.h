@@ -1,0 +1,53 @@
+/* extender.h - the kube-scheduler extender's decisions: /filter and
+ * /prioritize in the extender protocol, from model manifests and node
+ * inventories. The HTTP program (extender_main.c) and the benchmark both
+ * drive this.
+ *
+ * Protocol (k8s.io/kube-scheduler/extender/v1; struct fields without JSON
+ * tags, so keys are the Go names; embedded API objects use their usual
+ * lower-case keys):
+ *   ExtenderArgs         {"Pod": Pod, "Nodes": {"items": [Node]} | null,
+ *                         "NodeNames": [string] | null}
+ *   ExtenderFilterResult {"Nodes": {"items": [...]} | null, "NodeNames": [...] | null,
+ *                         "FailedNodes": {name: reason}, "Error": ""}
+ *   HostPriorityList     [{"Host": name, "Score": 0..10}]
+ * With nodeCacheCapable: true the scheduler sends NodeNames and reads
+ * NodeNames back; otherwise it sends and reads full Node objects.
+ * Key lookups are case-insensitive, as Go's decoder is.
+ *
+ * Decisions never block scheduling: a pod without a model, a model without
+ * a manifest, a node without a fresh inventory: pass the filter, score 0.
+ * Only a malformed request is an error (HTTP 400). */
+#ifndef TETRIS_EXTENDER_H
+#define TETRIS_EXTENDER_H
+
+#include <jansson.h>
+
+#include "common/error.h"
+#include "scheduler-ext/extender/inventory.h"
+#include "scheduler-ext/extender/manifests.h"
+
+#define EXTENDER_MODEL_KEY "tetris.io/model" /* pod label or annotation */
+/* Pod label: the pod's tenant has a dedicated store (DIR/tenants/T); its
+ * placement follows that store's inventories, not the shared store's. */
+#define EXTENDER_TENANT_LABEL "tetris.io/tenant"
+
+typedef struct extender extender;
+
+/* The caches are borrowed; inventory_port is used for nodes without an
+ * inventory-url annotation. */
+extender *extender_new(manifest_cache *manifests, inventory_cache *inventories,
+                       int inventory_port);
+void extender_free(extender *x);
+
+/* *result is the ExtenderFilterResult; TETRIS_E_FORMAT for a bad request. */
+int extender_filter(extender *x, json_t *args, json_t **result, tetris_error *err);
+/* *result is the HostPriorityList. */
+int extender_prioritize(extender *x, json_t *args, json_t **result, tetris_error *err);
+
+/* Records one served request for /metrics. */
+void extender_observe(extender *x, const char *verb, int status, double seconds);
+/* Prometheus text exposition of the extender's metrics (malloc'd). */
+char *extender_metrics_text(extender *x, size_t *len);
+
+#endif

@@ -1,0 +1,767 @@
+/* inventory.c - node inventory cache: parsing, parallel conditional fetches
+ * (curl multi), and the poller thread. See inventory.h.
+ *
+ * A node's shared store is cached under the node's name; a tenant's store
+ * under "NODE/TENANT" (neither a node name nor a tenant name holds a
+ * '/'), fetched from the node's URL with ?tenant=TENANT. */
+#include "scheduler-ext/extender/inventory.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <curl/curl.h>
+
+#include "common/log.h"
+#include "common/strmap.h"
+
+typedef struct node_entry {
+    char *url;
+    char *node;           /* a tenant entry's node; NULL for the shared store */
+    char *etag;           /* of inv */
+    node_inventory *inv;  /* NULL until the first successful fetch */
+    int64_t last_ok_ms;   /* last 200/304 (monotonic) */
+    int64_t last_try_ms;  /* last attempt started */
+    bool in_flight;
+    bool failing;         /* the last fetch failed (logged once per outage) */
+    bool pinned;          /* installed by inventory_cache_put: never stale */
+} node_entry;
+
+struct inventory_cache {
+    tensor_ids *ids;
+    inventory_opts o;
+    pthread_rwlock_t lock; /* the map and every entry */
+    strmap *nodes;         /* node name -> node_entry */
+    pthread_t poller;
+    bool polling;
+    pthread_mutex_t stop_lock;
+    pthread_cond_t stop_cond;
+    bool stop;
+    atomic_uint_least64_t fetch_ok, fetch_not_modified, fetch_error;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void inventory_opts_init(inventory_opts *o)
+{
+    *o = (inventory_opts){.refresh_ms = 1000, .stale_ms = 30000, .timeout_ms = 1000,
+                          .max_parallel = 32, .max_bytes = 64u << 20};
+}
+
+inventory_cache *inventory_cache_new(tensor_ids *ids, const inventory_opts *o)
+{
+    inventory_cache *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return NULL;
+    c->nodes = strmap_new();
+    if (c->nodes == NULL) {
+        free(c);
+        return NULL;
+    }
+    c->ids = ids;
+    if (o != NULL)
+        c->o = *o;
+    else
+        inventory_opts_init(&c->o);
+    pthread_rwlock_init(&c->lock, NULL);
+    pthread_mutex_init(&c->stop_lock, NULL);
+    pthread_cond_init(&c->stop_cond, NULL);
+    return c;
+}
+
+static void free_entry(void *p)
+{
+    node_entry *e = p;
+    if (e == NULL)
+        return;
+    free(e->url);
+    free(e->node);
+    free(e->etag);
+    node_inventory_free(e->inv);
+    free(e);
+}
+
+void inventory_cache_free(inventory_cache *c)
+{
+    if (c == NULL)
+        return;
+    if (c->polling) {
+        pthread_mutex_lock(&c->stop_lock);
+        c->stop = true;
+        pthread_cond_signal(&c->stop_cond);
+        pthread_mutex_unlock(&c->stop_lock);
+        pthread_join(c->poller, NULL);
+    }
+    strmap_free(c->nodes, free_entry);
+    pthread_rwlock_destroy(&c->lock);
+    pthread_mutex_destroy(&c->stop_lock);
+    pthread_cond_destroy(&c->stop_cond);
+    free(c);
+}
+
+/* ---- parsing ---- */
+
+static int get_u64(json_t *obj, const char *key, uint64_t *out, tetris_error *err)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: %s is not a non-negative integer",
+                           key);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventory **out,
+                    tetris_error *err)
+{
+    json_error_t je;
+    json_t *root = json_loadb(json, len, 0, &je);
+    if (root == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: line %d: %s", je.line, je.text);
+    node_inventory *inv = node_inventory_new();
+    json_t *tensors = json_object_get(root, "tensors");
+    size_t n = json_array_size(tensors);
+    int r = 0;
+    if (inv == NULL || (inv->ids = malloc((n ? n : 1) * sizeof *inv->ids)) == NULL) {
+        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory");
+        goto out;
+    }
+    if (!json_is_array(tensors)) {
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: tensors is not an array");
+        goto out;
+    }
+    r = get_u64(root, "generation", &inv->generation, err);
+    if (r == 0)
+        r = get_u64(root, "capacity_bytes", &inv->capacity_bytes, err);
+    if (r == 0)
+        r = get_u64(root, "resident_bytes", &inv->resident_bytes, err);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        const char *digest = json_string_value(json_object_get(json_array_get(tensors, i),
+                                                               "digest"));
+        if (digest == NULL)
+            r = tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: tensor %zu has no digest", i);
+        else
+            r = tensor_ids_intern(ids, digest, &inv->ids[i], err);
+    }
+    if (r == 0)
+        inv->n = similarity_sort_ids(inv->ids, n);
+out:
+    json_decref(root);
+    if (r < 0)
+        node_inventory_free(inv);
+    else
+        *out = inv;
+    return r;
+}
+
+int inventory_url_from_node(json_t *node, int default_port, char *buf, size_t size)
+{
+    json_t *meta = json_object_get(node, "metadata");
+    const char *url = json_string_value(
+        json_object_get(json_object_get(meta, "annotations"), INVENTORY_URL_ANNOTATION));
+    if (url != NULL && url[0] != '\0') {
+        int n = snprintf(buf, size, "%s", url);
+        return n > 0 && (size_t)n < size ? 0 : -1;
+    }
+    json_t *addresses = json_object_get(json_object_get(node, "status"), "addresses");
+    size_t i;
+    json_t *a;
+    json_array_foreach(addresses, i, a) {
+        const char *type = json_string_value(json_object_get(a, "type"));
+        const char *addr = json_string_value(json_object_get(a, "address"));
+        if (type == NULL || addr == NULL || strcmp(type, "InternalIP") != 0)
+            continue;
+        int n = snprintf(buf, size, strchr(addr, ':') != NULL ? "http://[%s]:%d/inventory"
+                                                              : "http://%s:%d/inventory",
+                         addr, default_port);
+        return n > 0 && (size_t)n < size ? 0 : -1;
+    }
+    return -1;
+}
+
+/* ---- tenants ---- */
+
+bool inventory_tenant_valid(const char *tenant)
+{
+    size_t len = strlen(tenant);
+    if (len == 0 || len > INVENTORY_TENANT_MAX ||
+        strspn(tenant, "abcdefghijklmnopqrstuvwxyz0123456789._-") != len)
+        return false;
+    return strcmp(tenant, ".") != 0 && strstr(tenant, "..") == NULL;
+}
+
+/* The cache key of node's store for tenant (NULL: the shared store); false
+ * when it does not fit, which only an absurd node name does. */
+static bool entry_key(const char *node, const char *tenant, char *buf, size_t size)
+{
+    int n = tenant == NULL ? snprintf(buf, size, "%s", node)
+                           : snprintf(buf, size, "%s/%s", node, tenant);
+    return n > 0 && (size_t)n < size;
+}
+
+/* The tenant's inventory URL on the node whose shared one is base. */
+static char *tenant_url(const char *base, const char *tenant)
+{
+    char *url = NULL;
+    if (asprintf(&url, "%s%ctenant=%s", base, strchr(base, '?') != NULL ? '&' : '?', tenant) < 0)
+        return NULL;
+    return url;
+}
+
+/* ---- the table ---- */
+
+static node_entry *entry_for(inventory_cache *c, const char *key, tetris_error *err)
+{
+    node_entry *e = strmap_get(c->nodes, key);
+    if (e != NULL)
+        return e;
+    e = calloc(1, sizeof *e);
+    if (e == NULL || strmap_put(c->nodes, key, e) == STRMAP_NOMEM) {
+        free(e);
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory cache");
+        return NULL;
+    }
+    return e;
+}
+
+/* Points e at url (a copy); a changed URL voids what e holds. 1 when it
+ * changed. */
+static int entry_set_url(node_entry *e, const char *url, tetris_error *err)
+{
+    if (e->url != NULL && strcmp(e->url, url) == 0)
+        return 0;
+    char *copy = strdup(url);
+    if (copy == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory cache");
+    /* Another daemon answers now: what the old one said is void. */
+    free(e->url);
+    e->url = copy;
+    free(e->etag);
+    e->etag = NULL;
+    node_inventory_free(e->inv);
+    e->inv = NULL;
+    e->last_try_ms = 0;
+    e->pinned = false;
+    return 1;
+}
+
+typedef struct node_tenants {
+    const char *node;
+    const char *url;     /* set_url: the node's new URL */
+    char **keys;         /* forget: the tenant entries to remove */
+    size_t n, cap;
+    int r;
+    tetris_error *err;
+} node_tenants;
+
+static int follow_node_url(const char *key, void *value, void *user)
+{
+    (void)key;
+    node_tenants *t = user;
+    node_entry *e = value;
+    if (e->node == NULL || strcmp(e->node, t->node) != 0)
+        return 0;
+    const char *tenant = key + strlen(e->node) + 1;
+    char *url = tenant_url(t->url, tenant);
+    int r = url != NULL ? entry_set_url(e, url, t->err)
+                        : tetris_fail(t->err, TETRIS_E_NOMEM, ENOMEM, "inventory cache");
+    free(url);
+    t->r = r < 0 ? r : 0;
+    return r < 0;
+}
+
+int inventory_cache_set_url(inventory_cache *c, const char *node, const char *url,
+                            tetris_error *err)
+{
+    pthread_rwlock_wrlock(&c->lock);
+    int r = -TETRIS_E_NOMEM;
+    node_entry *e = entry_for(c, node, err);
+    if (e != NULL)
+        r = entry_set_url(e, url, err);
+    if (r == 1) {
+        /* the node's tenant stores are served by the same daemon */
+        node_tenants t = {.node = node, .url = url, .err = err};
+        strmap_foreach(c->nodes, follow_node_url, &t);
+        r = t.r;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return r;
+}
+
+static int collect_node_tenants(const char *key, void *value, void *user)
+{
+    node_tenants *t = user;
+    node_entry *e = value;
+    if (e->node == NULL || strcmp(e->node, t->node) != 0)
+        return 0;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 8;
+        char **k = realloc(t->keys, cap * sizeof *k);
+        if (k == NULL)
+            return 1;
+        t->keys = k;
+        t->cap = cap;
+    }
+    if ((t->keys[t->n] = strdup(key)) == NULL)
+        return 1;
+    t->n++;
+    return 0;
+}
+
+/* Under the write lock. An in-flight fetch still refers to the entry: keep
+ * it, urlless, so the poller leaves it alone. */
+static node_entry *remove_entry(inventory_cache *c, const char *key)
+{
+    node_entry *e = strmap_get(c->nodes, key);
+    if (e != NULL && e->in_flight) {
+        free(e->url);
+        e->url = NULL;
+        return NULL;
+    }
+    if (e != NULL)
+        strmap_remove(c->nodes, key);
+    return e;
+}
+
+void inventory_cache_forget(inventory_cache *c, const char *node)
+{
+    node_tenants t = {.node = node};
+    pthread_rwlock_wrlock(&c->lock);
+    free_entry(remove_entry(c, node));
+    strmap_foreach(c->nodes, collect_node_tenants, &t);
+    for (size_t i = 0; i < t.n; i++)
+        free_entry(remove_entry(c, t.keys[i]));
+    pthread_rwlock_unlock(&c->lock);
+    for (size_t i = 0; i < t.n; i++)
+        free(t.keys[i]);
+    free(t.keys);
+}
+
+int inventory_cache_put(inventory_cache *c, const char *node, node_inventory *inv,
+                        tetris_error *err)
+{
+    pthread_rwlock_wrlock(&c->lock);
+    node_entry *e = entry_for(c, node, err);
+    if (e != NULL) {
+        node_inventory_free(e->inv);
+        e->inv = inv;
+        e->pinned = true;
+        e->last_ok_ms = now_ms();
+    }
+    pthread_rwlock_unlock(&c->lock);
+    if (e == NULL) {
+        node_inventory_free(inv);
+        return -TETRIS_E_NOMEM;
+    }
+    return 0;
+}
+
+void inventory_cache_rdlock(inventory_cache *c)
+{
+    pthread_rwlock_rdlock(&c->lock);
+}
+
+void inventory_cache_unlock(inventory_cache *c)
+{
+    pthread_rwlock_unlock(&c->lock);
+}
+
+static const node_inventory *usable(const inventory_cache *c, const node_entry *e)
+{
+    if (e == NULL || e->inv == NULL)
+        return NULL;
+    if (!e->pinned && now_ms() - e->last_ok_ms > c->o.stale_ms)
+        return NULL;
+    return e->inv;
+}
+
+const node_inventory *inventory_cache_find(inventory_cache *c, const char *node,
+                                           const char *tenant)
+{
+    char key[INVENTORY_KEY_MAX];
+    if (!entry_key(node, tenant, key, sizeof key))
+        return NULL;
+    return usable(c, strmap_get(c->nodes, key));
+}
+
+/* ---- fetching ---- */
+
+typedef struct fetch_job {
+    char *node;
+    char *url;
+    char *etag;     /* sent as If-None-Match */
+    char *new_etag; /* received */
+    char *body;
+    size_t len, cap;
+    bool too_big;
+    size_t max;
+    CURL *h;
+    struct curl_slist *headers;
+    CURLcode rc;
+    long status;
+} fetch_job;
+
+static size_t job_body(char *data, size_t size, size_t nmemb, void *user)
+{
+    fetch_job *j = user;
+    size_t n = size * nmemb;
+    if (j->len + n + 1 > j->max) {
+        j->too_big = true;
+        return 0;
+    }
+    if (j->len + n + 1 > j->cap) {
+        size_t cap = j->cap ? j->cap : 65536;
+        while (cap < j->len + n + 1)
+            cap *= 2;
+        char *b = realloc(j->body, cap);
+        if (b == NULL)
+            return 0;
+        j->body = b;
+        j->cap = cap;
+    }
+    memcpy(j->body + j->len, data, n);
+    j->len += n;
+    j->body[j->len] = '\0';
+    return n;
+}
+
+static size_t job_header(char *data, size_t size, size_t nmemb, void *user)
+{
+    fetch_job *j = user;
+    size_t n = size * nmemb;
+    if (n > 5 && strncasecmp(data, "etag:", 5) == 0) {
+        const char *v = data + 5;
+        size_t vlen = n - 5;
+        while (vlen > 0 && (*v == ' ' || *v == '\t'))
+            v++, vlen--;
+        while (vlen > 0 && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' '))
+            vlen--;
+        free(j->new_etag);
+        j->new_etag = strndup(v, vlen);
+    }
+    return n;
+}
+
+static void job_free(fetch_job *j)
+{
+    free(j->node);
+    free(j->url);
+    free(j->etag);
+    free(j->new_etag);
+    free(j->body);
+    curl_slist_free_all(j->headers);
+    if (j->h != NULL)
+        curl_easy_cleanup(j->h);
+}
+
+static int job_setup(inventory_cache *c, fetch_job *j)
+{
+    j->h = curl_easy_init();
+    if (j->h == NULL)
+        return -1;
+    j->max = c->o.max_bytes;
+    if (j->etag != NULL) {
+        char hdr[256];
+        snprintf(hdr, sizeof hdr, "If-None-Match: %s", j->etag);
+        j->headers = curl_slist_append(NULL, hdr);
+    }
+    curl_easy_setopt(j->h, CURLOPT_URL, j->url);
+    curl_easy_setopt(j->h, CURLOPT_HTTPHEADER, j->headers);
+    curl_easy_setopt(j->h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(j->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(j->h, CURLOPT_CONNECTTIMEOUT_MS, c->o.timeout_ms);
+    curl_easy_setopt(j->h, CURLOPT_TIMEOUT_MS, c->o.timeout_ms);
+    curl_easy_setopt(j->h, CURLOPT_WRITEFUNCTION, job_body);
+    curl_easy_setopt(j->h, CURLOPT_WRITEDATA, j);
+    curl_easy_setopt(j->h, CURLOPT_HEADERFUNCTION, job_header);
+    curl_easy_setopt(j->h, CURLOPT_HEADERDATA, j);
+    curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
+    curl_easy_setopt(j->h, CURLOPT_USERAGENT, "tetris-scheduler-ext/" TETRIS_VERSION);
+    return 0;
+}
+
+static void run_jobs(inventory_cache *c, fetch_job *jobs, size_t n)
+{
+    CURLM *m = curl_multi_init();
+    if (m == NULL) {
+        for (size_t i = 0; i < n; i++)
+            jobs[i].rc = CURLE_OUT_OF_MEMORY;
+        return;
+    }
+    curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)c->o.max_parallel);
+    for (size_t i = 0; i < n; i++) {
+        if (job_setup(c, &jobs[i]) < 0 || curl_multi_add_handle(m, jobs[i].h) != CURLM_OK)
+            jobs[i].rc = CURLE_OUT_OF_MEMORY;
+        else
+            jobs[i].rc = CURLE_AGAIN; /* running */
+    }
+    int running = 1;
+    while (running > 0) {
+        if (curl_multi_perform(m, &running) != CURLM_OK)
+            break;
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left)) != NULL) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            fetch_job *j = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
+            j->rc = msg->data.result;
+            curl_easy_getinfo(j->h, CURLINFO_RESPONSE_CODE, &j->status);
+        }
+        if (running > 0 && curl_multi_poll(m, NULL, 0, 100, NULL) != CURLM_OK)
+            break;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i].rc == CURLE_AGAIN)
+            jobs[i].rc = CURLE_OPERATION_TIMEDOUT;
+        if (jobs[i].h != NULL)
+            curl_multi_remove_handle(m, jobs[i].h);
+    }
+    curl_multi_cleanup(m);
+}
+
+/* Applies one finished job to the table. */
+static void apply_job(inventory_cache *c, fetch_job *j)
+{
+    node_inventory *inv = NULL;
+    tetris_error err = {0};
+    char q[600];
+    bool ok = false, not_modified = false;
+    if (j->rc == CURLE_OK && j->status == 304 && j->etag != NULL) {
+        not_modified = true;
+    } else if (j->rc == CURLE_OK && j->status == 200) {
+        ok = inventory_parse(c->ids, j->body != NULL ? j->body : "", j->len, &inv, &err) == 0;
+    } else if (j->rc == CURLE_OK) {
+        tetris_fail(&err, TETRIS_E_HTTP, 0, "HTTP %ld", j->status);
+    } else {
+        tetris_fail(&err, TETRIS_E_UNAVAILABLE, 0, "%s",
+                    j->too_big ? "inventory too large" : curl_easy_strerror(j->rc));
+    }
+    bool log_failure = false, log_recovery = false;
+    pthread_rwlock_wrlock(&c->lock);
+    node_entry *e = strmap_get(c->nodes, j->node);
+    if (e != NULL) {
+        e->in_flight = false;
+        bool failed = !ok && !not_modified;
+        log_failure = failed && !e->failing;
+        log_recovery = !failed && e->failing;
+        e->failing = failed;
+        /* The URL may have changed while we fetched; then this is void. */
+        bool current = e->url != NULL && strcmp(e->url, j->url) == 0;
+        if (current && (ok || not_modified)) {
+            e->last_ok_ms = now_ms();
+            if (ok) {
+                node_inventory_free(e->inv);
+                e->inv = inv;
+                inv = NULL;
+                free(e->etag);
+                e->etag = j->new_etag;
+                j->new_etag = NULL;
+            }
+        }
+    }
+    pthread_rwlock_unlock(&c->lock);
+    node_inventory_free(inv);
+    if (ok)
+        atomic_fetch_add(&c->fetch_ok, 1);
+    else if (not_modified)
+        atomic_fetch_add(&c->fetch_not_modified, 1);
+    else
+        atomic_fetch_add(&c->fetch_error, 1);
+    if (log_failure)
+        log_warn("event=inventory-fetch-failed node=%s url=%s error=%s", j->node, j->url,
+                 log_quote(err.msg, q, sizeof q));
+    if (log_recovery)
+        log_info("event=inventory-fetch-recovered node=%s url=%s", j->node, j->url);
+}
+
+typedef struct job_list {
+    inventory_cache *c;
+    fetch_job *jobs;
+    size_t n, cap;
+    int64_t now;
+    bool missing_only;
+} job_list;
+
+static bool add_job(job_list *l, const char *node, node_entry *e)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        fetch_job *j = realloc(l->jobs, cap * sizeof *j);
+        if (j == NULL)
+            return false;
+        l->jobs = j;
+        l->cap = cap;
+    }
+    fetch_job *j = &l->jobs[l->n];
+    memset(j, 0, sizeof *j);
+    j->node = strdup(node);
+    j->url = strdup(e->url);
+    j->etag = e->etag != NULL && e->inv != NULL ? strdup(e->etag) : NULL;
+    if (j->node == NULL || j->url == NULL) {
+        job_free(j);
+        return false;
+    }
+    e->in_flight = true;
+    e->last_try_ms = l->now;
+    l->n++;
+    return true;
+}
+
+static bool due(const job_list *l, const node_entry *e)
+{
+    if (e->url == NULL || e->in_flight || e->pinned)
+        return false;
+    if (l->missing_only && e->inv != NULL)
+        return false;
+    return e->last_try_ms == 0 || l->now - e->last_try_ms >= l->c->o.refresh_ms;
+}
+
+static int collect_due(const char *node, void *value, void *user)
+{
+    job_list *l = user;
+    node_entry *e = value;
+    if (due(l, e) && !add_job(l, node, e))
+        return 1;
+    return 0;
+}
+
+static void run_list(job_list *l)
+{
+    if (l->n > 0) {
+        run_jobs(l->c, l->jobs, l->n);
+        for (size_t i = 0; i < l->n; i++) {
+            apply_job(l->c, &l->jobs[i]);
+            job_free(&l->jobs[i]);
+        }
+    }
+    free(l->jobs);
+}
+
+/* Under the write lock: the tenant's entry on node, created (and pointed
+ * at the node daemon's URL) on first use; NULL while the node's URL is
+ * unknown. */
+static node_entry *tenant_entry(inventory_cache *c, const char *node, const char *key,
+                                const char *tenant)
+{
+    tetris_error err = {0};
+    node_entry *base = strmap_get(c->nodes, node);
+    if (base == NULL || base->url == NULL)
+        return NULL;
+    node_entry *e = entry_for(c, key, &err);
+    if (e == NULL)
+        return NULL;
+    if (e->node == NULL && (e->node = strdup(node)) == NULL)
+        return NULL;
+    if (e->url == NULL) {
+        char *url = tenant_url(base->url, tenant);
+        int r = url != NULL ? entry_set_url(e, url, &err) : -TETRIS_E_NOMEM;
+        free(url);
+        if (r < 0)
+            return NULL;
+    }
+    return e;
+}
+
+void inventory_cache_fetch_missing(inventory_cache *c, const char *const *nodes, size_t n,
+                                   const char *tenant)
+{
+    job_list l = {.c = c, .now = now_ms(), .missing_only = true};
+    if (tenant != NULL && !inventory_tenant_valid(tenant))
+        return;
+    pthread_rwlock_wrlock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        char key[INVENTORY_KEY_MAX];
+        if (!entry_key(nodes[i], tenant, key, sizeof key))
+            continue;
+        node_entry *e = tenant != NULL ? tenant_entry(c, nodes[i], key, tenant)
+                                       : strmap_get(c->nodes, key);
+        if (e != NULL && due(&l, e) && !add_job(&l, key, e))
+            break;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    run_list(&l);
+}
+
+void inventory_cache_refresh(inventory_cache *c)
+{
+    job_list l = {.c = c, .now = now_ms()};
+    pthread_rwlock_wrlock(&c->lock);
+    strmap_foreach(c->nodes, collect_due, &l);
+    pthread_rwlock_unlock(&c->lock);
+    run_list(&l);
+}
+
+static void *poll_loop(void *arg)
+{
+    inventory_cache *c = arg;
+    pthread_mutex_lock(&c->stop_lock);
+    while (!c->stop) {
+        pthread_mutex_unlock(&c->stop_lock);
+        inventory_cache_refresh(c);
+        pthread_mutex_lock(&c->stop_lock);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += c->o.refresh_ms / 1000;
+        until.tv_nsec += (c->o.refresh_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (!c->stop)
+            pthread_cond_timedwait(&c->stop_cond, &c->stop_lock, &until);
+    }
+    pthread_mutex_unlock(&c->stop_lock);
+    return NULL;
+}
+
+int inventory_cache_start(inventory_cache *c, tetris_error *err)
+{
+    int e = pthread_create(&c->poller, NULL, poll_loop, c);
+    if (e != 0)
+        return tetris_fail(err, TETRIS_E_IO, e, "inventory poller thread");
+    c->polling = true;
+    return 0;
+}
+
+typedef struct count_ctx {
+    inventory_cache *c;
+    inventory_stats *s;
+} count_ctx;
+
+static int count_node(const char *node, void *value, void *user)
+{
+    count_ctx *x = user;
+    (void)node;
+    node_entry *e = value;
+    if (e->node != NULL)
+        return 0; /* a tenant's store: the node counts once */
+    if (e->url != NULL)
+        x->s->nodes++;
+    if (usable(x->c, e) != NULL)
+        x->s->fresh++;
+    return 0;
+}
+
+void inventory_cache_stats(inventory_cache *c, inventory_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->fetch_ok = atomic_load(&c->fetch_ok);
+    out->fetch_not_modified = atomic_load(&c->fetch_not_modified);
+    out->fetch_error = atomic_load(&c->fetch_error);
+    count_ctx x = {c, out};
+    pthread_rwlock_rdlock(&c->lock);
+    strmap_foreach(c->nodes, count_node, &x);
+    pthread_rwlock_unlock(&c->lock);
+}

@@ -1,0 +1,326 @@
+/* manifests.c - the model -> model_need cache, fed by ConfigMaps (list +
+ * watch in a thread) or a directory. */
+#include "scheduler-ext/extender/manifests.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "common/strmap.h"
+
+#define MANIFEST_MAX_BYTES (64u << 20)
+
+struct manifest_cache {
+    tensor_ids *ids;
+    pthread_rwlock_t lock;
+    strmap *models; /* model name -> model_need */
+    kube_client *kc;
+    char *ns;
+    pthread_t thread;
+    bool watching;
+    volatile bool stop;
+};
+
+manifest_cache *manifest_cache_new(tensor_ids *ids)
+{
+    manifest_cache *mc = calloc(1, sizeof *mc);
+    if (mc == NULL)
+        return NULL;
+    mc->models = strmap_new();
+    if (mc->models == NULL) {
+        free(mc);
+        return NULL;
+    }
+    mc->ids = ids;
+    pthread_rwlock_init(&mc->lock, NULL);
+    return mc;
+}
+
+static void free_need(void *p)
+{
+    model_need_free(p);
+}
+
+void manifest_cache_free(manifest_cache *mc)
+{
+    if (mc == NULL)
+        return;
+    if (mc->watching) {
+        mc->stop = true;
+        pthread_join(mc->thread, NULL);
+    }
+    strmap_free(mc->models, free_need);
+    pthread_rwlock_destroy(&mc->lock);
+    free(mc->ns);
+    free(mc);
+}
+
+/* ---- parsing ---- */
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    return *x < *y ? -1 : *x > *y;
+}
+
+/* Sorts (id, bytes) pairs by id and keeps each id once: a model that uses
+ * the same tensor twice stores it once. */
+static size_t dedup_pairs(uint32_t *ids, uint64_t *bytes, size_t n, uint64_t *total)
+{
+    uint64_t *pairs = malloc((n ? n : 1) * sizeof *pairs * 2);
+    if (pairs == NULL)
+        return SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        pairs[2 * i] = ids[i];
+        pairs[2 * i + 1] = bytes[i];
+    }
+    qsort(pairs, n, 2 * sizeof *pairs, cmp_pair);
+    size_t out = 0;
+    *total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (out > 0 && ids[out - 1] == (uint32_t)pairs[2 * i])
+            continue;
+        ids[out] = (uint32_t)pairs[2 * i];
+        bytes[out] = pairs[2 * i + 1];
+        *total += bytes[out];
+        out++;
+    }
+    free(pairs);
+    return out;
+}
+
+int manifest_need_parse(tensor_ids *ids, const char *model, const char *json, size_t len,
+                        model_need **out, tetris_error *err)
+{
+    json_error_t je;
+    json_t *root = json_loadb(json, len, 0, &je);
+    if (root == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "manifest of %s: line %d: %s", model,
+                           je.line, je.text);
+    int r = 0;
+    json_t *tensors = json_object_get(root, "tensors");
+    const char *format = json_string_value(json_object_get(root, "format"));
+    model_need *m = calloc(1, sizeof *m);
+    size_t n = json_array_size(tensors);
+    if (m == NULL || (m->model = strdup(model)) == NULL ||
+        (m->ids = malloc((n ? n : 1) * sizeof *m->ids)) == NULL ||
+        (m->bytes = malloc((n ? n : 1) * sizeof *m->bytes)) == NULL) {
+        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "manifest of %s", model);
+        goto out;
+    }
+    if (format == NULL || strncmp(format, "tetris-manifest/", 16) != 0 || !json_is_array(tensors)) {
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                        "manifest of %s: not a tetris manifest (format, tensors)", model);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tensors, i);
+        const char *digest = json_string_value(json_object_get(t, "digest"));
+        json_t *nbytes = json_object_get(t, "nbytes");
+        if (digest == NULL || !json_is_integer(nbytes) || json_integer_value(nbytes) < 0) {
+            r = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                            "manifest of %s: tensor %zu lacks digest or nbytes", model, i);
+            goto out;
+        }
+        r = tensor_ids_intern(ids, digest, &m->ids[i], err);
+        if (r < 0) {
+            tetris_wrap(err, "manifest of %s: tensor %zu", model, i);
+            goto out;
+        }
+        m->bytes[i] = (uint64_t)json_integer_value(nbytes);
+    }
+    m->n = dedup_pairs(m->ids, m->bytes, n, &m->total_bytes);
+    m->version = model_need_version();
+    if (m->n == SIZE_MAX)
+        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "manifest of %s", model);
+out:
+    json_decref(root);
+    if (r < 0)
+        model_need_free(m);
+    else
+        *out = m;
+    return r;
+}
+
+/* ---- the cache ---- */
+
+int manifest_cache_put(manifest_cache *mc, const char *model, const char *json, size_t len,
+                       tetris_error *err)
+{
+    model_need *m = NULL;
+    int r = manifest_need_parse(mc->ids, model, json, len, &m, err);
+    if (r < 0)
+        return r;
+    pthread_rwlock_wrlock(&mc->lock);
+    void *old = strmap_put(mc->models, model, m);
+    pthread_rwlock_unlock(&mc->lock);
+    if (old == STRMAP_NOMEM) {
+        model_need_free(m);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "manifest cache");
+    }
+    model_need_free(old);
+    return 0;
+}
+
+void manifest_cache_remove(manifest_cache *mc, const char *model)
+{
+    pthread_rwlock_wrlock(&mc->lock);
+    model_need *old = strmap_remove(mc->models, model);
+    pthread_rwlock_unlock(&mc->lock);
+    model_need_free(old);
+}
+
+int manifest_cache_load_dir(manifest_cache *mc, const char *dir, tetris_error *err)
+{
+    cleanup_closedir DIR *d = opendir(dir);
+    if (d == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "manifest dir %s", dir);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len <= 5 || strcmp(de->d_name + len - 5, ".json") != 0)
+            continue;
+        char path[4096], model[256];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        snprintf(model, sizeof model, "%.*s", (int)(len - 5), de->d_name);
+        cleanup_fclose FILE *f = fopen(path, "re");
+        if (f == NULL)
+            return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
+        cleanup_free char *text = malloc(MANIFEST_MAX_BYTES);
+        if (text == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "read %s", path);
+        size_t n = fread(text, 1, MANIFEST_MAX_BYTES, f);
+        if (ferror(f))
+            return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
+        int r = manifest_cache_put(mc, model, text, n, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+void manifest_cache_rdlock(manifest_cache *mc)
+{
+    pthread_rwlock_rdlock(&mc->lock);
+}
+
+void manifest_cache_unlock(manifest_cache *mc)
+{
+    pthread_rwlock_unlock(&mc->lock);
+}
+
+const model_need *manifest_cache_find(manifest_cache *mc, const char *model)
+{
+    return strmap_get(mc->models, model);
+}
+
+size_t manifest_cache_count(manifest_cache *mc)
+{
+    pthread_rwlock_rdlock(&mc->lock);
+    size_t n = strmap_size(mc->models);
+    pthread_rwlock_unlock(&mc->lock);
+    return n;
+}
+
+/* ---- ConfigMaps ---- */
+
+static const char *configmap_model(json_t *cm)
+{
+    return json_string_value(
+        json_object_get(json_object_get(json_object_get(cm, "metadata"), "labels"),
+                        MANIFEST_LABEL));
+}
+
+/* Adds one ConfigMap's manifest; a bad one is logged and skipped so that one
+ * broken ConfigMap cannot take the other models down. */
+static void apply_configmap(manifest_cache *mc, json_t *cm)
+{
+    const char *model = configmap_model(cm);
+    const char *name = json_string_value(json_object_get(json_object_get(cm, "metadata"), "name"));
+    const char *text = json_string_value(json_object_get(json_object_get(cm, "data"), MANIFEST_KEY));
+    char q[600];
+    if (model == NULL || text == NULL) {
+        log_warn("event=manifest-skipped configmap=%s reason=\"no %s label or %s key\"",
+                 name != NULL ? name : "?", MANIFEST_LABEL, MANIFEST_KEY);
+        return;
+    }
+    tetris_error err = {0};
+    if (manifest_cache_put(mc, model, text, strlen(text), &err) < 0) {
+        log_warn("event=manifest-invalid configmap=%s model=%s error=%s", name, model,
+                 log_quote(err.msg, q, sizeof q));
+        return;
+    }
+    log_info("event=manifest-loaded configmap=%s model=%s", name, model);
+}
+
+static int on_configmaps_listed(json_t *items, void *user)
+{
+    manifest_cache *mc = user;
+    /* A re-list replaces everything: models deleted while we were not
+     * watching must go too. */
+    strmap *fresh = strmap_new();
+    if (fresh == NULL)
+        return 0;
+    pthread_rwlock_wrlock(&mc->lock);
+    strmap *old = mc->models;
+    mc->models = fresh;
+    pthread_rwlock_unlock(&mc->lock);
+    strmap_free(old, free_need);
+    size_t i;
+    json_t *cm;
+    json_array_foreach(items, i, cm)
+        apply_configmap(mc, cm);
+    log_info("event=manifests-listed namespace=%s models=%zu", mc->ns, manifest_cache_count(mc));
+    return 0;
+}
+
+static int on_configmap_event(const char *type, json_t *cm, void *user)
+{
+    manifest_cache *mc = user;
+    const char *model = configmap_model(cm);
+    if (strcmp(type, "DELETED") == 0) {
+        if (model != NULL) {
+            manifest_cache_remove(mc, model);
+            log_info("event=manifest-removed model=%s", model);
+        }
+    } else {
+        apply_configmap(mc, cm);
+    }
+    return 0;
+}
+
+static void *watch_thread(void *arg)
+{
+    manifest_cache *mc = arg;
+    char path[512];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps", mc->ns);
+    kube_list_opts opts = {.label_selector = MANIFEST_LABEL};
+    tetris_error err = {0};
+    if (kube_list_watch(mc->kc, path, &opts, on_configmaps_listed, on_configmap_event, mc,
+                        &mc->stop, &err) < 0) {
+        char q[600];
+        log_error("event=manifest-watch-failed namespace=%s error=%s", mc->ns,
+                  log_quote(err.msg, q, sizeof q));
+    }
+    return NULL;
+}
+
+int manifest_cache_watch(manifest_cache *mc, kube_client *kc, const char *ns,
+                         tetris_error *err)
+{
+    mc->kc = kc;
+    mc->ns = strdup(ns);
+    if (mc->ns == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "manifest watch");
+    int e = pthread_create(&mc->thread, NULL, watch_thread, mc);
+    if (e != 0)
+        return tetris_fail(err, TETRIS_E_IO, e, "manifest watch thread");
+    mc->watching = true;
+    return 0;
+}

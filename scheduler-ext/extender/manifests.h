@@ -1,0 +1,53 @@
+/* manifests.h - which tensors each model needs, from its tetris manifest.
+ *
+ * In a cluster a model's manifest (the JSON `tetris-agent index` writes) is
+ * stored in a ConfigMap:
+ *   metadata.name   tetris-manifest-<model>   (convention, not required)
+ *   label           tetris.io/model=<model>   (the key the extender uses)
+ *   data            manifest.json: <the manifest>
+ * The cache lists and watches those ConfigMaps in one namespace, so lookups
+ * never wait for the apiserver. Without a cluster, a directory of
+ * <model>.json files serves the same purpose.
+ *
+ * Lookups happen under the read lock (manifest_cache_rdlock); the pointer
+ * from manifest_cache_find is valid until manifest_cache_unlock. */
+#ifndef TETRIS_MANIFESTS_H
+#define TETRIS_MANIFESTS_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+#include "common/kube.h"
+#include "scheduler-ext/extender/similarity.h"
+#include "scheduler-ext/extender/tensor_ids.h"
+
+#define MANIFEST_LABEL "tetris.io/model"
+#define MANIFEST_KEY "manifest.json"
+
+typedef struct manifest_cache manifest_cache;
+
+manifest_cache *manifest_cache_new(tensor_ids *ids);
+/* Stops the watch (if any) and frees. */
+void manifest_cache_free(manifest_cache *mc);
+
+/* Parses a manifest into what the model needs (distinct digests + bytes). */
+int manifest_need_parse(tensor_ids *ids, const char *model, const char *json, size_t len,
+                        model_need **out, tetris_error *err);
+
+int manifest_cache_put(manifest_cache *mc, const char *model, const char *json, size_t len,
+                       tetris_error *err);
+void manifest_cache_remove(manifest_cache *mc, const char *model);
+
+/* Loads every DIR/<model>.json. */
+int manifest_cache_load_dir(manifest_cache *mc, const char *dir, tetris_error *err);
+
+/* Starts a thread that lists + watches the manifest ConfigMaps in ns. */
+int manifest_cache_watch(manifest_cache *mc, kube_client *kc, const char *ns,
+                         tetris_error *err);
+
+void manifest_cache_rdlock(manifest_cache *mc);
+void manifest_cache_unlock(manifest_cache *mc);
+const model_need *manifest_cache_find(manifest_cache *mc, const char *model);
+size_t manifest_cache_count(manifest_cache *mc);
+
+#endif

@@ -1,0 +1,103 @@
+/* similarity.c - θ, the fit check and the 0..10 score (see similarity.h). */
+#include "scheduler-ext/extender/similarity.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static bool contains(const uint32_t *ids, size_t n, uint32_t id)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && ids[lo] == id;
+}
+
+static uint64_t present_bytes(const model_need *m, const node_inventory *inv)
+{
+    uint64_t present = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (contains(inv->ids, inv->n, m->ids[i]))
+            present += m->bytes[i];
+    return present;
+}
+
+void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *out)
+{
+    node_inventory *memo = (node_inventory *)inv; /* only the memo changes */
+    pthread_mutex_lock(&memo->memo_lock);
+    bool hit = m->version != 0 && memo->memo_version == m->version;
+    uint64_t present = memo->memo_present;
+    pthread_mutex_unlock(&memo->memo_lock);
+    if (!hit) {
+        present = present_bytes(m, inv);
+        pthread_mutex_lock(&memo->memo_lock);
+        memo->memo_version = m->version;
+        memo->memo_present = present;
+        pthread_mutex_unlock(&memo->memo_lock);
+    }
+    out->present_bytes = present;
+    out->missing_bytes = m->total_bytes - present;
+    out->theta = m->total_bytes > 0 ? (double)present / (double)m->total_bytes : 0.0;
+    out->score = (int)lround(out->theta * SIMILARITY_MAX_SCORE);
+    uint64_t free_bytes = inv->capacity_bytes > inv->resident_bytes
+                              ? inv->capacity_bytes - inv->resident_bytes
+                              : 0;
+    out->fits = inv->capacity_bytes == 0 || free_bytes >= out->missing_bytes;
+}
+
+uint64_t model_need_version(void)
+{
+    static atomic_uint_least64_t next = 1;
+    return atomic_fetch_add(&next, 1);
+}
+
+node_inventory *node_inventory_new(void)
+{
+    node_inventory *inv = calloc(1, sizeof *inv);
+    if (inv != NULL)
+        pthread_mutex_init(&inv->memo_lock, NULL);
+    return inv;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+size_t similarity_sort_ids(uint32_t *ids, size_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(ids, n, sizeof *ids, cmp_u32);
+    size_t out = 1;
+    for (size_t i = 1; i < n; i++)
+        if (ids[i] != ids[out - 1])
+            ids[out++] = ids[i];
+    return out;
+}
+
+void model_need_free(model_need *m)
+{
+    if (m == NULL)
+        return;
+    free(m->model);
+    free(m->ids);
+    free(m->bytes);
+    free(m);
+}
+
+void node_inventory_free(node_inventory *inv)
+{
+    if (inv == NULL)
+        return;
+    pthread_mutex_destroy(&inv->memo_lock);
+    free(inv->ids);
+    free(inv);
+}
