@@ -4,6 +4,7 @@
 #
 #   make            build everything into bin/ (deps installed on demand)
 #   make test       all tests, then again under ASan/UBSan
+#   make lint       layering and conventions (scripts/lint/lint.sh)
 #   make demo       the main job on a local store (no cluster needed)
 #   make bench      benchmarks (long; prints tables, see BENCHMARKS.md)
 #   make fuzz       the parser fuzzers for a bounded time (FUZZ_SECONDS)
@@ -49,7 +50,7 @@ include $(sort $(wildcard */module.mk */*/module.mk))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIBTETRIS := $(BUILD)/libtetris.a
 
-.PHONY: all deps test test-release test-asan demo bench fuzz clean cluster-up cluster-down
+.PHONY: all deps test test-release test-asan lint demo bench fuzz clean cluster-up cluster-down
 .DEFAULT_GOAL := all
 
 all: deps-stamp $(addprefix $(BIN)/,$(PROGRAMS)) $(addprefix $(BIN)/,$(TEST_PROGRAMS))
@@ -94,6 +95,11 @@ test-one: all $(UNIT_BINS)
 test:
 	$(MAKE) test-one SAN=0
 	$(MAKE) test-one SAN=1
+
+# Layering, file headers, module.mk ownership, commit subjects
+# (docs/STYLE.md, scripts/lint/layers.txt).
+lint:
+	@scripts/lint/lint.sh
 
 demo: all
 	@scripts/demo.sh

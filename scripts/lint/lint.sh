@@ -1,0 +1,103 @@
+#!/bin/sh
+# lint.sh - the checks `make lint` runs over the tracked tree:
+#   layers    every #include "module/file.h" is allowed by scripts/lint/layers.txt
+#   headers   every C file opens with a comment saying what it is for
+#   modules   every module folder with C sources has a module.mk that lists
+#             only its own sources (tests/, bench/, fuzz/ excepted)
+#   commits   commit subjects since the conventions were written are <= 72
+#             characters (skipped outside a git checkout)
+# Usage: lint.sh [--help|--version]. Prints one line per finding as
+# `lint=CHECK file=PATH[:LINE] msg="..."` on stderr.
+# Exit status: 0 clean, 1 findings, 2 usage.
+set -u
+case "${1:-}" in
+    --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --version) echo "lint.sh ${TETRIS_VERSION:-0.1.0}"; exit 0 ;;
+    "") ;;
+    *) echo "lint.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+esac
+cd "$(dirname "$0")/../.." || exit 1
+LAYERS=scripts/lint/layers.txt
+# The first commit written under docs/STYLE.md's commit rules.
+CONVENTIONS_SINCE=86e02b4
+
+# Checks print their findings on stdout (they run in pipelines, so no
+# counter survives them); the end of the script counts and relays them.
+finding() { # CHECK WHERE MESSAGE
+    printf 'lint=%s file=%s msg="%s"\n' "$1" "$2" "$3"
+}
+
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    c_files=$(git ls-files '*.c' '*.h')
+    mk_files=$(git ls-files '*module.mk')
+else
+    c_files=$(find . -name '*.[ch]' ! -path './.deps/*' ! -path './build/*' | sed 's|^\./||')
+    mk_files=$(find . -name module.mk | sed 's|^\./||')
+fi
+
+# module_of PATH: the longest module in layers.txt that holds PATH, or "".
+modules=$(sed -n 's/^\([a-z][a-z/-]*\):.*/\1/p' "$LAYERS")
+module_of() {
+    best=""
+    for m in $modules; do
+        case "$1" in "$m"/*) [ ${#m} -gt ${#best} ] && best=$m ;; esac
+    done
+    echo "$best"
+}
+allowed_of() { sed -n "s|^$1:[[:space:]]*||p" "$LAYERS"; }
+
+check_layers() {
+    for f in $c_files; do
+        from=$(module_of "$f")
+        [ -n "$from" ] || continue
+        allowed="$from $(allowed_of "$from")"
+        grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+            sed 's/^\([0-9]*\):.*"\(.*\)".*/\1 \2/' |
+            while read -r line inc; do
+                to=$(module_of "$inc")
+                [ -n "$to" ] || continue
+                ok=0
+                for a in $allowed; do [ "$a" = "$to" ] && ok=1; done
+                [ $ok -eq 1 ] || echo "$f:$line $from $to $inc"
+            done
+    done | while read -r where from to inc; do
+        finding layers "$where" "$from may not include $inc ($to); see $LAYERS"
+    done
+}
+
+check_headers() {
+    for f in $c_files; do
+        head -c 2 "$f" | grep -q '^/\*' || finding headers "$f:1" "no opening comment saying what the file is for"
+    done
+}
+
+check_modules() {
+    for f in $c_files; do
+        m=$(module_of "$f")
+        [ -n "$m" ] && [ ! -f "$m/module.mk" ] && finding modules "$m" "module has C sources but no module.mk"
+    done | sort -u
+    for mk in $mk_files; do
+        dir=${mk%/module.mk}
+        case "$dir" in tests|bench|fuzz) continue ;; esac
+        grep -o '[A-Za-z0-9_./-]*\.c\b' "$mk" | sort -u | while read -r src; do
+            case "$src" in tests/*) continue ;; esac
+            [ "$(module_of "$src")" = "$dir" ] ||
+                finding modules "$mk" "lists $src, which belongs to another module"
+        done
+    done
+}
+
+check_commits() {
+    git rev-parse --verify -q "$CONVENTIONS_SINCE^{commit}" >/dev/null 2>&1 || return 0
+    git log --no-merges --format='%h %s' "$CONVENTIONS_SINCE^..HEAD" | while read -r h s; do
+        [ ${#s} -le 72 ] || finding commits "$h" "subject is ${#s} characters (at most 72)"
+    done
+}
+
+out=$({ check_layers; check_headers; check_modules; check_commits; })
+if [ -n "$out" ]; then
+    printf '%s\n' "$out" >&2
+    echo "lint=summary findings=$(printf '%s\n' "$out" | wc -l)" >&2
+    exit 1
+fi
+echo "lint=summary findings=0" >&2
