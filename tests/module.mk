@@ -5,7 +5,7 @@
 # and leaves it up for the next; `make cluster-down` stops it). Each
 # module's own tests are listed by its module.mk.
 SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh
-SHELL_TESTS += tests/cli/test-help-version.sh
+SHELL_TESTS += tests/cli/test-help-version.sh tests/cli/test-lint.sh
 SHELL_TESTS += tests/helm/test-render.sh tests/helm/test-install.sh
 SHELL_TESTS += tests/k8s/test-extender-kubeclient.sh tests/k8s/test-extender-placement.sh \
                tests/k8s/test-extender-pins.sh tests/k8s/test-cluster-smoke.sh

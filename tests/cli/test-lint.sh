@@ -1,0 +1,52 @@
+#!/bin/sh
+# test-lint.sh - `make lint` (scripts/lint/lint.sh) finds what it promises:
+# a forbidden include across layers, a C file without its opening comment,
+# a module without module.mk, a module.mk listing another module's source,
+# and is clean on a tree that keeps the rules. Runs on a scratch git tree.
+set -eu
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+mkdir -p "$WORK/scripts/lint" "$WORK/common" "$WORK/tensorstore" "$WORK/agent"
+cp "$ROOT/scripts/lint/lint.sh" "$ROOT/scripts/lint/layers.txt" "$WORK/scripts/lint/"
+cd "$WORK"
+git init -q . && git config user.email t@example.org && git config user.name t
+printf '/* a.h - common. */\n' >common/a.h
+printf '/* s.c - store. */\n#include "common/a.h"\n' >tensorstore/s.c
+printf '/* g.c - agent. */\n#include "tensorstore/s.h"\n' >agent/g.c
+printf '/* s.h - store. */\n' >tensorstore/s.h
+printf 'LIB_SRCS += tensorstore/s.c\n' >tensorstore/module.mk
+printf 'LIB_SRCS += agent/g.c\n' >agent/module.mk
+printf '# none\n' >common/module.mk
+git add -A && git commit -qm base
+
+lint() { scripts/lint/lint.sh 2>"$WORK/out"; }
+lint || { cat "$WORK/out" >&2; fail "a tree that keeps the rules has findings"; }
+
+printf '/* s.c - store. */\n#include "agent/g.h"\n' >tensorstore/s.c
+git add -A
+if lint; then fail "tensorstore including agent passed"; fi
+grep -q 'lint=layers file=tensorstore/s.c:2' "$WORK/out" || fail "no layers finding: $(cat "$WORK/out")"
+git checkout -q -- . 2>/dev/null; git reset -q --hard
+
+printf 'int x;\n' >common/b.c
+git add -A
+if lint; then fail "a file without its opening comment passed"; fi
+grep -q 'lint=headers file=common/b.c' "$WORK/out" || fail "no headers finding"
+git reset -q --hard; rm -f common/b.c
+
+rm agent/module.mk; git add -A
+if lint; then fail "a module without module.mk passed"; fi
+grep -q 'lint=modules file=agent ' "$WORK/out" || fail "no missing-module.mk finding"
+git reset -q --hard
+
+printf 'LIB_SRCS += tensorstore/s.c agent/g.c\n' >tensorstore/module.mk; git add -A
+if lint; then fail "a module.mk listing another module's source passed"; fi
+grep -q 'lint=modules file=tensorstore/module.mk' "$WORK/out" || fail "no foreign-source finding"
+git reset -q --hard
+
+scripts/lint/lint.sh --bogus 2>/dev/null && fail "a bad argument passed"
+[ $? -eq 2 ] || fail "a bad argument did not exit 2"
+echo "ok lint"
