@@ -7,13 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
 #include "agent/agent.h"
 #include "common/cleanup.h"
 #include "agent/hold.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "agent/ort_adapter.h"
 #include "agent/ort_inputs.h"
@@ -74,13 +74,6 @@ static void usage(FILE *out)
             "Exit status: 0 ok, 1 runtime failure or non-deterministic output,\n"
             "2 usage, 3 bad model file.\n",
             STORE_DEFAULT_DIR, ORT_INPUTS_DEFAULT_DYNAMIC_DIM);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static int parse_int(const char *s, long long min, long long max, long long *out)
@@ -248,10 +241,10 @@ static int run_all(const struct run_options *o, const ort_model *m, const ort_io
         return r;
     *run_ms = 0;
     for (int i = 0; r == 0 && i < o->runs; i++) {
-        double t = now_ms();
+        double t = clock_now_ms();
         if ((r = run_once(m, io, inputs, outputs, hex, out_bytes, err)) < 0)
             break;
-        *run_ms += (now_ms() - t) / o->runs;
+        *run_ms += (clock_now_ms() - t) / o->runs;
         if (i == 0)
             memcpy(first, hex, sizeof(first));
         else if (strcmp(first, hex) != 0)
@@ -280,7 +273,7 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0)
         return EXIT_USAGE;
 
-    t0 = now_ms();
+    t0 = clock_now_ms();
     if (o.use_store) {
         agent_options_init(&ao);
         ao.mode = o.mode;
@@ -289,11 +282,11 @@ int main(int argc, char **argv)
         ao.manifest_path = o.manifest;
         if ((r = agent_load(o.model, &ao, &am, &err)) < 0)
             goto fail;
-        load_ms = now_ms() - t0;
+        load_ms = clock_now_ms() - t0;
     }
     if ((r = ort_model_open(o.model, am, &o.ort, &m, &err)) < 0)
         goto fail;
-    session_ms = now_ms() - t0 - load_ms;
+    session_ms = clock_now_ms() - t0 - load_ms;
     if ((r = ort_io_describe(m, o.dynamic_dim, &io, &err)) < 0 ||
         (r = run_all(&o, m, io, hex, &out_bytes, &run_ms, &err)) < 0 ||
         (r = print_result(&o, am, m, io, hex, out_bytes, load_ms, session_ms, run_ms, &err)) < 0)

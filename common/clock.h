@@ -18,8 +18,9 @@ int64_t clock_mono_us(void);
 /* CLOCK_REALTIME in whole milliseconds since the epoch. */
 int64_t clock_wall_ms(void);
 
-/* A reading of clock_now_ms() (or any clock in ms) as the timespec that
- * absolute waits take (clock_nanosleep, pthread_cond_timedwait). */
+/* Milliseconds as a timespec: a reading of clock_now_ms() for the waits
+ * that take an absolute time (clock_nanosleep, pthread_cond_timedwait on
+ * a monotonic condition), or a duration for those that take one. */
 struct timespec clock_timespec(double ms);
 
 /* Sleeps ms milliseconds, the whole time even when signals arrive. */

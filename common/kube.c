@@ -17,6 +17,7 @@
 #include <curl/curl.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "common/kubeconfig.h"
 #include "common/log.h"
 
@@ -457,13 +458,6 @@ static bool should_retry(const request *rq, CURLcode curl_rc, long status, const
     return false;
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
 /* Exponential backoff with jitter in [delay/2, delay]. */
 static long backoff_ms(const kube_client *c, int attempt)
 {
@@ -531,7 +525,7 @@ static int kube_request(kube_client *c, const request *rq, const char *path, jso
             return r;
         log_debug("event=kube-retry method=%s path=%s status=%ld attempt=%d delay_ms=%ld",
                   rq->method, path, status, attempt, delay);
-        sleep_ms(delay);
+        clock_sleep_ms(delay);
     }
 }
 
@@ -911,7 +905,7 @@ int kube_list_watch(kube_client *c, const char *path, const kube_list_opts *opts
         log_warn("event=kube-watch-retry path=%s error=%s delay_ms=%ld msg=%s", path,
                  tetris_code_name(r), delay, log_quote(e.msg, quoted, sizeof quoted));
         for (long slept = 0; slept < delay && !*stop; slept += 100)
-            sleep_ms(delay - slept < 100 ? delay - slept : 100);
+            clock_sleep_ms(delay - slept < 100 ? delay - slept : 100);
     }
     return 0;
 }

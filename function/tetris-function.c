@@ -18,6 +18,7 @@
 #include "agent/agent.h"
 #include "function/batcher.h"
 #include "function/fn_metrics.h"
+#include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
 #include "agent/ort_adapter.h"
@@ -112,13 +113,6 @@ static void usage(FILE *out)
             "Exit status: 0 drained after SIGTERM/SIGINT, 1 runtime failure (cannot\n"
             "listen, inference setup), 2 usage, 3 bad or missing model file.\n",
             DEFAULT_LISTEN, DEFAULT_MAX_WAIT_MS, ORT_INPUTS_DEFAULT_DYNAMIC_DIM, DEFAULT_SEED);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* ---- configuration: environment, then options ---- */
@@ -382,7 +376,7 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
     struct fn *f = ctx;
     fn_request r = {0};
     tetris_error err = {0};
-    double start = now_ms();
+    double start = clock_now_ms();
     int status;
 
     reply_begin(f);
@@ -403,7 +397,7 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
                               (json_int_t)r.output_bytes, "batch_size", (json_int_t)r.batch_size,
                               "batch_id", (json_int_t)r.batch_id, "batching",
                               f->io->batchable ? "concat" : "sequential", "queue_ms", r.queue_ms,
-                              "inference_ms", r.inference_ms, "latency_ms", now_ms() - start);
+                              "inference_ms", r.inference_ms, "latency_ms", clock_now_ms() - start);
         if (j == NULL || http_response_json(resp, status, j) < 0) {
             status = 500;
             http_response_error(resp, status, "out of memory");
@@ -411,7 +405,7 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
         json_decref(j);
     }
     guard_reply(f, resp);
-    fn_metrics_request_end(f->metrics, status, (now_ms() - start) / 1e3);
+    fn_metrics_request_end(f->metrics, status, (clock_now_ms() - start) / 1e3);
 }
 
 static void handle_health(void *ctx, const http_request *req, http_response *resp)

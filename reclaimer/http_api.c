@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
 
@@ -504,7 +505,7 @@ static void handle_healthz(void *ctx, const http_request *req, http_response *re
     pthread_mutex_unlock(&a->d->pass_lock);
     json_t *j = json_pack("{s:s, s:f}", "status", ok ? "ok" : "failing",
                           "last_reclaim_age_seconds",
-                          last ? (double)(wall_ms() - last) / 1000.0 : -1.0);
+                          last ? (double)(clock_wall_ms() - last) / 1000.0 : -1.0);
     if (j == NULL) {
         http_response_error(resp, 500, "out of memory");
         return;

@@ -22,10 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/autoscaler/ilp.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "protocol/profile.h"
 
@@ -35,13 +35,6 @@ typedef struct bench_settings {
     int reps;          /* repetitions for median decision times */
     int ilp_limit_ms;  /* GLPK time limit per solve */
 } bench_settings;
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
 
 static int by_double(const void *a, const void *b)
 {
@@ -71,19 +64,19 @@ static int compare(const profile *p, double rps, const plan_options *o, const be
     int reps = s->reps < 64 ? s->reps : 64;
     for (int r = 0; r < reps; r++) {
         plan greedy, exact;
-        double t0 = now_us();
+        double t0 = clock_now_ms();
         int rc = dts_plan(p, rps, o, &greedy, err);
-        double t1 = now_us();
+        double t1 = clock_now_ms();
         if (rc < 0)
             return rc;
         rc = ilp_plan(p, rps, o, s->ilp_limit_ms, &exact, err);
-        double t2 = now_us();
+        double t2 = clock_now_ms();
         if (rc < 0) {
             plan_clear(&greedy);
             return rc;
         }
-        dts_t[r] = t1 - t0;
-        ilp_t[r] = t2 - t1;
+        dts_t[r] = (t1 - t0) * 1e3; /* us */
+        ilp_t[r] = (t2 - t1) * 1e3;
         out->dts_mib = greedy.memory_mib + o->alpha * greedy.cpus;
         out->ilp_mib = exact.memory_mib + o->alpha * exact.cpus;
         out->dts_instances = greedy.instances;

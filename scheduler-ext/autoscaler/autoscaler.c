@@ -15,6 +15,7 @@
 #include <curl/curl.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "scheduler-ext/autoscaler/ilp.h"
 #include "common/log.h"
 
@@ -119,13 +120,6 @@ static int parse_double(const char *opt, const char *s, double min, double *out)
 
 /* ---- plan ---- */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static json_t *plan_json(const profile *p, const plan *pl, const plan_options *o, double rps,
                          bool exact, double decision_ms)
 {
@@ -211,10 +205,10 @@ static int cmd_plan(int argc, char **argv)
         return exit_for_load(rc);
     }
     plan pl;
-    double start = now_ms();
+    double start = clock_now_ms();
     rc = exact ? ilp_plan(p, rps, &o, (int)fmin(limit_ms, 1e9), &pl, &err)
                : dts_plan(p, rps, &o, &pl, &err);
-    double decision_ms = now_ms() - start;
+    double decision_ms = clock_now_ms() - start;
     if (rc < 0) {
         fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
         profile_free(p);
@@ -404,7 +398,7 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
 
 static void sleep_s(double s)
 {
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
+    struct timespec ts = clock_timespec(s * 1e3);
     while (!stop_requested && nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
 }
@@ -421,18 +415,18 @@ static int run_loop(run_config *rc, as_actuator *act)
     if (rc->duration_s > 0)
         end_s = fmin(end_s, rc->duration_s);
     bool simulated = local && !rc->realtime;
-    double start_ms = now_ms();
+    double start_ms = clock_now_ms();
     for (double sim_s = 0; !stop_requested;) {
-        double now_s = simulated ? sim_s : (now_ms() - start_ms) / 1000.0;
+        double now_s = simulated ? sim_s : (clock_now_ms() - start_ms) / 1000.0;
         if (now_s > end_s + 1e-9)
             break;
         for (size_t i = 0; i < rc->n_fns && !stop_requested; i++)
             tick_function(rc->fns[i], rc, act, now_s);
         sim_s += rc->interval_s;
         if (!simulated) {
-            double next_ms = start_ms + ceil((now_ms() - start_ms) / 1e3 / rc->interval_s) *
+            double next_ms = start_ms + ceil((clock_now_ms() - start_ms) / 1e3 / rc->interval_s) *
                                             rc->interval_s * 1e3;
-            sleep_s(fmax(0, next_ms - now_ms()) / 1e3);
+            sleep_s(fmax(0, next_ms - clock_now_ms()) / 1e3);
         }
     }
     for (size_t i = 0; i < rc->n_fns; i++)

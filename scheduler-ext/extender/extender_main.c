@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <curl/curl.h>
 
 #include "scheduler-ext/extender/extender.h"
+#include "common/clock.h"
 #include "common/httpserver.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "common/kube.h"
@@ -152,20 +152,12 @@ static int parse_options(int argc, char **argv, options *o)
 
 /* ---- HTTP handlers ---- */
 
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 typedef int (*decide_fn)(extender *x, json_t *args, json_t **result, tetris_error *err);
 
 static void serve_decision(extender *x, const char *verb, decide_fn fn, const http_request *req,
                            http_response *resp)
 {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = clock_now_ms();
     tetris_error err = {0};
     json_t *args = NULL, *result = NULL;
     int r = http_request_json(req, &args, &err);
@@ -182,7 +174,7 @@ static void serve_decision(extender *x, const char *verb, decide_fn fn, const ht
     }
     json_decref(args);
     json_decref(result);
-    extender_observe(x, verb, status, seconds_since(&t0));
+    extender_observe(x, verb, status, (clock_now_ms() - t0) / 1e3);
 }
 
 static void handle_filter(void *ctx, const http_request *req, http_response *resp)

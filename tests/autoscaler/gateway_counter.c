@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
 
@@ -27,15 +27,8 @@ typedef struct counter {
 typedef struct gateway {
     counter *counters;
     int n;
-    struct timespec start;
+    double start_ms;
 } gateway;
-
-static double elapsed_s(const struct timespec *start)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - start->tv_sec) + (now.tv_nsec - start->tv_nsec) / 1e9;
-}
 
 static void handle_metrics(void *ctx, const http_request *req, http_response *resp)
 {
@@ -48,7 +41,7 @@ static void handle_metrics(void *ctx, const http_request *req, http_response *re
         http_response_error(resp, 500, "out of memory");
         return;
     }
-    double t = elapsed_s(&g->start);
+    double t = (clock_now_ms() - g->start_ms) / 1e3;
     fputs("# HELP gateway_function_invocation_total Function metrics\n"
           "# TYPE gateway_function_invocation_total counter\n", f);
     for (int i = 0; i < g->n; i++)
@@ -115,7 +108,7 @@ int main(int argc, char **argv)
         *eq = '\0';
         g.counters[g.n++] = (counter){.name = argv[i], .rps = rps};
     }
-    clock_gettime(CLOCK_MONOTONIC, &g.start);
+    g.start_ms = clock_now_ms();
     struct http_server_options o;
     http_server_options_init(&o);
     o.listen = listen;
