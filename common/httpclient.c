@@ -153,11 +153,11 @@ static void finish(struct transfer *x)
     curl_slist_free_all(x->headers);
 }
 
-void httpclient_get_all(httpclient_request *rqs, size_t n, unsigned max_parallel)
+void httpclient_get_all(httpclient_request *const *rqs, size_t n, unsigned max_parallel)
 {
     for (size_t i = 0; i < n; i++) {
-        httpclient_request_clear(&rqs[i]);
-        tetris_error_clear(&rqs[i].err);
+        httpclient_request_clear(rqs[i]);
+        tetris_error_clear(&rqs[i]->err);
     }
     tetris_error err = {0};
     struct transfer *xs = NULL;
@@ -167,15 +167,15 @@ void httpclient_get_all(httpclient_request *rqs, size_t n, unsigned max_parallel
         rc = tetris_fail(&err, TETRIS_E_NOMEM, ENOMEM, "GET: out of memory");
     if (rc < 0) {
         for (size_t i = 0; i < n; i++) {
-            rqs[i].rc = rc;
-            rqs[i].err = err;
+            rqs[i]->rc = rc;
+            rqs[i]->err = err;
         }
         free(xs);
         return;
     }
     curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)max_parallel);
     for (size_t i = 0; i < n; i++) {
-        xs[i].rq = &rqs[i];
+        xs[i].rq = rqs[i];
         if (setup(&xs[i]) < 0 || curl_multi_add_handle(m, xs[i].h) != CURLM_OK) {
             xs[i].cc = CURLE_OUT_OF_MEMORY;
             xs[i].done = true;
@@ -195,7 +195,7 @@ void httpclient_get_all(httpclient_request *rqs, size_t n, unsigned max_parallel
 
 int httpclient_get(httpclient_request *rq, tetris_error *err)
 {
-    httpclient_get_all(rq, 1, 1);
+    httpclient_get_all(&rq, 1, 1);
     if (rq->rc < 0 && err != NULL)
         *err = rq->err;
     return rq->rc;

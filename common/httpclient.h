@@ -51,7 +51,7 @@ int httpclient_get(httpclient_request *rq, tetris_error *err);
 
 /* n GETs at once, at most max_parallel connections open (0: no limit);
  * each request's rc, err and reply are its own. */
-void httpclient_get_all(httpclient_request *rqs, size_t n, unsigned max_parallel);
+void httpclient_get_all(httpclient_request *const *rqs, size_t n, unsigned max_parallel);
 
 /* Frees the reply of a request (it may be run again). */
 void httpclient_request_clear(httpclient_request *rq);

@@ -18,6 +18,7 @@
 
 #include "common/cleanup.h"
 #include "common/clock.h"
+#include "common/httpclient.h"
 #include "common/kubeconfig.h"
 #include "common/log.h"
 
@@ -40,21 +41,13 @@ struct kube_client {
     off_t file_token_size;
 };
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
 /* ---- construction ---- */
 
 static int client_from_config(kube_config *cfg, kube_client **out, tetris_error *err)
 {
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return tetris_fail(err, TETRIS_E_IO, 0, "curl init: %s", curl_easy_strerror(curl_init_rc));
+    int r = httpclient_global_init(err);
+    if (r < 0)
+        return r;
     kube_client *c = calloc(1, sizeof *c);
     if (c == NULL) {
         kubeconfig_clear(cfg);

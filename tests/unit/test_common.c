@@ -417,12 +417,14 @@ START_TEST(test_httpclient_many)
     /* A port nobody listens on: a server started and freed again. */
     http_server *gone = start_server(refused, sizeof refused);
     http_server_free(gone);
-    httpclient_request rqs[6];
-    for (size_t i = 0; i < 6; i++)
+    httpclient_request rqs[6], *p[6];
+    for (size_t i = 0; i < 6; i++) {
         rqs[i] = (httpclient_request){.url = i == 4 ? big : i == 5 ? refused : doc,
                                       .timeout_ms = 30000, .max_body = 1024,
                                       .user_agent = "test_common"};
-    httpclient_get_all(rqs, 6, 2);
+        p[i] = &rqs[i];
+    }
+    httpclient_get_all(p, 6, 2);
     for (size_t i = 0; i < 4; i++) {
         ck_assert_int_eq(rqs[i].rc, 0);
         ck_assert_int_eq(rqs[i].status, 200);
