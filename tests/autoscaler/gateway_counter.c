@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
+#include "common/prom.h"
 
 typedef struct counter {
     const char *name;
@@ -33,22 +34,18 @@ typedef struct gateway {
 static void handle_metrics(void *ctx, const http_request *req, http_response *resp)
 {
     (void)req;
+    static const char name[] = "gateway_function_invocation_total";
     gateway *g = ctx;
-    char *body = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&body, &len);
-    if (f == NULL) {
-        http_response_error(resp, 500, "out of memory");
-        return;
-    }
     double t = (clock_now_ms() - g->start_ms) / 1e3;
-    fputs("# HELP gateway_function_invocation_total Function metrics\n"
-          "# TYPE gateway_function_invocation_total counter\n", f);
+    textbuf text = {0};
+    prom_header(&text, name, "counter", "Function metrics");
     for (int i = 0; i < g->n; i++)
-        fprintf(f, "gateway_function_invocation_total{code=\"200\",function_name=\"%s\"} %.0f\n",
-                g->counters[i].name, floor(g->counters[i].rps * t));
-    if (fclose(f) != 0) {
-        free(body);
+        prom_sample_double(&text, name,
+                           (prom_label[]){{"code", "200"}, {"function_name", g->counters[i].name}},
+                           2, "%.0f", floor(g->counters[i].rps * t));
+    size_t len;
+    char *body = textbuf_take(&text, &len);
+    if (body == NULL) {
         http_response_error(resp, 500, "out of memory");
         return;
     }
