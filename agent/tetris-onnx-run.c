@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "common/cleanup.h"
+#include "common/cli.h"
 #include "agent/hold.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -76,16 +77,6 @@ static void usage(FILE *out)
             STORE_DEFAULT_DIR, ORT_INPUTS_DEFAULT_DYNAMIC_DIM);
 }
 
-static int parse_int(const char *s, long long min, long long max, long long *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct run_options *o)
 {
     static const struct option longopts[] = {
@@ -100,7 +91,6 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0}};
     bool store_given = false, private_given = false;
     tetris_error err = {0};
-    long long v;
     int c;
 
     memset(o, 0, sizeof(*o));
@@ -123,24 +113,20 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         case 'K': o->ort.prepack = true; break;
         case 'O': o->ort.save_optimized = optarg; break;
         case 'S':
-            if (parse_int(optarg, 0, INT64_MAX, &v) < 0)
+            if (cli_parse_u64("--seed", optarg, 0, INT64_MAX, &o->seed, &err) < 0)
                 goto bad_number;
-            o->seed = (uint64_t)v;
             break;
         case 'r':
-            if (parse_int(optarg, 1, 1000000, &v) < 0)
+            if (cli_parse_int("--runs", optarg, 1, 1000000, &o->runs, &err) < 0)
                 goto bad_number;
-            o->runs = (int)v;
             break;
         case 'j':
-            if (parse_int(optarg, 0, 1024, &v) < 0)
+            if (cli_parse_int("--threads", optarg, 0, 1024, &o->ort.intra_op_threads, &err) < 0)
                 goto bad_number;
-            o->ort.intra_op_threads = (int)v;
             break;
         case 'd':
-            if (parse_int(optarg, 1, 1 << 20, &v) < 0)
+            if (cli_parse_i64("--dim", optarg, 1, 1 << 20, &o->dynamic_dim, &err) < 0)
                 goto bad_number;
-            o->dynamic_dim = v;
             break;
         case 'g':
             if (ort_parse_graph_optimization(optarg, &o->ort.graph_optimization, &err) < 0) {
@@ -164,7 +150,7 @@ static int parse_args(int argc, char **argv, struct run_options *o)
     o->model = argv[optind];
     return 0;
 bad_number:
-    fprintf(stderr, "tetris-onnx-run: bad number '%s'\n", optarg);
+    fprintf(stderr, "tetris-onnx-run: %s\n", err.msg);
 usage_error:
     fprintf(stderr, "Try 'tetris-onnx-run --help'.\n");
     return -1;

@@ -7,7 +7,9 @@
  * fails with TETRIS_E_INVAL and a message naming the option, e.g.
  *   --batch: '0' is not an integer in [1, 1024]
  *   --rate: 'x' is not a number >= 0.001
- * which the program prints as a usage error (exit status 2). */
+ * which the program prints as a usage error (exit status 2). With opt
+ * NULL the message leaves the name out, for a caller that adds where the
+ * value came from itself (a setting read from a file or a flag). */
 #ifndef TETRIS_CLI_H
 #define TETRIS_CLI_H
 

@@ -25,6 +25,7 @@
 
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/autoscaler/ilp.h"
+#include "common/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "protocol/profile.h"
@@ -197,11 +198,10 @@ static int bench_spaces(int argc, char **argv, const bench_settings *s)
     size_t sizes[32];
     size_t n_sizes = 0;
     for (int i = 0; i < argc && n_sizes < 32; i++) {
-        char *end;
-        long v = strtol(argv[i], &end, 10);
-        if (*end != '\0' || v < 1 || v > 1000000) {
-            fprintf(stderr, "tetris-bench-dts: config space size '%s' must be 1..1000000\n",
-                    argv[i]);
+        tetris_error err = {0};
+        uint64_t v;
+        if (cli_parse_u64("config space size", argv[i], 1, 1000000, &v, &err) < 0) {
+            fprintf(stderr, "tetris-bench-dts: %s\n", err.msg);
             return EXIT_USAGE;
         }
         sizes[n_sizes++] = (size_t)v;

@@ -23,6 +23,7 @@
 
 #include "scheduler-ext/extender/extender.h"
 #include "scheduler-ext/extender/inventory.h"
+#include "common/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "scheduler-ext/extender/manifests.h"
@@ -308,6 +309,9 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        tetris_error err = {0};
+        uint64_t v = 0;
+        int r = 0;
         char *end = NULL;
         switch (ch) {
         case 'n':
@@ -321,15 +325,24 @@ int main(int argc, char **argv)
                 o.n_sizes++;
             }
             break;
-        case 't': o.tensors_per_node = strtoul(optarg, &end, 10); break;
-        case 'm': o.model_tensors = strtoul(optarg, &end, 10); break;
-        case 's': o.samples = strtoul(optarg, &end, 10); break;
+        case 't':
+            r = cli_parse_u64("--tensors-per-node", optarg, 0, SIZE_MAX, &v, &err);
+            o.tensors_per_node = v;
+            break;
+        case 'm':
+            r = cli_parse_u64("--model-tensors", optarg, 0, SIZE_MAX, &v, &err);
+            o.model_tensors = v;
+            break;
+        case 's':
+            r = cli_parse_u64("--samples", optarg, 0, SIZE_MAX, &v, &err);
+            o.samples = v;
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("tetris-bench-extender %s\n", TETRIS_VERSION); return 0;
         default: usage(stderr); return 2;
         }
-        if (end != NULL && *end != '\0' && ch != 'n') {
-            fprintf(stderr, "tetris-bench-extender: bad number '%s'\n", optarg);
+        if (r < 0) {
+            fprintf(stderr, "tetris-bench-extender: %s\n", err.msg);
             return 2;
         }
     }

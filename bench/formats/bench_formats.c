@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "model/model.h"
@@ -84,10 +85,14 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc > 2 && strcmp(argv[1], "--reps") == 0) {
-        reps = atoi(argv[2]);
+        tetris_error err = {0};
+        if (cli_parse_int("--reps", argv[2], 1, 1000, &reps, &err) < 0) {
+            fprintf(stderr, "tetris-bench-formats: %s\n", err.msg);
+            return 2;
+        }
         i = 3;
     }
-    if (i >= argc || reps < 1 || reps > 1000) {
+    if (i >= argc) {
         fprintf(stderr, "usage: %s [--reps N] MODEL...\n", argv[0]);
         return 2;
     }

@@ -54,6 +54,9 @@ START_TEST(test_cli_u64)
     refused_u64("11", 1, 10); /* above */
     cli_parse_u64("--count", "11", 1, 10, &v, &err);
     ck_assert_str_eq(err.msg, "--count: '11' is not an integer in [1, 10]");
+    /* Without a name, for callers that say where the value came from. */
+    cli_parse_u64(NULL, "x", 1, 10, &v, &err);
+    ck_assert_str_eq(err.msg, "'x' is not an integer in [1, 10]");
 }
 END_TEST
 
