@@ -163,8 +163,10 @@ void httpclient_get_all(httpclient_request *const *rqs, size_t n, unsigned max_p
     struct transfer *xs = NULL;
     CURLM *m = NULL;
     int rc = httpclient_global_init(&err);
-    if (rc == 0 && ((xs = calloc(n ? n : 1, sizeof *xs)) == NULL || (m = curl_multi_init()) == NULL))
+    if (rc == 0 && (xs = calloc(n ? n : 1, sizeof *xs)) == NULL)
         rc = tetris_fail(&err, TETRIS_E_NOMEM, ENOMEM, "GET: out of memory");
+    if (rc == 0 && (m = curl_multi_init()) == NULL)
+        rc = tetris_fail(&err, TETRIS_E_NOMEM, ENOMEM, "GET: curl multi init");
     if (rc < 0) {
         for (size_t i = 0; i < n; i++) {
             rqs[i]->rc = rc;

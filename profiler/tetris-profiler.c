@@ -235,7 +235,8 @@ static int parse_profile_args(int argc, char **argv, struct profile_cli *cli)
                 return usage_error("%s", err.msg);
             break;
         case OPT_CLIENTS:
-            if (cli_parse_int("--clients-per-slot", optarg, 1, 64, &o->clients_per_slot, &err) < 0)
+            if (cli_parse_int("--clients-per-slot", optarg, 1, 64, &o->clients_per_slot,
+                              &err) < 0)
                 return usage_error("%s", err.msg);
             break;
         case 'o': cli->output = optarg; break;

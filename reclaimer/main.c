@@ -117,7 +117,8 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
         pthread_mutex_lock(&d->pass_lock);
         int64_t last = d->last_pass_ms;
         pthread_mutex_unlock(&d->pass_lock);
-        if ((double)(clock_wall_ms() - last) < interval * 1000 && atomic_load(&d->shortfall_bytes) == 0)
+        if ((double)(clock_wall_ms() - last) < interval * 1000 &&
+            atomic_load(&d->shortfall_bytes) == 0)
             continue;
         tetris_error err;
         if (daemon_reclaim_pass(d, &err) < 0) {

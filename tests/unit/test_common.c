@@ -3,14 +3,17 @@
  * Prometheus text (escaping, histograms), clock conversions, and GETs
  * against a real HTTP server on a loopback port (status, ETag, size cap,
  * timeout, several at once). */
+#include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
-#include <pthread.h>
+#include <netinet/in.h>
 #include <semaphore.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/cli.h"
 #include "common/clock.h"
@@ -417,9 +420,15 @@ START_TEST(test_httpclient_many)
     http_server *s = start_server(base, sizeof base);
     snprintf(doc, sizeof doc, "%s/doc", base);
     snprintf(big, sizeof big, "%s/big", base);
-    /* A port nobody listens on: a server started and freed again. */
-    http_server *gone = start_server(refused, sizeof refused);
-    http_server_free(gone);
+    /* A port that is bound but not listening: connections are refused,
+     * and no other process can take the port meanwhile. */
+    int sock = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(sock, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sa_len = sizeof sa;
+    ck_assert_int_eq(bind(sock, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(sock, (struct sockaddr *)&sa, &sa_len), 0);
+    snprintf(refused, sizeof refused, "http://127.0.0.1:%u/doc", ntohs(sa.sin_port));
     httpclient_request rqs[6], *p[6];
     for (size_t i = 0; i < 6; i++) {
         rqs[i] = (httpclient_request){.url = i == 4 ? big : i == 5 ? refused : doc,
@@ -439,6 +448,7 @@ START_TEST(test_httpclient_many)
     ck_assert_ptr_nonnull(strstr(rqs[5].err.msg, refused));
     for (size_t i = 0; i < 6; i++)
         httpclient_request_clear(&rqs[i]);
+    close(sock);
     http_server_free(s);
 }
 END_TEST
