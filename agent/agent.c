@@ -24,6 +24,7 @@
 #include "agent/agent.h"
 #include "common/cleanup.h"
 #include "agent/ingest_client.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "model/model_publish.h"
 
@@ -59,13 +60,6 @@ void agent_options_init(struct agent_options *o)
     o->store_dir = STORE_DEFAULT_DIR;
     o->daemon_timeout_ms = DEFAULT_DAEMON_TIMEOUT_MS;
     o->shuffle = true;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static int source_fd(agent_model *am, const char *path, int *fd, tetris_error *err)
@@ -460,7 +454,7 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
                tetris_error *err)
 {
     struct agent_options defaults;
-    double start = now_ms();
+    double start = clock_now_ms();
     int r;
 
     if (o == NULL) {
@@ -499,7 +493,7 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
         agent_model_free(am);
         return r;
     }
-    am->stats.load_ms = now_ms() - start;
+    am->stats.load_ms = clock_now_ms() - start;
     log_info("event=load model=%s tensors=%zu bytes=%llu mapped_bytes=%llu ingested_bytes=%llu "
              "private_bytes=%llu load_ms=%.3f",
              am->model->path, n, (unsigned long long)am->stats.bytes,

@@ -17,12 +17,12 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
@@ -50,20 +50,13 @@ struct ingest_client {
     bool closing;
 };
 
-int64_t ingest_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits until sock is ready for events or the deadline passes. */
 static int wait_ready(int sock, short events, int64_t deadline_ms, tetris_error *err)
 {
     for (;;) {
         int timeout = -1;
         if (deadline_ms > 0) {
-            int64_t left = deadline_ms - ingest_now_ms();
+            int64_t left = deadline_ms - clock_mono_ms();
             if (left <= 0)
                 return tetris_fail(err, TETRIS_E_TIMEOUT, ETIMEDOUT, "ingest socket: timed out");
             timeout = left > 1000000 ? 1000000 : (int)left;
@@ -290,7 +283,7 @@ int ingest_client_connect(const char *socket_path, int timeout_ms, ingest_client
     if (timeout_ms <= 0)
         timeout_ms = DEFAULT_TIMEOUT_MS;
     int sock;
-    int rc = connect_socket(socket_path, ingest_now_ms() + timeout_ms, &sock, err);
+    int rc = connect_socket(socket_path, clock_mono_ms() + timeout_ms, &sock, err);
     if (rc < 0)
         return rc;
     ingest_client *c = calloc(1, sizeof(*c));
@@ -514,7 +507,7 @@ int ingest_client_ingest(ingest_client *c, const char *label, const model *m,
                          struct ingest_tensor_result *results, struct ingest_summary *summary,
                          tetris_error *err)
 {
-    int64_t deadline = ingest_now_ms() + c->timeout_ms;
+    int64_t deadline = clock_mono_ms() + c->timeout_ms;
     int fds[INGEST_MAX_SOURCES];
     size_t n_fds = 0;
     cleanup_free char *request = NULL;
@@ -548,9 +541,9 @@ static bool backoff(const ingest_client *c, int delay_ms, unsigned *seed)
 {
     int ms = delay_ms / 2 + (int)((unsigned)rand_r(seed) % (unsigned)(delay_ms / 2 + 1));
     struct pollfd p = {.fd = c->stop_fd, .events = POLLIN};
-    int64_t deadline = ingest_now_ms() + ms;
+    int64_t deadline = clock_mono_ms() + ms;
     for (;;) {
-        int64_t left = deadline - ingest_now_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (left <= 0)
             return true;
         int n = poll(&p, 1, (int)left);
@@ -588,7 +581,7 @@ static bool wait_connection_lost(const ingest_client *c)
 static int reregister(ingest_client *c, tetris_error *err)
 {
     int sock;
-    int rc = connect_socket(c->socket_path, ingest_now_ms() + c->timeout_ms, &sock, err);
+    int rc = connect_socket(c->socket_path, clock_mono_ms() + c->timeout_ms, &sock, err);
     if (rc < 0)
         return rc;
     set_sock(c, sock);
@@ -618,7 +611,7 @@ static int reregister(ingest_client *c, tetris_error *err)
 static void *watch_main(void *arg)
 {
     ingest_client *c = arg;
-    unsigned seed = (unsigned)getpid() ^ (unsigned)ingest_now_ms();
+    unsigned seed = (unsigned)getpid() ^ (unsigned)clock_mono_ms();
     while (wait_connection_lost(c)) {
         log_warn("event=daemon-connection-lost label=%s socket=%s action=reconnect", c->label,
                  c->socket_path);
@@ -670,7 +663,7 @@ int ingest_report_fallback(const char *socket_path, const char *label, const cha
 {
     if (timeout_ms <= 0)
         timeout_ms = DEFAULT_TIMEOUT_MS;
-    int64_t deadline = ingest_now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     cleanup_close int sock = -1;
     int rc = connect_socket(socket_path, deadline, &sock, err);
     if (rc < 0)

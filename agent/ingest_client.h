@@ -118,7 +118,7 @@ void ingest_client_close(ingest_client *c);
 
 /* Sends one message (length prefix + json) with fds attached (n_fds may
  * be 0), retrying short writes, waiting at most until deadline_ms
- * (CLOCK_MONOTONIC milliseconds; 0: no deadline). */
+ * (clock_mono_ms(); 0: no deadline). */
 int ingest_send_message(int sock, const char *json, size_t len, const int *fds, size_t n_fds,
                         int64_t deadline_ms, tetris_error *err);
 /* Receives one message; the caller frees *json. Received descriptors go to
@@ -127,7 +127,5 @@ int ingest_send_message(int sock, const char *json, size_t len, const int *fds, 
  * orderly close before the first byte is TETRIS_E_UNAVAILABLE. */
 int ingest_recv_message(int sock, size_t max_len, char **json, size_t *len, int *fds,
                         size_t max_fds, size_t *n_fds, int64_t deadline_ms, tetris_error *err);
-/* CLOCK_MONOTONIC in milliseconds, for deadlines. */
-int64_t ingest_now_ms(void);
 
 #endif

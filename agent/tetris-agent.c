@@ -11,6 +11,7 @@
 
 #include "agent/agent.h"
 #include "agent/hold.h"
+#include "common/cli.h"
 #include "common/log.h"
 
 enum exit_code {
@@ -133,11 +134,9 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
         case 'l': c->label = optarg; break;
         case 'H': c->hold = true; break;
         case 'T': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || v <= 0 || v > 86400000)
-                return usage_error("bad --timeout-ms '%s'", optarg);
-            c->timeout_ms = (int)v;
+            tetris_error err = {0};
+            if (cli_parse_int("--timeout-ms", optarg, 1, 86400000, &c->timeout_ms, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         }
         case 'D':

@@ -7,13 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
 #include "agent/agent.h"
 #include "common/cleanup.h"
+#include "common/cli.h"
 #include "agent/hold.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "agent/ort_adapter.h"
 #include "agent/ort_inputs.h"
@@ -76,23 +77,6 @@ static void usage(FILE *out)
             STORE_DEFAULT_DIR, ORT_INPUTS_DEFAULT_DYNAMIC_DIM);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int parse_int(const char *s, long long min, long long max, long long *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct run_options *o)
 {
     static const struct option longopts[] = {
@@ -107,7 +91,6 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0}};
     bool store_given = false, private_given = false;
     tetris_error err = {0};
-    long long v;
     int c;
 
     memset(o, 0, sizeof(*o));
@@ -130,24 +113,20 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         case 'K': o->ort.prepack = true; break;
         case 'O': o->ort.save_optimized = optarg; break;
         case 'S':
-            if (parse_int(optarg, 0, INT64_MAX, &v) < 0)
+            if (cli_parse_u64("--seed", optarg, 0, INT64_MAX, &o->seed, &err) < 0)
                 goto bad_number;
-            o->seed = (uint64_t)v;
             break;
         case 'r':
-            if (parse_int(optarg, 1, 1000000, &v) < 0)
+            if (cli_parse_int("--runs", optarg, 1, 1000000, &o->runs, &err) < 0)
                 goto bad_number;
-            o->runs = (int)v;
             break;
         case 'j':
-            if (parse_int(optarg, 0, 1024, &v) < 0)
+            if (cli_parse_int("--threads", optarg, 0, 1024, &o->ort.intra_op_threads, &err) < 0)
                 goto bad_number;
-            o->ort.intra_op_threads = (int)v;
             break;
         case 'd':
-            if (parse_int(optarg, 1, 1 << 20, &v) < 0)
+            if (cli_parse_i64("--dim", optarg, 1, 1 << 20, &o->dynamic_dim, &err) < 0)
                 goto bad_number;
-            o->dynamic_dim = v;
             break;
         case 'g':
             if (ort_parse_graph_optimization(optarg, &o->ort.graph_optimization, &err) < 0) {
@@ -171,7 +150,7 @@ static int parse_args(int argc, char **argv, struct run_options *o)
     o->model = argv[optind];
     return 0;
 bad_number:
-    fprintf(stderr, "tetris-onnx-run: bad number '%s'\n", optarg);
+    fprintf(stderr, "tetris-onnx-run: %s\n", err.msg);
 usage_error:
     fprintf(stderr, "Try 'tetris-onnx-run --help'.\n");
     return -1;
@@ -248,10 +227,10 @@ static int run_all(const struct run_options *o, const ort_model *m, const ort_io
         return r;
     *run_ms = 0;
     for (int i = 0; r == 0 && i < o->runs; i++) {
-        double t = now_ms();
+        double t = clock_now_ms();
         if ((r = run_once(m, io, inputs, outputs, hex, out_bytes, err)) < 0)
             break;
-        *run_ms += (now_ms() - t) / o->runs;
+        *run_ms += (clock_now_ms() - t) / o->runs;
         if (i == 0)
             memcpy(first, hex, sizeof(first));
         else if (strcmp(first, hex) != 0)
@@ -280,7 +259,7 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0)
         return EXIT_USAGE;
 
-    t0 = now_ms();
+    t0 = clock_now_ms();
     if (o.use_store) {
         agent_options_init(&ao);
         ao.mode = o.mode;
@@ -289,11 +268,11 @@ int main(int argc, char **argv)
         ao.manifest_path = o.manifest;
         if ((r = agent_load(o.model, &ao, &am, &err)) < 0)
             goto fail;
-        load_ms = now_ms() - t0;
+        load_ms = clock_now_ms() - t0;
     }
     if ((r = ort_model_open(o.model, am, &o.ort, &m, &err)) < 0)
         goto fail;
-    session_ms = now_ms() - t0 - load_ms;
+    session_ms = clock_now_ms() - t0 - load_ms;
     if ((r = ort_io_describe(m, o.dynamic_dim, &io, &err)) < 0 ||
         (r = run_all(&o, m, io, hex, &out_bytes, &run_ms, &err)) < 0 ||
         (r = print_result(&o, am, m, io, hex, out_bytes, load_ms, session_ms, run_ms, &err)) < 0)

@@ -15,10 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "model/model.h"
@@ -30,13 +30,6 @@ struct huge_kb {
     uint64_t anon_huge, shmem_pmd, file_pmd;
     uint64_t page_tables; /* VmPTE of the whole process */
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* Sums the huge-page fields of our mappings of files under root. */
 static int smaps_huge(const char *root, struct huge_kb *out, tetris_error *err)
@@ -120,7 +113,7 @@ static int run(const char *store_dir, const char *manifest_path, tetris_error *e
     if ((r = store_open(store_dir, &so, &s, err)) < 0)
         goto out;
 
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     for (; mapped < m->n_tensors; mapped++) {
         const tensor_desc *t = &m->tensors[mapped];
         if (!t->has_digest) {
@@ -133,9 +126,9 @@ static int run(const char *store_dir, const char *manifest_path, tetris_error *e
         }
         bytes += maps[mapped].nbytes;
     }
-    double t1 = now_ms();
+    double t1 = clock_now_ms();
     uint64_t sum = touch_pages(maps, mapped);
-    double t2 = now_ms();
+    double t2 = clock_now_ms();
 
     struct huge_kb huge;
     if ((r = smaps_huge(store_root(s), &huge, err)) < 0 ||

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/cli.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -472,19 +473,6 @@ static void usage(FILE *f, const char *prog)
             "Exit status: 0 written or reused, 1 error (I/O, memory), 2 usage error.\n");
 }
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-' || *s == '\0')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     log_init(argv[0]);
@@ -502,32 +490,24 @@ int main(int argc, char **argv)
     struct plan p = {.seed = 1, .shared_layers = -1};
     const char *output = NULL;
     bool force = false;
+    tetris_error err = {0};
     uint64_t v;
-    int c;
+    int c, r = 0;
     while ((c = getopt_long(argc, argv, "o:s:fhV", opts, NULL)) != -1) {
         switch (c) {
         case 'o':
             output = optarg;
             break;
         case 's':
-            if (parse_u64(optarg, UINT64_MAX, &p.seed) < 0) {
-                log_error("event=usage error=\"bad --seed\" value=%s", optarg);
-                return EXIT_USAGE;
-            }
+            r = cli_parse_u64("--seed", optarg, 0, UINT64_MAX, &p.seed, &err);
             break;
         case OPT_VARIANT:
-            if (parse_u64(optarg, 1000000, &v) < 0 || v == 0) {
-                log_error("event=usage error=\"--variant takes 1..1000000\" value=%s", optarg);
-                return EXIT_USAGE;
-            }
-            p.variant = (unsigned)v;
+            if ((r = cli_parse_u64("--variant", optarg, 1, 1000000, &v, &err)) == 0)
+                p.variant = (unsigned)v;
             break;
         case OPT_SHARED:
-            if (parse_u64(optarg, 1000, &v) < 0) {
-                log_error("event=usage error=\"bad --shared-layers\" value=%s", optarg);
-                return EXIT_USAGE;
-            }
-            p.shared_layers = (long)v;
+            if ((r = cli_parse_u64("--shared-layers", optarg, 0, 1000, &v, &err)) == 0)
+                p.shared_layers = (long)v;
             break;
         case 'f':
             force = true;
@@ -540,6 +520,11 @@ int main(int argc, char **argv)
             return EXIT_OK;
         default:
             usage(stderr, argv[0]);
+            return EXIT_USAGE;
+        }
+        if (r < 0) {
+            char q[600];
+            log_error("event=usage error=%s", log_quote(err.msg, q, sizeof q));
             return EXIT_USAGE;
         }
     }
@@ -564,8 +549,7 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
 
-    tetris_error err = {0};
-    int r = plan_build(&p, &err);
+    r = plan_build(&p, &err);
     char path[PATH_MAX];
     if (r == 0 && output == NULL)
         r = cache_path(&p, path, sizeof path, &err);

@@ -22,6 +22,7 @@
 
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "common/textbuf.h"
 
 #define DEFAULT_MAX_BODY (1u << 20)
 #define DEFAULT_MAX_CONNECTIONS 256
@@ -48,9 +49,7 @@ struct http_server {
 /* Per-request state, from the first callback to request completion. */
 struct http_request_private {
     struct MHD_Connection *conn;
-    char *body;
-    size_t len;
-    size_t cap;
+    textbuf body;
     bool too_large;
 };
 
@@ -286,8 +285,8 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *conn, con
         http_request req = {
             .method = method,
             .path = url,
-            .body = priv->body ? priv->body : "",
-            .body_len = priv->len,
+            .body = priv->body.data ? priv->body.data : "",
+            .body_len = priv->body.len,
             .priv = priv,
         };
         http_response resp = {0};
@@ -314,24 +313,11 @@ static bool declared_body_too_large(http_server *s, struct MHD_Connection *conn)
 static int append_body(struct http_request_private *priv, const char *data, size_t len,
                        size_t max)
 {
-    if (priv->too_large || priv->len + len > max) {
+    if (priv->too_large || priv->body.len + len > max) {
         priv->too_large = true;
         return 0;
     }
-    if (priv->len + len + 1 > priv->cap) {
-        size_t cap = priv->cap ? priv->cap : 4096;
-        while (cap < priv->len + len + 1)
-            cap *= 2;
-        char *b = realloc(priv->body, cap);
-        if (b == NULL)
-            return -1;
-        priv->body = b;
-        priv->cap = cap;
-    }
-    memcpy(priv->body + priv->len, data, len);
-    priv->len += len;
-    priv->body[priv->len] = '\0';
-    return 0;
+    return textbuf_append(&priv->body, data, len) ? 0 : -1;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -375,7 +361,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     struct http_request_private *priv = *con_cls;
     if (priv == NULL)
         return;
-    free(priv->body);
+    textbuf_free(&priv->body);
     free(priv);
     *con_cls = NULL;
 }

@@ -17,8 +17,11 @@
 #include <curl/curl.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
+#include "common/httpclient.h"
 #include "common/kubeconfig.h"
 #include "common/log.h"
+#include "common/textbuf.h"
 
 #define KUBE_MAX_BODY (256u << 20)   /* a reply larger than this is refused */
 #define KUBE_MAX_EVENT (16u << 20)   /* one watch event line */
@@ -39,21 +42,13 @@ struct kube_client {
     off_t file_token_size;
 };
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
 /* ---- construction ---- */
 
 static int client_from_config(kube_config *cfg, kube_client **out, tetris_error *err)
 {
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return tetris_fail(err, TETRIS_E_IO, 0, "curl init: %s", curl_easy_strerror(curl_init_rc));
+    int r = httpclient_global_init(err);
+    if (r < 0)
+        return r;
     kube_client *c = calloc(1, sizeof *c);
     if (c == NULL) {
         kubeconfig_clear(cfg);
@@ -177,73 +172,41 @@ static int current_token(kube_client *c, char **out, tetris_error *err)
 
 /* ---- URLs ---- */
 
-typedef struct strbuf {
-    char *data;
-    size_t len;
-    size_t cap;
-    size_t max;
-    bool overflow;
-} strbuf;
-
-static bool strbuf_append(strbuf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->max) {
-        b->overflow = true;
-        return false;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (d == NULL) {
-            b->overflow = true;
-            return false;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return true;
-}
-
-static void query_param(strbuf *b, const char *key, const char *value)
+static void query_param(textbuf *b, const char *key, const char *value)
 {
     static const char hex[] = "0123456789ABCDEF";
-    strbuf_append(b, strchr(b->data, '?') != NULL ? "&" : "?", 1);
-    strbuf_append(b, key, strlen(key));
-    strbuf_append(b, "=", 1);
+    textbuf_append(b, strchr(b->data, '?') != NULL ? "&" : "?", 1);
+    textbuf_append(b, key, strlen(key));
+    textbuf_append(b, "=", 1);
     for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
         if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
             *p == '-' || *p == '_' || *p == '.' || *p == '~') {
-            strbuf_append(b, (const char *)p, 1);
+            textbuf_append(b, (const char *)p, 1);
         } else {
             char esc[3] = {'%', hex[*p >> 4], hex[*p & 15]};
-            strbuf_append(b, esc, 3);
+            textbuf_append(b, esc, 3);
         }
     }
 }
 
 /* server + path (which may carry a query already) + selector parameters. */
 static int build_url(const kube_client *c, const char *path, const kube_list_opts *opts,
-                     strbuf *url, tetris_error *err)
+                     textbuf *url, tetris_error *err)
 {
-    *url = (strbuf){.max = 16384};
+    *url = (textbuf){.max = 16384};
     if (path[0] != '/')
         return tetris_fail(err, TETRIS_E_INVAL, 0, "kube: path must start with '/': %s", path);
     size_t slen = strlen(c->cfg.server);
     while (slen > 0 && c->cfg.server[slen - 1] == '/')
         slen--;
-    strbuf_append(url, c->cfg.server, slen);
-    strbuf_append(url, path, strlen(path));
+    textbuf_append(url, c->cfg.server, slen);
+    textbuf_append(url, path, strlen(path));
     if (opts != NULL && opts->label_selector != NULL)
         query_param(url, "labelSelector", opts->label_selector);
     if (opts != NULL && opts->field_selector != NULL)
         query_param(url, "fieldSelector", opts->field_selector);
-    if (url->overflow) {
-        free(url->data);
+    if (url->failed) {
+        textbuf_free(url);
         return tetris_fail(err, TETRIS_E_INVAL, 0, "kube: URL too long: %s", path);
     }
     return 0;
@@ -252,7 +215,7 @@ static int build_url(const kube_client *c, const char *path, const kube_list_opt
 /* ---- one HTTP exchange ---- */
 
 typedef struct exchange {
-    strbuf body;
+    textbuf body;
     long retry_after_ms; /* -1 when absent */
     /* Watch streaming: lines are handed to on_line as they arrive. */
     int (*on_line)(struct exchange *x, char *line, size_t len);
@@ -266,7 +229,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 {
     exchange *x = user;
     size_t n = size * nmemb;
-    if (!strbuf_append(&x->body, data, n))
+    if (!textbuf_append(&x->body, data, n))
         return 0;
     long status = 0;
     curl_easy_getinfo(x->handle, CURLINFO_RESPONSE_CODE, &status);
@@ -407,7 +370,7 @@ static int perform(kube_client *c, const request *rq, exchange *x, long *status,
 }
 
 /* The Status object's "reason: message", or the start of the body. */
-static void status_text(const strbuf *body, char *out, size_t size)
+static void status_text(const textbuf *body, char *out, size_t size)
 {
     out[0] = '\0';
     if (body->data == NULL)
@@ -457,13 +420,6 @@ static bool should_retry(const request *rq, CURLcode curl_rc, long status, const
     return false;
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
 /* Exponential backoff with jitter in [delay/2, delay]. */
 static long backoff_ms(const kube_client *c, int attempt)
 {
@@ -496,7 +452,7 @@ static int kube_request(kube_client *c, const request *rq, const char *path, jso
         CURLcode crc = CURLE_OK;
         int r = perform(c, rq, &x, &status, &crc, err);
         if (r < 0) {
-            free(x.body.data);
+            textbuf_free(&x.body);
             return r;
         }
         if (crc == CURLE_OK && status >= 200 && status < 300) {
@@ -508,11 +464,11 @@ static int kube_request(kube_client *c, const request *rq, const char *path, jso
                     r = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "%s %s: reply is not JSON: %s",
                                     rq->method, path, je.text);
             }
-            free(x.body.data);
+            textbuf_free(&x.body);
             return r;
         }
-        if (x.body.overflow && crc == CURLE_WRITE_ERROR) {
-            free(x.body.data);
+        if (x.body.failed && crc == CURLE_WRITE_ERROR) {
+            textbuf_free(&x.body);
             return tetris_fail(err, TETRIS_E_PROTOCOL, 0, "%s %s: reply larger than %u bytes",
                                rq->method, path, KUBE_MAX_BODY);
         }
@@ -526,12 +482,12 @@ static int kube_request(kube_client *c, const request *rq, const char *path, jso
                             rq->method, path, status, text[0] ? " " : "", text);
         }
         long delay = x.retry_after_ms >= 0 ? x.retry_after_ms : backoff_ms(c, attempt);
-        free(x.body.data);
+        textbuf_free(&x.body);
         if (!retry)
             return r;
         log_debug("event=kube-retry method=%s path=%s status=%ld attempt=%d delay_ms=%ld",
                   rq->method, path, status, attempt, delay);
-        sleep_ms(delay);
+        clock_sleep_ms(delay);
     }
 }
 
@@ -539,7 +495,7 @@ static int simple_request(kube_client *c, const char *method, const char *path,
                           const char *content_type, json_t *body, json_t **out,
                           tetris_error *err)
 {
-    strbuf url;
+    textbuf url;
     int r = build_url(c, path, NULL, &url, err);
     if (r < 0)
         return r;
@@ -666,7 +622,7 @@ static int list_pages(kube_client *c, const char *path, const kube_list_opts *op
     long limit = opts != NULL && opts->page_size > 0 ? opts->page_size : 500;
     cleanup_free char *cont = NULL;
     do {
-        strbuf url;
+        textbuf url;
         int r = build_url(c, path, opts, &url, err);
         if (r < 0)
             return r;
@@ -675,14 +631,14 @@ static int list_pages(kube_client *c, const char *path, const kube_list_opts *op
         query_param(&url, "limit", num);
         if (cont != NULL)
             query_param(&url, "continue", cont);
-        if (url.overflow) {
-            free(url.data);
+        if (url.failed) {
+            textbuf_free(&url);
             return tetris_fail(err, TETRIS_E_INVAL, 0, "list %s: URL too long", path);
         }
         request rq = {.method = "GET", .url = url.data};
         json_t *page = NULL;
         r = kube_request(c, &rq, path, &page, err);
-        free(url.data);
+        textbuf_free(&url);
         if (r < 0)
             return r;
         json_t *page_items = json_object_get(page, "items");
@@ -796,7 +752,7 @@ static int watch_once(kube_client *c, const char *path, const kube_list_opts *op
                       char **resource_version, int timeout_seconds, kube_watch_fn fn, void *user,
                       volatile bool *stop, tetris_error *err)
 {
-    strbuf url;
+    textbuf url;
     int r = build_url(c, path, opts, &url, err);
     if (r < 0)
         return r;
@@ -808,7 +764,7 @@ static int watch_once(kube_client *c, const char *path, const kube_list_opts *op
     if (*resource_version != NULL)
         query_param(&url, "resourceVersion", *resource_version);
     cleanup_free char *url_str = url.data;
-    if (url.overflow)
+    if (url.failed)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "watch %s: URL too long", path);
 
     watch_state w = {.fn = fn, .user = user, .rv = resource_version};
@@ -831,13 +787,13 @@ static int watch_once(kube_client *c, const char *path, const kube_list_opts *op
         r = 0;
     } else if (r == 0 && crc == CURLE_ABORTED_BY_CALLBACK) {
         r = 0; /* *stop was set */
-    } else if (r == 0 && crc == CURLE_WRITE_ERROR && x.body.overflow) {
+    } else if (r == 0 && crc == CURLE_WRITE_ERROR && x.body.failed) {
         r = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "WATCH %s: event larger than %u bytes", path,
                         KUBE_MAX_EVENT);
     } else if (r == 0 && crc != CURLE_OK) {
         r = transport_error(&rq, path, crc, err);
     }
-    free(x.body.data);
+    textbuf_free(&x.body);
     return r;
 }
 
@@ -911,7 +867,7 @@ int kube_list_watch(kube_client *c, const char *path, const kube_list_opts *opts
         log_warn("event=kube-watch-retry path=%s error=%s delay_ms=%ld msg=%s", path,
                  tetris_code_name(r), delay, log_quote(e.msg, quoted, sizeof quoted));
         for (long slept = 0; slept < delay && !*stop; slept += 100)
-            sleep_ms(delay - slept < 100 ? delay - slept : 100);
+            clock_sleep_ms(delay - slept < 100 ? delay - slept : 100);
     }
     return 0;
 }

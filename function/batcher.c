@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "function/batcher.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 /* A worker's scratch space, sized once for the largest batch. */
@@ -37,24 +38,6 @@ struct batcher {
     struct worker *workers; /* concurrency entries */
     int n_workers;          /* started */
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static struct timespec deadline_ts(double ms)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1e3)};
-    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1e3) * 1e6);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
 
 static void fail_request(fn_request *req, const tetris_error *err)
 {
@@ -136,12 +119,12 @@ static void run_sequentially(batcher *b, struct scratch *s, size_t n)
 static void run_batch(batcher *b, struct scratch *s, size_t n, uint64_t id)
 {
     fn_request **reqs = s->reqs;
-    double start = now_ms();
+    double start = clock_now_ms();
     if (b->io->batchable)
         run_concatenated(b, s, n);
     else
         run_sequentially(b, s, n);
-    double elapsed = now_ms() - start;
+    double elapsed = clock_now_ms() - start;
     for (size_t j = 0; j < n; j++) {
         reqs[j]->batch_size = n;
         reqs[j]->batch_id = id;
@@ -168,8 +151,8 @@ static size_t next_batch(batcher *b, fn_request **reqs, uint64_t *id)
         }
         if (b->depth < (size_t)b->o.batch && !b->draining) {
             double deadline = b->head->enqueued_ms + b->o.max_wait_ms;
-            if (now_ms() < deadline) {
-                struct timespec ts = deadline_ts(deadline);
+            if (clock_now_ms() < deadline) {
+                struct timespec ts = clock_timespec(deadline);
                 pthread_cond_timedwait(&b->work, &b->lock, &ts);
                 continue;
             }
@@ -264,7 +247,7 @@ int batcher_run(batcher *b, fn_request *req, tetris_error *err)
         pthread_mutex_unlock(&b->lock);
         return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "shutting down");
     }
-    req->enqueued_ms = now_ms();
+    req->enqueued_ms = clock_now_ms();
     if (b->tail != NULL)
         b->tail->next = req;
     else

@@ -1,13 +1,12 @@
 /* fn_metrics.c - counters, gauges and histograms of the inference function
  * and their Prometheus exposition (see fn_metrics.h). */
-#include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "function/fn_metrics.h"
+#include "common/prom.h"
 
 static const double duration_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                           0.1,   0.25,   0.5,   1,    2.5,   5,    10};
@@ -26,7 +25,6 @@ _Static_assert(N_DURATION_BUCKETS < MAX_BUCKETS && N_BATCH_BUCKETS < MAX_BUCKETS
 
 struct histogram {
     uint64_t counts[MAX_BUCKETS]; /* per bucket, not cumulative; the last is +Inf */
-    uint64_t count;
     double sum;
 };
 
@@ -39,36 +37,15 @@ struct fn_metrics {
     uint64_t inflight, queue_depth;
 };
 
-static char *escape_label(const char *s)
-{
-    size_t n = strlen(s);
-    char *out = malloc(2 * n + 1), *o = out;
-    if (out == NULL)
-        return NULL;
-    for (; *s != '\0'; s++) {
-        if (*s == '\\' || *s == '"') {
-            *o++ = '\\';
-            *o++ = *s;
-        } else if (*s == '\n') {
-            *o++ = '\\';
-            *o++ = 'n';
-        } else {
-            *o++ = *s;
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
 int fn_metrics_new(const struct fn_metrics_info *info, fn_metrics **out, tetris_error *err)
 {
     fn_metrics *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     pthread_mutex_init(&m->lock, NULL);
-    m->model = escape_label(info->model);
-    m->mode = escape_label(info->mode);
-    m->batching = escape_label(info->batching);
+    m->model = strdup(info->model);
+    m->mode = strdup(info->mode);
+    m->batching = strdup(info->batching);
     m->shared_bytes = info->shared_bytes;
     if (m->model == NULL || m->mode == NULL || m->batching == NULL) {
         fn_metrics_free(m);
@@ -91,11 +68,7 @@ void fn_metrics_free(fn_metrics *m)
 
 static void observe(struct histogram *h, const double *bounds, size_t n, double v)
 {
-    size_t i = 0;
-    while (i < n && v > bounds[i])
-        i++;
-    h->counts[i]++;
-    h->count++;
+    h->counts[prom_bucket(bounds, n, v)]++;
     h->sum += v;
 }
 
@@ -135,68 +108,24 @@ void fn_metrics_batch(fn_metrics *m, size_t size, double seconds)
 
 /* ---- exposition ---- */
 
-struct text {
-    char *buf;
-    size_t len, cap;
-    int failed;
-};
-
-static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(struct text *t, const char *fmt, ...)
-{
-    va_list ap;
-    while (!t->failed) {
-        va_start(ap, fmt);
-        int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = 1;
-            return;
-        }
-        if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = 2 * t->cap + (size_t)n;
-        char *b = realloc(t->buf, cap);
-        if (b == NULL) {
-            t->failed = 1;
-            return;
-        }
-        t->buf = b;
-        t->cap = cap;
-    }
-}
-
-static void render_histogram(struct text *t, const char *name, const char *help,
+static void render_histogram(textbuf *t, const char *name, const char *help,
                              const struct histogram *h, const double *bounds, size_t n)
 {
-    uint64_t cumulative = 0;
-    text_printf(t, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (size_t i = 0; i < n; i++) {
-        cumulative += h->counts[i];
-        text_printf(t, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, bounds[i], cumulative);
-    }
-    text_printf(t, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %.9g\n%s_count %" PRIu64 "\n",
-                name, h->count, name, h->sum, name, h->count);
+    prom_header(t, name, "histogram", help);
+    prom_histogram(t, name, NULL, 0, bounds, h->counts, n, h->sum, "%.9g");
 }
 
 char *fn_metrics_render(fn_metrics *m, size_t *len)
 {
-    struct text t = {.cap = 4096};
-    t.buf = malloc(t.cap);
-    if (t.buf == NULL)
-        return NULL;
+    static const char requests[] = "tetris_function_requests_total";
+    textbuf t = {0};
     pthread_mutex_lock(&m->lock);
-    text_printf(&t, "# HELP tetris_function_requests_total Inference requests answered, by "
-                    "HTTP status code.\n# TYPE tetris_function_requests_total counter\n");
+    prom_header(&t, requests, "counter", "Inference requests answered, by HTTP status code.");
     for (size_t i = 0; i <= N_CODES; i++) {
+        char code[16] = "other";
         if (i < N_CODES)
-            text_printf(&t, "tetris_function_requests_total{code=\"%d\"} %" PRIu64 "\n",
-                        codes[i], m->requests[i]);
-        else
-            text_printf(&t, "tetris_function_requests_total{code=\"other\"} %" PRIu64 "\n",
-                        m->requests[i]);
+            snprintf(code, sizeof code, "%d", codes[i]);
+        prom_sample(&t, requests, (prom_label[]){{"code", code}}, 1, m->requests[i]);
     }
     render_histogram(&t, "tetris_function_request_duration_seconds",
                      "Time from receiving an inference request to answering it.",
@@ -206,27 +135,18 @@ char *fn_metrics_render(fn_metrics *m, size_t *len)
     render_histogram(&t, "tetris_function_batch_duration_seconds",
                      "Inference time of one batch.", &m->batch_duration, duration_buckets,
                      N_DURATION_BUCKETS);
-    text_printf(&t,
-                "# HELP tetris_function_queue_depth Requests waiting for a worker.\n"
-                "# TYPE tetris_function_queue_depth gauge\n"
-                "tetris_function_queue_depth %" PRIu64 "\n"
-                "# HELP tetris_function_inflight_requests Requests accepted and not yet "
-                "answered.\n"
-                "# TYPE tetris_function_inflight_requests gauge\n"
-                "tetris_function_inflight_requests %" PRIu64 "\n"
-                "# HELP tetris_function_shared_tensor_bytes Model weight bytes read from "
-                "tensor store mappings.\n"
-                "# TYPE tetris_function_shared_tensor_bytes gauge\n"
-                "tetris_function_shared_tensor_bytes %" PRIu64 "\n"
-                "# HELP tetris_function_info The model and how it is served.\n"
-                "# TYPE tetris_function_info gauge\n"
-                "tetris_function_info{model=\"%s\",mode=\"%s\",batching=\"%s\"} 1\n",
-                m->queue_depth, m->inflight, m->shared_bytes, m->model, m->mode, m->batching);
+    prom_header(&t, "tetris_function_queue_depth", "gauge", "Requests waiting for a worker.");
+    prom_sample(&t, "tetris_function_queue_depth", NULL, 0, m->queue_depth);
+    prom_header(&t, "tetris_function_inflight_requests", "gauge",
+                "Requests accepted and not yet answered.");
+    prom_sample(&t, "tetris_function_inflight_requests", NULL, 0, m->inflight);
+    prom_header(&t, "tetris_function_shared_tensor_bytes", "gauge",
+                "Model weight bytes read from tensor store mappings.");
+    prom_sample(&t, "tetris_function_shared_tensor_bytes", NULL, 0, m->shared_bytes);
+    prom_header(&t, "tetris_function_info", "gauge", "The model and how it is served.");
+    prom_sample(&t, "tetris_function_info",
+                (prom_label[]){{"model", m->model}, {"mode", m->mode}, {"batching", m->batching}},
+                3, 1);
     pthread_mutex_unlock(&m->lock);
-    if (t.failed) {
-        free(t.buf);
-        return NULL;
-    }
-    *len = t.len;
-    return t.buf;
+    return textbuf_take(&t, len);
 }

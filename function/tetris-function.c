@@ -18,6 +18,8 @@
 #include "agent/agent.h"
 #include "function/batcher.h"
 #include "function/fn_metrics.h"
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
 #include "agent/ort_adapter.h"
@@ -114,43 +116,7 @@ static void usage(FILE *out)
             DEFAULT_LISTEN, DEFAULT_MAX_WAIT_MS, ORT_INPUTS_DEFAULT_DYNAMIC_DIM, DEFAULT_SEED);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* ---- configuration: environment, then options ---- */
-
-static int parse_long(const char *what, const char *s, long long min, long long max,
-                      long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
-        fprintf(stderr, "tetris-function: %s: '%s' is not an integer in [%lld, %lld]\n", what, s,
-                min, max);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_ms(const char *what, const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || errno != 0 || !(v >= 0 && v <= 60000)) {
-        fprintf(stderr, "tetris-function: %s: '%s' is not a number of ms in [0, 60000]\n", what,
-                s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
 
 static const char *env(const char *name)
 {
@@ -158,23 +124,11 @@ static const char *env(const char *name)
     return v != NULL && v[0] != '\0' ? v : NULL;
 }
 
-/* A setting from the environment; the matching option may override it. */
-static int int_setting(const char *name, const char *value, long long min, long long max,
-                       int *out)
+/* Settings from the environment; the matching options may override them. */
+static int options_from_env(struct fn_options *o, tetris_error *err)
 {
-    long long v;
-    if (value == NULL)
-        return 0;
-    if (parse_long(name, value, min, max, &v) < 0)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int options_from_env(struct fn_options *o)
-{
-    long long dim;
-    const char *port;
+    const char *port, *v;
+    int r = 0;
 
     o->model = env("TETRIS_MODEL");
     o->store_dir = env("TETRIS_STORE");
@@ -182,20 +136,17 @@ static int options_from_env(struct fn_options *o)
     o->manifest = env("TETRIS_MANIFEST");
     if ((port = env("port")) != NULL || (port = env("TETRIS_PORT")) != NULL)
         snprintf(o->listen, sizeof(o->listen), ":%s", port);
-    if (int_setting("TETRIS_BATCH", env("TETRIS_BATCH"), 1, 1024, &o->batch.batch) < 0 ||
-        int_setting("TETRIS_CONCURRENCY", env("TETRIS_CONCURRENCY"), 1, 256,
-                    &o->batch.concurrency) < 0 ||
-        int_setting("TETRIS_THREADS", env("TETRIS_THREADS"), 0, 256, &o->threads) < 0)
-        return -1;
-    if (env("TETRIS_MAX_WAIT_MS") != NULL &&
-        parse_ms("TETRIS_MAX_WAIT_MS", env("TETRIS_MAX_WAIT_MS"), &o->batch.max_wait_ms) < 0)
-        return -1;
-    if (env("TETRIS_DYNAMIC_DIM") != NULL) {
-        if (parse_long("TETRIS_DYNAMIC_DIM", env("TETRIS_DYNAMIC_DIM"), 1, 1 << 20, &dim) < 0)
-            return -1;
-        o->dynamic_dim = dim;
-    }
-    return 0;
+    if ((v = env("TETRIS_BATCH")) != NULL)
+        r = cli_parse_int("TETRIS_BATCH", v, 1, 1024, &o->batch.batch, err);
+    if (r == 0 && (v = env("TETRIS_CONCURRENCY")) != NULL)
+        r = cli_parse_int("TETRIS_CONCURRENCY", v, 1, 256, &o->batch.concurrency, err);
+    if (r == 0 && (v = env("TETRIS_THREADS")) != NULL)
+        r = cli_parse_int("TETRIS_THREADS", v, 0, 256, &o->threads, err);
+    if (r == 0 && (v = env("TETRIS_MAX_WAIT_MS")) != NULL)
+        r = cli_parse_double("TETRIS_MAX_WAIT_MS", v, 0, 60000, &o->batch.max_wait_ms, err);
+    if (r == 0 && (v = env("TETRIS_DYNAMIC_DIM")) != NULL)
+        r = cli_parse_i64("TETRIS_DYNAMIC_DIM", v, 1, 1 << 20, &o->dynamic_dim, err);
+    return r;
 }
 
 static int parse_args(int argc, char **argv, struct fn_options *o)
@@ -211,7 +162,7 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
         {"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     bool private_given = false;
-    long long v;
+    tetris_error err = {0};
     int c;
 
     memset(o, 0, sizeof(*o));
@@ -222,8 +173,8 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
     o->batch.max_wait_ms = DEFAULT_MAX_WAIT_MS;
     o->threads = 1;
     o->dynamic_dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM;
-    if (options_from_env(o) < 0)
-        goto usage_error;
+    if (options_from_env(o, &err) < 0)
+        goto bad_value;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
@@ -234,25 +185,25 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
         case 'P': private_given = true; break;
         case 'l': snprintf(o->listen, sizeof(o->listen), "%s", optarg); break;
         case 'b':
-            if (int_setting("--batch", optarg, 1, 1024, &o->batch.batch) < 0)
-                goto usage_error;
+            if (cli_parse_int("--batch", optarg, 1, 1024, &o->batch.batch, &err) < 0)
+                goto bad_value;
             break;
         case 'p':
-            if (int_setting("--concurrency", optarg, 1, 256, &o->batch.concurrency) < 0)
-                goto usage_error;
+            if (cli_parse_int("--concurrency", optarg, 1, 256, &o->batch.concurrency, &err) < 0)
+                goto bad_value;
             break;
         case 'j':
-            if (int_setting("--threads", optarg, 0, 256, &o->threads) < 0)
-                goto usage_error;
+            if (cli_parse_int("--threads", optarg, 0, 256, &o->threads, &err) < 0)
+                goto bad_value;
             break;
         case 'w':
-            if (parse_ms("--max-wait-ms", optarg, &o->batch.max_wait_ms) < 0)
-                goto usage_error;
+            if (cli_parse_double("--max-wait-ms", optarg, 0, 60000, &o->batch.max_wait_ms,
+                                 &err) < 0)
+                goto bad_value;
             break;
         case 'd':
-            if (parse_long("--dim", optarg, 1, 1 << 20, &v) < 0)
-                goto usage_error;
-            o->dynamic_dim = v;
+            if (cli_parse_i64("--dim", optarg, 1, 1 << 20, &o->dynamic_dim, &err) < 0)
+                goto bad_value;
             break;
         case 'h': usage(stdout); exit(EXIT_OK);
         case 'V': printf("tetris-function %s\n", TETRIS_VERSION); exit(EXIT_OK);
@@ -270,6 +221,8 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
     if (private_given)
         o->store_dir = NULL;
     return 0;
+bad_value:
+    fprintf(stderr, "tetris-function: %s\n", err.msg);
 usage_error:
     fprintf(stderr, "Try 'tetris-function --help'.\n");
     return -1;
@@ -382,7 +335,7 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
     struct fn *f = ctx;
     fn_request r = {0};
     tetris_error err = {0};
-    double start = now_ms();
+    double start = clock_now_ms();
     int status;
 
     reply_begin(f);
@@ -403,7 +356,7 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
                               (json_int_t)r.output_bytes, "batch_size", (json_int_t)r.batch_size,
                               "batch_id", (json_int_t)r.batch_id, "batching",
                               f->io->batchable ? "concat" : "sequential", "queue_ms", r.queue_ms,
-                              "inference_ms", r.inference_ms, "latency_ms", now_ms() - start);
+                              "inference_ms", r.inference_ms, "latency_ms", clock_now_ms() - start);
         if (j == NULL || http_response_json(resp, status, j) < 0) {
             status = 500;
             http_response_error(resp, status, "out of memory");
@@ -411,7 +364,7 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
         json_decref(j);
     }
     guard_reply(f, resp);
-    fn_metrics_request_end(f->metrics, status, (now_ms() - start) / 1e3);
+    fn_metrics_request_end(f->metrics, status, (clock_now_ms() - start) / 1e3);
 }
 
 static void handle_health(void *ctx, const http_request *req, http_response *resp)

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "profiler/fn_process.h"
 
 int fn_process_default_bin(char *buf, size_t len, tetris_error *err)
@@ -68,12 +68,9 @@ static void exec_child(const struct fn_process_options *o, int out_fd)
 static int read_ready_line(int fd, int timeout_s, char *buf, size_t len, tetris_error *err)
 {
     size_t used = 0;
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    int64_t deadline = clock_mono_ms() + timeout_s * 1000L;
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        long left_ms = timeout_s * 1000L - ((now.tv_sec - start.tv_sec) * 1000L +
-                                            (now.tv_nsec - start.tv_nsec) / 1000000L);
+        int64_t left_ms = deadline - clock_mono_ms();
         if (left_ms <= 0)
             return tetris_fail(err, TETRIS_E_TIMEOUT, 0, "no ready line within %d s", timeout_s);
         struct pollfd p = {.fd = fd, .events = POLLIN};

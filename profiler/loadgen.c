@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "profiler/loadgen.h"
+#include "common/clock.h"
 
 struct shared {
     const struct load_options *o;
@@ -36,17 +37,9 @@ struct reply {
     size_t len;
 };
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void sleep_until_ms(double t)
 {
-    struct timespec ts = {.tv_sec = (time_t)(t / 1e3)};
-    ts.tv_nsec = (long)((t - (double)ts.tv_sec * 1e3) * 1e6);
+    struct timespec ts = clock_timespec(t);
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
 }
@@ -149,14 +142,14 @@ static void *client_main(void *arg)
                 break;
             sleep_until_ms(due);
         } else {
-            due = now_ms();
+            due = clock_now_ms();
             if (due >= sh->end)
                 break;
         }
         struct load_sample s = {0};
         s.target = (uint16_t)pick_target(sh);
         send_one(curl, headers, o->targets[s.target].url, (uint64_t)i, &s);
-        s.latency_ms = now_ms() - due;
+        s.latency_ms = clock_now_ms() - due;
         if (due >= sh->measure_from && record(c, &s) < 0) {
             c->failed = 1;
             break;
@@ -191,7 +184,7 @@ int load_run(const struct load_options *o, struct load_result *out, tetris_error
     curl_global_init(CURL_GLOBAL_DEFAULT);
     pthread_mutex_init(&sh.pick_lock, NULL);
     atomic_init(&sh.next, 0);
-    sh.t0 = now_ms();
+    sh.t0 = clock_now_ms();
     sh.measure_from = sh.t0 + o->warmup_s * 1e3;
     sh.end = sh.measure_from + o->duration_s * 1e3;
     for (int i = 0; i < o->clients; i++) {

@@ -12,6 +12,7 @@
 
 #include "profiler/cgroup_cpu.h"
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "profiler/fn_process.h"
 #include "profiler/loadgen.h"
 #include "common/log.h"
@@ -130,13 +131,7 @@ static void *sampler_main(void *arg)
     pthread_mutex_lock(&s->lock);
     while (!s->stop && !s->failed) {
         sample_once(s);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += SAMPLE_INTERVAL_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = clock_timespec((double)(clock_wall_ms() + SAMPLE_INTERVAL_MS));
         pthread_cond_timedwait(&s->wake, &s->lock, &ts);
     }
     if (!s->failed)

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include <jansson.h>
 
 #include "common/cleanup.h"
+#include "common/cli.h"
 #include "profiler/fn_process.h"
 #include "profiler/job.h"
 #include "profiler/loadgen.h"
@@ -93,17 +93,6 @@ static int report(int r, const char *what, const tetris_error *err)
     log_error("event=error command=%s code=%s msg=%s", what, tetris_code_name(r),
               log_quote(err->msg, quoted, sizeof(quoted)));
     return r == -TETRIS_E_FORMAT || r == -TETRIS_E_NOTFOUND ? EXIT_BAD_MODEL : EXIT_FAILURE_;
-}
-
-static int parse_seconds(const char *s, double min, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || errno != 0 || !(v >= min && v <= 86400))
-        return -1;
-    *out = v;
-    return 0;
 }
 
 /* The model's name: its file name without the extension. */
@@ -203,7 +192,6 @@ static int parse_profile_args(int argc, char **argv, struct profile_cli *cli)
     const char *model_path = NULL;
     bool private_ = false;
     tetris_error err = {0};
-    double v;
     int c;
 
     memset(cli, 0, sizeof(*cli));
@@ -235,21 +223,21 @@ static int parse_profile_args(int argc, char **argv, struct profile_cli *cli)
                 return usage_error("%s", err.msg);
             break;
         case OPT_DURATION:
-            if (parse_seconds(optarg, 0.001, &o->duration_s) < 0)
-                return usage_error("bad --duration '%s'", optarg);
+            if (cli_parse_double("--duration", optarg, 0.001, 86400, &o->duration_s, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_WARMUP:
-            if (parse_seconds(optarg, 0, &o->warmup_s) < 0)
-                return usage_error("bad --warmup '%s'", optarg);
+            if (cli_parse_double("--warmup", optarg, 0, 86400, &o->warmup_s, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_MAX_WAIT:
-            if (parse_seconds(optarg, 0, &o->max_wait_ms) < 0)
-                return usage_error("bad --max-wait-ms '%s'", optarg);
+            if (cli_parse_double("--max-wait-ms", optarg, 0, 86400, &o->max_wait_ms, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_CLIENTS:
-            if (parse_seconds(optarg, 1, &v) < 0 || v != floor(v) || v > 64)
-                return usage_error("bad --clients-per-slot '%s' (1..64)", optarg);
-            o->clients_per_slot = (int)v;
+            if (cli_parse_int("--clients-per-slot", optarg, 1, 64, &o->clients_per_slot,
+                              &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case 'o': cli->output = optarg; break;
         case OPT_NAME: snprintf(cli->name, sizeof(cli->name), "%s", optarg); break;
@@ -380,12 +368,12 @@ static int cmd_job(int argc, char **argv)
             o.grid = optarg;
             break;
         case OPT_DURATION:
-            if (parse_seconds(optarg, 0.001, &o.duration_s) < 0)
-                return usage_error("bad --duration '%s'", optarg);
+            if (cli_parse_double("--duration", optarg, 0.001, 86400, &o.duration_s, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_WARMUP:
-            if (parse_seconds(optarg, 0, &o.warmup_s) < 0)
-                return usage_error("bad --warmup '%s'", optarg);
+            if (cli_parse_double("--warmup", optarg, 0, 86400, &o.warmup_s, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_NODE: o.node = optarg; break;
         case OPT_API_SERVER: o.api_server = optarg; break;
@@ -449,32 +437,31 @@ static int cmd_load(int argc, char **argv)
     struct load_options o = {.clients = 64, .warmup_s = 0};
     struct load_result lr;
     tetris_error err = {0};
-    double slo_ms = 0, v;
+    double slo_ms = 0;
     int c, r;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_RATE:
-            if (parse_seconds(optarg, 0.001, &o.rate_rps) < 0)
-                return usage_error("bad --rate '%s'", optarg);
+            if (cli_parse_double("--rate", optarg, 0.001, 86400, &o.rate_rps, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_DURATION:
-            if (parse_seconds(optarg, 0.001, &o.duration_s) < 0)
-                return usage_error("bad --duration '%s'", optarg);
+            if (cli_parse_double("--duration", optarg, 0.001, 86400, &o.duration_s, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_WARMUP:
-            if (parse_seconds(optarg, 0, &o.warmup_s) < 0)
-                return usage_error("bad --warmup '%s'", optarg);
+            if (cli_parse_double("--warmup", optarg, 0, 86400, &o.warmup_s, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_CLIENTS:
-            if (parse_seconds(optarg, 1, &v) < 0 || v != floor(v) || v > 4096)
-                return usage_error("bad --clients '%s' (1..4096)", optarg);
-            o.clients = (int)v;
+            if (cli_parse_int("--clients", optarg, 1, 4096, &o.clients, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         case OPT_SLO:
-            if (parse_seconds(optarg, 0.001, &slo_ms) < 0)
-                return usage_error("bad --slo-ms '%s'", optarg);
+            if (cli_parse_double("--slo-ms", optarg, 0.001, 86400, &slo_ms, &err) < 0)
+                return usage_error("%s", err.msg);
             break;
         default: return usage_error("%s", "load: bad option");
         }
@@ -490,8 +477,8 @@ static int cmd_load(int argc, char **argv)
         targets[i].weight = 1;
         if (eq != NULL) {
             *eq = '\0';
-            if (parse_seconds(eq + 1, 0.000001, &targets[i].weight) < 0)
-                return usage_error("bad weight in '%s'", argv[optind + (int)i]);
+            if (cli_parse_double(arg, eq + 1, 0.000001, 86400, &targets[i].weight, &err) < 0)
+                return usage_error("%s", err.msg);
         }
         if (strncmp(arg, "http://", 7) != 0)
             return usage_error("load: '%s' is not an http:// URL", arg);

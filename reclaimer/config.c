@@ -1,7 +1,6 @@
 /* config.c - tetris-reclaimer's settings: defaults < YAML file < flags. */
 #include "reclaimer/config.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/cli.h"
 #include "common/config_yaml.h"
 #include "tensorstore/store.h"
 
@@ -95,15 +95,14 @@ void reclaimer_usage(const char *prog)
            prog, RECLAIMER_TENANTS_MAX);
 }
 
+/* The caller's error context names the setting (flag or file key). */
 static int parse_count(const char *s, unsigned *out, tetris_error *err)
 {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (end == s || *end != '\0' || errno != 0 || v == 0 || v > 65536 || s[0] == '-')
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad count \"%s\" (1..65536)", s);
-    *out = (unsigned)v;
-    return 0;
+    uint64_t v;
+    int rc = cli_parse_u64(NULL, s, 1, 65536, &v, err);
+    if (rc == 0)
+        *out = (unsigned)v;
+    return rc;
 }
 
 static int copy_string(char *dst, size_t len, const char *what, const char *v, tetris_error *err)

@@ -164,9 +164,6 @@ static inline const char *tenant_name(const struct served_store *ss)
     return ss->tenant[0] != '\0' ? ss->tenant : "(shared)";
 }
 
-int64_t wall_ms(void);
-int64_t mono_ms(void);
-
 /* ---- stores.c ---- */
 /* Opens the shared store (stores[0]). */
 int daemon_open_shared(struct daemon *d, tetris_error *err);

@@ -16,13 +16,15 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
+#include "common/prom.h"
+#include "common/textbuf.h"
 
 struct inventory_body {
     atomic_int refs;
@@ -41,70 +43,11 @@ struct http_api {
     struct inventory_body *inventory[1 + RECLAIMER_TENANTS_MAX];
 };
 
-/* ---- text buffer ---- */
-
-struct buf {
-    char *p;
-    size_t len;
-    size_t cap;
-    bool failed;
-};
-
-static void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void buf_printf(struct buf *b, const char *fmt, ...)
-{
-    if (b->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = true;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap - b->len <= (size_t)n)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (p == NULL) {
-            b->failed = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
 /* ---- /metrics ----
  * Per-store series carry a tenant label; the shared store's have none
  * (an empty label is no label to Prometheus), so sum() over a metric is
- * the node and {tenant=""} selects the shared store. Tenant names are
- * [a-z0-9._-] and need no escaping; their number is capped by
- * --max-tenants. */
-
-/* A Prometheus label value: backslash, quote and newline escaped (labels
- * come from clients; control characters were refused at ingest). */
-static void label_value(char *out, size_t len, const char *in)
-{
-    size_t o = 0;
-    for (; *in != '\0' && o + 3 < len; in++) {
-        if (*in == '\\' || *in == '"')
-            out[o++] = '\\';
-        if (*in == '\n') {
-            out[o++] = '\\';
-            out[o++] = 'n';
-            continue;
-        }
-        out[o++] = *in;
-    }
-    out[o] = '\0';
-}
+ * the node and {tenant=""} selects the shared store. The number of
+ * tenants is capped by --max-tenants. */
 
 /* What /metrics shows of one store, copied under its lock. */
 struct store_snapshot {
@@ -208,24 +151,16 @@ static const struct store_family {
      SNAP(adopted_holders)},
 };
 
-static void family_header(struct buf *b, const char *name, const char *type, const char *help)
+/* The tenant label of a store's series: none for the shared store. */
+static size_t tenant_label(prom_label *l, const char *tenant)
 {
-    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    if (tenant[0] == '\0')
+        return 0;
+    l[0] = (prom_label){"tenant", tenant};
+    return 1;
 }
 
-/* "{tenant="T"" plus extra labels and "}", or just the extra labels in
- * braces for the shared store, or nothing. extra is "" or "k=\"v\"". */
-static void labels(char *out, size_t len, const char *tenant, const char *extra)
-{
-    if (tenant[0] != '\0')
-        snprintf(out, len, "{tenant=\"%s\"%s%s}", tenant, extra[0] ? "," : "", extra);
-    else if (extra[0] != '\0')
-        snprintf(out, len, "{%s}", extra);
-    else
-        out[0] = '\0';
-}
-
-static void render_models(struct buf *b, const struct store_snapshot *snap, size_t n_snap)
+static void render_models(textbuf *t, const struct store_snapshot *snap, size_t n_snap)
 {
     static const char *const names[] = {"tetris_model_holders", "tetris_model_logical_bytes"};
     static const char *const helps[] = {
@@ -233,45 +168,31 @@ static void render_models(struct buf *b, const struct store_snapshot *snap, size
         "Tensor bytes live holders of a model map, counted once per holder.",
     };
     for (size_t f = 0; f < 2; f++) {
-        family_header(b, names[f], "gauge", helps[f]);
+        prom_header(t, names[f], "gauge", helps[f]);
         for (size_t s = 0; s < n_snap; s++) {
             const struct model_usage *m = snap[s].models;
             size_t n = snap[s].n_models;
             /* The "other" row, when used, sits after the named ones. */
             size_t rows = n + (n == MODEL_LABELS_MAX && m[MODEL_LABELS_MAX].holders > 0);
             for (size_t i = 0; i < rows; i++) {
-                char v[300], extra[310], l[400];
-                label_value(v, sizeof(v), m[i].label);
-                snprintf(extra, sizeof(extra), "model=\"%s\"", v);
-                labels(l, sizeof(l), snap[s].tenant, extra);
-                buf_printf(b, "%s%s %" PRIu64 "\n", names[f], l,
-                           f == 0 ? m[i].holders : m[i].logical_bytes);
+                prom_label l[2];
+                size_t n_l = tenant_label(l, snap[s].tenant);
+                l[n_l++] = (prom_label){"model", m[i].label};
+                prom_sample(t, names[f], l, n_l, f == 0 ? m[i].holders : m[i].logical_bytes);
             }
         }
     }
 }
 
-static void render_durations(struct buf *b, const struct store_snapshot *snap, size_t n_snap)
+static void render_durations(textbuf *t, const struct store_snapshot *snap, size_t n_snap)
 {
-    family_header(b, "tetris_ingest_duration_seconds", "histogram",
-                  "Time to serve one ingest request.");
+    static const char name[] = "tetris_ingest_duration_seconds";
+    prom_header(t, name, "histogram", "Time to serve one ingest request.");
     for (size_t s = 0; s < n_snap; s++) {
-        char l[200];
-        uint64_t cumulative = 0;
-        for (size_t i = 0; i <= INGEST_DURATION_BUCKETS; i++) {
-            char le[32];
-            cumulative += snap[s].duration_bucket[i];
-            if (i < INGEST_DURATION_BUCKETS)
-                snprintf(le, sizeof(le), "le=\"%g\"", ingest_duration_bounds[i]);
-            else
-                snprintf(le, sizeof(le), "le=\"+Inf\"");
-            labels(l, sizeof(l), snap[s].tenant, le);
-            buf_printf(b, "tetris_ingest_duration_seconds_bucket%s %" PRIu64 "\n", l, cumulative);
-        }
-        labels(l, sizeof(l), snap[s].tenant, "");
-        buf_printf(b, "tetris_ingest_duration_seconds_sum%s %.6f\n", l,
-                   (double)snap[s].duration_us / 1e6);
-        buf_printf(b, "tetris_ingest_duration_seconds_count%s %" PRIu64 "\n", l, cumulative);
+        prom_label l[1];
+        size_t n_l = tenant_label(l, snap[s].tenant);
+        prom_histogram(t, name, l, n_l, ingest_duration_bounds, snap[s].duration_bucket,
+                       INGEST_DURATION_BUCKETS, (double)snap[s].duration_us / 1e6, "%.6f");
     }
 }
 
@@ -293,53 +214,43 @@ char *daemon_render_metrics(struct daemon *d, size_t *len)
     uint64_t capacity = d->cfg.capacity_bytes;
     pthread_mutex_unlock(&d->cfg_lock);
 
-    struct buf b = {0};
-    family_header(&b, "tetris_store_capacity_bytes", "gauge",
-                  "Configured capacity in bytes for all stores of the node (0 = unlimited).");
-    buf_printf(&b, "tetris_store_capacity_bytes %" PRIu64 "\n", capacity);
-    family_header(&b, "tetris_store_tenants", "gauge", "Tenant stores the daemon serves.");
-    buf_printf(&b, "tetris_store_tenants %zu\n", n - 1);
+    textbuf t = {0};
+    prom_header(&t, "tetris_store_capacity_bytes", "gauge",
+                "Configured capacity in bytes for all stores of the node (0 = unlimited).");
+    prom_sample(&t, "tetris_store_capacity_bytes", NULL, 0, capacity);
+    prom_header(&t, "tetris_store_tenants", "gauge", "Tenant stores the daemon serves.");
+    prom_sample(&t, "tetris_store_tenants", NULL, 0, n - 1);
     for (size_t f = 0; f < sizeof(store_families) / sizeof(store_families[0]); f++) {
         const struct store_family *fam = &store_families[f];
-        family_header(&b, fam->name, fam->type, fam->help);
+        prom_header(&t, fam->name, fam->type, fam->help);
         for (size_t i = 0; i < n; i++) {
-            char l[100];
-            labels(l, sizeof(l), snap[i].tenant, "");
+            prom_label l[1];
             uint64_t v;
             memcpy(&v, (const char *)&snap[i] + fam->offset, sizeof(v));
-            buf_printf(&b, "%s%s %" PRIu64 "\n", fam->name, l, v);
+            prom_sample(&t, fam->name, l, tenant_label(l, snap[i].tenant), v);
         }
     }
-    render_models(&b, snap, n);
-    render_durations(&b, snap, n);
+    render_models(&t, snap, n);
+    render_durations(&t, snap, n);
     free(snap);
-    family_header(&b, "tetris_reclaim_passes_total", "counter",
-                  "Reclaim passes completed (each covers every store).");
-    buf_printf(&b, "tetris_reclaim_passes_total %" PRIu64 "\n", atomic_load(&d->reclaim_passes));
-    buf_printf(&b,
-               "# HELP tetris_last_reclaim_timestamp_seconds Unix time of the last completed "
-               "reclaim pass.\n# TYPE tetris_last_reclaim_timestamp_seconds gauge\n"
-               "tetris_last_reclaim_timestamp_seconds %.3f\n",
-               (double)last_pass_ms / 1000.0);
-    buf_printf(&b,
-               "# HELP tetris_reclaim_pass_duration_seconds How long the last reclaim pass took "
-               "over all stores (repair, reconcile, free).\n"
-               "# TYPE tetris_reclaim_pass_duration_seconds gauge\n"
-               "tetris_reclaim_pass_duration_seconds %.6f\n",
-               (double)last_pass_us / 1e6);
-    buf_printf(&b,
-               "# HELP tetris_reclaim_pass_locked_seconds How long the last reclaim pass held "
-               "one store's use lock at most (that store's ingests and loaders wait that "
-               "long).\n"
-               "# TYPE tetris_reclaim_pass_locked_seconds gauge\n"
-               "tetris_reclaim_pass_locked_seconds %.6f\n",
-               (double)last_locked_us / 1e6);
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    *len = b.len;
-    return b.p;
+    prom_header(&t, "tetris_reclaim_passes_total", "counter",
+                "Reclaim passes completed (each covers every store).");
+    prom_sample(&t, "tetris_reclaim_passes_total", NULL, 0, atomic_load(&d->reclaim_passes));
+    prom_header(&t, "tetris_last_reclaim_timestamp_seconds", "gauge",
+                "Unix time of the last completed reclaim pass.");
+    prom_sample_double(&t, "tetris_last_reclaim_timestamp_seconds", NULL, 0, "%.3f",
+                       (double)last_pass_ms / 1000.0);
+    prom_header(&t, "tetris_reclaim_pass_duration_seconds", "gauge",
+                "How long the last reclaim pass took over all stores (repair, reconcile, "
+                "free).");
+    prom_sample_double(&t, "tetris_reclaim_pass_duration_seconds", NULL, 0, "%.6f",
+                       (double)last_pass_us / 1e6);
+    prom_header(&t, "tetris_reclaim_pass_locked_seconds", "gauge",
+                "How long the last reclaim pass held one store's use lock at most (that "
+                "store's ingests and loaders wait that long).");
+    prom_sample_double(&t, "tetris_reclaim_pass_locked_seconds", NULL, 0, "%.6f",
+                       (double)last_locked_us / 1e6);
+    return textbuf_take(&t, len);
 }
 
 static void handle_metrics(void *ctx, const http_request *req, http_response *resp)
@@ -399,36 +310,32 @@ static struct inventory_body *render_inventory(struct daemon *d, struct served_s
     json_t *jnode = json_string(node);
     char *node_json = jnode ? json_dumps(jnode, JSON_ENCODE_ANY) : NULL;
     json_decref(jnode);
-    struct buf b = {0};
-    b.cap = 128 + n * 96;
-    b.p = malloc(b.cap);
-    b.failed = b.p == NULL || node_json == NULL;
-    buf_printf(&b, "{\"node\":%s,", node_json ? node_json : "\"\"");
+    textbuf b = {0};
+    b.failed = !textbuf_reserve(&b, 128 + n * 96) || node_json == NULL;
+    textbuf_printf(&b, "{\"node\":%s,", node_json ? node_json : "\"\"");
     if (ss->tenant[0] != '\0')
-        buf_printf(&b, "\"tenant\":\"%s\",", ss->tenant); /* [a-z0-9._-] */
-    buf_printf(&b,
+        textbuf_printf(&b, "\"tenant\":\"%s\",", ss->tenant); /* [a-z0-9._-] */
+    textbuf_printf(&b,
                "\"generation\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64
                ",\"resident_bytes\":%" PRIu64 ",\"tensors\":[",
                generation, capacity, resident);
     for (size_t i = 0; i < n; i++) {
         char hex[TENSOR_DIGEST_HEX_LEN + 1];
         tensor_digest_to_hex(&items[i].digest, hex);
-        buf_printf(&b, "%s{\"digest\":\"%s\",\"bytes\":%" PRIu64 "}", i ? "," : "", hex,
+        textbuf_printf(&b, "%s{\"digest\":\"%s\",\"bytes\":%" PRIu64 "}", i ? "," : "", hex,
                    items[i].bytes);
     }
-    buf_printf(&b, "]}\n");
+    textbuf_printf(&b, "]}\n");
     free(items);
     free(node_json);
-    if (b.failed) {
-        free(b.p);
+    inv->text = textbuf_take(&b, &inv->len);
+    if (inv->text == NULL) {
         free(inv);
         return NULL;
     }
     atomic_init(&inv->refs, 1);
     inv->generation = generation;
     snprintf(inv->etag, sizeof(inv->etag), "\"%" PRIu64 "\"", generation);
-    inv->text = b.p;
-    inv->len = b.len;
     return inv;
 }
 
@@ -504,7 +411,7 @@ static void handle_healthz(void *ctx, const http_request *req, http_response *re
     pthread_mutex_unlock(&a->d->pass_lock);
     json_t *j = json_pack("{s:s, s:f}", "status", ok ? "ok" : "failing",
                           "last_reclaim_age_seconds",
-                          last ? (double)(wall_ms() - last) / 1000.0 : -1.0);
+                          last ? (double)(clock_wall_ms() - last) / 1000.0 : -1.0);
     if (j == NULL) {
         http_response_error(resp, 500, "out of memory");
         return;

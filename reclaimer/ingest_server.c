@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "agent/ingest_client.h"
 #include "common/log.h"
 #include "model/model.h"
@@ -303,7 +304,7 @@ static void publish_one(struct served_store *ss, const struct request *rq, const
     pthread_mutex_lock(&ss->index_lock);
     tetris_error ierr;
     /* The trailer is small; the next pass corrects file_bytes exactly. */
-    if (store_index_add(ss, meta, meta->nbytes, wall_ms() / 1000, &ierr) < 0)
+    if (store_index_add(ss, meta, meta->nbytes, clock_wall_ms() / 1000, &ierr) < 0)
         log_warn("event=index-add-failed msg=\"%s\"", ierr.msg);
     pthread_mutex_unlock(&ss->index_lock);
 }
@@ -345,7 +346,7 @@ static int record_refs(struct conn *c, const struct request *rq, const struct re
     int rc = store_holder_add_many(c->holder, digests, bytes, n, err);
     if (rc < 0)
         return rc;
-    int64_t now_s = wall_ms() / 1000;
+    int64_t now_s = clock_wall_ms() / 1000;
     pthread_mutex_lock(&ss->index_lock);
     for (size_t i = 0; i < n; i++)
         store_index_touch(ss, &digests[i], now_s);
@@ -393,8 +394,7 @@ static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, js
                          tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = clock_mono_us();
     struct request rq = {0};
     int rc = parse_ingest(msg, fds, n_fds, &rq, err);
     if (rc < 0) {
@@ -407,7 +407,7 @@ static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, js
         free(rq.tensors);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq.n_tensors);
     }
-    unsigned seed = (unsigned)t0.tv_nsec ^ (unsigned)c->pid;
+    unsigned seed = (unsigned)t0 ^ (unsigned)c->pid;
     shuffle(order, rq.n_tensors, &seed);
     uint64_t ingested_bytes = 0;
     pthread_rwlock_rdlock(&ss->use_lock);
@@ -430,8 +430,7 @@ static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, js
     }
     free(rq.tensors);
     atomic_fetch_add(&ss->counters.ingest_requests, 1);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    observe_duration(ss, (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    observe_duration(ss, clock_mono_us() - t0);
     char q[300];
     log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
              "rejected=%zu bytes=%llu",
@@ -483,7 +482,7 @@ static int64_t request_deadline(struct served_store *ss)
     pthread_mutex_lock(&ss->d->cfg_lock);
     double t = ss->d->cfg.request_timeout_s;
     pthread_mutex_unlock(&ss->d->cfg_lock);
-    return ingest_now_ms() + (int64_t)(t * 1000);
+    return clock_mono_ms() + (int64_t)(t * 1000);
 }
 
 static void send_reply(struct conn *c, json_t *reply)
@@ -521,7 +520,7 @@ static bool wait_for_request(struct conn *c)
     for (;;) {
         int timeout = -1;
         if (deadline > 0) {
-            int64_t left = deadline - ingest_now_ms();
+            int64_t left = deadline - clock_mono_ms();
             if (left <= 0) {
                 log_info("event=ingest-idle-timeout pid=%d", (int)c->pid);
                 send_error(c, TETRIS_E_TIMEOUT, "no request within the request timeout");

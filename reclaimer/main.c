@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "reclaimer/daemon.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define EXIT_RUNTIME 1
@@ -24,7 +24,7 @@ static void daemon_init(struct daemon *d, const struct reclaimer_config *cfg)
     pthread_mutex_init(&d->pin_lock, NULL);
     pthread_mutex_init(&d->pass_lock, NULL);
     pthread_mutex_init(&d->capacity_lock, NULL);
-    d->started_ms = wall_ms();
+    d->started_ms = clock_wall_ms();
 }
 
 static void daemon_fini(struct daemon *d)
@@ -85,8 +85,7 @@ static void reload(struct daemon *d, int argc, char **argv)
 /* Waits up to seconds for a signal; returns it, or 0 on timeout. */
 static int wait_signal(const sigset_t *set, double seconds)
 {
-    struct timespec ts = {.tv_sec = (time_t)seconds,
-                          .tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    struct timespec ts = clock_timespec(seconds * 1e3);
     for (;;) {
         int sig = sigtimedwait(set, NULL, &ts);
         if (sig >= 0)
@@ -118,14 +117,15 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
         pthread_mutex_lock(&d->pass_lock);
         int64_t last = d->last_pass_ms;
         pthread_mutex_unlock(&d->pass_lock);
-        if ((double)(wall_ms() - last) < interval * 1000 && atomic_load(&d->shortfall_bytes) == 0)
+        if ((double)(clock_wall_ms() - last) < interval * 1000 &&
+            atomic_load(&d->shortfall_bytes) == 0)
             continue;
         tetris_error err;
         if (daemon_reclaim_pass(d, &err) < 0) {
             log_error("event=reclaim-pass-failed code=%s msg=\"%s\"", tetris_code_name(err.code),
                       err.msg);
             pthread_mutex_lock(&d->pass_lock);
-            d->last_pass_ms = wall_ms(); /* retry after one interval, not at once */
+            d->last_pass_ms = clock_wall_ms(); /* retry after one interval, not at once */
             pthread_mutex_unlock(&d->pass_lock);
         }
     }

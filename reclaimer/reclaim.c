@@ -22,10 +22,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define MARK_SEEN 1u
@@ -49,19 +49,6 @@ static void adopted_holder_free(struct adopted_holder *a)
     free(a->refs);
 }
 
-int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- index helpers (index_lock held) ---- */
 
@@ -511,7 +498,7 @@ static int free_cold(struct served_store *ss, int64_t now_s, double keep_alive_s
 
 static void save_state(struct served_store *ss, bool force)
 {
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     if (!force && ss->last_state_save_ms != 0 &&
         now - ss->last_state_save_ms < STATE_SAVE_INTERVAL_MS)
         return;
@@ -603,13 +590,6 @@ static void scrub(struct served_store *ss, uint64_t budget)
     atomic_fetch_add(&ss->counters.scrubbed_bytes, planned);
 }
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* The full repair and the walk of tensors/ read every tensor's trailer:
  * with 100k tensors that is seconds of CPU. Both run outside the locks,
  * and each at most as often as keeps it under DUTY_PERCENT of the daemon's
@@ -663,7 +643,7 @@ static int pass_locked(struct served_store *ss, struct pass *p, const struct lis
         apply_pins(ss, p->now_s);
         rc = reconcile(ss, err); /* warm bytes now that references are marked */
     }
-    t[0] = mono_us();
+    t[0] = clock_mono_us();
     if (rc == 0) {
         ss->holders = p->holders;
         ss->logical_bytes = p->logical_bytes;
@@ -671,7 +651,7 @@ static int pass_locked(struct served_store *ss, struct pass *p, const struct lis
         ss->n_models = p->n_models;
         rc = free_cold(ss, p->now_s, pol->keep_alive_s, pol->bounded, pol->target, freed, err);
     }
-    t[1] = mono_us();
+    t[1] = clock_mono_us();
     return rc;
 }
 
@@ -695,21 +675,21 @@ static int list_tensors(struct served_store *ss, struct listing *l, tetris_error
 static int store_pass(struct served_store *ss, const struct pass_policy *pol, int64_t *locked_us,
                       tetris_error *err)
 {
-    int64_t start = mono_us();
+    int64_t start = clock_mono_us();
     bool did_repair = duty_due(&ss->repair_duty, start);
     repair(ss, did_repair);
     if (did_repair)
-        duty_done(&ss->repair_duty, start, mono_us());
-    int64_t t_repair = mono_us();
+        duty_done(&ss->repair_duty, start, clock_mono_us());
+    int64_t t_repair = clock_mono_us();
     struct listing l = {0};
     bool did_list = duty_due(&ss->listing_duty, t_repair);
     int rc = 0;
     if (did_list) {
         rc = list_tensors(ss, &l, err);
-        duty_done(&ss->listing_duty, t_repair, mono_us());
+        duty_done(&ss->listing_duty, t_repair, clock_mono_us());
     }
-    int64_t t_list = mono_us();
-    struct pass p = {.ss = ss, .now_s = wall_ms() / 1000, .errp = err};
+    int64_t t_list = clock_mono_us();
+    struct pass p = {.ss = ss, .now_s = clock_wall_ms() / 1000, .errp = err};
     size_t freed = 0;
     int64_t t[2] = {t_list, t_list};
     if (rc == 0) {
@@ -743,7 +723,7 @@ static int store_pass(struct served_store *ss, const struct pass_policy *pol, in
               did_repair ? -1.0 : (double)(t_repair - start) / 1e3,
               did_list ? (double)(t_list - t_repair) / 1e3 : -1.0,
               (double)(t[0] - t_list) / 1e3, (double)(t[1] - t[0]) / 1e3,
-              (double)(mono_us() - start) / 1e3);
+              (double)(clock_mono_us() - start) / 1e3);
     if (freed > 0)
         log_info("event=reclaim-pass tenant=%s freed=%zu tensors=%zu resident_bytes=%llu",
                  tenant_name(ss), freed, tensors, (unsigned long long)resident);
@@ -752,7 +732,7 @@ static int store_pass(struct served_store *ss, const struct pass_policy *pol, in
 
 int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
 {
-    int64_t start = mono_us();
+    int64_t start = clock_mono_us();
     pthread_mutex_lock(&d->cfg_lock);
     struct pass_policy pol = {
         .keep_alive_s = d->cfg.keep_alive_s,
@@ -797,8 +777,8 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
     pthread_mutex_lock(&d->pass_lock);
     d->last_pass_ok = rc == 0;
     if (rc == 0) {
-        d->last_pass_ms = wall_ms();
-        d->last_pass_us = mono_us() - start;
+        d->last_pass_ms = clock_wall_ms();
+        d->last_pass_us = clock_mono_us() - start;
         d->last_locked_us = locked_max;
     }
     pthread_mutex_unlock(&d->pass_lock);

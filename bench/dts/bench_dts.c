@@ -22,10 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/autoscaler/ilp.h"
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "protocol/profile.h"
 
@@ -35,13 +36,6 @@ typedef struct bench_settings {
     int reps;          /* repetitions for median decision times */
     int ilp_limit_ms;  /* GLPK time limit per solve */
 } bench_settings;
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
 
 static int by_double(const void *a, const void *b)
 {
@@ -71,19 +65,19 @@ static int compare(const profile *p, double rps, const plan_options *o, const be
     int reps = s->reps < 64 ? s->reps : 64;
     for (int r = 0; r < reps; r++) {
         plan greedy, exact;
-        double t0 = now_us();
+        double t0 = clock_now_ms();
         int rc = dts_plan(p, rps, o, &greedy, err);
-        double t1 = now_us();
+        double t1 = clock_now_ms();
         if (rc < 0)
             return rc;
         rc = ilp_plan(p, rps, o, s->ilp_limit_ms, &exact, err);
-        double t2 = now_us();
+        double t2 = clock_now_ms();
         if (rc < 0) {
             plan_clear(&greedy);
             return rc;
         }
-        dts_t[r] = t1 - t0;
-        ilp_t[r] = t2 - t1;
+        dts_t[r] = (t1 - t0) * 1e3; /* us */
+        ilp_t[r] = (t2 - t1) * 1e3;
         out->dts_mib = greedy.memory_mib + o->alpha * greedy.cpus;
         out->ilp_mib = exact.memory_mib + o->alpha * exact.cpus;
         out->dts_instances = greedy.instances;
@@ -204,11 +198,10 @@ static int bench_spaces(int argc, char **argv, const bench_settings *s)
     size_t sizes[32];
     size_t n_sizes = 0;
     for (int i = 0; i < argc && n_sizes < 32; i++) {
-        char *end;
-        long v = strtol(argv[i], &end, 10);
-        if (*end != '\0' || v < 1 || v > 1000000) {
-            fprintf(stderr, "tetris-bench-dts: config space size '%s' must be 1..1000000\n",
-                    argv[i]);
+        tetris_error err = {0};
+        uint64_t v;
+        if (cli_parse_u64("config space size", argv[i], 1, 1000000, &v, &err) < 0) {
+            fprintf(stderr, "tetris-bench-dts: %s\n", err.msg);
             return EXIT_USAGE;
         }
         sizes[n_sizes++] = (size_t)v;

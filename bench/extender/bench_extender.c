@@ -20,10 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "scheduler-ext/extender/extender.h"
 #include "scheduler-ext/extender/inventory.h"
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "scheduler-ext/extender/manifests.h"
 #include "scheduler-ext/extender/similarity.h"
@@ -57,13 +58,6 @@ static void random_hex(char out[65])
             out[i * 16 + j] = hex[v & 15];
     }
     out[64] = '\0';
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -237,9 +231,9 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
 {
     cluster c;
     long rss0 = rss_kb();
-    double t0 = now_s();
+    double t0 = clock_now_ms();
     int r = make_cluster(&c, nodes, o, err);
-    double build_s = now_s() - t0;
+    double build_s = (clock_now_ms() - t0) / 1e3;
     long rss1 = rss_kb();
     size_t samples = o->samples ? o->samples
                                 : (nodes <= 100 ? 1000 : nodes <= 1000 ? 200 : 50);
@@ -254,24 +248,24 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
          * computes θ for every node; /prioritize then reuses it. */
         for (size_t i = 0; r == 0 && i < samples; i++) {
             r = manifest_cache_put(c.manifests, "bench-model", c.manifest, c.manifest_len, err);
-            double a = now_s();
+            double a = clock_now_ms();
             if (r == 0)
                 r = serve_once(c.x, extender_filter, request, err);
-            double b = now_s();
+            double b = clock_now_ms();
             if (r == 0)
                 r = serve_once(c.x, extender_prioritize, request, err);
-            double d = now_s();
-            f[i] = (b - a) * 1e3;
-            p[i] = (d - b) * 1e3;
-            fp[i] = (d - a) * 1e3;
+            double d = clock_now_ms();
+            f[i] = b - a;
+            p[i] = d - b;
+            fp[i] = d - a;
         }
         /* Warm cycle: another pod of the same model, nothing changed. */
         for (size_t i = 0; r == 0 && i < samples; i++) {
-            double a = now_s();
+            double a = clock_now_ms();
             r = serve_once(c.x, extender_filter, request, err);
             if (r == 0)
                 r = serve_once(c.x, extender_prioritize, request, err);
-            warm[i] = (now_s() - a) * 1e3;
+            warm[i] = clock_now_ms() - a;
         }
         if (r == 0)
             printf("| %zu | %zu | %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f | %.1f |\n",
@@ -315,6 +309,9 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        tetris_error err = {0};
+        uint64_t v = 0;
+        int r = 0;
         char *end = NULL;
         switch (ch) {
         case 'n':
@@ -328,15 +325,24 @@ int main(int argc, char **argv)
                 o.n_sizes++;
             }
             break;
-        case 't': o.tensors_per_node = strtoul(optarg, &end, 10); break;
-        case 'm': o.model_tensors = strtoul(optarg, &end, 10); break;
-        case 's': o.samples = strtoul(optarg, &end, 10); break;
+        case 't':
+            r = cli_parse_u64("--tensors-per-node", optarg, 0, SIZE_MAX, &v, &err);
+            o.tensors_per_node = v;
+            break;
+        case 'm':
+            r = cli_parse_u64("--model-tensors", optarg, 0, SIZE_MAX, &v, &err);
+            o.model_tensors = v;
+            break;
+        case 's':
+            r = cli_parse_u64("--samples", optarg, 0, SIZE_MAX, &v, &err);
+            o.samples = v;
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("tetris-bench-extender %s\n", TETRIS_VERSION); return 0;
         default: usage(stderr); return 2;
         }
-        if (end != NULL && *end != '\0' && ch != 'n') {
-            fprintf(stderr, "tetris-bench-extender: bad number '%s'\n", optarg);
+        if (r < 0) {
+            fprintf(stderr, "tetris-bench-extender: %s\n", err.msg);
             return 2;
         }
     }

@@ -7,17 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "model/model.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -38,20 +32,20 @@ static int bench_model(const char *path, int reps)
     model *m = NULL;
     tetris_error err;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_ms();
+        double t0 = clock_now_ms();
         if (model_parse_file(path, &m, &err) < 0) {
             log_error("event=bench-failed model=%s error=\"%s\"", path, err.msg);
             return -1;
         }
-        double t1 = now_ms();
+        double t1 = clock_now_ms();
         if (model_compute_digests(m, &err) < 0) {
             log_error("event=bench-failed model=%s error=\"%s\"", path, err.msg);
             model_free(m);
             return -1;
         }
-        double t2 = now_ms();
+        double t2 = clock_now_ms();
         char *json = manifest_to_json(m, &err);
-        double t3 = now_ms();
+        double t3 = clock_now_ms();
         if (json == NULL) {
             log_error("event=bench-failed model=%s error=\"%s\"", path, err.msg);
             model_free(m);
@@ -91,10 +85,14 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc > 2 && strcmp(argv[1], "--reps") == 0) {
-        reps = atoi(argv[2]);
+        tetris_error err = {0};
+        if (cli_parse_int("--reps", argv[2], 1, 1000, &reps, &err) < 0) {
+            fprintf(stderr, "tetris-bench-formats: %s\n", err.msg);
+            return 2;
+        }
         i = 3;
     }
-    if (i >= argc || reps < 1 || reps > 1000) {
+    if (i >= argc) {
         fprintf(stderr, "usage: %s [--reps N] MODEL...\n", argv[0]);
         return 2;
     }

@@ -18,6 +18,7 @@
 #include <curl/curl.h>
 
 #include "common/cleanup.h"
+#include "common/cli.h"
 #include "common/kube.h"
 #include "common/log.h"
 #include "reclaimer/node-pins/node_pods.h"
@@ -145,20 +146,19 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *node = getenv("NODE_NAME"), *path = NULL, *ns = NULL, *kubeconfig = NULL;
-    long interval = 30;
+    int64_t interval = 30;
+    tetris_error err = {0};
     bool once = false;
     int ch;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        char *end;
         switch (ch) {
         case OPT_NODE: node = optarg; break;
         case OPT_PIN_FILE: path = optarg; break;
         case OPT_NAMESPACE: ns = optarg; break;
         case OPT_KUBECONFIG: kubeconfig = optarg; break;
         case OPT_INTERVAL:
-            interval = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || interval < 1 || interval > 86400) {
-                fprintf(stderr, "tetris-node-pins: --interval wants 1..86400 seconds\n");
+            if (cli_parse_i64("--interval", optarg, 1, 86400, &interval, &err) < 0) {
+                fprintf(stderr, "tetris-node-pins: %s\n", err.msg);
                 return 2;
             }
             break;
@@ -179,7 +179,6 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
 
     kube_client *kc = NULL;
-    tetris_error err = {0};
     char q[600];
     if (kube_client_new(kubeconfig, &kc, &err) < 0) {
         log_error("event=start-failed error=%s", log_quote(err.msg, q, sizeof q));
@@ -201,8 +200,8 @@ int main(int argc, char **argv)
         if (once)
             break;
         /* sleep() returns early when a signal arrives. */
-        for (long left = interval; left > 0 && !stopping;)
-            left = (long)sleep((unsigned)left);
+        for (unsigned left = (unsigned)interval; left > 0 && !stopping;)
+            left = sleep(left);
     }
     free(last);
     kube_client_free(kc);

@@ -15,6 +15,8 @@
 #include <curl/curl.h>
 
 #include "common/cleanup.h"
+#include "common/cli.h"
+#include "common/clock.h"
 #include "scheduler-ext/autoscaler/ilp.h"
 #include "common/log.h"
 
@@ -104,27 +106,7 @@ static int exit_for_load(int rc)
     }
 }
 
-static int parse_double(const char *opt, const char *s, double min, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < min) {
-        fprintf(stderr, "tetris-autoscaler: %s: '%s' must be a number >= %g\n", opt, s, min);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* ---- plan ---- */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static json_t *plan_json(const profile *p, const plan *pl, const plan_options *o, double rps,
                          bool exact, double decision_ms)
@@ -170,30 +152,27 @@ static int cmd_plan(int argc, char **argv)
     tetris_error err = {0};
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int r = 0;
         switch (c) {
         case 'f': path = optarg; break;
         case 'k': kubeconfig = optarg; break;
-        case 'r': if (parse_double("--rps", optarg, 0, &rps) < 0) return EXIT_USAGE; break;
-        case 's': if (parse_double("--slo-ms", optarg, 0, &o.slo_ms) < 0) return EXIT_USAGE; break;
-        case 'a': if (parse_double("--alpha", optarg, 0, &o.alpha) < 0) return EXIT_USAGE; break;
-        case 't': if (parse_double("--time-limit-ms", optarg, 1, &limit_ms) < 0) return EXIT_USAGE; break;
+        case 'r': r = cli_parse_double("--rps", optarg, 0, INFINITY, &rps, &err); break;
+        case 's': r = cli_parse_double("--slo-ms", optarg, 0, INFINITY, &o.slo_ms, &err); break;
+        case 'a': r = cli_parse_double("--alpha", optarg, 0, INFINITY, &o.alpha, &err); break;
+        case 't':
+            r = cli_parse_double("--time-limit-ms", optarg, 1, INFINITY, &limit_ms, &err);
+            break;
         case 'x': exact = true; break;
         case 'S': o.sharing = true; break;
         case 'R': o.resident = true; break;
-        case 'l':
-            if (profile_stat_parse(optarg, &o.latency, &err) < 0) {
-                fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
-                return EXIT_USAGE;
-            }
-            break;
-        case 'c':
-            if (plan_space_parse(optarg, &o.space, &err) < 0) {
-                fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
-                return EXIT_USAGE;
-            }
-            break;
+        case 'l': r = profile_stat_parse(optarg, &o.latency, &err); break;
+        case 'c': r = plan_space_parse(optarg, &o.space, &err); break;
         case 'h': usage(stdout); return EXIT_OK;
         default: usage(stderr); return EXIT_USAGE;
+        }
+        if (r < 0) {
+            fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
+            return EXIT_USAGE;
         }
     }
     if (path == NULL || rps < 0 || o.slo_ms <= 0 || optind != argc) {
@@ -211,10 +190,10 @@ static int cmd_plan(int argc, char **argv)
         return exit_for_load(rc);
     }
     plan pl;
-    double start = now_ms();
+    double start = clock_now_ms();
     rc = exact ? ilp_plan(p, rps, &o, (int)fmin(limit_ms, 1e9), &pl, &err)
                : dts_plan(p, rps, &o, &pl, &err);
-    double decision_ms = now_ms() - start;
+    double decision_ms = clock_now_ms() - start;
     if (rc < 0) {
         fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
         profile_free(p);
@@ -404,7 +383,7 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
 
 static void sleep_s(double s)
 {
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
+    struct timespec ts = clock_timespec(s * 1e3);
     while (!stop_requested && nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
 }
@@ -421,18 +400,18 @@ static int run_loop(run_config *rc, as_actuator *act)
     if (rc->duration_s > 0)
         end_s = fmin(end_s, rc->duration_s);
     bool simulated = local && !rc->realtime;
-    double start_ms = now_ms();
+    double start_ms = clock_now_ms();
     for (double sim_s = 0; !stop_requested;) {
-        double now_s = simulated ? sim_s : (now_ms() - start_ms) / 1000.0;
+        double now_s = simulated ? sim_s : (clock_now_ms() - start_ms) / 1000.0;
         if (now_s > end_s + 1e-9)
             break;
         for (size_t i = 0; i < rc->n_fns && !stop_requested; i++)
             tick_function(rc->fns[i], rc, act, now_s);
         sim_s += rc->interval_s;
         if (!simulated) {
-            double next_ms = start_ms + ceil((now_ms() - start_ms) / 1e3 / rc->interval_s) *
+            double next_ms = start_ms + ceil((clock_now_ms() - start_ms) / 1e3 / rc->interval_s) *
                                             rc->interval_s * 1e3;
-            sleep_s(fmax(0, next_ms - now_ms()) / 1e3);
+            sleep_s(fmax(0, next_ms - clock_now_ms()) / 1e3);
         }
     }
     for (size_t i = 0; i < rc->n_fns; i++)
@@ -532,7 +511,7 @@ static int cmd_run(int argc, char **argv)
     };
     tetris_error err = {0};
     char quoted[600];
-    double v;
+    uint64_t n;
     int c, status = EXIT_USAGE;
     /* Profiles load once every option is known (a ConfigMap needs the
      * kubeconfig); at most one --function and one --trace per argument. */
@@ -561,32 +540,36 @@ static int cmd_run(int argc, char **argv)
         case OPT_SCHEDULER: rc.deploy.scheduler_name = optarg; break;
         case OPT_SHARING: rc.policy.plan.sharing = true; break;
         case OPT_INTERVAL:
-            r = parse_double("--interval", optarg, 0.001, &rc.interval_s); break;
+            r = cli_parse_double("--interval", optarg, 0.001, INFINITY, &rc.interval_s, &err);
+            break;
         case OPT_HEADROOM:
-            r = parse_double("--headroom", optarg, 0, &rc.policy.headroom_out); break;
+            r = cli_parse_double("--headroom", optarg, 0, INFINITY, &rc.policy.headroom_out,
+                                 &err);
+            break;
         case OPT_IN_HEADROOM:
-            r = parse_double("--scale-in-headroom", optarg, 0, &rc.policy.headroom_in); break;
-        case OPT_COOLDOWN: r = parse_double("--cooldown", optarg, 0, &rc.policy.cooldown_s); break;
-        case OPT_WINDOW: r = parse_double("--window", optarg, 0, &rc.policy.window_s); break;
-        case OPT_DURATION: r = parse_double("--duration", optarg, 0, &rc.duration_s); break;
-        case OPT_SLO: r = parse_double("--slo-ms", optarg, 0, &rc.policy.plan.slo_ms); break;
-        case OPT_ALPHA: r = parse_double("--alpha", optarg, 0, &rc.policy.plan.alpha); break;
+            r = cli_parse_double("--scale-in-headroom", optarg, 0, INFINITY,
+                                 &rc.policy.headroom_in, &err);
+            break;
+        case OPT_COOLDOWN:
+            r = cli_parse_double("--cooldown", optarg, 0, INFINITY, &rc.policy.cooldown_s, &err);
+            break;
+        case OPT_WINDOW:
+            r = cli_parse_double("--window", optarg, 0, INFINITY, &rc.policy.window_s, &err);
+            break;
+        case OPT_DURATION:
+            r = cli_parse_double("--duration", optarg, 0, INFINITY, &rc.duration_s, &err);
+            break;
+        case OPT_SLO:
+            r = cli_parse_double("--slo-ms", optarg, 0, INFINITY, &rc.policy.plan.slo_ms, &err);
+            break;
+        case OPT_ALPHA:
+            r = cli_parse_double("--alpha", optarg, 0, INFINITY, &rc.policy.plan.alpha, &err);
+            break;
         case OPT_MIN:
-            r = parse_double("--min-instances", optarg, 0, &v);
-            if (r == 0 && (v != floor(v) || v > 1000)) {
-                fprintf(stderr, "tetris-autoscaler: --min-instances: an integer 0..1000\n");
-                r = -1;
-            }
-            rc.policy.min_instances = (unsigned)v;
+            if ((r = cli_parse_u64("--min-instances", optarg, 0, 1000, &n, &err)) == 0)
+                rc.policy.min_instances = (unsigned)n;
             break;
-        case OPT_PORT:
-            r = parse_double("--port", optarg, 1, &v);
-            if (r == 0 && (v != floor(v) || v > 65535)) {
-                fprintf(stderr, "tetris-autoscaler: --port: an integer 1..65535\n");
-                r = -1;
-            }
-            rc.deploy.port = (int)v;
-            break;
+        case OPT_PORT: r = cli_parse_int("--port", optarg, 1, 65535, &rc.deploy.port, &err); break;
         case OPT_LATENCY: r = profile_stat_parse(optarg, &rc.policy.plan.latency, &err); break;
         case OPT_SPACE: r = plan_space_parse(optarg, &rc.policy.plan.space, &err); break;
         case OPT_HELP: usage(stdout); status = EXIT_OK; goto out;

@@ -11,6 +11,8 @@
 #include <curl/curl.h>
 
 #include "common/cleanup.h"
+#include "common/httpclient.h"
+#include "common/textbuf.h"
 
 /* ---- trace files ---- */
 
@@ -114,64 +116,30 @@ double rate_trace_end(const rate_trace *t)
 static char *expand_query(const char *template, const char *function)
 {
     static const char token[] = "{function}";
-    char *out = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&out, &len);
-    if (f == NULL)
-        return NULL;
-    for (const char *s = template; *s;) {
-        if (strncmp(s, token, sizeof token - 1) == 0) {
-            fputs(function, f);
-            s += sizeof token - 1;
-        } else {
-            fputc(*s++, f);
-        }
+    textbuf t = {0};
+    for (const char *s = template;;) {
+        const char *at = strstr(s, token);
+        textbuf_append(&t, s, at != NULL ? (size_t)(at - s) : strlen(s));
+        if (at == NULL)
+            break;
+        textbuf_puts(&t, function);
+        s = at + sizeof token - 1;
     }
-    if (fclose(f) != 0) {
-        free(out);
-        return NULL;
-    }
-    return out;
-}
-
-static size_t collect(char *data, size_t size, size_t n, void *user)
-{
-    FILE *body = user;
-    return fwrite(data, size, n, body) * size;
+    return textbuf_take(&t, NULL);
 }
 
 /* GETs url into *body; fails on transport errors and non-2xx statuses. */
 static int http_get(const char *url, char **body, tetris_error *err)
 {
-    size_t len = 0;
-    FILE *f = open_memstream(body, &len);
-    if (f == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, errno, "GET %s", url);
-    CURL *curl = curl_easy_init();
-    if (curl == NULL) {
-        fclose(f);
-        return tetris_fail(err, TETRIS_E_NOMEM, 0, "GET %s: curl init", url);
-    }
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, f);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    CURLcode cc = curl_easy_perform(curl);
-    long status = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(curl);
-    if (fclose(f) != 0)
-        return tetris_fail(err, TETRIS_E_NOMEM, errno, "GET %s", url);
-    if (cc != CURLE_OK)
-        return tetris_fail(err, cc == CURLE_OPERATION_TIMEDOUT ? TETRIS_E_TIMEOUT
-                                                              : TETRIS_E_UNAVAILABLE,
-                           0, "GET %s: %s", url, curl_easy_strerror(cc));
-    if (status / 100 != 2)
-        return tetris_fail(err, TETRIS_E_HTTP, 0, "GET %s: HTTP %ld: %.200s", url, status,
-                           *body ? *body : "");
-    return 0;
+    httpclient_request rq = {.url = url, .connect_timeout_ms = 3000, .timeout_ms = 10000};
+    int rc = httpclient_get(&rq, err);
+    if (rc == 0 && rq.status / 100 != 2)
+        rc = tetris_fail(err, TETRIS_E_HTTP, 0, "GET %s: HTTP %ld: %.200s", url, rq.status,
+                         rq.body);
+    if (rc == 0)
+        *body = steal_pointer(&rq.body);
+    httpclient_request_clear(&rq);
+    return rc;
 }
 
 /* Reads {"status":"success","data":{"resultType":"vector","result":[...]}}. */

@@ -8,13 +8,13 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "common/log.h"
+#include "common/prom.h"
 #include "scheduler-ext/extender/similarity.h"
 
 /* Request latency histogram bounds, seconds. */
@@ -27,8 +27,7 @@ static const char *const verb_names[N_VERBS] = {"filter", "prioritize"};
 
 typedef struct verb_stats {
     uint64_t ok, bad_request, other;
-    uint64_t buckets[N_BUCKETS];
-    uint64_t count;
+    uint64_t buckets[N_BUCKETS + 1]; /* per bucket, the last above every bound */
     double sum;
 } verb_stats;
 
@@ -330,55 +329,24 @@ void extender_observe(extender *x, const char *verb, int status, double seconds)
         s->bad_request++;
     else
         s->other++;
-    for (size_t b = 0; b < N_BUCKETS; b++)
-        if (seconds <= latency_buckets[b])
-            s->buckets[b]++;
-    s->count++;
+    s->buckets[prom_bucket(latency_buckets, N_BUCKETS, seconds)]++;
     s->sum += seconds;
     pthread_mutex_unlock(&x->stats_lock);
 }
 
-typedef struct textbuf {
-    char *data;
-    size_t len, cap;
-    bool failed;
-} textbuf;
-
-static void emit(textbuf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void emit(textbuf *t, const char *fmt, ...)
+/* One family of a single unlabelled sample. */
+static void render_one(textbuf *t, const char *name, const char *type, const char *help,
+                       uint64_t value)
 {
-    if (t->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->data + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = true;
-            return;
-        }
-        if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap * 2 + (size_t)n;
-        char *d = realloc(t->data, cap);
-        if (d == NULL) {
-            t->failed = true;
-            return;
-        }
-        t->data = d;
-        t->cap = cap;
-    }
+    prom_header(t, name, type, help);
+    prom_sample(t, name, NULL, 0, value);
 }
 
 char *extender_metrics_text(extender *x, size_t *len)
 {
-    textbuf t = {.cap = 8192};
-    t.data = malloc(t.cap);
-    if (t.data == NULL)
-        return NULL;
+    static const char requests[] = "tetris_extender_requests_total";
+    static const char duration[] = "tetris_extender_request_duration_seconds";
+    static const char fetches[] = "tetris_extender_inventory_fetches_total";
     pthread_mutex_lock(&x->stats_lock);
     verb_stats v[N_VERBS];
     memcpy(v, x->verbs, sizeof v);
@@ -389,60 +357,36 @@ char *extender_metrics_text(extender *x, size_t *len)
     inventory_stats is;
     inventory_cache_stats(x->inventories, &is);
 
-    emit(&t, "# HELP tetris_extender_requests_total Extender requests served, by verb and "
-             "HTTP status.\n# TYPE tetris_extender_requests_total counter\n");
+    textbuf t = {0};
+    prom_header(&t, requests, "counter", "Extender requests served, by verb and HTTP status.");
     for (int i = 0; i < N_VERBS; i++) {
-        emit(&t, "tetris_extender_requests_total{verb=\"%s\",code=\"200\"} %llu\n", verb_names[i],
-             (unsigned long long)v[i].ok);
-        emit(&t, "tetris_extender_requests_total{verb=\"%s\",code=\"400\"} %llu\n", verb_names[i],
-             (unsigned long long)v[i].bad_request);
-        emit(&t, "tetris_extender_requests_total{verb=\"%s\",code=\"500\"} %llu\n", verb_names[i],
-             (unsigned long long)v[i].other);
+        const uint64_t by_code[] = {v[i].ok, v[i].bad_request, v[i].other};
+        static const char *const code_names[] = {"200", "400", "500"};
+        for (size_t c = 0; c < 3; c++)
+            prom_sample(&t, requests,
+                        (prom_label[]){{"verb", verb_names[i]}, {"code", code_names[c]}}, 2,
+                        by_code[c]);
     }
-    emit(&t, "# HELP tetris_extender_request_duration_seconds Time to answer a filter or "
-             "prioritize request.\n# TYPE tetris_extender_request_duration_seconds histogram\n");
-    for (int i = 0; i < N_VERBS; i++) {
-        for (size_t b = 0; b < N_BUCKETS; b++)
-            emit(&t, "tetris_extender_request_duration_seconds_bucket{verb=\"%s\",le=\"%g\"} %llu\n",
-                 verb_names[i], latency_buckets[b], (unsigned long long)v[i].buckets[b]);
-        emit(&t, "tetris_extender_request_duration_seconds_bucket{verb=\"%s\",le=\"+Inf\"} %llu\n",
-             verb_names[i], (unsigned long long)v[i].count);
-        emit(&t, "tetris_extender_request_duration_seconds_sum{verb=\"%s\"} %.9f\n", verb_names[i],
-             v[i].sum);
-        emit(&t, "tetris_extender_request_duration_seconds_count{verb=\"%s\"} %llu\n",
-             verb_names[i], (unsigned long long)v[i].count);
-    }
-    emit(&t, "# HELP tetris_extender_nodes_filtered_total Nodes failed by the filter because "
-             "their store cannot take the model.\n# TYPE tetris_extender_nodes_filtered_total "
-             "counter\ntetris_extender_nodes_filtered_total %llu\n",
-         (unsigned long long)filtered);
-    emit(&t, "# HELP tetris_extender_unknown_model_total Requests for a model without a "
-             "manifest (answered neutrally).\n# TYPE tetris_extender_unknown_model_total "
-             "counter\ntetris_extender_unknown_model_total %llu\n",
-         (unsigned long long)unknown_model);
-    emit(&t, "# HELP tetris_extender_no_inventory_total Node decisions made without a fresh "
-             "inventory (answered neutrally).\n# TYPE tetris_extender_no_inventory_total "
-             "counter\ntetris_extender_no_inventory_total %llu\n",
-         (unsigned long long)no_inventory);
-    emit(&t, "# HELP tetris_extender_inventory_fetches_total Inventory polls, by result.\n"
-             "# TYPE tetris_extender_inventory_fetches_total counter\n"
-             "tetris_extender_inventory_fetches_total{result=\"ok\"} %llu\n"
-             "tetris_extender_inventory_fetches_total{result=\"not_modified\"} %llu\n"
-             "tetris_extender_inventory_fetches_total{result=\"error\"} %llu\n",
-         (unsigned long long)is.fetch_ok, (unsigned long long)is.fetch_not_modified,
-         (unsigned long long)is.fetch_error);
-    emit(&t, "# HELP tetris_extender_nodes Nodes whose inventory URL is known.\n"
-             "# TYPE tetris_extender_nodes gauge\ntetris_extender_nodes %zu\n", is.nodes);
-    emit(&t, "# HELP tetris_extender_nodes_fresh Nodes with a usable (fresh) inventory.\n"
-             "# TYPE tetris_extender_nodes_fresh gauge\ntetris_extender_nodes_fresh %zu\n",
-         is.fresh);
-    emit(&t, "# HELP tetris_extender_models Models with a loaded manifest.\n"
-             "# TYPE tetris_extender_models gauge\ntetris_extender_models %zu\n",
-         manifest_cache_count(x->manifests));
-    if (t.failed) {
-        free(t.data);
-        return NULL;
-    }
-    *len = t.len;
-    return t.data;
+    prom_header(&t, duration, "histogram", "Time to answer a filter or prioritize request.");
+    for (int i = 0; i < N_VERBS; i++)
+        prom_histogram(&t, duration, (prom_label[]){{"verb", verb_names[i]}}, 1, latency_buckets,
+                       v[i].buckets, N_BUCKETS, v[i].sum, "%.9f");
+    render_one(&t, "tetris_extender_nodes_filtered_total", "counter",
+               "Nodes failed by the filter because their store cannot take the model.", filtered);
+    render_one(&t, "tetris_extender_unknown_model_total", "counter",
+               "Requests for a model without a manifest (answered neutrally).", unknown_model);
+    render_one(&t, "tetris_extender_no_inventory_total", "counter",
+               "Node decisions made without a fresh inventory (answered neutrally).",
+               no_inventory);
+    prom_header(&t, fetches, "counter", "Inventory polls, by result.");
+    prom_sample(&t, fetches, (prom_label[]){{"result", "ok"}}, 1, is.fetch_ok);
+    prom_sample(&t, fetches, (prom_label[]){{"result", "not_modified"}}, 1, is.fetch_not_modified);
+    prom_sample(&t, fetches, (prom_label[]){{"result", "error"}}, 1, is.fetch_error);
+    render_one(&t, "tetris_extender_nodes", "gauge", "Nodes whose inventory URL is known.",
+               is.nodes);
+    render_one(&t, "tetris_extender_nodes_fresh", "gauge",
+               "Nodes with a usable (fresh) inventory.", is.fresh);
+    render_one(&t, "tetris_extender_models", "gauge", "Models with a loaded manifest.",
+               manifest_cache_count(x->manifests));
+    return textbuf_take(&t, len);
 }

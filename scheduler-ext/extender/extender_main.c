@@ -11,11 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <curl/curl.h>
 
 #include "scheduler-ext/extender/extender.h"
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/httpserver.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "common/kube.h"
@@ -70,20 +71,6 @@ static void usage(FILE *out)
             DEFAULT_INVENTORY_PORT);
 }
 
-static int parse_number(const char *s, const char *flag, long min, long max, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "tetris-scheduler-ext: %s wants an integer in [%ld, %ld], got '%s'\n",
-                flag, min, max, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* 0 to run, 1 to exit 0 (help/version), -1 usage error. */
 static int parse_options(int argc, char **argv, options *o)
 {
@@ -105,8 +92,9 @@ static int parse_options(int argc, char **argv, options *o)
     };
     *o = (options){.listen = DEFAULT_LISTEN, .inventory_port = DEFAULT_INVENTORY_PORT};
     inventory_opts_init(&o->inv);
-    int ch;
-    long v;
+    int ch, r = 0;
+    int64_t v;
+    tetris_error err = {0};
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (ch) {
         case OPT_LISTEN: o->listen = optarg; break;
@@ -115,28 +103,28 @@ static int parse_options(int argc, char **argv, options *o)
         case OPT_MANIFEST_DIR: o->manifest_dir = optarg; break;
         case OPT_STANDALONE: o->standalone = true; break;
         case OPT_INVENTORY_PORT:
-            if (parse_number(optarg, "--inventory-port", 1, 65535, &v) < 0)
-                return -1;
-            o->inventory_port = (int)v;
+            if ((r = cli_parse_i64("--inventory-port", optarg, 1, 65535, &v, &err)) == 0)
+                o->inventory_port = (int)v;
             break;
         case OPT_REFRESH:
-            if (parse_number(optarg, "--refresh", 1, 3600, &v) < 0)
-                return -1;
-            o->inv.refresh_ms = v * 1000;
+            if ((r = cli_parse_i64("--refresh", optarg, 1, 3600, &v, &err)) == 0)
+                o->inv.refresh_ms = v * 1000;
             break;
         case OPT_STALE:
-            if (parse_number(optarg, "--stale-after", 1, 86400, &v) < 0)
-                return -1;
-            o->inv.stale_ms = v * 1000;
+            if ((r = cli_parse_i64("--stale-after", optarg, 1, 86400, &v, &err)) == 0)
+                o->inv.stale_ms = v * 1000;
             break;
         case OPT_FETCH_TIMEOUT:
-            if (parse_number(optarg, "--fetch-timeout", 10, 60000, &v) < 0)
-                return -1;
-            o->inv.timeout_ms = v;
+            if ((r = cli_parse_i64("--fetch-timeout", optarg, 10, 60000, &v, &err)) == 0)
+                o->inv.timeout_ms = v;
             break;
         case OPT_HELP: usage(stdout); return 1;
         case OPT_VERSION: printf("tetris-scheduler-ext %s\n", TETRIS_VERSION); return 1;
         default: usage(stderr); return -1;
+        }
+        if (r < 0) {
+            fprintf(stderr, "tetris-scheduler-ext: %s\n", err.msg);
+            return -1;
         }
     }
     if (optind < argc) {
@@ -152,20 +140,12 @@ static int parse_options(int argc, char **argv, options *o)
 
 /* ---- HTTP handlers ---- */
 
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 typedef int (*decide_fn)(extender *x, json_t *args, json_t **result, tetris_error *err);
 
 static void serve_decision(extender *x, const char *verb, decide_fn fn, const http_request *req,
                            http_response *resp)
 {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = clock_now_ms();
     tetris_error err = {0};
     json_t *args = NULL, *result = NULL;
     int r = http_request_json(req, &args, &err);
@@ -182,7 +162,7 @@ static void serve_decision(extender *x, const char *verb, decide_fn fn, const ht
     }
     json_decref(args);
     json_decref(result);
-    extender_observe(x, verb, status, seconds_since(&t0));
+    extender_observe(x, verb, status, (clock_now_ms() - t0) / 1e3);
 }
 
 static void handle_filter(void *ctx, const http_request *req, http_response *resp)

@@ -1,5 +1,5 @@
 /* inventory.c - node inventory cache: parsing, parallel conditional fetches
- * (curl multi), and the poller thread. See inventory.h.
+ * (common/httpclient), and the poller thread. See inventory.h.
  *
  * A node's shared store is cached under the node's name; a tenant's store
  * under "NODE/TENANT" (neither a node name nor a tenant name holds a
@@ -12,11 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
-#include <curl/curl.h>
-
+#include "common/clock.h"
+#include "common/httpclient.h"
 #include "common/log.h"
 #include "common/strmap.h"
 
@@ -44,13 +43,6 @@ struct inventory_cache {
     bool stop;
     atomic_uint_least64_t fetch_ok, fetch_not_modified, fetch_error;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void inventory_opts_init(inventory_opts *o)
 {
@@ -356,7 +348,7 @@ int inventory_cache_put(inventory_cache *c, const char *node, node_inventory *in
         node_inventory_free(e->inv);
         e->inv = inv;
         e->pinned = true;
-        e->last_ok_ms = now_ms();
+        e->last_ok_ms = clock_mono_ms();
     }
     pthread_rwlock_unlock(&c->lock);
     if (e == NULL) {
@@ -380,7 +372,7 @@ static const node_inventory *usable(const inventory_cache *c, const node_entry *
 {
     if (e == NULL || e->inv == NULL)
         return NULL;
-    if (!e->pinned && now_ms() - e->last_ok_ms > c->o.stale_ms)
+    if (!e->pinned && clock_mono_ms() - e->last_ok_ms > c->o.stale_ms)
         return NULL;
     return e->inv;
 }
@@ -399,136 +391,16 @@ const node_inventory *inventory_cache_find(inventory_cache *c, const char *node,
 typedef struct fetch_job {
     char *node;
     char *url;
-    char *etag;     /* sent as If-None-Match */
-    char *new_etag; /* received */
-    char *body;
-    size_t len, cap;
-    bool too_big;
-    size_t max;
-    CURL *h;
-    struct curl_slist *headers;
-    CURLcode rc;
-    long status;
+    char *etag; /* sent as If-None-Match */
+    httpclient_request rq;
 } fetch_job;
-
-static size_t job_body(char *data, size_t size, size_t nmemb, void *user)
-{
-    fetch_job *j = user;
-    size_t n = size * nmemb;
-    if (j->len + n + 1 > j->max) {
-        j->too_big = true;
-        return 0;
-    }
-    if (j->len + n + 1 > j->cap) {
-        size_t cap = j->cap ? j->cap : 65536;
-        while (cap < j->len + n + 1)
-            cap *= 2;
-        char *b = realloc(j->body, cap);
-        if (b == NULL)
-            return 0;
-        j->body = b;
-        j->cap = cap;
-    }
-    memcpy(j->body + j->len, data, n);
-    j->len += n;
-    j->body[j->len] = '\0';
-    return n;
-}
-
-static size_t job_header(char *data, size_t size, size_t nmemb, void *user)
-{
-    fetch_job *j = user;
-    size_t n = size * nmemb;
-    if (n > 5 && strncasecmp(data, "etag:", 5) == 0) {
-        const char *v = data + 5;
-        size_t vlen = n - 5;
-        while (vlen > 0 && (*v == ' ' || *v == '\t'))
-            v++, vlen--;
-        while (vlen > 0 && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' '))
-            vlen--;
-        free(j->new_etag);
-        j->new_etag = strndup(v, vlen);
-    }
-    return n;
-}
 
 static void job_free(fetch_job *j)
 {
     free(j->node);
     free(j->url);
     free(j->etag);
-    free(j->new_etag);
-    free(j->body);
-    curl_slist_free_all(j->headers);
-    if (j->h != NULL)
-        curl_easy_cleanup(j->h);
-}
-
-static int job_setup(inventory_cache *c, fetch_job *j)
-{
-    j->h = curl_easy_init();
-    if (j->h == NULL)
-        return -1;
-    j->max = c->o.max_bytes;
-    if (j->etag != NULL) {
-        char hdr[256];
-        snprintf(hdr, sizeof hdr, "If-None-Match: %s", j->etag);
-        j->headers = curl_slist_append(NULL, hdr);
-    }
-    curl_easy_setopt(j->h, CURLOPT_URL, j->url);
-    curl_easy_setopt(j->h, CURLOPT_HTTPHEADER, j->headers);
-    curl_easy_setopt(j->h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(j->h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(j->h, CURLOPT_CONNECTTIMEOUT_MS, c->o.timeout_ms);
-    curl_easy_setopt(j->h, CURLOPT_TIMEOUT_MS, c->o.timeout_ms);
-    curl_easy_setopt(j->h, CURLOPT_WRITEFUNCTION, job_body);
-    curl_easy_setopt(j->h, CURLOPT_WRITEDATA, j);
-    curl_easy_setopt(j->h, CURLOPT_HEADERFUNCTION, job_header);
-    curl_easy_setopt(j->h, CURLOPT_HEADERDATA, j);
-    curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
-    curl_easy_setopt(j->h, CURLOPT_USERAGENT, "tetris-scheduler-ext/" TETRIS_VERSION);
-    return 0;
-}
-
-static void run_jobs(inventory_cache *c, fetch_job *jobs, size_t n)
-{
-    CURLM *m = curl_multi_init();
-    if (m == NULL) {
-        for (size_t i = 0; i < n; i++)
-            jobs[i].rc = CURLE_OUT_OF_MEMORY;
-        return;
-    }
-    curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)c->o.max_parallel);
-    for (size_t i = 0; i < n; i++) {
-        if (job_setup(c, &jobs[i]) < 0 || curl_multi_add_handle(m, jobs[i].h) != CURLM_OK)
-            jobs[i].rc = CURLE_OUT_OF_MEMORY;
-        else
-            jobs[i].rc = CURLE_AGAIN; /* running */
-    }
-    int running = 1;
-    while (running > 0) {
-        if (curl_multi_perform(m, &running) != CURLM_OK)
-            break;
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(m, &left)) != NULL) {
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            fetch_job *j = NULL;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
-            j->rc = msg->data.result;
-            curl_easy_getinfo(j->h, CURLINFO_RESPONSE_CODE, &j->status);
-        }
-        if (running > 0 && curl_multi_poll(m, NULL, 0, 100, NULL) != CURLM_OK)
-            break;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (jobs[i].rc == CURLE_AGAIN)
-            jobs[i].rc = CURLE_OPERATION_TIMEDOUT;
-        if (jobs[i].h != NULL)
-            curl_multi_remove_handle(m, jobs[i].h);
-    }
-    curl_multi_cleanup(m);
+    httpclient_request_clear(&j->rq);
 }
 
 /* Applies one finished job to the table. */
@@ -538,15 +410,15 @@ static void apply_job(inventory_cache *c, fetch_job *j)
     tetris_error err = {0};
     char q[600];
     bool ok = false, not_modified = false;
-    if (j->rc == CURLE_OK && j->status == 304 && j->etag != NULL) {
+    const httpclient_request *rq = &j->rq;
+    if (rq->rc == 0 && rq->status == 304 && j->etag != NULL) {
         not_modified = true;
-    } else if (j->rc == CURLE_OK && j->status == 200) {
-        ok = inventory_parse(c->ids, j->body != NULL ? j->body : "", j->len, &inv, &err) == 0;
-    } else if (j->rc == CURLE_OK) {
-        tetris_fail(&err, TETRIS_E_HTTP, 0, "HTTP %ld", j->status);
+    } else if (rq->rc == 0 && rq->status == 200) {
+        ok = inventory_parse(c->ids, rq->body, rq->len, &inv, &err) == 0;
+    } else if (rq->rc == 0) {
+        tetris_fail(&err, TETRIS_E_HTTP, 0, "HTTP %ld", rq->status);
     } else {
-        tetris_fail(&err, TETRIS_E_UNAVAILABLE, 0, "%s",
-                    j->too_big ? "inventory too large" : curl_easy_strerror(j->rc));
+        err = rq->err;
     }
     bool log_failure = false, log_recovery = false;
     pthread_rwlock_wrlock(&c->lock);
@@ -560,14 +432,14 @@ static void apply_job(inventory_cache *c, fetch_job *j)
         /* The URL may have changed while we fetched; then this is void. */
         bool current = e->url != NULL && strcmp(e->url, j->url) == 0;
         if (current && (ok || not_modified)) {
-            e->last_ok_ms = now_ms();
+            e->last_ok_ms = clock_mono_ms();
             if (ok) {
                 node_inventory_free(e->inv);
                 e->inv = inv;
                 inv = NULL;
                 free(e->etag);
-                e->etag = j->new_etag;
-                j->new_etag = NULL;
+                e->etag = j->rq.etag;
+                j->rq.etag = NULL;
             }
         }
     }
@@ -613,6 +485,10 @@ static bool add_job(job_list *l, const char *node, node_entry *e)
         job_free(j);
         return false;
     }
+    j->rq = (httpclient_request){.url = j->url, .if_none_match = j->etag,
+                                 .timeout_ms = l->c->o.timeout_ms,
+                                 .max_body = l->c->o.max_bytes,
+                                 .user_agent = "tetris-scheduler-ext/" TETRIS_VERSION};
     e->in_flight = true;
     e->last_try_ms = l->now;
     l->n++;
@@ -639,12 +515,20 @@ static int collect_due(const char *node, void *value, void *user)
 
 static void run_list(job_list *l)
 {
-    if (l->n > 0) {
-        run_jobs(l->c, l->jobs, l->n);
-        for (size_t i = 0; i < l->n; i++) {
-            apply_job(l->c, &l->jobs[i]);
-            job_free(&l->jobs[i]);
-        }
+    httpclient_request **rqs = malloc((l->n ? l->n : 1) * sizeof *rqs);
+    for (size_t i = 0; i < l->n; i++) {
+        if (rqs != NULL)
+            rqs[i] = &l->jobs[i].rq;
+        else
+            l->jobs[i].rq.rc = tetris_fail(&l->jobs[i].rq.err, TETRIS_E_NOMEM, ENOMEM,
+                                           "inventory fetches");
+    }
+    if (rqs != NULL)
+        httpclient_get_all(rqs, l->n, (unsigned)l->c->o.max_parallel);
+    free(rqs);
+    for (size_t i = 0; i < l->n; i++) {
+        apply_job(l->c, &l->jobs[i]);
+        job_free(&l->jobs[i]);
     }
     free(l->jobs);
 }
@@ -677,7 +561,7 @@ static node_entry *tenant_entry(inventory_cache *c, const char *node, const char
 void inventory_cache_fetch_missing(inventory_cache *c, const char *const *nodes, size_t n,
                                    const char *tenant)
 {
-    job_list l = {.c = c, .now = now_ms(), .missing_only = true};
+    job_list l = {.c = c, .now = clock_mono_ms(), .missing_only = true};
     if (tenant != NULL && !inventory_tenant_valid(tenant))
         return;
     pthread_rwlock_wrlock(&c->lock);
@@ -696,7 +580,7 @@ void inventory_cache_fetch_missing(inventory_cache *c, const char *const *nodes,
 
 void inventory_cache_refresh(inventory_cache *c)
 {
-    job_list l = {.c = c, .now = now_ms()};
+    job_list l = {.c = c, .now = clock_mono_ms()};
     pthread_rwlock_wrlock(&c->lock);
     strmap_foreach(c->nodes, collect_due, &l);
     pthread_rwlock_unlock(&c->lock);
@@ -711,14 +595,7 @@ static void *poll_loop(void *arg)
         pthread_mutex_unlock(&c->stop_lock);
         inventory_cache_refresh(c);
         pthread_mutex_lock(&c->stop_lock);
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += c->o.refresh_ms / 1000;
-        until.tv_nsec += (c->o.refresh_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = clock_timespec((double)(clock_wall_ms() + c->o.refresh_ms));
         if (!c->stop)
             pthread_cond_timedwait(&c->stop_cond, &c->stop_lock, &until);
     }

@@ -13,11 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
+#include "common/prom.h"
 
 typedef struct counter {
     const char *name;
@@ -27,35 +28,24 @@ typedef struct counter {
 typedef struct gateway {
     counter *counters;
     int n;
-    struct timespec start;
+    double start_ms;
 } gateway;
-
-static double elapsed_s(const struct timespec *start)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - start->tv_sec) + (now.tv_nsec - start->tv_nsec) / 1e9;
-}
 
 static void handle_metrics(void *ctx, const http_request *req, http_response *resp)
 {
     (void)req;
+    static const char name[] = "gateway_function_invocation_total";
     gateway *g = ctx;
-    char *body = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&body, &len);
-    if (f == NULL) {
-        http_response_error(resp, 500, "out of memory");
-        return;
-    }
-    double t = elapsed_s(&g->start);
-    fputs("# HELP gateway_function_invocation_total Function metrics\n"
-          "# TYPE gateway_function_invocation_total counter\n", f);
+    double t = (clock_now_ms() - g->start_ms) / 1e3;
+    textbuf text = {0};
+    prom_header(&text, name, "counter", "Function metrics");
     for (int i = 0; i < g->n; i++)
-        fprintf(f, "gateway_function_invocation_total{code=\"200\",function_name=\"%s\"} %.0f\n",
-                g->counters[i].name, floor(g->counters[i].rps * t));
-    if (fclose(f) != 0) {
-        free(body);
+        prom_sample_double(&text, name,
+                           (prom_label[]){{"code", "200"}, {"function_name", g->counters[i].name}},
+                           2, "%.0f", floor(g->counters[i].rps * t));
+    size_t len;
+    char *body = textbuf_take(&text, &len);
+    if (body == NULL) {
         http_response_error(resp, 500, "out of memory");
         return;
     }
@@ -115,7 +105,7 @@ int main(int argc, char **argv)
         *eq = '\0';
         g.counters[g.n++] = (counter){.name = argv[i], .rps = rps};
     }
-    clock_gettime(CLOCK_MONOTONIC, &g.start);
+    g.start_ms = clock_now_ms();
     struct http_server_options o;
     http_server_options_init(&o);
     o.listen = listen;

@@ -14,8 +14,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "common/clock.h"
 
 #define MAX_REQUEST (1u << 20)
 
@@ -42,13 +43,6 @@ struct fault_server {
 static char *dup_or_null(const char *s)
 {
     return s != NULL ? strdup(s) : NULL;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
 }
 
 static int send_all(int fd, const char *buf, size_t len)
@@ -172,7 +166,7 @@ static void play(int fd, const queued_reply *q)
 {
     const fault_reply *r = &q->r;
     if (r->delay_ms > 0)
-        sleep_ms(r->delay_ms);
+        clock_sleep_ms(r->delay_ms);
     if (r->status == 0)
         return; /* dropped: the caller closes */
     char head[4096];
@@ -190,7 +184,7 @@ static void play(int fd, const queued_reply *q)
                 send_all(fd, "\r\n", 2) < 0)
                 return;
             if (r->chunk_delay_ms > 0)
-                sleep_ms(r->chunk_delay_ms);
+                clock_sleep_ms(r->chunk_delay_ms);
         }
         if (!r->truncate)
             send_all(fd, "0\r\n\r\n", 5);

@@ -18,10 +18,10 @@
 #include <sys/un.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "agent/ingest_client.h"
 #include "common/log.h"
 #include "model/model.h"
@@ -258,8 +258,7 @@ static int cmd_load(int argc, char **argv)
         return 1;
     }
     struct load_result r = {0};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = clock_now_ms();
     store *s = NULL;
     store_holder *holder = NULL;
     ingest_client *client = NULL;
@@ -327,9 +326,7 @@ static int cmd_load(int argc, char **argv)
                 return 1;
         }
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double load_ms =
-        (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    double load_ms = clock_now_ms() - t0;
     char q[600];
     printf("{\"pid\":%d,\"load_ms\":%.3f,\"tensors\":%zu,\"resident\":%zu,\"ingested\":%zu,"
            "\"rejected\":%zu,"
@@ -472,7 +469,7 @@ static int cmd_send(int argc, char **argv)
         return 1;
     }
     tetris_error err;
-    int64_t deadline = ingest_now_ms() + 20000;
+    int64_t deadline = clock_mono_ms() + 20000;
     /* Framed here rather than by ingest_send_message, which would refuse
      * the oversized descriptor lists the tests want the daemon to see. */
     cleanup_free char *msg_bytes = malloc(len + 4);

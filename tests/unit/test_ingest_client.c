@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "agent/ingest_client.h"
+#include "common/clock.h"
 
 static char dir[64];
 static char sock_path[128];
@@ -99,7 +100,7 @@ static void *fake_main(void *arg)
     size_t n_fds = 0, len = 0;
     tetris_error err;
     if (ingest_recv_message(c, 1 << 20, &f->request, &len, fds, 8, &n_fds,
-                            ingest_now_ms() + 5000, &err) == 0) {
+                            clock_mono_ms() + 5000, &err) == 0) {
         f->fds_seen = n_fds;
         for (size_t i = 0; i < n_fds; i++)
             close(fds[i]);
@@ -283,7 +284,7 @@ static int serve_one(struct restarting_fake *f, int ls, bool answer)
     tetris_error err;
     char *request = NULL;
     if (c < 0 || ingest_recv_message(c, 1 << 20, &request, &len, fds, 8, &n_fds,
-                                     ingest_now_ms() + 5000, &err) < 0)
+                                     clock_mono_ms() + 5000, &err) < 0)
         return -1;
     for (size_t i = 0; i < n_fds; i++)
         close(fds[i]);

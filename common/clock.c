@@ -1,0 +1,54 @@
+/* clock.c - monotonic and wall-clock readings (see clock.h). */
+#include "common/clock.h"
+
+#include <errno.h>
+
+static struct timespec now(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return ts;
+}
+
+double clock_now_ms(void)
+{
+    struct timespec ts = now(CLOCK_MONOTONIC);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int64_t clock_mono_ms(void)
+{
+    struct timespec ts = now(CLOCK_MONOTONIC);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t clock_mono_us(void)
+{
+    struct timespec ts = now(CLOCK_MONOTONIC);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t clock_wall_ms(void)
+{
+    struct timespec ts = now(CLOCK_REALTIME);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct timespec clock_timespec(double ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1e3)};
+    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1e3) * 1e6);
+    /* Rounding can land on a whole second, which the waits refuse. */
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+void clock_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}

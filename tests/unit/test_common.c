@@ -1,0 +1,479 @@
+/* test_common.c - the small shared pieces of common/: option-value
+ * parsing (every way a value is refused), text buffer growth and limits,
+ * Prometheus text (escaping, histograms), clock conversions, and GETs
+ * against a real HTTP server on a loopback port (status, ETag, size cap,
+ * timeout, several at once). */
+#include <arpa/inet.h>
+#include <check.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <semaphore.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cli.h"
+#include "common/clock.h"
+#include "common/httpclient.h"
+#include "common/httpserver.h"
+#include "common/prom.h"
+#include "common/textbuf.h"
+
+/* ---- cli ---- */
+
+/* s must be refused with a message naming the option and the value. */
+static void refused_u64(const char *s, uint64_t min, uint64_t max)
+{
+    tetris_error err = {0};
+    uint64_t v = 42;
+    ck_assert_int_eq(cli_parse_u64("--count", s, min, max, &v, &err), -TETRIS_E_INVAL);
+    ck_assert_int_eq(err.code, TETRIS_E_INVAL);
+    ck_assert_msg(strncmp(err.msg, "--count: '", 10) == 0, "message: %s", err.msg);
+    ck_assert_ptr_nonnull(strstr(err.msg, s));
+    ck_assert_uint_eq(v, 42);
+}
+
+START_TEST(test_cli_u64)
+{
+    tetris_error err = {0};
+    uint64_t v;
+    ck_assert_int_eq(cli_parse_u64("--count", "0", 0, 10, &v, &err), 0);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(cli_parse_u64("--count", "18446744073709551615", 0, UINT64_MAX, &v, &err),
+                     0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    refused_u64("", 0, 10);
+    refused_u64("12x", 0, 100);
+    refused_u64("1.5", 0, 100);
+    refused_u64("18446744073709551616", 0, UINT64_MAX); /* overflow */
+    refused_u64("-1", 0, UINT64_MAX);                   /* strtoull would wrap it */
+    refused_u64("+1", 0, 10);
+    refused_u64(" 1", 0, 10);
+    refused_u64("0x10", 0, 100);
+    refused_u64("0", 1, 10);  /* below */
+    refused_u64("11", 1, 10); /* above */
+    cli_parse_u64("--count", "11", 1, 10, &v, &err);
+    ck_assert_str_eq(err.msg, "--count: '11' is not an integer in [1, 10]");
+    /* Without a name, for callers that say where the value came from. */
+    cli_parse_u64(NULL, "x", 1, 10, &v, &err);
+    ck_assert_str_eq(err.msg, "'x' is not an integer in [1, 10]");
+}
+END_TEST
+
+static void refused_i64(const char *s, int64_t min, int64_t max)
+{
+    tetris_error err = {0};
+    int64_t v = 42;
+    ck_assert_int_eq(cli_parse_i64("--seed", s, min, max, &v, &err), -TETRIS_E_INVAL);
+    ck_assert_msg(strncmp(err.msg, "--seed: '", 9) == 0, "message: %s", err.msg);
+    ck_assert_int_eq(v, 42);
+}
+
+START_TEST(test_cli_i64)
+{
+    tetris_error err = {0};
+    int64_t v;
+    ck_assert_int_eq(cli_parse_i64("--seed", "-5", -10, 10, &v, &err), 0);
+    ck_assert_int_eq(v, -5);
+    ck_assert_int_eq(cli_parse_i64("--seed", "+7", -10, 10, &v, &err), 0);
+    ck_assert_int_eq(v, 7);
+    ck_assert_int_eq(cli_parse_i64("--seed", "-9223372036854775808", INT64_MIN, 0, &v, &err), 0);
+    ck_assert_int_eq(v, INT64_MIN);
+    refused_i64("", INT64_MIN, INT64_MAX);
+    refused_i64("-", INT64_MIN, INT64_MAX);
+    refused_i64("7 ", INT64_MIN, INT64_MAX);
+    refused_i64("9223372036854775808", INT64_MIN, INT64_MAX);  /* overflow */
+    refused_i64("-9223372036854775809", INT64_MIN, INT64_MAX); /* underflow */
+    refused_i64("-1", 0, 10);
+    refused_i64("11", 0, 10);
+    cli_parse_i64("--seed", "-1", 0, 10, &v, &err);
+    ck_assert_str_eq(err.msg, "--seed: '-1' is not an integer in [0, 10]");
+
+    int i;
+    ck_assert_int_eq(cli_parse_int("--batch", "1024", 1, 1024, &i, &err), 0);
+    ck_assert_int_eq(i, 1024);
+    ck_assert_int_eq(cli_parse_int("--batch", "1025", 1, 1024, &i, &err), -TETRIS_E_INVAL);
+    ck_assert_str_eq(err.msg, "--batch: '1025' is not an integer in [1, 1024]");
+    ck_assert_int_eq(cli_parse_int("--batch", "4294967297", 1, 1024, &i, &err), -TETRIS_E_INVAL);
+}
+END_TEST
+
+static void refused_double(const char *s, double min, double max)
+{
+    tetris_error err = {0};
+    double v = 42;
+    ck_assert_int_eq(cli_parse_double("--rate", s, min, max, &v, &err), -TETRIS_E_INVAL);
+    ck_assert_msg(strncmp(err.msg, "--rate: '", 9) == 0, "message: %s", err.msg);
+    ck_assert(v == 42);
+}
+
+START_TEST(test_cli_double)
+{
+    tetris_error err = {0};
+    double v;
+    ck_assert_int_eq(cli_parse_double("--rate", "0.25", 0, 1, &v, &err), 0);
+    ck_assert(v == 0.25);
+    ck_assert_int_eq(cli_parse_double("--rate", "1e3", 0, INFINITY, &v, &err), 0);
+    ck_assert(v == 1000);
+    ck_assert_int_eq(cli_parse_double("--rate", ".5", 0, 1, &v, &err), 0);
+    ck_assert(v == 0.5);
+    refused_double("", 0, INFINITY);
+    refused_double("1.5s", 0, INFINITY);
+    refused_double(" 1", 0, INFINITY);
+    refused_double("nan", 0, INFINITY);
+    refused_double("inf", 0, INFINITY);
+    refused_double("1e999", 0, INFINITY); /* overflow */
+    refused_double("1e-999", 0, INFINITY); /* underflow */
+    refused_double("-0.5", 0, INFINITY);
+    refused_double("2", 0, 1);
+    cli_parse_double("--rate", "x", 0.001, INFINITY, &v, &err);
+    ck_assert_str_eq(err.msg, "--rate: 'x' is not a number >= 0.001");
+    cli_parse_double("--rate", "2", 0, 1, &v, &err);
+    ck_assert_str_eq(err.msg, "--rate: '2' is not a number in [0, 1]");
+}
+END_TEST
+
+/* ---- textbuf ---- */
+
+START_TEST(test_textbuf_growth)
+{
+    textbuf t = {0};
+    size_t expect = 0;
+    /* Past the first allocation several times, by printf and by append. */
+    for (int i = 0; i < 5000; i++) {
+        ck_assert(textbuf_printf(&t, "%05d,", i));
+        expect += 6;
+        ck_assert_uint_eq(t.len, expect);
+    }
+    char big[10000];
+    memset(big, 'x', sizeof big);
+    ck_assert(textbuf_append(&t, big, sizeof big));
+    ck_assert(textbuf_puts(&t, "end"));
+    ck_assert(!t.failed);
+    size_t len;
+    char *text = textbuf_take(&t, &len);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_eq(len, 5000 * 6 + sizeof big + 3);
+    ck_assert_uint_eq(strlen(text), len);
+    ck_assert(strncmp(text, "00000,00001,", 12) == 0);
+    ck_assert(strncmp(text + 4999 * 6, "04999,xx", 8) == 0);
+    ck_assert_str_eq(text + len - 3, "end");
+    ck_assert_ptr_null(t.data);
+    free(text);
+
+    /* A printf longer than the room left: truncated, grown, printed again. */
+    textbuf u = {0};
+    ck_assert(textbuf_printf(&u, "ab"));
+    ck_assert(textbuf_printf(&u, "%.*s", 9000, big));
+    ck_assert_uint_eq(u.len, 9002);
+    ck_assert_uint_eq(strlen(u.data), 9002);
+    ck_assert(strncmp(u.data, "abxxx", 5) == 0);
+    textbuf_free(&u);
+
+    textbuf e = {0};
+    text = textbuf_take(&e, &len);
+    ck_assert_str_eq(text, "");
+    ck_assert_uint_eq(len, 0);
+    free(text);
+}
+END_TEST
+
+START_TEST(test_textbuf_max)
+{
+    textbuf t = {.max = 8};
+    ck_assert(textbuf_puts(&t, "1234567")); /* 7 + NUL fits */
+    ck_assert(!textbuf_puts(&t, "8"));
+    ck_assert(t.failed);
+    /* Sticky: a later append that would fit does nothing. */
+    ck_assert(!textbuf_append(&t, "", 0));
+    ck_assert(!textbuf_printf(&t, "%s", ""));
+    ck_assert_uint_eq(t.len, 7);
+    size_t len = 99;
+    ck_assert_ptr_null(textbuf_take(&t, &len));
+    ck_assert_uint_eq(len, 99);
+    ck_assert(!t.failed);
+    ck_assert_uint_eq(t.max, 8);
+
+    textbuf p = {.max = 8};
+    ck_assert(!textbuf_printf(&p, "%d", 12345678));
+    ck_assert(p.failed);
+    textbuf_free(&p);
+}
+END_TEST
+
+/* ---- prom ---- */
+
+static char *take(textbuf *t)
+{
+    char *text = textbuf_take(t, NULL);
+    ck_assert_ptr_nonnull(text);
+    return text;
+}
+
+START_TEST(test_prom_escaping)
+{
+    textbuf t = {0};
+    prom_label_value(&t, "a\\b\"c\nd");
+    char *text = take(&t);
+    ck_assert_str_eq(text, "a\\\\b\\\"c\\nd");
+    free(text);
+
+    prom_sample(&t, "x_total", (prom_label[]){{"model", "m\"1\n"}, {"tenant", "t\\"}}, 2, 7);
+    prom_sample(&t, "x_total", NULL, 0, 18446744073709551615u);
+    prom_sample_double(&t, "x_seconds", (prom_label[]){{"k", ""}}, 1, "%.3f", 1.5);
+    text = take(&t);
+    ck_assert_str_eq(text, "x_total{model=\"m\\\"1\\n\",tenant=\"t\\\\\"} 7\n"
+                           "x_total 18446744073709551615\n"
+                           "x_seconds{k=\"\"} 1.500\n");
+    free(text);
+}
+END_TEST
+
+START_TEST(test_prom_histogram)
+{
+    static const double bounds[] = {0.5, 1, 2.5};
+    uint64_t counts[4] = {0};
+    double sum = 0;
+    static const double seen[] = {0.1, 0.5, 0.7, 3, 100, 2.5};
+    for (size_t i = 0; i < sizeof seen / sizeof seen[0]; i++) {
+        counts[prom_bucket(bounds, 3, seen[i])]++;
+        sum += seen[i];
+    }
+    ck_assert_uint_eq(counts[0], 2); /* v <= bound falls in that bound's bucket */
+    ck_assert_uint_eq(counts[3], 2);
+    textbuf t = {0};
+    prom_header(&t, "h_seconds", "histogram", "Some times.");
+    prom_histogram(&t, "h_seconds", (prom_label[]){{"verb", "filter"}}, 1, bounds, counts, 3, sum,
+                   "%.6f");
+    prom_histogram(&t, "h_seconds", NULL, 0, bounds, counts, 3, sum, "%.9g");
+    char *text = take(&t);
+    ck_assert_str_eq(text, "# HELP h_seconds Some times.\n"
+                           "# TYPE h_seconds histogram\n"
+                           "h_seconds_bucket{verb=\"filter\",le=\"0.5\"} 2\n"
+                           "h_seconds_bucket{verb=\"filter\",le=\"1\"} 3\n"
+                           "h_seconds_bucket{verb=\"filter\",le=\"2.5\"} 4\n"
+                           "h_seconds_bucket{verb=\"filter\",le=\"+Inf\"} 6\n"
+                           "h_seconds_sum{verb=\"filter\"} 106.800000\n"
+                           "h_seconds_count{verb=\"filter\"} 6\n"
+                           "h_seconds_bucket{le=\"0.5\"} 2\n"
+                           "h_seconds_bucket{le=\"1\"} 3\n"
+                           "h_seconds_bucket{le=\"2.5\"} 4\n"
+                           "h_seconds_bucket{le=\"+Inf\"} 6\n"
+                           "h_seconds_sum 106.8\n"
+                           "h_seconds_count 6\n");
+    free(text);
+}
+END_TEST
+
+/* ---- clock ---- */
+
+START_TEST(test_clock)
+{
+    int64_t ms = clock_mono_ms();
+    double now = clock_now_ms();
+    int64_t us = clock_mono_us();
+    ck_assert(now >= (double)ms);
+    ck_assert(us / 1000 >= ms);
+    ck_assert(clock_now_ms() >= now);
+    ck_assert(clock_wall_ms() > 0);
+
+    struct timespec ts = clock_timespec(1234.5);
+    ck_assert_int_eq(ts.tv_sec, 1);
+    ck_assert_int_eq(ts.tv_nsec, 234500000);
+    /* Just under a whole second must not give tv_nsec = 1e9. */
+    ts = clock_timespec(1999.99999999999);
+    ck_assert(ts.tv_nsec >= 0 && ts.tv_nsec < 1000000000L);
+    ts = clock_timespec(0);
+    ck_assert(ts.tv_sec == 0 && ts.tv_nsec == 0);
+}
+END_TEST
+
+/* ---- httpclient ---- */
+
+static sem_t release_slow; /* posted by the test once its GET gave up */
+
+static void handle_doc(void *ctx, const http_request *req, http_response *resp)
+{
+    (void)ctx;
+    const char *inm = http_request_header(req, "If-None-Match");
+    if (inm != NULL && strcmp(inm, "\"v7\"") == 0) {
+        http_response_empty(resp, 304);
+        return;
+    }
+    http_response_set_body(resp, 200, "text/plain", "hello", 5);
+    http_response_add_header(resp, "ETag", "\"v7\"");
+}
+
+static void handle_big(void *ctx, const http_request *req, http_response *resp)
+{
+    (void)ctx, (void)req;
+    static char big[100000];
+    memset(big, 'b', sizeof big);
+    http_response_set_body(resp, 200, "text/plain", big, sizeof big);
+}
+
+static void handle_slow(void *ctx, const http_request *req, http_response *resp)
+{
+    (void)ctx, (void)req;
+    /* Bounded only so that a broken test cannot hang the suite. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    sem_timedwait(&release_slow, &until);
+    http_response_set_body(resp, 200, "text/plain", "late", 4);
+}
+
+static http_server *start_server(char *base, size_t len)
+{
+    struct http_server_options o;
+    http_server_options_init(&o);
+    o.listen = "127.0.0.1:0";
+    http_server *s = NULL;
+    tetris_error err = {0};
+    ck_assert_int_eq(http_server_new(&o, &s, &err), 0);
+    ck_assert_int_eq(http_server_route(s, "GET", "/doc", handle_doc, NULL, &err), 0);
+    ck_assert_int_eq(http_server_route(s, "GET", "/big", handle_big, NULL, &err), 0);
+    ck_assert_int_eq(http_server_route(s, "GET", "/slow", handle_slow, NULL, &err), 0);
+    ck_assert_int_eq(http_server_start(s, &err), 0);
+    snprintf(base, len, "http://127.0.0.1:%u", http_server_port(s));
+    return s;
+}
+
+START_TEST(test_httpclient_status_etag)
+{
+    char base[64], url[128], missing[128];
+    http_server *s = start_server(base, sizeof base);
+    snprintf(url, sizeof url, "%s/doc", base);
+    snprintf(missing, sizeof missing, "%s/nothing", base);
+    tetris_error err = {0};
+
+    httpclient_request rq = {.url = url, .timeout_ms = 30000, .max_body = 1024};
+    ck_assert_int_eq(httpclient_get(&rq, &err), 0);
+    ck_assert_int_eq(rq.status, 200);
+    ck_assert_str_eq(rq.body, "hello");
+    ck_assert_uint_eq(rq.len, 5);
+    ck_assert_str_eq(rq.etag, "\"v7\"");
+
+    /* Run again with the ETag: the reply of the first run is replaced. */
+    rq.if_none_match = "\"v7\"";
+    ck_assert_int_eq(httpclient_get(&rq, &err), 0);
+    ck_assert_int_eq(rq.status, 304);
+    ck_assert_str_eq(rq.body, "");
+    ck_assert_uint_eq(rq.len, 0);
+    httpclient_request_clear(&rq);
+
+    /* Any status is a reply; the caller judges it. */
+    httpclient_request nf = {.url = missing, .timeout_ms = 30000};
+    ck_assert_int_eq(httpclient_get(&nf, &err), 0);
+    ck_assert_int_eq(nf.status, 404);
+    ck_assert_ptr_null(nf.etag);
+    httpclient_request_clear(&nf);
+    http_server_free(s);
+}
+END_TEST
+
+START_TEST(test_httpclient_body_cap)
+{
+    char base[64], url[128];
+    http_server *s = start_server(base, sizeof base);
+    snprintf(url, sizeof url, "%s/big", base);
+    tetris_error err = {0};
+    httpclient_request rq = {.url = url, .timeout_ms = 30000, .max_body = 65536};
+    ck_assert_int_eq(httpclient_get(&rq, &err), -TETRIS_E_PROTOCOL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "larger than 65536 bytes"));
+    ck_assert_ptr_nonnull(strstr(err.msg, url));
+    ck_assert_ptr_null(rq.body);
+    ck_assert_int_eq(rq.status, 0);
+    /* The same document fits a larger cap (100000 bytes and the NUL). */
+    rq.max_body = 100001;
+    ck_assert_int_eq(httpclient_get(&rq, &err), 0);
+    ck_assert_uint_eq(rq.len, 100000);
+    httpclient_request_clear(&rq);
+    http_server_free(s);
+}
+END_TEST
+
+START_TEST(test_httpclient_timeout)
+{
+    char base[64], url[128];
+    ck_assert_int_eq(sem_init(&release_slow, 0, 0), 0);
+    http_server *s = start_server(base, sizeof base);
+    snprintf(url, sizeof url, "%s/slow", base);
+    tetris_error err = {0};
+    httpclient_request rq = {.url = url, .timeout_ms = 200, .connect_timeout_ms = 30000};
+    ck_assert_int_eq(httpclient_get(&rq, &err), -TETRIS_E_TIMEOUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, url));
+    ck_assert_ptr_null(rq.body);
+    sem_post(&release_slow);
+    httpclient_request_clear(&rq);
+    http_server_free(s);
+    sem_destroy(&release_slow);
+}
+END_TEST
+
+START_TEST(test_httpclient_many)
+{
+    char base[64], doc[128], big[128], refused[128];
+    http_server *s = start_server(base, sizeof base);
+    snprintf(doc, sizeof doc, "%s/doc", base);
+    snprintf(big, sizeof big, "%s/big", base);
+    /* A port that is bound but not listening: connections are refused,
+     * and no other process can take the port meanwhile. */
+    int sock = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(sock, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sa_len = sizeof sa;
+    ck_assert_int_eq(bind(sock, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(sock, (struct sockaddr *)&sa, &sa_len), 0);
+    snprintf(refused, sizeof refused, "http://127.0.0.1:%u/doc", ntohs(sa.sin_port));
+    httpclient_request rqs[6], *p[6];
+    for (size_t i = 0; i < 6; i++) {
+        rqs[i] = (httpclient_request){.url = i == 4 ? big : i == 5 ? refused : doc,
+                                      .timeout_ms = 30000, .max_body = 1024,
+                                      .user_agent = "test_common"};
+        p[i] = &rqs[i];
+    }
+    httpclient_get_all(p, 6, 2);
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_int_eq(rqs[i].rc, 0);
+        ck_assert_int_eq(rqs[i].status, 200);
+        ck_assert_str_eq(rqs[i].body, "hello");
+    }
+    ck_assert_int_eq(rqs[4].rc, -TETRIS_E_PROTOCOL);
+    ck_assert_int_eq(rqs[4].err.code, TETRIS_E_PROTOCOL);
+    ck_assert_int_eq(rqs[5].rc, -TETRIS_E_UNAVAILABLE);
+    ck_assert_ptr_nonnull(strstr(rqs[5].err.msg, refused));
+    for (size_t i = 0; i < 6; i++)
+        httpclient_request_clear(&rqs[i]);
+    close(sock);
+    http_server_free(s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("common");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_cli_u64);
+    tcase_add_test(tc, test_cli_i64);
+    tcase_add_test(tc, test_cli_double);
+    tcase_add_test(tc, test_textbuf_growth);
+    tcase_add_test(tc, test_textbuf_max);
+    tcase_add_test(tc, test_prom_escaping);
+    tcase_add_test(tc, test_prom_histogram);
+    tcase_add_test(tc, test_clock);
+    tcase_add_test(tc, test_httpclient_status_etag);
+    tcase_add_test(tc, test_httpclient_body_cap);
+    tcase_add_test(tc, test_httpclient_timeout);
+    tcase_add_test(tc, test_httpclient_many);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
