@@ -30,7 +30,7 @@
 #include "common/log.h"
 #include "protocol/profile.h"
 
-enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_PLAN = 2 };
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_PLAN = 3 };
 
 typedef struct bench_settings {
     int reps;          /* repetitions for median decision times */
@@ -127,7 +127,7 @@ static int bench_profiles(int argc, char **argv, const bench_settings *s)
         tetris_error err = {0};
         if (profile_load(argv[f], &p, &err) < 0) {
             fprintf(stderr, "tetris-bench-dts: %s\n", err.msg);
-            return EXIT_USAGE;
+            return EXIT_FAIL;
         }
         /* SLOs relative to the model: tight (only fast configs qualify) and
          * loose (batching qualifies too). */
@@ -218,7 +218,7 @@ static int bench_spaces(int argc, char **argv, const bench_settings *s)
         p.configs = calloc(sizes[k], sizeof *p.configs);
         if (p.configs == NULL) {
             fprintf(stderr, "tetris-bench-dts: out of memory\n");
-            return EXIT_USAGE;
+            return EXIT_FAIL;
         }
         for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
             double ratio_sum = 0, ratio_max = 0, dts_t[SEEDS], ilp_t[SEEDS];
@@ -258,17 +258,22 @@ static void usage(FILE *f)
                "       tetris-bench-dts spaces [N...]   (default 10 100 1000 10000)\n"
                "environment: BENCH_REPS (default 5), BENCH_ILP_LIMIT_MS (default 10000)\n"
                "prints a Markdown table: DTS's memory over the GLPK optimum, decision times\n"
-               "exit status: 0 done, 1 bad usage or profile, 2 a plan failed\n");
+               "exit status: 0 done, 1 unreadable profile, 2 bad usage, 3 a plan failed\n");
 }
 
-static int env_int(const char *name, int fallback, int min)
+/* An integer setting from the environment, fallback when unset. */
+static int env_int(const char *name, int fallback, int min, int *out)
 {
     const char *s = getenv(name);
+    tetris_error err = {0};
+    *out = fallback;
     if (s == NULL || *s == '\0')
-        return fallback;
-    char *end;
-    long v = strtol(s, &end, 10);
-    return *end == '\0' && v >= min && v <= 1000000000 ? (int)v : fallback;
+        return 0;
+    if (cli_parse_int(name, s, min, 1000000000, out, &err) < 0) {
+        fprintf(stderr, "tetris-bench-dts: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -282,8 +287,10 @@ int main(int argc, char **argv)
         usage(stdout);
         return EXIT_OK;
     }
-    bench_settings s = {.reps = env_int("BENCH_REPS", 5, 1),
-                        .ilp_limit_ms = env_int("BENCH_ILP_LIMIT_MS", 10000, 1)};
+    bench_settings s;
+    if (env_int("BENCH_REPS", 5, 1, &s.reps) < 0 ||
+        env_int("BENCH_ILP_LIMIT_MS", 10000, 1, &s.ilp_limit_ms) < 0)
+        return EXIT_USAGE;
     if (argc >= 3 && strcmp(argv[1], "profiles") == 0)
         return bench_profiles(argc - 2, argv + 2, &s);
     if (argc >= 2 && strcmp(argv[1], "spaces") == 0)

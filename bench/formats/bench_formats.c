@@ -92,7 +92,7 @@ int main(int argc, char **argv)
         }
         i = 3;
     }
-    if (i >= argc) {
+    if (i >= argc || argv[i][0] == '-') {
         fprintf(stderr, "usage: %s [--reps N] MODEL...\n", argv[0]);
         return 2;
     }

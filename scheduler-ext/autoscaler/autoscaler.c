@@ -23,10 +23,11 @@
 /* Exit codes (see usage). */
 enum {
     EXIT_OK = 0,
-    EXIT_USAGE = 1,      /* bad usage, unreadable or invalid profile or trace */
-    EXIT_INFEASIBLE = 2, /* no config meets the SLO */
-    EXIT_SOLVER = 3,     /* --exact found no plan within its time limit */
-    EXIT_CLUSTER = 4,    /* cannot reach the Kubernetes API at start */
+    EXIT_INPUT = 1,      /* unreadable or invalid profile or trace; other failures */
+    EXIT_USAGE = 2,      /* bad options */
+    EXIT_INFEASIBLE = 3, /* no config meets the SLO */
+    EXIT_SOLVER = 4,     /* --exact found no plan within its time limit */
+    EXIT_CLUSTER = 5,    /* cannot reach the Kubernetes API at start */
 };
 
 static void usage(FILE *f)
@@ -76,8 +77,9 @@ static void usage(FILE *f)
         "  --latency STAT     mean, p95 or p99 stands for l (default p95)\n"
         "  --help, --version\n"
         "\n"
-        "exit status: 0 ok, 1 bad usage or input, 2 no config meets the SLO,\n"
-        "3 --exact found no plan in time, 4 Kubernetes API unreachable or refusing at start\n",
+        "exit status: 0 ok, 1 bad input (profile, trace) or another failure, 2 bad usage,\n"
+        "3 no config meets the SLO, 4 --exact found no plan in time, 5 Kubernetes API\n"
+        "unreachable or refusing at start\n",
         RATE_DEFAULT_QUERY, TETRIS_VERSION);
 }
 
@@ -89,20 +91,23 @@ static int exit_for(int rc)
     case TETRIS_E_TIMEOUT:
         return EXIT_SOLVER;
     default:
-        return EXIT_USAGE;
+        return EXIT_INPUT;
     }
 }
 
-/* Loading profiles and traces: the cluster's fault, or the input's. */
+/* Loading profiles and traces: the options', the cluster's, or the input's
+ * fault. */
 static int exit_for_load(int rc)
 {
     switch (-rc) {
+    case TETRIS_E_INVAL:
+        return EXIT_USAGE;
     case TETRIS_E_UNAVAILABLE:
     case TETRIS_E_TIMEOUT:
     case TETRIS_E_DENIED:
         return EXIT_CLUSTER;
     default:
-        return EXIT_USAGE;
+        return EXIT_INPUT;
     }
 }
 
@@ -206,7 +211,7 @@ static int cmd_plan(int argc, char **argv)
     profile_free(p);
     if (wrote != 0 || puts("") == EOF || fflush(stdout) != 0) {
         fprintf(stderr, "tetris-autoscaler: cannot write the plan\n");
-        return EXIT_USAGE;
+        return EXIT_INPUT;
     }
     return EXIT_OK;
 }
@@ -441,7 +446,7 @@ static int run_checked(run_config *rc)
                         : as_actuator_kube(&rc->deploy, rc->kubeconfig, &act, &err);
     if (r < 0) {
         log_error("event=actuator-failed error=%s", log_quote(err.msg, quoted, sizeof quoted));
-        return rc->dry_run ? EXIT_USAGE : EXIT_CLUSTER;
+        return rc->dry_run ? EXIT_INPUT : EXIT_CLUSTER;
     }
     for (size_t i = 0; i < rc->n_fns; i++)
         if (act->adopt(act, rc->fns[i], &err) < 0) {
@@ -520,7 +525,7 @@ static int cmd_run(int argc, char **argv)
     size_t n_function_args = 0, n_trace_args = 0;
     if (function_args == NULL || trace_args == NULL) {
         fprintf(stderr, "tetris-autoscaler: out of memory\n");
-        return EXIT_USAGE;
+        return EXIT_INPUT;
     }
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int r = 0;
@@ -578,7 +583,6 @@ static int cmd_run(int argc, char **argv)
         if (r < 0) {
             if (err.msg[0] != '\0')
                 fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
-            status = exit_for(r);
             goto out;
         }
     }
@@ -613,6 +617,7 @@ static int cmd_run(int argc, char **argv)
         for (size_t i = 0; i < rc.n_fns; i++)
             if (plan_check(rc.fns[i]->prof, &rc.policy.plan, &err) < 0) {
                 log_error("event=bad-profile error=%s", log_quote(err.msg, quoted, sizeof quoted));
+                status = EXIT_INPUT;
                 goto out;
             }
     status = run_checked(&rc);

@@ -6,7 +6,7 @@
  *   autoscaler-gateway-counter NAME=RPS... [--listen ADDR:PORT]
  *
  * Prints `port=N` on stdout once listening; runs until SIGTERM/SIGINT.
- * Exit status: 0 stopped by a signal (or --help, --version), 1 bad usage or
+ * Exit status: 0 stopped by a signal (or --help, --version), 2 bad usage, 1
  * cannot listen. */
 #include <math.h>
 #include <signal.h>
@@ -63,7 +63,7 @@ static const char usage_text[] =
     "  -h, --help           this text\n"
     "  --version            the version\n"
     "\n"
-    "Exit status: 0 stopped by SIGTERM/SIGINT; 1 bad usage or cannot listen.\n";
+    "Exit status: 0 stopped by SIGTERM/SIGINT; 1 cannot listen; 2 bad usage.\n";
 
 static volatile sig_atomic_t stop;
 
@@ -100,7 +100,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "autoscaler-gateway-counter: bad argument '%s'\n"
                             "Try 'autoscaler-gateway-counter --help'.\n", argv[i]);
             free(g.counters);
-            return 1;
+            return 2;
         }
         *eq = '\0';
         g.counters[g.n++] = (counter){.name = argv[i], .rps = rps};

@@ -32,7 +32,7 @@ got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 15)
 [ "$got" = "1/1/5 500" ] || fail "slo 15: $got"
 rc=0
 "$bin" plan --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 9 2>"$tmp/err" || rc=$?
-[ $rc -eq 2 ] || fail "infeasible SLO: exit $rc"
+[ $rc -eq 3 ] || fail "infeasible SLO: exit $rc"
 grep -q "no config meets the SLO of 9 ms" "$tmp/err" || fail "infeasible message: $(cat "$tmp/err")"
 
 # Sharing-aware DTS: 2 X (800 MiB) without sharing; with it, X pays the
@@ -65,20 +65,23 @@ got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50 -
 [ "$("$bin" plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 50 --space batching | jq -r .space)" = batching ] ||
     fail "space not reported"
 
-# Bad input: exit 1 and a message naming the problem.
-expect_usage() {
+# Bad input: exit 1, bad usage: exit 2; both with a message naming the problem.
+expect_exit() {
+    want=$1; shift
     rc=0
     "$bin" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
-    [ $rc -eq 1 ] || fail "$*: exit $rc, want 1"
+    [ $rc -eq "$want" ] || fail "$*: exit $rc, want $want"
     [ -s "$tmp/err" ] || fail "$*: no message"
 }
+expect_input() { expect_exit 1 "$@"; }
+expect_usage() { expect_exit 2 "$@"; }
 printf 'tetris_profile: 1\nmodel: x\nconfigs:\n  - {c: 1, m_mib: oops}\n' >"$tmp/bad.yaml"
-expect_usage plan --profile "$tmp/bad.yaml" --rps 1 --slo-ms 10
+expect_input plan --profile "$tmp/bad.yaml" --rps 1 --slo-ms 10
 grep -q "bad.yaml:4: m_mib: 'oops' is not a number" "$tmp/err" || fail "bad yaml: $(cat "$tmp/err")"
 printf 'model: [\n' >"$tmp/broken.yaml"
-expect_usage plan --profile "$tmp/broken.yaml" --rps 1 --slo-ms 10
+expect_input plan --profile "$tmp/broken.yaml" --rps 1 --slo-ms 10
 grep -q "YAML" "$tmp/err" || fail "broken yaml: $(cat "$tmp/err")"
-expect_usage plan --profile "$tmp/missing.yaml" --rps 1 --slo-ms 10
+expect_input plan --profile "$tmp/missing.yaml" --rps 1 --slo-ms 10
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps -3 --slo-ms 10
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --latency p50

@@ -90,7 +90,7 @@ run --function fn="$here/two-configs.profile.yaml" --trace fn="$here/oscillating
 n=$(wc -l <"$tmp/actions")
 [ "$n" -ge 20 ] || fail "without hysteresis expected flapping, got $n actions"
 
-# Bad input: clear errors, exit 1 (2 for an SLO no config meets).
+# Bad input: clear errors, exit 1 (2 bad options, 3 an SLO no config meets).
 expect() {
     want_rc=$1; shift
     rc=0
@@ -104,15 +104,15 @@ grep -q "bad.trace:2: expected two numbers" "$tmp/err" || fail "bad trace: $(cat
 printf '10 1\n5 1\n' >"$tmp/backwards.trace"
 expect 1 --slo-ms 50 --function fn="$here/two-configs.profile.yaml" --trace fn="$tmp/backwards.trace"
 grep -q "not after the previous" "$tmp/err" || fail "backwards trace: $(cat "$tmp/err")"
-expect 1 --slo-ms 50 --function fn="$here/two-configs.profile.yaml"
-expect 1 --slo-ms 50 --trace fn="$here/rise-and-fall.trace"
-expect 1 --slo-ms 50 --function Bad_Name="$here/two-configs.profile.yaml" --trace Bad_Name="$here/rise-and-fall.trace"
-expect 1 --slo-ms 50 --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace" --headroom 0.5
+expect 2 --slo-ms 50 --function fn="$here/two-configs.profile.yaml"
+expect 2 --slo-ms 50 --trace fn="$here/rise-and-fall.trace"
+expect 2 --slo-ms 50 --function Bad_Name="$here/two-configs.profile.yaml" --trace Bad_Name="$here/rise-and-fall.trace"
+expect 2 --slo-ms 50 --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace" --headroom 0.5
 sed -n '1,/^configs:/p' "$here/two-configs.profile.yaml" >"$tmp/dup.yaml"
 grep '^- ' "$here/two-configs.profile.yaml" | head -1 >>"$tmp/dup.yaml"
 grep '^- ' "$here/two-configs.profile.yaml" | head -1 >>"$tmp/dup.yaml"
 expect 1 --slo-ms 50 --function fn="$tmp/dup.yaml" --trace fn="$here/rise-and-fall.trace"
 grep -q "configs 0 and 1 are both c1000-m100-b1-p1" "$tmp/err" || fail "duplicate configs: $(cat "$tmp/err")"
-expect 2 --slo-ms 5 --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace"
+expect 3 --slo-ms 5 --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace"
 grep -q "no config meets the SLO" "$tmp/err" || fail "infeasible: $(cat "$tmp/err")"
 echo "ok: trace dry-run"

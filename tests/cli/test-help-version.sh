@@ -1,6 +1,7 @@
 #!/bin/sh
 # test-help-version.sh - every program in $TETRIS_BIN answers --help (exit 0,
-# a usage text) and --version (exit 0, "<program> <version>"), without
+# a usage text), --version (exit 0, "<program> <version>") and an unknown
+# option (exit 2, the usage convention, with a message on stderr), without
 # running its real work. The timeout only keeps a program that ignores the
 # flag (and serves or runs a suite instead) from hanging the run.
 set -u
@@ -35,6 +36,14 @@ for prog in "$TETRIS_BIN"/*; do
     elif ! awk -v name="$name" 'NR == 1 && $1 == name && $2 ~ /^[0-9]+\.[0-9]+/ { ok = 1 }
                                 END { exit !ok }' "$tmp/out"; then
         fail "$name --version: printed '$(head -c 100 "$tmp/out")', want '$name VERSION'"
+    fi
+
+    timeout 60 "$prog" --no-such-option </dev/null >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -ne 2 ]; then
+        fail "$name --no-such-option: exit $rc, want 2 (usage): $(head -c 300 "$tmp/err")"
+    elif [ ! -s "$tmp/err" ]; then
+        fail "$name --no-such-option: nothing on stderr"
     fi
 done
 

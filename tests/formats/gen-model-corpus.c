@@ -83,7 +83,7 @@ int main(int argc, char **argv)
         printf("tetris-gen-model-corpus %s\n", TETRIS_VERSION);
         return 0;
     }
-    if (argc != 2 + valid) {
+    if (argc != 2 + valid || argv[1 + valid][0] == '-') {
         fprintf(stderr, "usage: %s [--valid] DIR\n", argv[0]);
         return 2;
     }
