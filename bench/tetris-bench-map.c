@@ -205,7 +205,7 @@ int main(int argc, char **argv)
     tetris_error err = {0};
     if (run(store_dir, manifest, &err) < 0) {
         char q[600];
-        log_error("event=failed code=%s error=%s", tetris_code_name(err.code),
+        log_error("event=failed code=%s msg=%s", tetris_code_name(err.code),
                   log_quote(err.msg, q, sizeof q));
         return EXIT_ERROR;
     }

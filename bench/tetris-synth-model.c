@@ -524,7 +524,7 @@ int main(int argc, char **argv)
         }
         if (r < 0) {
             char q[600];
-            log_error("event=usage error=%s", log_quote(err.msg, q, sizeof q));
+            log_error("event=usage msg=%s", log_quote(err.msg, q, sizeof q));
             return EXIT_USAGE;
         }
     }
@@ -569,7 +569,7 @@ int main(int argc, char **argv)
     free(p.tensors);
     if (r < 0) {
         char q[600];
-        log_error("event=failed code=%s error=%s", tetris_code_name(r),
+        log_error("event=failed code=%s msg=%s", tetris_code_name(r),
                   log_quote(err.msg, q, sizeof q));
         return EXIT_ERROR;
     }

@@ -864,7 +864,7 @@ int kube_list_watch(kube_client *c, const char *path, const kube_list_opts *opts
         failures++;
         long delay = backoff_ms(c, failures);
         char quoted[600];
-        log_warn("event=kube-watch-retry path=%s error=%s delay_ms=%ld msg=%s", path,
+        log_warn("event=kube-watch-retry path=%s code=%s delay_ms=%ld msg=%s", path,
                  tetris_code_name(r), delay, log_quote(e.msg, quoted, sizeof quoted));
         for (long slept = 0; slept < delay && !*stop; slept += 100)
             clock_sleep_ms(delay - slept < 100 ? delay - slept : 100);

@@ -181,7 +181,7 @@ int main(int argc, char **argv)
     kube_client *kc = NULL;
     char q[600];
     if (kube_client_new(kubeconfig, &kc, &err) < 0) {
-        log_error("event=start-failed error=%s", log_quote(err.msg, q, sizeof q));
+        log_error("event=start-failed msg=%s", log_quote(err.msg, q, sizeof q));
         curl_global_cleanup();
         return 1;
     }
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
     while (!stopping) {
         tetris_error e = {0};
         if (refresh(kc, node, ns, path, &last, &e) < 0) {
-            log_warn("event=pins-refresh-failed node=%s error=%s action=keep-previous-file", node,
+            log_warn("event=pins-refresh-failed node=%s msg=%s action=keep-previous-file", node,
                      log_quote(e.msg, q, sizeof q));
             if (once)
                 rc = 1;

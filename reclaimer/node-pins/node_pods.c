@@ -99,7 +99,7 @@ static int load_model(kube_client *kc, node_models *m, const char *model, const 
         }
         if (text != NULL) {
             char q[600];
-            log_warn("event=manifest-invalid model=%s error=%s", model,
+            log_warn("event=manifest-invalid model=%s msg=%s", model,
                      log_quote(e.msg, q, sizeof q));
         }
     }

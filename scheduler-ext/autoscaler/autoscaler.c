@@ -348,7 +348,7 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
     if (fn->trace != NULL) {
         rps = rate_trace_at(fn->trace, now_s);
     } else if (rate_prometheus(rc->prometheus, rc->query, fn->name, &rps, &err) < 0) {
-        log_warn("event=rate-unavailable function=%s error=%s", fn->name,
+        log_warn("event=rate-unavailable function=%s msg=%s", fn->name,
                  log_quote(err.msg, quoted, sizeof quoted));
         return; /* no data, no decision */
     }
@@ -360,7 +360,7 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
     }
     const char *reason = NULL;
     if (as_decide(fn, &rc->policy, now_s, rps, want, &reason, &err) < 0) {
-        log_error("event=decide-failed function=%s error=%s", fn->name,
+        log_error("event=decide-failed function=%s msg=%s", fn->name,
                   log_quote(err.msg, quoted, sizeof quoted));
         return;
     }
@@ -373,7 +373,7 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
         as_change ch = {.time_s = now_s, .rps = rps, .reason = reason, .config = i,
                         .from = fn->replicas[i], .to = want[i]};
         if (act->apply(act, fn, &ch, &err) < 0) {
-            log_error("event=apply-failed function=%s error=%s", fn->name,
+            log_error("event=apply-failed function=%s msg=%s", fn->name,
                       log_quote(err.msg, quoted, sizeof quoted));
             continue;
         }
@@ -435,7 +435,7 @@ static int run_checked(run_config *rc)
         plan pl;
         int r = dts_plan(rc->fns[i]->prof, 1, &rc->policy.plan, &pl, &err);
         if (r < 0) {
-            log_error("event=bad-profile function=%s error=%s", rc->fns[i]->name,
+            log_error("event=bad-profile function=%s msg=%s", rc->fns[i]->name,
                       log_quote(err.msg, quoted, sizeof quoted));
             return exit_for(r);
         }
@@ -445,12 +445,12 @@ static int run_checked(run_config *rc)
     int r = rc->dry_run ? as_actuator_dry_run(&rc->deploy, &act, &err)
                         : as_actuator_kube(&rc->deploy, rc->kubeconfig, &act, &err);
     if (r < 0) {
-        log_error("event=actuator-failed error=%s", log_quote(err.msg, quoted, sizeof quoted));
+        log_error("event=actuator-failed msg=%s", log_quote(err.msg, quoted, sizeof quoted));
         return rc->dry_run ? EXIT_INPUT : EXIT_CLUSTER;
     }
     for (size_t i = 0; i < rc->n_fns; i++)
         if (act->adopt(act, rc->fns[i], &err) < 0) {
-            log_error("event=adopt-failed function=%s error=%s", rc->fns[i]->name,
+            log_error("event=adopt-failed function=%s msg=%s", rc->fns[i]->name,
                       log_quote(err.msg, quoted, sizeof quoted));
             act->destroy(act);
             return EXIT_CLUSTER;
@@ -616,7 +616,7 @@ static int cmd_run(int argc, char **argv)
     if (rc.policy.plan.sharing)
         for (size_t i = 0; i < rc.n_fns; i++)
             if (plan_check(rc.fns[i]->prof, &rc.policy.plan, &err) < 0) {
-                log_error("event=bad-profile error=%s", log_quote(err.msg, quoted, sizeof quoted));
+                log_error("event=bad-profile msg=%s", log_quote(err.msg, quoted, sizeof quoted));
                 status = EXIT_INPUT;
                 goto out;
             }

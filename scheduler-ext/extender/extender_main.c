@@ -157,7 +157,7 @@ static void serve_decision(extender *x, const char *verb, decide_fn fn, const ht
     } else {
         char q[600];
         status = r == -TETRIS_E_NOMEM ? 500 : 400;
-        log_warn("event=bad-request verb=%s error=%s", verb, log_quote(err.msg, q, sizeof q));
+        log_warn("event=bad-request verb=%s msg=%s", verb, log_quote(err.msg, q, sizeof q));
         http_response_error(resp, status, "%s", err.msg);
     }
     json_decref(args);
@@ -243,7 +243,7 @@ static void *node_watch_thread(void *arg)
     if (kube_list_watch(w->kc, "/api/v1/nodes", NULL, on_nodes_listed, on_node_event, w,
                         &w->stop, &err) < 0) {
         char q[600];
-        log_error("event=node-watch-failed error=%s", log_quote(err.msg, q, sizeof q));
+        log_error("event=node-watch-failed msg=%s", log_quote(err.msg, q, sizeof q));
     }
     return NULL;
 }
@@ -350,7 +350,7 @@ int main(int argc, char **argv)
     int rc = 0;
     if (program_start(&p, &o, &err) < 0) {
         char q[600];
-        log_error("event=start-failed error=%s", log_quote(err.msg, q, sizeof q));
+        log_error("event=start-failed msg=%s", log_quote(err.msg, q, sizeof q));
         rc = 1;
     } else {
         int sig = 0;

@@ -452,7 +452,7 @@ static void apply_job(inventory_cache *c, fetch_job *j)
     else
         atomic_fetch_add(&c->fetch_error, 1);
     if (log_failure)
-        log_warn("event=inventory-fetch-failed node=%s url=%s error=%s", j->node, j->url,
+        log_warn("event=inventory-fetch-failed node=%s url=%s msg=%s", j->node, j->url,
                  log_quote(err.msg, q, sizeof q));
     if (log_recovery)
         log_info("event=inventory-fetch-recovered node=%s url=%s", j->node, j->url);

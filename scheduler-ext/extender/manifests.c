@@ -252,7 +252,7 @@ static void apply_configmap(manifest_cache *mc, json_t *cm)
     }
     tetris_error err = {0};
     if (manifest_cache_put(mc, model, text, strlen(text), &err) < 0) {
-        log_warn("event=manifest-invalid configmap=%s model=%s error=%s", name, model,
+        log_warn("event=manifest-invalid configmap=%s model=%s msg=%s", name, model,
                  log_quote(err.msg, q, sizeof q));
         return;
     }
@@ -305,7 +305,7 @@ static void *watch_thread(void *arg)
     if (kube_list_watch(mc->kc, path, &opts, on_configmaps_listed, on_configmap_event, mc,
                         &mc->stop, &err) < 0) {
         char q[600];
-        log_error("event=manifest-watch-failed namespace=%s error=%s", mc->ns,
+        log_error("event=manifest-watch-failed namespace=%s msg=%s", mc->ns,
                   log_quote(err.msg, q, sizeof q));
     }
     return NULL;
