@@ -25,6 +25,7 @@
 #include "common/cleanup.h"
 #include "agent/ingest_client.h"
 #include "common/log.h"
+#include "model/manifest.h"
 #include "model/model_publish.h"
 
 #define DEFAULT_DAEMON_TIMEOUT_MS 30000

@@ -12,6 +12,7 @@
 #include "agent/agent.h"
 #include "agent/hold.h"
 #include "common/log.h"
+#include "model/manifest.h"
 
 enum exit_code {
     EXIT_OK = 0,

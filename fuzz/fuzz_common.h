@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "model/model.h"
+#include "model/manifest.h"
 
 static FILE *fuzz_devnull;
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "model/model.h"
+#include "model/manifest.h"
 
 int main(int argc, char **argv)
 {

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "model/model.h"
+#include "model/manifest.h"
 
 static double now_ms(void)
 {

@@ -24,7 +24,7 @@
 #include "common/cleanup.h"
 #include "agent/ingest_client.h"
 #include "common/log.h"
-#include "model/model.h"
+#include "model/manifest.h"
 #include "tensorstore/store.h"
 
 static const char usage_text[] =

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "tests/formats/model_synth.h"
-#include "model/model.h"
+#include "model/manifest.h"
 
 static char dir[] = "/tmp/tetris-test-manifest-XXXXXX";
 static char model_path[256];
