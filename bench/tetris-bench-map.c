@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "model/manifest.h"
+#include "model/model.h"
 #include "tensorstore/store.h"
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2 };

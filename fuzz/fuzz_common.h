@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "model/manifest.h"
+#include "model/model.h"
 
 static FILE *fuzz_devnull;
 

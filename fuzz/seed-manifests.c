@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "model/manifest.h"
+#include "model/model.h"
 
 int main(int argc, char **argv)
 {

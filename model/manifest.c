@@ -3,6 +3,7 @@
  * the whole-model one and the identities-only one, goes through the same
  * field decoders, so a field means and is checked the same everywhere. */
 #include "model/manifest.h"
+#include "model/model.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -54,23 +54,27 @@
 #include <jansson.h>
 
 #include "common/error.h"
-#include "model/model.h"
 #include "tensorstore/digest.h"
+
+/* model.h's; declared here so that readers of identities only, which
+ * never see a model, do not get its type names. */
+struct model;
+struct tensor_desc;
 
 #define MANIFEST_FORMAT "tetris-manifest/1"
 
 /* Encodes m (every tensor with has_digest) as indented JSON; malloc'd. */
-char *manifest_to_json(const model *m, tetris_error *err);
+char *manifest_to_json(const struct model *m, tetris_error *err);
 /* Writes manifest_to_json's text to a temporary name and renames it, so a
  * reader never sees half a manifest; "-" is stdout. */
-int manifest_write_file(const model *m, const char *path, tetris_error *err);
+int manifest_write_file(const struct model *m, const char *path, tetris_error *err);
 
 /* Decodes a whole manifest into a model (model_check's checks included). */
-int manifest_parse(const char *json, size_t len, model **out, tetris_error *err);
-int manifest_read_file(const char *path, model **out, tetris_error *err);
+int manifest_parse(const char *json, size_t len, struct model **out, tetris_error *err);
+int manifest_read_file(const char *path, struct model **out, tetris_error *err);
 
 /* Replaces the model path and every tensor's source by its realpath(3). */
-int model_sources_realpath(model *m, tetris_error *err);
+int model_sources_realpath(struct model *m, tetris_error *err);
 
 /* ---- one tensor entry ---- */
 
@@ -78,7 +82,7 @@ int model_sources_realpath(model *m, tetris_error *err);
  * "source_index") set to source_value, whose reference it takes (on
  * failure too). TETRIS_E_INVAL when t has no digest, a region beyond 2^63
  * or a name that is not UTF-8. */
-json_t *manifest_entry_encode(const tensor_desc *t, const char *source_key,
+json_t *manifest_entry_encode(const struct tensor_desc *t, const char *source_key,
                               json_t *source_value, tetris_error *err);
 
 /* Decodes and checks every field of ENTRY but its source into *t
@@ -87,7 +91,7 @@ json_t *manifest_entry_encode(const tensor_desc *t, const char *source_key,
  * the caller knows what it must be. what and index name the entry in
  * messages (WHAT: tensors[INDEX] ...). */
 int manifest_entry_decode(const json_t *entry, const char *what, size_t index,
-                          const char *source_key, tensor_desc *t,
+                          const char *source_key, struct tensor_desc *t,
                           const json_t **source_value, tetris_error *err);
 
 /* ---- identities only ---- */

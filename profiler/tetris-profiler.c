@@ -20,6 +20,7 @@
 #include "profiler/loadgen.h"
 #include "common/log.h"
 #include "model/manifest.h"
+#include "model/model.h"
 #include "protocol/profile.h"
 #include "profiler/profile_run.h"
 #include "tensorstore/store.h"

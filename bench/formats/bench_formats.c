@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "model/manifest.h"
+#include "model/model.h"
 
 static double now_ms(void)
 {

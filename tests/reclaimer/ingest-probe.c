@@ -25,6 +25,7 @@
 #include "agent/ingest_client.h"
 #include "common/log.h"
 #include "model/manifest.h"
+#include "model/model.h"
 #include "tensorstore/store.h"
 
 static const char usage_text[] =

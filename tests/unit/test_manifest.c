@@ -12,6 +12,7 @@
 
 #include "tests/formats/model_synth.h"
 #include "model/manifest.h"
+#include "model/model.h"
 
 static char dir[] = "/tmp/tetris-test-manifest-XXXXXX";
 static char model_path[256];
