@@ -4,5 +4,5 @@
 # protocol between the agent and the node daemon, and the node inventory
 # the daemon serves and the scheduler extender polls. (The tensor manifest,
 # a model's JSON form, is model/manifest.h's.)
-LIB_SRCS += protocol/profile.c protocol/ingest.c
+LIB_SRCS += protocol/profile.c protocol/ingest.c protocol/inventory.c
 UNIT_TESTS += tests/unit/test_profile.c
