@@ -43,6 +43,16 @@ static model *three_tensors(void)
     return m;
 }
 
+/* A model of the one tensor t (taken). */
+static model *model_of(const char *path, tensor_desc t)
+{
+    tetris_error err;
+    model *m = model_new(path, "safetensors", &err);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(model_add_tensor(m, &t, &err), 0);
+    return m;
+}
+
 static char *encode_ok(const model *m, const char **sources, size_t *n_sources)
 {
     char *json = NULL;
@@ -96,10 +106,7 @@ END_TEST
 /* The wire format is a contract with daemons and agents of other builds. */
 START_TEST(request_bytes_are_the_documented_ones)
 {
-    tetris_error err;
-    model *m = model_new("/m/x.safetensors", "safetensors", &err);
-    tensor_desc t = tensor("w", "/m/x.safetensors", 16, 0x01);
-    ck_assert_int_eq(model_add_tensor(m, &t, &err), 0);
+    model *m = model_of("/m/x.safetensors", tensor("w", "/m/x.safetensors", 16, 0x01));
     const char *sources[INGEST_MAX_SOURCES];
     size_t n;
     char *json = encode_ok(m, sources, &n);
@@ -120,10 +127,9 @@ END_TEST
 START_TEST(encoding_refuses_what_cannot_be_sent)
 {
     tetris_error err;
-    model *m = model_new("/m/x", "onnx", &err);
     tensor_desc t = tensor("w", "/m/x", 0, 1);
     t.has_digest = false;
-    ck_assert_int_eq(model_add_tensor(m, &t, &err), 0);
+    model *m = model_of("/m/x", t);
     const char *sources[INGEST_MAX_SOURCES];
     size_t n;
     char *json = NULL;
