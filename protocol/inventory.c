@@ -116,8 +116,8 @@ static int decode_tensor(const json_t *t, size_t i, inventory_tensor *out, tetri
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: tensors[%zu].digest is missing", i);
     const char *digest = json_string_value(v);
     if (digest == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: tensors[%zu].digest is not a string",
-                           i);
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "inventory: tensors[%zu].digest is not a string", i);
     int r = tensor_digest_from_hex(digest, &out->digest, err);
     if (r < 0)
         return tetris_wrap(err, "inventory: tensors[%zu]", i);

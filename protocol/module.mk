@@ -5,5 +5,4 @@
 # the daemon serves and the scheduler extender polls. (The tensor manifest,
 # a model's JSON form, is model/manifest.h's.)
 LIB_SRCS += protocol/profile.c protocol/ingest.c protocol/inventory.c
-UNIT_TESTS += tests/unit/test_profile.c
-UNIT_TESTS += tests/unit/test_ingest_protocol.c tests/unit/test_inventory.c
+UNIT_TESTS += tests/unit/test_profile.c tests/unit/test_ingest_protocol.c tests/unit/test_inventory.c

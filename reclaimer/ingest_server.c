@@ -288,8 +288,8 @@ static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fd
     char q[300];
     log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
              "rejected=%zu bytes=%llu",
-             tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq->label, q, sizeof(q)), rq->n_tensors,
-             ingested, rejected, (unsigned long long)ingested_bytes);
+             tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq->label, q, sizeof(q)),
+             rq->n_tensors, ingested, rejected, (unsigned long long)ingested_bytes);
     return rc;
 }
 

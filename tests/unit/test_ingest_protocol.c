@@ -110,7 +110,8 @@ START_TEST(request_bytes_are_the_documented_ones)
     const char *sources[INGEST_MAX_SOURCES];
     size_t n;
     char *json = encode_ok(m, sources, &n);
-    ck_assert_str_eq(json, "{\"op\":\"ingest\",\"label\":\"fn-1\",\"sources\":[\"/m/x.safetensors\"],"
+    ck_assert_str_eq(json, "{\"op\":\"ingest\",\"label\":\"fn-1\","
+                           "\"sources\":[\"/m/x.safetensors\"],"
                            "\"tensors\":[{\"name\":\"w\",\"dtype\":\"float32\",\"shape\":[1,2],"
                            "\"source_index\":0,\"offset\":16,\"length\":8,\"nbytes\":8,"
                            "\"encoding\":\"raw\",\"digest\":\"sha256:"
@@ -119,7 +120,8 @@ START_TEST(request_bytes_are_the_documented_ones)
     free(json);
     model_free(m);
     char *fb = ingest_fallback_encode("fn-1", "no daemon");
-    ck_assert_str_eq(fb, "{\"op\":\"report_fallback\",\"label\":\"fn-1\",\"reason\":\"no daemon\"}");
+    ck_assert_str_eq(fb,
+                     "{\"op\":\"report_fallback\",\"label\":\"fn-1\",\"reason\":\"no daemon\"}");
     free(fb);
 }
 END_TEST
@@ -194,7 +196,8 @@ static const struct {
     {REQUEST("\"x\"", "[7]", "[]"), 1, "sources[0] must be a string"},
     {REQUEST("7", "[]", "[]"), 0, "\"label\" must be a string"},
     {REQUEST("\"a\\nb\"", "[]", "[]"), 0, "control characters"},
-    {REQUEST("\"x\"", "[\"/m\"]", "[5]"), 1, "tensors[0]: field \"tensors\": entry is not an object"},
+    {REQUEST("\"x\"", "[\"/m\"]", "[5]"), 1,
+     "tensors[0]: field \"tensors\": entry is not an object"},
     {REQUEST("\"x\"", "[\"/m\"]", "[" ENTRY("") "]"), 1,
      "field \"source_index\": missing (an entry needs name, dtype, shape, source_index"},
     {REQUEST("\"x\"", "[\"/m\"]", "[" ENTRY(",\"source_index\":1") "]"), 1,
@@ -245,15 +248,13 @@ START_TEST(request_limits)
     memset(label, 'l', sizeof label - 1);
     label[sizeof label - 1] = '\0';
     char json[600];
-    snprintf(json, sizeof json, "{\"op\":\"ingest\",\"label\":\"%s\",\"sources\":[],\"tensors\":[]}",
-             label);
+    snprintf(json, sizeof json, REQUEST("\"%s\"", "[]", "[]"), label);
     ingest_request *rq = NULL;
     tetris_error err;
     ck_assert_int_eq(ingest_request_decode(json, strlen(json), 0, &rq, &err), -TETRIS_E_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.msg, "label longer than 255 bytes"));
     label[INGEST_MAX_LABEL] = '\0';
-    snprintf(json, sizeof json, "{\"op\":\"ingest\",\"label\":\"%s\",\"sources\":[],\"tensors\":[]}",
-             label);
+    snprintf(json, sizeof json, REQUEST("\"%s\"", "[]", "[]"), label);
     ck_assert_int_eq(ingest_request_decode(json, strlen(json), 0, &rq, &err), 0);
     ck_assert_uint_eq(rq->n_tensors, 0);
     ingest_request_free(rq);
@@ -333,7 +334,8 @@ static const struct {
     {"not json", "daemon reply is not JSON"},
     {"[]", "not a JSON object"},
     {"{\"ok\":true,\"ok\":true}", "not JSON"},
-    {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[]}", "has 0 tensor results, want 1"},
+    {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[]}",
+     "has 0 tensor results, want 1"},
     {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0}", "has 0 tensor results, want 1"},
     {"{\"ok\":true,\"ingested_bytes\":0,\"tensors\":[{\"status\":\"resident\"}]}",
      "\"holder\" must be a string"},
@@ -343,7 +345,8 @@ static const struct {
      "\"ingested_bytes\" must be"},
     {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[{\"status\":\"lost\"}]}",
      "bad status for tensor 0"},
-    {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[7]}", "bad status for tensor 0"},
+    {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[7]}",
+     "bad status for tensor 0"},
     {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[{\"status\":\"rejected\"}]}",
      "rejected without error and reason"},
 };
