@@ -26,6 +26,7 @@
 #include "agent/ingest_client.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "model/manifest.h"
 #include "model/model_publish.h"
 
 #define DEFAULT_DAEMON_TIMEOUT_MS 30000

@@ -21,26 +21,7 @@
  *   ... run ...
  *   ingest_client_close(c);  // releases the references
  *
- * Wire format (both directions): a 4-byte little-endian length, then that
- * many bytes of JSON. The request's descriptors ride on its first byte.
- *   request  {"op":"ingest","label":S,"sources":[path...],
- *             "tensors":[{"name","dtype","shape":[..],"source_index",
- *             "offset","length","nbytes","encoding":"raw"|"varint",
- *             "digest":"sha256:HEX","crc32":N}, ...]}
- *            + one fd per sources[] entry, in order
- *   reply    {"ok":true,"holder":ID,"ingested_bytes":N,
- *             "tensors":[{"status":"resident"|"ingested"|"rejected",
- *                         "error":CODE,"reason":S (rejected only)}, ...]}
- *            (request order; CODE "full" when the store is at capacity,
- *            "corrupt" when the bytes do not hash to the claimed digest)
- *   error    {"ok":false,"error":CODE,"message":S}; the daemon then closes
- *            the connection. CODE is tetris_code_name() of the failure. A
- *            daemon at its connection limit sends this ("unavailable") at
- *            once, without reading the request.
- *   request  {"op":"report_fallback","label":S,"reason":S}
- *   reply    {"ok":true}
- * The sources' paths are informational (logs); the daemon only trusts the
- * descriptors. */
+ * The messages, their framing and their limits are protocol/ingest.h's. */
 #ifndef TETRIS_INGEST_CLIENT_H
 #define TETRIS_INGEST_CLIENT_H
 
@@ -49,31 +30,7 @@
 
 #include "common/error.h"
 #include "model/model.h"
-
-#define INGEST_SOCKET_NAME "ingest.sock"
-#define INGEST_MAX_MESSAGE_BYTES (64u << 20) /* requests and replies */
-#define INGEST_MAX_TENSORS 200000
-#define INGEST_MAX_SOURCES 64 /* descriptors per request */
-
-enum ingest_status {
-    INGEST_RESIDENT = 0, /* already in the store; reference recorded */
-    INGEST_INGESTED,     /* published by this request; reference recorded */
-    INGEST_REJECTED,     /* not published: see reason (digest mismatch, full, ...) */
-};
-
-struct ingest_tensor_result {
-    enum ingest_status status;
-    int code;         /* tetris_code of a rejection (TETRIS_E_FULL, _CORRUPT, ...) */
-    char reason[128]; /* human-readable rejection reason */
-};
-
-struct ingest_summary {
-    size_t resident;
-    size_t ingested;
-    size_t rejected;
-    size_t rejected_full; /* of the rejected: store capacity */
-    uint64_t ingested_bytes;
-};
+#include "protocol/ingest.h"
 
 typedef struct ingest_client ingest_client;
 
@@ -113,19 +70,5 @@ int ingest_report_fallback(const char *socket_path, const char *label, const cha
 /* Closes the connection (stopping the watcher first, if any): the daemon
  * releases this client's references. */
 void ingest_client_close(ingest_client *c);
-
-/* ---- framing, shared with the daemon ---- */
-
-/* Sends one message (length prefix + json) with fds attached (n_fds may
- * be 0), retrying short writes, waiting at most until deadline_ms
- * (clock_mono_ms(); 0: no deadline). */
-int ingest_send_message(int sock, const char *json, size_t len, const int *fds, size_t n_fds,
-                        int64_t deadline_ms, tetris_error *err);
-/* Receives one message; the caller frees *json. Received descriptors go to
- * fds (at most max_fds; extra ones are closed and make it fail with
- * TETRIS_E_PROTOCOL). A message over max_len is TETRIS_E_PROTOCOL. An
- * orderly close before the first byte is TETRIS_E_UNAVAILABLE. */
-int ingest_recv_message(int sock, size_t max_len, char **json, size_t *len, int *fds,
-                        size_t max_fds, size_t *n_fds, int64_t deadline_ms, tetris_error *err);
 
 #endif

@@ -13,6 +13,7 @@
 #include "agent/hold.h"
 #include "common/cli.h"
 #include "common/log.h"
+#include "model/manifest.h"
 
 enum exit_code {
     EXIT_OK = 0,

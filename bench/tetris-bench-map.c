@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "model/manifest.h"
 #include "model/model.h"
 #include "tensorstore/store.h"
 

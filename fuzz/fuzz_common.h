@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "model/manifest.h"
 #include "model/model.h"
 
 static FILE *fuzz_devnull;

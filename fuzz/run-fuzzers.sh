@@ -1,8 +1,8 @@
 #!/bin/sh
-# run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's)
-# for FUZZ_SECONDS (default 60) from a seed corpus made now from the real
-# models (.deps/models) and the synthetic valid and malformed files of
-# tetris-gen-model-corpus. The corpus grows under build/fuzz/corpus and is
+# run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
+# the ingest and inventory decoders') for FUZZ_SECONDS (default 60) from a
+# seed corpus made now from the real models (.deps/models), the synthetic
+# valid and malformed files of tetris-gen-model-corpus and a few messages. The corpus grows under build/fuzz/corpus and is
 # kept between runs; crashes land in build/fuzz/artifacts.
 # Usage: run-fuzzers.sh FUZZ_DIR GEN_CORPUS_BIN
 # Exit status: 0 no fuzzer found anything, 1 otherwise.
@@ -13,7 +13,8 @@ secs=${FUZZ_SECONDS:-60}
 models=.deps/models
 seeds=$dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$dir/artifacts"
+mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
+    "$seeds/inventory" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -28,8 +29,18 @@ cp -r "$seeds/onnx" "$seeds/onnx_rewrite"
 "$dir/seed-manifests" "$seeds/manifest" "$seeds/files/valid-features.onnx" \
     "$seeds/files/valid-features.safetensors" "$models/hello_deepa.onnx"
 
+d=sha256:0101010101010101010101010101010101010101010101010101010101010101
+printf '%s' '{"op":"ingest","label":"fn","sources":["/m/a.onnx","/m/b.bin"],"tensors":[{"name":"w","dtype":"float32","shape":[1,2],"source_index":1,"offset":0,"length":8,"nbytes":8,"encoding":"raw","digest":"'$d'","crc32":1},{"name":"v","dtype":"int64","shape":[2],"source_index":0,"offset":8,"length":3,"nbytes":16,"encoding":"varint","digest":"'$d'","crc32":2}]}' \
+    >"$seeds/ingest/request.json"
+printf '%s' '{"op":"report_fallback","label":"fn","reason":"store full"}' >"$seeds/ingest/fallback.json"
+printf '%s' '{"ok":true,"holder":"h","ingested_bytes":8,"tensors":[{"status":"ingested"},{"status":"rejected","error":"full","reason":"store full"}]}' \
+    >"$seeds/ingest/reply.json"
+printf '%s' '{"ok":false,"error":"format","message":"bad"}' >"$seeds/ingest/error.json"
+printf '%s\n' '{"node":"n-1","tenant":"alpha","generation":7,"capacity_bytes":0,"resident_bytes":8,"tensors":[{"digest":"'${d#sha256:}'","bytes":8}]}' \
+    >"$seeds/inventory/inventory.json"
+
 failed=0
-for t in safetensors onnx onnx_rewrite manifest; do
+for t in safetensors onnx onnx_rewrite manifest ingest inventory; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in onnx*) ;; *) dict="-dict=$(pwd)/fuzz/json.dict" ;; esac

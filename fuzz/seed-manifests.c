@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "model/manifest.h"
 #include "model/model.h"
 
 int main(int argc, char **argv)

@@ -1,6 +1,8 @@
 /* manifest.c - a model's manifest: its tensors, where their bytes are, and
- * their identities, as JSON (format in model.h). The reader trusts nothing:
- * every field is checked and an error names the tensor and the field. */
+ * their identities, as JSON (the format is in manifest.h). Every reader,
+ * the whole-model one and the identities-only one, goes through the same
+ * field decoders, so a field means and is checked the same everywhere. */
+#include "model/manifest.h"
 #include "model/model.h"
 
 #include <errno.h>
@@ -12,7 +14,6 @@
 
 #include "common/cleanup.h"
 
-#define MANIFEST_FORMAT "tetris-manifest/1"
 #define MANIFEST_MAX_BYTES (256u << 20)
 
 static const char *encoding_name(enum tensor_encoding e)
@@ -25,16 +26,28 @@ static void json_decref_p(json_t **j)
     json_decref(*j);
 }
 
-/* Builds one tensor's object. Strings must be UTF-8 (jansson refuses
- * anything else). */
-static json_t *tensor_to_json(const model *m, const tensor_desc *t, tetris_error *err)
+/* ---- writing ---- */
+
+/* Strings must be UTF-8 (jansson refuses anything else). */
+json_t *manifest_entry_encode(const tensor_desc *t, const char *source_key,
+                              json_t *source_value, tetris_error *err)
 {
+    __attribute__((cleanup(json_decref_p))) json_t *source = source_value;
+    if (!t->has_digest) {
+        tetris_fail(err, TETRIS_E_INVAL, 0,
+                    "tensor \"%s\" has no digest (compute digests before encoding it)",
+                    t->name);
+        return NULL;
+    }
+    if (t->offset > INT64_MAX || t->length > INT64_MAX || t->meta.nbytes > INT64_MAX) {
+        tetris_fail(err, TETRIS_E_INVAL, 0, "tensor \"%s\": region beyond 2^63", t->name);
+        return NULL;
+    }
     __attribute__((cleanup(json_decref_p))) json_t *name = json_string(t->name);
-    __attribute__((cleanup(json_decref_p))) json_t *source = json_string(t->source);
     if (name == NULL || source == NULL) {
         tetris_fail(err, TETRIS_E_INVAL, 0,
-                    "%s: tensor \"%s\": name or source is not valid UTF-8 (or out of memory)",
-                    m->path, t->name);
+                    "tensor \"%s\": name or source is not valid UTF-8 (or out of memory)",
+                    t->name);
         return NULL;
     }
     json_t *shape = json_array();
@@ -48,12 +61,12 @@ static json_t *tensor_to_json(const model *m, const tensor_desc *t, tetris_error
     char digest[TENSOR_DIGEST_HEX_LEN + 8];
     snprintf(digest, sizeof digest, "sha256:%s", hex);
     json_t *obj = json_pack("{s:O, s:s, s:o, s:O, s:I, s:I, s:I, s:s, s:s, s:I}", "name", name,
-                            "dtype", t->meta.dtype, "shape", shape, "source", source, "offset",
+                            "dtype", t->meta.dtype, "shape", shape, source_key, source, "offset",
                             (json_int_t)t->offset, "length", (json_int_t)t->length, "nbytes",
                             (json_int_t)t->meta.nbytes, "encoding", encoding_name(t->encoding),
                             "digest", digest, "crc32", (json_int_t)t->meta.crc32);
     if (obj == NULL)
-        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: building manifest", m->path);
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\": building its entry", t->name);
     return obj;
 }
 
@@ -70,21 +83,11 @@ char *manifest_to_json(const model *m, tetris_error *err)
         return manifest_nomem(m, err);
     for (size_t i = 0; i < m->n_tensors; i++) {
         const tensor_desc *t = &m->tensors[i];
-        if (!t->has_digest) {
-            tetris_fail(err, TETRIS_E_INVAL, 0,
-                        "%s: tensor \"%s\" has no digest (compute digests before writing a "
-                        "manifest)",
-                        m->path, t->name);
+        json_t *obj = manifest_entry_encode(t, "source", json_string(t->source), err);
+        if (obj == NULL) {
+            tetris_wrap(err, "%s", m->path);
             return NULL;
         }
-        if (t->offset > INT64_MAX || t->length > INT64_MAX || t->meta.nbytes > INT64_MAX) {
-            tetris_fail(err, TETRIS_E_INVAL, 0, "%s: tensor \"%s\": region beyond 2^63",
-                        m->path, t->name);
-            return NULL;
-        }
-        json_t *obj = tensor_to_json(m, t, err);
-        if (obj == NULL)
-            return NULL;
         if (json_array_append_new(tensors, obj) < 0)
             return manifest_nomem(m, err);
     }
@@ -149,37 +152,64 @@ int manifest_write_file(const model *m, const char *path, tetris_error *err)
 
 /* ---- reading ---- */
 
+/* Where a decoder is, for messages. */
 struct where {
-    const char *what; /* the manifest, for messages */
-    size_t index;     /* tensor index, or SIZE_MAX at top level */
-    const char *name; /* tensor name once known */
+    const char *what;  /* the input */
+    size_t index;      /* tensor index, or SIZE_MAX at top level */
+    const char *name;  /* tensor name once known */
+    const char *needs; /* an entry's fields, or NULL at top level */
 };
 
-static int field_error(const struct where *w, const char *field, const char *problem,
-                       tetris_error *err)
+static int report(const struct where *w, const char *field, const char *problem,
+                  const char *needs, tetris_error *err)
 {
+    char hint[200] = "";
+    if (needs != NULL)
+        snprintf(hint, sizeof hint, " (an entry needs %s)", needs);
     if (w->index == SIZE_MAX)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: field \"%s\": %s", w->what, field,
                            problem);
     if (w->name != NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: tensors[%zu] (\"%s\"): field \"%s\": %s",
-                           w->what, w->index, w->name, field, problem);
-    return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: tensors[%zu]: field \"%s\": %s", w->what,
-                       w->index, field, problem);
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "%s: tensors[%zu] (\"%s\"): field \"%s\": %s%s", w->what, w->index,
+                           w->name, field, problem, hint);
+    return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: tensors[%zu]: field \"%s\": %s%s",
+                       w->what, w->index, field, problem, hint);
+}
+
+/* A field whose value is wrong. */
+static int field_error(const struct where *w, const char *field, const char *problem,
+                       tetris_error *err)
+{
+    return report(w, field, problem, NULL, err);
+}
+
+/* A field missing or of the wrong type: the message also says what an
+ * entry needs, which is the fix most of the time. */
+static int field_type_error(const struct where *w, const char *field, const char *problem,
+                            tetris_error *err)
+{
+    return report(w, field, problem, w->needs, err);
+}
+
+/* v is obj's member field (NULL: missing). */
+static int string_value(const json_t *v, const char *field, const struct where *w,
+                        const char **out, tetris_error *err)
+{
+    if (v == NULL)
+        return field_type_error(w, field, "missing", err);
+    if (!json_is_string(v))
+        return field_type_error(w, field, "must be a string", err);
+    if (json_string_length(v) == 0)
+        return field_error(w, field, "must not be empty", err);
+    *out = json_string_value(v);
+    return 0;
 }
 
 static int get_string(const json_t *obj, const char *field, const struct where *w,
                       const char **out, tetris_error *err)
 {
-    const json_t *v = json_object_get(obj, field);
-    if (v == NULL)
-        return field_error(w, field, "missing", err);
-    if (!json_is_string(v))
-        return field_error(w, field, "must be a string", err);
-    if (json_string_length(v) == 0)
-        return field_error(w, field, "must not be empty", err);
-    *out = json_string_value(v);
-    return 0;
+    return string_value(json_object_get(obj, field), field, w, out, err);
 }
 
 static int get_uint(const json_t *obj, const char *field, uint64_t max, const struct where *w,
@@ -187,9 +217,9 @@ static int get_uint(const json_t *obj, const char *field, uint64_t max, const st
 {
     const json_t *v = json_object_get(obj, field);
     if (v == NULL)
-        return field_error(w, field, "missing", err);
+        return field_type_error(w, field, "missing", err);
     if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return field_error(w, field, "must be a non-negative integer", err);
+        return field_type_error(w, field, "must be a non-negative integer", err);
     if ((uint64_t)json_integer_value(v) > max) {
         char problem[64];
         snprintf(problem, sizeof problem, "%lld exceeds %llu",
@@ -200,32 +230,72 @@ static int get_uint(const json_t *obj, const char *field, uint64_t max, const st
     return 0;
 }
 
-/* A source as the manifest names it, resolved against base_dir (the
- * manifest's directory) when it is relative. malloc'd. */
-static char *resolve_source(const char *base_dir, const char *source)
+static int get_digest(const json_t *obj, const struct where *w, tensor_digest *out,
+                      tetris_error *err)
 {
-    char *out;
-    if (base_dir == NULL || source[0] == '/')
-        return strdup(source);
-    if (asprintf(&out, "%s/%s", base_dir, source) < 0)
-        return NULL;
-    return out;
-}
-
-static int tensor_from_json(const json_t *obj, const char *base_dir, struct where *w,
-                            tensor_desc *t, tetris_error *err)
-{
-    if (!json_is_object(obj))
-        return field_error(w, "tensors", "entry is not an object", err);
-    const char *name, *dtype, *source, *encoding, *digest;
-    int ret = get_string(obj, "name", w, &name, err);
+    const char *digest;
+    int ret = get_string(obj, "digest", w, &digest, err);
     if (ret < 0)
         return ret;
+    if (strncmp(digest, "sha256:", 7) != 0)
+        return field_error(w, "digest", "must be \"sha256:\" and 64 hex digits", err);
+    tetris_error derr;
+    if (tensor_digest_from_hex(digest, out, &derr) < 0)
+        return field_error(w, "digest", derr.msg, err);
+    return 0;
+}
+
+/* The document, an object, and its "format" and "tensors", as every reader
+ * of a manifest starts. */
+static int manifest_open(const char *what, const char *json, size_t len, json_t **root,
+                         const json_t **tensors, tetris_error *err)
+{
+    json_error_t jerr;
+    *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (*root == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not JSON: line %d column %d: %s", what,
+                           jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(*root))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a JSON object", what);
+    struct where w = {.what = what, .index = SIZE_MAX};
+    const char *format;
+    int ret = get_string(*root, "format", &w, &format, err);
+    if (ret < 0)
+        return ret;
+    if (strcmp(format, MANIFEST_FORMAT) != 0)
+        return field_error(&w, "format", "must be \"" MANIFEST_FORMAT "\"", err);
+    *tensors = json_object_get(*root, "tensors");
+    if (*tensors == NULL)
+        return field_error(&w, "tensors", "missing", err);
+    if (!json_is_array(*tensors))
+        return field_error(&w, "tensors", "must be an array", err);
+    return 0;
+}
+
+static int entry_object(const json_t *entry, const struct where *w, tetris_error *err)
+{
+    if (!json_is_object(entry))
+        return field_error(w, "tensors", "entry is not an object", err);
+    return 0;
+}
+
+/* manifest_entry_decode at w (whose name it sets). */
+static int entry_decode(const json_t *obj, struct where *w, const char *source_key,
+                        tensor_desc *t, const json_t **source_value, tetris_error *err)
+{
+    int ret = entry_object(obj, w, err);
+    if (ret < 0)
+        return ret;
+    const char *name, *dtype, *encoding;
+    if ((ret = get_string(obj, "name", w, &name, err)) < 0)
+        return ret;
     w->name = name;
-    if ((ret = get_string(obj, "dtype", w, &dtype, err)) < 0 ||
-        (ret = get_string(obj, "source", w, &source, err)) < 0 ||
-        (ret = get_string(obj, "encoding", w, &encoding, err)) < 0 ||
-        (ret = get_string(obj, "digest", w, &digest, err)) < 0)
+    if ((ret = get_string(obj, "dtype", w, &dtype, err)) < 0)
+        return ret;
+    *source_value = json_object_get(obj, source_key);
+    if (*source_value == NULL)
+        return field_type_error(w, source_key, "missing", err);
+    if ((ret = get_string(obj, "encoding", w, &encoding, err)) < 0)
         return ret;
     if (tensor_dtype_size(dtype) == 0 || strlen(dtype) >= sizeof t->meta.dtype)
         return field_error(w, "dtype", "unknown dtype", err);
@@ -233,9 +303,9 @@ static int tensor_from_json(const json_t *obj, const char *base_dir, struct wher
 
     const json_t *shape = json_object_get(obj, "shape");
     if (shape == NULL)
-        return field_error(w, "shape", "missing", err);
+        return field_type_error(w, "shape", "missing", err);
     if (!json_is_array(shape))
-        return field_error(w, "shape", "must be an array", err);
+        return field_type_error(w, "shape", "must be an array", err);
     if (json_array_size(shape) > TENSOR_MAX_DIMS)
         return field_error(w, "shape", "more than 8 dims", err);
     t->meta.ndim = (int)json_array_size(shape);
@@ -265,19 +335,57 @@ static int tensor_from_json(const json_t *obj, const char *base_dir, struct wher
         t->encoding = TENSOR_ENC_VARINT;
     else
         return field_error(w, "encoding", "must be \"raw\" or \"varint\"", err);
-    if (t->encoding == TENSOR_ENC_RAW && t->length != t->meta.nbytes)
-        return field_error(w, "length", "must equal nbytes for raw encoding", err);
-    if (strncmp(digest, "sha256:", 7) != 0)
-        return field_error(w, "digest", "must be \"sha256:\" and 64 hex digits", err);
-    tetris_error derr;
-    if (tensor_digest_from_hex(digest, &t->meta.digest, &derr) < 0)
-        return field_error(w, "digest", derr.msg, err);
+    if (t->encoding == TENSOR_ENC_RAW && t->length != t->meta.nbytes) {
+        char problem[128];
+        snprintf(problem, sizeof problem,
+                 "must equal nbytes for raw encoding (raw length %llu, nbytes %llu)",
+                 (unsigned long long)t->length, (unsigned long long)t->meta.nbytes);
+        return field_error(w, "length", problem, err);
+    }
+    if ((ret = get_digest(obj, w, &t->meta.digest, err)) < 0)
+        return ret;
     t->has_digest = true;
     t->name = strdup(name);
-    t->source = resolve_source(base_dir, source);
-    if (t->name == NULL || t->source == NULL)
+    if (t->name == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: tensor \"%s\"", w->what, name);
     return 0;
+}
+
+int manifest_entry_decode(const json_t *entry, const char *what, size_t index,
+                          const char *source_key, tensor_desc *t,
+                          const json_t **source_value, tetris_error *err)
+{
+    char needs[200];
+    snprintf(needs, sizeof needs,
+             "name, dtype, shape, %s, offset, length, nbytes, encoding, digest, crc32",
+             source_key);
+    struct where w = {.what = what, .index = index, .needs = needs};
+    return entry_decode(entry, &w, source_key, t, source_value, err);
+}
+
+/* A source as the manifest names it, resolved against base_dir (the
+ * manifest's directory) when it is relative. malloc'd. */
+static char *resolve_source(const char *base_dir, const char *source)
+{
+    char *out;
+    if (base_dir == NULL || source[0] == '/')
+        return strdup(source);
+    if (asprintf(&out, "%s/%s", base_dir, source) < 0)
+        return NULL;
+    return out;
+}
+
+static int tensor_from_json(const json_t *obj, const char *base_dir, struct where *w,
+                            tensor_desc *t, tetris_error *err)
+{
+    const json_t *value;
+    const char *source;
+    int ret = entry_decode(obj, w, "source", t, &value, err);
+    if (ret == 0)
+        ret = string_value(value, "source", w, &source, err);
+    if (ret == 0 && (t->source = resolve_source(base_dir, source)) == NULL)
+        ret = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: tensor \"%s\"", w->what, w->name);
+    return ret;
 }
 
 /* Parses a manifest; `what` names it in messages. Relative paths in it
@@ -286,31 +394,18 @@ static int manifest_parse_named(const char *what, const char *base_dir, const ch
                                 size_t len, model **out, tetris_error *err)
 {
     *out = NULL;
-    json_error_t jerr;
-    __attribute__((cleanup(json_decref_p))) json_t *root =
-        json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not JSON: line %d column %d: %s", what,
-                           jerr.line, jerr.column, jerr.text);
-    struct where w = {.what = what, .index = SIZE_MAX};
-    if (!json_is_object(root))
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a JSON object", what);
-    const char *format, *path, *model_format;
-    uint64_t tensor_bytes;
-    int ret;
-    if ((ret = get_string(root, "format", &w, &format, err)) < 0)
+    __attribute__((cleanup(json_decref_p))) json_t *root = NULL;
+    const json_t *tensors;
+    int ret = manifest_open(what, json, len, &root, &tensors, err);
+    if (ret < 0)
         return ret;
-    if (strcmp(format, MANIFEST_FORMAT) != 0)
-        return field_error(&w, "format", "must be \"" MANIFEST_FORMAT "\"", err);
+    struct where w = {.what = what, .index = SIZE_MAX};
+    const char *path, *model_format;
+    uint64_t tensor_bytes;
     if ((ret = get_string(root, "model", &w, &path, err)) < 0 ||
         (ret = get_string(root, "model_format", &w, &model_format, err)) < 0 ||
         (ret = get_uint(root, "tensor_bytes", INT64_MAX, &w, &tensor_bytes, err)) < 0)
         return ret;
-    const json_t *tensors = json_object_get(root, "tensors");
-    if (tensors == NULL)
-        return field_error(&w, "tensors", "missing", err);
-    if (!json_is_array(tensors))
-        return field_error(&w, "tensors", "must be an array", err);
 
     cleanup_free char *model_path = resolve_source(base_dir, path);
     if (model_path == NULL)
@@ -318,6 +413,7 @@ static int manifest_parse_named(const char *what, const char *base_dir, const ch
     model *m = model_new(model_path, model_format, err);
     if (m == NULL)
         return -TETRIS_E_NOMEM;
+    w.needs = "name, dtype, shape, source, offset, length, nbytes, encoding, digest, crc32";
     for (size_t i = 0; i < json_array_size(tensors) && ret == 0; i++) {
         tensor_desc t = {0};
         w.index = i;
@@ -416,4 +512,51 @@ int model_sources_realpath(model *m, tetris_error *err)
         t->source = real;
     }
     return 0;
+}
+
+/* ---- identities only ---- */
+
+int manifest_read_digests(const char *json, size_t len, const char *what, bool with_nbytes,
+                          manifest_digests *out, tetris_error *err)
+{
+    memset(out, 0, sizeof *out);
+    __attribute__((cleanup(json_decref_p))) json_t *root = NULL;
+    const json_t *tensors;
+    int ret = manifest_open(what, json, len, &root, &tensors, err);
+    if (ret < 0)
+        return ret;
+    size_t n = json_array_size(tensors);
+    manifest_digests d = {.n = n, .digests = malloc((n ? n : 1) * sizeof *d.digests)};
+    if (with_nbytes)
+        d.nbytes = malloc((n ? n : 1) * sizeof *d.nbytes);
+    if (d.digests == NULL || (with_nbytes && d.nbytes == NULL)) {
+        manifest_digests_release(&d);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: %zu tensors", what, n);
+    }
+    struct where w = {.what = what, .needs = with_nbytes ? "digest, nbytes" : "digest"};
+    for (size_t i = 0; i < n && ret == 0; i++) {
+        const json_t *entry = json_array_get(tensors, i);
+        w.index = i;
+        w.name = NULL;
+        ret = entry_object(entry, &w, err);
+        if (ret < 0)
+            break;
+        w.name = json_string_value(json_object_get(entry, "name")); /* messages only */
+        ret = get_digest(entry, &w, &d.digests[i], err);
+        if (ret == 0 && with_nbytes)
+            ret = get_uint(entry, "nbytes", INT64_MAX, &w, &d.nbytes[i], err);
+    }
+    if (ret < 0) {
+        manifest_digests_release(&d);
+        return ret;
+    }
+    *out = d;
+    return 0;
+}
+
+void manifest_digests_release(manifest_digests *d)
+{
+    free(d->digests);
+    free(d->nbytes);
+    memset(d, 0, sizeof *d);
 }

@@ -1,6 +1,6 @@
 /* model.h - a model file as a list of tensors: what each tensor is, where
- * its bytes are, and its identity. Format parsers (format_*.c) fill it; the
- * manifest (manifest.c) is its JSON form.
+ * its bytes are, and its identity. Format parsers (format_*.c) and the
+ * manifest reader (manifest.h: a model's JSON form) fill it.
  *
  * Parsers work on an in-memory image of the file so they can be fuzzed;
  * every offset/length they produce is checked against the file size, and
@@ -85,23 +85,5 @@ int tensor_shape_nbytes(const char *dtype, int ndim, const int64_t *shape, uint6
  * consistent with their encoding, and no two regions of one source
  * overlapping. `what` names the input in messages (file or manifest). */
 int model_check(const model *m, const char *what, tetris_error *err);
-
-/* ---- manifest (JSON) ----
- * {"format":"tetris-manifest/1","model":PATH,"model_format":"onnx",
- *  "tensor_bytes":N,"tensors":[{"name","dtype","shape":[..],"source",
- *  "offset","length","nbytes","encoding":"raw"|"varint",
- *  "digest":"sha256:HEX","crc32":N}, ...]}
- *
- * Sources and the model path are best absolute: `tetris-agent index` writes
- * them so (model_sources_realpath), and such a manifest works from any
- * working directory. A relative one in a manifest read from a file is
- * relative to the manifest's directory (manifest_read_file resolves it);
- * manifest_parse, which has no file, leaves it as it is. */
-int manifest_write_file(const model *m, const char *path, tetris_error *err); /* "-" = stdout */
-char *manifest_to_json(const model *m, tetris_error *err);                     /* malloc'd */
-int manifest_read_file(const char *path, model **out, tetris_error *err);
-int manifest_parse(const char *json, size_t len, model **out, tetris_error *err);
-/* Replaces the model path and every tensor's source by its realpath(3). */
-int model_sources_realpath(model *m, tetris_error *err);
 
 #endif

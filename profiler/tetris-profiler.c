@@ -19,6 +19,7 @@
 #include "profiler/job.h"
 #include "profiler/loadgen.h"
 #include "common/log.h"
+#include "model/manifest.h"
 #include "model/model.h"
 #include "protocol/profile.h"
 #include "profiler/profile_run.h"

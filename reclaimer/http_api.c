@@ -1,11 +1,7 @@
 /* http_api.c - the daemon's HTTP endpoints:
  *   GET /metrics    Prometheus text format (version 0.0.4)
- *   GET /inventory  resident tensors for the scheduler extender:
- *                   {"node","generation","capacity_bytes","resident_bytes",
- *                    "tensors":[{"digest":HEX,"bytes":N},...]}
- *                   with ETag "G"; If-None-Match "G" -> 304.
- *                   ?tenant=T: that tenant's store instead (with
- *                   "tenant":T); 404 if not served, 400 if not a name
+ *   GET /inventory  resident tensors for the scheduler extender (the
+ *                   document, ETag/304 and ?tenant=T: protocol/inventory.h)
  *   GET /healthz    {"status":"ok"|"failing",...}
  *
  * /inventory is built once per generation and shared by reference between
@@ -25,11 +21,12 @@
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/textbuf.h"
+#include "protocol/inventory.h"
 
 struct inventory_body {
     atomic_int refs;
     uint64_t generation;
-    char etag[32];
+    char etag[INVENTORY_ETAG_MAX];
     char *text;
     size_t len;
 };
@@ -277,65 +274,38 @@ static void inventory_release(void *ctx)
     }
 }
 
-struct inv_item {
-    tensor_digest digest;
-    uint64_t bytes;
-};
-
 static struct inventory_body *render_inventory(struct daemon *d, struct served_store *ss)
 {
     pthread_mutex_lock(&ss->index_lock);
     size_t n = tensor_index_count(ss->index);
-    uint64_t generation = ss->generation;
-    uint64_t resident = ss->resident_bytes;
-    struct inv_item *items = malloc((n ? n : 1) * sizeof(*items));
-    if (items != NULL) {
+    inventory_doc doc = {.tenant = ss->tenant, .generation = ss->generation,
+                         .resident_bytes = ss->resident_bytes, .n_tensors = n};
+    doc.tensors = malloc((n ? n : 1) * sizeof(*doc.tensors));
+    if (doc.tensors != NULL) {
         size_t c = 0, k = 0;
         struct index_entry *e;
         while ((e = tensor_index_next(ss->index, &c)) != NULL)
-            items[k++] = (struct inv_item){e->digest, e->bytes};
+            doc.tensors[k++] = (inventory_tensor){e->digest, e->bytes};
     }
     pthread_mutex_unlock(&ss->index_lock);
     pthread_mutex_lock(&d->cfg_lock);
-    uint64_t capacity = d->cfg.capacity_bytes;
+    doc.capacity_bytes = d->cfg.capacity_bytes;
     char node[sizeof(d->cfg.node_name)];
     memcpy(node, d->cfg.node_name, sizeof(node));
     pthread_mutex_unlock(&d->cfg_lock);
+    doc.node = node;
     struct inventory_body *inv = calloc(1, sizeof(*inv));
-    if (items == NULL || inv == NULL) {
-        free(items);
+    tetris_error err;
+    if (doc.tensors == NULL || inv == NULL ||
+        (inv->text = inventory_encode(&doc, &inv->len, &err)) == NULL) {
+        free(doc.tensors);
         free(inv);
         return NULL;
     }
-    json_t *jnode = json_string(node);
-    char *node_json = jnode ? json_dumps(jnode, JSON_ENCODE_ANY) : NULL;
-    json_decref(jnode);
-    textbuf b = {0};
-    b.failed = !textbuf_reserve(&b, 128 + n * 96) || node_json == NULL;
-    textbuf_printf(&b, "{\"node\":%s,", node_json ? node_json : "\"\"");
-    if (ss->tenant[0] != '\0')
-        textbuf_printf(&b, "\"tenant\":\"%s\",", ss->tenant); /* [a-z0-9._-] */
-    textbuf_printf(&b,
-               "\"generation\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64
-               ",\"resident_bytes\":%" PRIu64 ",\"tensors\":[",
-               generation, capacity, resident);
-    for (size_t i = 0; i < n; i++) {
-        char hex[TENSOR_DIGEST_HEX_LEN + 1];
-        tensor_digest_to_hex(&items[i].digest, hex);
-        textbuf_printf(&b, "%s{\"digest\":\"%s\",\"bytes\":%" PRIu64 "}", i ? "," : "", hex,
-                   items[i].bytes);
-    }
-    textbuf_printf(&b, "]}\n");
-    free(items);
-    free(node_json);
-    inv->text = textbuf_take(&b, &inv->len);
-    if (inv->text == NULL) {
-        free(inv);
-        return NULL;
-    }
+    free(doc.tensors);
     atomic_init(&inv->refs, 1);
-    inv->generation = generation;
-    snprintf(inv->etag, sizeof(inv->etag), "\"%" PRIu64 "\"", generation);
+    inv->generation = doc.generation;
+    inventory_etag(doc.generation, inv->etag);
     return inv;
 }
 
@@ -367,7 +337,7 @@ static struct inventory_body *current_inventory(http_api *a, size_t i)
 static void handle_inventory(void *ctx, const http_request *req, http_response *resp)
 {
     http_api *a = ctx;
-    const char *tenant = http_request_query(req, "tenant");
+    const char *tenant = http_request_query(req, INVENTORY_TENANT_PARAM);
     if (tenant == NULL)
         tenant = "";
     size_t n = daemon_store_count(a->d), i = 0;
@@ -436,7 +406,7 @@ int http_api_start(struct daemon *d, http_api **out, tetris_error *err)
     if (rc == 0)
         rc = http_server_route(a->server, "GET", "/metrics", handle_metrics, a, err);
     if (rc == 0)
-        rc = http_server_route(a->server, "GET", "/inventory", handle_inventory, a, err);
+        rc = http_server_route(a->server, "GET", INVENTORY_PATH, handle_inventory, a, err);
     if (rc == 0)
         rc = http_server_route(a->server, "GET", "/healthz", handle_healthz, a, err);
     if (rc == 0)

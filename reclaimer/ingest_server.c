@@ -1,5 +1,5 @@
-/* ingest_server.c - the daemon's side of the ingest protocol (wire format
- * in agent/ingest_client.h).
+/* ingest_server.c - the daemon's side of the ingest protocol (messages,
+ * framing and limits in protocol/ingest.h).
  *
  * One thread per client connection. The client's descriptors are the only
  * source of bytes: the daemon decodes each tensor from them itself and
@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -22,14 +23,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "common/cleanup.h"
 #include "common/clock.h"
-#include "agent/ingest_client.h"
 #include "common/log.h"
 #include "model/model.h"
 #include "model/model_publish.h"
+#include "protocol/ingest.h"
 
 const double ingest_duration_bounds[INGEST_DURATION_BUCKETS] = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
@@ -74,132 +73,14 @@ struct conn {
     bool replaced_adopted; /* took over a holder adopted for its pid */
 };
 
-/* One tensor of a request, validated. */
-struct req_tensor {
-    tensor_desc desc; /* name and source point into the request's JSON */
-    int source_index;
-};
-
-struct request {
-    const char *label;
-    size_t n_sources;
-    int *fds;
-    struct req_tensor *tensors;
-    size_t n_tensors;
-};
-
 /* ---- validation ---- */
 
-static int get_u64(json_t *obj, const char *key, uint64_t *out)
+/* What the decoder cannot see: the descriptors are readable regular files
+ * that hold every region their tensors name. */
+static int check_sources(const ingest_request *rq, const int *fds, tetris_error *err)
 {
-    json_t *v = json_object_get(obj, key);
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return -1;
-    *out = (uint64_t)json_integer_value(v);
-    return 0;
-}
-
-static int parse_tensor(json_t *t, size_t i, const struct request *rq, const uint64_t *sizes,
-                        struct req_tensor *out, tetris_error *err)
-{
-    if (!json_is_object(t))
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] is not an object", i);
-    const char *name = json_string_value(json_object_get(t, "name"));
-    const char *dtype = json_string_value(json_object_get(t, "dtype"));
-    const char *digest = json_string_value(json_object_get(t, "digest"));
-    const char *enc = json_string_value(json_object_get(t, "encoding"));
-    json_t *shape = json_object_get(t, "shape");
-    json_t *src = json_object_get(t, "source_index");
-    uint64_t offset, length, nbytes, crc;
-    if (name == NULL || dtype == NULL || digest == NULL || !json_is_array(shape) ||
-        !json_is_integer(src) || get_u64(t, "offset", &offset) < 0 ||
-        get_u64(t, "length", &length) < 0 || get_u64(t, "nbytes", &nbytes) < 0 ||
-        get_u64(t, "crc32", &crc) < 0)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           "tensors[%zu]: needs name, dtype, shape, source_index, offset, "
-                           "length, nbytes, digest, crc32",
-                           i);
-    tensor_desc *d = &out->desc;
-    memset(out, 0, sizeof(*out));
-    d->name = (char *)name;
-    if (strlen(dtype) >= sizeof(d->meta.dtype))
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): unknown dtype", i, name);
-    strcpy(d->meta.dtype, dtype);
-    if (json_array_size(shape) > TENSOR_MAX_DIMS)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): more than %d dims", i,
-                           name, TENSOR_MAX_DIMS);
-    d->meta.ndim = (int)json_array_size(shape);
-    for (int k = 0; k < d->meta.ndim; k++) {
-        json_t *dim = json_array_get(shape, (size_t)k);
-        if (!json_is_integer(dim))
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): bad shape", i, name);
-        d->meta.shape[k] = json_integer_value(dim);
-    }
-    d->meta.nbytes = nbytes;
-    if (crc > UINT32_MAX)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): bad crc32", i, name);
-    d->meta.crc32 = (uint32_t)crc;
-    int rc = tensor_meta_validate(&d->meta, err);
-    if (rc < 0)
-        return tetris_wrap(err, "tensors[%zu] (%s)", i, name);
-    rc = tensor_digest_from_hex(digest, &d->meta.digest, err);
-    if (rc < 0)
-        return tetris_wrap(err, "tensors[%zu] (%s)", i, name);
-    d->has_digest = true;
-    if (enc == NULL || strcmp(enc, "raw") == 0)
-        d->encoding = TENSOR_ENC_RAW;
-    else if (strcmp(enc, "varint") == 0)
-        d->encoding = TENSOR_ENC_VARINT;
-    else
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): unknown encoding %s", i,
-                           name, enc);
-    if (d->encoding == TENSOR_ENC_RAW && length != nbytes)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           "tensors[%zu] (%s): raw length %llu != nbytes %llu", i, name,
-                           (unsigned long long)length, (unsigned long long)nbytes);
-    json_int_t s = json_integer_value(src);
-    if (s < 0 || (size_t)s >= rq->n_sources)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "tensors[%zu] (%s): source_index %lld out of "
-                           "range (%zu sources)", i, name, (long long)s, rq->n_sources);
-    out->source_index = (int)s;
-    if (offset > sizes[s] || length > sizes[s] - offset)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           "tensors[%zu] (%s): region %llu+%llu past the end of source %lld "
-                           "(%llu bytes)",
-                           i, name, (unsigned long long)offset, (unsigned long long)length,
-                           (long long)s, (unsigned long long)sizes[s]);
-    d->offset = offset;
-    d->length = length;
-    d->source = (char *)"client descriptor";
-    return 0;
-}
-
-static int parse_ingest(json_t *msg, int *fds, size_t n_fds, struct request *rq,
-                        tetris_error *err)
-{
-    json_t *sources = json_object_get(msg, "sources");
-    json_t *tensors = json_object_get(msg, "tensors");
-    rq->label = json_string_value(json_object_get(msg, "label"));
-    if (rq->label == NULL)
-        rq->label = "";
-    if (strlen(rq->label) > 255)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "label longer than 255 bytes");
-    for (const char *c = rq->label; *c != '\0'; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "label has control characters");
-    if (!json_is_array(sources) || !json_is_array(tensors))
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "ingest needs \"sources\" and \"tensors\"");
-    if (json_array_size(sources) != n_fds)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           "%zu sources but %zu descriptors attached", json_array_size(sources),
-                           n_fds);
-    if (json_array_size(tensors) > INGEST_MAX_TENSORS)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%zu tensors exceed the limit of %d",
-                           json_array_size(tensors), INGEST_MAX_TENSORS);
-    rq->n_sources = n_fds;
-    rq->fds = fds;
     uint64_t sizes[INGEST_MAX_SOURCES];
-    for (size_t i = 0; i < n_fds; i++) {
+    for (size_t i = 0; i < rq->n_sources; i++) {
         struct stat st;
         if (fstat(fds[i], &st) < 0)
             return tetris_fail(err, TETRIS_E_IO, errno, "fstat of descriptor %zu", i);
@@ -211,14 +92,15 @@ static int parse_ingest(json_t *msg, int *fds, size_t n_fds, struct request *rq,
             return tetris_fail(err, TETRIS_E_FORMAT, 0, "descriptor %zu is not readable", i);
         sizes[i] = (uint64_t)st.st_size;
     }
-    rq->n_tensors = json_array_size(tensors);
-    rq->tensors = calloc(rq->n_tensors ? rq->n_tensors : 1, sizeof(*rq->tensors));
-    if (rq->tensors == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
     for (size_t i = 0; i < rq->n_tensors; i++) {
-        int rc = parse_tensor(json_array_get(tensors, i), i, rq, sizes, &rq->tensors[i], err);
-        if (rc < 0)
-            return rc;
+        const tensor_desc *d = &rq->tensors[i].desc;
+        size_t s = rq->tensors[i].source_index;
+        if (d->offset > sizes[s] || d->length > sizes[s] - d->offset)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "tensors[%zu] (%s): region %llu+%llu past the end of source %zu "
+                               "(%llu bytes)",
+                               i, d->name, (unsigned long long)d->offset,
+                               (unsigned long long)d->length, s, (unsigned long long)sizes[s]);
     }
     return 0;
 }
@@ -258,14 +140,8 @@ static void unreserve(struct served_store *ss, uint64_t nbytes)
     pthread_mutex_unlock(&ss->index_lock);
 }
 
-struct result {
-    enum ingest_status status;
-    int code;
-    char reason[160];
-};
-
-static void publish_one(struct served_store *ss, const struct request *rq, const struct req_tensor *t,
-                        struct result *r, uint64_t *ingested_bytes)
+static void publish_one(struct served_store *ss, const int *fds, const ingest_request_tensor *t,
+                        struct ingest_tensor_result *r, uint64_t *ingested_bytes)
 {
     const tensor_meta *meta = &t->desc.meta;
     if (store_has_tensor(ss->store, &meta->digest)) {
@@ -284,7 +160,7 @@ static void publish_one(struct served_store *ss, const struct request *rq, const
     }
     bool published = false;
     tetris_error err;
-    int rc = model_publish_tensor(ss->store, &t->desc, rq->fds[t->source_index], &published, &err);
+    int rc = model_publish_tensor(ss->store, &t->desc, fds[t->source_index], &published, &err);
     unreserve(ss, meta->nbytes);
     if (rc < 0) {
         r->status = INGEST_REJECTED;
@@ -323,8 +199,8 @@ static void shuffle(size_t *order, size_t n, unsigned *seed)
     }
 }
 
-static int record_refs(struct conn *c, const struct request *rq, const struct result *res,
-                       tetris_error *err)
+static int record_refs(struct conn *c, const ingest_request *rq,
+                       const struct ingest_tensor_result *res, tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     if (c->holder == NULL) {
@@ -362,24 +238,6 @@ static int record_refs(struct conn *c, const struct request *rq, const struct re
     return 0;
 }
 
-static json_t *build_reply(const struct conn *c, const struct request *rq,
-                           const struct result *res, uint64_t ingested_bytes)
-{
-    json_t *tensors = json_array();
-    for (size_t i = 0; tensors != NULL && i < rq->n_tensors; i++) {
-        static const char *const names[] = {"resident", "ingested", "rejected"};
-        json_t *t = json_pack("{s:s}", "status", names[res[i].status]);
-        if (t != NULL && res[i].status == INGEST_REJECTED) {
-            json_object_set_new(t, "error", json_string(tetris_code_name(res[i].code)));
-            json_object_set_new(t, "reason", json_string(res[i].reason));
-        }
-        json_array_append_new(tensors, t);
-    }
-    return json_pack("{s:b, s:s, s:I, s:o*}", "ok", 1, "holder",
-                     c->holder ? store_holder_id(c->holder) : "", "ingested_bytes",
-                     (json_int_t)ingested_bytes, "tensors", tensors);
-}
-
 static void observe_duration(struct served_store *ss, int64_t us)
 {
     double s = (double)us / 1e6;
@@ -390,88 +248,76 @@ static void observe_duration(struct served_store *ss, int64_t us)
     atomic_fetch_add(&ss->counters.ingest_duration_us, (uint64_t)us);
 }
 
-static int handle_ingest(struct conn *c, json_t *msg, int *fds, size_t n_fds, json_t **reply,
-                         tetris_error *err)
+static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fds,
+                         char **reply, tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     int64_t t0 = clock_mono_us();
-    struct request rq = {0};
-    int rc = parse_ingest(msg, fds, n_fds, &rq, err);
-    if (rc < 0) {
-        free(rq.tensors);
+    int rc = check_sources(rq, fds, err);
+    if (rc < 0)
         return rc;
-    }
-    cleanup_free struct result *res = calloc(rq.n_tensors + 1, sizeof(*res));
-    cleanup_free size_t *order = malloc((rq.n_tensors + 1) * sizeof(*order));
-    if (res == NULL || order == NULL) {
-        free(rq.tensors);
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq.n_tensors);
-    }
+    cleanup_free struct ingest_tensor_result *res = calloc(rq->n_tensors + 1, sizeof(*res));
+    cleanup_free size_t *order = malloc((rq->n_tensors + 1) * sizeof(*order));
+    if (res == NULL || order == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
     unsigned seed = (unsigned)t0 ^ (unsigned)c->pid;
-    shuffle(order, rq.n_tensors, &seed);
+    shuffle(order, rq->n_tensors, &seed);
     uint64_t ingested_bytes = 0;
     pthread_rwlock_rdlock(&ss->use_lock);
-    for (size_t k = 0; k < rq.n_tensors && !atomic_load(&ss->d->stopping); k++)
-        publish_one(ss, &rq, &rq.tensors[order[k]], &res[order[k]], &ingested_bytes);
+    for (size_t k = 0; k < rq->n_tensors && !atomic_load(&ss->d->stopping); k++)
+        publish_one(ss, fds, &rq->tensors[order[k]], &res[order[k]], &ingested_bytes);
     if (atomic_load(&ss->d->stopping))
         rc = tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
     else
-        rc = record_refs(c, &rq, res, err);
+        rc = record_refs(c, rq, res, err);
     pthread_rwlock_unlock(&ss->use_lock);
     if (rc == 0) {
-        *reply = build_reply(c, &rq, res, ingested_bytes);
+        *reply = ingest_reply_encode(c->holder ? store_holder_id(c->holder) : "", ingested_bytes,
+                                     res, rq->n_tensors);
         if (*reply == NULL)
             rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reply");
     }
     size_t ingested = 0, rejected = 0;
-    for (size_t i = 0; i < rq.n_tensors; i++) {
+    for (size_t i = 0; i < rq->n_tensors; i++) {
         ingested += res[i].status == INGEST_INGESTED;
         rejected += res[i].status == INGEST_REJECTED;
     }
-    free(rq.tensors);
     atomic_fetch_add(&ss->counters.ingest_requests, 1);
     observe_duration(ss, clock_mono_us() - t0);
     char q[300];
     log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
              "rejected=%zu bytes=%llu",
-             tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq.label, q, sizeof(q)), rq.n_tensors,
-             ingested, rejected, (unsigned long long)ingested_bytes);
+             tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq->label, q, sizeof(q)),
+             rq->n_tensors, ingested, rejected, (unsigned long long)ingested_bytes);
     return rc;
 }
 
-static int handle_fallback(struct conn *c, json_t *msg, json_t **reply, tetris_error *err)
+static int handle_fallback(struct conn *c, const ingest_request *rq, char **reply,
+                           tetris_error *err)
 {
-    const char *label = json_string_value(json_object_get(msg, "label"));
-    const char *reason = json_string_value(json_object_get(msg, "reason"));
     atomic_fetch_add(&c->srv->ss->counters.fallbacks, 1);
     char ql[300], qr[600];
     log_warn("event=agent-fallback tenant=%s pid=%d label=%s reason=%s",
-             tenant_name(c->srv->ss), (int)c->pid,
-             log_quote(label ? label : "", ql, sizeof(ql)),
-             log_quote(reason ? reason : "", qr, sizeof(qr)));
-    *reply = json_pack("{s:b}", "ok", 1);
+             tenant_name(c->srv->ss), (int)c->pid, log_quote(rq->label, ql, sizeof(ql)),
+             log_quote(rq->reason, qr, sizeof(qr)));
+    *reply = ingest_ack_encode();
     if (*reply == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reply");
     return 0;
 }
 
-static int handle_message(struct conn *c, const char *text, size_t len, int *fds, size_t n_fds,
-                          json_t **reply, tetris_error *err)
+static int handle_message(struct conn *c, const char *text, size_t len, const int *fds,
+                          size_t n_fds, char **reply, tetris_error *err)
 {
-    json_error_t jerr;
-    json_t *msg = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (msg == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "request is not JSON: %s", jerr.text);
-    const char *op = json_string_value(json_object_get(msg, "op"));
-    int rc;
-    if (op != NULL && strcmp(op, "ingest") == 0)
-        rc = handle_ingest(c, msg, fds, n_fds, reply, err);
-    else if (op != NULL && strcmp(op, "report_fallback") == 0 && n_fds == 0)
-        rc = handle_fallback(c, msg, reply, err);
+    ingest_request *rq = NULL;
+    int rc = ingest_request_decode(text, len, n_fds, &rq, err);
+    if (rc < 0)
+        return rc;
+    if (rq->op == INGEST_OP_INGEST)
+        rc = handle_ingest(c, rq, fds, reply, err);
     else
-        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "unknown op %s%s", op ? op : "(none)",
-                         n_fds ? " (or unexpected descriptors)" : "");
-    json_decref(msg);
+        rc = handle_fallback(c, rq, reply, err);
+    ingest_request_free(rq);
     return rc;
 }
 
@@ -485,9 +331,9 @@ static int64_t request_deadline(struct served_store *ss)
     return clock_mono_ms() + (int64_t)(t * 1000);
 }
 
-static void send_reply(struct conn *c, json_t *reply)
+/* Sends reply (NULL: out of memory, nothing to send) and frees it. */
+static void send_reply(struct conn *c, char *text)
 {
-    char *text = json_dumps(reply, JSON_COMPACT);
     if (text == NULL)
         return;
     tetris_error err;
@@ -499,11 +345,7 @@ static void send_reply(struct conn *c, json_t *reply)
 
 static void send_error(struct conn *c, int code, const char *msg)
 {
-    json_t *reply = json_pack("{s:b, s:s, s:s}", "ok", 0, "error", tetris_code_name(code),
-                              "message", msg);
-    if (reply != NULL)
-        send_reply(c, reply);
-    json_decref(reply);
+    send_reply(c, ingest_error_encode(code, msg));
 }
 
 /* Waits for the next request or a stop; false when the connection ends.
@@ -552,7 +394,7 @@ static void serve(struct conn *c)
                                      INGEST_MAX_SOURCES, &n_fds, request_deadline(ss), &err);
         if (rc == -TETRIS_E_UNAVAILABLE)
             return; /* the client closed: normal end */
-        json_t *reply = NULL;
+        char *reply = NULL;
         if (rc == 0) {
             rc = handle_message(c, text, len, fds, n_fds, &reply, &err);
             for (size_t i = 0; i < n_fds; i++)
@@ -564,11 +406,10 @@ static void serve(struct conn *c)
             log_warn("event=ingest-refused pid=%d code=%s msg=\"%s\"", (int)c->pid,
                      tetris_code_name(-rc), err.msg);
             send_error(c, -rc, err.msg);
-            json_decref(reply);
+            free(reply);
             return;
         }
         send_reply(c, reply);
-        json_decref(reply);
     }
 }
 

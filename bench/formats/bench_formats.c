@@ -11,6 +11,7 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "model/manifest.h"
 #include "model/model.h"
 
 static int cmp_double(const void *a, const void *b)

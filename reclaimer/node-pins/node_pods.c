@@ -1,4 +1,5 @@
-/* node_pods.c - pods on a node -> their models -> their tensor digests. */
+/* node_pods.c - pods on a node -> their models -> their tensor digests (a
+ * manifest is read by model/manifest.h's identities-only decoder). */
 #include "reclaimer/node-pins/node_pods.h"
 
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "model/manifest.h"
 #include "scheduler-ext/extender/manifests.h"
 
 static bool pod_is_live(json_t *pod)
@@ -40,33 +42,22 @@ static int add_model(node_models *m, const char *model, tetris_error *err)
 static int add_manifest_digests(node_models *m, const char *model, const char *text,
                                 tetris_error *err)
 {
-    json_error_t je;
-    json_t *root = json_loads(text, 0, &je);
-    json_t *tensors = json_object_get(root, "tensors");
-    if (!json_is_array(tensors)) {
-        json_decref(root);
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "manifest of %s: no tensors array", model);
-    }
-    size_t n = json_array_size(tensors);
-    tensor_digest *d = realloc(m->digests, (m->n_digests + n + 1) * sizeof *d);
+    char what[300];
+    snprintf(what, sizeof what, "manifest of %s", model);
+    manifest_digests md;
+    int r = manifest_read_digests(text, strlen(text), what, false, &md, err);
+    if (r < 0)
+        return r;
+    tensor_digest *d = realloc(m->digests, (m->n_digests + md.n + 1) * sizeof *d);
     if (d == NULL) {
-        json_decref(root);
+        manifest_digests_release(&md);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "node models");
     }
     m->digests = d;
-    int r = 0;
-    for (size_t i = 0; r == 0 && i < n; i++) {
-        const char *hex = json_string_value(json_object_get(json_array_get(tensors, i), "digest"));
-        if (hex == NULL)
-            r = tetris_fail(err, TETRIS_E_FORMAT, 0, "manifest of %s: tensor %zu has no digest",
-                            model, i);
-        else
-            r = tensor_digest_from_hex(hex, &d[m->n_digests + i], err);
-    }
-    json_decref(root);
-    if (r == 0)
-        m->n_digests += n;
-    return r;
+    memcpy(d + m->n_digests, md.digests, md.n * sizeof *d);
+    m->n_digests += md.n;
+    manifest_digests_release(&md);
+    return 0;
 }
 
 /* The model's manifest text from its ConfigMap(s); the first valid wins. */

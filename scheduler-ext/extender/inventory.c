@@ -1,5 +1,6 @@
-/* inventory.c - node inventory cache: parsing, parallel conditional fetches
- * (common/httpclient), and the poller thread. See inventory.h.
+/* inventory.c - node inventory cache: parsing (the document is
+ * protocol/inventory.h's), parallel conditional fetches (common/httpclient),
+ * and the poller thread. See inventory.h.
  *
  * A node's shared store is cached under the node's name; a tenant's store
  * under "NODE/TENANT" (neither a node name nor a tenant name holds a
@@ -103,56 +104,29 @@ void inventory_cache_free(inventory_cache *c)
 
 /* ---- parsing ---- */
 
-static int get_u64(json_t *obj, const char *key, uint64_t *out, tetris_error *err)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: %s is not a non-negative integer",
-                           key);
-    *out = (uint64_t)json_integer_value(v);
-    return 0;
-}
-
 int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventory **out,
                     tetris_error *err)
 {
-    json_error_t je;
-    json_t *root = json_loadb(json, len, 0, &je);
-    if (root == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: line %d: %s", je.line, je.text);
-    node_inventory *inv = node_inventory_new();
-    json_t *tensors = json_object_get(root, "tensors");
-    size_t n = json_array_size(tensors);
-    int r = 0;
-    if (inv == NULL || (inv->ids = malloc((n ? n : 1) * sizeof *inv->ids)) == NULL) {
-        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory");
-        goto out;
-    }
-    if (!json_is_array(tensors)) {
-        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: tensors is not an array");
-        goto out;
-    }
-    r = get_u64(root, "generation", &inv->generation, err);
-    if (r == 0)
-        r = get_u64(root, "capacity_bytes", &inv->capacity_bytes, err);
-    if (r == 0)
-        r = get_u64(root, "resident_bytes", &inv->resident_bytes, err);
-    for (size_t i = 0; r == 0 && i < n; i++) {
-        const char *digest = json_string_value(json_object_get(json_array_get(tensors, i),
-                                                               "digest"));
-        if (digest == NULL)
-            r = tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: tensor %zu has no digest", i);
-        else
-            r = tensor_ids_intern(ids, digest, &inv->ids[i], err);
-    }
-    if (r == 0)
-        inv->n = similarity_sort_ids(inv->ids, n);
-out:
-    json_decref(root);
+    inventory_doc *doc;
+    int r = inventory_decode(json, len, &doc, err);
     if (r < 0)
-        node_inventory_free(inv);
-    else
+        return r;
+    node_inventory *inv = node_inventory_new();
+    if (inv == NULL || (inv->ids = malloc((doc->n_tensors ? doc->n_tensors : 1) *
+                                          sizeof *inv->ids)) == NULL)
+        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory");
+    for (size_t i = 0; r == 0 && i < doc->n_tensors; i++)
+        r = tensor_ids_intern_digest(ids, &doc->tensors[i].digest, &inv->ids[i], err);
+    if (r == 0) {
+        inv->generation = doc->generation;
+        inv->capacity_bytes = doc->capacity_bytes;
+        inv->resident_bytes = doc->resident_bytes;
+        inv->n = similarity_sort_ids(inv->ids, doc->n_tensors);
         *out = inv;
+    } else {
+        node_inventory_free(inv);
+    }
+    inventory_doc_free(doc);
     return r;
 }
 
@@ -173,8 +147,9 @@ int inventory_url_from_node(json_t *node, int default_port, char *buf, size_t si
         const char *addr = json_string_value(json_object_get(a, "address"));
         if (type == NULL || addr == NULL || strcmp(type, "InternalIP") != 0)
             continue;
-        int n = snprintf(buf, size, strchr(addr, ':') != NULL ? "http://[%s]:%d/inventory"
-                                                              : "http://%s:%d/inventory",
+        int n = snprintf(buf, size,
+                         strchr(addr, ':') != NULL ? "http://[%s]:%d" INVENTORY_PATH
+                                                   : "http://%s:%d" INVENTORY_PATH,
                          addr, default_port);
         return n > 0 && (size_t)n < size ? 0 : -1;
     }
@@ -205,7 +180,8 @@ static bool entry_key(const char *node, const char *tenant, char *buf, size_t si
 static char *tenant_url(const char *base, const char *tenant)
 {
     char *url = NULL;
-    if (asprintf(&url, "%s%ctenant=%s", base, strchr(base, '?') != NULL ? '&' : '?', tenant) < 0)
+    if (asprintf(&url, "%s%c" INVENTORY_TENANT_PARAM "=%s", base,
+                 strchr(base, '?') != NULL ? '&' : '?', tenant) < 0)
         return NULL;
     return url;
 }

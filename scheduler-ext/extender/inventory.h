@@ -1,10 +1,9 @@
 /* inventory.h - the extender's cache of node tensor inventories.
  *
- * Each node's tetris-reclaimer serves GET /inventory:
- *   {"node":NAME,"generation":G,"capacity_bytes":C,"resident_bytes":R,
- *    "tensors":[{"digest":"HEX","bytes":N},...]}   with ETag: "G"
- * The cache polls every known node in a background thread with
- * If-None-Match, so an unchanged store costs a 304 and no parsing.
+ * Each node's tetris-reclaimer serves GET /inventory (the document, its
+ * ETag and the tenant query are protocol/inventory.h's). The cache polls
+ * every known node in a background thread with If-None-Match, so an
+ * unchanged store costs a 304 and no parsing.
  * Scheduling requests only read the cache; a node seen for the first time
  * is fetched right away (all such nodes in parallel, bounded by the fetch
  * timeout) so the first pod after start-up already gets real scores.
@@ -14,11 +13,9 @@
  * http://<InternalIP>:<default port>/inventory (the DaemonSet runs with
  * hostNetwork).
  *
- * Tenants: one daemon serves the shared store at /inventory and each
- * dedicated store DIR/tenants/T at /inventory?tenant=T (404 when the node
- * has no such store). The cache keeps one inventory per (node, tenant),
- * fetched from the node's URL on first use and polled like the shared one;
- * a tenant without an inventory on a node is "unknown" there.
+ * Tenants: the cache keeps one inventory per (node, tenant), fetched from
+ * the node's URL with ?tenant=T on first use and polled like the shared
+ * one; a tenant without an inventory on a node (404) is "unknown" there.
  *
  * An inventory that could not be refreshed for stale_ms is not used: the
  * node is then "unknown" (neutral score, passes the filter). */
@@ -32,6 +29,7 @@
 #include <jansson.h>
 
 #include "common/error.h"
+#include "protocol/inventory.h"
 #include "scheduler-ext/extender/similarity.h"
 #include "scheduler-ext/extender/tensor_ids.h"
 
@@ -55,7 +53,7 @@ inventory_cache *inventory_cache_new(tensor_ids *ids, const inventory_opts *o);
 /* Stops the poller (if started) and frees. */
 void inventory_cache_free(inventory_cache *c);
 
-/* Parses an /inventory reply. */
+/* Decodes an /inventory reply (inventory_decode) into the node's tensor ids. */
 int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventory **out,
                     tetris_error *err);
 

@@ -1,5 +1,6 @@
 /* manifests.c - the model -> model_need cache, fed by ConfigMaps (list +
- * watch in a thread) or a directory. */
+ * watch in a thread) or a directory. A manifest is read by model/manifest.h's
+ * identities-only decoder. */
 #include "scheduler-ext/extender/manifests.h"
 
 #include <dirent.h>
@@ -13,6 +14,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/strmap.h"
+#include "model/manifest.h"
 
 #define MANIFEST_MAX_BYTES (64u << 20)
 
@@ -98,49 +100,32 @@ static size_t dedup_pairs(uint32_t *ids, uint64_t *bytes, size_t n, uint64_t *to
 int manifest_need_parse(tensor_ids *ids, const char *model, const char *json, size_t len,
                         model_need **out, tetris_error *err)
 {
-    json_error_t je;
-    json_t *root = json_loadb(json, len, 0, &je);
-    if (root == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "manifest of %s: line %d: %s", model,
-                           je.line, je.text);
-    int r = 0;
-    json_t *tensors = json_object_get(root, "tensors");
-    const char *format = json_string_value(json_object_get(root, "format"));
+    char what[300];
+    snprintf(what, sizeof what, "manifest of %s", model);
+    manifest_digests d;
+    int r = manifest_read_digests(json, len, what, true, &d, err);
+    if (r < 0)
+        return r;
     model_need *m = calloc(1, sizeof *m);
-    size_t n = json_array_size(tensors);
     if (m == NULL || (m->model = strdup(model)) == NULL ||
-        (m->ids = malloc((n ? n : 1) * sizeof *m->ids)) == NULL ||
-        (m->bytes = malloc((n ? n : 1) * sizeof *m->bytes)) == NULL) {
-        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "manifest of %s", model);
+        (m->ids = malloc((d.n ? d.n : 1) * sizeof *m->ids)) == NULL) {
+        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", what);
         goto out;
     }
-    if (format == NULL || strncmp(format, "tetris-manifest/", 16) != 0 || !json_is_array(tensors)) {
-        r = tetris_fail(err, TETRIS_E_FORMAT, 0,
-                        "manifest of %s: not a tetris manifest (format, tensors)", model);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(tensors, i);
-        const char *digest = json_string_value(json_object_get(t, "digest"));
-        json_t *nbytes = json_object_get(t, "nbytes");
-        if (digest == NULL || !json_is_integer(nbytes) || json_integer_value(nbytes) < 0) {
-            r = tetris_fail(err, TETRIS_E_FORMAT, 0,
-                            "manifest of %s: tensor %zu lacks digest or nbytes", model, i);
-            goto out;
-        }
-        r = tensor_ids_intern(ids, digest, &m->ids[i], err);
+    for (size_t i = 0; i < d.n; i++) {
+        r = tensor_ids_intern_digest(ids, &d.digests[i], &m->ids[i], err);
         if (r < 0) {
-            tetris_wrap(err, "manifest of %s: tensor %zu", model, i);
+            tetris_wrap(err, "%s: tensor %zu", what, i);
             goto out;
         }
-        m->bytes[i] = (uint64_t)json_integer_value(nbytes);
     }
-    m->n = dedup_pairs(m->ids, m->bytes, n, &m->total_bytes);
+    m->bytes = steal_pointer(&d.nbytes);
+    m->n = dedup_pairs(m->ids, m->bytes, d.n, &m->total_bytes);
     m->version = model_need_version();
     if (m->n == SIZE_MAX)
-        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "manifest of %s", model);
+        r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", what);
 out:
-    json_decref(root);
+    manifest_digests_release(&d);
     if (r < 0)
         model_need_free(m);
     else

@@ -1,7 +1,7 @@
 /* manifests.h - which tensors each model needs, from its tetris manifest.
  *
- * In a cluster a model's manifest (the JSON `tetris-agent index` writes) is
- * stored in a ConfigMap:
+ * In a cluster a model's manifest (the JSON `tetris-agent index` writes,
+ * format in model/manifest.h) is stored in a ConfigMap:
  *   metadata.name   tetris-manifest-<model>   (convention, not required)
  *   label           tetris.io/model=<model>   (the key the extender uses)
  *   data            manifest.json: <the manifest>
@@ -30,7 +30,8 @@ manifest_cache *manifest_cache_new(tensor_ids *ids);
 /* Stops the watch (if any) and frees. */
 void manifest_cache_free(manifest_cache *mc);
 
-/* Parses a manifest into what the model needs (distinct digests + bytes). */
+/* Reads a manifest's identities (manifest_read_digests: each tensor's digest
+ * and nbytes) into what the model needs (distinct digests + bytes). */
 int manifest_need_parse(tensor_ids *ids, const char *model, const char *json, size_t len,
                         model_need **out, tetris_error *err);
 

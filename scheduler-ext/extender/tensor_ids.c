@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIGEST_BYTES 32
+#define DIGEST_BYTES TENSOR_DIGEST_BYTES
 #define EMPTY UINT32_MAX
 
 struct tensor_ids {
@@ -45,33 +45,6 @@ void tensor_ids_free(tensor_ids *t)
     free(t);
 }
 
-static int hex_nibble(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static int parse_digest(const char *s, uint8_t out[DIGEST_BYTES], tetris_error *err)
-{
-    if (strncmp(s, "sha256:", 7) == 0)
-        s += 7;
-    for (size_t i = 0; i < DIGEST_BYTES; i++) {
-        int hi = hex_nibble(s[2 * i]);
-        int lo = hi >= 0 ? hex_nibble(s[2 * i + 1]) : -1;
-        if (lo < 0)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "digest is not 64 hex digits: %.80s", s);
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    if (s[2 * DIGEST_BYTES] != '\0')
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "digest is not 64 hex digits: %.80s", s);
-    return 0;
-}
-
 static size_t slot_of(const tensor_ids *t, const uint8_t d[DIGEST_BYTES])
 {
     uint64_t h;
@@ -99,10 +72,17 @@ static int grow_slots(tensor_ids *t)
 
 int tensor_ids_intern(tensor_ids *t, const char *digest, uint32_t *id, tetris_error *err)
 {
-    uint8_t d[DIGEST_BYTES];
-    int r = parse_digest(digest, d, err);
+    tensor_digest d;
+    int r = tensor_digest_from_hex(digest, &d, err);
     if (r < 0)
         return r;
+    return tensor_ids_intern_digest(t, &d, id, err);
+}
+
+int tensor_ids_intern_digest(tensor_ids *t, const tensor_digest *digest, uint32_t *id,
+                             tetris_error *err)
+{
+    const uint8_t *d = digest->bytes;
     pthread_mutex_lock(&t->lock);
     size_t i = slot_of(t, d);
     if (t->slots[i] != EMPTY) {

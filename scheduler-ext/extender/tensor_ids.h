@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "tensorstore/digest.h"
 
 typedef struct tensor_ids tensor_ids;
 
@@ -24,6 +25,9 @@ void tensor_ids_free(tensor_ids *t);
 /* The id of a digest given as 64 hex digits, optionally prefixed by
  * "sha256:". TETRIS_E_FORMAT for anything else. */
 int tensor_ids_intern(tensor_ids *t, const char *digest, uint32_t *id, tetris_error *err);
+/* The id of a decoded digest. */
+int tensor_ids_intern_digest(tensor_ids *t, const tensor_digest *digest, uint32_t *id,
+                             tetris_error *err);
 
 /* Number of distinct digests interned so far. */
 size_t tensor_ids_count(tensor_ids *t);

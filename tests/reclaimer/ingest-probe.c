@@ -24,7 +24,9 @@
 #include "common/clock.h"
 #include "agent/ingest_client.h"
 #include "common/log.h"
+#include "model/manifest.h"
 #include "model/model.h"
+#include "protocol/ingest.h"
 #include "tensorstore/store.h"
 
 static const char usage_text[] =
@@ -472,14 +474,13 @@ static int cmd_send(int argc, char **argv)
     int64_t deadline = clock_mono_ms() + 20000;
     /* Framed here rather than by ingest_send_message, which would refuse
      * the oversized descriptor lists the tests want the daemon to see. */
-    cleanup_free char *msg_bytes = malloc(len + 4);
+    cleanup_free char *msg_bytes = malloc(len + INGEST_HEADER_BYTES);
     if (msg_bytes == NULL)
         return 1;
     size_t off = 0;
     if (!raw) {
-        for (int i = 0; i < 4; i++)
-            msg_bytes[i] = (char)((uint32_t)len >> (8 * i));
-        off = 4;
+        ingest_frame_header((uint8_t *)msg_bytes, (uint32_t)len);
+        off = INGEST_HEADER_BYTES;
     }
     memcpy(msg_bytes + off, body, len);
     len += off;

@@ -1,9 +1,12 @@
 /* test_manifest.c - manifests: a parsed model written as JSON and read back
  * is the same model; every malformed manifest (missing fields, wrong types,
  * negative or huge numbers, bad digests, inconsistent sizes, duplicates,
- * overlaps) is TETRIS_E_FORMAT naming the field. */
+ * overlaps) is TETRIS_E_FORMAT naming the field. One tensor entry encodes
+ * and decodes on its own with any source key (the ingest request's), and
+ * the identities-only reader checks what it reads as the full one does. */
 #include <check.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 
 #include "tests/formats/model_synth.h"
+#include "model/manifest.h"
 #include "model/model.h"
 
 static char dir[] = "/tmp/tetris-test-manifest-XXXXXX";
@@ -50,6 +54,22 @@ static model *indexed_model(void)
     return m;
 }
 
+/* Every field of y is x's but the source; y was decoded. */
+static void assert_same_entry(const tensor_desc *x, const tensor_desc *y)
+{
+    ck_assert_str_eq(x->name, y->name);
+    ck_assert_str_eq(x->meta.dtype, y->meta.dtype);
+    ck_assert_int_eq(x->meta.ndim, y->meta.ndim);
+    ck_assert_mem_eq(x->meta.shape, y->meta.shape, sizeof x->meta.shape);
+    ck_assert_uint_eq(x->meta.nbytes, y->meta.nbytes);
+    ck_assert_uint_eq(x->meta.crc32, y->meta.crc32);
+    ck_assert(tensor_digest_equal(&x->meta.digest, &y->meta.digest));
+    ck_assert_uint_eq(x->offset, y->offset);
+    ck_assert_uint_eq(x->length, y->length);
+    ck_assert_int_eq(x->encoding, y->encoding);
+    ck_assert(y->has_digest);
+}
+
 static void assert_same(const model *a, const model *b)
 {
     ck_assert_str_eq(a->path, b->path);
@@ -57,19 +77,8 @@ static void assert_same(const model *a, const model *b)
     ck_assert_uint_eq(a->n_tensors, b->n_tensors);
     ck_assert_uint_eq(a->total_bytes, b->total_bytes);
     for (size_t i = 0; i < a->n_tensors; i++) {
-        const tensor_desc *x = &a->tensors[i], *y = &b->tensors[i];
-        ck_assert_str_eq(x->name, y->name);
-        ck_assert_str_eq(x->source, y->source);
-        ck_assert_str_eq(x->meta.dtype, y->meta.dtype);
-        ck_assert_int_eq(x->meta.ndim, y->meta.ndim);
-        ck_assert_mem_eq(x->meta.shape, y->meta.shape, sizeof x->meta.shape);
-        ck_assert_uint_eq(x->meta.nbytes, y->meta.nbytes);
-        ck_assert_uint_eq(x->meta.crc32, y->meta.crc32);
-        ck_assert(tensor_digest_equal(&x->meta.digest, &y->meta.digest));
-        ck_assert_uint_eq(x->offset, y->offset);
-        ck_assert_uint_eq(x->length, y->length);
-        ck_assert_int_eq(x->encoding, y->encoding);
-        ck_assert(y->has_digest);
+        assert_same_entry(&a->tensors[i], &b->tensors[i]);
+        ck_assert_str_eq(a->tensors[i].source, b->tensors[i].source);
     }
 }
 
@@ -327,6 +336,111 @@ START_TEST(realpath_makes_sources_absolute)
 }
 END_TEST
 
+/* ---- the entry codec and the identities-only reader ---- */
+
+START_TEST(entry_codec_round_trips_with_any_source_key)
+{
+    model *m = indexed_model();
+    tetris_error err = {0};
+    const tensor_desc *v = &m->tensors[1];
+    json_t *e = manifest_entry_encode(v, "where", json_integer(7), &err);
+    ck_assert_msg(e != NULL, "%s", err.msg);
+    /* The source key takes the place "source" has in a manifest. */
+    char *text = json_dumps(e, JSON_COMPACT);
+    ck_assert_msg(strstr(text, "\"shape\":[2],\"where\":7,\"offset\":") != NULL, "%s", text);
+    free(text);
+    tensor_desc t = {0};
+    const json_t *src = NULL;
+    ck_assert_msg(manifest_entry_decode(e, "x", 1, "where", &t, &src, &err) == 0, "%s", err.msg);
+    assert_same_entry(v, &t);
+    ck_assert_ptr_null(t.source);
+    ck_assert_int_eq(json_integer_value(src), 7);
+    free(t.name);
+    /* A missing field is named along with what an entry needs. */
+    json_object_del(e, "where");
+    memset(&t, 0, sizeof t);
+    ck_assert_int_eq(manifest_entry_decode(e, "x", 1, "where", &t, &src, &err), -TETRIS_E_FORMAT);
+    ck_assert_ptr_null(t.name);
+    ck_assert_ptr_nonnull(strstr(err.msg, "x: tensors[1] (\"v\"): field \"where\": missing (an "
+                                          "entry needs name, dtype, shape, where, offset"));
+    json_decref(e);
+    model_free(m);
+}
+END_TEST
+
+START_TEST(identities_only)
+{
+    model *m = indexed_model();
+    tetris_error err = {0};
+    char *json = manifest_to_json(m, &err);
+    manifest_digests d;
+    ck_assert_int_eq(manifest_read_digests(json, strlen(json), "m", true, &d, &err), 0);
+    ck_assert_uint_eq(d.n, m->n_tensors);
+    for (size_t i = 0; i < d.n; i++) {
+        ck_assert(tensor_digest_equal(&d.digests[i], &m->tensors[i].meta.digest));
+        ck_assert_uint_eq(d.nbytes[i], m->tensors[i].meta.nbytes);
+    }
+    manifest_digests_release(&d);
+    free(json);
+    model_free(m);
+
+    /* A compacted manifest has nothing but what this reader reads. */
+    static const char compact[] =
+        "{\"format\":\"tetris-manifest/1\",\"tensors\":[{\"digest\":\"sha256:"
+        "abababababababababababababababababababababababababababababababab\",\"nbytes\":-1}]}";
+    ck_assert_int_eq(manifest_read_digests(compact, strlen(compact), "m", false, &d, &err), 0);
+    ck_assert_uint_eq(d.n, 1);
+    ck_assert_uint_eq(d.digests[0].bytes[31], 0xab);
+    ck_assert_ptr_null(d.nbytes); /* not asked for, not read */
+    manifest_digests_release(&d);
+    ck_assert_int_eq(manifest_read_digests(compact, strlen(compact), "m", true, &d, &err),
+                     -TETRIS_E_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "m: tensors[0]: field \"nbytes\": must be a "
+                                          "non-negative integer (an entry needs digest, nbytes)"));
+    ck_assert_ptr_null(d.digests);
+}
+END_TEST
+
+#define HEX64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define FMT "\"format\":\"tetris-manifest/1\""
+
+static const struct {
+    const char *json;
+    bool with_nbytes;
+    const char *expect;
+} bad_identities[] = {
+    {"", true, "m: not JSON"},
+    {"[]", true, "m: not a JSON object"},
+    {"{}", true, "m: field \"format\": missing"},
+    {"{\"format\":\"tetris-manifest/2\",\"tensors\":[]}", true, "\"format\": must be"},
+    {"{" FMT "}", true, "\"tensors\": missing"},
+    {"{" FMT ",\"tensors\":{}}", true, "\"tensors\": must be an array"},
+    {"{" FMT ",\"tensors\":[1]}", false, "tensors[0]: field \"tensors\": entry is not an object"},
+    {"{" FMT ",\"tensors\":[{\"nbytes\":1}]}", true,
+     "tensors[0]: field \"digest\": missing (an entry needs digest, nbytes)"},
+    {"{" FMT ",\"tensors\":[{\"nbytes\":1}]}", false,
+     "tensors[0]: field \"digest\": missing (an entry needs digest)"},
+    {"{" FMT ",\"tensors\":[{\"name\":\"w\",\"digest\":\"sha256:xyz\"}]}", false,
+     "tensors[0] (\"w\"): field \"digest\""},
+    {"{" FMT ",\"tensors\":[{\"digest\":\"" HEX64 "\"}]}", false, "must be \"sha256:\""},
+    {"{" FMT ",\"tensors\":[{\"digest\":\"sha256:" HEX64 "\"}]}", true,
+     "field \"nbytes\": missing"},
+    {"{" FMT "," FMT ",\"tensors\":[]}", false, "duplicate"},
+};
+
+START_TEST(identities_are_checked_like_the_rest)
+{
+    manifest_digests d;
+    tetris_error err = {0};
+    const char *json = bad_identities[_i].json;
+    ck_assert_int_eq(manifest_read_digests(json, strlen(json), "m", bad_identities[_i].with_nbytes,
+                                           &d, &err),
+                     -TETRIS_E_FORMAT);
+    ck_assert_msg(strstr(err.msg, bad_identities[_i].expect) != NULL,
+                  "case %d: \"%s\" not in: %s", _i, bad_identities[_i].expect, err.msg);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("manifest");
@@ -340,6 +454,10 @@ int main(void)
     tcase_add_test(tc, print_lists_every_tensor);
     tcase_add_test(tc, relative_sources_are_relative_to_the_manifest);
     tcase_add_test(tc, realpath_makes_sources_absolute);
+    tcase_add_test(tc, entry_codec_round_trips_with_any_source_key);
+    tcase_add_test(tc, identities_only);
+    tcase_add_loop_test(tc, identities_are_checked_like_the_rest, 0,
+                        (int)(sizeof bad_identities / sizeof bad_identities[0]));
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);

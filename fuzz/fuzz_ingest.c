@@ -1,0 +1,99 @@
+/* fuzz_ingest.c - libFuzzer harness for the ingest protocol's decoders
+ * (protocol/ingest.h): the daemon's request decoder, which reads whatever
+ * any local process sends, and the agent's reply decoder. A request that
+ * decodes must encode again and decode to the same tensors. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "model/model.h"
+#include "protocol/ingest.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    log_set_level(LOG_LEVEL_ERROR);
+    return 0;
+}
+
+static void same_tensor(const tensor_desc *a, const tensor_desc *b)
+{
+    if (strcmp(a->name, b->name) != 0 || strcmp(a->meta.dtype, b->meta.dtype) != 0 ||
+        a->meta.ndim != b->meta.ndim ||
+        memcmp(a->meta.shape, b->meta.shape, sizeof a->meta.shape) != 0 ||
+        a->offset != b->offset || a->length != b->length || a->meta.nbytes != b->meta.nbytes ||
+        a->encoding != b->encoding || a->meta.crc32 != b->meta.crc32 ||
+        !tensor_digest_equal(&a->meta.digest, &b->meta.digest))
+        abort();
+}
+
+/* The request's tensors as a model, encoded and decoded again. */
+static void round_trip(const ingest_request *rq)
+{
+    tetris_error err;
+    model *m = model_new("fuzz", "onnx", &err);
+    if (m == NULL)
+        abort();
+    for (size_t i = 0; i < rq->n_tensors; i++) {
+        tensor_desc t = rq->tensors[i].desc;
+        t.name = strdup(t.name);
+        t.source = strdup(rq->sources[rq->tensors[i].source_index]);
+        if (model_add_tensor(m, &t, &err) < 0)
+            abort();
+    }
+    const char *sources[INGEST_MAX_SOURCES];
+    size_t n_sources;
+    char *json = NULL;
+    if (ingest_request_encode(rq->label, m, &json, sources, &n_sources, &err) < 0) {
+        fprintf(stderr, "re-encoding failed: %s\n", err.msg);
+        abort();
+    }
+    ingest_request *back = NULL;
+    if (ingest_request_decode(json, strlen(json), n_sources, &back, &err) < 0) {
+        fprintf(stderr, "round trip failed: %s\n", err.msg);
+        abort();
+    }
+    if (back->n_tensors != rq->n_tensors || strcmp(back->label, rq->label) != 0)
+        abort();
+    for (size_t i = 0; i < rq->n_tensors; i++) {
+        same_tensor(&rq->tensors[i].desc, &back->tensors[i].desc);
+        if (strcmp(back->sources[back->tensors[i].source_index],
+                   rq->sources[rq->tensors[i].source_index]) != 0)
+            abort();
+    }
+    ingest_request_free(back);
+    free(json);
+    model_free(m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *text = (const char *)data;
+    /* How many descriptors came along is out of band; most requests carry
+     * one or two. */
+    for (size_t n_fds = 0; n_fds <= 2; n_fds++) {
+        ingest_request *rq = NULL;
+        tetris_error err;
+        if (ingest_request_decode(text, size, n_fds, &rq, &err) < 0) {
+            if (err.code != TETRIS_E_FORMAT || err.msg[0] == '\0')
+                abort();
+            continue;
+        }
+        if (rq->op == INGEST_OP_INGEST)
+            round_trip(rq);
+        ingest_request_free(rq);
+    }
+    struct ingest_tensor_result results[2];
+    struct ingest_summary sum;
+    tetris_error err;
+    if (ingest_reply_decode(text, size, 2, results, &sum, &err) == 0 &&
+        sum.resident + sum.ingested + sum.rejected != 2)
+        abort();
+    return 0;
+}

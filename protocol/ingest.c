@@ -1,0 +1,555 @@
+/* ingest.c - the ingest protocol (see ingest.h): framing, and encoding and
+ * decoding every message, for the agent's client and the node daemon
+ * alike. Every blocking step of the framing waits in poll() against one
+ * deadline, so a stalled peer turns into TETRIS_E_TIMEOUT instead of a hung
+ * thread. */
+#include "protocol/ingest.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/clock.h"
+#include "model/manifest.h"
+
+/* ---- framing ---- */
+
+int ingest_wait_ready(int sock, short events, int64_t deadline_ms, tetris_error *err)
+{
+    for (;;) {
+        int timeout = -1;
+        if (deadline_ms > 0) {
+            int64_t left = deadline_ms - clock_mono_ms();
+            if (left <= 0)
+                return tetris_fail(err, TETRIS_E_TIMEOUT, ETIMEDOUT, "ingest socket: timed out");
+            timeout = left > 1000000 ? 1000000 : (int)left;
+        }
+        struct pollfd p = {.fd = sock, .events = events};
+        int n = poll(&p, 1, timeout);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return tetris_fail(err, TETRIS_E_IO, errno, "ingest socket: poll");
+    }
+}
+
+void ingest_frame_header(uint8_t header[INGEST_HEADER_BYTES], uint32_t len)
+{
+    header[0] = (uint8_t)len;
+    header[1] = (uint8_t)(len >> 8);
+    header[2] = (uint8_t)(len >> 16);
+    header[3] = (uint8_t)(len >> 24);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int ingest_send_message(int sock, const char *json, size_t len, const int *fds, size_t n_fds,
+                        int64_t deadline_ms, tetris_error *err)
+{
+    if (len > INGEST_MAX_MESSAGE_BYTES)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "ingest message of %zu bytes exceeds %u", len,
+                           INGEST_MAX_MESSAGE_BYTES);
+    if (n_fds > INGEST_MAX_SOURCES)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%zu descriptors exceed %d", n_fds,
+                           INGEST_MAX_SOURCES);
+    uint8_t header[INGEST_HEADER_BYTES];
+    ingest_frame_header(header, (uint32_t)len);
+    size_t total = sizeof(header) + len;
+    size_t sent = 0;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * INGEST_MAX_SOURCES)];
+    } control;
+    while (sent < total) {
+        int rc = ingest_wait_ready(sock, POLLOUT, deadline_ms, err);
+        if (rc < 0)
+            return rc;
+        struct iovec iov[2];
+        int n_iov = 0;
+        if (sent < sizeof(header)) {
+            iov[n_iov++] = (struct iovec){header + sent, sizeof(header) - sent};
+            iov[n_iov++] = (struct iovec){(void *)json, len};
+        } else {
+            size_t off = sent - sizeof(header);
+            iov[n_iov++] = (struct iovec){(void *)(json + off), len - off};
+        }
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+        if (sent == 0 && n_fds > 0) {
+            memset(&control, 0, sizeof(control));
+            msg.msg_control = control.buf;
+            msg.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+            memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
+        }
+        ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            if (errno == EPIPE || errno == ECONNRESET)
+                return tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "ingest socket: peer gone");
+            return tetris_fail(err, TETRIS_E_IO, errno, "ingest socket: sendmsg");
+        }
+        sent += (size_t)n;
+    }
+    return 0;
+}
+
+static void close_fds(int *fds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/* Takes the descriptors of one recvmsg's control data. Returns false if
+ * there were more than fit (all of them are closed then). */
+static bool collect_fds(struct msghdr *msg, int *fds, size_t max_fds, size_t *n_fds)
+{
+    bool ok = (msg->msg_flags & MSG_CTRUNC) == 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm != NULL; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int got[INGEST_MAX_SOURCES + 8];
+        if (n > sizeof(got) / sizeof(got[0]))
+            n = sizeof(got) / sizeof(got[0]);
+        memcpy(got, CMSG_DATA(cm), n * sizeof(int));
+        for (size_t i = 0; i < n; i++) {
+            if (*n_fds < max_fds)
+                fds[(*n_fds)++] = got[i];
+            else {
+                close(got[i]);
+                ok = false;
+            }
+        }
+    }
+    return ok;
+}
+
+/* Reads exactly len bytes (descriptors only ride on the header). */
+static int recv_exact(int sock, void *buf, size_t len, int64_t deadline_ms, bool first,
+                      int *fds, size_t max_fds, size_t *n_fds, bool *fds_ok, tetris_error *err)
+{
+    size_t got = 0;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * (INGEST_MAX_SOURCES + 8))];
+    } control;
+    while (got < len) {
+        int rc = ingest_wait_ready(sock, POLLIN, deadline_ms, err);
+        if (rc < 0)
+            return rc;
+        struct iovec iov = {(char *)buf + got, len - got};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof(control.buf);
+        ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            if (errno == ECONNRESET)
+                return tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "ingest socket: peer gone");
+            return tetris_fail(err, TETRIS_E_IO, errno, "ingest socket: recvmsg");
+        }
+        if (msg.msg_controllen > 0 && !collect_fds(&msg, fds, max_fds, n_fds))
+            *fds_ok = false;
+        if (n == 0) {
+            if (first && got == 0)
+                return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "ingest socket: closed by peer");
+            return tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                               "ingest socket: truncated message (%zu of %zu bytes)", got, len);
+        }
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+int ingest_recv_message(int sock, size_t max_len, char **json, size_t *len, int *fds,
+                        size_t max_fds, size_t *n_fds, int64_t deadline_ms, tetris_error *err)
+{
+    size_t nfd = 0;
+    bool fds_ok = true;
+    uint8_t header[INGEST_HEADER_BYTES];
+    int rc = recv_exact(sock, header, sizeof(header), deadline_ms, true, fds, max_fds, &nfd,
+                        &fds_ok, err);
+    if (rc < 0)
+        goto fail;
+    if (!fds_ok) {
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "too many descriptors (max %zu)", max_fds);
+        goto fail;
+    }
+    uint32_t n = get_le32(header);
+    if (n > max_len) {
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "message of %u bytes exceeds %zu", n,
+                         max_len);
+        goto fail;
+    }
+    char *buf = malloc((size_t)n + 1);
+    if (buf == NULL) {
+        rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "message of %u bytes", n);
+        goto fail;
+    }
+    rc = recv_exact(sock, buf, n, deadline_ms, false, fds, max_fds, &nfd, &fds_ok, err);
+    if (rc == 0 && !fds_ok)
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "too many descriptors (max %zu)", max_fds);
+    if (rc < 0) {
+        free(buf);
+        goto fail;
+    }
+    buf[n] = '\0';
+    *json = buf;
+    *len = n;
+    if (n_fds != NULL)
+        *n_fds = nfd;
+    return 0;
+fail:
+    close_fds(fds, nfd);
+    if (n_fds != NULL)
+        *n_fds = 0;
+    return rc;
+}
+
+/* ---- requests ---- */
+
+int ingest_request_encode(const char *label, const model *m, char **json,
+                          const char *sources[INGEST_MAX_SOURCES], size_t *n_sources,
+                          tetris_error *err)
+{
+    *json = NULL;
+    *n_sources = 0;
+    json_t *jsources = json_array();
+    json_t *tensors = json_array();
+    json_t *req = json_pack("{s:s, s:s, s:o*, s:o*}", "op", "ingest", "label", label ? label : "",
+                            "sources", jsources, "tensors", tensors);
+    if (req == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < m->n_tensors; i++) {
+        const tensor_desc *t = &m->tensors[i];
+        const char *path = t->source ? t->source : m->path;
+        size_t s = 0;
+        while (s < *n_sources && strcmp(sources[s], path) != 0)
+            s++;
+        if (s == *n_sources) {
+            if (s == INGEST_MAX_SOURCES) {
+                rc = tetris_fail(err, TETRIS_E_INVAL, 0, "model has more than %d source files",
+                                 INGEST_MAX_SOURCES);
+                break;
+            }
+            if (json_array_append_new(jsources, json_string(path)) < 0) {
+                rc = tetris_fail(err, TETRIS_E_INVAL, 0,
+                                 "source %s is not valid UTF-8 (or out of memory)", path);
+                break;
+            }
+            sources[(*n_sources)++] = path;
+        }
+        json_t *entry = manifest_entry_encode(t, "source_index", json_integer((json_int_t)s), err);
+        if (entry == NULL)
+            rc = -(err != NULL ? err->code : TETRIS_E_INVAL);
+        else if (json_array_append_new(tensors, entry) < 0)
+            rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    }
+    if (rc == 0 && (*json = json_dumps(req, JSON_COMPACT)) == NULL)
+        rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    json_decref(req);
+    return rc;
+}
+
+char *ingest_fallback_encode(const char *label, const char *reason)
+{
+    json_t *req = json_pack("{s:s, s:s, s:s}", "op", "report_fallback", "label",
+                            label ? label : "", "reason", reason ? reason : "");
+    char *text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    return text;
+}
+
+/* A string member that may be absent (""); malloc'd into *out. */
+static int optional_string(const json_t *msg, const char *key, char **out, tetris_error *err)
+{
+    const json_t *v = json_object_get(msg, key);
+    if (v != NULL && !json_is_string(v))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "\"%s\" must be a string", key);
+    *out = strdup(v != NULL ? json_string_value(v) : "");
+    if (*out == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    return 0;
+}
+
+static int decode_label(const json_t *msg, ingest_request *rq, tetris_error *err)
+{
+    int rc = optional_string(msg, "label", &rq->label, err);
+    if (rc < 0)
+        return rc;
+    if (strlen(rq->label) > INGEST_MAX_LABEL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "label longer than %d bytes",
+                           INGEST_MAX_LABEL);
+    for (const char *c = rq->label; *c != '\0'; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "label has control characters");
+    return 0;
+}
+
+#define REQUEST_WHAT "ingest request"
+
+static int decode_tensor(const json_t *entry, size_t i, size_t n_sources,
+                         ingest_request_tensor *out, tetris_error *err)
+{
+    const json_t *index;
+    int rc = manifest_entry_decode(entry, REQUEST_WHAT, i, "source_index", &out->desc, &index,
+                                   err);
+    if (rc < 0)
+        return rc;
+    out->desc.source = (char *)INGEST_SOURCE_DESCRIPTOR;
+    if (!json_is_integer(index) || json_integer_value(index) < 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": must "
+                                        "be a non-negative integer",
+                           i, out->desc.name);
+    if ((uint64_t)json_integer_value(index) >= n_sources)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": %lld "
+                                        "out of range (%zu sources)",
+                           i, out->desc.name, (long long)json_integer_value(index), n_sources);
+    out->source_index = (size_t)json_integer_value(index);
+    return 0;
+}
+
+static int decode_ingest(const json_t *msg, size_t n_fds, ingest_request *rq,
+                         tetris_error *err)
+{
+    int rc = decode_label(msg, rq, err);
+    if (rc < 0)
+        return rc;
+    const json_t *sources = json_object_get(msg, "sources");
+    const json_t *tensors = json_object_get(msg, "tensors");
+    if (!json_is_array(sources) || !json_is_array(tensors))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "ingest needs \"sources\" and \"tensors\"");
+    if (json_array_size(sources) != n_fds)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%zu sources but %zu descriptors attached",
+                           json_array_size(sources), n_fds);
+    if (json_array_size(tensors) > INGEST_MAX_TENSORS)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%zu tensors exceed the limit of %d",
+                           json_array_size(tensors), INGEST_MAX_TENSORS);
+    size_t n_sources = json_array_size(sources), n_tensors = json_array_size(tensors);
+    rq->sources = calloc(n_sources ? n_sources : 1, sizeof(*rq->sources));
+    rq->tensors = calloc(n_tensors ? n_tensors : 1, sizeof(*rq->tensors));
+    if (rq->sources == NULL || rq->tensors == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", n_tensors);
+    rq->n_sources = n_sources;
+    rq->n_tensors = n_tensors;
+    for (size_t i = 0; i < n_sources; i++) {
+        const char *path = json_string_value(json_array_get(sources, i));
+        if (path == NULL)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "sources[%zu] must be a string", i);
+        if ((rq->sources[i] = strdup(path)) == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    }
+    for (size_t i = 0; i < n_tensors; i++) {
+        rc = decode_tensor(json_array_get(tensors, i), i, n_sources, &rq->tensors[i], err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int ingest_request_decode(const char *json, size_t len, size_t n_fds, ingest_request **out,
+                          tetris_error *err)
+{
+    *out = NULL;
+    json_error_t jerr;
+    json_t *msg = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (msg == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "request is not JSON: %s", jerr.text);
+    ingest_request *rq = calloc(1, sizeof(*rq));
+    int rc = 0;
+    const char *op = json_string_value(json_object_get(msg, "op"));
+    if (rq == NULL) {
+        rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    } else if (op != NULL && strcmp(op, "ingest") == 0) {
+        rq->op = INGEST_OP_INGEST;
+        rc = decode_ingest(msg, n_fds, rq, err);
+    } else if (op != NULL && strcmp(op, "report_fallback") == 0 && n_fds == 0) {
+        rq->op = INGEST_OP_REPORT_FALLBACK;
+        rc = optional_string(msg, "label", &rq->label, err);
+        if (rc == 0)
+            rc = optional_string(msg, "reason", &rq->reason, err);
+    } else {
+        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "unknown op %s%s", op ? op : "(none)",
+                         n_fds ? " (or unexpected descriptors)" : "");
+    }
+    json_decref(msg);
+    if (rc < 0) {
+        ingest_request_free(rq);
+        return rc;
+    }
+    *out = rq;
+    return 0;
+}
+
+void ingest_request_free(ingest_request *rq)
+{
+    if (rq == NULL)
+        return;
+    free(rq->label);
+    free(rq->reason);
+    for (size_t i = 0; rq->sources != NULL && i < rq->n_sources; i++)
+        free(rq->sources[i]);
+    free(rq->sources);
+    for (size_t i = 0; rq->tensors != NULL && i < rq->n_tensors; i++)
+        free(rq->tensors[i].desc.name);
+    free(rq->tensors);
+    free(rq);
+}
+
+/* ---- replies ---- */
+
+static const char *const status_names[] = {
+    [INGEST_RESIDENT] = "resident",
+    [INGEST_INGESTED] = "ingested",
+    [INGEST_REJECTED] = "rejected",
+};
+
+static char *dump_and_free(json_t *j)
+{
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+char *ingest_reply_encode(const char *holder, uint64_t ingested_bytes,
+                          const struct ingest_tensor_result *results, size_t n)
+{
+    json_t *tensors = json_array();
+    for (size_t i = 0; tensors != NULL && i < n; i++) {
+        json_t *t = json_pack("{s:s}", "status", status_names[results[i].status]);
+        if (t != NULL && results[i].status == INGEST_REJECTED) {
+            json_object_set_new(t, "error", json_string(tetris_code_name(results[i].code)));
+            json_object_set_new(t, "reason", json_string(results[i].reason));
+        }
+        json_array_append_new(tensors, t);
+    }
+    return dump_and_free(json_pack("{s:b, s:s, s:I, s:o*}", "ok", 1, "holder", holder,
+                                   "ingested_bytes", (json_int_t)ingested_bytes, "tensors",
+                                   tensors));
+}
+
+char *ingest_ack_encode(void)
+{
+    return dump_and_free(json_pack("{s:b}", "ok", 1));
+}
+
+char *ingest_error_encode(int code, const char *message)
+{
+    return dump_and_free(json_pack("{s:b, s:s, s:s}", "ok", 0, "error", tetris_code_name(code),
+                                   "message", message));
+}
+
+static int code_from_name(const char *name)
+{
+    for (int c = TETRIS_E_INVAL; c <= TETRIS_E_DENIED; c++)
+        if (strcmp(tetris_code_name(c), name) == 0)
+            return c;
+    return TETRIS_E_PROTOCOL;
+}
+
+/* Parses a reply: 0 with *reply set for {"ok":true,...}; the daemon's
+ * error for {"ok":false,...}. */
+static int reply_open(const char *json, size_t len, json_t **reply, tetris_error *err)
+{
+    json_error_t jerr;
+    *reply = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (*reply == NULL)
+        return tetris_fail(err, TETRIS_E_PROTOCOL, 0, "daemon reply is not JSON: %s", jerr.text);
+    if (!json_is_object(*reply))
+        return tetris_fail(err, TETRIS_E_PROTOCOL, 0, "daemon reply is not a JSON object");
+    if (json_is_true(json_object_get(*reply, "ok")))
+        return 0;
+    const char *code = json_string_value(json_object_get(*reply, "error"));
+    const char *msg = json_string_value(json_object_get(*reply, "message"));
+    return tetris_fail(err, code ? code_from_name(code) : TETRIS_E_PROTOCOL, 0,
+                       "node daemon refused: %s", msg ? msg : "(no message)");
+}
+
+static int decode_result(const json_t *t, size_t i, struct ingest_tensor_result *r,
+                         tetris_error *err)
+{
+    const char *status = json_string_value(json_object_get(t, "status"));
+    memset(r, 0, sizeof(*r));
+    if (status != NULL && strcmp(status, "resident") == 0) {
+        r->status = INGEST_RESIDENT;
+    } else if (status != NULL && strcmp(status, "ingested") == 0) {
+        r->status = INGEST_INGESTED;
+    } else if (status != NULL && strcmp(status, "rejected") == 0) {
+        const char *code = json_string_value(json_object_get(t, "error"));
+        const char *reason = json_string_value(json_object_get(t, "reason"));
+        if (code == NULL || reason == NULL)
+            return tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                               "daemon reply: tensor %zu rejected without error and reason", i);
+        r->status = INGEST_REJECTED;
+        r->code = code_from_name(code);
+        snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    } else {
+        return tetris_fail(err, TETRIS_E_PROTOCOL, 0, "daemon reply: bad status for tensor %zu",
+                           i);
+    }
+    return 0;
+}
+
+int ingest_reply_decode(const char *json, size_t len, size_t n,
+                        struct ingest_tensor_result *results, struct ingest_summary *summary,
+                        tetris_error *err)
+{
+    json_t *reply = NULL;
+    int rc = reply_open(json, len, &reply, err);
+    const json_t *tensors = json_object_get(reply, "tensors");
+    const json_t *bytes = json_object_get(reply, "ingested_bytes");
+    if (rc == 0 && (!json_is_array(tensors) || json_array_size(tensors) != n))
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                         "daemon reply has %zu tensor results, want %zu",
+                         json_array_size(tensors), n);
+    if (rc == 0 && !json_is_string(json_object_get(reply, "holder")))
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "daemon reply: \"holder\" must be a string");
+    if (rc == 0 && (!json_is_integer(bytes) || json_integer_value(bytes) < 0))
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                         "daemon reply: \"ingested_bytes\" must be a non-negative integer");
+    struct ingest_summary sum = {0};
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = decode_result(json_array_get(tensors, i), i, &results[i], err);
+        if (rc == 0) {
+            sum.resident += results[i].status == INGEST_RESIDENT;
+            sum.ingested += results[i].status == INGEST_INGESTED;
+            sum.rejected += results[i].status == INGEST_REJECTED;
+            sum.rejected_full +=
+                results[i].status == INGEST_REJECTED && results[i].code == TETRIS_E_FULL;
+        }
+    }
+    if (rc == 0) {
+        sum.ingested_bytes = (uint64_t)json_integer_value(bytes);
+        if (summary != NULL)
+            *summary = sum;
+    }
+    json_decref(reply);
+    return rc;
+}
+
+int ingest_ack_decode(const char *json, size_t len, tetris_error *err)
+{
+    json_t *reply = NULL;
+    int rc = reply_open(json, len, &reply, err);
+    json_decref(reply);
+    return rc;
+}

@@ -1,0 +1,164 @@
+/* ingest.h - the ingest protocol between a function instance's agent
+ * (agent/ingest_client.h) and the node daemon (tetris-reclaimer), spoken
+ * over the daemon's Unix socket <store>/ingest.sock. Both sides frame,
+ * encode and decode through this file.
+ *
+ * Function instances mount the store read-only, so they cannot publish
+ * tensors or record references themselves: an instance sends its model's
+ * tensor list with an open descriptor of each source file, and the daemon
+ * reads, hashes and publishes the missing tensors itself and records the
+ * instance's references to all of them for as long as the connection
+ * stays open.
+ *
+ * Framing (both directions): a 4-byte little-endian length, then that many
+ * bytes of JSON (at most INGEST_MAX_MESSAGE_BYTES). A request's descriptors
+ * (SCM_RIGHTS, at most INGEST_MAX_SOURCES) ride on its first byte.
+ *
+ *   request  {"op":"ingest","label":S,"sources":[PATH, ...],
+ *             "tensors":[ENTRY, ...]}
+ *            + one descriptor per sources[] entry, in order
+ *            ENTRY is a manifest entry (model/manifest.h) with
+ *            "source_index":I (0 <= I < len(sources)) in place of "source".
+ *            label: at most 255 bytes, no control characters (it names the
+ *            instance's holder and its metrics); at most INGEST_MAX_TENSORS
+ *            entries. The paths are informational (logs); the daemon only
+ *            trusts the descriptors, which must be readable regular files
+ *            holding every region their entries name.
+ *   reply    {"ok":true,"holder":ID,"ingested_bytes":N,
+ *             "tensors":[{"status":"resident"|"ingested"|"rejected",
+ *                         "error":CODE,"reason":S (rejected only)}, ...]}
+ *            one result per entry, in request order; CODE "full" when the
+ *            store is at capacity, "corrupt" when the bytes do not hash to
+ *            the claimed digest.
+ *   request  {"op":"report_fallback","label":S,"reason":S}   no descriptors
+ *   reply    {"ok":true}
+ *   error    {"ok":false,"error":CODE,"message":S}, after which the daemon
+ *            closes the connection. CODE is tetris_code_name() of the
+ *            failure. A daemon at its connection limit sends this
+ *            ("unavailable") at once, without reading the request.
+ *
+ * Decoding trusts nothing: a malformed message is a TETRIS_E_FORMAT (the
+ * daemon's side) or TETRIS_E_PROTOCOL (the agent's) error whose message
+ * names the offending field. */
+#ifndef TETRIS_PROTOCOL_INGEST_H
+#define TETRIS_PROTOCOL_INGEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "model/model.h"
+
+#define INGEST_SOCKET_NAME "ingest.sock"
+#define INGEST_HEADER_BYTES 4
+#define INGEST_MAX_MESSAGE_BYTES (64u << 20) /* requests and replies */
+#define INGEST_MAX_TENSORS 200000
+#define INGEST_MAX_SOURCES 64 /* descriptors per request */
+#define INGEST_MAX_LABEL 255
+#define INGEST_REASON_MAX 160 /* a rejection's reason, NUL included */
+
+/* ---- framing ---- */
+
+/* Writes a message's length prefix. */
+void ingest_frame_header(uint8_t header[INGEST_HEADER_BYTES], uint32_t len);
+
+/* Sends one message (length prefix + json) with fds attached (n_fds may
+ * be 0), retrying short writes, waiting at most until deadline_ms
+ * (clock_mono_ms(); 0: no deadline). TETRIS_E_UNAVAILABLE
+ * when the peer is gone. */
+int ingest_send_message(int sock, const char *json, size_t len, const int *fds, size_t n_fds,
+                        int64_t deadline_ms, tetris_error *err);
+/* Receives one message; the caller frees *json (NUL-terminated). Received
+ * descriptors go to fds (at most max_fds; extra ones are closed and make it
+ * fail with TETRIS_E_PROTOCOL). A message over max_len is
+ * TETRIS_E_PROTOCOL. An orderly close before the first byte is
+ * TETRIS_E_UNAVAILABLE, one within the message TETRIS_E_PROTOCOL. */
+int ingest_recv_message(int sock, size_t max_len, char **json, size_t *len, int *fds,
+                        size_t max_fds, size_t *n_fds, int64_t deadline_ms, tetris_error *err);
+/* Waits until sock is ready for events (poll(2)'s) or the deadline passes
+ * (TETRIS_E_TIMEOUT). */
+int ingest_wait_ready(int sock, short events, int64_t deadline_ms, tetris_error *err);
+
+/* ---- requests ---- */
+
+enum ingest_op { INGEST_OP_INGEST, INGEST_OP_REPORT_FALLBACK };
+
+typedef struct ingest_request_tensor {
+    /* name owned by the request; source is INGEST_SOURCE_DESCRIPTOR, for
+     * messages: the bytes come from the descriptor, whatever path the
+     * client named */
+    tensor_desc desc;
+    size_t source_index; /* < n_sources */
+} ingest_request_tensor;
+
+#define INGEST_SOURCE_DESCRIPTOR "client descriptor"
+
+typedef struct ingest_request {
+    enum ingest_op op;
+    char *label;  /* "" when absent */
+    char *reason; /* report_fallback's; "" when absent */
+    size_t n_sources;
+    char **sources; /* informational paths */
+    size_t n_tensors;
+    ingest_request_tensor *tensors;
+} ingest_request;
+
+/* The ingest request for every tensor of m (each with has_digest), sources
+ * numbered in order of first use (a tensor without a source is in
+ * m->path). *json is malloc'd; sources[0..*n_sources) point into m and say
+ * which descriptors to attach, in order (sources has INGEST_MAX_SOURCES
+ * slots; more sources are TETRIS_E_INVAL). */
+int ingest_request_encode(const char *label, const model *m, char **json,
+                          const char *sources[INGEST_MAX_SOURCES], size_t *n_sources,
+                          tetris_error *err);
+/* {"op":"report_fallback",...}; malloc'd, NULL when out of memory. */
+char *ingest_fallback_encode(const char *label, const char *reason);
+
+/* Decodes a request that arrived with n_fds descriptors: op, label and
+ * every tensor entry (model/manifest.h's entry decoder); sources must
+ * match the descriptors one for one. What needs the descriptors themselves
+ * (their type, their size) is the daemon's to check. */
+int ingest_request_decode(const char *json, size_t len, size_t n_fds, ingest_request **out,
+                          tetris_error *err);
+void ingest_request_free(ingest_request *rq);
+
+/* ---- replies ---- */
+
+enum ingest_status {
+    INGEST_RESIDENT = 0, /* already in the store; reference recorded */
+    INGEST_INGESTED,     /* published by this request; reference recorded */
+    INGEST_REJECTED,     /* not published: see reason (digest mismatch, full, ...) */
+};
+
+struct ingest_tensor_result {
+    enum ingest_status status;
+    int code;                       /* tetris_code of a rejection (FULL, CORRUPT, ...) */
+    char reason[INGEST_REASON_MAX]; /* human-readable rejection reason */
+};
+
+struct ingest_summary {
+    size_t resident;
+    size_t ingested;
+    size_t rejected;
+    size_t rejected_full; /* of the rejected: store capacity */
+    uint64_t ingested_bytes;
+};
+
+/* The daemon's answers; malloc'd, NULL when out of memory. */
+char *ingest_reply_encode(const char *holder, uint64_t ingested_bytes,
+                          const struct ingest_tensor_result *results, size_t n);
+char *ingest_ack_encode(void);
+char *ingest_error_encode(int code, const char *message);
+
+/* Decodes the reply to an ingest request of n tensors into results[0..n)
+ * and summary (may be NULL). An error reply returns its code (an unknown
+ * one: TETRIS_E_PROTOCOL) with "node daemon refused: MESSAGE"; a reply
+ * that is not one of the above is TETRIS_E_PROTOCOL. */
+int ingest_reply_decode(const char *json, size_t len, size_t n,
+                        struct ingest_tensor_result *results, struct ingest_summary *summary,
+                        tetris_error *err);
+/* Decodes the reply to report_fallback: 0 for {"ok":true}, else as above. */
+int ingest_ack_decode(const char *json, size_t len, tetris_error *err);
+
+#endif
