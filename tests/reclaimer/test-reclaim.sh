@@ -112,9 +112,11 @@ wait_until 30 'grep -q "event=reload-failed" "$DAEMON_LOG"' || fail "broken conf
 daemon_alive || fail "daemon died on a broken config"
 [ "$(metric tetris_store_capacity_bytes)" = 1048576 ] || fail "broken config changed settings"
 
-# The state file remembers last use across restarts.
-release "$A3"
+# The state file remembers last use across restarts. The daemon stops
+# before A3 lets go: a pass in between would evict A, cold then, down to
+# the 1 MiB capacity.
 stop_daemon
+release "$A3"
 grep -q . "$STORE/reclaimer.state" || fail "no last-use state persisted"
 "$RECLAIMER" --store "$STORE" --once --keep-alive 1h >>"$DAEMON_LOG" 2>&1 || fail "--once failed"
 [ "$(tensor_count)" = 8 ] || fail "--once with a long keep-alive freed tensors"

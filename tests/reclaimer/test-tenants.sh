@@ -105,11 +105,20 @@ note "reclaim: alpha's released tensors freed, beta's and the shared store's hel
 # ---- a tenant added while running ----
 mkdir "$STORE/tenants/gamma"
 wait_until 60 "[ -S '$STORE/tenants/gamma/ingest.sock' ]" || fail "new tenant not served"
-"$AGENT" load --store "$STORE" --tenant gamma "$WORK/m1.safetensors" >"$WORK/g1.json" 2>>"$WORK/probe.log" ||
-    fail "agent --tenant gamma failed"
+# The agent holds the model (until its stdin closes) while its tenant's
+# inventory is read: released, the tensors go after the 1 s keep-alive.
+mkfifo "$WORK/g1.in"
+"$AGENT" load --store "$STORE" --tenant gamma --hold "$WORK/m1.safetensors" <"$WORK/g1.in" \
+    >"$WORK/g1.json" 2>>"$WORK/probe.log" &
+G1=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $G1"
+exec 3>"$WORK/g1.in"
+wait_output $G1 "$WORK/g1.json" "agent --tenant gamma" "$WORK/probe.log"
 jq -e ".fell_back == false and .ingested_bytes == $M1_BYTES" "$WORK/g1.json" >/dev/null ||
     fail "agent --tenant gamma: $(cat "$WORK/g1.json")"
 [ "$(inventory_digests '?tenant=gamma')" = "$(digests "$B")" ] || fail "gamma's inventory"
+exec 3>&-
+wait $G1 || fail "agent --tenant gamma exited $?"
 note "a tenant directory made while running is served; tetris-agent --tenant loads through it"
 release "$B1"
 release "$S1"
