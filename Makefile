@@ -3,7 +3,8 @@
 # below; this file only knows how to build and run them.
 #
 #   make            build everything into bin/ (deps installed on demand)
-#   make test       all tests, then again under ASan/UBSan
+#   make check      lint, unit tests and the fast shell tests (minutes)
+#   make test       lint and every test, then every test again under ASan/UBSan
 #   make lint       layering and conventions (scripts/lint/lint.sh)
 #   make demo       the main job on a local store (no cluster needed)
 #   make bench      benchmarks (long; prints tables, see BENCHMARKS.md)
@@ -36,21 +37,32 @@ LDFLAGS := -pthread $(SANFLAGS) -L$(ORT_DIR)/lib -Wl,-rpath,'$$ORIGIN/../lib' \
            -Wl,-rpath,$(abspath $(ORT_DIR)/lib)
 LDLIBS := -lcrypto -lz -ljansson -lyaml -lm -ldl
 
-# Filled by module.mk files.
+# Filled by module.mk files. Shell tests come in three tiers:
+#   SHELL_TESTS  fast: one machine, no cluster, no long loops (make check)
+#   SLOW_TESTS   one machine but long: crash and stress loops, real cgroups
+#   E2E_TESTS    on the local Kubernetes cluster (scripts/cluster-up.sh)
+# make test runs all three. A test named in SLOW_TESTS or E2E_TESTS leaves
+# the fast tier even where a wildcard in SHELL_TESTS caught it. Unit tests
+# (UNIT_TESTS) are fast. tests/run-tests.sh says how a test passes, fails or
+# is skipped.
 LIB_SRCS :=
 PROGRAMS :=
 UNIT_TESTS :=
 SHELL_TESTS :=
+SLOW_TESTS :=
+E2E_TESTS :=
 TEST_PROGRAMS :=
 UNIT_LIBS :=
 
 # Every module's module.mk (fuzz/ only defines the fuzz target).
 include $(sort $(wildcard */module.mk */*/module.mk))
 
+FAST_TESTS := $(filter-out $(SLOW_TESTS) $(E2E_TESTS),$(SHELL_TESTS))
+
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIBTETRIS := $(BUILD)/libtetris.a
 
-.PHONY: all deps test test-release test-asan lint demo bench fuzz clean cluster-up cluster-down
+.PHONY: all deps lint check test test-one demo bench fuzz clean cluster-up cluster-down
 .DEFAULT_GOAL := all
 
 all: deps-stamp $(addprefix $(BIN)/,$(PROGRAMS)) $(addprefix $(BIN)/,$(TEST_PROGRAMS))
@@ -87,12 +99,20 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTETRIS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcheck -lsubunit -lrt $(UNIT_LIBS) $(LDLIBS)
 
-# Tests run against the binaries of the current build flavour (BIN).
-test-one: all $(UNIT_BINS)
-	@TETRIS_BIN=$(abspath $(BIN)) TETRIS_BUILD=$(abspath $(BUILD)) \
-	  tests/run-tests.sh $(UNIT_BINS) -- $(SHELL_TESTS)
+# run_tests(shell tests): the unit tests, then those shell tests, against
+# the binaries of the current build flavour (BIN).
+run_tests = TETRIS_BIN=$(abspath $(BIN)) TETRIS_BUILD=$(abspath $(BUILD)) \
+	    tests/run-tests.sh $(UNIT_BINS) -- $(1)
 
-test:
+# The fast tier, for the build flavour asked for (make check SAN=1).
+check: lint all $(UNIT_BINS)
+	@$(call run_tests,$(FAST_TESTS))
+
+# Every tier, for one build flavour.
+test-one: all $(UNIT_BINS)
+	@$(call run_tests,$(FAST_TESTS) $(SLOW_TESTS) $(E2E_TESTS))
+
+test: lint
 	$(MAKE) test-one SAN=0
 	$(MAKE) test-one SAN=1
 

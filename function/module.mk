@@ -5,3 +5,5 @@ tetris-function_SRCS := function/tetris-function.c function/batcher.c function/f
 tetris-function_LIBS := -lonnxruntime -lmicrohttpd
 
 SHELL_TESTS += $(sort $(wildcard tests/function/test-*.sh))
+# As a pod on the local cluster.
+E2E_TESTS += $(wildcard tests/function/test-k8s-*.sh)

@@ -7,3 +7,5 @@ tetris-profiler_SRCS := profiler/tetris-profiler.c profiler/profile_run.c profil
 tetris-profiler_LIBS := -lcurl
 
 SHELL_TESTS += $(sort $(wildcard tests/profiler/test-*.sh))
+# The profiling Job on the local cluster.
+E2E_TESTS += $(wildcard tests/profiler/test-k8s-*.sh)

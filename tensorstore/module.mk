@@ -4,7 +4,8 @@ LIB_SRCS += tensorstore/crc32.c tensorstore/digest.c tensorstore/layout.c tensor
 UNIT_TESTS += tests/unit/test_digest.c tests/unit/test_store.c
 
 # Multi-process and crash tests: a helper that drives the store from many
-# processes, and the shell tests that run it.
+# processes, and the shell tests that run it (stress runs of 32 processes,
+# 300 loaders killed mid-ingest: the slow tier).
 TEST_PROGRAMS += tetris-store-stress
 tetris-store-stress_SRCS := tests/tensorstore/store_stress.c
-SHELL_TESTS += tests/tensorstore/test-concurrent.sh tests/tensorstore/test-crash.sh
+SLOW_TESTS += tests/tensorstore/test-concurrent.sh tests/tensorstore/test-crash.sh

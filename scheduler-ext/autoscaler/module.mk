@@ -13,6 +13,8 @@ tetris-autoscaler_LIBS := -lglpk -lcurl
 UNIT_TESTS += tests/unit/test_dts.c tests/unit/test_ilp.c
 UNIT_LIBS += -lglpk
 SHELL_TESTS += $(sort $(wildcard tests/autoscaler/test-*.sh))
+# Deployments and pods on the local cluster.
+E2E_TESTS += $(sort $(wildcard tests/autoscaler/test-k8s-*.sh))
 
 # The gateway's invocation counter for the Prometheus test (no OpenFaaS here).
 TEST_PROGRAMS += autoscaler-gateway-counter

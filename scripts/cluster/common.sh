@@ -1,7 +1,7 @@
 # common.sh - settings and helpers shared by the local-cluster scripts.
 # shellcheck shell=sh disable=SC2034
 # Sourced (POSIX sh) by scripts/cluster-up.sh, scripts/cluster-down.sh, the
-# helpers in scripts/cluster/ and tests/k8s/lib.sh. Every setting can be
+# helpers in scripts/cluster/ and tests/lib/k8s.sh. Every setting can be
 # overridden from the environment.
 
 KUBE_VERSION=1.20.2

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Command-line contract: --help/--version exit 0; bad usage exits 2 with a
 # message; a malformed model exits 3; a missing store exits 4.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 expect() { # rc cmd...
     want=$1; shift
     rc=0

@@ -3,7 +3,9 @@
 # store (direct mode, random ingest order). All compute the same output as
 # a private run, the store ends up with exactly one file per distinct
 # tensor, and it verifies clean.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 store="$WORK/store"
 mkdir -p "$store"
 model="$MODELS/ch_PP-OCRv4_det_infer.onnx"
@@ -18,9 +20,8 @@ while [ $i -le $n ]; do
     pids="$pids $!"
     i=$((i + 1))
 done
-KILL_ON_EXIT=$pids
+KILL_ON_EXIT="$KILL_ON_EXIT $pids"
 for p in $pids; do wait "$p" || fail "an instance failed: $(cat "$WORK"/err.*)"; done
-KILL_ON_EXIT=
 ingested=0
 for i in $(seq 1 $n); do
     [ "$(jq -r .sha256 "$WORK/out.$i")" = "$want" ] || fail "instance $i: output differs"

@@ -3,19 +3,13 @@
 # read-only, the daemon ingests and holds its references; outputs equal a
 # private run's; `tetris-agent load --hold` prints its result while it still
 # holds the model, and the daemon keeps the reference until it lets go.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 [ -x "$BIN/tetris-reclaimer" ] || fail "tetris-reclaimer not built in $BIN"
 store="$WORK/store"
 mkdir -p "$store"
-"$BIN/tetris-reclaimer" --store "$store" --listen "" --interval 3600 2>"$WORK/daemon.log" &
-daemon=$!
-KILL_ON_EXIT=$daemon
-i=0
-while [ ! -S "$store/ingest.sock" ]; do
-    kill -0 $daemon 2>/dev/null || fail "daemon died: $(cat "$WORK/daemon.log")"
-    i=$((i + 1)); [ $i -lt 300 ] || fail "daemon socket did not appear"
-    sleep 0.1
-done
+reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600
 
 for m in silero_vad_v6.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx; do
     want=$("$BIN/tetris-onnx-run" "$MODELS/$m" --private 2>/dev/null | jq -r .sha256)
@@ -39,22 +33,14 @@ mkfifo "$WORK/stdin"
 "$BIN/tetris-agent" load --store "$store" --hold "$MODELS/silero_vad_v6.onnx" \
     <"$WORK/stdin" >"$WORK/out" 2>"$WORK/err" &
 agent=$!
-KILL_ON_EXIT="$agent $daemon"
+KILL_ON_EXIT="$KILL_ON_EXIT $agent"
 exec 3>"$WORK/stdin"
-i=0
-while [ ! -s "$WORK/out" ]; do
-    kill -0 $agent 2>/dev/null || fail "load --hold died: $(cat "$WORK/err")"
-    i=$((i + 1)); [ $i -lt 300 ] || fail "no result from load --hold"
-    sleep 0.1
-done
+wait_output $agent "$WORK/out" "load --hold" "$WORK/err"
 assert_shared "$(cat "$WORK/out")" "load --hold"
 kill -0 $agent 2>/dev/null || fail "load --hold exited before stdin closed"
 "$BIN/tetris-agent" inspect --store "$store" | grep -q " live " || fail "no live holder while held"
 exec 3>&-
 wait $agent || fail "load --hold exited non-zero"
-i=0
-while "$BIN/tetris-agent" inspect --store "$store" | grep -q " live "; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "daemon kept the reference after the agent let go"
-    sleep 0.1
-done
+wait_until 10 '! "$BIN/tetris-agent" inspect --store "$store" | grep -q " live "' ||
+    fail "daemon kept the reference after the agent let go"
 echo "ok load --hold through the daemon: result while held, reference released after"

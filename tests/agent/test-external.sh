@@ -3,7 +3,9 @@
 # from the store and ONNX Runtime computes on the mappings, with the same
 # output as a private run. When the store can serve only part of them (a
 # full store), the session falls back to reading the files, still correct.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 mkdir -p "$WORK/model" "$WORK/store" "$WORK/small"
 src="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
 model="$WORK/model/rec.onnx"
@@ -20,14 +22,7 @@ out=$("$BIN/tetris-onnx-run" "$model" --store "$WORK/store" --direct 2>"$WORK/er
 assert_shared "$out" "store"
 echo "ok external data mapped from the store: $(json_get "$out" shared_bytes) bytes shared"
 
-"$BIN/tetris-reclaimer" --store "$WORK/small" --listen "" --capacity 1048576 \
-    --interval 3600 2>"$WORK/daemon.log" &
-KILL_ON_EXIT=$!
-i=0
-while [ ! -S "$WORK/small/ingest.sock" ]; do
-    i=$((i + 1)); [ $i -lt 300 ] || fail "daemon did not start: $(cat "$WORK/daemon.log")"
-    sleep 0.1
-done
+reclaimer_start "$WORK/small" "$WORK/daemon.log" --listen "" --capacity 1048576 --interval 3600
 out=$("$BIN/tetris-onnx-run" "$model" --store "$WORK/small" 2>"$WORK/err") ||
     fail "full store: $(cat "$WORK/err")"
 [ "$(json_get "$out" fell_back)" = true ] || fail "full store: no fallback"

@@ -2,7 +2,9 @@
 # Degrade, don't fail: no store directory, a dead daemon and a stalled
 # daemon each give a private load with one fallback log line, and the
 # model's output is unchanged. (A full store is covered by test_agent.c.)
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 model="$MODELS/silero_vad_v5.onnx"
 want=$("$BIN/tetris-onnx-run" "$model" --private 2>/dev/null | jq -r .sha256)
 
@@ -32,9 +34,8 @@ check "dead daemon" daemon-unavailable "$out"
 
 rm -f "$store/ingest.sock"
 "$BIN/tetris-test-fake-daemon" stall "$store/ingest.sock" >"$WORK/ready" &
-KILL_ON_EXIT=$!
-i=0
-while [ ! -s "$WORK/ready" ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "fake daemon not ready"; sleep 0.1; done
+KILL_ON_EXIT="$KILL_ON_EXIT $!"
+wait_until 10 '[ -s "$WORK/ready" ]' || fail "fake daemon not ready"
 out=$("$BIN/tetris-agent" load --store "$store" --timeout-ms 300 "$model" 2>"$WORK/err") || fail "stalled daemon: exit $?"
 [ "$(json_get "$out" fallback_reason)" = daemon-timeout ] || fail "stalled daemon: reason $(json_get "$out" fallback_reason)"
 [ "$(json_get "$out" private_bytes)" = "$(json_get "$out" bytes)" ] || fail "stalled daemon: not all private"

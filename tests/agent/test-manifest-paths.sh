@@ -3,7 +3,9 @@
 # (external data files included) as an absolute path with symlinks
 # resolved; a manifest whose sources are relative resolves them against
 # its own directory, so it can move along with its model.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 A="$BIN/tetris-agent"
 mkdir -p "$WORK/models" "$WORK/elsewhere" "$WORK/moved" "$WORK/store"
 "$BIN/tetris-test-externalize" "$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx" \

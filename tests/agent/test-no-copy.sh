@@ -4,7 +4,9 @@
 # its shared weight pages through the r--s mappings, and its anonymous
 # memory is lower than a private instance's by at least the weight bytes
 # it shares. (Memory, not time: deterministic for one model and build.)
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 store="$WORK/store"
 mkdir -p "$store"
 model="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
@@ -17,19 +19,13 @@ hold() {
     mkfifo "$WORK/in"
     "$BIN/tetris-onnx-run" "$model" "$@" --hold <"$WORK/in" >"$WORK/out" 2>"$WORK/err" &
     pid=$!
-    KILL_ON_EXIT=$pid
+    KILL_ON_EXIT="$KILL_ON_EXIT $pid"
     exec 3>"$WORK/in"
-    i=0
-    while [ ! -s "$WORK/out" ]; do
-        kill -0 $pid 2>/dev/null || fail "tetris-onnx-run $*: $(cat "$WORK/err")"
-        i=$((i + 1)); [ $i -lt 600 ] || fail "no result from tetris-onnx-run $*"
-        sleep 0.1
-    done
+    wait_output $pid "$WORK/out" "tetris-onnx-run $*" "$WORK/err"
 }
 release() {
     exec 3>&-
     wait $pid || fail "instance exited non-zero"
-    KILL_ON_EXIT=
 }
 anon_kb() { awk '/^RssAnon:/ { print $2 }' /proc/$1/status; }
 

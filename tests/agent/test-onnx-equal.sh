@@ -2,7 +2,9 @@
 # Every real model gives the same output bytes with its weights mapped from
 # the store as with a private load, cold (ingesting) and warm (all mapped),
 # and the warm load maps everything (but tiny tensors) and ingests nothing.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 store="$WORK/store"
 mkdir -p "$store"
 n=0

@@ -3,7 +3,9 @@
 # graph optimisation (--save-optimized) computes what the original computes
 # with --graph-opt all, and in store mode its fused weights are mapped from
 # the store like any others, with identical outputs.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 store="$WORK/store"
 mkdir -p "$store"
 src="$MODELS/ch_PP-OCRv4_det_infer.onnx"

@@ -14,7 +14,9 @@
 # its tensors: the new daemon keeps the re-registered references through
 # reclaim passes with keep-alive 0. Their mappings stay as they were. Once
 # they let go, the same passes free the tensors (so the passes do run).
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 [ -x "$BIN/tetris-reclaimer" ] || fail "tetris-reclaimer not built in $BIN"
 store="$WORK/store"
 mkdir -p "$store"
@@ -23,12 +25,9 @@ agent_model="$MODELS/silero_vad_v6.onnx"
 run_model="$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 wait_socket() { # pid log
-    i=0
-    while [ ! -S "$store/ingest.sock" ]; do
-        kill -0 "$1" 2>/dev/null || fail "daemon died: $(cat "$2")"
-        i=$((i + 1)); [ $i -lt 300 ] || fail "daemon socket did not appear: $(cat "$2")"
-        sleep 0.1
-    done
+    wait_until 30 "[ -S '$store/ingest.sock' ] || ! kill -0 $1" ||
+        fail "daemon socket did not appear: $(cat "$2")"
+    [ -S "$store/ingest.sock" ] || fail "daemon died: $(cat "$2")"
 }
 live_holders() {
     "$BIN/tetris-agent" inspect --store "$store" 2>/dev/null | grep -c " live " || true
@@ -44,21 +43,14 @@ passes() { # [log]
     grep -c "event=reclaim-pass" "${1:-$WORK/daemon2.log}" || true
 }
 wait_passes() { # log n: waits for n more passes
-    start=$(passes "$1")
-    i=0
-    while [ $(($(passes "$1") - start)) -lt "$2" ]; do
-        i=$((i + 1)); [ $i -lt 300 ] || fail "the daemon runs no reclaim passes: $(tail "$1")"
-        sleep 0.1
-    done
+    want=$(($(passes "$1") + $2))
+    wait_until 30 "[ \$(passes '$1') -ge $want ]" || fail "the daemon runs no reclaim passes: $(tail "$1")"
 }
 wait_reregistered() { # times: each holder has re-registered that often
     for n in $names; do
-        i=0
-        until [ "$(grep -c "event=daemon-reregistered" "$WORK/$n.log")" -ge "$1" ]; do
-            kill -0 $(pid_of $n) 2>/dev/null || fail "$n died: $(cat "$WORK/$n.log")"
-            i=$((i + 1)); [ $i -lt 300 ] || fail "$n did not register with the new daemon: $(cat "$WORK/$n.log")"
-            sleep 0.1
-        done
+        wait_until 30 "[ \$(grep -c event=daemon-reregistered '$WORK/$n.log') -ge $1 ] || ! kill -0 $(pid_of $n)" ||
+            fail "$n did not register with the new daemon: $(cat "$WORK/$n.log")"
+        kill -0 $(pid_of $n) 2>/dev/null || fail "$n died: $(cat "$WORK/$n.log")"
         grep -q "event=daemon-connection-lost" "$WORK/$n.log" || fail "$n: no connection-lost log line"
     done
 }
@@ -73,10 +65,8 @@ for n in $names; do
     eval "model=\$${n}_model"
     "$BIN/tetris-agent" index "$model" -o "$WORK/$n.manifest" 2>/dev/null || fail "cannot index $model"
 done
-"$BIN/tetris-reclaimer" --store "$store" --listen "" --interval 3600 2>"$WORK/daemon1.log" &
-daemon=$!
-KILL_ON_EXIT=$daemon
-wait_socket $daemon "$WORK/daemon1.log"
+reclaimer_start "$store" "$WORK/daemon1.log" --listen "" --interval 3600
+daemon=$RECLAIMER_PID
 
 # Two holders, each held until its stdin (a fifo: fd 3, fd 4) closes.
 mkfifo "$WORK/agent.in" "$WORK/run.in"
@@ -88,14 +78,9 @@ exec 3>"$WORK/agent.in"
     <"$WORK/run.in" >"$WORK/run.out" 2>"$WORK/run.log" 3>&- &
 echo $! >"$WORK/run.pid"
 exec 4>"$WORK/run.in"
-KILL_ON_EXIT="$(pid_of agent) $(pid_of run) $daemon"
+KILL_ON_EXIT="$KILL_ON_EXIT $(pid_of agent) $(pid_of run)"
 for n in $names; do
-    i=0
-    while [ ! -s "$WORK/$n.out" ]; do
-        kill -0 $(pid_of $n) 2>/dev/null || fail "$n died: $(cat "$WORK/$n.log")"
-        i=$((i + 1)); [ $i -lt 600 ] || fail "no result from $n"
-        sleep 0.1
-    done
+    wait_output $(pid_of $n) "$WORK/$n.out" $n "$WORK/$n.log"
     assert_shared "$(cat "$WORK/$n.out")" "$n --hold"
     store_maps $n >"$WORK/$n.maps"
 done
@@ -111,27 +96,21 @@ printf 'interval: 3600s\nkeep_alive: 3600s\n' >"$WORK/reclaimer.yaml"
 TETRIS_LOG_LEVEL=debug "$BIN/tetris-reclaimer" --store "$store" --listen 127.0.0.1:0 \
     --config "$WORK/reclaimer.yaml" 2>"$WORK/adopting.log" 3>&- 4>&- &
 daemon=$!
-KILL_ON_EXIT="$(pid_of agent) $(pid_of run) $daemon"
+KILL_ON_EXIT="$KILL_ON_EXIT $daemon"
 wait_socket $daemon "$WORK/adopting.log"
 [ "$(grep -c "event=holder-adopted" "$WORK/adopting.log")" = 2 ] ||
     fail "the new daemon did not adopt both holders: $(cat "$WORK/adopting.log")"
-i=0
-until port=$(grep -o 'event=http-listening.*port=[0-9]*' "$WORK/adopting.log" | sed 's/.*port=//') &&
-    [ -n "$port" ]; do
-    i=$((i + 1)); [ $i -lt 300 ] || fail "no HTTP port: $(cat "$WORK/adopting.log")"
-    sleep 0.1
-done
+wait_until 30 "grep -q 'event=http-listening.*port=[0-9]' '$WORK/adopting.log'" ||
+    fail "no HTTP port: $(cat "$WORK/adopting.log")"
+port=$(grep -o 'event=http-listening.*port=[0-9]*' "$WORK/adopting.log" | sed 's/.*port=//')
 want_logical=$(store_metric tetris_store_logical_bytes $port)
 want_saved=$(store_metric tetris_store_saved_bytes $port)
 [ "$(store_metric tetris_store_holders $port)" = 2 ] ||
     fail "$(store_metric tetris_store_holders $port) holders after adoption, want 2"
 [ "${want_saved:-0}" -gt 0 ] || fail "no saved bytes after adoption: $want_saved"
 wait_reregistered 1
-i=0
-until [ "$(grep -c "event=adopted-holder-replaced" "$WORK/adopting.log")" = 2 ]; do
-    i=$((i + 1)); [ $i -lt 300 ] || fail "the adopted holders were not released: $(cat "$WORK/adopting.log")"
-    sleep 0.1
-done
+wait_until 30 "[ \$(grep -c event=adopted-holder-replaced '$WORK/adopting.log') = 2 ]" ||
+    fail "the adopted holders were not released: $(cat "$WORK/adopting.log")"
 [ "$(live_holders)" = 2 ] || fail "$(live_holders) live holders after adoption and re-registration, want 2"
 printf 'interval: 0.2s\nkeep_alive: 3600s\n' >"$WORK/reclaimer.yaml"
 kill -HUP $daemon
@@ -166,13 +145,13 @@ printf 'interval: 3600s\nkeep_alive: 3600s\n' >"$WORK/reclaimer.yaml"
 TETRIS_LOG_LEVEL=debug $ns "$BIN/tetris-reclaimer" --store "$store" --listen "" \
     --config "$WORK/reclaimer.yaml" 2>"$WORK/daemon2.log" 3>&- 4>&- &
 daemon=$!
-KILL_ON_EXIT="$(pid_of agent) $(pid_of run) $daemon"
+KILL_ON_EXIT="$KILL_ON_EXIT $daemon"
 wait_socket $daemon "$WORK/daemon2.log"
 # In a namespace $daemon is unshare, which ignores SIGTERM: signal the
 # daemon, the namespace's init, itself.
 daemon_pid=$daemon
 [ -n "$ns" ] && daemon_pid=$(cat /proc/$daemon/task/$daemon/children)
-KILL_ON_EXIT="$(pid_of agent) $(pid_of run) $daemon_pid"
+KILL_ON_EXIT="$KILL_ON_EXIT $daemon_pid"
 grep -q "event=holder-adopted" "$WORK/daemon2.log" &&
     fail "the new daemon adopted an old holder: this test needs one that cannot"
 
@@ -194,11 +173,7 @@ exec 3>&- 4>&-
 for n in $names; do
     wait $(pid_of $n) || fail "$n exited non-zero: $(cat "$WORK/$n.log")"
 done
-i=0
-while [ "$(missing_tensors)" = 0 ]; do
-    i=$((i + 1)); [ $i -lt 300 ] || fail "the tensors outlived their last holder"
-    sleep 0.1
-done
+wait_until 30 '[ "$(missing_tensors)" != 0 ]' || fail "the tensors outlived their last holder"
 echo "ok after the holders let go, the same passes freed their tensors"
 kill -TERM $daemon_pid
 wait $daemon || fail "the daemon did not stop cleanly: $(tail -3 "$WORK/daemon2.log")"

@@ -1,7 +1,9 @@
 #!/bin/sh
 # verify re-hashes every stored tensor: a clean store passes (exit 0); one
 # flipped byte in a tensor file is reported with exit 1.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 store="$WORK/store"
 mkdir -p "$store"
 "$BIN/tetris-agent" load --direct --store "$store" "$MODELS/hello_deepa.onnx" >/dev/null 2>&1 ||

@@ -7,11 +7,8 @@
 # store volume and tetris-scheduler; their pods are created and bound by
 # tetris-scheduler; a restarted autoscaler adopts the replicas it left; a
 # profile stored as a ConfigMap (as `tetris-profiler job` does) plans the same.
-lib="$(dirname "$0")/../k8s/lib.sh"
-[ -f "$lib" ] || { echo "SKIP: no tests/k8s/lib.sh (the cluster test helpers)" >&2; exit 0; }
-. "$lib"
-here="$K8S_ROOT/tests/autoscaler"
-bin="${TETRIS_BIN:-$K8S_ROOT/bin}"
+. "$(dirname "$0")/../lib/k8s.sh"
+here="$ROOT/tests/autoscaler"
 
 k8s_skip_unless_possible
 k8s_cluster_up
@@ -30,7 +27,7 @@ args="--slo-ms 50 --interval 1 --cooldown 2.5 --window 2.5 --namespace $ns
 
 # What DTS decides for this trace (simulated time).
 # shellcheck disable=SC2086
-"$bin/tetris-autoscaler" run --dry-run $args >"$tmp/dry" 2>"$tmp/dry.log" ||
+"$BIN/tetris-autoscaler" run --dry-run $args >"$tmp/dry" 2>"$tmp/dry.log" ||
     fail "dry run: $(cat "$tmp/dry.log")"
 want=$(jq -r '"\(.action) \(.deployment) \(.replicas.from) \(.replicas.to)"' "$tmp/dry")
 [ "$(echo "$want" | wc -l)" -ge 4 ] || fail "dry run decided too little: $want"
@@ -45,9 +42,10 @@ final=$(jq -s 'last | .replicas.to' "$tmp/dry")
     done
 ) >"$tmp/observed" &
 watcher=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $watcher"
 
 # shellcheck disable=SC2086
-"$bin/tetris-autoscaler" run --realtime --kubeconfig "$KUBECONFIG_FILE" $args \
+"$BIN/tetris-autoscaler" run --realtime --kubeconfig "$KUBECONFIG_FILE" $args \
     >"$tmp/out" 2>"$tmp/run.log" || { kill $watcher; fail "run: $(cat "$tmp/run.log")"; }
 sleep 1
 kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
@@ -91,7 +89,7 @@ done
 # A restarted autoscaler adopts the Deployment: a steady rate it already
 # covers leads to no action at all.
 printf '0 50\n3 50\n' >"$tmp/steady.trace"
-"$bin/tetris-autoscaler" run --realtime --kubeconfig "$KUBECONFIG_FILE" --slo-ms 50 \
+"$BIN/tetris-autoscaler" run --realtime --kubeconfig "$KUBECONFIG_FILE" --slo-ms 50 \
     --interval 1 --namespace "$ns" --function fn="$profile" --trace fn="$tmp/steady.trace" \
     >/dev/null 2>"$tmp/adopt.log" || fail "adopting run: $(cat "$tmp/adopt.log")"
 grep -q "event=adopt function=fn deployment=fn-c1000-m100-b1-p1 replicas=$final" "$tmp/adopt.log" ||
@@ -103,12 +101,12 @@ fi
 kc -n "$ns" create configmap tetris-profile-two-configs --from-file=profile.yaml="$profile" >/dev/null ||
     fail "cannot create the profile ConfigMap"
 # shellcheck disable=SC2086
-"$bin/tetris-autoscaler" run --dry-run --kubeconfig "$KUBECONFIG_FILE" \
+"$BIN/tetris-autoscaler" run --dry-run --kubeconfig "$KUBECONFIG_FILE" \
     $(echo $args | sed "s|fn=$profile|fn=configmap:$ns/tetris-profile-two-configs|") \
     >"$tmp/dry-cm" 2>"$tmp/dry-cm.log" || fail "dry run from ConfigMap: $(cat "$tmp/dry-cm.log")"
 cmp -s "$tmp/dry" "$tmp/dry-cm" || fail "ConfigMap profile decides differently: $(cat "$tmp/dry-cm")"
 rc=0
-"$bin/tetris-autoscaler" plan --kubeconfig "$KUBECONFIG_FILE" --rps 10 --slo-ms 50 \
+"$BIN/tetris-autoscaler" plan --kubeconfig "$KUBECONFIG_FILE" --rps 10 --slo-ms 50 \
     --profile "configmap:$ns/no-such-profile" >/dev/null 2>"$tmp/err" || rc=$?
 [ $rc -eq 1 ] || fail "missing ConfigMap: exit $rc, want 1"
 grep -q "configmap:$ns/no-such-profile" "$tmp/err" || fail "missing ConfigMap message: $(cat "$tmp/err")"

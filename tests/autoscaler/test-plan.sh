@@ -3,11 +3,9 @@
 # profiles, how sharing-aware DTS changes the choice, and clear errors with
 # the documented exit codes for an infeasible SLO and bad input.
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-bin=${TETRIS_BIN:?}/tetris-autoscaler
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/../lib/common.sh"
+here="$ROOT/tests/autoscaler"
+bin="$BIN/tetris-autoscaler"
 
 # plan ARGS... -> compact summary "b/p/count ..." plus total memory
 summary() {
@@ -31,9 +29,9 @@ echo "$out" | jq -e '.decision_time_ms >= 0' >/dev/null || fail "no decision tim
 got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 15)
 [ "$got" = "1/1/5 500" ] || fail "slo 15: $got"
 rc=0
-"$bin" plan --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 9 2>"$tmp/err" || rc=$?
+"$bin" plan --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 9 2>"$WORK/err" || rc=$?
 [ $rc -eq 3 ] || fail "infeasible SLO: exit $rc"
-grep -q "no config meets the SLO of 9 ms" "$tmp/err" || fail "infeasible message: $(cat "$tmp/err")"
+grep -q "no config meets the SLO of 9 ms" "$WORK/err" || fail "infeasible message: $(cat "$WORK/err")"
 
 # Sharing-aware DTS: 2 X (800 MiB) without sharing; with it, X pays the
 # tensors first and then Y is cheaper: 1 X + 2 Y = 100 + 40 + 300 = 440 MiB.
@@ -69,19 +67,19 @@ got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50 -
 expect_exit() {
     want=$1; shift
     rc=0
-    "$bin" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+    "$bin" "$@" >"$WORK/out" 2>"$WORK/err" || rc=$?
     [ $rc -eq "$want" ] || fail "$*: exit $rc, want $want"
-    [ -s "$tmp/err" ] || fail "$*: no message"
+    [ -s "$WORK/err" ] || fail "$*: no message"
 }
 expect_input() { expect_exit 1 "$@"; }
 expect_usage() { expect_exit 2 "$@"; }
-printf 'tetris_profile: 1\nmodel: x\nconfigs:\n  - {c: 1, m_mib: oops}\n' >"$tmp/bad.yaml"
-expect_input plan --profile "$tmp/bad.yaml" --rps 1 --slo-ms 10
-grep -q "bad.yaml:4: m_mib: 'oops' is not a number" "$tmp/err" || fail "bad yaml: $(cat "$tmp/err")"
-printf 'model: [\n' >"$tmp/broken.yaml"
-expect_input plan --profile "$tmp/broken.yaml" --rps 1 --slo-ms 10
-grep -q "YAML" "$tmp/err" || fail "broken yaml: $(cat "$tmp/err")"
-expect_input plan --profile "$tmp/missing.yaml" --rps 1 --slo-ms 10
+printf 'tetris_profile: 1\nmodel: x\nconfigs:\n  - {c: 1, m_mib: oops}\n' >"$WORK/bad.yaml"
+expect_input plan --profile "$WORK/bad.yaml" --rps 1 --slo-ms 10
+grep -q "bad.yaml:4: m_mib: 'oops' is not a number" "$WORK/err" || fail "bad yaml: $(cat "$WORK/err")"
+printf 'model: [\n' >"$WORK/broken.yaml"
+expect_input plan --profile "$WORK/broken.yaml" --rps 1 --slo-ms 10
+grep -q "YAML" "$WORK/err" || fail "broken yaml: $(cat "$WORK/err")"
+expect_input plan --profile "$WORK/missing.yaml" --rps 1 --slo-ms 10
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps -3 --slo-ms 10
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --latency p50

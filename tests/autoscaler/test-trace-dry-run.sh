@@ -5,18 +5,16 @@
 # against the window's peak), not oscillate on a swinging rate, and describe
 # Deployments the cluster can run (labels, env, resources, store volume).
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-bin=${TETRIS_BIN:?}/tetris-autoscaler
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/../lib/common.sh"
+here="$ROOT/tests/autoscaler"
+bin="$BIN/tetris-autoscaler"
 
 run() {
-    "$bin" run --slo-ms 50 --dry-run --interval 10 "$@" 2>"$tmp/log" >"$tmp/actions" ||
-        fail "run $*: exit $? $(cat "$tmp/log")"
+    "$bin" run --slo-ms 50 --dry-run --interval 10 "$@" 2>"$WORK/log" >"$WORK/actions" ||
+        fail "run $*: exit $? $(cat "$WORK/log")"
 }
 steps() {
-    jq -r '"\(.time_s) \(.action) \(.reason) \(.deployment) \(.replicas.from) \(.replicas.to)"' "$tmp/actions"
+    jq -r '"\(.time_s) \(.action) \(.reason) \(.deployment) \(.replicas.from) \(.replicas.to)"' "$WORK/actions"
 }
 
 # Profile A serves 100 rps per instance (DTS's pick at this SLO); headroom
@@ -38,11 +36,11 @@ want="0 create scale-out fn-c1000-m100-b1-p1 0 1
 $got
 want:
 $want"
-grep -q "event=state function=fn time_s=40.000 rate_rps=450.000 capacity_rps=500.000 instances=5 memory_mib=500.0" "$tmp/log" ||
-    fail "state log: $(cat "$tmp/log")"
+grep -q "event=state function=fn time_s=40.000 rate_rps=450.000 capacity_rps=500.000 instances=5 memory_mib=500.0" "$WORK/log" ||
+    fail "state log: $(cat "$WORK/log")"
 
 # The Deployment created at t=0.
-m=$(head -1 "$tmp/actions" | jq -c .manifest)
+m=$(head -1 "$WORK/actions" | jq -c .manifest)
 check() {
     v=$(echo "$m" | jq -r "$1")
     [ "$v" = "$2" ] || fail "manifest $1 = $v, want $2"
@@ -65,14 +63,14 @@ check '.spec.template.spec.volumes[0].hostPath.path' /dev/shm/tetris
 
 # With sharing the pod asks for its private memory only (40 MiB, not 100).
 run --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace" --sharing
-[ "$(head -1 "$tmp/actions" | jq -r '.manifest.spec.template.spec.containers[0].resources.requests.memory')" = 40Mi ] ||
-    fail "sharing memory request: $(head -1 "$tmp/actions")"
+[ "$(head -1 "$WORK/actions" | jq -r '.manifest.spec.template.spec.containers[0].resources.requests.memory')" = 40Mi ] ||
+    fail "sharing memory request: $(head -1 "$WORK/actions")"
 
 # Sharing-aware scale-out: the first instance pays the tensors and is X; once
 # they are resident the next ones are the small Y (see test-plan.sh).
-printf '0 150\n60 150\n' >"$tmp/steady.trace"
+printf '0 150\n60 150\n' >"$WORK/steady.trace"
 "$bin" run --slo-ms 100 --dry-run --interval 10 --headroom 0 --sharing \
-    --function sh="$here/sharing.profile.yaml" --trace sh="$tmp/steady.trace" 2>"$tmp/log" >"$tmp/actions"
+    --function sh="$here/sharing.profile.yaml" --trace sh="$WORK/steady.trace" 2>"$WORK/log" >"$WORK/actions"
 got=$(steps)
 want="0 create scale-out sh-c1000-m400-b1-p4 0 1
 0 create scale-out sh-c1000-m320-b1-p1 0 1"
@@ -87,32 +85,32 @@ run --function fn="$here/two-configs.profile.yaml" --trace fn="$here/oscillating
 # Without it (no cool-down, no window, equal headrooms) it flaps every tick.
 run --function fn="$here/two-configs.profile.yaml" --trace fn="$here/oscillating.trace" \
     --cooldown 0 --window 0 --scale-in-headroom 0.1
-n=$(wc -l <"$tmp/actions")
+n=$(wc -l <"$WORK/actions")
 [ "$n" -ge 20 ] || fail "without hysteresis expected flapping, got $n actions"
 
 # Bad input: clear errors, exit 1 (2 bad options, 3 an SLO no config meets).
 expect() {
     want_rc=$1; shift
     rc=0
-    "$bin" run --dry-run "$@" >/dev/null 2>"$tmp/err" || rc=$?
-    [ $rc -eq "$want_rc" ] || fail "$*: exit $rc, want $want_rc: $(cat "$tmp/err")"
-    [ -s "$tmp/err" ] || fail "$*: no message"
+    "$bin" run --dry-run "$@" >/dev/null 2>"$WORK/err" || rc=$?
+    [ $rc -eq "$want_rc" ] || fail "$*: exit $rc, want $want_rc: $(cat "$WORK/err")"
+    [ -s "$WORK/err" ] || fail "$*: no message"
 }
-printf '0 10\n5 x\n' >"$tmp/bad.trace"
-expect 1 --slo-ms 50 --function fn="$here/two-configs.profile.yaml" --trace fn="$tmp/bad.trace"
-grep -q "bad.trace:2: expected two numbers" "$tmp/err" || fail "bad trace: $(cat "$tmp/err")"
-printf '10 1\n5 1\n' >"$tmp/backwards.trace"
-expect 1 --slo-ms 50 --function fn="$here/two-configs.profile.yaml" --trace fn="$tmp/backwards.trace"
-grep -q "not after the previous" "$tmp/err" || fail "backwards trace: $(cat "$tmp/err")"
+printf '0 10\n5 x\n' >"$WORK/bad.trace"
+expect 1 --slo-ms 50 --function fn="$here/two-configs.profile.yaml" --trace fn="$WORK/bad.trace"
+grep -q "bad.trace:2: expected two numbers" "$WORK/err" || fail "bad trace: $(cat "$WORK/err")"
+printf '10 1\n5 1\n' >"$WORK/backwards.trace"
+expect 1 --slo-ms 50 --function fn="$here/two-configs.profile.yaml" --trace fn="$WORK/backwards.trace"
+grep -q "not after the previous" "$WORK/err" || fail "backwards trace: $(cat "$WORK/err")"
 expect 2 --slo-ms 50 --function fn="$here/two-configs.profile.yaml"
 expect 2 --slo-ms 50 --trace fn="$here/rise-and-fall.trace"
 expect 2 --slo-ms 50 --function Bad_Name="$here/two-configs.profile.yaml" --trace Bad_Name="$here/rise-and-fall.trace"
 expect 2 --slo-ms 50 --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace" --headroom 0.5
-sed -n '1,/^configs:/p' "$here/two-configs.profile.yaml" >"$tmp/dup.yaml"
-grep '^- ' "$here/two-configs.profile.yaml" | head -1 >>"$tmp/dup.yaml"
-grep '^- ' "$here/two-configs.profile.yaml" | head -1 >>"$tmp/dup.yaml"
-expect 1 --slo-ms 50 --function fn="$tmp/dup.yaml" --trace fn="$here/rise-and-fall.trace"
-grep -q "configs 0 and 1 are both c1000-m100-b1-p1" "$tmp/err" || fail "duplicate configs: $(cat "$tmp/err")"
+sed -n '1,/^configs:/p' "$here/two-configs.profile.yaml" >"$WORK/dup.yaml"
+grep '^- ' "$here/two-configs.profile.yaml" | head -1 >>"$WORK/dup.yaml"
+grep '^- ' "$here/two-configs.profile.yaml" | head -1 >>"$WORK/dup.yaml"
+expect 1 --slo-ms 50 --function fn="$WORK/dup.yaml" --trace fn="$here/rise-and-fall.trace"
+grep -q "configs 0 and 1 are both c1000-m100-b1-p1" "$WORK/err" || fail "duplicate configs: $(cat "$WORK/err")"
 expect 3 --slo-ms 5 --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace"
-grep -q "no config meets the SLO" "$tmp/err" || fail "infeasible: $(cat "$tmp/err")"
+grep -q "no config meets the SLO" "$WORK/err" || fail "infeasible: $(cat "$WORK/err")"
 echo "ok: trace dry-run"

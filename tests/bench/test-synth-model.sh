@@ -4,13 +4,8 @@
 # shares exactly its backbone with the base model; bad usage exits non-zero
 # and leaves no file behind. Uses the small bert-tiny shapes (~17 MB).
 set -eu
-
-BIN="${TETRIS_BIN:?TETRIS_BIN must name the directory of the programs under test}"
+. "$(dirname "$0")/../lib/common.sh"
 GEN="$BIN/tetris-synth-model"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # header_len FILE: the safetensors header length (first 8 bytes, little endian).
 header_len() { od -An -tu8 --endian=little -N8 "$1" | tr -d ' '; }
@@ -29,11 +24,11 @@ same_tensor() {
 }
 
 # --- well-formed safetensors -------------------------------------------------
-"$GEN" --seed 7 -o "$TMP/a.safetensors" bert-tiny >/dev/null 2>"$TMP/log"
-size=$(stat -c %s "$TMP/a.safetensors")
-hl=$(header_len "$TMP/a.safetensors")
+"$GEN" --seed 7 -o "$WORK/a.safetensors" bert-tiny >/dev/null 2>"$WORK/log"
+size=$(stat -c %s "$WORK/a.safetensors")
+hl=$(header_len "$WORK/a.safetensors")
 [ $((hl % 8)) -eq 0 ] || fail "header length $hl is not 8-aligned"
-header "$TMP/a.safetensors" | jq -e --argjson data $((size - 8 - hl)) '
+header "$WORK/a.safetensors" | jq -e --argjson data $((size - 8 - hl)) '
     .__metadata__.synthetic == "true" and .__metadata__.arch == "bert-tiny" and
     ([to_entries[] | select(.key != "__metadata__") | .value] | sort_by(.data_offsets[0]) as $t |
      length == 39 and
@@ -42,61 +37,61 @@ header "$TMP/a.safetensors" | jq -e --argjson data $((size - 8 - hl)) '
      $t[0].data_offsets[0] == 0 and $t[-1].data_offsets[1] == $data and
      ([range(1; length) | $t[. - 1].data_offsets[1] == $t[.].data_offsets[0]] | all))
 ' >/dev/null || fail "header is not a contiguous, consistent safetensors layout"
-header "$TMP/a.safetensors" | jq -e '.["embeddings.word_embeddings.weight"].shape == [30522,128] and
+header "$WORK/a.safetensors" | jq -e '.["embeddings.word_embeddings.weight"].shape == [30522,128] and
     .["encoder.layer.1.intermediate.dense.weight"].shape == [512,128] and
     .["pooler.dense.bias"].shape == [128]' >/dev/null || fail "BERT-tiny shapes are wrong"
 
 # --- deterministic per seed --------------------------------------------------
-"$GEN" --seed 7 -o "$TMP/b.safetensors" bert-tiny >/dev/null 2>>"$TMP/log"
-cmp -s "$TMP/a.safetensors" "$TMP/b.safetensors" || fail "same seed gave different bytes"
-"$GEN" --seed 8 -o "$TMP/c.safetensors" bert-tiny >/dev/null 2>>"$TMP/log"
-[ "$(stat -c %s "$TMP/c.safetensors")" -eq "$size" ] || fail "another seed changed the size"
-same_tensor "$TMP/a.safetensors" "$TMP/c.safetensors" encoder.layer.0.attention.self.query.weight &&
+"$GEN" --seed 7 -o "$WORK/b.safetensors" bert-tiny >/dev/null 2>>"$WORK/log"
+cmp -s "$WORK/a.safetensors" "$WORK/b.safetensors" || fail "same seed gave different bytes"
+"$GEN" --seed 8 -o "$WORK/c.safetensors" bert-tiny >/dev/null 2>>"$WORK/log"
+[ "$(stat -c %s "$WORK/c.safetensors")" -eq "$size" ] || fail "another seed changed the size"
+same_tensor "$WORK/a.safetensors" "$WORK/c.safetensors" encoder.layer.0.attention.self.query.weight &&
     fail "another seed gave the same weights"
 
 # --- variants share the backbone, and only it --------------------------------
-"$GEN" --seed 7 --variant 3 --shared-layers 1 -o "$TMP/v.safetensors" bert-tiny >/dev/null 2>>"$TMP/log"
+"$GEN" --seed 7 --variant 3 --shared-layers 1 -o "$WORK/v.safetensors" bert-tiny >/dev/null 2>>"$WORK/log"
 for t in embeddings.word_embeddings.weight embeddings.LayerNorm.weight \
          encoder.layer.0.attention.self.key.weight encoder.layer.0.output.LayerNorm.bias; do
-    same_tensor "$TMP/a.safetensors" "$TMP/v.safetensors" "$t" || fail "variant differs in shared $t"
+    same_tensor "$WORK/a.safetensors" "$WORK/v.safetensors" "$t" || fail "variant differs in shared $t"
 done
 for t in encoder.layer.1.attention.self.key.weight encoder.layer.1.output.LayerNorm.bias \
          pooler.dense.weight; do
-    same_tensor "$TMP/a.safetensors" "$TMP/v.safetensors" "$t" && fail "variant shares fine-tuned $t"
+    same_tensor "$WORK/a.safetensors" "$WORK/v.safetensors" "$t" && fail "variant shares fine-tuned $t"
 done
-"$GEN" --seed 7 --variant 4 --shared-layers 1 -o "$TMP/w.safetensors" bert-tiny >/dev/null 2>>"$TMP/log"
-same_tensor "$TMP/v.safetensors" "$TMP/w.safetensors" pooler.dense.weight &&
+"$GEN" --seed 7 --variant 4 --shared-layers 1 -o "$WORK/w.safetensors" bert-tiny >/dev/null 2>>"$WORK/log"
+same_tensor "$WORK/v.safetensors" "$WORK/w.safetensors" pooler.dense.weight &&
     fail "two variants have the same fine-tuned pooler"
 
 # --- the cache: named synthetic, written once, then reused ----------------------
-p1=$(TETRIS_CACHE="$TMP/cache" "$GEN" --seed 7 bert-tiny 2>>"$TMP/log")
-[ "$p1" = "$TMP/cache/synthetic/synthetic-bert-tiny-seed7.safetensors" ] || fail "cache path $p1"
-cmp -s "$p1" "$TMP/a.safetensors" || fail "cached file differs from -o output"
-TETRIS_CACHE="$TMP/cache" "$GEN" --seed 7 bert-tiny >/dev/null 2>"$TMP/log2"
-grep -q 'event=reuse' "$TMP/log2" || fail "cached file was not reused"
-[ -z "$(find "$TMP/cache" -name '*.tmp.*')" ] || fail "temp file left in the cache"
+p1=$(TETRIS_CACHE="$WORK/cache" "$GEN" --seed 7 bert-tiny 2>>"$WORK/log")
+[ "$p1" = "$WORK/cache/synthetic/synthetic-bert-tiny-seed7.safetensors" ] || fail "cache path $p1"
+cmp -s "$p1" "$WORK/a.safetensors" || fail "cached file differs from -o output"
+TETRIS_CACHE="$WORK/cache" "$GEN" --seed 7 bert-tiny >/dev/null 2>"$WORK/log2"
+grep -q 'event=reuse' "$WORK/log2" || fail "cached file was not reused"
+[ -z "$(find "$WORK/cache" -name '*.tmp.*')" ] || fail "temp file left in the cache"
 
 # --- the agent reads it (once tetris-agent exists) --------------------------------
 if [ -x "$BIN/tetris-agent" ]; then
-    "$BIN/tetris-agent" inspect "$TMP/a.safetensors" >"$TMP/inspect" 2>>"$TMP/log" ||
+    "$BIN/tetris-agent" inspect "$WORK/a.safetensors" >"$WORK/inspect" 2>>"$WORK/log" ||
         fail "tetris-agent inspect rejects the synthetic model"
-    "$BIN/tetris-agent" index "$TMP/v.safetensors" -o "$TMP/v.json" 2>>"$TMP/log" ||
+    "$BIN/tetris-agent" index "$WORK/v.safetensors" -o "$WORK/v.json" 2>>"$WORK/log" ||
         fail "tetris-agent index rejects the synthetic variant"
-    "$BIN/tetris-agent" index "$TMP/a.safetensors" -o "$TMP/a.json" 2>>"$TMP/log"
+    "$BIN/tetris-agent" index "$WORK/a.safetensors" -o "$WORK/a.json" 2>>"$WORK/log"
     digest() { jq -r --arg n "$2" '.tensors[] | select(.name == $n) | .digest' "$1"; }
-    [ "$(jq '.tensors | length' "$TMP/a.json")" -eq 39 ] || fail "agent sees a different tensor count"
-    [ "$(digest "$TMP/a.json" encoder.layer.0.output.dense.weight)" = \
-      "$(digest "$TMP/v.json" encoder.layer.0.output.dense.weight)" ] || fail "shared digest differs"
-    [ "$(digest "$TMP/a.json" pooler.dense.weight)" != \
-      "$(digest "$TMP/v.json" pooler.dense.weight)" ] || fail "fine-tuned digest is shared"
+    [ "$(jq '.tensors | length' "$WORK/a.json")" -eq 39 ] || fail "agent sees a different tensor count"
+    [ "$(digest "$WORK/a.json" encoder.layer.0.output.dense.weight)" = \
+      "$(digest "$WORK/v.json" encoder.layer.0.output.dense.weight)" ] || fail "shared digest differs"
+    [ "$(digest "$WORK/a.json" pooler.dense.weight)" != \
+      "$(digest "$WORK/v.json" pooler.dense.weight)" ] || fail "fine-tuned digest is shared"
 fi
 
 # --- bad usage: clear error, non-zero exit, nothing written ----------------------
 expect_exit() {
     want=$1; shift
-    set +e; "$GEN" "$@" >/dev/null 2>"$TMP/err"; got=$?; set -e
+    set +e; "$GEN" "$@" >/dev/null 2>"$WORK/err"; got=$?; set -e
     [ "$got" -eq "$want" ] || fail "'$*' exited $got, want $want"
-    grep -q 'level=error' "$TMP/err" || [ "$want" -eq 2 ] || fail "'$*' gave no error line"
+    grep -q 'level=error' "$WORK/err" || [ "$want" -eq 2 ] || fail "'$*' gave no error line"
 }
 expect_exit 2 bert-huge
 expect_exit 2 --variant 1 bert-tiny
@@ -105,8 +100,8 @@ expect_exit 2 --variant 1 --shared-layers 3 bert-tiny
 expect_exit 2 --seed -1 bert-tiny
 expect_exit 2 --variant 0 --shared-layers 1 bert-tiny
 expect_exit 2
-expect_exit 1 -o "$TMP/no/such/dir/m.safetensors" bert-tiny
-[ ! -e "$TMP/no" ] || fail "a failed write left something behind"
+expect_exit 1 -o "$WORK/no/such/dir/m.safetensors" bert-tiny
+[ ! -e "$WORK/no" ] || fail "a failed write left something behind"
 "$GEN" --help | grep -q SYNTHETIC || fail "--help does not say synthetic"
 "$GEN" --version | grep -q '^tetris-synth-model ' || fail "--version"
 echo "ok synthetic models"

@@ -4,10 +4,7 @@
 # a module without module.mk, a module.mk listing another module's source,
 # and is clean on a tree that keeps the rules. Runs on a scratch git tree.
 set -eu
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/../lib/common.sh"
 
 mkdir -p "$WORK/scripts/lint" "$WORK/common" "$WORK/tensorstore" "$WORK/agent"
 cp "$ROOT/scripts/lint/lint.sh" "$ROOT/scripts/lint/layers.txt" "$WORK/scripts/lint/"

@@ -7,17 +7,7 @@
 # and leaves an existing store exactly as it was. The valid synthetic files
 # index and load.
 set -eu
-BIN="${TETRIS_BIN:?TETRIS_BIN must name the directory of the programs under test}"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-# Under ASan: ONNX Runtime's own leaks are not ours.
-export LSAN_OPTIONS="suppressions=$ROOT/tests/agent/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/tetris-formats-test.XXXXXX")"
-trap 'chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT INT TERM
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+. "$(dirname "$0")/../lib/common.sh"
 
 # Every path, size, mode and content hash under the store.
 store_listing() {

@@ -2,7 +2,8 @@
 # Bad requests get a 4xx with a clear JSON error and the function keeps
 # serving; bad configuration exits with its documented status; SIGTERM
 # drains: a request waiting for its batch is still answered, then exit 0.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/function.sh"
 model="$MODELS/silero_vad_v5.onnx"
 fn_start bad --model "$model" --private
 url=$FN_URL_bad
@@ -26,7 +27,7 @@ expect 413 "{\"seed\":1}$big" 'large'
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/nope")" = 404 ] || fail "unknown path is not 404"
 got=$(fn_post "$url" '{"seed":2}')
 [ "${got%% *}" = 200 ] || fail "not serving after bad requests: $got"
-[ "$(curl -s "$url/metrics" | awk '$1 == "tetris_function_requests_total{code=\"400\"}" { print $2 }')" = 7 ] ||
+[ "$(metric_at "$url" 'tetris_function_requests_total{code="400"}')" = 7 ] ||
     fail "400s not counted"
 echo "ok bad requests: 400/405/404/413 with clear errors, still serving"
 
@@ -36,11 +37,7 @@ fn_start drain --model "$model" --private --batch 8 --max-wait-ms 60000
 curl -s -o "$WORK/drain.body" -w '%{http_code}' --data-binary '{"seed":5}' "$FN_URL_drain/" \
     >"$WORK/drain.status" &
 client=$!
-i=0
-until curl -s "$FN_URL_drain/metrics" | grep -q '^tetris_function_queue_depth 1$'; do
-    i=$((i + 1)); [ $i -lt 300 ] || fail "request never queued"
-    sleep 0.1
-done
+wait_until 30 '[ "$(metric_at "$FN_URL_drain" tetris_function_queue_depth)" = 1 ]' || fail "request never queued"
 kill -TERM "$FN_PID_drain"
 wait "$FN_PID_drain" || fail "drain: exit status $?"
 wait $client || fail "drain: client failed"
@@ -49,13 +46,12 @@ wait $client || fail "drain: client failed"
 echo "ok SIGTERM drains a queued request and exits 0"
 
 # Configuration errors.
-status() { set +e; "$@" >/dev/null 2>"$WORK/cfg.log"; echo $?; set -e; }
 [ "$(status "$BIN/tetris-function" --help)" = 0 ] || fail "--help"
 "$BIN/tetris-function" --version | grep -q '^tetris-function ' || fail "--version"
 [ "$(status "$BIN/tetris-function")" = 2 ] || fail "no model is not usage error"
-grep -q TETRIS_MODEL "$WORK/cfg.log" || fail "no model: message does not name TETRIS_MODEL"
+grep -q TETRIS_MODEL "$WORK/status.err" || fail "no model: message does not name TETRIS_MODEL"
 [ "$(status env TETRIS_BATCH=0 "$BIN/tetris-function" --model "$model")" = 2 ] || fail "TETRIS_BATCH=0"
-grep -q TETRIS_BATCH "$WORK/cfg.log" || fail "TETRIS_BATCH=0: message does not name it"
+grep -q TETRIS_BATCH "$WORK/status.err" || fail "TETRIS_BATCH=0: message does not name it"
 [ "$(status env TETRIS_CONCURRENCY=x "$BIN/tetris-function" --model "$model")" = 2 ] || fail "bad concurrency"
 [ "$(status "$BIN/tetris-function" --model "$model" --max-wait-ms -1)" = 2 ] || fail "bad max wait"
 [ "$(status "$BIN/tetris-function" --model "$WORK/missing.onnx" --private)" = 3 ] || fail "missing model not 3"

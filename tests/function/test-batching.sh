@@ -4,7 +4,8 @@
 # answers say so), each request still gets exactly the output it gets
 # alone (one ONNX Runtime run over concatenated inputs), and a model that
 # cannot be concatenated batches sequentially. /metrics passes promtool.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/function.sh"
 
 burst() { # URL FIRST_SEED COUNT: COUNT concurrent requests, answers in $WORK/r.SEED
     s=$2
@@ -16,10 +17,6 @@ burst() { # URL FIRST_SEED COUNT: COUNT concurrent requests, answers in $WORK/r.
         s=$((s + 1))
     done
     for p in $pids; do wait "$p" || fail "curl failed"; done
-}
-
-metric() { # URL NAME: the value of one sample line
-    curl -s "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'
 }
 
 for m in ch_PP-OCRv4_det_infer.onnx:concat silero_vad_v5.onnx:sequential; do
@@ -38,14 +35,14 @@ for m in ch_PP-OCRv4_det_infer.onnx:concat silero_vad_v5.onnx:sequential; do
         [ "$(jq -r .batch_size "$WORK/r.$s")" -gt 1 ] && multi=$((multi + 1))
     done
     [ $multi -gt 0 ] || fail "$m: no request ran in a batch of more than one"
-    count=$(metric "$url" tetris_function_batch_size_count)
-    singles=$(metric "$url" 'tetris_function_batch_size_bucket{le="1"}')
-    sum=$(metric "$url" tetris_function_batch_size_sum)
+    count=$(metric_at "$url" tetris_function_batch_size_count)
+    singles=$(metric_at "$url" 'tetris_function_batch_size_bucket{le="1"}')
+    sum=$(metric_at "$url" tetris_function_batch_size_sum)
     [ "$sum" = 8 ] || fail "$m: batch size sum $sum, want 8 requests"
     [ "$singles" -lt "$count" ] || fail "$m: histogram shows only single-request batches"
-    [ "$(metric "$url" 'tetris_function_requests_total{code="200"}')" = 8 ] || fail "$m: requests_total"
-    [ "$(metric "$url" tetris_function_inflight_requests)" = 0 ] || fail "$m: inflight not 0"
-    [ "$(metric "$url" tetris_function_queue_depth)" = 0 ] || fail "$m: queue not empty"
+    [ "$(metric_at "$url" 'tetris_function_requests_total{code="200"}')" = 8 ] || fail "$m: requests_total"
+    [ "$(metric_at "$url" tetris_function_inflight_requests)" = 0 ] || fail "$m: inflight not 0"
+    [ "$(metric_at "$url" tetris_function_queue_depth)" = 0 ] || fail "$m: queue not empty"
     curl -s "$url/metrics" >"$WORK/metrics.txt"
     promtool check metrics <"$WORK/metrics.txt" >"$WORK/promtool.log" 2>&1 ||
         fail "promtool: $(cat "$WORK/promtool.log")"

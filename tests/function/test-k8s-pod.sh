@@ -4,17 +4,10 @@
 # mounted read-only, readiness on /_/health): it becomes Ready, maps the
 # weights through the node daemon, and answers POST / with the outputs
 # tetris-onnx-run computes for the same seed.
-. "$(dirname "$0")/../k8s/lib.sh"
-BIN="${TETRIS_BIN:-$K8S_ROOT/bin}"
-MODELS="${TETRIS_MODELS:-$K8S_ROOT/.deps/models}"
+. "$(dirname "$0")/../lib/k8s.sh"
 
 k8s_skip_unless_possible
-# Sanitizer builds report ONNX Runtime's own leaks at exit; the suppressions
-# the other tests use are not inside the image. The release pass runs this.
-if ldd "$BIN/tetris-function" 2>/dev/null | grep -q libasan; then
-    echo "SKIP: $PROG runs with release binaries only" >&2
-    exit 0
-fi
+k8s_release_only tetris-function
 k8s_cluster_up
 k8s_image
 k8s_namespace fnpod
@@ -27,15 +20,7 @@ model=ch_PP-OCRv4_det_infer.onnx
 cp "$MODELS/$model" "$models/"
 chmod 755 "$models" "$store"
 
-"$BIN/tetris-reclaimer" --store "$store" --listen "" --interval 3600 2>"$work/daemon.log" &
-daemon=$!
-trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; k8s_cleanup' EXIT
-i=0
-while [ ! -S "$store/ingest.sock" ]; do
-    kill -0 $daemon 2>/dev/null || fail "daemon died: $(cat "$work/daemon.log")"
-    i=$((i + 1)); [ $i -lt 300 ] || fail "daemon socket did not appear"
-    sleep 0.1
-done
+reclaimer_start "$store" "$work/daemon.log" --listen "" --interval 3600
 
 # Host network, loopback only: the test talks to it at 127.0.0.1.
 port=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))

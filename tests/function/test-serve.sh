@@ -3,18 +3,11 @@
 # model and seed, with its weights private and mapped from the store through
 # the real node daemon (cold: ingested, then warm: mapped), for a model that
 # batches by concatenation and one that cannot; health endpoints answer.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/function.sh"
 store="$WORK/store"
 mkdir -p "$store"
-"$BIN/tetris-reclaimer" --store "$store" --listen "" --interval 3600 2>"$WORK/daemon.log" &
-daemon=$!
-KILL_ON_EXIT="$KILL_ON_EXIT $daemon"
-i=0
-while [ ! -S "$store/ingest.sock" ]; do
-    kill -0 $daemon 2>/dev/null || fail "daemon died"
-    i=$((i + 1)); [ $i -lt 300 ] || fail "daemon socket did not appear"
-    sleep 0.1
-done
+reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600
 
 check() { # NAME MODEL BATCHING
     url=$(eval echo "\$FN_URL_$1")

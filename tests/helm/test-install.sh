@@ -23,18 +23,18 @@
 # and scheduler name, so it never meets the cluster's own tetris-scheduler
 # or another test's daemon. The cluster issues no service-account tokens:
 # the release gets each service account's token through apiAccess.
-. "$(dirname "$0")/../k8s/lib.sh"
-CHART="$K8S_ROOT/charts/tetris"
+. "$(dirname "$0")/../lib/k8s.sh"
+CHART="$ROOT/charts/tetris"
 
 k8s_skip_unless_possible
-HELM="$("$K8S_ROOT/scripts/helm.sh")" || fail "cannot install helm (scripts/helm.sh)"
+HELM="$("$ROOT/scripts/helm.sh")" || fail "cannot install helm (scripts/helm.sh)"
 k8s_cluster_up
 k8s_image
 k8s_tools_image
 # kube-scheduler of the cluster's own build, as an image (packed once).
 ctr --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io images ls -q |
     grep -q "/tetris-kube-scheduler:v$KUBE_VERSION\$" ||
-    "$K8S_ROOT/scripts/cluster/pack-image.sh" -n "tetris-kube-scheduler:v$KUBE_VERSION" -i \
+    "$ROOT/scripts/cluster/pack-image.sh" -n "tetris-kube-scheduler:v$KUBE_VERSION" -i \
         -x "$KUBE_BIN/kube-scheduler" >/dev/null 2>&1 || fail "cannot pack kube-scheduler as an image"
 k8s_namespace helm
 ns="$K8S_NS"
@@ -42,16 +42,10 @@ release=tetris
 work="$(mktemp -d /tmp/tetris-helm-install.XXXXXX)"
 store="$(mktemp -d /dev/shm/tetris-helm-store.XXXXXX)"
 K8S_CLEANUP_PATHS="$work $store"
-# An interrupted run must not leave cluster-scoped objects behind.
-trap '"$HELM" uninstall "$release" -n "$ns" >/dev/null 2>&1; k8s_cleanup' EXIT
+# An interrupted run must not leave cluster-scoped objects behind (this
+# runs before the namespace goes, while helm still finds the release).
+at_exit '"$HELM" uninstall "$release" -n "$ns" >/dev/null 2>&1'
 
-# free_port: a loopback TCP port nothing listens on.
-free_port() {
-    while :; do
-        _p=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
-        ss -Hltn "sport = :$_p" | grep -q . || { echo "$_p"; return; }
-    done
-}
 # jq_true ARGS...: stdin is JSON for which jq ARGS prints true (jq 1.6's -e
 # succeeds on empty input, so a failed request would pass).
 jq_true() {
@@ -79,12 +73,10 @@ api_host="${api_host%:*}"
 command -v prometheus >/dev/null || fail "prometheus not installed (scripts/deps.sh installs it)"
 prom_port="$(free_port)"
 prom="http://127.0.0.1:$prom_port"
-prom_pid=""
-trap '[ -n "$prom_pid" ] && kill $prom_pid 2>/dev/null; "$HELM" uninstall "$release" -n "$ns" >/dev/null 2>&1; k8s_cleanup' EXIT
 
 # The autoscaler's function and its profile, as `tetris-profiler job` stores it.
 kc -n "$ns" create configmap tetris-profile-silero-vad \
-    --from-file=profile.yaml="$K8S_ROOT/deploy/profiles/silero-vad.profile.yaml" >/dev/null ||
+    --from-file=profile.yaml="$ROOT/deploy/profiles/silero-vad.profile.yaml" >/dev/null ||
     fail "cannot create the profile ConfigMap"
 
 cat >"$work/values.yaml" <<YAML
@@ -235,7 +227,7 @@ scrape_configs:
 YAML
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/prom" \
     --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
-prom_pid=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $!"
 i=0
 until curl -fsS --max-time 5 "$prom/api/v1/query" \
     --data-urlencode "query=tetris_store_capacity_bytes{node=\"$NODE_NAME\"}" 2>/dev/null |

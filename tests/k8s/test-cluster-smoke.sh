@@ -8,7 +8,7 @@
 #  4. a pod that tetris-scheduler places on the real node reads a /dev/shm
 #     directory mounted read-only (writes fail) and hands its findings back
 #     through a hostPath file.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/k8s.sh"
 
 k8s_skip_unless_possible
 k8s_cluster_up

@@ -5,7 +5,7 @@
 # certificate, and in-cluster service-account files (token + CA) with the
 # server given explicitly. Each run creates, lists (paged), watches,
 # patches (3 content types), deletes, binds a pod and scales a deployment.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/k8s.sh"
 
 k8s_skip_unless_possible
 k8s_cluster_up
@@ -13,7 +13,7 @@ k8s_api_nodes 1
 
 run() {
     k8s_namespace kubeclient
-    "$TETRIS_BIN/kube-e2e" "$K8S_NS" tetris-api-node-1 "$@" || fail "kube-e2e $*"
+    "$BIN/kube-e2e" "$K8S_NS" tetris-api-node-1 "$@" || fail "kube-e2e $*"
 }
 
 run --kubeconfig "$KUBECONFIG_FILE"

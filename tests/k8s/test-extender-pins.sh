@@ -4,7 +4,7 @@
 # manifest ConfigMaps and writes the pin file tetris-reclaimer --pin-file
 # reads: exactly the distinct digests of the models in use there (finished
 # pods and other nodes' pods do not count); when the pods go, so do the pins.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/k8s.sh"
 
 k8s_skip_unless_possible
 k8s_cluster_up
@@ -13,11 +13,11 @@ k8s_namespace pins
 ns="$K8S_NS"
 work="$(mktemp -d /tmp/tetris-pins.XXXXXX)"
 K8S_CLEANUP_PATHS="$work"
-MODELS="$K8S_ROOT/.deps/models"
+MODELS="$ROOT/.deps/models"
 
 for m in vad:silero_vad_v5 ocr-cls:ch_ppocr_mobile_v2.0_cls_infer; do
     name="${m%%:*}"
-    "$TETRIS_BIN/tetris-agent" index "$MODELS/${m#*:}.onnx" -o "$work/$name.json" 2>/dev/null ||
+    "$BIN/tetris-agent" index "$MODELS/${m#*:}.onnx" -o "$work/$name.json" 2>/dev/null ||
         fail "cannot index $name"
     kc -n "$ns" create configmap "tetris-manifest-$name" --from-file=manifest.json="$work/$name.json" >/dev/null &&
         kc -n "$ns" label configmap "tetris-manifest-$name" tetris.io/model="$name" >/dev/null ||
@@ -41,7 +41,7 @@ pod ocr-elsewhere ocr-cls tetris-api-node-2
 pod unknown-model no-manifest tetris-api-node-1
 
 pins() {
-    "$TETRIS_BIN/tetris-node-pins" --kubeconfig "$KUBECONFIG_FILE" --namespace "$ns" \
+    "$BIN/tetris-node-pins" --kubeconfig "$KUBECONFIG_FILE" --namespace "$ns" \
         --node tetris-api-node-1 --pin-file "$work/pins" --once 2>>"$work/pins.log" ||
         fail "tetris-node-pins failed: $(tail -3 "$work/pins.log")"
 }

@@ -11,39 +11,26 @@
 #  - a pod that can only go to node 3 stays Pending and its events carry the
 #    extender's reason;
 #  - with the extender down (ignorable: true) pods still schedule.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/k8s.sh"
 
 k8s_skip_unless_possible
-[ -x "$TETRIS_BIN/tetris-reclaimer" ] || { echo "SKIP: $PROG needs tetris-reclaimer" >&2; exit 0; }
+[ -x "$BIN/tetris-reclaimer" ] || skip "needs tetris-reclaimer"
 k8s_cluster_up
 k8s_api_nodes 3
 
-MODELS="$K8S_ROOT/.deps/models"
+MODELS="$ROOT/.deps/models"
 work="$(mktemp -d /tmp/tetris-ext-e2e.XXXXXX)"
 stores="$(mktemp -d /dev/shm/tetris-ext-e2e.XXXXXX)"
-PIDS=""
-cleanup() {
-    for p in $PIDS; do kill "$p" 2>/dev/null; done
-    for p in $PIDS; do wait "$p" 2>/dev/null; done
-    k8s_cleanup
-    rm -rf "$work" "$stores"
-}
 k8s_namespace placement
 ns="$K8S_NS"
-trap cleanup EXIT
-
-# A free loopback port (the kernel's pick, released right away).
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-        echo $((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
-}
+K8S_CLEANUP_PATHS="$work $stores"
 
 # 1. Stores, filled directly by the agent, each served by a reclaimer on the
 # port its Node's tetris.io/inventory-url annotation names.
 for i in 1 2 3; do mkdir "$stores/s$i"; done
-"$TETRIS_BIN/tetris-agent" load --direct --store "$stores/s1" "$MODELS/silero_vad_v5.onnx" >/dev/null 2>>"$work/agent.log" ||
+"$BIN/tetris-agent" load --direct --store "$stores/s1" "$MODELS/silero_vad_v5.onnx" >/dev/null 2>>"$work/agent.log" ||
     fail "cannot fill store 1"
-"$TETRIS_BIN/tetris-agent" load --direct --store "$stores/s2" "$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx" >/dev/null 2>>"$work/agent.log" ||
+"$BIN/tetris-agent" load --direct --store "$stores/s2" "$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx" >/dev/null 2>>"$work/agent.log" ||
     fail "cannot fill store 2"
 for i in 1 2 3; do
     url="$(kc get node "tetris-api-node-$i" -o jsonpath='{.metadata.annotations.tetris\.io/inventory-url}')"
@@ -51,17 +38,17 @@ for i in 1 2 3; do
     addr="${addr%%/*}"
     cap=0
     [ "$i" = 3 ] && cap=1
-    "$TETRIS_BIN/tetris-reclaimer" --store "$stores/s$i" --listen "$addr" --capacity "$cap" \
+    "$BIN/tetris-reclaimer" --store "$stores/s$i" --listen "$addr" --capacity "$cap" \
         --interval 3600 --keep-alive 86400 --node-name "tetris-api-node-$i" \
         2>"$work/reclaimer-$i.log" &
-    PIDS="$PIDS $!"
+    KILL_ON_EXIT="$KILL_ON_EXIT $!"
     wait_for 30 "reclaimer-$i" curl -fsS --max-time 2 "$url" || fail "reclaimer $i not serving $url"
 done
 
 # 2. Manifests as ConfigMaps.
 for m in vad:silero_vad_v5 ocr-cls:ch_ppocr_mobile_v2.0_cls_infer; do
     name="${m%%:*}"
-    "$TETRIS_BIN/tetris-agent" index "$MODELS/${m#*:}.onnx" -o "$work/$name.json" 2>/dev/null ||
+    "$BIN/tetris-agent" index "$MODELS/${m#*:}.onnx" -o "$work/$name.json" 2>/dev/null ||
         fail "cannot index $name"
     kc -n "$ns" create configmap "tetris-manifest-$name" --from-file=manifest.json="$work/$name.json" >/dev/null ||
         fail "cannot create manifest ConfigMap for $name"
@@ -72,10 +59,10 @@ done
 # 3. The extender.
 ext_port="$(free_port)"
 start_extender() {
-    "$TETRIS_BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$ns" \
+    "$BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$ns" \
         --listen "127.0.0.1:$ext_port" 2>>"$work/extender.log" &
     EXT_PID=$!
-    PIDS="$PIDS $EXT_PID"
+    KILL_ON_EXIT="$KILL_ON_EXIT $EXT_PID"
     wait_for 30 extender sh -c "curl -fsS --max-time 2 http://127.0.0.1:$ext_port/metrics | grep '^tetris_extender_models 2$' >/dev/null" ||
         fail "extender did not load both manifests; log: $(tail -5 "$work/extender.log")"
 }
@@ -89,7 +76,7 @@ start_scheduler() { # NAME NODE_CACHE_CAPABLE
     sed -e "s|schedulerName: tetris-scheduler|schedulerName: $1|" \
         -e "s|http://127.0.0.1:8888|http://127.0.0.1:$ext_port|" \
         -e "s|nodeCacheCapable: true|nodeCacheCapable: $2|" \
-        "$K8S_ROOT/deploy/scheduler/kube-scheduler-v1beta1.yaml" >"$work/$1.yaml"
+        "$ROOT/deploy/scheduler/kube-scheduler-v1beta1.yaml" >"$work/$1.yaml"
     cat >>"$work/$1.yaml" <<YAML
 clientConnection:
   kubeconfig: $KUBECONFIG_FILE
@@ -99,7 +86,7 @@ YAML
     grep -q "nodeCacheCapable: $2" "$work/$1.yaml" || fail "config rewrite failed"
     "$KUBE_BIN/kube-scheduler" --config "$work/$1.yaml" --secure-port 0 2>"$work/$1.log" &
     SCHED_PID=$!
-    PIDS="$PIDS $SCHED_PID"
+    KILL_ON_EXIT="$KILL_ON_EXIT $SCHED_PID"
     wait_for 60 "$1" curl -fsS --max-time 2 "http://127.0.0.1:$hp/healthz" ||
         fail "scheduler $1 not healthy: $(tail -5 "$work/$1.log")"
 }

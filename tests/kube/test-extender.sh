@@ -1,4 +1,5 @@
 #!/bin/sh
 # test-extender.sh - runs the C-driven scheduler extender tests (no cluster).
 set -eu
-exec "$TETRIS_BIN/extender-test"
+. "$(dirname "$0")/../lib/common.sh"
+"$BIN/extender-test"

@@ -1,4 +1,5 @@
 #!/bin/sh
 # test-kube-client.sh - runs the C-driven Kubernetes client fault tests.
 set -eu
-exec "$TETRIS_BIN/kube-client-test"
+. "$(dirname "$0")/../lib/common.sh"
+"$BIN/kube-client-test"

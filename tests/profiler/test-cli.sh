@@ -4,7 +4,9 @@
 # ConfigMaps the scheduler extender reads (validated by the apiserver when
 # the local cluster runs, else parsed); bad usage exits 2, a missing or bad
 # model 3, a missing function 1, each with a message.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 model="$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 "$BIN/tetris-profiler" index "$model" -o "$WORK/p.json" 2>"$WORK/index.log" || fail "index failed"

@@ -10,17 +10,10 @@
 # The local cluster issues no service-account tokens (no token controller),
 # so the pod gets the API's address and a token through --api-server and
 # --sa-secret; in a cluster with tokens neither is needed.
-. "$(dirname "$0")/../k8s/lib.sh"
-BIN="${TETRIS_BIN:-$K8S_ROOT/bin}"
-MODELS="${TETRIS_MODELS:-$K8S_ROOT/.deps/models}"
+. "$(dirname "$0")/../lib/k8s.sh"
 
 k8s_skip_unless_possible
-# Sanitizer builds report ONNX Runtime's own leaks at exit; the suppressions
-# the other tests use are not inside the image. The release pass runs this.
-if ldd "$BIN/tetris-profiler" 2>/dev/null | grep -q libasan; then
-    echo "SKIP: $PROG runs with release binaries only" >&2
-    exit 0
-fi
+k8s_release_only tetris-profiler
 k8s_cluster_up
 k8s_image
 k8s_namespace profjob
@@ -33,15 +26,7 @@ cp "$MODELS/silero_vad_v5.onnx" "$models/"
 chmod 755 "$models" "$store"
 
 # The node daemon of this store (as its DaemonSet would run it).
-"$BIN/tetris-reclaimer" --store "$store" --listen "" --interval 3600 2>"$work/daemon.log" &
-daemon=$!
-trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; k8s_cleanup' EXIT
-i=0
-while [ ! -S "$store/ingest.sock" ]; do
-    kill -0 $daemon 2>/dev/null || fail "daemon died: $(cat "$work/daemon.log")"
-    i=$((i + 1)); [ $i -lt 300 ] || fail "daemon socket did not appear"
-    sleep 0.1
-done
+reclaimer_start "$store" "$work/daemon.log" --listen "" --interval 3600
 
 # API credentials in the service-account layout.
 kc config view --raw -o jsonpath='{.users[0].user.token}' >"$work/token"

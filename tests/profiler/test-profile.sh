@@ -4,7 +4,9 @@
 # weights counted as shared when mapped from the store and private without
 # it; the autoscaler accepts the file. Durations are tiny and no assertion
 # looks at a time.
-. "$(dirname "$0")/lib.sh"
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
 model="$MODELS/silero_vad_v5.onnx"
 store="$WORK/store"
 mkdir -p "$store" "$WORK/logs"

@@ -5,7 +5,8 @@
 # unknown paths, wrong methods, oversized bodies and raw garbage over HTTP;
 # bad command lines. Each gets a clear error (or a closed connection) and
 # the daemon keeps serving; a forged digest never enters the store.
-. "$(dirname "$0")/lib.sh"
+set -u
+. "$(dirname "$0")/../lib/reclaimer.sh"
 
 SOCK="$STORE/ingest.sock"
 synth "$WORK/m.safetensors" 4 4096 1
@@ -101,9 +102,9 @@ grep -q '"fallback":false' "$WORK/ok.json" || fail "normal load fell back: $(cat
 [ "$(metric tetris_ingest_errors_total)" -ge 20 ] || fail "refused requests not counted"
 
 # A stalled daemon: the instance times out and loads privately.
-kill -STOP "$DAEMON_PID"
+kill -STOP "$RECLAIMER_PID"
 "$PROBE" load --store "$STORE" --timeout-ms 500 "$WORK/m.safetensors" >"$WORK/stall.json" 2>>"$WORK/probe.log"
-kill -CONT "$DAEMON_PID"
+kill -CONT "$RECLAIMER_PID"
 grep -q '"fallback":true' "$WORK/stall.json" && grep -q 'timeout' "$WORK/stall.json" ||
     fail "stalled daemon: $(cat "$WORK/stall.json")"
 grep -q '"private_bytes":16384' "$WORK/stall.json" || fail "stalled daemon: no private load"
@@ -111,18 +112,18 @@ note "stalled daemon -> timeout, private load"
 
 # HTTP.
 code() { curl -s -o /dev/null -w '%{http_code}' --max-time 20 "$@"; }
-[ "$(code "http://127.0.0.1:$HTTP_PORT/nope")" = 404 ] || fail "unknown path not 404"
-[ "$(code -X POST "http://127.0.0.1:$HTTP_PORT/metrics")" = 405 ] || fail "POST /metrics not 405"
+[ "$(code "http://127.0.0.1:$RECLAIMER_PORT/nope")" = 404 ] || fail "unknown path not 404"
+[ "$(code -X POST "http://127.0.0.1:$RECLAIMER_PORT/metrics")" = 405 ] || fail "POST /metrics not 405"
 head -c 100000 /dev/zero >"$WORK/big"
-[ "$(code -X GET --data-binary @"$WORK/big" "http://127.0.0.1:$HTTP_PORT/inventory")" = 413 ] ||
+[ "$(code -X GET --data-binary @"$WORK/big" "http://127.0.0.1:$RECLAIMER_PORT/inventory")" = 413 ] ||
     fail "oversized body not 413"
-[ "$(code "http://127.0.0.1:$HTTP_PORT/inventory?x=%%%%")" = 200 ] || fail "odd query broke /inventory"
+[ "$(code "http://127.0.0.1:$RECLAIMER_PORT/inventory?x=%%%%")" = 200 ] || fail "odd query broke /inventory"
 for junk in 'GARBAGE\r\n\r\n' 'GET /metrics HTTP/9.9\r\n\r\n' 'GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n' \
             'GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n' '\0\1\2\3\4'; do
-    printf "$junk" | "$PROBE" tcp --port "$HTTP_PORT" >/dev/null 2>&1
+    printf "$junk" | "$PROBE" tcp --port "$RECLAIMER_PORT" >/dev/null 2>&1
     daemon_alive || fail "daemon died on HTTP junk: $junk"
 done
-[ "$(code "http://127.0.0.1:$HTTP_PORT/healthz")" = 200 ] || fail "healthz after HTTP junk"
+[ "$(code "http://127.0.0.1:$RECLAIMER_PORT/healthz")" = 200 ] || fail "healthz after HTTP junk"
 note "HTTP: 404, 405, 413, junk survived"
 
 # Command line.
@@ -131,9 +132,9 @@ note "HTTP: 404, 405, 413, junk survived"
 "$RECLAIMER" --bogus >/dev/null 2>&1; [ $? = 2 ] || fail "unknown flag not exit 2"
 "$RECLAIMER" --help | grep -q "Exit status" || fail "--help has no exit codes"
 "$RECLAIMER" --version | grep -q "tetris-reclaimer" || fail "--version"
-"$RECLAIMER" --store "$WORK/s2" --listen "127.0.0.1:$HTTP_PORT" >"$WORK/busy.log" 2>&1; rc=$?
+"$RECLAIMER" --store "$WORK/s2" --listen "127.0.0.1:$RECLAIMER_PORT" >"$WORK/busy.log" 2>&1; rc=$?
 [ $rc = 1 ] || fail "busy HTTP port: exit $rc, want 1"
-grep -q "listen on 127.0.0.1:$HTTP_PORT" "$WORK/busy.log" || fail "busy port error unclear: $(cat "$WORK/busy.log")"
+grep -q "listen on 127.0.0.1:$RECLAIMER_PORT" "$WORK/busy.log" || fail "busy port error unclear: $(cat "$WORK/busy.log")"
 "$RECLAIMER" --store "$STORE" --listen 127.0.0.1:0 >"$WORK/twice.log" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "another daemon" "$WORK/twice.log" || fail "second daemon on one store: exit $rc"
 daemon_alive || fail "daemon died"
@@ -156,4 +157,4 @@ grep -q '"fallback":false' "$WORK/h4.json" || fail "a freed slot was not reusabl
 release "$H2"
 stop_daemon
 note "connection limit: refused politely, slot reused"
-echo "ok $T_NAME"
+echo "ok $PROG"

@@ -5,28 +5,26 @@
 # shared pages are charged to A (the daemon wrote them into tmpfs), and B
 # is charged less than 5% of the model's bytes. As a control, an instance
 # in cgroup C that loads privately (no daemon) is charged the whole model.
-# Skips (exit 0, says so) where no writable memory cgroup is available.
-. "$(dirname "$0")/lib.sh"
+# Skipped where no writable memory cgroup is available.
+set -u
+. "$(dirname "$0")/../lib/reclaimer.sh"
 
 CG_REL=$(grep -E '^[0-9]+:([^:]*,)?memory(,[^:]*)?:' /proc/self/cgroup | head -n 1 | cut -d: -f3)
 CG_ROOT="/sys/fs/cgroup/memory$CG_REL"
 if [ -z "$CG_REL" ] || [ ! -w "$CG_ROOT" ] || ! mkdir "$CG_ROOT/tetris-probe-$$" 2>/dev/null; then
-    echo "SKIP $T_NAME: no writable cgroup v1 memory controller here"
-    exit 0
+    skip "no writable cgroup v1 memory controller here"
 fi
 rmdir "$CG_ROOT/tetris-probe-$$"
 CG_A="$CG_ROOT/tetris-$$-daemon"
 CG_B="$CG_ROOT/tetris-$$-shared"
 CG_C="$CG_ROOT/tetris-$$-private"
 mkdir "$CG_A" "$CG_B" "$CG_C" || fail "cannot create cgroups"
+# At exit, once the processes in them are gone.
 cg_cleanup() {
-    for p in $BG_PIDS $DAEMON_PID; do kill -KILL "$p" 2>/dev/null; done
-    wait 2>/dev/null
     rm -rf "$STORE"
     for g in "$CG_A" "$CG_B" "$CG_C"; do rmdir "$g" 2>/dev/null; done
-    rm -rf "$WORK"
 }
-trap cg_cleanup EXIT
+at_exit cg_cleanup
 
 usage() { cat "$1/memory.usage_in_bytes"; }
 stat_of() { awk -v k="$2" '$1 == k { print $2 }' "$1/memory.stat"; }
@@ -38,7 +36,8 @@ MODEL_BYTES=$((64 * 4 * 1048576))
 # The daemon, started inside cgroup A.
 sh -c "echo \$\$ >'$CG_A/cgroup.procs' && exec '$RECLAIMER' --store '$STORE' --listen 127.0.0.1:0 \
     --interval 1 --scrub-rate 0" >>"$DAEMON_LOG" 2>&1 &
-DAEMON_PID=$!
+RECLAIMER_PID=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $RECLAIMER_PID"
 wait_until 60 'grep -q "event=serving" "$DAEMON_LOG"' || fail "daemon did not start"
 A_BEFORE=$(usage "$CG_A")
 
@@ -46,7 +45,7 @@ A_BEFORE=$(usage "$CG_A")
 sh -c "echo \$\$ >'$CG_B/cgroup.procs' && exec '$PROBE' load --store '$STORE' --hold '$MODEL'" \
     </dev/null >"$WORK/b.json" 2>>"$WORK/probe.log" &
 B_PID=$!
-BG_PIDS="$BG_PIDS $B_PID"
+KILL_ON_EXIT="$KILL_ON_EXIT $B_PID"
 wait_until 300 "grep -q '\"pid\"' '$WORK/b.json'" || fail "instance in B did not load"
 grep -q "\"mapped_bytes\":$MODEL_BYTES" "$WORK/b.json" || fail "B did not map the whole model: $(cat "$WORK/b.json")"
 B_USAGE=$(usage "$CG_B")
@@ -59,10 +58,10 @@ note "model $MODEL_BYTES B; daemon cgroup A +$A_USAGE B (shmem $(stat_of "$CG_A"
 sh -c "echo \$\$ >'$CG_C/cgroup.procs' && exec '$PROBE' load --store '$STORE' --socket '$WORK/none.sock' --hold '$MODEL'" \
     </dev/null >"$WORK/c.json" 2>>"$WORK/probe.log" &
 C_PID=$!
-BG_PIDS="$BG_PIDS $C_PID"
+KILL_ON_EXIT="$KILL_ON_EXIT $C_PID"
 wait_until 300 "grep -q '\"pid\"' '$WORK/c.json'" || fail "private instance in C did not load"
 grep -q '"fallback":true' "$WORK/c.json" || fail "C should have loaded privately"
 C_USAGE=$(usage "$CG_C")
 note "private control: cgroup C $C_USAGE B"
 [ "$C_USAGE" -ge $((MODEL_BYTES * 9 / 10)) ] || fail "private load charged only $C_USAGE B: measurement broken"
-echo "ok $T_NAME"
+echo "ok $PROG"

@@ -4,7 +4,8 @@
 # each tensor (the daemon's publishes of one digest race under the store's
 # per-tensor lock), every instance maps every tensor, and the published
 # tensors add up to the model.
-. "$(dirname "$0")/lib.sh"
+set -u
+. "$(dirname "$0")/../lib/reclaimer.sh"
 
 synth "$WORK/m.safetensors" 12 262144 77
 start_daemon --interval 1 --scrub-rate 0
@@ -26,4 +27,4 @@ done
 [ "$(metric tetris_ingest_tensors_total)" = 12 ] || fail "daemon counted $(metric tetris_ingest_tensors_total) published tensors"
 stop_daemon
 note "8 concurrent loads: 12 tensors published once, all mapped by all"
-echo "ok $T_NAME"
+echo "ok $PROG"

@@ -8,9 +8,10 @@
 #  - after the last restart no temp file is left and `tetris-agent verify`
 #    finds every stored tensor intact.
 # RECLAIMER_CRASH_TRIALS sets the number of crashes (default 25).
-. "$(dirname "$0")/lib.sh"
+set -u
+. "$(dirname "$0")/../lib/reclaimer.sh"
 TRIALS=${RECLAIMER_CRASH_TRIALS:-25}
-AGENT="$TETRIS_BIN/tetris-agent"
+AGENT="$BIN/tetris-agent"
 
 synth "$WORK/keep.safetensors" 6 262144 100
 i=0
@@ -40,9 +41,8 @@ while [ $trial -lt "$TRIALS" ]; do
     done
     # Kill somewhere in the loads: 0-290 ms in.
     sleep "$(printf "0.%03d" $(( (trial * 37) % 30 * 10 )))"
-    kill -KILL "$DAEMON_PID"
-    wait "$DAEMON_PID" 2>/dev/null
-    DAEMON_PID=""
+    kill -KILL "$RECLAIMER_PID"
+    wait "$RECLAIMER_PID" 2>/dev/null
     start_daemon --interval 100ms --keep-alive 0 --scrub-rate 0
     for p in $pids; do
         wait "$p" || fail "trial $trial: a loader failed (exit $?)"
@@ -64,4 +64,4 @@ stop_daemon
 [ -z "$(find "$STORE/tmp" -type f)" ] || fail "temp files left after repair: $(ls "$STORE/tmp")"
 "$AGENT" verify --store "$STORE" >"$WORK/verify.out" 2>&1 || fail "store does not verify: $(tail -5 "$WORK/verify.out")"
 note "store verifies clean; no temp files"
-echo "ok $T_NAME"
+echo "ok $PROG"

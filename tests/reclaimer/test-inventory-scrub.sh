@@ -7,14 +7,15 @@
 #    quarantined (gone from tensors/ and the inventory, counted in
 #    tetris_scrub_errors_total) while an instance that maps it keeps
 #    running; /healthz stays 200.
-. "$(dirname "$0")/lib.sh"
+set -u
+. "$(dirname "$0")/../lib/reclaimer.sh"
 
 synth "$WORK/m.safetensors" 5 65536 31
 start_daemon --interval 200ms --keep-alive 1h --scrub-rate 100Mi --node-name node-7
 
-etag_of() { curl -sS -D - -o /dev/null "http://127.0.0.1:$HTTP_PORT/inventory" | tr -d '\r' |
+etag_of() { curl -sS -D - -o /dev/null "http://127.0.0.1:$RECLAIMER_PORT/inventory" | tr -d '\r' |
             awk 'tolower($1) == "etag:" { print $2 }'; }
-status_with() { curl -s -o /dev/null -w '%{http_code}' -H "If-None-Match: $1" "http://127.0.0.1:$HTTP_PORT/inventory"; }
+status_with() { curl -s -o /dev/null -w '%{http_code}' -H "If-None-Match: $1" "http://127.0.0.1:$RECLAIMER_PORT/inventory"; }
 
 inv=$(http_get /inventory)
 echo "$inv" | jq -e '.node == "node-7" and (.tensors | length) == 0 and .resident_bytes == 0' >/dev/null ||
@@ -48,7 +49,7 @@ wait_until 60 '[ "$(metric tetris_scrub_errors_total)" = 1 ]' || fail "scrub did
 http_get /inventory | jq -e --arg d "$victim" '[.tensors[] | select(.digest == $d)] | length == 0' >/dev/null ||
     fail "quarantined tensor still in the inventory"
 kill -0 "$H" || fail "the instance mapping the quarantined tensor died"
-[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTP_PORT/healthz")" = 200 ] || fail "healthz"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RECLAIMER_PORT/healthz")" = 200 ] || fail "healthz"
 [ "$(metric tetris_scrubbed_bytes_total)" -gt 0 ] || fail "scrubbed bytes not counted"
 note "corrupt tensor quarantined by the scrub; mapping instance unaffected"
 
@@ -63,4 +64,4 @@ start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0
 [ "$(http_get /inventory | jq '.tensors | length')" = 5 ] || fail "inventory after restart"
 stop_daemon
 note "ETags do not survive a restart; the inventory does"
-echo "ok $T_NAME"
+echo "ok $PROG"

@@ -5,7 +5,8 @@
 # daemon every second on loopback, reports through its HTTP API
 # (/api/v1/query) exactly the saved bytes this test computes from the
 # models it loads: 3 instances of A and 1 of B save 2 copies of A.
-. "$(dirname "$0")/lib.sh"
+set -u
+. "$(dirname "$0")/../lib/reclaimer.sh"
 command -v prometheus >/dev/null && command -v promtool >/dev/null ||
     fail "prometheus/promtool not installed (scripts/deps.sh installs them)"
 
@@ -38,7 +39,6 @@ grep -q "^tetris_model_logical_bytes{model=\"$WORK/a.safetensors\"} $((3 * A_BYT
 note "promtool check metrics: ok; daemon saved bytes = $WANT_SAVED; per-model gauges"
 
 # A Prometheus server on a free loopback port.
-mkdir -p "$WORK/prom"
 cat >"$WORK/prometheus.yml" <<YAML
 global:
   scrape_interval: 1s
@@ -46,24 +46,12 @@ global:
 scrape_configs:
   - job_name: tetris-reclaimer
     static_configs:
-      - targets: ['127.0.0.1:$HTTP_PORT']
+      - targets: ['127.0.0.1:$RECLAIMER_PORT']
 YAML
-PROM_PORT=""
-for try in 1 2 3 4 5 6 7 8; do
-    port=$(( 20000 + ($$ * 7 + try * 7919) % 40000 ))
-    prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/prom" \
-        --web.listen-address="127.0.0.1:$port" >"$WORK/prom.log" 2>&1 &
-    PROM_PID=$!
-    BG_PIDS="$BG_PIDS $PROM_PID"
-    if wait_until 60 "curl -sf http://127.0.0.1:$port/-/ready || ! kill -0 $PROM_PID"; then
-        if kill -0 "$PROM_PID" 2>/dev/null; then PROM_PORT=$port; break; fi
-    fi
-    kill -KILL "$PROM_PID" 2>/dev/null
-done
-[ -n "$PROM_PORT" ] || { tail -5 "$WORK/prom.log" >&2; fail "prometheus did not start"; }
+prometheus_start "$WORK/prometheus.yml"
 
 query() {
-    curl -sS --max-time 10 -G "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=$1" |
+    curl -sS --max-time 10 -G "$PROM_URL/api/v1/query" --data-urlencode "query=$1" |
         jq -r '.data.result[0].value[1] // empty'
 }
 wait_until 120 '[ "$(query tetris_store_saved_bytes)" = $WANT_SAVED ]' ||
@@ -78,4 +66,4 @@ note "Prometheus /api/v1/query: tetris_store_saved_bytes = $WANT_SAVED (computed
 kill -TERM "$PROM_PID"
 wait "$PROM_PID" 2>/dev/null
 stop_daemon
-echo "ok $T_NAME"
+echo "ok $PROG"

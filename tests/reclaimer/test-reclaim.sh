@@ -11,7 +11,8 @@
 #  - --once runs repair plus one pass and exits;
 #  - digests in --pin-file are kept like referenced ones.
 # Models differ in tensor size, so /inventory's "bytes" tells them apart.
-. "$(dirname "$0")/lib.sh"
+set -u
+. "$(dirname "$0")/../lib/reclaimer.sh"
 
 KI=1024
 synth "$WORK/a.safetensors" 8 $((256 * KI)) 1   # A: 8 x 256 KiB = 2 MiB
@@ -66,7 +67,7 @@ keep_alive: 1h
 scrub_rate: 0
 capacity: 3136Ki
 YAML
-kill -HUP "$DAEMON_PID"
+kill -HUP "$RECLAIMER_PID"
 wait_until 30 '[ "$(metric tetris_store_capacity_bytes)" = 3211264 ]' || fail "SIGHUP did not apply capacity"
 "$PROBE" load --store "$STORE" "$WORK/b.safetensors" >"$WORK/b2.json" 2>>"$WORK/probe.log" || fail "load B"
 sleep 1.1   # last-use times have one-second resolution: B is older than A
@@ -90,7 +91,7 @@ note "store full: C refused per tensor, LRU made room, C shared next time"
 # Lower capacity: LRU goes oldest first (B's remaining tensors, then C's)
 # and never touches A, even when A alone is above capacity.
 sed -i 's/capacity: 3136Ki/capacity: 2600Ki/' "$WORK/r.yaml"
-kill -HUP "$DAEMON_PID"
+kill -HUP "$RECLAIMER_PID"
 wait_until 60 '[ "$(metric tetris_evictions_total)" = 8 ]' || fail "LRU did not evict B's other 4 tensors (evictions $(metric tetris_evictions_total))"
 wait_passes 3
 [ "$(metric tetris_store_resident_bytes)" -le 2662400 ] || fail "store above capacity after LRU"
@@ -98,7 +99,7 @@ wait_passes 3
 [ "$(count_of $((64 * KI)))" = 8 ] || fail "C (newer) evicted before B"
 [ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor of A"
 sed -i 's/capacity: 2600Ki/capacity: 1Mi/' "$WORK/r.yaml"
-kill -HUP "$DAEMON_PID"
+kill -HUP "$RECLAIMER_PID"
 wait_until 60 '[ "$(count_of $((64 * KI)))" = 0 ]' || fail "LRU left cold tensors of C above capacity"
 wait_passes 5
 [ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor to meet capacity"
@@ -106,14 +107,16 @@ note "LRU evicted only cold tensors, oldest first; referenced ones kept even abo
 
 # A broken config on SIGHUP keeps the running settings.
 echo "capacity: [oops" >"$WORK/r.yaml"
-kill -HUP "$DAEMON_PID"
+kill -HUP "$RECLAIMER_PID"
 wait_until 30 'grep -q "event=reload-failed" "$DAEMON_LOG"' || fail "broken config not reported"
 daemon_alive || fail "daemon died on a broken config"
 [ "$(metric tetris_store_capacity_bytes)" = 1048576 ] || fail "broken config changed settings"
 
-# The state file remembers last use across restarts.
-release "$A3"
+# The state file remembers last use across restarts. The daemon stops
+# before A3 lets go: a pass in between would evict A, cold then, down to
+# the 1 MiB capacity.
 stop_daemon
+release "$A3"
 grep -q . "$STORE/reclaimer.state" || fail "no last-use state persisted"
 "$RECLAIMER" --store "$STORE" --once --keep-alive 1h >>"$DAEMON_LOG" 2>&1 || fail "--once failed"
 [ "$(tensor_count)" = 8 ] || fail "--once with a long keep-alive freed tensors"
@@ -135,4 +138,4 @@ echo "# nothing pinned now" >"$WORK/pins.new" && mv "$WORK/pins.new" "$WORK/pins
 wait_until 60 '[ "$(count_of $((128 * KI)))" = 0 ]' || fail "B not reclaimed after unpinning"
 stop_daemon
 note "--pin-file keeps pinned digests, re-read on change"
-echo "ok $T_NAME"
+echo "ok $PROG"

@@ -17,8 +17,9 @@
 #   - the capacity bounds the node: a tenant's ingest is refused when the
 #     shared store already fills it;
 #   - --no-tenants serves the shared store only.
-. "$(dirname "$0")/lib.sh"
-AGENT="$TETRIS_BIN/tetris-agent"
+set -u
+. "$(dirname "$0")/../lib/reclaimer.sh"
+AGENT="$BIN/tetris-agent"
 [ -x "$AGENT" ] || fail "tetris-agent missing"
 command -v promtool >/dev/null || fail "promtool not installed (scripts/deps.sh installs it)"
 
@@ -29,14 +30,14 @@ tmetric() {
 files() { find "$1/tensors" -type f 2>/dev/null | wc -l; }
 digests() { find "$1/tensors" -type f -printf '%f\n' 2>/dev/null | sort; }
 inventory_digests() { http_get "/inventory$1" | jq -r '.tensors[].digest' | sort; }
-http_code() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTP_PORT$1"; }
+http_code() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RECLAIMER_PORT$1"; }
 
 # hold_in DIR MODEL OUT: an instance that loads MODEL through the daemon
 # socket of the store at DIR and keeps it; sets HOLD_PID.
 hold_in() {
     "$PROBE" load --store "$1" --hold "$2" </dev/null >"$3" 2>>"$WORK/probe.log" &
     HOLD_PID=$!
-    BG_PIDS="$BG_PIDS $HOLD_PID"
+    KILL_ON_EXIT="$KILL_ON_EXIT $HOLD_PID"
     wait_until 60 "grep -q '\"pid\"' '$3'" || fail "holder of $2 in $1 did not load"
 }
 
@@ -104,11 +105,20 @@ note "reclaim: alpha's released tensors freed, beta's and the shared store's hel
 # ---- a tenant added while running ----
 mkdir "$STORE/tenants/gamma"
 wait_until 60 "[ -S '$STORE/tenants/gamma/ingest.sock' ]" || fail "new tenant not served"
-"$AGENT" load --store "$STORE" --tenant gamma "$WORK/m1.safetensors" >"$WORK/g1.json" 2>>"$WORK/probe.log" ||
-    fail "agent --tenant gamma failed"
+# The agent holds the model (until its stdin closes) while its tenant's
+# inventory is read: released, the tensors go after the 1 s keep-alive.
+mkfifo "$WORK/g1.in"
+"$AGENT" load --store "$STORE" --tenant gamma --hold "$WORK/m1.safetensors" <"$WORK/g1.in" \
+    >"$WORK/g1.json" 2>>"$WORK/probe.log" &
+G1=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $G1"
+exec 3>"$WORK/g1.in"
+wait_output $G1 "$WORK/g1.json" "agent --tenant gamma" "$WORK/probe.log"
 jq -e ".fell_back == false and .ingested_bytes == $M1_BYTES" "$WORK/g1.json" >/dev/null ||
     fail "agent --tenant gamma: $(cat "$WORK/g1.json")"
 [ "$(inventory_digests '?tenant=gamma')" = "$(digests "$B")" ] || fail "gamma's inventory"
+exec 3>&-
+wait $G1 || fail "agent --tenant gamma exited $?"
 note "a tenant directory made while running is served; tetris-agent --tenant loads through it"
 release "$B1"
 release "$S1"
@@ -155,4 +165,4 @@ http_get /metrics | grep -q 'tenant="' && fail "--no-tenants: tenant series"
 [ "$(http_code '/inventory?tenant=alpha')" = 404 ] || fail "--no-tenants: alpha inventory"
 stop_daemon
 note "--no-tenants: the shared store only"
-echo "ok $T_NAME"
+echo "ok $PROG"

@@ -1,7 +1,9 @@
-# tests/k8s/lib.sh - helpers for end-to-end tests on the local cluster
-# (scripts/cluster-up.sh). Source it from a test (POSIX sh):
+# tests/lib/k8s.sh - helpers for end-to-end tests on the local cluster
+# (scripts/cluster-up.sh), on top of tests/lib/common.sh, which it sources.
+# Source it from a test (POSIX sh):
 #
-#   . "$(dirname "$0")/lib.sh"
+#   . "$(dirname "$0")/../lib/k8s.sh"
+#   k8s_skip_unless_possible       # SKIP (exit 77) where no cluster can run
 #   k8s_cluster_up                 # starts the cluster unless it runs
 #   k8s_namespace smoke            # a fresh namespace in $K8S_NS, removed at exit
 #   kc -n "$K8S_NS" apply -f pod.yaml
@@ -10,49 +12,52 @@
 # The cluster is shared: the first test that needs it starts it and every
 # later test (and the next `make test`) reuses it; `make cluster-down` stops
 # it. Tests change only what they create, in their own namespaces.
+# shellcheck shell=sh
 
-K8S_ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-PROG="$(basename "$0" .sh)"
-. "$K8S_ROOT/scripts/cluster/common.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$ROOT/scripts/cluster/common.sh"
 export KUBECONFIG="$KUBECONFIG_FILE"
 
 # Generous bounds for things that either happen or are broken; never a
 # performance assertion.
 K8S_TIMEOUT="${TETRIS_K8S_TIMEOUT:-180}"
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
+# k8s_skip_unless_possible: a cluster needs root (kubelet, containerd); as
+# another user the test is skipped. Everything else cluster-up installs.
+k8s_skip_unless_possible() {
+    [ "$(id -u)" = 0 ] || skip "needs root to run the local cluster"
 }
 
-# k8s_skip_unless_possible: a cluster needs root (kubelet, containerd); as
-# another user the test says SKIP and succeeds. Everything else cluster-up
-# installs.
-k8s_skip_unless_possible() {
-    if [ "$(id -u)" != 0 ]; then echo "SKIP: $PROG needs root" >&2; exit 0; fi
+# k8s_release_only PROGRAM: skipped when PROGRAM is a sanitizer build: it
+# reports ONNX Runtime's own leaks at exit, and the suppressions the other
+# tests use are not inside the image. The release pass runs the test.
+k8s_release_only() {
+    if ldd "$BIN/$1" 2>/dev/null | grep -q libasan; then
+        skip "runs with release binaries only"
+    fi
 }
 
 # k8s_cluster_up: the cluster, started if needed (the first time this builds
 # Kubernetes: minutes). Images are the tests' business (k8s_image).
 k8s_cluster_up() {
-    TETRIS_IMAGE=0 "$K8S_ROOT/scripts/cluster-up.sh" >/dev/null ||
+    TETRIS_IMAGE=0 "$ROOT/scripts/cluster-up.sh" >/dev/null ||
         fail "cluster-up failed; logs in $CLUSTER_DIR/logs"
 }
 
 # k8s_api_nodes COUNT: API-only nodes tetris-api-node-1..COUNT exist.
 k8s_api_nodes() {
-    "$K8S_ROOT/scripts/cluster/api-nodes.sh" "$1" || fail "cannot create $1 API-only nodes"
+    "$ROOT/scripts/cluster/api-nodes.sh" "$1" || fail "cannot create $1 API-only nodes"
 }
 
 # k8s_restart_scheduler: tetris-scheduler again with the current TETRIS_EXTENDER_*.
 k8s_restart_scheduler() {
-    "$K8S_ROOT/scripts/cluster/scheduler.sh" --restart || fail "scheduler restart failed"
+    "$ROOT/scripts/cluster/scheduler.sh" --restart || fail "scheduler restart failed"
 }
 
 # k8s_image [NAME]: the project's programs under test ($TETRIS_BIN) packed
 # and imported as NAME (default tetris:latest); repacked only on change.
 k8s_image() {
-    "$K8S_ROOT/deploy/images/build.sh" -b "${TETRIS_BIN:-$K8S_ROOT/bin}" -n "${1:-tetris:latest}" ||
+    "$ROOT/deploy/images/build.sh" -b "$BIN" -n "${1:-tetris:latest}" ||
         fail "image build failed"
 }
 
@@ -63,7 +68,7 @@ k8s_tools_image() {
         grep -q '/tetris-test-tools:latest$' && return 0
     set -- -x /bin/sh:/bin/sh
     for tool in cat ls sleep id; do set -- "$@" -x "$(command -v $tool):/bin/$tool"; done
-    "$K8S_ROOT/scripts/cluster/pack-image.sh" -n tetris-test-tools:latest -e /bin/sh -i "$@" ||
+    "$ROOT/scripts/cluster/pack-image.sh" -n tetris-test-tools:latest -e /bin/sh -i "$@" ||
         fail "tools image failed"
 }
 
@@ -73,9 +78,8 @@ k8s_tools_image() {
 k8s_namespace() {
     K8S_NS="$1-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
     kc create namespace "$K8S_NS" >/dev/null || fail "cannot create namespace $K8S_NS"
+    [ -n "${K8S_NAMESPACES:-}" ] || at_exit k8s_cleanup
     K8S_NAMESPACES="${K8S_NAMESPACES:-} $K8S_NS"
-    trap k8s_cleanup EXIT
-    trap 'exit 1' INT TERM
 }
 
 # Pods bound to API-only nodes never terminate (no kubelet confirms), so

@@ -1,0 +1,190 @@
+# tests/lib/common.sh - what every shell test shares. Source it first:
+#
+#   set -eu                       # shell options are the test's own choice
+#   . "$(dirname "$0")/../lib/common.sh"
+#
+# It gives
+#   ROOT, BIN, MODELS   the repository, the programs under test ($TETRIS_BIN,
+#                       default bin/), the real ONNX models ($TETRIS_MODELS)
+#   PROG                the test's name
+#   WORK                a scratch directory on tmpfs, removed at exit (kept,
+#                       and named, when TETRIS_KEEP_WORK=1)
+#   fail, skip, note    the outcome: FAIL (exit 1, with the tails of
+#                       $WORK/*.log), SKIP (exit 77: the test cannot run
+#                       here, see tests/run-tests.sh), progress lines
+#   KILL_ON_EXIT, at_exit  processes killed, then commands run, at exit
+# and the helpers below: bounded waits, exit statuses, ports, metrics, the
+# node daemon and a Prometheus server. It sets no shell options and works
+# under set -e and set -u.
+# shellcheck shell=sh disable=SC2034
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BIN="${TETRIS_BIN:-$ROOT/bin}"
+MODELS="${TETRIS_MODELS:-$ROOT/.deps/models}"
+PROG="$(basename "$0" .sh)"
+# Under ASan: ONNX Runtime's own leaks are not ours (see lsan.supp).
+export LSAN_OPTIONS="suppressions=$ROOT/tests/lib/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+
+_shm=/dev/shm
+[ -d "$_shm" ] && [ -w "$_shm" ] || _shm="${TMPDIR:-/tmp}"
+WORK="$(mktemp -d "$_shm/tetris-$PROG.XXXXXX")" || {
+    echo "FAIL $PROG: cannot make a scratch directory in $_shm" >&2
+    exit 1
+}
+
+KILL_ON_EXIT=""
+_AT_EXIT=""
+
+# at_exit CMD: CMD runs when the test exits, after KILL_ON_EXIT's processes
+# are gone; the last one registered runs first.
+at_exit() {
+    _AT_EXIT="$1
+$_AT_EXIT"
+}
+
+# Best effort and never fatal: the test's exit status stands.
+_test_cleanup() {
+    set +e
+    for _p in $KILL_ON_EXIT; do kill -KILL "$_p" 2>/dev/null; done
+    wait 2>/dev/null
+    eval "$_AT_EXIT"
+    if [ "${TETRIS_KEEP_WORK:-0}" = 1 ]; then
+        echo "# $PROG: scratch directory kept: $WORK" >&2
+    else
+        chmod -R u+w "$WORK" 2>/dev/null
+        rm -rf "$WORK"
+    fi
+}
+trap _test_cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+fail() {
+    echo "FAIL $PROG: $*" >&2
+    for _f in "$WORK"/*.log; do
+        [ -s "$_f" ] && { echo "--- $_f (tail)" >&2; tail -n 20 "$_f" >&2; }
+    done
+    exit 1
+}
+
+# skip REASON: the test cannot run here (a missing facility, not a bug).
+# The reason goes to stderr and to $TETRIS_TEST_SKIP_FILE, where
+# tests/run-tests.sh reads it.
+skip() {
+    echo "SKIP $PROG: $*" >&2
+    [ -z "${TETRIS_TEST_SKIP_FILE:-}" ] || printf '%s\n' "$*" >"$TETRIS_TEST_SKIP_FILE"
+    exit 77
+}
+
+note() { echo "# $PROG: $*"; }
+
+# need_models: the real models are there (scripts/deps.sh fetches them).
+need_models() {
+    ls "$MODELS"/*.onnx >/dev/null 2>&1 || fail "no real models in $MODELS (run scripts/deps.sh)"
+}
+
+# wait_until SECONDS 'CONDITION': evaluates the shell condition every 0.1 s,
+# at most SECONDS * 10 times; returns 1 when it never held. The bound only
+# keeps a broken program from hanging the run: no test asserts on time.
+wait_until() {
+    _wu_limit=$(($1 * 10))
+    shift
+    _wu_i=0
+    while ! eval "$*" >/dev/null 2>&1; do
+        _wu_i=$((_wu_i + 1))
+        [ $_wu_i -lt $_wu_limit ] || return 1
+        sleep 0.1
+    done
+    return 0
+}
+
+# wait_output PID FILE WHAT ERRFILE: waits until the background process PID
+# has written FILE; fails with ERRFILE's content when it exits first.
+wait_output() {
+    wait_until 60 "[ -s '$2' ] || ! kill -0 $1" || fail "no result from $3"
+    [ -s "$2" ] || fail "$3 died: $(cat "$4" 2>/dev/null)"
+}
+
+# status CMD...: prints CMD's exit status (its output in $WORK/status.out
+# and $WORK/status.err).
+status() {
+    _rc=0
+    "$@" >"$WORK/status.out" 2>"$WORK/status.err" || _rc=$?
+    echo $_rc
+}
+
+# json_get JSON KEY: a top-level value of a one-line JSON object.
+json_get() {
+    printf '%s\n' "$1" | jq -r ".$2"
+}
+
+# assert_shared JSON WHAT: a load report (tetris-agent load, tetris-onnx-run)
+# that did not fall back and maps every tensor but the tiny ones (under
+# AGENT_MIN_MAPPED_BYTES = 128, read privately).
+assert_shared() {
+    printf '%s\n' "$1" | jq -e '.fell_back == false and .mapped_bytes > 0 and
+        .mapped_bytes + .private_bytes == .bytes and .private_bytes < 128 * .tensors' \
+        >/dev/null || fail "$2: not served from the store: $1"
+}
+
+# free_port: a loopback TCP port nothing listens on right now.
+free_port() {
+    while :; do
+        _port=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
+        ss -Hltn "sport = :$_port" | grep -q . || { echo "$_port"; return 0; }
+    done
+}
+
+# metric_at URL NAME: the value of the sample NAME (with its labels, if
+# any) in URL/metrics.
+metric_at() {
+    curl -sS --max-time 20 "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'
+}
+
+# reclaimer_start STORE LOG ARGS...: tetris-reclaimer serving STORE, ARGS
+# after --store, its output appended to LOG; returns once it serves. It
+# does not inherit fds 3 and 4, which tests hold open as the stdin of
+# holders (a holder lets go when its stdin closes). Sets RECLAIMER_PID and,
+# when it listens for HTTP, RECLAIMER_PORT; the daemon is killed at exit.
+reclaimer_start() {
+    _store=$1
+    _log=$2
+    shift 2
+    _served=$(grep -c "event=serving" "$_log" 2>/dev/null || true)
+    "$BIN/tetris-reclaimer" --store "$_store" "$@" >>"$_log" 2>&1 3>&- 4>&- &
+    RECLAIMER_PID=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $RECLAIMER_PID"
+    wait_until 60 "[ \"\$(grep -c event=serving '$_log')\" -gt ${_served:-0} ] || ! kill -0 $RECLAIMER_PID" ||
+        fail "tetris-reclaimer did not start serving $_store"
+    kill -0 "$RECLAIMER_PID" 2>/dev/null || fail "tetris-reclaimer died: $(tail -n 5 "$_log")"
+    RECLAIMER_PORT=$(grep -o 'event=http-listening.*port=[0-9]*' "$_log" | tail -n 1 | sed 's/.*port=//')
+}
+
+# reclaimer_stop: SIGTERM to the daemon reclaimer_start started; it must
+# exit 0.
+reclaimer_stop() {
+    kill -TERM "$RECLAIMER_PID"
+    _rc=0
+    wait "$RECLAIMER_PID" || _rc=$?
+    [ $_rc -eq 0 ] || fail "tetris-reclaimer exited $_rc on SIGTERM"
+}
+
+# prometheus_start CONFIG: a Prometheus server (Debian's) with CONFIG on a
+# free loopback port, its data under $WORK; sets PROM_URL and PROM_PID (the
+# server is killed at exit).
+prometheus_start() {
+    for _try in 1 2 3 4 5; do
+        _port=$(free_port)
+        prometheus --config.file="$1" --storage.tsdb.path="$WORK/prometheus" \
+            --web.listen-address="127.0.0.1:$_port" >"$WORK/prometheus.log" 2>&1 &
+        PROM_PID=$!
+        KILL_ON_EXIT="$KILL_ON_EXIT $PROM_PID"
+        if wait_until 60 "curl -sf http://127.0.0.1:$_port/-/ready || ! kill -0 $PROM_PID" &&
+            kill -0 "$PROM_PID" 2>/dev/null; then
+            PROM_URL="http://127.0.0.1:$_port"
+            return 0
+        fi
+        kill -KILL "$PROM_PID" 2>/dev/null
+        wait "$PROM_PID" 2>/dev/null || true
+    done
+    fail "prometheus did not start"
+}

@@ -1,0 +1,33 @@
+# tests/lib/function.sh - helpers for tetris-function's tests (sourced;
+# sources tests/lib/common.sh): fn_start NAME ARGS... (starts a function on
+# a free loopback port, waits for its ready line; sets FN_PID_<NAME> and
+# FN_URL_<NAME>), fn_post URL BODY (prints "STATUS BODY"), and want_sha
+# MODEL SEED (tetris-onnx-run's output hash).
+# shellcheck shell=sh
+. "$(dirname "$0")/../lib/common.sh"
+need_models
+
+# fn_start NAME ARGS...: tetris-function ARGS on 127.0.0.1:0.
+fn_start() {
+    _name=$1
+    shift
+    rm -f "$WORK/$_name.ready"
+    "$BIN/tetris-function" --listen 127.0.0.1:0 "$@" >"$WORK/$_name.ready" 2>"$WORK/$_name.log" &
+    _pid=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $_pid"
+    wait_output $_pid "$WORK/$_name.ready" "$_name: tetris-function" "$WORK/$_name.log"
+    eval "FN_PID_$_name=$_pid"
+    eval "FN_URL_$_name=http://127.0.0.1:$(jq -r .port "$WORK/$_name.ready")"
+}
+
+# fn_post URL BODY: "STATUS BODY" of POST URL/.
+fn_post() {
+    curl -s -o "$WORK/post.body" -w '%{http_code}' --data-binary "$2" "$1/" >"$WORK/post.status" ||
+        fail "POST $1/ failed (curl)"
+    printf '%s %s\n' "$(cat "$WORK/post.status")" "$(cat "$WORK/post.body")"
+}
+
+# want_sha MODEL SEED: the output hash tetris-onnx-run gives.
+want_sha() {
+    "$BIN/tetris-onnx-run" "$1" --private --seed "$2" 2>"$WORK/onnx-run.log" | jq -r .sha256
+}
