@@ -310,7 +310,7 @@ static void *watch_main(void *arg)
             /* Attempts 1, 2, 4, 8, ...: a daemon gone for hours costs a
              * dozen lines, not thousands. */
             if ((attempts & (attempts - 1)) == 0)
-                log_warn("event=daemon-reregister-failed label=%s attempts=%u error=\"%s\"",
+                log_warn("event=daemon-reregister-failed label=%s attempts=%u msg=\"%s\"",
                          c->label, attempts, err.msg);
             delay = delay * 2 > REREGISTER_MAX_DELAY_MS ? REREGISTER_MAX_DELAY_MS : delay * 2;
         }

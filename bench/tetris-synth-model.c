@@ -536,15 +536,15 @@ int main(int argc, char **argv)
         if (strcmp(argv[optind], archs[i].name) == 0)
             p.arch = &archs[i];
     if (p.arch == NULL) {
-        log_error("event=usage error=\"unknown ARCH (see --help)\" arch=%s", argv[optind]);
+        log_error("event=usage msg=\"unknown ARCH (see --help)\" arch=%s", argv[optind]);
         return EXIT_USAGE;
     }
     if ((p.variant > 0) != (p.shared_layers >= 0)) {
-        log_error("event=usage error=\"--variant and --shared-layers go together\"");
+        log_error("event=usage msg=\"--variant and --shared-layers go together\"");
         return EXIT_USAGE;
     }
     if (p.shared_layers > p.arch->layers) {
-        log_error("event=usage error=\"--shared-layers exceeds the layers of %s\" layers=%" PRId64,
+        log_error("event=usage msg=\"--shared-layers exceeds the layers of %s\" layers=%" PRId64,
                   p.arch->name, p.arch->layers);
         return EXIT_USAGE;
     }
