@@ -24,10 +24,11 @@
 #include "common/log.h"
 #include "agent/ort_adapter.h"
 #include "agent/ort_inputs.h"
+#include "protocol/names.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL = 3 };
 
-#define DEFAULT_LISTEN "127.0.0.1:8080"
+#define DEFAULT_LISTEN "127.0.0.1:" TETRIS_STRINGIFY(TETRIS_FUNCTION_PORT)
 #define DEFAULT_MAX_WAIT_MS 10.0
 #define DEFAULT_SEED 1
 #define MAX_BODY_BYTES 4096
@@ -71,25 +72,28 @@ static void usage(FILE *out)
             "Serves an ONNX model over HTTP like an OpenFaaS of-watchdog (HTTP mode)\n"
             "function. Every option has an environment variable; options win.\n"
             "\n"
-            "  --model FILE        TETRIS_MODEL: the ONNX model (required)\n"
-            "  --store DIR         TETRIS_STORE: map weights from the tensor store at DIR;\n"
+            "  --model FILE        " TETRIS_ENV_MODEL ": the ONNX model (required)\n"
+            "  --store DIR         " TETRIS_ENV_STORE
+            ": map weights from the tensor store at DIR;\n"
             "                      missing tensors are ingested by the node daemon, and a\n"
             "                      private load is used if the store cannot serve. Unset\n"
             "                      or empty: private (ONNX Runtime loads the file)\n"
             "  --direct            ingest missing tensors into the store ourselves (no daemon)\n"
-            "  --tenant T          TETRIS_TENANT: the dedicated store of tenant T\n"
-            "  --manifest M        TETRIS_MANIFEST: tensor identities from manifest M\n"
-            "  --private           no store, whatever TETRIS_STORE says\n"
-            "  --listen ADDR:PORT  where to listen; else \":$port\" (OpenFaaS) or\n"
-            "                      \":$TETRIS_PORT\" when set; default %s;\n"
+            "  --tenant T          " TETRIS_ENV_TENANT ": the dedicated store of tenant T\n"
+            "  --manifest M        " TETRIS_ENV_MANIFEST ": tensor identities from manifest M\n"
+            "  --private           no store, whatever " TETRIS_ENV_STORE " says\n"
+            "  --listen ADDR:PORT  where to listen; else \":$" TETRIS_ENV_WATCHDOG_PORT
+            "\" (OpenFaaS) or\n"
+            "                      \":$" TETRIS_ENV_PORT "\" when set; default %s;\n"
             "                      port 0 picks a free port\n"
-            "  --batch B           TETRIS_BATCH: most requests per batch (default 1)\n"
-            "  --concurrency P     TETRIS_CONCURRENCY: inference worker threads (default 1)\n"
-            "  --max-wait-ms MS    TETRIS_MAX_WAIT_MS: how long a partial batch waits for\n"
+            "  --batch B           " TETRIS_ENV_BATCH ": most requests per batch (default 1)\n"
+            "  --concurrency P     " TETRIS_ENV_CONCURRENCY
+            ": inference worker threads (default 1)\n"
+            "  --max-wait-ms MS    " TETRIS_ENV_MAX_WAIT_MS ": how long a partial batch waits for\n"
             "                      more requests (default %g)\n"
-            "  --threads N         TETRIS_THREADS: ONNX Runtime intra-op threads per run\n"
+            "  --threads N         " TETRIS_ENV_THREADS ": ONNX Runtime intra-op threads per run\n"
             "                      (default 1)\n"
-            "  --dim N             TETRIS_DYNAMIC_DIM: size of dynamic input dimensions\n"
+            "  --dim N             " TETRIS_ENV_DYNAMIC_DIM ": size of dynamic input dimensions\n"
             "                      after the batch (default %d, as tetris-onnx-run)\n"
             "\n"
             "HTTP:\n"
@@ -130,22 +134,22 @@ static int options_from_env(struct fn_options *o, tetris_error *err)
     const char *port, *v;
     int r = 0;
 
-    o->model = env("TETRIS_MODEL");
-    o->store_dir = env("TETRIS_STORE");
-    o->tenant = env("TETRIS_TENANT");
-    o->manifest = env("TETRIS_MANIFEST");
-    if ((port = env("port")) != NULL || (port = env("TETRIS_PORT")) != NULL)
+    o->model = env(TETRIS_ENV_MODEL);
+    o->store_dir = env(TETRIS_ENV_STORE);
+    o->tenant = env(TETRIS_ENV_TENANT);
+    o->manifest = env(TETRIS_ENV_MANIFEST);
+    if ((port = env(TETRIS_ENV_WATCHDOG_PORT)) != NULL || (port = env(TETRIS_ENV_PORT)) != NULL)
         snprintf(o->listen, sizeof(o->listen), ":%s", port);
-    if ((v = env("TETRIS_BATCH")) != NULL)
-        r = cli_parse_int("TETRIS_BATCH", v, 1, 1024, &o->batch.batch, err);
-    if (r == 0 && (v = env("TETRIS_CONCURRENCY")) != NULL)
-        r = cli_parse_int("TETRIS_CONCURRENCY", v, 1, 256, &o->batch.concurrency, err);
-    if (r == 0 && (v = env("TETRIS_THREADS")) != NULL)
-        r = cli_parse_int("TETRIS_THREADS", v, 0, 256, &o->threads, err);
-    if (r == 0 && (v = env("TETRIS_MAX_WAIT_MS")) != NULL)
-        r = cli_parse_double("TETRIS_MAX_WAIT_MS", v, 0, 60000, &o->batch.max_wait_ms, err);
-    if (r == 0 && (v = env("TETRIS_DYNAMIC_DIM")) != NULL)
-        r = cli_parse_i64("TETRIS_DYNAMIC_DIM", v, 1, 1 << 20, &o->dynamic_dim, err);
+    if ((v = env(TETRIS_ENV_BATCH)) != NULL)
+        r = cli_parse_int(TETRIS_ENV_BATCH, v, 1, 1024, &o->batch.batch, err);
+    if (r == 0 && (v = env(TETRIS_ENV_CONCURRENCY)) != NULL)
+        r = cli_parse_int(TETRIS_ENV_CONCURRENCY, v, 1, 256, &o->batch.concurrency, err);
+    if (r == 0 && (v = env(TETRIS_ENV_THREADS)) != NULL)
+        r = cli_parse_int(TETRIS_ENV_THREADS, v, 0, 256, &o->threads, err);
+    if (r == 0 && (v = env(TETRIS_ENV_MAX_WAIT_MS)) != NULL)
+        r = cli_parse_double(TETRIS_ENV_MAX_WAIT_MS, v, 0, 60000, &o->batch.max_wait_ms, err);
+    if (r == 0 && (v = env(TETRIS_ENV_DYNAMIC_DIM)) != NULL)
+        r = cli_parse_i64(TETRIS_ENV_DYNAMIC_DIM, v, 1, 1 << 20, &o->dynamic_dim, err);
     return r;
 }
 
@@ -215,7 +219,7 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
         goto usage_error;
     }
     if (o->model == NULL) {
-        fprintf(stderr, "tetris-function: no model: set TETRIS_MODEL or --model\n");
+        fprintf(stderr, "tetris-function: no model: set " TETRIS_ENV_MODEL " or --model\n");
         goto usage_error;
     }
     if (private_given)
@@ -397,7 +401,8 @@ static int serve(struct fn *f, tetris_error *err)
     if ((r = http_server_new(&ho, &f->srv, err)) < 0)
         return r;
     if ((r = http_server_route(f->srv, "POST", "/", handle_invoke, f, err)) < 0 ||
-        (r = http_server_route(f->srv, "GET", "/_/health", handle_health, f, err)) < 0 ||
+        (r = http_server_route(f->srv, "GET", TETRIS_FUNCTION_HEALTH_PATH, handle_health, f,
+                               err)) < 0 ||
         (r = http_server_route(f->srv, "GET", "/healthz", handle_health, f, err)) < 0 ||
         (r = http_server_route(f->srv, "GET", "/metrics", handle_metrics, f, err)) < 0)
         return r;

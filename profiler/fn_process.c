@@ -16,6 +16,7 @@
 #include "common/cleanup.h"
 #include "common/clock.h"
 #include "profiler/fn_process.h"
+#include "protocol/names.h"
 
 int fn_process_default_bin(char *buf, size_t len, tetris_error *err)
 {
@@ -130,17 +131,17 @@ int fn_process_start(const struct fn_process_options *o, fn_process *out, tetris
     if (pipe2(fds, O_CLOEXEC) < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "pipe");
     /* The environment is the configuration, as in a pod. */
-    setenv("TETRIS_MODEL", o->model, 1);
-    set_env_int("TETRIS_BATCH", o->batch);
-    set_env_int("TETRIS_CONCURRENCY", o->concurrency);
-    set_env_int("TETRIS_THREADS", o->threads);
+    setenv(TETRIS_ENV_MODEL, o->model, 1);
+    set_env_int(TETRIS_ENV_BATCH, o->batch);
+    set_env_int(TETRIS_ENV_CONCURRENCY, o->concurrency);
+    set_env_int(TETRIS_ENV_THREADS, o->threads);
     char wait_ms[32];
     snprintf(wait_ms, sizeof(wait_ms), "%g", o->max_wait_ms);
-    setenv("TETRIS_MAX_WAIT_MS", wait_ms, 1);
+    setenv(TETRIS_ENV_MAX_WAIT_MS, wait_ms, 1);
     if (o->store_dir != NULL)
-        setenv("TETRIS_STORE", o->store_dir, 1);
+        setenv(TETRIS_ENV_STORE, o->store_dir, 1);
     else
-        unsetenv("TETRIS_STORE");
+        unsetenv(TETRIS_ENV_STORE);
     pid_t pid = fork();
     if (pid < 0) {
         r = tetris_fail(err, TETRIS_E_IO, errno, "fork");

@@ -1,6 +1,5 @@
 /* job.c - the profiling Job manifest and the result ConfigMaps (see job.h). */
 #include <ctype.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,36 +9,25 @@
 #include "profiler/job.h"
 #include "common/kube.h"
 #include "common/log.h"
-#include "scheduler-ext/extender/manifests.h"
+#include "protocol/names.h"
 
 #define SA_MOUNT "/var/run/secrets/tetris"
 
 void job_options_init(struct job_options *o)
 {
     memset(o, 0, sizeof(*o));
-    o->namespace_ = "tetris-system";
+    o->namespace_ = TETRIS_NAMESPACE;
     o->image = "tetris:latest";
-    o->model_dir = "/var/lib/tetris/models";
-    o->store_dir = "/dev/shm/tetris";
+    o->model_dir = TETRIS_MODEL_HOST_DIR;
+    o->store_dir = TETRIS_STORE_DIR;
     o->duration_s = 5;
     o->warmup_s = 1;
-}
-
-static bool valid_label_value(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 63 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[n - 1]))
-        return false;
-    for (; *s != '\0'; s++)
-        if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' && *s != '.')
-            return false;
-    return true;
 }
 
 int job_object_name(const char *model, char *buf, size_t len, tetris_error *err)
 {
     size_t n = 0;
-    if (!valid_label_value(model))
+    if (!names_label_value_valid(model))
         return tetris_fail(err, TETRIS_E_INVAL, 0,
                            "model name '%s' is not a valid label value (1-63 of [A-Za-z0-9._-], "
                            "alphanumeric at both ends): use --name",
@@ -94,11 +82,11 @@ int job_write_manifest(FILE *out, const struct job_options *o, tetris_error *err
             o->name, o->namespace_, TETRIS_VERSION, o->namespace_, o->namespace_, o->namespace_,
             o->namespace_);
     fprintf(out,
-            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: tetris-profile-%s\n"
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: " TETRIS_PROFILE_CONFIGMAP_PREFIX "%s\n"
             "  namespace: %s\n  labels:\n    app.kubernetes.io/name: tetris-profiler\n"
-            "    tetris.io/profile: %s\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n"
+            "    " TETRIS_LABEL_PROFILE ": %s\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n"
             "      labels:\n        app.kubernetes.io/name: tetris-profiler\n"
-            "        tetris.io/profile: %s\n    spec:\n"
+            "        " TETRIS_LABEL_PROFILE ": %s\n    spec:\n"
             "      serviceAccountName: tetris-profiler\n      restartPolicy: Never\n"
             "      # The function under test listens on loopback only.\n"
             "      hostNetwork: true\n",
@@ -174,7 +162,7 @@ static int put_configmap(kube_client *kc, const char *ns, const char *name, cons
     char path[512];
     json_t *cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}}, s:{s:s}}", "apiVersion", "v1",
                            "kind", "ConfigMap", "metadata", "name", name, "namespace", ns,
-                           "labels", label, model, "app.kubernetes.io/managed-by",
+                           "labels", label, model, TETRIS_LABEL_MANAGED_BY,
                            "tetris-profiler", "data", key, value);
     if (cm == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
@@ -209,11 +197,13 @@ int job_store_configmaps(const struct configmap_target *t, const char *model,
     if (r < 0)
         return tetris_wrap(err, "Kubernetes client");
     const char *ns = t->namespace_ != NULL ? t->namespace_ : kube_client_namespace(kc);
-    snprintf(name, sizeof(name), "tetris-manifest-%s", obj);
-    r = put_configmap(kc, ns, name, MANIFEST_LABEL, model, MANIFEST_KEY, manifest_json, err);
+    snprintf(name, sizeof(name), TETRIS_MANIFEST_CONFIGMAP_PREFIX "%s", obj);
+    r = put_configmap(kc, ns, name, TETRIS_LABEL_MODEL, model, TETRIS_MANIFEST_CONFIGMAP_KEY,
+                      manifest_json, err);
     if (r == 0) {
-        snprintf(name, sizeof(name), "tetris-profile-%s", obj);
-        r = put_configmap(kc, ns, name, PROFILE_LABEL, model, PROFILE_KEY, profile_yaml, err);
+        snprintf(name, sizeof(name), TETRIS_PROFILE_CONFIGMAP_PREFIX "%s", obj);
+        r = put_configmap(kc, ns, name, TETRIS_LABEL_PROFILE, model, TETRIS_PROFILE_CONFIGMAP_KEY,
+                          profile_yaml, err);
     }
     kube_client_free(kc);
     return r;

@@ -5,9 +5,10 @@
  *   tetris-manifest-<name>  label tetris.io/model=<model>    key manifest.json
  *   tetris-profile-<name>   label tetris.io/profile=<model>  key profile.yaml
  *
- * The manifest ConfigMap is what the scheduler extender watches
- * (scheduler-ext/extender/manifests.h); <name> is <model> made a valid object name
- * (lower case, '_' and '.' to '-'). */
+ * (protocol/names.h). The manifest ConfigMap is what the scheduler extender
+ * and tetris-node-pins read, the profile ConfigMap what the autoscaler
+ * reads; <name> is <model> made a valid object name (lower case, '_' and
+ * '.' to '-'). */
 #ifndef TETRIS_JOB_H
 #define TETRIS_JOB_H
 
@@ -15,16 +16,13 @@
 
 #include "common/error.h"
 
-#define PROFILE_LABEL "tetris.io/profile"
-#define PROFILE_KEY "profile.yaml"
-
 struct job_options {
     const char *model;       /* model file name, under model_dir on the node */
     const char *name;        /* model name (label value) */
-    const char *namespace_;  /* default tetris-system */
+    const char *namespace_;  /* default TETRIS_NAMESPACE */
     const char *image;       /* default tetris:latest */
-    const char *model_dir;   /* host directory of the models, default /var/lib/tetris/models */
-    const char *store_dir;   /* the node's store, default /dev/shm/tetris */
+    const char *model_dir;   /* host directory of the models, default TETRIS_MODEL_HOST_DIR */
+    const char *store_dir;   /* the node's store, default TETRIS_STORE_DIR */
     const char *grid;        /* NULL: the profiler's default grid */
     double duration_s, warmup_s;
     const char *node;        /* pin to this node (kubernetes.io/hostname), or NULL */

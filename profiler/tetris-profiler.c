@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "protocol/profile.h"
 #include "profiler/profile_run.h"
+#include "protocol/names.h"
 #include "tensorstore/store.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL = 3 };
@@ -64,10 +65,13 @@ static void usage(FILE *out)
             "index    writes MODEL's tensor manifest (JSON) to stdout or MANIFEST.\n"
             "job      prints a Kubernetes Job (with its ServiceAccount and Role) that runs\n"
             "         `profile --store-configmaps` for MODEL, a file in the node's\n"
-            "         --model-dir (default /var/lib/tetris/models), in namespace NS (default\n"
-            "         tetris-system), storing ConfigMaps tetris-manifest-<name> (label\n"
-            "         tetris.io/model, key manifest.json: what the scheduler extender reads)\n"
-            "         and tetris-profile-<name> (label tetris.io/profile, key profile.yaml).\n"
+            "         --model-dir (default %s), in namespace NS (default\n"
+            "         " TETRIS_NAMESPACE "), storing ConfigMaps "
+            TETRIS_MANIFEST_CONFIGMAP_PREFIX "<name> (label\n"
+            "         " TETRIS_LABEL_MODEL ", key " TETRIS_MANIFEST_CONFIGMAP_KEY
+            ": what the scheduler extender reads)\n"
+            "         and " TETRIS_PROFILE_CONFIGMAP_PREFIX "<name> (label " TETRIS_LABEL_PROFILE
+            ", key " TETRIS_PROFILE_CONFIGMAP_KEY ").\n"
             "         Apply with: tetris-profiler job MODEL | kubectl apply -f -\n"
             "         --api-server and --sa-secret (a Secret with token, ca.crt, namespace)\n"
             "         replace the in-cluster service account where it has no token.\n"
@@ -77,7 +81,7 @@ static void usage(FILE *out)
             "\n"
             "Exit status: 0 ok, 1 failure (a function or the API failed), 2 usage,\n"
             "3 bad or missing model file.\n",
-            STORE_DEFAULT_DIR);
+            STORE_DEFAULT_DIR, TETRIS_MODEL_HOST_DIR);
 }
 
 static int usage_error(const char *fmt, const char *arg)

@@ -10,6 +10,8 @@
 
 #include "common/cli.h"
 #include "common/config_yaml.h"
+#include "protocol/inventory.h"
+#include "protocol/names.h"
 #include "tensorstore/store.h"
 
 enum {
@@ -61,20 +63,21 @@ void reclaimer_usage(const char *prog)
            "The tetris node daemon: ingests tensors into the node's store for function\n"
            "instances (Unix socket <store>/ingest.sock), frees tensors no live holder\n"
            "references (keep-alive, then LRU above capacity), repairs after crashes,\n"
-           "scrubs CRC32s, and serves /metrics, /inventory and /healthz over HTTP.\n"
+           "scrubs CRC32s, and serves /metrics, " INVENTORY_PATH " and /healthz over HTTP.\n"
            "It serves every tenant store under <store>/tenants/ the same way (socket\n"
            "<store>/tenants/NAME/ingest.sock); mkdir <store>/tenants/NAME adds one.\n"
            "\n"
            "  --store DIR              tensor store (default " STORE_DEFAULT_DIR ")\n"
-           "  --listen ADDR:PORT       HTTP address (default 127.0.0.1:9464; \"\" = off)\n"
+           "  --listen ADDR:PORT       HTTP address (default " TETRIS_RECLAIMER_LISTEN
+           "; \"\" = off)\n"
            "  --interval SECONDS       between reclaim passes (default 10; 30s, 5m ok)\n"
            "  --keep-alive SECONDS     keep unreferenced tensors this long (default 300)\n"
            "  --capacity BYTES         node capacity, e.g. 2Gi (default 0 = unlimited), for\n"
            "                           all stores together: ingests past it are refused,\n"
            "                           LRU evicts above it\n"
            "  --scrub-rate BYTES/SEC   CRC32 re-check rate (default 64Mi; 0 = off)\n"
-           "  --node-name NAME         node name in /inventory (default: hostname,\n"
-           "                           or $NODE_NAME)\n"
+           "  --node-name NAME         node name in " INVENTORY_PATH " (default: hostname,\n"
+           "                           or $" TETRIS_ENV_NODE_NAME ")\n"
            "  --config FILE            YAML settings (same names, keep_alive etc.);\n"
            "                           flags override it; SIGHUP re-reads it\n"
            "  --state-file FILE        last-use times (default <store>/reclaimer.state)\n"
@@ -164,14 +167,14 @@ static void set_defaults(struct reclaimer_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     strcpy(cfg->store_dir, STORE_DEFAULT_DIR);
-    strcpy(cfg->listen, "127.0.0.1:9464");
+    strcpy(cfg->listen, TETRIS_RECLAIMER_LISTEN);
     cfg->interval_s = 10;
     cfg->keep_alive_s = 300;
     cfg->scrub_rate = 64u << 20;
     cfg->max_connections = 256;
     cfg->max_tenants = 64;
     cfg->request_timeout_s = 30;
-    const char *node = getenv("NODE_NAME");
+    const char *node = getenv(TETRIS_ENV_NODE_NAME);
     if (node != NULL && node[0] != '\0' && strlen(node) < sizeof(cfg->node_name))
         strcpy(cfg->node_name, node);
     else if (gethostname(cfg->node_name, sizeof(cfg->node_name)) < 0)

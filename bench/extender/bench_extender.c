@@ -26,6 +26,7 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "protocol/names.h"
 #include "scheduler-ext/extender/manifests.h"
 #include "scheduler-ext/extender/similarity.h"
 #include "scheduler-ext/extender/tensor_ids.h"
@@ -197,7 +198,7 @@ static char *make_request(size_t nodes, bool by_name)
                                 "110", "capacity", "cpu", "8", "memory", "32Gi", "pods", "110"));
     }
     json_t *args = json_pack("{s:{s:{s:s,s:s,s:{s:s}}}}", "Pod", "metadata", "name", "fn-1",
-                             "namespace", "fns", "labels", "tetris.io/model", "bench-model");
+                             "namespace", "fns", "labels", TETRIS_LABEL_MODEL, "bench-model");
     json_object_set_new(args, by_name ? "NodeNames" : "Nodes",
                         by_name ? list : json_pack("{s:o}", "items", list));
     json_object_set_new(args, by_name ? "Nodes" : "NodeNames", json_null());

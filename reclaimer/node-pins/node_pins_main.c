@@ -21,6 +21,7 @@
 #include "common/cli.h"
 #include "common/kube.h"
 #include "common/log.h"
+#include "protocol/names.h"
 #include "reclaimer/node-pins/node_pods.h"
 
 static volatile sig_atomic_t stopping;
@@ -37,10 +38,11 @@ static void usage(FILE *out)
             "usage: tetris-node-pins --node NAME --pin-file FILE [OPTIONS]\n"
             "\n"
             "Writes the tensor digests of the models of the pods scheduled to NAME (pods\n"
-            "labelled tetris.io/model, manifests in ConfigMaps labelled tetris.io/model) to\n"
-            "FILE, one hex digest per line, for tetris-reclaimer --pin-file.\n"
+            "labelled " TETRIS_LABEL_MODEL ", manifests in ConfigMaps labelled "
+            TETRIS_LABEL_MODEL ")\n"
+            "to FILE, one hex digest per line, for tetris-reclaimer --pin-file.\n"
             "\n"
-            "  --node NAME          this node (default: $NODE_NAME)\n"
+            "  --node NAME          this node (default: $" TETRIS_ENV_NODE_NAME ")\n"
             "  --pin-file FILE      the file to keep up to date\n"
             "  --namespace NS       namespace of the manifest ConfigMaps (default: the\n"
             "                       kubeconfig context's / service account's)\n"
@@ -145,7 +147,7 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
-    const char *node = getenv("NODE_NAME"), *path = NULL, *ns = NULL, *kubeconfig = NULL;
+    const char *node = getenv(TETRIS_ENV_NODE_NAME), *path = NULL, *ns = NULL, *kubeconfig = NULL;
     int64_t interval = 30;
     tetris_error err = {0};
     bool once = false;

@@ -10,7 +10,7 @@
 
 #include "common/log.h"
 #include "model/manifest.h"
-#include "scheduler-ext/extender/manifests.h"
+#include "protocol/names.h"
 
 static bool pod_is_live(json_t *pod)
 {
@@ -66,7 +66,7 @@ static int load_model(kube_client *kc, node_models *m, const char *model, const 
 {
     char path[512], selector[512];
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps", ns);
-    snprintf(selector, sizeof selector, "%s=%s", MANIFEST_LABEL, model);
+    snprintf(selector, sizeof selector, "%s=%s", TETRIS_LABEL_MODEL, model);
     kube_list_opts opts = {.label_selector = selector};
     json_t *items = NULL;
     int r = kube_list(kc, path, &opts, &items, NULL, err);
@@ -77,7 +77,8 @@ static int load_model(kube_client *kc, node_models *m, const char *model, const 
     bool found = false;
     json_array_foreach(items, i, cm) {
         const char *text =
-            json_string_value(json_object_get(json_object_get(cm, "data"), MANIFEST_KEY));
+            json_string_value(json_object_get(json_object_get(cm, "data"),
+                                              TETRIS_MANIFEST_CONFIGMAP_KEY));
         tetris_error e = {0};
         if (text != NULL && add_manifest_digests(m, model, text, &e) == 0) {
             found = true;
@@ -126,7 +127,7 @@ int node_pods_models(kube_client *kc, const char *node, const char *manifest_ns,
     int n = snprintf(field, sizeof field, "spec.nodeName=%s", node);
     if (n < 0 || (size_t)n >= sizeof field)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "node name too long");
-    kube_list_opts opts = {.label_selector = MANIFEST_LABEL, .field_selector = field};
+    kube_list_opts opts = {.label_selector = TETRIS_LABEL_MODEL, .field_selector = field};
     json_t *pods = NULL;
     int r = kube_list(kc, "/api/v1/pods", &opts, &pods, NULL, err);
     if (r < 0)
@@ -140,7 +141,7 @@ int node_pods_models(kube_client *kc, const char *node, const char *manifest_ns,
     json_t *pod;
     json_array_foreach(pods, i, pod) {
         const char *model = json_string_value(json_object_get(
-            json_object_get(json_object_get(pod, "metadata"), "labels"), MANIFEST_LABEL));
+            json_object_get(json_object_get(pod, "metadata"), "labels"), TETRIS_LABEL_MODEL));
         if (model == NULL || model[0] == '\0' || !pod_is_live(pod) || has_model(m, model))
             continue;
         r = add_model(m, model, err);

@@ -8,7 +8,7 @@
  * label tetris.io/model (a label, so the apiserver can select on it) and is
  * not finished (phase Succeeded/Failed). Its model's manifest is the
  * ConfigMap labelled tetris.io/model=<model> in manifest_ns (see
- * manifests.h). A model without a manifest is skipped and counted. */
+ * protocol/names.h). A model without a manifest is skipped and counted. */
 #ifndef TETRIS_NODE_PODS_H
 #define TETRIS_NODE_PODS_H
 

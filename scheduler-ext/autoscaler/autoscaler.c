@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "scheduler-ext/autoscaler/ilp.h"
 #include "common/log.h"
+#include "protocol/names.h"
 
 /* Exit codes (see usage). */
 enum {
@@ -60,13 +61,14 @@ static void usage(FILE *f)
         "  --min-instances N        keep at least N instances per function (default 1)\n"
         "  --realtime               pace a trace in real time (for a live cluster)\n"
         "  --duration S             stop after S seconds\n"
-        "  --namespace NS           (default openfaas-fn)\n"
+        "  --namespace NS           (default " TETRIS_FUNCTION_NAMESPACE ")\n"
         "  --image IMAGE            function image (default tetris-function:%s)\n"
         "  --image-pull-policy P    (default IfNotPresent)\n"
-        "  --store DIR              tensor store host path (default /dev/shm/tetris)\n"
-        "  --model-dir DIR          TETRIS_MODEL = DIR/<model_file> (default /models)\n"
-        "  --port N                 the function's HTTP port (default 8080)\n"
-        "  --scheduler-name NAME    (default tetris-scheduler)\n"
+        "  --store DIR              tensor store host path (default " TETRIS_STORE_DIR ")\n"
+        "  --model-dir DIR          " TETRIS_ENV_MODEL " = DIR/<model_file> (default "
+        TETRIS_MODEL_DIR ")\n"
+        "  --port N                 the function's HTTP port (default %d)\n"
+        "  --scheduler-name NAME    (default " TETRIS_SCHEDULER_NAME ")\n"
         "\n"
         "both:\n"
         "  --slo-ms T         latency SLO in ms (b=1 configs need l <= T, b>1 l <= T/2)\n"
@@ -80,7 +82,7 @@ static void usage(FILE *f)
         "exit status: 0 ok, 1 bad input (profile, trace) or another failure, 2 bad usage,\n"
         "3 no config meets the SLO, 4 --exact found no plan in time, 5 Kubernetes API\n"
         "unreachable or refusing at start\n",
-        RATE_DEFAULT_QUERY, TETRIS_VERSION);
+        RATE_DEFAULT_QUERY, TETRIS_VERSION, TETRIS_FUNCTION_PORT);
 }
 
 static int exit_for(int rc)
@@ -508,9 +510,10 @@ static int cmd_run(int argc, char **argv)
     run_config rc = {
         .policy = {.plan = {.latency = PROFILE_STAT_P95}, .headroom_out = 0.1,
                    .headroom_in = 0.3, .cooldown_s = 60, .window_s = 60, .min_instances = 1},
-        .deploy = {.namespace_ = "openfaas-fn", .image = "tetris-function:" TETRIS_VERSION,
-                   .pull_policy = "IfNotPresent", .store_dir = "/dev/shm/tetris",
-                   .scheduler_name = "tetris-scheduler", .model_dir = "/models", .port = 8080},
+        .deploy = {.namespace_ = TETRIS_FUNCTION_NAMESPACE,
+                   .image = "tetris-function:" TETRIS_VERSION, .pull_policy = "IfNotPresent",
+                   .store_dir = TETRIS_STORE_DIR, .scheduler_name = TETRIS_SCHEDULER_NAME,
+                   .model_dir = TETRIS_MODEL_DIR, .port = TETRIS_FUNCTION_PORT},
         .interval_s = 5,
         .query = RATE_DEFAULT_QUERY,
     };

@@ -74,6 +74,10 @@ int as_decide(as_function *fn, const as_policy *pol, double now_s, double rps, u
 
 /* ---- acting (autoscaler_deploy.c, autoscaler_kube.c) ---- */
 
+/* The managed-by label of the autoscaler's Deployments: a restart adopts
+ * only those. */
+#define AS_MANAGED_BY "tetris-autoscaler"
+
 typedef struct as_deploy_options {
     const char *namespace_;
     const char *image;
@@ -112,8 +116,9 @@ struct as_actuator {
     as_deploy_options deploy;
 };
 
-/* A profile from a file, or from a ConfigMap's "profile.yaml" when source
- * is "configmap:NS/NAME" (through kubeconfig, or in-cluster if NULL). */
+/* A profile from a file, or from a ConfigMap's TETRIS_PROFILE_CONFIGMAP_KEY
+ * when source is "configmap:NS/NAME" (through kubeconfig, or in-cluster if
+ * NULL). */
 int as_profile_load(const char *source, const char *kubeconfig, profile **out,
                     tetris_error *err);
 

@@ -12,6 +12,7 @@
 #include "common/cleanup.h"
 #include "common/kube.h"
 #include "common/log.h"
+#include "protocol/names.h"
 
 typedef struct kube_actuator {
     as_actuator base; /* first: the actuator interface */
@@ -26,8 +27,8 @@ static int kube_adopt(as_actuator *a, as_function *fn, tetris_error *err)
     char path[512], selector[512];
     snprintf(path, sizeof path, "/apis/apps/v1/namespaces/%s/deployments",
              a->deploy.namespace_);
-    snprintf(selector, sizeof selector,
-             "faas_function=%s,app.kubernetes.io/managed-by=tetris-autoscaler", fn->name);
+    snprintf(selector, sizeof selector, TETRIS_LABEL_FUNCTION "=%s," TETRIS_LABEL_MANAGED_BY
+             "=" AS_MANAGED_BY, fn->name);
     kube_list_opts opts = {.label_selector = selector};
     json_t *items = NULL;
     cleanup_free char *rv = NULL;
@@ -102,8 +103,8 @@ int as_profile_load(const char *source, const char *kubeconfig, profile **out,
                     tetris_error *err)
 {
     static const char scheme[] = "configmap:";
-    /* The key and name pattern `tetris-profiler job` stores profiles under. */
-    static const char key[] = "profile.yaml";
+    /* The key `tetris-profiler job` stores profiles under. */
+    static const char key[] = TETRIS_PROFILE_CONFIGMAP_KEY;
     if (strncmp(source, scheme, sizeof scheme - 1) != 0)
         return profile_load(source, out, err);
     const char *ref = source + sizeof scheme - 1;

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/prom.h"
+#include "protocol/names.h"
 #include "scheduler-ext/extender/similarity.h"
 
 /* Request latency histogram bounds, seconds. */
@@ -95,17 +96,17 @@ static const char *pod_model(json_t *pod)
 {
     json_t *meta = json_object_get(pod, "metadata");
     const char *m = json_string_value(json_object_get(json_object_get(meta, "labels"),
-                                                      EXTENDER_MODEL_KEY));
+                                                      TETRIS_LABEL_MODEL));
     if (m == NULL)
         m = json_string_value(json_object_get(json_object_get(meta, "annotations"),
-                                              EXTENDER_MODEL_KEY));
+                                              TETRIS_LABEL_MODEL));
     return m != NULL && m[0] != '\0' ? m : NULL;
 }
 
 static const char *pod_tenant(json_t *pod)
 {
     json_t *labels = json_object_get(json_object_get(pod, "metadata"), "labels");
-    const char *t = json_string_value(json_object_get(labels, EXTENDER_TENANT_LABEL));
+    const char *t = json_string_value(json_object_get(labels, TETRIS_LABEL_TENANT));
     return t != NULL && t[0] != '\0' ? t : NULL;
 }
 

@@ -15,6 +15,11 @@
  * NodeNames back; otherwise it sends and reads full Node objects.
  * Key lookups are case-insensitive, as Go's decoder is.
  *
+ * A pod names its model with the label (or annotation) TETRIS_LABEL_MODEL;
+ * a pod labelled TETRIS_LABEL_TENANT has a dedicated store (DIR/tenants/T)
+ * and its placement follows that store's inventories, not the shared
+ * store's (protocol/names.h).
+ *
  * Decisions never block scheduling: a pod without a model, a model without
  * a manifest, a node without a fresh inventory: pass the filter, score 0.
  * Only a malformed request is an error (HTTP 400). */
@@ -26,11 +31,6 @@
 #include "common/error.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "scheduler-ext/extender/manifests.h"
-
-#define EXTENDER_MODEL_KEY "tetris.io/model" /* pod label or annotation */
-/* Pod label: the pod's tenant has a dedicated store (DIR/tenants/T); its
- * placement follows that store's inventories, not the shared store's. */
-#define EXTENDER_TENANT_LABEL "tetris.io/tenant"
 
 typedef struct extender extender;
 

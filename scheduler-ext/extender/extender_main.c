@@ -23,9 +23,7 @@
 #include "common/log.h"
 #include "scheduler-ext/extender/manifests.h"
 #include "scheduler-ext/extender/tensor_ids.h"
-
-#define DEFAULT_LISTEN "127.0.0.1:8888"
-#define DEFAULT_INVENTORY_PORT 9464
+#include "protocol/names.h"
 
 typedef struct options {
     const char *listen;
@@ -47,7 +45,7 @@ static void usage(FILE *out)
             "tensor bytes already in the node's store). Serves POST /filter, POST /prioritize,\n"
             "GET /metrics, GET /healthz.\n"
             "\n"
-            "  --listen ADDR:PORT       HTTP address (default " DEFAULT_LISTEN ")\n"
+            "  --listen ADDR:PORT       HTTP address (default " TETRIS_EXTENDER_LISTEN ")\n"
             "  --kubeconfig FILE        kubeconfig to reach the apiserver (default: in-cluster\n"
             "                           service account)\n"
             "  --namespace NS           namespace of the manifest ConfigMaps (default: the\n"
@@ -56,19 +54,22 @@ static void usage(FILE *out)
             "  --standalone             no apiserver: manifests from --manifest-dir only,\n"
             "                           nodes must come as objects (nodeCacheCapable: false)\n"
             "  --inventory-port PORT    tetris-reclaimer port on nodes without a\n"
-            "                           tetris.io/inventory-url annotation (default %d)\n"
+            "                           " TETRIS_ANNOTATION_INVENTORY_URL
+            " annotation (default %d)\n"
             "  --refresh SECONDS        inventory poll period (default 1)\n"
             "  --stale-after SECONDS    ignore an inventory not refreshed for this long\n"
             "                           (default 30)\n"
             "  --fetch-timeout MS       timeout of one inventory fetch (default 1000)\n"
             "  --help, --version\n"
             "\n"
-            "A pod names its model with the label or annotation tetris.io/model; the model's\n"
-            "manifest is a ConfigMap labelled tetris.io/model=<model> with key manifest.json.\n"
+            "A pod names its model with the label or annotation " TETRIS_LABEL_MODEL
+            "; the model's\n"
+            "manifest is a ConfigMap labelled " TETRIS_LABEL_MODEL "=<model> with key "
+            TETRIS_MANIFEST_CONFIGMAP_KEY ".\n"
             "\n"
             "Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen,\n"
             "no cluster credentials), 2 usage error.\n",
-            DEFAULT_INVENTORY_PORT);
+            TETRIS_RECLAIMER_PORT);
 }
 
 /* 0 to run, 1 to exit 0 (help/version), -1 usage error. */
@@ -90,7 +91,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
-    *o = (options){.listen = DEFAULT_LISTEN, .inventory_port = DEFAULT_INVENTORY_PORT};
+    *o = (options){.listen = TETRIS_EXTENDER_LISTEN, .inventory_port = TETRIS_RECLAIMER_PORT};
     inventory_opts_init(&o->inv);
     int ch, r = 0;
     int64_t v;

@@ -19,6 +19,7 @@
 #include "common/httpclient.h"
 #include "common/log.h"
 #include "common/strmap.h"
+#include "protocol/names.h"
 
 typedef struct node_entry {
     char *url;
@@ -134,7 +135,7 @@ int inventory_url_from_node(json_t *node, int default_port, char *buf, size_t si
 {
     json_t *meta = json_object_get(node, "metadata");
     const char *url = json_string_value(
-        json_object_get(json_object_get(meta, "annotations"), INVENTORY_URL_ANNOTATION));
+        json_object_get(json_object_get(meta, "annotations"), TETRIS_ANNOTATION_INVENTORY_URL));
     if (url != NULL && url[0] != '\0') {
         int n = snprintf(buf, size, "%s", url);
         return n > 0 && (size_t)n < size ? 0 : -1;

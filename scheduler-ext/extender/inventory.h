@@ -33,7 +33,6 @@
 #include "scheduler-ext/extender/similarity.h"
 #include "scheduler-ext/extender/tensor_ids.h"
 
-#define INVENTORY_URL_ANNOTATION "tetris.io/inventory-url"
 #define INVENTORY_TENANT_MAX 63  /* as the store allows */
 #define INVENTORY_KEY_MAX 320    /* node name (253), '/', tenant, NUL */
 

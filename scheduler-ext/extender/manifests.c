@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/strmap.h"
 #include "model/manifest.h"
+#include "protocol/names.h"
 
 #define MANIFEST_MAX_BYTES (64u << 20)
 
@@ -219,7 +220,7 @@ static const char *configmap_model(json_t *cm)
 {
     return json_string_value(
         json_object_get(json_object_get(json_object_get(cm, "metadata"), "labels"),
-                        MANIFEST_LABEL));
+                        TETRIS_LABEL_MODEL));
 }
 
 /* Adds one ConfigMap's manifest; a bad one is logged and skipped so that one
@@ -228,11 +229,12 @@ static void apply_configmap(manifest_cache *mc, json_t *cm)
 {
     const char *model = configmap_model(cm);
     const char *name = json_string_value(json_object_get(json_object_get(cm, "metadata"), "name"));
-    const char *text = json_string_value(json_object_get(json_object_get(cm, "data"), MANIFEST_KEY));
+    const char *text = json_string_value(
+        json_object_get(json_object_get(cm, "data"), TETRIS_MANIFEST_CONFIGMAP_KEY));
     char q[600];
     if (model == NULL || text == NULL) {
         log_warn("event=manifest-skipped configmap=%s reason=\"no %s label or %s key\"",
-                 name != NULL ? name : "?", MANIFEST_LABEL, MANIFEST_KEY);
+                 name != NULL ? name : "?", TETRIS_LABEL_MODEL, TETRIS_MANIFEST_CONFIGMAP_KEY);
         return;
     }
     tetris_error err = {0};
@@ -285,7 +287,7 @@ static void *watch_thread(void *arg)
     manifest_cache *mc = arg;
     char path[512];
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps", mc->ns);
-    kube_list_opts opts = {.label_selector = MANIFEST_LABEL};
+    kube_list_opts opts = {.label_selector = TETRIS_LABEL_MODEL};
     tetris_error err = {0};
     if (kube_list_watch(mc->kc, path, &opts, on_configmaps_listed, on_configmap_event, mc,
                         &mc->stop, &err) < 0) {

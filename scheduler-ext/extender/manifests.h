@@ -5,6 +5,7 @@
  *   metadata.name   tetris-manifest-<model>   (convention, not required)
  *   label           tetris.io/model=<model>   (the key the extender uses)
  *   data            manifest.json: <the manifest>
+ * (protocol/names.h: TETRIS_LABEL_MODEL, TETRIS_MANIFEST_CONFIGMAP_KEY).
  * The cache lists and watches those ConfigMaps in one namespace, so lookups
  * never wait for the apiserver. Without a cluster, a directory of
  * <model>.json files serves the same purpose.
@@ -20,9 +21,6 @@
 #include "common/kube.h"
 #include "scheduler-ext/extender/similarity.h"
 #include "scheduler-ext/extender/tensor_ids.h"
-
-#define MANIFEST_LABEL "tetris.io/model"
-#define MANIFEST_KEY "manifest.json"
 
 typedef struct manifest_cache manifest_cache;
 

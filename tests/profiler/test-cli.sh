@@ -32,7 +32,7 @@ for want in 'kind: Job' 'kind: ServiceAccount' 'kind: Role' 'kind: RoleBinding' 
     grep -qF -- "$want" "$WORK/job.yaml" || fail "job manifest lacks '$want'"
 done
 # The ConfigMap naming must be the extender's (label and key).
-grep -q 'tetris.io/model' "$ROOT/scheduler-ext/extender/manifests.h" || fail "extender label changed?"
+grep -q '"tetris.io/model"' "$ROOT/protocol/names.h" || fail "extender label changed?"
 kubeconfig="${TETRIS_CLUSTER_DIR:-/tmp/tetris-cluster}/kubeconfig"
 if [ -f "$kubeconfig" ] && command -v kubectl >/dev/null &&
     kubectl --kubeconfig "$kubeconfig" --request-timeout=5s get --raw /healthz >/dev/null 2>&1; then

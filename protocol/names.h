@@ -1,0 +1,124 @@
+/* names.h - the names tetris's programs and the cluster agree on: labels,
+ * annotations, the ConfigMaps that carry registration data, the scheduler's
+ * name, default ports and paths, and the environment a function container
+ * is configured with. Each is written once, here; the Helm chart
+ * (charts/tetris) and the scripts spell the same names, and the tests hold
+ * both sides to them.
+ *
+ * Who writes and who reads:
+ *
+ *   pod label TETRIS_LABEL_MODEL=<model>    the autoscaler's pod template,
+ *                                           users' function pods; read by the
+ *                                           extender (label, or annotation)
+ *                                           and tetris-node-pins (label)
+ *   ConfigMap tetris-manifest-<name>        `tetris-profiler job`; read by
+ *     label TETRIS_LABEL_MODEL=<model>      the extender and tetris-node-pins
+ *     data  manifest.json
+ *   ConfigMap tetris-profile-<name>         `tetris-profiler job`; read by
+ *     label TETRIS_LABEL_PROFILE=<model>    the autoscaler
+ *     data  profile.yaml                    (configmap:NS/tetris-profile-<name>)
+ *   Node annotation tetris.io/inventory-url the cluster's admin (else the
+ *                                           node's InternalIP and the
+ *                                           reclaimer's port); read by the
+ *                                           extender
+ *
+ * <model> is the model's name as profiled (protocol/profile.h's model:),
+ * <name> that name made a valid object name (profiler/job.h). */
+#ifndef TETRIS_NAMES_H
+#define TETRIS_NAMES_H
+
+#include <stdbool.h>
+
+#define TETRIS_STRINGIFY_(x) #x
+#define TETRIS_STRINGIFY(x) TETRIS_STRINGIFY_(x)
+
+/* ---- labels ---- */
+
+#define TETRIS_LABEL_MODEL "tetris.io/model"
+/* A pod of a tenant with a dedicated store (DIR/tenants/<tenant>). */
+#define TETRIS_LABEL_TENANT "tetris.io/tenant"
+#define TETRIS_LABEL_PROFILE "tetris.io/profile"
+/* The autoscaler's Deployments: one per function and instance config. */
+#define TETRIS_LABEL_CONFIG "tetris.io/config"
+/* The local cluster's API-only test nodes carry
+ * TETRIS_LABEL_NODE_KIND=TETRIS_NODE_KIND_API_ONLY; nothing runs there. */
+#define TETRIS_LABEL_NODE_KIND "tetris.io/node-kind"
+#define TETRIS_NODE_KIND_API_ONLY "api-only"
+/* OpenFaaS's label of a function's Deployment and pods (its gateway's
+ * metrics name the function the same way). */
+#define TETRIS_LABEL_FUNCTION "faas_function"
+#define TETRIS_LABEL_APP_NAME "app.kubernetes.io/name"
+#define TETRIS_LABEL_MANAGED_BY "app.kubernetes.io/managed-by"
+
+/* ---- annotations ---- */
+
+/* On a Node: where its reclaimer serves /inventory. */
+#define TETRIS_ANNOTATION_INVENTORY_URL "tetris.io/inventory-url"
+/* Prometheus's scrape annotations on a pod. */
+#define TETRIS_ANNOTATION_SCRAPE "prometheus.io/scrape"
+#define TETRIS_ANNOTATION_SCRAPE_PORT "prometheus.io/port"
+#define TETRIS_ANNOTATION_SCRAPE_PATH "prometheus.io/path"
+
+/* ---- ConfigMaps and the profiling Job ---- */
+
+#define TETRIS_MANIFEST_CONFIGMAP_PREFIX "tetris-manifest-"
+#define TETRIS_MANIFEST_CONFIGMAP_KEY "manifest.json"
+/* The profile ConfigMap and the Job that makes it share the name. */
+#define TETRIS_PROFILE_CONFIGMAP_PREFIX "tetris-profile-"
+#define TETRIS_PROFILE_CONFIGMAP_KEY "profile.yaml"
+
+/* ---- the cluster ---- */
+
+/* The second scheduler, kube-scheduler with the extender. */
+#define TETRIS_SCHEDULER_NAME "tetris-scheduler"
+/* tetris's own components and, by default, the registration ConfigMaps. */
+#define TETRIS_NAMESPACE "tetris-system"
+/* Where OpenFaaS keeps functions: the autoscaler's default. */
+#define TETRIS_FUNCTION_NAMESPACE "openfaas-fn"
+
+/* ---- ports and paths ---- */
+
+/* The node's tensor store on the host: the node daemon's, mounted
+ * read-only by function pods (tensorstore's STORE_DEFAULT_DIR). */
+#define TETRIS_STORE_DIR "/dev/shm/tetris"
+/* Model files: a node's host directory (what profiling Jobs mount) and
+ * where a function or profiler container finds them. */
+#define TETRIS_MODEL_HOST_DIR "/var/lib/tetris/models"
+#define TETRIS_MODEL_DIR "/models"
+/* The node daemon: /metrics, /healthz and the inventory (its path is
+ * protocol/inventory.h's). */
+#define TETRIS_RECLAIMER_PORT 9464
+#define TETRIS_RECLAIMER_LISTEN "127.0.0.1:" TETRIS_STRINGIFY(TETRIS_RECLAIMER_PORT)
+/* The extender, on the scheduler's loopback (the scheduler configuration's
+ * urlPrefix). */
+#define TETRIS_EXTENDER_PORT 8888
+#define TETRIS_EXTENDER_LISTEN "127.0.0.1:" TETRIS_STRINGIFY(TETRIS_EXTENDER_PORT)
+/* A function's HTTP port and the health path of OpenFaaS's watchdog. */
+#define TETRIS_FUNCTION_PORT 8080
+#define TETRIS_FUNCTION_HEALTH_PATH "/_/health"
+
+/* ---- environment ---- */
+
+/* A function container (tetris-function), as the autoscaler and the
+ * profiler set it. */
+#define TETRIS_ENV_MODEL "TETRIS_MODEL"             /* the model file */
+#define TETRIS_ENV_STORE "TETRIS_STORE"             /* the store, mounted read-only */
+#define TETRIS_ENV_TENANT "TETRIS_TENANT"
+#define TETRIS_ENV_MANIFEST "TETRIS_MANIFEST"
+#define TETRIS_ENV_PORT "TETRIS_PORT"
+#define TETRIS_ENV_BATCH "TETRIS_BATCH"
+#define TETRIS_ENV_CONCURRENCY "TETRIS_CONCURRENCY"
+#define TETRIS_ENV_THREADS "TETRIS_THREADS"
+#define TETRIS_ENV_MAX_WAIT_MS "TETRIS_MAX_WAIT_MS"
+#define TETRIS_ENV_DYNAMIC_DIM "TETRIS_DYNAMIC_DIM"
+/* OpenFaaS's of-watchdog tells the function its port in "port". */
+#define TETRIS_ENV_WATCHDOG_PORT "port"
+/* The node a pod runs on (downward API spec.nodeName): the reclaimer and
+ * tetris-node-pins. */
+#define TETRIS_ENV_NODE_NAME "NODE_NAME"
+
+/* Whether s can be a label's value (1-63 of [A-Za-z0-9._-], alphanumeric
+ * at both ends): a model's name must be, to be TETRIS_LABEL_MODEL's. */
+bool names_label_value_valid(const char *s);
+
+#endif
