@@ -93,7 +93,10 @@ typedef struct as_deploy_options {
 void as_config_key(const profile_config *cfg, char *buf, size_t len);
 /* "<function>-<config key>" */
 void as_deployment_name(const as_function *fn, size_t config, char *buf, size_t len);
-/* The apps/v1 Deployment for one function and config (new reference). */
+/* The apps/v1 Deployment for one function and config (new reference). Its
+ * pods carry the function's model (the profile's model) as
+ * TETRIS_LABEL_MODEL, so the extender and tetris-node-pins find its
+ * manifest (protocol/names.h). */
 json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned replicas,
                                const as_deploy_options *o);
 

@@ -53,8 +53,10 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
                                AS_MANAGED_BY);
     json_t *selector =
         json_pack("{s:s, s:s}", TETRIS_LABEL_FUNCTION, fn->name, TETRIS_LABEL_CONFIG, key);
-    json_t *pod_labels =
-        json_pack("{s:s, s:s}", TETRIS_LABEL_FUNCTION, fn->name, TETRIS_LABEL_CONFIG, key);
+    /* The model label is how the extender places the pod by its tensors and
+     * how tetris-node-pins keeps them pinned on its node. */
+    json_t *pod_labels = json_pack("{s:s, s:s, s:s}", TETRIS_LABEL_FUNCTION, fn->name,
+                                   TETRIS_LABEL_CONFIG, key, TETRIS_LABEL_MODEL, fn->prof->model);
     json_t *env = json_pack("[o, o, o, o, o, o]", env_var(TETRIS_ENV_BATCH, batch),
                             env_var(TETRIS_ENV_CONCURRENCY, concurrency),
                             env_var(TETRIS_ENV_THREADS, threads),

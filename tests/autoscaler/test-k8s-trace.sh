@@ -67,6 +67,7 @@ check() {
 }
 check .spec.replicas "$final"
 check '.metadata.labels.faas_function' fn
+check '.spec.template.metadata.labels["tetris.io/model"]' two-configs
 check '.spec.template.spec.schedulerName' tetris-scheduler
 check '.spec.template.spec.containers[0].env | map("\(.name)=\(.value)") | join(",")' \
     "TETRIS_BATCH=1,TETRIS_CONCURRENCY=1,TETRIS_THREADS=1,TETRIS_MODEL=/models/two-configs,TETRIS_STORE=/dev/shm/tetris,TETRIS_PORT=8080"

@@ -3,7 +3,8 @@
 # a rising and falling rate drives the dry-run actions, which must follow DTS
 # (scale out by the residual at once, scale in only after the cool-down and
 # against the window's peak), not oscillate on a swinging rate, and describe
-# Deployments the cluster can run (labels, env, resources, store volume).
+# Deployments the cluster can run (labels, env, resources, store volume) and
+# whose pods the extender and tetris-node-pins know by their model's label.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
 here="$ROOT/tests/autoscaler"
@@ -52,6 +53,10 @@ check '.metadata.labels.faas_function' fn
 check .spec.replicas 1
 check '.spec.template.metadata.labels.faas_function' fn
 check '.spec.selector.matchLabels["tetris.io/config"]' c1000-m100-b1-p1
+# The pods name the profile's model, as its manifest ConfigMap is labelled.
+check '.spec.template.metadata.labels["tetris.io/model"]' two-configs
+check '.spec.template.metadata.annotations["prometheus.io/scrape"]' true
+check '.spec.template.spec.containers[0].readinessProbe.httpGet.path' /_/health
 check .spec.template.spec.schedulerName tetris-scheduler
 check '.spec.template.spec.containers[0].env | map("\(.name)=\(.value)") | join(",")' \
     "TETRIS_BATCH=1,TETRIS_CONCURRENCY=1,TETRIS_THREADS=1,TETRIS_MODEL=/models/two-configs,TETRIS_STORE=/dev/shm/tetris,TETRIS_PORT=8080"
@@ -111,6 +116,10 @@ grep '^- ' "$here/two-configs.profile.yaml" | head -1 >>"$WORK/dup.yaml"
 grep '^- ' "$here/two-configs.profile.yaml" | head -1 >>"$WORK/dup.yaml"
 expect 1 --slo-ms 50 --function fn="$WORK/dup.yaml" --trace fn="$here/rise-and-fall.trace"
 grep -q "configs 0 and 1 are both c1000-m100-b1-p1" "$WORK/err" || fail "duplicate configs: $(cat "$WORK/err")"
+# A model name that cannot be a label value cannot label the pods.
+sed 's/^model: .*/model: "not a label"/' "$here/two-configs.profile.yaml" >"$WORK/badmodel.yaml"
+expect 1 --slo-ms 50 --function fn="$WORK/badmodel.yaml" --trace fn="$here/rise-and-fall.trace"
+grep -q "model name 'not a label' is not a valid label value" "$WORK/err" || fail "bad model name: $(cat "$WORK/err")"
 expect 3 --slo-ms 5 --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace"
 grep -q "no config meets the SLO" "$WORK/err" || fail "infeasible: $(cat "$WORK/err")"
 echo "ok: trace dry-run"
