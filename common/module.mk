@@ -4,13 +4,14 @@
 # Kubernetes client; their unit tests and the client's fault-injection test.
 LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/prom.c \
             common/cli.c common/httpserver.c common/httpclient.c common/config_yaml.c \
-            common/strmap.c common/kube.c common/kubeconfig.c
+            common/strmap.c common/kube.c common/kube_yaml.c common/kubeconfig.c
 
 # common/httpserver.c needs libmicrohttpd; every program linking libtetris
 # may pull it in, so the library goes on the global link line.
 LDLIBS += -lmicrohttpd
 
-UNIT_TESTS += tests/unit/test_httpserver.c tests/unit/test_kubeconfig.c tests/unit/test_common.c
+UNIT_TESTS += tests/unit/test_httpserver.c tests/unit/test_kubeconfig.c tests/unit/test_common.c \
+              tests/unit/test_kube_yaml.c
 UNIT_LIBS += -lcurl
 
 # The Kubernetes client against the fault-injecting HTTP server (dropped

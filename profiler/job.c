@@ -12,6 +12,8 @@
 #include "protocol/names.h"
 
 #define SA_MOUNT "/var/run/secrets/tetris"
+/* The Job's ServiceAccount, Role and RoleBinding, and its app label. */
+#define JOB_ACCOUNT "tetris-profiler"
 
 void job_options_init(struct job_options *o)
 {
@@ -38,26 +40,120 @@ int job_object_name(const char *model, char *buf, size_t len, tetris_error *err)
     return 0;
 }
 
-/* A YAML double-quoted scalar (JSON string syntax is valid YAML). */
-static void put_quoted(FILE *out, const char *s)
+static json_t *metadata(const char *name, const char *ns, json_t *labels)
 {
-    json_t *j = json_string(s);
-    char *q = j != NULL ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-    json_decref(j);
-    fputs(q != NULL ? q : "\"\"", out);
-    free(q);
+    json_t *m = json_pack("{s:s, s:s}", "name", name, "namespace", ns);
+    if (m != NULL && labels != NULL)
+        json_object_set_new(m, "labels", labels);
+    else
+        json_decref(labels);
+    return m;
 }
 
-static void put_arg(FILE *out, const char *arg)
+static json_t *job_labels(const char *model)
 {
-    fputs("        - ", out);
-    put_quoted(out, arg);
-    fputc('\n', out);
+    return json_pack("{s:s, s:s}", TETRIS_LABEL_APP_NAME, JOB_ACCOUNT, TETRIS_LABEL_PROFILE,
+                     model);
+}
+
+/* The container's arguments: `tetris-profiler profile` storing ConfigMaps. */
+static json_t *job_args(const struct job_options *o)
+{
+    char path[4096], duration[32], warmup[32];
+    const char *argv[24];
+    size_t n = 0;
+    snprintf(path, sizeof(path), TETRIS_MODEL_DIR "/%s", o->model);
+    snprintf(duration, sizeof(duration), "%g", o->duration_s);
+    snprintf(warmup, sizeof(warmup), "%g", o->warmup_s);
+    argv[n++] = "profile";
+    argv[n++] = path;
+    argv[n++] = "--name";
+    argv[n++] = o->name;
+    argv[n++] = "--store";
+    argv[n++] = TETRIS_STORE_DIR;
+    if (o->grid != NULL) {
+        argv[n++] = "--grid";
+        argv[n++] = o->grid;
+    }
+    argv[n++] = "--duration";
+    argv[n++] = duration;
+    argv[n++] = "--warmup";
+    argv[n++] = warmup;
+    argv[n++] = "--store-configmaps";
+    argv[n++] = "--namespace";
+    argv[n++] = o->namespace_;
+    if (o->api_server != NULL) {
+        argv[n++] = "--kube-server";
+        argv[n++] = o->api_server;
+    }
+    if (o->sa_secret != NULL) {
+        argv[n++] = "--kube-sa-dir";
+        argv[n++] = SA_MOUNT;
+    }
+    argv[n++] = "-o";
+    argv[n++] = "/tmp/" TETRIS_PROFILE_CONFIGMAP_KEY;
+    json_t *args = json_array();
+    for (size_t i = 0; args != NULL && i < n; i++)
+        if (json_array_append_new(args, json_string(argv[i])) < 0) {
+            json_decref(args);
+            args = NULL;
+        }
+    return args;
+}
+
+static json_t *job_object(const struct job_options *o, const char *obj)
+{
+    char name[128];
+    snprintf(name, sizeof(name), TETRIS_PROFILE_CONFIGMAP_PREFIX "%s", obj);
+    json_t *mounts = json_pack(
+        "[{s:s, s:s, s:b}, {s:s, s:s, s:b}]", "name", "store", "mountPath", TETRIS_STORE_DIR,
+        "readOnly", 1, "name", "models", "mountPath", TETRIS_MODEL_DIR, "readOnly", 1);
+    json_t *volumes = json_pack(
+        "[{s:s, s:{s:s, s:s}}, {s:s, s:{s:s, s:s}}]", "name", "store", "hostPath", "path",
+        o->store_dir, "type", "Directory", "name", "models", "hostPath", "path", o->model_dir,
+        "type", "Directory");
+    if (o->sa_secret != NULL) {
+        json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", "api-credentials",
+                                                "mountPath", SA_MOUNT, "readOnly", 1));
+        json_array_append_new(volumes, json_pack("{s:s, s:{s:s}}", "name", "api-credentials",
+                                                 "secret", "secretName", o->sa_secret));
+    }
+    json_t *container = json_pack("{s:s, s:s, s:s, s:[s], s:o, s:o}", "name", "profiler",
+                                  "image", o->image, "imagePullPolicy", "IfNotPresent", "command",
+                                  "/usr/local/bin/tetris-profiler", "args", job_args(o),
+                                  "volumeMounts", mounts);
+    /* hostNetwork: the function under test listens on loopback only. */
+    json_t *pod = json_pack("{s:s, s:s, s:b, s:[o], s:o}", "serviceAccountName", JOB_ACCOUNT,
+                            "restartPolicy", "Never", "hostNetwork", 1, "containers", container,
+                            "volumes", volumes);
+    if (pod != NULL && o->node != NULL)
+        json_object_set_new(pod, "nodeSelector",
+                            json_pack("{s:s}", "kubernetes.io/hostname", o->node));
+    return json_pack("{s:s, s:s, s:o, s:{s:i, s:{s:{s:o}, s:o}}}", "apiVersion", "batch/v1",
+                     "kind", "Job", "metadata",
+                     metadata(name, o->namespace_, job_labels(o->name)), "spec", "backoffLimit",
+                     0, "template", "metadata", "labels", job_labels(o->name), "spec", pod);
+}
+
+/* ServiceAccount, Role and RoleBinding (the ConfigMaps it may write), Job. */
+static json_t *job_objects(const struct job_options *o, const char *obj)
+{
+    return json_pack(
+        "[{s:s, s:s, s:o}, {s:s, s:s, s:o, s:[{s:[s], s:[s], s:[s, s, s, s]}]},"
+        " {s:s, s:s, s:o, s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:s}]}, o]",
+        "apiVersion", "v1", "kind", "ServiceAccount", "metadata",
+        metadata(JOB_ACCOUNT, o->namespace_, NULL), "apiVersion", "rbac.authorization.k8s.io/v1",
+        "kind", "Role", "metadata", metadata(JOB_ACCOUNT, o->namespace_, NULL), "rules",
+        "apiGroups", "", "resources", "configmaps", "verbs", "get", "create", "update", "patch",
+        "apiVersion", "rbac.authorization.k8s.io/v1", "kind", "RoleBinding", "metadata",
+        metadata(JOB_ACCOUNT, o->namespace_, NULL), "roleRef", "apiGroup",
+        "rbac.authorization.k8s.io", "kind", "Role", "name", JOB_ACCOUNT, "subjects", "kind",
+        "ServiceAccount", "name", JOB_ACCOUNT, "namespace", o->namespace_, job_object(o, obj));
 }
 
 int job_write_manifest(FILE *out, const struct job_options *o, tetris_error *err)
 {
-    char obj[80], path[4096], num[32];
+    char obj[80];
     int r = job_object_name(o->name, obj, sizeof(obj), err);
     if (r < 0)
         return r;
@@ -65,93 +161,17 @@ int job_write_manifest(FILE *out, const struct job_options *o, tetris_error *err
         return tetris_fail(err, TETRIS_E_INVAL, 0,
                            "job MODEL '%s' must be a file name in the model directory %s",
                            o->model, o->model_dir);
+    json_t *objects = job_objects(o, obj);
+    if (objects == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "job manifest");
     fprintf(out,
             "# Profiles %s on a node: `tetris-profiler profile` in a Job, storing the\n"
             "# profile and the tensor manifest as ConfigMaps in %s.\n"
-            "# Generated by tetris-profiler %s job.\n"
-            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: tetris-profiler\n"
-            "  namespace: %s\n---\n"
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n"
-            "  name: tetris-profiler\n  namespace: %s\nrules:\n"
-            "- apiGroups: [\"\"]\n  resources: [\"configmaps\"]\n"
-            "  verbs: [\"get\", \"create\", \"update\", \"patch\"]\n---\n"
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n"
-            "  name: tetris-profiler\n  namespace: %s\nroleRef:\n"
-            "  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: tetris-profiler\n"
-            "subjects:\n- kind: ServiceAccount\n  name: tetris-profiler\n  namespace: %s\n---\n",
-            o->name, o->namespace_, TETRIS_VERSION, o->namespace_, o->namespace_, o->namespace_,
-            o->namespace_);
-    fprintf(out,
-            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: " TETRIS_PROFILE_CONFIGMAP_PREFIX "%s\n"
-            "  namespace: %s\n  labels:\n    app.kubernetes.io/name: tetris-profiler\n"
-            "    " TETRIS_LABEL_PROFILE ": %s\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n"
-            "      labels:\n        app.kubernetes.io/name: tetris-profiler\n"
-            "        " TETRIS_LABEL_PROFILE ": %s\n    spec:\n"
-            "      serviceAccountName: tetris-profiler\n      restartPolicy: Never\n"
-            "      # The function under test listens on loopback only.\n"
-            "      hostNetwork: true\n",
-            obj, o->namespace_, o->name, o->name);
-    if (o->node != NULL) {
-        fputs("      nodeSelector:\n        kubernetes.io/hostname: ", out);
-        put_quoted(out, o->node);
-        fputc('\n', out);
-    }
-    fprintf(out, "      containers:\n      - name: profiler\n        image: ");
-    put_quoted(out, o->image);
-    fputs("\n        imagePullPolicy: IfNotPresent\n"
-          "        command: [\"/usr/local/bin/tetris-profiler\"]\n        args:\n",
-          out);
-    fputs("        - \"profile\"\n", out);
-    snprintf(path, sizeof(path), "/models/%s", o->model);
-    put_arg(out, path);
-    put_arg(out, "--name");
-    put_arg(out, o->name);
-    put_arg(out, "--store");
-    put_arg(out, "/dev/shm/tetris");
-    if (o->grid != NULL) {
-        put_arg(out, "--grid");
-        put_arg(out, o->grid);
-    }
-    put_arg(out, "--duration");
-    snprintf(num, sizeof(num), "%g", o->duration_s);
-    put_arg(out, num);
-    put_arg(out, "--warmup");
-    snprintf(num, sizeof(num), "%g", o->warmup_s);
-    put_arg(out, num);
-    put_arg(out, "--store-configmaps");
-    put_arg(out, "--namespace");
-    put_arg(out, o->namespace_);
-    if (o->api_server != NULL) {
-        put_arg(out, "--kube-server");
-        put_arg(out, o->api_server);
-    }
-    if (o->sa_secret != NULL) {
-        put_arg(out, "--kube-sa-dir");
-        put_arg(out, SA_MOUNT);
-    }
-    put_arg(out, "-o");
-    put_arg(out, "/tmp/profile.yaml");
-    fputs("        volumeMounts:\n"
-          "        - {name: store, mountPath: /dev/shm/tetris, readOnly: true}\n"
-          "        - {name: models, mountPath: /models, readOnly: true}\n",
-          out);
-    if (o->sa_secret != NULL)
-        fprintf(out, "        - {name: api-credentials, mountPath: %s, readOnly: true}\n",
-                SA_MOUNT);
-    fputs("      volumes:\n      - name: store\n        hostPath:\n          path: ", out);
-    put_quoted(out, o->store_dir);
-    fputs("\n          type: Directory\n      - name: models\n        hostPath:\n          path: ",
-          out);
-    put_quoted(out, o->model_dir);
-    fputs("\n          type: Directory\n", out);
-    if (o->sa_secret != NULL) {
-        fputs("      - name: api-credentials\n        secret:\n          secretName: ", out);
-        put_quoted(out, o->sa_secret);
-        fputc('\n', out);
-    }
-    if (fflush(out) != 0 || ferror(out))
-        return tetris_fail(err, TETRIS_E_IO, 0, "cannot write the manifest");
-    return 0;
+            "# Generated by tetris-profiler %s job.\n",
+            o->name, o->namespace_, TETRIS_VERSION);
+    r = kube_write_yaml(out, objects, err);
+    json_decref(objects);
+    return r < 0 ? tetris_wrap(err, "job manifest") : 0;
 }
 
 /* Creates the ConfigMap, or merges labels and data into the existing one. */
@@ -162,8 +182,8 @@ static int put_configmap(kube_client *kc, const char *ns, const char *name, cons
     char path[512];
     json_t *cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}}, s:{s:s}}", "apiVersion", "v1",
                            "kind", "ConfigMap", "metadata", "name", name, "namespace", ns,
-                           "labels", label, model, TETRIS_LABEL_MANAGED_BY,
-                           "tetris-profiler", "data", key, value);
+                           "labels", label, model, TETRIS_LABEL_MANAGED_BY, JOB_ACCOUNT,
+                           "data", key, value);
     if (cm == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", ns);

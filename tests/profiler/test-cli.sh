@@ -1,8 +1,8 @@
 #!/bin/sh
 # tetris-profiler's other commands and its errors: index writes the same
 # manifest as tetris-agent index; job prints a Job manifest that names the
-# ConfigMaps the scheduler extender reads (validated by the apiserver when
-# the local cluster runs, else parsed); bad usage exits 2, a missing or bad
+# ConfigMaps the scheduler extender reads (parsed, and validated by the
+# apiserver when the local cluster runs); bad usage exits 2, a missing or bad
 # model 3, a missing function 1, each with a message.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
@@ -20,17 +20,28 @@ same='del(.model) | .tensors |= map(del(.source))'
 cmp -s "$WORK/p.json" "$WORK/a.json" || fail "index is not byte-identical to tetris-agent index"
 echo "ok index = tetris-agent index (byte-identical manifest)"
 
-"$BIN/tetris-profiler" job ch_ppocr_mobile_v2.0_cls_infer.onnx | grep -q '^  namespace: tetris-system$' ||
+# The Job manifest, read back as YAML (one JSON object a line).
+"$BIN/tetris-profiler" job ch_ppocr_mobile_v2.0_cls_infer.onnx >"$WORK/default.yaml" || fail "job failed"
+yq -c . "$WORK/default.yaml" >"$WORK/default.json" || fail "job manifest is not YAML"
+[ "$(jq -s '[.[].metadata.namespace] | unique' -c "$WORK/default.json")" = '["tetris-system"]' ] ||
     fail "job: default namespace is not tetris-system"
 # In namespace default, which every cluster has, for the apiserver's dry run.
 "$BIN/tetris-profiler" job ch_ppocr_mobile_v2.0_cls_infer.onnx --grid "c=1 b=1,2 p=1" \
     --node tetris-node-0 --namespace default >"$WORK/job.yaml" || fail "job failed"
-for want in 'kind: Job' 'kind: ServiceAccount' 'kind: Role' 'kind: RoleBinding' \
-    'tetris.io/profile: ch_ppocr_mobile_v2.0_cls_infer' '"--store-configmaps"' \
-    'name: tetris-profile-ch-ppocr-mobile-v2-0-cls-infer' '"/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"' \
-    'readOnly: true' 'kubernetes.io/hostname: "tetris-node-0"'; do
-    grep -qF -- "$want" "$WORK/job.yaml" || fail "job manifest lacks '$want'"
-done
+yq -c . "$WORK/job.yaml" >"$WORK/job.json" || fail "job manifest is not YAML"
+[ "$(jq -r .kind "$WORK/job.json" | tr '\n' ' ')" = "ServiceAccount Role RoleBinding Job " ] ||
+    fail "job manifest is not ServiceAccount, Role, RoleBinding, Job: $(jq -r .kind "$WORK/job.json")"
+jq -e 'select(.kind == "Job") |
+    .metadata.name == "tetris-profile-ch-ppocr-mobile-v2-0-cls-infer" and
+    .metadata.labels["tetris.io/profile"] == "ch_ppocr_mobile_v2.0_cls_infer" and
+    .spec.template.metadata.labels["tetris.io/profile"] == "ch_ppocr_mobile_v2.0_cls_infer" and
+    (.spec.template.spec | .restartPolicy == "Never" and
+        .nodeSelector["kubernetes.io/hostname"] == "tetris-node-0" and
+        ([.containers[0].volumeMounts[].readOnly] | all) and
+        (.containers[0].args | .[0] == "profile" and
+            index("/models/ch_ppocr_mobile_v2.0_cls_infer.onnx") == 1 and
+            index("--store-configmaps") != null and index("c=1 b=1,2 p=1") != null))' \
+    "$WORK/job.json" >/dev/null || fail "job manifest content: $(jq -c 'select(.kind == "Job")' "$WORK/job.json")"
 # The ConfigMap naming must be the extender's (label and key).
 grep -q '"tetris.io/model"' "$ROOT/protocol/names.h" || fail "extender label changed?"
 kubeconfig="${TETRIS_CLUSTER_DIR:-/tmp/tetris-cluster}/kubeconfig"
@@ -39,19 +50,8 @@ if [ -f "$kubeconfig" ] && command -v kubectl >/dev/null &&
     kubectl --kubeconfig "$kubeconfig" apply --dry-run=server -f "$WORK/job.yaml" \
         >"$WORK/kubectl.log" 2>&1 || fail "apiserver rejects the Job: $(cat "$WORK/kubectl.log")"
     echo "ok job manifest accepted by the apiserver (dry run)"
-elif python3 -c 'import yaml' 2>/dev/null; then
-    python3 -c '
-import sys, yaml
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-kinds = [d["kind"] for d in docs]
-assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Job"], kinds
-job = docs[3]["spec"]["template"]["spec"]
-assert job["restartPolicy"] == "Never"
-assert job["containers"][0]["args"][0] == "profile"
-' "$WORK/job.yaml" || fail "job manifest does not parse as the four objects"
-    echo "ok job manifest parses (no cluster to validate against)"
 else
-    echo "ok job manifest content (no cluster, no YAML parser to validate with)"
+    echo "ok job manifest parses (no cluster to validate against)"
 fi
 
 [ "$(status "$BIN/tetris-profiler")" = 2 ] || fail "no command: not 2"
