@@ -9,7 +9,10 @@
 #     autoscaler or ServiceMonitor; v1beta1 and the optional parts render
 #     when asked;
 #  3. bad values fail with a message naming the problem (schema, a memory
-#     limit below the store capacity, an autoscaler without Prometheus).
+#     limit below the store capacity, an autoscaler without Prometheus);
+#  4. the chart spells the names the programs use (protocol/names.h), and
+#     the files in deploy/ that come from it are what scripts/gen-deploy.sh
+#     renders now.
 # No cluster needed; tests/helm/test-dry-run.sh has the apiserver validate
 # both renderings.
 . "$(dirname "$0")/../lib/common.sh"
@@ -128,4 +131,34 @@ bad "Additional property nosuch is not allowed" --set reclaimer.nosuch=1
 bad "autoscaler.prometheusUrl" --set autoscaler.enabled=true
 "$HELM" template tetris "$CHART" --set reclaimer.resources.limits.memory=9Gi >/dev/null 2>&1 ||
     fail "a memory limit above the capacity is refused"
+
+# 4. The programs' names (protocol/names.h) in the default rendering.
+name() { sed -n "s/^#define $1 \"\{0,1\}\([^\" ]*\).*/\1/p" "$ROOT/protocol/names.h"; }
+ds="$(doc "$WORK/default.yaml" DaemonSet tetris-reclaimer)"
+expect "$ds" ".spec.template.spec.volumes[] | select(.name == \"store\") | .hostPath.path == \"$(name TETRIS_STORE_DIR)\"" \
+    "store hostPath is not TETRIS_STORE_DIR"
+expect "$ds" ".spec.template.metadata.annotations | has(\"$(name TETRIS_ANNOTATION_SCRAPE)\") and
+    has(\"$(name TETRIS_ANNOTATION_SCRAPE_PORT)\") and has(\"$(name TETRIS_ANNOTATION_SCRAPE_PATH)\")" \
+    "scrape annotations are not protocol/names.h's"
+expect "$ds" ".spec.template.metadata.annotations[\"$(name TETRIS_ANNOTATION_SCRAPE_PORT)\"] == \"$(name TETRIS_RECLAIMER_PORT)\"" \
+    "reclaimer port is not TETRIS_RECLAIMER_PORT"
+expect "$ds" "[.spec.template.spec.containers[].env[] | select(.valueFrom.fieldRef.fieldPath == \"spec.nodeName\") |
+    .name] | unique == [\"$(name TETRIS_ENV_NODE_NAME)\"]" "node name variable is not TETRIS_ENV_NODE_NAME"
+expect "$ds" ".spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0] |
+    .key == \"$(name TETRIS_LABEL_NODE_KIND)\" and .values == [\"$(name TETRIS_NODE_KIND_API_ONLY)\"]" \
+    "API-only node label is not TETRIS_LABEL_NODE_KIND"
+sched="$(doc "$WORK/default.yaml" ConfigMap tetris-scheduler | jq -r '.data["config.yaml"]')"
+printf '%s\n' "$sched" | grep -qx -- "- schedulerName: $(name TETRIS_SCHEDULER_NAME)" ||
+    fail "scheduler is not TETRIS_SCHEDULER_NAME: $sched"
+printf '%s\n' "$sched" | grep -qx -- "- urlPrefix: http://127.0.0.1:$(name TETRIS_EXTENDER_PORT)" ||
+    fail "extender is not at TETRIS_EXTENDER_PORT: $sched"
+grep -q "$(name TETRIS_LABEL_MODEL): MODEL" "$CHART/templates/NOTES.txt" || fail "NOTES do not label pods TETRIS_LABEL_MODEL"
+
+# The files in deploy/ rendered from the chart are up to date.
+"$ROOT/scripts/gen-deploy.sh" "$WORK/deploy" 2>"$WORK/gen.err" ||
+    fail "scripts/gen-deploy.sh: $(cat "$WORK/gen.err")"
+for f in reclaimer.yaml scheduler/kube-scheduler-v1.yaml scheduler/kube-scheduler-v1beta1.yaml; do
+    diff -u "$ROOT/deploy/$f" "$WORK/deploy/$f" >"$WORK/gen.diff" ||
+        fail "deploy/$f is not the chart's rendering (run scripts/gen-deploy.sh): $(head -20 "$WORK/gen.diff")"
+done
 echo "helm render: ok" >&2

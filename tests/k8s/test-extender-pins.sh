@@ -15,14 +15,8 @@ work="$(mktemp -d /tmp/tetris-pins.XXXXXX)"
 K8S_CLEANUP_PATHS="$work"
 MODELS="$ROOT/.deps/models"
 
-for m in vad:silero_vad_v5 ocr-cls:ch_ppocr_mobile_v2.0_cls_infer; do
-    name="${m%%:*}"
-    "$BIN/tetris-agent" index "$MODELS/${m#*:}.onnx" -o "$work/$name.json" 2>/dev/null ||
-        fail "cannot index $name"
-    kc -n "$ns" create configmap "tetris-manifest-$name" --from-file=manifest.json="$work/$name.json" >/dev/null &&
-        kc -n "$ns" label configmap "tetris-manifest-$name" tetris.io/model="$name" >/dev/null ||
-        fail "cannot create the manifest ConfigMap of $name"
-done
+k8s_manifest "$ns" vad "$MODELS/silero_vad_v5.onnx" "$work/vad.json"
+k8s_manifest "$ns" ocr-cls "$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx" "$work/ocr-cls.json"
 
 # pod NAME MODEL NODE: a model pod placed directly on NODE.
 pod() {

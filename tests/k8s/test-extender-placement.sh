@@ -33,67 +33,19 @@ for i in 1 2 3; do mkdir "$stores/s$i"; done
 "$BIN/tetris-agent" load --direct --store "$stores/s2" "$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx" >/dev/null 2>>"$work/agent.log" ||
     fail "cannot fill store 2"
 for i in 1 2 3; do
-    url="$(kc get node "tetris-api-node-$i" -o jsonpath='{.metadata.annotations.tetris\.io/inventory-url}')"
-    addr="${url#http://}"
-    addr="${addr%%/*}"
     cap=0
     [ "$i" = 3 ] && cap=1
-    "$BIN/tetris-reclaimer" --store "$stores/s$i" --listen "$addr" --capacity "$cap" \
-        --interval 3600 --keep-alive 86400 --node-name "tetris-api-node-$i" \
-        2>"$work/reclaimer-$i.log" &
-    KILL_ON_EXIT="$KILL_ON_EXIT $!"
-    wait_for 30 "reclaimer-$i" curl -fsS --max-time 2 "$url" || fail "reclaimer $i not serving $url"
+    k8s_api_node_reclaimer "$i" "$stores/s$i" "$work/reclaimer-$i.log" --capacity "$cap" \
+        --interval 3600 --keep-alive 86400
 done
 
 # 2. Manifests as ConfigMaps.
-for m in vad:silero_vad_v5 ocr-cls:ch_ppocr_mobile_v2.0_cls_infer; do
-    name="${m%%:*}"
-    "$BIN/tetris-agent" index "$MODELS/${m#*:}.onnx" -o "$work/$name.json" 2>/dev/null ||
-        fail "cannot index $name"
-    kc -n "$ns" create configmap "tetris-manifest-$name" --from-file=manifest.json="$work/$name.json" >/dev/null ||
-        fail "cannot create manifest ConfigMap for $name"
-    kc -n "$ns" label configmap "tetris-manifest-$name" tetris.io/model="$name" >/dev/null ||
-        fail "cannot label manifest ConfigMap for $name"
-done
+k8s_manifest "$ns" vad "$MODELS/silero_vad_v5.onnx" "$work/vad.json"
+k8s_manifest "$ns" ocr-cls "$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx" "$work/ocr-cls.json"
 
 # 3. The extender.
 ext_port="$(free_port)"
-start_extender() {
-    "$BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$ns" \
-        --listen "127.0.0.1:$ext_port" 2>>"$work/extender.log" &
-    EXT_PID=$!
-    KILL_ON_EXIT="$KILL_ON_EXIT $EXT_PID"
-    wait_for 30 extender sh -c "curl -fsS --max-time 2 http://127.0.0.1:$ext_port/metrics | grep '^tetris_extender_models 2$' >/dev/null" ||
-        fail "extender did not load both manifests; log: $(tail -5 "$work/extender.log")"
-}
-start_extender
-
-# 4. A kube-scheduler from the deployable configuration, renamed so it does
-# not compete with the cluster's own tetris-scheduler.
-SCHED_PID=""
-start_scheduler() { # NAME NODE_CACHE_CAPABLE
-    hp="$(free_port)"
-    sed -e "s|schedulerName: tetris-scheduler|schedulerName: $1|" \
-        -e "s|http://127.0.0.1:8888|http://127.0.0.1:$ext_port|" \
-        -e "s|nodeCacheCapable: true|nodeCacheCapable: $2|" \
-        "$ROOT/deploy/scheduler/kube-scheduler-v1beta1.yaml" >"$work/$1.yaml"
-    cat >>"$work/$1.yaml" <<YAML
-clientConnection:
-  kubeconfig: $KUBECONFIG_FILE
-healthzBindAddress: 127.0.0.1:$hp
-metricsBindAddress: 127.0.0.1:$hp
-YAML
-    grep -q "nodeCacheCapable: $2" "$work/$1.yaml" || fail "config rewrite failed"
-    "$KUBE_BIN/kube-scheduler" --config "$work/$1.yaml" --secure-port 0 2>"$work/$1.log" &
-    SCHED_PID=$!
-    KILL_ON_EXIT="$KILL_ON_EXIT $SCHED_PID"
-    wait_for 60 "$1" curl -fsS --max-time 2 "http://127.0.0.1:$hp/healthz" ||
-        fail "scheduler $1 not healthy: $(tail -5 "$work/$1.log")"
-}
-stop_scheduler() {
-    kill "$SCHED_PID" 2>/dev/null
-    wait "$SCHED_PID" 2>/dev/null
-}
+k8s_extender "$ns" "$ext_port" "$work/extender.log" 2
 
 # pod NAME MODEL SCHEDULER [HOSTNAME]: a function pod for MODEL on API-only nodes.
 pod() {
@@ -123,16 +75,18 @@ expect_node() { # POD NODE
     }
 }
 
+# 4. A kube-scheduler from the deployable configuration, one for each
+# nodeCacheCapable setting, binds each pod to the node holding its model.
 for mode in false true; do
     sched="tetris-e2e-cache-$mode"
-    start_scheduler "$sched" "$mode"
+    k8s_scheduler "$sched" "$ext_port" "$mode" "$work/$sched.log"
     for k in 1 2; do
         pod "vad-$mode-$k" vad "$sched"
         expect_node "vad-$mode-$k" tetris-api-node-1
         pod "ocr-$mode-$k" ocr-cls "$sched"
         expect_node "ocr-$mode-$k" tetris-api-node-2
     done
-    [ "$mode" = true ] || stop_scheduler
+    [ "$mode" = true ] || { kill "$K8S_SCHEDULER_PID"; wait "$K8S_SCHEDULER_PID" 2>/dev/null; }
 done
 
 # 5. Node 3's store is full: a pod that may only go there stays Pending and
@@ -156,8 +110,8 @@ curl -fsS "http://127.0.0.1:$ext_port/metrics" | grep '^tetris_extender_nodes_fi
     fail "extender metrics do not count the filtered node"
 
 # 6. Extender down, ignorable: scheduling goes on without it.
-kill "$EXT_PID"
-wait "$EXT_PID" 2>/dev/null
+kill "$K8S_EXTENDER_PID"
+wait "$K8S_EXTENDER_PID" 2>/dev/null
 pod vad-down vad "$sched"
 k8s_wait_bound "$ns" vad-down
 case "$K8S_NODE" in

@@ -93,6 +93,67 @@ k8s_cleanup() {
     for _p in ${K8S_CLEANUP_PATHS:-}; do rm -rf "$_p"; done
 }
 
+# k8s_manifest NS NAME MODEL_FILE JSON: MODEL_FILE's manifest (written to
+# JSON) as `tetris-profiler job` stores it: ConfigMap tetris-manifest-NAME
+# in NS, labelled tetris.io/model=NAME, key manifest.json.
+k8s_manifest() {
+    "$BIN/tetris-agent" index "$3" -o "$4" 2>/dev/null || fail "cannot index $3"
+    kc -n "$1" create configmap "tetris-manifest-$2" --from-file=manifest.json="$4" >/dev/null &&
+        kc -n "$1" label configmap "tetris-manifest-$2" tetris.io/model="$2" >/dev/null ||
+        fail "cannot create the manifest ConfigMap of $2"
+}
+
+# k8s_api_node_reclaimer I STORE LOG [ARGS...]: a tetris-reclaimer serving
+# STORE where API-only node I's tetris.io/inventory-url annotation points,
+# killed at exit; returns once it serves.
+k8s_api_node_reclaimer() {
+    _node="tetris-api-node-$1" _store="$2" _log="$3"
+    shift 3
+    _url="$(kc get node "$_node" -o jsonpath='{.metadata.annotations.tetris\.io/inventory-url}')"
+    _addr="${_url#http://}"
+    "$BIN/tetris-reclaimer" --store "$_store" --listen "${_addr%%/*}" --node-name "$_node" "$@" \
+        2>"$_log" &
+    KILL_ON_EXIT="$KILL_ON_EXIT $!"
+    wait_until 30 "curl -fsS --max-time 2 '$_url'" ||
+        fail "reclaimer of $_node not serving $_url: $(tail -n 3 "$_log")"
+}
+
+# k8s_extender NS PORT LOG MODELS: tetris-scheduler-ext on 127.0.0.1:PORT
+# reading the manifest ConfigMaps of NS, killed at exit; returns once it
+# has loaded MODELS manifests, its pid in K8S_EXTENDER_PID.
+k8s_extender() {
+    "$BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$1" \
+        --listen "127.0.0.1:$2" 2>>"$3" &
+    K8S_EXTENDER_PID=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $K8S_EXTENDER_PID"
+    wait_until 30 "[ \"\$(metric_at http://127.0.0.1:$2 tetris_extender_models)\" = $4 ]" ||
+        fail "extender did not load $4 manifests; log: $(tail -n 5 "$3")"
+}
+
+# k8s_scheduler NAME EXTENDER_PORT NODE_CACHE_CAPABLE LOG: a kube-scheduler
+# configured from deploy/scheduler/kube-scheduler-v1beta1.yaml (the chart's
+# configuration), renamed NAME so that it does not compete with the
+# cluster's own tetris-scheduler and calling the extender on
+# 127.0.0.1:EXTENDER_PORT, killed at exit; returns once healthy, its pid in
+# K8S_SCHEDULER_PID.
+k8s_scheduler() {
+    _hp="$(free_port)"
+    sed -e "s|^- schedulerName: .*|- schedulerName: $1|" \
+        -e "s|^- urlPrefix: .*|- urlPrefix: http://127.0.0.1:$2|" \
+        -e "s|^  nodeCacheCapable: .*|  nodeCacheCapable: $3|" \
+        -e "s#^\(healthz\|metrics\)BindAddress: .*#\1BindAddress: 127.0.0.1:$_hp#" \
+        "$ROOT/deploy/scheduler/kube-scheduler-v1beta1.yaml" >"$4.yaml"
+    printf 'clientConnection:\n  kubeconfig: %s\n' "$KUBECONFIG_FILE" >>"$4.yaml"
+    [ "$(grep -c -e "^- schedulerName: $1\$" -e "^- urlPrefix: http://127.0.0.1:$2\$" \
+        -e "^  nodeCacheCapable: $3\$" -e "^healthzBindAddress: 127.0.0.1:$_hp\$" "$4.yaml")" = 4 ] ||
+        fail "cannot rewrite the scheduler configuration: $(cat "$4.yaml")"
+    "$KUBE_BIN/kube-scheduler" --config "$4.yaml" --secure-port 0 2>"$4" &
+    K8S_SCHEDULER_PID=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $K8S_SCHEDULER_PID"
+    wait_until 60 "curl -fsS --max-time 2 http://127.0.0.1:$_hp/healthz" ||
+        fail "scheduler $1 not healthy: $(tail -n 5 "$4")"
+}
+
 # k8s_wait_bound NS POD: waits until POD has a node; sets K8S_NODE to it.
 k8s_wait_bound() {
     _i=0
