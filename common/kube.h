@@ -3,8 +3,8 @@
  * Everything tetris asks of the apiserver goes through this header: reading
  * and listing objects (with paging), watching them (resourceVersion,
  * bookmarks, re-list on 410 Gone), creating, deleting and patching them,
- * binding pods and scaling deployments. Objects are jansson values, built
- * once; kube_write_yaml prints them for `kubectl apply -f -` instead.
+ * binding pods and scaling deployments. Objects are jansson values
+ * (common/yaml_write.h prints them for `kubectl apply -f -`).
  *
  * Configuration comes from a kubeconfig file (current-context; bearer token,
  * client certificate/key, CA, insecure-skip-tls-verify; inline *-data or file
@@ -28,7 +28,6 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdio.h>
 
 #include <jansson.h>
 
@@ -125,11 +124,5 @@ int kube_get_scale(kube_client *c, const char *ns, const char *deployment, long 
                    tetris_error *err);
 int kube_scale_deployment(kube_client *c, const char *ns, const char *deployment, long replicas,
                           tetris_error *err);
-
-/* ---- printing (kube_yaml.c) ---- */
-
-/* Writes each object of the array as one YAML document ("---" between
- * them), strings that YAML would read as something else quoted. */
-int kube_write_yaml(FILE *out, json_t *objects, tetris_error *err);
 
 #endif

@@ -1,17 +1,18 @@
 # common/module.mk - shared plumbing: errors, logging, cleanup attributes,
 # clocks, text buffers, Prometheus text, option-value parsing, the HTTP
-# server and GET client, YAML configuration, the string map and the
-# Kubernetes client; their unit tests and the client's fault-injection test.
+# server and GET client, YAML configuration and writing, the string map
+# and the Kubernetes client; their unit tests and the client's
+# fault-injection test.
 LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/prom.c \
             common/cli.c common/httpserver.c common/httpclient.c common/config_yaml.c \
-            common/strmap.c common/kube.c common/kube_yaml.c common/kubeconfig.c
+            common/strmap.c common/kube.c common/yaml_write.c common/kubeconfig.c
 
 # common/httpserver.c needs libmicrohttpd; every program linking libtetris
 # may pull it in, so the library goes on the global link line.
 LDLIBS += -lmicrohttpd
 
 UNIT_TESTS += tests/unit/test_httpserver.c tests/unit/test_kubeconfig.c tests/unit/test_common.c \
-              tests/unit/test_kube_yaml.c
+              tests/unit/test_yaml_write.c
 UNIT_LIBS += -lcurl
 
 # The Kubernetes client against the fault-injecting HTTP server (dropped

@@ -15,6 +15,7 @@
 #include <yaml.h>
 
 #include "common/cleanup.h"
+#include "common/yaml_write.h"
 
 /* ---- latency statistic ---- */
 
@@ -401,34 +402,18 @@ void profile_free(profile *p)
 
 /* ---- writing ---- */
 
-static int emit(yaml_emitter_t *e, yaml_event_t *ev, tetris_error *err)
-{
-    if (!yaml_emitter_emit(e, ev))
-        return tetris_fail(err, TETRIS_E_IO, errno, "write profile: %s",
-                           e->problem ? e->problem : "emitter error");
-    return 0;
-}
-
-static int emit_scalar(yaml_emitter_t *e, const char *s, yaml_scalar_style_t style,
-                       tetris_error *err)
-{
-    yaml_event_t ev;
-    yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)s, (int)strlen(s), 1, 1, style);
-    return emit(e, &ev, err);
-}
-
 static int emit_key_string(yaml_emitter_t *e, const char *key, const char *value,
                            tetris_error *err)
 {
-    int rc = emit_scalar(e, key, YAML_PLAIN_SCALAR_STYLE, err);
-    return rc < 0 ? rc : emit_scalar(e, value, YAML_DOUBLE_QUOTED_SCALAR_STYLE, err);
+    int rc = yaml_write_scalar(e, key, YAML_PLAIN_SCALAR_STYLE, err);
+    return rc < 0 ? rc : yaml_write_scalar(e, value, YAML_DOUBLE_QUOTED_SCALAR_STYLE, err);
 }
 
 static int emit_key_plain(yaml_emitter_t *e, const char *key, const char *value,
                           tetris_error *err)
 {
-    int rc = emit_scalar(e, key, YAML_PLAIN_SCALAR_STYLE, err);
-    return rc < 0 ? rc : emit_scalar(e, value, YAML_PLAIN_SCALAR_STYLE, err);
+    int rc = yaml_write_scalar(e, key, YAML_PLAIN_SCALAR_STYLE, err);
+    return rc < 0 ? rc : yaml_write_scalar(e, value, YAML_PLAIN_SCALAR_STYLE, err);
 }
 
 static int emit_key_double(yaml_emitter_t *e, const char *key, double v, tetris_error *err)
@@ -449,14 +434,14 @@ static int emit_mapping_start(yaml_emitter_t *e, yaml_mapping_style_t style, tet
 {
     yaml_event_t ev;
     yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, style);
-    return emit(e, &ev, err);
+    return yaml_write_event(e, &ev, err);
 }
 
 static int emit_mapping_end(yaml_emitter_t *e, tetris_error *err)
 {
     yaml_event_t ev;
     yaml_mapping_end_event_initialize(&ev);
-    return emit(e, &ev, err);
+    return yaml_write_event(e, &ev, err);
 }
 
 static int emit_config(yaml_emitter_t *e, const profile_config *cfg, tetris_error *err)
@@ -467,7 +452,7 @@ static int emit_config(yaml_emitter_t *e, const profile_config *cfg, tetris_erro
         (rc = emit_key_double(e, "m_mib", cfg->m_mib, err)) < 0 ||
         (rc = emit_key_u64(e, "b", (uint64_t)cfg->b, err)) < 0 ||
         (rc = emit_key_u64(e, "p", (uint64_t)cfg->p, err)) < 0 ||
-        (rc = emit_scalar(e, "latency_ms", YAML_PLAIN_SCALAR_STYLE, err)) < 0 ||
+        (rc = yaml_write_scalar(e, "latency_ms", YAML_PLAIN_SCALAR_STYLE, err)) < 0 ||
         (rc = emit_mapping_start(e, YAML_FLOW_MAPPING_STYLE, err)) < 0 ||
         (rc = emit_key_double(e, "mean", cfg->latency_ms.mean, err)) < 0 ||
         (rc = emit_key_double(e, "p95", cfg->latency_ms.p95, err)) < 0 ||
@@ -480,54 +465,40 @@ static int emit_config(yaml_emitter_t *e, const profile_config *cfg, tetris_erro
     return emit_mapping_end(e, err);
 }
 
-static int emit_profile(yaml_emitter_t *e, const profile *p, tetris_error *err)
+static int emit_profile(yaml_emitter_t *e, void *ctx, tetris_error *err)
 {
+    const profile *p = ctx;
     yaml_event_t ev;
     int rc;
-    yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING);
-    if ((rc = emit(e, &ev, err)) < 0)
-        return rc;
     yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
-    if ((rc = emit(e, &ev, err)) < 0 ||
+    if ((rc = yaml_write_event(e, &ev, err)) < 0 ||
         (rc = emit_mapping_start(e, YAML_BLOCK_MAPPING_STYLE, err)) < 0 ||
         (rc = emit_key_u64(e, "tetris_profile", PROFILE_SCHEMA_VERSION, err)) < 0 ||
         (rc = emit_key_string(e, "model", p->model, err)) < 0 ||
         (p->model_file && (rc = emit_key_string(e, "model_file", p->model_file, err)) < 0) ||
         (rc = emit_key_plain(e, "measured", p->measured ? "true" : "false", err)) < 0 ||
         (p->source && (rc = emit_key_string(e, "source", p->source, err)) < 0) ||
-        (rc = emit_scalar(e, "configs", YAML_PLAIN_SCALAR_STYLE, err)) < 0)
+        (rc = yaml_write_scalar(e, "configs", YAML_PLAIN_SCALAR_STYLE, err)) < 0)
         return rc;
     yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_SEQUENCE_STYLE);
-    if ((rc = emit(e, &ev, err)) < 0)
+    if ((rc = yaml_write_event(e, &ev, err)) < 0)
         return rc;
     for (size_t i = 0; i < p->n_configs; i++)
         if ((rc = emit_config(e, &p->configs[i], err)) < 0)
             return rc;
     yaml_sequence_end_event_initialize(&ev);
-    if ((rc = emit(e, &ev, err)) < 0 || (rc = emit_mapping_end(e, err)) < 0)
+    if ((rc = yaml_write_event(e, &ev, err)) < 0 || (rc = emit_mapping_end(e, err)) < 0)
         return rc;
     yaml_document_end_event_initialize(&ev, 1);
-    if ((rc = emit(e, &ev, err)) < 0)
-        return rc;
-    yaml_stream_end_event_initialize(&ev);
-    return emit(e, &ev, err);
+    return yaml_write_event(e, &ev, err);
 }
 
 int profile_write(FILE *f, const profile *p, tetris_error *err)
 {
     if (p->model == NULL || p->n_configs == 0)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "write profile: needs a model and configs");
-    yaml_emitter_t e;
-    if (!yaml_emitter_initialize(&e))
-        return tetris_fail(err, TETRIS_E_NOMEM, 0, "write profile: yaml emitter");
-    yaml_emitter_set_output_file(&e, f);
-    yaml_emitter_set_width(&e, 200);
-    yaml_emitter_set_unicode(&e, 1);
-    int rc = emit_profile(&e, p, err);
-    yaml_emitter_delete(&e);
-    if (rc == 0 && fflush(f) != 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "write profile");
-    return rc;
+    int rc = yaml_write_stream(f, 200, emit_profile, (void *)p, err);
+    return rc < 0 ? tetris_wrap(err, "write profile") : 0;
 }
 
 int profile_save(const char *path, const profile *p, tetris_error *err)

@@ -1,4 +1,4 @@
-/* test_kube_yaml.c - Kubernetes objects printed as YAML: one document per
+/* test_yaml_write.c - Kubernetes objects (JSON values) printed as YAML: one document per
  * object, block style, and every string that YAML would read as a boolean,
  * number or null quoted so that it reads back as the same string. */
 #include <check.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kube.h"
+#include "common/yaml_write.h"
 
 static char *write_yaml(json_t *objects)
 {
@@ -15,7 +15,7 @@ static char *write_yaml(json_t *objects)
     FILE *f = open_memstream(&text, &len);
     ck_assert_ptr_nonnull(f);
     tetris_error err = {0};
-    ck_assert_msg(kube_write_yaml(f, objects, &err) == 0, "%s", err.msg);
+    ck_assert_msg(yaml_write_json_documents(f, objects, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(fclose(f), 0);
     json_decref(objects);
     return text;
@@ -71,14 +71,14 @@ START_TEST(not_an_array_is_refused)
 {
     tetris_error err = {0};
     json_t *obj = json_object();
-    ck_assert_int_eq(kube_write_yaml(stdout, obj, &err), -TETRIS_E_INVAL);
+    ck_assert_int_eq(yaml_write_json_documents(stdout, obj, &err), -TETRIS_E_INVAL);
     json_decref(obj);
 }
 END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("kube_yaml");
+    Suite *s = suite_create("yaml_write");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, documents_in_block_style);
     tcase_add_test(tc, ambiguous_strings_are_quoted);
