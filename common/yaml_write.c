@@ -82,9 +82,9 @@ static int emit_value(yaml_emitter_t *e, json_t *v, tetris_error *err)
     case JSON_STRING: {
         const char *s = json_string_value(v);
         return yaml_write_scalar(e, s,
-                           plain_is_string(s) ? YAML_PLAIN_SCALAR_STYLE
-                                              : YAML_DOUBLE_QUOTED_SCALAR_STYLE,
-                           err);
+                                 plain_is_string(s) ? YAML_PLAIN_SCALAR_STYLE
+                                                    : YAML_DOUBLE_QUOTED_SCALAR_STYLE,
+                                 err);
     }
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
@@ -92,12 +92,9 @@ static int emit_value(yaml_emitter_t *e, json_t *v, tetris_error *err)
     case JSON_REAL:
         snprintf(num, sizeof num, "%.17g", json_real_value(v));
         return yaml_write_scalar(e, num, YAML_PLAIN_SCALAR_STYLE, err);
-    case JSON_TRUE:
-        return yaml_write_scalar(e, "true", YAML_PLAIN_SCALAR_STYLE, err);
-    case JSON_FALSE:
-        return yaml_write_scalar(e, "false", YAML_PLAIN_SCALAR_STYLE, err);
-    case JSON_NULL:
-        return yaml_write_scalar(e, "null", YAML_PLAIN_SCALAR_STYLE, err);
+    case JSON_TRUE: return yaml_write_scalar(e, "true", YAML_PLAIN_SCALAR_STYLE, err);
+    case JSON_FALSE: return yaml_write_scalar(e, "false", YAML_PLAIN_SCALAR_STYLE, err);
+    case JSON_NULL: return yaml_write_scalar(e, "null", YAML_PLAIN_SCALAR_STYLE, err);
     }
     return tetris_fail(err, TETRIS_E_INVAL, 0, "write YAML: unknown JSON type");
 }

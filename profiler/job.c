@@ -53,8 +53,7 @@ static json_t *metadata(const char *name, const char *ns, json_t *labels)
 
 static json_t *job_labels(const char *model)
 {
-    return json_pack("{s:s, s:s}", TETRIS_LABEL_APP_NAME, JOB_ACCOUNT, TETRIS_LABEL_PROFILE,
-                     model);
+    return json_pack("{s:s, s:s}", TETRIS_LABEL_APP_NAME, JOB_ACCOUNT, TETRIS_LABEL_PROFILE, model);
 }
 
 /* The container's arguments: `tetris-profiler profile` storing ConfigMaps. */
@@ -106,21 +105,20 @@ static json_t *job_object(const struct job_options *o, const char *obj)
 {
     char name[128];
     snprintf(name, sizeof(name), TETRIS_PROFILE_CONFIGMAP_PREFIX "%s", obj);
-    json_t *mounts = json_pack(
-        "[{s:s, s:s, s:b}, {s:s, s:s, s:b}]", "name", "store", "mountPath", TETRIS_STORE_DIR,
-        "readOnly", 1, "name", "models", "mountPath", TETRIS_MODEL_DIR, "readOnly", 1);
-    json_t *volumes = json_pack(
-        "[{s:s, s:{s:s, s:s}}, {s:s, s:{s:s, s:s}}]", "name", "store", "hostPath", "path",
-        o->store_dir, "type", "Directory", "name", "models", "hostPath", "path", o->model_dir,
-        "type", "Directory");
+    json_t *mounts = json_pack("[{s:s, s:s, s:b}, {s:s, s:s, s:b}]", "name", "store", "mountPath",
+                               TETRIS_STORE_DIR, "readOnly", 1, "name", "models", "mountPath",
+                               TETRIS_MODEL_DIR, "readOnly", 1);
+    json_t *volumes = json_pack("[{s:s, s:{s:s, s:s}}, {s:s, s:{s:s, s:s}}]", "name", "store",
+                                "hostPath", "path", o->store_dir, "type", "Directory", "name",
+                                "models", "hostPath", "path", o->model_dir, "type", "Directory");
     if (o->sa_secret != NULL) {
         json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", "api-credentials",
                                                 "mountPath", SA_MOUNT, "readOnly", 1));
         json_array_append_new(volumes, json_pack("{s:s, s:{s:s}}", "name", "api-credentials",
                                                  "secret", "secretName", o->sa_secret));
     }
-    json_t *container = json_pack("{s:s, s:s, s:s, s:[s], s:o, s:o}", "name", "profiler",
-                                  "image", o->image, "imagePullPolicy", "IfNotPresent", "command",
+    json_t *container = json_pack("{s:s, s:s, s:s, s:[s], s:o, s:o}", "name", "profiler", "image",
+                                  o->image, "imagePullPolicy", "IfNotPresent", "command",
                                   "/usr/local/bin/tetris-profiler", "args", job_args(o),
                                   "volumeMounts", mounts);
     /* hostNetwork: the function under test listens on loopback only. */
@@ -130,26 +128,27 @@ static json_t *job_object(const struct job_options *o, const char *obj)
     if (pod != NULL && o->node != NULL)
         json_object_set_new(pod, "nodeSelector",
                             json_pack("{s:s}", "kubernetes.io/hostname", o->node));
-    return json_pack("{s:s, s:s, s:o, s:{s:i, s:{s:{s:o}, s:o}}}", "apiVersion", "batch/v1",
-                     "kind", "Job", "metadata",
-                     metadata(name, o->namespace_, job_labels(o->name)), "spec", "backoffLimit",
-                     0, "template", "metadata", "labels", job_labels(o->name), "spec", pod);
+    return json_pack("{s:s, s:s, s:o, s:{s:i, s:{s:{s:o}, s:o}}}", "apiVersion", "batch/v1", "kind",
+                     "Job", "metadata", metadata(name, o->namespace_, job_labels(o->name)), "spec",
+                     "backoffLimit", 0, "template", "metadata", "labels", job_labels(o->name),
+                     "spec", pod);
 }
 
 /* ServiceAccount, Role and RoleBinding (the ConfigMaps it may write), Job. */
 static json_t *job_objects(const struct job_options *o, const char *obj)
 {
-    return json_pack(
-        "[{s:s, s:s, s:o}, {s:s, s:s, s:o, s:[{s:[s], s:[s], s:[s, s, s, s]}]},"
-        " {s:s, s:s, s:o, s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:s}]}, o]",
-        "apiVersion", "v1", "kind", "ServiceAccount", "metadata",
-        metadata(JOB_ACCOUNT, o->namespace_, NULL), "apiVersion", "rbac.authorization.k8s.io/v1",
-        "kind", "Role", "metadata", metadata(JOB_ACCOUNT, o->namespace_, NULL), "rules",
-        "apiGroups", "", "resources", "configmaps", "verbs", "get", "create", "update", "patch",
-        "apiVersion", "rbac.authorization.k8s.io/v1", "kind", "RoleBinding", "metadata",
-        metadata(JOB_ACCOUNT, o->namespace_, NULL), "roleRef", "apiGroup",
-        "rbac.authorization.k8s.io", "kind", "Role", "name", JOB_ACCOUNT, "subjects", "kind",
-        "ServiceAccount", "name", JOB_ACCOUNT, "namespace", o->namespace_, job_object(o, obj));
+    return json_pack("[{s:s, s:s, s:o}, {s:s, s:s, s:o, s:[{s:[s], s:[s], s:[s, s, s, s]}]},"
+                     " {s:s, s:s, s:o, s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:s}]}, o]",
+                     "apiVersion", "v1", "kind", "ServiceAccount", "metadata",
+                     metadata(JOB_ACCOUNT, o->namespace_, NULL), "apiVersion",
+                     "rbac.authorization.k8s.io/v1", "kind", "Role", "metadata",
+                     metadata(JOB_ACCOUNT, o->namespace_, NULL), "rules", "apiGroups", "",
+                     "resources", "configmaps", "verbs", "get", "create", "update", "patch",
+                     "apiVersion", "rbac.authorization.k8s.io/v1", "kind", "RoleBinding",
+                     "metadata", metadata(JOB_ACCOUNT, o->namespace_, NULL), "roleRef", "apiGroup",
+                     "rbac.authorization.k8s.io", "kind", "Role", "name", JOB_ACCOUNT, "subjects",
+                     "kind", "ServiceAccount", "name", JOB_ACCOUNT, "namespace", o->namespace_,
+                     job_object(o, obj));
 }
 
 int job_write_manifest(FILE *out, const struct job_options *o, tetris_error *err)
@@ -182,9 +181,8 @@ static int put_configmap(kube_client *kc, const char *ns, const char *name, cons
 {
     char path[512];
     json_t *cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}}, s:{s:s}}", "apiVersion", "v1",
-                           "kind", "ConfigMap", "metadata", "name", name, "namespace", ns,
-                           "labels", label, model, TETRIS_LABEL_MANAGED_BY, JOB_ACCOUNT,
-                           "data", key, value);
+                           "kind", "ConfigMap", "metadata", "name", name, "namespace", ns, "labels",
+                           label, model, TETRIS_LABEL_MANAGED_BY, JOB_ACCOUNT, "data", key, value);
     if (cm == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", ns);

@@ -101,8 +101,8 @@
 
 /* A function container (tetris-function), as the autoscaler and the
  * profiler set it. */
-#define TETRIS_ENV_MODEL "TETRIS_MODEL"             /* the model file */
-#define TETRIS_ENV_STORE "TETRIS_STORE"             /* the store, mounted read-only */
+#define TETRIS_ENV_MODEL "TETRIS_MODEL" /* the model file */
+#define TETRIS_ENV_STORE "TETRIS_STORE" /* the store, mounted read-only */
 #define TETRIS_ENV_TENANT "TETRIS_TENANT"
 #define TETRIS_ENV_MANIFEST "TETRIS_MANIFEST"
 #define TETRIS_ENV_PORT "TETRIS_PORT"

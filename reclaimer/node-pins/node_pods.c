@@ -76,9 +76,8 @@ static int load_model(kube_client *kc, node_models *m, const char *model, const 
     json_t *cm;
     bool found = false;
     json_array_foreach(items, i, cm) {
-        const char *text =
-            json_string_value(json_object_get(json_object_get(cm, "data"),
-                                              TETRIS_MANIFEST_CONFIGMAP_KEY));
+        const char *text = json_string_value(
+            json_object_get(json_object_get(cm, "data"), TETRIS_MANIFEST_CONFIGMAP_KEY));
         tetris_error e = {0};
         if (text != NULL && add_manifest_digests(m, model, text, &e) == 0) {
             found = true;
@@ -140,8 +139,9 @@ int node_pods_models(kube_client *kc, const char *node, const char *manifest_ns,
     size_t i;
     json_t *pod;
     json_array_foreach(pods, i, pod) {
-        const char *model = json_string_value(json_object_get(
-            json_object_get(json_object_get(pod, "metadata"), "labels"), TETRIS_LABEL_MODEL));
+        const char *model = json_string_value(
+            json_object_get(json_object_get(json_object_get(pod, "metadata"), "labels"),
+                            TETRIS_LABEL_MODEL));
         if (model == NULL || model[0] == '\0' || !pod_is_live(pod) || has_model(m, model))
             continue;
         r = add_model(m, model, err);

@@ -299,8 +299,8 @@ static int add_function(run_config *rc, const char *arg, tetris_error *err)
     if (!names_label_value_valid(p->model)) {
         r = tetris_fail(err, TETRIS_E_FORMAT, 0,
                         "profile %s: model name '%s' is not a valid label value (1-63 of "
-                        "[A-Za-z0-9._-], alphanumeric at both ends): its pods are labelled "
-                        TETRIS_LABEL_MODEL "=<model>",
+                        "[A-Za-z0-9._-], alphanumeric at both ends): its pods are "
+                        "labelled " TETRIS_LABEL_MODEL "=<model>",
                         eq + 1, p->model);
         profile_free(p);
         return r;

@@ -49,38 +49,35 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
     snprintf(port, sizeof port, "%d", o->port);
 
     json_t *labels = json_pack("{s:s, s:s, s:s}", TETRIS_LABEL_FUNCTION, fn->name,
-                               TETRIS_LABEL_CONFIG, key, TETRIS_LABEL_MANAGED_BY,
-                               AS_MANAGED_BY);
-    json_t *selector =
-        json_pack("{s:s, s:s}", TETRIS_LABEL_FUNCTION, fn->name, TETRIS_LABEL_CONFIG, key);
+                               TETRIS_LABEL_CONFIG, key, TETRIS_LABEL_MANAGED_BY, AS_MANAGED_BY);
+    json_t *selector = json_pack("{s:s, s:s}", TETRIS_LABEL_FUNCTION, fn->name, TETRIS_LABEL_CONFIG,
+                                 key);
     /* The model label is how the extender places the pod by its tensors and
      * how tetris-node-pins keeps them pinned on its node. */
     json_t *pod_labels = json_pack("{s:s, s:s, s:s}", TETRIS_LABEL_FUNCTION, fn->name,
                                    TETRIS_LABEL_CONFIG, key, TETRIS_LABEL_MODEL, fn->prof->model);
     json_t *env = json_pack("[o, o, o, o, o, o]", env_var(TETRIS_ENV_BATCH, batch),
                             env_var(TETRIS_ENV_CONCURRENCY, concurrency),
-                            env_var(TETRIS_ENV_THREADS, threads),
-                            env_var(TETRIS_ENV_MODEL, model),
+                            env_var(TETRIS_ENV_THREADS, threads), env_var(TETRIS_ENV_MODEL, model),
                             env_var(TETRIS_ENV_STORE, o->store_dir),
                             env_var(TETRIS_ENV_PORT, port));
     json_t *resources = json_pack("{s:{s:s, s:s}, s:{s:s, s:s}}", "requests", "cpu", cpu,
                                   "memory", memory, "limits", "cpu", cpu, "memory", memory);
     json_t *container = json_pack(
-        "{s:s, s:s, s:s, s:o, s:[{s:i, s:s}], s:o, s:[{s:s, s:s, s:b}], s:{s:{s:s, s:i}}}",
-        "name", fn->name, "image", o->image, "imagePullPolicy", o->pull_policy, "env", env,
-        "ports", "containerPort", o->port, "protocol", "TCP", "resources", resources,
-        "volumeMounts", "name", "tetris-store", "mountPath", o->store_dir, "readOnly", 1,
-        "readinessProbe", "httpGet", "path", TETRIS_FUNCTION_HEALTH_PATH, "port", o->port);
-    return json_pack(
-        "{s:s, s:s, s:{s:s, s:s, s:o}, s:{s:i, s:{s:o}, s:{s:{s:o, s:{s:s, s:s}}, s:{s:s, s:[o], "
-        "s:[{s:s, s:{s:s, s:s}}]}}}}",
-        "apiVersion", "apps/v1", "kind", "Deployment", "metadata", "name", name, "namespace",
-        o->namespace_, "labels", labels, "spec", "replicas", (int)replicas, "selector",
-        "matchLabels", selector, "template", "metadata", "labels", pod_labels, "annotations",
-        TETRIS_ANNOTATION_SCRAPE, "true", TETRIS_ANNOTATION_SCRAPE_PORT, port, "spec",
-        "schedulerName", o->scheduler_name, "containers",
-        container, "volumes", "name", "tetris-store", "hostPath", "path", o->store_dir, "type",
-        "Directory");
+        "{s:s, s:s, s:s, s:o, s:[{s:i, s:s}], s:o, s:[{s:s, s:s, s:b}], s:{s:{s:s, s:i}}}", "name",
+        fn->name, "image", o->image, "imagePullPolicy", o->pull_policy, "env", env, "ports",
+        "containerPort", o->port, "protocol", "TCP", "resources", resources, "volumeMounts", "name",
+        "tetris-store", "mountPath", o->store_dir, "readOnly", 1, "readinessProbe", "httpGet",
+        "path", TETRIS_FUNCTION_HEALTH_PATH, "port", o->port);
+    return json_pack("{s:s, s:s, s:{s:s, s:s, s:o}, s:{s:i, s:{s:o}, s:{s:{s:o, s:{s:s, s:s}}, "
+                     "s:{s:s, s:[o], s:[{s:s, s:{s:s, s:s}}]}}}}",
+                     "apiVersion", "apps/v1", "kind", "Deployment", "metadata", "name", name,
+                     "namespace", o->namespace_, "labels", labels, "spec", "replicas",
+                     (int)replicas, "selector", "matchLabels", selector, "template", "metadata",
+                     "labels", pod_labels, "annotations", TETRIS_ANNOTATION_SCRAPE, "true",
+                     TETRIS_ANNOTATION_SCRAPE_PORT, port, "spec", "schedulerName",
+                     o->scheduler_name, "containers", container, "volumes", "name", "tetris-store",
+                     "hostPath", "path", o->store_dir, "type", "Directory");
 }
 
 /* ---- dry run ---- */

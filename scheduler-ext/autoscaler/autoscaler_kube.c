@@ -27,8 +27,8 @@ static int kube_adopt(as_actuator *a, as_function *fn, tetris_error *err)
     char path[512], selector[512];
     snprintf(path, sizeof path, "/apis/apps/v1/namespaces/%s/deployments",
              a->deploy.namespace_);
-    snprintf(selector, sizeof selector, TETRIS_LABEL_FUNCTION "=%s," TETRIS_LABEL_MANAGED_BY
-             "=" AS_MANAGED_BY, fn->name);
+    snprintf(selector, sizeof selector,
+             TETRIS_LABEL_FUNCTION "=%s," TETRIS_LABEL_MANAGED_BY "=" AS_MANAGED_BY, fn->name);
     kube_list_opts opts = {.label_selector = selector};
     json_t *items = NULL;
     cleanup_free char *rv = NULL;

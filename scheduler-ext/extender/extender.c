@@ -95,11 +95,11 @@ typedef struct ext_args {
 static const char *pod_model(json_t *pod)
 {
     json_t *meta = json_object_get(pod, "metadata");
-    const char *m = json_string_value(json_object_get(json_object_get(meta, "labels"),
-                                                      TETRIS_LABEL_MODEL));
+    const char *m = json_string_value(
+        json_object_get(json_object_get(meta, "labels"), TETRIS_LABEL_MODEL));
     if (m == NULL)
-        m = json_string_value(json_object_get(json_object_get(meta, "annotations"),
-                                              TETRIS_LABEL_MODEL));
+        m = json_string_value(
+            json_object_get(json_object_get(meta, "annotations"), TETRIS_LABEL_MODEL));
     return m != NULL && m[0] != '\0' ? m : NULL;
 }
 

@@ -64,8 +64,8 @@ static void usage(FILE *out)
             "\n"
             "A pod names its model with the label or annotation " TETRIS_LABEL_MODEL
             "; the model's\n"
-            "manifest is a ConfigMap labelled " TETRIS_LABEL_MODEL "=<model> with key "
-            TETRIS_MANIFEST_CONFIGMAP_KEY ".\n"
+            "manifest is a ConfigMap labelled " TETRIS_LABEL_MODEL
+            "=<model> with key " TETRIS_MANIFEST_CONFIGMAP_KEY ".\n"
             "\n"
             "Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen,\n"
             "no cluster credentials), 2 usage error.\n",

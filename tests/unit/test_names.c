@@ -13,8 +13,8 @@ START_TEST(label_values)
     ck_assert(names_label_value_valid("silero_vad_v5"));
     ck_assert(names_label_value_valid("ch_PP-OCRv4.det"));
     ck_assert(names_label_value_valid("a"));
-    ck_assert(names_label_value_valid(
-        "a23456789012345678901234567890123456789012345678901234567890123"));
+    ck_assert(
+        names_label_value_valid("a23456789012345678901234567890123456789012345678901234567890123"));
     ck_assert(!names_label_value_valid(""));
     ck_assert(!names_label_value_valid("-bad-"));
     ck_assert(!names_label_value_valid("model."));

@@ -23,11 +23,12 @@ static char *write_yaml(json_t *objects)
 
 START_TEST(documents_in_block_style)
 {
-    char *text = write_yaml(json_pack(
-        "[{s:s, s:s, s:{s:s, s:{s:s}}}, {s:s, s:{s:i, s:b, s:[s, s], s:{}, s:[]}}]", "apiVersion",
-        "v1", "kind", "ServiceAccount", "metadata", "name", "tetris-profiler", "labels",
-        "tetris.io/model", "silero_vad_v5", "kind", "Job", "spec", "backoffLimit", 0,
-        "hostNetwork", 1, "args", "profile", "/models/m.onnx", "empty", "none"));
+    char *text = write_yaml(
+        json_pack("[{s:s, s:s, s:{s:s, s:{s:s}}}, {s:s, s:{s:i, s:b, s:[s, s], s:{}, s:[]}}]",
+                  "apiVersion", "v1", "kind", "ServiceAccount", "metadata", "name",
+                  "tetris-profiler", "labels", "tetris.io/model", "silero_vad_v5", "kind", "Job",
+                  "spec", "backoffLimit", 0, "hostNetwork", 1, "args", "profile", "/models/m.onnx",
+                  "empty", "none"));
     ck_assert_str_eq(text, "apiVersion: v1\n"
                            "kind: ServiceAccount\n"
                            "metadata:\n"
