@@ -77,6 +77,14 @@ skip() {
 
 note() { echo "# $PROG: $*"; }
 
+# release_only PROGRAM WHY: skip when $BIN/PROGRAM is a sanitizer build,
+# for tests that measure what ASan changes (memory, timing of mappings).
+release_only() {
+    if ldd "$BIN/$1" 2>/dev/null | grep -q libasan; then
+        skip "measures release binaries only: $2"
+    fi
+}
+
 # need_models: the real models are there (scripts/deps.sh fetches them).
 need_models() {
     ls "$MODELS"/*.onnx >/dev/null 2>&1 || fail "no real models in $MODELS (run scripts/deps.sh)"
