@@ -196,6 +196,16 @@ bool reclaimer_peer_allowed(const struct reclaimer_config *cfg, const char *tena
     return !bound && !tenant_bound;
 }
 
+/* A duration the daemon waits or loops on: 0 (or near) would spin. */
+static int parse_period(const char *v, double *out, const char *what, tetris_error *err)
+{
+    if (config_parse_seconds(v, out, err) < 0)
+        return -TETRIS_E_INVAL;
+    if (*out < 0.01)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s %s is too short", what, v);
+    return 0;
+}
+
 /* Applies one setting by its flag id; shared by the file and the flags. */
 static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_error *err)
 {
@@ -208,17 +218,8 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
         return copy_string(cfg->tenant_listen, sizeof(cfg->tenant_listen), "tenant listen", v, err);
     case OPT_TENANT_UIDS: return parse_tenant_uids(cfg, v, err);
     case OPT_HEALTH_DEADLINE:
-        if (config_parse_seconds(v, &cfg->health_deadline_s, err) < 0)
-            return -TETRIS_E_INVAL;
-        if (cfg->health_deadline_s < 0.01)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "health deadline %s is too short", v);
-        return 0;
-    case OPT_INTERVAL:
-        if (config_parse_seconds(v, &cfg->interval_s, err) < 0)
-            return -TETRIS_E_INVAL;
-        if (cfg->interval_s < 0.01)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "interval %s is too short", v);
-        return 0;
+        return parse_period(v, &cfg->health_deadline_s, "health deadline", err);
+    case OPT_INTERVAL: return parse_period(v, &cfg->interval_s, "interval", err);
     case OPT_KEEP_ALIVE:
         return config_parse_seconds(v, &cfg->keep_alive_s, err);
     case OPT_CAPACITY:
@@ -242,11 +243,7 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
             return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d tenants", RECLAIMER_TENANTS_MAX);
         return 0;
     case OPT_REQUEST_TIMEOUT:
-        if (config_parse_seconds(v, &cfg->request_timeout_s, err) < 0)
-            return -TETRIS_E_INVAL;
-        if (cfg->request_timeout_s < 0.01)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "request timeout %s is too short", v);
-        return 0;
+        return parse_period(v, &cfg->request_timeout_s, "request timeout", err);
     default:
         return tetris_fail(err, TETRIS_E_INVAL, 0, "unknown setting");
     }
