@@ -523,10 +523,10 @@ int http_server_start(http_server *s, tetris_error *err)
         {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, s->opts.max_connections, NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, s->opts.timeout_s, NULL},
+        {MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->opts.max_per_address, NULL},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL},
-        {s->opts.threads > 0 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, s->opts.threads,
-         NULL},
+        {s->opts.threads > 0 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, s->opts.threads, NULL},
         {MHD_OPTION_END, 0, NULL},
     };
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts,

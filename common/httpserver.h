@@ -42,6 +42,10 @@ struct http_server_options {
                                 pool of that many polling threads */
     unsigned max_connections; /* default 256 */
     unsigned timeout_s;      /* idle connection timeout, default 30 */
+    unsigned max_per_address; /* connections from one client address at
+                                 most, 0 (default): no limit; keeps one
+                                 client's stalled connections from taking
+                                 every slot */
 };
 
 void http_server_options_init(struct http_server_options *o);

@@ -31,6 +31,9 @@ enum {
     OPT_PIN_FILE,
     OPT_MAX_TENANTS,
     OPT_NO_TENANTS,
+    OPT_TENANT_LISTEN,
+    OPT_TENANT_UIDS,
+    OPT_HEALTH_DEADLINE,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -52,6 +55,9 @@ static const struct option long_options[] = {
     {"pin-file", required_argument, NULL, OPT_PIN_FILE},
     {"max-tenants", required_argument, NULL, OPT_MAX_TENANTS},
     {"no-tenants", no_argument, NULL, OPT_NO_TENANTS},
+    {"tenant-listen", required_argument, NULL, OPT_TENANT_LISTEN},
+    {"tenant-uids", required_argument, NULL, OPT_TENANT_UIDS},
+    {"health-deadline", required_argument, NULL, OPT_HEALTH_DEADLINE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -89,12 +95,20 @@ void reclaimer_usage(const char *prog)
            "                           re-read when it changes\n"
            "  --max-tenants N          tenant stores served at most (default 64, max %d)\n"
            "  --no-tenants             serve the shared store only\n"
+           "  --tenant-uids T=UID[-UID],...  a tenant's socket serves only these uids,\n"
+           "                           and they are served on their tenants' sockets only\n"
+           "  --tenant-listen ADDR:PORT  HTTP address that also serves tenants' detail\n"
+           "                           (tenant inventories and series; default \"\" = none);\n"
+           "                           --listen serves the shared store and node only\n"
+           "  --health-deadline SECS   /healthz fails once no pass has completed for\n"
+           "                           the interval plus this (default 60)\n"
            "  --once                   repair and one reclaim pass, then exit\n"
            "  --help, --version\n"
            "\n"
            "Signals: SIGHUP reloads the config file; SIGTERM/SIGINT stop cleanly.\n"
            "Exit status: 0 stopped cleanly (or --once done), 1 runtime failure\n"
-           "(store, socket or HTTP address unusable), 2 usage or config error.\n",
+           "(store, socket or HTTP address unusable), 2 usage or config error, 3 the\n"
+           "store is served by another live daemon (nothing was changed).\n",
            prog, RECLAIMER_TENANTS_MAX);
 }
 
@@ -116,6 +130,82 @@ static int copy_string(char *dst, size_t len, const char *what, const char *v, t
     return 0;
 }
 
+/* A tenant name as store_open accepts it. */
+static bool tenant_name_valid(const char *t)
+{
+    size_t len = strlen(t);
+    return len > 0 && len < sizeof(((struct reclaimer_tenant_uids *)0)->tenant) &&
+           strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789._-") == len && t[0] != '.' &&
+           strstr(t, "..") == NULL;
+}
+
+/* "T=UID[-UID],...": replaces the bindings (a later flag or file line
+ * overrides an earlier one, as every other setting does). */
+static int parse_tenant_uids(struct reclaimer_config *cfg, const char *v, tetris_error *err)
+{
+    cfg->n_tenant_uids = 0;
+    const char *p = v;
+    while (*p != '\0') {
+        size_t len = strcspn(p, ",");
+        char item[160];
+        if (len >= sizeof(item))
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "tenant binding too long: %.40s", p);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        p += len + (p[len] == ',');
+        if (len == 0)
+            continue;
+        char *eq = strchr(item, '=');
+        if (eq == NULL)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "\"%s\": want TENANT=UID[-UID]", item);
+        *eq = '\0';
+        if (!tenant_name_valid(item))
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "\"%s\" is no tenant name ([a-z0-9._-])",
+                               item);
+        char *dash = strchr(eq + 1, '-');
+        if (dash != NULL)
+            *dash = '\0';
+        uint64_t lo, hi;
+        if (cli_parse_u64(NULL, eq + 1, 0, UINT32_MAX - 1, &lo, err) < 0 ||
+            cli_parse_u64(NULL, dash != NULL ? dash + 1 : eq + 1, lo, UINT32_MAX - 1, &hi, err) < 0)
+            return tetris_wrap(err, "uids of tenant %s", item);
+        if (cfg->n_tenant_uids == RECLAIMER_TENANT_UIDS_MAX)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d tenant bindings",
+                               RECLAIMER_TENANT_UIDS_MAX);
+        struct reclaimer_tenant_uids *b = &cfg->tenant_uids[cfg->n_tenant_uids++];
+        memcpy(b->tenant, item, strlen(item) + 1); /* valid names fit */
+        b->lo = (uint32_t)lo;
+        b->hi = (uint32_t)hi;
+    }
+    return 0;
+}
+
+bool reclaimer_peer_allowed(const struct reclaimer_config *cfg, const char *tenant, uid_t uid)
+{
+    bool bound = false, tenant_bound = false;
+    for (size_t i = 0; i < cfg->n_tenant_uids; i++) {
+        const struct reclaimer_tenant_uids *b = &cfg->tenant_uids[i];
+        bool mine = strcmp(b->tenant, tenant) == 0;
+        tenant_bound |= mine;
+        if (uid >= b->lo && uid <= b->hi) {
+            if (mine)
+                return true;
+            bound = true;
+        }
+    }
+    return !bound && !tenant_bound;
+}
+
+/* A duration the daemon waits or loops on: 0 (or near) would spin. */
+static int parse_period(const char *v, double *out, const char *what, tetris_error *err)
+{
+    if (config_parse_seconds(v, out, err) < 0)
+        return -TETRIS_E_INVAL;
+    if (*out < 0.01)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s %s is too short", what, v);
+    return 0;
+}
+
 /* Applies one setting by its flag id; shared by the file and the flags. */
 static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_error *err)
 {
@@ -124,12 +214,12 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
         return copy_string(cfg->store_dir, sizeof(cfg->store_dir), "store", v, err);
     case OPT_LISTEN:
         return copy_string(cfg->listen, sizeof(cfg->listen), "listen", v, err);
-    case OPT_INTERVAL:
-        if (config_parse_seconds(v, &cfg->interval_s, err) < 0)
-            return -TETRIS_E_INVAL;
-        if (cfg->interval_s < 0.01)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "interval %s is too short", v);
-        return 0;
+    case OPT_TENANT_LISTEN:
+        return copy_string(cfg->tenant_listen, sizeof(cfg->tenant_listen), "tenant listen", v, err);
+    case OPT_TENANT_UIDS: return parse_tenant_uids(cfg, v, err);
+    case OPT_HEALTH_DEADLINE:
+        return parse_period(v, &cfg->health_deadline_s, "health deadline", err);
+    case OPT_INTERVAL: return parse_period(v, &cfg->interval_s, "interval", err);
     case OPT_KEEP_ALIVE:
         return config_parse_seconds(v, &cfg->keep_alive_s, err);
     case OPT_CAPACITY:
@@ -153,11 +243,7 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
             return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d tenants", RECLAIMER_TENANTS_MAX);
         return 0;
     case OPT_REQUEST_TIMEOUT:
-        if (config_parse_seconds(v, &cfg->request_timeout_s, err) < 0)
-            return -TETRIS_E_INVAL;
-        if (cfg->request_timeout_s < 0.01)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "request timeout %s is too short", v);
-        return 0;
+        return parse_period(v, &cfg->request_timeout_s, "request timeout", err);
     default:
         return tetris_fail(err, TETRIS_E_INVAL, 0, "unknown setting");
     }
@@ -174,6 +260,7 @@ static void set_defaults(struct reclaimer_config *cfg)
     cfg->max_connections = 256;
     cfg->max_tenants = 64;
     cfg->request_timeout_s = 30;
+    cfg->health_deadline_s = 60;
     const char *node = getenv(TETRIS_ENV_NODE_NAME);
     if (node != NULL && node[0] != '\0' && strlen(node) < sizeof(cfg->node_name))
         strcpy(cfg->node_name, node);

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/error.h"
 
@@ -15,6 +16,17 @@
  * tenant label to every per-store metric. */
 #define RECLAIMER_TENANTS_MAX 256
 
+/* uid ranges a tenant's socket serves (--tenant-uids). */
+#define RECLAIMER_TENANT_UIDS_MAX 64
+
+struct reclaimer_tenant_uids {
+    char tenant[64];
+    uint32_t lo, hi; /* inclusive */
+};
+
+/* Exit status when the store is already served by a live daemon. */
+#define RECLAIMER_EXIT_SERVED 3
+
 struct reclaimer_config {
     char store_dir[PATH_MAX];
     char config_path[PATH_MAX];  /* "" if none */
@@ -22,6 +34,7 @@ struct reclaimer_config {
     char socket_path[PATH_MAX];  /* "" -> <store>/ingest.sock */
     char pin_path[PATH_MAX];     /* "" -> no pinned digests */
     char listen[128];            /* HTTP ADDR:PORT, "" disables HTTP */
+    char tenant_listen[128];     /* HTTP with tenants' detail, "" = none */
     char node_name[256];
     double interval_s;           /* between reclaim passes */
     double keep_alive_s;         /* cold tensors live this long after last use */
@@ -29,6 +42,10 @@ struct reclaimer_config {
     uint64_t scrub_rate;         /* CRC-checked bytes per second, 0: off */
     unsigned max_connections;    /* concurrent ingest connections */
     double request_timeout_s;    /* to receive a request / send a reply */
+    double health_deadline_s;    /* /healthz fails once no pass completed
+                                    for interval + this */
+    struct reclaimer_tenant_uids tenant_uids[RECLAIMER_TENANT_UIDS_MAX];
+    size_t n_tenant_uids;        /* 0: tenant sockets serve any peer */
     unsigned max_tenants;        /* tenant stores served at most */
     bool no_tenants;             /* serve the shared store only */
     bool once;                   /* one pass, then exit */
@@ -41,5 +58,11 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
                           tetris_error *err);
 
 void reclaimer_usage(const char *prog);
+
+/* Whether a peer of this uid may use the store of tenant ("" for the
+ * shared store): a uid bound to tenants (--tenant-uids) may use theirs
+ * only; a tenant with bindings serves its uids only; anything else is
+ * open to whoever can reach the socket. */
+bool reclaimer_peer_allowed(const struct reclaimer_config *cfg, const char *tenant, uid_t uid);
 
 #endif

@@ -121,6 +121,7 @@ struct daemon {
                                     read under cfg_lock */
     pthread_mutex_t cfg_lock;
     int64_t started_ms; /* wall clock; seeds the inventory generations */
+    int instance_lock_fd; /* flock-ed for the process's life: one daemon per store */
     bool serving;       /* ingest sockets are up (not with --once) */
 
     /* stores[0] is the shared store, then tenants in discovery order.
@@ -144,6 +145,7 @@ struct daemon {
     /* The last node pass (all stores), under pass_lock. */
     pthread_mutex_t pass_lock;
     int64_t last_pass_ms;    /* wall clock of the last completed pass, 0: none */
+    int64_t last_pass_mono_ms; /* the same on the monotonic clock (/healthz) */
     int64_t last_pass_us;    /* how long it took */
     int64_t last_locked_us;  /* the longest any one store's ingests had to wait */
     bool last_pass_ok;
@@ -165,6 +167,11 @@ static inline const char *tenant_name(const struct served_store *ss)
 }
 
 /* ---- stores.c ---- */
+/* Takes the store's instance lock (<store>/reclaimer.lock), before
+ * anything else touches the store. TETRIS_E_CONFLICT when another process
+ * holds it: a live daemon serves the store, and this one must change
+ * nothing (no repair, reclaim or unlinking) before it exits. */
+int daemon_claim_store(struct daemon *d, tetris_error *err);
 /* Opens the shared store (stores[0]). */
 int daemon_open_shared(struct daemon *d, tetris_error *err);
 /* Retires tenant stores whose directory was removed or replaced (their
@@ -225,9 +232,9 @@ void ingest_server_stop(ingest_server *s);
 /* ---- http_api.c ---- */
 typedef struct http_api http_api;
 int http_api_start(struct daemon *d, http_api **out, tetris_error *err);
-uint16_t http_api_port(const http_api *a);
 void http_api_stop(http_api *a);
-/* Renders the metrics text (exposed for tests and benchmarks). */
-char *daemon_render_metrics(struct daemon *d, size_t *len);
+/* Renders the metrics text; tenants: with the tenant stores' series (for
+ * the tenant listen address only). */
+char *daemon_render_metrics(struct daemon *d, bool tenants, size_t *len);
 
 #endif

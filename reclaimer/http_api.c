@@ -2,7 +2,14 @@
  *   GET /metrics    Prometheus text format (version 0.0.4)
  *   GET /inventory  resident tensors for the scheduler extender (the
  *                   document, ETag/304 and ?tenant=T: protocol/inventory.h)
- *   GET /healthz    {"status":"ok"|"failing",...}
+ *   GET /healthz    {"status":"ok"|"failing",...}; 503 also when the main
+ *                   loop has not completed a pass within its deadline
+ *
+ * Two faces serve them. --listen is reachable by whoever reaches the node,
+ * function pods of every tenant included: it shows the shared store and
+ * the node only. --tenant-listen (an address only trusted clients reach)
+ * also shows tenants' stores: their inventories and tenant-labelled
+ * series, which would tell one tenant what another runs.
  *
  * /inventory is built once per generation and shared by reference between
  * concurrent replies, so polling it with 100k resident tensors costs one
@@ -31,9 +38,18 @@ struct inventory_body {
     size_t len;
 };
 
+struct http_api;
+
+/* One listening address and what it may reveal. */
+struct http_face {
+    struct http_api *a;
+    bool tenants; /* serves tenants' detail */
+    http_server *server;
+};
+
 struct http_api {
     struct daemon *d;
-    http_server *server;
+    struct http_face faces[2]; /* --listen, --tenant-listen */
     pthread_mutex_t lock;
     /* The cached inventory of each store, by its index in d->stores
      * (holds a reference). */
@@ -193,15 +209,19 @@ static void render_durations(textbuf *t, const struct store_snapshot *snap, size
     }
 }
 
-char *daemon_render_metrics(struct daemon *d, size_t *len)
+char *daemon_render_metrics(struct daemon *d, bool tenants, size_t *len)
 {
-    size_t n_all = daemon_store_count(d), n = 0;
+    size_t n_all = daemon_store_count(d), n = 0, n_tenants = 0;
     struct store_snapshot *snap = calloc(n_all, sizeof(*snap));
     if (snap == NULL)
         return NULL;
-    for (size_t i = 0; i < n_all; i++)
-        if (!atomic_load(&d->stores[i]->retired))
+    for (size_t i = 0; i < n_all; i++) {
+        if (atomic_load(&d->stores[i]->retired))
+            continue;
+        n_tenants += i > 0;
+        if (i == 0 || tenants)
             snapshot_store(d->stores[i], &snap[n++]);
+    }
     pthread_mutex_lock(&d->pass_lock);
     int64_t last_pass_ms = d->last_pass_ms;
     int64_t last_pass_us = d->last_pass_us;
@@ -216,7 +236,7 @@ char *daemon_render_metrics(struct daemon *d, size_t *len)
                 "Configured capacity in bytes for all stores of the node (0 = unlimited).");
     prom_sample(&t, "tetris_store_capacity_bytes", NULL, 0, capacity);
     prom_header(&t, "tetris_store_tenants", "gauge", "Tenant stores the daemon serves.");
-    prom_sample(&t, "tetris_store_tenants", NULL, 0, n - 1);
+    prom_sample(&t, "tetris_store_tenants", NULL, 0, n_tenants);
     for (size_t f = 0; f < sizeof(store_families) / sizeof(store_families[0]); f++) {
         const struct store_family *fam = &store_families[f];
         prom_header(&t, fam->name, fam->type, fam->help);
@@ -253,9 +273,9 @@ char *daemon_render_metrics(struct daemon *d, size_t *len)
 static void handle_metrics(void *ctx, const http_request *req, http_response *resp)
 {
     (void)req;
-    http_api *a = ctx;
+    struct http_face *f = ctx;
     size_t len;
-    char *text = daemon_render_metrics(a->d, &len);
+    char *text = daemon_render_metrics(f->a->d, f->tenants, &len);
     if (text == NULL) {
         http_response_error(resp, 500, "out of memory");
         return;
@@ -333,13 +353,22 @@ static struct inventory_body *current_inventory(http_api *a, size_t i)
     return inv;
 }
 
-/* ?tenant=T picks a tenant's store; none (or empty) the shared one. */
+/* ?tenant=T picks a tenant's store; none (or empty) the shared one. The
+ * public face answers every tenant alike, served or not: it must not tell
+ * which tenants this node has. */
 static void handle_inventory(void *ctx, const http_request *req, http_response *resp)
 {
-    http_api *a = ctx;
+    struct http_face *f = ctx;
+    http_api *a = f->a;
     const char *tenant = http_request_query(req, INVENTORY_TENANT_PARAM);
     if (tenant == NULL)
         tenant = "";
+    if (tenant[0] != '\0' && !f->tenants) {
+        http_response_error(resp, 403,
+                            "tenant inventories are served on the tenant listen "
+                            "address only");
+        return;
+    }
     size_t n = daemon_store_count(a->d), i = 0;
     while (i < n && (atomic_load(&a->d->stores[i]->retired) ||
                      strcmp(a->d->stores[i]->tenant, tenant) != 0))
@@ -371,23 +400,65 @@ static void handle_inventory(void *ctx, const http_request *req, http_response *
 
 /* ---- /healthz ---- */
 
+/* Failing when the last pass failed, or when none has completed for an
+ * interval plus the deadline: a main loop stuck on something (a lock, a
+ * file) answers no signal and runs no pass, and only this tells. */
 static void handle_healthz(void *ctx, const http_request *req, http_response *resp)
 {
     (void)req;
-    http_api *a = ctx;
-    pthread_mutex_lock(&a->d->pass_lock);
-    bool ok = a->d->last_pass_ok;
-    int64_t last = a->d->last_pass_ms;
-    pthread_mutex_unlock(&a->d->pass_lock);
-    json_t *j = json_pack("{s:s, s:f}", "status", ok ? "ok" : "failing",
+    struct http_face *f = ctx;
+    struct daemon *d = f->a->d;
+    pthread_mutex_lock(&d->cfg_lock);
+    double deadline_s = d->cfg.interval_s + d->cfg.health_deadline_s;
+    pthread_mutex_unlock(&d->cfg_lock);
+    pthread_mutex_lock(&d->pass_lock);
+    bool ok = d->last_pass_ok;
+    int64_t last = d->last_pass_ms;
+    double age_s = (double)(clock_mono_ms() - d->last_pass_mono_ms) / 1000.0;
+    pthread_mutex_unlock(&d->pass_lock);
+    bool late = age_s > deadline_s;
+    json_t *j = json_pack("{s:s, s:f, s:b}", "status", ok && !late ? "ok" : "failing",
                           "last_reclaim_age_seconds",
-                          last ? (double)(clock_wall_ms() - last) / 1000.0 : -1.0);
+                          last ? (double)(clock_wall_ms() - last) / 1000.0 : -1.0, "pass_overdue",
+                          late);
     if (j == NULL) {
         http_response_error(resp, 500, "out of memory");
         return;
     }
-    http_response_json(resp, ok ? 200 : 503, j);
+    http_response_json(resp, ok && !late ? 200 : 503, j);
     json_decref(j);
+}
+
+/* A slow or stalled client holds a slot until the idle timeout; the
+ * per-address limit keeps one pod from holding all of them. */
+#define HTTP_IDLE_TIMEOUT_S 10
+#define HTTP_MAX_PER_ADDRESS 8
+
+static int face_start(http_api *a, struct http_face *f, const char *listen, bool tenants,
+                      tetris_error *err)
+{
+    f->a = a;
+    f->tenants = tenants;
+    struct http_server_options o;
+    http_server_options_init(&o);
+    o.listen = listen;
+    o.max_body_bytes = 4096; /* GET only */
+    o.threads = 2;           /* polling: a slow client holds a slot, not a thread */
+    o.timeout_s = HTTP_IDLE_TIMEOUT_S;
+    o.max_per_address = HTTP_MAX_PER_ADDRESS;
+    int rc = http_server_new(&o, &f->server, err);
+    if (rc == 0)
+        rc = http_server_route(f->server, "GET", "/metrics", handle_metrics, f, err);
+    if (rc == 0)
+        rc = http_server_route(f->server, "GET", INVENTORY_PATH, handle_inventory, f, err);
+    if (rc == 0)
+        rc = http_server_route(f->server, "GET", "/healthz", handle_healthz, f, err);
+    if (rc == 0)
+        rc = http_server_start(f->server, err);
+    if (rc == 0)
+        log_info("event=http-listening addr=%s tenants=%d port=%u", listen, tenants,
+                 http_server_port(f->server));
+    return rc;
 }
 
 int http_api_start(struct daemon *d, http_api **out, tetris_error *err)
@@ -397,39 +468,25 @@ int http_api_start(struct daemon *d, http_api **out, tetris_error *err)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "http api");
     a->d = d;
     pthread_mutex_init(&a->lock, NULL);
-    struct http_server_options o;
-    http_server_options_init(&o);
-    o.listen = d->cfg.listen;
-    o.max_body_bytes = 4096; /* GET only */
-    o.threads = 2;
-    int rc = http_server_new(&o, &a->server, err);
-    if (rc == 0)
-        rc = http_server_route(a->server, "GET", "/metrics", handle_metrics, a, err);
-    if (rc == 0)
-        rc = http_server_route(a->server, "GET", INVENTORY_PATH, handle_inventory, a, err);
-    if (rc == 0)
-        rc = http_server_route(a->server, "GET", "/healthz", handle_healthz, a, err);
-    if (rc == 0)
-        rc = http_server_start(a->server, err);
+    int rc = 0;
+    if (d->cfg.listen[0] != '\0')
+        rc = face_start(a, &a->faces[0], d->cfg.listen, false, err);
+    if (rc == 0 && d->cfg.tenant_listen[0] != '\0')
+        rc = face_start(a, &a->faces[1], d->cfg.tenant_listen, true, err);
     if (rc < 0) {
         http_api_stop(a);
         return rc;
     }
-    log_info("event=http-listening addr=%s port=%u", d->cfg.listen, http_server_port(a->server));
     *out = a;
     return 0;
-}
-
-uint16_t http_api_port(const http_api *a)
-{
-    return http_server_port(a->server);
 }
 
 void http_api_stop(http_api *a)
 {
     if (a == NULL)
         return;
-    http_server_free(a->server);
+    for (size_t i = 0; i < sizeof(a->faces) / sizeof(a->faces[0]); i++)
+        http_server_free(a->faces[i].server);
     for (size_t i = 0; i < sizeof(a->inventory) / sizeof(a->inventory[0]); i++)
         if (a->inventory[i] != NULL)
             inventory_release(a->inventory[i]);

@@ -140,8 +140,10 @@ static void unreserve(struct served_store *ss, uint64_t nbytes)
     pthread_mutex_unlock(&ss->index_lock);
 }
 
+/* oversized: the request's missing bytes exceed the capacity, so no
+ * eviction could make room for all of it: a refusal asks for none. */
 static void publish_one(struct served_store *ss, const int *fds, const ingest_request_tensor *t,
-                        struct ingest_tensor_result *r, uint64_t *ingested_bytes)
+                        bool oversized, struct ingest_tensor_result *r, uint64_t *ingested_bytes)
 {
     const tensor_meta *meta = &t->desc.meta;
     if (store_has_tensor(ss->store, &meta->digest)) {
@@ -155,7 +157,8 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
         snprintf(r->reason, sizeof(r->reason), "store full (capacity %llu bytes)",
                  (unsigned long long)capacity);
         atomic_fetch_add(&ss->counters.ingest_rejected, 1);
-        atomic_fetch_add(&ss->d->shortfall_bytes, meta->nbytes); /* next pass makes room */
+        if (!oversized)
+            atomic_fetch_add(&ss->d->shortfall_bytes, meta->nbytes); /* next pass makes room */
         return;
     }
     bool published = false;
@@ -183,6 +186,22 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
     if (store_index_add(ss, meta, meta->nbytes, clock_wall_ms() / 1000, &ierr) < 0)
         log_warn("event=index-add-failed msg=\"%s\"", ierr.msg);
     pthread_mutex_unlock(&ss->index_lock);
+}
+
+/* Whether the tensors of rq not resident yet add up to more than the
+ * node's capacity. */
+static bool request_oversized(struct served_store *ss, const ingest_request *rq)
+{
+    pthread_mutex_lock(&ss->d->cfg_lock);
+    uint64_t capacity = ss->d->cfg.capacity_bytes;
+    pthread_mutex_unlock(&ss->d->cfg_lock);
+    uint64_t missing = 0;
+    for (size_t i = 0; i < rq->n_tensors && capacity > 0 && missing <= capacity; i++) {
+        const tensor_meta *meta = &rq->tensors[i].desc.meta;
+        if (!store_has_tensor(ss->store, &meta->digest))
+            missing += meta->nbytes < capacity ? meta->nbytes : capacity + 1;
+    }
+    return missing > capacity;
 }
 
 /* Random processing order, so concurrent clients loading one model do not
@@ -264,8 +283,9 @@ static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fd
     shuffle(order, rq->n_tensors, &seed);
     uint64_t ingested_bytes = 0;
     pthread_rwlock_rdlock(&ss->use_lock);
+    bool oversized = request_oversized(ss, rq);
     for (size_t k = 0; k < rq->n_tensors && !atomic_load(&ss->d->stopping); k++)
-        publish_one(ss, fds, &rq->tensors[order[k]], &res[order[k]], &ingested_bytes);
+        publish_one(ss, fds, &rq->tensors[order[k]], oversized, &res[order[k]], &ingested_bytes);
     if (atomic_load(&ss->d->stopping))
         rc = tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
     else
@@ -438,7 +458,9 @@ static void start_connection(ingest_server *srv, int sock)
 {
     struct ucred cred = {0};
     socklen_t cl = sizeof(cred);
-    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
+    bool have_cred = getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
+                     cl == sizeof(cred);
+    if (!have_cred)
         cred.pid = 0;
     struct conn *c = calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -449,7 +471,20 @@ static void start_connection(ingest_server *srv, int sock)
     struct daemon *d = srv->ss->d;
     pthread_mutex_lock(&d->cfg_lock);
     unsigned max = d->cfg.max_connections;
+    /* The socket decides the store; the peer's uid decides whether it may
+     * use it (--tenant-uids). No credentials, no service. (A peer in
+     * another pid namespace has pid 0 here: its uid still counts.) */
+    bool allowed = have_cred && reclaimer_peer_allowed(&d->cfg, srv->ss->tenant, cred.uid);
     pthread_mutex_unlock(&d->cfg_lock);
+    if (!allowed) {
+        atomic_fetch_add(&srv->ss->counters.ingest_errors, 1);
+        log_warn("event=ingest-denied tenant=%s pid=%d uid=%u gid=%u", tenant_name(srv->ss),
+                 (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
+        send_error(c, TETRIS_E_DENIED, "this store does not serve your uid");
+        close(sock);
+        free(c);
+        return;
+    }
     /* The limit is node-wide: every store's connections count. */
     bool busy = atomic_fetch_add(&d->connections, 1) >= max;
     if (busy) {

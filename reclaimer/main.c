@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "reclaimer/daemon.h"
 #include "common/clock.h"
@@ -25,6 +26,7 @@ static void daemon_init(struct daemon *d, const struct reclaimer_config *cfg)
     pthread_mutex_init(&d->pass_lock, NULL);
     pthread_mutex_init(&d->capacity_lock, NULL);
     d->started_ms = clock_wall_ms();
+    d->instance_lock_fd = -1;
 }
 
 static void daemon_fini(struct daemon *d)
@@ -35,6 +37,8 @@ static void daemon_fini(struct daemon *d)
     pthread_mutex_destroy(&d->pass_lock);
     pthread_mutex_destroy(&d->pin_lock);
     pthread_mutex_destroy(&d->cfg_lock);
+    if (d->instance_lock_fd >= 0)
+        close(d->instance_lock_fd);
 }
 
 /* Each ingest connection may carry up to INGEST_MAX_SOURCES descriptors:
@@ -64,6 +68,7 @@ static void reload(struct daemon *d, int argc, char **argv)
     if (strcmp(fresh.store_dir, d->cfg.store_dir) != 0 ||
         strcmp(fresh.listen, d->cfg.listen) != 0 ||
         strcmp(fresh.socket_path, d->cfg.socket_path) != 0 ||
+        strcmp(fresh.tenant_listen, d->cfg.tenant_listen) != 0 ||
         fresh.no_tenants != d->cfg.no_tenants || fresh.max_tenants != d->cfg.max_tenants)
         log_warn("event=reload-ignored what=\"store, socket, listen address or tenants\" "
                  "msg=\"needs a restart\"");
@@ -74,6 +79,9 @@ static void reload(struct daemon *d, int argc, char **argv)
     d->cfg.scrub_rate = fresh.scrub_rate;
     d->cfg.max_connections = fresh.max_connections;
     d->cfg.request_timeout_s = fresh.request_timeout_s;
+    d->cfg.health_deadline_s = fresh.health_deadline_s;
+    memcpy(d->cfg.tenant_uids, fresh.tenant_uids, sizeof(d->cfg.tenant_uids));
+    d->cfg.n_tenant_uids = fresh.n_tenant_uids;
     memcpy(d->cfg.node_name, fresh.node_name, sizeof(d->cfg.node_name));
     memcpy(d->cfg.pin_path, fresh.pin_path, sizeof(d->cfg.pin_path));
     pthread_mutex_unlock(&d->cfg_lock);
@@ -156,8 +164,16 @@ int main(int argc, char **argv)
 
     static struct daemon d;
     daemon_init(&d, &cfg);
+    /* Before anything touches the store: a second daemon (or --once) on a
+     * store a live daemon serves must change nothing there. */
+    rc = daemon_claim_store(&d, &err);
+    if (rc == -TETRIS_E_CONFLICT) {
+        log_error("event=store-served msg=\"%s\" action=exit", err.msg);
+        daemon_fini(&d);
+        return RECLAIMER_EXIT_SERVED;
+    }
     /* The first pass repairs every store and finds the tenants. */
-    if (daemon_open_shared(&d, &err) < 0 || daemon_reclaim_pass(&d, &err) < 0) {
+    if (rc < 0 || daemon_open_shared(&d, &err) < 0 || daemon_reclaim_pass(&d, &err) < 0) {
         log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
         daemon_fini(&d);
         return EXIT_RUNTIME;
@@ -175,7 +191,8 @@ int main(int argc, char **argv)
 
     http_api *http = NULL;
     if (daemon_start_serving(&d, &err) < 0 ||
-        (cfg.listen[0] != '\0' && http_api_start(&d, &http, &err) < 0)) {
+        ((cfg.listen[0] != '\0' || cfg.tenant_listen[0] != '\0') &&
+         http_api_start(&d, &http, &err) < 0)) {
         log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
         atomic_store(&d.stopping, true);
         daemon_fini(&d);

@@ -15,7 +15,9 @@
  * restart), so no holder is counted twice. */
 #include "reclaimer/daemon.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -778,6 +780,7 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
     d->last_pass_ok = rc == 0;
     if (rc == 0) {
         d->last_pass_ms = clock_wall_ms();
+        d->last_pass_mono_ms = clock_mono_ms();
         d->last_pass_us = clock_mono_us() - start;
         d->last_locked_us = locked_max;
     }
@@ -787,8 +790,53 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
     return rc;
 }
 
+/* Temp files of the state file (tensor_index_save writes PATH.tmp.PID and
+ * renames it) left by a daemon killed while saving. The instance lock is
+ * held: whatever temp is there belongs to no live writer. */
+static size_t remove_state_temps(const char *state_path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", state_path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash != NULL ? slash + 1 : dir;
+    char prefix[PATH_MAX];
+    if (snprintf(prefix, sizeof(prefix), "%s.tmp.", base) >= (int)sizeof(prefix))
+        return 0;
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash != NULL)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    cleanup_closedir DIR *dp = opendir(dir);
+    if (dp == NULL)
+        return 0;
+    size_t removed = 0;
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL)
+        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+            unlinkat(dirfd(dp), de->d_name, 0) == 0)
+            removed++;
+    return removed;
+}
+
+/* What a previous daemon left that nothing uses: temp files of its state
+ * file, and quarantined tensors (their mappings keep working; no new one
+ * is made). */
+static void remove_leftovers(struct served_store *ss)
+{
+    size_t temps = remove_state_temps(ss->state_path), quarantined = 0;
+    tetris_error err;
+    if (store_clear_quarantine(ss->store, &quarantined, &err) < 0)
+        log_warn("event=quarantine-not-cleared tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
+    if (temps > 0 || quarantined > 0)
+        log_info("event=leftovers-removed tenant=%s state_temp_files=%zu quarantined=%zu",
+                 tenant_name(ss), temps, quarantined);
+}
+
 int store_startup(struct served_store *ss, tetris_error *err)
 {
+    remove_leftovers(ss);
     tetris_error lerr;
     pthread_mutex_lock(&ss->index_lock);
     int rc = tensor_index_load(ss->index, ss->state_path, &lerr);

@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/cleanup.h"
 #include "common/log.h"
@@ -55,6 +57,49 @@ uint64_t daemon_other_stores_bytes(struct daemon *d, const struct served_store *
         pthread_mutex_unlock(&ss->index_lock);
     }
     return sum;
+}
+
+#define INSTANCE_LOCK_NAME "reclaimer.lock"
+
+int daemon_claim_store(struct daemon *d, tetris_error *err)
+{
+    /* Laying the store out (directories only) changes nothing of a live
+     * daemon's; it makes the directory the lock lives in. */
+    store *s;
+    struct store_options so = {.create = true};
+    int rc = store_open(d->cfg.store_dir, &so, &s, err);
+    if (rc < 0)
+        return rc;
+    char path[PATH_MAX];
+    bool too_long = snprintf(path, sizeof(path), "%s/" INSTANCE_LOCK_NAME, store_root(s)) >=
+                    (int)sizeof(path);
+    store_close(s);
+    if (too_long)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
+    /* 0600: a pod that cannot open it cannot hold it and keep the daemon
+     * from starting. */
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        char owner[32] = "";
+        ssize_t n = pread(fd, owner, sizeof(owner) - 1, 0);
+        owner[n > 0 ? n : 0] = '\0';
+        owner[strcspn(owner, "\n")] = '\0';
+        close(fd);
+        if (e != EWOULDBLOCK)
+            return tetris_fail(err, TETRIS_E_IO, e, "lock %s", path);
+        return tetris_fail(err, TETRIS_E_CONFLICT, 0,
+                           "store %s is served by another daemon (pid %s holds %s)",
+                           d->cfg.store_dir, owner[0] ? owner : "unknown", path);
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        log_warn("event=lock-owner-unrecorded path=%s errno=%d", path, errno);
+    d->instance_lock_fd = fd;
+    return 0;
 }
 
 static void served_store_free(struct served_store *ss)

@@ -141,6 +141,28 @@ int store_quarantine_tensor(store *s, const tensor_digest *d, tetris_error *err)
     return 0;
 }
 
+int store_clear_quarantine(store *s, size_t *removed, tetris_error *err)
+{
+    *removed = 0;
+    int rc = store_require_writable(s, "clear quarantine", err);
+    if (rc < 0)
+        return rc;
+    cleanup_closedir DIR *dir = NULL;
+    rc = open_dir_stream(s->quarantine_fd, ".", "quarantine", &dir, err);
+    if (rc < 0)
+        return rc;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        if (unlinkat(s->quarantine_fd, de->d_name, 0) < 0 && errno != ENOENT)
+            return tetris_fail(err, store_errno_code(errno), errno, "remove quarantined %.80s",
+                               de->d_name);
+        (*removed)++;
+    }
+    return 0;
+}
+
 /* ---- repair ---- */
 
 /* Removes every file in dir_fd accepted by want() whose flock can be

@@ -177,6 +177,10 @@ int store_remove_tensor(store *s, const tensor_digest *d, tetris_error *err);
 
 /* Moves a tensor to quarantine/: no new mappings, existing ones keep working. */
 int store_quarantine_tensor(store *s, const tensor_digest *d, tetris_error *err);
+/* Unlinks every file in quarantine/ (mappings of them keep working); the
+ * node daemon does it at start, when nothing it quarantined is worth
+ * keeping for a look any more. */
+int store_clear_quarantine(store *s, size_t *removed, tetris_error *err);
 
 struct store_repair_report {
     size_t dead_holders_released;

@@ -152,7 +152,8 @@ metric_at() {
 # after --store, its output appended to LOG; returns once it serves. It
 # does not inherit fds 3 and 4, which tests hold open as the stdin of
 # holders (a holder lets go when its stdin closes). Sets RECLAIMER_PID and,
-# when it listens for HTTP, RECLAIMER_PORT; the daemon is killed at exit.
+# when it listens for HTTP, RECLAIMER_PORT (--listen) and
+# RECLAIMER_TENANT_PORT (--tenant-listen); the daemon is killed at exit.
 reclaimer_start() {
     _store=$1
     _log=$2
@@ -164,7 +165,8 @@ reclaimer_start() {
     wait_until 60 "[ \"\$(grep -c event=serving '$_log')\" -gt ${_served:-0} ] || ! kill -0 $RECLAIMER_PID" ||
         fail "tetris-reclaimer did not start serving $_store"
     kill -0 "$RECLAIMER_PID" 2>/dev/null || fail "tetris-reclaimer died: $(tail -n 5 "$_log")"
-    RECLAIMER_PORT=$(grep -o 'event=http-listening.*port=[0-9]*' "$_log" | tail -n 1 | sed 's/.*port=//')
+    RECLAIMER_PORT=$(grep -o 'event=http-listening.*tenants=0 port=[0-9]*' "$_log" | tail -n 1 | sed 's/.*port=//')
+    RECLAIMER_TENANT_PORT=$(grep -o 'event=http-listening.*tenants=1 port=[0-9]*' "$_log" | tail -n 1 | sed 's/.*port=//')
 }
 
 # reclaimer_stop: SIGTERM to the daemon reclaimer_start started; it must

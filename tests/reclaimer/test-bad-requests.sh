@@ -136,10 +136,11 @@ note "HTTP: 404, 405, 413, junk survived"
 [ $rc = 1 ] || fail "busy HTTP port: exit $rc, want 1"
 grep -q "listen on 127.0.0.1:$RECLAIMER_PORT" "$WORK/busy.log" || fail "busy port error unclear: $(cat "$WORK/busy.log")"
 "$RECLAIMER" --store "$STORE" --listen 127.0.0.1:0 >"$WORK/twice.log" 2>&1; rc=$?
-[ $rc = 1 ] && grep -q "another daemon" "$WORK/twice.log" || fail "second daemon on one store: exit $rc"
+[ $rc = 3 ] && grep -q "event=store-served .*served by another daemon" "$WORK/twice.log" ||
+    fail "second daemon on one store: exit $rc"
 daemon_alive || fail "daemon died"
 stop_daemon
-note "command line errors: exit 2; unusable address or store: exit 1"
+note "command line errors: exit 2; unusable address or store: exit 1; a served store: exit 3"
 
 # Connection limit: the third concurrent instance is turned away and loads
 # privately; the first two keep their references.

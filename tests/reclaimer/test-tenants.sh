@@ -17,11 +17,19 @@
 #   - the capacity bounds the node: a tenant's ingest is refused when the
 #     shared store already fills it;
 #   - --no-tenants serves the shared store only.
+# Tenants' inventories and series are read on --tenant-listen (what the
+# public --listen hides of them: test-tenant-isolation.sh).
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
 AGENT="$BIN/tetris-agent"
 [ -x "$AGENT" ] || fail "tetris-agent missing"
 command -v promtool >/dev/null || fail "promtool not installed (scripts/deps.sh installs it)"
+
+# start_tenant_daemon ARGS...: the daemon, read over its tenant face.
+start_tenant_daemon() {
+    start_daemon --tenant-listen 127.0.0.1:0 "$@"
+    RECLAIMER_PORT=$RECLAIMER_TENANT_PORT
+}
 
 # tmetric NAME TENANT: the value of NAME{tenant="TENANT"}.
 tmetric() {
@@ -45,7 +53,7 @@ synth "$WORK/m1.safetensors" 4 65536 51
 synth "$WORK/m2.safetensors" 3 32768 52
 M1_BYTES=$((4 * 65536))
 mkdir -p "$STORE/tenants/alpha" "$STORE/tenants/beta" "$STORE/tenants/Bad.Name"
-start_daemon --interval 200ms --keep-alive 1 --scrub-rate 0
+start_tenant_daemon --interval 200ms --keep-alive 1 --scrub-rate 0
 A="$STORE/tenants/alpha"
 B="$STORE/tenants/beta"
 [ -S "$A/ingest.sock" ] && [ -S "$B/ingest.sock" ] || fail "no tenant sockets"
@@ -142,7 +150,7 @@ stop_daemon
 # ---- capacity bounds the node ----
 rm -rf "$STORE"
 mkdir -p "$STORE/tenants/alpha"
-start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --capacity $((M1_BYTES * 7 / 5))
+start_tenant_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --capacity $((M1_BYTES * 7 / 5))
 hold_in "$STORE" "$WORK/m1.safetensors" "$WORK/s2.json"
 S2=$HOLD_PID
 jq -e '.fallback == false and .ingested == 4' "$WORK/s2.json" >/dev/null || fail "shared load under capacity"
@@ -158,7 +166,7 @@ release "$S2"
 stop_daemon
 
 # ---- --no-tenants ----
-start_daemon --interval 200ms --no-tenants
+start_tenant_daemon --interval 200ms --no-tenants
 [ -e "$A/ingest.sock" ] && fail "--no-tenants still serves alpha"
 [ "$(metric tetris_store_tenants)" = 0 ] || fail "--no-tenants: tenants gauge"
 http_get /metrics | grep -q 'tenant="' && fail "--no-tenants: tenant series"

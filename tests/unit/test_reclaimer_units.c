@@ -167,6 +167,36 @@ START_TEST(test_config_tenants)
 }
 END_TEST
 
+/* --tenant-uids: who may use which store's socket. */
+START_TEST(test_config_tenant_uids)
+{
+    struct reclaimer_config cfg;
+    tetris_error err;
+    char *a1[] = {"r", "--tenant-uids", "alpha=1000,beta=2000-2099,alpha=3000", NULL};
+    ck_assert_int_eq(reclaimer_config_load(3, a1, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.n_tenant_uids, 3);
+    ck_assert(reclaimer_peer_allowed(&cfg, "alpha", 1000));
+    ck_assert(reclaimer_peer_allowed(&cfg, "alpha", 3000));
+    ck_assert(reclaimer_peer_allowed(&cfg, "beta", 2099));
+    ck_assert(!reclaimer_peer_allowed(&cfg, "beta", 1000));  /* alpha's uid */
+    ck_assert(!reclaimer_peer_allowed(&cfg, "alpha", 0));    /* unbound, bound tenant */
+    ck_assert(!reclaimer_peer_allowed(&cfg, "", 2000));      /* beta's, shared socket */
+    ck_assert(reclaimer_peer_allowed(&cfg, "", 65534));      /* unbound, shared */
+    ck_assert(reclaimer_peer_allowed(&cfg, "gamma", 65534)); /* unbound, unbound tenant */
+    ck_assert(!reclaimer_peer_allowed(&cfg, "gamma", 1000)); /* alpha's, elsewhere */
+    char *a2[] = {"r", NULL};
+    ck_assert_int_eq(reclaimer_config_load(1, a2, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.n_tenant_uids, 0);
+    ck_assert(reclaimer_peer_allowed(&cfg, "alpha", 0));
+    static const char *const bad[] = {"alpha", "alpha=",   "Alpha=1", "alpha=2-1",
+                                      "a=x",   "alpha=1-", "../x=1",  "alpha=99999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *a3[] = {"r", "--tenant-uids", (char *)bad[i], NULL};
+        ck_assert_msg(reclaimer_config_load(3, a3, &cfg, &err) < 0, "accepted %s", bad[i]);
+    }
+}
+END_TEST
+
 static tensor_digest digest_of(uint32_t i)
 {
     tensor_digest d;
@@ -271,6 +301,7 @@ int main(void)
     tcase_add_test(tc, test_config_precedence);
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_config_tenants);
+    tcase_add_test(tc, test_config_tenant_uids);
     tcase_add_test(tc, test_index_insert_remove);
     tcase_add_test(tc, test_index_state_file);
     suite_add_tcase(s, tc);
