@@ -190,13 +190,15 @@ static int sync_volumes(json_t *patch, const json_t *spec, const char *store_dir
 {
     wanted w[2];
     size_t n = 0;
-    w[n++] = (wanted){json_pack("{s:s, s:{s:s, s:s}}", "name", TETRIS_VOLUME_STORE, "hostPath",
-                                "path", store_dir, "type", "DirectoryOrCreate")};
+    w[n++] = (wanted){.item = json_pack("{s:s, s:{s:s, s:s}}", "name", TETRIS_VOLUME_STORE,
+                                        "hostPath", "path", store_dir, "type",
+                                        "DirectoryOrCreate")};
     if (f->manifest_configmap != NULL)
-        w[n++] = (wanted){
-            json_pack("{s:s, s:{s:s, s:b, s:[{s:s, s:s}]}}", "name", TETRIS_VOLUME_MANIFEST,
-                      "configMap", "name", f->manifest_configmap, "optional", 1, "items", "key",
-                      TETRIS_MANIFEST_CONFIGMAP_KEY, "path", TETRIS_MANIFEST_CONFIGMAP_KEY)};
+        w[n++] = (wanted){.item = json_pack("{s:s, s:{s:s, s:b, s:[{s:s, s:s}]}}", "name",
+                                            TETRIS_VOLUME_MANIFEST, "configMap", "name",
+                                            f->manifest_configmap, "optional", 1, "items", "key",
+                                            TETRIS_MANIFEST_CONFIGMAP_KEY, "path",
+                                            TETRIS_MANIFEST_CONFIGMAP_KEY)};
     for (size_t i = 0; i < n; i++)
         if (w[i].item == NULL) {
             wanted_release(w, n);
@@ -219,19 +221,21 @@ static int sync_container(json_t *patch, const struct webhook_config *c, size_t 
                            index);
     wanted mounts[2], env[4];
     size_t nm = 0, ne = 0;
-    mounts[nm++] = (wanted){json_pack("{s:s, s:s, s:b}", "name", TETRIS_VOLUME_STORE, "mountPath",
-                                      store_dir, "readOnly", 1)};
-    env[ne++] = (wanted){env_var(TETRIS_ENV_STORE, c->store_dir)};
+    mounts[nm++] = (wanted){.item = json_pack("{s:s, s:s, s:b}", "name", TETRIS_VOLUME_STORE,
+                                              "mountPath", store_dir, "readOnly", 1)};
+    env[ne++] = (wanted){.item = env_var(TETRIS_ENV_STORE, c->store_dir)};
     if (f->tenant != NULL)
-        env[ne++] = (wanted){env_var(TETRIS_ENV_TENANT, f->tenant)};
+        env[ne++] = (wanted){.item = env_var(TETRIS_ENV_TENANT, f->tenant)};
     if (f->manifest_configmap != NULL) {
-        mounts[nm++] = (wanted){json_pack("{s:s, s:s, s:b}", "name", TETRIS_VOLUME_MANIFEST,
-                                          "mountPath", TETRIS_MANIFEST_MOUNT_DIR, "readOnly", 1)};
-        env[ne++] = (wanted){env_var(TETRIS_ENV_MANIFEST,
-                                     TETRIS_MANIFEST_MOUNT_DIR "/" TETRIS_MANIFEST_CONFIGMAP_KEY)};
+        mounts[nm++] = (wanted){.item = json_pack("{s:s, s:s, s:b}", "name", TETRIS_VOLUME_MANIFEST,
+                                                  "mountPath", TETRIS_MANIFEST_MOUNT_DIR,
+                                                  "readOnly", 1)};
+        env[ne++] = (wanted){.item = env_var(TETRIS_ENV_MANIFEST, TETRIS_MANIFEST_MOUNT_DIR
+                                             "/" TETRIS_MANIFEST_CONFIGMAP_KEY)};
     }
     if (f->model_path != NULL)
-        env[ne++] = (wanted){env_var(TETRIS_ENV_MODEL, f->model_path), .keep_existing = true};
+        env[ne++] = (wanted){.item = env_var(TETRIS_ENV_MODEL, f->model_path),
+                             .keep_existing = true};
     bool nomem = false;
     for (size_t i = 0; i < nm; i++)
         nomem |= mounts[i].item == NULL;
