@@ -12,3 +12,5 @@ tetris-webhook_LIBS := -lmicrohttpd -lcurl
 UNIT_TESTS += tests/unit/test_webhook.c
 # The real binary over TLS on loopback, reviews posted with curl.
 SHELL_TESTS += tests/webhook/test-webhook.sh
+# Registered with the local cluster's apiserver.
+E2E_TESTS += tests/k8s/test-webhook-k8s.sh
