@@ -120,16 +120,19 @@ void webhook_review_release(webhook_review *r)
     memset(r, 0, sizeof *r);
 }
 
-/* base64 of the patch's compact JSON, NUL-terminated; NULL on failure. */
+char *webhook_base64(const void *data, size_t len)
+{
+    char *b64 = malloc(4 * ((len + 2) / 3) + 1);
+    if (b64 != NULL)
+        EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
+    return b64;
+}
+
+/* base64 of the patch's compact JSON; NULL on failure. */
 static char *patch_base64(const json_t *patch)
 {
     char *text = json_dumps(patch, JSON_COMPACT);
-    if (text == NULL)
-        return NULL;
-    size_t n = strlen(text);
-    char *b64 = malloc(4 * ((n + 2) / 3) + 1);
-    if (b64 != NULL)
-        EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)text, (int)n);
+    char *b64 = text != NULL ? webhook_base64(text, strlen(text)) : NULL;
     free(text);
     return b64;
 }

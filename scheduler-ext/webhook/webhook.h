@@ -79,6 +79,10 @@ typedef struct webhook_review {
 int webhook_review_parse(const char *body, size_t len, webhook_review *out, tetris_error *err);
 void webhook_review_release(webhook_review *r);
 
+/* base64 of len bytes, NUL-terminated and malloc'd (the patch and the
+ * caBundle travel so); NULL when out of memory. */
+char *webhook_base64(const void *data, size_t len);
+
 /* The answer: allowed, with the patch (a JSON array) unless it is NULL or
  * empty. Returns malloc'd text and its length, NULL when out of memory. */
 char *webhook_response_encode(const webhook_review *r, const json_t *patch, size_t *len);

@@ -3,7 +3,6 @@
  * over TLS, and keeping the MutatingWebhookConfiguration's caBundle equal
  * to the CA this process made (certs.c says why it makes its own). */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -12,10 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <curl/curl.h>
-#include <openssl/evp.h>
 
 #include "common/cli.h"
 #include "common/httpserver.h"
@@ -556,11 +553,9 @@ static int make_certs(program *p, webhook_certs *certs, tetris_error *err)
         r = write_ca(o->ca_out, certs->ca_pem, err);
     if (r < 0)
         return r;
-    size_t len = strlen(certs->ca_pem);
-    p->ca_bundle = malloc(4 * ((len + 2) / 3) + 1);
+    p->ca_bundle = webhook_base64(certs->ca_pem, strlen(certs->ca_pem));
     if (p->ca_bundle == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
-    EVP_EncodeBlock((unsigned char *)p->ca_bundle, (const unsigned char *)certs->ca_pem, (int)len);
     log_info("event=certificates-made subject=%s names=%zu days=%d", dns[0], n, o->cert_days);
     return 0;
 }
