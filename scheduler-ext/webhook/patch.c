@@ -119,10 +119,28 @@ static void wanted_release(wanted *w, size_t n)
         json_decref(w[i].item);
 }
 
+/* The index of the item of have whose member key equals want's, or
+ * SIZE_MAX. */
+static size_t find_by(const json_t *have, const json_t *want, const char *key)
+{
+    const char *v = json_string_value(json_object_get(want, key));
+    size_t at;
+    const json_t *h;
+    json_array_foreach (have, at, h) {
+        const char *hv = json_string_value(member(h, key));
+        if (v != NULL && hv != NULL && strcmp(hv, v) == 0)
+            return at;
+    }
+    return SIZE_MAX;
+}
+
 /* Reconciles the array at path (have, NULL when absent) with the wanted
- * items, matched by "name". Releases the wanted items. */
-static int sync_named(json_t *patch, const char *path, const json_t *have, wanted *w, size_t n,
-                      tetris_error *err)
+ * items, matched by "name", else by also_key when not NULL: a mount of
+ * the pod's own at our mountPath would make the apiserver refuse the pod
+ * for two mounts at one path, so ours takes its place. Releases the
+ * wanted items. */
+static int sync_named(json_t *patch, const char *path, const json_t *have, const char *also_key,
+                      wanted *w, size_t n, tetris_error *err)
 {
     if (have != NULL && !json_is_array(have)) {
         wanted_release(w, n);
@@ -131,21 +149,14 @@ static int sync_named(json_t *patch, const char *path, const json_t *have, wante
     json_t *missing = json_array();
     int r = missing != NULL ? 0 : tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     for (size_t i = 0; i < n && r == 0; i++) {
-        const char *name = json_string_value(json_object_get(w[i].item, "name"));
-        size_t at, found = SIZE_MAX;
-        const json_t *h;
-        json_array_foreach (have, at, h) {
-            const char *hn = json_string_value(member(h, "name"));
-            if (hn != NULL && strcmp(hn, name) == 0) {
-                found = at;
-                break;
-            }
-        }
-        if (found == SIZE_MAX) {
+        size_t at = find_by(have, w[i].item, "name");
+        if (at == SIZE_MAX && also_key != NULL)
+            at = find_by(have, w[i].item, also_key);
+        if (at == SIZE_MAX) {
             r = json_array_append(missing, w[i].item) < 0
                     ? tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory")
                     : 0;
-        } else if (!w[i].keep_existing && !json_subset(w[i].item, h)) {
+        } else if (!w[i].keep_existing && !json_subset(w[i].item, json_array_get(have, at))) {
             char p[512];
             snprintf(p, sizeof p, "%s/%zu", path, at);
             r = add_op(patch, "replace", p, json_incref(w[i].item), err);
@@ -204,7 +215,7 @@ static int sync_volumes(json_t *patch, const json_t *spec, const char *store_dir
             wanted_release(w, n);
             return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
         }
-    return sync_named(patch, "/spec/volumes", member(spec, "volumes"), w, n, err);
+    return sync_named(patch, "/spec/volumes", member(spec, "volumes"), NULL, w, n, err);
 }
 
 static json_t *env_var(const char *name, const char *value)
@@ -248,10 +259,11 @@ static int sync_container(json_t *patch, const struct webhook_config *c, size_t 
     }
     char path[128];
     snprintf(path, sizeof path, "/spec/containers/%zu/volumeMounts", index);
-    int r = sync_named(patch, path, member(container, "volumeMounts"), mounts, nm, err);
+    int r = sync_named(patch, path, member(container, "volumeMounts"), "mountPath", mounts, nm,
+                       err);
     snprintf(path, sizeof path, "/spec/containers/%zu/env", index);
     if (r == 0)
-        return sync_named(patch, path, member(container, "env"), env, ne, err);
+        return sync_named(patch, path, member(container, "env"), NULL, env, ne, err);
     wanted_release(env, ne);
     return r;
 }

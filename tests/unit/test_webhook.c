@@ -461,6 +461,21 @@ START_TEST(pod_cannot_keep_its_own_store_volume)
     ck_assert_str_eq(env_value(c, TETRIS_ENV_MODEL), "/mine");
     ck_assert_str_eq(json_string_value(json_object_get(spec, "schedulerName")), "my-scheduler");
     json_decref(pod);
+
+    /* A writable mount of its own at the store's path, under another name:
+     * two mounts at one path would get the pod refused, so ours replaces it. */
+    pod = function_pod();
+    c = json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"), 0);
+    json_object_set_new(c, "volumeMounts",
+                        json_pack("[{s:s, s:s}, {s:s, s:s}]", "name", "mine", "mountPath",
+                                  "/dev/shm/tetris", "name", "data", "mountPath", "/data"));
+    mutate_twice(&plain, pod, NULL);
+    json_t *mounts = json_object_get(c, "volumeMounts");
+    ck_assert_uint_eq(json_array_size(mounts), 2);
+    ck_assert_ptr_null(named(mounts, "mine"));
+    ck_assert(json_is_true(json_object_get(named(mounts, TETRIS_VOLUME_STORE), "readOnly")));
+    ck_assert_ptr_nonnull(named(mounts, "data"));
+    json_decref(pod);
 }
 END_TEST
 
