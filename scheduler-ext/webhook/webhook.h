@@ -45,7 +45,8 @@
  * "Lacks" compares what we would add with what is there as a subset (the
  * apiserver defaults fields, e.g. a ConfigMap volume's defaultMode), and
  * an item of ours that differs is replaced, so a pod cannot keep a store
- * volume of its own under our name. Tested in tests/unit/test_webhook.c
+ * volume of its own under our name (nor a mount of its own at our mount's
+ * path, which would make two mounts at one path). Tested in tests/unit/test_webhook.c
  * and tests/webhook/test-webhook.sh. */
 #ifndef TETRIS_WEBHOOK_H
 #define TETRIS_WEBHOOK_H
