@@ -40,6 +40,7 @@ struct route {
 struct http_server {
     struct http_server_options opts;
     char *listen;
+    char *tls_cert_pem, *tls_key_pem; /* owned copies, NULL without TLS */
     struct route routes[MAX_ROUTES];
     size_t n_routes;
     struct MHD_Daemon *daemon; /* owns the listening socket once started */
@@ -481,6 +482,20 @@ int http_server_new(const struct http_server_options *o, http_server **out, tetr
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "http server");
     }
     s->opts.listen = s->listen;
+    if ((o->tls_cert_pem == NULL) != (o->tls_key_pem == NULL)) {
+        http_server_free(s);
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "TLS needs both a certificate and a key");
+    }
+    if (o->tls_cert_pem != NULL) {
+        s->tls_cert_pem = strdup(o->tls_cert_pem);
+        s->tls_key_pem = strdup(o->tls_key_pem);
+        if (s->tls_cert_pem == NULL || s->tls_key_pem == NULL) {
+            http_server_free(s);
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "http server");
+        }
+    }
+    s->opts.tls_cert_pem = s->tls_cert_pem;
+    s->opts.tls_key_pem = s->tls_key_pem;
     *out = s;
     return 0;
 }
@@ -515,22 +530,38 @@ int http_server_start(http_server *s, tetris_error *err)
     if (rc < 0)
         return rc;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    bool tls = s->tls_cert_pem != NULL;
+    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "libmicrohttpd was built without TLS");
+    if (tls)
+        flags |= MHD_USE_TLS;
     if (s->opts.threads == 0)
         flags |= MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
     else
         flags |= MHD_USE_AUTO;
-    struct MHD_OptionItem opts[] = {
+    struct MHD_OptionItem opts[10] = {
         {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, s->opts.max_connections, NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, s->opts.timeout_s, NULL},
         {MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->opts.max_per_address, NULL},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL},
-        {s->opts.threads > 0 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, s->opts.threads, NULL},
-        {MHD_OPTION_END, 0, NULL},
     };
+    size_t n = 6;
+    if (s->opts.threads > 0)
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, NULL};
+    if (tls) {
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert_pem};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key_pem};
+    }
+    opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts,
                                  MHD_OPTION_END);
+    if (s->daemon == NULL && tls)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "cannot start HTTPS server on %s (are the certificate and key "
+                           "PEM, and do they belong together?)",
+                           s->listen);
     if (s->daemon == NULL)
         return tetris_fail(err, TETRIS_E_IO, 0, "cannot start HTTP server on %s", s->listen);
     fd = -1; /* libmicrohttpd closes it in MHD_stop_daemon */
@@ -553,5 +584,7 @@ void http_server_free(http_server *s)
         free(s->routes[i].path);
     }
     free(s->listen);
+    free(s->tls_cert_pem);
+    free(s->tls_key_pem);
     free(s);
 }

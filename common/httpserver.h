@@ -46,6 +46,9 @@ struct http_server_options {
                                  most, 0 (default): no limit; keeps one
                                  client's stalled connections from taking
                                  every slot */
+    const char *tls_cert_pem; /* both set: serve HTTPS (TLS through libmicrohttpd's
+                                 GnuTLS) with this PEM certificate chain and */
+    const char *tls_key_pem;  /* PEM private key (copied); both NULL: plain HTTP */
 };
 
 void http_server_options_init(struct http_server_options *o);
@@ -107,7 +110,9 @@ int http_server_new(const struct http_server_options *o, http_server **out, tetr
 /* Routes must be added before http_server_start. */
 int http_server_route(http_server *s, const char *method, const char *path, http_handler_fn fn,
                       void *ctx, tetris_error *err);
-/* Binds and starts serving. TETRIS_E_IO if the address cannot be bound. */
+/* Binds and starts serving. TETRIS_E_IO if the address cannot be bound,
+ * TETRIS_E_INVAL if TLS is asked for with only one of certificate and key,
+ * or libmicrohttpd has no TLS or refuses them. */
 int http_server_start(http_server *s, tetris_error *err);
 /* The bound port (useful after listening on port 0); 0 before start. */
 uint16_t http_server_port(const http_server *s);

@@ -1,15 +1,16 @@
 # fuzz/module.mk - libFuzzer harnesses for the model parsers (safetensors,
 # ONNX and its protobuf reader, manifests), the ONNX rewriter that strips
 # shared payloads before ONNX Runtime sees a model, and the decoders of
-# what peers send: ingest messages and node inventories. Built with clang
-# only by `make fuzz`, never by `make` or `make test`.
+# what peers send: ingest messages, node inventories and the
+# AdmissionReviews tetris-webhook gets. Built with clang only by `make
+# fuzz`, never by `make` or `make test`.
 #
 # The harnesses link a clang-built, coverage-instrumented libtetris. Its
 # source list is complete only once every module.mk has been read, which is
 # after this file, so `fuzz` hands it to a sub-make on the command line.
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
-FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest inventory
+FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest inventory webhook
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
-# the ingest and inventory decoders') for FUZZ_SECONDS (default 60) from a
+# the ingest, inventory and AdmissionReview decoders') for FUZZ_SECONDS (default 60) from a
 # seed corpus made now from the real models (.deps/models), the synthetic
 # valid and malformed files of tetris-gen-model-corpus and a few messages. The corpus grows under build/fuzz/corpus and is
 # kept between runs; crashes land in build/fuzz/artifacts.
@@ -14,7 +14,7 @@ models=.deps/models
 seeds=$dir/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
-    "$seeds/inventory" "$dir/artifacts"
+    "$seeds/inventory" "$seeds/webhook" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -39,8 +39,13 @@ printf '%s' '{"ok":false,"error":"format","message":"bad"}' >"$seeds/ingest/erro
 printf '%s\n' '{"node":"n-1","tenant":"alpha","generation":7,"capacity_bytes":0,"resident_bytes":8,"tensors":[{"digest":"'${d#sha256:}'","bytes":8}]}' \
     >"$seeds/inventory/inventory.json"
 
+printf '%s' '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"CREATE","namespace":"openfaas-fn","dryRun":false,"object":{"metadata":{"name":"p","labels":{"faas_function":"f","tetris.io/tenant":"acme"},"annotations":{"tetris.io/model":"m"}},"spec":{"schedulerName":"default-scheduler","volumes":[{"name":"tetris-store","hostPath":{"path":"/"}}],"containers":[{"name":"c","env":[{"name":"TETRIS_MODEL","value":"/m"}],"volumeMounts":[]},{"name":"d"}]}}}}' \
+    >"$seeds/webhook/pod.json"
+printf '%s' '{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"CREATE","object":{"metadata":{"annotations":{"tetris.io/model":"m"}},"spec":{"containers":[{}]}}}}' \
+    >"$seeds/webhook/v1beta1.json"
+
 failed=0
-for t in safetensors onnx onnx_rewrite manifest ingest inventory; do
+for t in safetensors onnx onnx_rewrite manifest ingest inventory webhook; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in onnx*) ;; *) dict="-dict=$(pwd)/fuzz/json.dict" ;; esac

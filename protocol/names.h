@@ -17,6 +17,9 @@
  *   ConfigMap tetris-profile-<name>         `tetris-profiler job`; read by
  *     label TETRIS_LABEL_PROFILE=<model>    the autoscaler
  *     data  profile.yaml                    (configmap:NS/tetris-profile-<name>)
+ *   pod/namespace TETRIS_LABEL_TENANT=<t>   users (pod label or annotation,
+ *                                           or the namespace's label); read
+ *                                           by tetris-webhook
  *   Node annotation tetris.io/inventory-url the cluster's admin (else the
  *                                           node's InternalIP and the
  *                                           reclaimer's port); read by the
@@ -71,12 +74,32 @@
 
 /* The second scheduler, kube-scheduler with the extender. */
 #define TETRIS_SCHEDULER_NAME "tetris-scheduler"
+/* What a pod that asked for no scheduler in particular gets. */
+#define TETRIS_DEFAULT_SCHEDULER_NAME "default-scheduler"
+/* tetris-webhook: its Service (the DNS name its certificate is for) and
+ * its MutatingWebhookConfiguration (whose caBundle it sets). */
+#define TETRIS_WEBHOOK_SERVICE "tetris-webhook"
+#define TETRIS_WEBHOOK_CONFIGURATION "tetris-webhook"
+#define TETRIS_WEBHOOK_PORT 8443
+#define TETRIS_WEBHOOK_LISTEN ":" TETRIS_STRINGIFY(TETRIS_WEBHOOK_PORT)
+#define TETRIS_WEBHOOK_PATH "/mutate"
+/* Objects tetris-webhook makes carry TETRIS_LABEL_MANAGED_BY=this. */
+#define TETRIS_WEBHOOK_MANAGED_BY "tetris-webhook"
 /* tetris's own components and, by default, the registration ConfigMaps. */
 #define TETRIS_NAMESPACE "tetris-system"
 /* Where OpenFaaS keeps functions: the autoscaler's default. */
 #define TETRIS_FUNCTION_NAMESPACE "openfaas-fn"
 
 /* ---- ports and paths ---- */
+
+/* The volumes tetris-webhook and the autoscaler give a function pod: the
+ * store (hostPath, read-only) and the model's manifest (the ConfigMap,
+ * its key TETRIS_MANIFEST_CONFIGMAP_KEY in TETRIS_MANIFEST_MOUNT_DIR). */
+#define TETRIS_VOLUME_STORE "tetris-store"
+#define TETRIS_VOLUME_MANIFEST "tetris-manifest"
+#define TETRIS_MANIFEST_MOUNT_DIR "/etc/tetris/manifest"
+/* A tenant's dedicated store, under the store directory. */
+#define TETRIS_TENANTS_SUBDIR "tenants"
 
 /* The node's tensor store on the host: the node daemon's, mounted
  * read-only by function pods (tensorstore's STORE_DEFAULT_DIR). */

@@ -21,7 +21,7 @@
 
 static const char *const layout_dirs[] = {"tensors", "tmp", "locks", "holders", "quarantine"};
 
-static int validate_tenant(const char *name, tetris_error *err)
+int store_tenant_check(const char *name, tetris_error *err)
 {
     size_t len = strlen(name);
     if (len == 0 || len > TENANT_NAME_MAX)
@@ -190,7 +190,7 @@ int store_open(const char *dir, const struct store_options *opts, store **out, t
     if (opts->create && opts->read_only)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "a store cannot be created read-only");
     if (opts->tenant != NULL) {
-        int rc = validate_tenant(opts->tenant, err);
+        int rc = store_tenant_check(opts->tenant, err);
         if (rc < 0)
             return rc;
     }

@@ -53,6 +53,9 @@ struct store_options {
 int store_open(const char *dir, const struct store_options *opts, store **out, tetris_error *err);
 void store_close(store *s);
 const char *store_root(const store *s); /* the resolved directory (tenant included) */
+/* 0 if name can be a tenant's (DIR/tenants/NAME stays under DIR), else
+ * TETRIS_E_INVAL saying why; store_open checks the same. */
+int store_tenant_check(const char *name, tetris_error *err);
 uint64_t store_capacity(const store *s);
 
 /* ---- mapping ---- */

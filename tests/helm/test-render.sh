@@ -87,6 +87,9 @@ for kind in ServiceMonitor; do
     [ -z "$(jq -c "select(.kind == \"$kind\")" "$WORK/default.yaml.json")" ] || fail "$kind rendered by default"
 done
 [ -z "$(doc "$WORK/default.yaml" Deployment tetris-autoscaler)" ] || fail "autoscaler rendered by default"
+[ -z "$(doc "$WORK/default.yaml" Deployment tetris-webhook)" ] || fail "webhook rendered by default"
+[ -z "$(jq -c 'select(.kind == "MutatingWebhookConfiguration")' "$WORK/default.yaml.json")" ] ||
+    fail "webhook configuration rendered by default"
 # Cluster-scoped RBAC of the scheduler, as the upstream second-scheduler guide.
 for role in system:kube-scheduler system:volume-scheduler; do
     [ -n "$(jq -c --arg r "$role" 'select(.kind == "ClusterRoleBinding" and .roleRef.name == $r)' \
@@ -115,6 +118,68 @@ expect "$ds" '.spec.template.spec.automountServiceAccountToken == false and
     "apiAccess.secretName does not reach node-pins"
 expect "$ds" '.spec.template.spec.containers[0].args | index("--no-tenants") != null' "maxTenants 0 is not --no-tenants"
 
+# 3b. The webhook.
+"$HELM" lint --strict "$CHART" --set webhook.enabled=true >"$WORK/lint" 2>&1 ||
+    fail "helm lint --strict with the webhook: $(cat "$WORK/lint")"
+render "$WORK/webhook.yaml" -n tetris-system --kube-version 1.22.0 --set webhook.enabled=true \
+    --set webhook.storeSubdir=public
+wd="$(doc "$WORK/webhook.yaml" Deployment tetris-webhook)"
+[ -n "$wd" ] || fail "webhook.enabled renders no Deployment tetris-webhook"
+mwc="$(doc "$WORK/webhook.yaml" MutatingWebhookConfiguration tetris-webhook)"
+[ -n "$mwc" ] || fail "no MutatingWebhookConfiguration tetris-webhook"
+wargs="$(printf '%s' "$wd" | jq -c '.spec.template.spec.containers[0].args')"
+expect "$wargs" 'index("--store=/dev/shm/tetris") != null and index("--store-subdir=public") != null and
+    index("--namespace=openfaas-fn") != null and index("--scheduler=tetris-scheduler") != null and
+    index("--webhook-configuration=tetris-webhook") != null and
+    index("--service=tetris-webhook") != null and index("--service-namespace=tetris-system") != null and
+    index("--manifest-namespace=tetris-system") != null' "webhook arguments: $wargs"
+expect "$wd" '.spec.replicas == 1 and .spec.strategy.type == "Recreate"' \
+    "two webhook processes would fight over the caBundle"
+expect "$mwc" '.webhooks | length == 1' "one webhook"
+expect "$mwc" '.webhooks[0] | .failurePolicy == "Ignore" and .timeoutSeconds <= 10 and
+    .sideEffects == "NoneOnDryRun" and (.admissionReviewVersions | index("v1") != null and
+    index("v1beta1") != null) and .rules == [{"operations": ["CREATE"], "apiGroups": [""],
+    "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}] and
+    (.clientConfig.caBundle // "") == "" and
+    .namespaceSelector.matchExpressions[0].values == ["openfaas-fn"]' "webhook configuration: $mwc"
+svc="$(doc "$WORK/webhook.yaml" Service tetris-webhook)"
+expect "$mwc" ".webhooks[0].clientConfig.service | .name == \"tetris-webhook\" and
+    .namespace == \"tetris-system\" and .port == $(printf '%s' "$svc" | jq '.spec.ports[0].port')" \
+    "the configuration does not name the Service"
+expect "$(doc "$WORK/webhook.yaml" ClusterRole tetris-webhook)" '[.rules[] |
+    select(.resources == ["mutatingwebhookconfigurations"])] == [{"apiGroups":
+    ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+    "resourceNames": ["tetris-webhook"], "verbs": ["get", "patch"]}] and
+    ([.rules[].resources[]] | index("configmaps") == null)' \
+    "webhook ClusterRole is wider than its configuration and namespaces"
+expect "$(jq -c 'select(.kind == "Role" and .metadata.name == "tetris-webhook-copies")' \
+    "$WORK/webhook.yaml.json")" '.metadata.namespace == "openfaas-fn" and
+    .rules[0].verbs == ["get", "create", "patch"]' "no ConfigMap copies in openfaas-fn"
+# Kubernetes 1.20 has no kubernetes.io/metadata.name label on namespaces.
+render "$WORK/webhook120.yaml" -n tetris-system --kube-version 1.20.2 --set webhook.enabled=true
+expect "$(doc "$WORK/webhook120.yaml" MutatingWebhookConfiguration tetris-webhook)" \
+    '.webhooks[0].namespaceSelector == null' "1.20: namespaceSelector on a label it lacks"
+# The program accepts the rendered arguments (on loopback, without a cluster).
+set -- $(printf '%s' "$wargs" | jq -r '.[] | select(startswith("--listen") | not)')
+"$BIN/tetris-webhook" "$@" --no-api --listen 127.0.0.1:0 2>"$WORK/webhook.log" &
+wpid=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $wpid"
+wait_until 60 "grep -q event=listening '$WORK/webhook.log' || ! kill -0 $wpid" || fail "webhook hangs"
+grep -q 'event=listening.*store_subdir=public' "$WORK/webhook.log" ||
+    fail "tetris-webhook rejects the rendered arguments: $(cat "$WORK/webhook.log")"
+kill -TERM "$wpid"
+wait "$wpid" || fail "webhook: exit status $? on SIGTERM"
+set --
+# values-all: the URL (single-node clusters), every namespace.
+wmwc="$(doc "$WORK/all.yaml" MutatingWebhookConfiguration tetris-webhook)"
+expect "$wmwc" '.webhooks[0].clientConfig == {"url": "https://127.0.0.1:8443/mutate"} and
+    .webhooks[0].failurePolicy == "Fail"' "webhook.url not honoured: $wmwc"
+expect "$(doc "$WORK/all.yaml" Deployment tetris-webhook)" '.spec.template.spec.hostNetwork == true and
+    (.spec.template.spec.containers[0].args | index("--cert-name=127.0.0.1") != null and
+     (map(select(startswith("--namespace="))) | length) == 0)' "webhook with url and every namespace"
+expect "$(doc "$WORK/all.yaml" ClusterRole tetris-webhook)" \
+    '[.rules[].resources[]] | index("configmaps") != null' "every namespace: no ConfigMap copies"
+
 # 3. Bad values fail with a clear message.
 bad() {
     _want="$1"; shift
@@ -129,6 +194,9 @@ bad "reclaimer.capacity: Does not match pattern" --set reclaimer.capacity=lots
 bad "configApiVersion must be one of" --set scheduler.configApiVersion=v2
 bad "Additional property nosuch is not allowed" --set reclaimer.nosuch=1
 bad "autoscaler.prometheusUrl" --set autoscaler.enabled=true
+bad "failurePolicy must be one of" --set webhook.failurePolicy=Sometimes
+bad "storeSubdir: Does not match pattern" --set webhook.storeSubdir=../up
+bad "timeoutSeconds: Must be less than or equal to 30" --set webhook.timeoutSeconds=60
 "$HELM" template tetris "$CHART" --set reclaimer.resources.limits.memory=9Gi >/dev/null 2>&1 ||
     fail "a memory limit above the capacity is refused"
 
@@ -152,6 +220,12 @@ printf '%s\n' "$sched" | grep -qx -- "- schedulerName: $(name TETRIS_SCHEDULER_N
     fail "scheduler is not TETRIS_SCHEDULER_NAME: $sched"
 printf '%s\n' "$sched" | grep -qx -- "- urlPrefix: http://127.0.0.1:$(name TETRIS_EXTENDER_PORT)" ||
     fail "extender is not at TETRIS_EXTENDER_PORT: $sched"
+wd="$(doc "$WORK/webhook.yaml" Deployment tetris-webhook)"
+expect "$wd" ".spec.template.spec.containers[0].ports[0].containerPort == $(name TETRIS_WEBHOOK_PORT)" \
+    "webhook port is not TETRIS_WEBHOOK_PORT"
+expect "$(doc "$WORK/webhook.yaml" MutatingWebhookConfiguration "$(name TETRIS_WEBHOOK_CONFIGURATION)")" \
+    ".webhooks[0].clientConfig.service | .path == \"$(name TETRIS_WEBHOOK_PATH)\" and
+     .name == \"$(name TETRIS_WEBHOOK_SERVICE)\"" "webhook path or Service is not protocol/names.h's"
 grep -q "$(name TETRIS_LABEL_MODEL): MODEL" "$CHART/templates/NOTES.txt" || fail "NOTES do not label pods TETRIS_LABEL_MODEL"
 
 # The files in deploy/ rendered from the chart are up to date.

@@ -1,0 +1,139 @@
+/* webhook.h - tetris-webhook, a MutatingAdmissionWebhook for pods: it gives
+ * the pods users deploy through an unmodified OpenFaaS (which can put
+ * neither a volume nor a schedulerName on them) what the autoscaler's own
+ * pods get: the node's tensor store, the model's manifest and the tetris
+ * scheduler.
+ *
+ * The wire format (admission.k8s.io/v1 and v1beta1 have the same shape;
+ * the answer echoes the request's apiVersion and uid):
+ *
+ *   POST /mutate  {"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",
+ *                  "request":{"uid":S, "kind":{"kind":"Pod",...},
+ *                             "operation":"CREATE", "namespace":NS,
+ *                             "object":POD, "dryRun":B, ...}}
+ *   200           {"apiVersion":<same>,"kind":"AdmissionReview",
+ *                  "response":{"uid":S, "allowed":true
+ *                              [, "patchType":"JSONPatch", "patch":BASE64]}}
+ *   400           {"error":"MESSAGE"} for a body that is not such a review
+ *
+ * The webhook never denies a pod: a pod it does not select, or cannot
+ * mutate safely (a tenant name that is not a plain name), is allowed
+ * unchanged, and a webhook that is down leaves pods to start without the
+ * store (failurePolicy: Ignore), so they load their models privately.
+ *
+ * Selection: a CREATE of a Pod, in one of the configured namespaces (all
+ * when none is configured), carrying the OpenFaaS label TETRIS_LABEL_FUNCTION
+ * or the annotation TETRIS_LABEL_MODEL (faas-netes copies a function's
+ * request annotations onto its pods: faas-cli deploy --annotation
+ * tetris.io/model=NAME). The model is that annotation, else the pod's label.
+ *
+ * The patch (RFC 6902). Each operation is there only if the pod lacks what
+ * it adds, so a pod mutated once gets an empty patch the second time:
+ *   volume TETRIS_VOLUME_STORE    hostPath store_dir/store_subdir (a tenant's
+ *                                 pod: store_dir/tenants/T, never more),
+ *                                 DirectoryOrCreate
+ *   volume TETRIS_VOLUME_MANIFEST the manifest ConfigMap (optional), when
+ *                                 the model has one in the pod's namespace
+ *   every container:  the mounts, read-only, at the host's paths (the
+ *                     store's layout inside the pod is the node's);
+ *                     env TETRIS_STORE=store_dir, TETRIS_TENANT=T,
+ *                     TETRIS_MANIFEST=<dir>/manifest.json and TETRIS_MODEL
+ *                     (the manifest's model file) unless the container sets
+ *                     its own TETRIS_MODEL
+ *   label TETRIS_LABEL_MODEL=<model> (the extender and tetris-node-pins read it)
+ *   spec.schedulerName=scheduler_name when it is unset or the default
+ * "Lacks" compares what we would add with what is there as a subset (the
+ * apiserver defaults fields, e.g. a ConfigMap volume's defaultMode), and
+ * an item of ours that differs is replaced, so a pod cannot keep a store
+ * volume of its own under our name (nor a mount of its own at our mount's
+ * path, which would make two mounts at one path). Tested in tests/unit/test_webhook.c
+ * and tests/webhook/test-webhook.sh. */
+#ifndef TETRIS_WEBHOOK_H
+#define TETRIS_WEBHOOK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "common/error.h"
+
+/* The apiserver sends at most 3 MiB objects; a review is one pod. */
+#define WEBHOOK_MAX_REVIEW_BYTES (4u << 20)
+
+/* ---- the review ---- */
+
+typedef struct webhook_review {
+    char *api_version; /* "admission.k8s.io/v1" or ".../v1beta1" */
+    char *uid;
+    char *operation;  /* "CREATE", "UPDATE", ... */
+    char *namespace_; /* request.namespace, "" when absent */
+    bool is_pod;      /* request.kind.kind is "Pod" */
+    bool dry_run;
+    json_t *pod; /* request.object (an object), NULL when absent */
+} webhook_review;
+
+/* Decodes an AdmissionReview request. TETRIS_E_FORMAT with a message
+ * naming the field for anything else (not JSON, another apiVersion or
+ * kind, no request, no uid, an object that is not an object). Nothing to
+ * release on failure. */
+int webhook_review_parse(const char *body, size_t len, webhook_review *out, tetris_error *err);
+void webhook_review_release(webhook_review *r);
+
+/* base64 of len bytes, NUL-terminated and malloc'd (the patch and the
+ * caBundle travel so); NULL when out of memory. */
+char *webhook_base64(const void *data, size_t len);
+
+/* The answer: allowed, with the patch (a JSON array) unless it is NULL or
+ * empty. Returns malloc'd text and its length, NULL when out of memory. */
+char *webhook_response_encode(const webhook_review *r, const json_t *patch, size_t *len);
+
+/* ---- selection and the patch ---- */
+
+struct webhook_config {
+    const char *store_dir;         /* the node's store: host path and TETRIS_STORE */
+    const char *store_subdir;      /* what a shared pod mounts of it ("" all) */
+    const char *scheduler_name;    /* NULL or "": leave schedulerName alone */
+    const char *const *namespaces; /* served namespaces; n_namespaces 0: all */
+    size_t n_namespaces;
+};
+
+typedef struct webhook_selection {
+    bool selected;
+    const char *reason; /* why not (static), for the log */
+    const char *model;  /* annotation, else label TETRIS_LABEL_MODEL; NULL none */
+    const char *tenant; /* the pod's label, else annotation TETRIS_LABEL_TENANT */
+} webhook_selection;    /* strings borrowed from the review's pod */
+
+void webhook_select(const struct webhook_config *c, const webhook_review *r,
+                    webhook_selection *out);
+
+/* What the API tells about the pod beyond the pod itself. */
+typedef struct webhook_pod_facts {
+    const char *model;              /* webhook_selection's */
+    const char *tenant;             /* the pod's, else its namespace's; NULL shared */
+    const char *manifest_configmap; /* in the pod's namespace; NULL none */
+    const char *model_path;         /* the manifest's model file; NULL none */
+} webhook_pod_facts;
+
+/* The JSON Patch for the review's pod (an array, empty when nothing is
+ * missing). TETRIS_E_INVAL for a tenant that is not a plain name
+ * (store_tenant_check), TETRIS_E_FORMAT for a pod without containers or
+ * with mistyped fields. */
+int webhook_patch_build(const struct webhook_config *c, const webhook_review *r,
+                        const webhook_pod_facts *f, json_t **patch, tetris_error *err);
+
+/* ---- certificates ---- */
+
+/* A CA made now and a serving certificate it signs for dns_names (the
+ * first is the subject; an entry that parses as an IP address goes in as
+ * an IP SAN), valid for days. PEM, malloc'd. */
+typedef struct webhook_certs {
+    char *ca_pem, *cert_pem, *key_pem;
+} webhook_certs;
+
+int webhook_certs_make(const char *const *dns_names, size_t n, int days, webhook_certs *out,
+                       tetris_error *err);
+void webhook_certs_release(webhook_certs *c);
+
+#endif

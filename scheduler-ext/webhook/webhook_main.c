@@ -1,0 +1,662 @@
+/* webhook_main.c - tetris-webhook: options, the facts about a pod only the
+ * API knows (its namespace's tenant, its model's manifest), POST /mutate
+ * over TLS, and keeping the MutatingWebhookConfiguration's caBundle equal
+ * to the CA this process made (certs.c says why it makes its own). */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+
+#include "common/cli.h"
+#include "common/httpserver.h"
+#include "common/kube.h"
+#include "common/log.h"
+#include "model/manifest.h"
+#include "model/model.h"
+#include "protocol/names.h"
+#include "scheduler-ext/webhook/webhook.h"
+
+#define MAX_NAMESPACES 64
+#define MAX_CERT_NAMES 16
+/* How often the caBundle is checked: until it is first set (the chart may
+ * create the configuration after this pod starts), then afterwards (a
+ * `helm upgrade` puts the template's empty caBundle back). */
+#define CA_RETRY_S 5
+#define CA_RECHECK_S 60
+
+typedef struct options {
+    const char *listen;
+    const char *kubeconfig;
+    bool no_api;
+    struct webhook_config cfg;
+    const char *namespaces[MAX_NAMESPACES];
+    const char *manifest_ns;
+    const char *service, *service_ns;
+    const char *cert_names[MAX_CERT_NAMES];
+    size_t n_cert_names;
+    const char *ca_out;
+    const char *configuration;
+    int cert_days;
+    long api_timeout_ms;
+} options;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: tetris-webhook [OPTIONS]\n"
+            "\n"
+            "MutatingAdmissionWebhook for pods: gives the pods of OpenFaaS functions "
+            "(label\n" TETRIS_LABEL_FUNCTION ") and pods annotated " TETRIS_LABEL_MODEL
+            " the node's tensor store (read-only\n"
+            "hostPath), their model's manifest, the " TETRIS_LABEL_MODEL
+            " label and the tetris scheduler.\n"
+            "Serves POST " TETRIS_WEBHOOK_PATH
+            " (admission.k8s.io/v1 and v1beta1) and GET /healthz over TLS\n"
+            "with a CA and certificate it makes at start, and writes that CA into its\n"
+            "MutatingWebhookConfiguration's caBundle.\n"
+            "\n"
+            "  --listen ADDR:PORT         HTTPS address (default " TETRIS_WEBHOOK_LISTEN ")\n"
+            "  --store DIR                the nodes' store, TETRIS_STORE (default " TETRIS_STORE_DIR
+            ")\n"
+            "  --store-subdir SUB         what a shared pod mounts: DIR/SUB (default: all of\n"
+            "                             DIR); a tenant's pod mounts DIR/" TETRIS_TENANTS_SUBDIR
+            "/T only\n"
+            "  --scheduler NAME           for pods that asked for the default scheduler\n"
+            "                             (default " TETRIS_SCHEDULER_NAME "; empty: leave it)\n"
+            "  --namespace NS             serve pods in NS (repeatable; default: every\n"
+            "                             namespace the configuration sends)\n"
+            "  --manifest-namespace NS    where `tetris-profiler job` stores manifests\n"
+            "                             (default: the webhook's own namespace)\n"
+            "  --service NAME             the webhook's Service (default " TETRIS_WEBHOOK_SERVICE
+            ")\n"
+            "  --service-namespace NS     its namespace (default: the webhook's own)\n"
+            "  --cert-name NAME           one more name (or IP) for the certificate (repeatable)\n"
+            "  --cert-days N              certificate lifetime (default 365)\n"
+            "  --ca-out FILE              also write the CA certificate (PEM) to FILE\n"
+            "  --webhook-configuration N  MutatingWebhookConfiguration whose caBundle to set\n"
+            "                             (default " TETRIS_WEBHOOK_CONFIGURATION "; empty: none)\n"
+            "  --kubeconfig FILE          kubeconfig (default: in-cluster service account)\n"
+            "  --api-timeout-ms MS        per API request during a review (default 2000)\n"
+            "  --no-api                   no apiserver: no namespace tenants, no manifests,\n"
+            "                             no caBundle (tests, or a static configuration)\n"
+            "  --help, --version\n"
+            "\n"
+            "A pod's tenant is its label or annotation " TETRIS_LABEL_TENANT
+            ", else its namespace's label.\n"
+            "A pod whose namespace cannot be read is let through unchanged.\n"
+            "Logs key=value lines on stderr.\n"
+            "\n"
+            "Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen,\n"
+            "no cluster credentials, cannot write --ca-out), 2 usage error.\n");
+}
+
+/* 0 to run, 1 to exit 0 (help/version), -1 usage error. */
+static int parse_options(int argc, char **argv, options *o)
+{
+    enum {
+        OPT_LISTEN = 256,
+        OPT_STORE,
+        OPT_SUBDIR,
+        OPT_SCHEDULER,
+        OPT_NAMESPACE,
+        OPT_MANIFEST_NS,
+        OPT_SERVICE,
+        OPT_SERVICE_NS,
+        OPT_CERT_NAME,
+        OPT_CERT_DAYS,
+        OPT_CA_OUT,
+        OPT_CONFIGURATION,
+        OPT_KUBECONFIG,
+        OPT_API_TIMEOUT,
+        OPT_NO_API,
+        OPT_HELP,
+        OPT_VERSION
+    };
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, OPT_LISTEN},
+        {"store", required_argument, NULL, OPT_STORE},
+        {"store-subdir", required_argument, NULL, OPT_SUBDIR},
+        {"scheduler", required_argument, NULL, OPT_SCHEDULER},
+        {"namespace", required_argument, NULL, OPT_NAMESPACE},
+        {"manifest-namespace", required_argument, NULL, OPT_MANIFEST_NS},
+        {"service", required_argument, NULL, OPT_SERVICE},
+        {"service-namespace", required_argument, NULL, OPT_SERVICE_NS},
+        {"cert-name", required_argument, NULL, OPT_CERT_NAME},
+        {"cert-days", required_argument, NULL, OPT_CERT_DAYS},
+        {"ca-out", required_argument, NULL, OPT_CA_OUT},
+        {"webhook-configuration", required_argument, NULL, OPT_CONFIGURATION},
+        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
+        {"api-timeout-ms", required_argument, NULL, OPT_API_TIMEOUT},
+        {"no-api", no_argument, NULL, OPT_NO_API},
+        {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (options){
+        .listen = TETRIS_WEBHOOK_LISTEN,
+        .cfg = {.store_dir = TETRIS_STORE_DIR,
+                .store_subdir = "",
+                .scheduler_name = TETRIS_SCHEDULER_NAME},
+        .service = TETRIS_WEBHOOK_SERVICE,
+        .configuration = TETRIS_WEBHOOK_CONFIGURATION,
+        .cert_days = 365,
+        .api_timeout_ms = 2000,
+    };
+    o->cfg.namespaces = o->namespaces;
+    int ch, r = 0;
+    int64_t v;
+    tetris_error err = {0};
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (ch) {
+        case OPT_LISTEN: o->listen = optarg; break;
+        case OPT_STORE: o->cfg.store_dir = optarg; break;
+        case OPT_SUBDIR: o->cfg.store_subdir = optarg; break;
+        case OPT_SCHEDULER: o->cfg.scheduler_name = optarg; break;
+        case OPT_NAMESPACE:
+            if (o->cfg.n_namespaces == MAX_NAMESPACES)
+                r = tetris_fail(&err, TETRIS_E_INVAL, 0, "--namespace: at most %d", MAX_NAMESPACES);
+            else
+                o->namespaces[o->cfg.n_namespaces++] = optarg;
+            break;
+        case OPT_MANIFEST_NS: o->manifest_ns = optarg; break;
+        case OPT_SERVICE: o->service = optarg; break;
+        case OPT_SERVICE_NS: o->service_ns = optarg; break;
+        case OPT_CERT_NAME:
+            if (o->n_cert_names == MAX_CERT_NAMES - 4)
+                r = tetris_fail(&err, TETRIS_E_INVAL, 0, "--cert-name: at most %d",
+                                MAX_CERT_NAMES - 4);
+            else
+                o->cert_names[o->n_cert_names++] = optarg;
+            break;
+        case OPT_CERT_DAYS:
+            if ((r = cli_parse_i64("--cert-days", optarg, 1, 3650, &v, &err)) == 0)
+                o->cert_days = (int)v;
+            break;
+        case OPT_CA_OUT: o->ca_out = optarg; break;
+        case OPT_CONFIGURATION: o->configuration = optarg; break;
+        case OPT_KUBECONFIG: o->kubeconfig = optarg; break;
+        case OPT_API_TIMEOUT:
+            if ((r = cli_parse_i64("--api-timeout-ms", optarg, 100, 30000, &v, &err)) == 0)
+                o->api_timeout_ms = (long)v;
+            break;
+        case OPT_NO_API: o->no_api = true; break;
+        case OPT_HELP: usage(stdout); return 1;
+        case OPT_VERSION: printf("tetris-webhook %s\n", TETRIS_VERSION); return 1;
+        default: usage(stderr); return -1;
+        }
+        if (r < 0) {
+            fprintf(stderr, "tetris-webhook: %s\n", err.msg);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tetris-webhook: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->no_api && o->kubeconfig != NULL) {
+        fprintf(stderr, "tetris-webhook: --no-api and --kubeconfig exclude each other\n");
+        return -1;
+    }
+    if (o->cfg.store_dir[0] != '/' || strstr(o->cfg.store_subdir, "..") != NULL ||
+        o->cfg.store_subdir[0] == '/') {
+        fprintf(stderr, "tetris-webhook: --store must be absolute and --store-subdir a "
+                        "relative path without '..'\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- what the API knows about a pod ---- */
+
+typedef struct program {
+    options *o;
+    kube_client *kc; /* NULL with --no-api */
+    const char *own_ns;
+    http_server *http;
+    char *ca_bundle; /* base64 of the CA's PEM */
+    pthread_t ca_thread;
+    bool ca_thread_running;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool stop;
+} program;
+
+typedef struct pod_facts {
+    webhook_pod_facts f;
+    char *tenant, *configmap;
+    model *manifest;
+} pod_facts;
+
+static void pod_facts_release(pod_facts *pf)
+{
+    free(pf->tenant);
+    free(pf->configmap);
+    model_free(pf->manifest);
+}
+
+/* The namespace's tenant label into *tenant (NULL: none). A namespace we
+ * cannot read fails: a tenant's pod must never get the shared store. */
+static int namespace_tenant(program *p, const char *ns, char **tenant, tetris_error *err)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s", ns);
+    json_t *obj = NULL;
+    int r = kube_get(p->kc, path, &obj, err);
+    if (r < 0)
+        return tetris_wrap(err, "namespace %s", ns);
+    const char *t = json_string_value(
+        json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"),
+                        TETRIS_LABEL_TENANT));
+    *tenant = t != NULL ? strdup(t) : NULL;
+    json_decref(obj);
+    return t != NULL && *tenant == NULL ? tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory") : 0;
+}
+
+/* The model's manifest ConfigMap in the manifest namespace: *cm (NULL:
+ * none) and its manifest text (borrowed from *cm). */
+static int find_manifest(program *p, const char *model_name, json_t **cm, const char **text,
+                         tetris_error *err)
+{
+    char path[512], selector[128];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps", p->o->manifest_ns);
+    snprintf(selector, sizeof selector, TETRIS_LABEL_MODEL "=%s", model_name);
+    kube_list_opts lo = {.label_selector = selector};
+    json_t *items = NULL;
+    int r = kube_list(p->kc, path, &lo, &items, NULL, err);
+    if (r < 0)
+        return tetris_wrap(err, "manifest ConfigMaps in %s", p->o->manifest_ns);
+    *cm = NULL;
+    size_t i;
+    json_t *item;
+    json_array_foreach (items, i, item) {
+        const char *t = json_string_value(
+            json_object_get(json_object_get(item, "data"), TETRIS_MANIFEST_CONFIGMAP_KEY));
+        if (t != NULL) {
+            *cm = json_incref(item);
+            *text = t;
+            break;
+        }
+    }
+    json_decref(items);
+    return 0;
+}
+
+/* A ConfigMap volume must be in the pod's namespace: the manifest is
+ * copied there (labelled as ours) unless that copy is already current. */
+static int copy_manifest(program *p, const char *ns, const char *name, const char *model_name,
+                         const char *text, bool dry_run, tetris_error *err)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps/%s", ns, name);
+    json_t *have = NULL;
+    int r = kube_get(p->kc, path, &have, err);
+    if (r == 0) {
+        const char *t = json_string_value(
+            json_object_get(json_object_get(have, "data"), TETRIS_MANIFEST_CONFIGMAP_KEY));
+        bool current = t != NULL && strcmp(t, text) == 0;
+        json_decref(have);
+        if (current || dry_run)
+            return 0;
+        json_t *patch = json_pack("{s:{s:s}}", "data", TETRIS_MANIFEST_CONFIGMAP_KEY, text);
+        r = kube_patch(p->kc, path, KUBE_PATCH_MERGE, patch, NULL, err);
+        json_decref(patch);
+        return r < 0 ? tetris_wrap(err, "update ConfigMap %s/%s", ns, name) : 0;
+    }
+    if (r != -TETRIS_E_NOTFOUND)
+        return tetris_wrap(err, "ConfigMap %s/%s", ns, name);
+    if (dry_run)
+        return 0;
+    json_t *cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}}, s:{s:s}}", "apiVersion", "v1",
+                           "kind", "ConfigMap", "metadata", "name", name, "namespace", ns, "labels",
+                           TETRIS_LABEL_MODEL, model_name, TETRIS_LABEL_MANAGED_BY,
+                           TETRIS_WEBHOOK_MANAGED_BY, "data", TETRIS_MANIFEST_CONFIGMAP_KEY, text);
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps", ns);
+    r = kube_create(p->kc, path, cm, NULL, err);
+    json_decref(cm);
+    if (r == -TETRIS_E_CONFLICT)
+        return 0; /* another review made it at the same time */
+    return r < 0 ? tetris_wrap(err, "create ConfigMap %s/%s", ns, name) : 0;
+}
+
+/* The manifest, when the model has one: its ConfigMap in the pod's
+ * namespace and the model file it describes. Without one the pod still
+ * gets the store (the agent then hashes the model file first). */
+static void resolve_manifest(program *p, const webhook_review *rv, pod_facts *pf)
+{
+    tetris_error err = {0};
+    json_t *cm = NULL;
+    const char *text = NULL;
+    const char *model_name = pf->f.model;
+    int r = find_manifest(p, model_name, &cm, &text, &err);
+    if (r == 0 && cm == NULL) {
+        log_info("event=no-manifest model=%s namespace=%s", model_name, p->o->manifest_ns);
+        return;
+    }
+    if (r == 0)
+        r = manifest_parse(text, strlen(text), &pf->manifest, &err);
+    const char *name = json_string_value(json_object_get(json_object_get(cm, "metadata"), "name"));
+    if (r == 0 && name == NULL)
+        r = tetris_fail(&err, TETRIS_E_FORMAT, 0, "manifest ConfigMap without a name");
+    if (r == 0 && strcmp(rv->namespace_, p->o->manifest_ns) != 0)
+        r = copy_manifest(p, rv->namespace_, name, model_name, text, rv->dry_run, &err);
+    if (r == 0 && (pf->configmap = strdup(name)) == NULL)
+        r = tetris_fail(&err, TETRIS_E_NOMEM, 0, "out of memory");
+    json_decref(cm);
+    if (r < 0) {
+        char q[600];
+        log_warn("event=manifest-skipped model=%s msg=%s", model_name,
+                 log_quote(err.msg, q, sizeof q));
+        model_free(pf->manifest);
+        pf->manifest = NULL;
+        return;
+    }
+    pf->f.manifest_configmap = pf->configmap;
+    pf->f.model_path = pf->manifest->path;
+}
+
+static int resolve_facts(program *p, const webhook_review *rv, const webhook_selection *sel,
+                         pod_facts *pf, tetris_error *err)
+{
+    pf->f.model = sel->model;
+    pf->f.tenant = sel->tenant;
+    if (p->kc == NULL)
+        return 0;
+    if (sel->model != NULL && !names_label_value_valid(sel->model))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "model name '%.64s' is not a label value",
+                           sel->model);
+    if (sel->tenant == NULL) {
+        int r = namespace_tenant(p, rv->namespace_, &pf->tenant, err);
+        if (r < 0)
+            return r;
+        pf->f.tenant = pf->tenant;
+    }
+    if (sel->model != NULL)
+        resolve_manifest(p, rv, pf);
+    return 0;
+}
+
+/* ---- HTTP ---- */
+
+static void answer(const webhook_review *rv, const json_t *patch, http_response *resp)
+{
+    size_t len = 0;
+    char *text = webhook_response_encode(rv, patch, &len);
+    if (text == NULL)
+        http_response_error(resp, 500, "out of memory");
+    else
+        http_response_take_body(resp, 200, "application/json", text, len);
+}
+
+static const char *pod_name(const json_t *pod)
+{
+    const json_t *meta = json_object_get(pod, "metadata");
+    const char *n = json_string_value(json_object_get(meta, "name"));
+    if (n == NULL || n[0] == '\0')
+        n = json_string_value(json_object_get(meta, "generateName"));
+    return n != NULL ? n : "";
+}
+
+static void handle_mutate(void *ctx, const http_request *req, http_response *resp)
+{
+    program *p = ctx;
+    char q[600], qn[300];
+    tetris_error err = {0};
+    webhook_review rv;
+    if (webhook_review_parse(req->body, req->body_len, &rv, &err) < 0) {
+        log_warn("event=bad-review msg=%s", log_quote(err.msg, q, sizeof q));
+        http_response_error(resp, err.code == TETRIS_E_NOMEM ? 500 : 400, "%s", err.msg);
+        return;
+    }
+    webhook_selection sel;
+    webhook_select(&p->o->cfg, &rv, &sel);
+    if (!sel.selected) {
+        log_debug("event=not-selected uid=%s reason=%s", rv.uid, sel.reason);
+        answer(&rv, NULL, resp);
+        webhook_review_release(&rv);
+        return;
+    }
+    pod_facts pf = {0};
+    json_t *patch = NULL;
+    int r = resolve_facts(p, &rv, &sel, &pf, &err);
+    if (r == 0)
+        r = webhook_patch_build(&p->o->cfg, &rv, &pf.f, &patch, &err);
+    log_quote(pod_name(rv.pod), qn, sizeof qn);
+    if (r < 0)
+        log_warn("event=not-mutated namespace=%s pod=%s msg=%s", rv.namespace_, qn,
+                 log_quote(err.msg, q, sizeof q));
+    else
+        log_info("event=mutated namespace=%s pod=%s model=%s tenant=%s manifest=%s ops=%zu "
+                 "dry_run=%d",
+                 rv.namespace_, qn, pf.f.model ? pf.f.model : "-", pf.f.tenant ? pf.f.tenant : "-",
+                 pf.f.manifest_configmap ? pf.f.manifest_configmap : "-", json_array_size(patch),
+                 rv.dry_run);
+    answer(&rv, patch, resp);
+    json_decref(patch);
+    pod_facts_release(&pf);
+    webhook_review_release(&rv);
+}
+
+static void handle_healthz(void *ctx, const http_request *req, http_response *resp)
+{
+    (void)ctx, (void)req;
+    http_response_set_body(resp, 200, "text/plain", "ok\n", 3);
+}
+
+/* ---- the caBundle ---- */
+
+/* Sets caBundle on every webhook of the configuration that lacks it;
+ * *changed says whether anything was patched. */
+static int sync_ca_bundle(program *p, bool *changed, tetris_error *err)
+{
+    char path[512];
+    snprintf(path, sizeof path,
+             "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/%s",
+             p->o->configuration);
+    json_t *conf = NULL;
+    int r = kube_get(p->kc, path, &conf, err);
+    if (r < 0)
+        return r;
+    json_t *patch = json_array();
+    size_t i;
+    json_t *wh;
+    json_array_foreach (json_object_get(conf, "webhooks"), i, wh) {
+        const char *name = json_string_value(json_object_get(wh, "name"));
+        const char *have = json_string_value(
+            json_object_get(json_object_get(wh, "clientConfig"), "caBundle"));
+        if (name == NULL || (have != NULL && strcmp(have, p->ca_bundle) == 0))
+            continue;
+        char at[64], bundle[96];
+        snprintf(at, sizeof at, "/webhooks/%zu/name", i);
+        snprintf(bundle, sizeof bundle, "/webhooks/%zu/clientConfig/caBundle", i);
+        /* test: the list may have been edited since we read it */
+        json_array_append_new(patch, json_pack("{s:s, s:s, s:s}", "op", "test", "path", at, "value",
+                                               name));
+        json_array_append_new(patch, json_pack("{s:s, s:s, s:s}", "op", "add", "path", bundle,
+                                               "value", p->ca_bundle));
+    }
+    json_decref(conf);
+    *changed = json_array_size(patch) > 0;
+    if (*changed)
+        r = kube_patch(p->kc, path, KUBE_PATCH_JSON, patch, NULL, err);
+    json_decref(patch);
+    return r;
+}
+
+static void *ca_bundle_thread(void *arg)
+{
+    program *p = arg;
+    bool logged_failure = false;
+    pthread_mutex_lock(&p->lock);
+    while (!p->stop) {
+        pthread_mutex_unlock(&p->lock);
+        tetris_error err = {0};
+        bool changed = false;
+        int r = sync_ca_bundle(p, &changed, &err);
+        if (r < 0 && !logged_failure) {
+            char q[600];
+            log_warn("event=ca-bundle-not-set configuration=%s retry_s=%d msg=%s",
+                     p->o->configuration, CA_RETRY_S, log_quote(err.msg, q, sizeof q));
+            logged_failure = true;
+        } else if (r == 0 && changed) {
+            log_info("event=ca-bundle-set configuration=%s", p->o->configuration);
+            logged_failure = false;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += r < 0 ? CA_RETRY_S : CA_RECHECK_S;
+        pthread_mutex_lock(&p->lock);
+        while (!p->stop && pthread_cond_timedwait(&p->wake, &p->lock, &until) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* ---- main ---- */
+
+static int write_ca(const char *path, const char *pem, tetris_error *err)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "--ca-out %s", path);
+    bool ok = fputs(pem, f) != EOF;
+    int e = errno;
+    if (fclose(f) != 0 || !ok)
+        return tetris_fail(err, TETRIS_E_IO, ok ? errno : e, "write %s", path);
+    return 0;
+}
+
+static int make_certs(program *p, webhook_certs *certs, tetris_error *err)
+{
+    const options *o = p->o;
+    const char *ns = o->service_ns != NULL ? o->service_ns : p->own_ns;
+    char dns[4][512];
+    snprintf(dns[0], sizeof dns[0], "%s.%s.svc", o->service, ns);
+    snprintf(dns[1], sizeof dns[1], "%s", o->service);
+    snprintf(dns[2], sizeof dns[2], "%s.%s", o->service, ns);
+    snprintf(dns[3], sizeof dns[3], "%s.%s.svc.cluster.local", o->service, ns);
+    const char *names[MAX_CERT_NAMES];
+    size_t n = 0;
+    for (size_t i = 0; i < 4; i++)
+        names[n++] = dns[i];
+    for (size_t i = 0; i < o->n_cert_names; i++)
+        names[n++] = o->cert_names[i];
+    int r = webhook_certs_make(names, n, o->cert_days, certs, err);
+    if (r == 0 && o->ca_out != NULL)
+        r = write_ca(o->ca_out, certs->ca_pem, err);
+    if (r < 0)
+        return r;
+    p->ca_bundle = webhook_base64(certs->ca_pem, strlen(certs->ca_pem));
+    if (p->ca_bundle == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    log_info("event=certificates-made subject=%s names=%zu days=%d", dns[0], n, o->cert_days);
+    return 0;
+}
+
+static int program_start(program *p, tetris_error *err)
+{
+    const options *o = p->o;
+    p->own_ns = TETRIS_NAMESPACE;
+    if (!o->no_api) {
+        int r = kube_client_new(o->kubeconfig, &p->kc, err);
+        if (r < 0)
+            return r;
+        /* A review waits for us: fail fast, the pod starts without the
+         * store rather than not at all. */
+        kube_client_set_timeouts(p->kc, o->api_timeout_ms / 2, o->api_timeout_ms);
+        kube_client_set_retries(p->kc, 1, 0, 0);
+        p->own_ns = kube_client_namespace(p->kc);
+        log_info("event=cluster server=%s namespace=%s", kube_client_server(p->kc), p->own_ns);
+    }
+    if (p->o->manifest_ns == NULL)
+        p->o->manifest_ns = p->own_ns;
+    webhook_certs certs;
+    int r = make_certs(p, &certs, err);
+    if (r < 0)
+        return r;
+    struct http_server_options ho;
+    http_server_options_init(&ho);
+    ho.listen = o->listen;
+    ho.max_body_bytes = WEBHOOK_MAX_REVIEW_BYTES;
+    ho.threads = 2;
+    ho.timeout_s = 10;
+    ho.tls_cert_pem = certs.cert_pem;
+    ho.tls_key_pem = certs.key_pem;
+    r = http_server_new(&ho, &p->http, err);
+    webhook_certs_release(&certs);
+    if (r == 0)
+        r = http_server_route(p->http, "POST", TETRIS_WEBHOOK_PATH, handle_mutate, p, err);
+    if (r == 0)
+        r = http_server_route(p->http, "GET", "/healthz", handle_healthz, p, err);
+    if (r == 0)
+        r = http_server_start(p->http, err);
+    if (r < 0)
+        return r;
+    log_info("event=listening addr=%s port=%u store=%s store_subdir=%s scheduler=%s "
+             "namespaces=%zu",
+             o->listen, http_server_port(p->http), o->cfg.store_dir,
+             o->cfg.store_subdir[0] ? o->cfg.store_subdir : "-",
+             o->cfg.scheduler_name[0] ? o->cfg.scheduler_name : "-", o->cfg.n_namespaces);
+    if (p->kc != NULL && o->configuration[0] != '\0') {
+        int e = pthread_create(&p->ca_thread, NULL, ca_bundle_thread, p);
+        if (e != 0)
+            return tetris_fail(err, TETRIS_E_IO, e, "caBundle thread");
+        p->ca_thread_running = true;
+    }
+    return 0;
+}
+
+static void program_free(program *p)
+{
+    if (p->ca_thread_running) {
+        pthread_mutex_lock(&p->lock);
+        p->stop = true;
+        pthread_cond_signal(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+        pthread_join(p->ca_thread, NULL);
+    }
+    http_server_free(p->http);
+    kube_client_free(p->kc);
+    free(p->ca_bundle);
+}
+
+int main(int argc, char **argv)
+{
+    log_init(argv[0]);
+    options o;
+    int pr = parse_options(argc, argv, &o);
+    if (pr != 0)
+        return pr > 0 ? 0 : 2;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    /* Signals are taken synchronously by the main thread only. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    program p = {.o = &o, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+    tetris_error err = {0};
+    int rc = 0;
+    if (program_start(&p, &err) < 0) {
+        char q[600];
+        log_error("event=start-failed msg=%s", log_quote(err.msg, q, sizeof q));
+        rc = 1;
+    } else {
+        int sig = 0;
+        sigwait(&stop_signals, &sig);
+        log_info("event=stopping signal=%d", sig);
+    }
+    program_free(&p);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,120 @@
+#!/bin/sh
+# test-webhook-k8s.sh - tetris-webhook registered with the local cluster's
+# apiserver (a MutatingWebhookConfiguration with a loopback URL and an
+# empty caBundle, limited to this test's namespaces by a label): the
+# webhook fills the caBundle itself; a pod created with the annotation
+# tetris.io/model is stored with the read-only store mount, TETRIS_STORE,
+# the model label, the manifest ConfigMap (copied into the pod's
+# namespace) and the webhook's scheduler; a function pod in a tenant's
+# namespace gets tenants/T only; a server-side dry run is mutated but
+# copies nothing; with the webhook down, pods are still created, unchanged.
+# The pods ask for a scheduler nobody runs, so nothing is ever started.
+. "$(dirname "$0")/../lib/k8s.sh"
+
+k8s_skip_unless_possible
+k8s_cluster_up
+k8s_namespace whk-manifests
+mns="$K8S_NS"
+k8s_namespace whk-fn
+fns="$K8S_NS"
+k8s_namespace whk-tenant
+tns="$K8S_NS"
+work="$(mktemp -d /tmp/tetris-webhook.XXXXXX)"
+K8S_CLEANUP_PATHS="$work"
+scheduler=tetris-webhook-test-nobody
+config="tetris-webhook-test-$mns"
+sel=tetris.io/webhook-test
+kc label namespace "$fns" "$sel=$mns" >/dev/null
+kc label namespace "$tns" "$sel=$mns" tetris.io/tenant=acme >/dev/null
+k8s_manifest "$mns" vad "$ROOT/.deps/models/silero_vad_v5.onnx" "$work/vad.json"
+model_path="$(jq -r .model "$work/vad.json")"
+
+"$BIN/tetris-webhook" --kubeconfig "$KUBECONFIG_FILE" --listen 127.0.0.1:0 --cert-name 127.0.0.1 \
+    --namespace "$fns" --namespace "$tns" --manifest-namespace "$mns" --store-subdir public \
+    --scheduler "$scheduler" --webhook-configuration "$config" 2>"$work/webhook.log" &
+wpid=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $wpid"
+wait_until 60 "grep -q event=listening '$work/webhook.log' || ! kill -0 $wpid" || fail "webhook hangs"
+port=$(sed -n 's/.*event=listening.* port=\([0-9]*\).*/\1/p' "$work/webhook.log")
+[ -n "$port" ] || fail "webhook did not start: $(cat "$work/webhook.log")"
+
+at_exit "kc delete mutatingwebhookconfiguration $config --wait=false >/dev/null 2>&1"
+kc create -f - >/dev/null <<YAML || fail "cannot create the webhook configuration"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: { name: $config }
+webhooks:
+- name: pods.webhook.tetris.io
+  admissionReviewVersions: ["v1", "v1beta1"]
+  clientConfig: { url: "https://127.0.0.1:$port/mutate" }
+  rules:
+  - { operations: ["CREATE"], apiGroups: [""], apiVersions: ["v1"], resources: ["pods"] }
+  namespaceSelector: { matchLabels: { $sel: "$mns" } }
+  failurePolicy: Ignore
+  timeoutSeconds: 5
+  sideEffects: NoneOnDryRun
+YAML
+wait_until "$K8S_TIMEOUT" "[ -n \"\$(kc get mutatingwebhookconfiguration $config \
+    -o jsonpath='{.webhooks[0].clientConfig.caBundle}')\" ]" ||
+    fail "the webhook never set its caBundle: $(tail -3 "$work/webhook.log")"
+echo "ok the webhook set its configuration's caBundle"
+
+pod() { # NS NAME ANNOTATIONS LABELS [EXTRA kubectl create ARGS]
+    _ns=$1 _name=$2 _ann=$3 _lab=$4
+    shift 4
+    kc -n "$_ns" create "$@" -o json -f - >"$work/$_name.json" <<YAML || fail "cannot create pod $_name"
+apiVersion: v1
+kind: Pod
+metadata: { name: $_name, annotations: { $_ann }, labels: { $_lab } }
+spec:
+  containers:
+  - { name: fn, image: tetris-test-tools:latest, imagePullPolicy: Never,
+      env: [{ name: fprocess, value: x }] }
+YAML
+}
+
+# A pod annotated with its model, as faas-netes creates it for
+# faas-cli deploy --annotation tetris.io/model=vad.
+pod "$fns" annotated '"tetris.io/model": vad' 'faas_function: annotated'
+stored="$(kc -n "$fns" get pod annotated -o json)"
+printf '%s' "$stored" | jq -e --arg s "$scheduler" --arg m "$model_path" '
+    (.spec.containers[0].env | from_entries) as $e
+    | (.spec.volumes[] | select(.name == "tetris-store") | .hostPath.path) == "/dev/shm/tetris/public"
+    and (.spec.containers[0].volumeMounts[] | select(.name == "tetris-store") | .readOnly) == true
+    and $e.TETRIS_STORE == "/dev/shm/tetris" and $e.TETRIS_MODEL == $m and $e.fprocess == "x"
+    and $e.TETRIS_MANIFEST == "/etc/tetris/manifest/manifest.json"
+    and (.spec.volumes[] | select(.name == "tetris-manifest") | .configMap.name) == "tetris-manifest-vad"
+    and .metadata.labels["tetris.io/model"] == "vad"
+    and .spec.schedulerName == $s' >/dev/null ||
+    fail "stored pod lacks the webhook's mutation: $(printf '%s' "$stored" | jq -c .spec)"
+copy="$(kc -n "$fns" get configmap tetris-manifest-vad -o json)" || fail "manifest not copied"
+[ "$(printf '%s' "$copy" | jq -r '.data["manifest.json"]')" = "$(kc -n "$mns" get configmap \
+    tetris-manifest-vad -o json | jq -r '.data["manifest.json"]')" ] || fail "copied manifest differs"
+echo "ok annotated pod: read-only store, env, manifest (copied), label, scheduler"
+
+# A function pod in a tenant's namespace: its own store only.
+pod "$tns" tenant '"x": "y"' 'faas_function: tenant'
+stored="$(kc -n "$tns" get pod tenant -o json)"
+printf '%s' "$stored" | jq -e '
+    [.spec.volumes[] | select(.hostPath) | .hostPath.path] == ["/dev/shm/tetris/tenants/acme"]
+    and (.spec.containers[0].env | from_entries).TETRIS_TENANT == "acme"' >/dev/null ||
+    fail "tenant pod: $(printf '%s' "$stored" | jq -c .spec)"
+echo "ok tenant namespace: tenants/acme only"
+
+# A server-side dry run is mutated, and copies no ConfigMap.
+pod "$tns" dry '"tetris.io/model": vad' 'faas_function: dry' --dry-run=server
+jq -e '.spec.volumes[] | select(.name == "tetris-store")' "$work/dry.json" >/dev/null ||
+    fail "dry run not mutated: $(jq -c .spec "$work/dry.json")"
+kc -n "$tns" get configmap tetris-manifest-vad >/dev/null 2>&1 && fail "dry run copied the manifest"
+echo "ok dry run: mutated, no ConfigMap copied"
+
+# Webhook down: pods are still created, unchanged.
+kill -TERM "$wpid"
+wait "$wpid" || fail "webhook: exit status $? on SIGTERM"
+pod "$fns" down '"tetris.io/model": vad' 'faas_function: down'
+stored="$(kc -n "$fns" get pod down -o json)"
+printf '%s' "$stored" | jq -e '[.spec.volumes[]? | select(.name == "tetris-store")] == [] and
+    .spec.schedulerName == "default-scheduler"' >/dev/null ||
+    fail "pod created while the webhook was down: $(printf '%s' "$stored" | jq -c .spec)"
+echo "ok webhook down: pods created unchanged"
+echo "webhook on the cluster: ok" >&2

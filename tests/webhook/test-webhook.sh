@@ -1,0 +1,170 @@
+#!/bin/sh
+# tetris-webhook, the real binary, over TLS on loopback: curl trusts only
+# the CA the webhook made and wrote out; a function pod's review gets a
+# JSON Patch that, applied, gives the pod the read-only store, the model
+# label and the tetris scheduler, and reviewing the patched pod again gives
+# no patch; a tenant's pod gets its own store only, a hostile tenant name
+# nothing; malformed reviews get 400 with a message and the webhook keeps
+# serving; SIGTERM exits 0; bad options exit 2.
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+command -v jq >/dev/null || skip "jq missing"
+
+wh_start() { # NAME ARGS...: starts the webhook, sets URL and PID
+    _n=$1
+    shift
+    "$BIN/tetris-webhook" --no-api --listen 127.0.0.1:0 --cert-name 127.0.0.1 \
+        --ca-out "$WORK/$_n.ca.pem" "$@" 2>"$WORK/$_n.log" &
+    PID=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $PID"
+    wait_until 60 "grep -q event=listening '$WORK/$_n.log' || ! kill -0 $PID" ||
+        fail "$_n: never listened"
+    grep -q event=listening "$WORK/$_n.log" || fail "$_n: died: $(cat "$WORK/$_n.log")"
+    _port=$(sed -n 's/.*event=listening.* port=\([0-9]*\).*/\1/p' "$WORK/$_n.log")
+    URL="https://127.0.0.1:$_port"
+    CA="$WORK/$_n.ca.pem"
+}
+
+post() { # BODY -> "STATUS BODY"
+    printf '%s' "$1" >"$WORK/body.json"
+    curl -sS --max-time 20 --cacert "$CA" -o "$WORK/resp.json" -w '%{http_code}' \
+        -H 'Content-Type: application/json' --data-binary @"$WORK/body.json" "$URL/mutate"
+    printf ' '
+    cat "$WORK/resp.json"
+}
+
+review() { # API_VERSION NAMESPACE POD_JSON
+    jq -cn --arg v "$1" --arg ns "$2" --argjson pod "$3" \
+        '{apiVersion: $v, kind: "AdmissionReview", request: {uid: "u-7",
+          kind: {group: "", version: "v1", kind: "Pod"}, operation: "CREATE",
+          namespace: $ns, object: $pod}}'
+}
+
+# The patch of a 200 answer, decoded ([] when there is none).
+patch_of() {
+    _b64=$(printf '%s' "${1#* }" | jq -r '.response.patch // empty')
+    if [ -z "$_b64" ]; then echo '[]'; else printf '%s' "$_b64" | base64 -d; fi
+}
+
+# RFC 6902 as the apiserver applies it, for the operations the webhook uses.
+JPATCH='def topath: ltrimstr("/") | split("/")
+          | map(gsub("~1"; "/") | gsub("~0"; "~") | if test("^[0-9]+$") then tonumber else . end);
+        reduce $ops[] as $o (.; ($o.path | topath) as $p
+          | if $o.op == "test" then .
+            elif $p[-1] == "-" then setpath($p[:-1] + [getpath($p[:-1]) | length]; $o.value)
+            else setpath($p; $o.value) end)'
+
+pod='{"metadata":{"generateName":"fn-","labels":{"faas_function":"fn"},
+      "annotations":{"tetris.io/model":"silero_vad_v5"}},
+      "spec":{"schedulerName":"default-scheduler","containers":[
+        {"name":"fn","image":"fn:latest","env":[{"name":"fprocess","value":"x"}]},
+        {"name":"side","image":"side:latest"}]}}'
+pod=$(printf '%s' "$pod" | jq -c .)
+
+wh_start main --namespace openfaas-fn --store /dev/shm/tetris --store-subdir public
+
+# TLS only, and only with the CA it made.
+curl -sS --max-time 20 -o /dev/null "http://127.0.0.1:${URL##*:}/healthz" 2>/dev/null &&
+    fail "plain HTTP answered"
+curl -sS --max-time 20 -o /dev/null "$URL/healthz" 2>/dev/null &&
+    fail "TLS verified without the webhook's CA"
+[ "$(curl -sS --max-time 20 --cacert "$CA" "$URL/healthz")" = ok ] || fail "healthz over TLS"
+echo "ok TLS with the webhook's own CA only"
+
+for v in admission.k8s.io/v1 admission.k8s.io/v1beta1; do
+    got=$(post "$(review "$v" openfaas-fn "$pod")")
+    [ "${got%% *}" = 200 ] || fail "$v: $got"
+    printf '%s' "${got#* }" | jq -e --arg v "$v" '.apiVersion == $v and .kind == "AdmissionReview"
+        and .response.uid == "u-7" and .response.allowed == true
+        and .response.patchType == "JSONPatch"' >/dev/null || fail "$v: answer: $got"
+    patched=$(printf '%s' "$pod" | jq -c --argjson ops "$(patch_of "$got")" "$JPATCH")
+    printf '%s' "$patched" | jq -e '
+        (.spec.volumes[] | select(.name == "tetris-store") | .hostPath.path) == "/dev/shm/tetris/public"
+        and ([.spec.containers[] | .volumeMounts[] | select(.name == "tetris-store")
+              | select(.readOnly == true and .mountPath == "/dev/shm/tetris/public")] | length) == 2
+        and ([.spec.containers[] | .env[] | select(.name == "TETRIS_STORE" and .value == "/dev/shm/tetris")]
+             | length) == 2
+        and (.spec.containers[0].env[] | select(.name == "fprocess") | .value) == "x"
+        and .metadata.labels["tetris.io/model"] == "silero_vad_v5"
+        and .metadata.labels.faas_function == "fn"
+        and .spec.schedulerName == "tetris-scheduler"' >/dev/null ||
+        fail "$v: patched pod lacks the store: $patched"
+    again=$(post "$(review "$v" openfaas-fn "$patched")")
+    [ "$(patch_of "$again")" = '[]' ] || fail "$v: second review patched again: $again"
+done
+echo "ok v1 and v1beta1: read-only store, model label, scheduler; second review empty"
+
+# A tenant's pod mounts its own store only; a name that would climb out of
+# tenants/ gets no patch at all (the pod starts, loading privately).
+tpod=$(printf '%s' "$pod" | jq -c '.metadata.labels["tetris.io/tenant"] = "acme"')
+got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$tpod")")
+patched=$(printf '%s' "$tpod" | jq -c --argjson ops "$(patch_of "$got")" "$JPATCH")
+printf '%s' "$patched" | jq -e '
+    [.spec.volumes[] | select(.hostPath) | .hostPath.path] == ["/dev/shm/tetris/tenants/acme"]
+    and (.spec.containers[0].env[] | select(.name == "TETRIS_TENANT") | .value) == "acme"' \
+    >/dev/null || fail "tenant pod: $patched"
+for t in .. ../.. 'a/../../..' Acme; do
+    hpod=$(printf '%s' "$pod" | jq -c --arg t "$t" '.metadata.annotations["tetris.io/tenant"] = $t')
+    got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$hpod")")
+    [ "${got%% *}" = 200 ] || fail "tenant '$t': $got"
+    [ "$(patch_of "$got")" = '[]' ] || fail "tenant '$t' patched: $got"
+done
+grep -q 'event=not-mutated.*tenant' "$WORK/main.log" || fail "hostile tenant not logged"
+echo "ok tenant pod gets tenants/T only; hostile tenant names get nothing"
+
+# Namespaces it does not serve, other pods, other operations: no patch.
+got=$(post "$(review admission.k8s.io/v1 kube-system "$pod")")
+[ "$(patch_of "$got")" = '[]' ] || fail "unserved namespace patched: $got"
+plain=$(printf '%s' "$pod" | jq -c 'del(.metadata.labels.faas_function) | del(.metadata.annotations)')
+got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$plain")")
+[ "$(patch_of "$got")" = '[]' ] || fail "unselected pod patched: $got"
+got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$pod" | jq -c '.request.operation = "UPDATE"')")
+[ "$(patch_of "$got")" = '[]' ] || fail "UPDATE patched: $got"
+echo "ok other namespaces, pods and operations pass unchanged"
+
+# Malformed reviews: 400 with a message saying what is wrong.
+expect400() { # BODY MESSAGE_PART
+    got=$(post "$1")
+    [ "${got%% *}" = 400 ] || fail "body '$1': got $got, want 400"
+    printf '%s' "${got#* }" | jq -e --arg m "$2" '.error | contains($m)' >/dev/null ||
+        fail "body '$1': error does not say '$2': $got"
+}
+expect400 'garbage' 'not JSON'
+expect400 '' 'not JSON'
+expect400 '[1]' 'not a JSON object'
+expect400 '{"apiVersion":"v1","kind":"AdmissionReview","request":{"uid":"u"}}' 'apiVersion'
+expect400 '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}' 'no request'
+expect400 '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}' 'uid'
+expect400 "$(review admission.k8s.io/v1 x "$pod" | jq -c '.request.object = [1]')" 'request.object'
+head -c 4096 /dev/urandom >"$WORK/random.bin"
+code=$(curl -sS --max-time 20 --cacert "$CA" -o /dev/null -w '%{http_code}' \
+    --data-binary @"$WORK/random.bin" "$URL/mutate")
+[ "$code" = 400 ] || fail "random bytes: $code"
+head -c $((5 * 1024 * 1024)) /dev/zero >"$WORK/big.bin"
+code=$(curl -sS --max-time 20 --cacert "$CA" -o /dev/null -w '%{http_code}' \
+    --data-binary @"$WORK/big.bin" "$URL/mutate")
+[ "$code" = 413 ] || fail "5 MiB body: $code"
+code=$(curl -sS --max-time 20 --cacert "$CA" -o /dev/null -w '%{http_code}' "$URL/mutate")
+[ "$code" = 405 ] || fail "GET /mutate: $code"
+got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$pod")")
+[ "$(patch_of "$got")" != '[]' ] || fail "not serving after bad requests: $got"
+echo "ok malformed reviews: 400 with a message, 413, 405; still serving"
+
+kill -TERM "$PID"
+rc=0
+wait "$PID" || rc=$?
+[ "$rc" = 0 ] || fail "SIGTERM: exit status $rc"
+grep -q event=stopping "$WORK/main.log" || fail "no stopping line"
+echo "ok SIGTERM exits 0"
+
+# Usage errors exit 2, runtime failures 1.
+[ "$(status "$BIN/tetris-webhook" --store relative --no-api)" = 2 ] || fail "relative --store"
+[ "$(status "$BIN/tetris-webhook" --store-subdir ../up --no-api)" = 2 ] || fail "--store-subdir .."
+[ "$(status "$BIN/tetris-webhook" --cert-days 0 --no-api)" = 2 ] || fail "--cert-days 0"
+[ "$(status "$BIN/tetris-webhook" --bogus)" = 2 ] || fail "unknown option"
+[ "$(status "$BIN/tetris-webhook" --no-api --kubeconfig x)" = 2 ] || fail "--no-api --kubeconfig"
+[ "$(status "$BIN/tetris-webhook" --no-api --listen 127.0.0.1:0 --ca-out "$WORK/no/such/ca.pem")" = 1 ] ||
+    fail "unwritable --ca-out"
+grep -q 'ca.pem' "$WORK/status.err" || fail "unwritable --ca-out: message does not name it"
+[ "$(status "$BIN/tetris-webhook" --no-api --listen 127.0.0.1:notaport)" = 1 ] || fail "bad listen"
+echo "ok usage errors exit 2, runtime failures 1"
