@@ -134,11 +134,15 @@ assert_shared() {
         >/dev/null || fail "$2: not served from the store: $1"
 }
 
-# free_port: a loopback TCP port nothing listens on right now.
+# free_port: a loopback TCP port no socket uses right now, below the
+# kernel's ephemeral range, so that no outgoing connection of this or any
+# other process can take it before the test's server binds it.
 free_port() {
+    _low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$_low" -gt 12000 ] || _low=32768
     while :; do
-        _port=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
-        ss -Hltn "sport = :$_port" | grep -q . || { echo "$_port"; return 0; }
+        _port=$((10000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % (_low - 10000)))
+        ss -Htan "sport = :$_port" | grep -q . || { echo "$_port"; return 0; }
     done
 }
 
