@@ -94,7 +94,8 @@ void reclaimer_usage(const char *prog)
            "\n"
            "Signals: SIGHUP reloads the config file; SIGTERM/SIGINT stop cleanly.\n"
            "Exit status: 0 stopped cleanly (or --once done), 1 runtime failure\n"
-           "(store, socket or HTTP address unusable), 2 usage or config error.\n",
+           "(store, socket or HTTP address unusable), 2 usage or config error, 3 store\n"
+           "refused (a link, not this user's, writable by others, or the old layout).\n",
            prog, RECLAIMER_TENANTS_MAX);
 }
 

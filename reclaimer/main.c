@@ -15,6 +15,9 @@
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
+/* The store is refused as it is: a link, not this uid's, writable by
+ * others, or in the old (format 1) layout. Restarting will not help. */
+#define EXIT_STORE_REFUSED 3
 
 static void daemon_init(struct daemon *d, const struct reclaimer_config *cfg)
 {
@@ -157,7 +160,14 @@ int main(int argc, char **argv)
     static struct daemon d;
     daemon_init(&d, &cfg);
     /* The first pass repairs every store and finds the tenants. */
-    if (daemon_open_shared(&d, &err) < 0 || daemon_reclaim_pass(&d, &err) < 0) {
+    if (daemon_open_shared(&d, &err) < 0) {
+        bool refused = err.code == TETRIS_E_DENIED || err.code == TETRIS_E_FORMAT;
+        log_error("event=%s code=%s msg=\"%s\"", refused ? "store-refused" : "startup-failed",
+                  tetris_code_name(err.code), err.msg);
+        daemon_fini(&d);
+        return refused ? EXIT_STORE_REFUSED : EXIT_RUNTIME;
+    }
+    if (daemon_reclaim_pass(&d, &err) < 0) {
         log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
         daemon_fini(&d);
         return EXIT_RUNTIME;

@@ -282,6 +282,10 @@ int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holde
     while ((de = readdir(dir)) != NULL) {
         if (de->d_name[0] == '.' || !has_suffix(de->d_name, HOLDER_SUFFIX))
             continue;
+        struct stat lst;
+        if (fstatat(s->holders_fd, de->d_name, &lst, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(lst.st_mode))
+            continue; /* gone, or not a holder (repair removes links and FIFOs) */
         /* The probe opens its own description: our own holders read alive. */
         int dead = store_probe_dead(s->holders_fd, de->d_name, NULL, err);
         if (dead == -TETRIS_E_NOTFOUND)

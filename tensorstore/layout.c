@@ -285,6 +285,8 @@ int store_lock_named(store *s, const char *name, tetris_error *err)
     if (rc < 0)
         return rc;
     cleanup_close int fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ELOOP && unlinkat(s->locks_fd, name, 0) == 0)
+        fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600); /* a planted link */
     if (fd < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "open lock %s/private/locks/%s",
                            s->root, name);

@@ -184,6 +184,18 @@ static int remove_dead_files(int dir_fd, const char *what, bool (*want)(const ch
     while ((de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 || !want(de->d_name))
             continue;
+        struct stat lst;
+        if (fstatat(dir_fd, de->d_name, &lst, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(lst.st_mode))
+            continue;
+        if (!S_ISREG(lst.st_mode)) {
+            /* A link or a FIFO is nobody's temp file: unlinkat removes the
+             * entry itself, never what a link points to. */
+            if (unlinkat(dir_fd, de->d_name, 0) < 0 && errno != ENOENT)
+                return tetris_fail(err, store_errno_code(errno), errno, "remove %s/%s", what,
+                                   de->d_name);
+            (*count)++;
+            continue;
+        }
         cleanup_close int fd = -1;
         int dead = store_probe_dead(dir_fd, de->d_name, &fd, err);
         if (dead == -TETRIS_E_NOTFOUND)
