@@ -379,10 +379,14 @@ int store_open(const char *dir, const struct store_options *opts, store **out, t
          * parent like /dev/shm would lead it anywhere). */
         int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (s->read_only ? 0 : O_NOFOLLOW);
         s->root_fd = open(s->root, flags);
-        if (s->root_fd < 0)
-            rc = tetris_fail(err, errno == ELOOP ? TETRIS_E_DENIED : store_errno_code(errno),
-                             errno, "no store at %s%s", s->root,
-                             errno == ELOOP ? " (a symbolic link: refused)" : "");
+        struct stat lst;
+        if (s->root_fd < 0 && !s->read_only && lstat(s->root, &lst) == 0 && S_ISLNK(lst.st_mode))
+            rc = tetris_fail(err, TETRIS_E_DENIED, ELOOP,
+                             "refusing store root %s: it is a symbolic link (give the real "
+                             "directory)",
+                             s->root);
+        else if (s->root_fd < 0)
+            rc = tetris_fail(err, store_errno_code(errno), errno, "no store at %s", s->root);
     }
     if (rc == 0 && !s->read_only)
         rc = check_root(s->root_fd, s->root, err);
