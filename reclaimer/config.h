@@ -18,8 +18,8 @@
 struct reclaimer_config {
     char store_dir[PATH_MAX];
     char config_path[PATH_MAX];  /* "" if none */
-    char state_path[PATH_MAX];   /* "" -> <store>/reclaimer.state */
-    char socket_path[PATH_MAX];  /* "" -> <store>/ingest.sock */
+    char state_path[PATH_MAX];   /* "" -> <store>/private/reclaimer.state */
+    char socket_path[PATH_MAX];  /* "" -> <store>/public/ingest.sock */
     char pin_path[PATH_MAX];     /* "" -> no pinned digests */
     char listen[128];            /* HTTP ADDR:PORT, "" disables HTTP */
     char node_name[256];
