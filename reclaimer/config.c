@@ -269,9 +269,9 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
         snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/" STORE_PUBLIC_DIR "/ingest.sock",
                  cfg->store_dir) >= (int)sizeof(cfg->socket_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
-    if (cfg->state_path[0] == '\0' &&
-        snprintf(cfg->state_path, sizeof(cfg->state_path),
-                 "%s/" STORE_PRIVATE_DIR "/reclaimer.state", cfg->store_dir) >= (int)sizeof(cfg->state_path))
+    if (cfg->state_path[0] == '\0' && snprintf(cfg->state_path, sizeof(cfg->state_path),
+                                               "%s/" STORE_PRIVATE_DIR "/reclaimer.state",
+                                               cfg->store_dir) >= (int)sizeof(cfg->state_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
     return 0;
 }

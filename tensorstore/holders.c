@@ -96,8 +96,8 @@ int store_holder_open(store *s, const char *label, pid_t owner_pid, store_holder
     if (write_all(h->fd, header, (size_t)n) < 0)
         rc = tetris_fail(err, store_errno_code(errno), errno, "write holder %s", temp);
     else if (renameat(s->holders_fd, temp, s->holders_fd, h->name) < 0)
-        rc = tetris_fail(err, store_errno_code(errno), errno, "publish holder %s/private/holders/%s",
-                         s->root, h->name);
+        rc = tetris_fail(err, store_errno_code(errno), errno,
+                         "publish holder %s/private/holders/%s", s->root, h->name);
     if (rc < 0) {
         unlinkat(s->holders_fd, temp, 0);
         close(h->fd);
@@ -133,8 +133,8 @@ int store_holder_add_many(store_holder *h, const tensor_digest *d, const uint64_
     for (size_t i = 0; i < n; i++)
         len += format_ref(buf + len, &d[i], nbytes[i]);
     if (write_all(h->fd, buf, len) < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "record references in %s/private/holders/%s",
-                           h->s->root, h->name);
+        return tetris_fail(err, store_errno_code(errno), errno,
+                           "record references in %s/private/holders/%s", h->s->root, h->name);
     return 0;
 }
 
@@ -268,8 +268,8 @@ int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holde
 {
     if (s->holders_fd < 0)
         return tetris_fail(err, TETRIS_E_DENIED, 0,
-                           "the holders of %s are private to the node daemon (%s/private)",
-                           s->root, s->root);
+                           "the holders of %s are private to the node daemon (%s/private)", s->root,
+                           s->root);
     int dfd = openat(s->holders_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "open %s/private/holders", s->root);

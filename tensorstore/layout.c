@@ -266,7 +266,8 @@ int store_flock(int fd, int op, int timeout_ms)
         if (errno != EWOULDBLOCK && errno != EINTR)
             return -1;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        long waited_ms = (now.tv_sec - start.tv_sec) * 1000 +
+                         (now.tv_nsec - start.tv_nsec) / 1000000;
         if (waited_ms >= timeout_ms) {
             errno = ETIMEDOUT;
             return -1;
@@ -286,7 +287,8 @@ int store_lock_named(store *s, const char *name, tetris_error *err)
         return rc;
     cleanup_close int fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 && errno == ELOOP && unlinkat(s->locks_fd, name, 0) == 0)
-        fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600); /* a planted link */
+        fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC,
+                          0600); /* a planted link */
     if (fd < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "open lock %s/private/locks/%s",
                            s->root, name);
@@ -315,8 +317,8 @@ int store_create_locked(int dir_fd, const char *prefix, const char *suffix, int 
                          suffix);
         if (n < 0 || (size_t)n >= name_len)
             return tetris_fail(err, TETRIS_E_INVAL, 0, "temp file name too long");
-        cleanup_close int fd =
-            store_openat(dir_fd, name_out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+        cleanup_close int fd = store_openat(dir_fd, name_out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+                                            (mode_t)mode);
         if (fd < 0) {
             if (errno == EEXIST)
                 continue;

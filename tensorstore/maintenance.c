@@ -255,8 +255,8 @@ static int visit_repair(store *s, int fanout_fd, const char *fanout, const char 
         cleanup_close int lock = store_lock_tensor(s, &d, err);
         if (lock < 0)
             return lock;
-        cleanup_close int again =
-            store_openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
+        cleanup_close int again = store_openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+                                               0);
         if (again < 0 || tensor_file_check(again, &d, name, &meta, NULL) == 0)
             return 0;
     }

@@ -209,8 +209,8 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
      * refused, never followed. */
     cleanup_close int fanout_fd = store_open_dir(s->tensors_fd, fanout);
     if (fanout_fd < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "open %s/tensors/%s",
-                           s->public_dir, fanout);
+        return tetris_fail(err, store_errno_code(errno), errno, "open %s/tensors/%s", s->public_dir,
+                           fanout);
     if (renameat(t->dir_fd, t->name, fanout_fd, hex) < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%s/%s",
                            s->public_dir, fanout, hex);

@@ -172,8 +172,8 @@ static int write_marker(store *s, uint64_t capacity, tetris_error *err)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "serialising the store marker");
 
     char tmp[64];
-    cleanup_close int fd =
-        store_create_locked(s->tmp_fd, STORE_MARKER, "", 0644, tmp, sizeof tmp, err);
+    cleanup_close int fd = store_create_locked(s->tmp_fd, STORE_MARKER, "", 0644, tmp, sizeof tmp,
+                                               err);
     if (fd < 0) {
         tetris_wrap(err, "store %s", s->root);
         return fd;
@@ -216,8 +216,8 @@ static int read_marker(int dir_fd, const char *dir, int *version, uint64_t *capa
     else if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000)
         rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s/%s: no store version", dir, STORE_MARKER);
     else if (cap != NULL && (!json_is_integer(cap) || json_integer_value(cap) < 0))
-        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s/%s: capacity_bytes is not a byte count",
-                         dir, STORE_MARKER);
+        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s/%s: capacity_bytes is not a byte count", dir,
+                         STORE_MARKER);
     else {
         *version = (int)json_integer_value(v);
         *capacity = cap != NULL ? (uint64_t)json_integer_value(cap) : 0;
@@ -260,8 +260,7 @@ static int open_private(store *s, tetris_error *err)
         return rc;
     s->use_lock_fd = store_openat(s->private_fd, STORE_USE_LOCK, O_RDONLY | O_CLOEXEC, 0);
     if (s->use_lock_fd < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "open %s/%s", what,
-                           STORE_USE_LOCK);
+        return tetris_fail(err, store_errno_code(errno), errno, "open %s/%s", what, STORE_USE_LOCK);
     return 0;
 }
 
@@ -420,7 +419,7 @@ void store_close(store *s)
 {
     if (s == NULL)
         return;
-    int fds[] = {s->root_fd,  s->public_fd,   s->private_fd,     s->tensors_fd, s->tmp_fd,
+    int fds[] = {s->root_fd,  s->public_fd,  s->private_fd,    s->tensors_fd, s->tmp_fd,
                  s->locks_fd, s->holders_fd, s->quarantine_fd, s->use_lock_fd};
     for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
         if (fds[i] >= 0)

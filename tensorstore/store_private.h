@@ -11,8 +11,8 @@
 
 #include "tensorstore/store.h"
 
-#define STORE_MARKER ".tetris-store"  /* in public/ (format 1 had it in the root) */
-#define STORE_USE_LOCK "use.lock"      /* in private/ */
+#define STORE_MARKER ".tetris-store" /* in public/ (format 1 had it in the root) */
+#define STORE_USE_LOCK "use.lock"    /* in private/ */
 #define STORE_FORMAT_VERSION 2
 #define STORE_OLD_FORMAT_VERSION 1 /* everything in one directory pods mounted */
 /* Waits on locks only trusted writers take (the daemon's threads, --direct

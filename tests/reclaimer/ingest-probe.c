@@ -268,8 +268,8 @@ static int cmd_load(int argc, char **argv)
     if (sock == NULL) {
         /* The socket is in the store's public part, or in the directory
          * given when that is a public part itself (a pod's mount). */
-        snprintf(sockbuf, sizeof(sockbuf), "%s/%s",
-                 s != NULL ? store_public_dir(s) : store_dir, INGEST_SOCKET_NAME);
+        snprintf(sockbuf, sizeof(sockbuf), "%s/%s", s != NULL ? store_public_dir(s) : store_dir,
+                 INGEST_SOCKET_NAME);
         sock = sockbuf;
     }
     if (rc == 0 && direct) {

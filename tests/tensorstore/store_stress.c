@@ -557,7 +557,8 @@ static int crash_trial(const struct options *o, store *s, int trial, uint64_t *s
     rc = store_foreach_holder(s, count_holder, &hc, err);
     if (rc < 0)
         return rc;
-    if (count_dir(store_root(s), "private/tmp") != 0 || hc.alive + hc.dead != 0 || r.bad_tensors_removed)
+    if (count_dir(store_root(s), "private/tmp") != 0 || hc.alive + hc.dead != 0 ||
+        r.bad_tensors_removed)
         return tetris_fail(err, TETRIS_E_CORRUPT, 0,
                            "after repair: tmp=%d holders=%d bad_tensors_removed=%zu",
                            count_dir(store_root(s), "private/tmp"), hc.alive + hc.dead,
