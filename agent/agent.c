@@ -49,7 +49,7 @@ struct agent_model_private {
     void **copies;          /* per tensor private copy, or NULL */
     struct source_fd *sources;
     size_t n_sources;
-    char *store_root;
+    char *public_dir; /* the store's tensors/ and ingest socket */
 };
 
 static const uint8_t empty_tensor[1];
@@ -335,7 +335,7 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
     if (o->daemon_socket != NULL)
         snprintf(sock, sizeof(sock), "%s", o->daemon_socket);
     else
-        snprintf(sock, sizeof(sock), "%s/%s", am->priv->store_root, INGEST_SOCKET_NAME);
+        snprintf(sock, sizeof(sock), "%s/%s", am->priv->public_dir, INGEST_SOCKET_NAME);
     cleanup_free struct ingest_tensor_result *res = calloc(m->n_tensors + 1, sizeof(*res));
     if (res == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
@@ -413,8 +413,8 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
         fall_back(am, o, "store-unavailable", &cause);
         return 0;
     }
-    am->priv->store_root = strdup(store_root(am->priv->store));
-    if (am->priv->store_root == NULL)
+    am->priv->public_dir = strdup(store_public_dir(am->priv->store));
+    if (am->priv->public_dir == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     if ((r = plan_mappings(am, o, err)) < 0)
         return r;
@@ -513,9 +513,9 @@ const agent_tensor *agent_find_tensor(const agent_model *am, const char *name)
     return NULL;
 }
 
-const char *agent_store_root(const agent_model *am)
+const char *agent_store_public_dir(const agent_model *am)
 {
-    return am->stats.mapped_bytes > 0 ? am->priv->store_root : NULL;
+    return am->stats.mapped_bytes > 0 ? am->priv->public_dir : NULL;
 }
 
 void agent_model_free(agent_model *am)
@@ -542,7 +542,7 @@ void agent_model_free(agent_model *am)
         free(p->maps);
         free(p->copies);
         free(p->mappable);
-        free(p->store_root);
+        free(p->public_dir);
         free(p);
     }
     free(am->tensors);

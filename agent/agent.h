@@ -31,7 +31,7 @@ struct agent_options {
     const char *store_dir;     /* default STORE_DEFAULT_DIR */
     const char *tenant;        /* dedicated store, NULL for the shared one */
     const char *manifest_path; /* skip parsing+hashing the model if given */
-    const char *daemon_socket; /* default <store>/ingest.sock */
+    const char *daemon_socket; /* default <store>/public/ingest.sock */
     int daemon_timeout_ms;     /* default 30000 */
     bool shuffle;              /* randomise ingest order (default true) */
     const char *label;         /* holder label, default model file name */
@@ -69,9 +69,10 @@ void agent_options_init(struct agent_options *o);
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
                tetris_error *err);
 const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);
-/* The store directory (tenant included) the shared tensors are mapped
- * from; NULL when nothing is shared (private load or full fallback). */
-const char *agent_store_root(const agent_model *am);
+/* The store's public directory (tenant included; tensors/ is in it) the
+ * shared tensors are mapped from; NULL when nothing is shared (private
+ * load or full fallback). */
+const char *agent_store_public_dir(const agent_model *am);
 void agent_model_free(agent_model *am);
 
 #endif

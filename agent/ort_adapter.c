@@ -234,7 +234,7 @@ static int prepare_shared(ort_model *m, const char *model_path, const agent_mode
                           tetris_error *err)
 {
     struct ort_model_private *p = m->priv;
-    const char *root = agent_store_root(am);
+    const char *root = agent_store_public_dir(am);
     cleanup_free uint8_t *orig = NULL, *rewritten = NULL;
     cleanup_free bool *in_file = NULL;
     size_t orig_len = 0, rewritten_len = 0;

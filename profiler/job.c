@@ -105,11 +105,13 @@ static json_t *job_object(const struct job_options *o, const char *obj)
 {
     char name[128];
     snprintf(name, sizeof(name), TETRIS_PROFILE_CONFIGMAP_PREFIX "%s", obj);
+    char store_public[1024];
+    snprintf(store_public, sizeof(store_public), "%s/" TETRIS_STORE_PUBLIC_SUBDIR, o->store_dir);
     json_t *mounts = json_pack("[{s:s, s:s, s:b}, {s:s, s:s, s:b}]", "name", "store", "mountPath",
                                TETRIS_STORE_DIR, "readOnly", 1, "name", "models", "mountPath",
                                TETRIS_MODEL_DIR, "readOnly", 1);
     json_t *volumes = json_pack("[{s:s, s:{s:s, s:s}}, {s:s, s:{s:s, s:s}}]", "name", "store",
-                                "hostPath", "path", o->store_dir, "type", "Directory", "name",
+                                "hostPath", "path", store_public, "type", "Directory", "name",
                                 "models", "hostPath", "path", o->model_dir, "type", "Directory");
     if (o->sa_secret != NULL) {
         json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", "api-credentials",

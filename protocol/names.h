@@ -101,9 +101,13 @@
 /* A tenant's dedicated store, under the store directory. */
 #define TETRIS_TENANTS_SUBDIR "tenants"
 
-/* The node's tensor store on the host: the node daemon's, mounted
- * read-only by function pods (tensorstore's STORE_DEFAULT_DIR). */
+/* The node's tensor store on the host: the node daemon's; function pods
+ * mount its public part read-only (tensorstore's STORE_DEFAULT_DIR). */
 #define TETRIS_STORE_DIR "/dev/shm/tetris"
+/* The part of a store pods mount, read-only: its tensors and the ingest
+ * socket (tensorstore/store.h's STORE_PUBLIC_DIR; the rest of the store
+ * is the node daemon's). A pod mounts <store>/public at <store>. */
+#define TETRIS_STORE_PUBLIC_SUBDIR "public"
 /* Model files: a node's host directory (what profiling Jobs mount) and
  * where a function or profiler container finds them. */
 #define TETRIS_MODEL_HOST_DIR "/var/lib/tetris/models"

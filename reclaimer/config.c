@@ -67,11 +67,11 @@ void reclaimer_usage(const char *prog)
 {
     printf("Usage: %s [OPTIONS]\n"
            "The tetris node daemon: ingests tensors into the node's store for function\n"
-           "instances (Unix socket <store>/ingest.sock), frees tensors no live holder\n"
+           "instances (Unix socket <store>/public/ingest.sock), frees tensors no live holder\n"
            "references (keep-alive, then LRU above capacity), repairs after crashes,\n"
            "scrubs CRC32s, and serves /metrics, " INVENTORY_PATH " and /healthz over HTTP.\n"
            "It serves every tenant store under <store>/tenants/ the same way (socket\n"
-           "<store>/tenants/NAME/ingest.sock); mkdir <store>/tenants/NAME adds one.\n"
+           "<store>/tenants/NAME/public/ingest.sock); mkdir <store>/tenants/NAME adds one.\n"
            "\n"
            "  --store DIR              tensor store (default " STORE_DEFAULT_DIR ")\n"
            "  --listen ADDR:PORT       HTTP address (default " TETRIS_RECLAIMER_LISTEN
@@ -86,8 +86,8 @@ void reclaimer_usage(const char *prog)
            "                           or $" TETRIS_ENV_NODE_NAME ")\n"
            "  --config FILE            YAML settings (same names, keep_alive etc.);\n"
            "                           flags override it; SIGHUP re-reads it\n"
-           "  --state-file FILE        last-use times (default <store>/reclaimer.state)\n"
-           "  --socket PATH            ingest socket (default <store>/ingest.sock)\n"
+           "  --state-file FILE        last-use times (default <store>/private/reclaimer.state)\n"
+           "  --socket PATH            ingest socket (default <store>/public/ingest.sock)\n"
            "  --max-connections N      concurrent ingest connections (default 256)\n"
            "  --request-timeout SECS   to receive a request or send a reply (default 30)\n"
            "  --pin-file FILE          digests (hex, one per line) kept as if referenced,\n"
@@ -108,7 +108,9 @@ void reclaimer_usage(const char *prog)
            "Signals: SIGHUP reloads the config file; SIGTERM/SIGINT stop cleanly.\n"
            "Exit status: 0 stopped cleanly (or --once done), 1 runtime failure\n"
            "(store, socket or HTTP address unusable), 2 usage or config error, 3 the\n"
-           "store is served by another live daemon (nothing was changed).\n",
+           "store is not this daemon's to serve, nothing was changed: another live daemon\n"
+           "serves it, or it is refused (a link, not this user's, writable by others, or\n"
+           "the old layout).\n",
            prog, RECLAIMER_TENANTS_MAX);
 }
 
@@ -352,12 +354,12 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
             return tetris_wrap(err, "--%s", long_options[opt - OPT_STORE].name);
     }
     if (cfg->socket_path[0] == '\0' &&
-        snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/ingest.sock",
+        snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/" STORE_PUBLIC_DIR "/ingest.sock",
                  cfg->store_dir) >= (int)sizeof(cfg->socket_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
-    if (cfg->state_path[0] == '\0' &&
-        snprintf(cfg->state_path, sizeof(cfg->state_path), "%s/reclaimer.state",
-                 cfg->store_dir) >= (int)sizeof(cfg->state_path))
+    if (cfg->state_path[0] == '\0' && snprintf(cfg->state_path, sizeof(cfg->state_path),
+                                               "%s/" STORE_PRIVATE_DIR "/reclaimer.state",
+                                               cfg->store_dir) >= (int)sizeof(cfg->state_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
     return 0;
 }

@@ -24,14 +24,11 @@ struct reclaimer_tenant_uids {
     uint32_t lo, hi; /* inclusive */
 };
 
-/* Exit status when the store is already served by a live daemon. */
-#define RECLAIMER_EXIT_SERVED 3
-
 struct reclaimer_config {
     char store_dir[PATH_MAX];
     char config_path[PATH_MAX];  /* "" if none */
-    char state_path[PATH_MAX];   /* "" -> <store>/reclaimer.state */
-    char socket_path[PATH_MAX];  /* "" -> <store>/ingest.sock */
+    char state_path[PATH_MAX];   /* "" -> <store>/private/reclaimer.state */
+    char socket_path[PATH_MAX];  /* "" -> <store>/public/ingest.sock */
     char pin_path[PATH_MAX];     /* "" -> no pinned digests */
     char listen[128];            /* HTTP ADDR:PORT, "" disables HTTP */
     char tenant_listen[128];     /* HTTP with tenants' detail, "" = none */

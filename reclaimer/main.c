@@ -16,6 +16,10 @@
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
+/* The store is not this daemon's to serve and nothing was changed: another
+ * live daemon serves it, or it is refused as it is (a link, not this uid's,
+ * writable by others, or in the old format-1 layout). */
+#define EXIT_STORE_REFUSED 3
 
 static void daemon_init(struct daemon *d, const struct reclaimer_config *cfg)
 {
@@ -170,10 +174,19 @@ int main(int argc, char **argv)
     if (rc == -TETRIS_E_CONFLICT) {
         log_error("event=store-served msg=\"%s\" action=exit", err.msg);
         daemon_fini(&d);
-        return RECLAIMER_EXIT_SERVED;
+        return EXIT_STORE_REFUSED;
     }
     /* The first pass repairs every store and finds the tenants. */
-    if (rc < 0 || daemon_open_shared(&d, &err) < 0 || daemon_reclaim_pass(&d, &err) < 0) {
+    if (rc == 0)
+        rc = daemon_open_shared(&d, &err);
+    if (rc < 0) {
+        bool refused = err.code == TETRIS_E_DENIED || err.code == TETRIS_E_FORMAT;
+        log_error("event=%s code=%s msg=\"%s\"", refused ? "store-refused" : "startup-failed",
+                  tetris_code_name(err.code), err.msg);
+        daemon_fini(&d);
+        return refused ? EXIT_STORE_REFUSED : EXIT_RUNTIME;
+    }
+    if (daemon_reclaim_pass(&d, &err) < 0) {
         log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
         daemon_fini(&d);
         return EXIT_RUNTIME;

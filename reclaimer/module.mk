@@ -19,5 +19,6 @@ SHELL_TESTS += tests/reclaimer/test-concurrent.sh
 SHELL_TESTS += tests/reclaimer/test-tenants.sh
 SHELL_TESTS += tests/reclaimer/test-tenant-isolation.sh
 SHELL_TESTS += tests/reclaimer/test-health-restart.sh
+SHELL_TESTS += tests/reclaimer/test-hostile-locks.sh tests/reclaimer/test-hostile-links.sh
 # Real memory cgroups and a 256 MiB model; 25 daemon crashes mid-ingest.
 SLOW_TESTS += tests/reclaimer/test-cgroup.sh tests/reclaimer/test-crash.sh

@@ -4,7 +4,7 @@
  * A tenant is added by creating its directory: the daemon looks under
  * DIR/tenants/ at start and on every pass, lays out a bare directory as a
  * store, and serves it exactly like the shared one (its own ingest socket
- * DIR/tenants/NAME/ingest.sock, which is where `tetris-agent --tenant NAME`
+ * DIR/tenants/NAME/public/ingest.sock, which is where `tetris-agent --tenant NAME`
  * connects, its own index, holders, reclaim and counters). Nothing crosses
  * between stores: an ingest on a tenant's socket publishes only into that
  * tenant's store. Only the capacity is node-wide, since memory is.
@@ -71,8 +71,8 @@ int daemon_claim_store(struct daemon *d, tetris_error *err)
     if (rc < 0)
         return rc;
     char path[PATH_MAX];
-    bool too_long = snprintf(path, sizeof(path), "%s/" INSTANCE_LOCK_NAME, store_root(s)) >=
-                    (int)sizeof(path);
+    bool too_long = snprintf(path, sizeof(path), "%s/" STORE_PRIVATE_DIR "/" INSTANCE_LOCK_NAME,
+                             store_root(s)) >= (int)sizeof(path);
     store_close(s);
     if (too_long)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
@@ -155,9 +155,10 @@ static int served_store_open(struct daemon *d, const char *tenant, struct served
         snprintf(ss->state_path, sizeof(ss->state_path), "%s", d->cfg.state_path);
         too_long = false;
     } else {
-        too_long = snprintf(ss->socket_path, sizeof(ss->socket_path), "%s/ingest.sock", root) >=
-                       (int)sizeof(ss->socket_path) ||
-                   snprintf(ss->state_path, sizeof(ss->state_path), "%s/reclaimer.state",
+        too_long = snprintf(ss->socket_path, sizeof(ss->socket_path), "%s/ingest.sock",
+                            store_public_dir(ss->store)) >= (int)sizeof(ss->socket_path) ||
+                   snprintf(ss->state_path, sizeof(ss->state_path),
+                            "%s/" STORE_PRIVATE_DIR "/reclaimer.state",
                             root) >= (int)sizeof(ss->state_path);
     }
     if (too_long)

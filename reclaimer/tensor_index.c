@@ -4,6 +4,7 @@
 #include "reclaimer/tensor_index.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,11 +146,20 @@ struct index_entry *tensor_index_next(tensor_index *ix, size_t *cursor)
 int tensor_index_save(tensor_index *ix, const char *path, tetris_error *err)
 {
     char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "state path too long: %s", path);
-    FILE *fp = fopen(tmp, "we");
-    if (fp == NULL)
+    /* A random name created O_EXCL: nothing planted under a name we would
+     * pick can be written through. */
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "create %s", tmp);
+    FILE *fp = fdopen(fd, "w");
+    if (fp == NULL) {
+        int e2 = errno;
+        close(fd);
+        unlink(tmp);
+        return tetris_fail(err, TETRIS_E_IO, e2, "create %s", tmp);
+    }
     struct index_entry *e;
     for (size_t c = 0; (e = tensor_index_next(ix, &c)) != NULL;) {
         if (e->last_ref_s == 0)
@@ -179,10 +189,15 @@ int tensor_index_save(tensor_index *ix, const char *path, tetris_error *err)
 
 int tensor_index_load(tensor_index *ix, const char *path, tetris_error *err)
 {
-    cleanup_fclose FILE *fp = fopen(path, "re");
-    if (fp == NULL) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
         if (errno == ENOENT)
             return 0;
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
+    }
+    cleanup_fclose FILE *fp = fdopen(fd, "r");
+    if (fp == NULL) {
+        close(fd);
         return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
     }
     char line[256];

@@ -132,7 +132,7 @@ start_daemon() {
         2>"$WORK/daemon.log" &
     DAEMON_PID=$!
     i=0
-    while [ ! -S "$1/ingest.sock" ]; do
+    while [ ! -S "$1/public/ingest.sock" ]; do
         kill -0 $DAEMON_PID 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
         i=$((i + 1)); [ $i -lt 200 ] || { echo "demo: daemon did not start" >&2; exit 1; }
         sleep 0.05

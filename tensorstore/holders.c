@@ -80,7 +80,7 @@ int store_holder_open(store *s, const char *label, pid_t owner_pid, store_holder
     if (h->fd < 0) {
         int rc = h->fd;
         free(h);
-        tetris_wrap(err, "record references in %s/holders", s->root);
+        tetris_wrap(err, "record references in %s/private/holders", s->root);
         return rc;
     }
 
@@ -96,8 +96,8 @@ int store_holder_open(store *s, const char *label, pid_t owner_pid, store_holder
     if (write_all(h->fd, header, (size_t)n) < 0)
         rc = tetris_fail(err, store_errno_code(errno), errno, "write holder %s", temp);
     else if (renameat(s->holders_fd, temp, s->holders_fd, h->name) < 0)
-        rc = tetris_fail(err, store_errno_code(errno), errno, "publish holder %s/holders/%s",
-                         s->root, h->name);
+        rc = tetris_fail(err, store_errno_code(errno), errno,
+                         "publish holder %s/private/holders/%s", s->root, h->name);
     if (rc < 0) {
         unlinkat(s->holders_fd, temp, 0);
         close(h->fd);
@@ -133,8 +133,8 @@ int store_holder_add_many(store_holder *h, const tensor_digest *d, const uint64_
     for (size_t i = 0; i < n; i++)
         len += format_ref(buf + len, &d[i], nbytes[i]);
     if (write_all(h->fd, buf, len) < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "record references in %s/holders/%s",
-                           h->s->root, h->name);
+        return tetris_fail(err, store_errno_code(errno), errno,
+                           "record references in %s/private/holders/%s", h->s->root, h->name);
     return 0;
 }
 
@@ -266,18 +266,26 @@ static bool has_suffix(const char *s, const char *suffix)
 int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holder_info *h),
                          void *ctx, tetris_error *err)
 {
+    if (s->holders_fd < 0)
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "the holders of %s are private to the node daemon (%s/private)", s->root,
+                           s->root);
     int dfd = openat(s->holders_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "open %s/holders", s->root);
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s/private/holders", s->root);
     cleanup_closedir DIR *dir = fdopendir(dfd);
     if (dir == NULL) {
         close(dfd);
-        return tetris_fail(err, TETRIS_E_IO, errno, "open %s/holders", s->root);
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s/private/holders", s->root);
     }
     struct dirent *de;
     while ((de = readdir(dir)) != NULL) {
         if (de->d_name[0] == '.' || !has_suffix(de->d_name, HOLDER_SUFFIX))
             continue;
+        struct stat lst;
+        if (fstatat(s->holders_fd, de->d_name, &lst, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(lst.st_mode))
+            continue; /* gone, or not a holder (repair removes links and FIFOs) */
         /* The probe opens its own description: our own holders read alive. */
         int dead = store_probe_dead(s->holders_fd, de->d_name, NULL, err);
         if (dead == -TETRIS_E_NOTFOUND)
@@ -286,7 +294,7 @@ int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holde
             return dead;
         /* Non-blocking, and only regular files: a FIFO planted here must
          * not hang the reclaimer. */
-        int fd = openat(s->holders_fd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        int fd = store_openat(s->holders_fd, de->d_name, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
         if (fd < 0) {
             if (errno == ENOENT)
                 continue;

@@ -12,11 +12,15 @@
  * inherits the description and keeps the writer "alive" until it exits. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -149,9 +153,9 @@ int tensor_file_open(store *s, const tensor_digest *d, tensor_meta *meta, tetris
 {
     char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
     tensor_relpath(d, rel);
-    cleanup_close int fd = openat(s->tensors_fd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    cleanup_close int fd = store_openat(s->tensors_fd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
     if (fd < 0) {
-        int code = store_errno_code(errno);
+        int code = errno == ELOOP ? TETRIS_E_CORRUPT : store_errno_code(errno);
         return tetris_fail(err, code, errno, "tensor %.64s", rel + 3);
     }
     int rc = tensor_file_check(fd, d, rel + 3, meta, err);
@@ -188,13 +192,92 @@ int store_require_writable(store *s, const char *what, tetris_error *err)
     return 0;
 }
 
-int store_flock(int fd, int op)
+/* openat2 is tried once; kernels before 5.6 say ENOSYS and get the
+ * component-by-component walk. */
+static atomic_int openat2_missing;
+
+/* The fallback: every directory on the way opened with O_NOFOLLOW, and
+ * no "..", so the path cannot leave dir_fd either. */
+static int openat_walk(int dir_fd, const char *path, int flags, mode_t mode)
 {
-    int rc;
-    do
-        rc = flock(fd, op);
-    while (rc < 0 && errno == EINTR);
-    return rc;
+    char buf[4096];
+    if (strlen(path) >= sizeof buf || path[0] == '/') {
+        errno = path[0] == '/' ? EXDEV : ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(buf, path);
+    int cur = dir_fd;
+    char *name = buf;
+    for (char *slash; (slash = strchr(name, '/')) != NULL; name = slash + 1) {
+        *slash = '\0';
+        if (strcmp(name, "..") == 0) {
+            errno = EXDEV;
+            break;
+        }
+        int next = openat(cur, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (cur != dir_fd)
+            close(cur);
+        cur = next;
+        if (cur < 0)
+            return -1;
+    }
+    int fd = -1;
+    if (strchr(name, '/') == NULL && strcmp(name, "..") != 0)
+        fd = openat(cur, name, flags | O_NOFOLLOW, mode);
+    int saved = errno;
+    if (cur != dir_fd)
+        close(cur);
+    errno = saved;
+    return fd;
+}
+
+int store_openat(int dir_fd, const char *path, int flags, mode_t mode)
+{
+    if (!atomic_load_explicit(&openat2_missing, memory_order_relaxed)) {
+        struct open_how how = {
+            .flags = (uint64_t)(flags | O_NOFOLLOW),
+            .mode = (flags & O_CREAT) ? mode : 0,
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        long fd;
+        do
+            fd = syscall(SYS_openat2, dir_fd, path, &how, sizeof how);
+        while (fd < 0 && (errno == EINTR || errno == EAGAIN));
+        if (fd >= 0 || errno != ENOSYS)
+            return (int)fd;
+        atomic_store_explicit(&openat2_missing, 1, memory_order_relaxed);
+    }
+    return openat_walk(dir_fd, path, flags, mode);
+}
+
+int store_open_dir(int dir_fd, const char *path)
+{
+    return store_openat(dir_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+}
+
+int store_flock(int fd, int op, int timeout_ms)
+{
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    long delay_us = 200;
+    for (;;) {
+        if (flock(fd, op | LOCK_NB) == 0)
+            return 0;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return -1;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long waited_ms = (now.tv_sec - start.tv_sec) * 1000 +
+                         (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (waited_ms >= timeout_ms) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        /* Polling, since flock has no timed wait: from 0.2 ms (locks are
+         * usually held for microseconds) doubling up to 20 ms. */
+        struct timespec pause = {0, delay_us * 1000};
+        nanosleep(&pause, NULL);
+        delay_us = delay_us * 2 > 20000 ? 20000 : delay_us * 2;
+    }
 }
 
 int store_lock_named(store *s, const char *name, tetris_error *err)
@@ -202,12 +285,16 @@ int store_lock_named(store *s, const char *name, tetris_error *err)
     int rc = store_require_writable(s, "lock", err);
     if (rc < 0)
         return rc;
-    cleanup_close int fd = openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    cleanup_close int fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ELOOP && unlinkat(s->locks_fd, name, 0) == 0)
+        fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC,
+                          0600); /* a planted link */
     if (fd < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "open lock %s/locks/%s", s->root,
-                           name);
-    if (store_flock(fd, LOCK_EX) < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "lock %s/locks/%s", s->root, name);
+        return tetris_fail(err, store_errno_code(errno), errno, "open lock %s/private/locks/%s",
+                           s->root, name);
+    if (store_flock(fd, LOCK_EX, STORE_LOCK_TIMEOUT_MS) < 0)
+        return tetris_fail(err, errno == ETIMEDOUT ? TETRIS_E_TIMEOUT : TETRIS_E_IO, errno,
+                           "lock %s/private/locks/%s", s->root, name);
     return steal_fd(&fd);
 }
 
@@ -230,15 +317,22 @@ int store_create_locked(int dir_fd, const char *prefix, const char *suffix, int 
                          suffix);
         if (n < 0 || (size_t)n >= name_len)
             return tetris_fail(err, TETRIS_E_INVAL, 0, "temp file name too long");
-        cleanup_close int fd =
-            openat(dir_fd, name_out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+        cleanup_close int fd = store_openat(dir_fd, name_out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+                                            (mode_t)mode);
         if (fd < 0) {
             if (errno == EEXIST)
                 continue;
             return tetris_fail(err, store_errno_code(errno), errno, "create %s", name_out);
         }
-        if (store_flock(fd, LOCK_EX) < 0)
+        /* Nobody else has a reason to lock a name nobody knew: if someone
+         * does (a repair probe), take another name rather than wait. */
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+            if (errno == EWOULDBLOCK) {
+                unlinkat(dir_fd, name_out, 0);
+                continue;
+            }
             return tetris_fail(err, TETRIS_E_IO, errno, "lock %s", name_out);
+        }
         /* A repair pass may have found the file unlocked in the instant
          * before our flock and removed it; then start over. */
         struct stat mine, linked;
@@ -258,7 +352,7 @@ int store_create_locked(int dir_fd, const char *prefix, const char *suffix, int 
 
 int store_probe_dead(int dir_fd, const char *name, int *keep_fd, tetris_error *err)
 {
-    cleanup_close int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    cleanup_close int fd = store_openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
     if (fd < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "open %s", name);
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {

@@ -14,7 +14,7 @@
 static int open_dir_stream(int parent_fd, const char *name, const char *what, DIR **out,
                            tetris_error *err)
 {
-    int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = store_open_dir(parent_fd, name);
     if (fd < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "open %s", what);
     *out = fdopendir(fd);
@@ -40,22 +40,33 @@ static bool digest_of_name(const char *fanout, const char *name, tensor_digest *
 }
 
 /* Calls visit(s, fanout_fd, fanout, name, ctx) for every entry of every
- * tensors/XX directory. */
+ * tensors/XX directory, and visit(s, tensors_fd, NULL, name, ctx) for an
+ * entry of tensors/ that is not a fanout directory (a link, a file):
+ * nothing is followed out of the store. */
 typedef int (*tensor_visit_fn)(store *s, int fanout_fd, const char *fanout, const char *name,
                                void *ctx, tetris_error *err);
 
 static int walk_tensors(store *s, tensor_visit_fn visit, void *ctx, tetris_error *err)
 {
     char what[4096];
-    snprintf(what, sizeof what, "%s/tensors", s->root);
+    snprintf(what, sizeof what, "%s/tensors", s->public_dir);
     cleanup_closedir DIR *top = NULL;
     int rc = open_dir_stream(s->tensors_fd, ".", what, &top, err);
     if (rc < 0)
         return rc;
     struct dirent *de;
     while ((de = readdir(top)) != NULL) {
-        if (!is_fanout_name(de->d_name))
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
+        struct stat st;
+        if (fstatat(s->tensors_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue; /* removed meanwhile */
+        if (!is_fanout_name(de->d_name) || !S_ISDIR(st.st_mode)) {
+            rc = visit(s, s->tensors_fd, NULL, de->d_name, ctx, err);
+            if (rc != 0)
+                return rc;
+            continue;
+        }
         cleanup_closedir DIR *sub = NULL;
         rc = open_dir_stream(s->tensors_fd, de->d_name, de->d_name, &sub, err);
         if (rc < 0)
@@ -86,9 +97,9 @@ static int visit_list(store *s, int fanout_fd, const char *fanout, const char *n
     (void)err;
     struct foreach_ctx *fc = ctx;
     tensor_digest d;
-    if (!digest_of_name(fanout, name, &d))
+    if (fanout == NULL || !digest_of_name(fanout, name, &d))
         return 0;
-    cleanup_close int fd = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    cleanup_close int fd = store_openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
     if (fd < 0)
         return 0; /* removed meanwhile */
     struct store_entry e;
@@ -109,6 +120,19 @@ int store_foreach_tensor(store *s, int (*cb)(void *ctx, const struct store_entry
 
 /* ---- removal ---- */
 
+/* The fanout directory of d, opened without following a link. */
+static int open_fanout(store *s, const tensor_digest *d, char hex[TENSOR_DIGEST_HEX_LEN + 1],
+                       tetris_error *err)
+{
+    tensor_digest_to_hex(d, hex);
+    char fanout[3] = {hex[0], hex[1], '\0'};
+    int fd = store_open_dir(s->tensors_fd, fanout);
+    if (fd < 0)
+        return tetris_fail(err, errno == ELOOP ? TETRIS_E_CORRUPT : store_errno_code(errno), errno,
+                           "tensor %s in %s", hex, s->root);
+    return fd;
+}
+
 int store_remove_tensor(store *s, const tensor_digest *d, tetris_error *err)
 {
     int rc = store_require_writable(s, "remove", err);
@@ -117,11 +141,13 @@ int store_remove_tensor(store *s, const tensor_digest *d, tetris_error *err)
     cleanup_close int lock = store_lock_tensor(s, d, err);
     if (lock < 0)
         return lock;
-    char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
-    tensor_relpath(d, rel);
-    if (unlinkat(s->tensors_fd, rel, 0) < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "remove tensor %s from %s",
-                           rel + 3, s->root);
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    cleanup_close int fanout_fd = open_fanout(s, d, hex, err);
+    if (fanout_fd < 0)
+        return fanout_fd;
+    if (unlinkat(fanout_fd, hex, 0) < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "remove tensor %s from %s", hex,
+                           s->root);
     return 0;
 }
 
@@ -133,11 +159,13 @@ int store_quarantine_tensor(store *s, const tensor_digest *d, tetris_error *err)
     cleanup_close int lock = store_lock_tensor(s, d, err);
     if (lock < 0)
         return lock;
-    char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
-    tensor_relpath(d, rel);
-    if (renameat(s->tensors_fd, rel, s->quarantine_fd, rel + 3) < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "quarantine tensor %s in %s",
-                           rel + 3, s->root);
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    cleanup_close int fanout_fd = open_fanout(s, d, hex, err);
+    if (fanout_fd < 0)
+        return fanout_fd;
+    if (renameat(fanout_fd, hex, s->quarantine_fd, hex) < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "quarantine tensor %s in %s", hex,
+                           s->root);
     return 0;
 }
 
@@ -178,6 +206,18 @@ static int remove_dead_files(int dir_fd, const char *what, bool (*want)(const ch
     while ((de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 || !want(de->d_name))
             continue;
+        struct stat lst;
+        if (fstatat(dir_fd, de->d_name, &lst, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(lst.st_mode))
+            continue;
+        if (!S_ISREG(lst.st_mode)) {
+            /* A link or a FIFO is nobody's temp file: unlinkat removes the
+             * entry itself, never what a link points to. */
+            if (unlinkat(dir_fd, de->d_name, 0) < 0 && errno != ENOENT)
+                return tetris_fail(err, store_errno_code(errno), errno, "remove %s/%s", what,
+                                   de->d_name);
+            (*count)++;
+            continue;
+        }
         cleanup_close int fd = -1;
         int dead = store_probe_dead(dir_fd, de->d_name, &fd, err);
         if (dead == -TETRIS_E_NOTFOUND)
@@ -223,12 +263,13 @@ static int visit_repair(store *s, int fanout_fd, const char *fanout, const char 
 {
     struct repair_ctx *rep = ctx;
     struct stat st;
+    /* unlinkat removes a link itself, never what it points to. */
     if (fstatat(fanout_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
         return 0;
     tensor_digest d;
     tensor_meta meta;
-    if (digest_of_name(fanout, name, &d)) {
-        cleanup_close int fd = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fanout != NULL && digest_of_name(fanout, name, &d)) {
+        cleanup_close int fd = store_openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
         if (fd < 0 || tensor_file_check(fd, &d, name, &meta, NULL) == 0)
             return 0;
         /* Re-check under the tensor's lock: a publisher may just have
@@ -236,13 +277,15 @@ static int visit_repair(store *s, int fanout_fd, const char *fanout, const char 
         cleanup_close int lock = store_lock_tensor(s, &d, err);
         if (lock < 0)
             return lock;
-        cleanup_close int again = openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        cleanup_close int again = store_openat(fanout_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+                                               0);
         if (again < 0 || tensor_file_check(again, &d, name, &meta, NULL) == 0)
             return 0;
     }
     if (unlinkat(fanout_fd, name, 0) < 0 && errno != ENOENT)
-        return tetris_fail(err, store_errno_code(errno), errno, "remove %s/tensors/%s/%s",
-                           s->root, fanout, name);
+        return tetris_fail(err, store_errno_code(errno), errno, "remove %s/tensors/%s%s%s",
+                           s->public_dir, fanout != NULL ? fanout : "", fanout != NULL ? "/" : "",
+                           name);
     rep->removed++;
     return 0;
 }
@@ -255,11 +298,11 @@ static int repair_dead_writers(store *s, struct store_repair_report *r, tetris_e
     if (rc < 0)
         return rc;
     char what[4096];
-    snprintf(what, sizeof what, "%s/holders", s->root);
+    snprintf(what, sizeof what, "%s/private/holders", s->root);
     rc = remove_dead_files(s->holders_fd, what, is_holder_file, &r->dead_holders_released, err);
     if (rc == 0)
         rc = remove_dead_files(s->holders_fd, what, is_holder_temp, &r->temp_files_removed, err);
-    snprintf(what, sizeof what, "%s/tmp", s->root);
+    snprintf(what, sizeof what, "%s/private/tmp", s->root);
     if (rc == 0)
         rc = remove_dead_files(s->tmp_fd, what, any_file, &r->temp_files_removed, err);
     return rc;

@@ -61,7 +61,7 @@ static int temp_file_create(store *s, const char *hex, uint64_t file_bytes, stru
     t->dir_fd = s->tmp_fd;
     t->fd = store_create_locked(s->tmp_fd, hex, "", 0644, t->name, sizeof t->name, err);
     if (t->fd < 0) {
-        tetris_wrap(err, "store %s/tmp", s->root);
+        tetris_wrap(err, "store %s/private/tmp", s->root);
         return t->fd;
     }
     if (ftruncate(t->fd, (off_t)file_bytes) < 0) {
@@ -203,13 +203,17 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
 
     char fanout[3] = {hex[0], hex[1], '\0'};
     if (mkdirat(s->tensors_fd, fanout, 0755) < 0 && errno != EEXIST)
-        return tetris_fail(err, store_errno_code(errno), errno, "create %s/tensors/%s", s->root,
+        return tetris_fail(err, store_errno_code(errno), errno, "create %s/tensors/%s",
+                           s->public_dir, fanout);
+    /* Into the fanout directory by its descriptor: a link in its place is
+     * refused, never followed. */
+    cleanup_close int fanout_fd = store_open_dir(s->tensors_fd, fanout);
+    if (fanout_fd < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "open %s/tensors/%s", s->public_dir,
                            fanout);
-    char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
-    tensor_relpath(&meta->digest, rel);
-    if (renameat(t->dir_fd, t->name, s->tensors_fd, rel) < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%s", s->root,
-                           rel);
+    if (renameat(t->dir_fd, t->name, fanout_fd, hex) < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%s/%s",
+                           s->public_dir, fanout, hex);
     close(t->fd); /* renamed: no longer ours to discard */
     t->fd = -1;
     return 0;

@@ -1,23 +1,37 @@
 /* store.h - the node's tensor store: one read-only copy of each distinct
  * tensor in a directory on tmpfs, mapped by every instance that needs it.
  *
- * Layout of a store directory (DIR, or DIR/tenants/NAME for a dedicated
- * tenant store):
- *   .tetris-store            format marker + options (JSON)
- *   tensors/XX/<hex digest>  tensor bytes followed by a fixed trailer
+ * Layout of a store root DIR (or DIR/tenants/NAME for a dedicated tenant
+ * store, laid out the same way). Owned by the node daemon's uid; a writer
+ * refuses a root it does not own or that group or others may write.
+ *   public/                  what function pods mount, read-only, and all
+ *                            they can reach: nothing in it is ever locked
+ *     .tetris-store          format marker + options (JSON, format 2)
+ *     tensors/XX/<hex digest>  tensor bytes followed by a fixed trailer
  *                            (magic, dtype, shape, nbytes, crc32, digest);
  *                            mode 0444; only complete, verified files appear
- *   tmp/                     in-progress ingests (never mapped)
- *   locks/XXX                per-tensor lock stripes (flock), by digest prefix
- *   holders/<id>.ref         one file per live holder: the digests it maps;
+ *     ingest.sock            the node daemon's ingest socket
+ *   private/                 mode 0700: the writers' coordination
+ *     tmp/                   in-progress ingests (never mapped)
+ *     locks/XXX              per-tensor lock stripes (flock), by digest prefix
+ *     holders/<id>.ref       one file per live holder: the digests it maps;
  *                            the holder keeps an flock on it, so a holder
  *                            file whose lock can be taken belongs to a dead
  *                            process and its references can be released
- *   quarantine/              tensors that failed a scrub (no new mappings)
- *   .use.lock                shared by loaders while they record references
+ *     quarantine/            tensors that failed a scrub (no new mappings)
+ *     use.lock               shared by writers while they record references
  *                            and map; exclusive for a reclaim pass, so a
  *                            tensor is never removed between "referenced"
  *                            and "mapped"
+ *     reclaimer.state        the node daemon's last-use times
+ *   tenants/NAME/            tenant stores (the shared store's pods see none)
+ * Format 1 stores (all of it in one directory) are refused with a message
+ * saying how to replace them: a store is a cache.
+ *
+ * Every file is opened relative to the handle's directory descriptors
+ * without following links (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+ * else O_NOFOLLOW per component); temp names are random and created
+ * O_EXCL; every lock wait ends after a bounded time.
  *
  * Invariants (tested in tests/tensorstore): a tensor file in tensors/ is
  * complete and its bytes hash to its name; mappings are PROT_READ shared;
@@ -35,6 +49,8 @@
 #include "common/error.h"
 
 #define STORE_DEFAULT_DIR "/dev/shm/tetris"
+#define STORE_PUBLIC_DIR "public"
+#define STORE_PRIVATE_DIR "private"
 
 typedef struct store store;
 
@@ -47,15 +63,22 @@ struct store_options {
 
 /* dir NULL means STORE_DEFAULT_DIR. A store created with a capacity keeps
  * it in .tetris-store; a non-zero capacity_bytes overrides it for this
- * handle only. TETRIS_E_NOTFOUND if there is no store and create is false,
- * TETRIS_E_INVAL for a bad tenant name (allowed: [a-z0-9._-], no ".."). A
- * handle may be shared by threads. Close holders before their store. */
+ * handle only. A read-only handle accepts a store root or a public/ on its
+ * own (a function pod's mount of it). TETRIS_E_NOTFOUND if there is no
+ * store and create is false, TETRIS_E_INVAL for a bad tenant name (allowed:
+ * [a-z0-9._-], no ".."), TETRIS_E_DENIED for a writer whose root (or
+ * public/, private/) is a link, not its own, or writable by others,
+ * TETRIS_E_FORMAT for a format 1 store. A handle may be shared by threads.
+ * Close holders before their store. */
 int store_open(const char *dir, const struct store_options *opts, store **out, tetris_error *err);
 void store_close(store *s);
 const char *store_root(const store *s); /* the resolved directory (tenant included) */
 /* 0 if name can be a tenant's (DIR/tenants/NAME stays under DIR), else
  * TETRIS_E_INVAL saying why; store_open checks the same. */
 int store_tenant_check(const char *name, tetris_error *err);
+/* What pods mount: tensors/ and the ingest socket (root/public, or the
+ * directory opened when that was a public/ itself). */
+const char *store_public_dir(const store *s);
 uint64_t store_capacity(const store *s);
 
 /* ---- mapping ---- */
@@ -113,11 +136,13 @@ int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_f
 int store_usage_bytes(store *s, uint64_t *out, tetris_error *err);
 
 /* ---- use lock: loaders shared, reclaimer exclusive ----
- * Loaders wrap "record references, then map" in use_begin/use_end (which
+ * Writers wrap "record references, then map" in use_begin/use_end (which
  * nest, per handle); a reclaim pass reads holders and removes tensors
  * between reclaim_begin/reclaim_end. The lock is an flock on the handle's
  * own open file description, so one handle cannot be both: a process that
- * loads and reclaims opens the store twice. */
+ * loads and reclaims opens the store twice. On a read-only handle
+ * use_begin takes nothing (the daemon holds the references). A wait past
+ * STORE_LOCK_TIMEOUT_MS fails TETRIS_E_TIMEOUT. */
 int store_use_begin(store *s, tetris_error *err);
 void store_use_end(store *s);
 int store_reclaim_begin(store *s, tetris_error *err);

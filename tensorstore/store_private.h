@@ -11,9 +11,14 @@
 
 #include "tensorstore/store.h"
 
-#define STORE_MARKER ".tetris-store"
-#define STORE_USE_LOCK ".use.lock"
-#define STORE_FORMAT_VERSION 1
+#define STORE_MARKER ".tetris-store" /* in public/ (format 1 had it in the root) */
+#define STORE_USE_LOCK "use.lock"    /* in private/ */
+#define STORE_FORMAT_VERSION 2
+#define STORE_OLD_FORMAT_VERSION 1 /* everything in one directory pods mounted */
+/* Waits on locks only trusted writers take (the daemon's threads, --direct
+ * processes) end after this long with TETRIS_E_TIMEOUT, so that no stuck
+ * process can stop the daemon's passes for good. */
+#define STORE_LOCK_TIMEOUT_MS 30000
 #define STORE_TENSOR_FANOUT 256  /* tensors/00 .. tensors/ff */
 #define STORE_LOCK_STRIPE_CHARS 3 /* locks/000 .. locks/fff */
 #define STORE_CAPACITY_LOCK "capacity"
@@ -31,15 +36,18 @@ struct usage_cache_entry {
 
 struct store {
     char *root;
+    char *public_dir; /* root/public, or the root itself when that is a mounted public/ */
     bool read_only;
     uint64_t capacity_bytes;
     int root_fd;
+    int public_fd;
+    int private_fd; /* -1 when read-only: private/ is the writers' */
     int tensors_fd;
     int tmp_fd;
-    int locks_fd; /* -1 when read-only: locks are only taken to write */
-    int holders_fd;
+    int locks_fd;
+    int holders_fd; /* read-only handles: only where private/ is readable (listing) */
     int quarantine_fd;
-    int use_lock_fd;
+    int use_lock_fd; /* -1 when read-only: readers rely on the daemon's references */
 
     pthread_mutex_t use_mutex; /* guards use_depth and reclaiming */
     int use_depth;             /* store_use_begin calls not yet ended */
@@ -67,6 +75,16 @@ int tensor_file_check(int fd, const tensor_digest *d, const char *what, tensor_m
 
 void tensor_relpath(const tensor_digest *d, char out[3 + TENSOR_DIGEST_HEX_LEN + 1]);
 
+/* ---- opening files without following links ----
+ * Every path the store opens is relative to one of its directory
+ * descriptors and may not leave it or pass through a symbolic link:
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) where the kernel has it,
+ * else O_NOFOLLOW on each component. Returns the fd or -1 with errno
+ * (ELOOP for a link, EXDEV for a path that would leave dir_fd). */
+int store_openat(int dir_fd, const char *path, int flags, mode_t mode);
+/* A subdirectory of dir_fd, the same way. */
+int store_open_dir(int dir_fd, const char *path);
+
 /* ---- locks and temp files ---- */
 
 /* Takes the exclusive lock stripe for digest d; returns its fd (close to
@@ -87,8 +105,9 @@ int store_create_locked(int dir_fd, const char *prefix, const char *suffix, int 
  * it so the caller can remove the file while still holding the lock. */
 int store_probe_dead(int dir_fd, const char *name, int *keep_fd, tetris_error *err);
 
-/* flock(2), resumed when a signal interrupts the wait. */
-int store_flock(int fd, int op);
+/* flock(2) that gives up after timeout_ms (-1 with errno ETIMEDOUT),
+ * resumed when a signal interrupts the wait. op is LOCK_SH or LOCK_EX. */
+int store_flock(int fd, int op, int timeout_ms);
 
 /* TETRIS_E_DENIED, _NOTFOUND, _FULL, _NOMEM or _IO for an errno. */
 int store_errno_code(int errnum);

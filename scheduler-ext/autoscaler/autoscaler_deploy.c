@@ -33,9 +33,12 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
 {
     const profile_config *cfg = &fn->prof->configs[config];
     char name[256], key[96], cpu[32], memory[32], batch[16], concurrency[16], threads[16],
-        model[1024], port[16];
+        model[1024], port[16], store_public[1024];
     as_deployment_name(fn, config, name, sizeof name);
     as_config_key(cfg, key, sizeof key);
+    /* Only the store's public part, mounted where the store is: nothing a
+     * pod can lock or write reaches the node daemon. */
+    snprintf(store_public, sizeof store_public, "%s/" TETRIS_STORE_PUBLIC_SUBDIR, o->store_dir);
     snprintf(cpu, sizeof cpu, "%ldm", lround(cfg->c * 1000.0));
     /* With tensor sharing the store's pages are charged to the node daemon:
      * the pod asks for its private memory only. */
@@ -77,7 +80,7 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
                      "labels", pod_labels, "annotations", TETRIS_ANNOTATION_SCRAPE, "true",
                      TETRIS_ANNOTATION_SCRAPE_PORT, port, "spec", "schedulerName",
                      o->scheduler_name, "containers", container, "volumes", "name", "tetris-store",
-                     "hostPath", "path", o->store_dir, "type", "Directory");
+                     "hostPath", "path", store_public, "type", "Directory");
 }
 
 /* ---- dry run ---- */

@@ -185,7 +185,8 @@ static int store_mount_dir(const struct webhook_config *c, const webhook_pod_fac
         int r = store_tenant_check(f->tenant, err);
         if (r < 0)
             return r;
-        n = snprintf(buf, len, "%s/" TETRIS_TENANTS_SUBDIR "/%s", c->store_dir, f->tenant);
+        n = snprintf(buf, len, "%s/" TETRIS_TENANTS_SUBDIR "/%s/" TETRIS_STORE_PUBLIC_SUBDIR,
+                     c->store_dir, f->tenant);
     } else if (c->store_subdir != NULL && c->store_subdir[0] != '\0') {
         n = snprintf(buf, len, "%s/%s", c->store_dir, c->store_subdir);
     } else {

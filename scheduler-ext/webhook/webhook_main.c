@@ -65,9 +65,11 @@ static void usage(FILE *out)
             "  --listen ADDR:PORT         HTTPS address (default " TETRIS_WEBHOOK_LISTEN ")\n"
             "  --store DIR                the nodes' store, TETRIS_STORE (default " TETRIS_STORE_DIR
             ")\n"
-            "  --store-subdir SUB         what a shared pod mounts: DIR/SUB (default: all of\n"
-            "                             DIR); a tenant's pod mounts DIR/" TETRIS_TENANTS_SUBDIR
-            "/T only\n"
+            "  --store-subdir SUB         what a shared pod mounts: DIR/SUB "
+            "(default " TETRIS_STORE_PUBLIC_SUBDIR ";\n"
+            "                             empty: all of DIR); a tenant's pod mounts\n"
+            "                             DIR/" TETRIS_TENANTS_SUBDIR
+            "/T/" TETRIS_STORE_PUBLIC_SUBDIR " only\n"
             "  --scheduler NAME           for pods that asked for the default scheduler\n"
             "                             (default " TETRIS_SCHEDULER_NAME "; empty: leave it)\n"
             "  --namespace NS             serve pods in NS (repeatable; default: every\n"
@@ -142,7 +144,7 @@ static int parse_options(int argc, char **argv, options *o)
     *o = (options){
         .listen = TETRIS_WEBHOOK_LISTEN,
         .cfg = {.store_dir = TETRIS_STORE_DIR,
-                .store_subdir = "",
+                .store_subdir = TETRIS_STORE_PUBLIC_SUBDIR,
                 .scheduler_name = TETRIS_SCHEDULER_NAME},
         .service = TETRIS_WEBHOOK_SERVICE,
         .configuration = TETRIS_WEBHOOK_CONFIGURATION,

@@ -30,7 +30,7 @@ for i in $(seq 1 $n); do
 done
 distinct=$(jq -r '[.tensors[] | select(.nbytes > 0) | .digest] | unique | length' "$WORK/manifest.json")
 distinct_bytes=$(jq -r '[.tensors[] | select(.nbytes > 0) | {digest, nbytes}] | unique | map(.nbytes) | add' "$WORK/manifest.json")
-files=$(find "$store/tensors" -type f | wc -l)
+files=$(find "$store/public/tensors" -type f | wc -l)
 [ "$files" -eq "$distinct" ] || fail "$files tensor files for $distinct distinct tensors"
 [ "$ingested" -eq "$distinct_bytes" ] || fail "instances ingested $ingested bytes in all, want $distinct_bytes (one copy)"
 "$BIN/tetris-agent" verify --store "$store" >/dev/null 2>&1 || fail "store does not verify"

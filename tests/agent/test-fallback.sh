@@ -28,12 +28,12 @@ check "missing store, direct mode" store-unavailable "$out"
 store="$WORK/store"
 mkdir -p "$store"
 "$BIN/tetris-agent" load --direct --store "$store" "$model" >/dev/null 2>&1 # lay the store out
-"$BIN/tetris-test-fake-daemon" dead "$store/ingest.sock" || fail "cannot fake a dead daemon"
+"$BIN/tetris-test-fake-daemon" dead "$store/public/ingest.sock" || fail "cannot fake a dead daemon"
 out=$("$BIN/tetris-onnx-run" "$model" --store "$store" 2>"$WORK/err") || fail "dead daemon: exit $?"
 check "dead daemon" daemon-unavailable "$out"
 
-rm -f "$store/ingest.sock"
-"$BIN/tetris-test-fake-daemon" stall "$store/ingest.sock" >"$WORK/ready" &
+rm -f "$store/public/ingest.sock"
+"$BIN/tetris-test-fake-daemon" stall "$store/public/ingest.sock" >"$WORK/ready" &
 KILL_ON_EXIT="$KILL_ON_EXIT $!"
 wait_until 10 '[ -s "$WORK/ready" ]' || fail "fake daemon not ready"
 out=$("$BIN/tetris-agent" load --store "$store" --timeout-ms 300 "$model" 2>"$WORK/err") || fail "stalled daemon: exit $?"

@@ -16,8 +16,8 @@ KILL_ON_EXIT="$KILL_ON_EXIT $pid"
 exec 3>"$WORK/stdin" # hold the fifo open: the process holds the model
 wait_output $pid "$WORK/out" tetris-onnx-run "$WORK/err"
 shared=$(jq -r .shared_tensors "$WORK/out")
-ro=$(grep -c " r--s .*$store/tensors/" /proc/$pid/maps || true)
-rw=$(grep "$store/tensors/" /proc/$pid/maps | grep -vc " r--s " || true)
+ro=$(grep -c " r--s .*$store/public/tensors/" /proc/$pid/maps || true)
+rw=$(grep "$store/public/tensors/" /proc/$pid/maps | grep -vc " r--s " || true)
 [ "$ro" -ge "$shared" ] || fail "$ro r--s store mappings for $shared shared tensors"
 [ "$rw" -eq 0 ] || fail "$rw store mappings that are not r--s"
 "$BIN/tetris-agent" inspect --store "$store" | grep -q " live " || fail "no live holder listed"

@@ -36,7 +36,7 @@ release
 hold --store "$store" --direct
 store_anon=$(anon_kb $pid)
 shared_bytes=$(jq -r .shared_bytes "$WORK/out")
-touched_kb=$(awk -v pre="$store/tensors/" '/^[0-9a-f]+-[0-9a-f]+ / { in_store = index($6, pre) == 1 }
+touched_kb=$(awk -v pre="$store/public/tensors/" '/^[0-9a-f]+-[0-9a-f]+ / { in_store = index($6, pre) == 1 }
                                           /^Rss:/ && in_store { kb += $2 } END { print kb + 0 }' /proc/$pid/smaps)
 release
 

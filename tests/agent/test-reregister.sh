@@ -25,9 +25,9 @@ agent_model="$MODELS/silero_vad_v6.onnx"
 run_model="$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 wait_socket() { # pid log
-    wait_until 30 "[ -S '$store/ingest.sock' ] || ! kill -0 $1" ||
+    wait_until 30 "[ -S '$store/public/ingest.sock' ] || ! kill -0 $1" ||
         fail "daemon socket did not appear: $(cat "$2")"
-    [ -S "$store/ingest.sock" ] || fail "daemon died: $(cat "$2")"
+    [ -S "$store/public/ingest.sock" ] || fail "daemon died: $(cat "$2")"
 }
 live_holders() {
     "$BIN/tetris-agent" inspect --store "$store" 2>/dev/null | grep -c " live " || true
@@ -35,7 +35,7 @@ live_holders() {
 missing_tensors() { # how many of the held models' tensors the store lacks
     n=0
     for hex in $(jq -r '.tensors[].digest | sub("sha256:"; "")' "$WORK"/*.manifest | sort -u); do
-        [ -f "$store/tensors/$(printf %.2s "$hex")/$hex" ] || n=$((n + 1))
+        [ -f "$store/public/tensors/$(printf %.2s "$hex")/$hex" ] || n=$((n + 1))
     done
     echo $n
 }
@@ -59,7 +59,7 @@ store_metric() { # name port: the shared store's value (no tenants: no label)
         awk -v n="$1" '$1 == n || $1 == n "{tenant=\"\"}" { print $2 }'
 }
 pid_of() { cat "$WORK/$1.pid"; }
-store_maps() { grep "$store/tensors/" /proc/$(pid_of $1)/maps; }
+store_maps() { grep "$store/public/tensors/" /proc/$(pid_of $1)/maps; }
 
 for n in $names; do
     eval "model=\$${n}_model"
@@ -91,7 +91,7 @@ done
 # before it serves, so that pass counts each process once: the reference.
 kill -KILL $daemon
 wait $daemon 2>/dev/null || true
-rm -f "$store/ingest.sock"
+rm -f "$store/public/ingest.sock"
 printf 'interval: 3600s\nkeep_alive: 3600s\n' >"$WORK/reclaimer.yaml"
 TETRIS_LOG_LEVEL=debug "$BIN/tetris-reclaimer" --store "$store" --listen 127.0.0.1:0 \
     --config "$WORK/reclaimer.yaml" 2>"$WORK/adopting.log" 3>&- 4>&- &
@@ -128,14 +128,14 @@ echo "ok daemon restarted seeing the pids: both holders adopted, re-registered, 
 
 kill -KILL $daemon
 wait $daemon 2>/dev/null || true
-rm -f "$store/ingest.sock"
+rm -f "$store/public/ingest.sock"
 if unshare --pid --fork --kill-child --mount-proc true 2>/dev/null; then
     how="a pid namespace of its own"
     ns="unshare --pid --fork --kill-child --mount-proc"
 else
     how="the old holder files removed"
     ns=""
-    rm -f "$store"/holders/*.ref
+    rm -f "$store"/private/holders/*.ref
 fi
 # The new daemon starts with a long keep-alive: it must not free what it
 # released at start-up before the holders had a chance to reconnect (the

@@ -11,7 +11,7 @@ mkdir -p "$store"
 "$BIN/tetris-agent" verify --store "$store" >"$WORK/out" 2>/dev/null || fail "clean store: exit $?"
 grep -q " 0 corrupt" "$WORK/out" || fail "clean store: $(cat "$WORK/out")"
 
-victim=$(find "$store/tensors" -type f -size +4k | head -1)
+victim=$(find "$store/public/tensors" -type f -size +4k | head -1)
 [ -n "$victim" ] || fail "no tensor file to corrupt"
 chmod u+w "$victim"
 byte=$(od -An -tu1 -j100 -N1 "$victim" | tr -d ' ')

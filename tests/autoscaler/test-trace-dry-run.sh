@@ -64,7 +64,7 @@ check '.spec.template.spec.containers[0].resources.requests.cpu' 1000m
 check '.spec.template.spec.containers[0].resources.limits.memory' 100Mi
 check '.spec.template.spec.containers[0].volumeMounts[0].readOnly' true
 check '.spec.template.spec.containers[0].volumeMounts[0].mountPath' /dev/shm/tetris
-check '.spec.template.spec.volumes[0].hostPath.path' /dev/shm/tetris
+check '.spec.template.spec.volumes[0].hostPath.path' /dev/shm/tetris/public
 
 # With sharing the pod asks for its private memory only (40 MiB, not 100).
 run --function fn="$here/two-configs.profile.yaml" --trace fn="$here/rise-and-fall.trace" --sharing

@@ -50,7 +50,7 @@ spec:
     - {name: store, mountPath: /dev/shm/tetris, readOnly: true}
     - {name: models, mountPath: /models, readOnly: true}
   volumes:
-  - {name: store, hostPath: {path: $store, type: Directory}}
+  - {name: store, hostPath: {path: $store/public, type: Directory}}
   - {name: models, hostPath: {path: $models, type: Directory}}
 YAML
 if ! kc -n "$ns" wait --for=condition=Ready pod/fn --timeout="${K8S_TIMEOUT}s" >/dev/null; then

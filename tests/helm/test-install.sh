@@ -154,7 +154,7 @@ grep -qx 'tetris_store_capacity_bytes 100663296' "$work/metrics" ||
     fail "capacity from the chart's ConfigMap (96Mi) not in effect: $(grep capacity "$work/metrics")"
 curl -fsS --max-time 5 "$url/inventory" | jq_true --arg n "$NODE_NAME" '.node == $n' ||
     fail "/inventory does not name $NODE_NAME"
-[ -S "$store/ingest.sock" ] || fail "no ingest socket in the store hostPath $store"
+[ -S "$store/public/ingest.sock" ] || fail "no ingest socket in the store hostPath $store"
 # tetris-node-pins' file, in its emptyDir as the node's kubelet keeps it.
 uid="$(kc -n "$ns" get pod "$pod" -o jsonpath='{.metadata.uid}')"
 pins="$CLUSTER_DIR/kubelet/pods/$uid/volumes/kubernetes.io~empty-dir/pins/pins"
@@ -253,7 +253,7 @@ until [ -n "$(kc -n "$ns" get deployments -l faas_function=silero-vad -o name 2>
 done
 fn="$(kc -n "$ns" get deployments -l faas_function=silero-vad -o json | jq -c '.items[0].spec.template.spec')"
 printf '%s' "$fn" | jq_true --arg s "$scheduler" --arg st "$store" '.schedulerName == $s and
-    ([.volumes[] | select(.hostPath.path == $st)] | length) == 1 and
+    ([.volumes[] | select(.hostPath.path == $st + "/public")] | length) == 1 and
     ([.containers[0].volumeMounts[] | select(.mountPath == $st) | .readOnly] == [true])' ||
     fail "function Deployment does not use $scheduler and the store read-only: $fn"
 

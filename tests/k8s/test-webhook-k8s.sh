@@ -96,7 +96,7 @@ echo "ok annotated pod: read-only store, env, manifest (copied), label, schedule
 pod "$tns" tenant '"x": "y"' 'faas_function: tenant'
 stored="$(kc -n "$tns" get pod tenant -o json)"
 printf '%s' "$stored" | jq -e '
-    [.spec.volumes[] | select(.hostPath) | .hostPath.path] == ["/dev/shm/tetris/tenants/acme"]
+    [.spec.volumes[] | select(.hostPath) | .hostPath.path] == ["/dev/shm/tetris/tenants/acme/public"]
     and (.spec.containers[0].env | from_entries).TETRIS_TENANT == "acme"' >/dev/null ||
     fail "tenant pod: $(printf '%s' "$stored" | jq -c .spec)"
 echo "ok tenant namespace: tenants/acme only"

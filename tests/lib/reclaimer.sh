@@ -35,7 +35,7 @@ wait_passes() {
 }
 
 # tensor_count: tensor files in the store.
-tensor_count() { find "$STORE/tensors" -type f | wc -l; }
+tensor_count() { find "$STORE/public/tensors" -type f | wc -l; }
 
 # synth FILE TENSORS BYTES SEED: a synthetic safetensors model.
 synth() { "$PROBE" synth --out "$1" --tensors "$2" --bytes "$3" --seed "$4" || fail "synth"; }

@@ -246,11 +246,6 @@ static int cmd_load(int argc, char **argv)
     if (store_dir == NULL || optind + 1 != argc)
         return usage();
     const char *path = argv[optind];
-    char sockbuf[4096];
-    if (sock == NULL) {
-        snprintf(sockbuf, sizeof(sockbuf), "%s/%s", store_dir, INGEST_SOCKET_NAME);
-        sock = sockbuf;
-    }
     signal(SIGTERM, on_term);
     signal(SIGPIPE, SIG_IGN);
     tetris_error err;
@@ -269,6 +264,14 @@ static int cmd_load(int argc, char **argv)
     cleanup_free void **privs = calloc(m->n_tensors + 1, sizeof(*privs));
     struct store_options so = {.read_only = !direct};
     int rc = store_open(store_dir, &so, &s, &err);
+    char sockbuf[4096];
+    if (sock == NULL) {
+        /* The socket is in the store's public part, or in the directory
+         * given when that is a public part itself (a pod's mount). */
+        snprintf(sockbuf, sizeof(sockbuf), "%s/%s", s != NULL ? store_public_dir(s) : store_dir,
+                 INGEST_SOCKET_NAME);
+        sock = sockbuf;
+    }
     if (rc == 0 && direct) {
         /* Direct mode: publish and hold references ourselves. */
         rc = store_holder_open(s, path, getpid(), &holder, &err);

@@ -8,7 +8,7 @@
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
 
-SOCK="$STORE/ingest.sock"
+SOCK="$STORE/public/ingest.sock"
 synth "$WORK/m.safetensors" 4 4096 1
 synth "$WORK/other.safetensors" 4 4096 2
 "$PROBE" manifest "$WORK/m.safetensors" >"$WORK/m.json" || fail "manifest"
@@ -92,7 +92,7 @@ echo "$out" | jq -e '[.tensors[1:][] | .status == "ingested"] | all' >/dev/null 
 hex=${forged#sha256:}
 http_get /inventory | jq -e --arg d "$hex" '[.tensors[] | select(.digest == $d)] | length == 0' >/dev/null ||
     fail "forged digest visible in the inventory"
-[ -z "$(find "$STORE/tensors" -name "$hex*")" ] || fail "forged digest present in the store"
+[ -z "$(find "$STORE/public/tensors" -name "$hex*")" ] || fail "forged digest present in the store"
 note "forged digest rejected (corrupt), honest tensors ingested"
 
 # The daemon still serves a normal client.

@@ -23,7 +23,7 @@ hold "$WORK/keep.safetensors" "$WORK/keep.json"; KEEP=$HOLD_PID
 
 keep_intact() {
     while read -r d; do
-        [ -n "$(find "$STORE/tensors" -name "$d")" ] || return 1
+        [ -n "$(find "$STORE/public/tensors" -name "$d")" ] || return 1
     done <"$WORK/keep.digests"
 }
 
@@ -61,7 +61,7 @@ note "$TRIALS crashes: loaders served=$served fell-back=$fallbacks; live instanc
 release "$KEEP"
 stop_daemon
 "$RECLAIMER" --store "$STORE" --once --keep-alive 1h >>"$DAEMON_LOG" 2>&1 || fail "--once after crashes"
-[ -z "$(find "$STORE/tmp" -type f)" ] || fail "temp files left after repair: $(ls "$STORE/tmp")"
+[ -z "$(find "$STORE/private/tmp" -type f)" ] || fail "temp files left after repair: $(ls "$STORE/private/tmp")"
 "$AGENT" verify --store "$STORE" >"$WORK/verify.out" 2>&1 || fail "store does not verify: $(tail -5 "$WORK/verify.out")"
 note "store verifies clean; no temp files"
 echo "ok $PROG"

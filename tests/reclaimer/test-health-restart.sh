@@ -34,11 +34,11 @@ M1_BYTES=$((4 * 65536))
 
 # ---- leftovers are removed at start ----
 "$RECLAIMER" --store "$STORE" --once --listen "" >>"$DAEMON_LOG" 2>&1 || fail "--once on a new store"
-echo partial >"$STORE/reclaimer.state.tmp.99999"
-echo bad >"$STORE/quarantine/$(printf '%064d' 7)"
+echo partial >"$STORE/private/reclaimer.state.tmp.99999"
+echo bad >"$STORE/private/quarantine/$(printf '%064d' 7)"
 start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0
-[ -e "$STORE/reclaimer.state.tmp.99999" ] && fail "a state temp file survived the start"
-[ -n "$(ls -A "$STORE/quarantine")" ] && fail "quarantine/ not emptied at start"
+[ -e "$STORE/private/reclaimer.state.tmp.99999" ] && fail "a state temp file survived the start"
+[ -n "$(ls -A "$STORE/private/quarantine")" ] && fail "quarantine/ not emptied at start"
 grep -q 'event=leftovers-removed tenant=(shared) state_temp_files=1 quarantined=1' "$DAEMON_LOG" ||
     fail "leftovers' removal not logged"
 note "state temp files and quarantined tensors of a previous daemon removed at start"
@@ -46,7 +46,7 @@ note "state temp files and quarantined tensors of a previous daemon removed at s
 # ---- a second daemon on a served store changes nothing ----
 "$PROBE" load --store "$STORE" "$WORK/m1.safetensors" >"$WORK/m1.json" 2>>"$WORK/probe.log"
 jq -e '.ingested == 4' "$WORK/m1.json" >/dev/null || fail "load m1: $(cat "$WORK/m1.json")"
-find "$STORE/tensors" -type f -printf '%f\n' >"$WORK/m1.digests"
+find "$STORE/public/tensors" -type f -printf '%f\n' >"$WORK/m1.digests"
 # m1 is cold now: the live daemon keeps it an hour, a keep-alive of 0 not.
 for mode in --once --interval=200ms; do
     rc=$(status "$RECLAIMER" --store "$STORE" --listen 127.0.0.1:0 --keep-alive 0 "$mode")
@@ -55,11 +55,11 @@ for mode in --once --interval=200ms; do
         fail "second daemon ($mode): no clear message: $(cat "$WORK/status.err")"
     [ "$(tensor_count)" = 4 ] || fail "second daemon ($mode) freed the live daemon's cold tensors"
 done
-[ -S "$STORE/ingest.sock" ] || fail "the second daemon removed the live one's socket"
+[ -S "$STORE/public/ingest.sock" ] || fail "the second daemon removed the live one's socket"
 "$PROBE" load --store "$STORE" "$WORK/m1.safetensors" >"$WORK/again.json" 2>>"$WORK/probe.log"
 jq -e '.fallback == false and .resident == 4' "$WORK/again.json" >/dev/null ||
     fail "the live daemon stopped serving: $(cat "$WORK/again.json")"
-as_nobody flock -n "$STORE/reclaimer.lock" true 2>/dev/null && fail "uid nobody can take the instance lock"
+as_nobody flock -n "$STORE/private/reclaimer.lock" true 2>/dev/null && fail "uid nobody can take the instance lock"
 note "a second daemon and --once exit 3 and leave the store alone"
 stop_daemon
 
@@ -71,7 +71,7 @@ jq -e '.rejected > 0' "$WORK/big.json" >/dev/null || fail "an ingest past capaci
 wait_passes 3
 [ "$(metric tetris_evictions_total)" = 0 ] || fail "an oversized claim evicted $(metric tetris_evictions_total) tensors"
 while read -r f; do
-    [ -n "$(find "$STORE/tensors" -name "$f")" ] || fail "m1's cold $f evicted for a claim that could never fit"
+    [ -n "$(find "$STORE/public/tensors" -name "$f")" ] || fail "m1's cold $f evicted for a claim that could never fit"
 done <"$WORK/m1.digests"
 note "an ingest bigger than the capacity is refused and evicts nothing"
 stop_daemon

@@ -39,13 +39,13 @@ note "inventory: ETag = generation, 304 when unchanged, exact digests"
 
 # Rot one byte of one stored tensor.
 victim=$(head -n 1 "$WORK/want")
-file=$(find "$STORE/tensors" -name "$victim")
+file=$(find "$STORE/public/tensors" -name "$victim")
 [ -n "$file" ] || fail "victim not in store"
 chmod u+w "$file"
 printf '\377\377\377\377' | dd of="$file" bs=1 seek=1000 conv=notrunc 2>/dev/null
 wait_until 60 '[ "$(metric tetris_scrub_errors_total)" = 1 ]' || fail "scrub did not find the corrupt tensor"
-[ -z "$(find "$STORE/tensors" -name "$victim")" ] || fail "corrupt tensor still in tensors/"
-[ -n "$(find "$STORE/quarantine" -name "$victim*")" ] || fail "corrupt tensor not in quarantine/"
+[ -z "$(find "$STORE/public/tensors" -name "$victim")" ] || fail "corrupt tensor still in tensors/"
+[ -n "$(find "$STORE/private/quarantine" -name "$victim*")" ] || fail "corrupt tensor not in quarantine/"
 http_get /inventory | jq -e --arg d "$victim" '[.tensors[] | select(.digest == $d)] | length == 0' >/dev/null ||
     fail "quarantined tensor still in the inventory"
 kill -0 "$H" || fail "the instance mapping the quarantined tensor died"

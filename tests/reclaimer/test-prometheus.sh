@@ -24,7 +24,7 @@ WEIRD="$WORK/b \"q\\uo\".safetensors"
 cp "$WORK/b.safetensors" "$WEIRD"
 hold "$WEIRD" "$WORK/b1.json"
 printf '{"op":"report_fallback","label":"b","reason":"store full"}' |
-    "$PROBE" send --socket "$STORE/ingest.sock" | grep -q '"ok":true' || fail "report_fallback"
+    "$PROBE" send --socket "$STORE/public/ingest.sock" | grep -q '"ok":true' || fail "report_fallback"
 A_BYTES=$((6 * 65536))
 WANT_SAVED=$((2 * A_BYTES))
 wait_until 60 '[ "$(metric tetris_store_holders)" = 4 ]' || fail "holders not seen"

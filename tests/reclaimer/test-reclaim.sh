@@ -117,7 +117,7 @@ daemon_alive || fail "daemon died on a broken config"
 # the 1 MiB capacity.
 stop_daemon
 release "$A3"
-grep -q . "$STORE/reclaimer.state" || fail "no last-use state persisted"
+grep -q . "$STORE/private/reclaimer.state" || fail "no last-use state persisted"
 "$RECLAIMER" --store "$STORE" --once --keep-alive 1h >>"$DAEMON_LOG" 2>&1 || fail "--once failed"
 [ "$(tensor_count)" = 8 ] || fail "--once with a long keep-alive freed tensors"
 "$RECLAIMER" --store "$STORE" --once --keep-alive 0 >>"$DAEMON_LOG" 2>&1 || fail "--once failed"

@@ -25,7 +25,7 @@ as() {
     shift
     setpriv --reuid="$_uid" --regid="$_uid" --clear-groups "$@"
 }
-files() { find "$1/tensors" -type f 2>/dev/null | wc -l; }
+files() { find "$1/public/tensors" -type f 2>/dev/null | wc -l; }
 code() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1$2"; }
 
 # Pods read the models and reach the sockets; they write nothing.
@@ -40,11 +40,11 @@ start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 \
     --tenant-uids "alpha=$ALPHA_UID,beta=$BETA_UID" --tenant-listen 127.0.0.1:0
 [ -n "$RECLAIMER_TENANT_PORT" ] || fail "no tenant listen address"
 
-# ---- a pod that mounts tenants/beta only ----
+# ---- a pod that mounts tenants/beta/public only ----
 mkdir "$WORK/pod"
 # shellcheck disable=SC2016
 unshare -m sh -c 'mount --bind -o ro "$1" "$2" && exec setpriv --reuid="$3" --regid="$3" --clear-groups "$4" load --store "$2" "$5"' \
-    sh "$B" "$WORK/pod" "$BETA_UID" "$PROBE" "$WORK/m1.safetensors" >"$WORK/beta.json" 2>>"$WORK/probe.log" ||
+    sh "$B/public" "$WORK/pod" "$BETA_UID" "$PROBE" "$WORK/m1.safetensors" >"$WORK/beta.json" 2>>"$WORK/probe.log" ||
     fail "beta's pod could not load"
 jq -e '.fallback == false and .ingested == 4' "$WORK/beta.json" >/dev/null ||
     fail "beta's pod through its own mount: $(cat "$WORK/beta.json")"
@@ -53,7 +53,7 @@ jq -e '.fallback == false and .ingested == 4' "$WORK/beta.json" >/dev/null ||
 # What that pod sees of the node's stores: beta's, nothing else.
 # shellcheck disable=SC2016
 unshare -m sh -c 'mount --bind -o ro "$1" "$2" && exec setpriv --reuid="$3" --regid="$3" --clear-groups find "$2"' \
-    sh "$B" "$WORK/pod" "$BETA_UID" >"$WORK/seen.txt" 2>/dev/null
+    sh "$B/public" "$WORK/pod" "$BETA_UID" >"$WORK/seen.txt" 2>/dev/null
 grep -q '/tenants/\|alpha' "$WORK/seen.txt" && fail "beta's pod sees other stores: $(grep alpha "$WORK/seen.txt")"
 grep -q "^$WORK/pod/ingest.sock\$" "$WORK/seen.txt" || fail "beta's pod does not see its socket"
 note "a pod mounting tenants/beta sees beta's store only and loads through it"
@@ -64,7 +64,7 @@ jq -e '.fallback == false and .ingested == 4' "$WORK/alpha.json" >/dev/null ||
     fail "alpha's own uid on alpha's socket: $(cat "$WORK/alpha.json")"
 # beta's pod (it found alpha's socket somehow) and an unbound uid.
 for uid in $BETA_UID $NOBODY; do
-    as "$uid" "$PROBE" load --store "$B" --socket "$A/ingest.sock" "$WORK/m2.safetensors" \
+    as "$uid" "$PROBE" load --store "$B" --socket "$A/public/ingest.sock" "$WORK/m2.safetensors" \
         >"$WORK/cross.json" 2>>"$WORK/probe.log" || fail "uid $uid: the probe failed"
     jq -e '.fallback == true' "$WORK/cross.json" >/dev/null ||
         fail "uid $uid was served on alpha's socket: $(cat "$WORK/cross.json")"
@@ -93,7 +93,7 @@ for t in alpha beta nope; do
 done
 [ "$(code "$RECLAIMER_PORT" /inventory)" = 200 ] || fail "the public shared inventory"
 curl -sS "http://127.0.0.1:$RECLAIMER_TENANT_PORT/inventory?tenant=alpha" | jq -r '.tensors[].digest' | sort >"$WORK/inv-a"
-find "$A/tensors" -type f -printf '%f\n' | sort >"$WORK/files-a"
+find "$A/public/tensors" -type f -printf '%f\n' | sort >"$WORK/files-a"
 cmp -s "$WORK/inv-a" "$WORK/files-a" || fail "the tenant face's inventory of alpha"
 [ "$(code "$RECLAIMER_TENANT_PORT" "/inventory?tenant=nope")" = 404 ] || fail "tenant face: unknown tenant"
 metric_at "http://127.0.0.1:$RECLAIMER_TENANT_PORT" 'tetris_store_tensors{tenant="alpha"}' >"$WORK/t.txt"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test-tenants.sh - one tetris-reclaimer serves the shared store and every
 # tenant store under <store>/tenants/:
-#   - a socket per tenant at <store>/tenants/T/ingest.sock (where
+#   - a socket per tenant at <store>/tenants/T/public/ingest.sock (where
 #     tetris-agent --tenant T connects), none for a directory whose name is
 #     not a tenant name;
 #   - isolation: what a tenant ingests lands in its store only; another
@@ -35,8 +35,8 @@ start_tenant_daemon() {
 tmetric() {
     http_get /metrics | awk -v n="$1{tenant=\"$2\"}" '$1 == n { print $2 }'
 }
-files() { find "$1/tensors" -type f 2>/dev/null | wc -l; }
-digests() { find "$1/tensors" -type f -printf '%f\n' 2>/dev/null | sort; }
+files() { find "$1/public/tensors" -type f 2>/dev/null | wc -l; }
+digests() { find "$1/public/tensors" -type f -printf '%f\n' 2>/dev/null | sort; }
 inventory_digests() { http_get "/inventory$1" | jq -r '.tensors[].digest' | sort; }
 http_code() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RECLAIMER_PORT$1"; }
 
@@ -56,8 +56,8 @@ mkdir -p "$STORE/tenants/alpha" "$STORE/tenants/beta" "$STORE/tenants/Bad.Name"
 start_tenant_daemon --interval 200ms --keep-alive 1 --scrub-rate 0
 A="$STORE/tenants/alpha"
 B="$STORE/tenants/beta"
-[ -S "$A/ingest.sock" ] && [ -S "$B/ingest.sock" ] || fail "no tenant sockets"
-[ -e "$STORE/tenants/Bad.Name/ingest.sock" ] && fail "a directory that is no tenant name is served"
+[ -S "$A/public/ingest.sock" ] && [ -S "$B/public/ingest.sock" ] || fail "no tenant sockets"
+[ -e "$STORE/tenants/Bad.Name/public/ingest.sock" ] && fail "a directory that is no tenant name is served"
 [ "$(metric tetris_store_tenants)" = 2 ] || fail "tenants gauge $(metric tetris_store_tenants)"
 
 # ---- isolation ----
@@ -112,7 +112,7 @@ note "reclaim: alpha's released tensors freed, beta's and the shared store's hel
 
 # ---- a tenant added while running ----
 mkdir "$STORE/tenants/gamma"
-wait_until 60 "[ -S '$STORE/tenants/gamma/ingest.sock' ]" || fail "new tenant not served"
+wait_until 60 "[ -S '$STORE/tenants/gamma/public/ingest.sock' ]" || fail "new tenant not served"
 # The agent holds the model (until its stdin closes) while its tenant's
 # inventory is read: released, the tensors go after the 1 s keep-alive.
 mkfifo "$WORK/g1.in"
@@ -136,7 +136,7 @@ rm -rf "$B"
 wait_until 60 "grep -q 'event=tenant-retired tenant=beta' '$DAEMON_LOG'" || fail "removed tenant not retired"
 [ "$(http_code '/inventory?tenant=beta')" = 404 ] || fail "removed tenant still has an inventory"
 mkdir "$B"
-wait_until 60 "[ -S '$B/ingest.sock' ]" || fail "re-made tenant not served"
+wait_until 60 "[ -S '$B/public/ingest.sock' ]" || fail "re-made tenant not served"
 [ "$(inventory_digests '?tenant=beta')" = "" ] || fail "re-made tenant inherited the old inventory"
 "$PROBE" load --store "$B" "$WORK/m2.safetensors" >"$WORK/b2.json" 2>>"$WORK/probe.log" || fail "load into re-made beta"
 jq -e '.fallback == false and .ingested == 3' "$WORK/b2.json" >/dev/null || fail "re-made beta: $(cat "$WORK/b2.json")"
@@ -167,7 +167,7 @@ stop_daemon
 
 # ---- --no-tenants ----
 start_tenant_daemon --interval 200ms --no-tenants
-[ -e "$A/ingest.sock" ] && fail "--no-tenants still serves alpha"
+[ -e "$A/public/ingest.sock" ] && fail "--no-tenants still serves alpha"
 [ "$(metric tetris_store_tenants)" = 0 ] || fail "--no-tenants: tenants gauge"
 http_get /metrics | grep -q 'tenant="' && fail "--no-tenants: tenant series"
 [ "$(http_code '/inventory?tenant=alpha')" = 404 ] || fail "--no-tenants: alpha inventory"

@@ -212,7 +212,7 @@ static int count_dir(const char *root, const char *sub)
 static int check_tensor_files(store *s, int *files, tetris_error *err)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tensors", store_root(s));
+    snprintf(path, sizeof path, "%s/tensors", store_public_dir(s));
     cleanup_closedir DIR *top = opendir(path);
     if (top == NULL)
         return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
@@ -343,8 +343,8 @@ static int run_concurrent(const struct options *o)
         log_error("event=holders-failed msg=\"%s\"", err.msg);
         failures++;
     }
-    int tmp_left = count_dir(store_root(s), "tmp");
-    int holders_left = count_dir(store_root(s), "holders");
+    int tmp_left = count_dir(store_root(s), "private/tmp");
+    int holders_left = count_dir(store_root(s), "private/holders");
     printf("procs=%d tensors=%d reports=%d published=%d files=%d distinct_views=%d "
            "dead_holders=%d released=%zu tmp_left=%d holders_left=%d\n",
            o->procs, o->tensors, lines, published_total, files, distinct + (lines > 0), hc.dead,
@@ -419,7 +419,7 @@ static int run_fill(const struct options *o)
         log_error("event=check-failed msg=\"%s\"", err.msg);
         failures++;
     }
-    int tmp_left = count_dir(store_root(s), "tmp");
+    int tmp_left = count_dir(store_root(s), "private/tmp");
     printf("procs=%d capacity=%llu used=%llu files=%d tmp_left=%d\n", o->procs,
            (unsigned long long)o->capacity, (unsigned long long)used, files, tmp_left);
     if (used > o->capacity || files == 0 || tmp_left != 0)
@@ -557,10 +557,11 @@ static int crash_trial(const struct options *o, store *s, int trial, uint64_t *s
     rc = store_foreach_holder(s, count_holder, &hc, err);
     if (rc < 0)
         return rc;
-    if (count_dir(store_root(s), "tmp") != 0 || hc.alive + hc.dead != 0 || r.bad_tensors_removed)
+    if (count_dir(store_root(s), "private/tmp") != 0 || hc.alive + hc.dead != 0 ||
+        r.bad_tensors_removed)
         return tetris_fail(err, TETRIS_E_CORRUPT, 0,
                            "after repair: tmp=%d holders=%d bad_tensors_removed=%zu",
-                           count_dir(store_root(s), "tmp"), hc.alive + hc.dead,
+                           count_dir(store_root(s), "private/tmp"), hc.alive + hc.dead,
                            r.bad_tensors_removed);
     /* Start the next trial from an empty store. */
     for (int i = 0; i < n; i++) {

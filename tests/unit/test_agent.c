@@ -88,7 +88,7 @@ START_TEST(private_load_reads_everything)
     ck_assert_uint_eq(am->stats.private_bytes, am->stats.bytes);
     ck_assert_uint_eq(am->stats.mapped_bytes, 0);
     ck_assert(!am->stats.fell_back);
-    ck_assert_ptr_null(agent_store_root(am));
+    ck_assert_ptr_null(agent_store_public_dir(am));
     for (size_t i = 0; i < am->stats.tensors; i++)
         ck_assert(!am->tensors[i].shared && am->tensors[i].data != NULL);
     ck_assert_ptr_null(agent_find_tensor(am, "no such tensor"));
@@ -102,7 +102,10 @@ START_TEST(direct_load_shares_and_reuses)
     agent_model *cold = load(AGENT_MODE_DIRECT, scratch);
     assert_shared(cold);
     ck_assert_uint_gt(cold->stats.ingested_bytes, 0);
-    ck_assert_str_eq(agent_store_root(cold), scratch);
+    char *pub;
+    ck_assert_int_ge(asprintf(&pub, "%s/public", scratch), 0);
+    ck_assert_str_eq(agent_store_public_dir(cold), pub);
+    free(pub);
     assert_same_bytes(cold, base);
 
     agent_model *warm = load(AGENT_MODE_DIRECT, scratch);
@@ -202,8 +205,8 @@ START_TEST(tenants_have_their_own_stores)
     /* beta sees none of alpha's tensors: it ingests its own copies */
     ck_assert_uint_gt(a->stats.ingested_bytes, 0);
     ck_assert_uint_eq(b->stats.ingested_bytes, a->stats.ingested_bytes);
-    ck_assert_ptr_nonnull(strstr(agent_store_root(a), "/tenants/alpha"));
-    ck_assert_ptr_nonnull(strstr(agent_store_root(b), "/tenants/beta"));
+    ck_assert_ptr_nonnull(strstr(agent_store_public_dir(a), "/tenants/alpha"));
+    ck_assert_ptr_nonnull(strstr(agent_store_public_dir(b), "/tenants/beta"));
     assert_same_bytes(a, b);
     agent_model_free(b);
     agent_model_free(a);

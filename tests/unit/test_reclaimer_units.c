@@ -117,8 +117,8 @@ START_TEST(test_config_precedence)
     ck_assert(cfg.keep_alive_s == 60);
     ck_assert_uint_eq(cfg.capacity_bytes, 1ull << 30);
     ck_assert_str_eq(cfg.node_name, "from-file");
-    ck_assert_str_eq(cfg.socket_path, "/tmp/s1/ingest.sock");
-    ck_assert_str_eq(cfg.state_path, "/tmp/s1/reclaimer.state");
+    ck_assert_str_eq(cfg.socket_path, "/tmp/s1/public/ingest.sock");
+    ck_assert_str_eq(cfg.state_path, "/tmp/s1/private/reclaimer.state");
     unlink(path);
     free(path);
 }

@@ -387,11 +387,11 @@ START_TEST(tenant_gets_only_its_store)
     json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "labels"),
                         TETRIS_LABEL_TENANT, json_string("acme"));
     mutate_twice(&c, pod, NULL);
-    ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/acme");
+    ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/acme/public");
     const json_t *mount = named(json_object_get(container0(pod), "volumeMounts"),
                                 TETRIS_VOLUME_STORE);
     ck_assert_str_eq(json_string_value(json_object_get(mount, "mountPath")),
-                     "/dev/shm/tetris/tenants/acme");
+                     "/dev/shm/tetris/tenants/acme/public");
     ck_assert_str_eq(env_value(container0(pod), TETRIS_ENV_TENANT), "acme");
     ck_assert_str_eq(env_value(container0(pod), TETRIS_ENV_STORE), "/dev/shm/tetris");
     json_decref(pod);
@@ -401,12 +401,12 @@ START_TEST(tenant_gets_only_its_store)
     json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "annotations"),
                         TETRIS_LABEL_TENANT, json_string("beta"));
     mutate_twice(&c, pod, NULL);
-    ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/beta");
+    ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/beta/public");
     json_decref(pod);
     pod = function_pod();
     webhook_pod_facts f = {.model = "m1", .tenant = "gamma"};
     mutate_twice(&c, pod, &f);
-    ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/gamma");
+    ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/gamma/public");
     json_decref(pod);
 
     /* A shared pod sees the configured part of the store. */

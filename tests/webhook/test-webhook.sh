@@ -100,7 +100,7 @@ tpod=$(printf '%s' "$pod" | jq -c '.metadata.labels["tetris.io/tenant"] = "acme"
 got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$tpod")")
 patched=$(printf '%s' "$tpod" | jq -c --argjson ops "$(patch_of "$got")" "$JPATCH")
 printf '%s' "$patched" | jq -e '
-    [.spec.volumes[] | select(.hostPath) | .hostPath.path] == ["/dev/shm/tetris/tenants/acme"]
+    [.spec.volumes[] | select(.hostPath) | .hostPath.path] == ["/dev/shm/tetris/tenants/acme/public"]
     and (.spec.containers[0].env[] | select(.name == "TETRIS_TENANT") | .value) == "acme"' \
     >/dev/null || fail "tenant pod: $patched"
 for t in .. ../.. 'a/../../..' Acme; do
