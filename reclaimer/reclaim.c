@@ -623,6 +623,23 @@ struct pass_policy {
     uint64_t scrub_budget;
 };
 
+/* What the scheduler may count as free room beside the free bytes: cold
+ * tensors, which the next pass evicts when an ingest needs their room.
+ * The inventory carries it, so a change is a new generation. */
+static void update_evictable(struct served_store *ss)
+{
+    uint64_t cold = 0;
+    size_t c = 0;
+    struct index_entry *e;
+    while ((e = tensor_index_next(ss->index, &c)) != NULL)
+        if (!(e->mark & MARK_REF))
+            cold += e->file_bytes;
+    if (cold != ss->evictable_bytes) {
+        ss->evictable_bytes = cold;
+        ss->generation++;
+    }
+}
+
 /* The part of a pass that needs the locks: mark what live holders (and
  * pins) reference, then free cold tensors. t[] gets phase end times. */
 static int pass_locked(struct served_store *ss, struct pass *p, const struct listing *l,
@@ -653,6 +670,8 @@ static int pass_locked(struct served_store *ss, struct pass *p, const struct lis
         ss->n_models = p->n_models;
         rc = free_cold(ss, p->now_s, pol->keep_alive_s, pol->bounded, pol->target, freed, err);
     }
+    if (rc == 0)
+        update_evictable(ss);
     t[1] = clock_mono_us();
     return rc;
 }
