@@ -29,6 +29,7 @@
 #include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/prom.h"
 
 #define MARK_SEEN 1u
 #define MARK_REF 2u
@@ -347,7 +348,9 @@ static int merge_listing(struct served_store *ss, const struct listing *l, tetri
 static struct model_usage *model_row(struct pass *p, const char *label)
 {
     char name[sizeof(p->models[0].label)];
-    snprintf(name, sizeof(name), "%s", label != NULL && label[0] != '\0' ? label : "unlabelled");
+    /* The holder's label is the client's: as a metric label it must be
+     * UTF-8 even when cut to fit. */
+    prom_copy_label(name, sizeof(name), label != NULL && label[0] != '\0' ? label : "unlabelled");
     for (size_t i = 0; i < p->n_models; i++)
         if (strcmp(p->models[i].label, name) == 0)
             return &p->models[i];
