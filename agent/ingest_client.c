@@ -282,8 +282,8 @@ static int reregister(ingest_client *c, tetris_error *err)
         size_t i = 0;
         while (res[i].status != INGEST_REJECTED)
             i++;
-        log_warn("event=daemon-reregister-partial label=%s rejected=%zu first=%s reason=\"%s\"",
-                 c->label, sum.rejected, c->m->tensors[i].name, res[i].reason);
+        log_warn("event=daemon-reregister-partial label=%s rejected=%zu first=%s reason=%s",
+                 LOG_Q(c->label), sum.rejected, LOG_Q(c->m->tensors[i].name), LOG_Q(res[i].reason));
     }
     log_info("event=daemon-reregistered label=%s tensors=%zu ingested_bytes=%llu", c->label,
              sum.resident + sum.ingested, (unsigned long long)sum.ingested_bytes);
@@ -310,8 +310,8 @@ static void *watch_main(void *arg)
             /* Attempts 1, 2, 4, 8, ...: a daemon gone for hours costs a
              * dozen lines, not thousands. */
             if ((attempts & (attempts - 1)) == 0)
-                log_warn("event=daemon-reregister-failed label=%s attempts=%u msg=\"%s\"",
-                         c->label, attempts, err.msg);
+                log_warn("event=daemon-reregister-failed label=%s attempts=%u msg=%s",
+                         LOG_Q(c->label), attempts, LOG_Q(err.msg));
             delay = delay * 2 > REREGISTER_MAX_DELAY_MS ? REREGISTER_MAX_DELAY_MS : delay * 2;
         }
     }

@@ -184,7 +184,7 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
     tetris_error ierr;
     /* The trailer is small; the next pass corrects file_bytes exactly. */
     if (store_index_add(ss, meta, meta->nbytes, clock_wall_ms() / 1000, &ierr) < 0)
-        log_warn("event=index-add-failed msg=\"%s\"", ierr.msg);
+        log_warn("event=index-add-failed msg=%s", LOG_Q(ierr.msg));
     pthread_mutex_unlock(&ss->index_lock);
 }
 
@@ -359,7 +359,7 @@ static void send_reply(struct conn *c, char *text)
     tetris_error err;
     if (ingest_send_message(c->sock, text, strlen(text), NULL, 0, request_deadline(c->srv->ss),
                             &err) < 0)
-        log_info("event=ingest-reply-failed pid=%d msg=\"%s\"", (int)c->pid, err.msg);
+        log_info("event=ingest-reply-failed pid=%d msg=%s", (int)c->pid, LOG_Q(err.msg));
     free(text);
 }
 
@@ -423,8 +423,8 @@ static void serve(struct conn *c)
         }
         if (rc < 0) {
             atomic_fetch_add(&ss->counters.ingest_errors, 1);
-            log_warn("event=ingest-refused pid=%d code=%s msg=\"%s\"", (int)c->pid,
-                     tetris_code_name(-rc), err.msg);
+            log_warn("event=ingest-refused pid=%d code=%s msg=%s", (int)c->pid,
+                     tetris_code_name(-rc), LOG_Q(err.msg));
             send_error(c, -rc, err.msg);
             free(reply);
             return;

@@ -62,7 +62,7 @@ static void reload(struct daemon *d, int argc, char **argv)
     tetris_error err;
     int rc = reclaimer_config_load(argc, argv, &fresh, &err);
     if (rc != 0) {
-        log_error("event=reload-failed msg=\"%s\" action=keep-old-config", err.msg);
+        log_error("event=reload-failed msg=%s action=keep-old-config", LOG_Q(err.msg));
         return;
     }
     if (strcmp(fresh.store_dir, d->cfg.store_dir) != 0 ||
@@ -130,8 +130,8 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
             continue;
         tetris_error err;
         if (daemon_reclaim_pass(d, &err) < 0) {
-            log_error("event=reclaim-pass-failed code=%s msg=\"%s\"", tetris_code_name(err.code),
-                      err.msg);
+            log_error("event=reclaim-pass-failed code=%s msg=%s", tetris_code_name(err.code),
+                      LOG_Q(err.msg));
             pthread_mutex_lock(&d->pass_lock);
             d->last_pass_ms = clock_wall_ms(); /* retry after one interval, not at once */
             pthread_mutex_unlock(&d->pass_lock);
@@ -148,7 +148,7 @@ int main(int argc, char **argv)
     if (rc == 1)
         return 0;
     if (rc < 0) {
-        log_error("event=usage msg=\"%s\"", err.msg);
+        log_error("event=usage msg=%s", LOG_Q(err.msg));
         fprintf(stderr, "Try '%s --help'.\n", argv[0]);
         return EXIT_USAGE;
     }
@@ -168,13 +168,14 @@ int main(int argc, char **argv)
      * store a live daemon serves must change nothing there. */
     rc = daemon_claim_store(&d, &err);
     if (rc == -TETRIS_E_CONFLICT) {
-        log_error("event=store-served msg=\"%s\" action=exit", err.msg);
+        log_error("event=store-served msg=%s action=exit", LOG_Q(err.msg));
         daemon_fini(&d);
         return RECLAIMER_EXIT_SERVED;
     }
     /* The first pass repairs every store and finds the tenants. */
     if (rc < 0 || daemon_open_shared(&d, &err) < 0 || daemon_reclaim_pass(&d, &err) < 0) {
-        log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
+        log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
+                  LOG_Q(err.msg));
         daemon_fini(&d);
         return EXIT_RUNTIME;
     }
@@ -193,7 +194,8 @@ int main(int argc, char **argv)
     if (daemon_start_serving(&d, &err) < 0 ||
         ((cfg.listen[0] != '\0' || cfg.tenant_listen[0] != '\0') &&
          http_api_start(&d, &http, &err) < 0)) {
-        log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
+        log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
+                  LOG_Q(err.msg));
         atomic_store(&d.stopping, true);
         daemon_fini(&d);
         return EXIT_RUNTIME;

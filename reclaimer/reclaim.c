@@ -437,8 +437,8 @@ static int remove_tensor(struct served_store *ss, struct index_entry *e, bool ev
     tensor_digest_to_hex(&dg, hex);
     int rc = store_remove_tensor(ss->store, &dg, &err);
     if (rc < 0 && rc != -TETRIS_E_NOTFOUND) {
-        log_warn("event=remove-failed digest=%s code=%s msg=\"%s\"", hex, tetris_code_name(-rc),
-                 err.msg);
+        log_warn("event=remove-failed digest=%s code=%s msg=%s", hex, tetris_code_name(-rc),
+                 LOG_Q(err.msg));
         return rc;
     }
     uint64_t bytes = e->file_bytes;
@@ -512,7 +512,7 @@ static void save_state(struct served_store *ss, bool force)
     int rc = tensor_index_save(ss->index, ss->state_path, &err);
     pthread_mutex_unlock(&ss->index_lock);
     if (rc < 0)
-        log_warn("event=state-save-failed tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
+        log_warn("event=state-save-failed tenant=%s msg=%s", tenant_name(ss), LOG_Q(err.msg));
     else
         ss->last_state_save_ms = now;
 }
@@ -526,7 +526,7 @@ static void repair(struct served_store *ss, bool full)
     int rc = full ? store_repair(ss->store, &rep, &err)
                   : store_repair_light(ss->store, &rep, &err);
     if (rc < 0) {
-        log_warn("event=repair-failed tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
+        log_warn("event=repair-failed tenant=%s msg=%s", tenant_name(ss), LOG_Q(err.msg));
         return;
     }
     atomic_fetch_add(&ss->counters.repaired_holders, rep.dead_holders_released);
@@ -574,14 +574,14 @@ static void scrub(struct served_store *ss, uint64_t budget)
         char hex[TENSOR_DIGEST_HEX_LEN + 1];
         tensor_digest_to_hex(&batch[i], hex);
         if (rc != -TETRIS_E_CORRUPT) {
-            log_warn("event=scrub-failed digest=%s msg=\"%s\"", hex, err.msg);
+            log_warn("event=scrub-failed digest=%s msg=%s", hex, LOG_Q(err.msg));
             continue;
         }
         atomic_fetch_add(&ss->counters.scrub_errors, 1);
-        log_error("event=scrub-corrupt tenant=%s digest=%s action=quarantine msg=\"%s\"",
-                  tenant_name(ss), hex, err.msg);
+        log_error("event=scrub-corrupt tenant=%s digest=%s action=quarantine msg=%s",
+                  tenant_name(ss), hex, LOG_Q(err.msg));
         if (store_quarantine_tensor(ss->store, &batch[i], &err) < 0)
-            log_error("event=quarantine-failed digest=%s msg=\"%s\"", hex, err.msg);
+            log_error("event=quarantine-failed digest=%s msg=%s", hex, LOG_Q(err.msg));
         pthread_mutex_lock(&ss->index_lock);
         struct index_entry *e = tensor_index_find(ss->index, &batch[i]);
         if (e != NULL) {
@@ -794,8 +794,8 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
             rc = r;
             *err = serr;
         } else if (r < 0) {
-            log_error("event=reclaim-pass-failed tenant=%s code=%s msg=\"%s\"", tenant_name(ss),
-                      tetris_code_name(serr.code), serr.msg);
+            log_error("event=reclaim-pass-failed tenant=%s code=%s msg=%s", tenant_name(ss),
+                      tetris_code_name(serr.code), LOG_Q(serr.msg));
         }
     }
     pthread_mutex_lock(&d->pass_lock);
@@ -850,7 +850,7 @@ static void remove_leftovers(struct served_store *ss)
     size_t temps = remove_state_temps(ss->state_path), quarantined = 0;
     tetris_error err;
     if (store_clear_quarantine(ss->store, &quarantined, &err) < 0)
-        log_warn("event=quarantine-not-cleared tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
+        log_warn("event=quarantine-not-cleared tenant=%s msg=%s", tenant_name(ss), LOG_Q(err.msg));
     if (temps > 0 || quarantined > 0)
         log_info("event=leftovers-removed tenant=%s state_temp_files=%zu quarantined=%zu",
                  tenant_name(ss), temps, quarantined);
@@ -864,8 +864,8 @@ int store_startup(struct served_store *ss, tetris_error *err)
     int rc = tensor_index_load(ss->index, ss->state_path, &lerr);
     pthread_mutex_unlock(&ss->index_lock);
     if (rc < 0)
-        log_warn("event=state-load-failed tenant=%s msg=\"%s\" action=ignore", tenant_name(ss),
-                 lerr.msg);
+        log_warn("event=state-load-failed tenant=%s msg=%s action=ignore", tenant_name(ss),
+                 LOG_Q(lerr.msg));
     return adopt_orphans(ss, err);
 }
 
@@ -936,7 +936,7 @@ void daemon_refresh_pins(struct daemon *d)
     size_t n = 0;
     tetris_error err;
     if (read_pin_file(path, &list, &n, &err) < 0) {
-        log_warn("event=pin-file-unreadable msg=\"%s\" action=keep-previous-pins", err.msg);
+        log_warn("event=pin-file-unreadable msg=%s action=keep-previous-pins", LOG_Q(err.msg));
         return;
     }
     last = st;

@@ -77,6 +77,14 @@ bad "tensor not an object" "not an object" '.tensors[0] = "x"' $M
 bad "raw length mismatch" "raw length" '.tensors[0].length = 8' $M
 bad "unknown encoding" "encoding" '.tensors[0].encoding = "zstd"' $M
 bad "newline in label" "control characters" '.label = "a\nb"' $M
+# Client bytes in an error message reach the log escaped: no forged line,
+# no terminal escape.
+expect_error "log injection" "unknown op" sh -c \
+    "printf '{\"op\":\"x\\\\nts=0 level=error event=forged \\\\u001b[31m\\\\r\"}' | $PROBE send --socket $SOCK"
+grep -q '^ts=0 ' "$DAEMON_LOG" && fail "a client forged a log line: $(grep '^ts=0 ' "$DAEMON_LOG")"
+grep -q "$(printf '[\033\r]')" "$DAEMON_LOG" && fail "control bytes from a client reached the log"
+grep -qF 'msg="unknown op x\nts=0 level=error event=forged \x1b[31m\r"' "$DAEMON_LOG" ||
+    fail "escaped message not logged: $(grep 'unknown op x' "$DAEMON_LOG")"
 [ "$(tensor_count)" = 0 ] || fail "refused requests left tensors in the store"
 
 # A forged digest: m's bytes claimed to be other's first tensor. The daemon

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/httpclient.h"
 #include "common/httpserver.h"
+#include "common/log.h"
 #include "common/prom.h"
 #include "common/textbuf.h"
 
@@ -201,6 +202,26 @@ START_TEST(test_textbuf_max)
     ck_assert(!textbuf_printf(&p, "%d", 12345678));
     ck_assert(p.failed);
     textbuf_free(&p);
+}
+END_TEST
+
+/* ---- log ---- */
+
+START_TEST(test_log_quote_escapes)
+{
+    char buf[64];
+    ck_assert_str_eq(log_quote("a \"b\" c\\d", buf, sizeof buf), "\"a \\\"b\\\" c\\\\d\"");
+    ck_assert_str_eq(log_quote("x\nts=0 level=error\r\t", buf, sizeof buf),
+                     "\"x\\nts=0 level=error\\r\\t\"");
+    ck_assert_str_eq(log_quote("\x1b[31m\x7f\x01", buf, sizeof buf), "\"\\x1b[31m\\x7f\\x01\"");
+    ck_assert_str_eq(log_quote("caf\xc3\xa9", buf, sizeof buf), "\"caf\xc3\xa9\"");
+    /* Cut to fit, never inside an escape. */
+    char small[8];
+    ck_assert_str_eq(log_quote("abcd\x1b", small, sizeof small), "\"abcd\"");
+    ck_assert_str_eq(log_quote("abc\n", small, sizeof small), "\"abc\\n\"");
+    ck_assert_str_eq(log_quote("abcdefgh", small, sizeof small), "\"abcde\"");
+    ck_assert_str_eq(log_quote("", small, 3), "\"\"");
+    ck_assert_str_eq(log_quote("abc", small, 2), "");
 }
 END_TEST
 
@@ -494,6 +515,7 @@ int main(void)
     tcase_add_test(tc, test_textbuf_growth);
     tcase_add_test(tc, test_textbuf_max);
     tcase_add_test(tc, test_prom_escaping);
+    tcase_add_test(tc, test_log_quote_escapes);
     tcase_add_test(tc, test_prom_labels_stay_utf8);
     tcase_add_test(tc, test_prom_histogram);
     tcase_add_test(tc, test_clock);
