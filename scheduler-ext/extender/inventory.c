@@ -202,6 +202,21 @@ static size_t ip_bytes(const char *host, unsigned char out[16])
     return 0;
 }
 
+/* The node's next InternalIP address from index *i on (advancing *i past
+ * it), or NULL. */
+static const char *next_internal_ip(json_t *node, size_t *i)
+{
+    json_t *addresses = json_object_get(json_object_get(node, "status"), "addresses");
+    while (*i < json_array_size(addresses)) {
+        json_t *a = json_array_get(addresses, (*i)++);
+        const char *type = json_string_value(json_object_get(a, "type"));
+        const char *addr = json_string_value(json_object_get(a, "address"));
+        if (type != NULL && addr != NULL && strcmp(type, "InternalIP") == 0)
+            return addr;
+    }
+    return NULL;
+}
+
 /* Whether host (an IP literal) is 127.0.0.1 or one of node's InternalIPs. */
 static bool host_allowed(json_t *node, const char *host)
 {
@@ -211,16 +226,10 @@ static bool host_allowed(json_t *node, const char *host)
         return false;
     if (n == 4 && ip_bytes("127.0.0.1", have) == 4 && memcmp(want, have, 4) == 0)
         return true;
-    json_t *addresses = json_object_get(json_object_get(node, "status"), "addresses");
-    size_t i;
-    json_t *a;
-    json_array_foreach (addresses, i, a) {
-        const char *type = json_string_value(json_object_get(a, "type"));
-        const char *addr = json_string_value(json_object_get(a, "address"));
-        if (type != NULL && addr != NULL && strcmp(type, "InternalIP") == 0 &&
-            ip_bytes(addr, have) == n && memcmp(want, have, n) == 0)
+    const char *addr;
+    for (size_t i = 0; (addr = next_internal_ip(node, &i)) != NULL;)
+        if (ip_bytes(addr, have) == n && memcmp(want, have, n) == 0)
             return true;
-    }
     return false;
 }
 
@@ -288,15 +297,11 @@ int inventory_url_from_node(json_t *node, const inventory_url_policy *p, char *b
                    ? 0
                    : tetris_fail(err, TETRIS_E_DENIED, 0, "inventory URL too long");
     }
-    json_t *addresses = json_object_get(json_object_get(node, "status"), "addresses");
-    size_t i;
-    json_t *a;
-    json_array_foreach(addresses, i, a) {
-        const char *type = json_string_value(json_object_get(a, "type"));
-        const char *addr = json_string_value(json_object_get(a, "address"));
+    const char *addr;
+    for (size_t i = 0; (addr = next_internal_ip(node, &i)) != NULL;) {
         unsigned char ip[16];
-        size_t len = addr != NULL ? ip_bytes(addr, ip) : 0;
-        if (type == NULL || len == 0 || strcmp(type, "InternalIP") != 0)
+        size_t len = ip_bytes(addr, ip);
+        if (len == 0)
             continue;
         int n = snprintf(buf, size,
                          len == 16 ? "http://[%s]:%d" INVENTORY_PATH
