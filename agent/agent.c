@@ -276,7 +276,8 @@ static int plan_mappings(agent_model *am, const struct agent_options *o, tetris_
     if (allowed == 0) {
         if (store_map_budget(&budget, &cause) < 0) {
             /* mapping still works; only its planning is blind */
-            log_warn("event=map-budget-unknown model=%s detail=\"%s\"", m->path, cause.msg);
+            log_warn("event=map-budget-unknown model=%s detail=%s", LOG_Q(m->path),
+                     LOG_Q(cause.msg));
             return 0;
         }
         allowed = budget > MAP_BUDGET_RUNTIME_MARGIN ? budget - MAP_BUDGET_RUNTIME_MARGIN : 0;
@@ -356,7 +357,7 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
      * them again with the next daemon. Without it they still hold until a
      * restart, so a failure here costs nothing now. */
     if ((r = ingest_client_keep_registered(am->priv->daemon, &cause)) < 0)
-        log_warn("event=daemon-watch-failed model=%s detail=\"%s\"", m->path, cause.msg);
+        log_warn("event=daemon-watch-failed model=%s detail=%s", LOG_Q(m->path), LOG_Q(cause.msg));
     /* The daemon recorded our references before it answered; the use lock
      * is not held across the request, so a daemon busy reclaiming never
      * waits for us while we wait for it. */

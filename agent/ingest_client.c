@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -49,27 +50,46 @@ struct ingest_client {
 
 /* ---- client ---- */
 
+/* Backoff between connects while the daemon's backlog is full. */
+#define BUSY_RETRY_FIRST_MS 5
+#define BUSY_RETRY_MAX_MS 500
+
+/* A full backlog (EAGAIN: a Unix socket connects at once or not at all)
+ * means the daemon is alive but behind, e.g. a burst of instances starting
+ * together: try again, with backoff, until the deadline, rather than load
+ * privately for the instance's whole life. */
 static int connect_socket(const char *path, int64_t deadline_ms, int *out, tetris_error *err)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(sa.sun_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "socket path too long: %s", path);
     strcpy(sa.sun_path, path);
-    cleanup_close int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (sock < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "socket");
-    if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    int64_t delay_ms = BUSY_RETRY_FIRST_MS;
+    for (unsigned attempt = 1;; attempt++) {
+        cleanup_close int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (sock < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "socket");
+        if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            *out = steal_fd(&sock);
+            return 0;
+        }
         if (errno == ENOENT || errno == ECONNREFUSED || errno == ENOTDIR)
             return tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "no node daemon at %s", path);
-        if (errno != EINPROGRESS && errno != EAGAIN)
+        if (errno != EAGAIN)
             return tetris_fail(err, TETRIS_E_IO, errno, "connect %s", path);
-        /* Backlog full: the daemon is alive but not accepting. */
-        int rc = ingest_wait_ready(sock, POLLOUT, deadline_ms, err);
-        if (rc < 0)
-            return tetris_wrap(err, "connect %s", path);
+        int64_t left = deadline_ms - clock_mono_ms();
+        if (left <= 0)
+            return tetris_fail(err, TETRIS_E_TIMEOUT, EAGAIN,
+                               "connect %s: the daemon's backlog stayed full (%u attempts)", path,
+                               attempt);
+        if (attempt == 1)
+            log_info("event=daemon-busy socket=%s action=retry", LOG_Q(path));
+        int64_t nap = delay_ms < left ? delay_ms : left;
+        struct timespec ts = {.tv_sec = nap / 1000, .tv_nsec = (nap % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+            ;
+        delay_ms = delay_ms * 2 < BUSY_RETRY_MAX_MS ? delay_ms * 2 : BUSY_RETRY_MAX_MS;
     }
-    *out = steal_fd(&sock);
-    return 0;
 }
 
 int ingest_client_connect(const char *socket_path, int timeout_ms, ingest_client **out,
@@ -282,8 +302,8 @@ static int reregister(ingest_client *c, tetris_error *err)
         size_t i = 0;
         while (res[i].status != INGEST_REJECTED)
             i++;
-        log_warn("event=daemon-reregister-partial label=%s rejected=%zu first=%s reason=\"%s\"",
-                 c->label, sum.rejected, c->m->tensors[i].name, res[i].reason);
+        log_warn("event=daemon-reregister-partial label=%s rejected=%zu first=%s reason=%s",
+                 LOG_Q(c->label), sum.rejected, LOG_Q(c->m->tensors[i].name), LOG_Q(res[i].reason));
     }
     log_info("event=daemon-reregistered label=%s tensors=%zu ingested_bytes=%llu", c->label,
              sum.resident + sum.ingested, (unsigned long long)sum.ingested_bytes);
@@ -310,8 +330,8 @@ static void *watch_main(void *arg)
             /* Attempts 1, 2, 4, 8, ...: a daemon gone for hours costs a
              * dozen lines, not thousands. */
             if ((attempts & (attempts - 1)) == 0)
-                log_warn("event=daemon-reregister-failed label=%s attempts=%u msg=\"%s\"",
-                         c->label, attempts, err.msg);
+                log_warn("event=daemon-reregister-failed label=%s attempts=%u msg=%s",
+                         LOG_Q(c->label), attempts, LOG_Q(err.msg));
             delay = delay * 2 > REREGISTER_MAX_DELAY_MS ? REREGISTER_MAX_DELAY_MS : delay * 2;
         }
     }

@@ -271,8 +271,8 @@ static int open_store(const struct cli *c, store **s, tetris_error *err)
     struct store_options so = {.tenant = c->tenant, .read_only = true};
     int r = store_open(c->store_dir, &so, s, err);
     if (r < 0)
-        log_error("event=error op=open-store store=%s code=%s msg=\"%s\"", c->store_dir,
-                  tetris_code_name(r), err->msg);
+        log_error("event=error op=open-store store=%s code=%s msg=%s", LOG_Q(c->store_dir),
+                  tetris_code_name(r), LOG_Q(err->msg));
     return r;
 }
 

@@ -7,9 +7,11 @@
  * them and they are a classic way to blow up a parser. */
 #include "common/kubeconfig.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,6 +367,51 @@ static int fill_from_context(json_t *root, const char *base_dir, kube_config *cf
     return dup_string(ns != NULL && ns[0] != '\0' ? ns : "default", &cfg->ns, err);
 }
 
+/* Whether a URL's host is a loopback address: 127.0.0.0/8, ::1 or
+ * localhost (no user info). */
+static bool url_host_is_loopback(const char *url)
+{
+    const char *h = strstr(url, "://");
+    if (h == NULL)
+        return false;
+    h += 3;
+    size_t n = strcspn(h, "/?#");
+    if (memchr(h, '@', n) != NULL)
+        return false;
+    char host[64];
+    if (*h == '[') {
+        const char *end = memchr(h, ']', n);
+        if (end == NULL || (size_t)(end - h - 1) >= sizeof host)
+            return false;
+        memcpy(host, h + 1, (size_t)(end - h - 1));
+        host[end - h - 1] = '\0';
+        struct in6_addr a6;
+        return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+    }
+    size_t hn = strcspn(h, ":/?#");
+    if (hn >= sizeof host)
+        return false;
+    memcpy(host, h, hn);
+    host[hn] = '\0';
+    struct in_addr a4;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return strcmp(host, "localhost") == 0;
+}
+
+/* A bearer token sent over plain http:// is anyone's on the path; allowed
+ * only to a loopback address (a local test apiserver). */
+static int check_token_transport(const kube_config *cfg, tetris_error *err)
+{
+    bool token = cfg->token != NULL || cfg->token_file != NULL;
+    if (!token || strncmp(cfg->server, "http://", 7) != 0 || url_host_is_loopback(cfg->server))
+        return 0;
+    return tetris_fail(err, TETRIS_E_DENIED, 0,
+                       "refusing to send a bearer token over plain HTTP to %s: use https:// "
+                       "(http:// is allowed only to a loopback address)",
+                       cfg->server);
+}
+
 int kubeconfig_parse(const char *text, size_t len, const char *base_dir, kube_config *cfg,
                      tetris_error *err)
 {
@@ -375,6 +422,8 @@ int kubeconfig_parse(const char *text, size_t len, const char *base_dir, kube_co
         return r;
     r = fill_from_context(root, base_dir, cfg, err);
     json_decref(root);
+    if (r == 0)
+        r = check_token_transport(cfg, err);
     if (r < 0)
         kubeconfig_clear(cfg);
     return r;
@@ -460,6 +509,8 @@ int kubeconfig_in_cluster(const char *sa_dir, const char *server, kube_config *c
         else if (r == 0)
             strip_trailing_space(cfg->ns);
     }
+    if (r == 0)
+        r = check_token_transport(cfg, err);
     if (r < 0)
         kubeconfig_clear(cfg);
     return r;

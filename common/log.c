@@ -77,10 +77,22 @@ const char *log_quote(const char *s, char *buf, size_t len)
         return buf;
     }
     buf[o++] = '"';
-    for (; *s != '\0' && o + 3 < len; s++) {
-        if (*s == '"' || *s == '\\')
-            buf[o++] = '\\';
-        buf[o++] = (*s == '\n') ? ' ' : *s;
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        char piece[5];
+        if (c == '"' || c == '\\')
+            snprintf(piece, sizeof piece, "\\%c", c);
+        else if (c == '\n' || c == '\r' || c == '\t')
+            snprintf(piece, sizeof piece, "\\%c", c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+        else if (c < 0x20 || c == 0x7f)
+            snprintf(piece, sizeof piece, "\\x%02x", c);
+        else
+            piece[0] = (char)c, piece[1] = '\0';
+        size_t n = strlen(piece);
+        if (o + n + 2 > len)
+            break; /* what fits, never half an escape */
+        memcpy(buf + o, piece, n);
+        o += n;
     }
     buf[o++] = '"';
     buf[o] = '\0';

@@ -6,8 +6,10 @@
  *   prom_header(&t, "tetris_x_total", "counter", "Things done.");
  *   prom_sample(&t, "tetris_x_total", (prom_label[]){{"verb", v}}, 1, n);
  *
- * Label values are escaped (backslash, double quote, newline) so they may
- * come from clients; metric names, label names, types and help texts are
+ * Label values are escaped (backslash, double quote, newline) and made
+ * valid UTF-8 (a byte that starts no well-formed sequence is written as
+ * U+FFFD), so they may come from clients: Prometheus rejects a whole
+ * scrape for one invalid label value; metric names, label names, types and help texts are
  * the program's own and are written as they are (a help text holds no
  * backslash or newline). Numbers: integers in decimal; a double with the
  * caller's printf conversion, so each family keeps the precision its unit
@@ -50,5 +52,11 @@ size_t prom_bucket(const double *bounds, size_t n_bounds, double v);
 
 /* Appends value escaped for use between a label's double quotes. */
 void prom_label_value(textbuf *t, const char *value);
+
+/* Copies src into dst (size > 0 bytes, NUL included) as a label value:
+ * bytes that start no well-formed UTF-8 sequence become U+FFFD, and a
+ * value too long is cut before the code point that does not fit, never
+ * inside one. */
+void prom_copy_label(char *dst, size_t size, const char *src);
 
 #endif

@@ -131,9 +131,8 @@ static void run_batch(batcher *b, struct scratch *s, size_t n, uint64_t id)
         reqs[j]->queue_ms = start - reqs[j]->enqueued_ms;
         reqs[j]->inference_ms = elapsed;
         if (reqs[j]->rc < 0)
-            log_error("event=inference-failed batch=%llu seed=%llu msg=\"%s\"",
-                      (unsigned long long)id, (unsigned long long)reqs[j]->seed,
-                      reqs[j]->error);
+            log_error("event=inference-failed batch=%llu seed=%llu msg=%s", (unsigned long long)id,
+                      (unsigned long long)reqs[j]->seed, LOG_Q(reqs[j]->error));
     }
     fn_metrics_batch(b->metrics, n, elapsed / 1e3);
 }

@@ -483,8 +483,8 @@ static int start(struct fn *f, tetris_error *err)
              f->o.batch.max_wait_ms, f->o.threads, (unsigned)http_server_port(f->srv),
              (unsigned long long)f->m->shared_bytes);
     if (f->am != NULL && f->am->stats.fell_back)
-        log_warn("event=private-fallback model=%s reason=\"%s\"", f->o.model,
-                 f->am->stats.fallback_reason);
+        log_warn("event=private-fallback model=%s reason=%s", LOG_Q(f->o.model),
+                 LOG_Q(f->am->stats.fallback_reason));
     return print_ready(f, err);
 }
 

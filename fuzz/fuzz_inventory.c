@@ -28,7 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (strcmp(back->node, doc->node) != 0 || strcmp(back->tenant, doc->tenant) != 0 ||
         back->generation != doc->generation || back->capacity_bytes != doc->capacity_bytes ||
-        back->resident_bytes != doc->resident_bytes || back->n_tensors != doc->n_tensors ||
+        back->resident_bytes != doc->resident_bytes ||
+        back->evictable_bytes != doc->evictable_bytes || back->n_tensors != doc->n_tensors ||
         memcmp(back->tensors, doc->tensors, doc->n_tensors * sizeof *doc->tensors) != 0)
         abort();
     inventory_doc_free(back);

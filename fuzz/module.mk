@@ -1,16 +1,18 @@
 # fuzz/module.mk - libFuzzer harnesses for the model parsers (safetensors,
 # ONNX and its protobuf reader, manifests), the ONNX rewriter that strips
-# shared payloads before ONNX Runtime sees a model, and the decoders of
-# what peers send: ingest messages, node inventories and the
-# AdmissionReviews tetris-webhook gets. Built with clang only by `make
-# fuzz`, never by `make` or `make test`.
+# shared payloads before ONNX Runtime sees a model, the decoders of what
+# peers send (ingest messages, node inventories and the AdmissionReviews
+# tetris-webhook gets) and the readers of the files the store and the
+# daemon keep (holder files, the store marker, the daemon's state file).
+# Built with clang only by `make fuzz`, never by `make` or `make test`.
 #
 # The harnesses link a clang-built, coverage-instrumented libtetris. Its
 # source list is complete only once every module.mk has been read, which is
 # after this file, so `fuzz` hands it to a sub-make on the command line.
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
-FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest inventory webhook
+FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest inventory webhook holders \
+                store_marker state
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)
@@ -20,7 +22,7 @@ fuzz: $(BIN)/tetris-gen-model-corpus
 	@$(MAKE) --no-print-directory fuzz-run FUZZ_LIB_SRCS="$(LIB_SRCS)"
 
 fuzz-run: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%) $(FUZZ_DIR)/seed-manifests
-	FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run-fuzzers.sh $(FUZZ_DIR) \
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" fuzz/run-fuzzers.sh $(FUZZ_DIR) \
 	    $(abspath $(BIN))/tetris-gen-model-corpus
 
 $(FUZZ_DIR)/obj/%.o: %.c | .deps/.stamp
@@ -31,7 +33,7 @@ $(FUZZ_DIR)/libtetris.a: $(FUZZ_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_DIR)/libtetris.a
+$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h fuzz/fuzz_store_files.h $(FUZZ_DIR)/libtetris.a
 	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_DIR)/libtetris.a $(LDLIBS)
 
 $(FUZZ_DIR)/seed-manifests: fuzz/seed-manifests.c $(FUZZ_DIR)/libtetris.a

@@ -1,6 +1,7 @@
 #!/bin/sh
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
-# the ingest, inventory and AdmissionReview decoders') for FUZZ_SECONDS (default 60) from a
+# the ingest, inventory and AdmissionReview decoders', the holder, store
+# marker and daemon state file readers') for FUZZ_SECONDS (default 60) from a
 # seed corpus made now from the real models (.deps/models), the synthetic
 # valid and malformed files of tetris-gen-model-corpus and a few messages. The corpus grows under build/fuzz/corpus and is
 # kept between runs; crashes land in build/fuzz/artifacts.
@@ -14,7 +15,8 @@ models=.deps/models
 seeds=$dir/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
-    "$seeds/inventory" "$seeds/webhook" "$dir/artifacts"
+    "$seeds/inventory" "$seeds/webhook" "$seeds/holders" "$seeds/store_marker" "$seeds/state" \
+    "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -36,8 +38,15 @@ printf '%s' '{"op":"report_fallback","label":"fn","reason":"store full"}' >"$see
 printf '%s' '{"ok":true,"holder":"h","ingested_bytes":8,"tensors":[{"status":"ingested"},{"status":"rejected","error":"full","reason":"store full"}]}' \
     >"$seeds/ingest/reply.json"
 printf '%s' '{"ok":false,"error":"format","message":"bad"}' >"$seeds/ingest/error.json"
-printf '%s\n' '{"node":"n-1","tenant":"alpha","generation":7,"capacity_bytes":0,"resident_bytes":8,"tensors":[{"digest":"'${d#sha256:}'","bytes":8}]}' \
+printf '%s\n' '{"node":"n-1","tenant":"alpha","generation":7,"capacity_bytes":0,"resident_bytes":8,"evictable_bytes":8,"tensors":[{"digest":"'${d#sha256:}'","bytes":8}]}' \
     >"$seeds/inventory/inventory.json"
+h=${d#sha256:}
+printf 'tetris-holder 1\npid 42\nlabel /models/a.onnx\n%s 8\n%s 4096\n' "$h" "$h" \
+    >"$seeds/holders/holder.ref"
+printf 'tetris-holder 1\npid 7\nlabel x\n%s 1' "$h" >"$seeds/holders/torn.ref"
+printf '%s\n' '{"format":"tetris-store","version":1,"capacity_bytes":1073741824}' \
+    >"$seeds/store_marker/marker.json"
+printf '%s 1795313081\n%s 1\n' "$h" "$(echo "$h" | tr 0 f)" >"$seeds/state/state"
 
 printf '%s' '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"CREATE","namespace":"openfaas-fn","dryRun":false,"object":{"metadata":{"name":"p","labels":{"faas_function":"f","tetris.io/tenant":"acme"},"annotations":{"tetris.io/model":"m"}},"spec":{"schedulerName":"default-scheduler","volumes":[{"name":"tetris-store","hostPath":{"path":"/"}}],"containers":[{"name":"c","env":[{"name":"TETRIS_MODEL","value":"/m"}],"volumeMounts":[]},{"name":"d"}]}}}}' \
     >"$seeds/webhook/pod.json"
@@ -45,7 +54,8 @@ printf '%s' '{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","
     >"$seeds/webhook/v1beta1.json"
 
 failed=0
-for t in safetensors onnx onnx_rewrite manifest ingest inventory webhook; do
+for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest inventory webhook holders \
+         store_marker state}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in onnx*) ;; *) dict="-dict=$(pwd)/fuzz/json.dict" ;; esac

@@ -21,7 +21,7 @@ int main(int argc, char **argv)
         model *m = NULL;
         tetris_error err;
         if (model_parse_file(argv[i], &m, &err) < 0 || model_compute_digests(m, &err) < 0) {
-            log_error("event=seed-failed model=%s msg=\"%s\"", argv[i], err.msg);
+            log_error("event=seed-failed model=%s msg=%s", argv[i], LOG_Q(err.msg));
             model_free(m);
             return 1;
         }
@@ -31,7 +31,7 @@ int main(int argc, char **argv)
         int ret = manifest_write_file(m, out, &err);
         model_free(m);
         if (ret < 0) {
-            log_error("event=seed-failed model=%s msg=\"%s\"", argv[i], err.msg);
+            log_error("event=seed-failed model=%s msg=%s", argv[i], LOG_Q(err.msg));
             return 1;
         }
     }

@@ -261,9 +261,9 @@ static int measure_config(const struct profile_run_options *o, const struct conf
         snprintf(name, sizeof(name), "tetris-profiler-%d-%zu", (int)getpid(), cr->index);
         if (cpu_cgroup_create(name, cr->c, &cg, &cerr) < 0) {
             clear_progress(o);
-            log_warn("event=no-cpu-limit reason=\"%s\" effect=\"configs run without a CPU "
+            log_warn("event=no-cpu-limit reason=%s effect=\"configs run without a CPU "
                      "quota; c is only the intra-op thread count\"",
-                     cerr.msg);
+                     LOG_Q(cerr.msg));
             *cpu_limit_ok = false;
         } else {
             clear_progress(o);

@@ -45,9 +45,9 @@ char *inventory_encode(const inventory_doc *doc, size_t *len, tetris_error *err)
     if (tenant)
         fprintf(f, "\"tenant\":%s,", tenant_json);
     fprintf(f,
-            "\"generation\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64
-            ",\"resident_bytes\":%" PRIu64 ",\"tensors\":[",
-            doc->generation, doc->capacity_bytes, doc->resident_bytes);
+            "\"generation\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64 ",\"resident_bytes\":%" PRIu64
+            ",\"evictable_bytes\":%" PRIu64 ",\"tensors\":[",
+            doc->generation, doc->capacity_bytes, doc->resident_bytes, doc->evictable_bytes);
     for (size_t i = 0; i < doc->n_tensors; i++) {
         char hex[TENSOR_DIGEST_HEX_LEN + 1];
         tensor_digest_to_hex(&doc->tensors[i].digest, hex);
@@ -135,6 +135,13 @@ static int decode_doc(const json_t *root, inventory_doc *doc, tetris_error *err)
         (r = get_u64(root, "capacity_bytes", "", &doc->capacity_bytes, err)) < 0 ||
         (r = get_u64(root, "resident_bytes", "", &doc->resident_bytes, err)) < 0)
         return r;
+    /* Daemons before evictable_bytes count every resident byte as used. */
+    if (json_object_get(root, "evictable_bytes") != NULL &&
+        (r = get_u64(root, "evictable_bytes", "", &doc->evictable_bytes, err)) < 0)
+        return r;
+    if (doc->evictable_bytes > doc->resident_bytes)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "inventory: evictable_bytes exceeds resident_bytes");
     const json_t *tensors = json_object_get(root, "tensors");
     if (tensors == NULL)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "inventory: tensors is missing");

@@ -9,6 +9,11 @@
  *    "capacity_bytes":C,          the node's capacity, all stores together
  *                                 (0: unlimited)
  *    "resident_bytes":R,          file bytes of the store's resident tensors
+ *    "evictable_bytes":E,         of R, the bytes of tensors no live holder
+ *                                 or pin referenced at the daemon's last
+ *                                 pass: it evicts them when an ingest needs
+ *                                 room, so a scheduler may count them as
+ *                                 free (optional: absent means 0; E <= R)
  *    "tensors":[{"digest":HEX,    64 hex digits (no "sha256:"), one entry
  *                "bytes":N}, ...]} per resident tensor, N its file bytes
  *   and a newline.
@@ -50,6 +55,7 @@ typedef struct inventory_doc {
     uint64_t generation;
     uint64_t capacity_bytes;
     uint64_t resident_bytes;
+    uint64_t evictable_bytes;
     size_t n_tensors;
     inventory_tensor *tensors;
 } inventory_doc;

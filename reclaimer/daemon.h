@@ -90,8 +90,11 @@ struct served_store {
     /* The index and everything derived from it. */
     pthread_mutex_t index_lock;
     tensor_index *index;
-    uint64_t generation;     /* bumps whenever the resident set changes */
+    uint64_t generation;     /* bumps whenever the resident set changes,
+                                or the evictable bytes do */
     uint64_t resident_bytes; /* file bytes of resident tensors */
+    uint64_t evictable_bytes; /* of those, what no live holder or pin
+                                 referenced at the last pass */
     uint64_t reserved_bytes; /* ingests in flight, counted against capacity */
 
     /* Last pass's view of the holders (for /metrics). */

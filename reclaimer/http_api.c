@@ -300,6 +300,9 @@ static struct inventory_body *render_inventory(struct daemon *d, struct served_s
     size_t n = tensor_index_count(ss->index);
     inventory_doc doc = {.tenant = ss->tenant, .generation = ss->generation,
                          .resident_bytes = ss->resident_bytes, .n_tensors = n};
+    /* A tensor removed since the last pass may have been cold. */
+    doc.evictable_bytes = ss->evictable_bytes < ss->resident_bytes ? ss->evictable_bytes
+                                                                   : ss->resident_bytes;
     doc.tensors = malloc((n ? n : 1) * sizeof(*doc.tensors));
     if (doc.tensors != NULL) {
         size_t c = 0, k = 0;

@@ -87,9 +87,11 @@ static int check_sources(const ingest_request *rq, const int *fds, tetris_error 
         if (!S_ISREG(st.st_mode))
             return tetris_fail(err, TETRIS_E_FORMAT, 0,
                                "descriptor %zu is not a regular file", i);
+        /* An O_PATH descriptor passes fstat but fails every read. */
         int fl = fcntl(fds[i], F_GETFL);
-        if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "descriptor %zu is not readable", i);
+        if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (fl & O_PATH))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "descriptor %zu is not readable (write-only or O_PATH)", i);
         sizes[i] = (uint64_t)st.st_size;
     }
     for (size_t i = 0; i < rq->n_tensors; i++) {
@@ -184,7 +186,7 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
     tetris_error ierr;
     /* The trailer is small; the next pass corrects file_bytes exactly. */
     if (store_index_add(ss, meta, meta->nbytes, clock_wall_ms() / 1000, &ierr) < 0)
-        log_warn("event=index-add-failed msg=\"%s\"", ierr.msg);
+        log_warn("event=index-add-failed msg=%s", LOG_Q(ierr.msg));
     pthread_mutex_unlock(&ss->index_lock);
 }
 
@@ -359,7 +361,7 @@ static void send_reply(struct conn *c, char *text)
     tetris_error err;
     if (ingest_send_message(c->sock, text, strlen(text), NULL, 0, request_deadline(c->srv->ss),
                             &err) < 0)
-        log_info("event=ingest-reply-failed pid=%d msg=\"%s\"", (int)c->pid, err.msg);
+        log_info("event=ingest-reply-failed pid=%d msg=%s", (int)c->pid, LOG_Q(err.msg));
     free(text);
 }
 
@@ -423,8 +425,8 @@ static void serve(struct conn *c)
         }
         if (rc < 0) {
             atomic_fetch_add(&ss->counters.ingest_errors, 1);
-            log_warn("event=ingest-refused pid=%d code=%s msg=\"%s\"", (int)c->pid,
-                     tetris_code_name(-rc), err.msg);
+            log_warn("event=ingest-refused pid=%d code=%s msg=%s", (int)c->pid,
+                     tetris_code_name(-rc), LOG_Q(err.msg));
             send_error(c, -rc, err.msg);
             free(reply);
             return;
@@ -568,13 +570,15 @@ int ingest_server_start(struct served_store *ss, ingest_server **out, tetris_err
     cleanup_close int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "socket");
-    /* Function instances run as any user; the socket is their only door. */
-    mode_t old = umask(0);
-    rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    int bind_errno = errno;
-    umask(old);
-    if (rc < 0)
-        return tetris_fail(err, TETRIS_E_IO, bind_errno, "bind %s", path);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "bind %s", path);
+    /* Function instances run as any user; the socket is their only door.
+     * Widened by path, not with umask(0), which would be process-wide
+     * while other threads create files; nobody but the daemon can write
+     * the directory, so the path is still the socket just bound. It
+     * accepts nobody before listen. */
+    if (chmod(path, 0666) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "chmod %s", path);
     if (listen(fd, 128) < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "listen %s", path);
     ingest_server *srv = calloc(1, sizeof(*srv));

@@ -66,7 +66,7 @@ static void reload(struct daemon *d, int argc, char **argv)
     tetris_error err;
     int rc = reclaimer_config_load(argc, argv, &fresh, &err);
     if (rc != 0) {
-        log_error("event=reload-failed msg=\"%s\" action=keep-old-config", err.msg);
+        log_error("event=reload-failed msg=%s action=keep-old-config", LOG_Q(err.msg));
         return;
     }
     if (strcmp(fresh.store_dir, d->cfg.store_dir) != 0 ||
@@ -134,8 +134,8 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
             continue;
         tetris_error err;
         if (daemon_reclaim_pass(d, &err) < 0) {
-            log_error("event=reclaim-pass-failed code=%s msg=\"%s\"", tetris_code_name(err.code),
-                      err.msg);
+            log_error("event=reclaim-pass-failed code=%s msg=%s", tetris_code_name(err.code),
+                      LOG_Q(err.msg));
             pthread_mutex_lock(&d->pass_lock);
             d->last_pass_ms = clock_wall_ms(); /* retry after one interval, not at once */
             pthread_mutex_unlock(&d->pass_lock);
@@ -152,7 +152,7 @@ int main(int argc, char **argv)
     if (rc == 1)
         return 0;
     if (rc < 0) {
-        log_error("event=usage msg=\"%s\"", err.msg);
+        log_error("event=usage msg=%s", LOG_Q(err.msg));
         fprintf(stderr, "Try '%s --help'.\n", argv[0]);
         return EXIT_USAGE;
     }
@@ -172,7 +172,7 @@ int main(int argc, char **argv)
      * store a live daemon serves must change nothing there. */
     rc = daemon_claim_store(&d, &err);
     if (rc == -TETRIS_E_CONFLICT) {
-        log_error("event=store-served msg=\"%s\" action=exit", err.msg);
+        log_error("event=store-served msg=%s action=exit", LOG_Q(err.msg));
         daemon_fini(&d);
         return EXIT_STORE_REFUSED;
     }
@@ -181,13 +181,14 @@ int main(int argc, char **argv)
         rc = daemon_open_shared(&d, &err);
     if (rc < 0) {
         bool refused = err.code == TETRIS_E_DENIED || err.code == TETRIS_E_FORMAT;
-        log_error("event=%s code=%s msg=\"%s\"", refused ? "store-refused" : "startup-failed",
-                  tetris_code_name(err.code), err.msg);
+        log_error("event=%s code=%s msg=%s", refused ? "store-refused" : "startup-failed",
+                  tetris_code_name(err.code), LOG_Q(err.msg));
         daemon_fini(&d);
         return refused ? EXIT_STORE_REFUSED : EXIT_RUNTIME;
     }
     if (daemon_reclaim_pass(&d, &err) < 0) {
-        log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
+        log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
+                  LOG_Q(err.msg));
         daemon_fini(&d);
         return EXIT_RUNTIME;
     }
@@ -206,7 +207,8 @@ int main(int argc, char **argv)
     if (daemon_start_serving(&d, &err) < 0 ||
         ((cfg.listen[0] != '\0' || cfg.tenant_listen[0] != '\0') &&
          http_api_start(&d, &http, &err) < 0)) {
-        log_error("event=startup-failed code=%s msg=\"%s\"", tetris_code_name(err.code), err.msg);
+        log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
+                  LOG_Q(err.msg));
         atomic_store(&d.stopping, true);
         daemon_fini(&d);
         return EXIT_RUNTIME;

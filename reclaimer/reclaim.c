@@ -29,6 +29,7 @@
 #include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/prom.h"
 
 #define MARK_SEEN 1u
 #define MARK_REF 2u
@@ -347,7 +348,9 @@ static int merge_listing(struct served_store *ss, const struct listing *l, tetri
 static struct model_usage *model_row(struct pass *p, const char *label)
 {
     char name[sizeof(p->models[0].label)];
-    snprintf(name, sizeof(name), "%s", label != NULL && label[0] != '\0' ? label : "unlabelled");
+    /* The holder's label is the client's: as a metric label it must be
+     * UTF-8 even when cut to fit. */
+    prom_copy_label(name, sizeof(name), label != NULL && label[0] != '\0' ? label : "unlabelled");
     for (size_t i = 0; i < p->n_models; i++)
         if (strcmp(p->models[i].label, name) == 0)
             return &p->models[i];
@@ -434,8 +437,8 @@ static int remove_tensor(struct served_store *ss, struct index_entry *e, bool ev
     tensor_digest_to_hex(&dg, hex);
     int rc = store_remove_tensor(ss->store, &dg, &err);
     if (rc < 0 && rc != -TETRIS_E_NOTFOUND) {
-        log_warn("event=remove-failed digest=%s code=%s msg=\"%s\"", hex, tetris_code_name(-rc),
-                 err.msg);
+        log_warn("event=remove-failed digest=%s code=%s msg=%s", hex, tetris_code_name(-rc),
+                 LOG_Q(err.msg));
         return rc;
     }
     uint64_t bytes = e->file_bytes;
@@ -509,7 +512,7 @@ static void save_state(struct served_store *ss, bool force)
     int rc = tensor_index_save(ss->index, ss->state_path, &err);
     pthread_mutex_unlock(&ss->index_lock);
     if (rc < 0)
-        log_warn("event=state-save-failed tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
+        log_warn("event=state-save-failed tenant=%s msg=%s", tenant_name(ss), LOG_Q(err.msg));
     else
         ss->last_state_save_ms = now;
 }
@@ -523,7 +526,7 @@ static void repair(struct served_store *ss, bool full)
     int rc = full ? store_repair(ss->store, &rep, &err)
                   : store_repair_light(ss->store, &rep, &err);
     if (rc < 0) {
-        log_warn("event=repair-failed tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
+        log_warn("event=repair-failed tenant=%s msg=%s", tenant_name(ss), LOG_Q(err.msg));
         return;
     }
     atomic_fetch_add(&ss->counters.repaired_holders, rep.dead_holders_released);
@@ -571,14 +574,14 @@ static void scrub(struct served_store *ss, uint64_t budget)
         char hex[TENSOR_DIGEST_HEX_LEN + 1];
         tensor_digest_to_hex(&batch[i], hex);
         if (rc != -TETRIS_E_CORRUPT) {
-            log_warn("event=scrub-failed digest=%s msg=\"%s\"", hex, err.msg);
+            log_warn("event=scrub-failed digest=%s msg=%s", hex, LOG_Q(err.msg));
             continue;
         }
         atomic_fetch_add(&ss->counters.scrub_errors, 1);
-        log_error("event=scrub-corrupt tenant=%s digest=%s action=quarantine msg=\"%s\"",
-                  tenant_name(ss), hex, err.msg);
+        log_error("event=scrub-corrupt tenant=%s digest=%s action=quarantine msg=%s",
+                  tenant_name(ss), hex, LOG_Q(err.msg));
         if (store_quarantine_tensor(ss->store, &batch[i], &err) < 0)
-            log_error("event=quarantine-failed digest=%s msg=\"%s\"", hex, err.msg);
+            log_error("event=quarantine-failed digest=%s msg=%s", hex, LOG_Q(err.msg));
         pthread_mutex_lock(&ss->index_lock);
         struct index_entry *e = tensor_index_find(ss->index, &batch[i]);
         if (e != NULL) {
@@ -623,6 +626,23 @@ struct pass_policy {
     uint64_t scrub_budget;
 };
 
+/* What the scheduler may count as free room beside the free bytes: cold
+ * tensors, which the next pass evicts when an ingest needs their room.
+ * The inventory carries it, so a change is a new generation. */
+static void update_evictable(struct served_store *ss)
+{
+    uint64_t cold = 0;
+    size_t c = 0;
+    struct index_entry *e;
+    while ((e = tensor_index_next(ss->index, &c)) != NULL)
+        if (!(e->mark & MARK_REF))
+            cold += e->file_bytes;
+    if (cold != ss->evictable_bytes) {
+        ss->evictable_bytes = cold;
+        ss->generation++;
+    }
+}
+
 /* The part of a pass that needs the locks: mark what live holders (and
  * pins) reference, then free cold tensors. t[] gets phase end times. */
 static int pass_locked(struct served_store *ss, struct pass *p, const struct listing *l,
@@ -653,6 +673,8 @@ static int pass_locked(struct served_store *ss, struct pass *p, const struct lis
         ss->n_models = p->n_models;
         rc = free_cold(ss, p->now_s, pol->keep_alive_s, pol->bounded, pol->target, freed, err);
     }
+    if (rc == 0)
+        update_evictable(ss);
     t[1] = clock_mono_us();
     return rc;
 }
@@ -772,8 +794,8 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
             rc = r;
             *err = serr;
         } else if (r < 0) {
-            log_error("event=reclaim-pass-failed tenant=%s code=%s msg=\"%s\"", tenant_name(ss),
-                      tetris_code_name(serr.code), serr.msg);
+            log_error("event=reclaim-pass-failed tenant=%s code=%s msg=%s", tenant_name(ss),
+                      tetris_code_name(serr.code), LOG_Q(serr.msg));
         }
     }
     pthread_mutex_lock(&d->pass_lock);
@@ -828,7 +850,7 @@ static void remove_leftovers(struct served_store *ss)
     size_t temps = remove_state_temps(ss->state_path), quarantined = 0;
     tetris_error err;
     if (store_clear_quarantine(ss->store, &quarantined, &err) < 0)
-        log_warn("event=quarantine-not-cleared tenant=%s msg=\"%s\"", tenant_name(ss), err.msg);
+        log_warn("event=quarantine-not-cleared tenant=%s msg=%s", tenant_name(ss), LOG_Q(err.msg));
     if (temps > 0 || quarantined > 0)
         log_info("event=leftovers-removed tenant=%s state_temp_files=%zu quarantined=%zu",
                  tenant_name(ss), temps, quarantined);
@@ -842,8 +864,8 @@ int store_startup(struct served_store *ss, tetris_error *err)
     int rc = tensor_index_load(ss->index, ss->state_path, &lerr);
     pthread_mutex_unlock(&ss->index_lock);
     if (rc < 0)
-        log_warn("event=state-load-failed tenant=%s msg=\"%s\" action=ignore", tenant_name(ss),
-                 lerr.msg);
+        log_warn("event=state-load-failed tenant=%s msg=%s action=ignore", tenant_name(ss),
+                 LOG_Q(lerr.msg));
     return adopt_orphans(ss, err);
 }
 
@@ -914,7 +936,7 @@ void daemon_refresh_pins(struct daemon *d)
     size_t n = 0;
     tetris_error err;
     if (read_pin_file(path, &list, &n, &err) < 0) {
-        log_warn("event=pin-file-unreadable msg=\"%s\" action=keep-previous-pins", err.msg);
+        log_warn("event=pin-file-unreadable msg=%s action=keep-previous-pins", LOG_Q(err.msg));
         return;
     }
     last = st;

@@ -238,8 +238,8 @@ static void start_tenant(struct daemon *d, const char *name)
     if (rc == 0 && d->serving && (rc = ingest_server_start(ss, &ss->ingest, &err)) < 0)
         served_store_free(ss);
     if (rc < 0) {
-        log_warn("event=tenant-unusable tenant=%s code=%s msg=\"%s\" action=retry-next-pass",
-                 name, tetris_code_name(err.code), err.msg);
+        log_warn("event=tenant-unusable tenant=%s code=%s msg=%s action=retry-next-pass", name,
+                 tetris_code_name(err.code), LOG_Q(err.msg));
         return;
     }
     add_store(d, ss);

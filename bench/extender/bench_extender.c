@@ -106,7 +106,7 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
     c->ids = tensor_ids_new();
     c->manifests = c->ids ? manifest_cache_new(c->ids) : NULL;
     c->inventories = c->ids ? inventory_cache_new(c->ids, NULL) : NULL;
-    c->x = c->manifests && c->inventories ? extender_new(c->manifests, c->inventories, 9464) : NULL;
+    c->x = c->manifests && c->inventories ? extender_new(c->manifests, c->inventories, NULL) : NULL;
     if (c->x == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench cluster");
     size_t per_node = o->tensors_per_node / o->model_tensors;
@@ -154,7 +154,7 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
             memcpy(inv->ids + k * o->model_tensors, c->pool + m * o->model_tensors,
                    o->model_tensors * sizeof *inv->ids);
         }
-        inv->n = similarity_sort_ids(inv->ids, per_node * o->model_tensors);
+        inv->n = similarity_sort_ids(NULL, inv->ids, per_node * o->model_tensors);
         inv->generation = 1;
         inv->capacity_bytes = 64ull << 30;
         inv->resident_bytes = (uint64_t)(rng() % (64ull << 30));

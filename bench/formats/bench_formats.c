@@ -35,12 +35,12 @@ static int bench_model(const char *path, int reps)
     for (int r = 0; r < reps; r++) {
         double t0 = clock_now_ms();
         if (model_parse_file(path, &m, &err) < 0) {
-            log_error("event=bench-failed model=%s msg=\"%s\"", path, err.msg);
+            log_error("event=bench-failed model=%s msg=%s", path, LOG_Q(err.msg));
             return -1;
         }
         double t1 = clock_now_ms();
         if (model_compute_digests(m, &err) < 0) {
-            log_error("event=bench-failed model=%s msg=\"%s\"", path, err.msg);
+            log_error("event=bench-failed model=%s msg=%s", path, LOG_Q(err.msg));
             model_free(m);
             return -1;
         }
@@ -48,7 +48,7 @@ static int bench_model(const char *path, int reps)
         char *json = manifest_to_json(m, &err);
         double t3 = clock_now_ms();
         if (json == NULL) {
-            log_error("event=bench-failed model=%s msg=\"%s\"", path, err.msg);
+            log_error("event=bench-failed model=%s msg=%s", path, LOG_Q(err.msg));
             model_free(m);
             return -1;
         }

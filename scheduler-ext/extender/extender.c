@@ -35,7 +35,7 @@ typedef struct verb_stats {
 struct extender {
     manifest_cache *manifests;
     inventory_cache *inventories;
-    int inventory_port;
+    const inventory_url_policy *request_urls; /* NULL: requests name no URL */
     pthread_mutex_t stats_lock;
     verb_stats verbs[N_VERBS];
     uint64_t nodes_filtered_out;
@@ -44,14 +44,14 @@ struct extender {
 };
 
 extender *extender_new(manifest_cache *manifests, inventory_cache *inventories,
-                       int inventory_port)
+                       const inventory_url_policy *request_urls)
 {
     extender *x = calloc(1, sizeof *x);
     if (x == NULL)
         return NULL;
     x->manifests = manifests;
     x->inventories = inventories;
-    x->inventory_port = inventory_port;
+    x->request_urls = request_urls;
     pthread_mutex_init(&x->stats_lock, NULL);
     return x;
 }
@@ -160,18 +160,22 @@ static int parse_args(json_t *args, ext_args *a, tetris_error *err)
     return 0;
 }
 
-/* Learns inventory URLs from the Node objects in the request (annotation or
- * address) and fetches the inventories never seen before. */
+/* Without a cluster, learns inventory URLs from the Node objects in the
+ * request (within the policy); then fetches the inventories never seen
+ * before. */
 static void prepare_inventories(extender *x, const ext_args *a)
 {
     if (a->model == NULL || a->bad_tenant)
         return;
-    for (size_t i = 0; a->items != NULL && i < a->n; i++) {
-        char url[1024];
+    for (size_t i = 0; x->request_urls != NULL && a->items != NULL && i < a->n; i++) {
+        char url[1024], qn[300], q[600];
         tetris_error err = {0};
-        if (inventory_url_from_node(json_array_get(a->items, i), x->inventory_port, url,
-                                    sizeof url) == 0)
+        if (inventory_url_from_node(json_array_get(a->items, i), x->request_urls, url, sizeof url,
+                                    &err) == 0)
             inventory_cache_set_url(x->inventories, a->names[i], url, &err);
+        else if (err.code == TETRIS_E_DENIED)
+            log_warn("event=inventory-url-refused node=%s msg=%s",
+                     log_quote(a->names[i], qn, sizeof qn), log_quote(err.msg, q, sizeof q));
     }
     inventory_cache_fetch_missing(x->inventories, a->names, a->n, a->tenant);
 }

@@ -34,10 +34,13 @@
 
 typedef struct extender extender;
 
-/* The caches are borrowed; inventory_port is used for nodes without an
- * inventory-url annotation. */
+/* The caches and the policy are borrowed. Where inventories are fetched
+ * from is the business of whoever feeds the inventory cache (the Node
+ * watch) and never of a request's Node objects, unless request_urls is
+ * set: then (no cluster to watch) they name their URLs, within that
+ * policy. */
 extender *extender_new(manifest_cache *manifests, inventory_cache *inventories,
-                       int inventory_port);
+                       const inventory_url_policy *request_urls);
 void extender_free(extender *x);
 
 /* *result is the ExtenderFilterResult; TETRIS_E_FORMAT for a bad request. */

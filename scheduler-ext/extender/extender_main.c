@@ -32,6 +32,8 @@ typedef struct options {
     const char *manifest_dir;
     bool standalone;
     int inventory_port;
+    const char *inventory_url_ports;
+    inventory_url_policy urls;
     inventory_opts inv;
 } options;
 
@@ -53,9 +55,14 @@ static void usage(FILE *out)
             "  --manifest-dir DIR       also load manifests from DIR/<model>.json\n"
             "  --standalone             no apiserver: manifests from --manifest-dir only,\n"
             "                           nodes must come as objects (nodeCacheCapable: false)\n"
+            "                           whose annotations name their inventory URLs; with\n"
+            "                           an apiserver only the Node watch does\n"
             "  --inventory-port PORT    tetris-reclaimer port on nodes without a\n"
             "                           " TETRIS_ANNOTATION_INVENTORY_URL
             " annotation (default %d)\n"
+            "  --inventory-url-ports LIST  ports an annotation may name, PORT or LO-HI,\n"
+            "                           comma-separated (default: --inventory-port); its\n"
+            "                           host must be the node's InternalIP or 127.0.0.1\n"
             "  --refresh SECONDS        inventory poll period (default 1)\n"
             "  --stale-after SECONDS    ignore an inventory not refreshed for this long\n"
             "                           (default 30)\n"
@@ -75,8 +82,20 @@ static void usage(FILE *out)
 /* 0 to run, 1 to exit 0 (help/version), -1 usage error. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum { OPT_LISTEN = 256, OPT_KUBECONFIG, OPT_NAMESPACE, OPT_MANIFEST_DIR, OPT_STANDALONE,
-           OPT_INVENTORY_PORT, OPT_REFRESH, OPT_STALE, OPT_FETCH_TIMEOUT, OPT_HELP, OPT_VERSION };
+    enum {
+        OPT_LISTEN = 256,
+        OPT_KUBECONFIG,
+        OPT_NAMESPACE,
+        OPT_MANIFEST_DIR,
+        OPT_STANDALONE,
+        OPT_INVENTORY_PORT,
+        OPT_INVENTORY_URL_PORTS,
+        OPT_REFRESH,
+        OPT_STALE,
+        OPT_FETCH_TIMEOUT,
+        OPT_HELP,
+        OPT_VERSION
+    };
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
@@ -84,6 +103,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"manifest-dir", required_argument, NULL, OPT_MANIFEST_DIR},
         {"standalone", no_argument, NULL, OPT_STANDALONE},
         {"inventory-port", required_argument, NULL, OPT_INVENTORY_PORT},
+        {"inventory-url-ports", required_argument, NULL, OPT_INVENTORY_URL_PORTS},
         {"refresh", required_argument, NULL, OPT_REFRESH},
         {"stale-after", required_argument, NULL, OPT_STALE},
         {"fetch-timeout", required_argument, NULL, OPT_FETCH_TIMEOUT},
@@ -107,6 +127,7 @@ static int parse_options(int argc, char **argv, options *o)
             if ((r = cli_parse_i64("--inventory-port", optarg, 1, 65535, &v, &err)) == 0)
                 o->inventory_port = (int)v;
             break;
+        case OPT_INVENTORY_URL_PORTS: o->inventory_url_ports = optarg; break;
         case OPT_REFRESH:
             if ((r = cli_parse_i64("--refresh", optarg, 1, 3600, &v, &err)) == 0)
                 o->inv.refresh_ms = v * 1000;
@@ -130,6 +151,12 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (optind < argc) {
         fprintf(stderr, "tetris-scheduler-ext: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    inventory_url_policy_init(&o->urls, o->inventory_port);
+    if (o->inventory_url_ports != NULL &&
+        inventory_url_policy_ports(&o->urls, o->inventory_url_ports, &err) < 0) {
+        fprintf(stderr, "tetris-scheduler-ext: --inventory-url-ports: %s\n", err.msg);
         return -1;
     }
     if (o->standalone && o->kubeconfig != NULL) {
@@ -199,7 +226,7 @@ static void handle_healthz(void *ctx, const http_request *req, http_response *re
 typedef struct node_watch {
     kube_client *kc;
     inventory_cache *inventories;
-    int port;
+    const inventory_url_policy *urls;
     volatile bool stop;
     pthread_t thread;
 } node_watch;
@@ -207,10 +234,20 @@ typedef struct node_watch {
 static void learn_node(node_watch *w, json_t *node)
 {
     const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
-    char url[1024];
+    char url[1024], qn[300], q[600];
     tetris_error err = {0};
-    if (name != NULL && inventory_url_from_node(node, w->port, url, sizeof url) == 0)
+    if (name == NULL)
+        return;
+    int r = inventory_url_from_node(node, w->urls, url, sizeof url, &err);
+    if (r == 0) {
         inventory_cache_set_url(w->inventories, name, url, &err);
+        return;
+    }
+    /* What the node named before is void too. */
+    inventory_cache_forget(w->inventories, name);
+    if (r == -TETRIS_E_DENIED)
+        log_warn("event=inventory-url-refused node=%s msg=%s", log_quote(name, qn, sizeof qn),
+                 log_quote(err.msg, q, sizeof q));
 }
 
 static int on_nodes_listed(json_t *items, void *user)
@@ -282,7 +319,7 @@ static int program_start(program *p, const options *o, tetris_error *err)
     p->manifests = p->ids != NULL ? manifest_cache_new(p->ids) : NULL;
     p->inventories = p->ids != NULL ? inventory_cache_new(p->ids, &o->inv) : NULL;
     p->x = p->manifests != NULL && p->inventories != NULL
-               ? extender_new(p->manifests, p->inventories, o->inventory_port)
+               ? extender_new(p->manifests, p->inventories, o->standalone ? &o->urls : NULL)
                : NULL;
     if (p->x == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "start");
@@ -297,8 +334,7 @@ static int program_start(program *p, const options *o, tetris_error *err)
         r = manifest_cache_watch(p->manifests, p->kc, ns, err);
         if (r < 0)
             return r;
-        p->nodes = (node_watch){.kc = p->kc, .inventories = p->inventories,
-                                .port = o->inventory_port};
+        p->nodes = (node_watch){.kc = p->kc, .inventories = p->inventories, .urls = &o->urls};
         int e = pthread_create(&p->nodes.thread, NULL, node_watch_thread, &p->nodes);
         if (e != 0)
             return tetris_fail(err, TETRIS_E_IO, e, "node watch thread");

@@ -7,6 +7,8 @@
  * '/'), fetched from the node's URL with ?tenant=TENANT. */
 #include "scheduler-ext/extender/inventory.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -116,13 +118,20 @@ int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventor
     if (inv == NULL || (inv->ids = malloc((doc->n_tensors ? doc->n_tensors : 1) *
                                           sizeof *inv->ids)) == NULL)
         r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory");
-    for (size_t i = 0; r == 0 && i < doc->n_tensors; i++)
-        r = tensor_ids_intern_digest(ids, &doc->tensors[i].digest, &inv->ids[i], err);
+    if (r == 0)
+        inv->owner = ids;
+    /* inv->n counts the references taken, so a failure releases them. */
+    while (r == 0 && inv->n < doc->n_tensors) {
+        r = tensor_ids_intern_digest(ids, &doc->tensors[inv->n].digest, &inv->ids[inv->n], err);
+        if (r == 0)
+            inv->n++;
+    }
     if (r == 0) {
         inv->generation = doc->generation;
         inv->capacity_bytes = doc->capacity_bytes;
         inv->resident_bytes = doc->resident_bytes;
-        inv->n = similarity_sort_ids(inv->ids, doc->n_tensors);
+        inv->evictable_bytes = doc->evictable_bytes;
+        inv->n = similarity_sort_ids(ids, inv->ids, inv->n);
         *out = inv;
     } else {
         node_inventory_free(inv);
@@ -131,30 +140,177 @@ int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventor
     return r;
 }
 
-int inventory_url_from_node(json_t *node, int default_port, char *buf, size_t size)
+/* ---- where inventories are ---- */
+
+void inventory_url_policy_init(inventory_url_policy *p, int default_port)
+{
+    *p = (inventory_url_policy){.default_port = default_port,
+                                .n_ranges = 1,
+                                .ranges = {{default_port, default_port}}};
+}
+
+static int parse_port(const char *s, char **end)
+{
+    errno = 0;
+    long v = strtol(s, end, 10);
+    return errno == 0 && *end != s && v >= 1 && v <= 65535 && isdigit((unsigned char)*s) ? (int)v
+                                                                                         : -1;
+}
+
+int inventory_url_policy_ports(inventory_url_policy *p, const char *list, tetris_error *err)
+{
+    inventory_url_policy q = *p;
+    q.n_ranges = 0;
+    const char *s = list;
+    for (;;) {
+        char *end;
+        int lo = parse_port(s, &end), hi = lo;
+        if (lo > 0 && *end == '-')
+            hi = parse_port(end + 1, &end);
+        if (lo < 0 || hi < lo || (*end != ',' && *end != '\0') ||
+            q.n_ranges == INVENTORY_PORT_RANGES_MAX)
+            return tetris_fail(err, TETRIS_E_INVAL, 0,
+                               "inventory ports '%s': want up to %d of PORT or LO-HI, "
+                               "comma-separated, within 1-65535",
+                               list, INVENTORY_PORT_RANGES_MAX);
+        q.ranges[q.n_ranges][0] = lo;
+        q.ranges[q.n_ranges][1] = hi;
+        q.n_ranges++;
+        if (*end == '\0')
+            break;
+        s = end + 1;
+    }
+    *p = q;
+    return 0;
+}
+
+static bool port_allowed(const inventory_url_policy *p, long port)
+{
+    for (size_t i = 0; i < p->n_ranges; i++)
+        if (port >= p->ranges[i][0] && port <= p->ranges[i][1])
+            return true;
+    return false;
+}
+
+/* An IP literal as bytes (4 or 16) in out; 0 when host is none. */
+static size_t ip_bytes(const char *host, unsigned char out[16])
+{
+    if (inet_pton(AF_INET, host, out) == 1)
+        return 4;
+    if (inet_pton(AF_INET6, host, out) == 1)
+        return 16;
+    return 0;
+}
+
+/* The node's next InternalIP address from index *i on (advancing *i past
+ * it), or NULL. */
+static const char *next_internal_ip(json_t *node, size_t *i)
+{
+    json_t *addresses = json_object_get(json_object_get(node, "status"), "addresses");
+    while (*i < json_array_size(addresses)) {
+        json_t *a = json_array_get(addresses, (*i)++);
+        const char *type = json_string_value(json_object_get(a, "type"));
+        const char *addr = json_string_value(json_object_get(a, "address"));
+        if (type != NULL && addr != NULL && strcmp(type, "InternalIP") == 0)
+            return addr;
+    }
+    return NULL;
+}
+
+/* Whether host (an IP literal) is 127.0.0.1 or one of node's InternalIPs. */
+static bool host_allowed(json_t *node, const char *host)
+{
+    unsigned char want[16], have[16];
+    size_t n = ip_bytes(host, want);
+    if (n == 0)
+        return false;
+    if (n == 4 && ip_bytes("127.0.0.1", have) == 4 && memcmp(want, have, 4) == 0)
+        return true;
+    const char *addr;
+    for (size_t i = 0; (addr = next_internal_ip(node, &i)) != NULL;)
+        if (ip_bytes(addr, have) == n && memcmp(want, have, n) == 0)
+            return true;
+    return false;
+}
+
+/* Checks an annotation's URL: http://HOST:PORT/inventory, nothing else. */
+static int check_url(json_t *node, const inventory_url_policy *p, const char *url,
+                     tetris_error *err)
+{
+    static const char scheme[] = "http://";
+    char host[64];
+    const char *s = url;
+    if (strncmp(s, scheme, sizeof scheme - 1) != 0)
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "inventory URL %.200s: not http://", url);
+    s += sizeof scheme - 1;
+    const char *host_end;
+    if (*s == '[') {
+        host_end = strchr(++s, ']');
+        if (host_end == NULL || host_end[1] != ':')
+            return tetris_fail(err, TETRIS_E_DENIED, 0, "inventory URL %.200s: want [IPv6]:PORT",
+                               url);
+    } else {
+        host_end = strchr(s, ':');
+        if (host_end == NULL || memchr(s, '/', (size_t)(host_end - s)) != NULL ||
+            memchr(s, '@', (size_t)(host_end - s)) != NULL)
+            return tetris_fail(err, TETRIS_E_DENIED, 0,
+                               "inventory URL %.200s: want HOST:PORT with an IP address", url);
+    }
+    if ((size_t)(host_end - s) >= sizeof host)
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "inventory URL %.200s: host too long", url);
+    memcpy(host, s, (size_t)(host_end - s));
+    host[host_end - s] = '\0';
+    unsigned char ip[16];
+    if (ip_bytes(host, ip) != (*host_end == ']' ? 16u : 4u))
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "inventory URL %.200s: host is not an IP address", url);
+    const char *port_start = host_end + (*host_end == ']' ? 2 : 1);
+    char *end;
+    int port = parse_port(port_start, &end);
+    if (port < 0 || strcmp(end, INVENTORY_PATH) != 0)
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "inventory URL %.200s: want http://HOST:PORT" INVENTORY_PATH, url);
+    if (!host_allowed(node, host))
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "inventory URL %.200s: host is neither the node's InternalIP "
+                           "nor 127.0.0.1",
+                           url);
+    if (!port_allowed(p, port))
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "inventory URL %.200s: port %d is not an allowed inventory port", url,
+                           port);
+    return 0;
+}
+
+int inventory_url_from_node(json_t *node, const inventory_url_policy *p, char *buf, size_t size,
+                            tetris_error *err)
 {
     json_t *meta = json_object_get(node, "metadata");
     const char *url = json_string_value(
         json_object_get(json_object_get(meta, "annotations"), TETRIS_ANNOTATION_INVENTORY_URL));
     if (url != NULL && url[0] != '\0') {
+        int r = check_url(node, p, url, err);
+        if (r < 0)
+            return r;
         int n = snprintf(buf, size, "%s", url);
-        return n > 0 && (size_t)n < size ? 0 : -1;
+        return n > 0 && (size_t)n < size
+                   ? 0
+                   : tetris_fail(err, TETRIS_E_DENIED, 0, "inventory URL too long");
     }
-    json_t *addresses = json_object_get(json_object_get(node, "status"), "addresses");
-    size_t i;
-    json_t *a;
-    json_array_foreach(addresses, i, a) {
-        const char *type = json_string_value(json_object_get(a, "type"));
-        const char *addr = json_string_value(json_object_get(a, "address"));
-        if (type == NULL || addr == NULL || strcmp(type, "InternalIP") != 0)
+    const char *addr;
+    for (size_t i = 0; (addr = next_internal_ip(node, &i)) != NULL;) {
+        unsigned char ip[16];
+        size_t len = ip_bytes(addr, ip);
+        if (len == 0)
             continue;
         int n = snprintf(buf, size,
-                         strchr(addr, ':') != NULL ? "http://[%s]:%d" INVENTORY_PATH
-                                                   : "http://%s:%d" INVENTORY_PATH,
-                         addr, default_port);
-        return n > 0 && (size_t)n < size ? 0 : -1;
+                         len == 16 ? "http://[%s]:%d" INVENTORY_PATH
+                                   : "http://%s:%d" INVENTORY_PATH,
+                         addr, p->default_port);
+        if (n > 0 && (size_t)n < size)
+            return 0;
     }
-    return -1;
+    return tetris_fail(err, TETRIS_E_NOTFOUND, 0, "node has no InternalIP address");
 }
 
 /* ---- tenants ---- */

@@ -11,7 +11,12 @@
  * Where a node's inventory lives: the annotation tetris.io/inventory-url on
  * the Node (API-only test nodes point at 127.0.0.1:PORT), else
  * http://<InternalIP>:<default port>/inventory (the DaemonSet runs with
- * hostNetwork).
+ * hostNetwork). Whoever can annotate a Node must not be able to point the
+ * extender anywhere else (an internal service, the apiserver, a cloud
+ * metadata endpoint): an annotation is used only when it is
+ * http://HOST:PORT/inventory with HOST one of the Node's InternalIP
+ * addresses or 127.0.0.1 and PORT one the policy allows
+ * (inventory_url_policy; by default only the daemon's port).
  *
  * Tenants: the cache keeps one inventory per (node, tenant), fetched from
  * the node's URL with ?tenant=T on first use and polled like the shared
@@ -56,9 +61,26 @@ void inventory_cache_free(inventory_cache *c);
 int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventory **out,
                     tetris_error *err);
 
-/* The inventory URL of a Node object (annotation, else InternalIP and
- * default_port). -1 when the node has neither. */
-int inventory_url_from_node(json_t *node, int default_port, char *buf, size_t size);
+#define INVENTORY_PORT_RANGES_MAX 8
+
+/* The inventory URLs a Node may name. */
+typedef struct inventory_url_policy {
+    int default_port; /* the daemon's port, for nodes without an annotation */
+    size_t n_ranges;  /* ports an annotation may name: [lo, hi] pairs */
+    int ranges[INVENTORY_PORT_RANGES_MAX][2];
+} inventory_url_policy;
+
+/* Allows default_port only. */
+void inventory_url_policy_init(inventory_url_policy *p, int default_port);
+/* Replaces the allowed ports with a list "PORT|LO-HI[,...]";
+ * TETRIS_E_INVAL for anything else. */
+int inventory_url_policy_ports(inventory_url_policy *p, const char *list, tetris_error *err);
+
+/* The inventory URL of a Node object: its annotation, else its InternalIP
+ * and default port. TETRIS_E_NOTFOUND when it has neither; TETRIS_E_DENIED
+ * (err says why) when the annotation names a URL the policy refuses. */
+int inventory_url_from_node(json_t *node, const inventory_url_policy *p, char *buf, size_t size,
+                            tetris_error *err);
 
 /* A tenant name the daemon could serve: 1..63 of [a-z0-9._-], not "."
  * and without "..", as tensorstore validates it. */

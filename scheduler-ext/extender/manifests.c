@@ -73,8 +73,9 @@ static int cmp_pair(const void *a, const void *b)
 }
 
 /* Sorts (id, bytes) pairs by id and keeps each id once: a model that uses
- * the same tensor twice stores it once. */
-static size_t dedup_pairs(uint32_t *ids, uint64_t *bytes, size_t n, uint64_t *total)
+ * the same tensor twice stores it once, and holds one reference to it. */
+static size_t dedup_pairs(tensor_ids *owner, uint32_t *ids, uint64_t *bytes, size_t n,
+                          uint64_t *total)
 {
     uint64_t *pairs = malloc((n ? n : 1) * sizeof *pairs * 2);
     if (pairs == NULL)
@@ -87,8 +88,10 @@ static size_t dedup_pairs(uint32_t *ids, uint64_t *bytes, size_t n, uint64_t *to
     size_t out = 0;
     *total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (out > 0 && ids[out - 1] == (uint32_t)pairs[2 * i])
+        if (out > 0 && ids[out - 1] == (uint32_t)pairs[2 * i]) {
+            tensor_ids_release(owner, &ids[out - 1], 1);
             continue;
+        }
         ids[out] = (uint32_t)pairs[2 * i];
         bytes[out] = pairs[2 * i + 1];
         *total += bytes[out];
@@ -113,18 +116,22 @@ int manifest_need_parse(tensor_ids *ids, const char *model, const char *json, si
         r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", what);
         goto out;
     }
-    for (size_t i = 0; i < d.n; i++) {
-        r = tensor_ids_intern_digest(ids, &d.digests[i], &m->ids[i], err);
+    /* m->n counts the references taken, so a failure releases them. */
+    m->owner = ids;
+    for (; m->n < d.n; m->n++) {
+        r = tensor_ids_intern_digest(ids, &d.digests[m->n], &m->ids[m->n], err);
         if (r < 0) {
-            tetris_wrap(err, "%s: tensor %zu", what, i);
+            tetris_wrap(err, "%s: tensor %zu", what, m->n);
             goto out;
         }
     }
     m->bytes = steal_pointer(&d.nbytes);
-    m->n = dedup_pairs(m->ids, m->bytes, d.n, &m->total_bytes);
+    size_t n = dedup_pairs(ids, m->ids, m->bytes, d.n, &m->total_bytes);
     m->version = model_need_version();
-    if (m->n == SIZE_MAX)
+    if (n == SIZE_MAX)
         r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", what);
+    else
+        m->n = n;
 out:
     manifest_digests_release(&d);
     if (r < 0)

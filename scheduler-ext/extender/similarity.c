@@ -45,9 +45,9 @@ void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *o
     out->missing_bytes = m->total_bytes - present;
     out->theta = m->total_bytes > 0 ? (double)present / (double)m->total_bytes : 0.0;
     out->score = (int)lround(out->theta * SIMILARITY_MAX_SCORE);
-    uint64_t free_bytes = inv->capacity_bytes > inv->resident_bytes
-                              ? inv->capacity_bytes - inv->resident_bytes
-                              : 0;
+    uint64_t evictable = inv->evictable_bytes > present ? inv->evictable_bytes - present : 0;
+    uint64_t room = inv->capacity_bytes + evictable; /* both below 2^63 (JSON integers) */
+    uint64_t free_bytes = room > inv->resident_bytes ? room - inv->resident_bytes : 0;
     out->fits = inv->capacity_bytes == 0 || free_bytes >= out->missing_bytes;
 }
 
@@ -71,15 +71,18 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-size_t similarity_sort_ids(uint32_t *ids, size_t n)
+size_t similarity_sort_ids(tensor_ids *owner, uint32_t *ids, size_t n)
 {
     if (n == 0)
         return 0;
     qsort(ids, n, sizeof *ids, cmp_u32);
     size_t out = 1;
-    for (size_t i = 1; i < n; i++)
+    for (size_t i = 1; i < n; i++) {
         if (ids[i] != ids[out - 1])
             ids[out++] = ids[i];
+        else
+            tensor_ids_release(owner, &ids[i], 1);
+    }
     return out;
 }
 
@@ -87,6 +90,7 @@ void model_need_free(model_need *m)
 {
     if (m == NULL)
         return;
+    tensor_ids_release(m->owner, m->ids, m->n);
     free(m->model);
     free(m->ids);
     free(m->bytes);
@@ -97,6 +101,7 @@ void node_inventory_free(node_inventory *inv)
 {
     if (inv == NULL)
         return;
+    tensor_ids_release(inv->owner, inv->ids, inv->n);
     pthread_mutex_destroy(&inv->memo_lock);
     free(inv->ids);
     free(inv);

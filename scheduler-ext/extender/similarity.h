@@ -2,10 +2,12 @@
  *
  * θ = (bytes of the model's distinct tensors already resident on the node)
  *     / (bytes of the model's distinct tensors)
- * A node fits the model when its store has room for the missing bytes
- * (capacity - resident >= missing); a capacity of 0 means "no limit
- * reported". The extender's score is round(10 θ), the extender protocol's
- * 0..10 range. */
+ * A node fits the model when its store has room for the missing bytes:
+ * capacity - resident + evictable >= missing, where evictable (cold
+ * tensors the node daemon evicts for room) is less the model's present
+ * bytes, which may be among them and will not be evicted for it. A
+ * capacity of 0 means "no limit reported". The extender's score is round(10 θ), the extender
+ * protocol's 0..10 range. */
 #ifndef TETRIS_SIMILARITY_H
 #define TETRIS_SIMILARITY_H
 
@@ -14,10 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "scheduler-ext/extender/tensor_ids.h"
+
 #define SIMILARITY_MAX_SCORE 10
 
 /* What a model needs: its distinct tensors (ids from tensor_ids). */
 typedef struct model_need {
+    tensor_ids *owner; /* holds a reference per id; NULL: ids not counted */
     uint64_t version;  /* unique per parsed manifest (model_need_version) */
     char *model;
     size_t n;
@@ -32,9 +37,11 @@ typedef struct model_need {
  * pods of that model cost nothing until the inventory changes (a new
  * generation is a new node_inventory). */
 typedef struct node_inventory {
+    tensor_ids *owner; /* holds a reference per id; NULL: ids not counted */
     uint64_t generation;
     uint64_t capacity_bytes; /* 0: unlimited / not reported */
     uint64_t resident_bytes;
+    uint64_t evictable_bytes; /* of resident_bytes, cold */
     size_t n;
     uint32_t *ids; /* sorted ascending, distinct */
     pthread_mutex_t memo_lock;
@@ -58,9 +65,11 @@ uint64_t model_need_version(void);
 /* An empty inventory (calloc + memo lock); NULL when out of memory. */
 node_inventory *node_inventory_new(void);
 
-/* Sorts ids and drops duplicates; returns the new count. */
-size_t similarity_sort_ids(uint32_t *ids, size_t n);
+/* Sorts ids and drops duplicates (releasing their extra references in
+ * owner, if not NULL); returns the new count. */
+size_t similarity_sort_ids(tensor_ids *owner, uint32_t *ids, size_t n);
 
+/* Free, releasing the ids' references in their owner. */
 void model_need_free(model_need *m);
 void node_inventory_free(node_inventory *inv);
 

@@ -6,8 +6,11 @@
  * and everything else holds its 4-byte id: an inventory is a sorted id
  * array and a similarity check is a binary search per model tensor.
  *
- * Ids are never recycled; the table grows with the number of distinct
- * digests ever seen (32 bytes + 12 bytes of index each). Thread-safe. */
+ * Every intern takes a reference and tensor_ids_release drops it: a digest
+ * no inventory or manifest refers to any more leaves the table and its id
+ * is reused, so the table is bounded by the digests in use at its busiest
+ * (about 48 bytes each), not by every digest a node ever reported. An id
+ * is stable while it is referenced. Thread-safe. */
 #ifndef TETRIS_TENSOR_IDS_H
 #define TETRIS_TENSOR_IDS_H
 
@@ -23,13 +26,19 @@ tensor_ids *tensor_ids_new(void);
 void tensor_ids_free(tensor_ids *t);
 
 /* The id of a digest given as 64 hex digits, optionally prefixed by
- * "sha256:". TETRIS_E_FORMAT for anything else. */
+ * "sha256:", with one more reference. TETRIS_E_FORMAT for anything else. */
 int tensor_ids_intern(tensor_ids *t, const char *digest, uint32_t *id, tetris_error *err);
 /* The id of a decoded digest. */
 int tensor_ids_intern_digest(tensor_ids *t, const tensor_digest *digest, uint32_t *id,
                              tetris_error *err);
 
-/* Number of distinct digests interned so far. */
+/* Drops one reference per entry of ids (a duplicate drops two); NULL t
+ * does nothing. */
+void tensor_ids_release(tensor_ids *t, const uint32_t *ids, size_t n);
+
+/* Number of distinct digests referenced now. */
 size_t tensor_ids_count(tensor_ids *t);
+/* Size of the digest index (slots), which shrinks with the count. */
+size_t tensor_ids_slots(tensor_ids *t);
 
 #endif

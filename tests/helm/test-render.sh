@@ -117,6 +117,10 @@ expect "$ds" '.spec.template.spec.automountServiceAccountToken == false and
       select(.mountPath == "/var/run/secrets/kubernetes.io/serviceaccount")] | length) == 1' \
     "apiAccess.secretName does not reach node-pins"
 expect "$ds" '.spec.template.spec.containers[0].args | index("--no-tenants") != null' "maxTenants 0 is not --no-tenants"
+expect "$(doc "$WORK/all.yaml" Deployment tetris-scheduler)" \
+    '[.spec.template.spec.containers[] | select(.name == "extender") | .args[]] |
+     index("--inventory-url-ports=9465,9200-9299") != null' \
+    "extender.inventoryUrlPorts does not reach the extender"
 
 # 3b. The webhook.
 "$HELM" lint --strict "$CHART" --set webhook.enabled=true >"$WORK/lint" 2>&1 ||

@@ -7,7 +7,10 @@
  * (Nodes and NodeNames) work, bad requests get 400, /metrics counts, a
  * tenant's pod is judged by its tenant's inventories (/inventory?tenant=T)
  * and a shared-store pod by the shared ones. Also
- * the pure parts (θ rounding, manifest and inventory parsing) in-process. */
+ * the pure parts (θ rounding, manifest and inventory parsing, the fit with
+ * evictable bytes, the digest table shrinking with inventories, inventory
+ * URLs confined to the policy and never taken from a request's Node
+ * objects in cluster mode) in-process. */
 #include <check.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -25,6 +28,7 @@
 #include <unistd.h>
 
 #include "tests/kube/faultserver.h"
+#include "scheduler-ext/extender/extender.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "scheduler-ext/extender/manifests.h"
 #include "scheduler-ext/extender/similarity.h"
@@ -280,8 +284,22 @@ static void start_servers(void)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", ext_port);
     const char *dir = getenv("TETRIS_BIN");
     snprintf(bin, sizeof bin, "%s/tetris-scheduler-ext", dir != NULL ? dir : "bin");
-    char *argv[] = {bin, "--standalone", "--manifest-dir", tmpdir, "--listen", listen,
-                    "--refresh", "1", "--fetch-timeout", "500", "--stale-after", "3", NULL};
+    /* The fault servers' ports are the kernel's choice. */
+    char *argv[] = {bin,
+                    "--standalone",
+                    "--manifest-dir",
+                    tmpdir,
+                    "--listen",
+                    listen,
+                    "--refresh",
+                    "1",
+                    "--fetch-timeout",
+                    "500",
+                    "--stale-after",
+                    "3",
+                    "--inventory-url-ports",
+                    "1024-65535",
+                    NULL};
     ck_assert_int_eq(posix_spawn(&ext_pid, bin, NULL, NULL, argv, environ), 0);
     for (int i = 0; i < 200; i++) {
         reply r = http("GET", "/healthz", NULL);
@@ -697,6 +715,19 @@ START_TEST(theta_and_fit)
     ck_assert_uint_eq(fit.missing_bytes, 600);
     ck_assert_int_eq(fit.score, 4);
     ck_assert(!fit.fits); /* 50 bytes free, 600 missing */
+    /* Cold bytes count as room, less the model's own present bytes, which
+     * may be among them and are not evicted for it: 2000 + (1000 - 400)
+     * - 1950 = 650 free for the 600 missing. */
+    ni->evictable_bytes = 1000;
+    similarity_eval(m, ni, &fit);
+    ck_assert(fit.fits);
+    ni->evictable_bytes = 900; /* 550 free */
+    similarity_eval(m, ni, &fit);
+    ck_assert(!fit.fits);
+    ni->evictable_bytes = 300; /* all of it may be the model's */
+    similarity_eval(m, ni, &fit);
+    ck_assert(!fit.fits);
+    ni->evictable_bytes = 0;
     ni->capacity_bytes = 0; /* no limit reported */
     similarity_eval(m, ni, &fit);
     ck_assert(fit.fits);
@@ -739,6 +770,254 @@ START_TEST(bad_manifests_and_inventories)
 }
 END_TEST
 
+/* A node inventory of n digests numbered from first (distinct per number). */
+static char *numbered_inventory(unsigned first, unsigned n)
+{
+    size_t cap = 128 + (size_t)n * 100, len = 0;
+    char *b = malloc(cap);
+    ck_assert_ptr_nonnull(b);
+    len += (size_t)snprintf(b, cap,
+                            "{\"node\":\"x\",\"generation\":1,\"capacity_bytes\":0,"
+                            "\"resident_bytes\":0,\"tensors\":[");
+    for (unsigned i = 0; i < n; i++)
+        len += (size_t)snprintf(b + len, cap - len, "%s{\"digest\":\"%056x%08x\",\"bytes\":1}",
+                                i ? "," : "", 0u, first + i);
+    snprintf(b + len, cap - len, "]}");
+    return b;
+}
+
+static void put_numbered(inventory_cache *c, tensor_ids *ids, const char *node, unsigned first,
+                         unsigned n)
+{
+    char *text = numbered_inventory(first, n);
+    node_inventory *ni = NULL;
+    tetris_error err = {0};
+    ck_assert_msg(inventory_parse(ids, text, strlen(text), &ni, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(inventory_cache_put(c, node, ni, &err), 0);
+    free(text);
+}
+
+/* The digest table holds what inventories and manifests hold now, not
+ * every digest a node ever reported: nodes that churn through new tensors
+ * (or lie about them) cannot grow the extender without bound. */
+START_TEST(id_table_shrinks_with_inventories)
+{
+    enum { NODES = 40, PER_NODE = 250 };
+    tensor_ids *ids = tensor_ids_new();
+    inventory_cache *c = inventory_cache_new(ids, NULL);
+    char node[32];
+    for (unsigned round = 0; round < 3; round++) {
+        for (unsigned i = 0; i < NODES; i++) {
+            snprintf(node, sizeof node, "n%u", i);
+            /* Every round, every node reports digests never seen before. */
+            put_numbered(c, ids, node, (round * NODES + i) * PER_NODE, PER_NODE);
+        }
+        ck_assert_uint_eq(tensor_ids_count(ids), NODES * PER_NODE);
+    }
+    size_t big = tensor_ids_slots(ids);
+    ck_assert_uint_ge(big, 2 * NODES * PER_NODE);
+    /* The inventories shrink to the same 3 tensors... */
+    for (unsigned i = 0; i < NODES; i++) {
+        snprintf(node, sizeof node, "n%u", i);
+        put_numbered(c, ids, node, 7, 3);
+    }
+    ck_assert_uint_eq(tensor_ids_count(ids), 3);
+    ck_assert_uint_lt(tensor_ids_slots(ids), big / 8);
+    /* ...which still match a manifest (the index survived the removals). */
+    model_need *m = NULL;
+    tetris_error err = {0};
+    char manifest[512];
+    snprintf(manifest, sizeof manifest,
+             "{\"format\":\"tetris-manifest/1\",\"tensors\":["
+             "{\"digest\":\"sha256:%056x%08x\",\"nbytes\":1},"
+             "{\"digest\":\"sha256:%056x%08x\",\"nbytes\":1},"
+             "{\"digest\":\"sha256:%056x%08x\",\"nbytes\":1}]}",
+             0u, 8u, 0u, 8u, 0u, 100000u);
+    ck_assert_int_eq(manifest_need_parse(ids, "m", manifest, strlen(manifest), &m, &err), 0);
+    ck_assert_uint_eq(m->n, 2);
+    ck_assert_uint_eq(tensor_ids_count(ids), 4);
+    inventory_cache_rdlock(c);
+    node_fit fit;
+    similarity_eval(m, inventory_cache_find(c, "n0", NULL), &fit);
+    inventory_cache_unlock(c);
+    ck_assert_uint_eq(fit.present_bytes, 1);
+    /* Nodes gone, manifest gone: nothing left. */
+    for (unsigned i = 0; i < NODES; i++) {
+        snprintf(node, sizeof node, "n%u", i);
+        inventory_cache_forget(c, node);
+    }
+    ck_assert_uint_eq(tensor_ids_count(ids), 2);
+    model_need_free(m);
+    ck_assert_uint_eq(tensor_ids_count(ids), 0);
+    inventory_cache_free(c);
+    tensor_ids_free(ids);
+}
+END_TEST
+
+/* Interning and releasing in a random order keeps every live digest at
+ * its id (deletions from the open-addressing index keep probe runs). */
+START_TEST(id_table_survives_churn)
+{
+    enum { DIGESTS = 3000, OPS = 60000 };
+    tensor_ids *ids = tensor_ids_new();
+    static uint32_t id_of[DIGESTS], refs[DIGESTS];
+    memset(refs, 0, sizeof refs);
+    uint64_t x = 88172645463325252ull;
+    tetris_error err = {0};
+    for (int op = 0; op < OPS; op++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        unsigned k = (unsigned)(x % DIGESTS);
+        tensor_digest d = {{0}};
+        /* Digests that share their first 8 bytes collide in the index. */
+        d.bytes[0] = (uint8_t)(k % 7);
+        memcpy(d.bytes + 8, &k, sizeof k);
+        if (refs[k] > 0 && (x >> 32) % 2 == 0) {
+            tensor_ids_release(ids, &id_of[k], 1);
+            refs[k]--;
+            continue;
+        }
+        uint32_t id;
+        ck_assert_int_eq(tensor_ids_intern_digest(ids, &d, &id, &err), 0);
+        if (refs[k] > 0)
+            ck_assert_uint_eq(id, id_of[k]);
+        id_of[k] = id;
+        refs[k]++;
+    }
+    size_t live = 0;
+    for (unsigned k = 0; k < DIGESTS; k++)
+        live += refs[k] > 0;
+    ck_assert_uint_eq(tensor_ids_count(ids), live);
+    tensor_ids_free(ids);
+}
+END_TEST
+
+static json_t *node_with(const char *name, const char *internal_ip, const char *url)
+{
+    json_t *n = json_pack("{s:{s:s,s:{}},s:{s:[]}}", "metadata", "name", name, "annotations",
+                          "status", "addresses");
+    if (internal_ip != NULL)
+        json_array_append_new(json_object_get(json_object_get(n, "status"), "addresses"),
+                              json_pack("{s:s,s:s}", "type", "InternalIP", "address", internal_ip));
+    if (url != NULL)
+        json_object_set_new(json_object_get(json_object_get(n, "metadata"), "annotations"),
+                            "tetris.io/inventory-url", json_string(url));
+    return n;
+}
+
+/* Whoever can annotate a Node (its kubelet) cannot point the extender at
+ * another host, port, scheme or path. */
+START_TEST(inventory_urls_are_confined)
+{
+    static const struct {
+        const char *ip, *url;
+        int rc;
+        const char *want;
+    } cases[] = {
+        {"10.1.2.3", NULL, 0, "http://10.1.2.3:9464/inventory"},
+        {"fd00::1", NULL, 0, "http://[fd00::1]:9464/inventory"},
+        {"10.1.2.3", "http://10.1.2.3:9464/inventory", 0, "http://10.1.2.3:9464/inventory"},
+        {"10.1.2.3", "http://127.0.0.1:9464/inventory", 0, "http://127.0.0.1:9464/inventory"},
+        {"fd00::1", "http://[fd00::1]:9464/inventory", 0, "http://[fd00::1]:9464/inventory"},
+        {"10.1.2.3", "http://127.0.0.1:9201/inventory", -TETRIS_E_DENIED, "port 9201"},
+        {"10.1.2.3", "http://10.9.9.9:9464/inventory", -TETRIS_E_DENIED, "InternalIP"},
+        {"10.1.2.3", "http://169.254.169.254:9464/inventory", -TETRIS_E_DENIED, "InternalIP"},
+        {"10.1.2.3", "http://metadata.internal:9464/inventory", -TETRIS_E_DENIED, "IP address"},
+        {"10.1.2.3", "https://10.1.2.3:9464/inventory", -TETRIS_E_DENIED, "http://"},
+        {"10.1.2.3", "http://u@10.1.2.3:9464/inventory", -TETRIS_E_DENIED, "HOST:PORT"},
+        {"10.1.2.3", "http://10.1.2.3:9464@10.9.9.9:9464/inventory", -TETRIS_E_DENIED, "HOST"},
+        {"10.1.2.3", "http://10.1.2.3:9464/inventory?x=1", -TETRIS_E_DENIED, "want http"},
+        {"10.1.2.3", "http://10.1.2.3:9464/metrics", -TETRIS_E_DENIED, "want http"},
+        {"10.1.2.3", "http://10.1.2.3/inventory", -TETRIS_E_DENIED, "HOST:PORT"},
+        {"10.1.2.3", "http://10.1.2.3:+9464/inventory", -TETRIS_E_DENIED, "want http"},
+        {"10.1.2.3", "http://[10.1.2.3]:9464/inventory", -TETRIS_E_DENIED, "IP address"},
+        {"10.1.2.3", "http://0x0a.1.2.3:9464/inventory", -TETRIS_E_DENIED, "IP address"},
+        {"evil.example/x?", NULL, -TETRIS_E_NOTFOUND, "InternalIP"},
+        {NULL, NULL, -TETRIS_E_NOTFOUND, "InternalIP"},
+    };
+    inventory_url_policy p;
+    inventory_url_policy_init(&p, 9464);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *n = node_with("n", cases[i].ip, cases[i].url);
+        char url[256] = "";
+        tetris_error err = {0};
+        int rc = inventory_url_from_node(n, &p, url, sizeof url, &err);
+        ck_assert_msg(rc == cases[i].rc, "case %zu: rc %d: %s", i, rc, err.msg);
+        ck_assert_msg(strstr(rc == 0 ? url : err.msg, cases[i].want) != NULL, "case %zu: %s / %s",
+                      i, url, err.msg);
+        json_decref(n);
+    }
+    /* The local cluster's API-only nodes serve on 127.0.0.1:92xx. */
+    tetris_error err = {0};
+    ck_assert_int_eq(inventory_url_policy_ports(&p, "9464,9200-9299", &err), 0);
+    json_t *n = node_with("n", "10.1.2.3", "http://127.0.0.1:9201/inventory");
+    char url[256];
+    ck_assert_int_eq(inventory_url_from_node(n, &p, url, sizeof url, &err), 0);
+    json_decref(n);
+    static const char *const bad[] = {"",     "0",     "65536", "9300-9200",
+                                      "a",    "9464,", "-5",    "1,2,3,4,5,6,7,8,9",
+                                      "9464 "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(inventory_url_policy_ports(&p, bad[i], &err) == -TETRIS_E_INVAL, "%s",
+                      bad[i]);
+}
+END_TEST
+
+/* With a cluster, only the Node watch says where inventories are: a
+ * request's Node objects, whatever they carry, fetch nothing. */
+START_TEST(request_nodes_name_no_url)
+{
+    tensor_ids *ids = tensor_ids_new();
+    manifest_cache *mc = manifest_cache_new(ids);
+    inventory_opts o;
+    inventory_opts_init(&o);
+    inventory_cache *c = inventory_cache_new(ids, &o);
+    tetris_error err = {0};
+    ck_assert_int_eq(manifest_cache_put(mc, "bert", manifest_bert, strlen(manifest_bert), &err), 0);
+    fault_server *real = fault_server_start(), *attacker = fault_server_start();
+    const char *abc = "{\"digest\":\"" D("a") "\",\"bytes\":600},{\"digest\":\"" D(
+        "b") "\",\"bytes\":300},{\"digest\":\"" D("c") "\",\"bytes\":100}";
+    fault_server_push(real, &(fault_reply){.status = 200,
+                                           .headers = "ETag: \"1\"\r\n",
+                                           .body = inventory_json("n1", 1, 0, 1000, abc)});
+    fault_server_push(attacker, &(fault_reply){.status = 200,
+                                               .repeat = 100,
+                                               .body = inventory_json("n1", 1, 0, 0, "")});
+    char url[128], evil[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/inventory", fault_server_port(real));
+    snprintf(evil, sizeof evil, "http://127.0.0.1:%d/inventory", fault_server_port(attacker));
+    ck_assert_int_ge(inventory_cache_set_url(c, "n1", url, &err), 0); /* the watch's view */
+
+    json_t *pod = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "name", "p", "labels",
+                            "tetris.io/model", "bert");
+    json_t *args = json_pack("{s:o,s:{s:[o]},s:n}", "Pod", pod, "Nodes", "items",
+                             node_with("n1", "127.0.0.1", evil), "NodeNames");
+    extender *x = extender_new(mc, c, NULL);
+    json_t *res = NULL;
+    ck_assert_int_eq(extender_prioritize(x, args, &res, &err), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(res, 0), "Score")), 10);
+    json_decref(res);
+    ck_assert_uint_eq(fault_server_count(attacker), 0);
+    ck_assert_uint_eq(fault_server_count(real), 1);
+    extender_free(x);
+
+    /* Standalone (no watch): the request names URLs, within the policy. */
+    inventory_url_policy p;
+    inventory_url_policy_init(&p, fault_server_port(real));
+    x = extender_new(mc, c, &p);
+    ck_assert_int_eq(extender_prioritize(x, args, &res, &err), 0);
+    json_decref(res);
+    ck_assert_uint_eq(fault_server_count(attacker), 0); /* its port is not allowed */
+    extender_free(x);
+
+    json_decref(args);
+    fault_server_stop(real);
+    fault_server_stop(attacker);
+    inventory_cache_free(c);
+    manifest_cache_free(mc);
+    tensor_ids_free(ids);
+}
+END_TEST
+
 static const char usage_text[] =
     "usage: extender-test [-h | --help | --version]\n"
     "\n"
@@ -767,6 +1046,10 @@ int main(int argc, char **argv)
     TCase *pure = tcase_create("pure");
     tcase_add_test(pure, theta_and_fit);
     tcase_add_test(pure, bad_manifests_and_inventories);
+    tcase_add_test(pure, id_table_shrinks_with_inventories);
+    tcase_add_test(pure, id_table_survives_churn);
+    tcase_add_test(pure, inventory_urls_are_confined);
+    tcase_add_test(pure, request_nodes_name_no_url);
     suite_add_tcase(s, pure);
     TCase *tc = tcase_create("http");
     tcase_add_unchecked_fixture(tc, start_servers, stop_servers);

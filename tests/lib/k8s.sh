@@ -118,10 +118,14 @@ k8s_api_node_reclaimer() {
 
 # k8s_extender NS PORT LOG MODELS: tetris-scheduler-ext on 127.0.0.1:PORT
 # reading the manifest ConfigMaps of NS, killed at exit; returns once it
-# has loaded MODELS manifests, its pid in K8S_EXTENDER_PID.
+# has loaded MODELS manifests, its pid in K8S_EXTENDER_PID. The API-only
+# nodes' inventories are on 127.0.0.1:BASE+i, which the extender takes
+# from an annotation only when told those ports are inventory ports.
 k8s_extender() {
+    _base="${TETRIS_API_NODE_PORT_BASE:-9200}"
     "$BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$1" \
-        --listen "127.0.0.1:$2" 2>>"$3" &
+        --listen "127.0.0.1:$2" \
+        --inventory-url-ports "${TETRIS_RECLAIMER_PORT:-9464},$_base-$((_base + 99))" 2>>"$3" &
     K8S_EXTENDER_PID=$!
     KILL_ON_EXIT="$KILL_ON_EXIT $K8S_EXTENDER_PID"
     wait_until 30 "[ \"\$(metric_at http://127.0.0.1:$2 tetris_extender_models)\" = $4 ]" ||

@@ -44,14 +44,18 @@ static const char usage_text[] =
     "      one JSON line; with --hold keeps everything until SIGTERM. --no-map\n"
     "      only records references (a model of 100k tensors would exceed the\n"
     "      kernel's limit on mappings per process).\n"
-    "  send --socket PATH [--fd FILE]... [--raw [--no-eof]]\n"
+    "  send --socket PATH [--fd FILE | --path-fd FILE]... [--raw [--no-eof]]\n"
     "      sends stdin as one request (length-prefixed unless --raw) with the\n"
-    "      files' descriptors attached; prints the reply, or \"closed\". --raw\n"
-    "      then ends the stream unless --no-eof (a stalled client).\n"
+    "      files' descriptors attached (--path-fd: opened O_PATH); prints the\n"
+    "      reply, or \"closed\". --raw then ends the stream unless --no-eof\n"
+    "      (a stalled client).\n"
     "  manifest MODEL\n"
     "      prints MODEL's manifest with digests (to build requests by hand)\n"
     "  tcp --port PORT\n"
     "      sends stdin to 127.0.0.1:PORT as is, prints what comes back\n"
+    "  fill --socket PATH\n"
+    "      connects to PATH until its backlog is full (EAGAIN), prints\n"
+    "      \"full N\" and holds the N connections until stdin ends\n"
     "\n"
     "  -h, --help     this text         --version   the version\n"
     "\n"
@@ -410,6 +414,37 @@ static int cmd_tcp(int argc, char **argv)
     return 0;
 }
 
+static int cmd_fill(int argc, char **argv)
+{
+    if (argc != 3 || strcmp(argv[1], "--socket") != 0)
+        return usage();
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", argv[2]);
+    size_t n = 0;
+    for (;;) {
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0) {
+            perror("socket");
+            return 1;
+        }
+        if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+            if (errno != EAGAIN) {
+                perror(argv[2]);
+                return 1;
+            }
+            close(s);
+            break;
+        }
+        n++; /* held (leaked) until exit */
+    }
+    printf("full %zu\n", n);
+    fflush(stdout);
+    char buf[64];
+    while (read(STDIN_FILENO, buf, sizeof(buf)) > 0)
+        ;
+    return 0;
+}
+
 static int cmd_manifest(int argc, char **argv)
 {
     if (argc != 2)
@@ -439,6 +474,7 @@ static int cmd_send(int argc, char **argv)
     size_t n_fds = 0;
     static const struct option opts[] = {{"socket", required_argument, NULL, 'S'},
                                          {"fd", required_argument, NULL, 'f'},
+                                         {"path-fd", required_argument, NULL, 'p'},
                                          {"raw", no_argument, NULL, 'r'},
                                          {"no-eof", no_argument, NULL, 'e'},
                                          {NULL, 0, NULL, 0}};
@@ -450,8 +486,8 @@ static int cmd_send(int argc, char **argv)
             raw = true;
         else if (c == 'e')
             no_eof = true;
-        else if (c == 'f' && n_fds < sizeof(fds) / sizeof(fds[0])) {
-            fds[n_fds] = open(optarg, O_RDONLY | O_CLOEXEC);
+        else if ((c == 'f' || c == 'p') && n_fds < sizeof(fds) / sizeof(fds[0])) {
+            fds[n_fds] = open(optarg, (c == 'p' ? O_PATH : O_RDONLY) | O_CLOEXEC);
             if (fds[n_fds] < 0) {
                 perror(optarg);
                 return 1;
@@ -546,5 +582,7 @@ int main(int argc, char **argv)
         return cmd_tcp(argc, argv);
     if (strcmp(cmd, "manifest") == 0)
         return cmd_manifest(argc, argv);
+    if (strcmp(cmd, "fill") == 0)
+        return cmd_fill(argc, argv);
     return usage();
 }

@@ -39,6 +39,15 @@ send() { "$PROBE" send --socket "$SOCK" "$@"; }
 
 start_daemon --interval 1 --request-timeout 1 --scrub-rate 0
 
+# The socket is every uid's door (its mode set without a process-wide
+# umask): a function instance of another uid gets an answer.
+[ "$(stat -c %a "$SOCK")" = 666 ] || fail "socket mode $(stat -c %a "$SOCK"), want 666"
+chmod a+x "$WORK" "$STORE"
+out=$(printf '{"op":"hello"}' | setpriv --reuid=65534 --regid=65534 --clear-groups \
+      "$PROBE" send --socket "$SOCK" 2>&1)
+echo "$out" | grep -q '"unknown op hello"' || fail "uid 65534 cannot use the socket: $out"
+note "socket mode 666: uid 65534 is answered"
+
 expect_error "garbage bytes" "exceeds" sh -c "printf 'hello, daemon' | $PROBE send --socket $SOCK --raw"
 expect_error "huge length" "exceeds" sh -c "printf '\377\377\377\377{}' | $PROBE send --socket $SOCK --raw"
 expect_error "truncated message" closed sh -c "printf '\144\0\0\0{\"op\"' | $PROBE send --socket $SOCK --raw"
@@ -59,6 +68,7 @@ bad "missing fds" "1 sources but 0 descriptors" .
 bad "extra fds" "1 sources but 2 descriptors" . $M $M
 bad "directory fd" "not a regular file" . --fd "$WORK"
 bad "fd of /dev/null" "not a regular file" . --fd /dev/null
+bad "O_PATH fd" "not readable (write-only or O_PATH)" . --path-fd "$WORK/m.safetensors"
 many=""
 i=0
 while [ $i -lt 70 ]; do many="$many $M"; i=$((i + 1)); done
@@ -77,6 +87,14 @@ bad "tensor not an object" "not an object" '.tensors[0] = "x"' $M
 bad "raw length mismatch" "raw length" '.tensors[0].length = 8' $M
 bad "unknown encoding" "encoding" '.tensors[0].encoding = "zstd"' $M
 bad "newline in label" "control characters" '.label = "a\nb"' $M
+# Client bytes in an error message reach the log escaped: no forged line,
+# no terminal escape.
+expect_error "log injection" "unknown op" sh -c \
+    "printf '{\"op\":\"x\\\\nts=0 level=error event=forged \\\\u001b[31m\\\\r\"}' | $PROBE send --socket $SOCK"
+grep -q '^ts=0 ' "$DAEMON_LOG" && fail "a client forged a log line: $(grep '^ts=0 ' "$DAEMON_LOG")"
+grep -q "$(printf '[\033\r]')" "$DAEMON_LOG" && fail "control bytes from a client reached the log"
+grep -qF 'msg="unknown op x\nts=0 level=error event=forged \x1b[31m\r"' "$DAEMON_LOG" ||
+    fail "escaped message not logged: $(grep 'unknown op x' "$DAEMON_LOG")"
 [ "$(tensor_count)" = 0 ] || fail "refused requests left tensors in the store"
 
 # A forged digest: m's bytes claimed to be other's first tensor. The daemon
@@ -109,6 +127,28 @@ grep -q '"fallback":true' "$WORK/stall.json" && grep -q 'timeout' "$WORK/stall.j
     fail "stalled daemon: $(cat "$WORK/stall.json")"
 grep -q '"private_bytes":16384' "$WORK/stall.json" || fail "stalled daemon: no private load"
 note "stalled daemon -> timeout, private load"
+
+# A full backlog (instances starting in a burst, the daemon behind): the
+# instance retries the connect and shares, rather than load privately for
+# its whole life.
+kill -STOP "$RECLAIMER_PID"
+mkfifo "$WORK/fill.in"
+"$PROBE" fill --socket "$SOCK" <"$WORK/fill.in" >"$WORK/fill.out" 2>&1 &
+FILL=$!
+exec 7>"$WORK/fill.in"
+wait_until 30 "grep -q '^full' '$WORK/fill.out'" || fail "backlog not filled: $(cat "$WORK/fill.out")"
+"$PROBE" load --store "$STORE" --timeout-ms 60000 "$WORK/other.safetensors" >"$WORK/busy.json" \
+    2>"$WORK/busy.log" 7>&- &
+LOADER=$!
+wait_until 30 "grep -q 'event=daemon-busy' '$WORK/busy.log'" ||
+    fail "instance did not see a full backlog: $(cat "$WORK/busy.log")"
+exec 7>&-
+wait "$FILL"
+kill -CONT "$RECLAIMER_PID"
+wait "$LOADER" || fail "load after a full backlog failed: $(cat "$WORK/busy.log")"
+grep -q '"fallback":false' "$WORK/busy.json" ||
+    fail "full backlog -> private load: $(cat "$WORK/busy.json")"
+note "full backlog -> retried connect, shared load"
 
 # HTTP.
 code() { curl -s -o /dev/null -w '%{http_code}' --max-time 20 "$@"; }

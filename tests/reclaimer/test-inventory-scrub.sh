@@ -6,7 +6,8 @@
 #  - a tensor whose bytes rot in the store is found by the scrub,
 #    quarantined (gone from tensors/ and the inventory, counted in
 #    tetris_scrub_errors_total) while an instance that maps it keeps
-#    running; /healthz stays 200.
+#    running; /healthz stays 200;
+#  - evictable_bytes counts exactly the tensors no live holder maps.
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
 
@@ -62,6 +63,19 @@ stop_daemon
 start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0
 [ "$(status_with "$old_etag")" = 200 ] || fail "an ETag from before the restart still matched"
 [ "$(http_get /inventory | jq '.tensors | length')" = 5 ] || fail "inventory after restart"
-stop_daemon
 note "ETags do not survive a restart; the inventory does"
+
+# What no holder maps is evictable, so a scheduler may count it as room;
+# what one maps is not, and the change is a new generation.
+cold() { http_get /inventory | jq -e '.resident_bytes > 0 and .evictable_bytes == .resident_bytes'; }
+wait_until 30 cold || fail "cold tensors not evictable: $(http_get /inventory | jq -c 'del(.tensors)')"
+g_cold=$(etag_of)
+hold "$WORK/m.safetensors" "$WORK/h2.json"; H=$HOLD_PID
+wait_until 30 '[ "$(http_get /inventory | jq .evictable_bytes)" = 0 ]' ||
+    fail "mapped tensors counted as evictable: $(http_get /inventory | jq -c 'del(.tensors)')"
+[ "$(status_with "$g_cold")" = 200 ] || fail "evictable bytes changed, the ETag did not"
+release "$H"
+wait_until 30 cold || fail "released tensors not evictable again"
+stop_daemon
+note "inventory: evictable_bytes = bytes no holder maps"
 echo "ok $PROG"

@@ -63,6 +63,24 @@ wait_until 120 '[ "$(query tetris_store_saved_bytes)" = $WANT_SAVED ]' ||
 [ "$(query 'sum(tetris_model_holders)')" = 4 ] || fail "per-model holders via Prometheus"
 note "Prometheus /api/v1/query: tetris_store_saved_bytes = $WANT_SAVED (computed), up = 1"
 
+# A model label longer than the daemon keeps (127 bytes), of 3-byte code
+# points, cut so that the limit falls inside one: the label keeps whole
+# code points, and promtool and Prometheus still take the scrape.
+pad=$(( (127 - ${#WORK} - 1 - 1) % 3 ))
+EURO=$(printf '\342\202\254')
+LONG="$WORK/$(head -c "$pad" /dev/zero | tr '\0' x)$(for _ in $(seq 60); do printf %s "$EURO"; done).safetensors"
+cp "$WORK/b.safetensors" "$LONG"
+hold "$LONG" "$WORK/b2.json"
+wait_until 60 '[ "$(metric tetris_store_holders)" = 5 ]' || fail "fifth holder not seen"
+http_get /metrics >"$WORK/long.prom"
+promtool check metrics <"$WORK/long.prom" || fail "promtool rejects a cut multi-byte label"
+label=$(sed -n 's/^tetris_model_holders{model="\([^"]*\)"} 1$/\1/p' "$WORK/long.prom" | grep -F "$EURO")
+[ "$(printf '%s' "$label" | wc -c)" = 126 ] || fail "cut label is not 126 bytes: '$label'"
+printf '%s' "$label" | iconv -f UTF-8 -t UTF-8 >/dev/null || fail "cut label is not UTF-8: '$label'"
+wait_until 60 '[ "$(query "sum(tetris_model_holders)")" = 5 ]' ||
+    fail "Prometheus did not take the scrape with the cut label"
+note "a multi-byte label cut to fit stays UTF-8; promtool and Prometheus take it"
+
 kill -TERM "$PROM_PID"
 wait "$PROM_PID" 2>/dev/null
 stop_daemon

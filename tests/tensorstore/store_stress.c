@@ -104,7 +104,7 @@ static struct gen_tensor *make_set(int n, uint64_t seed, uint64_t max_bytes)
         }
         generate(t->seed, buf, t->meta.nbytes);
         if (tensor_digest_compute(&t->meta, buf, &err) < 0) {
-            log_error("event=gen-failed msg=\"%s\"", err.msg);
+            log_error("event=gen-failed msg=%s", LOG_Q(err.msg));
             free(set);
             return NULL;
         }
@@ -263,7 +263,7 @@ static int run_concurrent(const struct options *o)
     tetris_error err;
     store *s = NULL;
     if (open_store(o->store_dir, true, &s, &err) < 0) {
-        log_error("event=open-failed msg=\"%s\"", err.msg);
+        log_error("event=open-failed msg=%s", LOG_Q(err.msg));
         return EXIT_FAIL;
     }
     cleanup_free struct gen_tensor *set = make_set(o->tensors, o->seed, o->max_bytes);
@@ -294,7 +294,7 @@ static int run_concurrent(const struct options *o)
             if (open_store(o->store_dir, false, &cs, &err) == 0)
                 published = load_set(cs, set, o->tensors, o->seed + 1000 + (uint64_t)p, &sum, &err);
             if (published < 0) {
-                log_error("event=load-failed proc=%d msg=\"%s\"", p, err.msg);
+                log_error("event=load-failed proc=%d msg=%s", p, LOG_Q(err.msg));
                 _exit(EXIT_FAIL);
             }
             char line[128], hex[TENSOR_DIGEST_HEX_LEN + 1];
@@ -334,13 +334,13 @@ static int run_concurrent(const struct options *o)
 
     int files = 0;
     if (check_tensor_files(s, &files, &err) < 0) {
-        log_error("event=check-failed msg=\"%s\"", err.msg);
+        log_error("event=check-failed msg=%s", LOG_Q(err.msg));
         failures++;
     }
     struct holder_count hc = {0};
     struct store_repair_report rep = {0};
     if (store_foreach_holder(s, count_holder, &hc, &err) < 0 || store_repair(s, &rep, &err) < 0) {
-        log_error("event=holders-failed msg=\"%s\"", err.msg);
+        log_error("event=holders-failed msg=%s", LOG_Q(err.msg));
         failures++;
     }
     int tmp_left = count_dir(store_root(s), "private/tmp");
@@ -379,7 +379,7 @@ static void fill_child(const struct options *o, int proc)
             if (rc == -TETRIS_E_FULL && strstr(err.msg, "store full: need ") != NULL)
                 _exit(0);
             if (rc < 0) {
-                log_error("event=publish-failed proc=%d msg=\"%s\"", proc, err.msg);
+                log_error("event=publish-failed proc=%d msg=%s", proc, LOG_Q(err.msg));
                 _exit(EXIT_FAIL);
             }
         }
@@ -393,7 +393,7 @@ static int run_fill(const struct options *o)
     store *s = NULL;
     struct store_options so = {.create = true, .capacity_bytes = o->capacity};
     if (o->capacity == 0 || store_open(o->store_dir, &so, &s, &err) < 0) {
-        log_error("event=open-failed msg=\"%s\"", o->capacity ? err.msg : "no --capacity");
+        log_error("event=open-failed msg=%s", LOG_Q(o->capacity ? err.msg : "no --capacity"));
         return o->capacity ? EXIT_FAIL : EXIT_USAGE;
     }
     cleanup_free pid_t *pids = calloc((size_t)o->procs, sizeof *pids);
@@ -416,7 +416,7 @@ static int run_fill(const struct options *o)
     uint64_t used = 0;
     int files = 0;
     if (store_usage_bytes(s, &used, &err) < 0 || check_tensor_files(s, &files, &err) < 0) {
-        log_error("event=check-failed msg=\"%s\"", err.msg);
+        log_error("event=check-failed msg=%s", LOG_Q(err.msg));
         failures++;
     }
     int tmp_left = count_dir(store_root(s), "private/tmp");
@@ -466,7 +466,7 @@ static int run_loader(const struct options *o, const struct gen_tensor *set, int
             _exit(EXIT_FAIL);
         uint64_t t0 = now_ns();
         if (load_set(cs, set, n, (uint64_t)getpid(), NULL, &err) < 0) {
-            log_error("event=load-failed msg=\"%s\"", err.msg);
+            log_error("event=load-failed msg=%s", LOG_Q(err.msg));
             _exit(EXIT_FAIL);
         }
         uint64_t took = now_ns() - t0;
@@ -577,7 +577,7 @@ static int run_crash(const struct options *o)
     tetris_error err;
     store *s = NULL;
     if (open_store(o->store_dir, true, &s, &err) < 0) {
-        log_error("event=open-failed msg=\"%s\"", err.msg);
+        log_error("event=open-failed msg=%s", LOG_Q(err.msg));
         return EXIT_FAIL;
     }
     /* Calibrate: how long one uninterrupted ingest of a set takes. */
@@ -597,7 +597,7 @@ static int run_crash(const struct options *o)
     int killed = 0;
     for (int trial = 0; trial < o->trials; trial++) {
         if (crash_trial(o, s, trial, &span, &total, &killed, &err) < 0) {
-            log_error("event=trial-failed trial=%d msg=\"%s\"", trial, err.msg);
+            log_error("event=trial-failed trial=%d msg=%s", trial, LOG_Q(err.msg));
             store_close(s);
             return EXIT_FAIL;
         }

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/httpclient.h"
 #include "common/httpserver.h"
+#include "common/log.h"
 #include "common/prom.h"
 #include "common/textbuf.h"
 
@@ -204,6 +205,26 @@ START_TEST(test_textbuf_max)
 }
 END_TEST
 
+/* ---- log ---- */
+
+START_TEST(test_log_quote_escapes)
+{
+    char buf[64];
+    ck_assert_str_eq(log_quote("a \"b\" c\\d", buf, sizeof buf), "\"a \\\"b\\\" c\\\\d\"");
+    ck_assert_str_eq(log_quote("x\nts=0 level=error\r\t", buf, sizeof buf),
+                     "\"x\\nts=0 level=error\\r\\t\"");
+    ck_assert_str_eq(log_quote("\x1b[31m\x7f\x01", buf, sizeof buf), "\"\\x1b[31m\\x7f\\x01\"");
+    ck_assert_str_eq(log_quote("caf\xc3\xa9", buf, sizeof buf), "\"caf\xc3\xa9\"");
+    /* Cut to fit, never inside an escape. */
+    char small[8];
+    ck_assert_str_eq(log_quote("abcd\x1b", small, sizeof small), "\"abcd\"");
+    ck_assert_str_eq(log_quote("abc\n", small, sizeof small), "\"abc\\n\"");
+    ck_assert_str_eq(log_quote("abcdefgh", small, sizeof small), "\"abcde\"");
+    ck_assert_str_eq(log_quote("", small, 3), "\"\"");
+    ck_assert_str_eq(log_quote("abc", small, 2), "");
+}
+END_TEST
+
 /* ---- prom ---- */
 
 static char *take(textbuf *t)
@@ -229,6 +250,39 @@ START_TEST(test_prom_escaping)
                            "x_total 18446744073709551615\n"
                            "x_seconds{k=\"\"} 1.500\n");
     free(text);
+}
+END_TEST
+
+/* Prometheus rejects a whole scrape for one label value that is not
+ * UTF-8: client bytes that start no well-formed sequence become U+FFFD,
+ * and a cut never splits a code point. */
+START_TEST(test_prom_labels_stay_utf8)
+{
+    textbuf t = {0};
+    /* invalid lead, lone continuation, overlong '/', surrogate, > U+10FFFF,
+     * truncated 3-byte sequence at the end */
+    prom_label_value(&t, "a\xff\x80\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\xc3\xa9\xe2\x82");
+    char *text = take(&t);
+#define R "\xef\xbf\xbd"
+    /* one U+FFFD per byte of each ill-formed sequence: 1 + 1 + 2 + 3 + 4, then 2 */
+    ck_assert_str_eq(text, "a" R R R R R R R R R R R "\xc3\xa9" R R);
+#undef R
+    free(text);
+
+    char buf[8];
+    prom_copy_label(buf, sizeof buf, "ab\xe2\x82\xac\xe2\x82\xac"); /* 8 bytes: one too many */
+    ck_assert_str_eq(buf, "ab\xe2\x82\xac");
+    prom_copy_label(buf, sizeof buf, "\xf0\x9f\x98\x80\xf0\x9f\x98\x80");
+    ck_assert_str_eq(buf, "\xf0\x9f\x98\x80");
+    prom_copy_label(buf, sizeof buf, "abcdef\xff"); /* no room for U+FFFD */
+    ck_assert_str_eq(buf, "abcdef");
+    prom_copy_label(buf, sizeof buf,
+                    "a\xff"
+                    "b");
+    ck_assert_str_eq(buf, "a\xef\xbf\xbd"
+                          "b");
+    prom_copy_label(buf, 1, "abc");
+    ck_assert_str_eq(buf, "");
 }
 END_TEST
 
@@ -464,6 +518,8 @@ int main(void)
     tcase_add_test(tc, test_textbuf_growth);
     tcase_add_test(tc, test_textbuf_max);
     tcase_add_test(tc, test_prom_escaping);
+    tcase_add_test(tc, test_log_quote_escapes);
+    tcase_add_test(tc, test_prom_labels_stay_utf8);
     tcase_add_test(tc, test_prom_histogram);
     tcase_add_test(tc, test_clock);
     tcase_add_test(tc, test_httpclient_status_etag);

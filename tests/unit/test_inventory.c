@@ -25,16 +25,22 @@ static void setup(void)
 
 START_TEST(shared_store_round_trips)
 {
-    inventory_doc doc = {.node = "node-1", .tenant = "", .generation = 1795313081642,
-                         .capacity_bytes = 8589934592, .resident_bytes = 440467456,
-                         .n_tensors = 2, .tensors = two};
+    inventory_doc doc = {.node = "node-1",
+                         .tenant = "",
+                         .generation = 1795313081642,
+                         .capacity_bytes = 8589934592,
+                         .resident_bytes = 440467456,
+                         .evictable_bytes = 4096,
+                         .n_tensors = 2,
+                         .tensors = two};
     size_t len;
     tetris_error err = {0};
     char *text = inventory_encode(&doc, &len, &err);
     ck_assert_msg(text != NULL, "%s", err.msg);
     ck_assert_str_eq(text, "{\"node\":\"node-1\",\"generation\":1795313081642,"
                            "\"capacity_bytes\":8589934592,\"resident_bytes\":440467456,"
-                           "\"tensors\":[{\"digest\":\"" HEX_A "\",\"bytes\":4096},"
+                           "\"evictable_bytes\":4096,\"tensors\":[{\"digest\":\"" HEX_A
+                           "\",\"bytes\":4096},"
                            "{\"digest\":\"" HEX_B "\",\"bytes\":1073741824}]}\n");
     ck_assert_uint_eq(len, strlen(text));
     inventory_doc *back = NULL;
@@ -44,6 +50,7 @@ START_TEST(shared_store_round_trips)
     ck_assert_uint_eq(back->generation, doc.generation);
     ck_assert_uint_eq(back->capacity_bytes, doc.capacity_bytes);
     ck_assert_uint_eq(back->resident_bytes, doc.resident_bytes);
+    ck_assert_uint_eq(back->evictable_bytes, doc.evictable_bytes);
     ck_assert_uint_eq(back->n_tensors, 2);
     for (size_t i = 0; i < 2; i++) {
         ck_assert(tensor_digest_equal(&back->tensors[i].digest, &two[i].digest));
@@ -61,7 +68,8 @@ START_TEST(tenant_store_round_trips)
     tetris_error err = {0};
     char *text = inventory_encode(&doc, &len, &err);
     ck_assert_str_eq(text, "{\"node\":\"n\\\"1\",\"tenant\":\"alpha\",\"generation\":7,"
-                           "\"capacity_bytes\":0,\"resident_bytes\":0,\"tensors\":[]}\n");
+                           "\"capacity_bytes\":0,\"resident_bytes\":0,\"evictable_bytes\":0,"
+                           "\"tensors\":[]}\n");
     inventory_doc *back = NULL;
     ck_assert_msg(inventory_decode(text, len, &back, &err) == 0, "%s", err.msg);
     ck_assert_str_eq(back->node, "n\"1");
@@ -69,6 +77,19 @@ START_TEST(tenant_store_round_trips)
     ck_assert_uint_eq(back->n_tensors, 0);
     inventory_doc_free(back);
     free(text);
+}
+END_TEST
+
+/* A daemon from before evictable_bytes: nothing is counted as evictable. */
+START_TEST(evictable_bytes_are_optional)
+{
+    static const char old[] = "{\"node\":\"n\",\"generation\":1,\"capacity_bytes\":10,"
+                              "\"resident_bytes\":9,\"tensors\":[]}";
+    inventory_doc *back = NULL;
+    tetris_error err = {0};
+    ck_assert_msg(inventory_decode(old, strlen(old), &back, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(back->evictable_bytes, 0);
+    inventory_doc_free(back);
 }
 END_TEST
 
@@ -121,6 +142,9 @@ static const struct {
     {"{" HEAD ",\"tensors\":[{\"digest\":\"" HEX_A "\",\"bytes\":-4}]}",
      "tensors[0].bytes is not a non-negative integer"},
     {"{" HEAD ",\"generation\":2,\"tensors\":[]}", "duplicate"},
+    {"{" HEAD ",\"evictable_bytes\":\"1\",\"tensors\":[]}",
+     "evictable_bytes is not a non-negative integer"},
+    {"{" HEAD ",\"evictable_bytes\":1,\"tensors\":[]}", "evictable_bytes exceeds resident_bytes"},
 };
 
 START_TEST(malformed_inventories_are_refused)
@@ -142,6 +166,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, shared_store_round_trips);
     tcase_add_test(tc, tenant_store_round_trips);
+    tcase_add_test(tc, evictable_bytes_are_optional);
     tcase_add_test(tc, etag_is_the_quoted_generation);
     tcase_add_test(tc, names_must_be_utf8);
     tcase_add_loop_test(tc, malformed_inventories_are_refused, 0,

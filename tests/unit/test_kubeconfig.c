@@ -130,6 +130,70 @@ START_TEST(broken_files_give_clear_errors)
 }
 END_TEST
 
+static const char *token_over(const char *server, const char *user)
+{
+    static char text[512];
+    snprintf(text, sizeof text,
+             "current-context: a\ncontexts:\n- {name: a, context: {cluster: c, user: u}}\n"
+             "clusters:\n- {name: c, cluster: {server: '%s'}}\nusers:\n- {name: u, user: %s}\n",
+             server, user);
+    return text;
+}
+
+/* A bearer token over plain http:// is anyone's on the path: refused but
+ * to a loopback address; without a token http:// stays allowed. */
+START_TEST(no_bearer_token_over_plain_http)
+{
+    static const char *const refused[] = {
+        "http://10.0.0.1:6443",  "http://apiserver.example",         "http://127.0.0.1@evil:80",
+        "http://[fd00::1]:6443", "http://localhost.evil.example:80",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        expect_error(token_over(refused[i], "{token: secret}"), TETRIS_E_DENIED,
+                     "refusing to send a bearer token over plain HTTP");
+        expect_error(token_over(refused[i], "{tokenFile: /var/run/token}"), TETRIS_E_DENIED,
+                     "use https://");
+    }
+    static const char *const allowed[] = {
+        "http://127.0.0.1:8080", "http://127.9.9.9",      "http://[::1]:8080",
+        "http://localhost:80",   "https://10.0.0.1:6443",
+    };
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        kube_config cfg;
+        tetris_error err = {0};
+        const char *text = token_over(allowed[i], "{token: secret}");
+        ck_assert_msg(kubeconfig_parse(text, strlen(text), NULL, &cfg, &err) == 0, "%s: %s",
+                      allowed[i], err.msg);
+        kubeconfig_clear(&cfg);
+    }
+    kube_config cfg;
+    tetris_error err = {0};
+    const char *text = token_over("http://10.0.0.1:6443", "{}");
+    ck_assert_msg(kubeconfig_parse(text, strlen(text), NULL, &cfg, &err) == 0, "%s", err.msg);
+    kubeconfig_clear(&cfg);
+
+    /* In-cluster files with an explicit http:// server. */
+    char dir[] = "/tmp/tetris-sa.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/token", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("secret\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/ca.crt", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    ck_assert_int_eq(kubeconfig_in_cluster(dir, "http://10.0.0.1:6443", &cfg, &err),
+                     -TETRIS_E_DENIED);
+    ck_assert_int_eq(kubeconfig_in_cluster(dir, "http://127.0.0.1:8080", &cfg, &err), 0);
+    kubeconfig_clear(&cfg);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    ck_assert_int_eq(system(path), 0);
+}
+END_TEST
+
 START_TEST(missing_file_is_notfound)
 {
     kube_config cfg;
@@ -146,6 +210,7 @@ int main(void)
     tcase_add_test(tc, resolves_current_context);
     tcase_add_test(tc, files_relative_to_kubeconfig_and_insecure);
     tcase_add_test(tc, broken_files_give_clear_errors);
+    tcase_add_test(tc, no_bearer_token_over_plain_http);
     tcase_add_test(tc, missing_file_is_notfound);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
