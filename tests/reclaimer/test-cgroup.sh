@@ -13,11 +13,6 @@
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
 
-# ASan's mmap interceptor writes the shadow of every mapping (1/8 of the
-# mapped bytes, ~33 MB for this model) into the mapping process's own
-# memory, so a sanitizer build measures ASan, not tetris.
-release_only tetris-ingest-probe "ASan charges 1/8 of every mapping (its shadow) to the process"
-
 CG_REL=$(grep -E '^[0-9]+:([^:]*,)?memory(,[^:]*)?:' /proc/self/cgroup | head -n 1 | cut -d: -f3)
 CG_ROOT="/sys/fs/cgroup/memory$CG_REL"
 if [ -z "$CG_REL" ] || [ ! -w "$CG_ROOT" ] || ! mkdir "$CG_ROOT/tetris-probe-$$" 2>/dev/null; then
