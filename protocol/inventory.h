@@ -8,9 +8,11 @@
  *    "generation":G,              changes whenever the resident set does
  *    "capacity_bytes":C,          the node's capacity, all stores together
  *                                 (0: unlimited)
- *    "resident_bytes":R,          file bytes of the store's resident tensors
+ *    "resident_bytes":R,          what the store's resident tensors are
+ *                                 charged against C: each file rounded up
+ *                                 to pages plus an inode (store.h)
  *    "tensors":[{"digest":HEX,    64 hex digits (no "sha256:"), one entry
- *                "bytes":N}, ...]} per resident tensor, N its file bytes
+ *                "bytes":N}, ...]} per resident tensor, N its tensor bytes
  *   and a newline.
  *
  * GET /inventory is the shared store's; GET /inventory?tenant=T is the
