@@ -17,5 +17,7 @@ SHELL_TESTS += tests/reclaimer/test-inventory-scrub.sh
 SHELL_TESTS += tests/reclaimer/test-agent.sh
 SHELL_TESTS += tests/reclaimer/test-concurrent.sh
 SHELL_TESTS += tests/reclaimer/test-tenants.sh
+# A hostile pod (uid nobody) against the daemon's budgets and limits.
+SHELL_TESTS += tests/reclaimer/test-budgets.sh
 # Real memory cgroups and a 256 MiB model; 25 daemon crashes mid-ingest.
 SLOW_TESTS += tests/reclaimer/test-cgroup.sh tests/reclaimer/test-crash.sh
