@@ -47,10 +47,10 @@
  *   references    at most INGEST_MAX_HOLDER_REFS distinct      "denied"
  *                 tensors held by one connection (a tensor is
  *                 referenced once, however often it is asked)
- *   request bytes the distinct tensors' declared bytes (the    "denied"
- *                 larger of length and nbytes) at most the
- *                 daemon's --max-request-bytes (default: the
- *                 store's capacity)
+ *   request bytes the daemon reads at most --max-request-bytes  "denied" (per
+ *                 (default: the store's capacity) for one      tensor)
+ *                 request: a tensor it would read (the larger
+ *                 of length and nbytes) past that is refused
  *   capacity      each tensor is charged its file rounded up  "full" (per
  *                 to pages plus an inode (store.h), against    tensor)
  *                 the node's capacity and the tenant's quota

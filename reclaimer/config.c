@@ -91,7 +91,7 @@ void reclaimer_usage(const char *prog)
            "                           rounded up to pages plus %u bytes for its inode\n"
            "  --tenant-capacity BYTES|P%%  quota of each tenant store, or P%% of the node\n"
            "                           capacity (default 0 = none but the node's)\n"
-           "  --max-request-bytes BYTES  tensor bytes one ingest request may declare\n"
+           "  --max-request-bytes BYTES  tensor bytes one ingest request may read\n"
            "                           (default 0 = its store's capacity)\n"
            "  --ingest-timeout SECS    time one ingest request may take; tensors not\n"
            "                           published by then are rejected (default 120)\n"

@@ -34,7 +34,7 @@ struct reclaimer_config {
                                     store's filesystem (resolved at load) */
     uint64_t tenant_capacity_bytes; /* each tenant store's quota, 0: none */
     double tenant_capacity_percent; /* >0: that share of the node capacity */
-    uint64_t max_request_bytes;     /* bytes one ingest request may declare,
+    uint64_t max_request_bytes;     /* bytes one ingest request may read,
                                        0: its store's capacity */
     double ingest_timeout_s;        /* time one ingest request may take */
     unsigned max_conns_per_uid;     /* ingest connections of one peer uid */

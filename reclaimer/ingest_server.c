@@ -114,12 +114,14 @@ struct budget {
     struct conn *c;
     int64_t deadline_ms; /* --ingest-timeout from the request's arrival */
     double timeout_s;
-    uint64_t capacity; /* the node's, 0: unlimited */
-    uint64_t quota;    /* this store's own (a tenant's), 0: none */
-    bool cut;          /* a tensor was refused by the deadline */
+    uint64_t capacity;  /* the node's, 0: unlimited */
+    uint64_t quota;     /* this store's own (a tenant's), 0: none */
+    uint64_t max_bytes; /* to read for this request, 0: unlimited */
+    uint64_t spent;     /* bytes of the tensors it read or is reading */
+    const char *cut;    /* the budget that refused a tensor, or NULL */
 };
 
-static void budget_init(struct conn *c, struct budget *b, uint64_t *max_request_bytes)
+static void budget_init(struct conn *c, struct budget *b)
 {
     struct served_store *ss = c->srv->ss;
     struct daemon *d = ss->d;
@@ -127,12 +129,27 @@ static void budget_init(struct conn *c, struct budget *b, uint64_t *max_request_
     *b = (struct budget){.c = c,
                          .timeout_s = d->cfg.ingest_timeout_s,
                          .capacity = d->cfg.capacity_bytes,
-                         .quota = ss->tenant[0] != '\0' ? d->cfg.tenant_capacity_bytes : 0};
-    *max_request_bytes = d->cfg.max_request_bytes;
+                         .quota = ss->tenant[0] != '\0' ? d->cfg.tenant_capacity_bytes : 0,
+                         .max_bytes = d->cfg.max_request_bytes};
     pthread_mutex_unlock(&d->cfg_lock);
     b->deadline_ms = clock_mono_ms() + (int64_t)(b->timeout_s * 1000);
-    if (*max_request_bytes == 0)
-        *max_request_bytes = b->quota > 0 ? b->quota : b->capacity;
+    if (b->max_bytes == 0)
+        b->max_bytes = b->quota > 0 ? b->quota : b->capacity;
+}
+
+/* Counts a tensor's bytes (what the daemon reads: a varint region may be
+ * longer than its tensor) against the request's byte budget. */
+static int budget_spend(struct budget *b, const tensor_desc *t, tetris_error *err)
+{
+    uint64_t need = t->length > t->meta.nbytes ? t->length : t->meta.nbytes;
+    if (b->max_bytes > 0 && (b->spent > b->max_bytes || need > b->max_bytes - b->spent)) {
+        b->cut = "bytes";
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "request over its budget of %llu bytes (--max-request-bytes)",
+                           (unsigned long long)b->max_bytes);
+    }
+    b->spent += need;
+    return 0;
 }
 
 /* Whether the client closed its end: its ingest is nobody's any more. */
@@ -150,7 +167,7 @@ static int budget_check(void *ctx, tetris_error *err)
     if (atomic_load(&b->c->srv->ss->d->stopping))
         return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
     if (clock_mono_ms() >= b->deadline_ms) {
-        b->cut = true;
+        b->cut = "time";
         return tetris_fail(err, TETRIS_E_TIMEOUT, 0,
                            "request over its time budget of %gs (--ingest-timeout)", b->timeout_s);
     }
@@ -177,11 +194,9 @@ static int by_digest_cmp(const void *a, const void *b, void *ctx)
     return digest_cmp(x, y);
 }
 
-/* What a request may ask before anything is read: the bytes its distinct
- * tensors declare (what the daemon would read: a varint region may be
- * longer than its tensor) and the references the connection would hold. */
-static int check_request_budget(struct conn *c, const ingest_request *rq, uint64_t max_bytes,
-                                tetris_error *err)
+/* The references the connection would hold after this request: at most
+ * INGEST_MAX_HOLDER_REFS, checked before anything is read. */
+static int check_request_refs(struct conn *c, const ingest_request *rq, tetris_error *err)
 {
     cleanup_free size_t *ix = malloc((rq->n_tensors + 1) * sizeof(*ix));
     if (ix == NULL)
@@ -189,21 +204,10 @@ static int check_request_budget(struct conn *c, const ingest_request *rq, uint64
     for (size_t i = 0; i < rq->n_tensors; i++)
         ix[i] = i;
     qsort_r(ix, rq->n_tensors, sizeof(*ix), by_digest_cmp, (void *)rq);
-    uint64_t bytes = 0;
     size_t new_refs = 0;
-    for (size_t k = 0; k < rq->n_tensors; k++) {
-        const ingest_request_tensor *t = &rq->tensors[ix[k]];
-        if (k > 0 && by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) == 0)
-            continue;
-        uint64_t b = t->desc.length > t->desc.meta.nbytes ? t->desc.length : t->desc.meta.nbytes;
-        bytes = b > UINT64_MAX - bytes ? UINT64_MAX : bytes + b;
-        new_refs += !conn_holds(c, &t->desc.meta.digest);
-    }
-    if (max_bytes > 0 && bytes > max_bytes)
-        return tetris_fail(err, TETRIS_E_DENIED, 0,
-                           "request declares %llu tensor bytes, over the limit of %llu per "
-                           "request (--max-request-bytes)",
-                           (unsigned long long)bytes, (unsigned long long)max_bytes);
+    for (size_t k = 0; k < rq->n_tensors; k++)
+        if (k == 0 || by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) != 0)
+            new_refs += !conn_holds(c, &rq->tensors[ix[k]].desc.meta.digest);
     if (c->n_held + new_refs > INGEST_MAX_HOLDER_REFS)
         return tetris_fail(err, TETRIS_E_DENIED, 0,
                            "connection would hold %zu references, over the limit of %d",
@@ -281,6 +285,12 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
         atomic_store(&ss->d->pass_wanted, true);
         return;
     }
+    rc = budget_spend(b, &t->desc, &err);
+    if (rc < 0) {
+        unreserve(ss, charge);
+        reject(ss, r, -rc, err.msg);
+        return;
+    }
     bool published = false;
     rc = model_publish_tensor_checked(ss->store, &t->desc, fds[t->source_index], budget_check, b,
                                       &published, &err);
@@ -321,7 +331,8 @@ static void shuffle(size_t *order, size_t n, unsigned *seed)
 /* Records the connection's references to the tensors of this request that
  * are resident (use_lock held: none can be removed meanwhile), each digest
  * once per connection: a client that repeats a request, or lists a tensor
- * twice, does not grow its holder. The holder is created with the first
+ * twice, does not grow its holder (the bytes of a digest's first request
+ * stand for what the client maps of it). The holder is created with the first
  * reference, so a connection that holds nothing has none. */
 static int record_refs(struct conn *c, const ingest_request *rq,
                        const struct ingest_tensor_result *res, tetris_error *err)
@@ -340,12 +351,17 @@ static int record_refs(struct conn *c, const ingest_request *rq,
         if (res[i].status != INGEST_REJECTED && !conn_holds(c, &rq->tensors[i].desc.meta.digest))
             ix[m++] = i;
     qsort_r(ix, m, sizeof(*ix), by_digest_cmp, (void *)rq);
+    /* A tensor listed twice is mapped twice (logical bytes), but is one
+     * reference: one line, with the bytes of both. */
     size_t n = 0;
     for (size_t k = 0; k < m; k++) {
-        if (k > 0 && by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) == 0)
-            continue; /* listed twice in this request */
+        uint64_t b = rq->tensors[ix[k]].desc.meta.nbytes;
+        if (k > 0 && by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) == 0) {
+            bytes[n - 1] = b > UINT64_MAX - bytes[n - 1] ? UINT64_MAX : bytes[n - 1] + b;
+            continue;
+        }
         digests[n] = rq->tensors[ix[k]].desc.meta.digest;
-        bytes[n++] = rq->tensors[ix[k]].desc.meta.nbytes;
+        bytes[n++] = b;
     }
     if (n == 0)
         return 0;
@@ -437,12 +453,11 @@ static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fd
     struct served_store *ss = c->srv->ss;
     int64_t t0 = clock_mono_us();
     struct budget b;
-    uint64_t max_request_bytes;
-    budget_init(c, &b, &max_request_bytes);
+    budget_init(c, &b);
     int rc = check_sources(rq, fds, err);
     if (rc < 0)
         return rc;
-    rc = check_request_budget(c, rq, max_request_bytes, err);
+    rc = check_request_refs(c, rq, err);
     if (rc < 0) {
         atomic_fetch_add(&ss->counters.ingest_over_budget, 1);
         return rc;
@@ -466,10 +481,12 @@ static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fd
         rejected += res[i].status == INGEST_REJECTED;
     }
     atomic_fetch_add(&ss->counters.ingest_requests, 1);
-    if (b.cut) {
+    if (b.cut != NULL) {
         atomic_fetch_add(&ss->counters.ingest_over_budget, 1);
-        log_warn("event=ingest-over-budget tenant=%s pid=%d uid=%u budget_s=%g", tenant_name(ss),
-                 (int)c->pid, (unsigned)c->uid, b.timeout_s);
+        log_warn("event=ingest-over-budget tenant=%s pid=%d uid=%u budget=%s budget_s=%g "
+                 "budget_bytes=%llu",
+                 tenant_name(ss), (int)c->pid, (unsigned)c->uid, b.cut, b.timeout_s,
+                 (unsigned long long)b.max_bytes);
     }
     observe_duration(ss, clock_mono_us() - t0);
     char q[300];

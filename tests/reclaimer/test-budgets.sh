@@ -2,8 +2,8 @@
 # test-budgets.sh - a hostile function pod (uid nobody) against the node
 # daemon's budgets, speaking the ingest protocol on the real socket:
 #   - a 1 TB sparse file declared as one tensor is refused before a byte is
-#     read (per-request bytes; the default capacity is half the tmpfs), and
-#     a FIFO as a source is refused at the door;
+#     read (the default capacity is half the tmpfs), a request reads no
+#     more than --max-request-bytes, and a FIFO source is refused;
 #   - a request that would read 320 GB is cut at --ingest-timeout: its
 #     remaining tensors are rejected "timeout";
 #   - while such a request runs, reclaim passes complete and an honest
@@ -46,25 +46,41 @@ honest_load() {
 as_pod truncate -s 1T "$POD/sparse" || fail "sparse file"
 
 # ---- request bytes, default capacity, non-regular sources ----
-start_daemon --interval 200ms --scrub-rate 0
+start_daemon --interval 200ms --scrub-rate 0 --max-request-bytes 1Mi
 fs_half=$(stat -f -c '%b %S' "$STORE" | awk '{ printf "%.0f", $1 * $2 / 2 }')
 [ "$(metric tetris_store_capacity_bytes)" = "$fs_half" ] ||
     fail "default capacity $(metric tetris_store_capacity_bytes), want half the tmpfs ($fs_half)"
+# ingest_request MANIFEST LABEL: the request a client sends for MANIFEST.
+ingest_request() {
+    jq -c --arg lbl "$2" '{op: "ingest", label: $lbl, sources: ["m"],
+        tensors: [.tensors[] | {name, dtype, shape, source_index: 0, offset, length, nbytes,
+                                encoding, digest, crc32}]}' "$1"
+}
 as_pod "$PROBE" forge --tensors 1 --bytes 1099511627776 --corrupt >"$POD/huge.json" || fail "forge"
 as_pod "$PROBE" send --socket "$SOCK" --fd "$POD/sparse" <"$POD/huge.json" >"$WORK/huge.out"
-jq -e '.ok == false and .error == "denied"' "$WORK/huge.out" >/dev/null &&
-    grep -q "max-request-bytes" "$WORK/huge.out" || fail "1 TB tensor not refused: $(cat "$WORK/huge.out")"
-[ "$(metric tetris_ingest_over_budget_total)" = 1 ] || fail "refusal not counted"
-[ -z "$(find "$STORE" -type f -size +1M)" ] || fail "a refused request left bytes in the store"
+jq -e '.ok and .tensors[0].status == "rejected" and .tensors[0].error == "full"' "$WORK/huge.out" \
+    >/dev/null || fail "1 TB tensor not refused: $(cat "$WORK/huge.out")"
+[ -z "$(find "$STORE" -type f -size +1M)" ] || fail "a refused tensor left bytes in the store"
+# 2 MiB of real tensors in one request: the first 1 MiB is read, the rest
+# refused by the request's byte budget.
+synth "$POD/big.safetensors" 4 524288 5
+chmod 644 "$POD/big.safetensors"
+"$PROBE" manifest "$POD/big.safetensors" >"$WORK/big.json" || fail "manifest"
+ingest_request "$WORK/big.json" big >"$POD/big-req.json"
+as_pod "$PROBE" send --socket "$SOCK" --fd "$POD/big.safetensors" <"$POD/big-req.json" >"$WORK/big.out"
+jq -e '.ok and ([.tensors[] | select(.status == "ingested")] | length) == 2 and
+       ([.tensors[] | select(.error == "denied")] | length) == 2' "$WORK/big.out" >/dev/null &&
+    grep -q "max-request-bytes" "$WORK/big.out" ||
+    fail "request past --max-request-bytes: $(cat "$WORK/big.out")"
+[ "$(metric tetris_ingest_over_budget_total)" = 1 ] || fail "over-budget request not counted"
+grep -q "event=ingest-over-budget.*budget=bytes" "$DAEMON_LOG" || fail "byte budget not logged"
 mkfifo "$POD/fifo" && chmod 666 "$POD/fifo"
-jq -c '{op: "ingest", label: "fifo", sources: ["fifo"],
-        tensors: [.tensors[] | {name, dtype, shape, source_index: 0, offset, length, nbytes,
-                                encoding, digest, crc32}]}' "$WORK/m.json" >"$POD/fifo.json"
+ingest_request "$WORK/m.json" fifo >"$POD/fifo.json"
 as_pod "$PROBE" send --socket "$SOCK" --fd "$POD/fifo" <"$POD/fifo.json" >"$WORK/fifo.out"
 grep -q '"ok":false' "$WORK/fifo.out" && grep -q "not a regular file" "$WORK/fifo.out" ||
     fail "FIFO source not refused: $(cat "$WORK/fifo.out")"
 honest_load
-note "1 TB sparse tensor refused up front (denied), FIFO refused; default capacity is half the tmpfs"
+note "1 TB sparse tensor refused unread (full), a request cut at 1 MiB (denied), FIFO refused; default capacity is half the tmpfs"
 stop_daemon
 
 # ---- time budget ----
@@ -105,11 +121,9 @@ stop_daemon
 
 # ---- references once each; no holder without tensors; idle closed ----
 start_daemon --interval 200ms --scrub-rate 0 --request-timeout 1s
-jq -c '{op: "ingest", label: "dup", sources: ["m"],
-        tensors: ([.tensors[] | {name, dtype, shape, source_index: 0, offset, length, nbytes,
-                                 encoding, digest, crc32}] as $t
-                  | $t + [$t[0] | .name = "again"] + [$t[0] | .name = "and-again"])}' \
-    "$WORK/m.json" >"$POD/dup.json"
+ingest_request "$WORK/m.json" dup |
+    jq -c '.tensors += [.tensors[0] | .name = "again"] + [.tensors[0] | .name = "and-again"]' \
+    >"$POD/dup.json"
 $AS_POD "$PROBE" send --socket "$SOCK" --fd "$POD/m.safetensors" --repeat 10 --hold \
     <"$POD/dup.json" >"$WORK/dup.out" &
 DUP=$!
@@ -123,12 +137,15 @@ wait_until 30 "grep -q accepted '$WORK/idle.out'" || fail "conns did not report"
 grep -q '"accepted":3' "$WORK/idle.out" || fail "tensor-less connections: $(cat "$WORK/idle.out")"
 wait_passes 2
 [ "$(metric tetris_store_holders)" = 1 ] || fail "holders $(metric tetris_store_holders), want 1"
-[ "$(metric tetris_store_logical_bytes)" = 16384 ] ||
+refs=$("$BIN/tetris-agent" inspect --store "$STORE" 2>/dev/null | awk '$4 == "live" { print $5 }')
+[ "$refs" = 4 ] || fail "the holder has ${refs:-no} references, want 4 (one per tensor)"
+# t0 is mapped three times (logical bytes), the rest once; repeats add nothing.
+[ "$(metric tetris_store_logical_bytes)" = 24576 ] ||
     fail "logical bytes $(metric tetris_store_logical_bytes): references not recorded once each"
 wait_until 30 '[ "$(metric tetris_ingest_connections)" = 1 ]' ||
     fail "idle tensor-less connections not closed ($(metric tetris_ingest_connections) open)"
 kill -0 "$DUP" || fail "the holding connection was closed"
-note "10 repeats with duplicates: one holder, 16384 logical bytes; idle connections closed"
+note "10 repeats with duplicates: one holder, 24576 logical bytes, not 10 times that; idle connections closed"
 stop_daemon
 kill "$IDLE" "$DUP" 2>/dev/null
 
