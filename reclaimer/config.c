@@ -139,6 +139,16 @@ static int copy_string(char *dst, size_t len, const char *what, const char *v, t
     return 0;
 }
 
+/* A duration of at least 10 ms (what is named in the message). */
+static int parse_period(const char *v, double *out, const char *what, tetris_error *err)
+{
+    if (config_parse_seconds(v, out, err) < 0)
+        return -TETRIS_E_INVAL;
+    if (*out < 0.01)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s %s is too short", what, v);
+    return 0;
+}
+
 /* BYTES, or P% (0 < P <= 100) of something resolved later. */
 static int parse_share(const char *v, uint64_t *bytes, double *percent, tetris_error *err)
 {
@@ -163,24 +173,14 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
         return copy_string(cfg->store_dir, sizeof(cfg->store_dir), "store", v, err);
     case OPT_LISTEN:
         return copy_string(cfg->listen, sizeof(cfg->listen), "listen", v, err);
-    case OPT_INTERVAL:
-        if (config_parse_seconds(v, &cfg->interval_s, err) < 0)
-            return -TETRIS_E_INVAL;
-        if (cfg->interval_s < 0.01)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "interval %s is too short", v);
-        return 0;
+    case OPT_INTERVAL: return parse_period(v, &cfg->interval_s, "interval", err);
     case OPT_KEEP_ALIVE:
         return config_parse_seconds(v, &cfg->keep_alive_s, err);
     case OPT_CAPACITY: return parse_share(v, &cfg->capacity_bytes, &cfg->capacity_percent, err);
     case OPT_TENANT_CAPACITY:
         return parse_share(v, &cfg->tenant_capacity_bytes, &cfg->tenant_capacity_percent, err);
     case OPT_MAX_REQUEST_BYTES: return config_parse_bytes(v, &cfg->max_request_bytes, err);
-    case OPT_INGEST_TIMEOUT:
-        if (config_parse_seconds(v, &cfg->ingest_timeout_s, err) < 0)
-            return -TETRIS_E_INVAL;
-        if (cfg->ingest_timeout_s < 0.01)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "ingest timeout %s is too short", v);
-        return 0;
+    case OPT_INGEST_TIMEOUT: return parse_period(v, &cfg->ingest_timeout_s, "ingest timeout", err);
     case OPT_MAX_CONNS_PER_UID: return parse_count(v, &cfg->max_conns_per_uid, err);
     case OPT_MAX_CONNS_PER_PID: return parse_count(v, &cfg->max_conns_per_pid, err);
     case OPT_SCRUB_RATE:
@@ -202,11 +202,7 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
             return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d tenants", RECLAIMER_TENANTS_MAX);
         return 0;
     case OPT_REQUEST_TIMEOUT:
-        if (config_parse_seconds(v, &cfg->request_timeout_s, err) < 0)
-            return -TETRIS_E_INVAL;
-        if (cfg->request_timeout_s < 0.01)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "request timeout %s is too short", v);
-        return 0;
+        return parse_period(v, &cfg->request_timeout_s, "request timeout", err);
     default:
         return tetris_fail(err, TETRIS_E_INVAL, 0, "unknown setting");
     }

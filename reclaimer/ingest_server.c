@@ -152,11 +152,13 @@ static int budget_spend(struct budget *b, const tensor_desc *t, tetris_error *er
     return 0;
 }
 
-/* Whether the client closed its end: its ingest is nobody's any more. */
+/* Whether the client closed its socket: its ingest is nobody's any more.
+ * POLLHUP, not POLLRDHUP: a client that only shut down its sending side
+ * still waits for the reply. */
 static bool peer_gone(int sock)
 {
-    struct pollfd p = {.fd = sock, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    struct pollfd p = {.fd = sock};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0;
 }
 
 /* Asked before each tensor and between its chunks: a request never holds

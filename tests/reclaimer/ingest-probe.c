@@ -44,10 +44,11 @@ static const char usage_text[] =
     "      one JSON line; with --hold keeps everything until SIGTERM. --no-map\n"
     "      only records references (a model of 100k tensors would exceed the\n"
     "      kernel's limit on mappings per process).\n"
-    "  send --socket PATH [--fd FILE]... [--raw [--no-eof]] [--repeat N] [--hold]\n"
+    "  send --socket PATH [--fd FILE]... [--raw [--no-eof]] [--shut-wr] [--repeat N] [--hold]\n"
     "      sends stdin as one request (length-prefixed unless --raw) with the\n"
     "      files' descriptors attached; prints the reply, or \"closed\". --raw\n"
-    "      then ends the stream unless --no-eof (a stalled client). --repeat\n"
+    "      then ends the stream unless --no-eof (a stalled client), as does\n"
+    "      --shut-wr after a framed request (a half-closed client). --repeat\n"
     "      sends it N times on the one connection, a reply line each; --hold\n"
     "      then keeps the connection (and its references) until SIGTERM.\n"
     "  forge --tensors N --bytes B [--corrupt] [--label L]\n"
@@ -460,18 +461,21 @@ static int cmd_send(int argc, char **argv)
     int fds[INGEST_MAX_SOURCES + 8];
     size_t n_fds = 0;
     unsigned long repeat = 1;
-    bool hold = false;
+    bool hold = false, shut_wr = false;
     static const struct option opts[] = {{"socket", required_argument, NULL, 'S'},
                                          {"fd", required_argument, NULL, 'f'},
                                          {"raw", no_argument, NULL, 'r'},
                                          {"no-eof", no_argument, NULL, 'e'},
                                          {"repeat", required_argument, NULL, 'n'},
                                          {"hold", no_argument, NULL, 'H'},
+                                         {"shut-wr", no_argument, NULL, 'w'},
                                          {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'S')
             sock = optarg;
+        else if (c == 'w')
+            shut_wr = true;
         else if (c == 'r')
             raw = true;
         else if (c == 'e')
@@ -545,7 +549,7 @@ static int cmd_send(int argc, char **argv)
             iov = (struct iovec){msg_bytes + sent, len - sent};
             msg = (struct msghdr){.msg_iov = &iov, .msg_iovlen = 1};
         }
-        if (raw && !no_eof)
+        if ((raw && !no_eof) || shut_wr)
             shutdown(s, SHUT_WR);
         cleanup_free char *reply = NULL;
         size_t rl;

@@ -62,12 +62,14 @@ jq -e '.ok and .tensors[0].status == "rejected" and .tensors[0].error == "full"'
     >/dev/null || fail "1 TB tensor not refused: $(cat "$WORK/huge.out")"
 [ -z "$(find "$STORE" -type f -size +1M)" ] || fail "a refused tensor left bytes in the store"
 # 2 MiB of real tensors in one request: the first 1 MiB is read, the rest
-# refused by the request's byte budget.
+# refused by the request's byte budget. The client half-closes after its
+# request (it still waits for the reply): that is no hang-up.
 synth "$POD/big.safetensors" 4 524288 5
 chmod 644 "$POD/big.safetensors"
 "$PROBE" manifest "$POD/big.safetensors" >"$WORK/big.json" || fail "manifest"
 ingest_request "$WORK/big.json" big >"$POD/big-req.json"
-as_pod "$PROBE" send --socket "$SOCK" --fd "$POD/big.safetensors" <"$POD/big-req.json" >"$WORK/big.out"
+as_pod "$PROBE" send --socket "$SOCK" --fd "$POD/big.safetensors" --shut-wr <"$POD/big-req.json" \
+    >"$WORK/big.out"
 jq -e '.ok and ([.tensors[] | select(.status == "ingested")] | length) == 2 and
        ([.tensors[] | select(.error == "denied")] | length) == 2' "$WORK/big.out" >/dev/null &&
     grep -q "max-request-bytes" "$WORK/big.out" ||
@@ -152,16 +154,20 @@ kill "$IDLE" "$DUP" 2>/dev/null
 # ---- connections per process and per uid ----
 start_daemon --interval 200ms --scrub-rate 0 --request-timeout 1h \
     --max-connections 8 --max-connections-per-uid 4 --max-connections-per-pid 3
-$AS_POD "$PROBE" conns --socket "$SOCK" --count 5 --hold >"$WORK/c1.out" &
-C1=$!
-KILL_ON_EXIT="$KILL_ON_EXIT $C1"
-wait_until 30 "grep -q accepted '$WORK/c1.out'" || fail "conns did not report"
+# flood OUT: one pod process opens 5 connections and keeps what it got;
+# sets FLOOD to its pid.
+flood() {
+    $AS_POD "$PROBE" conns --socket "$SOCK" --count 5 --hold >"$1" &
+    FLOOD=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $FLOOD"
+    wait_until 30 "grep -q accepted '$1'" || fail "conns did not report"
+}
+flood "$WORK/c1.out"
+C1=$FLOOD
 grep -q '"accepted":3,"refused":2' "$WORK/c1.out" && grep -q "this process" "$WORK/c1.out" ||
     fail "per-process limit: $(cat "$WORK/c1.out")"
-$AS_POD "$PROBE" conns --socket "$SOCK" --count 5 --hold >"$WORK/c2.out" &
-C2=$!
-KILL_ON_EXIT="$KILL_ON_EXIT $C2"
-wait_until 30 "grep -q accepted '$WORK/c2.out'" || fail "conns did not report"
+flood "$WORK/c2.out"
+C2=$FLOOD
 grep -q '"accepted":1,"refused":4' "$WORK/c2.out" && grep -q "this uid" "$WORK/c2.out" ||
     fail "per-uid limit: $(cat "$WORK/c2.out")"
 honest_load
