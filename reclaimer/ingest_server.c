@@ -42,6 +42,10 @@ struct ingest_server {
     pthread_mutex_t lock;
     pthread_cond_t idle; /* signalled when a connection ends */
     unsigned active;
+    /* Threads whose connection ended, to be joined: a thread's exit (its
+     * thread-local state) must finish before the process does. */
+    pthread_t *ended;
+    size_t n_ended;
     char path[PATH_MAX];
 };
 
@@ -219,31 +223,33 @@ static int check_request_refs(struct conn *c, const ingest_request *rq, tetris_e
 
 /* ---- publishing ---- */
 
-/* Reserves room for a tensor's charge against the node's capacity and the
- * store's quota; false (with the reason) if it does not fit. */
-static bool reserve(struct served_store *ss, const struct budget *b, uint64_t charge, char *why,
-                    size_t why_len)
+/* Reserves room for a tensor's charge against the store's quota and the
+ * node's capacity: 0, or which one it does not fit (why says so). */
+enum { RESERVED = 0, OVER_QUOTA, OVER_CAPACITY };
+
+static int reserve(struct served_store *ss, const struct budget *b, uint64_t charge, char *why,
+                   size_t why_len)
 {
     struct daemon *d = ss->d;
     pthread_mutex_lock(&d->capacity_lock);
     uint64_t others = b->capacity > 0 ? daemon_other_stores_bytes(d, ss) : 0;
     pthread_mutex_lock(&ss->index_lock);
     uint64_t own = ss->resident_bytes + ss->reserved_bytes;
-    bool ok = true;
+    int rc = RESERVED;
     if (b->quota > 0 && (own > b->quota || charge > b->quota - own)) {
         snprintf(why, why_len, "tenant quota full (%llu of %llu bytes used)",
                  (unsigned long long)own, (unsigned long long)b->quota);
-        ok = false;
+        rc = OVER_QUOTA;
     } else if (b->capacity > 0 &&
                (others + own > b->capacity || charge > b->capacity - others - own)) {
         snprintf(why, why_len, "store full (capacity %llu bytes)", (unsigned long long)b->capacity);
-        ok = false;
+        rc = OVER_CAPACITY;
     }
-    if (ok)
+    if (rc == RESERVED)
         ss->reserved_bytes += charge;
     pthread_mutex_unlock(&ss->index_lock);
     pthread_mutex_unlock(&d->capacity_lock);
-    return ok;
+    return rc;
 }
 
 static void unreserve(struct served_store *ss, uint64_t charge)
@@ -280,10 +286,12 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
     }
     uint64_t charge = store_tensor_charge(meta->nbytes);
     char why[INGEST_REASON_MAX];
-    if (!reserve(ss, b, charge, why, sizeof(why))) {
+    int over = reserve(ss, b, charge, why, sizeof(why));
+    if (over != RESERVED) {
         reject(ss, r, TETRIS_E_FULL, why);
         /* the next pass makes room */
-        atomic_fetch_add(b->quota > 0 ? &ss->quota_shortfall : &ss->d->shortfall_bytes, charge);
+        atomic_fetch_add(over == OVER_QUOTA ? &ss->quota_shortfall : &ss->d->shortfall_bytes,
+                         charge);
         atomic_store(&ss->d->pass_wanted, true);
         return;
     }
@@ -296,23 +304,24 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
     bool published = false;
     rc = model_publish_tensor_checked(ss->store, &t->desc, fds[t->source_index], budget_check, b,
                                       &published, &err);
-    unreserve(ss, charge);
-    if (rc < 0) {
-        reject(ss, r, -rc, err.msg);
-        return;
-    }
-    if (!published) {
-        r->status = INGEST_RESIDENT; /* someone else published it meanwhile */
+    if (rc < 0 || !published) {
+        unreserve(ss, charge);
+        if (rc < 0)
+            reject(ss, r, -rc, err.msg);
+        else
+            r->status = INGEST_RESIDENT; /* someone else published it meanwhile */
         return;
     }
     r->status = INGEST_INGESTED;
     *ingested_bytes += meta->nbytes;
     atomic_fetch_add(&ss->counters.ingest_tensors, 1);
     atomic_fetch_add(&ss->counters.ingest_bytes, meta->nbytes);
+    /* Resident before unreserved: no one else sees the room meanwhile. */
     pthread_mutex_lock(&ss->index_lock);
     tetris_error ierr;
     if (store_index_add(ss, meta, charge, clock_wall_ms() / 1000, &ierr) < 0)
         log_warn("event=index-add-failed msg=\"%s\"", ierr.msg);
+    ss->reserved_bytes -= charge;
     pthread_mutex_unlock(&ss->index_lock);
 }
 
@@ -694,10 +703,31 @@ static void *conn_main(void *arg)
     free(c->held);
     free(c);
     pthread_mutex_lock(&srv->lock);
+    pthread_t *ended = realloc(srv->ended, (srv->n_ended + 1) * sizeof(*ended));
+    if (ended != NULL) {
+        srv->ended = ended;
+        srv->ended[srv->n_ended++] = pthread_self();
+    } else {
+        pthread_detach(pthread_self());
+    }
     srv->active--;
     pthread_cond_broadcast(&srv->idle);
     pthread_mutex_unlock(&srv->lock);
     return NULL;
+}
+
+/* Joins the threads whose connection has ended. */
+static void reap_ended(ingest_server *srv)
+{
+    pthread_mutex_lock(&srv->lock);
+    pthread_t *ended = srv->ended;
+    size_t n = srv->n_ended;
+    srv->ended = NULL;
+    srv->n_ended = 0;
+    pthread_mutex_unlock(&srv->lock);
+    for (size_t i = 0; i < n; i++)
+        pthread_join(ended[i], NULL);
+    free(ended);
 }
 
 static void start_connection(ingest_server *srv, int sock)
@@ -727,9 +757,9 @@ static void start_connection(ingest_server *srv, int sock)
         free(c);
         return;
     }
+    reap_ended(srv);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_mutex_lock(&srv->lock);
     srv->active++;
@@ -847,6 +877,7 @@ void ingest_server_stop(ingest_server *srv)
     while (srv->active > 0)
         pthread_cond_wait(&srv->idle, &srv->lock);
     pthread_mutex_unlock(&srv->lock);
+    reap_ended(srv);
     close(srv->stop_pipe[0]);
     close(srv->stop_pipe[1]);
     pthread_mutex_destroy(&srv->lock);
