@@ -61,7 +61,14 @@ trap 'exit 1' INT TERM HUP
 fail() {
     echo "FAIL $PROG: $*" >&2
     for _f in "$WORK"/*.log; do
-        [ -s "$_f" ] && { echo "--- $_f (tail)" >&2; tail -n 20 "$_f" >&2; }
+        [ -s "$_f" ] || continue
+        # A sanitizer report's head names the bug; its tail is the legend.
+        if grep -q 'ERROR: AddressSanitizer\|runtime error:' "$_f"; then
+            echo "--- $_f (sanitizer report)" >&2
+            grep -m 1 -A 40 'ERROR: AddressSanitizer\|runtime error:' "$_f" >&2
+        fi
+        echo "--- $_f (tail)" >&2
+        tail -n 20 "$_f" >&2
     done
     exit 1
 }
