@@ -163,7 +163,7 @@ run_phase tetris --store "$STORE" $(direct_flag)
 daemon_kb=$(daemon_pss_kb)
 how=$HOW
 # allocated pages, not file sizes: a 4-byte tensor still takes a page
-store_bytes=$(( $(du -sk "$STORE/tensors" | cut -f1) * 1024 ))
+store_bytes=$(( $(du -sk "$STORE/public/tensors" | cut -f1) * 1024 ))
 fallbacks=$(cat "$WORK"/tetris.*.json | jq -s '[.[] | select(.fell_back)] | length')
 holders=$("$BIN/tetris-agent" inspect --store "$STORE" 2>/dev/null | tail -1)
 stop_phase
@@ -289,7 +289,7 @@ start_daemon "$SYNTH_STORE"
 # shellcheck disable=SC2046
 synth_phase tetris --store "$SYNTH_STORE" $(direct_flag)
 daemon_kb=$(daemon_pss_kb)
-store_bytes=$(( $(du -sk "$SYNTH_STORE/tensors" | cut -f1) * 1024 ))
+store_bytes=$(( $(du -sk "$SYNTH_STORE/public/tensors" | cut -f1) * 1024 ))
 stop_phase
 
 awk -F'\t' -v store_bytes="$store_bytes" -v daemon_kb="$daemon_kb" -v n="$SYNTH_N" \
