@@ -105,8 +105,8 @@ unmount() {
     for m in "${MOUNTS[@]}"; do [ "$m" = "$1" ] || kept+=("$m"); done
     MOUNTS=("${kept[@]}")
 }
-store_bytes() { du -s -B1 "$1/tensors" 2>/dev/null | cut -f1 || echo 0; }
-store_files() { find "$1/tensors" -type f 2>/dev/null | wc -l; }
+store_bytes() { du -s -B1 "$1/public/tensors" 2>/dev/null | cut -f1 || echo 0; }
+store_files() { find "$1/public/tensors" -type f 2>/dev/null | wc -l; }
 
 # agent_once OUT ARGS...: one `tetris-agent load`, its JSON in OUT; sets
 # WALL_MS. A store or direct load that fell back to private memory is a
@@ -130,7 +130,7 @@ start_daemon() {
     "$BIN/tetris-reclaimer" --store "$1" --listen "" --scrub-rate 0 --keep-alive 86400 \
         --interval 3600 2>>"$WORK/daemon.log" 9>&- &
     DAEMON_PID=$!
-    until [ -S "$1/ingest.sock" ]; do
+    until [ -S "$1/public/ingest.sock" ]; do
         if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
             warn "tetris-reclaimer exited at start"; tail -3 "$WORK/daemon.log" >&2; DAEMON_PID=; return 1
         fi

@@ -163,7 +163,7 @@ mkdir -p "$STORE"
 "$BIN/tetris-reclaimer" --store "$STORE" --listen "" --interval 3600 2>"$WORK/daemon.log" &
 DAEMON=$!
 n=0
-while [ ! -S "$STORE/ingest.sock" ]; do
+while [ ! -S "$STORE/public/ingest.sock" ]; do
     kill -0 "$DAEMON" 2>/dev/null || die "node daemon died: $(cat "$WORK/daemon.log")"
     n=$((n + 1)); [ $n -lt 300 ] || die "node daemon socket did not appear"
     sleep 0.1
