@@ -342,6 +342,17 @@ static int entry_decode(const json_t *obj, struct where *w, const char *source_k
                  (unsigned long long)t->length, (unsigned long long)t->meta.nbytes);
         return field_error(w, "length", problem, err);
     }
+    /* A varint is 1 to 10 bytes per element: a longer region is a claim
+     * that would only make its reader read (or allocate) more. */
+    size_t width = tensor_dtype_size(t->meta.dtype);
+    if (t->encoding == TENSOR_ENC_VARINT &&
+        (t->length < t->meta.nbytes / width || (t->length + 9) / 10 > t->meta.nbytes / width)) {
+        char problem[160];
+        snprintf(problem, sizeof problem,
+                 "%llu bytes of varints cannot encode %llu elements (1 to 10 bytes each)",
+                 (unsigned long long)t->length, (unsigned long long)(t->meta.nbytes / width));
+        return field_error(w, "length", problem, err);
+    }
     if ((ret = get_digest(obj, w, &t->meta.digest, err)) < 0)
         return ret;
     t->has_digest = true;

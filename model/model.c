@@ -14,6 +14,7 @@
 #include "common/cleanup.h"
 #include "model/format_onnx.h"
 #include "model/format_safetensors.h"
+#include "model/protobuf.h"
 
 model *model_new(const char *path, const char *format, tetris_error *err)
 {
@@ -245,6 +246,61 @@ static int pread_full(int fd, void *buf, uint64_t len, uint64_t offset, const te
     return 0;
 }
 
+/* Decodes a VARINT region streamed from the file through a bounded buffer:
+ * the region's length is the source's claim (up to 10 bytes per element),
+ * so reading it whole would let a request make its reader allocate ten
+ * times the tensor's size. Only dst (nbytes) and the buffer are memory. */
+#define VARINT_CHUNK_BYTES (1u << 20)
+#define VARINT_MAX_BYTES 10
+
+static int read_varints(const tensor_desc *t, int fd, void *dst, tetris_error *err)
+{
+    size_t width = tensor_dtype_size(t->meta.dtype);
+    if (width == 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "unknown dtype \"%s\"", t->meta.dtype);
+    bool is_bool = strcmp(t->meta.dtype, "bool") == 0;
+    uint64_t elems = t->meta.nbytes / width;
+    size_t cap = t->length < VARINT_CHUNK_BYTES ? (size_t)t->length : VARINT_CHUNK_BYTES;
+    cleanup_free uint8_t *buf = malloc(cap > 0 ? cap : 1);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "varint buffer");
+    uint64_t read_off = 0; /* region bytes read so far */
+    size_t have = 0, pos = 0;
+    uint8_t *out = dst;
+    for (uint64_t i = 0; i < elems; i++) {
+        if (have - pos < VARINT_MAX_BYTES && read_off < t->length) {
+            memmove(buf, buf + pos, have - pos);
+            have -= pos;
+            pos = 0;
+            uint64_t want = t->length - read_off;
+            if (want > cap - have)
+                want = cap - have;
+            int rc = pread_full(fd, buf + have, want, t->offset + read_off, t, err);
+            if (rc < 0)
+                return rc;
+            have += (size_t)want;
+            read_off += want;
+        }
+        const uint8_t *p = buf + pos;
+        uint64_t v;
+        if (pb_decode_varint(&p, buf + have, &v) < 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "varint %llu of %llu is malformed or missing", (unsigned long long)i,
+                               (unsigned long long)elems);
+        pos = (size_t)(p - buf);
+        if (is_bool)
+            v = v != 0;
+        for (size_t b = 0; b < width; b++)
+            out[b] = (uint8_t)(v >> (8 * b));
+        out += width;
+    }
+    if (pos != have || read_off != t->length)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%llu bytes left after %llu varints",
+                           (unsigned long long)(t->length - read_off + (have - pos)),
+                           (unsigned long long)elems);
+    return 0;
+}
+
 int model_read_tensor(const tensor_desc *t, int source_fd, void *dst, tetris_error *err)
 {
     if (t->encoding == TENSOR_ENC_RAW) {
@@ -255,13 +311,10 @@ int model_read_tensor(const tensor_desc *t, int source_fd, void *dst, tetris_err
                                (unsigned long long)t->meta.nbytes);
         return pread_full(source_fd, dst, t->length, t->offset, t, err);
     }
-    cleanup_free uint8_t *region = malloc(t->length > 0 ? t->length : 1);
-    if (region == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\"", t->name);
-    int ret = pread_full(source_fd, region, t->length, t->offset, t, err);
-    if (ret < 0)
-        return ret;
-    if (decode_region(t, region, dst, err) < 0)
+    if (t->encoding != TENSOR_ENC_VARINT)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: tensor \"%s\": unsupported encoding %d",
+                           t->source, t->name, (int)t->encoding);
+    if (read_varints(t, source_fd, dst, err) < 0)
         return tetris_wrap(err, "%s: tensor \"%s\"", t->source, t->name);
     return 0;
 }

@@ -18,4 +18,13 @@
 int model_publish_tensor(store *s, const tensor_desc *t, int source_fd, bool *published,
                          tetris_error *err);
 
+/* Asked before a tensor's bytes are read and between its chunks (raw
+ * tensors): a non-zero return (err filled) abandons the tensor, nothing of
+ * it published. The node daemon's budget: a deadline, a client that hung
+ * up. */
+typedef int (*model_publish_check_fn)(void *ctx, tetris_error *err);
+int model_publish_tensor_checked(store *s, const tensor_desc *t, int source_fd,
+                                 model_publish_check_fn check, void *check_ctx, bool *published,
+                                 tetris_error *err);
+
 #endif

@@ -37,6 +37,32 @@
  *            failure. A daemon at its connection limit sends this
  *            ("unavailable") at once, without reading the request.
  *
+ * Limits (every request is held to them; what is refused gets the error
+ * reply, or a "rejected" result for one tensor, with the CODE below):
+ *   message       at most INGEST_MAX_MESSAGE_BYTES of JSON     "protocol"
+ *   descriptors   at most INGEST_MAX_SOURCES per request        "protocol"
+ *   tensors       at most INGEST_MAX_TENSORS entries           "format"
+ *   label         at most INGEST_MAX_LABEL bytes               "format"
+ *   varint region 1 to 10 bytes per element of the tensor      "format"
+ *   references    at most INGEST_MAX_HOLDER_REFS distinct      "denied"
+ *                 tensors held by one connection (a tensor is
+ *                 referenced once, however often it is asked)
+ *   request bytes the daemon reads at most --max-request-bytes  "denied" (per
+ *                 (default: the store's capacity) for one      tensor)
+ *                 request: a tensor it would read (the larger
+ *                 of length and nbytes) past that is refused
+ *   capacity      each tensor is charged its file rounded up  "full" (per
+ *                 to pages plus an inode (store.h), against    tensor)
+ *                 the node's capacity and the tenant's quota
+ *   time          a request past the daemon's --ingest-timeout "timeout" (per
+ *                 gets its remaining tensors rejected          tensor)
+ *   connections   per node, per peer uid, per peer process     "unavailable"
+ *                 (SO_PEERCRED); see tetris-reclaimer's flags
+ *   idle          a connection that holds no tensor and sends  "timeout"
+ *                 no request within --request-timeout is closed
+ * Sources must be regular files ("format" otherwise): a pipe, socket or
+ * device would let the client pace the daemon's reads.
+ *
  * Decoding trusts nothing: a malformed message is a TETRIS_E_FORMAT (the
  * daemon's side) or TETRIS_E_PROTOCOL (the agent's) error whose message
  * names the offending field. */
@@ -56,6 +82,7 @@
 #define INGEST_MAX_TENSORS 200000
 #define INGEST_MAX_SOURCES 64 /* descriptors per request */
 #define INGEST_MAX_LABEL 255
+#define INGEST_MAX_HOLDER_REFS INGEST_MAX_TENSORS /* distinct per connection */
 #define INGEST_REASON_MAX 160 /* a rejection's reason, NUL included */
 
 /* ---- framing ---- */

@@ -8,14 +8,16 @@
  *    "generation":G,              changes whenever the resident set does
  *    "capacity_bytes":C,          the node's capacity, all stores together
  *                                 (0: unlimited)
- *    "resident_bytes":R,          file bytes of the store's resident tensors
+ *    "resident_bytes":R,          what the store's resident tensors are
+ *                                 charged against C: each file rounded up
+ *                                 to pages plus an inode (store.h)
  *    "evictable_bytes":E,         of R, the bytes of tensors no live holder
  *                                 or pin referenced at the daemon's last
  *                                 pass: it evicts them when an ingest needs
  *                                 room, so a scheduler may count them as
  *                                 free (optional: absent means 0; E <= R)
  *    "tensors":[{"digest":HEX,    64 hex digits (no "sha256:"), one entry
- *                "bytes":N}, ...]} per resident tensor, N its file bytes
+ *                "bytes":N}, ...]} per resident tensor, N its tensor bytes
  *   and a newline.
  *
  * GET /inventory is the shared store's; GET /inventory?tenant=T is the

@@ -1,11 +1,13 @@
 /* config.c - tetris-reclaimer's settings: defaults < YAML file < flags. */
 #include "reclaimer/config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/cli.h"
@@ -34,6 +36,11 @@ enum {
     OPT_TENANT_LISTEN,
     OPT_TENANT_UIDS,
     OPT_HEALTH_DEADLINE,
+    OPT_TENANT_CAPACITY,
+    OPT_MAX_REQUEST_BYTES,
+    OPT_INGEST_TIMEOUT,
+    OPT_MAX_CONNS_PER_UID,
+    OPT_MAX_CONNS_PER_PID,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -58,6 +65,11 @@ static const struct option long_options[] = {
     {"tenant-listen", required_argument, NULL, OPT_TENANT_LISTEN},
     {"tenant-uids", required_argument, NULL, OPT_TENANT_UIDS},
     {"health-deadline", required_argument, NULL, OPT_HEALTH_DEADLINE},
+    {"tenant-capacity", required_argument, NULL, OPT_TENANT_CAPACITY},
+    {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST_BYTES},
+    {"ingest-timeout", required_argument, NULL, OPT_INGEST_TIMEOUT},
+    {"max-connections-per-uid", required_argument, NULL, OPT_MAX_CONNS_PER_UID},
+    {"max-connections-per-pid", required_argument, NULL, OPT_MAX_CONNS_PER_PID},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -78,9 +90,17 @@ void reclaimer_usage(const char *prog)
            "; \"\" = off)\n"
            "  --interval SECONDS       between reclaim passes (default 10; 30s, 5m ok)\n"
            "  --keep-alive SECONDS     keep unreferenced tensors this long (default 300)\n"
-           "  --capacity BYTES         node capacity, e.g. 2Gi (default 0 = unlimited), for\n"
-           "                           all stores together: ingests past it are refused,\n"
-           "                           LRU evicts above it\n"
+           "  --capacity BYTES|P%%     node capacity, e.g. 2Gi or 50%% of the store's\n"
+           "                           filesystem (default 50%%; 0 = unlimited), for all\n"
+           "                           stores together: ingests past it are refused, LRU\n"
+           "                           evicts above it. Each tensor is charged its file\n"
+           "                           rounded up to pages plus %u bytes for its inode\n"
+           "  --tenant-capacity BYTES|P%%  quota of each tenant store, or P%% of the node\n"
+           "                           capacity (default 0 = none but the node's)\n"
+           "  --max-request-bytes BYTES  tensor bytes one ingest request may read\n"
+           "                           (default 0 = its store's capacity)\n"
+           "  --ingest-timeout SECS    time one ingest request may take; tensors not\n"
+           "                           published by then are rejected (default 120)\n"
            "  --scrub-rate BYTES/SEC   CRC32 re-check rate (default 64Mi; 0 = off)\n"
            "  --node-name NAME         node name in " INVENTORY_PATH " (default: hostname,\n"
            "                           or $" TETRIS_ENV_NODE_NAME ")\n"
@@ -89,6 +109,9 @@ void reclaimer_usage(const char *prog)
            "  --state-file FILE        last-use times (default <store>/private/reclaimer.state)\n"
            "  --socket PATH            ingest socket (default <store>/public/ingest.sock)\n"
            "  --max-connections N      concurrent ingest connections (default 256)\n"
+           "  --max-connections-per-uid N  of them from one peer uid (default three\n"
+           "                           quarters of --max-connections)\n"
+           "  --max-connections-per-pid N  of them from one peer process (default 8)\n"
            "  --request-timeout SECS   to receive a request or send a reply (default 30)\n"
            "  --pin-file FILE          digests (hex, one per line) kept as if referenced,\n"
            "                           e.g. the models of pods scheduled to this node;\n"
@@ -111,7 +134,7 @@ void reclaimer_usage(const char *prog)
            "store is not this daemon's to serve, nothing was changed: another live daemon\n"
            "serves it, or it is refused (a link, not this user's, writable by others, or\n"
            "the old layout).\n",
-           prog, RECLAIMER_TENANTS_MAX);
+           prog, STORE_INODE_CHARGE, RECLAIMER_TENANTS_MAX);
 }
 
 /* The caller's error context names the setting (flag or file key). */
@@ -208,6 +231,22 @@ static int parse_period(const char *v, double *out, const char *what, tetris_err
     return 0;
 }
 
+/* BYTES, or P% (0 < P <= 100) of something resolved later. */
+static int parse_share(const char *v, uint64_t *bytes, double *percent, tetris_error *err)
+{
+    size_t n = strlen(v);
+    *bytes = 0;
+    *percent = 0;
+    if (n == 0 || v[n - 1] != '%')
+        return config_parse_bytes(v, bytes, err);
+    char *end;
+    double p = strtod(v, &end);
+    if (end != v + n - 1 || !(p > 0 && p <= 100))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: want BYTES or a percentage in (0, 100]", v);
+    *percent = p;
+    return 0;
+}
+
 /* Applies one setting by its flag id; shared by the file and the flags. */
 static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_error *err)
 {
@@ -224,8 +263,13 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
     case OPT_INTERVAL: return parse_period(v, &cfg->interval_s, "interval", err);
     case OPT_KEEP_ALIVE:
         return config_parse_seconds(v, &cfg->keep_alive_s, err);
-    case OPT_CAPACITY:
-        return config_parse_bytes(v, &cfg->capacity_bytes, err);
+    case OPT_CAPACITY: return parse_share(v, &cfg->capacity_bytes, &cfg->capacity_percent, err);
+    case OPT_TENANT_CAPACITY:
+        return parse_share(v, &cfg->tenant_capacity_bytes, &cfg->tenant_capacity_percent, err);
+    case OPT_MAX_REQUEST_BYTES: return config_parse_bytes(v, &cfg->max_request_bytes, err);
+    case OPT_INGEST_TIMEOUT: return parse_period(v, &cfg->ingest_timeout_s, "ingest timeout", err);
+    case OPT_MAX_CONNS_PER_UID: return parse_count(v, &cfg->max_conns_per_uid, err);
+    case OPT_MAX_CONNS_PER_PID: return parse_count(v, &cfg->max_conns_per_pid, err);
     case OPT_SCRUB_RATE:
         return config_parse_bytes(v, &cfg->scrub_rate, err);
     case OPT_NODE_NAME:
@@ -263,6 +307,9 @@ static void set_defaults(struct reclaimer_config *cfg)
     cfg->max_tenants = 64;
     cfg->request_timeout_s = 30;
     cfg->health_deadline_s = 60;
+    cfg->capacity_percent = RECLAIMER_DEFAULT_CAPACITY_PERCENT;
+    cfg->ingest_timeout_s = 120;
+    cfg->max_conns_per_pid = 8;
     const char *node = getenv(TETRIS_ENV_NODE_NAME);
     if (node != NULL && node[0] != '\0' && strlen(node) < sizeof(cfg->node_name))
         strcpy(cfg->node_name, node);
@@ -298,6 +345,36 @@ static int apply_file(struct reclaimer_config *cfg, const char *path, tetris_err
     }
     config_yaml_free(y);
     return rc;
+}
+
+/* A percentage capacity becomes bytes: that share of the filesystem the
+ * store is on (its parent's while the store does not exist yet). */
+static int resolve_capacity(struct reclaimer_config *cfg, tetris_error *err)
+{
+    if (cfg->capacity_percent > 0) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", cfg->store_dir);
+        struct statvfs vfs;
+        while (statvfs(dir, &vfs) < 0) {
+            char *slash = strrchr(dir, '/');
+            if (errno != ENOENT || slash == NULL || slash == dir)
+                return tetris_fail(err, TETRIS_E_INVAL, errno,
+                                   "capacity %g%%: cannot size the filesystem of %s (give bytes)",
+                                   cfg->capacity_percent, cfg->store_dir);
+            *slash = '\0';
+        }
+        double fs = (double)vfs.f_blocks * (double)vfs.f_frsize;
+        cfg->capacity_bytes = (uint64_t)(fs * cfg->capacity_percent / 100);
+        if (cfg->capacity_bytes == 0)
+            cfg->capacity_bytes = 1;
+    }
+    if (cfg->tenant_capacity_percent > 0)
+        cfg->tenant_capacity_bytes = (uint64_t)((double)cfg->capacity_bytes *
+                                                cfg->tenant_capacity_percent / 100);
+    /* One uid may take three quarters: the rest stay for everyone else. */
+    if (cfg->max_conns_per_uid == 0)
+        cfg->max_conns_per_uid = cfg->max_connections - cfg->max_connections / 4;
+    return 0;
 }
 
 int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
@@ -361,5 +438,5 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
                                                "%s/" STORE_PRIVATE_DIR "/reclaimer.state",
                                                cfg->store_dir) >= (int)sizeof(cfg->state_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
-    return 0;
+    return resolve_capacity(cfg, err);
 }

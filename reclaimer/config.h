@@ -23,6 +23,9 @@ struct reclaimer_tenant_uids {
     char tenant[64];
     uint32_t lo, hi; /* inclusive */
 };
+/* Without --capacity: this share of the store's filesystem. A node store
+ * without a bound lets one pod fill the node's memory (tmpfs is RAM). */
+#define RECLAIMER_DEFAULT_CAPACITY_PERCENT 50
 
 struct reclaimer_config {
     char store_dir[PATH_MAX];
@@ -35,7 +38,16 @@ struct reclaimer_config {
     char node_name[256];
     double interval_s;           /* between reclaim passes */
     double keep_alive_s;         /* cold tensors live this long after last use */
-    uint64_t capacity_bytes;     /* 0: unlimited */
+    uint64_t capacity_bytes;     /* 0: unlimited (only when asked for) */
+    double capacity_percent;     /* >0: capacity_bytes is this share of the
+                                    store's filesystem (resolved at load) */
+    uint64_t tenant_capacity_bytes; /* each tenant store's quota, 0: none */
+    double tenant_capacity_percent; /* >0: that share of the node capacity */
+    uint64_t max_request_bytes;     /* bytes one ingest request may read,
+                                       0: its store's capacity */
+    double ingest_timeout_s;        /* time one ingest request may take */
+    unsigned max_conns_per_uid;     /* ingest connections of one peer uid */
+    unsigned max_conns_per_pid;     /* ... of one peer process */
     uint64_t scrub_rate;         /* CRC-checked bytes per second, 0: off */
     unsigned max_connections;    /* concurrent ingest connections */
     double request_timeout_s;    /* to receive a request / send a reply */

@@ -54,6 +54,9 @@ struct store_counters {
     atomic_uint_least64_t repaired_bad_tensors;
     atomic_uint_least64_t adopted_holders;      /* re-held after a daemon restart */
     atomic_uint_least64_t connections;          /* open ingest connections (gauge) */
+    atomic_uint_least64_t ingests_active;       /* requests being processed (gauge) */
+    atomic_uint_least64_t connections_refused;  /* over a connection limit */
+    atomic_uint_least64_t ingest_over_budget;   /* requests refused or cut by a budget */
 };
 
 extern const double ingest_duration_bounds[INGEST_DURATION_BUCKETS];
@@ -69,6 +72,12 @@ typedef struct ingest_server ingest_server;
 /* One store the daemon serves: the shared store, or a tenant's dedicated
  * store DIR/tenants/NAME. Each has its own ingest socket, index, holders
  * and counters, so nothing of one tenant is visible through another. */
+struct peer_conns {
+    uid_t uid;
+    pid_t pid;
+    unsigned n;
+};
+
 struct served_store {
     struct daemon *d;
     char tenant[64];            /* "" for the shared store */
@@ -96,6 +105,9 @@ struct served_store {
     uint64_t evictable_bytes; /* of those, what no live holder or pin
                                  referenced at the last pass */
     uint64_t reserved_bytes; /* ingests in flight, counted against capacity */
+    /* Bytes refused for this store's own quota since its last pass: the
+     * pass evicts that much below the quota. */
+    atomic_uint_least64_t quota_shortfall;
 
     /* Last pass's view of the holders (for /metrics). */
     uint64_t holders;        /* live holders */
@@ -155,11 +167,17 @@ struct daemon {
 
     atomic_uint_least64_t reclaim_passes;
     atomic_uint connections; /* open ingest connections, all stores */
+    /* The same by peer (SO_PEERCRED), so that one pod cannot take every
+     * slot: under peers_lock. */
+    pthread_mutex_t peers_lock;
+    struct peer_conns *peers;
+    size_t n_peers;
     atomic_bool stopping;
     /* Bytes ingests were refused for lack of room since the last pass: the
      * next pass evicts that much below capacity (LRU, cold tensors only),
      * and runs as soon as possible rather than after the interval. */
     atomic_uint_least64_t shortfall_bytes;
+    atomic_bool pass_wanted; /* a refused ingest asks for the next pass now */
 };
 
 /* How logs name a store: its tenant, or "(shared)" (no tenant name has

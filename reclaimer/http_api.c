@@ -66,9 +66,10 @@ struct http_api {
 struct store_snapshot {
     const char *tenant;
     uint64_t resident, logical, saved, tensors, holders, generation;
-    uint64_t connections, ingest_requests, ingest_errors, ingest_tensors, ingest_bytes,
-        ingest_rejected, fallbacks, reclaims, evictions, reclaimed_bytes, scrubbed_bytes,
-        scrub_errors, repaired_holders, repaired_temp_files, repaired_tensors, adopted_holders;
+    uint64_t connections, ingests_active, connections_refused, ingest_over_budget, ingest_requests,
+        ingest_errors, ingest_tensors, ingest_bytes, ingest_rejected, fallbacks, reclaims,
+        evictions, reclaimed_bytes, scrubbed_bytes, scrub_errors, repaired_holders,
+        repaired_temp_files, repaired_tensors, adopted_holders;
     uint64_t duration_us;
     uint64_t duration_bucket[INGEST_DURATION_BUCKETS + 1];
     struct model_usage models[MODEL_LABELS_MAX + 1];
@@ -90,6 +91,9 @@ static void snapshot_store(struct served_store *ss, struct store_snapshot *out)
     pthread_mutex_unlock(&ss->index_lock);
     struct store_counters *c = &ss->counters;
     out->connections = atomic_load(&c->connections);
+    out->ingests_active = atomic_load(&c->ingests_active);
+    out->connections_refused = atomic_load(&c->connections_refused);
+    out->ingest_over_budget = atomic_load(&c->ingest_over_budget);
     out->ingest_requests = atomic_load(&c->ingest_requests);
     out->ingest_errors = atomic_load(&c->ingest_errors);
     out->ingest_tensors = atomic_load(&c->ingest_tensors);
@@ -116,7 +120,9 @@ static const struct store_family {
     const char *name, *type, *help;
     size_t offset; /* of a uint64_t in struct store_snapshot */
 } store_families[] = {
-    {"tetris_store_resident_bytes", "gauge", "Bytes of tensor files resident in the store.",
+    {"tetris_store_resident_bytes", "gauge",
+     "Bytes the store's resident tensors are charged against the capacity: each file rounded "
+     "up to pages, plus an inode.",
      SNAP(resident)},
     {"tetris_store_logical_bytes", "gauge",
      "Tensor bytes mapped by live holders, counted once per holder.", SNAP(logical)},
@@ -130,8 +136,14 @@ static const struct store_family {
     {"tetris_store_generation", "gauge",
      "Inventory generation; changes whenever the resident set changes.", SNAP(generation)},
     {"tetris_ingest_connections", "gauge", "Open ingest connections.", SNAP(connections)},
-    {"tetris_ingest_requests_total", "counter", "Ingest requests served.",
-     SNAP(ingest_requests)},
+    {"tetris_ingest_active", "gauge", "Ingest requests being processed.", SNAP(ingests_active)},
+    {"tetris_ingest_connections_refused_total", "counter",
+     "Ingest connections refused at a connection limit (node, peer uid or peer pid).",
+     SNAP(connections_refused)},
+    {"tetris_ingest_over_budget_total", "counter",
+     "Ingest requests refused or cut short by a budget (request bytes, references, time).",
+     SNAP(ingest_over_budget)},
+    {"tetris_ingest_requests_total", "counter", "Ingest requests served.", SNAP(ingest_requests)},
     {"tetris_ingest_errors_total", "counter", "Ingest requests refused as malformed or failed.",
      SNAP(ingest_errors)},
     {"tetris_ingest_tensors_total", "counter", "Tensors published by ingests.",
@@ -139,8 +151,7 @@ static const struct store_family {
     {"tetris_ingest_bytes_total", "counter", "Tensor bytes published by ingests.",
      SNAP(ingest_bytes)},
     {"tetris_ingest_rejected_tensors_total", "counter",
-     "Tensors an ingest refused (digest mismatch, store full, unreadable).",
-     SNAP(ingest_rejected)},
+     "Tensors an ingest refused (digest mismatch, store full, unreadable).", SNAP(ingest_rejected)},
     {"tetris_agent_fallbacks_total", "counter",
      "Agents that reported falling back to a private load.", SNAP(fallbacks)},
     {"tetris_reclaims_total", "counter", "Cold tensors freed after their keep-alive expired.",
@@ -153,8 +164,8 @@ static const struct store_family {
      SNAP(scrubbed_bytes)},
     {"tetris_scrub_errors_total", "counter",
      "Tensors that failed a CRC32 scrub and were quarantined.", SNAP(scrub_errors)},
-    {"tetris_repaired_holders_total", "counter",
-     "Dead holders whose references repair released.", SNAP(repaired_holders)},
+    {"tetris_repaired_holders_total", "counter", "Dead holders whose references repair released.",
+     SNAP(repaired_holders)},
     {"tetris_repaired_temp_files_total", "counter",
      "Orphaned temporary ingest files repair removed.", SNAP(repaired_temp_files)},
     {"tetris_repaired_tensors_total", "counter", "Inconsistent tensor files repair removed.",

@@ -42,6 +42,10 @@ struct ingest_server {
     pthread_mutex_t lock;
     pthread_cond_t idle; /* signalled when a connection ends */
     unsigned active;
+    /* Threads whose connection ended, to be joined: a thread's exit (its
+     * thread-local state) must finish before the process does. */
+    pthread_t *ended;
+    size_t n_ended;
     char path[PATH_MAX];
 };
 
@@ -69,7 +73,9 @@ struct conn {
     int sock;
     pid_t pid;
     uid_t uid;
-    store_holder *holder;
+    store_holder *holder; /* created with the first reference */
+    tensor_digest *held;  /* what holder references, sorted, each once */
+    size_t n_held;
     bool replaced_adopted; /* took over a holder adopted for its pid */
 };
 
@@ -107,86 +113,221 @@ static int check_sources(const ingest_request *rq, const int *fds, tetris_error 
     return 0;
 }
 
-/* ---- publishing ---- */
+/* ---- budgets ---- */
 
-/* Reserves room for nbytes against the capacity; false if it does not fit.
- * The capacity bounds the node: every served store's bytes count. */
-static bool reserve(struct served_store *ss, uint64_t nbytes, uint64_t *capacity_out)
+/* The limits one request is held to, read once per request. */
+struct budget {
+    struct conn *c;
+    int64_t deadline_ms; /* --ingest-timeout from the request's arrival */
+    double timeout_s;
+    uint64_t capacity;  /* the node's, 0: unlimited */
+    uint64_t quota;     /* this store's own (a tenant's), 0: none */
+    uint64_t max_bytes; /* to read for this request, 0: unlimited */
+    uint64_t spent;     /* bytes of the tensors it read or is reading */
+    const char *cut;    /* the budget that refused a tensor, or NULL */
+    bool oversized;     /* the request's missing bytes exceed the capacity:
+                           no eviction could make room for all of it, so a
+                           refusal asks for none */
+};
+
+static void budget_init(struct conn *c, struct budget *b)
 {
+    struct served_store *ss = c->srv->ss;
     struct daemon *d = ss->d;
     pthread_mutex_lock(&d->cfg_lock);
-    uint64_t capacity = d->cfg.capacity_bytes;
+    *b = (struct budget){.c = c,
+                         .timeout_s = d->cfg.ingest_timeout_s,
+                         .capacity = d->cfg.capacity_bytes,
+                         .quota = ss->tenant[0] != '\0' ? d->cfg.tenant_capacity_bytes : 0,
+                         .max_bytes = d->cfg.max_request_bytes};
     pthread_mutex_unlock(&d->cfg_lock);
-    *capacity_out = capacity;
-    if (capacity == 0) {
-        pthread_mutex_lock(&ss->index_lock);
-        ss->reserved_bytes += nbytes;
-        pthread_mutex_unlock(&ss->index_lock);
-        return true;
+    b->deadline_ms = clock_mono_ms() + (int64_t)(b->timeout_s * 1000);
+    if (b->max_bytes == 0)
+        b->max_bytes = b->quota > 0 ? b->quota : b->capacity;
+}
+
+/* Counts a tensor's bytes (what the daemon reads: a varint region may be
+ * longer than its tensor) against the request's byte budget. */
+static int budget_spend(struct budget *b, const tensor_desc *t, tetris_error *err)
+{
+    uint64_t need = t->length > t->meta.nbytes ? t->length : t->meta.nbytes;
+    if (b->max_bytes > 0 && (b->spent > b->max_bytes || need > b->max_bytes - b->spent)) {
+        b->cut = "bytes";
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "request over its budget of %llu bytes (--max-request-bytes)",
+                           (unsigned long long)b->max_bytes);
     }
+    b->spent += need;
+    return 0;
+}
+
+/* Whether the client closed its socket: its ingest is nobody's any more.
+ * POLLHUP, not POLLRDHUP: a client that only shut down its sending side
+ * still waits for the reply. */
+static bool peer_gone(int sock)
+{
+    struct pollfd p = {.fd = sock};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0;
+}
+
+/* Asked before each tensor and between its chunks: a request never holds
+ * a tensor's lock past its deadline, nor works for a client that left. */
+static int budget_check(void *ctx, tetris_error *err)
+{
+    struct budget *b = ctx;
+    if (atomic_load(&b->c->srv->ss->d->stopping))
+        return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
+    if (clock_mono_ms() >= b->deadline_ms) {
+        b->cut = "time";
+        return tetris_fail(err, TETRIS_E_TIMEOUT, 0,
+                           "request over its time budget of %gs (--ingest-timeout)", b->timeout_s);
+    }
+    if (peer_gone(b->c->sock))
+        return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "client hung up");
+    return 0;
+}
+
+static int digest_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(tensor_digest));
+}
+
+static bool conn_holds(const struct conn *c, const tensor_digest *dg)
+{
+    return c->n_held > 0 && bsearch(dg, c->held, c->n_held, sizeof(*dg), digest_cmp) != NULL;
+}
+
+static int by_digest_cmp(const void *a, const void *b, void *ctx)
+{
+    const ingest_request *rq = ctx;
+    const tensor_digest *x = &rq->tensors[*(const size_t *)a].desc.meta.digest;
+    const tensor_digest *y = &rq->tensors[*(const size_t *)b].desc.meta.digest;
+    return digest_cmp(x, y);
+}
+
+/* The references the connection would hold after this request: at most
+ * INGEST_MAX_HOLDER_REFS, checked before anything is read. */
+static int check_request_refs(struct conn *c, const ingest_request *rq, tetris_error *err)
+{
+    cleanup_free size_t *ix = malloc((rq->n_tensors + 1) * sizeof(*ix));
+    if (ix == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
+    for (size_t i = 0; i < rq->n_tensors; i++)
+        ix[i] = i;
+    qsort_r(ix, rq->n_tensors, sizeof(*ix), by_digest_cmp, (void *)rq);
+    size_t new_refs = 0;
+    for (size_t k = 0; k < rq->n_tensors; k++)
+        if (k == 0 || by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) != 0)
+            new_refs += !conn_holds(c, &rq->tensors[ix[k]].desc.meta.digest);
+    if (c->n_held + new_refs > INGEST_MAX_HOLDER_REFS)
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "connection would hold %zu references, over the limit of %d",
+                           c->n_held + new_refs, INGEST_MAX_HOLDER_REFS);
+    return 0;
+}
+
+/* ---- publishing ---- */
+
+/* Reserves room for a tensor's charge against the store's quota and the
+ * node's capacity: 0, or which one it does not fit (why says so). */
+enum { RESERVED = 0, OVER_QUOTA, OVER_CAPACITY };
+
+static int reserve(struct served_store *ss, const struct budget *b, uint64_t charge, char *why,
+                   size_t why_len)
+{
+    struct daemon *d = ss->d;
     pthread_mutex_lock(&d->capacity_lock);
-    uint64_t others = daemon_other_stores_bytes(d, ss);
+    uint64_t others = b->capacity > 0 ? daemon_other_stores_bytes(d, ss) : 0;
     pthread_mutex_lock(&ss->index_lock);
-    bool ok = others + ss->resident_bytes + ss->reserved_bytes + nbytes <= capacity;
-    if (ok)
-        ss->reserved_bytes += nbytes;
+    uint64_t own = ss->resident_bytes + ss->reserved_bytes;
+    int rc = RESERVED;
+    if (b->quota > 0 && (own > b->quota || charge > b->quota - own)) {
+        snprintf(why, why_len, "tenant quota full (%llu of %llu bytes used)",
+                 (unsigned long long)own, (unsigned long long)b->quota);
+        rc = OVER_QUOTA;
+    } else if (b->capacity > 0 &&
+               (others + own > b->capacity || charge > b->capacity - others - own)) {
+        snprintf(why, why_len, "store full (capacity %llu bytes)", (unsigned long long)b->capacity);
+        rc = OVER_CAPACITY;
+    }
+    if (rc == RESERVED)
+        ss->reserved_bytes += charge;
     pthread_mutex_unlock(&ss->index_lock);
     pthread_mutex_unlock(&d->capacity_lock);
-    return ok;
+    return rc;
 }
 
-static void unreserve(struct served_store *ss, uint64_t nbytes)
+static void unreserve(struct served_store *ss, uint64_t charge)
 {
     pthread_mutex_lock(&ss->index_lock);
-    ss->reserved_bytes -= nbytes;
+    ss->reserved_bytes -= charge;
     pthread_mutex_unlock(&ss->index_lock);
 }
 
-/* oversized: the request's missing bytes exceed the capacity, so no
- * eviction could make room for all of it: a refusal asks for none. */
+static void reject(struct served_store *ss, struct ingest_tensor_result *r, int code,
+                   const char *reason)
+{
+    r->status = INGEST_REJECTED;
+    r->code = code;
+    snprintf(r->reason, sizeof(r->reason), "%.*s", (int)sizeof(r->reason) - 1, reason);
+    atomic_fetch_add(&ss->counters.ingest_rejected, 1);
+}
+
+/* Publishes one tensor if it is missing. Takes no store-wide lock: the
+ * client's bytes are read under the tensor's own lock, within the budget. */
 static void publish_one(struct served_store *ss, const int *fds, const ingest_request_tensor *t,
-                        bool oversized, struct ingest_tensor_result *r, uint64_t *ingested_bytes)
+                        struct budget *b, struct ingest_tensor_result *r, uint64_t *ingested_bytes)
 {
     const tensor_meta *meta = &t->desc.meta;
     if (store_has_tensor(ss->store, &meta->digest)) {
         r->status = INGEST_RESIDENT;
         return;
     }
-    uint64_t capacity;
-    if (!reserve(ss, meta->nbytes, &capacity)) {
-        r->status = INGEST_REJECTED;
-        r->code = TETRIS_E_FULL;
-        snprintf(r->reason, sizeof(r->reason), "store full (capacity %llu bytes)",
-                 (unsigned long long)capacity);
-        atomic_fetch_add(&ss->counters.ingest_rejected, 1);
-        if (!oversized)
-            atomic_fetch_add(&ss->d->shortfall_bytes, meta->nbytes); /* next pass makes room */
+    tetris_error err;
+    int rc = budget_check(b, &err);
+    if (rc != 0) {
+        reject(ss, r, -rc, err.msg);
+        return;
+    }
+    uint64_t charge = store_tensor_charge(meta->nbytes);
+    char why[INGEST_REASON_MAX];
+    int over = reserve(ss, b, charge, why, sizeof(why));
+    if (over != RESERVED) {
+        reject(ss, r, TETRIS_E_FULL, why);
+        if (!b->oversized) { /* the next pass makes room */
+            atomic_fetch_add(over == OVER_QUOTA ? &ss->quota_shortfall : &ss->d->shortfall_bytes,
+                             charge);
+            atomic_store(&ss->d->pass_wanted, true);
+        }
+        return;
+    }
+    rc = budget_spend(b, &t->desc, &err);
+    if (rc < 0) {
+        unreserve(ss, charge);
+        reject(ss, r, -rc, err.msg);
         return;
     }
     bool published = false;
-    tetris_error err;
-    int rc = model_publish_tensor(ss->store, &t->desc, fds[t->source_index], &published, &err);
-    unreserve(ss, meta->nbytes);
-    if (rc < 0) {
-        r->status = INGEST_REJECTED;
-        r->code = -rc;
-        snprintf(r->reason, sizeof(r->reason), "%.*s", (int)sizeof(r->reason) - 1, err.msg);
-        atomic_fetch_add(&ss->counters.ingest_rejected, 1);
-        return;
-    }
-    if (!published) {
-        r->status = INGEST_RESIDENT; /* someone else published it meanwhile */
+    rc = model_publish_tensor_checked(ss->store, &t->desc, fds[t->source_index], budget_check, b,
+                                      &published, &err);
+    if (rc < 0 || !published) {
+        unreserve(ss, charge);
+        if (rc < 0)
+            reject(ss, r, -rc, err.msg);
+        else
+            r->status = INGEST_RESIDENT; /* someone else published it meanwhile */
         return;
     }
     r->status = INGEST_INGESTED;
     *ingested_bytes += meta->nbytes;
     atomic_fetch_add(&ss->counters.ingest_tensors, 1);
     atomic_fetch_add(&ss->counters.ingest_bytes, meta->nbytes);
+    /* Resident before unreserved: no one else sees the room meanwhile. */
     pthread_mutex_lock(&ss->index_lock);
     tetris_error ierr;
-    /* The trailer is small; the next pass corrects file_bytes exactly. */
-    if (store_index_add(ss, meta, meta->nbytes, clock_wall_ms() / 1000, &ierr) < 0)
+    if (store_index_add(ss, meta, charge, clock_wall_ms() / 1000, &ierr) < 0)
         log_warn("event=index-add-failed msg=%s", LOG_Q(ierr.msg));
+    ss->reserved_bytes -= charge;
     pthread_mutex_unlock(&ss->index_lock);
 }
 
@@ -220,29 +361,54 @@ static void shuffle(size_t *order, size_t n, unsigned *seed)
     }
 }
 
+/* Records the connection's references to the tensors of this request that
+ * are resident (use_lock held: none can be removed meanwhile), each digest
+ * once per connection: a client that repeats a request, or lists a tensor
+ * twice, does not grow its holder (the bytes of a digest's first request
+ * stand for what the client maps of it). The holder is created with the first
+ * reference, so a connection that holds nothing has none. */
 static int record_refs(struct conn *c, const ingest_request *rq,
                        const struct ingest_tensor_result *res, tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
+    cleanup_free size_t *ix = malloc((rq->n_tensors + 1) * sizeof(*ix));
+    cleanup_free tensor_digest *digests = malloc((rq->n_tensors + 1) * sizeof(*digests));
+    cleanup_free uint64_t *bytes = malloc((rq->n_tensors + 1) * sizeof(*bytes));
+    tensor_digest *held = realloc(c->held, (c->n_held + rq->n_tensors + 1) * sizeof(*held));
+    if (held != NULL)
+        c->held = held;
+    if (ix == NULL || digests == NULL || bytes == NULL || held == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "references");
+    size_t m = 0;
+    for (size_t i = 0; i < rq->n_tensors; i++)
+        if (res[i].status != INGEST_REJECTED && !conn_holds(c, &rq->tensors[i].desc.meta.digest))
+            ix[m++] = i;
+    qsort_r(ix, m, sizeof(*ix), by_digest_cmp, (void *)rq);
+    /* A tensor listed twice is mapped twice (logical bytes), but is one
+     * reference: one line, with the bytes of both. */
+    size_t n = 0;
+    for (size_t k = 0; k < m; k++) {
+        uint64_t b = rq->tensors[ix[k]].desc.meta.nbytes;
+        if (k > 0 && by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) == 0) {
+            bytes[n - 1] = b > UINT64_MAX - bytes[n - 1] ? UINT64_MAX : bytes[n - 1] + b;
+            continue;
+        }
+        digests[n] = rq->tensors[ix[k]].desc.meta.digest;
+        bytes[n++] = b;
+    }
+    if (n == 0)
+        return 0;
     if (c->holder == NULL) {
         int rc = store_holder_open(ss->store, rq->label, c->pid, &c->holder, err);
         if (rc < 0)
             return rc;
     }
-    cleanup_free tensor_digest *digests = malloc((rq->n_tensors + 1) * sizeof(*digests));
-    cleanup_free uint64_t *bytes = malloc((rq->n_tensors + 1) * sizeof(*bytes));
-    if (digests == NULL || bytes == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "references");
-    size_t n = 0;
-    for (size_t i = 0; i < rq->n_tensors; i++) {
-        if (res[i].status == INGEST_REJECTED)
-            continue;
-        digests[n] = rq->tensors[i].desc.meta.digest;
-        bytes[n++] = rq->tensors[i].desc.meta.nbytes;
-    }
     int rc = store_holder_add_many(c->holder, digests, bytes, n, err);
     if (rc < 0)
         return rc;
+    memcpy(c->held + c->n_held, digests, n * sizeof(*digests));
+    c->n_held += n;
+    store_sort_refs(c->held, c->n_held);
     int64_t now_s = clock_wall_ms() / 1000;
     pthread_mutex_lock(&ss->index_lock);
     for (size_t i = 0; i < n; i++)
@@ -252,10 +418,8 @@ static int record_refs(struct conn *c, const ingest_request *rq,
      * adopted for it at start-up would count it twice. Its references are
      * recorded above, so releasing that holder now leaves nothing
      * unreferenced. One per connection: one connection, one holder. */
-    if (!c->replaced_adopted) {
-        store_sort_refs(digests, n);
-        c->replaced_adopted = store_replace_adopted(ss, c->pid, rq->label, digests, n);
-    }
+    if (!c->replaced_adopted)
+        c->replaced_adopted = store_replace_adopted(ss, c->pid, rq->label, c->held, c->n_held);
     return 0;
 }
 
@@ -269,30 +433,76 @@ static void observe_duration(struct served_store *ss, int64_t us)
     atomic_fetch_add(&ss->counters.ingest_duration_us, (uint64_t)us);
 }
 
+/* Tensors a reclaim pass may evict between their publishing and their
+ * reference are published again, this many times at most. */
+#define PUBLISH_ATTEMPTS 3
+
+/* Publishes what is missing without any store-wide lock, then, under the
+ * use lock (shared), checks that every tensor is still resident and
+ * records the references. Only that second step excludes a reclaim pass,
+ * and it does no client I/O. */
+static int publish_and_refer(struct conn *c, const ingest_request *rq, const int *fds,
+                             struct budget *b, struct ingest_tensor_result *res,
+                             uint64_t *ingested_bytes, tetris_error *err)
+{
+    struct served_store *ss = c->srv->ss;
+    cleanup_free size_t *order = malloc((rq->n_tensors + 1) * sizeof(*order));
+    cleanup_free bool *todo = malloc((rq->n_tensors + 1) * sizeof(*todo));
+    if (order == NULL || todo == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
+    unsigned seed = (unsigned)clock_mono_us() ^ (unsigned)c->pid;
+    shuffle(order, rq->n_tensors, &seed);
+    for (size_t i = 0; i < rq->n_tensors; i++)
+        todo[i] = true;
+    for (int attempt = 1;; attempt++) {
+        for (size_t k = 0; k < rq->n_tensors; k++)
+            if (todo[order[k]])
+                publish_one(ss, fds, &rq->tensors[order[k]], b, &res[order[k]], ingested_bytes);
+        pthread_rwlock_rdlock(&ss->use_lock);
+        size_t missing = 0;
+        for (size_t i = 0; i < rq->n_tensors; i++) {
+            todo[i] = res[i].status != INGEST_REJECTED &&
+                      !store_has_tensor(ss->store, &rq->tensors[i].desc.meta.digest);
+            missing += todo[i];
+        }
+        if (missing > 0 && attempt < PUBLISH_ATTEMPTS) {
+            pthread_rwlock_unlock(&ss->use_lock);
+            continue;
+        }
+        for (size_t i = 0; i < rq->n_tensors; i++)
+            if (todo[i])
+                reject(ss, &res[i], TETRIS_E_UNAVAILABLE, "evicted before it was referenced");
+        int rc = atomic_load(&ss->d->stopping)
+                     ? tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping")
+                     : record_refs(c, rq, res, err);
+        pthread_rwlock_unlock(&ss->use_lock);
+        return rc;
+    }
+}
+
 static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fds,
                          char **reply, tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     int64_t t0 = clock_mono_us();
+    struct budget b;
+    budget_init(c, &b);
+    b.oversized = request_oversized(ss, rq);
     int rc = check_sources(rq, fds, err);
     if (rc < 0)
         return rc;
+    rc = check_request_refs(c, rq, err);
+    if (rc < 0) {
+        atomic_fetch_add(&ss->counters.ingest_over_budget, 1);
+        return rc;
+    }
     cleanup_free struct ingest_tensor_result *res = calloc(rq->n_tensors + 1, sizeof(*res));
-    cleanup_free size_t *order = malloc((rq->n_tensors + 1) * sizeof(*order));
-    if (res == NULL || order == NULL)
+    if (res == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
-    unsigned seed = (unsigned)t0 ^ (unsigned)c->pid;
-    shuffle(order, rq->n_tensors, &seed);
     uint64_t ingested_bytes = 0;
-    pthread_rwlock_rdlock(&ss->use_lock);
-    bool oversized = request_oversized(ss, rq);
-    for (size_t k = 0; k < rq->n_tensors && !atomic_load(&ss->d->stopping); k++)
-        publish_one(ss, fds, &rq->tensors[order[k]], oversized, &res[order[k]], &ingested_bytes);
-    if (atomic_load(&ss->d->stopping))
-        rc = tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
-    else
-        rc = record_refs(c, rq, res, err);
-    pthread_rwlock_unlock(&ss->use_lock);
+    atomic_fetch_add(&ss->counters.ingests_active, 1);
+    rc = publish_and_refer(c, rq, fds, &b, res, &ingested_bytes, err);
+    atomic_fetch_sub(&ss->counters.ingests_active, 1);
     if (rc == 0) {
         *reply = ingest_reply_encode(c->holder ? store_holder_id(c->holder) : "", ingested_bytes,
                                      res, rq->n_tensors);
@@ -305,6 +515,13 @@ static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fd
         rejected += res[i].status == INGEST_REJECTED;
     }
     atomic_fetch_add(&ss->counters.ingest_requests, 1);
+    if (b.cut != NULL) {
+        atomic_fetch_add(&ss->counters.ingest_over_budget, 1);
+        log_warn("event=ingest-over-budget tenant=%s pid=%d uid=%u budget=%s budget_s=%g "
+                 "budget_bytes=%llu",
+                 tenant_name(ss), (int)c->pid, (unsigned)c->uid, b.cut, b.timeout_s,
+                 (unsigned long long)b.max_bytes);
+    }
     observe_duration(ss, clock_mono_us() - t0);
     char q[300];
     log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
@@ -435,6 +652,64 @@ static void serve(struct conn *c)
     }
 }
 
+/* Counts a connection of (uid, pid) against the node's limits: all
+ * connections, those of one uid (a pod's user) and those of one process.
+ * NULL (and why) when one is reached. */
+static const char *peer_admit(struct daemon *d, uid_t uid, pid_t pid)
+{
+    pthread_mutex_lock(&d->cfg_lock);
+    unsigned max = d->cfg.max_connections;
+    unsigned max_uid = d->cfg.max_conns_per_uid;
+    unsigned max_pid = d->cfg.max_conns_per_pid;
+    pthread_mutex_unlock(&d->cfg_lock);
+    const char *refused = NULL;
+    pthread_mutex_lock(&d->peers_lock);
+    unsigned of_uid = 0;
+    struct peer_conns *mine = NULL;
+    for (size_t i = 0; i < d->n_peers; i++) {
+        if (d->peers[i].uid == uid)
+            of_uid += d->peers[i].n;
+        if (d->peers[i].uid == uid && d->peers[i].pid == pid)
+            mine = &d->peers[i];
+    }
+    if (atomic_load(&d->connections) >= max)
+        refused = "too many connections";
+    else if (of_uid >= max_uid)
+        refused = "too many connections from this uid";
+    else if (mine != NULL && mine->n >= max_pid && pid != 0)
+        refused = "too many connections from this process"; /* pid 0: another pid namespace */
+    if (refused == NULL && mine == NULL) {
+        struct peer_conns *p = realloc(d->peers, (d->n_peers + 1) * sizeof(*p));
+        if (p == NULL) {
+            refused = "out of memory";
+        } else {
+            d->peers = p;
+            mine = &d->peers[d->n_peers++];
+            *mine = (struct peer_conns){.uid = uid, .pid = pid};
+        }
+    }
+    if (refused == NULL) {
+        mine->n++;
+        atomic_fetch_add(&d->connections, 1);
+    }
+    pthread_mutex_unlock(&d->peers_lock);
+    return refused;
+}
+
+static void peer_release(struct daemon *d, uid_t uid, pid_t pid)
+{
+    pthread_mutex_lock(&d->peers_lock);
+    for (size_t i = 0; i < d->n_peers; i++) {
+        if (d->peers[i].uid != uid || d->peers[i].pid != pid)
+            continue;
+        if (--d->peers[i].n == 0)
+            d->peers[i] = d->peers[--d->n_peers];
+        break;
+    }
+    atomic_fetch_sub(&d->connections, 1);
+    pthread_mutex_unlock(&d->peers_lock);
+}
+
 static void *conn_main(void *arg)
 {
     struct conn *c = arg;
@@ -447,23 +722,46 @@ static void *conn_main(void *arg)
         store_holder_close(c->holder);
     close(c->sock);
     atomic_fetch_sub(&srv->ss->counters.connections, 1);
-    atomic_fetch_sub(&srv->ss->d->connections, 1);
+    peer_release(srv->ss->d, c->uid, c->pid);
+    free(c->held);
     free(c);
     pthread_mutex_lock(&srv->lock);
+    pthread_t *ended = realloc(srv->ended, (srv->n_ended + 1) * sizeof(*ended));
+    if (ended != NULL) {
+        srv->ended = ended;
+        srv->ended[srv->n_ended++] = pthread_self();
+    } else {
+        pthread_detach(pthread_self());
+    }
     srv->active--;
     pthread_cond_broadcast(&srv->idle);
     pthread_mutex_unlock(&srv->lock);
     return NULL;
 }
 
+/* Joins the threads whose connection has ended. */
+static void reap_ended(ingest_server *srv)
+{
+    pthread_mutex_lock(&srv->lock);
+    pthread_t *ended = srv->ended;
+    size_t n = srv->n_ended;
+    srv->ended = NULL;
+    srv->n_ended = 0;
+    pthread_mutex_unlock(&srv->lock);
+    for (size_t i = 0; i < n; i++)
+        pthread_join(ended[i], NULL);
+    free(ended);
+}
+
 static void start_connection(ingest_server *srv, int sock)
 {
     struct ucred cred = {0};
     socklen_t cl = sizeof(cred);
-    bool have_cred = getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
-                     cl == sizeof(cred);
-    if (!have_cred)
-        cred.pid = 0;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
+        log_warn("event=ingest-peer-unknown errno=%d action=refuse", errno);
+        close(sock);
+        return;
+    }
     struct conn *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         close(sock);
@@ -471,12 +769,11 @@ static void start_connection(ingest_server *srv, int sock)
     }
     *c = (struct conn){.srv = srv, .sock = sock, .pid = cred.pid, .uid = cred.uid};
     struct daemon *d = srv->ss->d;
-    pthread_mutex_lock(&d->cfg_lock);
-    unsigned max = d->cfg.max_connections;
     /* The socket decides the store; the peer's uid decides whether it may
-     * use it (--tenant-uids). No credentials, no service. (A peer in
-     * another pid namespace has pid 0 here: its uid still counts.) */
-    bool allowed = have_cred && reclaimer_peer_allowed(&d->cfg, srv->ss->tenant, cred.uid);
+     * use it (--tenant-uids). (A peer in another pid namespace has pid 0
+     * here: its uid still counts.) */
+    pthread_mutex_lock(&d->cfg_lock);
+    bool allowed = reclaimer_peer_allowed(&d->cfg, srv->ss->tenant, cred.uid);
     pthread_mutex_unlock(&d->cfg_lock);
     if (!allowed) {
         atomic_fetch_add(&srv->ss->counters.ingest_errors, 1);
@@ -487,18 +784,20 @@ static void start_connection(ingest_server *srv, int sock)
         free(c);
         return;
     }
-    /* The limit is node-wide: every store's connections count. */
-    bool busy = atomic_fetch_add(&d->connections, 1) >= max;
-    if (busy) {
-        atomic_fetch_sub(&d->connections, 1);
-        send_error(c, TETRIS_E_UNAVAILABLE, "too many connections");
+    /* The limits are node-wide: every store's connections count. */
+    const char *refused = peer_admit(d, cred.uid, cred.pid);
+    if (refused != NULL) {
+        atomic_fetch_add(&srv->ss->counters.connections_refused, 1);
+        log_warn("event=ingest-connection-refused tenant=%s pid=%d uid=%u reason=%s",
+                 tenant_name(srv->ss), (int)cred.pid, (unsigned)cred.uid, LOG_Q(refused));
+        send_error(c, TETRIS_E_UNAVAILABLE, refused);
         close(sock);
         free(c);
         return;
     }
+    reap_ended(srv);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_mutex_lock(&srv->lock);
     srv->active++;
@@ -511,7 +810,7 @@ static void start_connection(ingest_server *srv, int sock)
         send_error(c, TETRIS_E_UNAVAILABLE, "cannot start a thread");
         close(sock);
         free(c);
-        atomic_fetch_sub(&d->connections, 1);
+        peer_release(d, cred.uid, cred.pid);
         pthread_mutex_lock(&srv->lock);
         srv->active--;
         pthread_mutex_unlock(&srv->lock);
@@ -618,6 +917,7 @@ void ingest_server_stop(ingest_server *srv)
     while (srv->active > 0)
         pthread_cond_wait(&srv->idle, &srv->lock);
     pthread_mutex_unlock(&srv->lock);
+    reap_ended(srv);
     close(srv->stop_pipe[0]);
     close(srv->stop_pipe[1]);
     pthread_mutex_destroy(&srv->lock);

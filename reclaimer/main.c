@@ -29,6 +29,7 @@ static void daemon_init(struct daemon *d, const struct reclaimer_config *cfg)
     pthread_mutex_init(&d->pin_lock, NULL);
     pthread_mutex_init(&d->pass_lock, NULL);
     pthread_mutex_init(&d->capacity_lock, NULL);
+    pthread_mutex_init(&d->peers_lock, NULL);
     d->started_ms = clock_wall_ms();
     d->instance_lock_fd = -1;
 }
@@ -38,6 +39,8 @@ static void daemon_fini(struct daemon *d)
     daemon_close_stores(d);
     free(d->pinned);
     pthread_mutex_destroy(&d->capacity_lock);
+    pthread_mutex_destroy(&d->peers_lock);
+    free(d->peers);
     pthread_mutex_destroy(&d->pass_lock);
     pthread_mutex_destroy(&d->pin_lock);
     pthread_mutex_destroy(&d->cfg_lock);
@@ -80,6 +83,11 @@ static void reload(struct daemon *d, int argc, char **argv)
     d->cfg.interval_s = fresh.interval_s;
     d->cfg.keep_alive_s = fresh.keep_alive_s;
     d->cfg.capacity_bytes = fresh.capacity_bytes;
+    d->cfg.tenant_capacity_bytes = fresh.tenant_capacity_bytes;
+    d->cfg.max_request_bytes = fresh.max_request_bytes;
+    d->cfg.ingest_timeout_s = fresh.ingest_timeout_s;
+    d->cfg.max_conns_per_uid = fresh.max_conns_per_uid;
+    d->cfg.max_conns_per_pid = fresh.max_conns_per_pid;
     d->cfg.scrub_rate = fresh.scrub_rate;
     d->cfg.max_connections = fresh.max_connections;
     d->cfg.request_timeout_s = fresh.request_timeout_s;
@@ -130,7 +138,7 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
         int64_t last = d->last_pass_ms;
         pthread_mutex_unlock(&d->pass_lock);
         if ((double)(clock_wall_ms() - last) < interval * 1000 &&
-            atomic_load(&d->shortfall_bytes) == 0)
+            !atomic_exchange(&d->pass_wanted, false))
             continue;
         tetris_error err;
         if (daemon_reclaim_pass(d, &err) < 0) {

@@ -20,5 +20,7 @@ SHELL_TESTS += tests/reclaimer/test-tenants.sh
 SHELL_TESTS += tests/reclaimer/test-tenant-isolation.sh
 SHELL_TESTS += tests/reclaimer/test-health-restart.sh
 SHELL_TESTS += tests/reclaimer/test-hostile-locks.sh tests/reclaimer/test-hostile-links.sh
+# A hostile pod (uid nobody) against the daemon's budgets and limits.
+SHELL_TESTS += tests/reclaimer/test-budgets.sh
 # Real memory cgroups and a 256 MiB model; 25 daemon crashes mid-ingest.
 SLOW_TESTS += tests/reclaimer/test-cgroup.sh tests/reclaimer/test-crash.sh

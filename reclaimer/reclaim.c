@@ -70,7 +70,7 @@ int store_index_add(struct served_store *ss, const tensor_meta *meta, uint64_t f
     int rc = tensor_index_upsert(ss->index, &meta->digest, &e, &created, err);
     if (rc < 0)
         return rc;
-    if (created || e->bytes == 0) {
+    if (created || e->file_bytes == 0) { /* 0: known only from the state file */
         e->bytes = meta->nbytes;
         e->file_bytes = file_bytes;
         e->mtime_s = now_s;
@@ -332,12 +332,12 @@ static int merge_listing(struct served_store *ss, const struct listing *l, tetri
         int rc = tensor_index_upsert(ss->index, &l->items[i].digest, &e, &created, err);
         if (rc < 0)
             return rc;
-        if (created || e->bytes == 0) {
+        if (created || e->file_bytes == 0) { /* 0: known only from the state file */
             e->bytes = l->items[i].bytes;
             e->mtime_s = l->items[i].mtime_s;
             ss->generation++;
         }
-        e->file_bytes = l->items[i].file_bytes;
+        e->file_bytes = store_charged_bytes(l->items[i].file_bytes);
         e->mark |= MARK_SEEN;
     }
     return 0;
@@ -763,6 +763,7 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
         .scrub_budget = (uint64_t)((double)d->cfg.scrub_rate * d->cfg.interval_s),
     };
     uint64_t capacity = d->cfg.capacity_bytes;
+    uint64_t quota = d->cfg.tenant_capacity_bytes;
     pthread_mutex_unlock(&d->cfg_lock);
 
     daemon_poll_adopted(d);
@@ -784,6 +785,14 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
             uint64_t others = daemon_other_stores_bytes(d, ss);
             uint64_t taken = others + shortfall;
             pol.target = taken < capacity ? capacity - taken : 0;
+        }
+        /* A tenant's quota bounds its store on its own, less what its
+         * refused ingests need. */
+        uint64_t own_short = atomic_exchange(&ss->quota_shortfall, 0);
+        if (ss->tenant[0] != '\0' && quota > 0) {
+            uint64_t own = own_short < quota ? quota - own_short : 0;
+            pol.target = pol.bounded && pol.target < own ? pol.target : own;
+            pol.bounded = true;
         }
         tetris_error serr;
         int64_t locked_us = 0;

@@ -16,7 +16,8 @@
 struct index_entry {
     tensor_digest digest;
     uint64_t bytes;      /* tensor bytes (nbytes) */
-    uint64_t file_bytes; /* bytes the file occupies (tensor + trailer) */
+    uint64_t file_bytes; /* what the capacity is charged for its file:
+                            store_charged_bytes (pages and an inode) */
     int64_t mtime_s;     /* publish time */
     int64_t last_ref_s;  /* last seen referenced, 0: never */
     uint32_t mark;       /* scratch for passes (seen / referenced) */

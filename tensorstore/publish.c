@@ -87,10 +87,11 @@ static int reserve(store *s, const char *hex, uint64_t file_bytes, struct temp_f
     int rc = store_usage_with_reservations(s, &used, err);
     if (rc < 0)
         return rc;
-    if (used > s->capacity_bytes || file_bytes > s->capacity_bytes - used)
+    uint64_t charge = store_charged_bytes(file_bytes);
+    if (used > s->capacity_bytes || charge > s->capacity_bytes - used)
         return tetris_fail(err, TETRIS_E_FULL, 0,
                            "store full: need %llu bytes, %llu of %llu used (store %s)",
-                           (unsigned long long)file_bytes, (unsigned long long)used,
+                           (unsigned long long)charge, (unsigned long long)used,
                            (unsigned long long)s->capacity_bytes, s->root);
     return temp_file_create(s, hex, file_bytes, t, err);
 }

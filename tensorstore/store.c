@@ -448,6 +448,22 @@ uint64_t store_capacity(const store *s)
 
 /* ---- usage ---- */
 
+uint64_t store_charged_bytes(uint64_t file_bytes)
+{
+    long p = sysconf(_SC_PAGESIZE); /* from the auxiliary vector: no syscall */
+    uint64_t page = p > 0 ? (uint64_t)p : 4096;
+    if (file_bytes > UINT64_MAX - page - STORE_INODE_CHARGE)
+        return UINT64_MAX;
+    return (file_bytes + page - 1) / page * page + STORE_INODE_CHARGE;
+}
+
+uint64_t store_tensor_charge(uint64_t nbytes)
+{
+    if (nbytes > UINT64_MAX - TENSOR_TRAILER_BYTES)
+        return UINT64_MAX;
+    return store_charged_bytes(nbytes + TENSOR_TRAILER_BYTES);
+}
+
 static int hex_nibble(char c)
 {
     if (c >= '0' && c <= '9')
@@ -491,7 +507,7 @@ static int sum_file_sizes(int dir_fd, const char *what, bool live_only, uint64_t
             continue; /* removed meanwhile, or not ours */
         if (live_only && store_probe_dead(dir_fd, de->d_name, NULL, NULL) != 0)
             continue; /* a dead writer's leftover (repair removes it) or gone */
-        sum += (uint64_t)st.st_size;
+        sum += store_charged_bytes((uint64_t)st.st_size);
     }
     *out = sum;
     return 0;

@@ -130,9 +130,20 @@ typedef int (*store_read_fn)(void *ctx, void *dst, uint64_t offset, size_t len, 
 int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_fn read,
                                  void *ctx, bool *published, tetris_error *err);
 
-/* Bytes the store's resident tensors occupy (sizes of files under
- * tensors/; cached per fanout directory, revalidated by its mtime). The
- * capacity check adds the sizes of live in-progress ingests in tmp/. */
+/* What a file of file_bytes really costs the filesystem, and so what the
+ * capacity is charged for it: its size rounded up to whole pages (tmpfs
+ * allocates pages) plus STORE_INODE_CHARGE for its inode and dentry. An
+ * empty tensor is not free: a pod could otherwise fill the node's kernel
+ * memory with inodes without ever reaching the capacity. */
+#define STORE_INODE_CHARGE 1024u
+uint64_t store_charged_bytes(uint64_t file_bytes);
+/* The charge of a resident tensor of nbytes (its file adds a trailer). */
+uint64_t store_tensor_charge(uint64_t nbytes);
+
+/* Bytes the store's resident tensors are charged (store_charged_bytes of
+ * each file under tensors/; cached per fanout directory, revalidated by its
+ * mtime). The capacity check adds the charges of live in-progress ingests
+ * in tmp/. */
 int store_usage_bytes(store *s, uint64_t *out, tetris_error *err);
 
 /* ---- use lock: loaders shared, reclaimer exclusive ----

@@ -44,11 +44,24 @@ static const char usage_text[] =
     "      one JSON line; with --hold keeps everything until SIGTERM. --no-map\n"
     "      only records references (a model of 100k tensors would exceed the\n"
     "      kernel's limit on mappings per process).\n"
-    "  send --socket PATH [--fd FILE | --path-fd FILE]... [--raw [--no-eof]]\n"
+    "  send --socket PATH [--fd FILE | --path-fd FILE]... [--raw [--no-eof]] [--shut-wr]\n"
+    "       [--repeat N] [--hold]\n"
     "      sends stdin as one request (length-prefixed unless --raw) with the\n"
     "      files' descriptors attached (--path-fd: opened O_PATH); prints the\n"
-    "      reply, or \"closed\". --raw then ends the stream unless --no-eof\n"
-    "      (a stalled client).\n"
+    "      reply, or \"closed\". --raw\n"
+    "      then ends the stream unless --no-eof (a stalled client), as does\n"
+    "      --shut-wr after a framed request (a half-closed client). --repeat\n"
+    "      sends it N times on the one connection, a reply line each; --hold\n"
+    "      then keeps the connection (and its references) until SIGTERM.\n"
+    "  forge --tensors N --bytes B [--corrupt] [--label L]\n"
+    "      prints an ingest request for N uint8 tensors of B bytes each at\n"
+    "      offsets i*B of one source of zeros (a sparse file will do), with the\n"
+    "      digests of zeros, or, with --corrupt, digests the bytes do not have.\n"
+    "      B = 0 gives N distinct empty tensors (shapes [0, i+1]).\n"
+    "  conns --socket PATH --count N [--hold]\n"
+    "      opens N connections, each sending one report_fallback; prints\n"
+    "      {\"accepted\":A,\"refused\":R,\"reason\":LAST-REFUSAL}; --hold keeps\n"
+    "      the accepted ones open until SIGTERM.\n"
     "  manifest MODEL\n"
     "      prints MODEL's manifest with digests (to build requests by hand)\n"
     "  tcp --port PORT\n"
@@ -466,28 +479,55 @@ static int cmd_manifest(int argc, char **argv)
     return 0;
 }
 
+static int connect_unix(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        perror(path);
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    return s;
+}
+
 static int cmd_send(int argc, char **argv)
 {
     const char *sock = NULL;
     bool raw = false, no_eof = false;
     int fds[INGEST_MAX_SOURCES + 8];
     size_t n_fds = 0;
+    unsigned long repeat = 1;
+    bool hold = false, shut_wr = false;
     static const struct option opts[] = {{"socket", required_argument, NULL, 'S'},
                                          {"fd", required_argument, NULL, 'f'},
                                          {"path-fd", required_argument, NULL, 'p'},
                                          {"raw", no_argument, NULL, 'r'},
                                          {"no-eof", no_argument, NULL, 'e'},
+                                         {"repeat", required_argument, NULL, 'n'},
+                                         {"hold", no_argument, NULL, 'H'},
+                                         {"shut-wr", no_argument, NULL, 'w'},
                                          {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'S')
             sock = optarg;
+        else if (c == 'w')
+            shut_wr = true;
         else if (c == 'r')
             raw = true;
         else if (c == 'e')
             no_eof = true;
+        else if (c == 'n')
+            repeat = strtoul(optarg, NULL, 10);
+        else if (c == 'H')
+            hold = true;
         else if ((c == 'f' || c == 'p') && n_fds < sizeof(fds) / sizeof(fds[0])) {
-            fds[n_fds] = open(optarg, (c == 'p' ? O_PATH : O_RDONLY) | O_CLOEXEC);
+            /* Non-blocking, so that opening a FIFO does not wait for a
+             * writer: the daemon is what must refuse it. */
+            fds[n_fds] = open(optarg, (c == 'p' ? O_PATH : O_RDONLY | O_NONBLOCK) | O_CLOEXEC);
             if (fds[n_fds] < 0) {
                 perror(optarg);
                 return 1;
@@ -496,21 +536,18 @@ static int cmd_send(int argc, char **argv)
         } else
             return usage();
     }
-    if (sock == NULL)
+    if (sock == NULL || repeat == 0)
         return usage();
     size_t len;
     cleanup_free char *body = read_stdin(&len);
     if (body == NULL)
         return 1;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
-    cleanup_close int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        perror(sock);
+    cleanup_close int s = connect_unix(sock);
+    if (s < 0)
         return 1;
-    }
+    if (hold)
+        signal(SIGTERM, on_term);
     tetris_error err;
-    int64_t deadline = clock_mono_ms() + 20000;
     /* Framed here rather than by ingest_send_message, which would refuse
      * the oversized descriptor lists the tests want the daemon to see. */
     cleanup_free char *msg_bytes = malloc(len + INGEST_HEADER_BYTES);
@@ -523,36 +560,179 @@ static int cmd_send(int argc, char **argv)
     }
     memcpy(msg_bytes + off, body, len);
     len += off;
-    struct iovec iov = {msg_bytes, len};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int) * (INGEST_MAX_SOURCES + 8))];
-    } control;
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (n_fds > 0) {
-        memset(&control, 0, sizeof(control));
-        msg.msg_control = control.buf;
-        msg.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
-        memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
+    for (unsigned long r = 0; r < repeat; r++) {
+        struct iovec iov = {msg_bytes, len};
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * (INGEST_MAX_SOURCES + 8))];
+        } control;
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (n_fds > 0) {
+            memset(&control, 0, sizeof(control));
+            msg.msg_control = control.buf;
+            msg.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+            memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
+        }
+        /* A large request may not fit the socket buffer in one go. */
+        size_t sent = 0;
+        while (sent < len) {
+            ssize_t n = sendmsg(s, &msg, MSG_NOSIGNAL);
+            if (n < 0) {
+                perror("sendmsg");
+                return 1;
+            }
+            sent += (size_t)n;
+            iov = (struct iovec){msg_bytes + sent, len - sent};
+            msg = (struct msghdr){.msg_iov = &iov, .msg_iovlen = 1};
+        }
+        if ((raw && !no_eof) || shut_wr)
+            shutdown(s, SHUT_WR);
+        cleanup_free char *reply = NULL;
+        size_t rl;
+        /* A reply may take as long as the daemon lets a request run. */
+        if (ingest_recv_message(s, INGEST_MAX_MESSAGE_BYTES, &reply, &rl, NULL, 0, NULL,
+                                clock_mono_ms() + 3600 * 1000, &err) < 0) {
+            printf("closed\n");
+            return 0;
+        }
+        printf("%s\n", reply);
+        fflush(stdout);
     }
-    if (len > 0 && sendmsg(s, &msg, MSG_NOSIGNAL) < 0) {
-        perror("sendmsg");
+    if (hold) {
+        printf("held\n");
+        fflush(stdout);
+        while (!got_term)
+            pause();
+    }
+    return 0;
+}
+
+/* ---- forge, conns ---- */
+
+static int cmd_forge(int argc, char **argv)
+{
+    unsigned long n = 0, bytes = 0;
+    bool corrupt = false;
+    const char *label = "forged";
+    static const struct option opts[] = {{"tensors", required_argument, NULL, 'n'},
+                                         {"bytes", required_argument, NULL, 'b'},
+                                         {"corrupt", no_argument, NULL, 'c'},
+                                         {"label", required_argument, NULL, 'l'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'n')
+            n = strtoul(optarg, NULL, 10);
+        else if (c == 'b')
+            bytes = strtoul(optarg, NULL, 10);
+        else if (c == 'c')
+            corrupt = true;
+        else if (c == 'l')
+            label = optarg;
+        else
+            return usage();
+    }
+    if (n == 0)
+        return usage();
+    cleanup_free uint8_t *zeros = corrupt ? NULL : calloc(1, bytes ? bytes : 1);
+    if (!corrupt && zeros == NULL)
         return 1;
+    printf("{\"op\":\"ingest\",\"label\":\"%s\",\"sources\":[\"zeros\"],\"tensors\":[", label);
+    tensor_meta meta = {.dtype = "uint8", .ndim = bytes ? 1 : 2};
+    for (unsigned long i = 0; i < n; i++) {
+        meta.shape[0] = bytes ? (int64_t)bytes : 0;
+        meta.shape[1] = (int64_t)i + 1;
+        meta.nbytes = bytes;
+        char hex[TENSOR_DIGEST_HEX_LEN + 1];
+        if (corrupt) {
+            snprintf(hex, sizeof(hex), "%064lx", i + 1);
+        } else {
+            tetris_error err;
+            if (tensor_digest_compute(&meta, zeros, &err) < 0) {
+                fprintf(stderr, "probe: %s\n", err.msg);
+                return 1;
+            }
+            tensor_digest_to_hex(&meta.digest, hex);
+        }
+        printf("%s{\"name\":\"f%lu\",\"dtype\":\"uint8\",\"shape\":", i ? "," : "", i);
+        if (bytes)
+            printf("[%lu]", bytes);
+        else
+            printf("[0,%lu]", i + 1);
+        printf(",\"source_index\":0,\"offset\":%lu,\"length\":%lu,\"nbytes\":%lu,"
+               "\"encoding\":\"raw\",\"digest\":\"sha256:%s\",\"crc32\":%u}",
+               i * bytes, bytes, bytes, hex, corrupt ? 0u : meta.crc32);
     }
-    if (raw && !no_eof)
-        shutdown(s, SHUT_WR);
-    cleanup_free char *reply = NULL;
-    size_t rl;
-    if (ingest_recv_message(s, INGEST_MAX_MESSAGE_BYTES, &reply, &rl, NULL, 0, NULL, deadline,
-                            &err) < 0) {
-        printf("closed\n");
-        return 0;
+    printf("]}\n");
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+static int cmd_conns(int argc, char **argv)
+{
+    const char *sock = NULL;
+    unsigned long count = 0;
+    bool hold = false;
+    static const struct option opts[] = {{"socket", required_argument, NULL, 'S'},
+                                         {"count", required_argument, NULL, 'n'},
+                                         {"hold", no_argument, NULL, 'H'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'S')
+            sock = optarg;
+        else if (c == 'n')
+            count = strtoul(optarg, NULL, 10);
+        else if (c == 'H')
+            hold = true;
+        else
+            return usage();
     }
-    printf("%s\n", reply);
+    if (sock == NULL || count == 0 || count > 4096)
+        return usage();
+    signal(SIGTERM, on_term);
+    cleanup_free int *open_socks = calloc(count, sizeof(int));
+    if (open_socks == NULL)
+        return 1;
+    unsigned long accepted = 0, refused = 0;
+    char reason[sizeof(((tetris_error *)0)->msg)] = "";
+    cleanup_free char *req = ingest_fallback_encode("conns", "probing the connection limits");
+    for (unsigned long i = 0; i < count && req != NULL; i++) {
+        int s = connect_unix(sock);
+        if (s < 0)
+            return 1;
+        tetris_error err;
+        char *reply = NULL;
+        size_t rl;
+        int64_t deadline = clock_mono_ms() + 20000;
+        /* A refused connection gets its error at once, maybe before the
+         * request goes out: the reply is read whatever the send said. */
+        tetris_error send_err;
+        int send_rc = ingest_send_message(s, req, strlen(req), NULL, 0, deadline, &send_err);
+        int rc = ingest_recv_message(s, INGEST_MAX_MESSAGE_BYTES, &reply, &rl, NULL, 0, NULL,
+                                     deadline, &err);
+        if (rc < 0 && send_rc < 0)
+            err = send_err;
+        if (rc == 0)
+            rc = ingest_ack_decode(reply, rl, &err);
+        free(reply);
+        if (rc == 0) {
+            open_socks[accepted++] = s;
+        } else {
+            refused++;
+            snprintf(reason, sizeof(reason), "%s", err.msg);
+            close(s);
+        }
+    }
+    printf("{\"accepted\":%lu,\"refused\":%lu,\"reason\":\"%s\"}\n", accepted, refused, reason);
+    fflush(stdout);
+    while (hold && !got_term)
+        pause();
+    for (unsigned long i = 0; i < accepted; i++)
+        close(open_socks[i]);
     return 0;
 }
 
@@ -584,5 +764,9 @@ int main(int argc, char **argv)
         return cmd_manifest(argc, argv);
     if (strcmp(cmd, "fill") == 0)
         return cmd_fill(argc, argv);
+    if (strcmp(cmd, "forge") == 0)
+        return cmd_forge(argc, argv);
+    if (strcmp(cmd, "conns") == 0)
+        return cmd_conns(argc, argv);
     return usage();
 }

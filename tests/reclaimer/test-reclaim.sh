@@ -65,15 +65,16 @@ cat >"$WORK/r.yaml" <<YAML
 interval: 200ms
 keep_alive: 1h
 scrub_rate: 0
-capacity: 3136Ki
+capacity: 3200Ki
 YAML
 kill -HUP "$RECLAIMER_PID"
-wait_until 30 '[ "$(metric tetris_store_capacity_bytes)" = 3211264 ]' || fail "SIGHUP did not apply capacity"
+wait_until 30 '[ "$(metric tetris_store_capacity_bytes)" = 3276800 ]' || fail "SIGHUP did not apply capacity"
 "$PROBE" load --store "$STORE" "$WORK/b.safetensors" >"$WORK/b2.json" 2>>"$WORK/probe.log" || fail "load B"
 sleep 1.1   # last-use times have one-second resolution: B is older than A
 hold "$WORK/a.safetensors" "$WORK/a3.json"; A3=$HOLD_PID
 grep -q '"ingested":8' "$WORK/a3.json" || fail "A not ingested under capacity: $(cat "$WORK/a3.json")"
-# The store is full (3 MiB + 64 KiB; tensor files have a small trailer):
+# The store is full (3 MiB + 128 KiB; each tensor is charged its file
+# rounded up to pages plus an inode, 5 KiB more than its bytes here):
 # C is refused tensor by tensor and loaded privately. The refusal makes the
 # next pass evict least recently used cold tensors (B's, never A's) until
 # C fits, so the next instance of C gets it shared.
@@ -90,15 +91,15 @@ note "store full: C refused per tensor, LRU made room, C shared next time"
 
 # Lower capacity: LRU goes oldest first (B's remaining tensors, then C's)
 # and never touches A, even when A alone is above capacity.
-sed -i 's/capacity: 3136Ki/capacity: 2600Ki/' "$WORK/r.yaml"
+sed -i 's/capacity: 3200Ki/capacity: 2650Ki/' "$WORK/r.yaml"
 kill -HUP "$RECLAIMER_PID"
 wait_until 60 '[ "$(metric tetris_evictions_total)" = 8 ]' || fail "LRU did not evict B's other 4 tensors (evictions $(metric tetris_evictions_total))"
 wait_passes 3
-[ "$(metric tetris_store_resident_bytes)" -le 2662400 ] || fail "store above capacity after LRU"
+[ "$(metric tetris_store_resident_bytes)" -le 2713600 ] || fail "store above capacity after LRU"
 [ "$(count_of $((128 * KI)))" = 0 ] || fail "B (oldest) not evicted first"
 [ "$(count_of $((64 * KI)))" = 8 ] || fail "C (newer) evicted before B"
 [ "$(count_of $((256 * KI)))" = 8 ] || fail "LRU evicted a referenced tensor of A"
-sed -i 's/capacity: 2600Ki/capacity: 1Mi/' "$WORK/r.yaml"
+sed -i 's/capacity: 2650Ki/capacity: 1Mi/' "$WORK/r.yaml"
 kill -HUP "$RECLAIMER_PID"
 wait_until 60 '[ "$(count_of $((64 * KI)))" = 0 ]' || fail "LRU left cold tensors of C above capacity"
 wait_passes 5

@@ -227,6 +227,23 @@ static const struct {
              "\"offset\":0,\"length\":8,\"nbytes\":8,\"encoding\":\"raw\",\"digest\":\"" D64
              "\",\"crc32\":1}]"),
      1, "field \"nbytes\": does not match dtype and shape"},
+    /* A varint region is 1 to 10 bytes an element: a longer one would only
+     * make the daemon read (or buffer) more than the tensor holds. */
+    {REQUEST("\"x\"", "[\"/m\"]",
+             "[{\"name\":\"w\",\"source_index\":0,\"dtype\":\"int64\",\"shape\":[2],"
+             "\"offset\":0,\"length\":1099511627776,\"nbytes\":16,\"encoding\":\"varint\","
+             "\"digest\":\"" D64 "\",\"crc32\":1}]"),
+     1, "1099511627776 bytes of varints cannot encode 2 elements"},
+    {REQUEST("\"x\"", "[\"/m\"]",
+             "[{\"name\":\"w\",\"source_index\":0,\"dtype\":\"int64\",\"shape\":[2],"
+             "\"offset\":0,\"length\":21,\"nbytes\":16,\"encoding\":\"varint\","
+             "\"digest\":\"" D64 "\",\"crc32\":1}]"),
+     1, "21 bytes of varints cannot encode 2 elements"},
+    {REQUEST("\"x\"", "[\"/m\"]",
+             "[{\"name\":\"w\",\"source_index\":0,\"dtype\":\"int64\",\"shape\":[2],"
+             "\"offset\":0,\"length\":1,\"nbytes\":16,\"encoding\":\"varint\","
+             "\"digest\":\"" D64 "\",\"crc32\":1}]"),
+     1, "1 bytes of varints cannot encode 2 elements"},
 };
 
 START_TEST(malformed_requests_are_refused)

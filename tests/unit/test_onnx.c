@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/cleanup.h"
 #include "tests/formats/model_synth.h"
 #include "model/format_onnx.h"
 #include "model/model.h"
@@ -376,6 +377,53 @@ START_TEST(external_data)
 }
 END_TEST
 
+/* A varint region larger than the reader's buffer (1 MiB) is decoded in
+ * pieces, varints split across them included, with nothing but dst the
+ * size of the tensor; a region with bytes to spare, or one short, fails. */
+START_TEST(varints_stream_through_a_bounded_buffer)
+{
+    enum { ELEMS = 300000, OFFSET = 3 };
+    char path[] = "/tmp/tetris-test-varint-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    unlink(path);
+    cleanup_free uint8_t *region = malloc(OFFSET + ELEMS * 10 + 1);
+    cleanup_free int64_t *want = malloc(ELEMS * sizeof(*want));
+    cleanup_free int64_t *got = malloc(ELEMS * sizeof(*got));
+    ck_assert(region != NULL && want != NULL && got != NULL);
+    size_t len = OFFSET;
+    memset(region, 0xee, OFFSET);
+    for (uint64_t i = 0; i < ELEMS; i++) {
+        uint64_t v = i * 0x9e3779b97f4a7c15ull >> (i % 64); /* 1 to 10 bytes */
+        want[i] = (int64_t)v;
+        do {
+            region[len++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+            v >>= 7;
+        } while (v != 0);
+    }
+    ck_assert_uint_gt(len - OFFSET, 1u << 20); /* more than one buffer */
+    region[len] = 0x01;                        /* one byte to spare, for the last case */
+    ck_assert_int_eq(pwrite(fd, region, len + 1, 0), (ssize_t)(len + 1));
+    tensor_desc t = {.name = "v",
+                     .source = "varints",
+                     .offset = OFFSET,
+                     .length = len - OFFSET,
+                     .encoding = TENSOR_ENC_VARINT};
+    snprintf(t.meta.dtype, sizeof t.meta.dtype, "int64");
+    t.meta.nbytes = ELEMS * sizeof(int64_t);
+    tetris_error err;
+    ck_assert_msg(model_read_tensor(&t, fd, got, &err) == 0, "%s", err.msg);
+    ck_assert_mem_eq(got, want, ELEMS * sizeof(*want));
+    t.length++;
+    ck_assert_int_eq(model_read_tensor(&t, fd, got, &err), -TETRIS_E_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "left after"));
+    t.length -= 2;
+    ck_assert_int_eq(model_read_tensor(&t, fd, got, &err), -TETRIS_E_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "malformed or missing"));
+    close(fd);
+}
+END_TEST
+
 START_TEST(malformed_files_fail_clearly)
 {
     const struct syn_bad_case *c = &syn_bad_cases[_i];
@@ -549,6 +597,7 @@ int main(void)
     tcase_add_test(tc, constants_and_subgraphs);
     tcase_add_test(tc, strings_sparse_and_unknown_fields_are_skipped);
     tcase_add_test(tc, external_data);
+    tcase_add_test(tc, varints_stream_through_a_bounded_buffer);
     tcase_add_loop_test(tc, malformed_files_fail_clearly, 0, (int)SYN_N_BAD_CASES);
     tcase_add_test(tc, every_truncation_is_handled);
     suite_add_tcase(s, tc);

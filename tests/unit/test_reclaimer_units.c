@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "reclaimer/config.h"
@@ -144,6 +145,47 @@ START_TEST(test_config_errors)
     free(path);
     char *a5[] = {"r", "--config", "/nonexistent/x.yaml", NULL};
     ck_assert_int_lt(reclaimer_config_load(3, a5, &cfg, &err), 0);
+}
+END_TEST
+
+/* The capacity is never unlimited by default: half the store's
+ * filesystem (its nearest existing parent's while it does not exist). */
+START_TEST(test_config_budgets)
+{
+    struct reclaimer_config cfg;
+    tetris_error err;
+    struct statvfs vfs;
+    ck_assert_int_eq(statvfs("/tmp", &vfs), 0);
+    uint64_t half = (uint64_t)((double)vfs.f_blocks * (double)vfs.f_frsize / 2);
+    char *a1[] = {"r", "--store", "/tmp/not/yet/a/store", NULL};
+    ck_assert_int_eq(reclaimer_config_load(3, a1, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.capacity_bytes, half);
+    ck_assert_uint_eq(cfg.tenant_capacity_bytes, 0);
+    ck_assert_uint_eq(cfg.max_conns_per_uid, 192); /* 3/4 of 256 */
+    ck_assert_uint_eq(cfg.max_conns_per_pid, 8);
+    ck_assert(cfg.ingest_timeout_s == 120);
+    char *path = write_temp("capacity: 10%\ntenant_capacity: 25%\nmax_request_bytes: 1Mi\n"
+                            "ingest_timeout: 5s\nmax_connections_per_uid: 3\n");
+    char *a2[] = {"r", "--store", "/tmp", "--config", path, "--max-connections-per-pid", "2", NULL};
+    ck_assert_int_eq(reclaimer_config_load(7, a2, &cfg, &err), 0);
+    uint64_t tenth = (uint64_t)((double)vfs.f_blocks * (double)vfs.f_frsize / 10);
+    ck_assert_uint_eq(cfg.capacity_bytes, tenth);
+    ck_assert_uint_eq(cfg.tenant_capacity_bytes, (uint64_t)((double)tenth / 4));
+    ck_assert_uint_eq(cfg.max_request_bytes, 1u << 20);
+    ck_assert(cfg.ingest_timeout_s == 5);
+    ck_assert_uint_eq(cfg.max_conns_per_uid, 3);
+    ck_assert_uint_eq(cfg.max_conns_per_pid, 2);
+    unlink(path);
+    free(path);
+    char *a3[] = {"r", "--capacity", "0", "--tenant-capacity", "1Gi", NULL};
+    ck_assert_int_eq(reclaimer_config_load(5, a3, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.capacity_bytes, 0); /* unlimited, when asked for */
+    ck_assert_uint_eq(cfg.tenant_capacity_bytes, 1ull << 30);
+    static const char *bad[] = {"0%", "101%", "x%", "%", "-5%"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *a4[] = {"r", "--capacity", (char *)bad[i], NULL};
+        ck_assert_msg(reclaimer_config_load(3, a4, &cfg, &err) < 0, "%s accepted", bad[i]);
+    }
 }
 END_TEST
 
@@ -295,6 +337,7 @@ int main(void)
     Suite *s = suite_create("reclaimer");
     TCase *tc = tcase_create("units");
     tcase_add_test(tc, test_parse_bytes);
+    tcase_add_test(tc, test_config_budgets);
     tcase_add_test(tc, test_parse_seconds);
     tcase_add_test(tc, test_yaml_nested);
     tcase_add_test(tc, test_yaml_bad);

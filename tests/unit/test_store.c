@@ -627,9 +627,14 @@ END_TEST
 START_TEST(capacity_limits_ingest)
 {
     char *dir = new_dir();
-    /* 1000 floats = 4000 bytes + 160 trailer = 4160 per file. */
-    store *s = open_store(dir, 10000, NULL);
-    ck_assert_uint_eq(store_capacity(s), 10000);
+    /* 1000 floats = 4000 bytes + 160 trailer = 4160 per file, charged as
+     * whole pages plus an inode: two fit, not three. */
+    uint64_t c = store_charged_bytes(4160);
+    ck_assert_uint_eq(c, store_tensor_charge(4000));
+    ck_assert_uint_ge(c, 4160 + STORE_INODE_CHARGE);
+    uint64_t cap = 2 * c + c / 2;
+    store *s = open_store(dir, cap, NULL);
+    ck_assert_uint_eq(store_capacity(s), cap);
     struct test_tensor t[3] = {make_tensor(1000, 20), make_tensor(1000, 21), make_tensor(1000, 22)};
     publish(s, &t[0], true);
     publish(s, &t[1], true);
@@ -638,11 +643,13 @@ START_TEST(capacity_limits_ingest)
     ck_assert_int_eq(store_publish_tensor(s, &t[2].meta, fill_copy, t[2].data, &published, &err),
                      -TETRIS_E_FULL);
     ck_assert(!published);
-    ck_assert_msg(strstr(err.msg, "store full: need 4160 bytes, 8320 of 10000 used") != NULL,
-                  "message: %s", err.msg);
+    char want[128];
+    snprintf(want, sizeof want, "store full: need %llu bytes, %llu of %llu used",
+             (unsigned long long)c, (unsigned long long)(2 * c), (unsigned long long)cap);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "message: %s", err.msg);
     uint64_t used;
     ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
-    ck_assert_uint_eq(used, 8320);
+    ck_assert_uint_eq(used, 2 * c);
     /* Re-publishing a resident tensor needs no room. */
     publish(s, &t[0], false);
     store_close(s);
@@ -650,26 +657,57 @@ START_TEST(capacity_limits_ingest)
     /* The capacity is persisted; an explicit option overrides it. */
     struct store_options plain = {0};
     ck_assert_int_eq(store_open(dir, &plain, &s, &err), 0);
-    ck_assert_uint_eq(store_capacity(s), 10000);
+    ck_assert_uint_eq(store_capacity(s), cap);
     ck_assert_int_eq(store_publish_tensor(s, &t[2].meta, fill_copy, t[2].data, &published, &err),
                      -TETRIS_E_FULL);
     /* Usage follows removals at once (the cache must notice). */
     ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
     ck_assert_int_eq(store_remove_tensor(s, &t[0].meta.digest, &err), 0);
     ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
-    ck_assert_uint_eq(used, 4160);
+    ck_assert_uint_eq(used, c);
     publish(s, &t[2], true);
     ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
-    ck_assert_uint_eq(used, 8320);
+    ck_assert_uint_eq(used, 2 * c);
     store_close(s);
 
-    struct store_options bigger = {.capacity_bytes = 20000};
+    struct store_options bigger = {.capacity_bytes = 4 * c};
     ck_assert_int_eq(store_open(dir, &bigger, &s, &err), 0);
-    ck_assert_uint_eq(store_capacity(s), 20000);
+    ck_assert_uint_eq(store_capacity(s), 4 * c);
     publish(s, &t[0], true);
     store_close(s);
     for (int i = 0; i < 3; i++)
         free(t[i].data);
+    free(dir);
+}
+END_TEST
+
+/* An empty tensor is a page and an inode to tmpfs, and is charged so. */
+START_TEST(empty_tensors_are_charged_a_page_and_an_inode)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    ck_assert_uint_eq(store_tensor_charge(0), (uint64_t)page + STORE_INODE_CHARGE);
+    ck_assert_uint_eq(store_charged_bytes((uint64_t)page), (uint64_t)page + STORE_INODE_CHARGE);
+    ck_assert_uint_eq(store_charged_bytes((uint64_t)page + 1),
+                      2 * (uint64_t)page + STORE_INODE_CHARGE);
+    ck_assert_uint_eq(store_charged_bytes(UINT64_MAX - 1), UINT64_MAX);
+    char *dir = new_dir();
+    uint64_t c = store_tensor_charge(0);
+    store *s = open_store(dir, 3 * c, NULL);
+    tetris_error err;
+    int published = 0;
+    for (int i = 1; i <= 5; i++) {
+        tensor_meta m = {.dtype = "float32", .ndim = 2, .shape = {0, i}};
+        ck_assert_int_eq(tensor_digest_compute(&m, "", &err), 0);
+        bool made = false;
+        int rc = store_publish_tensor(s, &m, fill_copy, "", &made, &err);
+        ck_assert_msg(rc == 0 || rc == -TETRIS_E_FULL, "%s", err.msg);
+        published += made;
+    }
+    ck_assert_int_eq(published, 3);
+    uint64_t used;
+    ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
+    ck_assert_uint_eq(used, 3 * c);
+    store_close(s);
     free(dir);
 }
 END_TEST
@@ -700,7 +738,7 @@ START_TEST(usage_tracks_changes_within_one_directory)
         ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
         ck_assert_uint_eq(used, want);
         publish(s, &t[i], true);
-        want += t[i].meta.nbytes + 160;
+        want += store_tensor_charge(t[i].meta.nbytes);
         ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
         ck_assert_uint_eq(used, want);
     }
@@ -708,7 +746,7 @@ START_TEST(usage_tracks_changes_within_one_directory)
         usleep(20000);
         ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
         ck_assert_int_eq(store_remove_tensor(s, &t[i].meta.digest, &err), 0);
-        want -= t[i].meta.nbytes + 160;
+        want -= store_tensor_charge(t[i].meta.nbytes);
         ck_assert_int_eq(store_usage_bytes(s, &used, &err), 0);
         ck_assert_uint_eq(used, want);
         free(t[i].data);
@@ -723,7 +761,8 @@ START_TEST(capacity_counts_live_reservations_only)
     char *dir = new_dir();
     store *s = open_store(dir, 10000, NULL);
     tetris_error err;
-    /* A live writer's 6000-byte temp file counts; a dead one's does not. */
+    /* A live writer's 6000-byte temp file counts (charged as pages and an
+     * inode); a dead one's does not. */
     char *live, *dead;
     ck_assert_int_ge(asprintf(&live, "%s/private/tmp/live", dir), 0);
     ck_assert_int_ge(asprintf(&dead, "%s/private/tmp/dead", dir), 0);
@@ -739,7 +778,10 @@ START_TEST(capacity_counts_live_reservations_only)
     bool published;
     ck_assert_int_eq(store_publish_tensor(s, &t.meta, fill_copy, t.data, &published, &err),
                      -TETRIS_E_FULL);
-    ck_assert_ptr_nonnull(strstr(err.msg, "6000 of 10000 used"));
+    char want[64];
+    snprintf(want, sizeof want, "%llu of 10000 used",
+             (unsigned long long)store_charged_bytes(6000));
+    ck_assert_msg(strstr(err.msg, want) != NULL, "message: %s", err.msg);
 
     /* Something that is not a temp file does not stop repair. */
     char *subdir;
@@ -1289,6 +1331,7 @@ int main(void)
     tcase_add_test(tc, foreach_tensor_lists_complete_files);
     tcase_add_test(tc, corruption_is_detected_and_repaired);
     tcase_add_test(tc, capacity_limits_ingest);
+    tcase_add_test(tc, empty_tensors_are_charged_a_page_and_an_inode);
     tcase_add_test(tc, usage_tracks_changes_within_one_directory);
     tcase_add_test(tc, capacity_counts_live_reservations_only);
     tcase_add_test(tc, tenants_are_isolated);
