@@ -63,7 +63,8 @@ expect "$ds" '.spec.template.metadata.annotations["prometheus.io/scrape"] == "tr
     .spec.template.metadata.annotations["prometheus.io/path"] == "/metrics"' "scrape annotations missing"
 cm="$(doc "$WORK/default.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]')"
 printf '%s\n' "$cm" >"$WORK/reclaimer.yaml"
-for kv in 'store: "/dev/shm/tetris"' 'keep_alive: "5m"' 'capacity: "8Gi"' 'interval: "10s"'; do
+for kv in 'store: "/dev/shm/tetris"' 'keep_alive: "5m"' 'capacity: "8Gi"' 'interval: "10s"' \
+    'ingest_timeout: "120s"' 'health_deadline: "60s"' 'tenant_capacity: "0"'; do
     grep -qxF "$kv" "$WORK/reclaimer.yaml" || fail "reclaimer config lacks '$kv': $cm"
 done
 # The daemon itself accepts the rendered file (a store of our own; --once).
@@ -117,6 +118,15 @@ expect "$ds" '.spec.template.spec.automountServiceAccountToken == false and
       select(.mountPath == "/var/run/secrets/kubernetes.io/serviceaccount")] | length) == 1' \
     "apiAccess.secretName does not reach node-pins"
 expect "$ds" '.spec.template.spec.containers[0].args | index("--no-tenants") != null' "maxTenants 0 is not --no-tenants"
+# The budgets reach the daemon's file, and the daemon accepts it.
+doc "$WORK/all.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]' |
+    sed -e "s|^store: .*|store: \"$store\"|" -e '/^state_file:/d' >"$WORK/all-reclaimer.yaml"
+for kv in 'max_connections_per_uid: 100' 'max_connections_per_pid: 4' 'max_request_bytes: "2Gi"' \
+    'ingest_timeout: "45s"' 'health_deadline: "2m"'; do
+    grep -qxF "$kv" "$WORK/all-reclaimer.yaml" || fail "reclaimer config lacks '$kv'"
+done
+"$BIN/tetris-reclaimer" --config "$WORK/all-reclaimer.yaml" --once --listen "" \
+    2>"$WORK/once-all.log" || fail "tetris-reclaimer rejects the budgets: $(cat "$WORK/once-all.log")"
 expect "$(doc "$WORK/all.yaml" Deployment tetris-scheduler)" \
     '[.spec.template.spec.containers[] | select(.name == "extender") | .args[]] |
      index("--inventory-url-ports=9465,9200-9299") != null' \
