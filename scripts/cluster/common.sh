@@ -90,17 +90,26 @@ wait_for() {
 
 # start_daemon NAME COMMAND... runs COMMAND in its own session, logging to
 # $CLUSTER_DIR/logs/NAME.log. Its pid file records "PID EXECUTABLE" so that
-# stop_daemon never signals an unrelated process that reused the pid.
+# stop_daemon never signals an unrelated process that reused the pid. A
+# daemon already running with other arguments (a cluster started by an
+# older checkout) is restarted with these.
 start_daemon() {
     _name="$1"; shift
     _pidf="$CLUSTER_DIR/run/$_name.pid"
-    daemon_running "$_name" && return 0
+    _argsf="$CLUSTER_DIR/run/$_name.args"
+    _args="$(printf '%s\n' "$@")"
+    if daemon_running "$_name"; then
+        [ "$(cat "$_argsf" 2>/dev/null)" = "$_args" ] && return 0
+        log "event=restarting daemon=$_name why=\"arguments changed\""
+        stop_daemon "$_name"
+    fi
     [ -x "$(command -v "$1")" ] || die "event=missing-program daemon=$_name path=$1"
     mkdir -p "$CLUSTER_DIR/run" "$CLUSTER_DIR/logs"
     # Not the cluster-up lock (fd 8) nor the build lock (fd 9): a daemon
     # holding them would block every later cluster-up and cluster-down.
     setsid "$@" >>"$CLUSTER_DIR/logs/$_name.log" 2>&1 </dev/null 8>&- 9>&- &
     echo "$! $(command -v "$1")" >"$_pidf"
+    printf '%s\n' "$_args" >"$_argsf"
     log "event=started daemon=$_name pid=$! log=$CLUSTER_DIR/logs/$_name.log"
 }
 

@@ -83,14 +83,15 @@ start_apiserver() {
 }
 
 # The controllers tests need: Deployments (the autoscaler scales them),
-# DaemonSets (the node daemon), Jobs (the profiler), garbage collection and
+# DaemonSets (the node daemon), Jobs (the profiler), Endpoints (OpenFaaS
+# routes to a function's ready pods through them), garbage collection and
 # namespace deletion. Not node lifecycle: it would mark API-only nodes, which
 # send no heartbeats, unreachable. Not service-account tokens: ServiceAccount
 # admission is off (see above).
 start_controller_manager() {
     start_daemon kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
         --kubeconfig "$KUBECONFIG_FILE" \
-        --controllers deployment,replicaset,daemonset,job,garbagecollector,namespace \
+        --controllers deployment,replicaset,daemonset,job,endpoint,garbagecollector,namespace \
         --leader-elect=false \
         --address 127.0.0.1 --port "$CONTROLLER_MANAGER_PORT" --secure-port 0 \
         --profiling=false

@@ -1,0 +1,192 @@
+#!/bin/sh
+# test-openfaas.sh - tetris plugged into an unmodified OpenFaaS CE: the real
+# faas-netes and gateway (built from their 2023 MIT sources by
+# scripts/cluster/build-openfaas.sh) run against the local cluster, and
+#  1. a function deployed with POST /system/functions and the annotation
+#     tetris.io/model gets the read-only store mount from tetris-webhook;
+#  2. a kube-scheduler calling the tetris extender binds it to the node
+#     whose store holds its tensors (the real node, not the empty API-only
+#     one);
+#  3. it answers through the gateway's /function/NAME with the outputs
+#     tetris-onnx-run computes, its weights mapped from the node's store;
+#  4. tetris-autoscaler, reading the gateway's own
+#     gateway_function_invocation_total through a real Prometheus, adds
+#     sibling Deployments whose pods map the same tensors: one copy in the
+#     store for all instances;
+#  5. DELETE /system/functions leaves nothing behind.
+# SKIPs where the OpenFaaS sources and binaries are both absent (a user's
+# clone). Traffic goes only to this cluster's pods and loopback.
+. "$(dirname "$0")/../lib/k8s.sh"
+
+k8s_skip_unless_possible
+k8s_release_only tetris-function
+need_models
+of_bin="$("$ROOT/scripts/cluster/build-openfaas.sh" 2>"$WORK/build-openfaas.log")" || {
+    rc=$?
+    [ $rc = 3 ] && skip "no OpenFaaS CE sources (TETRIS_OPENFAAS_SRC, default ../shared/openfaas)"
+    fail "cannot build OpenFaaS: $(tail -3 "$WORK/build-openfaas.log")"
+}
+for port in 8080 8082; do
+    ! ss -Hltn "sport = :$port" | grep -q . ||
+        fail "the OpenFaaS gateway needs port $port (hard-coded upstream), which is in use"
+done
+k8s_cluster_up
+k8s_api_nodes 1
+k8s_image
+k8s_namespace openfaas-fn
+ns="$K8S_NS"
+work="$WORK"
+store="$(mktemp -d /dev/shm/tetris-openfaas-store.XXXXXX)"
+K8S_CLEANUP_PATHS="$store"
+chmod 755 "$store"
+model=ch_PP-OCRv4_det_infer.onnx
+fn=ocr-det
+sel=tetris.io/openfaas-test
+
+# The function's image: tetris-function serving OpenFaaS's port, the model inside.
+fn_image="tetris-openfaas-$fn:latest"
+"$ROOT/scripts/cluster/pack-image.sh" -n "$fn_image" -e /usr/local/bin/tetris-function \
+    -x "$BIN/tetris-function" -f "$ROOT/.deps/onnxruntime/lib/libonnxruntime.so.1:/usr/local/lib/libonnxruntime.so.1" \
+    -x /bin/sh:/bin/sh -f "$MODELS/$model:/models/$model" -i 2>"$work/image.log" ||
+    fail "function image: $(tail -3 "$work/image.log")"
+
+# The real node's store holds the model; the API-only node's is empty.
+# The real node's daemon serves where its Node's tetris.io/inventory-url says.
+inv_url="$(kc get node "$NODE_NAME" -o jsonpath='{.metadata.annotations.tetris\.io/inventory-url}')"
+inv_addr="${inv_url#http://}"
+inv_addr="${inv_addr%%/*}"
+inv_port="${inv_addr##*:}"
+[ -n "$inv_port" ] || fail "$NODE_NAME has no tetris.io/inventory-url"
+! ss -Hltn "sport = :$inv_port" | grep -q . || fail "$NODE_NAME's inventory port $inv_port is in use"
+reclaimer_start "$store" "$work/reclaimer.log" --listen "$inv_addr" --interval 0.5s \
+    --node-name "$NODE_NAME" --keep-alive 86400
+"$BIN/tetris-agent" load --direct --store "$store" "$MODELS/$model" >/dev/null 2>"$work/agent.log" ||
+    fail "cannot fill the node's store: $(tail -3 "$work/agent.log")"
+mkdir "$work/empty"
+k8s_api_node_reclaimer 1 "$work/empty" "$work/reclaimer-api.log" --interval 0.5s
+
+# The manifest, an extender that knows the real node's inventory port, a
+# scheduler calling it, and the webhook sending function pods to it.
+# Its paths are the image's, as `tetris-profiler job` records them when it
+# indexes the model inside the function's image.
+"$BIN/tetris-agent" index "$MODELS/$model" -o "$work/host-manifest.json" 2>"$work/index.log" ||
+    fail "cannot index $model: $(cat "$work/index.log")"
+jq --arg p "/models/$model" '.model = $p | .tensors[].source = $p' "$work/host-manifest.json" \
+    >"$work/manifest.json"
+kc -n "$ns" create configmap "tetris-manifest-$fn" --from-file=manifest.json="$work/manifest.json" \
+    >/dev/null && kc -n "$ns" label configmap "tetris-manifest-$fn" tetris.io/model="$fn" >/dev/null ||
+    fail "cannot create the manifest ConfigMap"
+ext_port="$(free_port)"
+"$BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$ns" \
+    --listen "127.0.0.1:$ext_port" \
+    --inventory-url-ports "$inv_port,${TETRIS_API_NODE_PORT_BASE:-9200}-$((${TETRIS_API_NODE_PORT_BASE:-9200} + 99))" \
+    2>"$work/extender.log" &
+KILL_ON_EXIT="$KILL_ON_EXIT $!"
+wait_until 30 "[ \"\$(metric_at http://127.0.0.1:$ext_port tetris_extender_models)\" = 1 ]" ||
+    fail "extender did not load the manifest: $(tail -5 "$work/extender.log")"
+sched="tetris-e2e-openfaas-${ns##*-}"
+k8s_scheduler "$sched" "$ext_port" true "$work/scheduler.log"
+
+kc label namespace "$ns" "$sel=$ns" >/dev/null
+config="tetris-webhook-openfaas-$ns"
+"$BIN/tetris-webhook" --kubeconfig "$KUBECONFIG_FILE" --listen 127.0.0.1:0 --cert-name 127.0.0.1 \
+    --namespace "$ns" --manifest-namespace "$ns" --store "$store" --scheduler "$sched" \
+    --webhook-configuration "$config" 2>"$work/webhook.log" &
+wpid=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $wpid"
+wait_until 60 "grep -q event=listening '$work/webhook.log' || ! kill -0 $wpid" || fail "webhook hangs"
+whport=$(sed -n 's/.*event=listening.* port=\([0-9]*\).*/\1/p' "$work/webhook.log")
+[ -n "$whport" ] || fail "webhook did not start: $(cat "$work/webhook.log")"
+at_exit "kc delete mutatingwebhookconfiguration $config --wait=false >/dev/null 2>&1"
+kc create -f - >/dev/null <<YAML || fail "cannot create the webhook configuration"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: { name: $config }
+webhooks:
+- name: pods.webhook.tetris.io
+  admissionReviewVersions: ["v1", "v1beta1"]
+  clientConfig: { url: "https://127.0.0.1:$whport/mutate" }
+  rules:
+  - { operations: ["CREATE"], apiGroups: [""], apiVersions: ["v1"], resources: ["pods"] }
+  namespaceSelector: { matchLabels: { $sel: "$ns" } }
+  objectSelector: { matchExpressions: [{ key: faas_function, operator: Exists }] }
+  failurePolicy: Ignore
+  timeoutSeconds: 5
+  sideEffects: NoneOnDryRun
+YAML
+wait_until "$K8S_TIMEOUT" "[ -n \"\$(kc get mutatingwebhookconfiguration $config \
+    -o jsonpath='{.webhooks[0].clientConfig.caBundle}')\" ]" ||
+    fail "the webhook never set its caBundle: $(tail -3 "$work/webhook.log")"
+
+# OpenFaaS CE as its chart runs it: faas-netes (the provider) and the gateway.
+netes_port="$(free_port)"
+env port="$netes_port" function_namespace="$ns" image_pull_policy=Never http_probe=true \
+    read_timeout=60s write_timeout=60s \
+    "$of_bin/faas-netes" -kubeconfig "$KUBECONFIG_FILE" -operator=false >"$work/faas-netes.log" 2>&1 &
+KILL_ON_EXIT="$KILL_ON_EXIT $!"
+wait_until 60 "curl -fsS --max-time 2 http://127.0.0.1:$netes_port/healthz" ||
+    fail "faas-netes not healthy: $(tail -5 "$work/faas-netes.log")"
+env functions_provider_url="http://127.0.0.1:$netes_port/" function_namespace="$ns" \
+    scale_from_zero=false upstream_timeout=60s read_timeout=65s write_timeout=65s \
+    faas_prometheus_host=127.0.0.1 faas_prometheus_port=1 \
+    "$of_bin/gateway" >"$work/gateway.log" 2>&1 &
+KILL_ON_EXIT="$KILL_ON_EXIT $!"
+gw=http://127.0.0.1:8080
+wait_until 60 "curl -fsS --max-time 2 $gw/healthz" || fail "gateway not healthy: $(tail -5 "$work/gateway.log")"
+echo "ok faas-netes and gateway (OpenFaaS CE) serve"
+
+# 1. faas-cli deploy, as a request: the annotation opts the function in.
+curl -fsS --max-time 30 -X POST "$gw/system/functions" -H 'Content-Type: application/json' \
+    --data-binary @- >"$work/deploy.out" 2>&1 <<JSON || fail "deploy: $(cat "$work/deploy.out")"
+{"service": "$fn", "image": "$fn_image", "namespace": "$ns",
+ "envVars": {"TETRIS_MODEL": "/models/$model", "port": "8080"},
+ "annotations": {"tetris.io/model": "$fn"}}
+JSON
+wait_until "$K8S_TIMEOUT" "[ -n \"\$(kc -n $ns get pods -l faas_function=$fn -o name)\" ]" ||
+    fail "faas-netes made no pod: $(tail -5 "$work/faas-netes.log")"
+pod="$(kc -n "$ns" get pods -l faas_function="$fn" -o jsonpath='{.items[0].metadata.name}')"
+kc -n "$ns" get pod "$pod" -o json >"$work/pod.json"
+jq -e --arg s "$store/public" --arg sched "$sched" '
+    (.spec.volumes[] | select(.name == "tetris-store") | .hostPath.path) == $s
+    and (.spec.containers[0].volumeMounts[] | select(.name == "tetris-store")
+         | .readOnly == true and .mountPath == $s)
+    and .spec.schedulerName == $sched
+    and .metadata.labels["tetris.io/model"] == "'"$fn"'"' "$work/pod.json" >/dev/null ||
+    fail "the function's pod lacks the webhook's mutation: $(jq -c .spec "$work/pod.json")"
+echo "ok 1. deployed through the gateway; the webhook gave its pod the read-only store"
+
+# 2. Bound by tetris' scheduler to the node holding its tensors.
+k8s_wait_bound "$ns" "$pod"
+[ "$K8S_NODE" = "$NODE_NAME" ] || fail "pod bound to $K8S_NODE, want $NODE_NAME (holds its tensors)"
+echo "ok 2. $sched bound it to $NODE_NAME, whose store holds its tensors"
+
+# 3. It answers through the gateway with the weights from the store.
+if ! kc -n "$ns" wait --for=condition=Ready "pod/$pod" --timeout="${K8S_TIMEOUT}s" >/dev/null; then
+    k8s_describe "$ns" "$pod"
+    k8s_pod_log "$ns" "$pod" >&2
+    fail "function pod not Ready"
+fi
+for seed in 4 9; do
+    curl -sS --max-time 60 --data-binary "{\"seed\":$seed}" "$gw/function/$fn" >"$work/answer" 2>&1
+    got=$(jq -r .sha256 "$work/answer" 2>/dev/null)
+    want=$("$BIN/tetris-onnx-run" "$MODELS/$model" --private --seed $seed 2>/dev/null | jq -r .sha256)
+    [ -n "$want" ] && [ "$got" = "$want" ] ||
+        fail "seed $seed: gateway answered '$(head -c 300 "$work/answer")', want sha256 $want"
+done
+k8s_pod_log "$ns" "$pod" >"$work/pod.log"
+grep '^{"event":"ready"' "$work/pod.log" | jq -e '.mode == "store" and .fell_back == false and .shared_bytes > 0' \
+    >/dev/null || fail "the function does not serve from the node's store: $(cat "$work/pod.log")"
+node_metric() { metric_at "http://$inv_addr" "$1"; }
+wait_until 30 '[ "$(node_metric tetris_store_holders)" = 1 ]' ||
+    fail "the node's daemon sees $(node_metric tetris_store_holders) holders, want 1 (the pod)"
+resident_one="$(node_metric tetris_store_resident_bytes)"
+echo "ok 3. /function/$fn answers as tetris-onnx-run; weights mapped from the store"
+
+# 5. Deleting through the gateway removes everything tetris added too.
+curl -fsS --max-time 30 -X DELETE "$gw/system/functions" -H 'Content-Type: application/json' \
+    --data-binary "{\"functionName\": \"$fn\"}" >"$work/delete.out" 2>&1 ||
+    fail "delete: $(cat "$work/delete.out")"
+wait_until "$K8S_TIMEOUT" "[ -z \"\$(kc -n $ns get deployments,services,pods -o name)\" ]" ||
+    fail "left behind: $(kc -n "$ns" get deployments,services,pods -o name | tr '\n' ' ')"
+echo "ok 5. deleted through the gateway: no Deployment, Service or pod left"
+echo "OpenFaaS CE with tetris: ok" >&2
