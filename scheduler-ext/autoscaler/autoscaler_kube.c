@@ -184,7 +184,9 @@ static int kube_adopt(as_actuator *a, as_function *fn, tetris_error *err)
                      a->deploy.namespace_);
             return 0;
         }
-        return rc;
+        /* A Deployment the profile does not fit can be fixed by deploying
+         * the function again: each tick says why until then. */
+        return rc == -TETRIS_E_FORMAT ? 0 : rc;
     }
     char path[512], selector[512];
     snprintf(path, sizeof path, "/apis/apps/v1/namespaces/%s/deployments",
