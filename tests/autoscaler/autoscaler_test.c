@@ -498,8 +498,29 @@ START_TEST(prometheus_query_built_sent_parsed)
 }
 END_TEST
 
-int main(void)
+static const char usage_text[] =
+    "usage: autoscaler-test\n"
+    "\n"
+    "Runs the autoscaler's OpenFaaS-function tests against a fault-injecting\n"
+    "API server on loopback. Exit status: 0 all passed, 1 a test failed, 2 usage.\n";
+
+int main(int argc, char **argv)
 {
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("autoscaler-test %s\n", TETRIS_VERSION);
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr,
+                "autoscaler-test: unexpected argument '%s'\n"
+                "Try 'autoscaler-test --help'.\n",
+                argv[1]);
+        return 2;
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     Suite *s = suite_create("autoscaler-openfaas");
     TCase *tc = tcase_create("openfaas");
