@@ -43,6 +43,12 @@
 #define TETRIS_LABEL_PROFILE "tetris.io/profile"
 /* The autoscaler's Deployments: one per function and instance config. */
 #define TETRIS_LABEL_CONFIG "tetris.io/config"
+/* The autoscaler's sibling Deployments of an OpenFaaS function: the
+ * function's name (on the Deployment; faas_function only on its pods, so
+ * OpenFaaS does not list it as a function of its own) and which of a
+ * config's Deployments it is (OpenFaaS CE caps each at 5 replicas). */
+#define TETRIS_LABEL_SIBLING_OF "tetris.io/openfaas-function"
+#define TETRIS_LABEL_SET "tetris.io/set"
 /* The local cluster's API-only test nodes carry
  * TETRIS_LABEL_NODE_KIND=TETRIS_NODE_KIND_API_ONLY; nothing runs there. */
 #define TETRIS_LABEL_NODE_KIND "tetris.io/node-kind"

@@ -34,55 +34,58 @@ enum {
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: tetris-autoscaler plan --profile PROFILE --rps R --slo-ms T [options]\n"
-        "       tetris-autoscaler run --function NAME=PROFILE... --slo-ms T\n"
-        "                             (--trace NAME=FILE... | --prometheus URL) [options]\n"
-        "\n"
-        "plan: the instance configs for R requests/s under a latency SLO of T ms, as JSON\n"
-        "  (configs [{c, m (MiB), b, p, l (ms), count}], instances, memory_mib,\n"
-        "  covered_rps, algorithm, decision_time_ms).\n"
-        "  --exact            solve the integer program with GLPK instead of DTS\n"
-        "  --time-limit-ms N  limit for --exact (default 10000)\n"
-        "\n"
-        "run: scale each function's Deployments to its request rate, every --interval.\n"
-        "  --function NAME=PROFILE  a function and its profile (repeatable)\n"
-        "  --trace NAME=FILE        local mode: the function's rate from `time_s rps` lines;\n"
-        "                           time is simulated unless --realtime\n"
-        "  --prometheus URL         rates from Prometheus's HTTP API\n"
-        "  --query TEMPLATE         PromQL, {function} replaced (default\n"
-        "                           %s)\n"
-        "  --dry-run                print actions as JSON lines instead of acting\n"
-        "  --kubeconfig FILE        act through this cluster (default: in-cluster)\n"
-        "  --interval S             seconds between decisions (default 5)\n"
-        "  --headroom H             scale out when rate*(1+H) > capacity (default 0.1)\n"
-        "  --scale-in-headroom H    release only while capacity >= peak*(1+H) (default 0.3)\n"
-        "  --cooldown S             no scale-in within S s of a change (default 60)\n"
-        "  --window S               peak = highest rate in the last S s (default 60)\n"
-        "  --min-instances N        keep at least N instances per function (default 1)\n"
-        "  --realtime               pace a trace in real time (for a live cluster)\n"
-        "  --duration S             stop after S seconds\n"
-        "  --namespace NS           (default " TETRIS_FUNCTION_NAMESPACE ")\n"
-        "  --image IMAGE            function image (default tetris-function:%s)\n"
-        "  --image-pull-policy P    (default IfNotPresent)\n"
-        "  --store DIR              tensor store host path (default " TETRIS_STORE_DIR ")\n"
-        "  --model-dir DIR          " TETRIS_ENV_MODEL " = DIR/<model_file> (default "
-        TETRIS_MODEL_DIR ")\n"
-        "  --port N                 the function's HTTP port (default %d)\n"
-        "  --scheduler-name NAME    (default " TETRIS_SCHEDULER_NAME ")\n"
-        "\n"
-        "both:\n"
-        "  --slo-ms T         latency SLO in ms (b=1 configs need l <= T, b>1 l <= T/2)\n"
-        "  --alpha A          rank by b*p/(l*(m + A*c)), A in MiB per CPU (default 0)\n"
-        "  --sharing          tensor sharing: memory is marginal (private memory, the\n"
-        "                     model's tensors once); needs private_bytes in the profile\n"
-        "  --resident         plan: with --sharing, the tensors are already resident\n"
-        "  --latency STAT     mean, p95 or p99 stands for l (default p95)\n"
-        "  --help, --version\n"
-        "\n"
-        "exit status: 0 ok, 1 bad input (profile, trace) or another failure, 2 bad usage,\n"
-        "3 no config meets the SLO, 4 --exact found no plan in time, 5 Kubernetes API\n"
-        "unreachable or refusing at start\n",
-        RATE_DEFAULT_QUERY, TETRIS_VERSION, TETRIS_FUNCTION_PORT);
+            "usage: tetris-autoscaler plan --profile PROFILE --rps R --slo-ms T [options]\n"
+            "       tetris-autoscaler run (--function | --openfaas) NAME=PROFILE... --slo-ms T\n"
+            "                             (--trace NAME=FILE... | --prometheus URL) [options]\n"
+            "\n"
+            "plan: the instance configs for R requests/s under a latency SLO of T ms, as JSON\n"
+            "  (configs [{c, m (MiB), b, p, l (ms), count}], instances, memory_mib,\n"
+            "  covered_rps, algorithm, decision_time_ms).\n"
+            "  --exact            solve the integer program with GLPK instead of DTS\n"
+            "  --time-limit-ms N  limit for --exact (default 10000)\n"
+            "\n"
+            "run: scale each function's Deployments to its request rate, every --interval.\n"
+            "  --function NAME=PROFILE  a function and its profile (repeatable)\n"
+            "  --openfaas NAME=PROFILE  a function OpenFaaS deployed (faas-netes's Deployment\n"
+            "                           NAME is the template of sibling Deployments, one config\n"
+            "                           at a time, sets of at most 5 replicas; repeatable)\n"
+            "  --trace NAME=FILE        local mode: the function's rate from `time_s rps` lines;\n"
+            "                           time is simulated unless --realtime\n"
+            "  --prometheus URL         rates from Prometheus's HTTP API\n"
+            "  --query TEMPLATE         PromQL, {function} and {namespace} replaced (default\n"
+            "                           %s)\n"
+            "  --dry-run                print actions as JSON lines instead of acting\n"
+            "  --kubeconfig FILE        act through this cluster (default: in-cluster)\n"
+            "  --interval S             seconds between decisions (default 5)\n"
+            "  --headroom H             scale out when rate*(1+H) > capacity (default 0.1)\n"
+            "  --scale-in-headroom H    release only while capacity >= peak*(1+H) (default 0.3)\n"
+            "  --cooldown S             no scale-in within S s of a change (default 60)\n"
+            "  --window S               peak = highest rate in the last S s (default 60)\n"
+            "  --min-instances N        keep at least N instances per function (default 1)\n"
+            "  --realtime               pace a trace in real time (for a live cluster)\n"
+            "  --duration S             stop after S seconds\n"
+            "  --namespace NS           (default " TETRIS_FUNCTION_NAMESPACE ")\n"
+            "  --image IMAGE            function image (default tetris-function:%s)\n"
+            "  --image-pull-policy P    (default IfNotPresent)\n"
+            "  --store DIR              tensor store host path (default " TETRIS_STORE_DIR ")\n"
+            "  --model-dir DIR          " TETRIS_ENV_MODEL
+            " = DIR/<model_file> (default " TETRIS_MODEL_DIR ")\n"
+            "  --port N                 the function's HTTP port (default %d)\n"
+            "  --scheduler-name NAME    (default " TETRIS_SCHEDULER_NAME ")\n"
+            "\n"
+            "both:\n"
+            "  --slo-ms T         latency SLO in ms (b=1 configs need l <= T, b>1 l <= T/2)\n"
+            "  --alpha A          rank by b*p/(l*(m + A*c)), A in MiB per CPU (default 0)\n"
+            "  --sharing          tensor sharing: memory is marginal (private memory, the\n"
+            "                     model's tensors once); needs private_bytes in the profile\n"
+            "  --resident         plan: with --sharing, the tensors are already resident\n"
+            "  --latency STAT     mean, p95 or p99 stands for l (default p95)\n"
+            "  --help, --version\n"
+            "\n"
+            "exit status: 0 ok, 1 bad input (profile, trace) or another failure, 2 bad usage,\n"
+            "3 no config meets the SLO, 4 --exact found no plan in time, 5 Kubernetes API\n"
+            "unreachable or refusing at start\n",
+            RATE_DEFAULT_QUERY, TETRIS_VERSION, TETRIS_FUNCTION_PORT);
 }
 
 static int exit_for(int rc)
@@ -275,8 +278,9 @@ static int check_distinct_configs(const profile *p, tetris_error *err)
     return 0;
 }
 
-/* --function NAME=PROFILE (a file or configmap:NS/NAME) */
-static int add_function(run_config *rc, const char *arg, tetris_error *err)
+/* --function NAME=PROFILE (a file or configmap:NS/NAME); --openfaas
+ * NAME=PROFILE for a function OpenFaaS deployed. */
+static int add_function(run_config *rc, const char *arg, bool openfaas, tetris_error *err)
 {
     cleanup_free char *name = strdup(arg);
     if (name == NULL)
@@ -321,6 +325,8 @@ static int add_function(run_config *rc, const char *arg, tetris_error *err)
         return r;
     }
     rc->n_fns++;
+    if (openfaas)
+        return as_function_set_openfaas(rc->fns[rc->n_fns - 1], err);
     return 0;
 }
 
@@ -356,9 +362,15 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
     tetris_error err = {0};
     char quoted[600];
     double rps;
+    if (fn->openfaas && act->refresh != NULL && act->refresh(act, fn, &err) < 0) {
+        log_warn("event=function-unavailable function=%s msg=%s", fn->name,
+                 log_quote(err.msg, quoted, sizeof quoted));
+        return; /* not deployed (yet), or the API is down: nothing to scale */
+    }
     if (fn->trace != NULL) {
         rps = rate_trace_at(fn->trace, now_s);
-    } else if (rate_prometheus(rc->prometheus, rc->query, fn->name, &rps, &err) < 0) {
+    } else if (rate_prometheus(rc->prometheus, rc->query, fn->name, rc->deploy.namespace_, &rps,
+                               &err) < 0) {
         log_warn("event=rate-unavailable function=%s msg=%s", fn->name,
                  log_quote(err.msg, quoted, sizeof quoted));
         return; /* no data, no decision */
@@ -480,14 +492,38 @@ static int run_checked(run_config *rc)
 static int cmd_run(int argc, char **argv)
 {
     enum {
-        OPT_FUNCTION = 256, OPT_TRACE, OPT_PROMETHEUS, OPT_QUERY, OPT_DRY_RUN, OPT_KUBECONFIG,
-        OPT_INTERVAL, OPT_HEADROOM, OPT_IN_HEADROOM, OPT_COOLDOWN, OPT_WINDOW, OPT_MIN,
-        OPT_REALTIME, OPT_DURATION, OPT_NAMESPACE, OPT_IMAGE, OPT_PULL, OPT_STORE, OPT_MODEL_DIR,
-        OPT_PORT, OPT_SCHEDULER, OPT_SLO, OPT_ALPHA, OPT_SHARING, OPT_LATENCY, OPT_SPACE,
+        OPT_FUNCTION = 256,
+        OPT_TRACE,
+        OPT_PROMETHEUS,
+        OPT_QUERY,
+        OPT_DRY_RUN,
+        OPT_KUBECONFIG,
+        OPT_INTERVAL,
+        OPT_HEADROOM,
+        OPT_IN_HEADROOM,
+        OPT_COOLDOWN,
+        OPT_WINDOW,
+        OPT_MIN,
+        OPT_REALTIME,
+        OPT_DURATION,
+        OPT_NAMESPACE,
+        OPT_IMAGE,
+        OPT_PULL,
+        OPT_STORE,
+        OPT_MODEL_DIR,
+        OPT_PORT,
+        OPT_SCHEDULER,
+        OPT_SLO,
+        OPT_ALPHA,
+        OPT_SHARING,
+        OPT_LATENCY,
+        OPT_SPACE,
         OPT_HELP,
+        OPT_OPENFAAS,
     };
     static const struct option longopts[] = {
         {"function", required_argument, NULL, OPT_FUNCTION},
+        {"openfaas", required_argument, NULL, OPT_OPENFAAS},
         {"trace", required_argument, NULL, OPT_TRACE},
         {"prometheus", required_argument, NULL, OPT_PROMETHEUS},
         {"query", required_argument, NULL, OPT_QUERY},
@@ -534,8 +570,9 @@ static int cmd_run(int argc, char **argv)
      * kubeconfig); at most one --function and one --trace per argument. */
     cleanup_free const char **function_args = calloc((size_t)argc, sizeof(char *));
     cleanup_free const char **trace_args = calloc((size_t)argc, sizeof(char *));
+    cleanup_free bool *openfaas_args = calloc((size_t)argc, sizeof(bool));
     size_t n_function_args = 0, n_trace_args = 0;
-    if (function_args == NULL || trace_args == NULL) {
+    if (function_args == NULL || trace_args == NULL || openfaas_args == NULL) {
         fprintf(stderr, "tetris-autoscaler: out of memory\n");
         return EXIT_INPUT;
     }
@@ -543,6 +580,10 @@ static int cmd_run(int argc, char **argv)
         int r = 0;
         switch (c) {
         case OPT_FUNCTION: function_args[n_function_args++] = optarg; break;
+        case OPT_OPENFAAS:
+            openfaas_args[n_function_args] = true;
+            function_args[n_function_args++] = optarg;
+            break;
         case OPT_TRACE: trace_args[n_trace_args++] = optarg; break;
         case OPT_PROMETHEUS: rc.prometheus = optarg; break;
         case OPT_QUERY: rc.query = optarg; break;
@@ -600,7 +641,7 @@ static int cmd_run(int argc, char **argv)
     }
     rc.deploy.plan = rc.policy.plan;
     for (size_t i = 0; i < n_function_args + n_trace_args; i++) {
-        int r = i < n_function_args ? add_function(&rc, function_args[i], &err)
+        int r = i < n_function_args ? add_function(&rc, function_args[i], openfaas_args[i], &err)
                                     : add_trace(&rc, trace_args[i - n_function_args], &err);
         if (r < 0) {
             fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
@@ -609,7 +650,8 @@ static int cmd_run(int argc, char **argv)
         }
     }
     if (optind != argc || rc.n_fns == 0 || !(rc.policy.plan.slo_ms > 0)) {
-        fprintf(stderr, "tetris-autoscaler run: needs --function NAME=PROFILE and --slo-ms > 0\n");
+        fprintf(stderr, "tetris-autoscaler run: needs --function or --openfaas NAME=PROFILE and "
+                        "--slo-ms > 0\n");
         goto out;
     }
     if (rc.policy.headroom_in < rc.policy.headroom_out) {

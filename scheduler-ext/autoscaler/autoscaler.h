@@ -28,13 +28,23 @@ double rate_trace_end(const rate_trace *t);
 void rate_trace_free(rate_trace *t);
 
 /* Asks Prometheus's HTTP API (GET base_url/api/v1/query) for the instant
- * value of query_template with every "{function}" replaced by function.
- * An empty result is 0 rps (no invocations yet). */
+ * value of query_template with every "{function}" replaced by function and
+ * every "{namespace}" by namespace_. An empty result is 0 rps (no
+ * invocations yet). */
 int rate_prometheus(const char *base_url, const char *query_template, const char *function,
-                    double *rps, tetris_error *err);
+                    const char *namespace_, double *rps, tetris_error *err);
+/* The query with "{function}" and "{namespace}" replaced; NULL when out of
+ * memory. */
+char *rate_query_expand(const char *query_template, const char *function, const char *namespace_);
+/* The answer of GET /api/v1/query: an instant vector's first sample (an
+ * empty vector or NaN is 0). */
+int rate_parse_vector(const char *body, const char *query, double *rps, tetris_error *err);
 
-#define RATE_DEFAULT_QUERY \
-    "sum(rate(gateway_function_invocation_total{function_name=\"{function}\"}[1m]))"
+/* The gateway counts invocations of NAME as "NAME.NS" when it knows the
+ * function namespace (the chart sets it), else as "NAME": match both. */
+#define RATE_DEFAULT_QUERY                                                                         \
+    "sum(rate(gateway_function_invocation_total{function_name=~\"{function}(\\\\.{namespace})?\"}" \
+    "[1m]))"
 
 /* ---- state and policy (autoscaler_policy.c) ---- */
 
@@ -56,9 +66,26 @@ typedef struct as_function {
     double last_change_s;  /* time of the last scaling action, -inf if none */
     double *seen_t, *seen_rps; /* rates within the window, oldest first */
     size_t n_seen, cap_seen;
+    /* An OpenFaaS function (autoscaler_openfaas.c): faas-netes's Deployment
+     * is the template, and replicas[i] counts the pods of config i's
+     * sibling Deployments, of which set i*AS_MAX_SETS+s has sets[] pods
+     * (-1: absent). */
+    bool openfaas;
+    json_t *primary;       /* faas-netes's Deployment; NULL in a dry run */
+    unsigned primary_pods; /* its replicas: they take an equal share too */
+    size_t primary_config; /* the profile config its pods run as */
+    int *sets;
 } as_function;
 
+/* OpenFaaS CE sets any Deployment whose pods carry faas_function to 1..5
+ * replicas: a config's instances are split over Deployments of at most
+ * AS_SET_REPLICAS, filled in order; at most AS_MAX_SETS of them. */
+#define AS_SET_REPLICAS 5
+#define AS_MAX_SETS 32
+
 int as_function_new(const char *name, profile *prof, as_function **out, tetris_error *err);
+/* Makes fn an OpenFaaS function (its sibling sets start absent). */
+int as_function_set_openfaas(as_function *fn, tetris_error *err);
 void as_function_free(as_function *fn);
 
 double as_capacity_rps(const as_function *fn, const plan_options *o);
@@ -113,8 +140,12 @@ typedef struct as_actuator as_actuator;
 struct as_actuator {
     /* Reads the replicas of the function's existing Deployments. */
     int (*adopt)(as_actuator *a, as_function *fn, tetris_error *err);
-    /* Creates the Deployment or sets its replicas (scale subresource). */
+    /* Creates the Deployment or sets its replicas (scale subresource); for
+     * an OpenFaaS function, creates, scales and deletes its sibling sets. */
     int (*apply)(as_actuator *a, as_function *fn, const as_change *ch, tetris_error *err);
+    /* OpenFaaS functions, before each decision: re-reads the primary
+     * Deployment (-TETRIS_E_NOTFOUND: the function is gone). */
+    int (*refresh)(as_actuator *a, as_function *fn, tetris_error *err);
     void (*destroy)(as_actuator *a);
     as_deploy_options deploy;
 };
@@ -130,5 +161,39 @@ int as_actuator_dry_run(const as_deploy_options *o, as_actuator **out, tetris_er
 /* Acts through the Kubernetes API (kubeconfig path, or in-cluster if NULL). */
 int as_actuator_kube(const as_deploy_options *o, const char *kubeconfig, as_actuator **out,
                      tetris_error *err);
+
+/* ---- OpenFaaS functions (autoscaler_openfaas.c) ----
+ *
+ * The gateway sends each request to a uniformly random ready pod of the
+ * function's Service, so every pod, faas-netes's and the siblings', gets an
+ * equal share. The plan keeps one sibling config per function at a time and
+ * counts the function's capacity as pods * the smallest per-pod capacity. */
+
+/* Takes deployment (faas-netes's, a new reference is kept; NULL in a dry
+ * run: one pod, TETRIS_BATCH and TETRIS_CONCURRENCY unset) as fn's primary
+ * and finds the profile config its pods run as: their TETRIS_BATCH and
+ * TETRIS_CONCURRENCY (tetris-function's default 1), and among configs with
+ * those, the most CPUs within the container's CPU limit (the fewest without
+ * one). -TETRIS_E_FORMAT when the profile has no such config. */
+int of_set_primary(as_function *fn, json_t *deployment, tetris_error *err);
+/* The equal-share decision for an OpenFaaS function (as_decide's, given
+ * the peak rate of the window). */
+int of_decide(as_function *fn, const as_policy *pol, double now_s, double rps, double peak,
+              unsigned *want, const char **reason, tetris_error *err);
+double of_capacity_rps(const as_function *fn, const plan_options *o);
+/* Replicas of set s of a config with total instances (filled in order). */
+unsigned of_set_replicas(unsigned total, size_t set);
+/* "<function>-<config key>-<set>" */
+void of_sibling_name(const as_function *fn, size_t config, size_t set, char *buf, size_t len);
+/* The sibling Deployment for set s of config i (new reference; NULL when
+ * fn has no primary or out of memory): the primary's pod template with
+ * faas_function, the config and set labels on the pods, the config's
+ * TETRIS_BATCH, TETRIS_CONCURRENCY and TETRIS_THREADS and resources, and an
+ * ownerReference to the primary. */
+json_t *of_sibling_manifest(const as_function *fn, size_t config, size_t set, unsigned replicas,
+                            const as_deploy_options *o);
+/* Records the sibling Deployment item (from a list) in fn->sets; false when
+ * it is not one of fn's configs. */
+bool of_adopt_sibling(as_function *fn, const json_t *item);
 
 #endif

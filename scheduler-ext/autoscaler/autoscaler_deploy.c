@@ -87,8 +87,29 @@ json_t *as_deployment_manifest(const as_function *fn, size_t config, unsigned re
 
 static int dry_adopt(as_actuator *a, as_function *fn, tetris_error *err)
 {
-    (void)a, (void)fn, (void)err;
-    return 0; /* no cluster: every function starts with no instances */
+    (void)a;
+    /* No cluster: every function starts with no instances; an OpenFaaS
+     * function with faas-netes's one pod of tetris-function's defaults. */
+    return fn->openfaas ? of_set_primary(fn, NULL, err) : 0;
+}
+
+/* An OpenFaaS function's sets: what each would become. */
+static json_t *dry_sets(as_function *fn, const as_change *ch)
+{
+    json_t *sets = json_array();
+    for (size_t s = 0; s < AS_MAX_SETS; s++) {
+        int *have = &fn->sets[ch->config * AS_MAX_SETS + s];
+        unsigned want = of_set_replicas(ch->to, s);
+        if ((want == 0 && *have < 0) || (*have >= 0 && (unsigned)*have == want))
+            continue;
+        char name[256];
+        of_sibling_name(fn, ch->config, s, name, sizeof name);
+        const char *action = want == 0 ? "delete" : *have < 0 ? "create" : "scale";
+        json_array_append_new(sets, json_pack("{s:s, s:s, s:i}", "deployment", name, "action",
+                                              action, "replicas", (int)want));
+        *have = want == 0 ? -1 : (int)want;
+    }
+    return sets;
 }
 
 static int dry_apply(as_actuator *a, as_function *fn, const as_change *ch, tetris_error *err)
@@ -96,7 +117,7 @@ static int dry_apply(as_actuator *a, as_function *fn, const as_change *ch, tetri
     const profile_config *cfg = &fn->prof->configs[ch->config];
     char name[256];
     as_deployment_name(fn, ch->config, name, sizeof name);
-    bool create = !fn->exists[ch->config];
+    bool create = !fn->exists[ch->config] && !fn->openfaas;
     json_t *line = json_pack(
         "{s:f, s:s, s:s, s:s, s:s, s:{s:f, s:f, s:i, s:i, s:f}, s:{s:i, s:i}, s:f}", "time_s",
         ch->time_s, "function", fn->name, "action", create ? "create" : "scale", "reason",
@@ -106,9 +127,16 @@ static int dry_apply(as_actuator *a, as_function *fn, const as_change *ch, tetri
         (int)ch->to, "rate_rps", ch->rps);
     if (line == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "dry-run line");
-    if (create)
+    if (fn->openfaas) {
+        /* The manifests need faas-netes's Deployment, which a dry run has not. */
+        json_object_set_new(line, "action",
+                            json_string(ch->to > ch->from ? "scale-up" : "scale-down"));
+        json_object_set_new(line, "openfaas", json_true());
+        json_object_set_new(line, "sets", dry_sets(fn, ch));
+    } else if (create) {
         json_object_set_new(line, "manifest",
                             as_deployment_manifest(fn, ch->config, ch->to, &a->deploy));
+    }
     int rc = json_dumpf(line, stdout, JSON_COMPACT | JSON_REAL_PRECISION(8));
     json_decref(line);
     if (rc != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0)

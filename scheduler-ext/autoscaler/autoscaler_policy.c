@@ -54,11 +54,15 @@ void as_function_free(as_function *fn)
     free(fn->exists);
     free(fn->seen_t);
     free(fn->seen_rps);
+    free(fn->sets);
+    json_decref(fn->primary);
     free(fn);
 }
 
 double as_capacity_rps(const as_function *fn, const plan_options *o)
 {
+    if (fn->openfaas)
+        return of_capacity_rps(fn, o);
     double sum = 0;
     for (size_t i = 0; i < fn->prof->n_configs; i++)
         sum += fn->replicas[i] * plan_capacity_rps(&fn->prof->configs[i], o->latency);
@@ -67,7 +71,7 @@ double as_capacity_rps(const as_function *fn, const plan_options *o)
 
 unsigned as_instances(const as_function *fn)
 {
-    unsigned n = 0;
+    unsigned n = fn->openfaas ? fn->primary_pods : 0;
     for (size_t i = 0; i < fn->prof->n_configs; i++)
         n += fn->replicas[i];
     return n;
@@ -78,6 +82,8 @@ double as_memory_mib(const as_function *fn, const plan_options *o)
     double sum = 0;
     for (size_t i = 0; i < fn->prof->n_configs; i++)
         sum += fn->replicas[i] * plan_instance_mib(&fn->prof->configs[i], o);
+    if (fn->openfaas)
+        sum += fn->primary_pods * plan_instance_mib(&fn->prof->configs[fn->primary_config], o);
     if (o->sharing && as_instances(fn) > 0)
         sum += plan_shared_mib(fn->prof);
     return sum;
@@ -189,6 +195,8 @@ int as_decide(as_function *fn, const as_policy *pol, double now_s, double rps, u
     int rc = remember_rate(fn, now_s, rps, pol->window_s, &peak, err);
     if (rc < 0)
         return rc;
+    if (fn->openfaas)
+        return of_decide(fn, pol, now_s, rps, peak, want, reason, err);
 
     double capacity = as_capacity_rps(fn, &pol->plan);
     double target = rps * (1.0 + pol->headroom_out);

@@ -1,6 +1,7 @@
 /* autoscaler_rate.c - where request rates come from: a trace file in local
  * mode, Prometheus's HTTP API (over the OpenFaaS gateway's invocation
- * counter) in a cluster. */
+ * counter, gateway_function_invocation_total{function_name, code}) in a
+ * cluster. */
 #include "scheduler-ext/autoscaler/autoscaler.h"
 
 #include <errno.h>
@@ -112,19 +113,28 @@ double rate_trace_end(const rate_trace *t)
 
 /* ---- Prometheus ---- */
 
-/* The query with "{function}" replaced; NULL when out of memory. */
-static char *expand_query(const char *template, const char *function)
+/* Appends template with each token replaced by value. */
+static void replace_token(textbuf *t, const char *template, const char *token, const char *value)
 {
-    static const char token[] = "{function}";
-    textbuf t = {0};
+    size_t token_len = strlen(token);
     for (const char *s = template;;) {
         const char *at = strstr(s, token);
-        textbuf_append(&t, s, at != NULL ? (size_t)(at - s) : strlen(s));
+        textbuf_append(t, s, at != NULL ? (size_t)(at - s) : strlen(s));
         if (at == NULL)
             break;
-        textbuf_puts(&t, function);
-        s = at + sizeof token - 1;
+        textbuf_puts(t, value);
+        s = at + token_len;
     }
+}
+
+char *rate_query_expand(const char *query_template, const char *function, const char *namespace_)
+{
+    textbuf first = {0}, t = {0};
+    replace_token(&first, query_template, "{function}", function);
+    cleanup_free char *with_function = textbuf_take(&first, NULL);
+    if (with_function == NULL)
+        return NULL;
+    replace_token(&t, with_function, "{namespace}", namespace_);
     return textbuf_take(&t, NULL);
 }
 
@@ -143,7 +153,7 @@ static int http_get(const char *url, char **body, tetris_error *err)
 }
 
 /* Reads {"status":"success","data":{"resultType":"vector","result":[...]}}. */
-static int parse_vector(const char *body, const char *query, double *rps, tetris_error *err)
+int rate_parse_vector(const char *body, const char *query, double *rps, tetris_error *err)
 {
     json_error_t jerr;
     json_t *root = json_loads(body, 0, &jerr);
@@ -180,9 +190,9 @@ static int parse_vector(const char *body, const char *query, double *rps, tetris
 }
 
 int rate_prometheus(const char *base_url, const char *query_template, const char *function,
-                    double *rps, tetris_error *err)
+                    const char *namespace_, double *rps, tetris_error *err)
 {
-    cleanup_free char *query = expand_query(query_template, function);
+    cleanup_free char *query = rate_query_expand(query_template, function, namespace_);
     if (query == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "prometheus query");
     CURL *curl = curl_easy_init();
@@ -204,5 +214,5 @@ int rate_prometheus(const char *base_url, const char *query_template, const char
     int rc = http_get(url, &body, err);
     if (rc < 0)
         return rc;
-    return parse_vector(body, query, rps, err);
+    return rate_parse_vector(body, query, rps, err);
 }

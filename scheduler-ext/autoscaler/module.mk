@@ -7,7 +7,8 @@ tetris-autoscaler_SRCS := scheduler-ext/autoscaler/autoscaler.c \
                           scheduler-ext/autoscaler/autoscaler_policy.c \
                           scheduler-ext/autoscaler/autoscaler_rate.c \
                           scheduler-ext/autoscaler/autoscaler_deploy.c \
-                          scheduler-ext/autoscaler/autoscaler_kube.c
+                          scheduler-ext/autoscaler/autoscaler_kube.c \
+                          scheduler-ext/autoscaler/autoscaler_openfaas.c
 tetris-autoscaler_LIBS := -lglpk -lcurl
 
 UNIT_TESTS += tests/unit/test_dts.c tests/unit/test_ilp.c
@@ -20,3 +21,14 @@ E2E_TESTS += $(sort $(wildcard tests/autoscaler/test-k8s-*.sh))
 TEST_PROGRAMS += autoscaler-gateway-counter
 autoscaler-gateway-counter_SRCS := tests/autoscaler/gateway_counter.c
 autoscaler-gateway-counter_LIBS := -lmicrohttpd
+
+# OpenFaaS functions' sibling Deployments against the fault-injecting API
+# server, the equal-share plan and the Prometheus query.
+TEST_PROGRAMS += autoscaler-test
+autoscaler-test_SRCS := tests/autoscaler/autoscaler_test.c tests/kube/faultserver.c \
+                        scheduler-ext/autoscaler/autoscaler_policy.c \
+                        scheduler-ext/autoscaler/autoscaler_rate.c \
+                        scheduler-ext/autoscaler/autoscaler_deploy.c \
+                        scheduler-ext/autoscaler/autoscaler_kube.c \
+                        scheduler-ext/autoscaler/autoscaler_openfaas.c
+autoscaler-test_LIBS := -lcheck -lsubunit -lrt -lcurl -lglpk

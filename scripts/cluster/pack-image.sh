@@ -4,10 +4,11 @@
 # imports it into the local cluster's containerd (namespace k8s.io, the one
 # the kubelet uses), where pods find it with imagePullPolicy: Never.
 #
-# Usage: pack-image.sh -n NAME[:TAG] [-e ENTRYPOINT] [-x EXE[:DEST]]...
-#                      [-f SRC:DEST]... [-o OUT.tar] [-i]
+# Usage: pack-image.sh -n NAME[:TAG] [-e ENTRYPOINT] [-E KEY=VALUE]...
+#                      [-x EXE[:DEST]]... [-f SRC:DEST]... [-o OUT.tar] [-i]
 #   -n  image reference, e.g. tetris:latest (stored as docker.io/library/...)
 #   -e  entrypoint path inside the image
+#   -E  environment variable of the image (besides PATH)
 #   -x  executable; DEST defaults to /usr/local/bin/<name>
 #   -f  file or directory copied to DEST
 #   -o  also keep the OCI archive here
@@ -22,7 +23,7 @@ usage() {
     exit 2
 }
 
-name="" entrypoint="" out="" import=0
+name="" entrypoint="" env="" out="" import=0
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 rootfs="$work/rootfs"
@@ -54,10 +55,14 @@ add_executable() {
     done
 }
 
-while getopts n:e:x:f:o:i opt; do
+while getopts n:e:E:x:f:o:i opt; do
     case "$opt" in
     n) name="$OPTARG" ;;
     e) entrypoint="$OPTARG" ;;
+    E)
+        case "$OPTARG" in *=*) ;; *) usage ;; esac
+        env="$env $OPTARG"
+        ;;
     x)
         src="${OPTARG%%:*}"
         dest="${OPTARG#*:}"
@@ -103,6 +108,7 @@ umoci new --image "$img"
 umoci raw add-layer --image "$img" "$work/layer.tar"
 set -- --config.env PATH=/usr/local/bin:/usr/bin:/bin --config.workingdir /
 [ -n "$entrypoint" ] && set -- "$@" --config.entrypoint "$entrypoint"
+for kv in $env; do set -- "$@" --config.env "$kv"; done
 umoci config --image "$img" "$@"
 umoci gc --layout "$work/oci"
 tar -C "$work/oci" -cf "$work/image.tar" .
