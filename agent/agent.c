@@ -14,6 +14,7 @@
  * references again (ingest_client_keep_registered). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "agent/ingest_client.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/workers.h"
 #include "model/manifest.h"
 #include "model/model_publish.h"
 
@@ -138,7 +140,9 @@ static void fall_back(agent_model *am, const struct agent_options *o, const char
              log_quote(cause != NULL ? cause->msg : reason, q, sizeof(q)));
 }
 
-static int map_tensor(agent_model *am, size_t i, tetris_error *err)
+/* Maps tensor i; its mapped bytes are for the caller to count (workers
+ * count them under their lock). */
+static int map_tensor_only(agent_model *am, size_t i, tetris_error *err)
 {
     store_mapping *mp = &am->priv->maps[i];
     int r = store_map_tensor(am->priv->store, &am->model->tensors[i].meta.digest, mp, err);
@@ -146,8 +150,15 @@ static int map_tensor(agent_model *am, size_t i, tetris_error *err)
         return r;
     am->tensors[i].data = mp->data;
     am->tensors[i].shared = true;
-    am->stats.mapped_bytes += am->model->tensors[i].meta.nbytes;
     return 0;
+}
+
+static int map_tensor(agent_model *am, size_t i, tetris_error *err)
+{
+    int r = map_tensor_only(am, i, err);
+    if (r == 0)
+        am->stats.mapped_bytes += am->model->tensors[i].meta.nbytes;
+    return r;
 }
 
 /* ---- DIRECT: the agent publishes into the store itself ---- */
@@ -181,9 +192,73 @@ static int record_references(agent_model *am, const char *label, tetris_error *e
     return store_holder_add_many(am->priv->holder, digests, sizes, m->n_tensors, err);
 }
 
+/* The missing tensors of a direct load, published and mapped on workers;
+ * the first failure stops the rest (a store failure falls back, a source
+ * that does not hash to its manifest fails the load). */
+struct publish_job {
+    agent_model *am;
+    const struct agent_options *o;
+    const size_t *missing;
+    pthread_mutex_t lock; /* the rest, and am->stats */
+    bool stop;
+    int rc;
+    tetris_error err;
+};
+
+static unsigned agent_workers(const struct agent_options *o)
+{
+    if (o->workers > 0)
+        return o->workers;
+    struct cpu_allowance a;
+    cpu_allowance_read(NULL, &a);
+    return a.workers;
+}
+
+static void publish_item(void *ctx, size_t k)
+{
+    struct publish_job *j = ctx;
+    agent_model *am = j->am;
+    size_t i = j->missing[k];
+    const tensor_desc *t = &am->model->tensors[i];
+    pthread_mutex_lock(&j->lock);
+    bool stop = j->stop;
+    pthread_mutex_unlock(&j->lock);
+    if (stop)
+        return;
+    int fd = -1;
+    for (size_t s = 0; s < am->priv->n_sources && fd < 0; s++)
+        if (strcmp(am->priv->sources[s].path, t->source) == 0)
+            fd = am->priv->sources[s].fd;
+    tetris_error cause = {0};
+    bool published = false;
+    int r = model_publish_tensor(am->priv->store, t, fd, &published, &cause);
+    bool mapped = false;
+    if (r == 0 && am->priv->mappable[i]) {
+        r = map_tensor_only(am, i, &cause);
+        mapped = r == 0;
+    }
+    pthread_mutex_lock(&j->lock);
+    if (mapped)
+        am->stats.mapped_bytes += t->meta.nbytes;
+    if (r == 0 && published)
+        am->stats.ingested_bytes += t->meta.nbytes;
+    if (r < 0 && !j->stop) {
+        j->stop = true;
+        if (r == -TETRIS_E_CORRUPT || r == -TETRIS_E_FORMAT) {
+            /* the source does not hash to its manifest: never publish it */
+            j->rc = r;
+            j->err = cause;
+        } else {
+            fall_back(am, j->o, r == -TETRIS_E_FULL ? "store-full" : "ingest-failed", &cause);
+        }
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
 /* Under the use lock: references first, then map what is resident, then
- * publish and map the rest (in random order when asked, so concurrent
- * loaders of one model spread over the tensor locks). */
+ * publish and map the rest on the CPU allowance's workers (in random order
+ * when asked, so concurrent loaders of one model spread over the tensor
+ * locks). */
 static int load_direct(agent_model *am, const struct agent_options *o, const char *label,
                        tetris_error *err)
 {
@@ -215,30 +290,20 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
     }
     if (o->shuffle)
         shuffle(missing, n_missing);
-    for (size_t k = 0; k < n_missing && !am->stats.fell_back; k++) {
-        const tensor_desc *t = &m->tensors[missing[k]];
+    /* Sources are opened before the workers start: source_fd is not for
+     * concurrent use. */
+    for (size_t k = 0; k < n_missing; k++) {
         int fd;
-        bool published = false;
-        if ((r = source_fd(am, t->source, &fd, err)) < 0)
+        if ((r = source_fd(am, m->tensors[missing[k]].source, &fd, err)) < 0)
             return r; /* the model itself is unreadable: no fallback helps */
-        r = model_publish_tensor(am->priv->store, t, fd, &published, &cause);
-        if (r == -TETRIS_E_FULL) {
-            fall_back(am, o, "store-full", &cause);
-            break;
-        }
-        if (r == -TETRIS_E_CORRUPT || r == -TETRIS_E_FORMAT) {
-            /* the source does not hash to its manifest: never publish it */
-            *err = cause;
-            return r;
-        }
-        if (r == 0 && am->priv->mappable[missing[k]])
-            r = map_tensor(am, missing[k], &cause);
-        if (r < 0) {
-            fall_back(am, o, "ingest-failed", &cause);
-            break;
-        }
-        if (published)
-            am->stats.ingested_bytes += t->meta.nbytes;
+    }
+    struct publish_job j = {.am = am, .o = o, .missing = missing};
+    pthread_mutex_init(&j.lock, NULL);
+    workers_run(n_missing, agent_workers(o), NULL, publish_item, &j);
+    pthread_mutex_destroy(&j.lock);
+    if (j.rc < 0) {
+        *err = j.err;
+        return j.rc;
     }
     return 0;
 }
@@ -442,7 +507,7 @@ static int read_model(const char *model_path, const struct agent_options *o, mod
         return r;
     for (size_t i = 0; i < (*out)->n_tensors; i++) {
         if (!(*out)->tensors[i].has_digest) {
-            if ((r = model_compute_digests(*out, err)) < 0) {
+            if ((r = model_compute_digests_workers(*out, o->workers, err)) < 0) {
                 model_free(*out);
                 *out = NULL;
             }

@@ -38,6 +38,9 @@ struct agent_options {
     size_t max_mappings;       /* at most this many tensor mappings; 0: what
                                   vm.max_map_count leaves (store_map_budget)
                                   less a margin for the runtime */
+    unsigned workers;          /* threads that hash and publish (--direct,
+                                  and digests without a manifest); 0: the
+                                  CPU allowance (common/workers.h) */
 };
 
 struct agent_stats {
