@@ -418,6 +418,16 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
         return 0;
     }
     am->stats.ingested_bytes = summary.ingested_bytes;
+    /* What the daemon hashed for us: our tensors' identities from now on
+     * (mappings, and the request sent again after a daemon restart). */
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        tensor_desc *t = &am->model->tensors[i];
+        if (!t->has_digest && res[i].has_digest) {
+            t->meta.digest = res[i].digest;
+            t->meta.crc32 = res[i].crc32;
+            t->has_digest = true;
+        }
+    }
     /* The references are to outlive a daemon restart: a watcher registers
      * them again with the next daemon. Without it they still hold until a
      * restart, so a failure here costs nothing now. */
@@ -452,6 +462,58 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
     return 0;
 }
 
+/* Tensors of at least this size identify a model well enough for the
+ * probe: small ones (zero biases, norms) recur across unrelated models. */
+#define DIGEST_PROBE_MIN_BYTES (1u << 20)
+
+/* The probe of AGENT_DIGESTS_AUTO: the smallest tensor of at least
+ * DIGEST_PROBE_MIN_BYTES (the largest if none is that big). */
+static size_t digest_probe(const model *m)
+{
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        uint64_t n = m->tensors[i].meta.nbytes,
+                 b = best != SIZE_MAX ? m->tensors[best].meta.nbytes : 0;
+        bool big = n >= DIGEST_PROBE_MIN_BYTES, best_big = b >= DIGEST_PROBE_MIN_BYTES;
+        if (best == SIZE_MAX || (big && (!best_big || n < b)) || (!big && !best_big && n > b))
+            best = i;
+    }
+    return best;
+}
+
+/* Without a manifest in STORE mode, digests are computed where it is
+ * cheapest (see enum agent_digests): a cold start sends the tensors
+ * without them and the daemon hashes each byte once, as it ingests; a warm
+ * start (nothing to ingest) hashes here, on the agent's workers, without
+ * the daemon's write of every tensor into a temp file it then discards. */
+static int resolve_digests(agent_model *am, const struct agent_options *o, tetris_error *err)
+{
+    model *m = am->model;
+    size_t without = 0;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        without += !m->tensors[i].has_digest;
+    if (without == 0 || o->digests == AGENT_DIGESTS_DAEMON)
+        return 0;
+    bool warm = o->digests == AGENT_DIGESTS_AGENT;
+    if (!warm) {
+        tensor_desc *t = &m->tensors[digest_probe(m)];
+        int fd, r;
+        if ((r = source_fd(am, t->source, &fd, err)) < 0)
+            return r;
+        cleanup_free void *buf = malloc(t->meta.nbytes > 0 ? t->meta.nbytes : 1);
+        if (buf == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory for tensor %s", t->name);
+        if ((r = model_read_tensor(t, fd, buf, err)) < 0 ||
+            (r = tensor_digest_compute(&t->meta, buf, err)) < 0)
+            return tetris_wrap(err, "tensor %s", t->name);
+        t->has_digest = true;
+        warm = store_has_tensor(am->priv->store, &t->meta.digest);
+    }
+    log_info("event=digests model=%s hashed_by=%s tensors=%zu", LOG_Q(m->path),
+             warm ? "agent" : "daemon", without);
+    return warm ? model_compute_digests_workers(m, o->workers, err) : 0;
+}
+
 static int load_from_store(agent_model *am, const struct agent_options *o, tetris_error *err)
 {
     struct store_options so = {.tenant = o->tenant,
@@ -484,8 +546,11 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     if ((r = plan_mappings(am, o, err)) < 0)
         return r;
-    if (o->mode == AGENT_MODE_STORE)
+    if (o->mode == AGENT_MODE_STORE) {
+        if ((r = resolve_digests(am, o, err)) < 0)
+            return r;
         return load_via_daemon(am, o, label, err);
+    }
     if ((r = store_use_begin(am->priv->store, &cause)) < 0) {
         fall_back(am, o, "store-unavailable", &cause);
         return 0;
@@ -503,7 +568,8 @@ static int read_model(const char *model_path, const struct agent_options *o, mod
         r = manifest_read_file(o->manifest_path, out, err);
     else
         r = model_parse_file(model_path, out, err);
-    if (r < 0 || o->mode == AGENT_MODE_PRIVATE)
+    /* STORE mode decides once the store is open (resolve_digests). */
+    if (r < 0 || o->mode != AGENT_MODE_DIRECT)
         return r;
     for (size_t i = 0; i < (*out)->n_tensors; i++) {
         if (!(*out)->tensors[i].has_digest) {

@@ -26,6 +26,16 @@ enum agent_mode {
     AGENT_MODE_PRIVATE,   /* no store: private memory (the baseline) */
 };
 
+/* Who computes the digests of a model loaded without a manifest in STORE
+ * mode (DIRECT mode always hashes in the agent). */
+enum agent_digests {
+    AGENT_DIGESTS_AUTO = 0, /* hash one probe tensor: resident (a warm start)
+                               -> the agent hashes the rest on its workers;
+                               missing -> the daemon hashes while it ingests */
+    AGENT_DIGESTS_AGENT,    /* the agent hashes the whole model first */
+    AGENT_DIGESTS_DAEMON,   /* the daemon hashes every tensor as it reads it */
+};
+
 struct agent_options {
     enum agent_mode mode;
     const char *store_dir;     /* default STORE_DEFAULT_DIR */
@@ -41,6 +51,7 @@ struct agent_options {
     unsigned workers;          /* threads that hash and publish (--direct,
                                   and digests without a manifest); 0: the
                                   CPU allowance (common/workers.h) */
+    enum agent_digests digests; /* no manifest, STORE mode: who hashes */
 };
 
 struct agent_stats {

@@ -384,6 +384,8 @@ static void digest_item(void *ctx, size_t i)
     pthread_mutex_unlock(&j->lock);
     if (failed)
         return;
+    if (j->m->tensors[i].has_digest)
+        return;
     tetris_error err;
     int rc = digest_tensor(&j->m->tensors[i], &j->src[i], &err);
     pthread_mutex_lock(&j->lock);

@@ -6,7 +6,8 @@
  * (its CPU allowance, shared by every request). The client's descriptors are the only
  * source of bytes: the daemon decodes each tensor from them itself and
  * store_publish_tensor re-hashes what it wrote, so a client that lies about
- * a digest gets "rejected" instead of poisoning the store. The connection
+ * a digest gets "rejected" instead of poisoning the store; an entry sent
+ * without a digest is published under the one the store computes. The connection
  * is the client's liveness: its references live in a holder the daemon
  * keeps open until the connection closes. Every request is validated
  * before anything is touched; a malformed one gets an error reply and the
@@ -226,10 +227,16 @@ static int check_request_refs(struct conn *c, const ingest_request *rq, tetris_e
     for (size_t i = 0; i < rq->n_tensors; i++)
         ix[i] = i;
     qsort_r(ix, rq->n_tensors, sizeof(*ix), by_digest_cmp, (void *)rq);
+    /* An entry without a digest may be any tensor: it counts as a new one. */
     size_t new_refs = 0;
-    for (size_t k = 0; k < rq->n_tensors; k++)
-        if (k == 0 || by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) != 0)
-            new_refs += !conn_holds(c, &rq->tensors[ix[k]].desc.meta.digest);
+    for (size_t k = 0; k < rq->n_tensors; k++) {
+        const tensor_desc *d = &rq->tensors[ix[k]].desc;
+        if (!d->has_digest)
+            new_refs++;
+        else if (k == 0 || !rq->tensors[ix[k - 1]].desc.has_digest ||
+                 by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) != 0)
+            new_refs += !conn_holds(c, &d->meta.digest);
+    }
     if (c->n_held + new_refs > INGEST_MAX_HOLDER_REFS)
         return tetris_fail(err, TETRIS_E_DENIED, 0,
                            "connection would hold %zu references, over the limit of %d",
@@ -285,12 +292,16 @@ static void reject(struct served_store *ss, struct ingest_tensor_result *r, int 
 }
 
 /* Publishes one tensor if it is missing. Takes no store-wide lock: the
- * client's bytes are read under the tensor's own lock, within the budget. */
-static void publish_one(struct served_store *ss, const int *fds, const ingest_request_tensor *t,
+ * client's bytes are read under the tensor's own lock, within the budget.
+ * An entry without a digest is read, hashed and written in one pass and
+ * its digest filled in (t->desc, r): it is charged before it is read,
+ * like a missing tensor, since only its bytes can tell it is not. */
+static void publish_one(struct served_store *ss, const int *fds, ingest_request_tensor *t,
                         struct budget *b, struct ingest_tensor_result *r)
 {
     const tensor_meta *meta = &t->desc.meta;
-    if (store_has_tensor(ss->store, &meta->digest)) {
+    bool computed = !t->desc.has_digest;
+    if (!computed && store_has_tensor(ss->store, &meta->digest)) {
         r->status = INGEST_RESIDENT;
         return;
     }
@@ -319,14 +330,22 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
         return;
     }
     bool published = false;
-    rc = model_publish_tensor_checked(ss->store, &t->desc, fds[t->source_index], budget_check, b,
-                                      &published, &err);
+    if (computed) {
+        rc = model_publish_tensor_computed(ss->store, &t->desc, fds[t->source_index], budget_check,
+                                           b, &published, &err);
+        r->has_digest = rc == 0;
+        r->digest = meta->digest;
+        r->crc32 = meta->crc32;
+    } else {
+        rc = model_publish_tensor_checked(ss->store, &t->desc, fds[t->source_index], budget_check,
+                                          b, &published, &err);
+    }
     if (rc < 0 || !published) {
         unreserve(ss, charge);
         if (rc < 0)
             reject(ss, r, -rc, err.msg);
         else
-            r->status = INGEST_RESIDENT; /* someone else published it meanwhile */
+            r->status = INGEST_RESIDENT; /* resident already, or published meanwhile */
         return;
     }
     r->status = INGEST_INGESTED;
@@ -353,8 +372,9 @@ static bool request_oversized(struct served_store *ss, const ingest_request *rq)
     pthread_mutex_unlock(&ss->d->cfg_lock);
     uint64_t missing = 0;
     for (size_t i = 0; i < rq->n_tensors && capacity > 0 && missing <= capacity; i++) {
-        const tensor_meta *meta = &rq->tensors[i].desc.meta;
-        if (!store_has_tensor(ss->store, &meta->digest))
+        const tensor_desc *d = &rq->tensors[i].desc;
+        const tensor_meta *meta = &d->meta;
+        if (!d->has_digest || !store_has_tensor(ss->store, &meta->digest))
             missing += meta->nbytes < capacity ? meta->nbytes : capacity + 1;
     }
     return missing > capacity;
@@ -453,7 +473,7 @@ static void observe_duration(struct served_store *ss, int64_t us)
 /* One request's tensors to publish, handed out to its workers in order. */
 struct publish_job {
     struct served_store *ss;
-    const ingest_request *rq;
+    ingest_request *rq;
     const int *fds;
     const size_t *order;
     const bool *todo;
@@ -471,11 +491,11 @@ static void publish_item(void *ctx, size_t k)
 
 /* Publishes what is missing without any store-wide lock, on the request's
  * share of the daemon's workers, then, under the use lock (shared), checks
- * that every tensor is still resident and records the references. Only
+ * that every tensor is still resident and records the references (an entry
+ * sent without a digest has the one computed by then). Only
  * that second step excludes a reclaim pass, and it does no client I/O. */
-static int publish_and_refer(struct conn *c, const ingest_request *rq, const int *fds,
-                             struct budget *b, struct ingest_tensor_result *res,
-                             tetris_error *err)
+static int publish_and_refer(struct conn *c, ingest_request *rq, const int *fds, struct budget *b,
+                             struct ingest_tensor_result *res, tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     cleanup_free size_t *order = malloc((rq->n_tensors + 1) * sizeof(*order));
@@ -512,8 +532,8 @@ static int publish_and_refer(struct conn *c, const ingest_request *rq, const int
     }
 }
 
-static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fds,
-                         char **reply, tetris_error *err)
+static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, char **reply,
+                         tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     int64_t t0 = clock_mono_us();

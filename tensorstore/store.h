@@ -130,6 +130,20 @@ typedef int (*store_read_fn)(void *ctx, void *dst, uint64_t offset, size_t len, 
 int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_fn read,
                                  void *ctx, bool *published, tetris_error *err);
 
+/* Publishes a tensor whose identity is not known yet, reading its bytes
+ * once: they are written into a temp file (reserved against the capacity
+ * like any publish) and hashed on the way, which fills meta->digest and
+ * meta->crc32; then, under that digest's lock, the file is renamed into
+ * tensors/ unless the digest is resident already (then it is discarded and
+ * *published is false). The store computes the name, so the invariant
+ * that a file's bytes hash to its name holds whoever supplies the bytes.
+ * Exactly one of read (chunks, as store_publish_tensor_chunked) and fill
+ * (whole, as store_publish_tensor) is given. Errors as store_publish_tensor
+ * (no TETRIS_E_CORRUPT: there is no claim to contradict). */
+int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn read,
+                                  store_fill_fn fill, void *ctx, bool *published,
+                                  tetris_error *err);
+
 /* What a file of file_bytes really costs the filesystem, and so what the
  * capacity is charged for it: its size rounded up to whole pages (tmpfs
  * allocates pages) plus STORE_INODE_CHARGE for its inode and dentry. An

@@ -86,7 +86,14 @@ cold 1 --manifest "$WORK/manifest.json"; d1=$T; stop_daemon
 cold "$N" --manifest "$WORK/manifest.json"; dN=$T
 warm=$(ms "$BIN/tetris-agent" load --store "$WORK/store" --manifest "$WORK/manifest.json" "$MODEL")
 stop_daemon
-cold "$N"; dNn=$T; stop_daemon
+cold "$N"; dNn=$T
+# A warm start without a manifest: the agent hashes (on N workers) or the
+# daemon does (and discards its temp copies); auto probes one tensor.
+wna=$(ms "$BIN/tetris-agent" load --store "$WORK/store" --digests agent "$MODEL")
+wnd=$(ms "$BIN/tetris-agent" load --store "$WORK/store" --digests daemon "$MODEL")
+wnauto=$(ms "$BIN/tetris-agent" load --store "$WORK/store" "$MODEL")
+stop_daemon
+cold "$N" --digests agent; dNna=$T; stop_daemon
 fresh_store; x1=$(ms "$BIN/tetris-agent" load --direct --workers 1 --store "$WORK/store" --manifest "$WORK/manifest.json" "$MODEL")
 fresh_store; xN=$(ms "$BIN/tetris-agent" load --direct --workers "$N" --store "$WORK/store" --manifest "$WORK/manifest.json" "$MODEL")
 fresh_store; xNn=$(ms "$BIN/tetris-agent" load --direct --workers "$N" --store "$WORK/store" "$MODEL")
@@ -113,13 +120,17 @@ echo "|---|---:|---:|---:|"
 echo "| private (tetris-agent --private) | $priv | $(ratio "$priv" "$sha1") | |"
 echo "| cold, daemon, 1 worker, manifest | $d1 | $(ratio "$d1" "$sha1") | $(ratio "$d1" "$bound1") |"
 echo "| cold, daemon, $N workers, manifest | $dN | $(ratio "$dN" "$sha1") | $(ratio "$dN" "$boundN") |"
-echo "| cold, daemon, $N workers, no manifest | $dNn | $(ratio "$dNn" "$sha1") | |"
+echo "| cold, daemon, $N workers, no manifest (daemon hashes, default) | $dNn | $(ratio "$dNn" "$sha1") | |"
+echo "| cold, daemon, $N workers, no manifest, --digests agent (hash twice) | $dNna | $(ratio "$dNna" "$sha1") | |"
 echo "| cold, --direct, 1 worker, manifest | $x1 | $(ratio "$x1" "$sha1") | $(ratio "$x1" "$bound1") |"
 echo "| cold, --direct, $N workers, manifest | $xN | $(ratio "$xN" "$sha1") | $(ratio "$xN" "$boundN") |"
 echo "| cold, --direct, $N workers, no manifest | $xNn | $(ratio "$xNn" "$sha1") | |"
 echo "| warm, daemon, manifest | $warm | $(ratio "$warm" "$sha1") | |"
+echo "| warm, no manifest, --digests agent | $wna | $(ratio "$wna" "$sha1") | |"
+echo "| warm, no manifest, --digests daemon | $wnd | $(ratio "$wnd" "$sha1") | |"
+echo "| warm, no manifest, --digests auto (default) | $wnauto | $(ratio "$wnauto" "$sha1") | |"
 echo
-echo "No manifest / manifest (daemon): $(ratio "$dNn" "$dN"); 1 worker / $N workers (daemon): $(ratio "$d1" "$dN")."
+echo "Cold, no manifest / manifest (daemon): $(ratio "$dNn" "$dN") (hashing twice: $(ratio "$dNna" "$dN")); warm, no manifest, daemon / agent hashing: $(ratio "$wnd" "$wna"); 1 worker / $N workers (daemon): $(ratio "$d1" "$dN")."
 
 # Time to first inference: load + session + the first run, on a real model.
 if [ -f "$ONNX" ]; then
