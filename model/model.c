@@ -210,21 +210,6 @@ int model_parse_file(const char *path, model **out, tetris_error *err)
     return ret;
 }
 
-/* Decodes a region (already in memory) into the tensor's bytes. */
-static int decode_region(const tensor_desc *t, const uint8_t *region, void *dst,
-                         tetris_error *err)
-{
-    switch (t->encoding) {
-    case TENSOR_ENC_RAW:
-        memcpy(dst, region, t->meta.nbytes);
-        return 0;
-    case TENSOR_ENC_VARINT:
-        return onnx_decode_varints(t, region, dst, err);
-    default:
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "unsupported encoding %d", (int)t->encoding);
-    }
-}
-
 static int pread_full(int fd, void *buf, uint64_t len, uint64_t offset, const tensor_desc *t,
                       tetris_error *err)
 {
@@ -333,45 +318,74 @@ int model_read_tensor_range(const tensor_desc *t, int source_fd, uint64_t offset
     return pread_full(source_fd, dst, len, t->offset + offset, t, err);
 }
 
-/* One source file, mapped read-only for hashing. */
-struct mapped_source {
+/* One source file, open for hashing. */
+struct open_source {
     const char *path;
-    const uint8_t *map;
-    size_t size;
+    int fd;
+    uint64_t size;
 };
 
-/* The job of hashing a model's tensors from its mapped sources, on workers:
- * each tensor is one item; the first error stops the rest. */
+/* The job of hashing a model's tensors from its sources, on workers: each
+ * tensor is one item; the first error stops the rest. */
 struct digest_job {
     model *m;
-    const struct mapped_source *src; /* per tensor: its source */
+    const struct open_source *src; /* per tensor: its source */
     pthread_mutex_t lock;
     int rc;
     tetris_error err;
 };
 
-static int digest_tensor(tensor_desc *t, const struct mapped_source *ms, tetris_error *err)
+/* Chunk of a raw tensor's hashing: read with pread and hashed while it is
+ * still in cache. Not a mapping of the file: where page faults are dear
+ * (some VMs: several seconds per GiB), faulting the source in costs more
+ * than hashing it. */
+#define DIGEST_CHUNK_BYTES (256u * 1024u)
+
+static int digest_raw(tensor_desc *t, const struct open_source *os, tetris_error *err)
 {
-    if (t->offset > ms->size || t->length > ms->size - t->offset)
+    tensor_hasher *h = NULL;
+    int ret = tensor_hasher_new(&t->meta, &h, err);
+    if (ret < 0)
+        return ret;
+    size_t chunk = t->meta.nbytes < DIGEST_CHUNK_BYTES ? (size_t)t->meta.nbytes
+                                                       : DIGEST_CHUNK_BYTES;
+    cleanup_free uint8_t *buf = malloc(chunk > 0 ? chunk : 1);
+    if (buf == NULL) {
+        tensor_hasher_free(h);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\"", t->name);
+    }
+    for (uint64_t off = 0; off < t->meta.nbytes; off += chunk) {
+        size_t n = t->meta.nbytes - off < chunk ? (size_t)(t->meta.nbytes - off) : chunk;
+        if ((ret = model_read_tensor_range(t, os->fd, off, buf, n, err)) < 0) {
+            tensor_hasher_free(h);
+            return ret;
+        }
+        tensor_hasher_update(h, buf, n);
+    }
+    tensor_hasher_finish(h, &t->meta.digest, &t->meta.crc32);
+    return 0;
+}
+
+static int digest_tensor(tensor_desc *t, const struct open_source *os, tetris_error *err)
+{
+    if (t->offset > os->size || t->length > os->size - t->offset)
         return tetris_fail(err, TETRIS_E_FORMAT, 0,
                            "%s: tensor \"%s\": region [%llu, +%llu) is past the end of the "
-                           "file (%zu bytes)",
-                           ms->path, t->name, (unsigned long long)t->offset,
-                           (unsigned long long)t->length, ms->size);
-    static const uint8_t empty[1];
-    const uint8_t *region = t->length > 0 ? ms->map + t->offset : empty;
+                           "file (%llu bytes)",
+                           os->path, t->name, (unsigned long long)t->offset,
+                           (unsigned long long)t->length, (unsigned long long)os->size);
     int ret;
     if (t->encoding == TENSOR_ENC_RAW) {
-        ret = tensor_digest_compute(&t->meta, region, err);
+        ret = digest_raw(t, os, err);
     } else {
         cleanup_free uint8_t *bytes = malloc(t->meta.nbytes > 0 ? t->meta.nbytes : 1);
         if (bytes == NULL)
             ret = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\"", t->name);
-        else if ((ret = decode_region(t, region, bytes, err)) == 0)
+        else if ((ret = model_read_tensor(t, os->fd, bytes, err)) == 0)
             ret = tensor_digest_compute(&t->meta, bytes, err);
     }
     if (ret < 0)
-        return tetris_wrap(err, "%s: tensor \"%s\"", ms->path, t->name);
+        return tetris_wrap(err, "%s: tensor \"%s\"", os->path, t->name);
     t->has_digest = true;
     return 0;
 }
@@ -396,26 +410,19 @@ static void digest_item(void *ctx, size_t i)
     pthread_mutex_unlock(&j->lock);
 }
 
-static int map_source(const char *path, struct mapped_source *ms, tetris_error *err)
+static int open_source(const char *path, struct open_source *os, tetris_error *err)
 {
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
                            "open %s", path);
     struct stat st;
-    if (fstat(fd, &st) < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
-    *ms = (struct mapped_source){.path = path, .size = (size_t)st.st_size};
-    if (ms->size == 0)
-        return 0;
-    void *p = mmap(NULL, ms->size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED)
-        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", path);
-    /* Workers read it in parallel, each tensor in order: WILLNEED starts
-     * the reads of a cold file ahead of them (a hint; failure changes
-     * nothing). */
-    (void)madvise(p, ms->size, MADV_WILLNEED);
-    ms->map = p;
+    if (fstat(fd, &st) < 0) {
+        int rc = tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+        close(fd);
+        return rc;
+    }
+    *os = (struct open_source){.path = path, .fd = fd, .size = (uint64_t)st.st_size};
     return 0;
 }
 
@@ -428,9 +435,9 @@ int model_compute_digests_workers(model *m, unsigned workers, tetris_error *err)
         cpu_allowance_read(NULL, &a);
         workers = a.workers;
     }
-    /* Each distinct source is mapped once. */
-    cleanup_free struct mapped_source *sources = calloc(m->n_tensors, sizeof(*sources));
-    cleanup_free struct mapped_source *per_tensor = calloc(m->n_tensors, sizeof(*per_tensor));
+    /* Each distinct source is opened once. */
+    cleanup_free struct open_source *sources = calloc(m->n_tensors, sizeof(*sources));
+    cleanup_free struct open_source *per_tensor = calloc(m->n_tensors, sizeof(*per_tensor));
     if (sources == NULL || per_tensor == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "model of %zu tensors", m->n_tensors);
     size_t n_sources = 0;
@@ -439,7 +446,7 @@ int model_compute_digests_workers(model *m, unsigned workers, tetris_error *err)
         size_t k = 0;
         while (k < n_sources && strcmp(sources[k].path, m->tensors[i].source) != 0)
             k++;
-        if (k == n_sources && (ret = map_source(m->tensors[i].source, &sources[k], err)) == 0)
+        if (k == n_sources && (ret = open_source(m->tensors[i].source, &sources[k], err)) == 0)
             n_sources++;
         if (ret == 0)
             per_tensor[i] = sources[k];
@@ -456,8 +463,7 @@ int model_compute_digests_workers(model *m, unsigned workers, tetris_error *err)
         }
     }
     for (size_t k = 0; k < n_sources; k++)
-        if (sources[k].map != NULL)
-            munmap((void *)sources[k].map, sources[k].size);
+        close(sources[k].fd);
     return ret;
 }
 
