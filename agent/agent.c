@@ -52,6 +52,7 @@ struct agent_model_private {
     struct source_fd *sources;
     size_t n_sources;
     char *public_dir; /* the store's tensors/ and ingest socket */
+    enum store_populate populate;
 };
 
 static const uint8_t empty_tensor[1];
@@ -63,6 +64,21 @@ void agent_options_init(struct agent_options *o)
     o->store_dir = STORE_DEFAULT_DIR;
     o->daemon_timeout_ms = DEFAULT_DAEMON_TIMEOUT_MS;
     o->shuffle = true;
+    o->populate = AGENT_POPULATE_DEFAULT;
+}
+
+int agent_populate_parse(const char *name, enum store_populate *out, tetris_error *err)
+{
+    static const char *const names[] = {[STORE_POPULATE_NONE] = "none",
+                                        [STORE_POPULATE_MAP] = "map",
+                                        [STORE_POPULATE_MADVISE] = "madvise"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i]) == 0) {
+            *out = (enum store_populate)i;
+            return 0;
+        }
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "--populate: want none, map or madvise, not '%s'",
+                       name);
 }
 
 static int source_fd(agent_model *am, const char *path, int *fd, tetris_error *err)
@@ -145,7 +161,8 @@ static void fall_back(agent_model *am, const struct agent_options *o, const char
 static int map_tensor_only(agent_model *am, size_t i, tetris_error *err)
 {
     store_mapping *mp = &am->priv->maps[i];
-    int r = store_map_tensor(am->priv->store, &am->model->tensors[i].meta.digest, mp, err);
+    int r = store_map_tensor_populated(am->priv->store, &am->model->tensors[i].meta.digest,
+                                       am->priv->populate, mp, err);
     if (r < 0)
         return r;
     am->tensors[i].data = mp->data;
@@ -615,6 +632,7 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
     }
     for (size_t i = 0; i < n; i++)
         am->tensors[i].desc = &am->model->tensors[i];
+    am->priv->populate = o->populate;
     am->stats.tensors = n;
     am->stats.bytes = am->model->total_bytes;
 

@@ -94,6 +94,14 @@ typedef struct store_mapping {
 /* Maps a resident tensor read-only. TETRIS_E_NOTFOUND if absent or
  * quarantined; TETRIS_E_CORRUPT if its trailer does not match the digest. */
 int store_map_tensor(store *s, const tensor_digest *d, store_mapping *out, tetris_error *err);
+/* How a mapping's page tables are filled: on first touch (NONE: one fault
+ * per page, paid by whoever reads first), by mmap (MAP: MAP_POPULATE), or
+ * right after it (MADVISE: MADV_POPULATE_READ, Linux 5.14+; older kernels
+ * get one read per page instead). Either populated way moves the faults
+ * from the first inference into the load. */
+enum store_populate { STORE_POPULATE_NONE = 0, STORE_POPULATE_MAP, STORE_POPULATE_MADVISE };
+int store_map_tensor_populated(store *s, const tensor_digest *d, enum store_populate how,
+                               store_mapping *out, tetris_error *err);
 void store_unmap_tensor(store_mapping *m);
 /* How many more mappings this process may create: vm.max_map_count less
  * the mappings it has (and a small margin). Each mapped tensor is one; a

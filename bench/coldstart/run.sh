@@ -146,11 +146,27 @@ if [ -f "$ONNX" ]; then
     echo
     echo "| start | load ms | session ms | first run ms | total ms |"
     echo "|---|---:|---:|---:|---:|"
-    echo "| private | $(first --private) |"
+    p=$(first --private)
+    echo "| private | $p |"
     fresh_store; start_daemon "$WORK/store" 0
     c=$(first --store "$WORK/store" --manifest "$WORK/onnx.json")
-    w=$(first --store "$WORK/store" --manifest "$WORK/onnx.json")
+    # Warm starts, the store's mappings populated three ways (the agent's
+    # --populate): on first touch, by mmap, by madvise right after it.
+    wn=$(first --store "$WORK/store" --manifest "$WORK/onnx.json" --populate none)
+    wm=$(first --store "$WORK/store" --manifest "$WORK/onnx.json" --populate map)
+    wa=$(first --store "$WORK/store" --manifest "$WORK/onnx.json" --populate madvise)
     stop_daemon
     echo "| tetris cold (daemon) | $c |"
-    echo "| tetris warm | $w |"
+    echo "| tetris warm, --populate none | $wn |"
+    echo "| tetris warm, --populate map (MAP_POPULATE) | $wm |"
+    echo "| tetris warm, --populate madvise (default) | $wa |"
+    run_of() { echo "$1" | awk -F' [|] ' '{ print $3 }'; }
+    load_of() { echo "$1" | awk -F' [|] ' '{ print $1 }'; }
+    pr=$(run_of "$p")
+    echo
+    echo "Warm first run minus private first run (private first run: $pr ms), and the load it costs:"
+    for v in "none:$wn" "map:$wm" "madvise:$wa"; do
+        r=$(run_of "${v#*:}"); l=$(load_of "${v#*:}")
+        echo "- --populate ${v%%:*}: $((r - pr)) ms ($(ratio "$((r - pr))" "$pr") of the run), load $l ms"
+    done
 fi
