@@ -14,6 +14,7 @@
  * references again (ingest_client_keep_registered). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "agent/ingest_client.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/workers.h"
 #include "model/manifest.h"
 #include "model/model_publish.h"
 
@@ -50,6 +52,7 @@ struct agent_model_private {
     struct source_fd *sources;
     size_t n_sources;
     char *public_dir; /* the store's tensors/ and ingest socket */
+    enum store_populate populate;
 };
 
 static const uint8_t empty_tensor[1];
@@ -61,6 +64,21 @@ void agent_options_init(struct agent_options *o)
     o->store_dir = STORE_DEFAULT_DIR;
     o->daemon_timeout_ms = DEFAULT_DAEMON_TIMEOUT_MS;
     o->shuffle = true;
+    o->populate = AGENT_POPULATE_DEFAULT;
+}
+
+int agent_populate_parse(const char *name, enum store_populate *out, tetris_error *err)
+{
+    static const char *const names[] = {[STORE_POPULATE_NONE] = "none",
+                                        [STORE_POPULATE_MAP] = "map",
+                                        [STORE_POPULATE_MADVISE] = "madvise"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i]) == 0) {
+            *out = (enum store_populate)i;
+            return 0;
+        }
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "--populate: want none, map or madvise, not '%s'",
+                       name);
 }
 
 static int source_fd(agent_model *am, const char *path, int *fd, tetris_error *err)
@@ -138,16 +156,26 @@ static void fall_back(agent_model *am, const struct agent_options *o, const char
              log_quote(cause != NULL ? cause->msg : reason, q, sizeof(q)));
 }
 
-static int map_tensor(agent_model *am, size_t i, tetris_error *err)
+/* Maps tensor i; its mapped bytes are for the caller to count (workers
+ * count them under their lock). */
+static int map_tensor_only(agent_model *am, size_t i, tetris_error *err)
 {
     store_mapping *mp = &am->priv->maps[i];
-    int r = store_map_tensor(am->priv->store, &am->model->tensors[i].meta.digest, mp, err);
+    int r = store_map_tensor_populated(am->priv->store, &am->model->tensors[i].meta.digest,
+                                       am->priv->populate, mp, err);
     if (r < 0)
         return r;
     am->tensors[i].data = mp->data;
     am->tensors[i].shared = true;
-    am->stats.mapped_bytes += am->model->tensors[i].meta.nbytes;
     return 0;
+}
+
+static int map_tensor(agent_model *am, size_t i, tetris_error *err)
+{
+    int r = map_tensor_only(am, i, err);
+    if (r == 0)
+        am->stats.mapped_bytes += am->model->tensors[i].meta.nbytes;
+    return r;
 }
 
 /* ---- DIRECT: the agent publishes into the store itself ---- */
@@ -181,9 +209,73 @@ static int record_references(agent_model *am, const char *label, tetris_error *e
     return store_holder_add_many(am->priv->holder, digests, sizes, m->n_tensors, err);
 }
 
+/* The missing tensors of a direct load, published and mapped on workers;
+ * the first failure stops the rest (a store failure falls back, a source
+ * that does not hash to its manifest fails the load). */
+struct publish_job {
+    agent_model *am;
+    const struct agent_options *o;
+    const size_t *missing;
+    pthread_mutex_t lock; /* the rest, and am->stats */
+    bool stop;
+    int rc;
+    tetris_error err;
+};
+
+static unsigned agent_workers(const struct agent_options *o)
+{
+    if (o->workers > 0)
+        return o->workers;
+    struct cpu_allowance a;
+    cpu_allowance_read(NULL, &a);
+    return a.workers;
+}
+
+static void publish_item(void *ctx, size_t k)
+{
+    struct publish_job *j = ctx;
+    agent_model *am = j->am;
+    size_t i = j->missing[k];
+    const tensor_desc *t = &am->model->tensors[i];
+    pthread_mutex_lock(&j->lock);
+    bool stop = j->stop;
+    pthread_mutex_unlock(&j->lock);
+    if (stop)
+        return;
+    int fd = -1;
+    for (size_t s = 0; s < am->priv->n_sources && fd < 0; s++)
+        if (strcmp(am->priv->sources[s].path, t->source) == 0)
+            fd = am->priv->sources[s].fd;
+    tetris_error cause = {0};
+    bool published = false;
+    int r = model_publish_tensor(am->priv->store, t, fd, &published, &cause);
+    bool mapped = false;
+    if (r == 0 && am->priv->mappable[i]) {
+        r = map_tensor_only(am, i, &cause);
+        mapped = r == 0;
+    }
+    pthread_mutex_lock(&j->lock);
+    if (mapped)
+        am->stats.mapped_bytes += t->meta.nbytes;
+    if (r == 0 && published)
+        am->stats.ingested_bytes += t->meta.nbytes;
+    if (r < 0 && !j->stop) {
+        j->stop = true;
+        if (r == -TETRIS_E_CORRUPT || r == -TETRIS_E_FORMAT) {
+            /* the source does not hash to its manifest: never publish it */
+            j->rc = r;
+            j->err = cause;
+        } else {
+            fall_back(am, j->o, r == -TETRIS_E_FULL ? "store-full" : "ingest-failed", &cause);
+        }
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
 /* Under the use lock: references first, then map what is resident, then
- * publish and map the rest (in random order when asked, so concurrent
- * loaders of one model spread over the tensor locks). */
+ * publish and map the rest on the CPU allowance's workers (in random order
+ * when asked, so concurrent loaders of one model spread over the tensor
+ * locks). */
 static int load_direct(agent_model *am, const struct agent_options *o, const char *label,
                        tetris_error *err)
 {
@@ -215,30 +307,20 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
     }
     if (o->shuffle)
         shuffle(missing, n_missing);
-    for (size_t k = 0; k < n_missing && !am->stats.fell_back; k++) {
-        const tensor_desc *t = &m->tensors[missing[k]];
+    /* Sources are opened before the workers start: source_fd is not for
+     * concurrent use. */
+    for (size_t k = 0; k < n_missing; k++) {
         int fd;
-        bool published = false;
-        if ((r = source_fd(am, t->source, &fd, err)) < 0)
+        if ((r = source_fd(am, m->tensors[missing[k]].source, &fd, err)) < 0)
             return r; /* the model itself is unreadable: no fallback helps */
-        r = model_publish_tensor(am->priv->store, t, fd, &published, &cause);
-        if (r == -TETRIS_E_FULL) {
-            fall_back(am, o, "store-full", &cause);
-            break;
-        }
-        if (r == -TETRIS_E_CORRUPT || r == -TETRIS_E_FORMAT) {
-            /* the source does not hash to its manifest: never publish it */
-            *err = cause;
-            return r;
-        }
-        if (r == 0 && am->priv->mappable[missing[k]])
-            r = map_tensor(am, missing[k], &cause);
-        if (r < 0) {
-            fall_back(am, o, "ingest-failed", &cause);
-            break;
-        }
-        if (published)
-            am->stats.ingested_bytes += t->meta.nbytes;
+    }
+    struct publish_job j = {.am = am, .o = o, .missing = missing};
+    pthread_mutex_init(&j.lock, NULL);
+    workers_run(n_missing, agent_workers(o), NULL, publish_item, &j);
+    pthread_mutex_destroy(&j.lock);
+    if (j.rc < 0) {
+        *err = j.err;
+        return j.rc;
     }
     return 0;
 }
@@ -353,6 +435,16 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
         return 0;
     }
     am->stats.ingested_bytes = summary.ingested_bytes;
+    /* What the daemon hashed for us: our tensors' identities from now on
+     * (mappings, and the request sent again after a daemon restart). */
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        tensor_desc *t = &am->model->tensors[i];
+        if (!t->has_digest && res[i].has_digest) {
+            t->meta.digest = res[i].digest;
+            t->meta.crc32 = res[i].crc32;
+            t->has_digest = true;
+        }
+    }
     /* The references are to outlive a daemon restart: a watcher registers
      * them again with the next daemon. Without it they still hold until a
      * restart, so a failure here costs nothing now. */
@@ -387,6 +479,58 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
     return 0;
 }
 
+/* Tensors of at least this size identify a model well enough for the
+ * probe: small ones (zero biases, norms) recur across unrelated models. */
+#define DIGEST_PROBE_MIN_BYTES (1u << 20)
+
+/* The probe of AGENT_DIGESTS_AUTO: the smallest tensor of at least
+ * DIGEST_PROBE_MIN_BYTES (the largest if none is that big). */
+static size_t digest_probe(const model *m)
+{
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        uint64_t n = m->tensors[i].meta.nbytes,
+                 b = best != SIZE_MAX ? m->tensors[best].meta.nbytes : 0;
+        bool big = n >= DIGEST_PROBE_MIN_BYTES, best_big = b >= DIGEST_PROBE_MIN_BYTES;
+        if (best == SIZE_MAX || (big && (!best_big || n < b)) || (!big && !best_big && n > b))
+            best = i;
+    }
+    return best;
+}
+
+/* Without a manifest in STORE mode, digests are computed where it is
+ * cheapest (see enum agent_digests): a cold start sends the tensors
+ * without them and the daemon hashes each byte once, as it ingests; a warm
+ * start (nothing to ingest) hashes here, on the agent's workers, without
+ * the daemon's write of every tensor into a temp file it then discards. */
+static int resolve_digests(agent_model *am, const struct agent_options *o, tetris_error *err)
+{
+    model *m = am->model;
+    size_t without = 0;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        without += !m->tensors[i].has_digest;
+    if (without == 0 || o->digests == AGENT_DIGESTS_DAEMON)
+        return 0;
+    bool warm = o->digests == AGENT_DIGESTS_AGENT;
+    if (!warm) {
+        tensor_desc *t = &m->tensors[digest_probe(m)];
+        int fd, r;
+        if ((r = source_fd(am, t->source, &fd, err)) < 0)
+            return r;
+        cleanup_free void *buf = malloc(t->meta.nbytes > 0 ? t->meta.nbytes : 1);
+        if (buf == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory for tensor %s", t->name);
+        if ((r = model_read_tensor(t, fd, buf, err)) < 0 ||
+            (r = tensor_digest_compute(&t->meta, buf, err)) < 0)
+            return tetris_wrap(err, "tensor %s", t->name);
+        t->has_digest = true;
+        warm = store_has_tensor(am->priv->store, &t->meta.digest);
+    }
+    log_info("event=digests model=%s hashed_by=%s tensors=%zu", LOG_Q(m->path),
+             warm ? "agent" : "daemon", without);
+    return warm ? model_compute_digests_workers(m, o->workers, err) : 0;
+}
+
 static int load_from_store(agent_model *am, const struct agent_options *o, tetris_error *err)
 {
     struct store_options so = {.tenant = o->tenant,
@@ -419,8 +563,11 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     if ((r = plan_mappings(am, o, err)) < 0)
         return r;
-    if (o->mode == AGENT_MODE_STORE)
+    if (o->mode == AGENT_MODE_STORE) {
+        if ((r = resolve_digests(am, o, err)) < 0)
+            return r;
         return load_via_daemon(am, o, label, err);
+    }
     if ((r = store_use_begin(am->priv->store, &cause)) < 0) {
         fall_back(am, o, "store-unavailable", &cause);
         return 0;
@@ -438,11 +585,12 @@ static int read_model(const char *model_path, const struct agent_options *o, mod
         r = manifest_read_file(o->manifest_path, out, err);
     else
         r = model_parse_file(model_path, out, err);
-    if (r < 0 || o->mode == AGENT_MODE_PRIVATE)
+    /* STORE mode decides once the store is open (resolve_digests). */
+    if (r < 0 || o->mode != AGENT_MODE_DIRECT)
         return r;
     for (size_t i = 0; i < (*out)->n_tensors; i++) {
         if (!(*out)->tensors[i].has_digest) {
-            if ((r = model_compute_digests(*out, err)) < 0) {
+            if ((r = model_compute_digests_workers(*out, o->workers, err)) < 0) {
                 model_free(*out);
                 *out = NULL;
             }
@@ -484,6 +632,7 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
     }
     for (size_t i = 0; i < n; i++)
         am->tensors[i].desc = &am->model->tensors[i];
+    am->priv->populate = o->populate;
     am->stats.tensors = n;
     am->stats.bytes = am->model->total_bytes;
 

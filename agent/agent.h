@@ -26,6 +26,20 @@ enum agent_mode {
     AGENT_MODE_PRIVATE,   /* no store: private memory (the baseline) */
 };
 
+/* Who computes the digests of a model loaded without a manifest in STORE
+ * mode (DIRECT mode always hashes in the agent). */
+enum agent_digests {
+    AGENT_DIGESTS_AUTO = 0, /* hash one probe tensor: resident (a warm start)
+                               -> the agent hashes the rest on its workers;
+                               missing -> the daemon hashes while it ingests */
+    AGENT_DIGESTS_AGENT,    /* the agent hashes the whole model first */
+    AGENT_DIGESTS_DAEMON,   /* the daemon hashes every tensor as it reads it */
+};
+
+/* Store mappings are populated at load by default (see BENCHMARKS.md, cold
+ * start): a warm start then adds no page faults to the first request. */
+#define AGENT_POPULATE_DEFAULT STORE_POPULATE_MADVISE
+
 struct agent_options {
     enum agent_mode mode;
     const char *store_dir;     /* default STORE_DEFAULT_DIR */
@@ -38,6 +52,12 @@ struct agent_options {
     size_t max_mappings;       /* at most this many tensor mappings; 0: what
                                   vm.max_map_count leaves (store_map_budget)
                                   less a margin for the runtime */
+    unsigned workers;          /* threads that hash and publish (--direct,
+                                  and digests without a manifest); 0: the
+                                  CPU allowance (common/workers.h) */
+    enum agent_digests digests; /* no manifest, STORE mode: who hashes */
+    enum store_populate populate; /* page tables of the store mappings;
+                                     agent_options_init: AGENT_POPULATE_DEFAULT */
 };
 
 struct agent_stats {
@@ -66,6 +86,9 @@ typedef struct agent_model {
 } agent_model;
 
 void agent_options_init(struct agent_options *o);
+/* "none", "map" or "madvise" (the command lines' --populate); else
+ * TETRIS_E_INVAL. */
+int agent_populate_parse(const char *name, enum store_populate *out, tetris_error *err);
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
                tetris_error *err);
 const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);

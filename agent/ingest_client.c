@@ -223,6 +223,14 @@ int ingest_client_ingest(ingest_client *c, const char *label, const model *m,
     close_fds(fds, n_fds);
     if (rc == 0)
         rc = ingest_reply_decode(reply, reply_len, m->n_tensors, results, summary, err);
+    /* A tensor sent without its identity is mapped by the one the daemon
+     * computed: a reply without it is no answer. */
+    for (size_t i = 0; rc == 0 && i < m->n_tensors; i++)
+        if (!m->tensors[i].has_digest && results[i].status != INGEST_REJECTED &&
+            !results[i].has_digest)
+            rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                             "daemon reply: tensor %zu (%s) sent without a digest got none", i,
+                             m->tensors[i].name);
     if (rc == 0 && label != c->label) {
         char *copy = strdup(label != NULL ? label : "");
         if (copy == NULL)

@@ -41,7 +41,10 @@ int ingest_client_connect(const char *socket_path, int timeout_ms, ingest_client
                           tetris_error *err);
 
 /* Asks the daemon to ingest m's tensors that are missing and to record
- * references to all of them. Every tensor must have has_digest set. results
+ * references to all of them. A tensor without has_digest is sent without
+ * its identity: the daemon computes it while it ingests, and its result
+ * (not REJECTED) carries it (has_digest, digest, crc32; a reply that does
+ * not is TETRIS_E_PROTOCOL). results
  * has m->n_tensors entries (same order); summary may be NULL. Returns 0 when
  * the daemon answered (some tensors may still be REJECTED); TETRIS_E_TIMEOUT
  * if it stalled; TETRIS_E_UNAVAILABLE if it went away; the daemon's error

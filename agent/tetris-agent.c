@@ -31,13 +31,22 @@ static const char usage_text[] =
     "        parse MODEL (ONNX or safetensors), hash every tensor and write its\n"
     "        manifest as JSON to MANIFEST (default: stdout)\n"
     "  load [--store DIR] [--tenant T] [--manifest M] [--direct | --private]\n"
-    "       [--socket PATH] [--timeout-ms N] [--label L] [--hold] MODEL\n"
+    "       [--socket PATH] [--timeout-ms N] [--label L] [--workers N]\n"
+    "       [--digests auto|agent|daemon] [--populate none|map|madvise] [--hold]\n"
+    "       MODEL\n"
     "        map MODEL's tensors from the store (default " STORE_DEFAULT_DIR "); the\n"
     "        node daemon ingests missing ones (--direct: ingest them ourselves;\n"
     "        --private: no store, the baseline). Prints one JSON object as soon as\n"
     "        the model is loaded: tensors, bytes, mapped_bytes, ingested_bytes,\n"
     "        private_bytes, load_ms, fell_back, fallback_reason. --hold keeps it\n"
-    "        loaded until stdin closes or SIGTERM.\n"
+    "        loaded until stdin closes or SIGTERM. --workers N: threads that\n"
+    "        hash (no manifest) and publish (--direct); default: the CPUs this\n"
+    "        process may use (affinity, cgroup cpu.max). --digests: without a\n"
+    "        manifest, who hashes the model (daemon: it hashes while it ingests;\n"
+    "        agent: we hash first; auto, the default: one probe tensor decides,\n"
+    "        resident -> agent, missing -> daemon). --populate: how the store's\n"
+    "        mappings get their page tables (default madvise: at load, so the\n"
+    "        first request pays no page faults; none: on first touch).\n"
     "  verify [--store DIR] [--tenant T]\n"
     "        re-hash every stored tensor; list the ones that do not match\n"
     "  inspect MODEL | inspect [--store DIR] [--tenant T]\n"
@@ -57,6 +66,9 @@ struct cli {
     const char *socket;
     const char *label;
     int timeout_ms;
+    int workers;
+    enum agent_digests digests;
+    enum store_populate populate;
     enum agent_mode mode;
     bool mode_given;
     bool hold;
@@ -95,18 +107,27 @@ static int report(int r, const char *what, const tetris_error *err)
 static int parse_cli(int argc, char **argv, const char *cmd, const char *const *allowed,
                      struct cli *c)
 {
-    static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'},  {"tenant", required_argument, NULL, 't'},
-        {"manifest", required_argument, NULL, 'm'}, {"output", required_argument, NULL, 'o'},
-        {"direct", no_argument, NULL, 'D'},       {"private", no_argument, NULL, 'P'},
-        {"socket", required_argument, NULL, 'S'}, {"timeout-ms", required_argument, NULL, 'T'},
-        {"label", required_argument, NULL, 'l'},  {"hold", no_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
+                                             {"tenant", required_argument, NULL, 't'},
+                                             {"manifest", required_argument, NULL, 'm'},
+                                             {"output", required_argument, NULL, 'o'},
+                                             {"direct", no_argument, NULL, 'D'},
+                                             {"private", no_argument, NULL, 'P'},
+                                             {"socket", required_argument, NULL, 'S'},
+                                             {"timeout-ms", required_argument, NULL, 'T'},
+                                             {"label", required_argument, NULL, 'l'},
+                                             {"hold", no_argument, NULL, 'H'},
+                                             {"workers", required_argument, NULL, 'W'},
+                                             {"digests", required_argument, NULL, 'd'},
+                                             {"populate", required_argument, NULL, 'p'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     int c_, idx;
 
     memset(c, 0, sizeof(*c));
     c->store_dir = STORE_DEFAULT_DIR;
     c->mode = AGENT_MODE_STORE;
+    c->populate = AGENT_POPULATE_DEFAULT;
     optind = 1;
     while ((c_ = getopt_long(argc, argv, "ho:", longopts, &idx)) != -1) {
         const char *name = NULL;
@@ -134,6 +155,28 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
         case 'S': c->socket = optarg; break;
         case 'l': c->label = optarg; break;
         case 'H': c->hold = true; break;
+        case 'p': {
+            tetris_error err = {0};
+            if (agent_populate_parse(optarg, &c->populate, &err) < 0)
+                return usage_error("%s", err.msg);
+            break;
+        }
+        case 'd':
+            if (strcmp(optarg, "auto") == 0)
+                c->digests = AGENT_DIGESTS_AUTO;
+            else if (strcmp(optarg, "agent") == 0)
+                c->digests = AGENT_DIGESTS_AGENT;
+            else if (strcmp(optarg, "daemon") == 0)
+                c->digests = AGENT_DIGESTS_DAEMON;
+            else
+                return usage_error("--digests: want auto, agent or daemon, not '%s'", optarg);
+            break;
+        case 'W': {
+            tetris_error err = {0};
+            if (cli_parse_int("--workers", optarg, 1, 4096, &c->workers, &err) < 0)
+                return usage_error("%s", err.msg);
+            break;
+        }
         case 'T': {
             tetris_error err = {0};
             if (cli_parse_int("--timeout-ms", optarg, 1, 86400000, &c->timeout_ms, &err) < 0)
@@ -207,8 +250,9 @@ static int print_load(const agent_model *am, const char *mode)
 
 static int cmd_load(int argc, char **argv)
 {
-    static const char *const allowed[] = {"store", "tenant", "manifest", "direct", "private",
-                                          "socket", "timeout-ms", "label", "hold", NULL};
+    static const char *const allowed[] = {"store",   "tenant",     "manifest", "direct", "private",
+                                          "socket",  "timeout-ms", "label",    "hold",   "workers",
+                                          "digests", "populate",   NULL};
     static const char *const mode_names[] = {"store", "direct", "private"};
     struct agent_options o;
     tetris_error err = {0};
@@ -227,6 +271,9 @@ static int cmd_load(int argc, char **argv)
     o.manifest_path = c.manifest;
     o.daemon_socket = c.socket;
     o.label = c.label;
+    o.workers = (unsigned)c.workers;
+    o.digests = c.digests;
+    o.populate = c.populate;
     if (c.timeout_ms > 0)
         o.daemon_timeout_ms = c.timeout_ms;
     if ((r = agent_load(c.arg, &o, &am, &err)) < 0)

@@ -28,6 +28,7 @@ struct run_options {
     const char *store_dir;
     const char *tenant;
     const char *manifest;
+    enum store_populate populate;
     uint64_t seed;
     int runs;
     int64_t dynamic_dim;
@@ -66,6 +67,9 @@ static void usage(FILE *out)
             "  --dim N          size of an input's dynamic dimensions after its first one\n"
             "                   (the batch, or the batch of a state tensor: always 1);\n"
             "                   default %d\n"
+            "  --populate P     none|map|madvise: how the store's mappings get their\n"
+            "                   page tables (default madvise: at load, not in the\n"
+            "                   first run)\n"
             "  --hold           after printing, keep the session until stdin closes or\n"
             "                   SIGTERM\n"
             "\n"
@@ -79,16 +83,23 @@ static void usage(FILE *out)
 
 static int parse_args(int argc, char **argv, struct run_options *o)
 {
-    static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'},   {"direct", no_argument, NULL, 'D'},
-        {"tenant", required_argument, NULL, 't'},  {"manifest", required_argument, NULL, 'm'},
-        {"private", no_argument, NULL, 'P'},       {"seed", required_argument, NULL, 'S'},
-        {"runs", required_argument, NULL, 'r'},    {"threads", required_argument, NULL, 'j'},
-        {"graph-opt", required_argument, NULL, 'g'}, {"dim", required_argument, NULL, 'd'},
-        {"hold", no_argument, NULL, 'H'},          {"prepack", no_argument, NULL, 'K'},
-        {"save-optimized", required_argument, NULL, 'O'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
+                                             {"direct", no_argument, NULL, 'D'},
+                                             {"tenant", required_argument, NULL, 't'},
+                                             {"manifest", required_argument, NULL, 'm'},
+                                             {"private", no_argument, NULL, 'P'},
+                                             {"seed", required_argument, NULL, 'S'},
+                                             {"runs", required_argument, NULL, 'r'},
+                                             {"threads", required_argument, NULL, 'j'},
+                                             {"graph-opt", required_argument, NULL, 'g'},
+                                             {"dim", required_argument, NULL, 'd'},
+                                             {"hold", no_argument, NULL, 'H'},
+                                             {"prepack", no_argument, NULL, 'K'},
+                                             {"save-optimized", required_argument, NULL, 'O'},
+                                             {"populate", required_argument, NULL, 'p'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, 'V'},
+                                             {NULL, 0, NULL, 0}};
     bool store_given = false, private_given = false;
     tetris_error err = {0};
     int c;
@@ -99,6 +110,7 @@ static int parse_args(int argc, char **argv, struct run_options *o)
     o->store_dir = STORE_DEFAULT_DIR;
     o->seed = 1;
     o->runs = 1;
+    o->populate = AGENT_POPULATE_DEFAULT;
     o->dynamic_dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM;
     ort_adapter_options_init(&o->ort);
     o->ort.intra_op_threads = 1;
@@ -112,6 +124,10 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         case 'H': o->hold = true; break;
         case 'K': o->ort.prepack = true; break;
         case 'O': o->ort.save_optimized = optarg; break;
+        case 'p':
+            if (agent_populate_parse(optarg, &o->populate, &err) < 0)
+                goto bad_number;
+            break;
         case 'S':
             if (cli_parse_u64("--seed", optarg, 0, INT64_MAX, &o->seed, &err) < 0)
                 goto bad_number;
@@ -266,6 +282,7 @@ int main(int argc, char **argv)
         ao.store_dir = o.store_dir;
         ao.tenant = o.tenant;
         ao.manifest_path = o.manifest;
+        ao.populate = o.populate;
         if ((r = agent_load(o.model, &ao, &am, &err)) < 0)
             goto fail;
         load_ms = clock_now_ms() - t0;

@@ -26,9 +26,9 @@ static void same_tensor(const tensor_desc *a, const tensor_desc *b)
 {
     if (strcmp(a->name, b->name) != 0 || strcmp(a->meta.dtype, b->meta.dtype) != 0 ||
         a->meta.ndim != b->meta.ndim ||
-        memcmp(a->meta.shape, b->meta.shape, sizeof a->meta.shape) != 0 ||
-        a->offset != b->offset || a->length != b->length || a->meta.nbytes != b->meta.nbytes ||
-        a->encoding != b->encoding || a->meta.crc32 != b->meta.crc32 ||
+        memcmp(a->meta.shape, b->meta.shape, sizeof a->meta.shape) != 0 || a->offset != b->offset ||
+        a->length != b->length || a->meta.nbytes != b->meta.nbytes || a->encoding != b->encoding ||
+        a->has_digest != b->has_digest || a->meta.crc32 != b->meta.crc32 ||
         !tensor_digest_equal(&a->meta.digest, &b->meta.digest))
         abort();
 }

@@ -281,7 +281,8 @@ static int entry_object(const json_t *entry, const struct where *w, tetris_error
 
 /* manifest_entry_decode at w (whose name it sets). */
 static int entry_decode(const json_t *obj, struct where *w, const char *source_key,
-                        tensor_desc *t, const json_t **source_value, tetris_error *err)
+                        bool digest_optional, tensor_desc *t, const json_t **source_value,
+                        tetris_error *err)
 {
     int ret = entry_object(obj, w, err);
     if (ret < 0)
@@ -320,13 +321,18 @@ static int entry_decode(const json_t *obj, struct where *w, const char *source_k
     if (tensor_shape_nbytes(t->meta.dtype, t->meta.ndim, t->meta.shape, &computed, &serr) < 0)
         return field_error(w, "shape", serr.msg, err);
 
-    uint64_t crc;
+    uint64_t crc = 0;
     if ((ret = get_uint(obj, "offset", INT64_MAX, w, &t->offset, err)) < 0 ||
         (ret = get_uint(obj, "length", INT64_MAX, w, &t->length, err)) < 0 ||
-        (ret = get_uint(obj, "nbytes", INT64_MAX, w, &t->meta.nbytes, err)) < 0 ||
-        (ret = get_uint(obj, "crc32", UINT32_MAX, w, &crc, err)) < 0)
+        (ret = get_uint(obj, "nbytes", INT64_MAX, w, &t->meta.nbytes, err)) < 0)
         return ret;
-    t->meta.crc32 = (uint32_t)crc;
+    /* An identity is both fields or, where allowed, neither: the reader
+     * then computes it. */
+    bool identity = !digest_optional || json_object_get(obj, "digest") != NULL ||
+                    json_object_get(obj, "crc32") != NULL;
+    if (identity && (ret = get_uint(obj, "crc32", UINT32_MAX, w, &crc, err)) < 0)
+        return ret;
+    t->meta.crc32 = identity ? (uint32_t)crc : 0;
     if (t->meta.nbytes != computed)
         return field_error(w, "nbytes", "does not match dtype and shape", err);
     if (strcmp(encoding, "raw") == 0)
@@ -353,9 +359,9 @@ static int entry_decode(const json_t *obj, struct where *w, const char *source_k
                  (unsigned long long)t->length, (unsigned long long)(t->meta.nbytes / width));
         return field_error(w, "length", problem, err);
     }
-    if ((ret = get_digest(obj, w, &t->meta.digest, err)) < 0)
+    if (identity && (ret = get_digest(obj, w, &t->meta.digest, err)) < 0)
         return ret;
-    t->has_digest = true;
+    t->has_digest = identity;
     t->name = strdup(name);
     if (t->name == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: tensor \"%s\"", w->what, name);
@@ -363,7 +369,7 @@ static int entry_decode(const json_t *obj, struct where *w, const char *source_k
 }
 
 int manifest_entry_decode(const json_t *entry, const char *what, size_t index,
-                          const char *source_key, tensor_desc *t,
+                          const char *source_key, bool digest_optional, tensor_desc *t,
                           const json_t **source_value, tetris_error *err)
 {
     char needs[200];
@@ -371,7 +377,7 @@ int manifest_entry_decode(const json_t *entry, const char *what, size_t index,
              "name, dtype, shape, %s, offset, length, nbytes, encoding, digest, crc32",
              source_key);
     struct where w = {.what = what, .index = index, .needs = needs};
-    return entry_decode(entry, &w, source_key, t, source_value, err);
+    return entry_decode(entry, &w, source_key, digest_optional, t, source_value, err);
 }
 
 /* A source as the manifest names it, resolved against base_dir (the
@@ -391,7 +397,7 @@ static int tensor_from_json(const json_t *obj, const char *base_dir, struct wher
 {
     const json_t *value;
     const char *source;
-    int ret = entry_decode(obj, w, "source", t, &value, err);
+    int ret = entry_decode(obj, w, "source", false, t, &value, err);
     if (ret == 0)
         ret = string_value(value, "source", w, &source, err);
     if (ret == 0 && (t->source = resolve_source(base_dir, source)) == NULL)

@@ -87,11 +87,13 @@ json_t *manifest_entry_encode(const struct tensor_desc *t, const char *source_ke
 
 /* Decodes and checks every field of ENTRY but its source into *t
  * (t->name malloc'd, t->source left alone; nothing allocated on failure).
+ * With digest_optional, an entry may leave out both "digest" and "crc32"
+ * (t->has_digest false), never only one of them.
  * *source_value is the entry's source_key member, present but of any type:
  * the caller knows what it must be. what and index name the entry in
  * messages (WHAT: tensors[INDEX] ...). */
 int manifest_entry_decode(const json_t *entry, const char *what, size_t index,
-                          const char *source_key, struct tensor_desc *t,
+                          const char *source_key, bool digest_optional, struct tensor_desc *t,
                           const json_t **source_value, tetris_error *err);
 
 /* ---- identities only ---- */

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/workers.h"
 #include "model/format_onnx.h"
 #include "model/format_safetensors.h"
 #include "model/protobuf.h"
@@ -208,21 +210,6 @@ int model_parse_file(const char *path, model **out, tetris_error *err)
     return ret;
 }
 
-/* Decodes a region (already in memory) into the tensor's bytes. */
-static int decode_region(const tensor_desc *t, const uint8_t *region, void *dst,
-                         tetris_error *err)
-{
-    switch (t->encoding) {
-    case TENSOR_ENC_RAW:
-        memcpy(dst, region, t->meta.nbytes);
-        return 0;
-    case TENSOR_ENC_VARINT:
-        return onnx_decode_varints(t, region, dst, err);
-    default:
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "unsupported encoding %d", (int)t->encoding);
-    }
-}
-
 static int pread_full(int fd, void *buf, uint64_t len, uint64_t offset, const tensor_desc *t,
                       tetris_error *err)
 {
@@ -331,72 +318,156 @@ int model_read_tensor_range(const tensor_desc *t, int source_fd, uint64_t offset
     return pread_full(source_fd, dst, len, t->offset + offset, t, err);
 }
 
-/* Hashes every tensor of one source file from a read-only mapping of it. */
-static int digest_source(model *m, const char *source, tetris_error *err)
+/* One source file, open for hashing. */
+struct open_source {
+    const char *path;
+    int fd;
+    uint64_t size;
+};
+
+/* The job of hashing a model's tensors from its sources, on workers: each
+ * tensor is one item; the first error stops the rest. */
+struct digest_job {
+    model *m;
+    const struct open_source *src; /* per tensor: its source */
+    pthread_mutex_t lock;
+    int rc;
+    tetris_error err;
+};
+
+/* Chunk of a raw tensor's hashing: read with pread and hashed while it is
+ * still in cache. Not a mapping of the file: where page faults are dear
+ * (some VMs: several seconds per GiB), faulting the source in costs more
+ * than hashing it. */
+#define DIGEST_CHUNK_BYTES (256u * 1024u)
+
+static int digest_raw(tensor_desc *t, const struct open_source *os, tetris_error *err)
 {
-    cleanup_close int fd = open(source, O_RDONLY | O_CLOEXEC);
+    tensor_hasher *h = NULL;
+    int ret = tensor_hasher_new(&t->meta, &h, err);
+    if (ret < 0)
+        return ret;
+    size_t chunk = t->meta.nbytes < DIGEST_CHUNK_BYTES ? (size_t)t->meta.nbytes
+                                                       : DIGEST_CHUNK_BYTES;
+    cleanup_free uint8_t *buf = malloc(chunk > 0 ? chunk : 1);
+    if (buf == NULL) {
+        tensor_hasher_free(h);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\"", t->name);
+    }
+    for (uint64_t off = 0; off < t->meta.nbytes; off += chunk) {
+        size_t n = t->meta.nbytes - off < chunk ? (size_t)(t->meta.nbytes - off) : chunk;
+        if ((ret = model_read_tensor_range(t, os->fd, off, buf, n, err)) < 0) {
+            tensor_hasher_free(h);
+            return ret;
+        }
+        tensor_hasher_update(h, buf, n);
+    }
+    tensor_hasher_finish(h, &t->meta.digest, &t->meta.crc32);
+    return 0;
+}
+
+static int digest_tensor(tensor_desc *t, const struct open_source *os, tetris_error *err)
+{
+    if (t->offset > os->size || t->length > os->size - t->offset)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "%s: tensor \"%s\": region [%llu, +%llu) is past the end of the "
+                           "file (%llu bytes)",
+                           os->path, t->name, (unsigned long long)t->offset,
+                           (unsigned long long)t->length, (unsigned long long)os->size);
+    int ret;
+    if (t->encoding == TENSOR_ENC_RAW) {
+        ret = digest_raw(t, os, err);
+    } else {
+        cleanup_free uint8_t *bytes = malloc(t->meta.nbytes > 0 ? t->meta.nbytes : 1);
+        if (bytes == NULL)
+            ret = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\"", t->name);
+        else if ((ret = model_read_tensor(t, os->fd, bytes, err)) == 0)
+            ret = tensor_digest_compute(&t->meta, bytes, err);
+    }
+    if (ret < 0)
+        return tetris_wrap(err, "%s: tensor \"%s\"", os->path, t->name);
+    t->has_digest = true;
+    return 0;
+}
+
+static void digest_item(void *ctx, size_t i)
+{
+    struct digest_job *j = ctx;
+    pthread_mutex_lock(&j->lock);
+    bool failed = j->rc < 0;
+    pthread_mutex_unlock(&j->lock);
+    if (failed)
+        return;
+    if (j->m->tensors[i].has_digest)
+        return;
+    tetris_error err;
+    int rc = digest_tensor(&j->m->tensors[i], &j->src[i], &err);
+    pthread_mutex_lock(&j->lock);
+    if (rc < 0 && j->rc == 0) {
+        j->rc = rc;
+        j->err = err;
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+static int open_source(const char *path, struct open_source *os, tetris_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
-                           "open %s", source);
+                           "open %s", path);
     struct stat st;
-    if (fstat(fd, &st) < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", source);
-    size_t size = (size_t)st.st_size;
-    const uint8_t *map = NULL;
-    if (size > 0) {
-        void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED)
-            return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", source);
-        (void)madvise(p, size, MADV_SEQUENTIAL); /* a hint; failure changes nothing */
-        map = p;
+    if (fstat(fd, &st) < 0) {
+        int rc = tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+        close(fd);
+        return rc;
     }
+    *os = (struct open_source){.path = path, .fd = fd, .size = (uint64_t)st.st_size};
+    return 0;
+}
 
+int model_compute_digests_workers(model *m, unsigned workers, tetris_error *err)
+{
+    if (m->n_tensors == 0)
+        return 0;
+    if (workers == 0) {
+        struct cpu_allowance a;
+        cpu_allowance_read(NULL, &a);
+        workers = a.workers;
+    }
+    /* Each distinct source is opened once. */
+    cleanup_free struct open_source *sources = calloc(m->n_tensors, sizeof(*sources));
+    cleanup_free struct open_source *per_tensor = calloc(m->n_tensors, sizeof(*per_tensor));
+    if (sources == NULL || per_tensor == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "model of %zu tensors", m->n_tensors);
+    size_t n_sources = 0;
     int ret = 0;
     for (size_t i = 0; i < m->n_tensors && ret == 0; i++) {
-        tensor_desc *t = &m->tensors[i];
-        if (strcmp(t->source, source) != 0)
-            continue;
-        if (t->offset > size || t->length > size - t->offset) {
-            ret = tetris_fail(err, TETRIS_E_FORMAT, 0,
-                              "%s: tensor \"%s\": region [%llu, +%llu) is past the end of the "
-                              "file (%zu bytes)",
-                              source, t->name, (unsigned long long)t->offset,
-                              (unsigned long long)t->length, size);
-            break;
-        }
-        static const uint8_t empty[1];
-        const uint8_t *region = t->length > 0 ? map + t->offset : empty;
-        if (t->encoding == TENSOR_ENC_RAW) {
-            ret = tensor_digest_compute(&t->meta, region, err);
-        } else {
-            cleanup_free uint8_t *bytes = malloc(t->meta.nbytes > 0 ? t->meta.nbytes : 1);
-            if (bytes == NULL)
-                ret = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\"", t->name);
-            else if ((ret = decode_region(t, region, bytes, err)) == 0)
-                ret = tensor_digest_compute(&t->meta, bytes, err);
-        }
-        if (ret < 0)
-            tetris_wrap(err, "%s: tensor \"%s\"", source, t->name);
-        else
-            t->has_digest = true;
+        size_t k = 0;
+        while (k < n_sources && strcmp(sources[k].path, m->tensors[i].source) != 0)
+            k++;
+        if (k == n_sources && (ret = open_source(m->tensors[i].source, &sources[k], err)) == 0)
+            n_sources++;
+        if (ret == 0)
+            per_tensor[i] = sources[k];
     }
-    if (map != NULL)
-        munmap((void *)map, size);
+    if (ret == 0) {
+        struct digest_job j = {.m = m, .src = per_tensor};
+        pthread_mutex_init(&j.lock, NULL);
+        workers_run(m->n_tensors, workers, NULL, digest_item, &j);
+        pthread_mutex_destroy(&j.lock);
+        if (j.rc < 0) {
+            ret = j.rc;
+            if (err != NULL)
+                *err = j.err;
+        }
+    }
+    for (size_t k = 0; k < n_sources; k++)
+        close(sources[k].fd);
     return ret;
 }
 
 int model_compute_digests(model *m, tetris_error *err)
 {
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        const char *source = m->tensors[i].source;
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(m->tensors[j].source, source) == 0;
-        if (seen)
-            continue;
-        int ret = digest_source(m, source, err);
-        if (ret < 0)
-            return ret;
-    }
-    return 0;
+    return model_compute_digests_workers(m, 0, err);
 }

@@ -54,7 +54,11 @@ int model_parse_file(const char *path, model **out, tetris_error *err);
 int model_parse_buffer(const char *path, const uint8_t *data, size_t len, model **out,
                        tetris_error *err);
 
-/* Reads every tensor's bytes and fills meta.digest/crc32. */
+/* Reads the bytes of every tensor without has_digest and fills its
+ * meta.digest/crc32, tensors hashed
+ * in parallel on workers threads (0: the CPU allowance, see
+ * common/workers.h); model_compute_digests uses the allowance. */
+int model_compute_digests_workers(model *m, unsigned workers, tetris_error *err);
 int model_compute_digests(model *m, tetris_error *err);
 
 /* Decodes one tensor's bytes (nbytes long) into dst, from an open fd of its

@@ -256,7 +256,15 @@ int ingest_request_encode(const char *label, const model *m, char **json,
             }
             sources[(*n_sources)++] = path;
         }
-        json_t *entry = manifest_entry_encode(t, "source_index", json_integer((json_int_t)s), err);
+        /* A tensor without its identity goes without one: the daemon
+         * computes it while it reads the bytes. */
+        tensor_desc d = *t;
+        d.has_digest = true;
+        json_t *entry = manifest_entry_encode(&d, "source_index", json_integer((json_int_t)s), err);
+        if (entry != NULL && !t->has_digest) {
+            json_object_del(entry, "digest");
+            json_object_del(entry, "crc32");
+        }
         if (entry == NULL)
             rc = -(err != NULL ? err->code : TETRIS_E_INVAL);
         else if (json_array_append_new(tensors, entry) < 0)
@@ -309,7 +317,7 @@ static int decode_tensor(const json_t *entry, size_t i, size_t n_sources,
                          ingest_request_tensor *out, tetris_error *err)
 {
     const json_t *index;
-    int rc = manifest_entry_decode(entry, REQUEST_WHAT, i, "source_index", &out->desc, &index,
+    int rc = manifest_entry_decode(entry, REQUEST_WHAT, i, "source_index", true, &out->desc, &index,
                                    err);
     if (rc < 0)
         return rc;
@@ -439,6 +447,12 @@ char *ingest_reply_encode(const char *holder, uint64_t ingested_bytes,
         if (t != NULL && results[i].status == INGEST_REJECTED) {
             json_object_set_new(t, "error", json_string(tetris_code_name(results[i].code)));
             json_object_set_new(t, "reason", json_string(results[i].reason));
+        } else if (t != NULL && results[i].has_digest) {
+            char hex[TENSOR_DIGEST_HEX_LEN + 1], digest[TENSOR_DIGEST_HEX_LEN + 8];
+            tensor_digest_to_hex(&results[i].digest, hex);
+            snprintf(digest, sizeof(digest), "sha256:%s", hex);
+            json_object_set_new(t, "digest", json_string(digest));
+            json_object_set_new(t, "crc32", json_integer((json_int_t)results[i].crc32));
         }
         json_array_append_new(tensors, t);
     }
@@ -484,15 +498,41 @@ static int reply_open(const char *json, size_t len, json_t **reply, tetris_error
                        "node daemon refused: %s", msg ? msg : "(no message)");
 }
 
+/* The identity the daemon computed for an entry sent without one: both
+ * "digest" and "crc32", or neither. */
+static int decode_identity(const json_t *t, size_t i, struct ingest_tensor_result *r,
+                           tetris_error *err)
+{
+    const json_t *digest = json_object_get(t, "digest");
+    const json_t *crc = json_object_get(t, "crc32");
+    if (digest == NULL && crc == NULL)
+        return 0;
+    const char *hex = json_string_value(digest);
+    tetris_error derr;
+    if (hex == NULL || strncmp(hex, "sha256:", 7) != 0 ||
+        tensor_digest_from_hex(hex + 7, &r->digest, &derr) < 0)
+        return tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                           "daemon reply: tensor %zu: \"digest\" must be \"sha256:\" and 64 hex "
+                           "digits",
+                           i);
+    if (!json_is_integer(crc) || json_integer_value(crc) < 0 ||
+        json_integer_value(crc) > UINT32_MAX)
+        return tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                           "daemon reply: tensor %zu: \"crc32\" must be a 32-bit unsigned integer",
+                           i);
+    r->crc32 = (uint32_t)json_integer_value(crc);
+    r->has_digest = true;
+    return 0;
+}
+
 static int decode_result(const json_t *t, size_t i, struct ingest_tensor_result *r,
                          tetris_error *err)
 {
     const char *status = json_string_value(json_object_get(t, "status"));
     memset(r, 0, sizeof(*r));
-    if (status != NULL && strcmp(status, "resident") == 0) {
-        r->status = INGEST_RESIDENT;
-    } else if (status != NULL && strcmp(status, "ingested") == 0) {
-        r->status = INGEST_INGESTED;
+    if (status != NULL && (strcmp(status, "resident") == 0 || strcmp(status, "ingested") == 0)) {
+        r->status = strcmp(status, "resident") == 0 ? INGEST_RESIDENT : INGEST_INGESTED;
+        return decode_identity(t, i, r, err);
     } else if (status != NULL && strcmp(status, "rejected") == 0) {
         const char *code = json_string_value(json_object_get(t, "error"));
         const char *reason = json_string_value(json_object_get(t, "reason"));

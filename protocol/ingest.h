@@ -18,7 +18,14 @@
  *             "tensors":[ENTRY, ...]}
  *            + one descriptor per sources[] entry, in order
  *            ENTRY is a manifest entry (model/manifest.h) with
- *            "source_index":I (0 <= I < len(sources)) in place of "source".
+ *            "source_index":I (0 <= I < len(sources)) in place of "source";
+ *            it may leave out both "digest" and "crc32" (never only one):
+ *            the daemon then computes them while it reads the bytes, in
+ *            one pass (read, hash, write into a private temp file that is
+ *            published under the digest computed), so a client that has
+ *            no manifest does not hash the file itself first. The daemon
+ *            trusts only what it computes either way: a client cannot
+ *            choose the identity of the bytes it sends.
  *            label: at most 255 bytes, no control characters (it names the
  *            instance's holder and its metrics); at most INGEST_MAX_TENSORS
  *            entries. The paths are informational (logs); the daemon only
@@ -29,7 +36,14 @@
  *                         "error":CODE,"reason":S (rejected only)}, ...]}
  *            one result per entry, in request order; CODE "full" when the
  *            store is at capacity, "corrupt" when the bytes do not hash to
- *            the claimed digest.
+ *            the claimed digest. A result for an entry sent without a
+ *            digest that is not rejected carries "digest":"sha256:HEX" and
+ *            "crc32":N, what the daemon computed. A digest-less entry is
+ *            charged like any missing tensor before it is read (it may
+ *            turn out resident: its copy is then discarded), so on a full
+ *            store it is rejected "full" unread: a client that may be
+ *            loading a resident model hashes it itself (tetris-agent
+ *            does, see docs/programs/tetris-agent.md).
  *   request  {"op":"report_fallback","label":S,"reason":S}   no descriptors
  *   reply    {"ok":true}
  *   error    {"ok":false,"error":CODE,"message":S}, after which the daemon
@@ -131,7 +145,8 @@ typedef struct ingest_request {
     ingest_request_tensor *tensors;
 } ingest_request;
 
-/* The ingest request for every tensor of m (each with has_digest), sources
+/* The ingest request for every tensor of m (those without has_digest sent
+ * without an identity), sources
  * numbered in order of first use (a tensor without a source is in
  * m->path). *json is malloc'd; sources[0..*n_sources) point into m and say
  * which descriptors to attach, in order (sources has INGEST_MAX_SOURCES
@@ -162,6 +177,10 @@ struct ingest_tensor_result {
     enum ingest_status status;
     int code;                       /* tetris_code of a rejection (FULL, CORRUPT, ...) */
     char reason[INGEST_REASON_MAX]; /* human-readable rejection reason */
+    bool has_digest;                /* the daemon computed the identity (the
+                                       entry had none): digest, crc32 */
+    tensor_digest digest;
+    uint32_t crc32;
 };
 
 struct ingest_summary {

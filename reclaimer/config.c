@@ -41,6 +41,7 @@ enum {
     OPT_INGEST_TIMEOUT,
     OPT_MAX_CONNS_PER_UID,
     OPT_MAX_CONNS_PER_PID,
+    OPT_WORKERS,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -70,6 +71,7 @@ static const struct option long_options[] = {
     {"ingest-timeout", required_argument, NULL, OPT_INGEST_TIMEOUT},
     {"max-connections-per-uid", required_argument, NULL, OPT_MAX_CONNS_PER_UID},
     {"max-connections-per-pid", required_argument, NULL, OPT_MAX_CONNS_PER_PID},
+    {"workers", required_argument, NULL, OPT_WORKERS},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -112,6 +114,9 @@ void reclaimer_usage(const char *prog)
            "  --max-connections-per-uid N  of them from one peer uid (default three\n"
            "                           quarters of --max-connections)\n"
            "  --max-connections-per-pid N  of them from one peer process (default 8)\n"
+           "  --workers N              threads that hash and publish ingests, all\n"
+           "                           requests together (default 0 = the CPUs this\n"
+           "                           process may use: affinity and cgroup cpu.max)\n"
            "  --request-timeout SECS   to receive a request or send a reply (default 30)\n"
            "  --pin-file FILE          digests (hex, one per line) kept as if referenced,\n"
            "                           e.g. the models of pods scheduled to this node;\n"
@@ -270,6 +275,13 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
     case OPT_INGEST_TIMEOUT: return parse_period(v, &cfg->ingest_timeout_s, "ingest timeout", err);
     case OPT_MAX_CONNS_PER_UID: return parse_count(v, &cfg->max_conns_per_uid, err);
     case OPT_MAX_CONNS_PER_PID: return parse_count(v, &cfg->max_conns_per_pid, err);
+    case OPT_WORKERS: {
+        uint64_t n;
+        int rc = cli_parse_u64(NULL, v, 0, 4096, &n, err);
+        if (rc == 0)
+            cfg->workers = (unsigned)n;
+        return rc;
+    }
     case OPT_SCRUB_RATE:
         return config_parse_bytes(v, &cfg->scrub_rate, err);
     case OPT_NODE_NAME:

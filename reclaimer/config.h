@@ -48,6 +48,8 @@ struct reclaimer_config {
     double ingest_timeout_s;        /* time one ingest request may take */
     unsigned max_conns_per_uid;     /* ingest connections of one peer uid */
     unsigned max_conns_per_pid;     /* ... of one peer process */
+    unsigned workers;               /* ingest hashing threads, all requests
+                                       together; 0: the CPU allowance */
     uint64_t scrub_rate;         /* CRC-checked bytes per second, 0: off */
     unsigned max_connections;    /* concurrent ingest connections */
     double request_timeout_s;    /* to receive a request / send a reply */

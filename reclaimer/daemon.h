@@ -18,6 +18,7 @@
 
 #include "reclaimer/config.h"
 #include "common/error.h"
+#include "common/workers.h"
 #include "tensorstore/store.h"
 #include "reclaimer/tensor_index.h"
 
@@ -164,6 +165,12 @@ struct daemon {
     int64_t last_pass_us;    /* how long it took */
     int64_t last_locked_us;  /* the longest any one store's ingests had to wait */
     bool last_pass_ok;
+
+    /* Threads that hash and publish ingested tensors: a request runs on its
+     * connection's thread plus helpers from ingest_slots (workers - 1 in
+     * all), so concurrent requests share the CPU allowance. */
+    unsigned workers;
+    struct worker_slots ingest_slots;
 
     atomic_uint_least64_t reclaim_passes;
     atomic_uint connections; /* open ingest connections, all stores */

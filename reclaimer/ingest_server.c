@@ -1,10 +1,13 @@
 /* ingest_server.c - the daemon's side of the ingest protocol (messages,
  * framing and limits in protocol/ingest.h).
  *
- * One thread per client connection. The client's descriptors are the only
+ * One thread per client connection; a request's tensors are hashed and
+ * published on that thread and on helpers from the daemon's worker pool
+ * (its CPU allowance, shared by every request). The client's descriptors are the only
  * source of bytes: the daemon decodes each tensor from them itself and
  * store_publish_tensor re-hashes what it wrote, so a client that lies about
- * a digest gets "rejected" instead of poisoning the store. The connection
+ * a digest gets "rejected" instead of poisoning the store; an entry sent
+ * without a digest is published under the one the store computes. The connection
  * is the client's liveness: its references live in a holder the daemon
  * keeps open until the connection closes. Every request is validated
  * before anything is touched; a malformed one gets an error reply and the
@@ -115,15 +118,18 @@ static int check_sources(const ingest_request *rq, const int *fds, tetris_error 
 
 /* ---- budgets ---- */
 
-/* The limits one request is held to, read once per request. */
+/* The limits one request is held to, read once per request. Its workers
+ * share it: what they change is under lock. */
 struct budget {
     struct conn *c;
+    pthread_mutex_t lock; /* spent, cut, ingested; while publishing */
     int64_t deadline_ms; /* --ingest-timeout from the request's arrival */
     double timeout_s;
     uint64_t capacity;  /* the node's, 0: unlimited */
     uint64_t quota;     /* this store's own (a tenant's), 0: none */
     uint64_t max_bytes; /* to read for this request, 0: unlimited */
     uint64_t spent;     /* bytes of the tensors it read or is reading */
+    uint64_t ingested;  /* bytes it published */
     const char *cut;    /* the budget that refused a tensor, or NULL */
     bool oversized;     /* the request's missing bytes exceed the capacity:
                            no eviction could make room for all of it, so a
@@ -151,13 +157,17 @@ static void budget_init(struct conn *c, struct budget *b)
 static int budget_spend(struct budget *b, const tensor_desc *t, tetris_error *err)
 {
     uint64_t need = t->length > t->meta.nbytes ? t->length : t->meta.nbytes;
-    if (b->max_bytes > 0 && (b->spent > b->max_bytes || need > b->max_bytes - b->spent)) {
+    pthread_mutex_lock(&b->lock);
+    bool over = b->max_bytes > 0 && (b->spent > b->max_bytes || need > b->max_bytes - b->spent);
+    if (over)
         b->cut = "bytes";
+    else
+        b->spent += need;
+    pthread_mutex_unlock(&b->lock);
+    if (over)
         return tetris_fail(err, TETRIS_E_DENIED, 0,
                            "request over its budget of %llu bytes (--max-request-bytes)",
                            (unsigned long long)b->max_bytes);
-    }
-    b->spent += need;
     return 0;
 }
 
@@ -178,7 +188,9 @@ static int budget_check(void *ctx, tetris_error *err)
     if (atomic_load(&b->c->srv->ss->d->stopping))
         return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
     if (clock_mono_ms() >= b->deadline_ms) {
+        pthread_mutex_lock(&b->lock);
         b->cut = "time";
+        pthread_mutex_unlock(&b->lock);
         return tetris_fail(err, TETRIS_E_TIMEOUT, 0,
                            "request over its time budget of %gs (--ingest-timeout)", b->timeout_s);
     }
@@ -215,10 +227,16 @@ static int check_request_refs(struct conn *c, const ingest_request *rq, tetris_e
     for (size_t i = 0; i < rq->n_tensors; i++)
         ix[i] = i;
     qsort_r(ix, rq->n_tensors, sizeof(*ix), by_digest_cmp, (void *)rq);
+    /* An entry without a digest may be any tensor: it counts as a new one. */
     size_t new_refs = 0;
-    for (size_t k = 0; k < rq->n_tensors; k++)
-        if (k == 0 || by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) != 0)
-            new_refs += !conn_holds(c, &rq->tensors[ix[k]].desc.meta.digest);
+    for (size_t k = 0; k < rq->n_tensors; k++) {
+        const tensor_desc *d = &rq->tensors[ix[k]].desc;
+        if (!d->has_digest)
+            new_refs++;
+        else if (k == 0 || !rq->tensors[ix[k - 1]].desc.has_digest ||
+                 by_digest_cmp(&ix[k - 1], &ix[k], (void *)rq) != 0)
+            new_refs += !conn_holds(c, &d->meta.digest);
+    }
     if (c->n_held + new_refs > INGEST_MAX_HOLDER_REFS)
         return tetris_fail(err, TETRIS_E_DENIED, 0,
                            "connection would hold %zu references, over the limit of %d",
@@ -274,12 +292,16 @@ static void reject(struct served_store *ss, struct ingest_tensor_result *r, int 
 }
 
 /* Publishes one tensor if it is missing. Takes no store-wide lock: the
- * client's bytes are read under the tensor's own lock, within the budget. */
-static void publish_one(struct served_store *ss, const int *fds, const ingest_request_tensor *t,
-                        struct budget *b, struct ingest_tensor_result *r, uint64_t *ingested_bytes)
+ * client's bytes are read under the tensor's own lock, within the budget.
+ * An entry without a digest is read, hashed and written in one pass and
+ * its digest filled in (t->desc, r): it is charged before it is read,
+ * like a missing tensor, since only its bytes can tell it is not. */
+static void publish_one(struct served_store *ss, const int *fds, ingest_request_tensor *t,
+                        struct budget *b, struct ingest_tensor_result *r)
 {
     const tensor_meta *meta = &t->desc.meta;
-    if (store_has_tensor(ss->store, &meta->digest)) {
+    bool computed = !t->desc.has_digest;
+    if (!computed && store_has_tensor(ss->store, &meta->digest)) {
         r->status = INGEST_RESIDENT;
         return;
     }
@@ -308,18 +330,28 @@ static void publish_one(struct served_store *ss, const int *fds, const ingest_re
         return;
     }
     bool published = false;
-    rc = model_publish_tensor_checked(ss->store, &t->desc, fds[t->source_index], budget_check, b,
-                                      &published, &err);
+    if (computed) {
+        rc = model_publish_tensor_computed(ss->store, &t->desc, fds[t->source_index], budget_check,
+                                           b, &published, &err);
+        r->has_digest = rc == 0;
+        r->digest = meta->digest;
+        r->crc32 = meta->crc32;
+    } else {
+        rc = model_publish_tensor_checked(ss->store, &t->desc, fds[t->source_index], budget_check,
+                                          b, &published, &err);
+    }
     if (rc < 0 || !published) {
         unreserve(ss, charge);
         if (rc < 0)
             reject(ss, r, -rc, err.msg);
         else
-            r->status = INGEST_RESIDENT; /* someone else published it meanwhile */
+            r->status = INGEST_RESIDENT; /* resident already, or published meanwhile */
         return;
     }
     r->status = INGEST_INGESTED;
-    *ingested_bytes += meta->nbytes;
+    pthread_mutex_lock(&b->lock);
+    b->ingested += meta->nbytes;
+    pthread_mutex_unlock(&b->lock);
     atomic_fetch_add(&ss->counters.ingest_tensors, 1);
     atomic_fetch_add(&ss->counters.ingest_bytes, meta->nbytes);
     /* Resident before unreserved: no one else sees the room meanwhile. */
@@ -340,8 +372,9 @@ static bool request_oversized(struct served_store *ss, const ingest_request *rq)
     pthread_mutex_unlock(&ss->d->cfg_lock);
     uint64_t missing = 0;
     for (size_t i = 0; i < rq->n_tensors && capacity > 0 && missing <= capacity; i++) {
-        const tensor_meta *meta = &rq->tensors[i].desc.meta;
-        if (!store_has_tensor(ss->store, &meta->digest))
+        const tensor_desc *d = &rq->tensors[i].desc;
+        const tensor_meta *meta = &d->meta;
+        if (!d->has_digest || !store_has_tensor(ss->store, &meta->digest))
             missing += meta->nbytes < capacity ? meta->nbytes : capacity + 1;
     }
     return missing > capacity;
@@ -437,13 +470,32 @@ static void observe_duration(struct served_store *ss, int64_t us)
  * reference are published again, this many times at most. */
 #define PUBLISH_ATTEMPTS 3
 
-/* Publishes what is missing without any store-wide lock, then, under the
- * use lock (shared), checks that every tensor is still resident and
- * records the references. Only that second step excludes a reclaim pass,
- * and it does no client I/O. */
-static int publish_and_refer(struct conn *c, const ingest_request *rq, const int *fds,
-                             struct budget *b, struct ingest_tensor_result *res,
-                             uint64_t *ingested_bytes, tetris_error *err)
+/* One request's tensors to publish, handed out to its workers in order. */
+struct publish_job {
+    struct served_store *ss;
+    ingest_request *rq;
+    const int *fds;
+    const size_t *order;
+    const bool *todo;
+    struct budget *b;
+    struct ingest_tensor_result *res;
+};
+
+static void publish_item(void *ctx, size_t k)
+{
+    const struct publish_job *j = ctx;
+    size_t i = j->order[k];
+    if (j->todo[i])
+        publish_one(j->ss, j->fds, &j->rq->tensors[i], j->b, &j->res[i]);
+}
+
+/* Publishes what is missing without any store-wide lock, on the request's
+ * share of the daemon's workers, then, under the use lock (shared), checks
+ * that every tensor is still resident and records the references (an entry
+ * sent without a digest has the one computed by then). Only
+ * that second step excludes a reclaim pass, and it does no client I/O. */
+static int publish_and_refer(struct conn *c, ingest_request *rq, const int *fds, struct budget *b,
+                             struct ingest_tensor_result *res, tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     cleanup_free size_t *order = malloc((rq->n_tensors + 1) * sizeof(*order));
@@ -454,10 +506,10 @@ static int publish_and_refer(struct conn *c, const ingest_request *rq, const int
     shuffle(order, rq->n_tensors, &seed);
     for (size_t i = 0; i < rq->n_tensors; i++)
         todo[i] = true;
+    struct publish_job job = {
+        .ss = ss, .rq = rq, .fds = fds, .order = order, .todo = todo, .b = b, .res = res};
     for (int attempt = 1;; attempt++) {
-        for (size_t k = 0; k < rq->n_tensors; k++)
-            if (todo[order[k]])
-                publish_one(ss, fds, &rq->tensors[order[k]], b, &res[order[k]], ingested_bytes);
+        workers_run(rq->n_tensors, ss->d->workers, &ss->d->ingest_slots, publish_item, &job);
         pthread_rwlock_rdlock(&ss->use_lock);
         size_t missing = 0;
         for (size_t i = 0; i < rq->n_tensors; i++) {
@@ -480,8 +532,8 @@ static int publish_and_refer(struct conn *c, const ingest_request *rq, const int
     }
 }
 
-static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fds,
-                         char **reply, tetris_error *err)
+static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, char **reply,
+                         tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     int64_t t0 = clock_mono_us();
@@ -499,9 +551,11 @@ static int handle_ingest(struct conn *c, const ingest_request *rq, const int *fd
     cleanup_free struct ingest_tensor_result *res = calloc(rq->n_tensors + 1, sizeof(*res));
     if (res == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
-    uint64_t ingested_bytes = 0;
     atomic_fetch_add(&ss->counters.ingests_active, 1);
-    rc = publish_and_refer(c, rq, fds, &b, res, &ingested_bytes, err);
+    pthread_mutex_init(&b.lock, NULL);
+    rc = publish_and_refer(c, rq, fds, &b, res, err);
+    pthread_mutex_destroy(&b.lock);
+    uint64_t ingested_bytes = b.ingested;
     atomic_fetch_sub(&ss->counters.ingests_active, 1);
     if (rc == 0) {
         *reply = ingest_reply_encode(c->holder ? store_holder_id(c->holder) : "", ingested_bytes,

@@ -32,6 +32,21 @@ static void daemon_init(struct daemon *d, const struct reclaimer_config *cfg)
     pthread_mutex_init(&d->peers_lock, NULL);
     d->started_ms = clock_wall_ms();
     d->instance_lock_fd = -1;
+    d->workers = cfg->workers;
+    if (d->workers == 0) {
+        struct cpu_allowance a;
+        cpu_allowance_read(NULL, &a);
+        d->workers = a.workers;
+        log_info("event=ingest-workers workers=%u affinity_cpus=%u cpu_quota=%g source=allowance",
+                 a.workers, a.affinity, a.quota_cpus);
+    } else {
+        log_info("event=ingest-workers workers=%u source=flag", d->workers);
+    }
+    if (d->workers == 1)
+        log_warn("event=ingest-one-worker msg=%s",
+                 LOG_Q("one CPU allowed: ingests hash and publish on one thread"));
+    /* Each request's own thread is one worker; the rest are shared. */
+    worker_slots_init(&d->ingest_slots, d->workers - 1);
 }
 
 static void daemon_fini(struct daemon *d)
@@ -44,6 +59,7 @@ static void daemon_fini(struct daemon *d)
     pthread_mutex_destroy(&d->pass_lock);
     pthread_mutex_destroy(&d->pin_lock);
     pthread_mutex_destroy(&d->cfg_lock);
+    worker_slots_destroy(&d->ingest_slots);
     if (d->instance_lock_fd >= 0)
         close(d->instance_lock_fd);
 }

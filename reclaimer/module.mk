@@ -22,5 +22,6 @@ SHELL_TESTS += tests/reclaimer/test-health-restart.sh
 SHELL_TESTS += tests/reclaimer/test-hostile-locks.sh tests/reclaimer/test-hostile-links.sh
 # A hostile pod (uid nobody) against the daemon's budgets and limits.
 SHELL_TESTS += tests/reclaimer/test-budgets.sh
+SHELL_TESTS += tests/reclaimer/test-workers.sh
 # Real memory cgroups and a 256 MiB model; 25 daemon crashes mid-ingest.
 SLOW_TESTS += tests/reclaimer/test-cgroup.sh tests/reclaimer/test-crash.sh

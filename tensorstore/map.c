@@ -90,16 +90,47 @@ static int fail_nomem(size_t len, tetris_error *err)
     return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "mmap %zu bytes", len);
 }
 
-static int map_file(int fd, const tensor_meta *meta, store_mapping *out, tetris_error *err)
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* Fills the page tables of a fresh read-only mapping. A kernel before 5.14
+ * does not know MADV_POPULATE_READ (EINVAL): then one read per page does
+ * the same, at the cost of a fault each (what the first inference would
+ * otherwise pay). */
+static int populate(void *base, size_t len, tetris_error *err)
+{
+    if (madvise(base, len, MADV_POPULATE_READ) == 0)
+        return 0;
+    if (errno != EINVAL)
+        return tetris_fail(err, store_errno_code(errno), errno, "populate %zu bytes", len);
+    long page = sysconf(_SC_PAGESIZE);
+    size_t step = page > 0 ? (size_t)page : 4096;
+    volatile const unsigned char *p = base;
+    for (size_t off = 0; off < len; off += step)
+        (void)p[off];
+    return 0;
+}
+
+static int map_file(int fd, const tensor_meta *meta, enum store_populate how, store_mapping *out,
+                    tetris_error *err)
 {
     size_t len = (size_t)meta->nbytes + TENSOR_TRAILER_BYTES;
-    void *base = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    int flags = MAP_SHARED | (how == STORE_POPULATE_MAP ? MAP_POPULATE : 0);
+    void *base = mmap(NULL, len, PROT_READ, flags, fd, 0);
     if (base == MAP_FAILED && errno == ENOMEM)
         return fail_nomem(len, err);
     if (base == MAP_FAILED)
         return tetris_fail(err, store_errno_code(errno), errno, "mmap %zu bytes", len);
     if (meta->nbytes >= HUGE_PAGE_BYTES)
         madvise(base, len, MADV_HUGEPAGE); /* a hint; kernels without THP say EINVAL */
+    if (how == STORE_POPULATE_MADVISE) {
+        int rc = populate(base, len, err);
+        if (rc < 0) {
+            munmap(base, len);
+            return rc;
+        }
+    }
     out->data = base;
     out->nbytes = meta->nbytes;
     out->meta = *meta;
@@ -110,6 +141,12 @@ static int map_file(int fd, const tensor_meta *meta, store_mapping *out, tetris_
 
 int store_map_tensor(store *s, const tensor_digest *d, store_mapping *out, tetris_error *err)
 {
+    return store_map_tensor_populated(s, d, STORE_POPULATE_NONE, out, err);
+}
+
+int store_map_tensor_populated(store *s, const tensor_digest *d, enum store_populate how,
+                               store_mapping *out, tetris_error *err)
+{
     tensor_meta meta;
     cleanup_close int fd = tensor_file_open(s, d, &meta, err);
     if (fd < 0) {
@@ -117,7 +154,7 @@ int store_map_tensor(store *s, const tensor_digest *d, store_mapping *out, tetri
             return tetris_wrap(err, "store %s", s->root);
         return fd;
     }
-    return map_file(fd, &meta, out, err);
+    return map_file(fd, &meta, how, out, err);
 }
 
 void store_unmap_tensor(store_mapping *m)

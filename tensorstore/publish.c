@@ -159,10 +159,10 @@ static int write_in_chunks(const tensor_meta *meta, const char *hex, int fd,
     return 0;
 }
 
-/* Writes the bytes, then checks that what was written hashes to the
- * digest and crc32 the caller claimed. */
-static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
-                            const struct byte_source *src, tetris_error *err)
+/* Writes the bytes and hashes them as they are written. */
+static int write_and_hash(const tensor_meta *meta, const char *hex, int fd,
+                          const struct byte_source *src, tensor_digest *got, uint32_t *crc,
+                          tetris_error *err)
 {
     tensor_hasher *h = NULL;
     int rc = tensor_hasher_new(meta, &h, err);
@@ -175,9 +175,20 @@ static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
         tetris_wrap(err, "filling tensor %s", hex);
         return rc;
     }
+    tensor_hasher_finish(h, got, crc);
+    return 0;
+}
+
+/* Writes the bytes, then checks that what was written hashes to the
+ * digest and crc32 the caller claimed. */
+static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
+                            const struct byte_source *src, tetris_error *err)
+{
     tensor_digest got;
     uint32_t crc;
-    tensor_hasher_finish(h, &got, &crc);
+    int rc = write_and_hash(meta, hex, fd, src, &got, &crc, err);
+    if (rc < 0)
+        return rc;
     if (!tensor_digest_equal(&got, &meta->digest)) {
         char got_hex[TENSOR_DIGEST_HEX_LEN + 1];
         tensor_digest_to_hex(&got, got_hex);
@@ -220,8 +231,8 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
     return 0;
 }
 
-static int publish_from(store *s, const tensor_meta *meta, const struct byte_source *src,
-                        bool *published, tetris_error *err)
+/* What every publish checks first. */
+static int publish_check(store *s, const tensor_meta *meta, bool *published, tetris_error *err)
 {
     if (published != NULL)
         *published = false;
@@ -234,6 +245,15 @@ static int publish_from(store *s, const tensor_meta *meta, const struct byte_sou
     if (meta->nbytes > (uint64_t)INT64_MAX - TENSOR_TRAILER_BYTES)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor of %llu bytes is too large to store",
                            (unsigned long long)meta->nbytes);
+    return 0;
+}
+
+static int publish_from(store *s, const tensor_meta *meta, const struct byte_source *src,
+                        bool *published, tetris_error *err)
+{
+    int rc = publish_check(s, meta, published, err);
+    if (rc < 0)
+        return rc;
     if (store_has_tensor(s, &meta->digest))
         return 0;
 
@@ -277,4 +297,44 @@ int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_f
 {
     struct byte_source src = {.read = read, .ctx = ctx};
     return publish_from(s, meta, &src, published, err);
+}
+
+/* The bytes go into the temp file before their identity is known, so the
+ * tensor's lock is taken only to publish: concurrent publishers of one
+ * digest each write a copy, and the first rename wins (the others find it
+ * resident under the lock and discard theirs). That costs a write of the
+ * bytes, never a second read of them. */
+int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn read,
+                                  store_fill_fn fill, void *ctx, bool *published, tetris_error *err)
+{
+    int rc = publish_check(s, meta, published, err);
+    if (rc < 0)
+        return rc;
+    if ((read == NULL) == (fill == NULL))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "publish: give one of read and fill");
+    struct byte_source src = {.read = read, .fill = fill, .ctx = ctx};
+    const char *what = "(identity pending)";
+    struct temp_file t = {.fd = -1};
+    uint64_t file_bytes = meta->nbytes + TENSOR_TRAILER_BYTES;
+    rc = reserve(s, "pending", file_bytes, &t, err);
+    if (rc < 0)
+        return rc;
+    if (fill != NULL)
+        rc = allocate(s, what, file_bytes, &t, err);
+    if (rc == 0)
+        rc = write_and_hash(meta, what, t.fd, &src, &meta->digest, &meta->crc32, err);
+    if (rc == 0) {
+        cleanup_close int lock = store_lock_tensor(s, &meta->digest, err);
+        if (lock < 0)
+            rc = lock;
+        else if (!store_has_tensor(s, &meta->digest)) {
+            char hex[TENSOR_DIGEST_HEX_LEN + 1];
+            tensor_digest_to_hex(&meta->digest, hex);
+            rc = finish_file(s, meta, hex, &t, err);
+            if (rc == 0 && published != NULL)
+                *published = true;
+        }
+    }
+    temp_file_discard(&t);
+    return rc;
 }

@@ -94,6 +94,14 @@ typedef struct store_mapping {
 /* Maps a resident tensor read-only. TETRIS_E_NOTFOUND if absent or
  * quarantined; TETRIS_E_CORRUPT if its trailer does not match the digest. */
 int store_map_tensor(store *s, const tensor_digest *d, store_mapping *out, tetris_error *err);
+/* How a mapping's page tables are filled: on first touch (NONE: one fault
+ * per page, paid by whoever reads first), by mmap (MAP: MAP_POPULATE), or
+ * right after it (MADVISE: MADV_POPULATE_READ, Linux 5.14+; older kernels
+ * get one read per page instead). Either populated way moves the faults
+ * from the first inference into the load. */
+enum store_populate { STORE_POPULATE_NONE = 0, STORE_POPULATE_MAP, STORE_POPULATE_MADVISE };
+int store_map_tensor_populated(store *s, const tensor_digest *d, enum store_populate how,
+                               store_mapping *out, tetris_error *err);
 void store_unmap_tensor(store_mapping *m);
 /* How many more mappings this process may create: vm.max_map_count less
  * the mappings it has (and a small margin). Each mapped tensor is one; a
@@ -129,6 +137,20 @@ typedef int (*store_read_fn)(void *ctx, void *dst, uint64_t offset, size_t len, 
  * be read at an offset (raw tensors in a model file, a client's fd). */
 int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_fn read,
                                  void *ctx, bool *published, tetris_error *err);
+
+/* Publishes a tensor whose identity is not known yet, reading its bytes
+ * once: they are written into a temp file (reserved against the capacity
+ * like any publish) and hashed on the way, which fills meta->digest and
+ * meta->crc32; then, under that digest's lock, the file is renamed into
+ * tensors/ unless the digest is resident already (then it is discarded and
+ * *published is false). The store computes the name, so the invariant
+ * that a file's bytes hash to its name holds whoever supplies the bytes.
+ * Exactly one of read (chunks, as store_publish_tensor_chunked) and fill
+ * (whole, as store_publish_tensor) is given. Errors as store_publish_tensor
+ * (no TETRIS_E_CORRUPT: there is no claim to contradict). */
+int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn read,
+                                  store_fill_fn fill, void *ctx, bool *published,
+                                  tetris_error *err);
 
 /* What a file of file_bytes really costs the filesystem, and so what the
  * capacity is charged for it: its size rounded up to whole pages (tmpfs

@@ -14,7 +14,10 @@
 #     holder and are closed when idle;
 #   - one process, then one uid, cannot take every connection slot;
 #   - a tenant's quota bounds it, and empty tensors are charged a page and
-#     an inode each, not their 160-byte files.
+#     an inode each, not their 160-byte files;
+#   - entries sent without a digest (the daemon computes it) are held to
+#     the same capacity, quota, byte and time budgets, and get the
+#     identities the manifest would have given them.
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
 
@@ -208,6 +211,50 @@ jq -e --argjson fit "$fit" --argjson charge $((page + 1024)) \
     fail "alpha's inventory does not charge pages and inodes: $(cat "$WORK/alpha.json")"
 honest_load
 note "tenant quota 64 KiB: $fit empty tensors fit ($((page + 1024)) bytes each), the rest refused (full)"
+# Entries without a digest (the daemon hashes them) are held to the quota
+# too: charged before a byte is read.
+no_digest() { jq -c '.tensors |= map(del(.digest, .crc32))' "$1"; }
+# (A model of its own: the earlier ones are resident by now.)
+synth "$POD/nd.safetensors" 4 524288 6
+chmod 644 "$POD/nd.safetensors"
+"$PROBE" manifest "$POD/nd.safetensors" >"$WORK/nd.json" || fail "manifest"
+ingest_request "$WORK/nd.json" nd >"$POD/nd-req.json"
+no_digest "$POD/nd-req.json" >"$POD/big-nd.json"
+as_pod "$PROBE" send --socket "$ASOCK" --fd "$POD/nd.safetensors" <"$POD/big-nd.json" \
+    >"$WORK/quota-nd.out"
+jq -e '.ok and ([.tensors[] | select(.error == "full")] | length) == 4' "$WORK/quota-nd.out" \
+    >/dev/null && grep -q "tenant quota full" "$WORK/quota-nd.out" ||
+    fail "digest-less tensors past the tenant quota: $(cat "$WORK/quota-nd.out")"
+note "digest-less entries past the tenant quota: refused (full)"
 stop_daemon
 kill "$EMPTY" 2>/dev/null
+
+# ---- entries without a digest: the same budgets; identities computed ----
+start_daemon --interval 200ms --scrub-rate 0 --max-request-bytes 1Mi
+no_digest "$POD/huge.json" >"$POD/huge-nd.json"
+as_pod "$PROBE" send --socket "$SOCK" --fd "$POD/sparse" <"$POD/huge-nd.json" >"$WORK/huge-nd.out"
+jq -e '.ok and .tensors[0].status == "rejected" and .tensors[0].error == "full"' \
+    "$WORK/huge-nd.out" >/dev/null || fail "1 TB digest-less tensor: $(cat "$WORK/huge-nd.out")"
+[ -z "$(find "$STORE" -type f -size +1M)" ] || fail "a refused digest-less tensor left bytes"
+as_pod "$PROBE" send --socket "$SOCK" --fd "$POD/nd.safetensors" <"$POD/big-nd.json" \
+    >"$WORK/big-nd.out"
+jq -e '.ok and ([.tensors[] | select(.status == "ingested")] | length) == 2 and
+       ([.tensors[] | select(.error == "denied")] | length) == 2' "$WORK/big-nd.out" >/dev/null ||
+    fail "digest-less request past --max-request-bytes: $(cat "$WORK/big-nd.out")"
+# What the daemon computed is what the manifest says, for what it read.
+jq -e --slurpfile m "$WORK/nd.json" '[.tensors | to_entries[] | select(.value.status == "ingested")
+        | .value.digest == $m[0].tensors[.key].digest and .value.crc32 == $m[0].tensors[.key].crc32]
+        | all' "$WORK/big-nd.out" >/dev/null ||
+    fail "computed identities differ from the manifest's: $(cat "$WORK/big-nd.out")"
+"$BIN/tetris-agent" verify --store "$STORE" >/dev/null 2>&1 || fail "store does not verify"
+[ -z "$(ls "$STORE/private/tmp")" ] || fail "temp files left: $(ls "$STORE/private/tmp")"
+stop_daemon
+no_digest "$POD/slow.json" >"$POD/slow-nd.json"
+start_daemon --interval 200ms --scrub-rate 0 --ingest-timeout 2s --max-request-bytes 1Ti
+as_pod "$PROBE" send --socket "$SOCK" --fd "$POD/zeros" <"$POD/slow-nd.json" >"$WORK/slow-nd.out"
+jq -e '([.tensors[] | select(.error == "timeout")] | length) > 0' "$WORK/slow-nd.out" \
+    >/dev/null || fail "digest-less request not cut by its time budget: $(cut -c1-300 "$WORK/slow-nd.out")"
+[ "$(metric tetris_ingest_active)" = 0 ] || fail "a cut digest-less request still active"
+note "digest-less entries: capacity, request bytes and time budgets hold; identities match the manifest"
+stop_daemon
 echo "ok $PROG"

@@ -8,6 +8,9 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <semaphore.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/textbuf.h"
+#include "common/workers.h"
 
 /* ---- cli ---- */
 
@@ -324,6 +328,87 @@ END_TEST
 
 /* ---- clock ---- */
 
+/* ---- workers ---- */
+
+static void count_item(void *ctx, size_t i)
+{
+    atomic_uint *hits = ctx;
+    atomic_fetch_add(&hits[i], 1);
+}
+
+START_TEST(test_workers_run_each_item_once)
+{
+    enum { N = 1000 };
+    static atomic_uint hits[N];
+    for (size_t i = 0; i < N; i++)
+        atomic_init(&hits[i], 0);
+    struct worker_slots slots;
+    worker_slots_init(&slots, 2);
+    unsigned ran = workers_run(N, 8, &slots, count_item, hits);
+    ck_assert_uint_ge(ran, 1);
+    ck_assert_uint_le(ran, 3); /* the caller and at most the 2 slots */
+    ck_assert_uint_eq(slots.free, 2); /* every slot given back */
+    for (size_t i = 0; i < N; i++)
+        ck_assert_uint_eq(atomic_load(&hits[i]), 1);
+    /* An empty pool: the caller alone, still every item. */
+    worker_slots_init(&slots, 0);
+    ck_assert_uint_eq(workers_run(N, 8, &slots, count_item, hits), 1);
+    for (size_t i = 0; i < N; i++)
+        ck_assert_uint_eq(atomic_load(&hits[i]), 2);
+    worker_slots_destroy(&slots);
+    ck_assert_uint_eq(workers_run(0, 4, NULL, count_item, hits), 1);
+}
+END_TEST
+
+/* Writes root/<our cgroup>/cpu.max. */
+static void fake_cpu_max(const char *root, const char *line)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    ck_assert_ptr_nonnull(f);
+    char cg[1024] = "";
+    while (fgets(cg, sizeof(cg), f) != NULL && strncmp(cg, "0::", 3) != 0)
+        ;
+    fclose(f);
+    cg[strcspn(cg, "\n")] = '\0';
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s%s' && printf '%s\\n' > '%s%s/cpu.max'", root,
+             cg + 3, line, root, cg + 3);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_cpu_allowance_quota)
+{
+    struct cpu_allowance a;
+    cpu_allowance_read(NULL, &a);
+    ck_assert_uint_ge(a.workers, 1);
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[1024] = "";
+    bool v2 = false;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        v2 = v2 || strncmp(line, "0::", 3) == 0;
+    if (f != NULL)
+        fclose(f);
+    if (!v2)
+        return; /* no cgroup v2 line: nothing to fake */
+    char root[] = "/tmp/tetris-cg-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    fake_cpu_max(root, "50000 100000"); /* half a CPU: one worker */
+    cpu_allowance_read(root, &a);
+    ck_assert_uint_eq(a.workers, 1);
+    ck_assert(fabs(a.quota_cpus - 0.5) < 1e-9);
+    fake_cpu_max(root, "max 100000"); /* no quota: the affinity */
+    cpu_allowance_read(root, &a);
+    ck_assert(a.quota_cpus == 0);
+    ck_assert_uint_eq(a.workers, a.affinity > 0 ? a.affinity : 1);
+    fake_cpu_max(root, "garbage"); /* unreadable: no limit, never fails */
+    cpu_allowance_read(root, &a);
+    ck_assert_uint_ge(a.workers, 1);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_clock)
 {
     int64_t ms = clock_mono_ms();
@@ -522,6 +607,8 @@ int main(void)
     tcase_add_test(tc, test_prom_labels_stay_utf8);
     tcase_add_test(tc, test_prom_histogram);
     tcase_add_test(tc, test_clock);
+    tcase_add_test(tc, test_workers_run_each_item_once);
+    tcase_add_test(tc, test_cpu_allowance_quota);
     tcase_add_test(tc, test_httpclient_status_etag);
     tcase_add_test(tc, test_httpclient_body_cap);
     tcase_add_test(tc, test_httpclient_timeout);

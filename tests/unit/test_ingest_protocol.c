@@ -136,9 +136,16 @@ START_TEST(encoding_refuses_what_cannot_be_sent)
     const char *sources[INGEST_MAX_SOURCES];
     size_t n;
     char *json = NULL;
-    ck_assert_int_eq(ingest_request_encode("l", m, &json, sources, &n, &err), -TETRIS_E_INVAL);
-    ck_assert_ptr_nonnull(strstr(err.msg, "no digest"));
-    ck_assert_ptr_null(json);
+    /* Without its identity a tensor goes without one: the daemon hashes. */
+    ck_assert_int_eq(ingest_request_encode("l", m, &json, sources, &n, &err), 0);
+    ck_assert_ptr_null(strstr(json, "digest"));
+    ck_assert_ptr_null(strstr(json, "crc32"));
+    ingest_request *rq = NULL;
+    ck_assert_msg(ingest_request_decode(json, strlen(json), n, &rq, &err) == 0, "%s", err.msg);
+    ck_assert(!rq->tensors[0].desc.has_digest);
+    ingest_request_free(rq);
+    free(json);
+    json = NULL;
     model_free(m);
 
     m = model_new("/m/x", "onnx", &err);
@@ -327,6 +334,28 @@ START_TEST(reply_round_trips)
 }
 END_TEST
 
+START_TEST(reply_carries_computed_identities)
+{
+    struct ingest_tensor_result in[2] = {
+        {.status = INGEST_INGESTED, .has_digest = true, .crc32 = 7},
+        {.status = INGEST_REJECTED, .code = TETRIS_E_FULL, .reason = "full", .has_digest = true},
+    };
+    memset(in[0].digest.bytes, 0x5a, sizeof in[0].digest.bytes);
+    char *json = ingest_reply_encode("h", 8, in, 2);
+    ck_assert_ptr_nonnull(strstr(json, "{\"status\":\"ingested\",\"digest\":\"sha256:5a5a"));
+    ck_assert_ptr_nonnull(strstr(json, "\"crc32\":7}"));
+    /* a rejected tensor has no identity to give */
+    ck_assert_ptr_null(strstr(strstr(json, "rejected"), "digest"));
+    struct ingest_tensor_result out[2];
+    tetris_error err = {0};
+    ck_assert_msg(ingest_reply_decode(json, strlen(json), 2, out, NULL, &err) == 0, "%s", err.msg);
+    ck_assert(out[0].has_digest && !out[1].has_digest);
+    ck_assert(tensor_digest_equal(&out[0].digest, &in[0].digest));
+    ck_assert_uint_eq(out[0].crc32, 7);
+    free(json);
+}
+END_TEST
+
 START_TEST(error_replies_carry_the_daemons_code)
 {
     char *json = ingest_error_encode(TETRIS_E_UNAVAILABLE, "too many connections");
@@ -367,6 +396,15 @@ static const struct {
      "bad status for tensor 0"},
     {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[{\"status\":\"rejected\"}]}",
      "rejected without error and reason"},
+    {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[{\"status\":\"ingested\","
+     "\"digest\":\"sha256:00\",\"crc32\":1}]}",
+     "tensor 0: \"digest\" must be"},
+    {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[{\"status\":\"resident\","
+     "\"crc32\":1}]}",
+     "tensor 0: \"digest\" must be"},
+    {"{\"ok\":true,\"holder\":\"h\",\"ingested_bytes\":0,\"tensors\":[{\"status\":\"resident\","
+     "\"digest\":\"sha256:0000000000000000000000000000000000000000000000000000000000000000\"}]}",
+     "tensor 0: \"crc32\" must be"},
 };
 
 START_TEST(malformed_replies_are_protocol_errors)
@@ -440,6 +478,7 @@ int main(void)
                         (int)(sizeof bad_requests / sizeof bad_requests[0]));
     tcase_add_test(tc, request_limits);
     tcase_add_test(tc, reply_round_trips);
+    tcase_add_test(tc, reply_carries_computed_identities);
     tcase_add_test(tc, error_replies_carry_the_daemons_code);
     tcase_add_loop_test(tc, malformed_replies_are_protocol_errors, 0,
                         (int)(sizeof bad_replies / sizeof bad_replies[0]));

@@ -338,6 +338,32 @@ END_TEST
 
 /* ---- the entry codec and the identities-only reader ---- */
 
+START_TEST(entry_identity_is_optional_only_when_allowed_and_whole)
+{
+    model *m = indexed_model();
+    tetris_error err = {0};
+    json_t *e = manifest_entry_encode(&m->tensors[1], "where", json_integer(7), &err);
+    ck_assert_msg(e != NULL, "%s", err.msg);
+    json_object_del(e, "digest");
+    tensor_desc t = {0};
+    const json_t *src = NULL;
+    /* Only crc32 left: half an identity is refused even where optional. */
+    ck_assert_int_eq(manifest_entry_decode(e, "x", 1, "where", true, &t, &src, &err),
+                     -TETRIS_E_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"digest\""));
+    json_object_del(e, "crc32");
+    ck_assert_int_eq(manifest_entry_decode(e, "x", 1, "where", false, &t, &src, &err),
+                     -TETRIS_E_FORMAT);
+    ck_assert_msg(manifest_entry_decode(e, "x", 1, "where", true, &t, &src, &err) == 0, "%s",
+                  err.msg);
+    ck_assert(!t.has_digest);
+    ck_assert_uint_eq(t.meta.nbytes, m->tensors[1].meta.nbytes);
+    free(t.name);
+    json_decref(e);
+    model_free(m);
+}
+END_TEST
+
 START_TEST(entry_codec_round_trips_with_any_source_key)
 {
     model *m = indexed_model();
@@ -351,7 +377,8 @@ START_TEST(entry_codec_round_trips_with_any_source_key)
     free(text);
     tensor_desc t = {0};
     const json_t *src = NULL;
-    ck_assert_msg(manifest_entry_decode(e, "x", 1, "where", &t, &src, &err) == 0, "%s", err.msg);
+    ck_assert_msg(manifest_entry_decode(e, "x", 1, "where", false, &t, &src, &err) == 0, "%s",
+                  err.msg);
     assert_same_entry(v, &t);
     ck_assert_ptr_null(t.source);
     ck_assert_int_eq(json_integer_value(src), 7);
@@ -359,7 +386,8 @@ START_TEST(entry_codec_round_trips_with_any_source_key)
     /* A missing field is named along with what an entry needs. */
     json_object_del(e, "where");
     memset(&t, 0, sizeof t);
-    ck_assert_int_eq(manifest_entry_decode(e, "x", 1, "where", &t, &src, &err), -TETRIS_E_FORMAT);
+    ck_assert_int_eq(manifest_entry_decode(e, "x", 1, "where", false, &t, &src, &err),
+                     -TETRIS_E_FORMAT);
     ck_assert_ptr_null(t.name);
     ck_assert_ptr_nonnull(strstr(err.msg, "x: tensors[1] (\"v\"): field \"where\": missing (an "
                                           "entry needs name, dtype, shape, where, offset"));
@@ -455,6 +483,7 @@ int main(void)
     tcase_add_test(tc, relative_sources_are_relative_to_the_manifest);
     tcase_add_test(tc, realpath_makes_sources_absolute);
     tcase_add_test(tc, entry_codec_round_trips_with_any_source_key);
+    tcase_add_test(tc, entry_identity_is_optional_only_when_allowed_and_whole);
     tcase_add_test(tc, identities_only);
     tcase_add_loop_test(tc, identities_are_checked_like_the_rest, 0,
                         (int)(sizeof bad_identities / sizeof bad_identities[0]));

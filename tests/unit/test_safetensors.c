@@ -145,6 +145,8 @@ START_TEST(digests_and_reads_from_disk)
 
     /* A file that shrank after parsing is an error, not a short read. */
     ck_assert_int_eq(truncate(path, (off_t)b.len - 2), 0);
+    for (size_t i = 0; i < m->n_tensors; i++)
+        m->tensors[i].has_digest = false; /* only those are hashed */
     int ret = model_compute_digests(m, &err);
     ck_assert_int_eq(ret, -TETRIS_E_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.msg, "\"v\""));

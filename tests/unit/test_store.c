@@ -386,6 +386,50 @@ START_TEST(chunked_publish_matches_and_verifies)
 }
 END_TEST
 
+START_TEST(computed_publish_names_the_file_by_its_bytes)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(1000003, 9);
+    tetris_error err;
+    bool published = false;
+    /* The caller's claim, if any, is overwritten by what the bytes hash to. */
+    tensor_meta meta = t.meta;
+    memset(&meta.digest, 0xab, sizeof meta.digest);
+    meta.crc32 = 0;
+    ck_assert_int_eq(store_publish_tensor_computed(s, &meta, read_fail_late, NULL, t.data,
+                                                   &published, &err),
+                     -TETRIS_E_IO);
+    ck_assert(!published);
+    char *tmp = sub_path(s, "tmp");
+    ck_assert_int_eq(count_files(tmp), 0);
+    ck_assert_int_eq(store_publish_tensor_computed(s, &meta, read_copy, NULL, t.data, &published,
+                                                   &err),
+                     0);
+    ck_assert(published);
+    ck_assert(tensor_digest_equal(&meta.digest, &t.meta.digest));
+    ck_assert_uint_eq(meta.crc32, t.meta.crc32);
+    ck_assert_int_eq(store_verify_tensor(s, &t.meta.digest, &err), 0);
+    /* Resident already: the second copy is discarded, the identity still
+     * filled; the whole-tensor fill path computes the same. */
+    tensor_meta again = t.meta;
+    memset(&again.digest, 0, sizeof again.digest);
+    ck_assert_int_eq(store_publish_tensor_computed(s, &again, NULL, fill_copy, t.data, &published,
+                                                   &err),
+                     0);
+    ck_assert(!published);
+    ck_assert(tensor_digest_equal(&again.digest, &t.meta.digest));
+    ck_assert_int_eq(count_files(tmp), 0);
+    ck_assert_int_eq(store_publish_tensor_computed(s, &again, read_copy, fill_copy, t.data,
+                                                   &published, &err),
+                     -TETRIS_E_INVAL);
+    free(tmp);
+    free(t.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
 START_TEST(publish_rejects_wrong_bytes_and_bad_meta)
 {
     char *dir = new_dir();
@@ -1326,6 +1370,7 @@ int main(void)
     tcase_add_test(tc, publish_empty_and_scalar);
     tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
     tcase_add_test(tc, chunked_publish_matches_and_verifies);
+    tcase_add_test(tc, computed_publish_names_the_file_by_its_bytes);
     tcase_add_test(tc, write_through_mapping_faults);
     tcase_add_test(tc, remove_and_quarantine_keep_existing_mappings);
     tcase_add_test(tc, foreach_tensor_lists_complete_files);
