@@ -8,9 +8,13 @@
  * (NodeNames and full Node objects). Each sample is what one scheduling
  * cycle costs the extender: parse the request, decide, serialise the reply,
  * for /filter and for /prioritize. HTTP transport is not included.
- * Cold: the model's manifest was just reloaded, so every node's θ is
- * computed (once, by /filter; /prioritize reuses it). Warm: the next pod
- * of the same model with nothing changed.
+ * Cold: the model's manifest was just reloaded (a new version); the
+ * extender computes every node's θ when it is loaded, which the "manifest
+ * change" column times apart. Warm: the next pod of the same model with
+ * nothing changed. "Inventory change CPU" is what the poller spends on one
+ * changed inventory of node 0 (decode, intern, θ of every loaded model),
+ * HTTP excluded. The CPU columns are the thread's CPU time for the cold
+ * cycle: on a shared machine wall time also counts waiting for a core.
  *
  * usage: tetris-bench-extender [--nodes N,N,...] [--tensors-per-node N]
  *                              [--model-tensors N] [--samples N]
@@ -297,8 +301,9 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
         char *request = make_request(nodes, by_name);
         double *f = malloc(samples * sizeof *f), *p = malloc(samples * sizeof *p),
                *fp = malloc(samples * sizeof *fp), *warm = malloc(samples * sizeof *warm),
-               *put = malloc(samples * sizeof *put);
-        if (request == NULL || f == NULL || p == NULL || fp == NULL || warm == NULL || put == NULL)
+               *put = malloc(samples * sizeof *put), *cpu = malloc(samples * sizeof *cpu);
+        if (request == NULL || f == NULL || p == NULL || fp == NULL || warm == NULL ||
+            put == NULL || cpu == NULL)
             r = tetris_fail(err, TETRIS_E_NOMEM, 0, "bench samples");
         /* Cold cycle: the model's manifest was just (re)loaded, as a new
          * version: the θ of every node is computed when it is loaded (put,
@@ -307,6 +312,7 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
             double a = clock_now_ms();
             r = manifest_cache_put(c.manifests, "bench-model", c.manifest, c.manifest_len, err);
             put[i] = clock_now_ms() - a;
+            double cpu0 = cpu_ms();
             a = clock_now_ms();
             if (r == 0)
                 r = serve_once(c.x, extender_filter, request, err);
@@ -314,6 +320,7 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
             if (r == 0)
                 r = serve_once(c.x, extender_prioritize, request, err);
             double d = clock_now_ms();
+            cpu[i] = cpu_ms() - cpu0;
             f[i] = b - a;
             p[i] = d - b;
             fp[i] = d - a;
@@ -331,11 +338,12 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
             r = -1;
         if (r == 0)
             printf("| %zu | %zu | %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f "
-                   "| %.1f | %s | %.0f | %.1f |\n",
+                   "| %.3f | %.3f | %.1f | %s | %.0f | %.1f |\n",
                    nodes, o->tensors_per_node, by_name ? "NodeNames" : "Nodes", samples,
                    percentile(f, samples, 0.5), percentile(f, samples, 0.99),
                    percentile(p, samples, 0.5), percentile(p, samples, 0.99),
                    percentile(fp, samples, 0.5), percentile(fp, samples, 0.99),
+                   percentile(cpu, samples, 0.5), percentile(cpu, samples, 0.99),
                    percentile(warm, samples, 0.5), percentile(warm, samples, 0.99),
                    percentile(put, samples, 0.5), change_text(change),
                    (double)(rss1 - rss0) / 1024.0, build_s);
@@ -346,6 +354,7 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
         free(fp);
         free(warm);
         free(put);
+        free(cpu);
     }
     free_cluster(&c);
     return r;
@@ -417,9 +426,11 @@ int main(int argc, char **argv)
     }
     printf("| nodes | tensors/node | request form | samples | cold: filter p50 ms | p99 ms | "
            "cold: prioritize p50 ms | p99 ms | cold: filter+prioritize p50 ms | p99 ms | "
+           "cold: filter+prioritize CPU p50 ms | p99 ms | "
            "warm: filter+prioritize p50 ms | p99 ms | manifest change p50 ms | "
            "inventory change CPU ms | inventories RSS (MiB) | setup s |\n");
-    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|--"
+           "-:|\n");
     for (size_t i = 0; i < o.n_sizes; i++) {
         tetris_error err = {0};
         if (bench_size(o.nodes[i], &o, &err) < 0) {

@@ -320,7 +320,13 @@ int extender_prioritize(extender *x, const char *body, size_t len, char **reply,
     for (size_t i = 0; i < rq->n; i++) {
         textbuf_puts(&t, i ? ",{\"Host\":" : "{\"Host\":");
         ext_json_string(&t, rq->names[i]);
-        textbuf_printf(&t, ",\"Score\":%d}", d[i].known ? d[i].fit.score : 0);
+        /* No printf per node: scores are 0..10. */
+        static const char *const scores[SIMILARITY_MAX_SCORE + 1] =
+            {",\"Score\":0}", ",\"Score\":1}", ",\"Score\":2}", ",\"Score\":3}",
+             ",\"Score\":4}", ",\"Score\":5}", ",\"Score\":6}", ",\"Score\":7}",
+             ",\"Score\":8}", ",\"Score\":9}", ",\"Score\":10}"};
+        int score = d[i].known ? d[i].fit.score : 0;
+        textbuf_puts(&t, scores[score >= 0 && score <= SIMILARITY_MAX_SCORE ? score : 0]);
     }
     textbuf_append(&t, "]", 1);
     free(d);
