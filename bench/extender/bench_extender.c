@@ -8,9 +8,13 @@
  * (NodeNames and full Node objects). Each sample is what one scheduling
  * cycle costs the extender: parse the request, decide, serialise the reply,
  * for /filter and for /prioritize. HTTP transport is not included.
- * Cold: the model's manifest was just reloaded, so every node's θ is
- * computed (once, by /filter; /prioritize reuses it). Warm: the next pod
- * of the same model with nothing changed.
+ * Cold: the model's manifest was just reloaded (a new version); the
+ * extender computes every node's θ when it is loaded, which the "manifest
+ * change" column times apart. Warm: the next pod of the same model with
+ * nothing changed. "Inventory change CPU" is what the poller spends on one
+ * changed inventory of node 0 (decode, intern, θ of every loaded model),
+ * HTTP excluded. The CPU columns are the thread's CPU time for the cold
+ * cycle: on a shared machine wall time also counts waiting for a core.
  *
  * usage: tetris-bench-extender [--nodes N,N,...] [--tensors-per-node N]
  *                              [--model-tensors N] [--samples N]
@@ -20,12 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "scheduler-ext/extender/extender.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/textbuf.h"
 #include "protocol/names.h"
 #include "scheduler-ext/extender/manifests.h"
 #include "scheduler-ext/extender/similarity.h"
@@ -98,6 +104,8 @@ typedef struct cluster {
     extender *x;
     size_t n_models;
     uint32_t *pool; /* n_models * model_tensors ids */
+    char (*hex)[65]; /* the pool's digests */
+    size_t *node0;   /* the models node 0 holds, per_node of them */
 } cluster;
 
 static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_error *err)
@@ -112,7 +120,9 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
     size_t per_node = o->tensors_per_node / o->model_tensors;
     c->n_models = per_node * 4 > 64 ? per_node * 4 : 64;
     c->pool = malloc(c->n_models * o->model_tensors * sizeof *c->pool);
-    if (c->pool == NULL)
+    c->hex = malloc(c->n_models * o->model_tensors * sizeof *c->hex);
+    c->node0 = malloc(per_node * sizeof *c->node0);
+    if (c->pool == NULL || c->hex == NULL || c->node0 == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench pool");
 
     /* Model 0's manifest is what the benchmarked pod runs. */
@@ -123,7 +133,7 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
     size_t len = (size_t)snprintf(manifest, cap, "{\"format\":\"tetris-manifest/1\",\"tensors\":[");
     for (size_t m = 0; m < c->n_models; m++) {
         for (size_t t = 0; t < o->model_tensors; t++) {
-            char hex[65];
+            char *hex = c->hex[m * o->model_tensors + t];
             random_hex(hex);
             int r = tensor_ids_intern(c->ids, hex, &c->pool[m * o->model_tensors + t], err);
             if (r < 0) {
@@ -151,6 +161,8 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
         }
         for (size_t k = 0; k < per_node; k++) {
             size_t m = (size_t)(rng() % c->n_models);
+            if (n == 0)
+                c->node0[k] = m;
             memcpy(inv->ids + k * o->model_tensors, c->pool + m * o->model_tensors,
                    o->model_tensors * sizeof *inv->ids);
         }
@@ -174,6 +186,8 @@ static void free_cluster(cluster *c)
     inventory_cache_free(c->inventories);
     tensor_ids_free(c->ids);
     free(c->pool);
+    free(c->hex);
+    free(c->node0);
     free(c->manifest);
 }
 
@@ -207,25 +221,69 @@ static char *make_request(size_t nodes, bool by_name)
     return s;
 }
 
-typedef int (*decide_fn)(extender *x, json_t *args, json_t **result, tetris_error *err);
+typedef int (*decide_fn)(extender *x, const char *body, size_t len, char **reply, size_t *reply_len,
+                         tetris_error *err);
 
-/* One request as the HTTP handler serves it: parse, decide, serialise. */
+/* One request as the HTTP handler serves it: read, decide, write. */
 static int serve_once(extender *x, decide_fn fn, const char *request, tetris_error *err)
 {
-    json_t *args = json_loads(request, 0, NULL);
-    json_t *result = NULL;
-    if (args == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "bench request is not JSON");
-    int r = fn(x, args, &result, err);
-    if (r == 0) {
-        char *reply = json_dumps(result, JSON_COMPACT);
-        if (reply == NULL)
-            r = tetris_fail(err, TETRIS_E_NOMEM, 0, "serialise reply");
-        free(reply);
-    }
-    json_decref(args);
-    json_decref(result);
+    char *reply = NULL;
+    size_t len = 0;
+    int r = fn(x, request, strlen(request), &reply, &len, err);
+    free(reply);
     return r;
+}
+
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* What a changed inventory costs the poller (CPU of the thread): decode
+ * node 0's /inventory document (per_node models' tensors), intern its
+ * digests, θ of every loaded model; the HTTP exchange is not included.
+ * Median of reps, in ms. */
+static double inventory_change_ms(cluster *c, const bench_opts *o, size_t reps, tetris_error *err)
+{
+    size_t per_node = o->tensors_per_node / o->model_tensors;
+    textbuf t = {0};
+    textbuf_printf(&t,
+                   "{\"node\":\"node-00000\",\"generation\":2,"
+                   "\"capacity_bytes\":%llu,\"resident_bytes\":%llu,\"tensors\":[",
+                   64ull << 30, 1ull << 30);
+    for (size_t k = 0; k < per_node; k++)
+        for (size_t i = 0; i < o->model_tensors; i++)
+            textbuf_printf(&t, "%s{\"digest\":\"sha256:%s\",\"bytes\":%u}", k + i ? "," : "",
+                           c->hex[c->node0[k] * o->model_tensors + i], 4096u + (unsigned)i);
+    textbuf_puts(&t, "]}");
+    size_t len;
+    char *doc = textbuf_take(&t, &len);
+    double *v = malloc(reps * sizeof *v), med = -1;
+    int r = doc != NULL && v != NULL ? 0 : tetris_fail(err, TETRIS_E_NOMEM, 0, "bench inventory");
+    for (size_t i = 0; r == 0 && i < reps; i++) {
+        node_inventory *inv = NULL;
+        double a = cpu_ms();
+        r = inventory_parse(c->ids, doc, len, &inv, err);
+        if (r == 0)
+            r = inventory_cache_put(c->inventories, "node-00000", inv, err);
+        v[i] = cpu_ms() - a;
+    }
+    if (r == 0)
+        med = percentile(v, reps, 0.5);
+    free(v);
+    free(doc);
+    return med;
+}
+
+static const char *change_text(double ms)
+{
+    static char buf[32];
+    if (ms < 0)
+        return "-";
+    snprintf(buf, sizeof buf, "%.2f", ms);
+    return buf;
 }
 
 static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
@@ -242,20 +300,27 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
         bool by_name = form == 0;
         char *request = make_request(nodes, by_name);
         double *f = malloc(samples * sizeof *f), *p = malloc(samples * sizeof *p),
-               *fp = malloc(samples * sizeof *fp), *warm = malloc(samples * sizeof *warm);
-        if (request == NULL || f == NULL || p == NULL || fp == NULL || warm == NULL)
+               *fp = malloc(samples * sizeof *fp), *warm = malloc(samples * sizeof *warm),
+               *put = malloc(samples * sizeof *put), *cpu = malloc(samples * sizeof *cpu);
+        if (request == NULL || f == NULL || p == NULL || fp == NULL || warm == NULL ||
+            put == NULL || cpu == NULL)
             r = tetris_fail(err, TETRIS_E_NOMEM, 0, "bench samples");
-        /* Cold cycle: the model's manifest was just (re)loaded, so /filter
-         * computes θ for every node; /prioritize then reuses it. */
+        /* Cold cycle: the model's manifest was just (re)loaded, as a new
+         * version: the θ of every node is computed when it is loaded (put,
+         * timed apart), or by the first decision that finds it missing. */
         for (size_t i = 0; r == 0 && i < samples; i++) {
-            r = manifest_cache_put(c.manifests, "bench-model", c.manifest, c.manifest_len, err);
             double a = clock_now_ms();
+            r = manifest_cache_put(c.manifests, "bench-model", c.manifest, c.manifest_len, err);
+            put[i] = clock_now_ms() - a;
+            double cpu0 = cpu_ms();
+            a = clock_now_ms();
             if (r == 0)
                 r = serve_once(c.x, extender_filter, request, err);
             double b = clock_now_ms();
             if (r == 0)
                 r = serve_once(c.x, extender_prioritize, request, err);
             double d = clock_now_ms();
+            cpu[i] = cpu_ms() - cpu0;
             f[i] = b - a;
             p[i] = d - b;
             fp[i] = d - a;
@@ -268,13 +333,19 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
                 r = serve_once(c.x, extender_prioritize, request, err);
             warm[i] = clock_now_ms() - a;
         }
+        double change = r == 0 && form == 0 ? inventory_change_ms(&c, o, 20, err) : -1;
+        if (r == 0 && form == 0 && change < 0)
+            r = -1;
         if (r == 0)
-            printf("| %zu | %zu | %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f | %.1f |\n",
+            printf("| %zu | %zu | %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f "
+                   "| %.3f | %.3f | %.1f | %s | %.0f | %.1f |\n",
                    nodes, o->tensors_per_node, by_name ? "NodeNames" : "Nodes", samples,
                    percentile(f, samples, 0.5), percentile(f, samples, 0.99),
                    percentile(p, samples, 0.5), percentile(p, samples, 0.99),
                    percentile(fp, samples, 0.5), percentile(fp, samples, 0.99),
+                   percentile(cpu, samples, 0.5), percentile(cpu, samples, 0.99),
                    percentile(warm, samples, 0.5), percentile(warm, samples, 0.99),
+                   percentile(put, samples, 0.5), change_text(change),
                    (double)(rss1 - rss0) / 1024.0, build_s);
         fflush(stdout);
         free(request);
@@ -282,6 +353,8 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
         free(p);
         free(fp);
         free(warm);
+        free(put);
+        free(cpu);
     }
     free_cluster(&c);
     return r;
@@ -353,8 +426,11 @@ int main(int argc, char **argv)
     }
     printf("| nodes | tensors/node | request form | samples | cold: filter p50 ms | p99 ms | "
            "cold: prioritize p50 ms | p99 ms | cold: filter+prioritize p50 ms | p99 ms | "
-           "warm: filter+prioritize p50 ms | p99 ms | inventories RSS (MiB) | setup s |\n");
-    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "cold: filter+prioritize CPU p50 ms | p99 ms | "
+           "warm: filter+prioritize p50 ms | p99 ms | manifest change p50 ms | "
+           "inventory change CPU ms | inventories RSS (MiB) | setup s |\n");
+    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|--"
+           "-:|\n");
     for (size_t i = 0; i < o.n_sizes; i++) {
         tetris_error err = {0};
         if (bench_size(o.nodes[i], &o, &err) < 0) {

@@ -14,4 +14,4 @@ else
     "$BIN/tetris-bench-extender"
 fi
 echo
-echo "Each node holds 10 whole models of 1,000 tensors (10k tensors) drawn from a pool of 40; the pod's model has 1,000 tensors. Inventories are installed in the cache as if polled; HTTP transport is not included. NodeNames = nodeCacheCapable: true; Nodes = full Node objects in every request."
+echo "Each node holds 10 whole models of 1,000 tensors (10k tensors) drawn from a pool of 40; the pod's model has 1,000 tensors. Inventories are installed in the cache as if polled; HTTP transport is not included. NodeNames = nodeCacheCapable: true; Nodes = full Node objects in every request. Manifest change = loading a new version of the pod's manifest, which computes its θ on every node; inventory change CPU = decoding one changed 10k-tensor inventory document and computing θ on it (thread CPU time, HTTP excluded)."

@@ -21,6 +21,39 @@ double plan_capacity_rps(const profile_config *cfg, enum profile_stat latency)
     return (double)cfg->b * (double)cfg->p * 1000.0 / profile_config_latency(cfg, latency);
 }
 
+double plan_config_capacity(const profile_config *cfg, const plan_options *o)
+{
+    if (o->mode == PLAN_MODE_REFINED && cfg->throughput_rps > 0)
+        return cfg->throughput_rps;
+    return plan_capacity_rps(cfg, o->latency);
+}
+
+bool plan_equal_share_ok(const plan *pl, const profile *p, double rps, const plan_options *o)
+{
+    if (pl->instances == 0)
+        return rps <= RESIDUAL_EPS_RPS;
+    double share = rps / pl->instances;
+    for (size_t i = 0; i < pl->n_entries; i++)
+        if (plan_config_capacity(&p->configs[pl->entries[i].config], o) < share - RESIDUAL_EPS_RPS)
+            return false;
+    return true;
+}
+
+int plan_mode_parse(const char *s, enum plan_mode *out, tetris_error *err)
+{
+    for (int i = PLAN_MODE_PAPER; i <= PLAN_MODE_REFINED; i++)
+        if (strcmp(s, plan_mode_name((enum plan_mode)i)) == 0) {
+            *out = (enum plan_mode)i;
+            return 0;
+        }
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "planning mode '%s': expected paper or refined", s);
+}
+
+const char *plan_mode_name(enum plan_mode mode)
+{
+    return mode == PLAN_MODE_REFINED ? "refined" : "paper";
+}
+
 bool plan_meets_slo(const profile_config *cfg, const plan_options *o)
 {
     double l = profile_config_latency(cfg, o->latency);
@@ -128,7 +161,7 @@ void plan_total(plan *pl, const profile *p, const plan_options *o)
         pl->instances += n;
         pl->memory_mib += n * plan_instance_mib(cfg, o);
         pl->cpus += n * cfg->c;
-        pl->covered_rps += n * plan_capacity_rps(cfg, o->latency);
+        pl->covered_rps += n * plan_config_capacity(cfg, o);
     }
     pl->shared_mib = o->sharing && !o->resident && pl->instances > 0 ? plan_shared_mib(p) : 0;
     pl->memory_mib += pl->shared_mib;
@@ -188,6 +221,57 @@ static int add_instances(plan *pl, size_t config, unsigned count, tetris_error *
     return 0;
 }
 
+/* Descending capacity; ties by cost, then config, so plans are reproducible. */
+static int by_capacity_desc(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    if (x->capacity_rps != y->capacity_rps)
+        return x->capacity_rps > y->capacity_rps ? -1 : 1;
+    if (x->cost != y->cost)
+        return x->cost < y->cost ? -1 : 1;
+    return x->config < y->config ? -1 : x->config > y->config;
+}
+
+/* PLAN_MODE_REFINED (see dts.h): n instances of one config. With configs in
+ * descending capacity, those able to take rps/n for n = ceil(rps / cap_k)
+ * include the first k; any other n is no better than one of these. So the
+ * answer is the least n_k * (cheapest of the first k). */
+static int refined_plan(const profile *p, double rps, const plan_options *o, candidate *cand,
+                        size_t n, plan *out, tetris_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        const profile_config *cfg = &p->configs[cand[i].config];
+        cand[i].cost = plan_instance_mib(cfg, o) + o->alpha * cfg->c;
+    }
+    qsort(cand, n, sizeof *cand, by_capacity_desc);
+    size_t cheapest = 0, best = SIZE_MAX;
+    double best_total = INFINITY, best_count = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (cand[k].cost < cand[cheapest].cost)
+            cheapest = k;
+        double count = ceil((rps - RESIDUAL_EPS_RPS) / cand[k].capacity_rps);
+        if (count < 1)
+            count = 1;
+        double total = count * cand[cheapest].cost;
+        if (count <= UINT_MAX &&
+            (total < best_total || (total == best_total && count < best_count))) {
+            best = cheapest;
+            best_total = total;
+            best_count = count;
+        }
+    }
+    if (best == SIZE_MAX)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%g rps needs more than %u instances", rps,
+                           UINT_MAX);
+    int rc = add_instances(out, cand[best].config, (unsigned)best_count, err);
+    if (rc < 0) {
+        plan_clear(out);
+        return rc;
+    }
+    plan_total(out, p, o);
+    return 0;
+}
+
 int dts_plan(const profile *p, double rps, const plan_options *o, plan *out,
              tetris_error *err)
 {
@@ -210,9 +294,11 @@ int dts_plan(const profile *p, double rps, const plan_options *o, plan *out,
     for (size_t i = 0; i < p->n_configs; i++)
         if (plan_eligible(&p->configs[i], o))
             cand[n++] = (candidate){.config = i,
-                                    .capacity_rps = plan_capacity_rps(&p->configs[i], o->latency)};
+                                    .capacity_rps = plan_config_capacity(&p->configs[i], o)};
     if (n == 0)
         return plan_fail_infeasible(p, o, err);
+    if (o->mode == PLAN_MODE_REFINED)
+        return refined_plan(p, rps, o, cand, n, out, err);
 
     /* With sharing the first instance also pays for the tensors (unless they
      * are resident); after it the ranking is by private memory alone. */

@@ -27,6 +27,23 @@ enum plan_space {
     PLAN_SPACE_CONCURRENCY, /* b = 1: concurrency only (Photons-like) */
 };
 
+/* How configs are chosen and what an instance can take. */
+enum plan_mode {
+    /* The paper: Algorithm 1, capacity b*p/l, any mix of configs. */
+    PLAN_MODE_PAPER = 0,
+    /* Capacity is the profile's measured saturation throughput where it has
+     * one (b*p/l only where not), and routing gives every instance of a
+     * function an equal share of its rate (OpenFaaS CE): a plan of n
+     * instances is feasible only if each used config takes rps/n. Under
+     * that rule mixing configs never pays (all instances can be the
+     * cheapest of those used), so the best plan is n of one config, and
+     * dts_plan finds it exactly: for each config's smallest sufficient n,
+     * the cheapest config that takes rps/n. This also fills the last
+     * residual with the cheapest config that covers it, which Algorithm 1
+     * does not. */
+    PLAN_MODE_REFINED,
+};
+
 typedef struct plan_options {
     double slo_ms;
     double alpha;                 /* MiB per CPU in the memory term; 0 = memory only */
@@ -34,6 +51,7 @@ typedef struct plan_options {
     bool sharing;                 /* memory term = marginal memory (needs private_bytes) */
     bool resident;                /* with sharing: tensors already resident, none pays them */
     enum plan_space space;
+    enum plan_mode mode;
 } plan_options;
 
 typedef struct plan_entry {
@@ -57,6 +75,14 @@ typedef struct plan {
 
 /* b*p/l in requests per second. */
 double plan_capacity_rps(const profile_config *cfg, enum profile_stat latency);
+/* What one instance takes in the mode: b*p/l, or in PLAN_MODE_REFINED the
+ * measured throughput_rps when the profile has it. */
+double plan_config_capacity(const profile_config *cfg, const plan_options *o);
+/* Whether every used config takes an equal share rps/instances. */
+bool plan_equal_share_ok(const plan *pl, const profile *p, double rps, const plan_options *o);
+/* Parses "paper" or "refined". */
+int plan_mode_parse(const char *s, enum plan_mode *out, tetris_error *err);
+const char *plan_mode_name(enum plan_mode mode);
 /* The SLO rule of constraints (2) and (3). */
 bool plan_meets_slo(const profile_config *cfg, const plan_options *o);
 /* In the config space and meeting the SLO: may be chosen. */
@@ -73,7 +99,8 @@ double plan_shared_mib(const profile *p);
 int plan_check(const profile *p, const plan_options *o, tetris_error *err);
 /* -TETRIS_E_NOTFOUND naming the fastest configs, for when none is eligible. */
 int plan_fail_infeasible(const profile *p, const plan_options *o, tetris_error *err);
-/* Fills instances, memory, cpus and covered rate from the entries. */
+/* Fills instances, memory, cpus and covered rate (plan_config_capacity)
+ * from the entries. */
 void plan_total(plan *pl, const profile *p, const plan_options *o);
 
 void plan_clear(plan *pl);
@@ -85,7 +112,8 @@ void plan_clear(plan *pl);
  * repeat while the residual is positive. With sharing the order is by
  * marginal memory, so it is recomputed once the tensors have been paid for.
  * rps <= 0 gives an empty plan. -TETRIS_E_NOTFOUND when no config meets the
- * SLO. */
+ * SLO. In PLAN_MODE_REFINED, the exact equal-share plan instead (see
+ * enum plan_mode): O(configs log configs). */
 int dts_plan(const profile *p, double rps, const plan_options *o, plan *out,
              tetris_error *err);
 

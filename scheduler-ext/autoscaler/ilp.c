@@ -14,7 +14,51 @@
 /* Same tolerance as DTS: constraint (4) is met up to rounding. */
 #define RESIDUAL_EPS_RPS 1e-9
 
-/* Builds the problem: one row (4), one integer column per config. */
+/* PLAN_MODE_REFINED's equal shares: an integer column n = sum_j x_j (the
+ * instances) and a binary y_i per eligible config with x_i <= U y_i and
+ * cap_i n >= rps y_i: a used config takes rps / n. */
+static int add_equal_share(glp_prob *lp, const profile *p, double rps, const plan_options *o,
+                           tetris_error *err)
+{
+    size_t n = p->n_configs;
+    double most = 0; /* instances: never more than the slowest config needs */
+    for (size_t i = 0; i < n; i++)
+        if (plan_eligible(&p->configs[i], o))
+            most = fmax(most, ceil(rps / plan_config_capacity(&p->configs[i], o)));
+    cleanup_free int *ind = calloc(n + 2, sizeof *ind);
+    cleanup_free double *val = calloc(n + 2, sizeof *val);
+    if (ind == NULL || val == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "ilp: %zu columns", n);
+    int total = glp_add_cols(lp, 1);
+    glp_set_col_kind(lp, total, GLP_IV);
+    glp_set_col_bnds(lp, total, GLP_DB, 0.0, most);
+    int row = glp_add_rows(lp, 1); /* sum_j x_j - n = 0 */
+    glp_set_row_bnds(lp, row, GLP_FX, 0.0, 0.0);
+    for (size_t j = 0; j < n; j++)
+        ind[j + 1] = (int)j + 1, val[j + 1] = 1.0;
+    ind[n + 1] = total, val[n + 1] = -1.0;
+    glp_set_mat_row(lp, row, (int)n + 1, ind, val);
+    for (size_t i = 0; i < n; i++) {
+        if (!plan_eligible(&p->configs[i], o))
+            continue;
+        int x = (int)i + 1, y = glp_add_cols(lp, 1);
+        glp_set_col_kind(lp, y, GLP_BV);
+        row = glp_add_rows(lp, 2);
+        /* x_i - U y_i <= 0 */
+        glp_set_row_bnds(lp, row, GLP_UP, 0.0, 0.0);
+        ind[1] = x, val[1] = 1.0, ind[2] = y, val[2] = -most;
+        glp_set_mat_row(lp, row, 2, ind, val);
+        /* cap_i n - rps y_i >= 0 */
+        glp_set_row_bnds(lp, row + 1, GLP_LO, -RESIDUAL_EPS_RPS, 0.0);
+        ind[1] = total, val[1] = plan_config_capacity(&p->configs[i], o);
+        ind[2] = y, val[2] = -rps;
+        glp_set_mat_row(lp, row + 1, 2, ind, val);
+    }
+    return 0;
+}
+
+/* Builds the problem: one row (4), one integer column per config (and in
+ * PLAN_MODE_REFINED the equal-share rows). */
 static int build(glp_prob *lp, const profile *p, double rps, const plan_options *o,
                  size_t *feasible, tetris_error *err)
 {
@@ -36,7 +80,7 @@ static int build(glp_prob *lp, const profile *p, double rps, const plan_options 
     for (size_t i = 0; i < n; i++) {
         const profile_config *cfg = &p->configs[i];
         int col = (int)i + 1;
-        double capacity = plan_capacity_rps(cfg, o->latency);
+        double capacity = plan_config_capacity(cfg, o);
         glp_set_col_kind(lp, col, GLP_IV);
         glp_set_obj_coef(lp, col, plan_instance_mib(cfg, o) + o->alpha * cfg->c);
         if (plan_eligible(cfg, o)) {
@@ -50,7 +94,7 @@ static int build(glp_prob *lp, const profile *p, double rps, const plan_options 
         val[col] = capacity;
     }
     glp_set_mat_row(lp, 1, (int)n, ind, val);
-    return 0;
+    return o->mode == PLAN_MODE_REFINED ? add_equal_share(lp, p, rps, o, err) : 0;
 }
 
 static int read_solution(glp_prob *lp, const profile *p, plan *out, tetris_error *err)

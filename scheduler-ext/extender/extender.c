@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/log.h"
 #include "common/prom.h"
 #include "protocol/names.h"
+#include "scheduler-ext/extender/ext_request.h"
 #include "scheduler-ext/extender/similarity.h"
 
 /* Request latency histogram bounds, seconds. */
@@ -43,6 +43,9 @@ struct extender {
     uint64_t node_decisions_no_inventory;
 };
 
+static void prepare_model(void *user, const model_need *m);
+static void prepare_inventory(void *user, node_inventory *inv);
+
 extender *extender_new(manifest_cache *manifests, inventory_cache *inventories,
                        const inventory_url_policy *request_urls)
 {
@@ -53,6 +56,8 @@ extender *extender_new(manifest_cache *manifests, inventory_cache *inventories,
     x->inventories = inventories;
     x->request_urls = request_urls;
     pthread_mutex_init(&x->stats_lock, NULL);
+    manifest_cache_set_prepare(manifests, prepare_model, x);
+    inventory_cache_set_prepare(inventories, prepare_inventory, x);
     return x;
 }
 
@@ -60,32 +65,55 @@ void extender_free(extender *x)
 {
     if (x == NULL)
         return;
+    manifest_cache_set_prepare(x->manifests, NULL, NULL);
+    inventory_cache_set_prepare(x->inventories, NULL, NULL);
     pthread_mutex_destroy(&x->stats_lock);
     free(x);
 }
 
-/* ---- request parsing ---- */
+/* ---- θ ahead of decisions ---- */
 
-/* obj[key], matching the key case-insensitively as Go's decoder does. */
-static json_t *get_ci(json_t *obj, const char *key)
+typedef struct prepare_ctx {
+    const model_need *m;
+    node_inventory *inv;
+} prepare_ctx;
+
+static void eval_model_on(void *user, const node_inventory *inv)
 {
-    json_t *v = json_object_get(obj, key);
-    if (v != NULL)
-        return v;
-    const char *k;
-    json_object_foreach(obj, k, v) {
-        if (strcasecmp(k, key) == 0)
-            return v;
-    }
-    return NULL;
+    node_fit fit;
+    similarity_eval(((prepare_ctx *)user)->m, inv, &fit);
 }
 
+/* A changed manifest: its θ on every cached inventory. */
+static void prepare_model(void *user, const model_need *m)
+{
+    extender *x = user;
+    prepare_ctx p = {.m = m};
+    inventory_cache_rdlock(x->inventories);
+    inventory_cache_each(x->inventories, eval_model_on, &p);
+    inventory_cache_unlock(x->inventories);
+}
+
+static void eval_on_inventory(void *user, const model_need *m)
+{
+    node_fit fit;
+    similarity_eval(m, ((prepare_ctx *)user)->inv, &fit);
+}
+
+/* A new inventory: every known model's θ on it. */
+static void prepare_inventory(void *user, node_inventory *inv)
+{
+    extender *x = user;
+    prepare_ctx p = {.inv = inv};
+    manifest_cache_rdlock(x->manifests);
+    manifest_cache_each(x->manifests, eval_on_inventory, &p);
+    manifest_cache_unlock(x->manifests);
+}
+
+/* ---- request parsing ---- */
+
 typedef struct ext_args {
-    json_t *pod;
-    json_t *items;        /* Node objects when the scheduler sent Nodes */
-    size_t n;
-    const char **names;   /* n node names (borrowed from the request) */
-    bool by_name;         /* the scheduler sent NodeNames */
+    ext_request rq;
     const char *model;    /* NULL: the pod names no model */
     const char *tenant;   /* NULL: the shared store */
     bool bad_tenant;      /* a tenant label no daemon could serve */
@@ -110,51 +138,17 @@ static const char *pod_tenant(json_t *pod)
     return t != NULL && t[0] != '\0' ? t : NULL;
 }
 
-static int parse_args(json_t *args, ext_args *a, tetris_error *err)
+static int parse_args(const char *body, size_t len, ext_args *a, tetris_error *err)
 {
     memset(a, 0, sizeof *a);
-    if (!json_is_object(args))
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "ExtenderArgs must be a JSON object");
-    a->pod = get_ci(args, "Pod");
-    if (!json_is_object(a->pod))
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "ExtenderArgs.Pod must be a Pod object");
-    json_t *nodes = get_ci(args, "Nodes");
-    json_t *names = get_ci(args, "NodeNames");
-    if (nodes != NULL && !json_is_null(nodes)) {
-        a->items = get_ci(nodes, "items");
-        if (!json_is_object(nodes) || !json_is_array(a->items))
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "ExtenderArgs.Nodes must be a NodeList with items");
-        a->n = json_array_size(a->items);
-    } else if (names != NULL && !json_is_null(names)) {
-        if (!json_is_array(names))
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "ExtenderArgs.NodeNames must be an array of strings");
-        a->by_name = true;
-        a->n = json_array_size(names);
-    } else {
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           "ExtenderArgs needs Nodes or NodeNames");
-    }
-    a->names = calloc(a->n ? a->n : 1, sizeof *a->names);
-    if (a->names == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "extender args");
-    for (size_t i = 0; i < a->n; i++) {
-        const char *name =
-            a->by_name ? json_string_value(json_array_get(names, i))
-                       : json_string_value(json_object_get(
-                             json_object_get(json_array_get(a->items, i), "metadata"), "name"));
-        if (name == NULL || name[0] == '\0') {
-            free(a->names);
-            a->names = NULL;
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "node %zu has no name", i);
-        }
-        a->names[i] = name;
-    }
-    a->model = pod_model(a->pod);
-    a->tenant = pod_tenant(a->pod);
+    int r = ext_request_parse(body, len, &a->rq, err);
+    if (r < 0)
+        return r;
+    json_t *pod = a->rq.pod;
+    a->model = pod_model(pod);
+    a->tenant = pod_tenant(pod);
     a->bad_tenant = a->tenant != NULL && !inventory_tenant_valid(a->tenant);
-    a->pod_name = json_string_value(json_object_get(json_object_get(a->pod, "metadata"), "name"));
+    a->pod_name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
     if (a->pod_name == NULL)
         a->pod_name = "?";
     return 0;
@@ -167,17 +161,21 @@ static void prepare_inventories(extender *x, const ext_args *a)
 {
     if (a->model == NULL || a->bad_tenant)
         return;
-    for (size_t i = 0; x->request_urls != NULL && a->items != NULL && i < a->n; i++) {
+    const ext_request *rq = &a->rq;
+    for (size_t i = 0; x->request_urls != NULL && rq->items != NULL && i < rq->n; i++) {
         char url[1024], qn[300], q[600];
         tetris_error err = {0};
-        if (inventory_url_from_node(json_array_get(a->items, i), x->request_urls, url, sizeof url,
-                                    &err) == 0)
-            inventory_cache_set_url(x->inventories, a->names[i], url, &err);
+        json_t *node = json_loadb(rq->items[i].text, rq->items[i].len, JSON_DECODE_ANY, NULL);
+        int r = node != NULL ? inventory_url_from_node(node, x->request_urls, url, sizeof url, &err)
+                             : -TETRIS_E_NOMEM;
+        json_decref(node);
+        if (r == 0)
+            inventory_cache_set_url(x->inventories, rq->names[i], url, &err);
         else if (err.code == TETRIS_E_DENIED)
             log_warn("event=inventory-url-refused node=%s msg=%s",
-                     log_quote(a->names[i], qn, sizeof qn), log_quote(err.msg, q, sizeof q));
+                     log_quote(rq->names[i], qn, sizeof qn), log_quote(err.msg, q, sizeof q));
     }
-    inventory_cache_fetch_missing(x->inventories, a->names, a->n, a->tenant);
+    inventory_cache_fetch_missing(x->inventories, rq->names, rq->n, a->tenant);
 }
 
 /* ---- decisions ---- */
@@ -190,15 +188,16 @@ typedef struct decision {
 /* Evaluates every node; decisions[i] for names[i]. */
 static void decide(extender *x, const ext_args *a, decision *d)
 {
-    memset(d, 0, a->n * sizeof *d);
+    size_t n = a->rq.n;
+    memset(d, 0, n * sizeof *d);
     if (a->model == NULL)
         return;
     if (a->bad_tenant) {
         char q[300];
         log_debug("event=bad-tenant pod=%s tenant=%s nodes=%zu", a->pod_name,
-                  log_quote(a->tenant, q, sizeof q), a->n);
+                  log_quote(a->tenant, q, sizeof q), n);
         pthread_mutex_lock(&x->stats_lock);
-        x->node_decisions_no_inventory += a->n;
+        x->node_decisions_no_inventory += n;
         pthread_mutex_unlock(&x->stats_lock);
         return;
     }
@@ -207,9 +206,9 @@ static void decide(extender *x, const ext_args *a, decision *d)
     const model_need *need = manifest_cache_find(x->manifests, a->model);
     if (need != NULL) {
         inventory_cache_rdlock(x->inventories);
-        for (size_t i = 0; i < a->n; i++) {
-            const node_inventory *inv =
-                inventory_cache_find(x->inventories, a->names[i], a->tenant);
+        for (size_t i = 0; i < n; i++) {
+            const node_inventory *inv = inventory_cache_find(x->inventories, a->rq.names[i],
+                                                             a->tenant);
             if (inv == NULL) {
                 unknown++;
                 continue;
@@ -226,99 +225,113 @@ static void decide(extender *x, const ext_args *a, decision *d)
     x->node_decisions_no_inventory += unknown;
     pthread_mutex_unlock(&x->stats_lock);
     if (need == NULL)
-        log_debug("event=unknown-model pod=%s model=%s nodes=%zu", a->pod_name, a->model, a->n);
+        log_debug("event=unknown-model pod=%s model=%s nodes=%zu", a->pod_name, a->model, n);
 }
 
-static int nomem(json_t *j, tetris_error *err)
+/* The reply, or TETRIS_E_NOMEM. */
+static int take_reply(textbuf *t, char **reply, size_t *reply_len, tetris_error *err)
 {
-    json_decref(j);
-    return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "extender reply");
+    *reply = textbuf_take(t, reply_len);
+    return *reply != NULL ? 0 : tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "extender reply");
 }
 
-int extender_filter(extender *x, json_t *args, json_t **result, tetris_error *err)
+int extender_filter(extender *x, const char *body, size_t len, char **reply, size_t *reply_len,
+                    tetris_error *err)
 {
     ext_args a;
-    int r = parse_args(args, &a, err);
+    int r = parse_args(body, len, &a, err);
     if (r < 0)
         return r;
+    const ext_request *rq = &a.rq;
     prepare_inventories(x, &a);
-    decision *d = calloc(a.n ? a.n : 1, sizeof *d);
-    json_t *res = json_object();
-    json_t *passed = json_array();
-    json_t *failed = json_object();
-    if (d == NULL || res == NULL || passed == NULL || failed == NULL) {
-        free(d);
-        free(a.names);
-        json_decref(passed);
-        json_decref(failed);
-        return nomem(res, err);
+    decision *d = calloc(rq->n ? rq->n : 1, sizeof *d);
+    if (d == NULL) {
+        ext_request_clear(&a.rq);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "extender reply");
     }
     decide(x, &a, d);
+    /* The passing nodes, then the failed ones: in the Nodes form each
+     * passing Node goes back as the scheduler sent it. */
+    textbuf t = {0};
+    textbuf_reserve(&t, rq->by_name ? rq->n * 24 + 64 : len + 64);
+    textbuf_puts(&t, rq->by_name ? "{\"Nodes\":null,\"NodeNames\":[" : "{\"Nodes\":{\"items\":[");
+    bool first = true;
     size_t n_failed = 0;
-    for (size_t i = 0; i < a.n; i++) {
+    for (size_t i = 0; i < rq->n; i++) {
         if (d[i].known && !d[i].fit.fits) {
-            char reason[256];
-            snprintf(reason, sizeof reason,
-                     "tetris: tensor store cannot take model %s (needs %llu more bytes)", a.model,
-                     (unsigned long long)d[i].fit.missing_bytes);
-            json_object_set_new(failed, a.names[i], json_string(reason));
             n_failed++;
             continue;
         }
-        if (a.by_name)
-            json_array_append_new(passed, json_string(a.names[i]));
+        if (!first)
+            textbuf_append(&t, ",", 1);
+        first = false;
+        if (rq->by_name)
+            ext_json_string(&t, rq->names[i]);
         else
-            json_array_append(passed, json_array_get(a.items, i));
+            textbuf_append(&t, rq->items[i].text, rq->items[i].len);
     }
-    if (a.by_name) {
-        json_object_set_new(res, "Nodes", json_null());
-        json_object_set_new(res, "NodeNames", passed);
-    } else {
-        json_object_set_new(res, "Nodes", json_pack("{s:o}", "items", passed));
-        json_object_set_new(res, "NodeNames", json_null());
+    textbuf_puts(&t,
+                 rq->by_name ? "],\"FailedNodes\":{" : "]},\"NodeNames\":null,\"FailedNodes\":{");
+    first = true;
+    for (size_t i = 0; i < rq->n && n_failed > 0; i++) {
+        if (!d[i].known || d[i].fit.fits)
+            continue;
+        char reason[256];
+        snprintf(reason, sizeof reason,
+                 "tetris: tensor store cannot take model %s (needs %llu more bytes)", a.model,
+                 (unsigned long long)d[i].fit.missing_bytes);
+        if (!first)
+            textbuf_append(&t, ",", 1);
+        first = false;
+        ext_json_string(&t, rq->names[i]);
+        textbuf_append(&t, ":", 1);
+        ext_json_string(&t, reason);
     }
-    json_object_set_new(res, "FailedNodes", failed);
-    json_object_set_new(res, "Error", json_string(""));
+    textbuf_puts(&t, "},\"Error\":\"\"}");
     pthread_mutex_lock(&x->stats_lock);
     x->nodes_filtered_out += n_failed;
     pthread_mutex_unlock(&x->stats_lock);
     if (n_failed > 0)
-        log_info("event=filter pod=%s model=%s nodes=%zu failed=%zu", a.pod_name, a.model, a.n,
+        log_info("event=filter pod=%s model=%s nodes=%zu failed=%zu", a.pod_name, a.model, rq->n,
                  n_failed);
     free(d);
-    free(a.names);
-    *result = res;
-    return 0;
+    ext_request_clear(&a.rq);
+    return take_reply(&t, reply, reply_len, err);
 }
 
-int extender_prioritize(extender *x, json_t *args, json_t **result, tetris_error *err)
+int extender_prioritize(extender *x, const char *body, size_t len, char **reply, size_t *reply_len,
+                        tetris_error *err)
 {
     ext_args a;
-    int r = parse_args(args, &a, err);
+    int r = parse_args(body, len, &a, err);
     if (r < 0)
         return r;
+    const ext_request *rq = &a.rq;
     prepare_inventories(x, &a);
-    decision *d = calloc(a.n ? a.n : 1, sizeof *d);
-    json_t *list = json_array();
-    if (d == NULL || list == NULL) {
-        free(d);
-        free(a.names);
-        return nomem(list, err);
+    decision *d = calloc(rq->n ? rq->n : 1, sizeof *d);
+    if (d == NULL) {
+        ext_request_clear(&a.rq);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "extender reply");
     }
     decide(x, &a, d);
-    for (size_t i = 0; i < a.n; i++) {
+    textbuf t = {0};
+    textbuf_reserve(&t, rq->n * 40 + 8);
+    textbuf_append(&t, "[", 1);
+    for (size_t i = 0; i < rq->n; i++) {
+        textbuf_puts(&t, i ? ",{\"Host\":" : "{\"Host\":");
+        ext_json_string(&t, rq->names[i]);
+        /* No printf per node: scores are 0..10. */
+        static const char *const scores[SIMILARITY_MAX_SCORE + 1] =
+            {",\"Score\":0}", ",\"Score\":1}", ",\"Score\":2}", ",\"Score\":3}",
+             ",\"Score\":4}", ",\"Score\":5}", ",\"Score\":6}", ",\"Score\":7}",
+             ",\"Score\":8}", ",\"Score\":9}", ",\"Score\":10}"};
         int score = d[i].known ? d[i].fit.score : 0;
-        if (json_array_append_new(list, json_pack("{s:s,s:i}", "Host", a.names[i], "Score",
-                                                  score)) < 0) {
-            free(d);
-            free(a.names);
-            return nomem(list, err);
-        }
+        textbuf_puts(&t, scores[score >= 0 && score <= SIMILARITY_MAX_SCORE ? score : 0]);
     }
+    textbuf_append(&t, "]", 1);
     free(d);
-    free(a.names);
-    *result = list;
-    return 0;
+    ext_request_clear(&a.rq);
+    return take_reply(&t, reply, reply_len, err);
 }
 
 /* ---- metrics ---- */

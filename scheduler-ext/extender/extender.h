@@ -13,7 +13,9 @@
  *   HostPriorityList     [{"Host": name, "Score": 0..10}]
  * With nodeCacheCapable: true the scheduler sends NodeNames and reads
  * NodeNames back; otherwise it sends and reads full Node objects.
- * Key lookups are case-insensitive, as Go's decoder is.
+ * Key lookups are case-insensitive, as Go's decoder is. Requests are read
+ * without a JSON tree (ext_request.h) and replies written as text: at
+ * thousands of nodes a tree costs more than the decision.
  *
  * A pod names its model with the label (or annotation) TETRIS_LABEL_MODEL;
  * a pod labelled TETRIS_LABEL_TENANT has a dedicated store (DIR/tenants/T)
@@ -34,7 +36,11 @@
 
 typedef struct extender extender;
 
-/* The caches and the policy are borrowed. Where inventories are fetched
+/* The caches and the policy are borrowed; the extender computes each
+ * model's θ on each node when a manifest or an inventory changes (their
+ * prepare hooks, until extender_free), so a decision is a lookup per
+ * node. The caches may already hold entries: those are computed on first
+ * use. Free the extender before the caches. Where inventories are fetched
  * from is the business of whoever feeds the inventory cache (the Node
  * watch) and never of a request's Node objects, unless request_urls is
  * set: then (no cluster to watch) they name their URLs, within that
@@ -43,10 +49,14 @@ extender *extender_new(manifest_cache *manifests, inventory_cache *inventories,
                        const inventory_url_policy *request_urls);
 void extender_free(extender *x);
 
-/* *result is the ExtenderFilterResult; TETRIS_E_FORMAT for a bad request. */
-int extender_filter(extender *x, json_t *args, json_t **result, tetris_error *err);
-/* *result is the HostPriorityList. */
-int extender_prioritize(extender *x, json_t *args, json_t **result, tetris_error *err);
+/* A request body (ExtenderArgs, len bytes) in, a reply body out (*reply:
+ * malloc'd JSON text of *reply_len bytes). The filter's reply is the
+ * ExtenderFilterResult; TETRIS_E_FORMAT for a bad request. */
+int extender_filter(extender *x, const char *body, size_t len, char **reply, size_t *reply_len,
+                    tetris_error *err);
+/* The reply is the HostPriorityList. */
+int extender_prioritize(extender *x, const char *body, size_t len, char **reply, size_t *reply_len,
+                        tetris_error *err);
 
 /* Records one served request for /metrics. */
 void extender_observe(extender *x, const char *verb, int status, double seconds);

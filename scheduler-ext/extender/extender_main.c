@@ -168,28 +168,26 @@ static int parse_options(int argc, char **argv, options *o)
 
 /* ---- HTTP handlers ---- */
 
-typedef int (*decide_fn)(extender *x, json_t *args, json_t **result, tetris_error *err);
+typedef int (*decide_fn)(extender *x, const char *body, size_t len, char **reply, size_t *reply_len,
+                         tetris_error *err);
 
 static void serve_decision(extender *x, const char *verb, decide_fn fn, const http_request *req,
                            http_response *resp)
 {
     double t0 = clock_now_ms();
     tetris_error err = {0};
-    json_t *args = NULL, *result = NULL;
-    int r = http_request_json(req, &args, &err);
-    if (r == 0)
-        r = fn(x, args, &result, &err);
-    int status;
+    char *reply = NULL;
+    size_t len = 0;
+    int r = fn(x, req->body, req->body_len, &reply, &len, &err);
+    int status = 200;
     if (r == 0) {
-        status = http_response_json(resp, 200, result) == 0 ? 200 : 500;
+        http_response_take_body(resp, 200, "application/json", reply, len);
     } else {
         char q[600];
         status = r == -TETRIS_E_NOMEM ? 500 : 400;
         log_warn("event=bad-request verb=%s msg=%s", verb, log_quote(err.msg, q, sizeof q));
         http_response_error(resp, status, "%s", err.msg);
     }
-    json_decref(args);
-    json_decref(result);
     extender_observe(x, verb, status, (clock_now_ms() - t0) / 1e3);
 }
 
@@ -306,9 +304,9 @@ static void program_free(program *p)
         p->nodes.stop = true;
         pthread_join(p->nodes.thread, NULL);
     }
+    extender_free(p->x); /* before the caches: it unhooks itself from them */
     manifest_cache_free(p->manifests);
     inventory_cache_free(p->inventories);
-    extender_free(p->x);
     kube_client_free(p->kc);
     tensor_ids_free(p->ids);
 }

@@ -40,6 +40,9 @@ struct inventory_cache {
     inventory_opts o;
     pthread_rwlock_t lock; /* the map and every entry */
     strmap *nodes;         /* node name -> node_entry */
+    pthread_rwlock_t hook_lock; /* prepare and its user, held while it runs */
+    inventory_prepare_fn prepare;
+    void *prepare_user;
     pthread_t poller;
     bool polling;
     pthread_mutex_t stop_lock;
@@ -70,6 +73,7 @@ inventory_cache *inventory_cache_new(tensor_ids *ids, const inventory_opts *o)
     else
         inventory_opts_init(&c->o);
     pthread_rwlock_init(&c->lock, NULL);
+    pthread_rwlock_init(&c->hook_lock, NULL);
     pthread_mutex_init(&c->stop_lock, NULL);
     pthread_cond_init(&c->stop_cond, NULL);
     return c;
@@ -100,6 +104,7 @@ void inventory_cache_free(inventory_cache *c)
     }
     strmap_free(c->nodes, free_entry);
     pthread_rwlock_destroy(&c->lock);
+    pthread_rwlock_destroy(&c->hook_lock);
     pthread_mutex_destroy(&c->stop_lock);
     pthread_cond_destroy(&c->stop_cond);
     free(c);
@@ -472,9 +477,29 @@ void inventory_cache_forget(inventory_cache *c, const char *node)
     free(t.keys);
 }
 
+void inventory_cache_set_prepare(inventory_cache *c, inventory_prepare_fn fn, void *user)
+{
+    /* Waits for a running hook: its user may be going away. */
+    pthread_rwlock_wrlock(&c->hook_lock);
+    c->prepare = fn;
+    c->prepare_user = user;
+    pthread_rwlock_unlock(&c->hook_lock);
+}
+
+/* Before inv is published and without the table's lock (the hook takes
+ * others). */
+static void prepare(inventory_cache *c, node_inventory *inv)
+{
+    pthread_rwlock_rdlock(&c->hook_lock);
+    if (c->prepare != NULL && inv != NULL)
+        c->prepare(c->prepare_user, inv);
+    pthread_rwlock_unlock(&c->hook_lock);
+}
+
 int inventory_cache_put(inventory_cache *c, const char *node, node_inventory *inv,
                         tetris_error *err)
 {
+    prepare(c, inv);
     pthread_rwlock_wrlock(&c->lock);
     node_entry *e = entry_for(c, node, err);
     if (e != NULL) {
@@ -514,9 +539,33 @@ const node_inventory *inventory_cache_find(inventory_cache *c, const char *node,
                                            const char *tenant)
 {
     char key[INVENTORY_KEY_MAX];
+    if (tenant == NULL)
+        return usable(c, strmap_get(c->nodes, node));
     if (!entry_key(node, tenant, key, sizeof key))
         return NULL;
     return usable(c, strmap_get(c->nodes, key));
+}
+
+typedef struct each_ctx {
+    void (*fn)(void *user, const node_inventory *inv);
+    void *user;
+} each_ctx;
+
+static int each_inventory(const char *key, void *value, void *user)
+{
+    (void)key;
+    const node_entry *e = value;
+    each_ctx *x = user;
+    if (e->inv != NULL)
+        x->fn(x->user, e->inv);
+    return 0;
+}
+
+void inventory_cache_each(inventory_cache *c, void (*fn)(void *user, const node_inventory *inv),
+                          void *user)
+{
+    each_ctx x = {fn, user};
+    strmap_foreach(c->nodes, each_inventory, &x);
 }
 
 /* ---- fetching ---- */
@@ -548,6 +597,8 @@ static void apply_job(inventory_cache *c, fetch_job *j)
         not_modified = true;
     } else if (rq->rc == 0 && rq->status == 200) {
         ok = inventory_parse(c->ids, rq->body, rq->len, &inv, &err) == 0;
+        if (ok)
+            prepare(c, inv);
     } else if (rq->rc == 0) {
         tetris_fail(&err, TETRIS_E_HTTP, 0, "HTTP %ld", rq->status);
     } else {

@@ -91,6 +91,13 @@ int inventory_cache_set_url(inventory_cache *c, const char *node, const char *ur
                             tetris_error *err);
 void inventory_cache_forget(inventory_cache *c, const char *node);
 
+/* Called with every new inventory before it replaces the node's old one,
+ * without the cache's lock held: where the extender computes every
+ * model's θ on it (the memo), so decisions only look it up. */
+typedef void (*inventory_prepare_fn)(void *user, node_inventory *inv);
+/* NULL fn: none. */
+void inventory_cache_set_prepare(inventory_cache *c, inventory_prepare_fn fn, void *user);
+
 /* Installs an inventory directly (benchmarks, tests). */
 int inventory_cache_put(inventory_cache *c, const char *node, node_inventory *inv,
                         tetris_error *err);
@@ -114,6 +121,11 @@ void inventory_cache_rdlock(inventory_cache *c);
 void inventory_cache_unlock(inventory_cache *c);
 const node_inventory *inventory_cache_find(inventory_cache *c, const char *node,
                                            const char *tenant);
+
+/* Calls fn for every cached inventory, stale ones too; under the read
+ * lock. */
+void inventory_cache_each(inventory_cache *c, void (*fn)(void *user, const node_inventory *inv),
+                          void *user);
 
 typedef struct inventory_stats {
     uint64_t fetch_ok;           /* 200, parsed */

@@ -23,6 +23,11 @@ struct manifest_cache {
     tensor_ids *ids;
     pthread_rwlock_t lock;
     strmap *models; /* model name -> model_need */
+    bool *slot_used; /* model_need.slot in use, n_slots of them */
+    size_t n_slots;
+    pthread_rwlock_t hook_lock; /* prepare and its user, held while it runs */
+    manifest_prepare_fn prepare;
+    void *prepare_user;
     kube_client *kc;
     char *ns;
     pthread_t thread;
@@ -42,6 +47,7 @@ manifest_cache *manifest_cache_new(tensor_ids *ids)
     }
     mc->ids = ids;
     pthread_rwlock_init(&mc->lock, NULL);
+    pthread_rwlock_init(&mc->hook_lock, NULL);
     return mc;
 }
 
@@ -59,7 +65,9 @@ void manifest_cache_free(manifest_cache *mc)
         pthread_join(mc->thread, NULL);
     }
     strmap_free(mc->models, free_need);
+    free(mc->slot_used);
     pthread_rwlock_destroy(&mc->lock);
+    pthread_rwlock_destroy(&mc->hook_lock);
     free(mc->ns);
     free(mc);
 }
@@ -143,6 +151,32 @@ out:
 
 /* ---- the cache ---- */
 
+/* Under the write lock: the memo slot of a model new to the cache; SIZE_MAX
+ * when out of memory. */
+static size_t alloc_slot(manifest_cache *mc)
+{
+    for (size_t i = 0; i < mc->n_slots; i++)
+        if (!mc->slot_used[i]) {
+            mc->slot_used[i] = true;
+            return i;
+        }
+    bool *grown = realloc(mc->slot_used, (mc->n_slots + 1) * sizeof *grown);
+    if (grown == NULL)
+        return SIZE_MAX;
+    mc->slot_used = grown;
+    mc->slot_used[mc->n_slots] = true;
+    return mc->n_slots++;
+}
+
+void manifest_cache_set_prepare(manifest_cache *mc, manifest_prepare_fn fn, void *user)
+{
+    /* Waits for a running hook: its user may be going away. */
+    pthread_rwlock_wrlock(&mc->hook_lock);
+    mc->prepare = fn;
+    mc->prepare_user = user;
+    pthread_rwlock_unlock(&mc->hook_lock);
+}
+
 int manifest_cache_put(manifest_cache *mc, const char *model, const char *json, size_t len,
                        tetris_error *err)
 {
@@ -150,8 +184,26 @@ int manifest_cache_put(manifest_cache *mc, const char *model, const char *json, 
     int r = manifest_need_parse(mc->ids, model, json, len, &m, err);
     if (r < 0)
         return r;
+    /* A replaced model keeps its slot. Racing with its removal, the slot
+     * may end up shared with another model: memo entries carry the
+     * model's version, so sharing costs recomputation, never a wrong θ. */
+    pthread_rwlock_wrlock(&mc->lock);
+    const model_need *prev = strmap_get(mc->models, model);
+    m->slot = prev != NULL ? prev->slot : alloc_slot(mc);
+    pthread_rwlock_unlock(&mc->lock);
+    if (m->slot == SIZE_MAX) {
+        model_need_free(m);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "manifest cache");
+    }
+    /* Before it is published, so no decision waits for its θ. */
+    pthread_rwlock_rdlock(&mc->hook_lock);
+    if (mc->prepare != NULL)
+        mc->prepare(mc->prepare_user, m);
+    pthread_rwlock_unlock(&mc->hook_lock);
     pthread_rwlock_wrlock(&mc->lock);
     void *old = strmap_put(mc->models, model, m);
+    if (old == STRMAP_NOMEM && strmap_get(mc->models, model) == NULL)
+        mc->slot_used[m->slot] = false;
     pthread_rwlock_unlock(&mc->lock);
     if (old == STRMAP_NOMEM) {
         model_need_free(m);
@@ -165,6 +217,8 @@ void manifest_cache_remove(manifest_cache *mc, const char *model)
 {
     pthread_rwlock_wrlock(&mc->lock);
     model_need *old = strmap_remove(mc->models, model);
+    if (old != NULL)
+        mc->slot_used[old->slot] = false;
     pthread_rwlock_unlock(&mc->lock);
     model_need_free(old);
 }
@@ -211,6 +265,26 @@ void manifest_cache_unlock(manifest_cache *mc)
 const model_need *manifest_cache_find(manifest_cache *mc, const char *model)
 {
     return strmap_get(mc->models, model);
+}
+
+typedef struct each_ctx {
+    void (*fn)(void *user, const model_need *m);
+    void *user;
+} each_ctx;
+
+static int each_need(const char *key, void *value, void *user)
+{
+    (void)key;
+    each_ctx *e = user;
+    e->fn(e->user, value);
+    return 0;
+}
+
+void manifest_cache_each(manifest_cache *mc, void (*fn)(void *user, const model_need *m),
+                         void *user)
+{
+    each_ctx e = {fn, user};
+    strmap_foreach(mc->models, each_need, &e);
 }
 
 size_t manifest_cache_count(manifest_cache *mc)

@@ -33,6 +33,13 @@ void manifest_cache_free(manifest_cache *mc);
 int manifest_need_parse(tensor_ids *ids, const char *model, const char *json, size_t len,
                         model_need **out, tetris_error *err);
 
+/* Called by manifest_cache_put with a parsed model (its slot set) before
+ * it replaces the old one, without the cache's lock held: where the
+ * extender computes the model's θ on every node. */
+typedef void (*manifest_prepare_fn)(void *user, const model_need *m);
+/* NULL fn: none. */
+void manifest_cache_set_prepare(manifest_cache *mc, manifest_prepare_fn fn, void *user);
+
 int manifest_cache_put(manifest_cache *mc, const char *model, const char *json, size_t len,
                        tetris_error *err);
 void manifest_cache_remove(manifest_cache *mc, const char *model);
@@ -47,6 +54,9 @@ int manifest_cache_watch(manifest_cache *mc, kube_client *kc, const char *ns,
 void manifest_cache_rdlock(manifest_cache *mc);
 void manifest_cache_unlock(manifest_cache *mc);
 const model_need *manifest_cache_find(manifest_cache *mc, const char *model);
+/* Calls fn for every model; under the read lock. */
+void manifest_cache_each(manifest_cache *mc, void (*fn)(void *user, const model_need *m),
+                         void *user);
 size_t manifest_cache_count(manifest_cache *mc);
 
 #endif

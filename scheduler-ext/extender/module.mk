@@ -3,7 +3,7 @@
 # Its parts live in libtetris so the benchmark and the tests reuse them.
 LIB_SRCS += scheduler-ext/extender/tensor_ids.c scheduler-ext/extender/similarity.c \
             scheduler-ext/extender/manifests.c scheduler-ext/extender/inventory.c \
-            scheduler-ext/extender/extender.c
+            scheduler-ext/extender/ext_request.c scheduler-ext/extender/extender.c
 
 PROGRAMS += tetris-scheduler-ext
 tetris-scheduler-ext_SRCS := scheduler-ext/extender/extender_main.c

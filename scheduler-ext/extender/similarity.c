@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 static bool contains(const uint32_t *ids, size_t n, uint32_t id)
 {
@@ -31,14 +32,25 @@ void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *o
 {
     node_inventory *memo = (node_inventory *)inv; /* only the memo changes */
     pthread_mutex_lock(&memo->memo_lock);
-    bool hit = m->version != 0 && memo->memo_version == m->version;
-    uint64_t present = memo->memo_present;
+    bool hit = m->version != 0 && m->slot < memo->n_memo &&
+               memo->memo[m->slot].version == m->version;
+    uint64_t present = hit ? memo->memo[m->slot].present : 0;
     pthread_mutex_unlock(&memo->memo_lock);
     if (!hit) {
         present = present_bytes(m, inv);
         pthread_mutex_lock(&memo->memo_lock);
-        memo->memo_version = m->version;
-        memo->memo_present = present;
+        if (m->slot >= memo->n_memo) {
+            /* Out of memory only costs the memo: the next decision
+             * computes again. */
+            similarity_memo *grown = realloc(memo->memo, (m->slot + 1) * sizeof *grown);
+            if (grown != NULL) {
+                memset(grown + memo->n_memo, 0, (m->slot + 1 - memo->n_memo) * sizeof *grown);
+                memo->memo = grown;
+                memo->n_memo = m->slot + 1;
+            }
+        }
+        if (m->slot < memo->n_memo)
+            memo->memo[m->slot] = (similarity_memo){m->version, present};
         pthread_mutex_unlock(&memo->memo_lock);
     }
     out->present_bytes = present;
@@ -103,6 +115,7 @@ void node_inventory_free(node_inventory *inv)
         return;
     tensor_ids_release(inv->owner, inv->ids, inv->n);
     pthread_mutex_destroy(&inv->memo_lock);
+    free(inv->memo);
     free(inv->ids);
     free(inv);
 }

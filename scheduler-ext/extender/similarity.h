@@ -24,6 +24,7 @@
 typedef struct model_need {
     tensor_ids *owner; /* holds a reference per id; NULL: ids not counted */
     uint64_t version;  /* unique per parsed manifest (model_need_version) */
+    size_t slot;       /* the model's index in every inventory's memo */
     char *model;
     size_t n;
     uint32_t *ids;     /* distinct */
@@ -31,11 +32,18 @@ typedef struct model_need {
     uint64_t total_bytes;
 } model_need;
 
+/* One model's present bytes on a node, valid while version is the model's. */
+typedef struct similarity_memo {
+    uint64_t version; /* model_need.version; 0: empty */
+    uint64_t present;
+} similarity_memo;
+
 /* A node store's contents at one generation. Immutable once built, except
- * for the memo: the present bytes of the last model evaluated against it,
- * so /prioritize reuses what /filter computed for the same pod, and later
- * pods of that model cost nothing until the inventory changes (a new
- * generation is a new node_inventory). */
+ * for the memo: the present bytes of each model (by model_need.slot), so a
+ * decision is a lookup per node and not a search per tensor. The extender
+ * fills it when an inventory or a manifest changes, before either is
+ * published; a decision that still misses (a race with a change) computes
+ * and fills it. A new generation is a new node_inventory. */
 typedef struct node_inventory {
     tensor_ids *owner; /* holds a reference per id; NULL: ids not counted */
     uint64_t generation;
@@ -45,8 +53,8 @@ typedef struct node_inventory {
     size_t n;
     uint32_t *ids; /* sorted ascending, distinct */
     pthread_mutex_t memo_lock;
-    uint64_t memo_version; /* model_need.version; 0: empty */
-    uint64_t memo_present;
+    similarity_memo *memo; /* n_memo entries, by model slot */
+    size_t n_memo;
 } node_inventory;
 
 typedef struct node_fit {

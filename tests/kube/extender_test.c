@@ -10,7 +10,8 @@
  * the pure parts (θ rounding, manifest and inventory parsing, the fit with
  * evictable bytes, the digest table shrinking with inventories, inventory
  * URLs confined to the policy and never taken from a request's Node
- * objects in cluster mode) in-process. */
+ * objects in cluster mode, the tree-less request reader's strictness and
+ * both forms' replies, θ computed before decisions) in-process. */
 #include <check.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -28,6 +29,8 @@
 #include <unistd.h>
 
 #include "tests/kube/faultserver.h"
+#include "common/textbuf.h"
+#include "scheduler-ext/extender/ext_request.h"
 #include "scheduler-ext/extender/extender.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "scheduler-ext/extender/manifests.h"
@@ -991,11 +994,15 @@ START_TEST(request_nodes_name_no_url)
                             "tetris.io/model", "bert");
     json_t *args = json_pack("{s:o,s:{s:[o]},s:n}", "Pod", pod, "Nodes", "items",
                              node_with("n1", "127.0.0.1", evil), "NodeNames");
+    char *body = json_dumps(args, JSON_COMPACT);
     extender *x = extender_new(mc, c, NULL);
-    json_t *res = NULL;
-    ck_assert_int_eq(extender_prioritize(x, args, &res, &err), 0);
+    char *out = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(extender_prioritize(x, body, strlen(body), &out, &len, &err), 0);
+    json_t *res = json_loadb(out, len, 0, NULL);
     ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(res, 0), "Score")), 10);
     json_decref(res);
+    free(out);
     ck_assert_uint_eq(fault_server_count(attacker), 0);
     ck_assert_uint_eq(fault_server_count(real), 1);
     extender_free(x);
@@ -1004,14 +1011,212 @@ START_TEST(request_nodes_name_no_url)
     inventory_url_policy p;
     inventory_url_policy_init(&p, fault_server_port(real));
     x = extender_new(mc, c, &p);
-    ck_assert_int_eq(extender_prioritize(x, args, &res, &err), 0);
-    json_decref(res);
+    ck_assert_int_eq(extender_prioritize(x, body, strlen(body), &out, &len, &err), 0);
+    free(out);
     ck_assert_uint_eq(fault_server_count(attacker), 0); /* its port is not allowed */
     extender_free(x);
+    free(body);
 
     json_decref(args);
     fault_server_stop(real);
     fault_server_stop(attacker);
+    inventory_cache_free(c);
+    manifest_cache_free(mc);
+    tensor_ids_free(ids);
+}
+END_TEST
+
+/* ---- the request reader (ext_request.h) ---- */
+
+START_TEST(request_reader_is_strict_json)
+{
+    /* What jansson refuses, the reader refuses; each with a reason. */
+    static const char *const bad[] = {
+        "{\"Pod\":{},\"NodeNames\":[\"a\",]}",           /* trailing comma */
+        "{\"Pod\":{},\"NodeNames\":[\"a\"]",             /* unterminated */
+        "{\"Pod\":{},\"NodeNames\":[\"a\"]} x",          /* trailing text */
+        "{\"Pod\":{},\"NodeNames\":[\"\\ud800\"]}",      /* lone surrogate */
+        "{\"Pod\":{},\"NodeNames\":[\"a\\u0000b\"]}",    /* NUL */
+        "{\"Pod\":{},\"NodeNames\":[\"\xc0\xaf\"]}",     /* overlong UTF-8 */
+        "{\"Pod\":{},\"NodeNames\":[\"\xed\xa0\x80\"]}", /* UTF-8 surrogate */
+        "{\"Pod\":{},\"NodeNames\":[\"a\tb\"]}",         /* raw control byte */
+        "{\"Pod\":{},\"NodeNames\":[\"a\\x\"]}",         /* bad escape */
+        "{\"Pod\":{\"a\":01},\"NodeNames\":[]}",         /* leading zero */
+        "{\"Pod\":{\"a\":1.},\"NodeNames\":[]}",
+        "{\"Pod\":{\"a\":-},\"NodeNames\":[]}",
+        "{\"Pod\":{\"a\":tru},\"NodeNames\":[]}",
+        "{\"Pod\":{},\"NodeNames\":[\"\"]}", /* empty name */
+        "{\"Pod\":{},\"Nodes\":{\"items\":[{\"metadata\":{\"name\":7}}]}}",
+        "{\"Pod\":{},\"Nodes\":{\"items\":[\"n1\"]}}",
+        "{\"Pod\":{},\"NodeNames\":null,\"Nodes\":null}",
+        "",
+        "   ",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ext_request r;
+        tetris_error err = {0};
+        ck_assert_msg(ext_request_parse(bad[i], strlen(bad[i]), &r, &err) == -TETRIS_E_FORMAT,
+                      "accepted %s", bad[i]);
+        ck_assert_msg(err.msg[0] != '\0', "no reason for %s", bad[i]);
+    }
+    /* Nesting deeper than the reader's limit is refused, not recursed into. */
+    size_t depth = 100000;
+    char *deep = malloc(2 * depth + 64);
+    ck_assert_ptr_nonnull(deep);
+    int n = sprintf(deep, "{\"Pod\":{\"x\":");
+    memset(deep + n, '[', depth);
+    memset(deep + n + depth, ']', depth);
+    strcpy(deep + n + 2 * depth, "},\"NodeNames\":[]}");
+    ext_request r;
+    tetris_error err = {0};
+    ck_assert_int_eq(ext_request_parse(deep, strlen(deep), &r, &err), -TETRIS_E_FORMAT);
+    free(deep);
+}
+END_TEST
+
+START_TEST(request_reader_keys_and_names)
+{
+    /* Exact keys beat case-insensitive ones, the last duplicate wins, names
+     * are unescaped, and a Node's text is kept as sent. */
+    static const char body[] =
+        " {\"nodes\":null,\"pod\":{\"metadata\":{\"name\":\"lower\"}},"
+        "\"Pod\":{\"metadata\":{\"name\":\"exact\"}},"
+        "\"NODES\":{\"items\":[{\"metadata\":{\"name\":\"x\"}}]},"
+        "\"Nodes\":{\"Items\":[],\"items\":[{\"metadata\":{\"name\":\"old\"},"
+        "\"metadata\":{\"name\":\"n\\u00e9\\\"1\",\"name\":\"n\\u00e9\\\"2\"}} ,"
+        "{\"metadata\":{\"name\":\"\\ud83d\\ude00\"}}]}} ";
+    ext_request r;
+    tetris_error err = {0};
+    ck_assert_msg(ext_request_parse(body, strlen(body), &r, &err) == 0, "%s", err.msg);
+    ck_assert(!r.by_name);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(r.pod, "metadata"), "name")),
+                     "exact");
+    ck_assert_uint_eq(r.n, 2);
+    ck_assert_str_eq(r.names[0], "n\xc3\xa9\"2");
+    ck_assert_str_eq(r.names[1], "\xf0\x9f\x98\x80");
+    ck_assert_uint_eq(r.items[1].len, strlen("{\"metadata\":{\"name\":\"\\ud83d\\ude00\"}}"));
+    ck_assert(strncmp(r.items[1].text, "{\"metadata\"", 11) == 0);
+    /* A name that needs escaping goes back out as valid JSON. */
+    textbuf t = {0};
+    ext_json_string(&t, r.names[0]);
+    ext_json_string(&t, "a\x01\\b");
+    char *text = textbuf_take(&t, NULL);
+    ck_assert_str_eq(text, "\"n\xc3\xa9\\\"2\"\"a\\u0001\\\\b\"");
+    free(text);
+    ext_request_clear(&r);
+}
+END_TEST
+
+/* Both forms give the same decisions; the Nodes form's filter reply echoes
+ * the passing Node objects as sent, and the replies are JSON. */
+START_TEST(request_forms_agree)
+{
+    tensor_ids *ids = tensor_ids_new();
+    manifest_cache *mc = manifest_cache_new(ids);
+    inventory_cache *c = inventory_cache_new(ids, NULL);
+    extender *x = extender_new(mc, c, NULL);
+    tetris_error err = {0};
+    ck_assert_int_eq(manifest_cache_put(mc, "bert", manifest_bert, strlen(manifest_bert), &err), 0);
+    /* "full\"q": its store cannot take the missing 600 bytes. */
+    const char *inv_full = "{\"node\":\"x\",\"generation\":1,\"capacity_bytes\":1000,"
+                           "\"resident_bytes\":900,\"tensors\":[{\"digest\":\"" D(
+                               "b") "\",\"bytes\":300},{\"digest\":\"" D("c") "\",\"bytes\":100}]}";
+    node_inventory *ni = NULL;
+    ck_assert_int_eq(inventory_parse(ids, inv_full, strlen(inv_full), &ni, &err), 0);
+    ck_assert_int_eq(inventory_cache_put(c, "full\"q", ni, &err), 0);
+    static const char *const forms[] = {
+        "{\"Pod\":{\"metadata\":{\"labels\":{\"tetris.io/model\":\"bert\"}}},"
+        "\"NodeNames\":[\"free\",\"full\\\"q\"]}",
+        "{\"Pod\":{\"metadata\":{\"labels\":{\"tetris.io/model\":\"bert\"}}},\"Nodes\":{\"items\":["
+        "{\"metadata\":{\"name\":\"free\"},\"status\":{\"x\":[1,2.5e3,true,null]}},"
+        "{\"metadata\":{\"name\":\"full\\\"q\"}}]}}",
+    };
+    for (int f = 0; f < 2; f++) {
+        char *out = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(extender_filter(x, forms[f], strlen(forms[f]), &out, &len, &err), 0);
+        json_t *res = json_loadb(out, len, 0, NULL);
+        ck_assert_msg(res != NULL, "filter reply is not JSON: %s", out);
+        ck_assert_ptr_nonnull(json_object_get(json_object_get(res, "FailedNodes"), "full\"q"));
+        json_t *passed = f == 0 ? json_object_get(res, "NodeNames")
+                                : json_object_get(json_object_get(res, "Nodes"), "items");
+        ck_assert_uint_eq(json_array_size(passed), 1);
+        if (f == 0)
+            ck_assert_str_eq(json_string_value(json_array_get(passed, 0)), "free");
+        else
+            ck_assert_ptr_nonnull(strstr(out, "{\"metadata\":{\"name\":\"free\"},\"status\":"
+                                              "{\"x\":[1,2.5e3,true,null]}}"));
+        json_decref(res);
+        free(out);
+        ck_assert_int_eq(extender_prioritize(x, forms[f], strlen(forms[f]), &out, &len, &err), 0);
+        res = json_loadb(out, len, 0, NULL);
+        ck_assert_msg(res != NULL, "prioritize reply is not JSON: %s", out);
+        ck_assert_uint_eq(json_array_size(res), 2);
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(res, 1), "Host")),
+                         "full\"q");
+        ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(res, 1), "Score")), 4);
+        ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(res, 0), "Score")), 0);
+        json_decref(res);
+        free(out);
+    }
+    extender_free(x);
+    inventory_cache_free(c);
+    manifest_cache_free(mc);
+    tensor_ids_free(ids);
+}
+END_TEST
+
+/* θ is computed when a manifest or an inventory changes, before either is
+ * published: a decision finds it ready. A model's new version is new θ. */
+START_TEST(theta_ready_before_decisions)
+{
+    tensor_ids *ids = tensor_ids_new();
+    manifest_cache *mc = manifest_cache_new(ids);
+    inventory_cache *c = inventory_cache_new(ids, NULL);
+    extender *x = extender_new(mc, c, NULL);
+    tetris_error err = {0};
+    const char *inv_text = "{\"node\":\"x\",\"generation\":1,\"capacity_bytes\":0,"
+                           "\"resident_bytes\":0,\"tensors\":[{\"digest\":\"" D(
+                               "a") "\",\"bytes\":600}]}";
+    node_inventory *ni = NULL;
+    ck_assert_int_eq(inventory_parse(ids, inv_text, strlen(inv_text), &ni, &err), 0);
+    ck_assert_int_eq(inventory_cache_put(c, "n1", ni, &err), 0);
+    ck_assert_uint_eq(ni->n_memo, 0); /* no model yet */
+    /* A new manifest: θ on the cached inventory. */
+    ck_assert_int_eq(manifest_cache_put(mc, "bert", manifest_bert, strlen(manifest_bert), &err), 0);
+    manifest_cache_rdlock(mc);
+    const model_need *m = manifest_cache_find(mc, "bert");
+    ck_assert_uint_gt(ni->n_memo, m->slot);
+    ck_assert_uint_eq(ni->memo[m->slot].version, m->version);
+    ck_assert_uint_eq(ni->memo[m->slot].present, 600);
+    size_t slot = m->slot;
+    manifest_cache_unlock(mc);
+    /* A new inventory: θ of every model on it. */
+    node_inventory *ni2 = NULL;
+    ck_assert_int_eq(inventory_parse(ids, inv_text, strlen(inv_text), &ni2, &err), 0);
+    ck_assert_int_eq(inventory_cache_put(c, "n2", ni2, &err), 0);
+    ck_assert_uint_gt(ni2->n_memo, slot);
+    ck_assert_uint_eq(ni2->memo[slot].present, 600);
+    /* A second model takes another slot; a removed one's slot is reused
+     * and the stale entry is not mistaken for the new model's. */
+    ck_assert_int_eq(manifest_cache_put(mc, "other", manifest_bert, strlen(manifest_bert), &err),
+                     0);
+    manifest_cache_rdlock(mc);
+    size_t other = manifest_cache_find(mc, "other")->slot;
+    manifest_cache_unlock(mc);
+    ck_assert_uint_ne(other, slot);
+    manifest_cache_remove(mc, "bert");
+    static const char manifest_c[] = "{\"format\":\"tetris-manifest/1\",\"tensors\":["
+                                     "{\"name\":\"c\",\"digest\":\"" D("c") "\",\"nbytes\":100}]}";
+    extender_free(x); /* no hooks now: the next decision computes θ itself */
+    ck_assert_int_eq(manifest_cache_put(mc, "third", manifest_c, strlen(manifest_c), &err), 0);
+    manifest_cache_rdlock(mc);
+    m = manifest_cache_find(mc, "third");
+    ck_assert_uint_eq(m->slot, slot);
+    node_fit fit;
+    similarity_eval(m, ni, &fit);
+    ck_assert_uint_eq(fit.present_bytes, 0);
+    manifest_cache_unlock(mc);
     inventory_cache_free(c);
     manifest_cache_free(mc);
     tensor_ids_free(ids);
@@ -1050,6 +1255,10 @@ int main(int argc, char **argv)
     tcase_add_test(pure, id_table_survives_churn);
     tcase_add_test(pure, inventory_urls_are_confined);
     tcase_add_test(pure, request_nodes_name_no_url);
+    tcase_add_test(pure, request_reader_is_strict_json);
+    tcase_add_test(pure, request_reader_keys_and_names);
+    tcase_add_test(pure, request_forms_agree);
+    tcase_add_test(pure, theta_ready_before_decisions);
     suite_add_tcase(s, pure);
     TCase *tc = tcase_create("http");
     tcase_add_unchecked_fixture(tc, start_servers, stop_servers);

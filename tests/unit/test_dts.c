@@ -1,6 +1,8 @@
 /* test_dts.c - DTS (Algorithm 1 of the Tetris paper) on hand-computed cases:
  * the order by b*p/(l*m), the SLO and SLO/2 rules, covering the residual
- * rate exactly, the m + alpha*c variant, and sharing-aware marginal memory.
+ * rate exactly, the m + alpha*c variant, and sharing-aware marginal memory;
+ * and the refined mode (the cheapest cover, measured throughput, equal
+ * shares).
  *
  * In these profiles mean = p95 = p99, so l is the same for every statistic;
  * capacity is b*p*1000/l requests per second. */
@@ -290,6 +292,95 @@ START_TEST(restricted_spaces)
 }
 END_TEST
 
+/* ---- PLAN_MODE_REFINED ---- */
+
+static plan_options refined(double ms)
+{
+    plan_options o = slo(ms);
+    o.mode = PLAN_MODE_REFINED;
+    return o;
+}
+
+/* 50 rps: Algorithm 1 takes config 2 (the best b*p/(l*m), 150 MiB) for a
+ * rate config 0 alone covers for 100 MiB. */
+START_TEST(refined_fills_the_tail_with_the_cheapest_cover)
+{
+    setup_basic();
+    plan_options po = slo(1000), o = refined(1000);
+    plan paper, pl;
+    plan_ok(&basic, 50, &po, &paper);
+    plan_ok(&basic, 50, &o, &pl);
+    ck_assert_uint_eq(count_of(&paper, 2), 1);
+    ck_assert_double_eq_tol(paper.memory_mib, 150, 1e-9);
+    ck_assert_uint_eq(pl.n_entries, 1);
+    ck_assert_uint_eq(count_of(&pl, 0), 1);
+    ck_assert_double_eq_tol(pl.memory_mib, 100, 1e-9);
+    ck_assert(pl.covered_rps >= 50);
+    plan_clear(&paper);
+    plan_clear(&pl);
+    /* 250 rps as config 2 + config 0 covers b*p/l, but at equal shares
+     * config 0 gets 125 rps, over its 100: not a plan for CE routing. Two
+     * of config 2 take 125 each. */
+    plan_entry mix[] = {{.config = 2, .count = 1}, {.config = 0, .count = 1}};
+    plan mixed = {.entries = mix, .n_entries = 2};
+    plan_total(&mixed, &basic, &o);
+    ck_assert(mixed.covered_rps >= 250);
+    ck_assert(!plan_equal_share_ok(&mixed, &basic, 250, &o));
+    plan_ok(&basic, 250, &o, &pl);
+    ck_assert(plan_equal_share_ok(&pl, &basic, 250, &o));
+    ck_assert_uint_eq(count_of(&pl, 2), 2);
+    ck_assert_double_eq_tol(pl.memory_mib, 300, 1e-9);
+    plan_clear(&pl);
+}
+END_TEST
+
+/* A measured saturation throughput below b*p/l is what an instance takes. */
+START_TEST(refined_uses_measured_throughput)
+{
+    setup_basic();
+    basic_configs[0].throughput_rps = 40; /* b*p/l says 100 */
+    plan_options o = refined(1000), po = slo(1000);
+    ck_assert_double_eq_tol(plan_config_capacity(&basic_configs[0], &o), 40, 1e-9);
+    ck_assert_double_eq_tol(plan_config_capacity(&basic_configs[0], &po), 100, 1e-9);
+    plan pl;
+    plan_ok(&basic, 50, &o, &pl);
+    /* Config 0 would need two instances (200 MiB): one of config 2 is cheaper. */
+    ck_assert_uint_eq(count_of(&pl, 0), 0);
+    ck_assert_uint_eq(count_of(&pl, 2), 1);
+    ck_assert_double_eq_tol(pl.covered_rps, 200, 1e-9);
+    plan_clear(&pl);
+    plan_ok(&basic, 40, &o, &pl);
+    ck_assert_uint_eq(count_of(&pl, 0), 1);
+    ck_assert_double_eq_tol(pl.covered_rps, 40, 1e-9);
+    plan_clear(&pl);
+}
+END_TEST
+
+START_TEST(refined_keeps_the_rules)
+{
+    setup_basic();
+    plan_options o = refined(25); /* SLO/2 = 12.5 ms: only config 0 (b=1, 10 ms) */
+    plan pl;
+    plan_ok(&basic, 250, &o, &pl);
+    ck_assert_uint_eq(count_of(&pl, 0), 3);
+    ck_assert_uint_eq(pl.instances, 3);
+    plan_clear(&pl);
+    plan_ok(&basic, 0, &o, &pl);
+    ck_assert_uint_eq(pl.instances, 0);
+    plan_clear(&pl);
+    tetris_error err = {0};
+    o = refined(5);
+    ck_assert_int_eq(dts_plan(&basic, 10, &o, &pl, &err), -TETRIS_E_NOTFOUND);
+    enum plan_mode m;
+    ck_assert_int_eq(plan_mode_parse("refined", &m, &err), 0);
+    ck_assert_int_eq(m, PLAN_MODE_REFINED);
+    ck_assert_int_eq(plan_mode_parse("paper", &m, &err), 0);
+    ck_assert_int_eq(m, PLAN_MODE_PAPER);
+    ck_assert_int_eq(plan_mode_parse("best", &m, &err), -TETRIS_E_INVAL);
+    ck_assert_str_eq(plan_mode_name(PLAN_MODE_REFINED), "refined");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dts");
@@ -304,6 +395,9 @@ int main(void)
     tcase_add_test(tc, sharing_makes_memory_marginal);
     tcase_add_test(tc, sharing_needs_private_bytes);
     tcase_add_test(tc, restricted_spaces);
+    tcase_add_test(tc, refined_fills_the_tail_with_the_cheapest_cover);
+    tcase_add_test(tc, refined_uses_measured_throughput);
+    tcase_add_test(tc, refined_keeps_the_rules);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);

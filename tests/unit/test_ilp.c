@@ -220,6 +220,63 @@ START_TEST(dts_is_never_below_the_optimum)
 }
 END_TEST
 
+/* The refined mode against the equal-share integer program and the paper
+ * mode: it is the optimum of its model, covers the rate with every
+ * instance at or below its capacity at an equal share, and is never worse
+ * than Algorithm 1's plan whenever that plan is itself feasible at equal
+ * shares. Some configs carry a measured throughput below b*p/l. */
+START_TEST(refined_is_the_equal_share_optimum)
+{
+    unsigned seed = 99;
+    int paper_feasible = 0;
+    for (int round_no = 0; round_no < 60; round_no++) {
+        profile_config c[24];
+        profile p;
+        random_profile(&p, c, &seed);
+        if (round_no % 3 == 0)
+            for (size_t i = 0; i < p.n_configs; i += 2)
+                c[i].throughput_rps = plan_capacity_rps(&c[i], PROFILE_STAT_P95) *
+                                      (0.5 + 0.4 * rand_r(&seed) / (double)RAND_MAX);
+        plan_options o = {.slo_ms = 40 + rand_r(&seed) % 100,
+                          .latency = PROFILE_STAT_P95,
+                          .alpha = round_no % 2 ? 0 : 30,
+                          .mode = PLAN_MODE_REFINED};
+        double rps = 1 + rand_r(&seed) % 2000;
+        plan exact, refined, paper;
+        tetris_error err = {0};
+        ilp_ok(&p, rps, &o, &exact);
+        ck_assert_int_eq(dts_plan(&p, rps, &o, &refined, &err), 0);
+        double exact_obj = exact.memory_mib + o.alpha * exact.cpus;
+        double refined_obj = refined.memory_mib + o.alpha * refined.cpus;
+        ck_assert_msg(fabs(refined_obj - exact_obj) < 1e-6 * exact_obj,
+                      "round %d: refined %g, equal-share optimum %g", round_no, refined_obj,
+                      exact_obj);
+        ck_assert(plan_equal_share_ok(&exact, &p, rps, &o));
+        ck_assert(plan_equal_share_ok(&refined, &p, rps, &o));
+        ck_assert(refined.covered_rps >= rps - 1e-6);
+        /* Algorithm 1 under the same capacities. */
+        plan_options po = o;
+        po.mode = PLAN_MODE_PAPER;
+        for (size_t i = 0; i < p.n_configs; i++)
+            c[i].throughput_rps = 0;
+        o.mode = PLAN_MODE_REFINED;
+        plan_clear(&refined);
+        ck_assert_int_eq(dts_plan(&p, rps, &o, &refined, &err), 0);
+        ck_assert_int_eq(dts_plan(&p, rps, &po, &paper, &err), 0);
+        if (plan_equal_share_ok(&paper, &p, rps, &po)) {
+            paper_feasible++;
+            ck_assert_msg(refined.memory_mib + o.alpha * refined.cpus <=
+                              paper.memory_mib + o.alpha * paper.cpus + 1e-6,
+                          "round %d: refined worse than the paper's feasible plan", round_no);
+        }
+        plan_clear(&exact);
+        plan_clear(&refined);
+        plan_clear(&paper);
+    }
+    ck_assert_int_gt(paper_feasible, 10); /* the comparison did happen */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ilp");
@@ -231,6 +288,7 @@ int main(void)
     tcase_add_test(tc, sharing_pays_tensors_once);
     tcase_add_test(tc, matches_brute_force_on_small_spaces);
     tcase_add_test(tc, dts_is_never_below_the_optimum);
+    tcase_add_test(tc, refined_is_the_equal_share_optimum);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
