@@ -7,6 +7,7 @@
 # module's own tests are listed by its module.mk.
 SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh
 SHELL_TESTS += tests/models/test-paper-models-cli.sh
+SLOW_TESTS += tests/models/test-paper-models-share.sh
 SHELL_TESTS += tests/cli/test-help-version.sh tests/cli/test-lint.sh
 SHELL_TESTS += tests/helm/test-render.sh
 E2E_TESTS += tests/helm/test-dry-run.sh tests/helm/test-install.sh
