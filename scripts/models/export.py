@@ -156,6 +156,23 @@ def build(name):
     return torchvision.models.vgg19(weights=None)
 
 
+def calibrate_batchnorm(model, gen):
+    """Random initialisation leaves BatchNorm's running statistics at 0 and
+    1, which lets activations grow without bound through ResNet-152's 50
+    blocks; estimate them once on synthetic images, as pretraining does on
+    real ones (no-op for models without BatchNorm)."""
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    if not bns:
+        return
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average: the statistics of this batch
+    model.train()
+    with torch.no_grad():
+        model(torch.randn(8, 3, 224, 224, generator=gen))
+    model.eval()
+
+
 def top_prefixes(name):
     """Parameter-name prefixes that fine-tuning trains; everything else is
     frozen and stays bit-identical. BERT: the top third of the encoder and
@@ -263,6 +280,7 @@ def main():
         t0 = time.time()
         progress(f"{name}: building (random initial weights)")
         model = build(name)
+        calibrate_batchnorm(model, torch.Generator().manual_seed(a.seed))
         base_state = {k: v.clone() for k, v in model.state_dict().items()}
         nparams = sum(p.numel() for p in model.parameters())
         progress(f"{name}: exporting {nparams / 1e6:.0f}M parameters to ONNX")
