@@ -12,7 +12,8 @@
 #
 # The large models are SYNTHETIC (tetris-synth-model: real BERT shapes,
 # seeded random weights); the real model is the largest ONNX model the build
-# installed. Tables are Markdown, on stdout; progress goes to stderr on a TTY.
+# installed; the memory section also runs BERT-base's real architecture
+# with RANDOM weights (scripts/models/paper-models.sh, PyTorch at first use). Tables are Markdown, on stdout; progress goes to stderr on a TTY.
 #
 # Environment:
 #   TETRIS_BIN              programs under test (required; `make bench` sets it)
@@ -351,6 +352,19 @@ bench_memory() {
     fi
     bench_memory_model "synthetic-bert-base" agent "$base" || return 1
     bench_memory_model "synthetic-bert-large" agent "$large" || return 1
+    # Paper scale with real inference: BERT-base's real architecture with
+    # random weights, exported once with PyTorch (skipped where it cannot
+    # be installed).
+    local bert rc=0
+    progress "exporting bert-base (PyTorch, cached)"
+    bert=$("$ROOT/scripts/models/paper-models.sh" bert-base:3 2>>"$WORK/paper-models.log") || rc=$?
+    progress_done
+    case $rc in
+    0) bench_memory_model "bert-base (real architecture, random weights), after one inference (tetris-onnx-run, sequence 256)" \
+           onnx "$(echo "$bert" | head -1)" || return 1 ;;
+    3) warn "PyTorch unavailable: no paper-scale real-inference row ($(tail -1 "$WORK/paper-models.log"))" ;;
+    *) warn "scripts/models/paper-models.sh failed: $(tail -1 "$WORK/paper-models.log")"; return 1 ;;
+    esac
 }
 
 # ---- 2. warm start ---------------------------------------------------------------

@@ -10,25 +10,33 @@
 # saved. Uses the node daemon (bin/tetris-reclaimer) when it is built,
 # otherwise the agent's direct mode.
 #
-# Part 2 does the same at the paper's scale with a SYNTHETIC model: random
-# weights in BERT-base's real shapes (~440 MB, bin/tetris-synth-model,
-# cached), loaded by several `tetris-agent load --hold` instances. These
-# load the weights only and run no inference.
+# Part 2 does the same at the paper's scale: BERT-base (the real
+# architecture, 440 MB, RANDOM weights: no pretrained weights can be
+# fetched) and three fine-tuned variants whose top 4 layers and head were
+# trained on synthetic data, exported with PyTorch at first use and cached
+# (scripts/models/paper-models.sh). Every instance runs real inference; the
+# variants share the base's bottom layers through the store. Only where
+# PyTorch cannot be installed does part 2 fall back to a SYNTHETIC model
+# (random weights in BERT-base's shapes, bin/tetris-synth-model), loaded by
+# `tetris-agent load --hold` without inference, and says so.
 #
 # Environment: TETRIS_DEMO_INSTANCES (per real model, default 4),
-# TETRIS_DEMO_SYNTH_INSTANCES (synthetic model, default 8; 0 skips part 2),
-# TETRIS_BIN (default bin/), TETRIS_DEMO_DIR (store parent, default /dev/shm),
-# TETRIS_CACHE (where the synthetic model is cached).
+# TETRIS_DEMO_PAPER_INSTANCES (part 2, default 8, spread over the base and
+# its variants; 0 skips part 2), TETRIS_DEMO_SEQ (part 2's sequence length,
+# default 128), TETRIS_BIN (default bin/), TETRIS_DEMO_DIR (store parent,
+# default /dev/shm), TETRIS_CACHE (where part 2's models are cached).
 set -eu
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${TETRIS_BIN:-$ROOT/bin}"
 MODELS="$ROOT/.deps/models"
 N="${TETRIS_DEMO_INSTANCES:-4}"
-SYNTH_N="${TETRIS_DEMO_SYNTH_INSTANCES:-8}"
-case "$N$SYNTH_N" in
-*[!0-9]*) echo "demo: TETRIS_DEMO_INSTANCES and TETRIS_DEMO_SYNTH_INSTANCES must be numbers" >&2; exit 2 ;;
+SYNTH_N="${TETRIS_DEMO_PAPER_INSTANCES:-8}"
+SEQ="${TETRIS_DEMO_SEQ:-128}"
+case "$N$SYNTH_N$SEQ" in
+*[!0-9]*) echo "demo: TETRIS_DEMO_INSTANCES, TETRIS_DEMO_PAPER_INSTANCES and TETRIS_DEMO_SEQ must be numbers" >&2; exit 2 ;;
 esac
+[ "$SEQ" -ge 1 ] && [ "$SEQ" -le 512 ] || { echo "demo: TETRIS_DEMO_SEQ must be 1..512 (BERT's positions)" >&2; exit 2; }
 [ "$N" -ge 1 ] || { echo "demo: TETRIS_DEMO_INSTANCES must be at least 1" >&2; exit 2; }
 # model file, instances (small models get fewer)
 DEMO_MODELS="ch_PP-OCRv4_rec_infer.onnx:$N ch_PP-OCRv4_det_infer.onnx:$N
@@ -70,8 +78,10 @@ pss_kb() {
 # run_phase NAME ARGS...: starts every instance (one after another, so each
 # startup is timed alone), waits until each has run inference and printed
 # its result, then measures. Leaves the instances running.
+# Files are named $WORK/$P$phase.*: P tells the parts apart.
+P=""
 run_phase() {
-    phase=$1; shift
+    phase=$P$1; shift
     : >"$WORK/pids"
     mkfifo "$WORK/hold.$phase"
     exec 3<>"$WORK/hold.$phase" # the instances hold their models until this closes
@@ -81,7 +91,7 @@ run_phase() {
         while [ "$i" -le "$count" ]; do
             out="$WORK/$phase.$model.$i"
             manifest=""
-            [ "$phase" = tetris ] && manifest="--manifest=$WORK/$model.manifest.json"
+            [ "$phase" = "${P}tetris" ] && manifest="--manifest=$WORK/$model.manifest.json"
             # shellcheck disable=SC2086
             "$BIN/tetris-onnx-run" "$MODELS/$model" "$@" $manifest --hold <"$WORK/hold.$phase" 3>&- \
                 >"$out.json" 2>"$out.log" &
@@ -99,7 +109,7 @@ run_phase() {
     while read -r pid model i; do
         total=$(pss_kb "$pid")
         store_part=0
-        [ "$phase" = tetris ] && store_part=$(pss_kb "$pid" "$STORE/")
+        [ "$phase" = "${P}tetris" ] && store_part=$(pss_kb "$pid" "$STORE/")
         jq -r --arg m "$model" --arg i "$i" --arg t "$total" --arg s "$store_part" \
             '[$m, $i, $t, $s, (.load_ms + .session_ms), .run_ms, .sha256] | @tsv' \
             "$WORK/$phase.$model.$i.json"
@@ -111,13 +121,6 @@ stop_phase() {
     for p in $(cat "$WORK/pids"); do wait "$p" 2>/dev/null || true; done
     : >"$WORK/pids"
 }
-
-echo "tetris demo, part 1: $(echo "$DEMO_MODELS" | wc -w) real ONNX models, several instances each, real inference"
-echo
-
-# ---- without tetris: every instance loads its own weights ----
-run_phase private --private
-stop_phase
 
 # start_daemon STORE: the node daemon on STORE (reclaiming nothing while
 # the demo runs), once its socket is there. Sets DAEMON_PID and HOW.
@@ -150,26 +153,38 @@ stop_daemon() {
 direct_flag() { [ -n "$DAEMON_PID" ] || echo --direct; }
 daemon_pss_kb() { if [ -n "$DAEMON_PID" ]; then pss_kb "$DAEMON_PID"; else echo 0; fi; }
 
-# ---- with tetris: one shared copy in the store ----
-# Registration, once per model (in a cluster: tetris-profiler index): the
-# manifest names every tensor by digest, so instances need not hash.
-for entry in $DEMO_MODELS; do
-    model=${entry%%:*}
-    "$BIN/tetris-agent" index "$MODELS/$model" -o "$WORK/$model.manifest.json" 2>/dev/null
-done
-start_daemon "$STORE"
-# shellcheck disable=SC2046
-run_phase tetris --store "$STORE" $(direct_flag)
-daemon_kb=$(daemon_pss_kb)
-how=$HOW
-# allocated pages, not file sizes: a 4-byte tensor still takes a page
-store_bytes=$(( $(du -sk "$STORE/public/tensors" | cut -f1) * 1024 ))
-fallbacks=$(cat "$WORK"/tetris.*.json | jq -s '[.[] | select(.fell_back)] | length')
-holders=$("$BIN/tetris-agent" inspect --store "$STORE" 2>/dev/null | tail -1)
-stop_phase
-verify=$("$BIN/tetris-agent" verify --store "$STORE" 2>/dev/null || true)
+# demo_models ARGS...: DEMO_MODELS (files under MODELS) without tetris,
+# then with tetris on STORE, ARGS passed to every tetris-onnx-run; prints
+# the table. Files are $WORK/$P*.
+demo_models() {
+    # ---- without tetris: every instance loads its own weights ----
+    run_phase private --private "$@"
+    stop_phase
 
-# ---- the table ----
+    # ---- with tetris: one shared copy in the store ----
+    # Registration, once per model (in a cluster: tetris-profiler index): the
+    # manifest names every tensor by digest, so instances need not hash.
+    for entry in $DEMO_MODELS; do
+        model=${entry%%:*}
+        "$BIN/tetris-agent" index "$MODELS/$model" -o "$WORK/$model.manifest.json" 2>/dev/null
+    done
+    start_daemon "$STORE"
+    # shellcheck disable=SC2046
+    run_phase tetris --store "$STORE" $(direct_flag) "$@"
+    daemon_kb=$(daemon_pss_kb)
+    how=$HOW
+    # allocated pages, not file sizes: a 4-byte tensor still takes a page
+    store_bytes=$(( $(du -sk "$STORE/public/tensors" | cut -f1) * 1024 ))
+    fallbacks=$(cat "$WORK/${P}tetris".*.json | jq -s '[.[] | select(.fell_back)] | length')
+    holders=$("$BIN/tetris-agent" inspect --store "$STORE" 2>/dev/null | tail -1)
+    stop_phase
+    stop_daemon
+    verify=$("$BIN/tetris-agent" verify --store "$STORE" 2>/dev/null || true)
+    print_table
+}
+
+# print_table: the table of the phases just run.
+print_table() {
 awk -F'\t' -v store_bytes="$store_bytes" -v daemon_kb="$daemon_kb" '
     function mib(kb) { return sprintf("%.1f", kb / 1024) }
     FNR == 1 { phase++ }
@@ -205,12 +220,17 @@ awk -F'\t' -v store_bytes="$store_bytes" -v daemon_kb="$daemon_kb" '
         printf "\nsaved: %s MiB (%.0f%% of the memory without tetris)\n", mib(tp - total_t), 100 * (tp - total_t) / tp
         nd = 0; for (m in differ) nd++
         printf "outputs: %s\n", nd ? "SOME DIFFER (see above)" : "identical with and without tetris for every instance (SHA-256 of output bytes)"
-    }' "$WORK/private.tsv" "$WORK/tetris.tsv"
+    }' "$WORK/${P}private.tsv" "$WORK/${P}tetris.tsv"
 
 echo "tetris mode: $how"
 echo "fallbacks to a private load: $fallbacks"
 echo "store while running: $holders"
 echo "store check: $(echo "$verify" | tail -1)"
+}
+
+echo "tetris demo, part 1: $(echo "$DEMO_MODELS" | wc -w) real ONNX models, several instances each, real inference"
+echo
+demo_models
 echo
 echo "memory = sum of PSS over the instances (shared pages split among their users);"
 echo "with tetris the store's pages are counted once, in full, as 'tensor store'."
@@ -218,12 +238,54 @@ echo "start = time until the instance is ready to serve: weights loaded (or mapp
 echo "and the ONNX Runtime session created. cold = first instance of a model (ingests"
 echo "into the store), warm = later ones (map what is already there)."
 
-# ---- part 2: a paper-scale model (SYNTHETIC) ----
+# ---- part 2: a paper-scale model ----
 # The real models above are small next to ONNX Runtime's own memory; the
-# paper's models are hundreds of MB. Random weights in BERT-base's real
-# shapes, loaded (weights only, no inference) by SYNTH_N instances.
+# paper's models are hundreds of MB. BERT-base (random weights) and its
+# fine-tuned variants, exported once with PyTorch, each with real inference.
 [ "$SYNTH_N" -gt 0 ] || exit 0
-stop_daemon
+
+paper_rc=0
+"$ROOT/scripts/models/paper-models.sh" bert-base:3 >"$WORK/paper.list" 2>"$WORK/paper.log" || paper_rc=$?
+if [ "$paper_rc" = 0 ]; then
+    MODELS=$(dirname "$(head -1 "$WORK/paper.list")")
+    STORE="$WORK/bert-store"
+    P=bert.
+    # A private instance holds its weights and ONNX Runtime (measured: the
+    # file's size + ~25 MiB): cap the count at what fits in half of the
+    # memory available now.
+    bytes=$(stat -c %s "$MODELS/bert-base.onnx")
+    fit=$(awk -v b="$bytes" '/^MemAvailable:/ { print int($2 * 1024 / 2 / (b * 1.3)) }' /proc/meminfo)
+    note=""
+    if [ "$fit" -lt "$SYNTH_N" ]; then
+        [ "$fit" -ge 2 ] || { echo; echo "part 2 skipped: too little memory available for two private instances"; exit 0; }
+        note=" (capped from $SYNTH_N: memory available)"
+        SYNTH_N=$fit
+    fi
+    # SYNTH_N instances over the base and its 3 variants, the base first
+    DEMO_MODELS=""
+    k=0
+    for m in bert-base bert-base-ft1 bert-base-ft2 bert-base-ft3; do
+        c=$(( SYNTH_N / 4 + (k < SYNTH_N % 4 ? 1 : 0) ))
+        [ "$c" -eq 0 ] || DEMO_MODELS="$DEMO_MODELS $m.onnx:$c"
+        k=$((k + 1))
+    done
+    echo
+    echo
+    echo "tetris demo, part 2: the paper's scale, $SYNTH_N instances$note, real inference (sequence $SEQ)"
+    echo "BERT-base (real architecture, $(( (bytes + 500000) / 1000000 )) MB, RANDOM weights) and 3 fine-tuned variants"
+    echo "(top 4 layers + head trained on synthetic data, bottom 8 layers + embeddings identical)"
+    echo
+    demo_models --dim "$SEQ"
+    echo "sharing: $(awk -F'\t' '{ s += $3; t += $4 } END { printf "each variant shares %.0f%% of its tensor bytes with bert-base", 100 * s / t }' "$MODELS/sharing.tsv" 2>/dev/null || echo "see $MODELS")"
+    echo
+    echo "The weights are random (no pretrained BERT can be downloaded here): the"
+    echo "outputs mean nothing, but the computation, sizes and memory are BERT-base's."
+    exit 0
+fi
+[ "$paper_rc" = 3 ] || { echo "demo: scripts/models/paper-models.sh failed:" >&2; cat "$WORK/paper.log" >&2; exit 1; }
+echo
+echo "part 2: PyTorch is unavailable ($(grep -o 'msg="[^"]*"' "$WORK/paper.log" | tail -1)),"
+echo "so the paper-scale part falls back to a SYNTHETIC model without inference."
 
 # Every private instance holds its own copy: cap the count at what fits in
 # half of the memory available now.
@@ -242,7 +304,7 @@ fi
 
 echo
 echo
-echo "tetris demo, part 2: a SYNTHETIC paper-scale model (random weights in BERT-base's"
+echo "tetris demo, part 2 (FALLBACK): a SYNTHETIC paper-scale model (random weights in BERT-base's"
 echo "real shapes, $(( (synth_bytes + 500000) / 1000000 )) MB = $(mib "$synth_bytes") MiB), $SYNTH_N instances$synth_note, weights loaded only (no inference)"
 echo
 

@@ -1,10 +1,13 @@
 # tests/module.mk - tests that belong to no single module: the command-line
-# conventions every program follows, the benchmark tooling, the Helm chart
+# conventions every program follows, the paper-scale model exporter
+# (scripts/models/), the benchmark tooling, the Helm chart
 # and the end-to-end tests on the local Kubernetes cluster
 # (scripts/cluster-up.sh; the first test that needs the cluster starts it
 # and leaves it up for the next; `make cluster-down` stops it). Each
 # module's own tests are listed by its module.mk.
 SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh
+SHELL_TESTS += tests/models/test-paper-models-cli.sh
+SLOW_TESTS += tests/models/test-paper-models-share.sh
 SHELL_TESTS += tests/cli/test-help-version.sh tests/cli/test-lint.sh
 SHELL_TESTS += tests/helm/test-render.sh
 E2E_TESTS += tests/helm/test-dry-run.sh tests/helm/test-install.sh
