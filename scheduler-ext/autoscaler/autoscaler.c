@@ -80,6 +80,10 @@ static void usage(FILE *f)
             "                     model's tensors once); needs private_bytes in the profile\n"
             "  --resident         plan: with --sharing, the tensors are already resident\n"
             "  --latency STAT     mean, p95 or p99 stands for l (default p95)\n"
+            "  --mode MODE        paper: Algorithm 1, capacity b*p/l (default); refined:\n"
+            "                     capacity from the profile's measured throughput, every\n"
+            "                     instance an equal share of the rate (OpenFaaS CE routing),\n"
+            "                     the cheapest single config that covers it\n"
             "  --help, --version\n"
             "\n"
             "exit status: 0 ok, 1 bad input (profile, trace) or another failure, 2 bad usage,\n"
@@ -124,19 +128,20 @@ static json_t *plan_json(const profile *p, const plan *pl, const plan_options *o
     json_t *configs = json_array();
     for (size_t i = 0; i < pl->n_entries; i++) {
         const profile_config *cfg = &p->configs[pl->entries[i].config];
-        json_array_append_new(
-            configs, json_pack("{s:f, s:f, s:i, s:i, s:f, s:i, s:f}", "c", cfg->c, "m",
-                               plan_instance_mib(cfg, o), "b", cfg->b, "p", cfg->p, "l",
-                               profile_config_latency(cfg, o->latency), "count",
-                               (int)pl->entries[i].count, "capacity_rps",
-                               plan_capacity_rps(cfg, o->latency)));
+        json_array_append_new(configs,
+                              json_pack("{s:f, s:f, s:i, s:i, s:f, s:i, s:f}", "c", cfg->c, "m",
+                                        plan_instance_mib(cfg, o), "b", cfg->b, "p", cfg->p, "l",
+                                        profile_config_latency(cfg, o->latency), "count",
+                                        (int)pl->entries[i].count, "capacity_rps",
+                                        plan_config_capacity(cfg, o)));
     }
     json_t *out = json_pack(
-        "{s:s, s:b, s:s, s:f, s:f, s:s, s:f, s:b, s:b, s:s, s:o, s:i, s:f, s:f, s:f, s:f, s:f}",
-        "model", p->model, "measured", p->measured, "algorithm", exact ? "ilp" : "dts", "rps",
-        rps, "slo_ms", o->slo_ms, "latency", profile_stat_name(o->latency), "alpha", o->alpha,
-        "sharing", o->sharing, "resident", o->resident, "space", plan_space_name(o->space),
-        "configs", configs, "instances",
+        "{s:s, s:b, s:s, s:s, s:f, s:f, s:s, s:f, s:b, s:b, s:s, s:o, s:i, s:f, s:f, s:f, s:f, "
+        "s:f}",
+        "model", p->model, "measured", p->measured, "algorithm", exact ? "ilp" : "dts", "mode",
+        plan_mode_name(o->mode), "rps", rps, "slo_ms", o->slo_ms, "latency",
+        profile_stat_name(o->latency), "alpha", o->alpha, "sharing", o->sharing, "resident",
+        o->resident, "space", plan_space_name(o->space), "configs", configs, "instances",
         (int)pl->instances, "memory_mib", pl->memory_mib, "shared_mib", pl->shared_mib, "cpus",
         pl->cpus, "covered_rps", pl->covered_rps, "decision_time_ms", decision_ms);
     if (exact)
@@ -147,12 +152,19 @@ static json_t *plan_json(const profile *p, const plan *pl, const plan_options *o
 static int cmd_plan(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"profile", required_argument, NULL, 'f'},  {"rps", required_argument, NULL, 'r'},
-        {"slo-ms", required_argument, NULL, 's'},   {"alpha", required_argument, NULL, 'a'},
-        {"exact", no_argument, NULL, 'x'},          {"sharing", no_argument, NULL, 'S'},
-        {"resident", no_argument, NULL, 'R'},       {"latency", required_argument, NULL, 'l'},
-        {"time-limit-ms", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-        {"kubeconfig", required_argument, NULL, 'k'},    {"space", required_argument, NULL, 'c'},
+        {"profile", required_argument, NULL, 'f'},
+        {"rps", required_argument, NULL, 'r'},
+        {"slo-ms", required_argument, NULL, 's'},
+        {"alpha", required_argument, NULL, 'a'},
+        {"exact", no_argument, NULL, 'x'},
+        {"sharing", no_argument, NULL, 'S'},
+        {"resident", no_argument, NULL, 'R'},
+        {"latency", required_argument, NULL, 'l'},
+        {"time-limit-ms", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {"kubeconfig", required_argument, NULL, 'k'},
+        {"space", required_argument, NULL, 'c'},
+        {"mode", required_argument, NULL, 'm'},
         {NULL, 0, NULL, 0},
     };
     const char *path = NULL, *kubeconfig = NULL;
@@ -177,6 +189,7 @@ static int cmd_plan(int argc, char **argv)
         case 'R': o.resident = true; break;
         case 'l': r = profile_stat_parse(optarg, &o.latency, &err); break;
         case 'c': r = plan_space_parse(optarg, &o.space, &err); break;
+        case 'm': r = plan_mode_parse(optarg, &o.mode, &err); break;
         case 'h': usage(stdout); return EXIT_OK;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -518,6 +531,7 @@ static int cmd_run(int argc, char **argv)
         OPT_SHARING,
         OPT_LATENCY,
         OPT_SPACE,
+        OPT_MODE,
         OPT_HELP,
         OPT_OPENFAAS,
     };
@@ -549,6 +563,7 @@ static int cmd_run(int argc, char **argv)
         {"sharing", no_argument, NULL, OPT_SHARING},
         {"latency", required_argument, NULL, OPT_LATENCY},
         {"space", required_argument, NULL, OPT_SPACE},
+        {"mode", required_argument, NULL, OPT_MODE},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -630,6 +645,7 @@ static int cmd_run(int argc, char **argv)
         case OPT_PORT: r = cli_parse_int("--port", optarg, 1, 65535, &rc.deploy.port, &err); break;
         case OPT_LATENCY: r = profile_stat_parse(optarg, &rc.policy.plan.latency, &err); break;
         case OPT_SPACE: r = plan_space_parse(optarg, &rc.policy.plan.space, &err); break;
+        case OPT_MODE: r = plan_mode_parse(optarg, &rc.policy.plan.mode, &err); break;
         case OPT_HELP: usage(stdout); status = EXIT_OK; goto out;
         default: usage(stderr); goto out;
         }

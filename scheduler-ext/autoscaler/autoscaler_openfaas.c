@@ -161,9 +161,9 @@ int of_set_primary(as_function *fn, json_t *deployment, tetris_error *err)
  * its own capacity, or less when the primary's pods saturate first. */
 static double pod_capacity(const as_function *fn, size_t k, const plan_options *o)
 {
-    double cap = plan_capacity_rps(&fn->prof->configs[k], o->latency);
+    double cap = plan_config_capacity(&fn->prof->configs[k], o);
     if (fn->primary_pods > 0)
-        cap = fmin(cap, plan_capacity_rps(&fn->prof->configs[fn->primary_config], o->latency));
+        cap = fmin(cap, plan_config_capacity(&fn->prof->configs[fn->primary_config], o));
     return cap;
 }
 
@@ -172,11 +172,11 @@ double of_capacity_rps(const as_function *fn, const plan_options *o)
     unsigned pods = fn->primary_pods;
     double per_pod = INFINITY;
     if (fn->primary_pods > 0)
-        per_pod = plan_capacity_rps(&fn->prof->configs[fn->primary_config], o->latency);
+        per_pod = plan_config_capacity(&fn->prof->configs[fn->primary_config], o);
     for (size_t i = 0; i < fn->prof->n_configs; i++)
         if (fn->replicas[i] > 0) {
             pods += fn->replicas[i];
-            per_pod = fmin(per_pod, plan_capacity_rps(&fn->prof->configs[i], o->latency));
+            per_pod = fmin(per_pod, plan_config_capacity(&fn->prof->configs[i], o));
         }
     return pods > 0 ? pods * per_pod : 0;
 }

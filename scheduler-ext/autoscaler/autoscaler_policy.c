@@ -65,7 +65,7 @@ double as_capacity_rps(const as_function *fn, const plan_options *o)
         return of_capacity_rps(fn, o);
     double sum = 0;
     for (size_t i = 0; i < fn->prof->n_configs; i++)
-        sum += fn->replicas[i] * plan_capacity_rps(&fn->prof->configs[i], o->latency);
+        sum += fn->replicas[i] * plan_config_capacity(&fn->prof->configs[i], o);
     return sum;
 }
 
@@ -163,8 +163,7 @@ static int scale_in(const as_function *fn, const as_policy *pol, double peak, un
     for (size_t i = 0; i < p->n_configs; i++) {
         const profile_config *cfg = &p->configs[i];
         double cost = plan_instance_mib(cfg, &pol->plan) + pol->plan.alpha * cfg->c;
-        order[i] = (ranked){.config = i,
-                            .key = plan_capacity_rps(cfg, pol->plan.latency) / cost};
+        order[i] = (ranked){.config = i, .key = plan_config_capacity(cfg, &pol->plan) / cost};
     }
     qsort(order, p->n_configs, sizeof *order, by_key_asc);
 
@@ -173,7 +172,7 @@ static int scale_in(const as_function *fn, const as_policy *pol, double peak, un
     unsigned instances = as_instances(fn);
     for (size_t k = 0; k < p->n_configs; k++) {
         size_t i = order[k].config;
-        double cap = plan_capacity_rps(&p->configs[i], pol->plan.latency);
+        double cap = plan_config_capacity(&p->configs[i], &pol->plan);
         while (want[i] > 0 && instances > pol->min_instances && capacity - cap >= needed) {
             want[i]--;
             instances--;

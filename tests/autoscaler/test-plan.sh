@@ -63,6 +63,29 @@ got=$(summary --profile "$here/two-configs.profile.yaml" --rps 450 --slo-ms 50 -
 [ "$("$bin" plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 50 --space batching | jq -r .space)" = batching ] ||
     fail "space not reported"
 
+# The refined mode: capacity from measured throughput, one config for all
+# instances (equal shares), never more memory than the paper's plan when
+# that plan is itself feasible at equal shares; the ILP agrees with it.
+cat >"$WORK/measured.yaml" <<YAML
+tetris_profile: 1
+model: m
+measured: true
+configs:
+- {c: 1, m_mib: 100, b: 1, p: 1, latency_ms: {mean: 100, p95: 100, p99: 100}, throughput_rps: 8}
+- {c: 1, m_mib: 150, b: 1, p: 2, latency_ms: {mean: 100, p95: 100, p99: 100}, throughput_rps: 18}
+YAML
+refined="$("$bin" plan --profile "$WORK/measured.yaml" --rps 30 --slo-ms 200 --mode refined)" ||
+    fail "refined plan failed"
+printf '%s' "$refined" | jq -e '.mode == "refined" and (.configs | length) == 1
+    and .covered_rps >= 30 and all(.configs[]; .capacity_rps * .count >= 30)
+    and (.configs[0].capacity_rps == 8 or .configs[0].capacity_rps == 18)' >/dev/null ||
+    fail "refined plan: $refined"
+exact="$("$bin" plan --profile "$WORK/measured.yaml" --rps 30 --slo-ms 200 --mode refined --exact)"
+[ "$(printf '%s' "$exact" | jq .memory_mib)" = "$(printf '%s' "$refined" | jq .memory_mib)" ] ||
+    fail "refined DTS $(printf '%s' "$refined" | jq .memory_mib) MiB, ILP $(printf '%s' "$exact" | jq .memory_mib)"
+[ "$("$bin" plan --profile "$WORK/measured.yaml" --rps 30 --slo-ms 200 | jq -r .mode)" = paper ] ||
+    fail "the paper's mode is not the default"
+
 # Bad input: exit 1, bad usage: exit 2; both with a message naming the problem.
 expect_exit() {
     want=$1; shift
@@ -85,6 +108,8 @@ expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --latency p50
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --resident
 expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --space both
+expect_usage plan --profile "$here/two-configs.profile.yaml" --rps 1 --slo-ms 10 --mode best
+grep -q "expected paper or refined" "$WORK/err" || fail "--mode best: $(cat "$WORK/err")"
 expect_usage frobnicate
 "$bin" --help | grep -q "exit status" || fail "--help"
 "$bin" --version | grep -q "tetris-autoscaler" || fail "--version"
