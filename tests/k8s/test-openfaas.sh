@@ -87,35 +87,8 @@ sched="tetris-e2e-openfaas-${ns##*-}"
 k8s_scheduler "$sched" "$ext_port" true "$work/scheduler.log"
 
 kc label namespace "$ns" "$sel=$ns" >/dev/null
-config="tetris-webhook-openfaas-$ns"
-"$BIN/tetris-webhook" --kubeconfig "$KUBECONFIG_FILE" --listen 127.0.0.1:0 --cert-name 127.0.0.1 \
-    --namespace "$ns" --manifest-namespace "$ns" --store "$store" --scheduler "$sched" \
-    --webhook-configuration "$config" 2>"$work/webhook.log" &
-wpid=$!
-KILL_ON_EXIT="$KILL_ON_EXIT $wpid"
-wait_until 60 "grep -q event=listening '$work/webhook.log' || ! kill -0 $wpid" || fail "webhook hangs"
-whport=$(sed -n 's/.*event=listening.* port=\([0-9]*\).*/\1/p' "$work/webhook.log")
-[ -n "$whport" ] || fail "webhook did not start: $(cat "$work/webhook.log")"
-at_exit "kc delete mutatingwebhookconfiguration $config --wait=false >/dev/null 2>&1"
-kc create -f - >/dev/null <<YAML || fail "cannot create the webhook configuration"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: { name: $config }
-webhooks:
-- name: pods.webhook.tetris.io
-  admissionReviewVersions: ["v1", "v1beta1"]
-  clientConfig: { url: "https://127.0.0.1:$whport/mutate" }
-  rules:
-  - { operations: ["CREATE"], apiGroups: [""], apiVersions: ["v1"], resources: ["pods"] }
-  namespaceSelector: { matchLabels: { $sel: "$ns" } }
-  objectSelector: { matchExpressions: [{ key: faas_function, operator: Exists }] }
-  failurePolicy: Ignore
-  timeoutSeconds: 5
-  sideEffects: NoneOnDryRun
-YAML
-wait_until "$K8S_TIMEOUT" "[ -n \"\$(kc get mutatingwebhookconfiguration $config \
-    -o jsonpath='{.webhooks[0].clientConfig.caBundle}')\" ]" ||
-    fail "the webhook never set its caBundle: $(tail -3 "$work/webhook.log")"
+k8s_webhook "tetris-webhook-openfaas-$ns" "$sel" "$ns" "$work/webhook.log" \
+    --namespace "$ns" --manifest-namespace "$ns" --store "$store" --scheduler "$sched"
 
 # OpenFaaS CE as its chart runs it: faas-netes (the provider) and the gateway.
 netes_port="$(free_port)"

@@ -29,34 +29,9 @@ kc label namespace "$tns" "$sel=$mns" tetris.io/tenant=acme >/dev/null
 k8s_manifest "$mns" vad "$ROOT/.deps/models/silero_vad_v5.onnx" "$work/vad.json"
 model_path="$(jq -r .model "$work/vad.json")"
 
-"$BIN/tetris-webhook" --kubeconfig "$KUBECONFIG_FILE" --listen 127.0.0.1:0 --cert-name 127.0.0.1 \
-    --namespace "$fns" --namespace "$tns" --manifest-namespace "$mns" --store-subdir public \
-    --scheduler "$scheduler" --webhook-configuration "$config" 2>"$work/webhook.log" &
-wpid=$!
-KILL_ON_EXIT="$KILL_ON_EXIT $wpid"
-wait_until 60 "grep -q event=listening '$work/webhook.log' || ! kill -0 $wpid" || fail "webhook hangs"
-port=$(sed -n 's/.*event=listening.* port=\([0-9]*\).*/\1/p' "$work/webhook.log")
-[ -n "$port" ] || fail "webhook did not start: $(cat "$work/webhook.log")"
-
-at_exit "kc delete mutatingwebhookconfiguration $config --wait=false >/dev/null 2>&1"
-kc create -f - >/dev/null <<YAML || fail "cannot create the webhook configuration"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: { name: $config }
-webhooks:
-- name: pods.webhook.tetris.io
-  admissionReviewVersions: ["v1", "v1beta1"]
-  clientConfig: { url: "https://127.0.0.1:$port/mutate" }
-  rules:
-  - { operations: ["CREATE"], apiGroups: [""], apiVersions: ["v1"], resources: ["pods"] }
-  namespaceSelector: { matchLabels: { $sel: "$mns" } }
-  failurePolicy: Ignore
-  timeoutSeconds: 5
-  sideEffects: NoneOnDryRun
-YAML
-wait_until "$K8S_TIMEOUT" "[ -n \"\$(kc get mutatingwebhookconfiguration $config \
-    -o jsonpath='{.webhooks[0].clientConfig.caBundle}')\" ]" ||
-    fail "the webhook never set its caBundle: $(tail -3 "$work/webhook.log")"
+k8s_webhook "$config" "$sel" "$mns" "$work/webhook.log" --namespace "$fns" --namespace "$tns" \
+    --manifest-namespace "$mns" --store-subdir public --scheduler "$scheduler"
+wpid=$K8S_WEBHOOK_PID
 echo "ok the webhook set its configuration's caBundle"
 
 pod() { # NS NAME ANNOTATIONS LABELS [EXTRA kubectl create ARGS]

@@ -156,6 +156,42 @@ k8s_scheduler() {
         fail "scheduler $1 not healthy: $(tail -n 5 "$4")"
 }
 
+# k8s_webhook CONFIG LABEL VALUE LOG [ARGS...]: tetris-webhook on a free
+# loopback port (killed at exit, its pid in K8S_WEBHOOK_PID) with ARGS,
+# registered as MutatingWebhookConfiguration CONFIG (deleted at exit) for
+# pod creations in the namespaces labelled LABEL=VALUE, failurePolicy
+# Ignore; returns once the webhook has filled in its caBundle.
+k8s_webhook() {
+    _cfg=$1 _label=$2 _value=$3 _log=$4
+    shift 4
+    "$BIN/tetris-webhook" --kubeconfig "$KUBECONFIG_FILE" --listen 127.0.0.1:0 \
+        --cert-name 127.0.0.1 --webhook-configuration "$_cfg" "$@" 2>"$_log" &
+    K8S_WEBHOOK_PID=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $K8S_WEBHOOK_PID"
+    wait_until 60 "grep -q event=listening '$_log' || ! kill -0 $K8S_WEBHOOK_PID" || fail "webhook hangs"
+    _port=$(sed -n 's/.*event=listening.* port=\([0-9]*\).*/\1/p' "$_log")
+    [ -n "$_port" ] || fail "webhook did not start: $(cat "$_log")"
+    at_exit "kc delete mutatingwebhookconfiguration $_cfg --wait=false >/dev/null 2>&1"
+    kc create -f - >/dev/null <<YAML || fail "cannot create the webhook configuration"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: { name: $_cfg }
+webhooks:
+- name: pods.webhook.tetris.io
+  admissionReviewVersions: ["v1", "v1beta1"]
+  clientConfig: { url: "https://127.0.0.1:$_port/mutate" }
+  rules:
+  - { operations: ["CREATE"], apiGroups: [""], apiVersions: ["v1"], resources: ["pods"] }
+  namespaceSelector: { matchLabels: { $_label: "$_value" } }
+  failurePolicy: Ignore
+  timeoutSeconds: 5
+  sideEffects: NoneOnDryRun
+YAML
+    wait_until "$K8S_TIMEOUT" "[ -n \"\$(kc get mutatingwebhookconfiguration $_cfg \
+        -o jsonpath='{.webhooks[0].clientConfig.caBundle}')\" ]" ||
+        fail "the webhook never set its caBundle: $(tail -3 "$_log")"
+}
+
 # k8s_wait_bound NS POD: waits until POD has a node; sets K8S_NODE to it.
 k8s_wait_bound() {
     _i=0
