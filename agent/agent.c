@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ struct agent_model_private {
     size_t n_sources;
     char *public_dir; /* the store's tensors/ and ingest socket */
     enum store_populate populate;
+    atomic_bool populate_degraded_logged;
 };
 
 static const uint8_t empty_tensor[1];
@@ -165,6 +167,13 @@ static int map_tensor_only(agent_model *am, size_t i, tetris_error *err)
                                        am->priv->populate, mp, err);
     if (r < 0)
         return r;
+    /* Still populated, at a fault per page: said once per model, since
+     * that cost lands in the load (and is what a first request would pay
+     * otherwise). */
+    if (mp->populated_by_reads && !atomic_exchange(&am->priv->populate_degraded_logged, true))
+        log_warn("event=populate-degraded model=%s populate=madvise action=read-pages "
+                 "msg=\"the kernel has no MADV_POPULATE_READ (Linux 5.14+)\"",
+                 LOG_Q(am->model->path));
     am->tensors[i].data = mp->data;
     am->tensors[i].shared = true;
     return 0;

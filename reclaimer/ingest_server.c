@@ -578,10 +578,24 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
     }
     observe_duration(ss, clock_mono_us() - t0);
     char q[300];
-    log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
-             "rejected=%zu bytes=%llu",
+    if (rejected == 0) {
+        log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
+                 "rejected=0 bytes=%llu",
+                 tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq->label, q, sizeof(q)),
+                 rq->n_tensors, ingested, (unsigned long long)ingested_bytes);
+        return rc;
+    }
+    /* The client loads the rejected tensors privately; the node's log says
+     * why (a full filesystem, the capacity, a budget) once per request. */
+    size_t first = 0;
+    while (res[first].status != INGEST_REJECTED)
+        first++;
+    char qr[2 * INGEST_REASON_MAX];
+    log_warn("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
+             "rejected=%zu bytes=%llu code=%s msg=%s",
              tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq->label, q, sizeof(q)),
-             rq->n_tensors, ingested, rejected, (unsigned long long)ingested_bytes);
+             rq->n_tensors, ingested, rejected, (unsigned long long)ingested_bytes,
+             tetris_code_name(res[first].code), log_quote(res[first].reason, qr, sizeof(qr)));
     return rc;
 }
 

@@ -25,3 +25,5 @@ SHELL_TESTS += tests/reclaimer/test-budgets.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
 # Real memory cgroups and a 256 MiB model; 25 daemon crashes mid-ingest.
 SLOW_TESTS += tests/reclaimer/test-cgroup.sh tests/reclaimer/test-crash.sh
+# Root: tmpfs mounts of its own, filled up; huge=never and within_size.
+SLOW_TESTS += tests/reclaimer/test-degrade.sh

@@ -98,8 +98,9 @@ static int fail_nomem(size_t len, tetris_error *err)
  * does not know MADV_POPULATE_READ (EINVAL): then one read per page does
  * the same, at the cost of a fault each (what the first inference would
  * otherwise pay). */
-static int populate(void *base, size_t len, tetris_error *err)
+static int populate(void *base, size_t len, bool *by_reads, tetris_error *err)
 {
+    *by_reads = false;
     if (madvise(base, len, MADV_POPULATE_READ) == 0)
         return 0;
     if (errno != EINVAL)
@@ -109,6 +110,7 @@ static int populate(void *base, size_t len, tetris_error *err)
     volatile const unsigned char *p = base;
     for (size_t off = 0; off < len; off += step)
         (void)p[off];
+    *by_reads = true;
     return 0;
 }
 
@@ -124,8 +126,9 @@ static int map_file(int fd, const tensor_meta *meta, enum store_populate how, st
         return tetris_fail(err, store_errno_code(errno), errno, "mmap %zu bytes", len);
     if (meta->nbytes >= HUGE_PAGE_BYTES)
         madvise(base, len, MADV_HUGEPAGE); /* a hint; kernels without THP say EINVAL */
+    bool by_reads = false;
     if (how == STORE_POPULATE_MADVISE) {
-        int rc = populate(base, len, err);
+        int rc = populate(base, len, &by_reads, err);
         if (rc < 0) {
             munmap(base, len);
             return rc;
@@ -136,6 +139,7 @@ static int map_file(int fd, const tensor_meta *meta, enum store_populate how, st
     out->meta = *meta;
     out->map_base = base;
     out->map_len = len;
+    out->populated_by_reads = by_reads;
     return 0;
 }
 

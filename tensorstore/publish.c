@@ -150,8 +150,10 @@ static int write_in_chunks(const tensor_meta *meta, const char *hex, int fd,
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0)
-                return tetris_fail(err, store_errno_code(w < 0 ? errno : EIO),
-                                   w < 0 ? errno : EIO, "write tensor %s", hex);
+                /* write_and_hash names the tensor: a rejection's reason
+                 * (160 bytes) then still ends with the errno's text. */
+                return tetris_fail(err, store_errno_code(w < 0 ? errno : EIO), w < 0 ? errno : EIO,
+                                   "write at %llu", (unsigned long long)(off + done));
             done += (size_t)w;
         }
         off += n;

@@ -89,6 +89,9 @@ typedef struct store_mapping {
     tensor_meta meta; /* from the trailer */
     void *map_base;   /* for munmap */
     size_t map_len;
+    /* STORE_POPULATE_MADVISE on a kernel without MADV_POPULATE_READ: the
+     * page tables were filled by reading a byte of each page instead. */
+    bool populated_by_reads;
 } store_mapping;
 
 /* Maps a resident tensor read-only. TETRIS_E_NOTFOUND if absent or

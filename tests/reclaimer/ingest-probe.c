@@ -13,8 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/un.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -66,6 +72,9 @@ static const char usage_text[] =
     "      prints MODEL's manifest with digests (to build requests by hand)\n"
     "  tcp --port PORT\n"
     "      sends stdin to 127.0.0.1:PORT as is, prints what comes back\n"
+    "  no-populate COMMAND [ARGS...]\n"
+    "      runs COMMAND as on a kernel without MADV_POPULATE_READ (before\n"
+    "      5.14): a seccomp filter answers that madvise with EINVAL\n"
     "  fill --socket PATH\n"
     "      connects to PATH until its backlog is full (EAGAIN), prints\n"
     "      \"full N\" and holds the N connections until stdin ends\n"
@@ -736,6 +745,50 @@ static int cmd_conns(int argc, char **argv)
     return 0;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+#if defined(__x86_64__)
+#define PROBE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define PROBE_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* An old kernel, for the one call that tells: madvise(MADV_POPULATE_READ)
+ * fails EINVAL, everything else (the sanitizers' own madvise calls too) is
+ * allowed. The filter is inherited across exec. */
+static int cmd_no_populate(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage();
+#ifdef PROBE_AUDIT_ARCH
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PROBE_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_madvise, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_POPULATE_READ, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0) {
+        fprintf(stderr, "tetris-ingest-probe: seccomp filter: %s\n", strerror(errno));
+        return 1;
+    }
+    execvp(argv[1], argv + 1);
+    fprintf(stderr, "tetris-ingest-probe: %s: %s\n", argv[1], strerror(errno));
+    return 1;
+#else
+    fprintf(stderr, "tetris-ingest-probe: no-populate: no seccomp filter for this architecture\n");
+    return 1;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     log_init("tetris-ingest-probe");
@@ -768,5 +821,7 @@ int main(int argc, char **argv)
         return cmd_forge(argc, argv);
     if (strcmp(cmd, "conns") == 0)
         return cmd_conns(argc, argv);
+    if (strcmp(cmd, "no-populate") == 0)
+        return cmd_no_populate(argc, argv);
     return usage();
 }
