@@ -7,6 +7,7 @@
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
 need_models
+asan_memory_as_release
 store="$WORK/store"
 mkdir -p "$store"
 model="$MODELS/ch_PP-OCRv4_rec_infer.onnx"

@@ -12,6 +12,7 @@
 # cgroup is available.
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
+asan_memory_as_release
 
 CG_REL=$(grep -E '^[0-9]+:([^:]*,)?memory(,[^:]*)?:' /proc/self/cgroup | head -n 1 | cut -d: -f3)
 CG_ROOT="/sys/fs/cgroup/memory$CG_REL"
