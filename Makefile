@@ -8,6 +8,7 @@
 #   make lint       layering and conventions (scripts/lint/lint.sh)
 #   make demo       the main job on a local store (no cluster needed)
 #   make bench      benchmarks (long; prints tables, see BENCHMARKS.md)
+#   make eval       the simulated cluster evaluation (docs/EVAL.md)
 #   make fuzz       the parser fuzzers for a bounded time (FUZZ_SECONDS)
 #   make SAN=1      sanitizer build into build/asan/bin
 
@@ -62,7 +63,7 @@ FAST_TESTS := $(filter-out $(SLOW_TESTS) $(E2E_TESTS),$(SHELL_TESTS))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIBTETRIS := $(BUILD)/libtetris.a
 
-.PHONY: all deps lint check test test-one demo bench fuzz clean cluster-up cluster-down
+.PHONY: all deps lint check test test-one demo bench eval fuzz clean cluster-up cluster-down
 .DEFAULT_GOAL := all
 
 all: deps-stamp $(addprefix $(BIN)/,$(PROGRAMS)) $(addprefix $(BIN)/,$(TEST_PROGRAMS))
@@ -126,6 +127,9 @@ demo: all
 
 bench: all
 	@TETRIS_BIN=$(abspath $(BIN)) bench/run-bench.sh
+
+eval: $(BIN)/tetris-eval
+	@TETRIS_BIN=$(abspath $(BIN)) bench/eval/run-eval.sh
 
 cluster-up: all
 	@scripts/cluster-up.sh

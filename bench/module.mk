@@ -13,3 +13,13 @@ tetris-bench-extender_LIBS := -lcurl
 PROGRAMS += tetris-bench-dts
 tetris-bench-dts_SRCS := bench/dts/bench_dts.c
 tetris-bench-dts_LIBS := -lglpk
+# The cluster evaluation (`make eval`, bench/eval/run-eval.sh): the
+# autoscaler's own policy code on a simulated testbed.
+PROGRAMS += tetris-eval
+tetris-eval_SRCS := bench/eval/tetris-eval.c \
+                    scheduler-ext/autoscaler/autoscaler_policy.c \
+                    scheduler-ext/autoscaler/autoscaler_rate.c \
+                    scheduler-ext/autoscaler/autoscaler_deploy.c \
+                    scheduler-ext/autoscaler/autoscaler_kube.c \
+                    scheduler-ext/autoscaler/autoscaler_openfaas.c
+tetris-eval_LIBS := -lglpk -lcurl

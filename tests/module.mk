@@ -5,7 +5,8 @@
 # (scripts/cluster-up.sh; the first test that needs the cluster starts it
 # and leaves it up for the next; `make cluster-down` stops it). Each
 # module's own tests are listed by its module.mk.
-SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh
+SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh \
+               tests/bench/test-eval.sh
 SHELL_TESTS += tests/models/test-paper-models-cli.sh
 SLOW_TESTS += tests/models/test-paper-models-share.sh
 SHELL_TESTS += tests/cli/test-help-version.sh tests/cli/test-lint.sh

@@ -1,0 +1,95 @@
+#!/bin/sh
+# run-eval.sh - the cluster evaluation behind docs/EVAL.md (`make eval`):
+# runs tetris-eval over every application, trace and policy and draws the
+# PNG plots with gnuplot (installed from Debian's gnuplot-nox when missing
+# and apt-get can; without it the plots are skipped with a line saying so).
+#
+# Environment:
+#   TETRIS_BIN     programs (required; `make eval` sets it)
+#   EVAL_OUT       results folder (default docs/eval)
+#   EVAL_DATA      per-second series and tables (default build/eval-data)
+#   EVAL_ARGS      extra tetris-eval options (e.g. "--duration 600")
+# Exit status: 0 done, 1 the evaluation or a plot failed, 2 setup error.
+set -eu
+
+BIN="${TETRIS_BIN:?TETRIS_BIN must name the directory of the tetris programs}"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT="${EVAL_OUT:-$ROOT/docs/eval}"
+DATA="${EVAL_DATA:-$ROOT/build/eval-data}"
+mkdir -p "$OUT" "$DATA" || exit 2
+
+echo "+ tetris-eval --profiles deploy/profiles --out $DATA ${EVAL_ARGS:-}" >&2
+# shellcheck disable=SC2086
+"$BIN/tetris-eval" --profiles "$ROOT/deploy/profiles" --out "$DATA" ${EVAL_ARGS:-} \
+    | tee "$OUT/results.txt" || exit 1
+
+if ! command -v gnuplot >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &&
+    [ "$(id -u)" -eq 0 ]; then
+    apt-get install -y -q gnuplot-nox >/dev/null 2>&1 || true
+fi
+if ! command -v gnuplot >/dev/null 2>&1; then
+    echo "plots skipped: gnuplot is not installed (Debian: apt-get install gnuplot-nox)" >&2
+    exit 0
+fi
+
+# Mean memory per application and policy, normalised to INFless (Fig. 13's
+# form), one plot per trace.
+for trace in stable periodic bursty; do
+    awk -F'\t' -v tr="$trace" 'NR > 1 && $2 == tr { m[$1, $3] = $4; apps[$1] = 1; order[++n] = $1 }
+        END { for (i = 1; i <= n; i++) { a = order[i]; if (seen[a]++) continue
+                  b = m[a, "infless"]; printf "%s\t%.3f\t%.3f\t%.3f\t%.3f\n", a,
+                      m[a, "tetris"] / b, m[a, "tetris-ro"] / b, 1, m[a, "photons"] / b } }' \
+        "$DATA/results.tsv" >"$DATA/memory-$trace.tsv"
+    gnuplot <<GP || exit 1
+set terminal pngcairo size 800,450
+set output "$OUT/memory-$trace.png"
+set title "Mean memory normalised to INFless-like, $trace trace (simulated)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set yrange [0:*]
+set ylabel "mean memory / INFless-like"
+set key top left
+plot "$DATA/memory-$trace.tsv" using 2:xtic(1) title "tetris", '' using 3 title "tetris-RO", \
+     '' using 4 title "INFless-like", '' using 5 title "Photons-like"
+GP
+done
+
+# SLO violations per application and policy (Fig. 14(a)'s form), bursty trace.
+awk -F'\t' 'NR > 1 && $2 == "bursty" { v[$1, $3] = 100 * $7; order[++n] = $1 }
+    END { for (i = 1; i <= n; i++) { a = order[i]; if (seen[a]++) continue
+              printf "%s\t%.3f\t%.3f\t%.3f\t%.3f\n", a, v[a, "tetris"], v[a, "tetris-ro"],
+                  v[a, "infless"], v[a, "photons"] } }' \
+    "$DATA/results.tsv" >"$DATA/violations-bursty.tsv"
+gnuplot <<GP || exit 1
+set terminal pngcairo size 800,450
+set output "$OUT/violations-bursty.png"
+set title "SLO violations, bursty trace (simulated; requests beyond capacity)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set yrange [0:*]
+set ylabel "violations (% of requests)"
+set key top left
+plot "$DATA/violations-bursty.tsv" using 2:xtic(1) title "tetris", '' using 3 title "tetris-RO", \
+     '' using 4 title "INFless-like", '' using 5 title "Photons-like"
+GP
+
+# Memory over time for QA-Text under the bursty trace, every policy.
+d="$DATA"
+gnuplot <<GP || exit 1
+set terminal pngcairo size 900,450
+set output "$OUT/timeline-qa-text-bursty.png"
+set title "QA-Text (bert-base), bursty trace: cluster memory over time (simulated)"
+set xlabel "time (s)"
+set ylabel "memory (MiB)"
+set y2label "requests per second"
+set y2tics
+set key top left
+plot "$d/series-qa-text-bursty-infless.tsv" using 1:4 with lines title "INFless-like", \
+     "$d/series-qa-text-bursty-photons.tsv" using 1:4 with lines title "Photons-like", \
+     "$d/series-qa-text-bursty-tetris-ro.tsv" using 1:4 with lines title "tetris-RO", \
+     "$d/series-qa-text-bursty-tetris.tsv" using 1:4 with lines lw 2 title "tetris", \
+     "$d/series-qa-text-bursty-tetris.tsv" using 1:2 axes x1y2 with lines lc rgb "#aaaaaa" title "arrivals"
+GP
+echo "plots: $OUT/*.png" >&2
