@@ -83,6 +83,8 @@ ext_port="$(free_port)"
 KILL_ON_EXIT="$KILL_ON_EXIT $!"
 wait_until 30 "[ \"\$(metric_at http://127.0.0.1:$ext_port tetris_extender_models)\" = 1 ]" ||
     fail "extender did not load the manifest: $(tail -5 "$work/extender.log")"
+wait_until 60 "[ \"\$(metric_at http://127.0.0.1:$ext_port tetris_extender_nodes_fresh)\" -ge 2 ]" ||
+    fail "the extender has not fetched both nodes' inventories: $(tail -5 "$work/extender.log")"
 sched="tetris-e2e-openfaas-${ns##*-}"
 k8s_scheduler "$sched" "$ext_port" true "$work/scheduler.log"
 
