@@ -32,27 +32,34 @@ if ! command -v gnuplot >/dev/null 2>&1; then
     exit 0
 fi
 
-# Mean memory per application and policy, normalised to INFless (Fig. 13's
-# form), one plot per trace.
-for trace in stable periodic bursty; do
-    awk -F'\t' -v tr="$trace" 'NR > 1 && $2 == tr { m[$1, $3] = $4; apps[$1] = 1; order[++n] = $1 }
-        END { for (i = 1; i <= n; i++) { a = order[i]; if (seen[a]++) continue
-                  b = m[a, "infless"]; printf "%s\t%.3f\t%.3f\t%.3f\t%.3f\n", a,
-                      m[a, "tetris"] / b, m[a, "tetris-ro"] / b, 1, m[a, "photons"] / b } }' \
-        "$DATA/results.tsv" >"$DATA/memory-$trace.tsv"
+# policy_histogram TSV PNG TITLE YLABEL: one clustered bar per application
+# (TSV: application, then tetris, tetris-RO, INFless-like, Photons-like).
+policy_histogram() {
     gnuplot <<GP || exit 1
 set terminal pngcairo size 800,450
-set output "$OUT/memory-$trace.png"
-set title "Mean memory normalised to INFless-like, $trace trace (simulated)"
+set output "$2"
+set title "$3"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set yrange [0:*]
-set ylabel "mean memory / INFless-like"
+set ylabel "$4"
 set key top left
-plot "$DATA/memory-$trace.tsv" using 2:xtic(1) title "tetris", '' using 3 title "tetris-RO", \
+plot "$1" using 2:xtic(1) title "tetris", '' using 3 title "tetris-RO", \
      '' using 4 title "INFless-like", '' using 5 title "Photons-like"
 GP
+}
+
+# Mean memory per application and policy, normalised to INFless (Fig. 13's
+# form), one plot per trace.
+for trace in stable periodic bursty; do
+    awk -F'\t' -v tr="$trace" 'NR > 1 && $2 == tr { m[$1, $3] = $4; order[++n] = $1 }
+        END { for (i = 1; i <= n; i++) { a = order[i]; if (seen[a]++) continue
+                  b = m[a, "infless"]; printf "%s\t%.3f\t%.3f\t%.3f\t%.3f\n", a,
+                      m[a, "tetris"] / b, m[a, "tetris-ro"] / b, 1, m[a, "photons"] / b } }' \
+        "$DATA/results.tsv" >"$DATA/memory-$trace.tsv"
+    policy_histogram "$DATA/memory-$trace.tsv" "$OUT/memory-$trace.png" \
+        "Mean memory normalised to INFless-like, $trace trace (simulated)" "mean memory / INFless-like"
 done
 
 # SLO violations per application and policy (Fig. 14(a)'s form), bursty trace.
@@ -61,19 +68,8 @@ awk -F'\t' 'NR > 1 && $2 == "bursty" { v[$1, $3] = 100 * $7; order[++n] = $1 }
               printf "%s\t%.3f\t%.3f\t%.3f\t%.3f\n", a, v[a, "tetris"], v[a, "tetris-ro"],
                   v[a, "infless"], v[a, "photons"] } }' \
     "$DATA/results.tsv" >"$DATA/violations-bursty.tsv"
-gnuplot <<GP || exit 1
-set terminal pngcairo size 800,450
-set output "$OUT/violations-bursty.png"
-set title "SLO violations, bursty trace (simulated; requests beyond capacity)"
-set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.8 border -1
-set yrange [0:*]
-set ylabel "violations (% of requests)"
-set key top left
-plot "$DATA/violations-bursty.tsv" using 2:xtic(1) title "tetris", '' using 3 title "tetris-RO", \
-     '' using 4 title "INFless-like", '' using 5 title "Photons-like"
-GP
+policy_histogram "$DATA/violations-bursty.tsv" "$OUT/violations-bursty.png" \
+    "SLO violations, bursty trace (simulated; requests beyond capacity)" "violations (% of requests)"
 
 # Memory over time for QA-Text under the bursty trace, every policy.
 d="$DATA"
