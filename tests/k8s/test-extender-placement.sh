@@ -45,10 +45,7 @@ k8s_manifest "$ns" ocr-cls "$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx" "$work/
 
 # 3. The extender.
 ext_port="$(free_port)"
-k8s_extender "$ns" "$ext_port" "$work/extender.log" 2
-# Scores come from inventories: schedule once all three have been fetched.
-wait_until 60 "[ \"\$(metric_at http://127.0.0.1:$ext_port tetris_extender_nodes_fresh)\" -ge 3 ]" ||
-    fail "the extender has not fetched the three inventories: $(tail -5 "$work/extender.log")"
+k8s_extender "$ns" "$ext_port" "$work/extender.log" 2 3
 
 # pod NAME MODEL SCHEDULER [HOSTNAME]: a function pod for MODEL on API-only nodes.
 pod() {

@@ -32,7 +32,6 @@ for port in 8080 8082; do
 done
 k8s_cluster_up
 k8s_api_nodes 1
-k8s_image
 k8s_namespace openfaas-fn
 ns="$K8S_NS"
 work="$WORK"
@@ -64,27 +63,13 @@ reclaimer_start "$store" "$work/reclaimer.log" --listen "$inv_addr" --interval 0
 mkdir "$work/empty"
 k8s_api_node_reclaimer 1 "$work/empty" "$work/reclaimer-api.log" --interval 0.5s
 
-# The manifest, an extender that knows the real node's inventory port, a
-# scheduler calling it, and the webhook sending function pods to it.
-# Its paths are the image's, as `tetris-profiler job` records them when it
-# indexes the model inside the function's image.
-"$BIN/tetris-agent" index "$MODELS/$model" -o "$work/host-manifest.json" 2>"$work/index.log" ||
-    fail "cannot index $model: $(cat "$work/index.log")"
-jq --arg p "/models/$model" '.model = $p | .tensors[].source = $p' "$work/host-manifest.json" \
-    >"$work/manifest.json"
-kc -n "$ns" create configmap "tetris-manifest-$fn" --from-file=manifest.json="$work/manifest.json" \
-    >/dev/null && kc -n "$ns" label configmap "tetris-manifest-$fn" tetris.io/model="$fn" >/dev/null ||
-    fail "cannot create the manifest ConfigMap"
+# The manifest (its paths are the image's), an extender reading the real
+# node's inventory on the port its annotation names, a scheduler calling
+# it, and the webhook sending function pods to it.
+k8s_manifest "$ns" "$fn" "$MODELS/$model" "$work/manifest.json" "/models/$model"
 ext_port="$(free_port)"
-"$BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$ns" \
-    --listen "127.0.0.1:$ext_port" \
-    --inventory-url-ports "$inv_port,${TETRIS_API_NODE_PORT_BASE:-9200}-$((${TETRIS_API_NODE_PORT_BASE:-9200} + 99))" \
-    2>"$work/extender.log" &
-KILL_ON_EXIT="$KILL_ON_EXIT $!"
-wait_until 30 "[ \"\$(metric_at http://127.0.0.1:$ext_port tetris_extender_models)\" = 1 ]" ||
-    fail "extender did not load the manifest: $(tail -5 "$work/extender.log")"
-wait_until 60 "[ \"\$(metric_at http://127.0.0.1:$ext_port tetris_extender_nodes_fresh)\" -ge 2 ]" ||
-    fail "the extender has not fetched both nodes' inventories: $(tail -5 "$work/extender.log")"
+TETRIS_RECLAIMER_PORT="$inv_port"
+k8s_extender "$ns" "$ext_port" "$work/extender.log" 1 2
 sched="tetris-e2e-openfaas-${ns##*-}"
 k8s_scheduler "$sched" "$ext_port" true "$work/scheduler.log"
 

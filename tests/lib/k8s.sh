@@ -91,11 +91,18 @@ k8s_cleanup() {
     for _p in ${K8S_CLEANUP_PATHS:-}; do rm -rf "$_p"; done
 }
 
-# k8s_manifest NS NAME MODEL_FILE JSON: MODEL_FILE's manifest (written to
-# JSON) as `tetris-profiler job` stores it: ConfigMap tetris-manifest-NAME
-# in NS, labelled tetris.io/model=NAME, key manifest.json.
+# k8s_manifest NS NAME MODEL_FILE JSON [IMAGE_PATH]: MODEL_FILE's manifest
+# (written to JSON) as `tetris-profiler job` stores it: ConfigMap
+# tetris-manifest-NAME in NS, labelled tetris.io/model=NAME, key
+# manifest.json. With IMAGE_PATH, the model and its sources are named by
+# that path, where the function's image holds the model (as the profiler
+# Job records them when it indexes the model inside the image).
 k8s_manifest() {
     "$BIN/tetris-agent" index "$3" -o "$4" 2>/dev/null || fail "cannot index $3"
+    if [ -n "${5:-}" ]; then
+        jq --arg p "$5" '.model = $p | .tensors[].source = $p' "$4" >"$4.tmp" && mv "$4.tmp" "$4" ||
+            fail "cannot name $3 by $5 in its manifest"
+    fi
     kc -n "$1" create configmap "tetris-manifest-$2" --from-file=manifest.json="$4" >/dev/null &&
         kc -n "$1" label configmap "tetris-manifest-$2" tetris.io/model="$2" >/dev/null ||
         fail "cannot create the manifest ConfigMap of $2"
@@ -116,11 +123,13 @@ k8s_api_node_reclaimer() {
         fail "reclaimer of $_node not serving $_url: $(tail -n 3 "$_log")"
 }
 
-# k8s_extender NS PORT LOG MODELS: tetris-scheduler-ext on 127.0.0.1:PORT
-# reading the manifest ConfigMaps of NS, killed at exit; returns once it
-# has loaded MODELS manifests, its pid in K8S_EXTENDER_PID. The API-only
-# nodes' inventories are on 127.0.0.1:BASE+i, which the extender takes
-# from an annotation only when told those ports are inventory ports.
+# k8s_extender NS PORT LOG MODELS [INVENTORIES]: tetris-scheduler-ext on
+# 127.0.0.1:PORT reading the manifest ConfigMaps of NS, killed at exit;
+# returns once it has loaded MODELS manifests (and, when given, fetched
+# INVENTORIES nodes' inventories, which its scores come from), its pid in
+# K8S_EXTENDER_PID. The API-only nodes' inventories are on
+# 127.0.0.1:BASE+i, which the extender takes from an annotation only when
+# told those ports are inventory ports, as is TETRIS_RECLAIMER_PORT (9464).
 k8s_extender() {
     _base="${TETRIS_API_NODE_PORT_BASE:-9200}"
     "$BIN/tetris-scheduler-ext" --kubeconfig "$KUBECONFIG_FILE" --namespace "$1" \
@@ -130,6 +139,9 @@ k8s_extender() {
     KILL_ON_EXIT="$KILL_ON_EXIT $K8S_EXTENDER_PID"
     wait_until 30 "[ \"\$(metric_at http://127.0.0.1:$2 tetris_extender_models)\" = $4 ]" ||
         fail "extender did not load $4 manifests; log: $(tail -n 5 "$3")"
+    [ -z "${5:-}" ] ||
+        wait_until 60 "[ \"\$(metric_at http://127.0.0.1:$2 tetris_extender_nodes_fresh)\" -ge $5 ]" ||
+        fail "extender has not fetched $5 inventories; log: $(tail -n 5 "$3")"
 }
 
 # k8s_scheduler NAME EXTENDER_PORT NODE_CACHE_CAPABLE LOG: a kube-scheduler
