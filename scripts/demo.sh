@@ -244,6 +244,19 @@ echo "into the store), warm = later ones (map what is already there)."
 # fine-tuned variants, exported once with PyTorch, each with real inference.
 [ "$SYNTH_N" -gt 0 ] || exit 0
 
+# cap_to_memory BYTES FACTOR WHAT: caps SYNTH_N at the instances of BYTES x
+# FACTOR each that fit in half of the memory available now, CAP_NOTE saying
+# so; with fewer than two, part 2 is skipped.
+cap_to_memory() {
+    fit=$(awk -v b="$1" -v f="$2" '/^MemAvailable:/ { print int($2 * 1024 / 2 / (b * f)) }' /proc/meminfo)
+    CAP_NOTE=""
+    if [ "$fit" -lt "$SYNTH_N" ]; then
+        [ "$fit" -ge 2 ] || { echo; echo "part 2 skipped: too little memory available for two $3"; exit 0; }
+        CAP_NOTE=" (capped from $SYNTH_N: memory available)"
+        SYNTH_N=$fit
+    fi
+}
+
 paper_rc=0
 "$ROOT/scripts/models/paper-models.sh" bert-base:3 >"$WORK/paper.list" 2>"$WORK/paper.log" || paper_rc=$?
 if [ "$paper_rc" = 0 ]; then
@@ -254,13 +267,7 @@ if [ "$paper_rc" = 0 ]; then
     # file's size + ~25 MiB): cap the count at what fits in half of the
     # memory available now.
     bytes=$(stat -c %s "$MODELS/bert-base.onnx")
-    fit=$(awk -v b="$bytes" '/^MemAvailable:/ { print int($2 * 1024 / 2 / (b * 1.3)) }' /proc/meminfo)
-    note=""
-    if [ "$fit" -lt "$SYNTH_N" ]; then
-        [ "$fit" -ge 2 ] || { echo; echo "part 2 skipped: too little memory available for two private instances"; exit 0; }
-        note=" (capped from $SYNTH_N: memory available)"
-        SYNTH_N=$fit
-    fi
+    cap_to_memory "$bytes" 1.3 "private instances"
     # SYNTH_N instances over the base and its 3 variants, the base first
     DEMO_MODELS=""
     k=0
@@ -271,7 +278,7 @@ if [ "$paper_rc" = 0 ]; then
     done
     echo
     echo
-    echo "tetris demo, part 2: the paper's scale, $SYNTH_N instances$note, real inference (sequence $SEQ)"
+    echo "tetris demo, part 2: the paper's scale, $SYNTH_N instances$CAP_NOTE, real inference (sequence $SEQ)"
     echo "BERT-base (real architecture, $(( (bytes + 500000) / 1000000 )) MB, RANDOM weights) and 3 fine-tuned variants"
     echo "(top 4 layers + head trained on synthetic data, bottom 8 layers + embeddings identical)"
     echo
@@ -294,18 +301,12 @@ synth_model=$("$BIN/tetris-synth-model" bert-base 2>"$WORK/synth.log") ||
 "$BIN/tetris-agent" index "$synth_model" -o "$WORK/synth.manifest.json" 2>"$WORK/synth.log" ||
     { echo "demo: tetris-agent index $synth_model failed:" >&2; cat "$WORK/synth.log" >&2; exit 1; }
 synth_bytes=$(jq -r .tensor_bytes "$WORK/synth.manifest.json")
-fit=$(awk -v b="$synth_bytes" '/^MemAvailable:/ { print int($2 * 1024 / 2 / (b * 1.1)) }' /proc/meminfo)
-synth_note=""
-if [ "$fit" -lt "$SYNTH_N" ]; then
-    [ "$fit" -ge 2 ] || { echo; echo "part 2 skipped: too little memory available for two private copies"; exit 0; }
-    synth_note=" (capped from $SYNTH_N: memory available)"
-    SYNTH_N=$fit
-fi
+cap_to_memory "$synth_bytes" 1.1 "private copies"
 
 echo
 echo
 echo "tetris demo, part 2 (FALLBACK): a SYNTHETIC paper-scale model (random weights in BERT-base's"
-echo "real shapes, $(( (synth_bytes + 500000) / 1000000 )) MB = $(mib "$synth_bytes") MiB), $SYNTH_N instances$synth_note, weights loaded only (no inference)"
+echo "real shapes, $(( (synth_bytes + 500000) / 1000000 )) MB = $(mib "$synth_bytes") MiB), $SYNTH_N instances$CAP_NOTE, weights loaded only (no inference)"
 echo
 
 # synth_phase NAME ARGS...: starts SYNTH_N `tetris-agent load --hold`
