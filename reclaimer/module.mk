@@ -5,7 +5,7 @@ tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c
                          reclaimer/ingest_server.c reclaimer/http_api.c
 # The daemon's settings and tensor index are in the library so the unit
 # tests can reach them.
-LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c
+LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c
 UNIT_TESTS += tests/unit/test_reclaimer_units.c
 
 TEST_PROGRAMS += tetris-ingest-probe
@@ -23,6 +23,8 @@ SHELL_TESTS += tests/reclaimer/test-hostile-locks.sh tests/reclaimer/test-hostil
 # A hostile pod (uid nobody) against the daemon's budgets and limits.
 SHELL_TESTS += tests/reclaimer/test-budgets.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
+# Root: the store on a tmpfs of its own (huge=within_size), reused, refused.
+SHELL_TESTS += tests/reclaimer/test-store-tmpfs.sh
 # Real memory cgroups and a 256 MiB model; 25 daemon crashes mid-ingest.
 SLOW_TESTS += tests/reclaimer/test-cgroup.sh tests/reclaimer/test-crash.sh
 # Root: tmpfs mounts of its own, filled up; huge=never and within_size.
