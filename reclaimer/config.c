@@ -44,6 +44,7 @@ enum {
     OPT_WORKERS,
     OPT_STORE_TMPFS,
     OPT_MOUNT_ONLY,
+    OPT_MOUNT_NAMESPACE,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -76,6 +77,7 @@ static const struct option long_options[] = {
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"store-tmpfs", required_argument, NULL, OPT_STORE_TMPFS},
     {"mount-only", no_argument, NULL, OPT_MOUNT_ONLY},
+    {"mount-namespace", required_argument, NULL, OPT_MOUNT_NAMESPACE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -99,6 +101,9 @@ void reclaimer_usage(const char *prog)
            "                           reused; a mount refused leaves DIR as it is\n"
            "  --mount-only             prepare the store's tmpfs, log, exit (an init\n"
            "                           container with the privilege to mount)\n"
+           "  --mount-namespace PATH   with --mount-only: mount in this namespace, e.g.\n"
+           "                           /proc/1/ns/mnt (the host's, with hostPID), where\n"
+           "                           function pods' host paths resolve\n"
            "  --listen ADDR:PORT       HTTP address (default " TETRIS_RECLAIMER_LISTEN
            "; \"\" = off)\n"
            "  --interval SECONDS       between reclaim passes (default 10; 30s, 5m ok)\n"
@@ -294,6 +299,9 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
         return rc;
     }
     case OPT_STORE_TMPFS: return store_tmpfs_parse_mode(v, &cfg->store_tmpfs, err);
+    case OPT_MOUNT_NAMESPACE:
+        return copy_string(cfg->mount_namespace, sizeof(cfg->mount_namespace), "mount namespace", v,
+                           err);
     case OPT_SCRUB_RATE:
         return config_parse_bytes(v, &cfg->scrub_rate, err);
     case OPT_NODE_NAME:
@@ -458,6 +466,8 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
         if (rc < 0)
             return tetris_wrap(err, "--%s", long_options[opt - OPT_STORE].name);
     }
+    if (cfg->mount_namespace[0] != '\0' && !cfg->mount_only)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "--mount-namespace needs --mount-only");
     if (cfg->socket_path[0] == '\0' &&
         snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/" STORE_PUBLIC_DIR "/ingest.sock",
                  cfg->store_dir) >= (int)sizeof(cfg->socket_path))

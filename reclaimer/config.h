@@ -63,6 +63,7 @@ struct reclaimer_config {
     bool once;                   /* one pass, then exit */
     enum store_tmpfs_mode store_tmpfs; /* a tmpfs of the daemon's own? */
     bool mount_only;                   /* prepare the store's tmpfs, then exit */
+    char mount_namespace[PATH_MAX];    /* --mount-only: mount in this one */
 };
 
 /* Defaults, then the file named by --config (if any), then the flags.

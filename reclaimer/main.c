@@ -173,7 +173,16 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
 static int prepare_store_tmpfs(struct reclaimer_config *cfg, tetris_error *err)
 {
     struct store_tmpfs_outcome o;
-    int rc = store_tmpfs_prepare(cfg->store_dir, cfg->store_tmpfs, &o, err);
+    int rc;
+    /* Not entering the namespace where pods look makes a mount pointless:
+     * the daemon's own line, later, says what the store is on. */
+    if (cfg->mount_namespace[0] != '\0' &&
+        store_tmpfs_enter_namespace(cfg->mount_namespace, err) < 0) {
+        log_warn("event=store-tmpfs state=fallback store=%s msg=%s", cfg->store_dir,
+                 LOG_Q(err->msg));
+        return 0;
+    }
+    rc = store_tmpfs_prepare(cfg->store_dir, cfg->store_tmpfs, &o, err);
     if (rc < 0)
         return rc;
     char why[LOG_QUOTE_MAX + 8] = "";

@@ -4,12 +4,15 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/cleanup.h"
 
@@ -37,6 +40,16 @@ const char *store_tmpfs_state_name(enum store_tmpfs_state state)
     case STORE_TMPFS_FALLBACK: return "fallback";
     }
     return "unknown";
+}
+
+int store_tmpfs_enter_namespace(const char *path, tetris_error *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "cannot open mount namespace %s", path);
+    if (setns(fd, CLONE_NEWNS) < 0)
+        return tetris_fail(err, TETRIS_E_DENIED, errno, "cannot enter mount namespace %s", path);
+    return 0;
 }
 
 /* mkdir -p with mode 0755 for what it creates. */

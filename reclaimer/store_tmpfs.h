@@ -54,6 +54,12 @@ int store_tmpfs_parse_mode(const char *text, enum store_tmpfs_mode *mode, tetris
 int store_tmpfs_prepare(const char *dir, enum store_tmpfs_mode mode,
                         struct store_tmpfs_outcome *out, tetris_error *err);
 
+/* Enters the mount namespace at PATH (e.g. /proc/1/ns/mnt of a hostPID
+ * pod: the host's), so that the mount is made where function pods' host
+ * paths resolve, with no mount propagation to set up. Single-threaded
+ * callers only (setns). */
+int store_tmpfs_enter_namespace(const char *path, tetris_error *err);
+
 const char *store_tmpfs_state_name(enum store_tmpfs_state state);
 
 #endif

@@ -3,7 +3,8 @@
 # (--store-tmpfs, reclaimer/store_tmpfs.h):
 #  1. huge on an empty directory (--mount-only, as the chart's init
 #     container runs it): a tmpfs with huge=within_size is mounted there,
-#     mode 0755, nosuid/nodev/noexec, with one log line saying so;
+#     mode 0755, nosuid/nodev/noexec, with one log line saying so; from a
+#     private mount namespace, --mount-namespace puts it in the host's;
 #  2. the daemon on it reuses the mount, ingests, and after a restart finds
 #     the mount and every tensor again (a mount outlives its daemon);
 #  3. a directory that already holds files is never mounted over: one
@@ -57,6 +58,26 @@ case ",$opts," in
 esac
 [ -z "$(ls -A "$S1")" ] || fail "--mount-only laid out a store: $(ls -A "$S1")"
 note "mounted: $line ($opts)"
+
+# --- 1b. from a mount namespace of its own (a container's), into ours ------
+# Without --mount-namespace the mount stays in the private namespace, where
+# no function pod would see it; with it, it lands where the test looks.
+command -v unshare >/dev/null || skip "unshare (util-linux) missing"
+S1B="$WORK/s1b"
+unshare -m --propagation private "$RECLAIMER" --store "$S1B" --store-tmpfs huge --mount-only \
+    >"$WORK/private-ns.log" 2>&1 || fail "--mount-only in a namespace: $(cat "$WORK/private-ns.log")"
+tmpfs_line "$WORK/private-ns.log" | grep -q 'state=mounted' || fail "$(cat "$WORK/private-ns.log")"
+! findmnt -n --mountpoint "$S1B" >/dev/null || { MOUNTS="$MOUNTS $S1B"; fail "a private mount leaked"; }
+unshare -m --propagation private "$RECLAIMER" --store "$S1B" --store-tmpfs huge --mount-only \
+    --mount-namespace "/proc/$$/ns/mnt" >"$WORK/host-ns.log" 2>&1 ||
+    fail "--mount-namespace: $(cat "$WORK/host-ns.log")"
+MOUNTS="$MOUNTS $S1B"
+tmpfs_line "$WORK/host-ns.log" | grep -q 'state=mounted' || fail "$(cat "$WORK/host-ns.log")"
+[ "$(findmnt -n -o FSTYPE --mountpoint "$S1B")" = tmpfs ] ||
+    fail "--mount-namespace /proc/$$/ns/mnt: nothing mounted where the test looks"
+rc=0
+"$RECLAIMER" --store "$S1B" --mount-namespace "/proc/$$/ns/mnt" >"$WORK/ns-usage.log" 2>&1 || rc=$?
+[ $rc = 2 ] || fail "--mount-namespace without --mount-only exited $rc, want 2"
 
 # --- 2. the daemon reuses it, and finds it again after a restart -------------
 STORE="$S1"
