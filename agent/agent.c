@@ -433,6 +433,52 @@ static const char *daemon_failure_reason(int code)
     }
 }
 
+/* The daemon's answer mapped on the agent's workers: filling the page
+ * tables of a large model is most of a warm start, and it parallelises
+ * (faults on distinct mappings). The first failure stops the rest and the
+ * load falls back. */
+struct map_job {
+    agent_model *am;
+    const struct ingest_tensor_result *res;
+    pthread_mutex_t lock; /* failed, cause, am->stats */
+    bool failed;
+    tetris_error cause;
+};
+
+static void map_item(void *ctx, size_t i)
+{
+    struct map_job *j = ctx;
+    agent_model *am = j->am;
+    if (j->res[i].status == INGEST_REJECTED || !am->priv->mappable[i])
+        return;
+    pthread_mutex_lock(&j->lock);
+    bool failed = j->failed;
+    pthread_mutex_unlock(&j->lock);
+    if (failed)
+        return;
+    tetris_error cause = {0};
+    int r = map_tensor_only(am, i, &cause);
+    pthread_mutex_lock(&j->lock);
+    if (r == 0) {
+        am->stats.mapped_bytes += am->model->tensors[i].meta.nbytes;
+    } else if (!j->failed) {
+        j->failed = true;
+        j->cause = cause;
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+static void map_resident(agent_model *am, const struct agent_options *o,
+                         const struct ingest_tensor_result *res)
+{
+    struct map_job j = {.am = am, .res = res};
+    pthread_mutex_init(&j.lock, NULL);
+    workers_run(am->model->n_tensors, agent_workers(o), NULL, map_item, &j);
+    pthread_mutex_destroy(&j.lock);
+    if (j.failed)
+        fall_back(am, o, "map-failed", &j.cause);
+}
+
 static int load_via_daemon(agent_model *am, const struct agent_options *o, const char *label,
                            tetris_error *err)
 {
@@ -484,14 +530,7 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
         fall_back(am, o, "store-unavailable", &cause);
         return 0;
     }
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        if (res[i].status == INGEST_REJECTED || !am->priv->mappable[i])
-            continue;
-        if ((r = map_tensor(am, i, &cause)) < 0) {
-            fall_back(am, o, "map-failed", &cause);
-            break;
-        }
-    }
+    map_resident(am, o, res);
     store_use_end(am->priv->store);
     if (summary.rejected > 0) {
         size_t i = 0;

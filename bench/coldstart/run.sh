@@ -100,9 +100,11 @@ fresh_store; start_daemon "$WORK/store" 0
 N=$(sed -n 's/.*event=ingest-workers workers=\([0-9]*\).*/\1/p' "$WORK/daemon.log")
 stop_daemon
 
-cold() { # cold WORKERS [--manifest M]: a cold load through the daemon, ms in T
-    fresh_store; start_daemon "$WORK/store" "$1"; shift
+cold() { # cold WORKERS [--manifest M]: a cold load through the daemon, ms in T,
+    # ShmemHugePages it gained (MiB) in HG
+    fresh_store; h0=$(shmem_huge_kb); start_daemon "$WORK/store" "$1"; shift
     T=$(ms "$BIN/tetris-agent" load --store "$WORK/store" "$@" "$MODEL")
+    HG=$(( ($(shmem_huge_kb) - h0) / 1024 ))
 }
 direct() { # direct WORKERS [ARGS]: a cold --direct load, ms in T
     fresh_store; w=$1; shift
@@ -115,9 +117,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 loads() {
     TMPFS=$1
     cold 1 --manifest "$WORK/manifest.json"; eval "d1_$1=$T"; stop_daemon
-    h0=$(shmem_huge_kb)
-    cold "$N" --manifest "$WORK/manifest.json"; eval "dN_$1=$T"
-    eval "huge_$1=$(( ($(shmem_huge_kb) - h0) / 1024 ))"
+    cold "$N" --manifest "$WORK/manifest.json"; eval "dN_$1=$T"; eval "huge_$1=$HG"
     eval "warm_$1=$(ms "$BIN/tetris-agent" load --store "$WORK/store" --manifest "$WORK/manifest.json" "$MODEL")"
     stop_daemon
     cold "$N"; eval "dNn_$1=$T"
