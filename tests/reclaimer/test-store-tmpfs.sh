@@ -4,7 +4,8 @@
 #  1. huge on an empty directory (--mount-only, as the chart's init
 #     container runs it): a tmpfs with huge=within_size is mounted there,
 #     mode 0755, nosuid/nodev/noexec, with one log line saying so; from a
-#     private mount namespace, --mount-namespace puts it in the host's;
+#     private mount namespace, --mount-namespace puts it in the host's; a
+#     kernel that refuses huge= gets 4 KiB pages and a line saying why;
 #  2. the daemon on it reuses the mount, ingests, and after a restart finds
 #     the mount and every tensor again (a mount outlives its daemon);
 #  3. a directory that already holds files is never mounted over: one
@@ -78,6 +79,22 @@ tmpfs_line "$WORK/host-ns.log" | grep -q 'state=mounted' || fail "$(cat "$WORK/h
 rc=0
 "$RECLAIMER" --store "$S1B" --mount-namespace "/proc/$$/ns/mnt" >"$WORK/ns-usage.log" 2>&1 || rc=$?
 [ $rc = 2 ] || fail "--mount-namespace without --mount-only exited $rc, want 2"
+
+# --- 1c. a kernel without huge pages for tmpfs (played by a preloaded
+# library answering mount(... huge=...) EINVAL): 4 KiB pages, and why ----
+NO_HUGE="${TETRIS_BUILD:-$ROOT/build/release}/preload/no-huge-tmpfs.so"
+[ -f "$NO_HUGE" ] || fail "preload library missing: $NO_HUGE (make all)"
+S1C="$WORK/s1c"
+# Under ASan the preloaded library comes before the runtime: allowed here.
+LD_PRELOAD="$NO_HUGE" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$RECLAIMER" --store "$S1C" --store-tmpfs huge --mount-only >"$WORK/no-huge.log" 2>&1 ||
+    fail "--store-tmpfs huge without huge tmpfs pages: $(cat "$WORK/no-huge.log")"
+MOUNTS="$MOUNTS $S1C"
+line=$(tmpfs_line "$WORK/no-huge.log")
+echo "$line" | grep -q 'level=warn .*state=mounted .*tmpfs=1 huge=never msg=.*refused huge=within_size' ||
+    fail "no 4 KiB-page tmpfs with a line saying why: $line"
+[ "$(findmnt -n -o FSTYPE --mountpoint "$S1C")" = tmpfs ] || fail "nothing mounted on $S1C"
+note "no huge tmpfs pages: $line"
 
 # --- 2. the daemon reuses it, and finds it again after a restart -------------
 STORE="$S1"
