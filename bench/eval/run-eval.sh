@@ -27,13 +27,19 @@ echo "+ tetris-eval --profiles deploy/profiles --out $DATA ${EVAL_ARGS:-}" >&2
 "$BIN/tetris-eval" --profiles "$ROOT/deploy/profiles" --out "$DATA" ${EVAL_ARGS:-} \
     | tee "$OUT/results.txt" || exit 1
 
+# The scale run, once per DTS plan mode: each mode's gap to the optimum is
+# then measured on the decisions of a run in that mode.
 SCALE_ARGS="${EVAL_SCALE_ARGS:---nodes 1000 --functions 10000}"
 if [ "$SCALE_ARGS" != none ]; then
-    echo "+ tetris-eval --profiles deploy/profiles --out $DATA $SCALE_ARGS" >&2
-    # shellcheck disable=SC2086
-    "$BIN/tetris-eval" --profiles "$ROOT/deploy/profiles" --out "$DATA" $SCALE_ARGS \
-        >"$OUT/scale.txt" || exit 1
-    cat "$OUT/scale.txt"
+    for mode in refined paper; do
+        txt="$OUT/scale.txt"
+        [ "$mode" = refined ] || txt="$OUT/scale-$mode.txt"
+        echo "+ tetris-eval --profiles deploy/profiles --out $DATA/scale-$mode --mode $mode $SCALE_ARGS" >&2
+        # shellcheck disable=SC2086
+        "$BIN/tetris-eval" --profiles "$ROOT/deploy/profiles" --out "$DATA/scale-$mode" \
+            --mode "$mode" $SCALE_ARGS >"$txt" || exit 1
+        cat "$txt"
+    done
 fi
 
 if ! command -v gnuplot >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &&
@@ -103,11 +109,12 @@ plot "$d/series-qa-text-bursty-infless.tsv" using 1:4 with lines title "INFless-
 GP
 
 if [ "$SCALE_ARGS" != none ]; then
-    # The scale run: mean and peak memory per policy, and DTS/opt on its
-    # sampled decisions in each plan mode.
+    # The scale run (refined mode): mean and peak memory per policy; DTS/opt
+    # in each plan mode on the decisions of that mode's run.
     awk -F'\t' 'NR > 1 { printf "%s\t%.1f\t%.1f\n", $1, $4 / 1024, $5 / 1024 }' \
-        "$DATA/scale.tsv" >"$DATA/scale-memory.tsv"
-    n=$(awk -F'\t' 'NR == 2 { printf "%s nodes, %s functions", $2, $3 }' "$DATA/scale.tsv")
+        "$DATA/scale-refined/scale.tsv" >"$DATA/scale-memory.tsv"
+    n=$(awk -F'\t' 'NR == 2 { printf "%s nodes, %s functions", $2, $3 }' \
+        "$DATA/scale-refined/scale.tsv")
     gnuplot <<GP || exit 1
 set terminal pngcairo size 800,450
 set output "$OUT/scale-memory.png"
@@ -120,13 +127,16 @@ set ylabel "memory (GiB)"
 set key below
 plot "$DATA/scale-memory.tsv" using 2:xtic(1) title "mean", '' using 3 title "peak"
 GP
-    awk -F'\t' 'NR > 1 { r[$2, $1] = $4 "\t" $5 "\t" $6; if (!seen[$2]++) order[++n] = $2 }
+    awk -F'\t' 'FNR > 1 && FILENAME ~ "-" $1 "/" { r[$2, $1] = $4 "\t" $5 "\t" $6
+              if (!seen[$2]++) order[++n] = $2 }
         END { for (i = 1; i <= n; i++) printf "%s\t%s\t%s\n", order[i], r[order[i], "paper"],
-                  r[order[i], "refined"] }' "$DATA/scale-gap.tsv" >"$DATA/scale-gap-plot.tsv"
+                  r[order[i], "refined"] }' \
+        "$DATA/scale-paper/scale-gap.tsv" "$DATA/scale-refined/scale-gap.tsv" \
+        >"$DATA/scale-gap-plot.tsv"
     gnuplot <<GP || exit 1
 set terminal pngcairo size 800,450
 set output "$OUT/scale-gap.png"
-set title "DTS memory / GLPK optimum on the scale run's decisions"
+set title "DTS memory / GLPK optimum on the scale runs' decisions (each mode its own run)"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
