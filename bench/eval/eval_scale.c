@@ -112,25 +112,6 @@ static double thread_cpu_us(void)
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-/* What one reading of the thread CPU clock costs (a system call on some
- * kernels): the median of back-to-back pairs, printed next to the figures
- * that include it. */
-static double clock_read_us(void)
-{
-    double d[101];
-    for (size_t i = 0; i < 101; i++) {
-        double t0 = thread_cpu_us();
-        d[i] = thread_cpu_us() - t0;
-    }
-    for (size_t i = 1; i < 101; i++)
-        for (size_t j = i; j > 0 && d[j - 1] > d[j]; j--) {
-            double x = d[j];
-            d[j] = d[j - 1];
-            d[j - 1] = x;
-        }
-    return d[50];
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -141,6 +122,20 @@ static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+/* What one reading of the thread CPU clock costs (a system call on some
+ * kernels): the median of back-to-back pairs, printed next to the figures
+ * that include it. */
+static double clock_read_us(void)
+{
+    double d[101];
+    for (size_t i = 0; i < 101; i++) {
+        double t0 = thread_cpu_us();
+        d[i] = thread_cpu_us() - t0;
+    }
+    qsort(d, 101, sizeof *d, cmp_double);
+    return d[50];
 }
 
 /* The q-quantile of n sorted values (nearest rank). */
