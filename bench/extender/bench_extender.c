@@ -119,10 +119,12 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
     memset(c, 0, sizeof *c);
     c->ids = tensor_ids_new();
     c->manifests = c->ids ? manifest_cache_new(c->ids) : NULL;
-    /* Every refresh polls every node with a URL (the poll benchmark). */
+    /* Every refresh polls every node with a URL (the poll benchmark),
+     * and a loaded machine (or a sanitizer build) does not time out. */
     inventory_opts io;
     inventory_opts_init(&io);
     io.refresh_ms = 0;
+    io.timeout_ms = 60000;
     c->inventories = c->ids ? inventory_cache_new(c->ids, &io) : NULL;
     c->x = c->manifests && c->inventories ? extender_new(c->manifests, c->inventories, NULL) : NULL;
     if (c->x == NULL)
