@@ -10,8 +10,8 @@
  * one allocation of exactly the size it needs.
  *
  * Membership is a binary search of the chunks' keys, then a bit test or a
- * binary search of at most 4,096 uint16. Not thread-safe to build; once
- * built it is read-only and any number of threads may read it. */
+ * binary search of at most 4,096 uint16. A set never changes once built,
+ * so any number of threads may read it. */
 #ifndef TETRIS_ID_SET_H
 #define TETRIS_ID_SET_H
 
