@@ -27,8 +27,12 @@
 #include "tensorstore/store_private.h"
 
 #define HUGE_PAGE_BYTES (2u * 1024u * 1024u)
-/* Chunk of the streaming path: hashed while it is still in L2. */
-#define STREAM_CHUNK_BYTES (256u * 1024u)
+/* Chunk of the streaming path, hashed while it is still in cache. One huge
+ * page: on a huge=within_size tmpfs a write that fills only part of a new
+ * 2 MiB folio makes the kernel zero the rest of it first (shmem_write_end);
+ * with 256 KiB chunks that zeroing took 60% of the daemon's CPU in a cold
+ * ingest (perf, BENCHMARKS.md), with whole-page chunks it is gone. */
+#define STREAM_CHUNK_BYTES (2048u * 1024u)
 
 /* Where the bytes of the tensor being published come from. */
 struct byte_source {
