@@ -200,6 +200,14 @@ static void shuffle(size_t *idx, size_t n)
     }
 }
 
+static int missing_by_size(const void *a, const void *b, void *ctx)
+{
+    const model *m = ctx;
+    uint64_t x = m->tensors[*(const size_t *)a].meta.nbytes;
+    uint64_t y = m->tensors[*(const size_t *)b].meta.nbytes;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 static int record_references(agent_model *am, const char *label, tetris_error *err)
 {
     const model *m = am->model;
@@ -334,6 +342,9 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
     }
     if (o->shuffle)
         shuffle(missing, n_missing);
+    /* Largest first (as the node daemon does): a tensor is hashed by one
+     * worker, so a big one handed out last would leave the others idle. */
+    qsort_r(missing, n_missing, sizeof(*missing), missing_by_size, (void *)m);
     /* Sources are opened before the workers start: source_fd is not for
      * concurrent use. */
     for (size_t k = 0; k < n_missing; k++) {

@@ -382,8 +382,22 @@ static bool request_oversized(struct served_store *ss, const ingest_request *rq)
 
 /* Random processing order, so concurrent clients loading one model do not
  * all queue on the same tensor lock. */
-static void shuffle(size_t *order, size_t n, unsigned *seed)
+static int by_size_descending(const void *a, const void *b, void *ctx)
 {
+    const ingest_request *rq = ctx;
+    uint64_t x = rq->tensors[*(const size_t *)a].desc.meta.nbytes;
+    uint64_t y = rq->tensors[*(const size_t *)b].desc.meta.nbytes;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The order a request's tensors are handed to its workers: largest first,
+ * so no worker is left hashing a big embedding alone at the end (a
+ * tensor is hashed by one thread), and in random order among tensors of one
+ * size, which a model has many of, so concurrent loaders of one model meet
+ * on few tensor locks. */
+static void publish_order(const ingest_request *rq, size_t *order, unsigned *seed)
+{
+    size_t n = rq->n_tensors;
     for (size_t i = 0; i < n; i++)
         order[i] = i;
     for (size_t i = n; i > 1; i--) {
@@ -392,6 +406,7 @@ static void shuffle(size_t *order, size_t n, unsigned *seed)
         order[i - 1] = order[j];
         order[j] = tmp;
     }
+    qsort_r(order, n, sizeof(*order), by_size_descending, (void *)rq);
 }
 
 /* Records the connection's references to the tensors of this request that
@@ -503,7 +518,7 @@ static int publish_and_refer(struct conn *c, ingest_request *rq, const int *fds,
     if (order == NULL || todo == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
     unsigned seed = (unsigned)clock_mono_us() ^ (unsigned)c->pid;
-    shuffle(order, rq->n_tensors, &seed);
+    publish_order(rq, order, &seed);
     for (size_t i = 0; i < rq->n_tensors; i++)
         todo[i] = true;
     struct publish_job job = {
