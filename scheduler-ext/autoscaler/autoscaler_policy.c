@@ -2,7 +2,9 @@
  *
  * Scale-out: existing instances absorb what they can; when the rate with
  * headroom exceeds their capacity, DTS configures new instances for the
- * residual rate only. It acts at once: a late scale-out costs SLO misses.
+ * residual rate only (the refined mode: the instances to add so that every
+ * instance, old and new, takes its equal share). It acts at once: a late
+ * scale-out costs SLO misses.
  *
  * Scale-in: only after a cool-down since the last change, and judged against
  * the peak rate of a recent window rather than the current one. Instances
@@ -59,14 +61,31 @@ void as_function_free(as_function *fn)
     free(fn);
 }
 
+/* What COUNT[i] instances of each config take. In the paper's mode the
+ * sum of their capacities; in the refined mode every instance gets an
+ * equal share of the rate (a Service's kube-proxy, OpenFaaS CE's
+ * gateway), so n instances take n times the smallest capacity among them. */
+static double counts_capacity(const profile *p, const unsigned *count, const plan_options *o)
+{
+    unsigned n = 0;
+    double sum = 0, least = INFINITY;
+    for (size_t i = 0; i < p->n_configs; i++)
+        if (count[i] > 0) {
+            double cap = plan_config_capacity(&p->configs[i], o);
+            n += count[i];
+            sum += count[i] * cap;
+            least = fmin(least, cap);
+        }
+    if (n == 0)
+        return 0;
+    return o->mode == PLAN_MODE_REFINED ? n * least : sum;
+}
+
 double as_capacity_rps(const as_function *fn, const plan_options *o)
 {
     if (fn->openfaas)
         return of_capacity_rps(fn, o);
-    double sum = 0;
-    for (size_t i = 0; i < fn->prof->n_configs; i++)
-        sum += fn->replicas[i] * plan_config_capacity(&fn->prof->configs[i], o);
-    return sum;
+    return counts_capacity(fn->prof, fn->replicas, o);
 }
 
 unsigned as_instances(const as_function *fn)
@@ -122,6 +141,45 @@ static int remember_rate(as_function *fn, double now_s, double rps, double windo
     return 0;
 }
 
+/* Refined mode: the instances to add so that all of them, old and new,
+ * take target/n each. Adding m of config j gives (n + m) * min(least, cap_j)
+ * with least the smallest capacity running; the cheapest such m * cost_j
+ * wins (fewer instances on a tie). A weak config already running caps what
+ * every instance gets until scale-in releases it. */
+static int scale_out_equal_share(const as_function *fn, const plan_options *o, double target,
+                                 unsigned *want, tetris_error *err)
+{
+    const profile *p = fn->prof;
+    unsigned n = as_instances(fn);
+    double least = INFINITY;
+    for (size_t i = 0; i < p->n_configs; i++)
+        if (fn->replicas[i] > 0)
+            least = fmin(least, plan_config_capacity(&p->configs[i], o));
+    size_t best = SIZE_MAX;
+    unsigned best_m = 0;
+    double best_cost = INFINITY;
+    for (size_t j = 0; j < p->n_configs; j++) {
+        const profile_config *cfg = &p->configs[j];
+        double cap = fmin(least, plan_config_capacity(cfg, o));
+        if (!plan_eligible(cfg, o) || !(cap > 0))
+            continue;
+        double total = ceil(target / cap - 1e-9);
+        unsigned m = total > n ? (unsigned)fmin(total - n, 1e6) : 1;
+        double cost = m * (plan_instance_mib(cfg, o) + o->alpha * cfg->c);
+        if (cost < best_cost - 1e-9 || (fabs(cost - best_cost) <= 1e-9 && m < best_m)) {
+            best = j;
+            best_m = m;
+            best_cost = cost;
+        }
+    }
+    if (best == SIZE_MAX) {
+        plan_fail_infeasible(p, o, err);
+        return tetris_wrap(err, "function %s", fn->name);
+    }
+    want[best] += best_m;
+    return 0;
+}
+
 static int scale_out(const as_function *fn, const as_policy *pol, double residual,
                      unsigned *want, tetris_error *err)
 {
@@ -129,6 +187,8 @@ static int scale_out(const as_function *fn, const as_policy *pol, double residua
     /* Instances already running hold the model's tensors in their nodes'
      * stores; the scheduler places new ones next to them. */
     o.resident = o.sharing && as_instances(fn) > 0;
+    if (o.mode == PLAN_MODE_REFINED && as_instances(fn) > 0)
+        return scale_out_equal_share(fn, &o, residual + as_capacity_rps(fn, &o), want, err);
     plan pl;
     int rc = dts_plan(fn->prof, residual, &o, &pl, err);
     if (rc < 0)
@@ -167,16 +227,17 @@ static int scale_in(const as_function *fn, const as_policy *pol, double peak, un
     }
     qsort(order, p->n_configs, sizeof *order, by_key_asc);
 
-    double capacity = as_capacity_rps(fn, &pol->plan);
     double needed = peak * (1.0 + pol->headroom_in);
     unsigned instances = as_instances(fn);
     for (size_t k = 0; k < p->n_configs; k++) {
         size_t i = order[k].config;
-        double cap = plan_config_capacity(&p->configs[i], &pol->plan);
-        while (want[i] > 0 && instances > pol->min_instances && capacity - cap >= needed) {
+        while (want[i] > 0 && instances > pol->min_instances) {
             want[i]--;
+            if (counts_capacity(p, want, &pol->plan) < needed) {
+                want[i]++;
+                break;
+            }
             instances--;
-            capacity -= cap;
         }
     }
     return 0;

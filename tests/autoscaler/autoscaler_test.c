@@ -3,7 +3,8 @@
  * Deployment (labels, owner reference, environment, resources), instances
  * split into sets of at most 5, a set no longer needed deleted rather than
  * scaled to 0, a restart that adopts the sets and changes nothing, a
- * function deleted through OpenFaaS; the equal-share plan; and the
+ * function deleted through OpenFaaS; the equal-share plan; the refined
+ * mode's equal shares for plain functions (scale-out and scale-in); and the
  * Prometheus query as built, sent and answered. */
 #include <check.h>
 #include <limits.h>
@@ -445,6 +446,79 @@ START_TEST(equal_share_capacity)
 }
 END_TEST
 
+/* A function of the plain --function kind (its own Deployments per config)
+ * under the refined plan mode, decided without an API server. */
+static as_function *refined_function(as_policy *rp)
+{
+    tetris_error err = {0};
+    profile *p = NULL;
+    ck_assert_msg(profile_parse(profile_text, strlen(profile_text), "test", &p, &err) == 0, "%s",
+                  err.msg);
+    as_function *f = NULL;
+    ck_assert_int_eq(as_function_new("fn", p, &f, &err), 0);
+    *rp = (as_policy){.plan = {.slo_ms = 50, .latency = PROFILE_STAT_P95,
+                               .mode = PLAN_MODE_REFINED},
+                      .headroom_out = 0.1,
+                      .headroom_in = 0.3,
+                      .cooldown_s = 60,
+                      .window_s = 60,
+                      .min_instances = 1};
+    return f;
+}
+
+START_TEST(refined_scale_out_keeps_equal_shares)
+{
+    as_policy rp;
+    as_function *f = refined_function(&rp);
+    tetris_error err = {0};
+    unsigned want[2];
+    const char *reason = NULL;
+    /* One A (100 rps) runs; 250 rps with headroom is 275. Equal shares:
+     * adding A gives 100 per instance (3 A, cost 200 more), adding B gives
+     * min(100, 200) = 100 per instance too (cost 600): two more A. The
+     * paper's residual plan would add capacity the A could not share. */
+    f->replicas[0] = 1;
+    ck_assert_int_eq(as_decide(f, &rp, 0, 250, want, &reason, &err), 0);
+    ck_assert_str_eq(reason, "scale-out");
+    ck_assert_uint_eq(want[0], 3);
+    ck_assert_uint_eq(want[1], 0);
+    /* One B (200) runs; 330 rps: 3 more A (cost 300, 4 x 100) or one more
+     * B (cost 300, 2 x 200): the same cost, fewer instances. */
+    f->replicas[0] = 0;
+    f->replicas[1] = 1;
+    f->last_change_s = 0;
+    ck_assert_int_eq(as_decide(f, &rp, 1, 300, want, &reason, &err), 0);
+    ck_assert_uint_eq(want[0], 0);
+    ck_assert_uint_eq(want[1], 2);
+    /* What runs is n times its smallest capacity: 2 A + 1 B take 300. */
+    f->replicas[0] = 2;
+    ck_assert_double_eq_tol(as_capacity_rps(f, &rp.plan), 300, 1e-9);
+    rp.plan.mode = PLAN_MODE_PAPER;
+    ck_assert_double_eq_tol(as_capacity_rps(f, &rp.plan), 400, 1e-9);
+    as_function_free(f);
+}
+END_TEST
+
+START_TEST(refined_scale_in_counts_equal_shares)
+{
+    as_policy rp;
+    as_function *f = refined_function(&rp);
+    tetris_error err = {0};
+    unsigned want[2];
+    const char *reason = NULL;
+    /* 2 A + 1 B take 3 x 100; the peak 100 needs 130 with the scale-in
+     * headroom. B (least efficient) goes first: 2 x 100 = 200 still
+     * covers it; one more A would leave 100. */
+    f->replicas[0] = 2;
+    f->replicas[1] = 1;
+    ck_assert_int_eq(as_decide(f, &rp, 1000, 100, want, &reason, &err), 0);
+    ck_assert_str_eq(reason, "scale-in");
+    ck_assert_uint_eq(want[0], 2);
+    ck_assert_uint_eq(want[1], 0);
+    as_function_free(f);
+}
+END_TEST
+
 START_TEST(prometheus_query_built_sent_parsed)
 {
     tetris_error err = {0};
@@ -535,6 +609,10 @@ int main(int argc, char **argv)
     tcase_add_test(tc, equal_share_capacity);
     tcase_add_test(tc, prometheus_query_built_sent_parsed);
     suite_add_tcase(s, tc);
+    TCase *policy = tcase_create("refined-policy");
+    tcase_add_test(policy, refined_scale_out_keeps_equal_shares);
+    tcase_add_test(policy, refined_scale_in_counts_equal_shares);
+    suite_add_tcase(s, policy);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
