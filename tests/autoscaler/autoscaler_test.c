@@ -456,13 +456,13 @@ static as_function *refined_function(as_policy *rp)
                   err.msg);
     as_function *f = NULL;
     ck_assert_int_eq(as_function_new("fn", p, &f, &err), 0);
-    *rp = (as_policy){.plan = {.slo_ms = 50, .latency = PROFILE_STAT_P95,
-                               .mode = PLAN_MODE_REFINED},
-                      .headroom_out = 0.1,
-                      .headroom_in = 0.3,
-                      .cooldown_s = 60,
-                      .window_s = 60,
-                      .min_instances = 1};
+    *rp =
+        (as_policy){.plan = {.slo_ms = 50, .latency = PROFILE_STAT_P95, .mode = PLAN_MODE_REFINED},
+                    .headroom_out = 0.1,
+                    .headroom_in = 0.3,
+                    .cooldown_s = 60,
+                    .window_s = 60,
+                    .min_instances = 1};
     return f;
 }
 
