@@ -80,11 +80,15 @@ kc -n "$ns" create configmap tetris-profile-silero-vad \
     --from-file=profile.yaml="$ROOT/deploy/profiles/silero-vad.profile.yaml" >/dev/null ||
     fail "cannot create the profile ConfigMap"
 
+# The host's mount namespace, where the init container mounts the store's
+# tmpfs: the kubelet's, since a sandboxed machine's pid 1 may not be
+# inspected (the chart's default is pid 1's).
+kubelet_pid="$(pgrep -o -x kubelet)" || fail "no kubelet process on this machine"
 cat >"$work/values.yaml" <<YAML
 image: {repository: tetris, tag: latest, pullPolicy: Never}
 apiAccess: {secretName: tetris-api, perServiceAccount: true, host: "$api_host", port: $api_port}
 reclaimer:
-  store: {hostPath: "$store"}
+  store: {hostPath: "$store", mountNamespace: "/proc/$kubelet_pid/ns/mnt"}
   listenHost: 127.0.0.1
   port: $port
   capacity: 96Mi
@@ -158,11 +162,11 @@ curl -fsS --max-time 5 "$url/inventory" | jq_true --arg n "$NODE_NAME" '.node ==
 [ -S "$store/public/ingest.sock" ] || fail "no ingest socket in the store hostPath $store"
 # The store is a tmpfs of its own (reclaimer.store.tmpfs: huge), which the
 # init container mounted in the node's mount namespace and the daemon reuses.
+k8s_pod_log "$ns" "$pod" store-tmpfs >"$work/store-tmpfs.log" 2>&1
+k8s_pod_log "$ns" "$pod" reclaimer >"$work/reclaimer.log" 2>&1
 [ "$(findmnt -n -o FSTYPE --mountpoint "$store")" = tmpfs ] ||
-    fail "the store hostPath $store is not a tmpfs of its own: $(kc -n "$ns" logs "$pod" -c store-tmpfs 2>&1 | tail -3)"
+    fail "the store hostPath $store is not a tmpfs of its own: $(tail -3 "$work/store-tmpfs.log")"
 opts="$(findmnt -n -o OPTIONS --mountpoint "$store")"
-kc -n "$ns" logs "$pod" -c store-tmpfs >"$work/store-tmpfs.log" 2>&1
-kc -n "$ns" logs "$pod" -c reclaimer >"$work/reclaimer.log" 2>&1
 case ",$opts," in
 *,huge=within_size,*) grep -q 'event=store-tmpfs state=mounted .*huge=within_size' "$work/store-tmpfs.log" ||
     fail "the init container did not say it mounted huge=within_size: $(cat "$work/store-tmpfs.log")" ;;
