@@ -1,0 +1,539 @@
+/* fake_libcuda.c - a test-only libcuda.so.1: the CUDA driver entry points
+ * tetris loads (tensorstore/gpu/cuda_abi.h), backed by host memory so the
+ * GPU path runs end to end on machines without a GPU.
+ *
+ * Device memory is a memfd per allocation (named tetris-fakecuda-N for
+ * device N); an exported handle is a dup of it, so it survives SCM_RIGHTS
+ * and outlives its exporter like a real one; an address reservation is a
+ * PROT_NONE mapping, cuMemMap maps the memfd over it and cuMemSetAccess is
+ * mprotect: a "device pointer" is a host address a test can read, and a
+ * store through a read-only mapping kills the writer with SIGSEGV.
+ * cuMemGetInfo_v2 counts the bytes of every live fake allocation on the
+ * machine (descriptors and mappings of all processes in /proc), so tests
+ * can count copies the way they would on a GPU.
+ *
+ * Only the versioned names of APIs the toolkit maps to versioned symbols
+ * are exported (cuMemGetInfo_v2, not cuMemGetInfo), so a loader that asks
+ * for the wrong one fails here too.
+ *
+ * Environment: TETRIS_FAKE_CUDA_DEVICES (default 1),
+ * TETRIS_FAKE_CUDA_TOTAL (bytes per device, default 1 GiB),
+ * TETRIS_FAKE_CUDA_GRANULARITY (default 2 MiB), TETRIS_FAKE_CUDA_NO_VMM=1
+ * (devices without VMM support), TETRIS_FAKE_CUDA_FAIL_CREATE_AFTER=N
+ * (cuMemCreate fails out of memory after N successes in a process). */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tensorstore/gpu/cuda_abi.h"
+
+#define FAKE_NAME "tetris-fakecuda-"
+
+/* The exported entry points (their prototypes, for -Wmissing-prototypes). */
+tcu_result cuInit(unsigned flags);
+tcu_result cuDriverGetVersion(int *v);
+tcu_result cuGetErrorString(tcu_result e, const char **s);
+tcu_result cuDeviceGetCount(int *n);
+tcu_result cuDeviceGet(tcu_device *d, int ordinal);
+tcu_result cuDeviceGetName(char *name, int len, tcu_device d);
+tcu_result cuDeviceGetAttribute(int *v, int attr, tcu_device d);
+tcu_result cuDevicePrimaryCtxRetain(tcu_context *c, tcu_device d);
+tcu_result cuDevicePrimaryCtxRelease_v2(tcu_device d);
+tcu_result cuCtxSetCurrent(tcu_context c);
+tcu_result cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
+tcu_result cuMemGetAllocationGranularity(size_t *g, const tcu_mem_allocation_prop *p, int option);
+tcu_result cuMemCreate(tcu_mem_handle *h, size_t size, const tcu_mem_allocation_prop *p,
+                       unsigned long long flags);
+tcu_result cuMemRelease(tcu_mem_handle h);
+tcu_result cuMemExportToShareableHandle(void *sh, tcu_mem_handle h, int type,
+                                        unsigned long long flags);
+tcu_result cuMemImportFromShareableHandle(tcu_mem_handle *h, void *os_handle, int type);
+tcu_result cuMemAddressReserve(tcu_deviceptr *p, size_t size, size_t alignment, tcu_deviceptr addr,
+                               unsigned long long flags);
+tcu_result cuMemAddressFree(tcu_deviceptr p, size_t size);
+tcu_result cuMemMap(tcu_deviceptr p, size_t size, size_t offset, tcu_mem_handle h,
+                    unsigned long long flags);
+tcu_result cuMemUnmap(tcu_deviceptr p, size_t size);
+tcu_result cuMemSetAccess(tcu_deviceptr p, size_t size, const tcu_mem_access_desc *desc,
+                          size_t count);
+tcu_result cuMemcpyHtoD_v2(tcu_deviceptr dst, const void *src, size_t n);
+tcu_result cuMemcpyDtoH_v2(void *dst, tcu_deviceptr src, size_t n);
+
+struct fake_alloc {
+    int fd;
+    size_t size;
+    int ordinal;
+};
+
+struct fake_map {
+    uintptr_t va;
+    size_t size;
+    int access; /* TCU_MEM_ACCESS_FLAGS_* */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_map *maps;
+static size_t n_maps;
+static int initialised;
+static unsigned long creates;
+static __thread int current = -1; /* ordinal of the current context */
+
+static unsigned long long env_u64(const char *name, unsigned long long def)
+{
+    const char *s = getenv(name);
+    return s != NULL && *s != '\0' ? strtoull(s, NULL, 0) : def;
+}
+
+static int n_devices(void)
+{
+    return (int)env_u64("TETRIS_FAKE_CUDA_DEVICES", 1);
+}
+
+static size_t granularity(void)
+{
+    return (size_t)env_u64("TETRIS_FAKE_CUDA_GRANULARITY", 2u << 20);
+}
+
+tcu_result cuInit(unsigned flags)
+{
+    if (flags != 0)
+        return TCU_ERROR_INVALID_VALUE;
+    initialised = 1;
+    return TCU_SUCCESS;
+}
+
+tcu_result cuDriverGetVersion(int *v)
+{
+    *v = 13000;
+    return TCU_SUCCESS;
+}
+
+tcu_result cuGetErrorString(tcu_result e, const char **s)
+{
+    switch (e) {
+    case TCU_SUCCESS: *s = "no error"; break;
+    case TCU_ERROR_INVALID_VALUE: *s = "invalid argument"; break;
+    case TCU_ERROR_OUT_OF_MEMORY: *s = "out of memory"; break;
+    case TCU_ERROR_NOT_INITIALIZED: *s = "initialization error"; break;
+    case TCU_ERROR_INVALID_DEVICE: *s = "invalid device ordinal"; break;
+    case TCU_ERROR_INVALID_CONTEXT: *s = "invalid device context"; break;
+    default: return TCU_ERROR_INVALID_VALUE;
+    }
+    return TCU_SUCCESS;
+}
+
+tcu_result cuDeviceGetCount(int *n)
+{
+    if (!initialised)
+        return TCU_ERROR_NOT_INITIALIZED;
+    *n = n_devices();
+    return TCU_SUCCESS;
+}
+
+tcu_result cuDeviceGet(tcu_device *d, int ordinal)
+{
+    if (!initialised)
+        return TCU_ERROR_NOT_INITIALIZED;
+    if (ordinal < 0 || ordinal >= n_devices())
+        return TCU_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return TCU_SUCCESS;
+}
+
+tcu_result cuDeviceGetName(char *name, int len, tcu_device d)
+{
+    if (d < 0 || d >= n_devices())
+        return TCU_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "tetris fake GPU %d", d);
+    return TCU_SUCCESS;
+}
+
+tcu_result cuDeviceGetAttribute(int *v, int attr, tcu_device d)
+{
+    if (d < 0 || d >= n_devices())
+        return TCU_ERROR_INVALID_DEVICE;
+    if (attr != TCU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED &&
+        attr != TCU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)
+        return TCU_ERROR_INVALID_VALUE;
+    *v = env_u64("TETRIS_FAKE_CUDA_NO_VMM", 0) ? 0 : 1;
+    return TCU_SUCCESS;
+}
+
+/* A context is its device's ordinal + 1, disguised as a pointer. */
+tcu_result cuDevicePrimaryCtxRetain(tcu_context *c, tcu_device d)
+{
+    if (!initialised)
+        return TCU_ERROR_NOT_INITIALIZED;
+    if (d < 0 || d >= n_devices())
+        return TCU_ERROR_INVALID_DEVICE;
+    *c = (tcu_context)(uintptr_t)(d + 1);
+    return TCU_SUCCESS;
+}
+
+tcu_result cuDevicePrimaryCtxRelease_v2(tcu_device d)
+{
+    return d >= 0 && d < n_devices() ? TCU_SUCCESS : TCU_ERROR_INVALID_DEVICE;
+}
+
+tcu_result cuCtxSetCurrent(tcu_context c)
+{
+    current = c == NULL ? -1 : (int)(uintptr_t)c - 1;
+    return TCU_SUCCESS;
+}
+
+/* ---- accounting: live allocations on the whole machine ---- */
+
+struct seen {
+    ino_t ino;
+    size_t size;
+};
+
+static void note(struct seen **v, size_t *n, ino_t ino, size_t size)
+{
+    for (size_t i = 0; i < *n; i++)
+        if ((*v)[i].ino == ino) {
+            if (size > (*v)[i].size)
+                (*v)[i].size = size;
+            return;
+        }
+    struct seen *w = realloc(*v, (*n + 1) * sizeof(*w));
+    if (w == NULL)
+        return;
+    *v = w;
+    w[(*n)++] = (struct seen){ino, size};
+}
+
+/* Bytes of the device's allocations any process holds a descriptor or a
+ * mapping of (what a driver frees only once both are gone). */
+static size_t used_bytes(int ordinal)
+{
+    char want[64];
+    snprintf(want, sizeof(want), "/memfd:" FAKE_NAME "%d ", ordinal);
+    struct seen *v = NULL;
+    size_t n = 0;
+    DIR *proc = opendir("/proc");
+    if (proc == NULL)
+        return 0;
+    struct dirent *p;
+    while ((p = readdir(proc)) != NULL) {
+        if (!isdigit((unsigned char)p->d_name[0]))
+            continue;
+        char path[600], link[300];
+        snprintf(path, sizeof(path), "/proc/%s/fd", p->d_name);
+        DIR *fds = opendir(path);
+        if (fds != NULL) {
+            struct dirent *f;
+            while ((f = readdir(fds)) != NULL) {
+                snprintf(path, sizeof(path), "/proc/%s/fd/%s", p->d_name, f->d_name);
+                ssize_t l = readlink(path, link, sizeof(link) - 2);
+                if (l <= 0)
+                    continue;
+                link[l] = ' ';
+                link[l + 1] = '\0';
+                struct stat st;
+                if (strncmp(link, want, strlen(want)) == 0 && stat(path, &st) == 0)
+                    note(&v, &n, st.st_ino, (size_t)st.st_size);
+            }
+            closedir(fds);
+        }
+        snprintf(path, sizeof(path), "/proc/%s/maps", p->d_name);
+        FILE *m = fopen(path, "re");
+        if (m == NULL)
+            continue;
+        char line[512];
+        while (fgets(line, sizeof(line), m) != NULL) {
+            unsigned long lo, hi, ino;
+            char name[300] = "";
+            if (sscanf(line, "%lx-%lx %*s %*s %*s %lu %299[^\n]", &lo, &hi, &ino, name) < 4)
+                continue;
+            size_t nl = strlen(name);
+            if (nl + 1 < sizeof(name)) {
+                name[nl] = ' ';
+                name[nl + 1] = '\0';
+            }
+            if (strncmp(name, want, strlen(want)) == 0)
+                note(&v, &n, (ino_t)ino, hi - lo);
+        }
+        fclose(m);
+    }
+    closedir(proc);
+    size_t sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += v[i].size;
+    free(v);
+    return sum;
+}
+
+static size_t total_bytes(void)
+{
+    return (size_t)env_u64("TETRIS_FAKE_CUDA_TOTAL", 1ull << 30);
+}
+
+tcu_result cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    if (current < 0)
+        return TCU_ERROR_INVALID_CONTEXT;
+    size_t used = used_bytes(current);
+    *total = total_bytes();
+    *free_bytes = used < *total ? *total - used : 0;
+    return TCU_SUCCESS;
+}
+
+/* ---- allocations ---- */
+
+static int prop_ok(const tcu_mem_allocation_prop *p)
+{
+    return p != NULL && p->type == TCU_MEM_ALLOCATION_TYPE_PINNED &&
+           p->location.type == TCU_MEM_LOCATION_TYPE_DEVICE && p->location.id >= 0 &&
+           p->location.id < n_devices() && p->win32_handle_meta_data == NULL;
+}
+
+tcu_result cuMemGetAllocationGranularity(size_t *g, const tcu_mem_allocation_prop *p, int option)
+{
+    if (!initialised)
+        return TCU_ERROR_NOT_INITIALIZED;
+    if (!prop_ok(p) || (option != TCU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+                        option != TCU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+        return TCU_ERROR_INVALID_VALUE;
+    *g = granularity();
+    return TCU_SUCCESS;
+}
+
+tcu_result cuMemCreate(tcu_mem_handle *h, size_t size, const tcu_mem_allocation_prop *p,
+                       unsigned long long flags)
+{
+    if (!initialised)
+        return TCU_ERROR_NOT_INITIALIZED;
+    if (!prop_ok(p) || flags != 0 || size == 0 || size % granularity() != 0 ||
+        p->requested_handle_types != TCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return TCU_ERROR_INVALID_VALUE;
+    unsigned long long fail_after = env_u64("TETRIS_FAKE_CUDA_FAIL_CREATE_AFTER", ~0ull);
+    pthread_mutex_lock(&lock);
+    int refuse = creates >= fail_after;
+    if (!refuse)
+        creates++;
+    pthread_mutex_unlock(&lock);
+    size_t used = used_bytes(p->location.id);
+    if (refuse || used > total_bytes() || size > total_bytes() - used)
+        return TCU_ERROR_OUT_OF_MEMORY;
+    char name[64];
+    snprintf(name, sizeof(name), FAKE_NAME "%d", p->location.id);
+    struct fake_alloc *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return TCU_ERROR_OUT_OF_MEMORY;
+    a->fd = memfd_create(name, MFD_CLOEXEC);
+    if (a->fd < 0 || ftruncate(a->fd, (off_t)size) < 0) {
+        if (a->fd >= 0)
+            close(a->fd);
+        free(a);
+        return TCU_ERROR_OUT_OF_MEMORY;
+    }
+    a->size = size;
+    a->ordinal = p->location.id;
+    *h = (tcu_mem_handle)(uintptr_t)a;
+    return TCU_SUCCESS;
+}
+
+tcu_result cuMemRelease(tcu_mem_handle h)
+{
+    struct fake_alloc *a = (struct fake_alloc *)(uintptr_t)h;
+    if (a == NULL)
+        return TCU_ERROR_INVALID_VALUE;
+    close(a->fd);
+    free(a);
+    return TCU_SUCCESS;
+}
+
+tcu_result cuMemExportToShareableHandle(void *sh, tcu_mem_handle h, int type,
+                                        unsigned long long flags)
+{
+    struct fake_alloc *a = (struct fake_alloc *)(uintptr_t)h;
+    if (a == NULL || sh == NULL || type != TCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags != 0)
+        return TCU_ERROR_INVALID_VALUE;
+    int fd = dup(a->fd); /* like the driver's: no close-on-exec */
+    if (fd < 0)
+        return TCU_ERROR_OUT_OF_MEMORY;
+    *(int *)sh = fd;
+    return TCU_SUCCESS;
+}
+
+tcu_result cuMemImportFromShareableHandle(tcu_mem_handle *h, void *os_handle, int type)
+{
+    if (!initialised)
+        return TCU_ERROR_NOT_INITIALIZED;
+    int fd = (int)(intptr_t)os_handle;
+    if (type != TCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0)
+        return TCU_ERROR_INVALID_VALUE;
+    char path[64], link[300];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t l = readlink(path, link, sizeof(link) - 1);
+    if (l <= 0)
+        return TCU_ERROR_INVALID_VALUE;
+    link[l] = '\0';
+    const char *prefix = "/memfd:" FAKE_NAME;
+    if (strncmp(link, prefix, strlen(prefix)) != 0)
+        return TCU_ERROR_INVALID_VALUE; /* not an exported allocation */
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return TCU_ERROR_INVALID_VALUE;
+    struct fake_alloc *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return TCU_ERROR_OUT_OF_MEMORY;
+    a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (a->fd < 0) {
+        free(a);
+        return TCU_ERROR_OUT_OF_MEMORY;
+    }
+    a->size = (size_t)st.st_size;
+    a->ordinal = atoi(link + strlen(prefix));
+    *h = (tcu_mem_handle)(uintptr_t)a;
+    return TCU_SUCCESS;
+}
+
+/* ---- address space ---- */
+
+tcu_result cuMemAddressReserve(tcu_deviceptr *p, size_t size, size_t alignment, tcu_deviceptr addr,
+                               unsigned long long flags)
+{
+    if (!initialised)
+        return TCU_ERROR_NOT_INITIALIZED;
+    size_t g = granularity();
+    if (size == 0 || size % g != 0 || flags != 0 || addr != 0 ||
+        (alignment != 0 && (alignment & (alignment - 1)) != 0))
+        return TCU_ERROR_INVALID_VALUE;
+    if (alignment < g)
+        alignment = g;
+    size_t span = size + alignment;
+    void *m = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return TCU_ERROR_OUT_OF_MEMORY;
+    uintptr_t base = ((uintptr_t)m + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    if (base > (uintptr_t)m)
+        munmap(m, base - (uintptr_t)m);
+    size_t tail = (uintptr_t)m + span - (base + size);
+    if (tail > 0)
+        munmap((void *)(base + size), tail);
+    *p = base;
+    return TCU_SUCCESS;
+}
+
+tcu_result cuMemAddressFree(tcu_deviceptr p, size_t size)
+{
+    return munmap((void *)(uintptr_t)p, size) == 0 ? TCU_SUCCESS : TCU_ERROR_INVALID_VALUE;
+}
+
+static struct fake_map *find_map(uintptr_t va, size_t n)
+{
+    for (size_t i = 0; i < n_maps; i++)
+        if (va >= maps[i].va && n <= maps[i].size && va - maps[i].va <= maps[i].size - n)
+            return &maps[i];
+    return NULL;
+}
+
+tcu_result cuMemMap(tcu_deviceptr p, size_t size, size_t offset, tcu_mem_handle h,
+                    unsigned long long flags)
+{
+    struct fake_alloc *a = (struct fake_alloc *)(uintptr_t)h;
+    /* The driver maps whole allocations only: offset "currently must be
+     * zero". */
+    if (a == NULL || offset != 0 || flags != 0 || size != a->size)
+        return TCU_ERROR_INVALID_VALUE;
+    if (current < 0)
+        return TCU_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    tcu_result r = TCU_SUCCESS;
+    struct fake_map *grown = realloc(maps, (n_maps + 1) * sizeof(*grown));
+    if (grown != NULL)
+        maps = grown;
+    if (grown == NULL)
+        r = TCU_ERROR_OUT_OF_MEMORY;
+    else if (find_map(p, 1) != NULL)
+        r = TCU_ERROR_INVALID_VALUE;
+    else if (mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, 0) ==
+             MAP_FAILED)
+        r = TCU_ERROR_OUT_OF_MEMORY;
+    if (r == TCU_SUCCESS)
+        maps[n_maps++] = (struct fake_map){(uintptr_t)p, size, TCU_MEM_ACCESS_FLAGS_PROT_NONE};
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+tcu_result cuMemUnmap(tcu_deviceptr p, size_t size)
+{
+    pthread_mutex_lock(&lock);
+    struct fake_map *m = find_map(p, size);
+    tcu_result r = TCU_ERROR_INVALID_VALUE;
+    if (m != NULL && m->va == p && m->size == size) {
+        /* Back to a reservation. */
+        if (mmap((void *)(uintptr_t)p, size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
+            *m = maps[--n_maps];
+            r = TCU_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+tcu_result cuMemSetAccess(tcu_deviceptr p, size_t size, const tcu_mem_access_desc *desc,
+                          size_t count)
+{
+    if (desc == NULL || count != 1 || desc->location.type != TCU_MEM_LOCATION_TYPE_DEVICE ||
+        desc->location.id < 0 || desc->location.id >= n_devices())
+        return TCU_ERROR_INVALID_VALUE;
+    int prot;
+    switch (desc->flags) {
+    case TCU_MEM_ACCESS_FLAGS_PROT_NONE: prot = PROT_NONE; break;
+    case TCU_MEM_ACCESS_FLAGS_PROT_READ: prot = PROT_READ; break;
+    case TCU_MEM_ACCESS_FLAGS_PROT_READWRITE: prot = PROT_READ | PROT_WRITE; break;
+    default: return TCU_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&lock);
+    struct fake_map *m = find_map(p, size);
+    tcu_result r = TCU_ERROR_INVALID_VALUE;
+    if (m != NULL && m->va == p && m->size == size &&
+        mprotect((void *)(uintptr_t)p, size, prot) == 0) {
+        m->access = desc->flags;
+        r = TCU_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* ---- copies ---- */
+
+static tcu_result copy_check(uintptr_t va, size_t n, int need)
+{
+    if (current < 0)
+        return TCU_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    struct fake_map *m = find_map(va, n);
+    int access = m != NULL ? m->access : -1;
+    pthread_mutex_unlock(&lock);
+    return access >= 0 && (access & need) == need ? TCU_SUCCESS : TCU_ERROR_INVALID_VALUE;
+}
+
+tcu_result cuMemcpyHtoD_v2(tcu_deviceptr dst, const void *src, size_t n)
+{
+    tcu_result r = copy_check(dst, n, TCU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    if (r == TCU_SUCCESS)
+        memcpy((void *)(uintptr_t)dst, src, n);
+    return r;
+}
+
+tcu_result cuMemcpyDtoH_v2(void *dst, tcu_deviceptr src, size_t n)
+{
+    tcu_result r = copy_check(src, n, TCU_MEM_ACCESS_FLAGS_PROT_READ);
+    if (r == TCU_SUCCESS)
+        memcpy(dst, (const void *)(uintptr_t)src, n);
+    return r;
+}

@@ -1,0 +1,13 @@
+# tests/gpu/module.mk - the GPU sharing tests: a fake libcuda.so.1 (built
+# with everything, loaded through $TETRIS_LIBCUDA by the tests), the
+# importer the end-to-end tests drive, and the check of our CUDA ABI
+# header against the toolkit's where one is installed.
+FAKE_LIBCUDA := $(BUILD)/fakecuda/libcuda.so.1
+all: $(FAKE_LIBCUDA)
+# No sanitizer: it is loaded into sanitized and plain programs alike.
+$(FAKE_LIBCUDA): tests/gpu/fake_libcuda.c tensorstore/gpu/cuda_abi.h | .deps/.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -std=c11 -O1 -g -Wall -Wextra -Werror -Wmissing-prototypes -fPIC -shared \
+	    -pthread -o $@ $<
+
+SHELL_TESTS += tests/gpu/test-abi.sh
