@@ -58,6 +58,11 @@ struct agent_options {
     enum agent_digests digests; /* no manifest, STORE mode: who hashes */
     enum store_populate populate; /* page tables of the store mappings;
                                      agent_options_init: AGENT_POPULATE_DEFAULT */
+    const char *device;           /* "cuda:N": also map the node daemon's shared GPU
+                                     copies read-only (STORE mode; docs/GPU.md);
+                                     NULL: host memory only */
+    const char *libcuda;          /* the CUDA driver, NULL: $TETRIS_LIBCUDA or
+                                     libcuda.so.1 */
 };
 
 struct agent_stats {
@@ -70,12 +75,17 @@ struct agent_stats {
     double load_ms;
     bool fell_back;          /* store mode degraded to private */
     char fallback_reason[256];
+    size_t device_tensors;     /* with a device pointer (options.device) */
+    uint64_t device_bytes;     /* bytes of the distinct device copies mapped */
+    char device_fallback[512]; /* why some or all are not on the device, "" */
 };
 
 typedef struct agent_tensor {
     const tensor_desc *desc;
     const void *data; /* read-only; valid until agent_model_free */
     bool shared;      /* true: a store mapping */
+    uint64_t device_ptr; /* options.device: the shared read-only device
+                            copy (CUdeviceptr), 0 if none */
 } agent_tensor;
 
 typedef struct agent_model {

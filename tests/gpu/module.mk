@@ -11,3 +11,6 @@ $(FAKE_LIBCUDA): tests/gpu/fake_libcuda.c tensorstore/gpu/cuda_abi.h | .deps/.st
 	    -pthread -o $@ $<
 
 SHELL_TESTS += tests/gpu/test-abi.sh
+TEST_PROGRAMS += tetris-test-gpu-importer
+tetris-test-gpu-importer_SRCS := tests/gpu/gpu_importer.c
+tetris-test-gpu-importer_LIBS := -lonnxruntime
