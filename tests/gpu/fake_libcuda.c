@@ -2,13 +2,13 @@
  * tetris loads (tensorstore/gpu/cuda_abi.h), backed by host memory so the
  * GPU path runs end to end on machines without a GPU.
  *
- * Device memory is a memfd per allocation (named tetris-fakecuda-N for
- * device N); an exported handle is a dup of it, so it survives SCM_RIGHTS
- * and outlives its exporter like a real one; an address reservation is a
- * PROT_NONE mapping, cuMemMap maps the memfd over it and cuMemSetAccess is
- * mprotect: a "device pointer" is a host address a test can read, and a
- * store through a read-only mapping kills the writer with SIGSEGV.
- * cuMemGetInfo_v2 counts the bytes of every live fake allocation on the
+ * Device memory is a memfd per allocation (named tetris-fakecuda-ID-N
+ * for device N of fake machine ID, $TETRIS_FAKE_CUDA_ID, default 0, so
+ * that concurrent test runs do not count each other's allocations); an exported handle is a dup of
+ * it, so it survives SCM_RIGHTS and outlives its exporter like a real one; an address reservation
+ * is a PROT_NONE mapping, cuMemMap maps the memfd over it and cuMemSetAccess is mprotect: a "device
+ * pointer" is a host address a test can read, and a store through a read-only mapping kills the
+ * writer with SIGSEGV. cuMemGetInfo_v2 counts the bytes of every live fake allocation on the
  * machine (descriptors and mappings of all processes in /proc), so tests
  * can count copies the way they would on a GPU.
  *
@@ -96,6 +96,13 @@ static unsigned long long env_u64(const char *name, unsigned long long def)
 static int n_devices(void)
 {
     return (int)env_u64("TETRIS_FAKE_CUDA_DEVICES", 1);
+}
+
+/* The memfd name of device ordinal's allocations, up to the ordinal. */
+static void fake_name(char *buf, size_t len, int ordinal)
+{
+    const char *id = getenv("TETRIS_FAKE_CUDA_ID");
+    snprintf(buf, len, FAKE_NAME "%s-%d", id != NULL && *id != '\0' ? id : "0", ordinal);
 }
 
 static size_t granularity(void)
@@ -216,8 +223,9 @@ static void note(struct seen **v, size_t *n, ino_t ino, size_t size)
  * mapping of (what a driver frees only once both are gone). */
 static size_t used_bytes(int ordinal)
 {
-    char want[64];
-    snprintf(want, sizeof(want), "/memfd:" FAKE_NAME "%d ", ordinal);
+    char dev[64], want[80];
+    fake_name(dev, sizeof(dev), ordinal);
+    snprintf(want, sizeof(want), "/memfd:%s ", dev);
     struct seen *v = NULL;
     size_t n = 0;
     DIR *proc = opendir("/proc");
@@ -326,7 +334,7 @@ tcu_result cuMemCreate(tcu_mem_handle *h, size_t size, const tcu_mem_allocation_
     if (refuse || used > total_bytes() || size > total_bytes() - used)
         return TCU_ERROR_OUT_OF_MEMORY;
     char name[64];
-    snprintf(name, sizeof(name), FAKE_NAME "%d", p->location.id);
+    fake_name(name, sizeof(name), p->location.id);
     struct fake_alloc *a = calloc(1, sizeof(*a));
     if (a == NULL)
         return TCU_ERROR_OUT_OF_MEMORY;
@@ -394,7 +402,7 @@ tcu_result cuMemImportFromShareableHandle(tcu_mem_handle *h, void *os_handle, in
         return TCU_ERROR_OUT_OF_MEMORY;
     }
     a->size = (size_t)st.st_size;
-    a->ordinal = atoi(link + strlen(prefix));
+    a->ordinal = atoi(strrchr(link, '-') + 1);
     *h = (tcu_mem_handle)(uintptr_t)a;
     return TCU_SUCCESS;
 }

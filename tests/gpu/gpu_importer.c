@@ -7,6 +7,8 @@
  *
  * usage: tetris-test-gpu-importer --store DIR --device cuda:N [--socket P]
  *        [--label L] [--copy-write] [--write] [--hold] MODEL
+ *        tetris-test-gpu-importer --device cuda:N --mem-used
+ *          prints the device's used bytes (cuMemGetInfo: total - free)
  * Exit status: 0 ok (every device copy matched), 1 a mismatch or failure,
  * 2 usage. The pointer write only makes sense with the fake driver
  * (tests/gpu/fake_libcuda.c), whose device pointers are host addresses:
@@ -31,10 +33,11 @@ int main(int argc, char **argv)
                                              {"write", no_argument, NULL, 'w'},
                                              {"copy-write", no_argument, NULL, 'c'},
                                              {"hold", no_argument, NULL, 'H'},
+                                             {"mem-used", no_argument, NULL, 'M'},
                                              {NULL, 0, NULL, 0}};
     struct agent_options o;
     agent_options_init(&o);
-    bool write = false, copy_write = false, hold = false;
+    bool write = false, copy_write = false, hold = false, mem_used = false;
     int c;
     log_init("tetris-test-gpu-importer");
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -46,14 +49,28 @@ int main(int argc, char **argv)
         case 'w': write = true; break;
         case 'c': copy_write = true; break;
         case 'H': hold = true; break;
+        case 'M': mem_used = true; break;
         default: return 2;
         }
+    }
+    tetris_error err = {0};
+    if (mem_used && o.device != NULL) {
+        gpu_driver *g = NULL;
+        int ordinal;
+        uint64_t free_bytes, total;
+        if (gpu_device_parse(o.device, &ordinal, &err) < 0 || gpu_driver_open(NULL, &g, &err) < 0 ||
+            gpu_mem_info(g, ordinal, &free_bytes, &total, &err) < 0) {
+            log_error("event=mem-info-failed msg=%s", LOG_Q(err.msg));
+            return 1;
+        }
+        printf("%llu\n", (unsigned long long)(total - free_bytes));
+        gpu_driver_close(g);
+        return 0;
     }
     if (optind + 1 != argc || o.device == NULL) {
         fprintf(stderr, "usage: see tests/gpu/gpu_importer.c\n");
         return 2;
     }
-    tetris_error err = {0};
     agent_model *am = NULL;
     if (agent_load(argv[optind], &o, &am, &err) < 0) {
         log_error("event=load-failed msg=%s", LOG_Q(err.msg));

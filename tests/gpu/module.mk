@@ -14,3 +14,5 @@ SHELL_TESTS += tests/gpu/test-abi.sh
 TEST_PROGRAMS += tetris-test-gpu-importer
 tetris-test-gpu-importer_SRCS := tests/gpu/gpu_importer.c
 tetris-test-gpu-importer_LIBS := -lonnxruntime
+SHELL_TESTS += tests/gpu/test-gpu-share.sh
+SHELL_TESTS += tests/gpu/test-gpu-lifecycle.sh

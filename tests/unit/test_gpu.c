@@ -21,6 +21,10 @@ static void find_fake(void)
     snprintf(fake_path, sizeof(fake_path), "%s/fakecuda/libcuda.so.1",
              b != NULL ? b : "build/release");
     setenv("TETRIS_FAKE_CUDA_GRANULARITY", "65536", 1);
+    /* Our own fake machine: other runs' allocations are not counted. */
+    char id[32];
+    snprintf(id, sizeof(id), "unit%d", (int)getpid());
+    setenv("TETRIS_FAKE_CUDA_ID", id, 1);
 }
 
 static gpu_driver *open_fake(void)
