@@ -310,7 +310,7 @@ void gpu_pool_render_metrics(gpu_pool *p, textbuf *t)
         for (int g = 0; g < GPU_MAX_DEVICES; g++) {
             if (!used[g])
                 continue;
-            char name[GPU_DEVICE_NAME_MAX];
+            char name[32];
             snprintf(name, sizeof(name), "cuda:%d", g);
             prom_sample(t, names[f], (prom_label[]){{"gpu", name}}, 1,
                         f == 0 ? resident[g] : saved[g]);

@@ -24,6 +24,13 @@
 #include "common/log.h"
 #include "tensorstore/gpu/gpu.h"
 
+static const char usage_text[] =
+    "usage: tetris-test-gpu-importer --store DIR --device cuda:N [--socket PATH]\n"
+    "           [--label L] [--copy-write] [--write] [--hold] MODEL\n"
+    "       tetris-test-gpu-importer --device cuda:N --mem-used\n"
+    "A function instance on a GPU, for the GPU sharing tests (tests/gpu/).\n"
+    "Exit status: 0 ok, 1 a device copy differs or a failure, 2 usage.\n";
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
@@ -34,6 +41,8 @@ int main(int argc, char **argv)
                                              {"copy-write", no_argument, NULL, 'c'},
                                              {"hold", no_argument, NULL, 'H'},
                                              {"mem-used", no_argument, NULL, 'M'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
     struct agent_options o;
     agent_options_init(&o);
@@ -50,6 +59,8 @@ int main(int argc, char **argv)
         case 'c': copy_write = true; break;
         case 'H': hold = true; break;
         case 'M': mem_used = true; break;
+        case 'h': fputs(usage_text, stdout); return 0;
+        case 'V': printf("tetris-test-gpu-importer %s\n", TETRIS_VERSION); return 0;
         default: return 2;
         }
     }
@@ -68,7 +79,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (optind + 1 != argc || o.device == NULL) {
-        fprintf(stderr, "usage: see tests/gpu/gpu_importer.c\n");
+        fputs(usage_text, stderr);
         return 2;
     }
     agent_model *am = NULL;
