@@ -16,7 +16,8 @@
  *   7. legacy CUDA IPC (cuIpcOpenMemHandle) across PID namespaces, and in
  *      the same one, for contrast
  *   8. a matrix-vector product (PTX) over the shared read-only weights
- *      equals the CPU's (synthetic weights)
+ *      equals the CPU's: the largest 2-D float32 tensor of --model (a
+ *      real model's layer, read from the file), else synthetic weights
  * It prints one line per point ("check=N ok|FAIL|info ...").
  *
  * It has not been run on hardware yet: what it asserts is what NVIDIA's
@@ -41,6 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/model.h"
 #include "tensorstore/gpu/cuda_abi.h"
 #include "tensorstore/gpu/gpu.h"
 
@@ -48,10 +50,11 @@
 #define N_IMPORTERS 3
 
 static const char usage_text[] =
-    "usage: tetris-gpu-check [--size BYTES] [--libcuda PATH]\n"
+    "usage: tetris-gpu-check [--size BYTES] [--model FILE] [--libcuda PATH]\n"
     "Checks CUDA VMM sharing between processes and namespaces on a real GPU\n"
     "(cuda:0): see the head of tests/gpu/gpu_check.c. --size: the shared\n"
-    "allocation (default 1 GiB, so device-memory deltas stand out).\n"
+    "allocation (default 1 GiB, so device-memory deltas stand out). --model:\n"
+    "the matrix-vector check runs over its largest 2-D float32 tensor.\n"
     "Exit status: 0 all checks passed, 1 a check failed, 2 usage, 77 no driver\n"
     "or GPU (skipped).\n";
 
@@ -167,6 +170,48 @@ static struct {
 } cu;
 
 static const char *libcuda_path;
+
+/* --model's layer, read before the importers fork (they inherit it). */
+static struct {
+    char name[256];
+    float *w;
+    uint32_t rows, cols;
+} layer;
+
+static int load_layer(const char *path)
+{
+    model *m;
+    tetris_error err;
+    if (model_parse_file(path, &m, &err) < 0) {
+        fprintf(stderr, "tetris-gpu-check: %s\n", err.msg);
+        return -1;
+    }
+    const tensor_desc *best = NULL;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tensor_desc *t = &m->tensors[i];
+        if (strcmp(t->meta.dtype, "float32") == 0 && t->meta.ndim == 2 &&
+            t->encoding == TENSOR_ENC_RAW && t->meta.shape[0] > 0 && t->meta.shape[1] > 0 &&
+            t->meta.shape[0] < (1 << 30) && t->meta.shape[1] < (1 << 30) &&
+            (best == NULL || t->meta.nbytes > best->meta.nbytes))
+            best = t;
+    }
+    int rc = -1;
+    FILE *f = best != NULL ? fopen(best->source, "rb") : NULL;
+    if (best != NULL && f != NULL && (layer.w = malloc(best->meta.nbytes)) != NULL &&
+        fseeko(f, (off_t)best->offset, SEEK_SET) == 0 &&
+        fread(layer.w, 1, best->meta.nbytes, f) == best->meta.nbytes) {
+        layer.rows = (uint32_t)best->meta.shape[0];
+        layer.cols = (uint32_t)best->meta.shape[1];
+        snprintf(layer.name, sizeof(layer.name), "%s", best->name);
+        rc = 0;
+    } else {
+        fprintf(stderr, "tetris-gpu-check: %s has no readable 2-D float32 tensor\n", path);
+    }
+    if (f != NULL)
+        fclose(f);
+    model_free(m);
+    return rc;
+}
 
 static int resolve(void)
 {
@@ -427,8 +472,22 @@ static void importer(int sock)
             break;
         }
         case 'V': {
-            /* y = W x over the first rows x cols floats of the mapping. */
+            /* y = W x: over --model's layer, shared as its own allocation
+             * (fd), or the first rows x cols floats of the first mapping. */
             uint32_t rows = 1024, cols = (uint32_t)(words / rows < 4096 ? words / rows : 4096);
+            uint64_t pw = m.ptr;
+            gpu_mapping lm = {0};
+            if (fd >= 0) {
+                if (gpu_import_map(g, 0, fd, o.size, false, &lm, &err) < 0) {
+                    reply(sock, "fail layer import %s", err.msg);
+                    close(fd);
+                    break;
+                }
+                close(fd);
+                pw = lm.ptr;
+                rows = layer.rows;
+                cols = layer.cols;
+            }
             float *x = malloc(cols * sizeof(float)), *y = malloc(rows * sizeof(float));
             tcu_deviceptr dx = 0, dy = 0;
             r = x && y ? cu.mem_alloc(&dx, cols * 4) : TCU_ERROR_OUT_OF_MEMORY;
@@ -438,7 +497,6 @@ static void importer(int sock)
                 x[j] = weight(1000003u + j);
             if (r == TCU_SUCCESS && gpu_copy_to_device(g, 0, dx, x, cols * 4, &err) < 0)
                 r = TCU_ERROR_INVALID_VALUE;
-            uint64_t pw = m.ptr;
             void *args[] = {&pw, &dx, &dy, &rows, &cols};
             if (r == TCU_SUCCESS)
                 r = cu.launch(f_matvec, (rows + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL);
@@ -446,16 +504,24 @@ static void importer(int sock)
                 r = cu.ctx_synchronize();
             if (r == TCU_SUCCESS && gpu_copy_to_host(g, 0, y, dy, rows * 4, &err) < 0)
                 r = TCU_ERROR_INVALID_VALUE;
+            /* The same fma order as the kernel: equal up to rounding of
+             * the last bits, relative to the row's magnitude. */
             double worst = 0;
             for (uint32_t i = 0; r == TCU_SUCCESS && i < rows; i++) {
-                float acc = 0;
-                for (uint32_t j = 0; j < cols; j++)
-                    acc = fmaf(weight((uint64_t)i * cols + j), x[j], acc);
-                double d = fabs((double)acc - (double)y[i]);
+                float acc = 0, mag = 0;
+                for (uint32_t j = 0; j < cols; j++) {
+                    float wij = fd >= 0 ? layer.w[(uint64_t)i * cols + j]
+                                        : weight((uint64_t)i * cols + j);
+                    acc = fmaf(wij, x[j], acc);
+                    mag += fabsf(wij * x[j]);
+                }
+                double d = fabs((double)acc - (double)y[i]) / (mag > 1e-30f ? mag : 1);
                 worst = d > worst ? d : worst;
             }
-            reply(sock, "%s matvec rows=%u cols=%u max_abs_diff=%g cuda=%d",
-                  r == TCU_SUCCESS && worst <= 1e-4 ? "ok" : "fail", rows, cols, worst, r);
+            reply(sock, "%s matvec %s rows=%u cols=%u max_rel_diff=%g cuda=%d",
+                  r == TCU_SUCCESS && worst <= 1e-5 ? "ok" : "fail",
+                  fd >= 0 ? layer.name : "(synthetic)", rows, cols, worst, r);
+            gpu_unmap(g, &lm);
             cu.mem_free(dx);
             cu.mem_free(dy);
             free(x);
@@ -519,6 +585,7 @@ static int order(int sock, char cmd, const gpu_alloc *a, uint64_t words, const u
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"size", required_argument, NULL, 's'},
+                                             {"model", required_argument, NULL, 'm'},
                                              {"libcuda", required_argument, NULL, 'l'},
                                              {"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, 'V'},
@@ -528,6 +595,10 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case 's': size = strtoull(optarg, NULL, 0); break;
+        case 'm':
+            if (load_layer(optarg) < 0)
+                return 1;
+            break;
         case 'l': libcuda_path = optarg; break;
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': printf("tetris-gpu-check %s\n", TETRIS_VERSION); return 0;
@@ -678,9 +749,25 @@ int main(int argc, char **argv)
     order(socks[2], 'R', &a, words, NULL, fd, line, sizeof(line));
     close(fd);
     check(5, true, "an importer choosing read-write: %s (read-only is no boundary)", line);
-    /* 8: a matrix-vector product over the shared weights. */
-    order(socks[0], 'V', &a, words, NULL, -1, line, sizeof(line));
-    check(8, strncmp(line, "ok", 2) == 0, "importer 0: %s (synthetic weights)", line);
+    /* 8: a matrix-vector product over the shared weights: --model's
+     * layer in an allocation of its own, as the daemon would share it. */
+    if (layer.w != NULL) {
+        gpu_alloc la;
+        uint64_t lbytes = (uint64_t)layer.rows * layer.cols * 4;
+        if (gpu_alloc_create(g, 0, lbytes, &la, &err) < 0 ||
+            gpu_alloc_fill(g, &la, layer.w, lbytes, &err) < 0 ||
+            gpu_alloc_export(g, &la, &fd, &err) < 0) {
+            check(8, false, "layer %s: %s", layer.name, err.msg);
+        } else {
+            order(socks[0], 'V', &la, words, NULL, fd, line, sizeof(line));
+            close(fd);
+            check(8, strncmp(line, "ok", 2) == 0, "importer 0: %s", line);
+            gpu_alloc_release(g, &la);
+        }
+    } else {
+        order(socks[0], 'V', &a, words, NULL, -1, line, sizeof(line));
+        check(8, strncmp(line, "ok", 2) == 0, "importer 0: %s", line);
+    }
 
     /* 6: lifetime. The exporter lets go; the importers keep the memory. */
     gpu_alloc_release(g, &a);
