@@ -464,13 +464,20 @@ static void attach_device(agent_model *am, const struct agent_options *o,
     int rc = gpu_device_parse(o->device, &ordinal, &cause);
     if (rc == 0)
         rc = gpu_driver_open(o->libcuda, &p->gpu, &cause);
+    size_t gran = 0;
+    if (rc == 0)
+        rc = gpu_granularity(p->gpu, ordinal, &gran, &cause);
     cleanup_free tensor_digest *todo = calloc(m->n_tensors + 1, sizeof(*todo));
     p->gpu_maps = calloc(m->n_tensors + 1, sizeof(*p->gpu_maps));
     if (rc == 0 && (todo == NULL || p->gpu_maps == NULL))
         rc = tetris_fail(&cause, TETRIS_E_NOMEM, ENOMEM, "device tensors");
     size_t n_todo = 0;
     for (size_t i = 0; rc == 0 && i < m->n_tensors; i++) {
-        if (res[i].status == INGEST_REJECTED || !m->tensors[i].has_digest)
+        /* A tensor under a quarter of the granularity would cost more
+         * padded on the device than a few private copies: the runtime
+         * uploads it. */
+        if (res[i].status == INGEST_REJECTED || !m->tensors[i].has_digest ||
+            m->tensors[i].meta.nbytes < gran / AGENT_DEVICE_MIN_FRACTION)
             continue;
         bool seen = false;
         for (size_t k = 0; k < n_todo && !seen; k++)

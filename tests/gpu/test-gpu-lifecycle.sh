@@ -57,11 +57,33 @@ stop_daemon
 
 # ---- bad requests ----
 start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1h
+# Small tensors stay with the runtime.
+synth "$WORK/small.safetensors" 4 8000 43   # under a quarter of 64 KiB each
+out=$("$BIN/tetris-agent" load --store "$STORE" --device cuda:0 "$WORK/small.safetensors" 2>"$WORK/agent.log") ||
+    fail "agent with small tensors failed: $(cat "$WORK/agent.log")"
+printf '%s\n' "$out" | jq -e '.fell_back == false and .device_tensors == 0 and .device_fallback == ""' \
+    >/dev/null || fail "small tensors: $out"
+note "tensors under a quarter of the granularity are not put on the device"
 before=$(tensor_count)
-out=$("$BIN/tetris-agent" load --store "$STORE" --device cuda:7 "$WORK/m1.safetensors" 2>"$WORK/agent.log") ||
-    fail "agent with an unknown device failed: $(cat "$WORK/agent.log")"
-printf '%s\n' "$out" | jq -e '.fell_back == false and .mapped_bytes == 600000 and .device_tensors == 0 and
-    (.device_fallback | test("no GPU cuda:7"))' >/dev/null || fail "unknown device: $out"
+# The agent's driver sees 8 devices, the daemon's 1: the daemon refuses,
+# and the connection keeps its host references (the agent holds them).
+mkfifo "$WORK/u.in"
+sleep 100000 >"$WORK/u.in" &
+U_W=$!; KILL_ON_EXIT="$KILL_ON_EXIT $U_W"
+TETRIS_FAKE_CUDA_DEVICES=8 "$BIN/tetris-agent" load --store "$STORE" --device cuda:7 --hold \
+    "$WORK/m1.safetensors" <"$WORK/u.in" >"$WORK/u.json" 2>"$WORK/agent.log" &
+U=$!; KILL_ON_EXIT="$KILL_ON_EXIT $U"
+wait_until 60 "grep -q device_fallback '$WORK/u.json'" || fail "agent with an unknown device did not load"
+jq -e '.fell_back == false and .mapped_bytes == 600000 and .device_tensors == 0 and
+    (.device_fallback | test("node daemon refused: no GPU cuda:7"))' "$WORK/u.json" >/dev/null ||
+    fail "unknown device: $(cat "$WORK/u.json")"
+grep -q 'event=gpu-attach-refused.*device="cuda:7" code=notfound' "$DAEMON_LOG" ||
+    fail "daemon did not log the refusal"
+wait_until 60 '[ "$(metric tetris_store_holders)" = 1 ]' ||
+    fail "the refused connection lost its host references (holders $(metric tetris_store_holders))"
+grep -q daemon-connection-lost "$WORK/agent.log" && fail "the daemon closed the refused connection"
+kill "$U_W"
+wait "$U" || fail "agent did not exit cleanly"
 rc=$(status "$BIN/tetris-agent" load --store "$STORE" --device gpu0 "$WORK/m1.safetensors")
 [ "$rc" = 2 ] || fail "--device gpu0: exit $rc, want 2 (usage)"
 # Raw requests: malformed ones close the connection with "format"; a
