@@ -16,6 +16,13 @@
  * are exported (cuMemGetInfo_v2, not cuMemGetInfo), so a loader that asks
  * for the wrong one fails here too.
  *
+ * Kernels: cuModuleLoadData accepts any image and cuModuleGetFunction
+ * knows the three kernels of tests/gpu/gpu_check.c by name (checksum,
+ * poke, matvec), which cuLaunchKernel runs on the host; a store into
+ * memory without write access is not made but, as on a GPU, leaves the
+ * process's context with the sticky CUDA_ERROR_ILLEGAL_ADDRESS. Legacy
+ * IPC is not supported.
+ *
  * Environment: TETRIS_FAKE_CUDA_DEVICES (default 1),
  * TETRIS_FAKE_CUDA_TOTAL (bytes per device, default 1 GiB),
  * TETRIS_FAKE_CUDA_GRANULARITY (default 2 MiB), TETRIS_FAKE_CUDA_NO_VMM=1
@@ -25,6 +32,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,6 +75,17 @@ tcu_result cuMemSetAccess(tcu_deviceptr p, size_t size, const tcu_mem_access_des
                           size_t count);
 tcu_result cuMemcpyHtoD_v2(tcu_deviceptr dst, const void *src, size_t n);
 tcu_result cuMemcpyDtoH_v2(void *dst, tcu_deviceptr src, size_t n);
+tcu_result cuMemAlloc_v2(tcu_deviceptr *p, size_t n);
+tcu_result cuMemFree_v2(tcu_deviceptr p);
+tcu_result cuMemsetD32_v2(tcu_deviceptr p, unsigned v, size_t n);
+tcu_result cuModuleLoadData(tcu_module *m, const void *image);
+tcu_result cuModuleGetFunction(tcu_function *f, tcu_module m, const char *name);
+tcu_result cuLaunchKernel(tcu_function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                          unsigned by, unsigned bz, unsigned shared, tcu_stream stream,
+                          void **params, void **extra);
+tcu_result cuCtxSynchronize(void);
+tcu_result cuIpcGetMemHandle(void *handle, tcu_deviceptr p);
+tcu_result cuIpcOpenMemHandle_v2(tcu_deviceptr *p, const void *handle, unsigned flags);
 
 struct fake_alloc {
     int fd;
@@ -133,6 +152,8 @@ tcu_result cuGetErrorString(tcu_result e, const char **s)
     case TCU_ERROR_NOT_INITIALIZED: *s = "initialization error"; break;
     case TCU_ERROR_INVALID_DEVICE: *s = "invalid device ordinal"; break;
     case TCU_ERROR_INVALID_CONTEXT: *s = "invalid device context"; break;
+    case TCU_ERROR_ILLEGAL_ADDRESS: *s = "an illegal memory access was encountered"; break;
+    case TCU_ERROR_NOT_SUPPORTED: *s = "operation not supported"; break;
     default: return TCU_ERROR_INVALID_VALUE;
     }
     return TCU_SUCCESS;
@@ -530,8 +551,12 @@ static tcu_result copy_check(uintptr_t va, size_t n, int need)
     return access >= 0 && (access & need) == need ? TCU_SUCCESS : TCU_ERROR_INVALID_VALUE;
 }
 
+static tcu_result sticky; /* a kernel's fault poisons the context for good */
+
 tcu_result cuMemcpyHtoD_v2(tcu_deviceptr dst, const void *src, size_t n)
 {
+    if (sticky != TCU_SUCCESS)
+        return sticky;
     tcu_result r = copy_check(dst, n, TCU_MEM_ACCESS_FLAGS_PROT_READWRITE);
     if (r == TCU_SUCCESS)
         memcpy((void *)(uintptr_t)dst, src, n);
@@ -540,8 +565,157 @@ tcu_result cuMemcpyHtoD_v2(tcu_deviceptr dst, const void *src, size_t n)
 
 tcu_result cuMemcpyDtoH_v2(void *dst, tcu_deviceptr src, size_t n)
 {
+    if (sticky != TCU_SUCCESS)
+        return sticky;
     tcu_result r = copy_check(src, n, TCU_MEM_ACCESS_FLAGS_PROT_READ);
     if (r == TCU_SUCCESS)
         memcpy(dst, (const void *)(uintptr_t)src, n);
     return r;
+}
+
+/* ---- plain device memory, kernels ---- */
+
+tcu_result cuMemAlloc_v2(tcu_deviceptr *p, size_t n)
+{
+    if (current < 0)
+        return TCU_ERROR_INVALID_CONTEXT;
+    size_t len = (n + 4095) & ~(size_t)4095;
+    void *m = mmap(NULL, len ? len : 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                   0);
+    if (m == MAP_FAILED)
+        return TCU_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    struct fake_map *grown = realloc(maps, (n_maps + 1) * sizeof(*grown));
+    if (grown != NULL) {
+        maps = grown;
+        maps[n_maps++] = (struct fake_map){(uintptr_t)m, len ? len : 4096,
+                                           TCU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    }
+    pthread_mutex_unlock(&lock);
+    if (grown == NULL) {
+        munmap(m, len ? len : 4096);
+        return TCU_ERROR_OUT_OF_MEMORY;
+    }
+    *p = (uintptr_t)m;
+    return TCU_SUCCESS;
+}
+
+tcu_result cuMemFree_v2(tcu_deviceptr p)
+{
+    pthread_mutex_lock(&lock);
+    struct fake_map *m = find_map(p, 1);
+    tcu_result r = TCU_ERROR_INVALID_VALUE;
+    if (m != NULL && m->va == p) {
+        munmap((void *)(uintptr_t)p, m->size);
+        *m = maps[--n_maps];
+        r = TCU_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+tcu_result cuMemsetD32_v2(tcu_deviceptr p, unsigned v, size_t n)
+{
+    tcu_result r = copy_check(p, n * 4, TCU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    for (size_t i = 0; r == TCU_SUCCESS && i < n; i++)
+        ((uint32_t *)(uintptr_t)p)[i] = v;
+    return r;
+}
+
+enum { K_CHECKSUM = 1, K_POKE, K_MATVEC };
+
+tcu_result cuModuleLoadData(tcu_module *m, const void *image)
+{
+    if (current < 0)
+        return TCU_ERROR_INVALID_CONTEXT;
+    if (image == NULL)
+        return TCU_ERROR_INVALID_VALUE;
+    *m = (tcu_module)(uintptr_t)1;
+    return TCU_SUCCESS;
+}
+
+tcu_result cuModuleGetFunction(tcu_function *f, tcu_module m, const char *name)
+{
+    static const char *const names[] = {NULL, "checksum", "poke", "matvec"};
+    for (uintptr_t k = K_CHECKSUM; m != NULL && k <= K_MATVEC; k++)
+        if (strcmp(name, names[k]) == 0) {
+            *f = (tcu_function)k;
+            return TCU_SUCCESS;
+        }
+    return TCU_ERROR_INVALID_VALUE;
+}
+
+tcu_result cuLaunchKernel(tcu_function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                          unsigned by, unsigned bz, unsigned shared, tcu_stream stream,
+                          void **params, void **extra)
+{
+    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream;
+    if (sticky != TCU_SUCCESS)
+        return sticky;
+    if (current < 0)
+        return TCU_ERROR_INVALID_CONTEXT;
+    if (params == NULL || extra != NULL)
+        return TCU_ERROR_INVALID_VALUE;
+    switch ((uintptr_t)f) {
+    case K_CHECKSUM: {
+        uint64_t data = *(uint64_t *)params[0], words = *(uint64_t *)params[1];
+        uint64_t out = *(uint64_t *)params[2];
+        if (copy_check(data, words * 4, TCU_MEM_ACCESS_FLAGS_PROT_READ) != TCU_SUCCESS ||
+            copy_check(out, 4, TCU_MEM_ACCESS_FLAGS_PROT_READWRITE) != TCU_SUCCESS) {
+            sticky = TCU_ERROR_ILLEGAL_ADDRESS;
+            return TCU_SUCCESS;
+        }
+        uint32_t sum = 0;
+        for (uint64_t i = 0; i < words; i++)
+            sum += ((const uint32_t *)(uintptr_t)data)[i];
+        *(uint32_t *)(uintptr_t)out += sum;
+        return TCU_SUCCESS;
+    }
+    case K_POKE: {
+        uint64_t data = *(uint64_t *)params[0];
+        if (copy_check(data, 4, TCU_MEM_ACCESS_FLAGS_PROT_READWRITE) != TCU_SUCCESS)
+            sticky = TCU_ERROR_ILLEGAL_ADDRESS; /* reported by the next sync */
+        else
+            *(uint32_t *)(uintptr_t)data = 1;
+        return TCU_SUCCESS;
+    }
+    case K_MATVEC: {
+        uint64_t w = *(uint64_t *)params[0], x = *(uint64_t *)params[1];
+        uint64_t y = *(uint64_t *)params[2];
+        uint32_t rows = *(uint32_t *)params[3], cols = *(uint32_t *)params[4];
+        if (copy_check(w, (size_t)rows * cols * 4, TCU_MEM_ACCESS_FLAGS_PROT_READ) != TCU_SUCCESS ||
+            copy_check(x, (size_t)cols * 4, TCU_MEM_ACCESS_FLAGS_PROT_READ) != TCU_SUCCESS ||
+            copy_check(y, (size_t)rows * 4, TCU_MEM_ACCESS_FLAGS_PROT_READWRITE) != TCU_SUCCESS) {
+            sticky = TCU_ERROR_ILLEGAL_ADDRESS;
+            return TCU_SUCCESS;
+        }
+        const float *W = (const float *)(uintptr_t)w, *X = (const float *)(uintptr_t)x;
+        float *Y = (float *)(uintptr_t)y;
+        for (uint32_t i = 0; i < rows; i++) {
+            float acc = 0;
+            for (uint32_t j = 0; j < cols; j++)
+                acc = fmaf(W[(size_t)i * cols + j], X[j], acc);
+            Y[i] = acc;
+        }
+        return TCU_SUCCESS;
+    }
+    default: return TCU_ERROR_INVALID_VALUE;
+    }
+}
+
+tcu_result cuCtxSynchronize(void)
+{
+    return sticky;
+}
+
+tcu_result cuIpcGetMemHandle(void *handle, tcu_deviceptr p)
+{
+    (void)handle, (void)p;
+    return TCU_ERROR_NOT_SUPPORTED;
+}
+
+tcu_result cuIpcOpenMemHandle_v2(tcu_deviceptr *p, const void *handle, unsigned flags)
+{
+    (void)p, (void)handle, (void)flags;
+    return TCU_ERROR_NOT_SUPPORTED;
 }

@@ -8,7 +8,7 @@ all: $(FAKE_LIBCUDA)
 $(FAKE_LIBCUDA): tests/gpu/fake_libcuda.c tensorstore/gpu/cuda_abi.h | .deps/.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -std=c11 -O1 -g -Wall -Wextra -Werror -Wmissing-prototypes -fPIC -shared \
-	    -pthread -o $@ $<
+	    -pthread -o $@ $< -lm
 
 SHELL_TESTS += tests/gpu/test-abi.sh
 TEST_PROGRAMS += tetris-test-gpu-importer
@@ -16,8 +16,9 @@ tetris-test-gpu-importer_SRCS := tests/gpu/gpu_importer.c
 tetris-test-gpu-importer_LIBS := -lonnxruntime
 SHELL_TESTS += tests/gpu/test-gpu-share.sh
 SHELL_TESTS += tests/gpu/test-gpu-lifecycle.sh
-# On a real GPU only (unvalidated on hardware so far): the checks of
-# docs/GPU.md's design; skipped (77) here without a driver.
+# The checks of docs/GPU.md's design: on a real GPU (unvalidated on
+# hardware so far; skipped, 77, without a driver), and on the fake
+# driver, whose kernels run on the host (the program's own logic).
 TEST_PROGRAMS += tetris-gpu-check
 tetris-gpu-check_SRCS := tests/gpu/gpu_check.c
-SHELL_TESTS += tests/gpu/test-gpu-check.sh
+SHELL_TESTS += tests/gpu/test-gpu-check.sh tests/gpu/test-gpu-check-fake.sh

@@ -2,7 +2,8 @@
 # test-gpu-check.sh - tetris-gpu-check, the real-GPU checks: runs them
 # where a CUDA driver and GPU are present (every check must pass), and
 # otherwise shows that the program says so clearly and exits 77, which
-# skips this test. The fake driver lacks kernels and is not used here.
+# skips this test (tests/gpu/test-gpu-check-fake.sh runs it on the fake
+# driver).
 set -u
 . "$(dirname "$0")/../lib/common.sh"
 unset TETRIS_LIBCUDA
