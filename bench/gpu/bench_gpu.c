@@ -225,7 +225,9 @@ int main(int argc, char **argv)
                 _exit(77); /* the daemon side found no GPU */
             got += (size_t)r;
         }
-        _exit(instance(sv[1], libcuda, bytes, sizes, n));
+        int rc = instance(sv[1], libcuda, bytes, sizes, n);
+        fflush(stdout); /* _exit flushes nothing */
+        _exit(rc);
     }
     close(sv[1]);
     close(szpipe[0]);

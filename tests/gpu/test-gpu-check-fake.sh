@@ -3,7 +3,8 @@
 # own PID and network namespaces, kernels, the writer's fault, the
 # lifetime deltas, the matrix-vector product over a real model's layer)
 # against the fake driver, whose kernels run on the host: every check must
-# pass. It shows the program's own logic, not the hardware's behaviour.
+# pass; and tetris-bench-gpu's run (its figures mean nothing on the fake).
+# It shows the programs' own logic, not the hardware's behaviour.
 set -u
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/gpu.sh"
@@ -20,4 +21,9 @@ grep -q 'check=3 ok importer 0 (own PID+net namespaces).*pid_here=1$' "$WORK/che
 grep -q 'check=4 ok kernel store into read-only: .*sync=700' "$WORK/check.log" ||
     fail "the writer's fault did not show"
 note "$(tail -n 1 "$WORK/check.log") $(grep -o 'matvec [^ ]* rows=[0-9]* cols=[0-9]*' "$WORK/check.log")"
+"$BIN/tetris-bench-gpu" --synthetic-bytes 4000000 --synthetic-tensors 20 >"$WORK/bench.log" \
+    2>"$WORK/bench.err" || fail "tetris-bench-gpu on the fake driver: $(cat "$WORK/bench.err")"
+grep -q '^attach_ms=.* copy_ms=' "$WORK/bench.log" && grep -q '^import_map_us p50=' "$WORK/bench.log" &&
+    grep -q '^daemon_fill_ms=.* padding_bytes=' "$WORK/bench.log" ||
+    fail "tetris-bench-gpu printed: $(cat "$WORK/bench.log")"
 echo "ok $PROG"
