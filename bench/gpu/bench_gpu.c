@@ -236,6 +236,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "SKIP tetris-bench-gpu: %s\n", err.msg);
         close(szpipe[1]);
         waitpid(pid, NULL, 0);
+        free(sizes);
+        free(bytes);
         return 77;
     }
     gpu_alloc *a = calloc(n, sizeof(*a));
@@ -278,5 +280,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         gpu_alloc_release(g, &a[i]);
     gpu_driver_close(g);
+    free(a);
+    free(host);
+    free(sizes);
+    free(bytes);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
