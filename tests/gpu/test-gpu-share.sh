@@ -34,6 +34,11 @@ done
 [ "$(gpu_used)" = $COPY ] || fail "three importers: device holds $(gpu_used) bytes, want one copy ($COPY)"
 [ "$(gpu_metric tetris_gpu_resident_bytes)" = $COPY ] || fail "resident $(gpu_metric tetris_gpu_resident_bytes)"
 [ "$(gpu_metric tetris_gpu_saved_bytes)" = $((2 * COPY)) ] || fail "saved $(gpu_metric tetris_gpu_saved_bytes)"
+if command -v promtool >/dev/null 2>&1; then
+    http_get /metrics >"$WORK/metrics.txt"
+    promtool check metrics <"$WORK/metrics.txt" >"$WORK/promtool.log" 2>&1 ||
+        fail "promtool rejects the metrics: $(cat "$WORK/promtool.log")"
+fi
 note "three importers, one copy ($(gpu_used) bytes); saved $(gpu_metric tetris_gpu_saved_bytes)"
 
 # Read-only: a host-to-device copy into it is refused; a store through the
