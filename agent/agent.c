@@ -213,18 +213,24 @@ static int record_references(agent_model *am, const char *label, tetris_error *e
 
     if (digests == NULL || sizes == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    size_t n = 0;
     for (size_t i = 0; i < m->n_tensors; i++) {
-        digests[i] = m->tensors[i].meta.digest;
-        sizes[i] = m->tensors[i].meta.nbytes;
+        if (!m->tensors[i].has_digest)
+            continue; /* referenced once published (publish_item) */
+        digests[n] = m->tensors[i].meta.digest;
+        sizes[n++] = m->tensors[i].meta.nbytes;
     }
     if ((r = store_holder_open(am->priv->store, label, getpid(), &am->priv->holder, err)) < 0)
         return r;
-    return store_holder_add_many(am->priv->holder, digests, sizes, m->n_tensors, err);
+    return store_holder_add_many(am->priv->holder, digests, sizes, n, err);
 }
 
 /* The missing tensors of a direct load, published and mapped on workers;
  * the first failure stops the rest (a store failure falls back, a source
- * that does not hash to its manifest fails the load). */
+ * that does not hash to its manifest fails the load). A tensor without its
+ * digest (a cold load without a manifest) is hashed as it is written, so
+ * its bytes are read and hashed once, and referenced once its digest is
+ * known: the use lock, held throughout, keeps reclaim out until then. */
 struct publish_job {
     agent_model *am;
     const struct agent_options *o;
@@ -249,7 +255,7 @@ static void publish_item(void *ctx, size_t k)
     struct publish_job *j = ctx;
     agent_model *am = j->am;
     size_t i = j->missing[k];
-    const tensor_desc *t = &am->model->tensors[i];
+    tensor_desc *t = &am->model->tensors[i];
     pthread_mutex_lock(&j->lock);
     bool stop = j->stop;
     pthread_mutex_unlock(&j->lock);
@@ -261,7 +267,15 @@ static void publish_item(void *ctx, size_t k)
             fd = am->priv->sources[s].fd;
     tetris_error cause = {0};
     bool published = false;
-    int r = model_publish_tensor(am->priv->store, t, fd, &published, &cause);
+    bool computed = !t->has_digest;
+    int r = computed ? model_publish_tensor_computed(am->priv->store, t, fd, NULL, NULL, &published,
+                                                     &cause)
+                     : model_publish_tensor(am->priv->store, t, fd, &published, &cause);
+    if (r == 0 && computed) {
+        pthread_mutex_lock(&j->lock); /* the holder file is one for all workers */
+        r = store_holder_add(am->priv->holder, &t->meta.digest, t->meta.nbytes, &cause);
+        pthread_mutex_unlock(&j->lock);
+    }
     bool mapped = false;
     if (r == 0 && am->priv->mappable[i]) {
         r = map_tensor_only(am, i, &cause);
@@ -307,6 +321,10 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
     for (size_t i = 0; i < m->n_tensors; i++) {
         if (m->tensors[i].meta.nbytes == 0)
             continue; /* nothing to share */
+        if (!m->tensors[i].has_digest) {
+            missing[n_missing++] = i;
+            continue;
+        }
         if (!am->priv->mappable[i]) {
             if (!store_has_tensor(am->priv->store, &m->tensors[i].meta.digest))
                 missing[n_missing++] = i;
@@ -417,6 +435,52 @@ static const char *daemon_failure_reason(int code)
     case -TETRIS_E_FULL: return "store-full";
     default: return "daemon-error";
     }
+}
+
+/* The daemon's answer mapped on the agent's workers: filling the page
+ * tables of a large model is most of a warm start, and it parallelises
+ * (faults on distinct mappings). The first failure stops the rest and the
+ * load falls back. */
+struct map_job {
+    agent_model *am;
+    const struct ingest_tensor_result *res;
+    pthread_mutex_t lock; /* failed, cause, am->stats */
+    bool failed;
+    tetris_error cause;
+};
+
+static void map_item(void *ctx, size_t i)
+{
+    struct map_job *j = ctx;
+    agent_model *am = j->am;
+    if (j->res[i].status == INGEST_REJECTED || !am->priv->mappable[i])
+        return;
+    pthread_mutex_lock(&j->lock);
+    bool failed = j->failed;
+    pthread_mutex_unlock(&j->lock);
+    if (failed)
+        return;
+    tetris_error cause = {0};
+    int r = map_tensor_only(am, i, &cause);
+    pthread_mutex_lock(&j->lock);
+    if (r == 0) {
+        am->stats.mapped_bytes += am->model->tensors[i].meta.nbytes;
+    } else if (!j->failed) {
+        j->failed = true;
+        j->cause = cause;
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+static void map_resident(agent_model *am, const struct agent_options *o,
+                         const struct ingest_tensor_result *res)
+{
+    struct map_job j = {.am = am, .res = res};
+    pthread_mutex_init(&j.lock, NULL);
+    workers_run(am->model->n_tensors, agent_workers(o), NULL, map_item, &j);
+    pthread_mutex_destroy(&j.lock);
+    if (j.failed)
+        fall_back(am, o, "map-failed", &j.cause);
 }
 
 /* Imports and maps read-only the attached copies of one batch; every
@@ -563,14 +627,7 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
         fall_back(am, o, "store-unavailable", &cause);
         return 0;
     }
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        if (res[i].status == INGEST_REJECTED || !am->priv->mappable[i])
-            continue;
-        if ((r = map_tensor(am, i, &cause)) < 0) {
-            fall_back(am, o, "map-failed", &cause);
-            break;
-        }
-    }
+    map_resident(am, o, res);
     store_use_end(am->priv->store);
     if (summary.rejected > 0) {
         size_t i = 0;
@@ -633,7 +690,10 @@ static int resolve_digests(agent_model *am, const struct agent_options *o, tetri
         warm = store_has_tensor(am->priv->store, &t->meta.digest);
     }
     log_info("event=digests model=%s hashed_by=%s tensors=%zu", LOG_Q(m->path),
-             warm ? "agent" : "daemon", without);
+             warm                           ? "agent"
+             : o->mode == AGENT_MODE_DIRECT ? "publish"
+                                            : "daemon",
+             without);
     return warm ? model_compute_digests_workers(m, o->workers, err) : 0;
 }
 
@@ -669,11 +729,10 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     if ((r = plan_mappings(am, o, err)) < 0)
         return r;
-    if (o->mode == AGENT_MODE_STORE) {
-        if ((r = resolve_digests(am, o, err)) < 0)
-            return r;
+    if ((r = resolve_digests(am, o, err)) < 0)
+        return r;
+    if (o->mode == AGENT_MODE_STORE)
         return load_via_daemon(am, o, label, err);
-    }
     if ((r = store_use_begin(am->priv->store, &cause)) < 0) {
         fall_back(am, o, "store-unavailable", &cause);
         return 0;
@@ -691,19 +750,8 @@ static int read_model(const char *model_path, const struct agent_options *o, mod
         r = manifest_read_file(o->manifest_path, out, err);
     else
         r = model_parse_file(model_path, out, err);
-    /* STORE mode decides once the store is open (resolve_digests). */
-    if (r < 0 || o->mode != AGENT_MODE_DIRECT)
-        return r;
-    for (size_t i = 0; i < (*out)->n_tensors; i++) {
-        if (!(*out)->tensors[i].has_digest) {
-            if ((r = model_compute_digests_workers(*out, o->workers, err)) < 0) {
-                model_free(*out);
-                *out = NULL;
-            }
-            return r;
-        }
-    }
-    return 0;
+    /* Who hashes is decided once the store is open (resolve_digests). */
+    return r;
 }
 
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,

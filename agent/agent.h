@@ -31,9 +31,12 @@ enum agent_mode {
 enum agent_digests {
     AGENT_DIGESTS_AUTO = 0, /* hash one probe tensor: resident (a warm start)
                                -> the agent hashes the rest on its workers;
-                               missing -> the daemon hashes while it ingests */
+                               missing -> the daemon hashes while it ingests
+                               (DIRECT: each tensor is hashed as the agent
+                               publishes it) */
     AGENT_DIGESTS_AGENT,    /* the agent hashes the whole model first */
-    AGENT_DIGESTS_DAEMON,   /* the daemon hashes every tensor as it reads it */
+    AGENT_DIGESTS_DAEMON,   /* the daemon (DIRECT: the publishing worker)
+                               hashes every tensor as it writes it */
 };
 
 /* With options.device, tensors smaller than the device's allocation
@@ -61,7 +64,7 @@ struct agent_options {
     unsigned workers;          /* threads that hash and publish (--direct,
                                   and digests without a manifest); 0: the
                                   CPU allowance (common/workers.h) */
-    enum agent_digests digests; /* no manifest, STORE mode: who hashes */
+    enum agent_digests digests;   /* no manifest: who hashes */
     enum store_populate populate; /* page tables of the store mappings;
                                      agent_options_init: AGENT_POPULATE_DEFAULT */
     const char *device;           /* "cuda:N": also map the node daemon's shared GPU

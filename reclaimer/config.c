@@ -43,6 +43,9 @@ enum {
     OPT_MAX_CONNS_PER_UID,
     OPT_MAX_CONNS_PER_PID,
     OPT_WORKERS,
+    OPT_STORE_TMPFS,
+    OPT_MOUNT_ONLY,
+    OPT_MOUNT_NAMESPACE,
     OPT_GPU_CAPACITY,
     OPT_LIBCUDA,
     OPT_HELP,
@@ -75,6 +78,9 @@ static const struct option long_options[] = {
     {"max-connections-per-uid", required_argument, NULL, OPT_MAX_CONNS_PER_UID},
     {"max-connections-per-pid", required_argument, NULL, OPT_MAX_CONNS_PER_PID},
     {"workers", required_argument, NULL, OPT_WORKERS},
+    {"store-tmpfs", required_argument, NULL, OPT_STORE_TMPFS},
+    {"mount-only", no_argument, NULL, OPT_MOUNT_ONLY},
+    {"mount-namespace", required_argument, NULL, OPT_MOUNT_NAMESPACE},
     {"gpu-capacity", required_argument, NULL, OPT_GPU_CAPACITY},
     {"libcuda", required_argument, NULL, OPT_LIBCUDA},
     {"help", no_argument, NULL, OPT_HELP},
@@ -93,6 +99,16 @@ void reclaimer_usage(const char *prog)
            "<store>/tenants/NAME/public/ingest.sock); mkdir <store>/tenants/NAME adds one.\n"
            "\n"
            "  --store DIR              tensor store (default " STORE_DEFAULT_DIR ")\n"
+           "  --store-tmpfs MODE       huge: mount a tmpfs of its own on an empty DIR\n"
+           "                           with huge=within_size (2 MiB pages); plain: the\n"
+           "                           same with 4 KiB pages; none: DIR as it is\n"
+           "                           (default none). A tmpfs already mounted there is\n"
+           "                           reused; a mount refused leaves DIR as it is\n"
+           "  --mount-only             prepare the store's tmpfs, log, exit (an init\n"
+           "                           container with the privilege to mount)\n"
+           "  --mount-namespace PATH   with --mount-only: mount in this namespace, e.g.\n"
+           "                           /proc/1/ns/mnt (the host's, with hostPID), where\n"
+           "                           function pods' host paths resolve\n"
            "  --listen ADDR:PORT       HTTP address (default " TETRIS_RECLAIMER_LISTEN
            "; \"\" = off)\n"
            "  --interval SECONDS       between reclaim passes (default 10; 30s, 5m ok)\n"
@@ -293,6 +309,10 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
             cfg->workers = (unsigned)n;
         return rc;
     }
+    case OPT_STORE_TMPFS: return store_tmpfs_parse_mode(v, &cfg->store_tmpfs, err);
+    case OPT_MOUNT_NAMESPACE:
+        return copy_string(cfg->mount_namespace, sizeof(cfg->mount_namespace), "mount namespace", v,
+                           err);
     case OPT_SCRUB_RATE:
         return config_parse_bytes(v, &cfg->scrub_rate, err);
     case OPT_GPU_CAPACITY: return config_parse_bytes(v, &cfg->gpu_capacity_bytes, err);
@@ -375,7 +395,7 @@ static int apply_file(struct reclaimer_config *cfg, const char *path, tetris_err
 
 /* A percentage capacity becomes bytes: that share of the filesystem the
  * store is on (its parent's while the store does not exist yet). */
-static int resolve_capacity(struct reclaimer_config *cfg, tetris_error *err)
+int reclaimer_config_resolve_capacity(struct reclaimer_config *cfg, tetris_error *err)
 {
     if (cfg->capacity_percent > 0) {
         char dir[PATH_MAX];
@@ -450,12 +470,18 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
             cfg->no_tenants = true;
             continue;
         }
+        if (opt == OPT_MOUNT_ONLY) {
+            cfg->mount_only = true;
+            continue;
+        }
         if (opt == OPT_CONFIG)
             continue;
         int rc = apply(cfg, opt, optarg, err);
         if (rc < 0)
             return tetris_wrap(err, "--%s", long_options[opt - OPT_STORE].name);
     }
+    if (cfg->mount_namespace[0] != '\0' && !cfg->mount_only)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "--mount-namespace needs --mount-only");
     if (cfg->socket_path[0] == '\0' &&
         snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/" STORE_PUBLIC_DIR "/ingest.sock",
                  cfg->store_dir) >= (int)sizeof(cfg->socket_path))
@@ -464,5 +490,5 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
                                                "%s/" STORE_PRIVATE_DIR "/reclaimer.state",
                                                cfg->store_dir) >= (int)sizeof(cfg->state_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
-    return resolve_capacity(cfg, err);
+    return reclaimer_config_resolve_capacity(cfg, err);
 }

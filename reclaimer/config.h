@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "common/error.h"
+#include "reclaimer/store_tmpfs.h"
 
 /* Tenant stores one daemon can serve (--max-tenants caps it lower): each
  * costs a socket, an accept thread and an index, and adds one value of the
@@ -62,6 +63,9 @@ struct reclaimer_config {
     unsigned max_tenants;        /* tenant stores served at most */
     bool no_tenants;             /* serve the shared store only */
     bool once;                   /* one pass, then exit */
+    enum store_tmpfs_mode store_tmpfs; /* a tmpfs of the daemon's own? */
+    bool mount_only;                   /* prepare the store's tmpfs, then exit */
+    char mount_namespace[PATH_MAX];    /* --mount-only: mount in this one */
 };
 
 /* Defaults, then the file named by --config (if any), then the flags.
@@ -69,6 +73,10 @@ struct reclaimer_config {
  * usage or config error. */
 int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
                           tetris_error *err);
+
+/* Turns a percentage capacity into bytes of the store's filesystem as it is
+ * now: load does it, and the daemon again once it mounted its tmpfs. */
+int reclaimer_config_resolve_capacity(struct reclaimer_config *cfg, tetris_error *err);
 
 void reclaimer_usage(const char *prog);
 

@@ -167,6 +167,37 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
     }
 }
 
+/* Puts the store on a tmpfs of its own where asked (store_tmpfs.h) and says
+ * in one line what it is on; a percentage capacity is then a share of that
+ * filesystem. */
+static int prepare_store_tmpfs(struct reclaimer_config *cfg, tetris_error *err)
+{
+    struct store_tmpfs_outcome o;
+    int rc;
+    /* Not entering the namespace where pods look makes a mount pointless:
+     * the daemon's own line, later, says what the store is on. */
+    if (cfg->mount_namespace[0] != '\0' &&
+        store_tmpfs_enter_namespace(cfg->mount_namespace, err) < 0) {
+        log_warn("event=store-tmpfs state=fallback store=%s msg=%s", cfg->store_dir,
+                 LOG_Q(err->msg));
+        return 0;
+    }
+    rc = store_tmpfs_prepare(cfg->store_dir, cfg->store_tmpfs, &o, err);
+    if (rc < 0)
+        return rc;
+    char why[LOG_QUOTE_MAX + 8] = "";
+    if (o.reason[0] != '\0')
+        snprintf(why, sizeof(why), " msg=%s", LOG_Q(o.reason));
+    const char *huge = o.huge[0] != '\0' ? o.huge : "-";
+    if (o.state == STORE_TMPFS_FALLBACK || !o.on_tmpfs || o.reason[0] != '\0')
+        log_warn("event=store-tmpfs state=%s store=%s tmpfs=%d huge=%s%s",
+                 store_tmpfs_state_name(o.state), cfg->store_dir, o.on_tmpfs, huge, why);
+    else
+        log_info("event=store-tmpfs state=%s store=%s tmpfs=%d huge=%s%s",
+                 store_tmpfs_state_name(o.state), cfg->store_dir, o.on_tmpfs, huge, why);
+    return reclaimer_config_resolve_capacity(cfg, err);
+}
+
 int main(int argc, char **argv)
 {
     log_init(argv[0]);
@@ -189,6 +220,13 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
+    if (prepare_store_tmpfs(&cfg, &err) < 0) {
+        log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
+                  LOG_Q(err.msg));
+        return EXIT_RUNTIME;
+    }
+    if (cfg.mount_only)
+        return 0;
 
     static struct daemon d;
     daemon_init(&d, &cfg);

@@ -6,7 +6,7 @@ tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c
                          reclaimer/gpu_pool.c
 # The daemon's settings and tensor index are in the library so the unit
 # tests can reach them.
-LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c
+LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c
 UNIT_TESTS += tests/unit/test_reclaimer_units.c
 
 TEST_PROGRAMS += tetris-ingest-probe
@@ -24,6 +24,16 @@ SHELL_TESTS += tests/reclaimer/test-hostile-locks.sh tests/reclaimer/test-hostil
 # A hostile pod (uid nobody) against the daemon's budgets and limits.
 SHELL_TESTS += tests/reclaimer/test-budgets.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
+# Root: the store on a tmpfs of its own (huge=within_size), reused, refused;
+# a kernel without huge tmpfs pages played by an LD_PRELOAD library.
+SHELL_TESTS += tests/reclaimer/test-store-tmpfs.sh
+NO_HUGE_TMPFS := $(BUILD)/preload/no-huge-tmpfs.so
+all: $(NO_HUGE_TMPFS)
+# No sanitizer: it is preloaded into sanitized and plain programs alike.
+$(NO_HUGE_TMPFS): tests/reclaimer/no_huge_tmpfs.c | .deps/.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -std=c11 -O1 -g -Wall -Wextra -Werror -Wmissing-prototypes -fPIC -shared \
+	    -o $@ $< -ldl
 # Real memory cgroups and a 256 MiB model; 25 daemon crashes mid-ingest.
 SLOW_TESTS += tests/reclaimer/test-cgroup.sh tests/reclaimer/test-crash.sh
 # Root: tmpfs mounts of its own, filled up; huge=never and within_size.

@@ -1,14 +1,18 @@
 #!/bin/sh
 # run-eval.sh - the cluster evaluation behind docs/EVAL.md (`make eval`):
-# runs tetris-eval over every application, trace and policy and draws the
-# PNG plots with gnuplot (installed from Debian's gnuplot-nox when missing
-# and apt-get can; without it the plots are skipped with a line saying so).
+# runs tetris-eval over every application, trace and policy, then its scale
+# mode (1,000 nodes, 10,000 functions, and DTS against the GLPK optimum on
+# the run's decisions), and draws the PNG plots with gnuplot (installed
+# from Debian's gnuplot-nox when missing and apt-get can; without it the
+# plots are skipped with a line saying so).
 #
 # Environment:
 #   TETRIS_BIN     programs (required; `make eval` sets it)
 #   EVAL_OUT       results folder (default docs/eval)
 #   EVAL_DATA      per-second series and tables (default build/eval-data)
 #   EVAL_ARGS      extra tetris-eval options (e.g. "--duration 600")
+#   EVAL_SCALE_ARGS  the scale run's options (default "--nodes 1000
+#                  --functions 10000"; "none" skips it)
 # Exit status: 0 done, 1 the evaluation or a plot failed, 2 setup error.
 set -eu
 
@@ -22,6 +26,21 @@ echo "+ tetris-eval --profiles deploy/profiles --out $DATA ${EVAL_ARGS:-}" >&2
 # shellcheck disable=SC2086
 "$BIN/tetris-eval" --profiles "$ROOT/deploy/profiles" --out "$DATA" ${EVAL_ARGS:-} \
     | tee "$OUT/results.txt" || exit 1
+
+# The scale run, once per DTS plan mode: each mode's gap to the optimum is
+# then measured on the decisions of a run in that mode.
+SCALE_ARGS="${EVAL_SCALE_ARGS:---nodes 1000 --functions 10000}"
+if [ "$SCALE_ARGS" != none ]; then
+    for mode in refined paper; do
+        txt="$OUT/scale.txt"
+        [ "$mode" = refined ] || txt="$OUT/scale-$mode.txt"
+        echo "+ tetris-eval --profiles deploy/profiles --out $DATA/scale-$mode --mode $mode $SCALE_ARGS" >&2
+        # shellcheck disable=SC2086
+        "$BIN/tetris-eval" --profiles "$ROOT/deploy/profiles" --out "$DATA/scale-$mode" \
+            --mode "$mode" $SCALE_ARGS >"$txt" || exit 1
+        cat "$txt"
+    done
+fi
 
 if ! command -v gnuplot >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &&
     [ "$(id -u)" -eq 0 ]; then
@@ -88,4 +107,45 @@ plot "$d/series-qa-text-bursty-infless.tsv" using 1:4 with lines title "INFless-
      "$d/series-qa-text-bursty-tetris.tsv" using 1:4 with lines lw 2 title "tetris", \
      "$d/series-qa-text-bursty-tetris.tsv" using 1:2 axes x1y2 with lines lc rgb "#aaaaaa" title "arrivals"
 GP
+
+if [ "$SCALE_ARGS" != none ]; then
+    # The scale run (refined mode): mean and peak memory per policy; DTS/opt
+    # in each plan mode on the decisions of that mode's run.
+    awk -F'\t' 'NR > 1 { printf "%s\t%.1f\t%.1f\n", $1, $4 / 1024, $5 / 1024 }' \
+        "$DATA/scale-refined/scale.tsv" >"$DATA/scale-memory.tsv"
+    n=$(awk -F'\t' 'NR == 2 { printf "%s nodes, %s functions", $2, $3 }' \
+        "$DATA/scale-refined/scale.tsv")
+    gnuplot <<GP || exit 1
+set terminal pngcairo size 800,450
+set output "$OUT/scale-memory.png"
+set title "Cluster memory at scale: $n (simulated)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set yrange [0:*]
+set ylabel "memory (GiB)"
+set key below
+plot "$DATA/scale-memory.tsv" using 2:xtic(1) title "mean", '' using 3 title "peak"
+GP
+    awk -F'\t' 'FNR > 1 && FILENAME ~ "-" $1 "/" { r[$2, $1] = $4 "\t" $5 "\t" $6
+              if (!seen[$2]++) order[++n] = $2 }
+        END { for (i = 1; i <= n; i++) printf "%s\t%s\t%s\n", order[i], r[order[i], "paper"],
+                  r[order[i], "refined"] }' \
+        "$DATA/scale-paper/scale-gap.tsv" "$DATA/scale-refined/scale-gap.tsv" \
+        >"$DATA/scale-gap-plot.tsv"
+    gnuplot <<GP || exit 1
+set terminal pngcairo size 800,450
+set output "$OUT/scale-gap.png"
+set title "DTS memory / GLPK optimum on the scale runs' decisions (each mode its own run)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set yrange [0.9:*]
+set ylabel "DTS / optimum"
+set key below
+plot "$DATA/scale-gap-plot.tsv" using 2:xtic(1) title "paper mode, mean", \
+     '' using 4 title "paper mode, max", '' using 5 title "refined mode, mean", \
+     '' using 7 title "refined mode, max"
+GP
+fi
 echo "plots: $OUT/*.png" >&2

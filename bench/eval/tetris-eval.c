@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bench/eval/eval.h"
 #include "scheduler-ext/autoscaler/autoscaler.h"
 #include "scheduler-ext/autoscaler/dts.h"
 #include "common/cleanup.h"
@@ -36,7 +37,6 @@
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2 };
 
-#define MAX_FNS 3
 #define N_NODES 8
 
 /* The paper's testbed: 2 nodes of 80 cores/256 GB, 6 of 32 cores/128 GB. */
@@ -47,42 +47,21 @@ static const struct {
     {32, 128 * 1024}, {32, 128 * 1024}, {32, 128 * 1024}, {32, 128 * 1024},
 };
 
-/* The paper's applications, built from the profiled models (stand-ins: the
- * paper's models are not available here; see docs/EVAL.md). */
-typedef struct app_def {
-    const char *name;
-    const char *models[MAX_FNS];
-    double slo_ms[MAX_FNS];
-    double mean_rps;
-    /* The paper's §5.3: Tetris's mean memory reduction vs INFless and
-     * Photons under the stable trace, percent. */
-    double paper_vs_infless, paper_vs_photons;
-} app_def;
-
-static const app_def apps[] = {
+const app_def apps[N_APPS] = {
     {"svt", {"ocr-det", "ocr-cls", "ocr-cls"}, {300, 100, 100}, 60, 86, 68},
     {"qa-audio", {"silero-vad", "bert-base", NULL}, {20, 1000, 0}, 30, 64, 33},
     {"ss", {"ocr-rec", NULL, NULL}, {300, 0, 0}, 100, 69, 37},
     {"qa-text", {"bert-base", NULL, NULL}, {1000, 0, 0}, 40, 65, 21},
 };
-#define N_APPS (sizeof apps / sizeof apps[0])
 
-static const char *const traces[] = {"stable", "periodic", "bursty"};
-#define N_TRACES 3
+const char *const traces[N_TRACES] = {"stable", "periodic", "bursty"};
 
-typedef struct policy_def {
-    const char *name;
-    bool sharing;
-    enum plan_space space;
-} policy_def;
-
-static const policy_def policies[] = {
+const policy_def policies[N_POLICIES] = {
     {"tetris", true, PLAN_SPACE_ALL},
     {"tetris-ro", false, PLAN_SPACE_ALL},
     {"infless", false, PLAN_SPACE_BATCHING},
     {"photons", false, PLAN_SPACE_CONCURRENCY},
 };
-#define N_POLICIES (sizeof policies / sizeof policies[0])
 
 typedef struct options {
     const char *profiles;
@@ -127,13 +106,24 @@ static void usage(FILE *f, const char *prog)
             "  -h, --help         this help\n"
             "  -V, --version      the version\n"
             "\n"
+            "Scale mode, when --nodes or --functions is given: one cluster of N nodes (one\n"
+            "in four of 80 CPUs/256 GiB, the rest 32 CPUs/128 GiB) running M functions drawn\n"
+            "from the applications' functions (--apps), each with its own trace (--traces)\n"
+            "and a log-normal mean rate (times --scale). Prints memory, SLO violations and\n"
+            "the CPU cost per decision for each policy, then DTS against the GLPK optimum on\n"
+            "a sample of the run's scale-out decisions; --out gets scale.tsv and\n"
+            "scale-gap.tsv.\n"
+            "  --nodes N          nodes (default 1000)\n"
+            "  --functions M      functions (default 10000)\n"
+            "  --gap-samples K    decisions per policy re-solved exactly (default 500, 0: none)\n"
+            "\n"
             "Exit status: 0 done, 1 a profile could not be read or planned, 2 bad usage.\n",
             prog);
 }
 
 /* ---- deterministic traces ---- */
 
-static uint64_t rng_next(uint64_t *s)
+uint64_t rng_next(uint64_t *s)
 {
     /* splitmix64: the same sequence on every platform. */
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -142,7 +132,7 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double rng_unit(uint64_t *s)
+double rng_unit(uint64_t *s)
 {
     return (double)(rng_next(s) >> 11) / 9007199254740992.0;
 }
@@ -168,7 +158,7 @@ static double rng_poisson(uint64_t *s, double lambda)
 
 /* Arrivals per second, shaped like the Azure Functions traces' three kinds
  * (a day compressed into half the run for the periodic one). */
-static void make_trace(const char *kind, double mean, unsigned n, uint64_t seed, double *arr)
+void make_trace(const char *kind, double mean, unsigned n, uint64_t seed, double *arr)
 {
     uint64_t s = seed;
     double burst_left = 0, burst_gain = 1;
@@ -306,20 +296,25 @@ static int sim_init(sim *s, const options *opt, const app_def *app, const policy
     return 0;
 }
 
-static as_policy policy_for(const sim *s, size_t f)
+as_policy eval_policy(const policy_def *pol, double slo_ms, enum plan_mode mode, double headroom)
 {
     /* tetris-autoscaler's defaults; a larger --headroom raises the
      * scale-in headroom with it, as the autoscaler requires. */
-    return (as_policy){.plan = {.slo_ms = s->app->slo_ms[f],
+    return (as_policy){.plan = {.slo_ms = slo_ms,
                                 .latency = PROFILE_STAT_P95,
-                                .sharing = s->pol->sharing,
-                                .space = s->pol->space,
-                                .mode = s->opt->mode},
-                       .headroom_out = s->opt->headroom,
-                       .headroom_in = fmax(0.3, s->opt->headroom + 0.2),
+                                .sharing = pol->sharing,
+                                .space = pol->space,
+                                .mode = mode},
+                       .headroom_out = headroom,
+                       .headroom_in = fmax(0.3, headroom + 0.2),
                        .cooldown_s = 60,
                        .window_s = 60,
                        .min_instances = 1};
+}
+
+static as_policy policy_for(const sim *s, size_t f)
+{
+    return eval_policy(s->pol, s->app->slo_ms[f], s->opt->mode, s->opt->headroom);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -557,7 +552,10 @@ int main(int argc, char **argv)
         OPT_SEED,
         OPT_MODE,
         OPT_OUT,
-        OPT_HEADROOM
+        OPT_HEADROOM,
+        OPT_NODES,
+        OPT_FUNCTIONS,
+        OPT_GAP_SAMPLES
     };
     static const struct option opts[] = {
         {"profiles", required_argument, NULL, OPT_PROFILES},
@@ -570,6 +568,9 @@ int main(int argc, char **argv)
         {"mode", required_argument, NULL, OPT_MODE},
         {"out", required_argument, NULL, OPT_OUT},
         {"headroom", required_argument, NULL, OPT_HEADROOM},
+        {"nodes", required_argument, NULL, OPT_NODES},
+        {"functions", required_argument, NULL, OPT_FUNCTIONS},
+        {"gap-samples", required_argument, NULL, OPT_GAP_SAMPLES},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -585,6 +586,9 @@ int main(int argc, char **argv)
         opt.app_on[i] = true;
     for (size_t i = 0; i < N_TRACES; i++)
         opt.trace_on[i] = true;
+    /* The scale mode (eval_scale.c) when --nodes or --functions is given. */
+    scale_options so = {.nodes = 1000, .functions = 10000, .gap_samples = 500};
+    bool scale_mode = false;
     tetris_error err = {0};
     uint64_t v;
     int c, r = 0;
@@ -614,6 +618,20 @@ int main(int argc, char **argv)
             r = cli_parse_double("--headroom", optarg, 0, 100, &opt.headroom, &err);
             break;
         case OPT_MODE: r = plan_mode_parse(optarg, &opt.mode, &err); break;
+        case OPT_NODES:
+            if ((r = cli_parse_u64("--nodes", optarg, 1, 1000000, &v, &err)) == 0)
+                so.nodes = (unsigned)v;
+            scale_mode = true;
+            break;
+        case OPT_FUNCTIONS:
+            if ((r = cli_parse_u64("--functions", optarg, 1, 1000000, &v, &err)) == 0)
+                so.functions = (unsigned)v;
+            scale_mode = true;
+            break;
+        case OPT_GAP_SAMPLES:
+            if ((r = cli_parse_u64("--gap-samples", optarg, 0, 1000000, &v, &err)) == 0)
+                so.gap_samples = (unsigned)v;
+            break;
         case 'h': usage(stdout, argv[0]); return EXIT_OK;
         case 'V': printf("tetris-eval %s\n", TETRIS_VERSION); return EXIT_OK;
         default: usage(stderr, argv[0]); return EXIT_USAGE;
@@ -628,7 +646,19 @@ int main(int argc, char **argv)
         log_error("event=usage msg=\"unexpected argument\" arg=%s", argv[optind]);
         return EXIT_USAGE;
     }
-    if (run(&opt, &err) < 0) {
+    if (scale_mode) {
+        so.profiles = opt.profiles;
+        so.out = opt.out;
+        so.duration_s = opt.duration_s;
+        so.interval_s = opt.interval_s;
+        so.seed = opt.seed;
+        so.scale = opt.scale;
+        so.headroom = opt.headroom;
+        so.mode = opt.mode;
+        so.app_on = opt.app_on;
+        so.trace_on = opt.trace_on;
+    }
+    if ((scale_mode ? eval_scale_run(&so, &err) : run(&opt, &err)) < 0) {
         char q[600];
         log_error("event=eval msg=%s", log_quote(err.msg, q, sizeof q));
         return EXIT_ERROR;

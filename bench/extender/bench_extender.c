@@ -21,15 +21,19 @@
  * Prints a Markdown table on stdout. Exit status: 0 ok, 1 failure, 2 usage. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <malloc.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "scheduler-ext/extender/extender.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/httpserver.h"
 #include "common/log.h"
 #include "common/textbuf.h"
 #include "protocol/names.h"
@@ -106,6 +110,8 @@ typedef struct cluster {
     uint32_t *pool; /* n_models * model_tensors ids */
     char (*hex)[65]; /* the pool's digests */
     size_t *node0;   /* the models node 0 holds, per_node of them */
+    size_t heap_bytes; /* heap in use (mallinfo2) grown by building the inventories */
+    long rss_grown_kb; /* RSS grown by the same */
 } cluster;
 
 static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_error *err)
@@ -113,7 +119,13 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
     memset(c, 0, sizeof *c);
     c->ids = tensor_ids_new();
     c->manifests = c->ids ? manifest_cache_new(c->ids) : NULL;
-    c->inventories = c->ids ? inventory_cache_new(c->ids, NULL) : NULL;
+    /* Every refresh polls every node with a URL (the poll benchmark),
+     * and a loaded machine (or a sanitizer build) does not time out. */
+    inventory_opts io;
+    inventory_opts_init(&io);
+    io.refresh_ms = 0;
+    io.timeout_ms = 60000;
+    c->inventories = c->ids ? inventory_cache_new(c->ids, &io) : NULL;
     c->x = c->manifests && c->inventories ? extender_new(c->manifests, c->inventories, NULL) : NULL;
     if (c->x == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench cluster");
@@ -153,20 +165,33 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
     if (r < 0)
         return r;
 
+    uint32_t *scratch = malloc(per_node * o->model_tensors * sizeof *scratch);
+    if (scratch == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench inventory");
+    /* What the inventories take: the heap in use around building them
+     * (their sets, entries, the map; the scratch array is allocated
+     * before), and the RSS, which also moves with the allocator's caching. */
+    size_t heap0 = mallinfo2().uordblks;
+    long rss0 = rss_kb();
     for (size_t n = 0; n < nodes; n++) {
         node_inventory *inv = node_inventory_new();
-        if (inv == NULL || (inv->ids = malloc(per_node * o->model_tensors * sizeof *inv->ids)) == NULL) {
-            free(inv);
+        if (inv == NULL) {
+            free(scratch);
             return tetris_fail(err, TETRIS_E_NOMEM, 0, "bench inventory");
         }
         for (size_t k = 0; k < per_node; k++) {
             size_t m = (size_t)(rng() % c->n_models);
             if (n == 0)
                 c->node0[k] = m;
-            memcpy(inv->ids + k * o->model_tensors, c->pool + m * o->model_tensors,
-                   o->model_tensors * sizeof *inv->ids);
+            memcpy(scratch + k * o->model_tensors, c->pool + m * o->model_tensors,
+                   o->model_tensors * sizeof *scratch);
         }
-        inv->n = similarity_sort_ids(NULL, inv->ids, per_node * o->model_tensors);
+        r = node_inventory_set_ids(inv, NULL, scratch, per_node * o->model_tensors, err);
+        if (r < 0) {
+            node_inventory_free(inv);
+            free(scratch);
+            return r;
+        }
         inv->generation = 1;
         inv->capacity_bytes = 64ull << 30;
         inv->resident_bytes = (uint64_t)(rng() % (64ull << 30));
@@ -174,9 +199,12 @@ static int make_cluster(cluster *c, size_t nodes, const bench_opts *o, tetris_er
         snprintf(name, sizeof name, "node-%05zu", n);
         r = inventory_cache_put(c->inventories, name, inv, err);
         if (r < 0)
-            return r;
+            break;
     }
-    return 0;
+    c->heap_bytes = mallinfo2().uordblks - heap0;
+    c->rss_grown_kb = rss_kb() - rss0;
+    free(scratch);
+    return r;
 }
 
 static void free_cluster(cluster *c)
@@ -241,11 +269,8 @@ static double cpu_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* What a changed inventory costs the poller (CPU of the thread): decode
- * node 0's /inventory document (per_node models' tensors), intern its
- * digests, θ of every loaded model; the HTTP exchange is not included.
- * Median of reps, in ms. */
-static double inventory_change_ms(cluster *c, const bench_opts *o, size_t reps, tetris_error *err)
+/* Node 0's /inventory document (per_node models' tensors). */
+static char *node0_doc(const cluster *c, const bench_opts *o, size_t *len)
 {
     size_t per_node = o->tensors_per_node / o->model_tensors;
     textbuf t = {0};
@@ -258,10 +283,17 @@ static double inventory_change_ms(cluster *c, const bench_opts *o, size_t reps, 
             textbuf_printf(&t, "%s{\"digest\":\"sha256:%s\",\"bytes\":%u}", k + i ? "," : "",
                            c->hex[c->node0[k] * o->model_tensors + i], 4096u + (unsigned)i);
     textbuf_puts(&t, "]}");
-    size_t len;
-    char *doc = textbuf_take(&t, &len);
+    return textbuf_take(&t, len);
+}
+
+/* What a changed inventory costs the poller (CPU of the thread): decode
+ * node 0's document, intern its digests, θ of every loaded model; the
+ * HTTP exchange is not included. Median of reps, in ms. */
+static double inventory_change_ms(cluster *c, const char *doc, size_t len, size_t reps,
+                                  tetris_error *err)
+{
     double *v = malloc(reps * sizeof *v), med = -1;
-    int r = doc != NULL && v != NULL ? 0 : tetris_fail(err, TETRIS_E_NOMEM, 0, "bench inventory");
+    int r = v != NULL ? 0 : tetris_fail(err, TETRIS_E_NOMEM, 0, "bench inventory");
     for (size_t i = 0; r == 0 && i < reps; i++) {
         node_inventory *inv = NULL;
         double a = cpu_ms();
@@ -273,8 +305,131 @@ static double inventory_change_ms(cluster *c, const bench_opts *o, size_t reps, 
     if (r == 0)
         med = percentile(v, reps, 0.5);
     free(v);
-    free(doc);
     return med;
+}
+
+/* ---- the inventory poll over HTTP ---- */
+
+/* A node daemon's /inventory as tetris-reclaimer serves it (a document
+ * rendered once per generation, ETag "G", 304 to a matching If-None-Match,
+ * two polling threads), one document for every node. changing: each reply
+ * is a new generation, so every poll is a 200 and a parse. */
+typedef struct inventory_server {
+    const char *doc;
+    size_t len;
+    atomic_bool changing;
+    atomic_uint_least64_t generation;
+} inventory_server;
+
+static void no_release(void *ctx)
+{
+    (void)ctx;
+}
+
+static void serve_inventory(void *ctx, const http_request *req, http_response *resp)
+{
+    inventory_server *s = ctx;
+    char etag[INVENTORY_ETAG_MAX];
+    uint64_t g = atomic_load(&s->changing) ? atomic_fetch_add(&s->generation, 1) + 1
+                                           : atomic_load(&s->generation);
+    inventory_etag(g, etag);
+    const char *inm = http_request_header(req, "If-None-Match");
+    if (inm != NULL && strcmp(inm, etag) == 0) {
+        http_response_empty(resp, 304);
+        http_response_add_header(resp, "ETag", etag);
+        return;
+    }
+    http_response_add_header(resp, "ETag", etag);
+    http_response_set_shared(resp, 200, "application/json", s->doc, s->len, no_release, NULL);
+}
+
+typedef struct poll_cost {
+    size_t polled;            /* nodes polled per round */
+    double unchanged_self_us; /* per 304 poll: the polling thread's CPU */
+    double unchanged_all_us;  /* ... and the serving threads' */
+    double changed_self_ms;   /* per 200 poll of a changed inventory */
+    double changed_all_ms;
+} poll_cost;
+
+static double process_cpu_ms(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/* rounds of inventory_cache_refresh; CPU of this thread and of the process
+ * per poll, checking that each poll had the expected result. */
+static int poll_rounds(cluster *c, size_t polled, size_t rounds, bool want_304, double *self_ms,
+                       double *all_ms, tetris_error *err)
+{
+    inventory_stats before, after;
+    inventory_cache_stats(c->inventories, &before);
+    double t0 = cpu_ms(), p0 = process_cpu_ms();
+    for (size_t i = 0; i < rounds; i++)
+        inventory_cache_refresh(c->inventories);
+    double t1 = cpu_ms(), p1 = process_cpu_ms();
+    inventory_cache_stats(c->inventories, &after);
+    uint64_t ok = after.fetch_ok - before.fetch_ok;
+    uint64_t not_modified = after.fetch_not_modified - before.fetch_not_modified;
+    uint64_t want = (uint64_t)(polled * rounds);
+    if ((want_304 ? not_modified : ok) != want || after.fetch_error != before.fetch_error)
+        return tetris_fail(err, TETRIS_E_IO, 0,
+                           "inventory poll: %" PRIu64 " ok, %" PRIu64 " not modified, %" PRIu64
+                           " errors where %" PRIu64 " %s were expected",
+                           ok, not_modified, after.fetch_error - before.fetch_error, want,
+                           want_304 ? "304s" : "200s");
+    *self_ms = (t1 - t0) / (double)want;
+    *all_ms = (p1 - p0) / (double)want;
+    return 0;
+}
+
+/* The poll's CPU over HTTP on loopback: the first `polled` nodes point at
+ * one local daemon-like server; an unchanged inventory (304) and a changed
+ * one (200, decode, intern, θ). Replaces those nodes' inventories with
+ * node 0's, so it runs after the decisions. */
+static int poll_cost_of(cluster *c, size_t nodes, const char *doc, size_t len, poll_cost *out,
+                        tetris_error *err)
+{
+    inventory_server srv = {.doc = doc, .len = len};
+    atomic_init(&srv.changing, true);
+    atomic_init(&srv.generation, 1);
+    struct http_server_options so;
+    http_server_options_init(&so);
+    so.listen = "127.0.0.1:0";
+    so.threads = 2; /* as tetris-reclaimer */
+    http_server *hs = NULL;
+    int r = http_server_new(&so, &hs, err);
+    if (r == 0)
+        r = http_server_route(hs, "GET", INVENTORY_PATH, serve_inventory, &srv, err);
+    if (r == 0)
+        r = http_server_start(hs, err);
+    out->polled = nodes < 100 ? nodes : 100;
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u" INVENTORY_PATH,
+             (unsigned)(hs != NULL ? http_server_port(hs) : 0));
+    for (size_t i = 0; r == 0 && i < out->polled; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "node-%05zu", i);
+        r = inventory_cache_set_url(c->inventories, name, url, err);
+    }
+    /* Changed: every poll a new generation. */
+    if (r == 0)
+        r = poll_rounds(c, out->polled, 3, false, &out->changed_self_ms, &out->changed_all_ms, err);
+    /* Unchanged: a new generation, one round to learn its ETag, then 304s. */
+    atomic_store(&srv.changing, false);
+    atomic_fetch_add(&srv.generation, 1);
+    double ignored_self, ignored_all;
+    if (r == 0)
+        r = poll_rounds(c, out->polled, 1, false, &ignored_self, &ignored_all, err);
+    if (r == 0)
+        r = poll_rounds(c, out->polled, 20, true, &out->unchanged_self_us, &out->unchanged_all_us,
+                        err);
+    out->unchanged_self_us *= 1e3;
+    out->unchanged_all_us *= 1e3;
+    http_server_free(hs);
+    return r;
 }
 
 static const char *change_text(double ms)
@@ -286,7 +441,41 @@ static const char *change_text(double ms)
     return buf;
 }
 
-static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
+/* What one cluster size measured beside the decisions. */
+typedef struct size_result {
+    size_t nodes;
+    size_t counted;   /* inventory_stats.bytes */
+    size_t sets;      /* of which the id sets */
+    size_t as_arrays; /* the same ids as sorted uint32 arrays */
+    size_t id_table;  /* tensor_ids_bytes */
+    size_t heap;      /* cluster.heap_bytes */
+    long rss_kb;      /* cluster.rss_grown_kb */
+    poll_cost poll;
+} size_result;
+
+static void count_sets(void *user, const node_inventory *inv)
+{
+    size_result *res = user;
+    if (inv->ids == NULL)
+        return;
+    res->sets += id_set_bytes(inv->ids);
+    res->as_arrays += id_set_count(inv->ids) * sizeof(uint32_t);
+}
+
+static void measure_memory(cluster *c, size_result *res)
+{
+    inventory_stats st;
+    inventory_cache_stats(c->inventories, &st);
+    res->counted = st.bytes;
+    inventory_cache_rdlock(c->inventories);
+    inventory_cache_each(c->inventories, count_sets, res);
+    inventory_cache_unlock(c->inventories);
+    res->id_table = tensor_ids_bytes(c->ids);
+    res->heap = c->heap_bytes;
+    res->rss_kb = c->rss_grown_kb;
+}
+
+static int bench_size(size_t nodes, const bench_opts *o, size_result *res, tetris_error *err)
 {
     cluster c;
     long rss0 = rss_kb();
@@ -294,6 +483,13 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
     int r = make_cluster(&c, nodes, o, err);
     double build_s = (clock_now_ms() - t0) / 1e3;
     long rss1 = rss_kb();
+    *res = (size_result){.nodes = nodes};
+    if (r == 0)
+        measure_memory(&c, res);
+    size_t doc_len = 0;
+    char *doc = r == 0 ? node0_doc(&c, o, &doc_len) : NULL;
+    if (r == 0 && doc == NULL)
+        r = tetris_fail(err, TETRIS_E_NOMEM, 0, "bench inventory");
     size_t samples = o->samples ? o->samples
                                 : (nodes <= 100 ? 1000 : nodes <= 1000 ? 200 : 50);
     for (int form = 0; r == 0 && form < 2; form++) {
@@ -333,7 +529,7 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
                 r = serve_once(c.x, extender_prioritize, request, err);
             warm[i] = clock_now_ms() - a;
         }
-        double change = r == 0 && form == 0 ? inventory_change_ms(&c, o, 20, err) : -1;
+        double change = r == 0 && form == 0 ? inventory_change_ms(&c, doc, doc_len, 20, err) : -1;
         if (r == 0 && form == 0 && change < 0)
             r = -1;
         if (r == 0)
@@ -356,6 +552,9 @@ static int bench_size(size_t nodes, const bench_opts *o, tetris_error *err)
         free(put);
         free(cpu);
     }
+    if (r == 0)
+        r = poll_cost_of(&c, nodes, doc, doc_len, &res->poll, err);
+    free(doc);
     free_cluster(&c);
     return r;
 }
@@ -428,15 +627,43 @@ int main(int argc, char **argv)
            "cold: prioritize p50 ms | p99 ms | cold: filter+prioritize p50 ms | p99 ms | "
            "cold: filter+prioritize CPU p50 ms | p99 ms | "
            "warm: filter+prioritize p50 ms | p99 ms | manifest change p50 ms | "
-           "inventory change CPU ms | inventories RSS (MiB) | setup s |\n");
+           "inventory change CPU ms | build RSS Δ (MiB) | setup s |\n");
     printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|--"
            "-:|\n");
+    size_result res[16];
     for (size_t i = 0; i < o.n_sizes; i++) {
         tetris_error err = {0};
-        if (bench_size(o.nodes[i], &o, &err) < 0) {
+        if (bench_size(o.nodes[i], &o, &res[i], &err) < 0) {
             fprintf(stderr, "tetris-bench-extender: %s\n", err.msg);
             return 1;
         }
+    }
+    const double mib = 1024.0 * 1024.0;
+    printf("\n| nodes | tensors/node | inventories counted (MiB) | of which id sets (MiB) | "
+           "same ids as uint32 arrays (MiB) | digest table counted (MiB) | "
+           "inventories heap Δ (MiB) | inventories RSS Δ (MiB) |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < o.n_sizes; i++)
+        printf("| %zu | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", res[i].nodes,
+               o.tensors_per_node, (double)res[i].counted / mib, (double)res[i].sets / mib,
+               (double)res[i].as_arrays / mib, (double)res[i].id_table / mib,
+               (double)res[i].heap / mib, (double)res[i].rss_kb / 1024.0);
+    /* Per node per minute at the extender's default poll period. */
+    inventory_opts dflt;
+    inventory_opts_init(&dflt);
+    double per_min = 60000.0 / (double)dflt.refresh_ms;
+    printf("\n| nodes | nodes polled | poll period s | unchanged (304): poller CPU µs/poll | "
+           "poller + daemon CPU µs/poll | CPU per node per minute ms (poller / both) | "
+           "changed (200): poller CPU ms/poll | poller + daemon CPU ms/poll | "
+           "CPU per node per minute ms (poller / both) |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < o.n_sizes; i++) {
+        const poll_cost *p = &res[i].poll;
+        printf("| %zu | %zu | %.0f | %.1f | %.1f | %.2f / %.2f | %.2f | %.2f | %.0f / %.0f |\n",
+               res[i].nodes, p->polled, (double)dflt.refresh_ms / 1e3, p->unchanged_self_us,
+               p->unchanged_all_us, p->unchanged_self_us * per_min / 1e3,
+               p->unchanged_all_us * per_min / 1e3, p->changed_self_ms, p->changed_all_ms,
+               p->changed_self_ms * per_min, p->changed_all_ms * per_min);
     }
     return 0;
 }

@@ -18,8 +18,11 @@
 #   BENCH_MODEL         its model (default .deps/models/<model_file>)
 #   BENCH_RATES         requests per second, one table block each (default "10 20")
 #   BENCH_SLO_MS        latency SLO (default 600)
-#   BENCH_LATENCY       which profiled latency plans use: "p95 mean" (default)
-#                       runs the table for both (tetris-autoscaler --latency)
+#   BENCH_LATENCY       which profiled latency plans use (tetris-autoscaler
+#                       --latency): default "p95"; "p95 mean" runs both
+#   BENCH_MODES         DTS plan modes (tetris-autoscaler --mode): default
+#                       "paper refined" runs both (paper: capacity b*p/l;
+#                       refined: the profile's measured saturation throughput)
 #   BENCH_DURATION      measured seconds per run (default 20; quick 8)
 #   BENCH_QUICK=1       shorter runs
 # Exit status: 0 every run finished, 1 a run failed, 2 setup error.
@@ -30,7 +33,8 @@ PROFILE="${BENCH_PROFILE:-$ROOT/deploy/profiles/ocr-rec.profile.yaml}"
 if [ "${BENCH_QUICK:-0}" = 1 ]; then DURATION="${BENCH_DURATION:-8}"; else DURATION="${BENCH_DURATION:-20}"; fi
 RATES="${BENCH_RATES:-10 20}"
 SLO_MS="${BENCH_SLO_MS:-600}"
-LATENCIES="${BENCH_LATENCY:-p95 mean}"
+LATENCIES="${BENCH_LATENCY:-p95}"
+MODES="${BENCH_MODES:-paper refined}"
 WARMUP=2
 model_file="$(sed -n 's/^model_file: "\(.*\)"$/\1/p' "$PROFILE")"
 MODEL="${BENCH_MODEL:-$ROOT/.deps/models/$model_file}"
@@ -122,15 +126,16 @@ policy_name() {
     esac
 }
 
-# run_policy RATE LATENCY SHARING SPACE: plan, start, load, measure; prints a table row.
+# run_policy RATE LATENCY MODE SHARING SPACE: plan, start, load, measure; prints a table row.
 run_policy() {
-    local rate=$1 latency=$2 sharing=$3 space=$4
-    local plan_args=(--profile "$PROFILE" --rps "$rate" --slo-ms "$SLO_MS" --space "$space" --latency "$latency")
+    local rate=$1 latency=$2 mode=$3 sharing=$4 space=$5
+    local plan_args=(--profile "$PROFILE" --rps "$rate" --slo-ms "$SLO_MS" --space "$space"
+                     --latency "$latency" --mode "$mode")
     [ "$sharing" = yes ] && plan_args+=(--sharing)
     local plan
     if ! plan="$("$BIN/tetris-autoscaler" plan "${plan_args[@]}" 2>"$WORK/plan.err")"; then
-        printf '| %s | %s | %s | %s | no config meets the SLO | | | | | |\n' "$rate" "$latency" "$sharing" \
-            "$(policy_name "$space")"
+        printf '| %s | %s | %s | %s | %s | no config meets the SLO | | | | | |\n' "$rate" "$latency" \
+            "$mode" "$sharing" "$(policy_name "$space")"
         return 0
     fi
     : >"$WORK/urls"
@@ -152,8 +157,8 @@ run_policy() {
     local store_kib=0
     [ "$sharing" = yes ] && store_kib=$(du -sk "$STORE" | awk '{ print $1 }')
     stop_instances
-    printf '| %s | %s | %s | %s |%s | %d | %.0f | %.1f | %.1f | %.1f%% |\n' "$rate" "$latency" "$sharing" \
-        "$(policy_name "$space")" \
+    printf '| %s | %s | %s | %s | %s |%s | %d | %.0f | %.1f | %.1f | %.1f%% |\n' "$rate" "$latency" \
+        "$mode" "$sharing" "$(policy_name "$space")" \
         "$configs" "$(printf '%s' "$plan" | jq .instances)" "$(printf '%s' "$plan" | jq .memory_mib)" \
         "$(awk -v k=$((kib + store_kib)) 'BEGIN { print k / 1024 }')" \
         "$(printf '%s' "$result" | jq .latency_ms.p95)" "$(printf '%s' "$result" | jq '.slo_violation_ratio * 100')"
@@ -182,15 +187,17 @@ fi
 echo "Memory: every instance's private memory (smaps, store mappings excluded) plus,"
 echo "with sharing, the store's tensor bytes once; plan = what tetris-autoscaler expected."
 echo
-echo "| req/s | plan on l = | sharing | configs chosen by | configs <c,b,p> | instances | plan MiB | measured MiB | p95 ms | SLO violations |"
-echo "|---:|---|---|---|---|---:|---:|---:|---:|---:|"
+echo "| req/s | plan on l = | DTS mode | sharing | configs chosen by | configs <c,b,p> | instances | plan MiB | measured MiB | p95 ms | SLO violations |"
+echo "|---:|---|---|---|---|---|---:|---:|---:|---:|---:|"
 failed=0
 for rate in $RATES; do
     for latency in $LATENCIES; do
-        for sharing in no yes; do
-            for space in all batching concurrency; do
-                run_policy "$rate" "$latency" "$sharing" "$space" ||
-                    { echo "bench/function: $rate $latency $sharing $space failed" >&2; failed=1; }
+        for mode in $MODES; do
+            for sharing in no yes; do
+                for space in all batching concurrency; do
+                    run_policy "$rate" "$latency" "$mode" "$sharing" "$space" ||
+                        { echo "bench/function: $rate $latency $mode $sharing $space failed" >&2; failed=1; }
+                done
             done
         done
     done

@@ -404,6 +404,9 @@ char *extender_metrics_text(extender *x, size_t *len)
                is.nodes);
     render_one(&t, "tetris_extender_nodes_fresh", "gauge",
                "Nodes with a usable (fresh) inventory.", is.fresh);
+    render_one(&t, "tetris_extender_inventory_bytes", "gauge",
+               "Bytes the cached node inventories hold (their tensor id sets, memos, entries).",
+               is.bytes);
     render_one(&t, "tetris_extender_models", "gauge", "Models with a loaded manifest.",
                manifest_cache_count(x->manifests));
     return textbuf_take(&t, len);

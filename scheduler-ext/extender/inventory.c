@@ -120,23 +120,28 @@ int inventory_parse(tensor_ids *ids, const char *json, size_t len, node_inventor
     if (r < 0)
         return r;
     node_inventory *inv = node_inventory_new();
-    if (inv == NULL || (inv->ids = malloc((doc->n_tensors ? doc->n_tensors : 1) *
-                                          sizeof *inv->ids)) == NULL)
+    /* The ids in a scratch array, then kept as an id_set of exactly their
+     * size. */
+    uint32_t *scratch = malloc((doc->n_tensors ? doc->n_tensors : 1) * sizeof *scratch);
+    if (inv == NULL || scratch == NULL)
         r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory");
-    if (r == 0)
-        inv->owner = ids;
-    /* inv->n counts the references taken, so a failure releases them. */
-    while (r == 0 && inv->n < doc->n_tensors) {
-        r = tensor_ids_intern_digest(ids, &doc->tensors[inv->n].digest, &inv->ids[inv->n], err);
+    /* n counts the references taken, so a failure releases them. */
+    size_t n = 0;
+    while (r == 0 && n < doc->n_tensors) {
+        r = tensor_ids_intern_digest(ids, &doc->tensors[n].digest, &scratch[n], err);
         if (r == 0)
-            inv->n++;
+            n++;
     }
+    if (r == 0)
+        r = node_inventory_set_ids(inv, ids, scratch, n, err);
+    else if (scratch != NULL)
+        tensor_ids_release(ids, scratch, n);
+    free(scratch);
     if (r == 0) {
         inv->generation = doc->generation;
         inv->capacity_bytes = doc->capacity_bytes;
         inv->resident_bytes = doc->resident_bytes;
         inv->evictable_bytes = doc->evictable_bytes;
-        inv->n = similarity_sort_ids(ids, inv->ids, inv->n);
         *out = inv;
     } else {
         node_inventory_free(inv);
@@ -804,8 +809,12 @@ typedef struct count_ctx {
 static int count_node(const char *node, void *value, void *user)
 {
     count_ctx *x = user;
-    (void)node;
     node_entry *e = value;
+    x->s->bytes += sizeof *e + strlen(node) + 1;
+    x->s->bytes += (e->url ? strlen(e->url) + 1 : 0) + (e->node ? strlen(e->node) + 1 : 0) +
+                   (e->etag ? strlen(e->etag) + 1 : 0);
+    if (e->inv != NULL)
+        x->s->bytes += node_inventory_bytes(e->inv);
     if (e->node != NULL)
         return 0; /* a tenant's store: the node counts once */
     if (e->url != NULL)

@@ -133,6 +133,8 @@ typedef struct inventory_stats {
     uint64_t fetch_error;        /* transport error, bad status, bad body */
     size_t nodes;                /* nodes with a URL */
     size_t fresh;                /* nodes with a usable inventory */
+    size_t bytes;                /* what the cached inventories and their entries hold
+                                    (node_inventory_bytes, entry, URL, ETag; not the map) */
 } inventory_stats;
 
 void inventory_cache_stats(inventory_cache *c, inventory_stats *out);

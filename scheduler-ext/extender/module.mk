@@ -1,13 +1,16 @@
 # scheduler-ext/extender/module.mk - tetris-scheduler-ext, the kube-scheduler
 # extender that filters and scores nodes by tensor similarity, and its tests.
 # Its parts live in libtetris so the benchmark and the tests reuse them.
-LIB_SRCS += scheduler-ext/extender/tensor_ids.c scheduler-ext/extender/similarity.c \
+LIB_SRCS += scheduler-ext/extender/tensor_ids.c scheduler-ext/extender/id_set.c \
+            scheduler-ext/extender/similarity.c \
             scheduler-ext/extender/manifests.c scheduler-ext/extender/inventory.c \
             scheduler-ext/extender/ext_request.c scheduler-ext/extender/extender.c
 
 PROGRAMS += tetris-scheduler-ext
 tetris-scheduler-ext_SRCS := scheduler-ext/extender/extender_main.c
 tetris-scheduler-ext_LIBS := -lmicrohttpd -lcurl
+
+UNIT_TESTS += tests/unit/test_id_set.c
 
 # The extender over HTTP, inventories served by fault servers.
 TEST_PROGRAMS += extender-test

@@ -1,29 +1,19 @@
 /* similarity.c - θ, the fit check and the 0..10 score (see similarity.h). */
 #include "scheduler-ext/extender/similarity.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-static bool contains(const uint32_t *ids, size_t n, uint32_t id)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && ids[lo] == id;
-}
-
 static uint64_t present_bytes(const model_need *m, const node_inventory *inv)
 {
     uint64_t present = 0;
+    if (inv->ids == NULL)
+        return 0;
     for (size_t i = 0; i < m->n; i++)
-        if (contains(inv->ids, inv->n, m->ids[i]))
+        if (id_set_contains(inv->ids, m->ids[i]))
             present += m->bytes[i];
     return present;
 }
@@ -98,6 +88,26 @@ size_t similarity_sort_ids(tensor_ids *owner, uint32_t *ids, size_t n)
     return out;
 }
 
+int node_inventory_set_ids(node_inventory *inv, tensor_ids *owner, uint32_t *ids, size_t n,
+                           tetris_error *err)
+{
+    n = similarity_sort_ids(owner, ids, n);
+    id_set *set = id_set_new(ids, n);
+    if (set == NULL) {
+        tensor_ids_release(owner, ids, n);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "inventory of %zu tensors", n);
+    }
+    inv->owner = owner;
+    inv->ids = set;
+    return 0;
+}
+
+size_t node_inventory_bytes(const node_inventory *inv)
+{
+    return sizeof *inv + (inv->ids != NULL ? id_set_bytes(inv->ids) : 0) +
+           inv->n_memo * sizeof *inv->memo;
+}
+
 void model_need_free(model_need *m)
 {
     if (m == NULL)
@@ -113,9 +123,16 @@ void node_inventory_free(node_inventory *inv)
 {
     if (inv == NULL)
         return;
-    tensor_ids_release(inv->owner, inv->ids, inv->n);
+    if (inv->ids != NULL && inv->owner != NULL) {
+        /* In batches: freeing must not need memory. */
+        uint32_t batch[256];
+        id_set_cursor cur = {0};
+        size_t k;
+        while ((k = id_set_next(inv->ids, &cur, batch, sizeof batch / sizeof *batch)) > 0)
+            tensor_ids_release(inv->owner, batch, k);
+    }
     pthread_mutex_destroy(&inv->memo_lock);
     free(inv->memo);
-    free(inv->ids);
+    id_set_free(inv->ids);
     free(inv);
 }

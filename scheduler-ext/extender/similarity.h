@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/error.h"
+#include "scheduler-ext/extender/id_set.h"
 #include "scheduler-ext/extender/tensor_ids.h"
 
 #define SIMILARITY_MAX_SCORE 10
@@ -50,8 +52,7 @@ typedef struct node_inventory {
     uint64_t capacity_bytes; /* 0: unlimited / not reported */
     uint64_t resident_bytes;
     uint64_t evictable_bytes; /* of resident_bytes, cold */
-    size_t n;
-    uint32_t *ids; /* sorted ascending, distinct */
+    id_set *ids;              /* NULL: none */
     pthread_mutex_t memo_lock;
     similarity_memo *memo; /* n_memo entries, by model slot */
     size_t n_memo;
@@ -72,6 +73,17 @@ uint64_t model_need_version(void);
 
 /* An empty inventory (calloc + memo lock); NULL when out of memory. */
 node_inventory *node_inventory_new(void);
+
+/* Sets inv's tensors (empty before) to the n ids, which hold one
+ * reference each in owner (NULL: not counted): sorts them, drops
+ * duplicates (releasing their extra references) and keeps them as an
+ * id_set; ids is scratch. On failure (out of memory) the references are
+ * released and inv is unchanged. */
+int node_inventory_set_ids(node_inventory *inv, tensor_ids *owner, uint32_t *ids, size_t n,
+                           tetris_error *err);
+
+/* Bytes inv holds: the structure, its id set and its memo. */
+size_t node_inventory_bytes(const node_inventory *inv);
 
 /* Sorts ids and drops duplicates (releasing their extra references in
  * owner, if not NULL); returns the new count. */

@@ -211,6 +211,15 @@ size_t tensor_ids_count(tensor_ids *t)
     return n;
 }
 
+size_t tensor_ids_bytes(tensor_ids *t)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t n = sizeof *t + t->cap * (DIGEST_BYTES + sizeof *t->refs + sizeof *t->free_ids) +
+               t->n_slots * sizeof *t->slots;
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
 size_t tensor_ids_slots(tensor_ids *t)
 {
     pthread_mutex_lock(&t->lock);

@@ -3,8 +3,9 @@
  * Node inventories and model manifests name tensors by SHA-256 digest. The
  * extender holds thousands of inventories of thousands of tensors, mostly
  * the same digests over and over, so each distinct digest is stored once
- * and everything else holds its 4-byte id: an inventory is a sorted id
- * array and a similarity check is a binary search per model tensor.
+ * and everything else holds its 32-bit id: an inventory is a set of ids
+ * (id_set.h, about 2 bytes an id or less) and a similarity check is a
+ * membership test per model tensor.
  *
  * Every intern takes a reference and tensor_ids_release drops it: a digest
  * no inventory or manifest refers to any more leaves the table and its id
@@ -38,6 +39,8 @@ void tensor_ids_release(tensor_ids *t, const uint32_t *ids, size_t n);
 
 /* Number of distinct digests referenced now. */
 size_t tensor_ids_count(tensor_ids *t);
+/* Bytes the table holds (digests, counts, free list, index). */
+size_t tensor_ids_bytes(tensor_ids *t);
 /* Size of the digest index (slots), which shrinks with the count. */
 size_t tensor_ids_slots(tensor_ids *t);
 

@@ -3,6 +3,10 @@
 # memory (tetris <= tetris-ro on every application and trace), every policy
 # covers a stable trace without SLO violations when the headroom is ample,
 # the same seed gives the same results, and bad usage exits 2 with a message.
+# The scale mode on 20 nodes x 50 functions: sharing never costs memory, one
+# decision per function per interval for every policy, nothing unplaced,
+# DTS never beats a proved optimum (and the refined mode is exact), the same
+# sampled decisions in both plan modes, the same seed the same figures.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
 EVAL="$BIN/tetris-eval"
@@ -31,10 +35,41 @@ awk -F'\t' 'NR > 1 && $7 != 0 { print; bad = 1 } END { exit bad }' "$WORK/b/resu
 "$EVAL" --profiles "$PROFILES" --duration 300 >"$WORK/c.txt" 2>/dev/null
 cmp -s "$WORK/a.txt" "$WORK/c.txt" || fail "two runs with one seed differ"
 
+# Scale mode, tiny: 20 nodes x 50 functions, 300 s, a decision every 10 s.
+"$EVAL" --profiles "$PROFILES" --nodes 20 --functions 50 --duration 300 --gap-samples 20 \
+    --out "$WORK/s" >"$WORK/s.txt" 2>"$WORK/s.log" || fail "scale mode failed: $(tail -1 "$WORK/s.log")"
+[ "$(tail -n +2 "$WORK/s/scale.tsv" | wc -l)" -eq 4 ] || fail "want 4 policy rows in scale.tsv"
+[ "$(tail -n +2 "$WORK/s/scale-gap.tsv" | wc -l)" -eq 8 ] || fail "want 2 modes x 4 policies in scale-gap.tsv"
+awk -F'\t' 'NR > 1 { m[$1] = $4; p[$1] = $5
+        if ($2 != 20 || $3 != 50 || $11 != 50 * 30 || $12 > $11 || $10 != 0 || $6 < 0 || $6 > 1 ||
+            $9 < 50 || $4 <= 0) { print "bad row: " $0; bad = 1 } }
+    END { if (m["tetris"] > m["tetris-ro"] || p["tetris"] > p["tetris-ro"]) { print "sharing costs memory"; bad = 1 }
+          exit bad }' "$WORK/s/scale.tsv" || fail "scale.tsv invariants"
+awk -F'\t' 'NR > 1 { if ($3 < 1 || $3 > 20 || $8 > $3) { print "bad counts: " $0; bad = 1 }
+        if ($8 == $3 && ($7 < 1 - 1e-9 || $9 != 0)) { print "DTS below a proved optimum: " $0; bad = 1 }
+        if ($1 == "refined" && $6 > 1 + 1e-6) { print "refined DTS not exact: " $0; bad = 1 }
+        if ($1 == "paper") cases[$2] = $3; else if (cases[$2] != $3) { print "modes differ: " $0; bad = 1 } }
+    END { exit bad }' "$WORK/s/scale-gap.tsv" || fail "scale-gap.tsv invariants"
+grep -q '^DTS against the optimum' "$WORK/s.txt" || fail "no gap table printed"
+"$EVAL" --profiles "$PROFILES" --nodes 20 --functions 50 --duration 300 --gap-samples 20 \
+    --out "$WORK/s2" >/dev/null 2>&1 || fail "second scale run failed"
+# Timing columns aside: scale.tsv's from cpu_s on, scale-gap.tsv's last two.
+for x in scale.tsv:1-12 scale-gap.tsv:1-9; do
+    cut -f"${x#*:}" "$WORK/s/${x%%:*}" >"$WORK/x1"
+    cut -f"${x#*:}" "$WORK/s2/${x%%:*}" >"$WORK/x2"
+    cmp -s "$WORK/x1" "$WORK/x2" || fail "two scale runs with one seed differ (${x%%:*})"
+done
+# A cluster too small for its functions: reported, not a crash.
+"$EVAL" --profiles "$PROFILES" --nodes 1 --functions 200 --duration 20 --gap-samples 0 \
+    --out "$WORK/u" >/dev/null 2>"$WORK/u.log" || fail "small cluster failed: $(tail -1 "$WORK/u.log")"
+grep -q 'event=unplaced' "$WORK/u.log" || fail "unplaced instances not reported"
+awk -F'\t' 'NR > 1 && $10 == 0 { exit 1 }' "$WORK/u/scale.tsv" || fail "unplaced not counted"
+
 # Usage.
 "$EVAL" --help | grep -q '^Usage:' || fail "--help prints no usage"
 "$EVAL" --version | grep -q '^tetris-eval ' || fail "--version"
-for args in "--apps nope" "--traces" "--duration 0" "--mode fast" "--scale -1" "extra"; do
+for args in "--apps nope" "--traces" "--duration 0" "--mode fast" "--scale -1" "extra" \
+    "--nodes 0" "--functions x" "--gap-samples -1"; do
     set +e
     # shellcheck disable=SC2086
     "$EVAL" --profiles "$PROFILES" $args >/dev/null 2>"$WORK/err"

@@ -5,7 +5,8 @@
 #     (v1beta1) and the images the cluster holds (pullPolicy Never): the
 #     project image, and kube-scheduler packed from the cluster's own build
 #     (its tag left empty: the chart picks the cluster's version);
-#  2. the reclaimer DaemonSet's pod runs on the real node and serves
+#  2. the reclaimer DaemonSet's pod runs on the real node, on a tmpfs of its
+#     own (huge=within_size) that its init container mounted, and serves
 #     /healthz, /metrics (promtool-clean, with the capacity from the chart's
 #     ConfigMap) and /inventory (its node's name) on loopback;
 #  3. the tetris-scheduler pod runs and binds a pod that asks for it, through
@@ -155,6 +156,21 @@ grep -qx 'tetris_store_capacity_bytes 100663296' "$work/metrics" ||
 curl -fsS --max-time 5 "$url/inventory" | jq_true --arg n "$NODE_NAME" '.node == $n' ||
     fail "/inventory does not name $NODE_NAME"
 [ -S "$store/public/ingest.sock" ] || fail "no ingest socket in the store hostPath $store"
+# The store is a tmpfs of its own (reclaimer.store.tmpfs: huge), which the
+# init container mounted in the node's mount namespace and the daemon reuses.
+[ "$(findmnt -n -o FSTYPE --mountpoint "$store")" = tmpfs ] ||
+    fail "the store hostPath $store is not a tmpfs of its own: $(kc -n "$ns" logs "$pod" -c store-tmpfs 2>&1 | tail -3)"
+opts="$(findmnt -n -o OPTIONS --mountpoint "$store")"
+kc -n "$ns" logs "$pod" -c store-tmpfs >"$work/store-tmpfs.log" 2>&1
+kc -n "$ns" logs "$pod" -c reclaimer >"$work/reclaimer.log" 2>&1
+case ",$opts," in
+*,huge=within_size,*) grep -q 'event=store-tmpfs state=mounted .*huge=within_size' "$work/store-tmpfs.log" ||
+    fail "the init container did not say it mounted huge=within_size: $(cat "$work/store-tmpfs.log")" ;;
+*) grep -q 'event=store-tmpfs state=mounted .*huge=never msg=.*refused' "$work/store-tmpfs.log" ||
+    fail "no huge=within_size ($opts) and no line saying why: $(cat "$work/store-tmpfs.log")" ;;
+esac
+grep -q 'event=store-tmpfs state=reused ' "$work/reclaimer.log" ||
+    fail "the daemon did not reuse the init container's tmpfs: $(grep event=store-tmpfs "$work/reclaimer.log")"
 # tetris-node-pins' file, in its emptyDir as the node's kubelet keeps it.
 uid="$(kc -n "$ns" get pod "$pod" -o jsonpath='{.metadata.uid}')"
 pins="$CLUSTER_DIR/kubelet/pods/$uid/volumes/kubernetes.io~empty-dir/pins/pins"

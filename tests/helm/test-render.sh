@@ -58,19 +58,29 @@ expect "$rc" '(.args | index("--listen=$(HOST_IP):9464")) != null' "daemon does 
 expect "$rc" '(.args | index("--config=/etc/tetris/reclaimer.yaml")) != null' "daemon does not read its ConfigMap"
 expect "$rc" '(.args | index("--pin-file=/run/tetris-pins/pins")) != null' "daemon does not read the pins"
 expect "$ds" '[.spec.template.spec.containers[].name] == ["reclaimer", "node-pins"]' "no node-pins sidecar"
+# The store's tmpfs: only the init container may mount, in the host's
+# mount namespace; the daemon itself is not privileged.
+expect "$ds" '[.spec.template.spec.initContainers[] | select(.name == "store-tmpfs") |
+    select(.securityContext.privileged == true and (.args | index("--mount-only")) != null and
+           (.args | index("--config=/etc/tetris/reclaimer.yaml")) != null) |
+    .args | index("--mount-namespace=/proc/1/ns/mnt")] | length == 1' \
+    "no privileged store-tmpfs init container mounting in the host's namespace"
+expect "$rc" '(.securityContext.privileged // false) == false' "the daemon must not be privileged"
 expect "$ds" '.spec.template.metadata.annotations["prometheus.io/scrape"] == "true" and
     .spec.template.metadata.annotations["prometheus.io/port"] == "9464" and
     .spec.template.metadata.annotations["prometheus.io/path"] == "/metrics"' "scrape annotations missing"
 cm="$(doc "$WORK/default.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]')"
 printf '%s\n' "$cm" >"$WORK/reclaimer.yaml"
-for kv in 'store: "/dev/shm/tetris"' 'keep_alive: "5m"' 'capacity: "8Gi"' 'interval: "10s"' \
+for kv in 'store: "/dev/shm/tetris"' 'store_tmpfs: "huge"' 'keep_alive: "5m"' 'capacity: "8Gi"' 'interval: "10s"' \
     'ingest_timeout: "120s"' 'health_deadline: "60s"' 'tenant_capacity: "0"'; do
     grep -qxF "$kv" "$WORK/reclaimer.yaml" || fail "reclaimer config lacks '$kv': $cm"
 done
-# The daemon itself accepts the rendered file (a store of our own; --once).
+# The daemon itself accepts the rendered file (a store of our own, not
+# mounted: test-store-tmpfs.sh mounts; --once).
 store="$WORK/store"
 mkdir "$store"
-sed "s|^store: .*|store: \"$store\"|" "$WORK/reclaimer.yaml" >"$WORK/local.yaml"
+sed -e "s|^store: .*|store: \"$store\"|" -e 's|^store_tmpfs: .*|store_tmpfs: "none"|' \
+    "$WORK/reclaimer.yaml" >"$WORK/local.yaml"
 "$BIN/tetris-reclaimer" --config "$WORK/local.yaml" --once --listen "" \
     2>"$WORK/once.log" || fail "tetris-reclaimer rejects the rendered config: $(cat "$WORK/once.log")"
 
@@ -120,7 +130,8 @@ expect "$ds" '.spec.template.spec.automountServiceAccountToken == false and
 expect "$ds" '.spec.template.spec.containers[0].args | index("--no-tenants") != null' "maxTenants 0 is not --no-tenants"
 # The budgets reach the daemon's file, and the daemon accepts it.
 doc "$WORK/all.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]' |
-    sed -e "s|^store: .*|store: \"$store\"|" -e '/^state_file:/d' >"$WORK/all-reclaimer.yaml"
+    sed -e "s|^store: .*|store: \"$store\"|" -e '/^state_file:/d' -e 's|^store_tmpfs: .*|store_tmpfs: "none"|' \
+    >"$WORK/all-reclaimer.yaml"
 for kv in 'max_connections_per_uid: 100' 'max_connections_per_pid: 4' 'max_request_bytes: "2Gi"' \
     'ingest_timeout: "45s"' 'health_deadline: "2m"'; do
     grep -qxF "$kv" "$WORK/all-reclaimer.yaml" || fail "reclaimer config lacks '$kv'"
@@ -210,6 +221,12 @@ bad "Additional property nosuch is not allowed" --set reclaimer.nosuch=1
 bad "autoscaler.prometheusUrl" --set autoscaler.enabled=true
 bad "failurePolicy must be one of" --set webhook.failurePolicy=Sometimes
 bad "storeSubdir: Does not match pattern" --set webhook.storeSubdir=../up
+bad "tmpfs must be one of" --set reclaimer.store.tmpfs=always
+render "$WORK/no-tmpfs.yaml" --set reclaimer.store.tmpfs=none
+expect "$(doc "$WORK/no-tmpfs.yaml" DaemonSet tetris-reclaimer)" '.spec.template.spec.initContainers == null' \
+    "reclaimer.store.tmpfs=none still renders an init container"
+doc "$WORK/no-tmpfs.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]' |
+    grep -qxF 'store_tmpfs: "none"' || fail "reclaimer.store.tmpfs=none does not reach the daemon's file"
 bad "timeoutSeconds: Must be less than or equal to 30" --set webhook.timeoutSeconds=60
 "$HELM" template tetris "$CHART" --set reclaimer.resources.limits.memory=9Gi >/dev/null 2>&1 ||
     fail "a memory limit above the capacity is refused"

@@ -817,6 +817,11 @@ START_TEST(id_table_shrinks_with_inventories)
         }
         ck_assert_uint_eq(tensor_ids_count(ids), NODES * PER_NODE);
     }
+    /* The cache counts what the inventories hold: at least 2 bytes an id. */
+    inventory_stats st;
+    inventory_cache_stats(c, &st);
+    ck_assert_uint_ge(st.bytes, (size_t)NODES * PER_NODE * 2);
+    size_t held = st.bytes;
     size_t big = tensor_ids_slots(ids);
     ck_assert_uint_ge(big, 2 * NODES * PER_NODE);
     /* The inventories shrink to the same 3 tensors... */
@@ -826,6 +831,8 @@ START_TEST(id_table_shrinks_with_inventories)
     }
     ck_assert_uint_eq(tensor_ids_count(ids), 3);
     ck_assert_uint_lt(tensor_ids_slots(ids), big / 8);
+    inventory_cache_stats(c, &st);
+    ck_assert_uint_lt(st.bytes, held / 3);
     /* ...which still match a manifest (the index survived the removals). */
     model_need *m = NULL;
     tetris_error err = {0};
@@ -849,6 +856,8 @@ START_TEST(id_table_shrinks_with_inventories)
         snprintf(node, sizeof node, "n%u", i);
         inventory_cache_forget(c, node);
     }
+    inventory_cache_stats(c, &st);
+    ck_assert_uint_eq(st.bytes, 0);
     ck_assert_uint_eq(tensor_ids_count(ids), 2);
     model_need_free(m);
     ck_assert_uint_eq(tensor_ids_count(ids), 0);

@@ -88,7 +88,13 @@ k8s_cleanup() {
         kc delete namespace "$_ns" --wait=false >/dev/null 2>&1
         kc -n "$_ns" delete pods --all --grace-period=0 --force --wait=false >/dev/null 2>&1
     done
-    for _p in ${K8S_CLEANUP_PATHS:-}; do rm -rf "$_p"; done
+    # A store the chart's init container mounted a tmpfs on outlives its
+    # daemon by design: the test unmounts it (lazily: a pod being killed
+    # may still map it).
+    for _p in ${K8S_CLEANUP_PATHS:-}; do
+        ! mountpoint -q "$_p" 2>/dev/null || umount -l "$_p"
+        rm -rf "$_p"
+    done
 }
 
 # k8s_manifest NS NAME MODEL_FILE JSON [IMAGE_PATH]: MODEL_FILE's manifest

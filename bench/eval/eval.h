@@ -1,0 +1,74 @@
+/* eval.h - what tetris-eval's two modes share: the applications, policies
+ * and trace generator of the testbed evaluation (tetris-eval.c), reused by
+ * the scale mode (eval_scale.c), and the scale mode's entry point. */
+#ifndef TETRIS_BENCH_EVAL_H
+#define TETRIS_BENCH_EVAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "scheduler-ext/autoscaler/autoscaler.h"
+#include "scheduler-ext/autoscaler/dts.h"
+#include "common/error.h"
+
+#define MAX_FNS 3
+#define N_APPS 4
+#define N_TRACES 3
+#define N_POLICIES 4
+
+/* The paper's applications, built from the profiled models (stand-ins: the
+ * paper's models are not available here; see docs/EVAL.md). */
+typedef struct app_def {
+    const char *name;
+    const char *models[MAX_FNS];
+    double slo_ms[MAX_FNS];
+    double mean_rps;
+    /* The paper's §5.3: Tetris's mean memory reduction vs INFless and
+     * Photons under the stable trace, percent. */
+    double paper_vs_infless, paper_vs_photons;
+} app_def;
+
+typedef struct policy_def {
+    const char *name;
+    bool sharing;
+    enum plan_space space;
+} policy_def;
+
+extern const app_def apps[N_APPS];
+extern const char *const traces[N_TRACES]; /* stable, periodic, bursty */
+extern const policy_def policies[N_POLICIES];
+
+/* splitmix64: the same sequence on every platform. */
+uint64_t rng_next(uint64_t *s);
+/* Uniform in [0, 1). */
+double rng_unit(uint64_t *s);
+/* Arrivals per second into arr[0..n) for a trace kind (traces[]) of the
+ * given mean rate, seeded. */
+void make_trace(const char *kind, double mean, unsigned n, uint64_t seed, double *arr);
+
+/* The autoscaler's policy (tetris-autoscaler's defaults) for a function of
+ * the given SLO under an evaluated policy. */
+as_policy eval_policy(const policy_def *pol, double slo_ms, enum plan_mode mode, double headroom);
+
+/* ---- the scale mode (eval_scale.c) ---- */
+
+typedef struct scale_options {
+    const char *profiles;
+    const char *out; /* NULL: tables on stdout only */
+    unsigned duration_s, interval_s;
+    uint64_t seed;
+    double scale, headroom;
+    enum plan_mode mode;
+    const bool *app_on;   /* N_APPS: draw functions from these applications */
+    const bool *trace_on; /* N_TRACES: and these trace kinds */
+    unsigned nodes, functions;
+    unsigned gap_samples; /* DTS decisions per policy re-solved by GLPK */
+} scale_options;
+
+/* Simulates every policy on a cluster of o->nodes nodes running
+ * o->functions functions and prints memory, SLO violations and the cost of
+ * each decision, then DTS against the optimum on a sample of the
+ * decisions. Errors: a profile that cannot be read or planned, output. */
+int eval_scale_run(const scale_options *o, tetris_error *err);
+
+#endif

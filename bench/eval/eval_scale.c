@@ -1,0 +1,675 @@
+/* eval_scale.c - tetris-eval's scale mode (--nodes, --functions): the same
+ * simulation as the testbed evaluation on a large cluster, to measure the
+ * control plane's own cost and DTS against the optimum on the decisions
+ * the evaluation really made.
+ *
+ * Nodes mix the testbed's two kinds in its proportion (one in four of 80
+ * CPUs/256 GiB, the others 32 CPUs/128 GiB). Each function is drawn,
+ * seeded, from the selected applications' functions (its profile and SLO),
+ * gets a trace kind and a mean rate from a log-normal spread (median
+ * 0.2 rps, sigma 2, capped at 500 rps: many small functions, few large,
+ * like the Azure Functions traces). Every function is its own model: its
+ * tensors are shared by its own instances on a node only (distinct
+ * fine-tuned models, not one model for thousands of functions).
+ *
+ * Each decision (the autoscaler's as_decide for one function, then the
+ * placement of what it changed) is timed with the thread's CPU clock.
+ * Placement follows the testbed mode's rule (a node holding the function's
+ * tensors first under sharing, else the least CPU-allocated node that
+ * fits), on 1,000s of nodes. A reservoir of each policy's scale-out
+ * decisions (function, residual rate, whether its tensors were resident)
+ * is re-planned afterwards by DTS and by GLPK (ilp.h) in both plan modes,
+ * with the time limit tetris-autoscaler --exact uses by default. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "bench/eval/eval.h"
+#include "scheduler-ext/autoscaler/autoscaler.h"
+#include "scheduler-ext/autoscaler/dts.h"
+#include "scheduler-ext/autoscaler/ilp.h"
+#include "common/cleanup.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "protocol/profile.h"
+
+/* tetris-autoscaler's default --time-limit-ms for --exact. */
+#define ILP_LIMIT_MS 10000
+#define RATE_MEDIAN_RPS 0.2
+#define RATE_SIGMA 2.0
+#define RATE_MAX_RPS 500.0
+#define MAX_MODELS (N_APPS * MAX_FNS)
+
+typedef struct node {
+    double cpus, mem_mib;
+    double used_cpus, used_mib;
+} node;
+
+typedef struct instance {
+    unsigned node;
+    unsigned config;
+} instance;
+
+/* A function as drawn: which model, SLO, rate and trace. */
+typedef struct fn_spec {
+    size_t model;
+    double slo_ms;
+    double mean_rps;
+    size_t trace;
+} fn_spec;
+
+typedef struct fn_state {
+    as_function *fn;
+    as_policy pol;
+    instance *inst;
+    size_t n_inst, cap_inst;
+    double capacity_rps;
+} fn_state;
+
+/* A scale-out decision DTS made, kept to be re-planned exactly. */
+typedef struct sample {
+    unsigned fn;
+    double rps;
+    bool resident;
+} sample;
+
+typedef struct scale_result {
+    double mean_mib, peak_mib, violation_rate, mean_cpus, mean_instances;
+    unsigned peak_instances;
+    unsigned long unplaced, decisions, actions;
+    double cpu_s, cpu_us_p50, cpu_us_p99, cpu_us_max;
+    double act_us_p50, act_us_p99; /* the decisions that changed instances */
+    double wall_s;                 /* the whole simulated run of the policy */
+} scale_result;
+
+typedef struct cluster {
+    const scale_options *o;
+    const policy_def *pol;
+    profile *models[MAX_MODELS];
+    const char *model_names[MAX_MODELS];
+    size_t n_models;
+    fn_spec *spec;
+    float *arr; /* arrivals: arr[f * duration + t] */
+    node *nodes;
+    fn_state *fns;
+    double used_mib, used_cpus;
+    unsigned long instances, unplaced;
+    sample *samples;
+    size_t n_samples;
+    unsigned long seen_samples;
+    uint64_t sample_rng;
+} cluster;
+
+static double thread_cpu_us(void)
+{
+    /* Cannot fail for this clock on Linux (as common/clock.h's). */
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* What one reading of the thread CPU clock costs (a system call on some
+ * kernels): the median of back-to-back pairs, printed next to the figures
+ * that include it. */
+static double clock_read_us(void)
+{
+    double d[101];
+    for (size_t i = 0; i < 101; i++) {
+        double t0 = thread_cpu_us();
+        d[i] = thread_cpu_us() - t0;
+    }
+    qsort(d, 101, sizeof *d, cmp_double);
+    return d[50];
+}
+
+/* The q-quantile of n sorted values (nearest rank). */
+static size_t rank_of(size_t n, double q)
+{
+    size_t k = (size_t)ceil(q * (double)n);
+    return k > 0 ? k - 1 : 0;
+}
+
+/* ---- the functions and their traces ---- */
+
+static int load_model(cluster *c, const char *name, size_t *out, tetris_error *err)
+{
+    for (size_t k = 0; k < c->n_models; k++)
+        if (strcmp(c->model_names[k], name) == 0) {
+            *out = k;
+            return 0;
+        }
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s.profile.yaml", c->o->profiles, name) >= (int)sizeof path)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "profiles path too long");
+    int r = profile_load(path, &c->models[c->n_models], err);
+    if (r < 0)
+        return r;
+    c->model_names[c->n_models] = name;
+    *out = c->n_models++;
+    return 0;
+}
+
+static int draw_functions(cluster *c, tetris_error *err)
+{
+    const scale_options *o = c->o;
+    size_t choices[N_APPS * MAX_FNS][2], n_choices = 0, kinds[N_TRACES], n_kinds = 0;
+    for (size_t a = 0; a < N_APPS; a++)
+        for (size_t f = 0; o->app_on[a] && f < MAX_FNS && apps[a].models[f] != NULL; f++) {
+            choices[n_choices][0] = a;
+            choices[n_choices++][1] = f;
+        }
+    for (size_t t = 0; t < N_TRACES; t++)
+        if (o->trace_on[t])
+            kinds[n_kinds++] = t;
+    c->spec = calloc(o->functions, sizeof *c->spec);
+    c->arr = malloc((size_t)o->functions * o->duration_s * sizeof *c->arr);
+    cleanup_free double *buf = calloc(o->duration_s, sizeof *buf);
+    if (c->spec == NULL || c->arr == NULL || buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "%u functions x %u s of trace", o->functions,
+                           o->duration_s);
+    uint64_t s = o->seed * 7919u + 17;
+    for (unsigned i = 0; i < o->functions; i++) {
+        fn_spec *sp = &c->spec[i];
+        const size_t *ch = choices[rng_next(&s) % n_choices];
+        int r = load_model(c, apps[ch[0]].models[ch[1]], &sp->model, err);
+        if (r < 0)
+            return r;
+        sp->slo_ms = apps[ch[0]].slo_ms[ch[1]];
+        sp->trace = kinds[rng_next(&s) % n_kinds];
+        double u1 = fmax(rng_unit(&s), 1e-300), u2 = rng_unit(&s);
+        double z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+        sp->mean_rps = fmin(RATE_MAX_RPS, RATE_MEDIAN_RPS * exp(RATE_SIGMA * z)) * o->scale;
+        make_trace(traces[sp->trace], sp->mean_rps, o->duration_s, rng_next(&s), buf);
+        for (unsigned t = 0; t < o->duration_s; t++)
+            c->arr[(size_t)i * o->duration_s + t] = (float)buf[t];
+    }
+    return 0;
+}
+
+/* ---- placement ---- */
+
+static unsigned on_node(const fn_state *st, unsigned n)
+{
+    unsigned k = 0;
+    for (size_t j = 0; j < st->n_inst; j++)
+        k += st->inst[j].node == n;
+    return k;
+}
+
+static bool fits(const node *nd, double cpus, double mib)
+{
+    return nd->used_cpus + cpus <= nd->cpus && nd->used_mib + mib <= nd->mem_mib;
+}
+
+/* One instance of config i of function f: under sharing a node that holds
+ * its tensors first, else the least CPU-allocated node that fits (the
+ * testbed mode's rule). */
+static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err)
+{
+    fn_state *st = &c->fns[f];
+    const profile_config *cfg = &st->fn->prof->configs[i];
+    const plan_options *o = &st->pol.plan;
+    double mib = plan_instance_mib(cfg, o), shared = o->sharing ? plan_shared_mib(st->fn->prof) : 0;
+    long best = -1;
+    double best_score = -INFINITY;
+    for (size_t j = 0; o->sharing && j < st->n_inst; j++) {
+        const node *nd = &c->nodes[st->inst[j].node];
+        double score = 1 - nd->used_cpus / nd->cpus;
+        if (fits(nd, cfg->c, mib) && score > best_score) {
+            best_score = score;
+            best = st->inst[j].node;
+        }
+    }
+    bool resident = best >= 0;
+    for (size_t n = 0; !resident && n < c->o->nodes; n++) {
+        const node *nd = &c->nodes[n];
+        double score = 1 - nd->used_cpus / nd->cpus;
+        if (fits(nd, cfg->c, mib + shared) && score > best_score) {
+            best_score = score;
+            best = (long)n;
+        }
+    }
+    *placed = best >= 0;
+    if (!*placed)
+        return 0;
+    if (st->n_inst == st->cap_inst) {
+        size_t cap = st->cap_inst ? st->cap_inst * 2 : 4;
+        instance *v = realloc(st->inst, cap * sizeof *v);
+        if (v == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, errno, "instances");
+        st->inst = v;
+        st->cap_inst = cap;
+    }
+    node *nd = &c->nodes[best];
+    double add = mib + (resident ? 0 : shared);
+    nd->used_mib += add;
+    nd->used_cpus += cfg->c;
+    c->used_mib += add;
+    c->used_cpus += cfg->c;
+    c->instances++;
+    st->inst[st->n_inst++] = (instance){.node = (unsigned)best, .config = (unsigned)i};
+    return 0;
+}
+
+/* Removes one instance of config i of function f from the node with the
+ * fewest of f's instances, so its tensors are freed soonest. */
+static void release(cluster *c, size_t f, size_t i)
+{
+    fn_state *st = &c->fns[f];
+    size_t best = st->n_inst;
+    unsigned best_k = 0;
+    for (size_t j = 0; j < st->n_inst; j++) {
+        if (st->inst[j].config != i)
+            continue;
+        unsigned k = on_node(st, st->inst[j].node);
+        if (best == st->n_inst || k < best_k) {
+            best = j;
+            best_k = k;
+        }
+    }
+    const profile_config *cfg = &st->fn->prof->configs[i];
+    const plan_options *o = &st->pol.plan;
+    node *nd = &c->nodes[st->inst[best].node];
+    double sub = plan_instance_mib(cfg, o) +
+                 (o->sharing && best_k == 1 ? plan_shared_mib(st->fn->prof) : 0);
+    nd->used_mib -= sub;
+    nd->used_cpus -= cfg->c;
+    c->used_mib -= sub;
+    c->used_cpus -= cfg->c;
+    c->instances--;
+    st->inst[best] = st->inst[--st->n_inst];
+}
+
+/* ---- one policy ---- */
+
+static void cluster_free_policy(cluster *c)
+{
+    for (size_t f = 0; c->fns != NULL && f < c->o->functions; f++) {
+        if (c->fns[f].fn != NULL)
+            c->fns[f].fn->prof = NULL; /* shared by every function of the model */
+        as_function_free(c->fns[f].fn);
+        free(c->fns[f].inst);
+    }
+    free(c->fns);
+    c->fns = NULL;
+    free(c->nodes);
+    c->nodes = NULL;
+}
+
+static int cluster_init_policy(cluster *c, const policy_def *pol, tetris_error *err)
+{
+    const scale_options *o = c->o;
+    c->pol = pol;
+    c->used_mib = c->used_cpus = 0;
+    c->instances = c->unplaced = c->seen_samples = 0;
+    c->n_samples = 0;
+    c->sample_rng = o->seed * 104729u + (uint64_t)(pol - policies);
+    c->nodes = calloc(o->nodes, sizeof *c->nodes);
+    c->fns = calloc(o->functions, sizeof *c->fns);
+    if (c->nodes == NULL || c->fns == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "cluster");
+    for (unsigned n = 0; n < o->nodes; n++)
+        c->nodes[n] = n % 4 == 0 ? (node){.cpus = 80, .mem_mib = 256 * 1024}
+                                 : (node){.cpus = 32, .mem_mib = 128 * 1024};
+    for (unsigned f = 0; f < o->functions; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "fn-%u", f);
+        int r = as_function_new(name, c->models[c->spec[f].model], &c->fns[f].fn, err);
+        if (r < 0)
+            return r;
+        c->fns[f].pol = eval_policy(pol, c->spec[f].slo_ms, o->mode, o->headroom);
+    }
+    return 0;
+}
+
+/* Keeps a uniform sample of the scale-out decisions (reservoir). */
+static void keep_sample(cluster *c, const sample *s)
+{
+    unsigned long k = c->seen_samples++;
+    if (k < c->o->gap_samples) {
+        c->samples[c->n_samples++] = *s;
+        return;
+    }
+    unsigned long j = rng_next(&c->sample_rng) % (k + 1);
+    if (j < c->o->gap_samples)
+        c->samples[j] = *s;
+}
+
+/* One decision for function f at time t: as_decide, then the placement of
+ * what it changed. */
+static int decide(cluster *c, size_t f, unsigned t, double rate, unsigned *want, bool *acted,
+                  tetris_error *err)
+{
+    fn_state *st = &c->fns[f];
+    as_function *fn = st->fn;
+    double before = st->capacity_rps;
+    unsigned instances = as_instances(fn);
+    const char *reason;
+    int r = as_decide(fn, &st->pol, t, rate, want, &reason, err);
+    if (r < 0)
+        return tetris_wrap(err, "policy %s", c->pol->name);
+    *acted = reason != NULL;
+    if (reason == NULL)
+        return 0;
+    if (strcmp(reason, "scale-out") == 0 && c->o->gap_samples > 0)
+        keep_sample(c, &(sample){.fn = (unsigned)f,
+                                 .rps = rate * (1 + st->pol.headroom_out) - before,
+                                 .resident = st->pol.plan.sharing && instances > 0});
+    bool changed = false;
+    for (size_t i = 0; i < fn->prof->n_configs; i++) {
+        while (fn->replicas[i] > want[i]) {
+            release(c, f, i);
+            fn->replicas[i]--;
+            changed = true;
+        }
+        while (fn->replicas[i] < want[i]) {
+            bool placed;
+            if ((r = place(c, f, i, &placed, err)) < 0)
+                return r;
+            if (!placed) {
+                c->unplaced += want[i] - fn->replicas[i];
+                break;
+            }
+            fn->replicas[i]++;
+            changed = true;
+        }
+    }
+    if (changed)
+        fn->last_change_s = t;
+    st->capacity_rps = as_capacity_rps(fn, &st->pol.plan);
+    return 0;
+}
+
+static int simulate(cluster *c, scale_result *res, tetris_error *err)
+{
+    const scale_options *o = c->o;
+    unsigned n = o->duration_s, rounds = (n + o->interval_s - 1) / o->interval_s;
+    size_t max_configs = 0;
+    for (size_t k = 0; k < c->n_models; k++)
+        if (c->models[k]->n_configs > max_configs)
+            max_configs = c->models[k]->n_configs;
+    cleanup_free unsigned *want = calloc(max_configs, sizeof *want);
+    cleanup_free float *cost = calloc((size_t)rounds * o->functions, sizeof *cost);
+    cleanup_free float *act = calloc((size_t)rounds * o->functions, sizeof *act);
+    if (want == NULL || cost == NULL || act == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "decision costs");
+    double requests = 0, violated = 0, cpus_sum = 0, inst_sum = 0, cpu_us = 0;
+    double wall0 = clock_now_ms();
+    *res = (scale_result){0};
+    for (unsigned t = 0; t < n; t++) {
+        if (t % o->interval_s == 0) {
+            /* As the testbed mode: the last interval's mean rate, and the
+             * first interval's at time 0 (the run starts warm). */
+            unsigned from = t >= o->interval_s ? t - o->interval_s : 0;
+            unsigned to = t > 0 ? t : (o->interval_s < n ? o->interval_s : n);
+            for (size_t f = 0; f < o->functions; f++) {
+                const float *a = &c->arr[f * n];
+                double sum = 0;
+                for (unsigned u = from; u < to; u++)
+                    sum += a[u];
+                bool acted = false;
+                double t0 = thread_cpu_us();
+                int r = decide(c, f, t, sum / (to - from), want, &acted, err);
+                double us = thread_cpu_us() - t0;
+                if (r < 0)
+                    return r;
+                cost[res->decisions++] = (float)us;
+                if (acted)
+                    act[res->actions++] = (float)us;
+                cpu_us += us;
+            }
+        }
+        for (size_t f = 0; f < o->functions; f++) {
+            double a = c->arr[f * n + t];
+            requests += a;
+            violated += fmax(0, a - c->fns[f].capacity_rps);
+        }
+        cpus_sum += c->used_cpus;
+        inst_sum += (double)c->instances;
+        res->mean_mib += c->used_mib / n;
+        res->peak_mib = fmax(res->peak_mib, c->used_mib);
+        if (c->instances > res->peak_instances)
+            res->peak_instances = (unsigned)c->instances;
+    }
+    res->wall_s = (clock_now_ms() - wall0) / 1e3;
+    res->violation_rate = requests > 0 ? violated / requests : 0;
+    res->mean_cpus = cpus_sum / n;
+    res->mean_instances = inst_sum / n;
+    res->unplaced = c->unplaced;
+    res->cpu_s = cpu_us / 1e6;
+    qsort(cost, res->decisions, sizeof *cost, cmp_float);
+    res->cpu_us_p50 = cost[rank_of(res->decisions, 0.5)];
+    res->cpu_us_p99 = cost[rank_of(res->decisions, 0.99)];
+    res->cpu_us_max = cost[res->decisions - 1];
+    if (res->actions > 0) {
+        qsort(act, res->actions, sizeof *act, cmp_float);
+        res->act_us_p50 = act[rank_of(res->actions, 0.5)];
+        res->act_us_p99 = act[rank_of(res->actions, 0.99)];
+    }
+    return 0;
+}
+
+/* ---- DTS against the optimum ---- */
+
+typedef struct gap_result {
+    size_t cases, optimal, below_one;
+    double mean, p99, max, min;
+    double dts_us_median, ilp_us_median;
+} gap_result;
+
+static int gap(const cluster *c, enum plan_mode mode, gap_result *g, tetris_error *err)
+{
+    *g = (gap_result){.min = INFINITY};
+    cleanup_free double *ratio = calloc(c->n_samples + 1, sizeof *ratio);
+    cleanup_free double *dts_us = calloc(c->n_samples + 1, sizeof *dts_us);
+    cleanup_free double *ilp_us = calloc(c->n_samples + 1, sizeof *ilp_us);
+    if (ratio == NULL || dts_us == NULL || ilp_us == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "gap samples");
+    for (size_t k = 0; k < c->n_samples; k++) {
+        const sample *s = &c->samples[k];
+        const fn_state *st = &c->fns[s->fn];
+        plan_options po = st->pol.plan;
+        po.mode = mode;
+        po.resident = s->resident;
+        plan greedy, exact;
+        double t0 = thread_cpu_us();
+        int r = dts_plan(st->fn->prof, s->rps, &po, &greedy, err);
+        double t1 = thread_cpu_us();
+        if (r < 0)
+            return tetris_wrap(err, "DTS, %s mode, %g rps", plan_mode_name(mode), s->rps);
+        r = ilp_plan(st->fn->prof, s->rps, &po, ILP_LIMIT_MS, &exact, err);
+        double t2 = thread_cpu_us();
+        if (r < 0) {
+            plan_clear(&greedy);
+            return tetris_wrap(err, "GLPK, %s mode, %g rps", plan_mode_name(mode), s->rps);
+        }
+        if (exact.memory_mib > 0) {
+            double x = greedy.memory_mib / exact.memory_mib;
+            dts_us[g->cases] = t1 - t0;
+            ilp_us[g->cases] = t2 - t1;
+            ratio[g->cases++] = x;
+            g->optimal += exact.optimal;
+            g->below_one += x < 1 - 1e-9;
+            g->mean += x;
+            g->min = fmin(g->min, x);
+        }
+        plan_clear(&greedy);
+        plan_clear(&exact);
+    }
+    if (g->cases == 0)
+        return 0;
+    g->mean /= g->cases;
+    qsort(ratio, g->cases, sizeof *ratio, cmp_double);
+    qsort(dts_us, g->cases, sizeof *dts_us, cmp_double);
+    qsort(ilp_us, g->cases, sizeof *ilp_us, cmp_double);
+    g->p99 = ratio[rank_of(g->cases, 0.99)];
+    g->max = ratio[g->cases - 1];
+    g->dts_us_median = dts_us[rank_of(g->cases, 0.5)];
+    g->ilp_us_median = ilp_us[rank_of(g->cases, 0.5)];
+    return 0;
+}
+
+/* ---- output ---- */
+
+static FILE *open_out(const scale_options *o, const char *name, tetris_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", o->out, name) >= (int)sizeof path) {
+        tetris_fail(err, TETRIS_E_INVAL, 0, "--out path too long");
+        return NULL;
+    }
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
+    return f;
+}
+
+static int close_out(FILE *f, tetris_error *err)
+{
+    if (f != NULL && (ferror(f) | fclose(f)) != 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "write under --out");
+    return 0;
+}
+
+static void cluster_free(cluster *c)
+{
+    cluster_free_policy(c);
+    for (size_t k = 0; k < c->n_models; k++)
+        profile_free(c->models[k]);
+    free(c->spec);
+    free(c->arr);
+    free(c->samples);
+}
+
+static int run_all(cluster *c, FILE *tsv, FILE *gap_tsv, tetris_error *err)
+{
+    const scale_options *o = c->o;
+    static scale_result res[N_POLICIES];
+    static gap_result gaps[N_POLICIES][2];
+    c->samples = calloc(o->gap_samples + 1, sizeof *c->samples);
+    if (c->samples == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "gap samples");
+    int r = draw_functions(c, err);
+    double mean_rps = 0;
+    for (unsigned f = 0; r == 0 && f < o->functions; f++)
+        mean_rps += c->spec[f].mean_rps;
+    for (size_t p = 0; p < N_POLICIES && r == 0; p++) {
+        r = cluster_init_policy(c, &policies[p], err);
+        if (r == 0)
+            r = simulate(c, &res[p], err);
+        for (int m = 0; m < 2 && r == 0; m++)
+            r = gap(c, m == 0 ? PLAN_MODE_PAPER : PLAN_MODE_REFINED, &gaps[p][m], err);
+        cluster_free_policy(c);
+        if (r == 0 && res[p].unplaced > 0)
+            log_warn("event=unplaced policy=%s instances=%lu", policies[p].name, res[p].unplaced);
+    }
+    if (r < 0)
+        return r;
+
+    printf("Scale: %u nodes, %u functions (summed mean rate %.0f rps), %u s, a decision per "
+           "function every %u s, %s mode\n",
+           o->nodes, o->functions, mean_rps, o->duration_s, o->interval_s, plan_mode_name(o->mode));
+    printf("%-10s %12s %12s %7s %9s %9s %7s %9s\n", "policy", "mean_GiB", "peak_GiB", "viol_%",
+           "CPUs", "inst", "peak", "unplaced");
+    for (size_t p = 0; p < N_POLICIES; p++) {
+        const scale_result *x = &res[p];
+        printf("%-10s %12.1f %12.1f %7.2f %9.0f %9.0f %7u %9lu\n", policies[p].name,
+               x->mean_mib / 1024, x->peak_mib / 1024, 100 * x->violation_rate, x->mean_cpus,
+               x->mean_instances, x->peak_instances, x->unplaced);
+    }
+    printf("\nTetris's mean-memory reduction: %.0f%% vs INFless-like, %.0f%% vs Photons-like, "
+           "%.0f%% vs tetris-RO\n",
+           100 * (1 - res[0].mean_mib / res[2].mean_mib),
+           100 * (1 - res[0].mean_mib / res[3].mean_mib),
+           100 * (1 - res[0].mean_mib / res[1].mean_mib));
+
+    printf("\nControl plane: CPU time per decision (as_decide + placement, thread CPU clock; "
+           "one clock reading, %.2f us, is included in each)\n",
+           clock_read_us());
+    printf("%-10s %10s %8s %8s %14s %8s %8s %9s %12s %12s %10s\n", "policy", "decisions", "acted",
+           "CPU_s", "decisions/CPUs", "p50_us", "p99_us", "max_us", "acted_p50_us", "acted_p99_us",
+           "run_wall_s");
+    for (size_t p = 0; p < N_POLICIES; p++) {
+        const scale_result *x = &res[p];
+        printf("%-10s %10lu %8lu %8.2f %14.0f %8.1f %8.1f %9.1f %12.1f %12.1f %10.1f\n",
+               policies[p].name, x->decisions, x->actions, x->cpu_s,
+               x->cpu_s > 0 ? x->decisions / x->cpu_s : 0, x->cpu_us_p50, x->cpu_us_p99,
+               x->cpu_us_max, x->act_us_p50, x->act_us_p99, x->wall_s);
+    }
+
+    printf("\nDTS against the optimum (GLPK, %d ms limit) on sampled scale-out decisions of the "
+           "run\n",
+           ILP_LIMIT_MS);
+    printf("%-8s %-10s %7s %8s %8s %8s %8s %9s %11s %11s\n", "mode", "policy", "cases", "mean",
+           "p99", "max", "min", "optimal", "DTS_us_p50", "GLPK_us_p50");
+    for (int m = 0; m < 2; m++)
+        for (size_t p = 0; p < N_POLICIES; p++) {
+            const gap_result *g = &gaps[p][m];
+            printf("%-8s %-10s %7zu %8.3f %8.3f %8.3f %8.3f %4zu/%-4zu %11.1f %11.1f\n",
+                   plan_mode_name(m == 0 ? PLAN_MODE_PAPER : PLAN_MODE_REFINED), policies[p].name,
+                   g->cases, g->mean, g->p99, g->max, g->cases ? g->min : 0, g->optimal, g->cases,
+                   g->dts_us_median, g->ilp_us_median);
+        }
+
+    for (size_t p = 0; tsv != NULL && p < N_POLICIES; p++) {
+        const scale_result *x = &res[p];
+        fprintf(tsv,
+                "%s\t%u\t%u\t%.1f\t%.1f\t%.6f\t%.3f\t%.3f\t%u\t%lu\t%lu\t%lu\t%.4f\t%.2f\t%.2f\t"
+                "%.2f\t%.2f\t%.2f\t%.2f\n",
+                policies[p].name, o->nodes, o->functions, x->mean_mib, x->peak_mib,
+                x->violation_rate, x->mean_cpus, x->mean_instances, x->peak_instances, x->unplaced,
+                x->decisions, x->actions, x->cpu_s, x->cpu_us_p50, x->cpu_us_p99, x->cpu_us_max,
+                x->act_us_p50, x->act_us_p99, x->wall_s);
+    }
+    for (int m = 0; gap_tsv != NULL && m < 2; m++)
+        for (size_t p = 0; p < N_POLICIES; p++) {
+            const gap_result *g = &gaps[p][m];
+            fprintf(gap_tsv, "%s\t%s\t%zu\t%.6f\t%.6f\t%.6f\t%.6f\t%zu\t%zu\t%.2f\t%.2f\n",
+                    plan_mode_name(m == 0 ? PLAN_MODE_PAPER : PLAN_MODE_REFINED), policies[p].name,
+                    g->cases, g->mean, g->p99, g->max, g->cases ? g->min : 0, g->optimal,
+                    g->below_one, g->dts_us_median, g->ilp_us_median);
+        }
+    return 0;
+}
+
+int eval_scale_run(const scale_options *o, tetris_error *err)
+{
+    FILE *tsv = NULL, *gap_tsv = NULL;
+    if (o->out != NULL) {
+        if (mkdir(o->out, 0777) < 0 && errno != EEXIST)
+            return tetris_fail(err, TETRIS_E_IO, errno, "mkdir %s", o->out);
+        if ((tsv = open_out(o, "scale.tsv", err)) == NULL)
+            return -err->code;
+        if ((gap_tsv = open_out(o, "scale-gap.tsv", err)) == NULL) {
+            fclose(tsv);
+            return -err->code;
+        }
+        fprintf(tsv, "policy\tnodes\tfunctions\tmean_mib\tpeak_mib\tviolation_rate\tmean_cpus\t"
+                     "mean_instances\tpeak_instances\tunplaced\tdecisions\tactions\tcpu_s\t"
+                     "cpu_us_p50\tcpu_us_p99\tcpu_us_max\tacted_us_p50\tacted_us_p99\twall_s\n");
+        fprintf(gap_tsv, "mode\tpolicy\tcases\tmean\tp99\tmax\tmin\toptimal\tbelow_one\t"
+                         "dts_us_p50\tglpk_us_p50\n");
+    }
+    cluster c = {.o = o};
+    int r = run_all(&c, tsv, gap_tsv, err);
+    cluster_free(&c);
+    int r1 = close_out(tsv, r == 0 ? err : NULL);
+    int r2 = close_out(gap_tsv, r == 0 && r1 == 0 ? err : NULL);
+    return r < 0 ? r : r1 < 0 ? r1 : r2;
+}
