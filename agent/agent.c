@@ -26,6 +26,7 @@
 #include "agent/agent.h"
 #include "common/cleanup.h"
 #include "agent/ingest_client.h"
+#include "tensorstore/gpu/gpu.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/workers.h"
@@ -55,6 +56,9 @@ struct agent_model_private {
     char *public_dir; /* the store's tensors/ and ingest socket */
     enum store_populate populate;
     atomic_bool populate_degraded_logged;
+    gpu_driver *gpu;       /* o->device: the driver */
+    gpu_mapping *gpu_maps; /* one per distinct digest attached */
+    size_t n_gpu_maps;
 };
 
 static const uint8_t empty_tensor[1];
@@ -490,6 +494,97 @@ static void map_resident(agent_model *am, const struct agent_options *o,
         fall_back(am, o, "map-failed", &j.cause);
 }
 
+/* Imports and maps read-only the attached copies of one batch; every
+ * tensor of an attached digest gets its device pointer. */
+static int import_batch(agent_model *am, int ordinal, const tensor_digest *dg, size_t n,
+                        const struct ingest_gpu_result *gr, int *fds, tetris_error *err)
+{
+    struct agent_model_private *p = am->priv;
+    const model *m = am->model;
+    int rc = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (fds[k] < 0 || rc < 0) {
+            if (fds[k] >= 0)
+                close(fds[k]);
+            continue;
+        }
+        gpu_mapping *map = &p->gpu_maps[p->n_gpu_maps];
+        rc = gpu_import_map(p->gpu, ordinal, fds[k], gr[k].size, false, map, err);
+        close(fds[k]);
+        if (rc < 0)
+            continue;
+        p->n_gpu_maps++;
+        am->stats.device_bytes += gr[k].nbytes;
+        for (size_t i = 0; i < m->n_tensors; i++)
+            if (memcmp(&m->tensors[i].meta.digest, &dg[k], sizeof(dg[k])) == 0 &&
+                am->tensors[i].device_ptr == 0) {
+                am->tensors[i].device_ptr = map->ptr;
+                am->stats.device_tensors++;
+            }
+    }
+    return rc;
+}
+
+/* Device copies (o->device) of the tensors the daemon holds for us, in
+ * batches of INGEST_MAX_GPU_TENSORS distinct digests. Any failure leaves
+ * the host path as it is: the tensors without a device pointer are the
+ * runtime's to upload, and the stats say why. */
+static void attach_device(agent_model *am, const struct agent_options *o,
+                          const struct ingest_tensor_result *res)
+{
+    struct agent_model_private *p = am->priv;
+    const model *m = am->model;
+    tetris_error cause = {0};
+    int ordinal;
+    int rc = gpu_device_parse(o->device, &ordinal, &cause);
+    if (rc == 0)
+        rc = gpu_driver_open(o->libcuda, &p->gpu, &cause);
+    size_t gran = 0;
+    if (rc == 0)
+        rc = gpu_granularity(p->gpu, ordinal, &gran, &cause);
+    cleanup_free tensor_digest *todo = calloc(m->n_tensors + 1, sizeof(*todo));
+    p->gpu_maps = calloc(m->n_tensors + 1, sizeof(*p->gpu_maps));
+    if (rc == 0 && (todo == NULL || p->gpu_maps == NULL))
+        rc = tetris_fail(&cause, TETRIS_E_NOMEM, ENOMEM, "device tensors");
+    size_t n_todo = 0;
+    for (size_t i = 0; rc == 0 && i < m->n_tensors; i++) {
+        /* A tensor under a quarter of the granularity would cost more
+         * padded on the device than a few private copies: the runtime
+         * uploads it. */
+        if (res[i].status == INGEST_REJECTED || !m->tensors[i].has_digest ||
+            m->tensors[i].meta.nbytes < gran / AGENT_DEVICE_MIN_FRACTION)
+            continue;
+        bool seen = false;
+        for (size_t k = 0; k < n_todo && !seen; k++)
+            seen = memcmp(&todo[k], &m->tensors[i].meta.digest, sizeof(todo[k])) == 0;
+        if (!seen)
+            todo[n_todo++] = m->tensors[i].meta.digest;
+    }
+    size_t rejected = 0;
+    char first_reject[INGEST_REASON_MAX] = "";
+    for (size_t b = 0; rc == 0 && b < n_todo; b += INGEST_MAX_GPU_TENSORS) {
+        size_t n = n_todo - b < INGEST_MAX_GPU_TENSORS ? n_todo - b : INGEST_MAX_GPU_TENSORS;
+        struct ingest_gpu_result gr[INGEST_MAX_GPU_TENSORS];
+        int fds[INGEST_MAX_GPU_TENSORS];
+        rc = ingest_client_gpu_attach(p->daemon, o->device, &todo[b], n, gr, fds, &cause);
+        if (rc == 0)
+            rc = import_batch(am, ordinal, &todo[b], n, gr, fds, &cause);
+        for (size_t k = 0; rc == 0 && k < n; k++)
+            if (!gr[k].attached && rejected++ == 0)
+                snprintf(first_reject, sizeof(first_reject), "%s", gr[k].reason);
+    }
+    if (rc < 0) {
+        snprintf(am->stats.device_fallback, sizeof(am->stats.device_fallback), "%s", cause.msg);
+        log_warn("event=device-attach-failed model=%s device=%s tensors_on_device=%zu msg=%s",
+                 LOG_Q(m->path), LOG_Q(o->device), am->stats.device_tensors, LOG_Q(cause.msg));
+    } else if (rejected > 0) {
+        snprintf(am->stats.device_fallback, sizeof(am->stats.device_fallback),
+                 "%zu tensors not on the device: %s", rejected, first_reject);
+        log_warn("event=device-attach-partial model=%s device=%s rejected=%zu msg=%s",
+                 LOG_Q(m->path), LOG_Q(o->device), rejected, LOG_Q(first_reject));
+    }
+}
+
 static int load_via_daemon(agent_model *am, const struct agent_options *o, const char *label,
                            tetris_error *err)
 {
@@ -529,6 +624,8 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
             t->has_digest = true;
         }
     }
+    if (o->device != NULL)
+        attach_device(am, o, res);
     /* The references are to outlive a daemon restart: a watcher registers
      * them again with the next daemon. Without it they still hold until a
      * restart, so a failure here costs nothing now. */
@@ -748,6 +845,10 @@ void agent_model_free(agent_model *am)
                 store_unmap_tensor(&p->maps[i]);
         for (size_t i = 0; i < n && p->copies != NULL; i++)
             free(p->copies[i]);
+        for (size_t i = 0; i < p->n_gpu_maps; i++)
+            gpu_unmap(p->gpu, &p->gpu_maps[i]);
+        free(p->gpu_maps);
+        gpu_driver_close(p->gpu);
         /* mappings are gone: now the references may go */
         if (p->holder != NULL)
             store_holder_close(p->holder);

@@ -39,6 +39,12 @@ enum agent_digests {
                                hashes every tensor as it writes it */
 };
 
+/* With options.device, tensors smaller than the device's allocation
+ * granularity divided by this stay with the runtime: each shared copy is
+ * padded to the granularity (2 MiB on common GPUs), so a small one costs
+ * more than the private copies of a few instances. */
+#define AGENT_DEVICE_MIN_FRACTION 4
+
 /* Store mappings are populated at load by default (see BENCHMARKS.md, cold
  * start): a warm start then adds no page faults to the first request. */
 #define AGENT_POPULATE_DEFAULT STORE_POPULATE_MADVISE
@@ -61,6 +67,11 @@ struct agent_options {
     enum agent_digests digests;   /* no manifest: who hashes */
     enum store_populate populate; /* page tables of the store mappings;
                                      agent_options_init: AGENT_POPULATE_DEFAULT */
+    const char *device;           /* "cuda:N": also map the node daemon's shared GPU
+                                     copies read-only (STORE mode; docs/GPU.md);
+                                     NULL: host memory only */
+    const char *libcuda;          /* the CUDA driver, NULL: $TETRIS_LIBCUDA or
+                                     libcuda.so.1 */
 };
 
 struct agent_stats {
@@ -73,12 +84,17 @@ struct agent_stats {
     double load_ms;
     bool fell_back;          /* store mode degraded to private */
     char fallback_reason[256];
+    size_t device_tensors;     /* with a device pointer (options.device) */
+    uint64_t device_bytes;     /* bytes of the distinct device copies mapped */
+    char device_fallback[512]; /* why some or all are not on the device, "" */
 };
 
 typedef struct agent_tensor {
     const tensor_desc *desc;
     const void *data; /* read-only; valid until agent_model_free */
     bool shared;      /* true: a store mapping */
+    uint64_t device_ptr; /* options.device: the shared read-only device
+                            copy (CUdeviceptr), 0 if none */
 } agent_tensor;
 
 typedef struct agent_model {

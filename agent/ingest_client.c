@@ -243,6 +243,39 @@ int ingest_client_ingest(ingest_client *c, const char *label, const model *m,
     return rc;
 }
 
+int ingest_client_gpu_attach(ingest_client *c, const char *device, const tensor_digest *digests,
+                             size_t n, struct ingest_gpu_result *results, int *fds,
+                             tetris_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        fds[i] = -1;
+    if (n == 0 || n > INGEST_MAX_GPU_TENSORS)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "gpu_attach of %zu tensors (1 to %d)", n,
+                           INGEST_MAX_GPU_TENSORS);
+    int64_t deadline = clock_mono_ms() + c->timeout_ms;
+    cleanup_free char *request = ingest_gpu_attach_encode(device, digests, n);
+    if (request == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "gpu_attach request");
+    int rc = ingest_send_message(c->sock, request, strlen(request), NULL, 0, deadline, err);
+    cleanup_free char *reply = NULL;
+    size_t reply_len = 0;
+    int got[INGEST_MAX_GPU_TENSORS];
+    size_t n_got = 0;
+    if (rc == 0)
+        rc = ingest_recv_message(c->sock, INGEST_MAX_MESSAGE_BYTES, &reply, &reply_len, got,
+                                 INGEST_MAX_GPU_TENSORS, &n_got, deadline, err);
+    if (rc == 0)
+        rc = ingest_gpu_reply_decode(reply, reply_len, n, n_got, results, err);
+    if (rc < 0) {
+        close_fds(got, n_got);
+        return rc;
+    }
+    for (size_t i = 0, k = 0; i < n; i++)
+        if (results[i].attached)
+            fds[i] = got[k++];
+    return 0;
+}
+
 /* ---- staying registered across daemon restarts ---- */
 
 /* Sleeps about delay_ms (see REREGISTER_FIRST_DELAY_MS). Returns false if

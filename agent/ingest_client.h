@@ -54,6 +54,20 @@ int ingest_client_ingest(ingest_client *c, const char *label, const model *m,
                          struct ingest_tensor_result *results, struct ingest_summary *summary,
                          tetris_error *err);
 
+/* Asks the daemon for GPU copies (protocol/ingest.h, gpu_attach) of n
+ * (1 to INGEST_MAX_GPU_TENSORS) tensors this connection references (from
+ * ingest_client_ingest; call before ingest_client_keep_registered), on
+ * device "cuda:N". results[0..n) say which were attached; fds[i] is then
+ * the exported allocation's descriptor (the caller's to close), -1
+ * otherwise. Returns 0 when the daemon answered per tensor; when it
+ * refused the whole request for GPU reasons (no such device, GPU sharing
+ * unavailable: its code and message), the connection and its host
+ * references stay usable; after TIMEOUT, UNAVAILABLE or PROTOCOL it is
+ * not. */
+int ingest_client_gpu_attach(ingest_client *c, const char *device, const tensor_digest *digests,
+                             size_t n, struct ingest_gpu_result *results, int *fds,
+                             tetris_error *err);
+
 /* Keeps the references of the last successful ingest held for as long as
  * c is open, across daemon restarts. A thread watches the connection; when
  * the daemon's end goes away it reconnects, with backoff (about 0.1 s,

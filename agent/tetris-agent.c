@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "agent/agent.h"
+#include "tensorstore/gpu/gpu.h"
 #include "agent/hold.h"
 #include "common/cli.h"
 #include "common/log.h"
@@ -33,7 +34,7 @@ static const char usage_text[] =
     "  load [--store DIR] [--tenant T] [--manifest M] [--direct | --private]\n"
     "       [--socket PATH] [--timeout-ms N] [--label L] [--workers N]\n"
     "       [--digests auto|agent|daemon] [--populate none|map|madvise] [--hold]\n"
-    "       MODEL\n"
+    "       [--device cuda:N] [--libcuda PATH] MODEL\n"
     "        map MODEL's tensors from the store (default " STORE_DEFAULT_DIR "); the\n"
     "        node daemon ingests missing ones (--direct: ingest them ourselves;\n"
     "        --private: no store, the baseline). Prints one JSON object as soon as\n"
@@ -47,6 +48,11 @@ static const char usage_text[] =
     "        resident -> agent, missing -> daemon). --populate: how the store's\n"
     "        mappings get their page tables (default madvise: at load, so the\n"
     "        first request pays no page faults; none: on first touch).\n"
+    "        --device cuda:N (default $TETRIS_DEVICE): also map the node daemon's\n"
+    "        shared read-only GPU copies of the tensors (store mode only; see\n"
+    "        docs/GPU.md); adds device, device_tensors, device_bytes and\n"
+    "        device_fallback to the JSON. --libcuda: the CUDA driver (default\n"
+    "        $TETRIS_LIBCUDA, else libcuda.so.1).\n"
     "  verify [--store DIR] [--tenant T]\n"
     "        re-hash every stored tensor; list the ones that do not match\n"
     "  inspect MODEL | inspect [--store DIR] [--tenant T]\n"
@@ -65,6 +71,8 @@ struct cli {
     const char *output;
     const char *socket;
     const char *label;
+    const char *device;
+    const char *libcuda;
     int timeout_ms;
     int workers;
     enum agent_digests digests;
@@ -120,6 +128,8 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
                                              {"workers", required_argument, NULL, 'W'},
                                              {"digests", required_argument, NULL, 'd'},
                                              {"populate", required_argument, NULL, 'p'},
+                                             {"device", required_argument, NULL, 'G'},
+                                             {"libcuda", required_argument, NULL, 'L'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int c_, idx;
@@ -154,6 +164,8 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
         case 'o': c->output = optarg; break;
         case 'S': c->socket = optarg; break;
         case 'l': c->label = optarg; break;
+        case 'G': c->device = optarg; break;
+        case 'L': c->libcuda = optarg; break;
         case 'H': c->hold = true; break;
         case 'p': {
             tetris_error err = {0};
@@ -229,7 +241,7 @@ static int cmd_index(int argc, char **argv)
 
 /* ---- load ---- */
 
-static int print_load(const agent_model *am, const char *mode)
+static int print_load(const agent_model *am, const char *mode, const char *device)
 {
     const struct agent_stats *s = &am->stats;
     json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:b, s:s}", "model",
@@ -239,6 +251,14 @@ static int print_load(const agent_model *am, const char *mode)
                           (json_int_t)s->ingested_bytes, "private_bytes",
                           (json_int_t)s->private_bytes, "load_ms", s->load_ms, "fell_back",
                           s->fell_back, "fallback_reason", s->fallback_reason);
+    if (j != NULL && device != NULL &&
+        json_object_update_new(j, json_pack("{s:s, s:I, s:I, s:s}", "device", device,
+                                            "device_tensors", (json_int_t)s->device_tensors,
+                                            "device_bytes", (json_int_t)s->device_bytes,
+                                            "device_fallback", s->device_fallback)) < 0) {
+        json_decref(j);
+        j = NULL;
+    }
     char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (text == NULL)
@@ -250,9 +270,9 @@ static int print_load(const agent_model *am, const char *mode)
 
 static int cmd_load(int argc, char **argv)
 {
-    static const char *const allowed[] = {"store",   "tenant",     "manifest", "direct", "private",
-                                          "socket",  "timeout-ms", "label",    "hold",   "workers",
-                                          "digests", "populate",   NULL};
+    static const char *const allowed[] = {"store",   "tenant",     "manifest", "direct",  "private",
+                                          "socket",  "timeout-ms", "label",    "hold",    "workers",
+                                          "digests", "populate",   "device",   "libcuda", NULL};
     static const char *const mode_names[] = {"store", "direct", "private"};
     struct agent_options o;
     tetris_error err = {0};
@@ -276,9 +296,20 @@ static int cmd_load(int argc, char **argv)
     o.populate = c.populate;
     if (c.timeout_ms > 0)
         o.daemon_timeout_ms = c.timeout_ms;
+    o.device = c.device != NULL ? c.device : getenv("TETRIS_DEVICE");
+    if (o.device != NULL && o.device[0] == '\0')
+        o.device = NULL;
+    o.libcuda = c.libcuda;
+    if (o.device != NULL) {
+        int ordinal;
+        if (gpu_device_parse(o.device, &ordinal, &err) < 0)
+            return usage_error("--device: %s", err.msg);
+        if (c.mode != AGENT_MODE_STORE)
+            return usage_error("%s", "--device needs the node daemon (not --direct or --private)");
+    }
     if ((r = agent_load(c.arg, &o, &am, &err)) < 0)
         return report(r, "load", &err);
-    if (print_load(am, mode_names[c.mode]) < 0) {
+    if (print_load(am, mode_names[c.mode], o.device) < 0) {
         log_error("event=error op=load msg=\"cannot write the result to stdout\"");
         agent_model_free(am);
         return EXIT_FAIL;

@@ -23,3 +23,7 @@ tetris-eval_SRCS := bench/eval/tetris-eval.c bench/eval/eval_scale.c \
                     scheduler-ext/autoscaler/autoscaler_kube.c \
                     scheduler-ext/autoscaler/autoscaler_openfaas.c
 tetris-eval_LIBS := -lglpk -lcurl
+# GPU sharing: warm attach against host-to-device copies (real GPU only;
+# exits 77 without one).
+PROGRAMS += tetris-bench-gpu
+tetris-bench-gpu_SRCS := bench/gpu/bench_gpu.c

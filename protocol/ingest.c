@@ -285,6 +285,25 @@ char *ingest_fallback_encode(const char *label, const char *reason)
     return text;
 }
 
+char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests, size_t n)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        char hex[TENSOR_DIGEST_HEX_LEN + 1], digest[TENSOR_DIGEST_HEX_LEN + 8];
+        tensor_digest_to_hex(&digests[i], hex);
+        snprintf(digest, sizeof(digest), "sha256:%s", hex);
+        if (json_array_append_new(list, json_string(digest)) < 0) {
+            json_decref(list);
+            return NULL;
+        }
+    }
+    json_t *req = json_pack("{s:s, s:s, s:o*}", "op", "gpu_attach", "device", device, "digests",
+                            list);
+    char *text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    return text;
+}
+
 /* A string member that may be absent (""); malloc'd into *out. */
 static int optional_string(const json_t *msg, const char *key, char **out, tetris_error *err)
 {
@@ -374,6 +393,34 @@ static int decode_ingest(const json_t *msg, size_t n_fds, ingest_request *rq,
     return 0;
 }
 
+static int decode_gpu_attach(const json_t *msg, ingest_request *rq, tetris_error *err)
+{
+    const char *device = json_string_value(json_object_get(msg, "device"));
+    if (device == NULL || strlen(device) >= sizeof(rq->device))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "gpu_attach needs \"device\", a string of at most %d bytes",
+                           INGEST_DEVICE_MAX - 1);
+    snprintf(rq->device, sizeof(rq->device), "%s", device);
+    const json_t *list = json_object_get(msg, "digests");
+    size_t n = json_array_size(list);
+    if (!json_is_array(list) || n == 0 || n > INGEST_MAX_GPU_TENSORS)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "gpu_attach needs \"digests\", 1 to %d of them",
+                           INGEST_MAX_GPU_TENSORS);
+    rq->digests = calloc(n, sizeof(*rq->digests));
+    if (rq->digests == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    rq->n_digests = n;
+    for (size_t i = 0; i < n; i++) {
+        const char *hex = json_string_value(json_array_get(list, i));
+        tetris_error derr;
+        if (hex == NULL || strncmp(hex, "sha256:", 7) != 0 ||
+            tensor_digest_from_hex(hex + 7, &rq->digests[i], &derr) < 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "gpu_attach: digests[%zu] must be \"sha256:\" and 64 hex digits", i);
+    }
+    return 0;
+}
+
 int ingest_request_decode(const char *json, size_t len, size_t n_fds, ingest_request **out,
                           tetris_error *err)
 {
@@ -390,6 +437,9 @@ int ingest_request_decode(const char *json, size_t len, size_t n_fds, ingest_req
     } else if (op != NULL && strcmp(op, "ingest") == 0) {
         rq->op = INGEST_OP_INGEST;
         rc = decode_ingest(msg, n_fds, rq, err);
+    } else if (op != NULL && strcmp(op, "gpu_attach") == 0 && n_fds == 0) {
+        rq->op = INGEST_OP_GPU_ATTACH;
+        rc = decode_gpu_attach(msg, rq, err);
     } else if (op != NULL && strcmp(op, "report_fallback") == 0 && n_fds == 0) {
         rq->op = INGEST_OP_REPORT_FALLBACK;
         rc = optional_string(msg, "label", &rq->label, err);
@@ -420,6 +470,7 @@ void ingest_request_free(ingest_request *rq)
     for (size_t i = 0; rq->tensors != NULL && i < rq->n_tensors; i++)
         free(rq->tensors[i].desc.name);
     free(rq->tensors);
+    free(rq->digests);
     free(rq);
 }
 
@@ -590,6 +641,74 @@ int ingest_ack_decode(const char *json, size_t len, tetris_error *err)
 {
     json_t *reply = NULL;
     int rc = reply_open(json, len, &reply, err);
+    json_decref(reply);
+    return rc;
+}
+
+char *ingest_gpu_reply_encode(const char *device, const struct ingest_gpu_result *results, size_t n)
+{
+    json_t *tensors = json_array();
+    for (size_t i = 0; tensors != NULL && i < n; i++) {
+        const struct ingest_gpu_result *r = &results[i];
+        json_t *t = r->attached ? json_pack("{s:s, s:I, s:I}", "status", "attached", "size",
+                                            (json_int_t)r->size, "nbytes", (json_int_t)r->nbytes)
+                                : json_pack("{s:s, s:s, s:s}", "status", "rejected", "error",
+                                            tetris_code_name(r->code), "reason", r->reason);
+        json_array_append_new(tensors, t);
+    }
+    return dump_and_free(
+        json_pack("{s:b, s:s, s:o*}", "ok", 1, "device", device, "tensors", tensors));
+}
+
+int ingest_gpu_reply_decode(const char *json, size_t len, size_t n, size_t n_fds,
+                            struct ingest_gpu_result *results, tetris_error *err)
+{
+    json_t *reply = NULL;
+    int rc = reply_open(json, len, &reply, err);
+    const json_t *tensors = json_object_get(reply, "tensors");
+    if (rc == 0 && (!json_is_array(tensors) || json_array_size(tensors) != n))
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "daemon reply has %zu GPU results, want %zu",
+                         json_array_size(tensors), n);
+    size_t attached = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const json_t *t = json_array_get(tensors, i);
+        const char *status = json_string_value(json_object_get(t, "status"));
+        struct ingest_gpu_result *r = &results[i];
+        memset(r, 0, sizeof(*r));
+        if (status != NULL && strcmp(status, "attached") == 0) {
+            const json_t *size = json_object_get(t, "size");
+            const json_t *nbytes = json_object_get(t, "nbytes");
+            if (!json_is_integer(size) || !json_is_integer(nbytes) ||
+                json_integer_value(size) <= 0 || json_integer_value(nbytes) < 0 ||
+                json_integer_value(nbytes) > json_integer_value(size)) {
+                rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                                 "daemon reply: GPU tensor %zu: bad \"size\" or \"nbytes\"", i);
+                break;
+            }
+            r->attached = true;
+            r->size = (uint64_t)json_integer_value(size);
+            r->nbytes = (uint64_t)json_integer_value(nbytes);
+            attached++;
+        } else if (status != NULL && strcmp(status, "rejected") == 0) {
+            const char *code = json_string_value(json_object_get(t, "error"));
+            const char *reason = json_string_value(json_object_get(t, "reason"));
+            if (code == NULL || reason == NULL) {
+                rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                                 "daemon reply: GPU tensor %zu rejected without error and reason",
+                                 i);
+                break;
+            }
+            r->code = code_from_name(code);
+            snprintf(r->reason, sizeof(r->reason), "%s", reason);
+        } else {
+            rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                             "daemon reply: bad status for GPU tensor %zu", i);
+        }
+    }
+    if (rc == 0 && attached != n_fds)
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                         "daemon reply: %zu GPU tensors attached but %zu descriptors", attached,
+                         n_fds);
     json_decref(reply);
     return rc;
 }

@@ -46,6 +46,31 @@
  *            does, see docs/programs/tetris-agent.md).
  *   request  {"op":"report_fallback","label":S,"reason":S}   no descriptors
  *   reply    {"ok":true}
+ *   request  {"op":"gpu_attach","device":"cuda:N","digests":["sha256:HEX", ...]}
+ *            no descriptors; 1 to INGEST_MAX_GPU_TENSORS digests, each of a
+ *            tensor this connection references (an earlier ingest on it
+ *            that was not rejected), so the device copy is filled from the
+ *            verified store copy. Opt-in per request: a client that never
+ *            sends it never touches a GPU.
+ *   reply    {"ok":true,"device":"cuda:N",
+ *             "tensors":[{"status":"attached","size":S,"nbytes":N}
+ *                        | {"status":"rejected","error":CODE,"reason":S}, ...]}
+ *            + one descriptor per "attached" entry, in order: a CUDA VMM
+ *            allocation exported as a POSIX file descriptor
+ *            (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) of S bytes (nbytes
+ *            padded to the device's allocation granularity), holding the
+ *            tensor's nbytes at offset 0 and nothing of any other tensor.
+ *            The client imports and maps it whole (tensorstore/gpu/gpu.h),
+ *            read-only. The daemon keeps one allocation per digest per
+ *            device, shared by every client, and counts the connection's
+ *            reference to it until the connection closes. CODE "full" when
+ *            the device (or --gpu-capacity) has no room.
+ *            A refusal of the whole request that concerns only the GPU
+ *            (device unknown or not "cuda:N", GPU sharing unavailable on
+ *            this node, a digest the connection does not reference) is the
+ *            error reply below, but the connection stays open: its host
+ *            references are untouched. A malformed request closes it, as
+ *            any other does.
  *   error    {"ok":false,"error":CODE,"message":S}, after which the daemon
  *            closes the connection. CODE is tetris_code_name() of the
  *            failure. A daemon at its connection limit sends this
@@ -98,6 +123,8 @@
 #define INGEST_MAX_LABEL 255
 #define INGEST_MAX_HOLDER_REFS INGEST_MAX_TENSORS /* distinct per connection */
 #define INGEST_REASON_MAX 160 /* a rejection's reason, NUL included */
+#define INGEST_MAX_GPU_TENSORS 64 /* digests per gpu_attach (descriptors back) */
+#define INGEST_DEVICE_MAX 16      /* "cuda:N", NUL included */
 
 /* ---- framing ---- */
 
@@ -123,7 +150,7 @@ int ingest_wait_ready(int sock, short events, int64_t deadline_ms, tetris_error 
 
 /* ---- requests ---- */
 
-enum ingest_op { INGEST_OP_INGEST, INGEST_OP_REPORT_FALLBACK };
+enum ingest_op { INGEST_OP_INGEST, INGEST_OP_REPORT_FALLBACK, INGEST_OP_GPU_ATTACH };
 
 typedef struct ingest_request_tensor {
     /* name owned by the request; source is INGEST_SOURCE_DESCRIPTOR, for
@@ -143,6 +170,9 @@ typedef struct ingest_request {
     char **sources; /* informational paths */
     size_t n_tensors;
     ingest_request_tensor *tensors;
+    char device[INGEST_DEVICE_MAX]; /* gpu_attach's, not checked further */
+    size_t n_digests;               /* gpu_attach's */
+    tensor_digest *digests;
 } ingest_request;
 
 /* The ingest request for every tensor of m (those without has_digest sent
@@ -156,6 +186,9 @@ int ingest_request_encode(const char *label, const model *m, char **json,
                           tetris_error *err);
 /* {"op":"report_fallback",...}; malloc'd, NULL when out of memory. */
 char *ingest_fallback_encode(const char *label, const char *reason);
+/* {"op":"gpu_attach",...} for digests[0..n); malloc'd, NULL when out of
+ * memory. */
+char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests, size_t n);
 
 /* Decodes a request that arrived with n_fds descriptors: op, label and
  * every tensor entry (model/manifest.h's entry decoder); sources must
@@ -206,5 +239,20 @@ int ingest_reply_decode(const char *json, size_t len, size_t n,
                         tetris_error *err);
 /* Decodes the reply to report_fallback: 0 for {"ok":true}, else as above. */
 int ingest_ack_decode(const char *json, size_t len, tetris_error *err);
+
+struct ingest_gpu_result {
+    bool attached; /* else rejected: code, reason */
+    uint64_t size; /* the allocation's (padded) */
+    uint64_t nbytes;
+    int code;
+    char reason[INGEST_REASON_MAX];
+};
+
+char *ingest_gpu_reply_encode(const char *device, const struct ingest_gpu_result *results,
+                              size_t n);
+/* Decodes the reply to a gpu_attach of n digests that came with n_fds
+ * descriptors: one per attached result, else TETRIS_E_PROTOCOL. */
+int ingest_gpu_reply_decode(const char *json, size_t len, size_t n, size_t n_fds,
+                            struct ingest_gpu_result *results, tetris_error *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include "common/config_yaml.h"
 #include "protocol/inventory.h"
 #include "protocol/names.h"
+#include "tensorstore/gpu/gpu.h"
 #include "tensorstore/store.h"
 
 enum {
@@ -45,6 +46,8 @@ enum {
     OPT_STORE_TMPFS,
     OPT_MOUNT_ONLY,
     OPT_MOUNT_NAMESPACE,
+    OPT_GPU_CAPACITY,
+    OPT_LIBCUDA,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -78,6 +81,8 @@ static const struct option long_options[] = {
     {"store-tmpfs", required_argument, NULL, OPT_STORE_TMPFS},
     {"mount-only", no_argument, NULL, OPT_MOUNT_ONLY},
     {"mount-namespace", required_argument, NULL, OPT_MOUNT_NAMESPACE},
+    {"gpu-capacity", required_argument, NULL, OPT_GPU_CAPACITY},
+    {"libcuda", required_argument, NULL, OPT_LIBCUDA},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -134,6 +139,12 @@ void reclaimer_usage(const char *prog)
            "                           requests together (default 0 = the CPUs this\n"
            "                           process may use: affinity and cgroup cpu.max)\n"
            "  --request-timeout SECS   to receive a request or send a reply (default 30)\n"
+           "  --gpu-capacity BYTES     device memory per GPU for shared tensors (gpu_attach,\n"
+           "                           docs/GPU.md); LRU evicts unreferenced ones above it\n"
+           "                           (default 0 = what the device has)\n"
+           "  --libcuda PATH           CUDA driver library (default $" GPU_LIBCUDA_ENV ",\n"
+           "                           else " GPU_LIBCUDA_DEFAULT "; loaded on the first\n"
+           "                           gpu_attach)\n"
            "  --pin-file FILE          digests (hex, one per line) kept as if referenced,\n"
            "                           e.g. the models of pods scheduled to this node;\n"
            "                           re-read when it changes\n"
@@ -304,6 +315,9 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
                            err);
     case OPT_SCRUB_RATE:
         return config_parse_bytes(v, &cfg->scrub_rate, err);
+    case OPT_GPU_CAPACITY: return config_parse_bytes(v, &cfg->gpu_capacity_bytes, err);
+    case OPT_LIBCUDA:
+        return copy_string(cfg->libcuda_path, sizeof(cfg->libcuda_path), "libcuda", v, err);
     case OPT_NODE_NAME:
         return copy_string(cfg->node_name, sizeof(cfg->node_name), "node name", v, err);
     case OPT_STATE_FILE:

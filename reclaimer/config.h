@@ -52,6 +52,8 @@ struct reclaimer_config {
     unsigned workers;               /* ingest hashing threads, all requests
                                        together; 0: the CPU allowance */
     uint64_t scrub_rate;         /* CRC-checked bytes per second, 0: off */
+    uint64_t gpu_capacity_bytes; /* per GPU, shared tensors; 0: the device's */
+    char libcuda_path[PATH_MAX]; /* "" -> $TETRIS_LIBCUDA or libcuda.so.1 */
     unsigned max_connections;    /* concurrent ingest connections */
     double request_timeout_s;    /* to receive a request / send a reply */
     double health_deadline_s;    /* /healthz fails once no pass completed

@@ -1,11 +1,10 @@
 /* daemon.h - the state tetris-reclaimer's parts share: the stores it
  * serves (the shared one and every tenant's), their tensor indexes and
- * counters, and the locks that order ingests against reclaim passes. Each part lives in its own file:
- *   stores.c         the served stores: the shared one and tenants' (discovery)
- *   ingest_server.c  the Unix-socket ingest service (one thread per client)
- *   reclaim.c        repair, reclaim pass (keep-alive, LRU), scrub
- *   http_api.c       /metrics, /inventory, /healthz
- *   main.c           configuration, signals, the main loop */
+ * counters, and the locks that order ingests against reclaim passes. Each part lives in its own
+ * file: stores.c         the served stores: the shared one and tenants' (discovery) ingest_server.c
+ * the Unix-socket ingest service (one thread per client) reclaim.c        repair, reclaim pass
+ * (keep-alive, LRU), scrub http_api.c       /metrics, /inventory, /healthz gpu_pool.c       GPU
+ * copies of stored tensors (gpu_attach) main.c           configuration, signals, the main loop */
 #ifndef TETRIS_RECLAIMER_DAEMON_H
 #define TETRIS_RECLAIMER_DAEMON_H
 
@@ -18,7 +17,9 @@
 
 #include "reclaimer/config.h"
 #include "common/error.h"
+#include "common/textbuf.h"
 #include "common/workers.h"
+#include "protocol/ingest.h"
 #include "tensorstore/store.h"
 #include "reclaimer/tensor_index.h"
 
@@ -256,6 +257,32 @@ int ingest_server_start(struct served_store *ss, ingest_server **out, tetris_err
 /* Stops accepting, closes every connection (releasing its references),
  * joins the threads and removes the socket. */
 void ingest_server_stop(ingest_server *s);
+
+/* ---- gpu_pool.c ---- */
+typedef struct gpu_pool gpu_pool;
+struct gpu_entry;
+/* The GPU copies one connection references. */
+struct gpu_conn_refs {
+    struct gpu_entry **e;
+    size_t n;
+};
+gpu_pool *daemon_gpu_pool(void);
+/* Attaches digests[0..n) of store ss on device ("cuda:N") for a
+ * connection: results per digest, one exported descriptor per attached
+ * one in fds (n slots; the caller sends and closes them), references
+ * added to refs. The digests must be ones the connection references (the
+ * caller checks). A failure of the whole request (device name, no driver,
+ * no such device) returns its code with nothing attached. */
+int gpu_pool_attach(gpu_pool *p, struct served_store *ss, const char *device,
+                    const tensor_digest *digests, size_t n, struct gpu_conn_refs *refs,
+                    struct ingest_gpu_result *res, int *fds, size_t *n_fds, tetris_error *err);
+/* Drops a closed connection's references (they start their keep-alive). */
+void gpu_pool_release(gpu_pool *p, struct gpu_conn_refs *refs);
+/* Releases copies unreferenced for the keep-alive, and any above
+ * --gpu-capacity (LRU); called by every reclaim pass. */
+void gpu_pool_reclaim(gpu_pool *p, struct daemon *d);
+/* tetris_gpu_resident_bytes and tetris_gpu_saved_bytes, per GPU used. */
+void gpu_pool_render_metrics(gpu_pool *p, textbuf *t);
 
 /* ---- http_api.c ---- */
 typedef struct http_api http_api;

@@ -261,6 +261,7 @@ char *daemon_render_metrics(struct daemon *d, bool tenants, size_t *len)
     render_models(&t, snap, n);
     render_durations(&t, snap, n);
     free(snap);
+    gpu_pool_render_metrics(daemon_gpu_pool(), &t);
     prom_header(&t, "tetris_reclaim_passes_total", "counter",
                 "Reclaim passes completed (each covers every store).");
     prom_sample(&t, "tetris_reclaim_passes_total", NULL, 0, atomic_load(&d->reclaim_passes));

@@ -80,6 +80,7 @@ struct conn {
     tensor_digest *held;  /* what holder references, sorted, each once */
     size_t n_held;
     bool replaced_adopted; /* took over a holder adopted for its pid */
+    struct gpu_conn_refs gpu; /* GPU copies it references (gpu_attach) */
 };
 
 /* ---- validation ---- */
@@ -628,8 +629,54 @@ static int handle_fallback(struct conn *c, const ingest_request *rq, char **repl
     return 0;
 }
 
+/* Device copies of tensors the connection references. A refusal of the
+ * whole request that concerns only the GPU is answered with an error but
+ * keeps the connection, and with it the host references. */
+static int handle_gpu_attach(struct conn *c, const ingest_request *rq, char **reply, int *out_fds,
+                             size_t *n_out, tetris_error *err)
+{
+    struct served_store *ss = c->srv->ss;
+    tetris_error gerr;
+    int rc = 0;
+    for (size_t i = 0; i < rq->n_digests && rc == 0; i++)
+        if (!conn_holds(c, &rq->digests[i])) {
+            char hex[TENSOR_DIGEST_HEX_LEN + 1];
+            tensor_digest_to_hex(&rq->digests[i], hex);
+            rc = tetris_fail(&gerr, TETRIS_E_INVAL, 0,
+                             "digests[%zu] (sha256:%.12s...) is not referenced by this connection "
+                             "(ingest it first)",
+                             i, hex);
+        }
+    struct ingest_gpu_result res[INGEST_MAX_GPU_TENSORS];
+    if (rc == 0)
+        rc = gpu_pool_attach(daemon_gpu_pool(), ss, rq->device, rq->digests, rq->n_digests, &c->gpu,
+                             res, out_fds, n_out, &gerr);
+    char ql[300];
+    if (rc < 0) {
+        atomic_fetch_add(&ss->counters.ingest_errors, 1);
+        log_warn("event=gpu-attach-refused tenant=%s pid=%d device=%s code=%s msg=%s",
+                 tenant_name(ss), (int)c->pid, log_quote(rq->device, ql, sizeof(ql)),
+                 tetris_code_name(gerr.code), LOG_Q(gerr.msg));
+        *reply = ingest_error_encode(gerr.code, gerr.msg);
+    } else {
+        size_t rejected = rq->n_digests - *n_out;
+        log_info("event=gpu-attach tenant=%s pid=%d device=%s tensors=%zu rejected=%zu",
+                 tenant_name(ss), (int)c->pid, log_quote(rq->device, ql, sizeof(ql)), rq->n_digests,
+                 rejected);
+        *reply = ingest_gpu_reply_encode(rq->device, res, rq->n_digests);
+    }
+    if (*reply == NULL) {
+        for (size_t i = 0; i < *n_out; i++)
+            close(out_fds[i]);
+        *n_out = 0;
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reply");
+    }
+    return 0;
+}
+
 static int handle_message(struct conn *c, const char *text, size_t len, const int *fds,
-                          size_t n_fds, char **reply, tetris_error *err)
+                          size_t n_fds, char **reply, int *out_fds, size_t *n_out,
+                          tetris_error *err)
 {
     ingest_request *rq = NULL;
     int rc = ingest_request_decode(text, len, n_fds, &rq, err);
@@ -637,6 +684,8 @@ static int handle_message(struct conn *c, const char *text, size_t len, const in
         return rc;
     if (rq->op == INGEST_OP_INGEST)
         rc = handle_ingest(c, rq, fds, reply, err);
+    else if (rq->op == INGEST_OP_GPU_ATTACH)
+        rc = handle_gpu_attach(c, rq, reply, out_fds, n_out, err);
     else
         rc = handle_fallback(c, rq, reply, err);
     ingest_request_free(rq);
@@ -653,16 +702,22 @@ static int64_t request_deadline(struct served_store *ss)
     return clock_mono_ms() + (int64_t)(t * 1000);
 }
 
-/* Sends reply (NULL: out of memory, nothing to send) and frees it. */
+/* Sends reply (NULL: out of memory, nothing to send) with fds attached,
+ * and frees and closes them. */
+static void send_reply_fds(struct conn *c, char *text, int *fds, size_t n_fds)
+{
+    tetris_error err;
+    if (text != NULL && ingest_send_message(c->sock, text, strlen(text), fds, n_fds,
+                                            request_deadline(c->srv->ss), &err) < 0)
+        log_info("event=ingest-reply-failed pid=%d msg=%s", (int)c->pid, LOG_Q(err.msg));
+    for (size_t i = 0; i < n_fds; i++)
+        close(fds[i]);
+    free(text);
+}
+
 static void send_reply(struct conn *c, char *text)
 {
-    if (text == NULL)
-        return;
-    tetris_error err;
-    if (ingest_send_message(c->sock, text, strlen(text), NULL, 0, request_deadline(c->srv->ss),
-                            &err) < 0)
-        log_info("event=ingest-reply-failed pid=%d msg=%s", (int)c->pid, LOG_Q(err.msg));
-    free(text);
+    send_reply_fds(c, text, NULL, 0);
 }
 
 static void send_error(struct conn *c, int code, const char *msg)
@@ -717,8 +772,10 @@ static void serve(struct conn *c)
         if (rc == -TETRIS_E_UNAVAILABLE)
             return; /* the client closed: normal end */
         char *reply = NULL;
+        int out_fds[INGEST_MAX_GPU_TENSORS];
+        size_t n_out = 0;
         if (rc == 0) {
-            rc = handle_message(c, text, len, fds, n_fds, &reply, &err);
+            rc = handle_message(c, text, len, fds, n_fds, &reply, out_fds, &n_out, &err);
             for (size_t i = 0; i < n_fds; i++)
                 close(fds[i]);
             free(text);
@@ -731,7 +788,7 @@ static void serve(struct conn *c)
             free(reply);
             return;
         }
-        send_reply(c, reply);
+        send_reply_fds(c, reply, out_fds, n_out);
     }
 }
 
@@ -803,6 +860,7 @@ static void *conn_main(void *arg)
         retain_holder(c->holder);
     else if (c->holder != NULL)
         store_holder_close(c->holder);
+    gpu_pool_release(daemon_gpu_pool(), &c->gpu);
     close(c->sock);
     atomic_fetch_sub(&srv->ss->counters.connections, 1);
     peer_release(srv->ss->d, c->uid, c->pid);

@@ -2,7 +2,8 @@
 # (tetris-node-pins, its sidecar, is the sub-module reclaimer/node-pins/.)
 PROGRAMS += tetris-reclaimer
 tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c \
-                         reclaimer/ingest_server.c reclaimer/http_api.c
+                         reclaimer/ingest_server.c reclaimer/http_api.c \
+                         reclaimer/gpu_pool.c
 # The daemon's settings and tensor index are in the library so the unit
 # tests can reach them.
 LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c

@@ -807,6 +807,7 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
                       tetris_code_name(serr.code), LOG_Q(serr.msg));
         }
     }
+    gpu_pool_reclaim(daemon_gpu_pool(), d);
     pthread_mutex_lock(&d->pass_lock);
     d->last_pass_ok = rc == 0;
     if (rc == 0) {

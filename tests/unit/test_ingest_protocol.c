@@ -420,6 +420,77 @@ START_TEST(malformed_replies_are_protocol_errors)
 END_TEST
 
 /* The limits and an orderly close are test_ingest_client.c's. */
+START_TEST(gpu_attach_round_trips)
+{
+    tensor_digest d[2];
+    memset(&d[0], 0xab, sizeof(d[0]));
+    memset(&d[1], 0x01, sizeof(d[1]));
+    char *json = ingest_gpu_attach_encode("cuda:1", d, 2);
+    ck_assert_ptr_nonnull(json);
+    ingest_request *rq = NULL;
+    tetris_error err = {0};
+    ck_assert_msg(ingest_request_decode(json, strlen(json), 0, &rq, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(rq->op, INGEST_OP_GPU_ATTACH);
+    ck_assert_str_eq(rq->device, "cuda:1");
+    ck_assert_uint_eq(rq->n_digests, 2);
+    ck_assert_int_eq(memcmp(rq->digests, d, sizeof(d)), 0);
+    ingest_request_free(rq);
+    /* Descriptors are not expected with it. */
+    ck_assert_int_eq(ingest_request_decode(json, strlen(json), 1, &rq, &err), -TETRIS_E_FORMAT);
+    free(json);
+    const char *bad[] = {
+        "{\"op\":\"gpu_attach\",\"device\":\"cuda:0\"}",
+        "{\"op\":\"gpu_attach\",\"device\":\"cuda:0\",\"digests\":[]}",
+        "{\"op\":\"gpu_attach\",\"device\":\"cuda:0\",\"digests\":[1]}",
+        "{\"op\":\"gpu_attach\",\"device\":\"cuda:0\",\"digests\":[\"sha256:00\"]}",
+        "{\"op\":\"gpu_attach\",\"device\":7,\"digests\":[]}",
+        "{\"op\":\"gpu_attach\",\"device\":\"cuda:0123456789abcdef\",\"digests\":[]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(ingest_request_decode(bad[i], strlen(bad[i]), 0, &rq, &err) ==
+                          -TETRIS_E_FORMAT,
+                      "%s", bad[i]);
+    /* At most INGEST_MAX_GPU_TENSORS digests. */
+    tensor_digest many[INGEST_MAX_GPU_TENSORS + 1] = {0};
+    json = ingest_gpu_attach_encode("cuda:0", many, INGEST_MAX_GPU_TENSORS + 1);
+    ck_assert_int_eq(ingest_request_decode(json, strlen(json), 0, &rq, &err), -TETRIS_E_FORMAT);
+    free(json);
+}
+END_TEST
+
+START_TEST(gpu_reply_round_trips)
+{
+    struct ingest_gpu_result in[3] = {
+        {.attached = true, .size = 2097152, .nbytes = 100},
+        {.attached = false, .code = TETRIS_E_FULL, .reason = "GPU cuda:0 full"},
+        {.attached = true, .size = 65536, .nbytes = 65536},
+    };
+    char *json = ingest_gpu_reply_encode("cuda:0", in, 3);
+    ck_assert_ptr_nonnull(json);
+    struct ingest_gpu_result out[3];
+    tetris_error err = {0};
+    ck_assert_msg(ingest_gpu_reply_decode(json, strlen(json), 3, 2, out, &err) == 0, "%s", err.msg);
+    ck_assert(out[0].attached && out[0].size == 2097152 && out[0].nbytes == 100);
+    ck_assert(!out[1].attached && out[1].code == TETRIS_E_FULL);
+    ck_assert_str_eq(out[1].reason, "GPU cuda:0 full");
+    ck_assert(out[2].attached && out[2].size == 65536);
+    /* Descriptors must match the attached results one for one. */
+    ck_assert_int_eq(ingest_gpu_reply_decode(json, strlen(json), 3, 1, out, &err),
+                     -TETRIS_E_PROTOCOL);
+    ck_assert_int_eq(ingest_gpu_reply_decode(json, strlen(json), 2, 2, out, &err),
+                     -TETRIS_E_PROTOCOL);
+    free(json);
+    const char *bad = "{\"ok\":true,\"tensors\":[{\"status\":\"attached\",\"size\":10,"
+                      "\"nbytes\":11}]}";
+    ck_assert_int_eq(ingest_gpu_reply_decode(bad, strlen(bad), 1, 1, out, &err),
+                     -TETRIS_E_PROTOCOL);
+    const char *refused = "{\"ok\":false,\"error\":\"unavailable\",\"message\":\"no GPU\"}";
+    ck_assert_int_eq(ingest_gpu_reply_decode(refused, strlen(refused), 1, 0, out, &err),
+                     -TETRIS_E_UNAVAILABLE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no GPU"));
+}
+END_TEST
+
 START_TEST(framing)
 {
     int sv[2];
@@ -482,6 +553,8 @@ int main(void)
     tcase_add_test(tc, error_replies_carry_the_daemons_code);
     tcase_add_loop_test(tc, malformed_replies_are_protocol_errors, 0,
                         (int)(sizeof bad_replies / sizeof bad_replies[0]));
+    tcase_add_test(tc, gpu_attach_round_trips);
+    tcase_add_test(tc, gpu_reply_round_trips);
     tcase_add_test(tc, framing);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -107,8 +107,9 @@ static char *write_temp(const char *text)
 
 START_TEST(test_config_precedence)
 {
-    char *path = write_temp("store: /tmp/s1\ninterval: 7\nkeep_alive: 1m\ncapacity: 1Gi\n"
-                            "node_name: from-file\n");
+    char *path = write_temp(
+        "store: /tmp/s1\ninterval: 7\nkeep_alive: 1m\ncapacity: 1Gi\n"
+        "node_name: from-file\ngpu_capacity: 2Gi\nlibcuda: /opt/libcuda.so.1\n");
     char *argv[] = {"tetris-reclaimer", "--interval", "3", "--config", path, NULL};
     struct reclaimer_config cfg;
     tetris_error err;
@@ -118,6 +119,8 @@ START_TEST(test_config_precedence)
     ck_assert(cfg.keep_alive_s == 60);
     ck_assert_uint_eq(cfg.capacity_bytes, 1ull << 30);
     ck_assert_str_eq(cfg.node_name, "from-file");
+    ck_assert_uint_eq(cfg.gpu_capacity_bytes, 2ull << 30);
+    ck_assert_str_eq(cfg.libcuda_path, "/opt/libcuda.so.1");
     ck_assert_str_eq(cfg.socket_path, "/tmp/s1/public/ingest.sock");
     ck_assert_str_eq(cfg.state_path, "/tmp/s1/private/reclaimer.state");
     unlink(path);
@@ -136,6 +139,9 @@ START_TEST(test_config_errors)
     ck_assert_int_lt(reclaimer_config_load(2, a2, &cfg, &err), 0);
     char *a3[] = {"r", "extra", NULL};
     ck_assert_int_lt(reclaimer_config_load(2, a3, &cfg, &err), 0);
+    char *a9[] = {"r", "--gpu-capacity", "lots", NULL};
+    ck_assert_int_lt(reclaimer_config_load(3, a9, &cfg, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "lots"));
     char *path = write_temp("interval: 5\nfrobnicate: yes\n");
     char *a4[] = {"r", "--config", path, NULL};
     ck_assert_int_lt(reclaimer_config_load(3, a4, &cfg, &err), 0);
