@@ -79,7 +79,8 @@ static void push_list(const char *items)
     push(200, body);
 }
 
-static as_function *new_function(void)
+/* fn with the two-config profile, of the plain --function kind. */
+static as_function *plain_function(void)
 {
     tetris_error err = {0};
     profile *p = NULL;
@@ -87,6 +88,13 @@ static as_function *new_function(void)
                   err.msg);
     as_function *f = NULL;
     ck_assert_int_eq(as_function_new("fn", p, &f, &err), 0);
+    return f;
+}
+
+static as_function *new_function(void)
+{
+    tetris_error err = {0};
+    as_function *f = plain_function();
     ck_assert_int_eq(as_function_set_openfaas(f, &err), 0);
     return f;
 }
@@ -450,12 +458,7 @@ END_TEST
  * under the refined plan mode, decided without an API server. */
 static as_function *refined_function(as_policy *rp)
 {
-    tetris_error err = {0};
-    profile *p = NULL;
-    ck_assert_msg(profile_parse(profile_text, strlen(profile_text), "test", &p, &err) == 0, "%s",
-                  err.msg);
-    as_function *f = NULL;
-    ck_assert_int_eq(as_function_new("fn", p, &f, &err), 0);
+    as_function *f = plain_function();
     *rp =
         (as_policy){.plan = {.slo_ms = 50, .latency = PROFILE_STAT_P95, .mode = PLAN_MODE_REFINED},
                     .headroom_out = 0.1,
