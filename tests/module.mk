@@ -6,7 +6,7 @@
 # and leaves it up for the next; `make cluster-down` stops it). Each
 # module's own tests are listed by its module.mk.
 SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh \
-               tests/bench/test-eval.sh
+               tests/bench/test-eval.sh tests/bench/test-eval-decisions.sh
 SHELL_TESTS += tests/models/test-paper-models-cli.sh
 SLOW_TESTS += tests/models/test-paper-models-share.sh
 SHELL_TESTS += tests/cli/test-help-version.sh tests/cli/test-lint.sh
@@ -14,4 +14,5 @@ SHELL_TESTS += tests/helm/test-render.sh
 E2E_TESTS += tests/helm/test-dry-run.sh tests/helm/test-install.sh
 E2E_TESTS += tests/k8s/test-extender-kubeclient.sh tests/k8s/test-extender-placement.sh \
              tests/k8s/test-extender-pins.sh tests/k8s/test-cluster-smoke.sh \
-             tests/k8s/test-autoscaler-placement.sh tests/k8s/test-openfaas.sh
+             tests/k8s/test-autoscaler-placement.sh tests/k8s/test-openfaas.sh \
+             tests/k8s/test-eval-validate.sh

@@ -29,6 +29,7 @@
 #include "bench/eval/eval.h"
 #include "scheduler-ext/autoscaler/autoscaler.h"
 #include "scheduler-ext/autoscaler/dts.h"
+#include "scheduler-ext/extender/similarity.h"
 #include "common/cleanup.h"
 #include "common/cli.h"
 #include "common/error.h"
@@ -39,12 +40,16 @@ enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2 };
 
 #define N_NODES 8
 
-/* The paper's testbed: 2 nodes of 80 cores/256 GB, 6 of 32 cores/128 GB. */
-static const struct {
+typedef struct node_def {
+    const char *name;
     double cpus, mem_mib;
-} testbed[N_NODES] = {
-    {80, 256 * 1024}, {80, 256 * 1024}, {32, 128 * 1024}, {32, 128 * 1024},
-    {32, 128 * 1024}, {32, 128 * 1024}, {32, 128 * 1024}, {32, 128 * 1024},
+} node_def;
+
+/* The paper's testbed: 2 nodes of 80 cores/256 GB, 6 of 32 cores/128 GB. */
+static const node_def testbed[N_NODES] = {
+    {"node-1", 80, 256 * 1024}, {"node-2", 80, 256 * 1024}, {"node-3", 32, 128 * 1024},
+    {"node-4", 32, 128 * 1024}, {"node-5", 32, 128 * 1024}, {"node-6", 32, 128 * 1024},
+    {"node-7", 32, 128 * 1024}, {"node-8", 32, 128 * 1024},
 };
 
 const app_def apps[N_APPS] = {
@@ -71,6 +76,16 @@ typedef struct options {
     double scale, headroom;
     enum plan_mode mode;
     bool app_on[N_APPS], trace_on[N_TRACES];
+    const char *decisions; /* --decisions FILE */
+    /* Prediction mode (--function): these functions, traces and nodes
+     * instead of the paper's applications and testbed. */
+    size_t n_custom, n_nodes;
+    const char *custom_profile[MAX_FNS], *custom_trace[MAX_FNS];
+    char custom_name[MAX_FNS][48];
+    double slo_ms;
+    node_def nodes[N_NODES];
+    const char *node_models[N_NODES]; /* comma-separated, in the store at the start */
+    char node_name[N_NODES][64];
 } options;
 
 typedef struct result {
@@ -103,8 +118,22 @@ static void usage(FILE *f, const char *prog)
             "  --mode MODE        DTS plan mode: paper or refined (default refined)\n"
             "  --headroom H       scale out when rate*(1+H) > capacity (default 0.1)\n"
             "  --out DIR          also write results.tsv and per-second series there\n"
+            "  --decisions FILE   write every scaling decision there, one line per function\n"
+            "                     and config: time, function, config (c,b,p), instances\n"
+            "                     before and wanted, the nodes placed on and released from\n"
+            "                     (- for stdout)\n"
             "  -h, --help         this help\n"
             "  -V, --version      the version\n"
+            "\n"
+            "Prediction mode (what tetris-autoscaler run --trace and the scheduler with the\n"
+            "extender do on a given cluster; policy tetris, --decisions required):\n"
+            "  --function NAME=PROFILE  a function (at most 3), replacing the applications\n"
+            "  --rate-trace NAME=FILE   its rate: `time_s rps` lines, as tetris-autoscaler's\n"
+            "                           --trace reads them; a round every --interval up to\n"
+            "                           the traces' end\n"
+            "  --slo-ms T               every function's latency SLO\n"
+            "  --node NAME=CPUS,MEM_MIB[,MODEL...]  a node (at most 8) and the models its\n"
+            "                           tensor store holds at the start\n"
             "\n"
             "Scale mode, when --nodes or --functions is given: one cluster of N nodes (one\n"
             "in four of 80 CPUs/256 GiB, the rest 32 CPUs/128 GiB) running M functions drawn\n"
@@ -184,17 +213,37 @@ void make_trace(const char *kind, double mean, unsigned n, uint64_t seed, double
 
 /* ---- the cluster ---- */
 
+/* An instance, in the order instances were created. */
+typedef struct instance {
+    size_t config, node;
+} instance;
+
 typedef struct sim {
     const options *opt;
     const app_def *app;
     const policy_def *pol;
+    const char *trace_name;
+    const node_def *nodes;
+    size_t n_nodes;
     size_t n_fns;
     as_function *fns[MAX_FNS];
     size_t model_of[MAX_FNS]; /* functions of one model share its tensors */
     /* count[f][config][node]: instances placed */
     unsigned *count[MAX_FNS];
+    instance *order[MAX_FNS]; /* f's instances, oldest first */
+    size_t n_order[MAX_FNS];
     double used_cpus[N_NODES], used_mib[N_NODES];
+    double req_mib[N_NODES];                /* the pods' memory requests (no store) */
     unsigned model_count[MAX_FNS][N_NODES]; /* instances of model k on a node */
+    bool seeded[MAX_FNS][N_NODES];          /* model k in the node's store from the start */
+    /* What the extender knows: each model as one tensor (id k) of its shared
+     * bytes, each node's store as the models it holds. */
+    uint32_t model_id[MAX_FNS];
+    uint64_t model_bytes[MAX_FNS];
+    model_need need[MAX_FNS];
+    node_inventory *store[N_NODES];
+    uint32_t store_held[N_NODES]; /* bit k: store[n] holds model k */
+    FILE *decisions;
     unsigned long unplaced;
 } sim;
 
@@ -203,57 +252,126 @@ static double shared_mib_of(const sim *s, size_t f)
     return plan_shared_mib(s->fns[f]->prof);
 }
 
-/* Places one instance of config i of function f. Like the extender, a node
- * that already holds the model's tensors is preferred when sharing (it pays
- * no tensors); otherwise the least-allocated node by CPU that fits. */
-static bool place(sim *s, size_t f, size_t i, const plan_options *o)
+/* The extender's score of node n for model k (similarity_eval: θ of the
+ * tensors the node's store holds, round(10 θ)) into *score. The store holds
+ * a model while the node runs an instance of it, and the models it started
+ * with; its inventory is rebuilt when that set changes. */
+static int extender_score(sim *s, size_t k, size_t n, int *score, tetris_error *err)
+{
+    uint32_t ids[MAX_FNS], held = 0;
+    size_t n_ids = 0;
+    for (size_t m = 0; m < s->n_fns; m++)
+        if (s->model_of[m] == m && (s->model_count[m][n] > 0 || s->seeded[m][n])) {
+            ids[n_ids++] = s->model_id[m];
+            held |= 1u << m;
+        }
+    if (s->store[n] == NULL || s->store_held[n] != held) {
+        node_inventory_free(s->store[n]);
+        if ((s->store[n] = node_inventory_new()) == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, errno, "node store");
+        int r = node_inventory_set_ids(s->store[n], NULL, ids, n_ids, err);
+        if (r < 0)
+            return r;
+        s->store_held[n] = held;
+    }
+    node_fit fit;
+    similarity_eval(&s->need[k], s->store[n], &fit);
+    /* The store's capacity is not modelled (0: unlimited), so every node
+     * passes the extender's filter; the node's memory is checked below. */
+    *score = fit.score;
+    return 0;
+}
+
+/* Places one instance of config i of function f where kube-scheduler with
+ * the extender would: among the nodes that fit (CPUs, memory), the highest
+ * extender score when sharing (the baselines have no tensor store and no
+ * extender), then the least allocated (kube-scheduler's LeastAllocated: the
+ * mean of the free CPU and memory fractions of the requests, this pod's
+ * included), then the node name. Returns 1 placed (*node: where), 0 no
+ * node fits, or an error. */
+static int place(sim *s, size_t f, size_t i, const plan_options *o, size_t *node, tetris_error *err)
 {
     const profile_config *cfg = &s->fns[f]->prof->configs[i];
     size_t k = s->model_of[f];
-    int best = -1;
-    double best_score = -INFINITY;
-    for (size_t n = 0; n < N_NODES; n++) {
+    double inst_mib = plan_instance_mib(cfg, o);
+    int best = -1, best_score = 0;
+    double best_free = 0;
+    for (size_t n = 0; n < s->n_nodes; n++) {
+        const node_def *nd = &s->nodes[n];
         bool resident = s->model_count[k][n] > 0;
-        double mib = plan_instance_mib(cfg, o) +
-                     (o->sharing && !resident ? shared_mib_of(s, f) : 0);
-        if (s->used_cpus[n] + cfg->c > testbed[n].cpus || s->used_mib[n] + mib > testbed[n].mem_mib)
+        double mib = inst_mib + (o->sharing && !resident ? shared_mib_of(s, f) : 0);
+        if (s->used_cpus[n] + cfg->c > nd->cpus || s->used_mib[n] + mib > nd->mem_mib)
             continue;
-        double score = 1 - s->used_cpus[n] / testbed[n].cpus + (o->sharing && resident ? 10 : 0);
-        if (score > best_score) {
-            best_score = score;
+        int score = 0, r;
+        if (o->sharing && (r = extender_score(s, k, n, &score, err)) < 0)
+            return r;
+        double free = ((nd->cpus - s->used_cpus[n] - cfg->c) / nd->cpus +
+                       (nd->mem_mib - s->req_mib[n] - inst_mib) / nd->mem_mib) /
+                      2;
+        if (best < 0 || score > best_score || (score == best_score && free > best_free) ||
+            (score == best_score && free == best_free &&
+             strcmp(nd->name, s->nodes[best].name) < 0)) {
             best = (int)n;
+            best_score = score;
+            best_free = free;
         }
     }
     if (best < 0)
-        return false;
+        return 0;
     size_t n = (size_t)best;
     if (o->sharing && s->model_count[k][n] == 0)
         s->used_mib[n] += shared_mib_of(s, f);
-    s->used_mib[n] += plan_instance_mib(cfg, o);
+    s->used_mib[n] += inst_mib;
+    s->req_mib[n] += inst_mib;
     s->used_cpus[n] += cfg->c;
     s->model_count[k][n]++;
     s->count[f][i * N_NODES + n]++;
-    return true;
+    s->order[f][s->n_order[f]++] = (instance){i, n};
+    *node = n;
+    return 1;
 }
 
-/* Removes one instance of config i of function f from the node with the
- * fewest instances of its model, so tensors are freed soonest. */
-static void release(sim *s, size_t f, size_t i, const plan_options *o)
+/* Appends a node's name to a decision log's list ("-" when empty). */
+static void list_add(char *list, size_t size, const char *name)
+{
+    size_t len = strlen(list);
+    if (strcmp(list, "-") == 0)
+        len = 0;
+    snprintf(list + len, size - len, "%s%s", len > 0 ? "," : "", name);
+}
+
+/* Removes d instances of config i of function f as the ReplicaSet
+ * controller (Kubernetes 1.20) picks the pods to delete among equally ready
+ * ones: ranked once, before any goes, by the pods of its Deployment (one per
+ * config) on the same node, the most first, then the newest. Each node goes
+ * to list. */
+static void release(sim *s, size_t f, size_t i, unsigned d, const plan_options *o, char *list,
+                    size_t size)
 {
     const profile_config *cfg = &s->fns[f]->prof->configs[i];
     size_t k = s->model_of[f];
-    int best = -1;
-    for (size_t n = 0; n < N_NODES; n++)
-        if (s->count[f][i * N_NODES + n] > 0 &&
-            (best < 0 || s->model_count[k][n] < s->model_count[k][best]))
-            best = (int)n;
-    size_t n = (size_t)best;
-    s->count[f][i * N_NODES + n]--;
-    s->model_count[k][n]--;
-    s->used_cpus[n] -= cfg->c;
-    s->used_mib[n] -= plan_instance_mib(cfg, o);
-    if (o->sharing && s->model_count[k][n] == 0)
-        s->used_mib[n] -= shared_mib_of(s, f);
+    unsigned rank[N_NODES];
+    for (size_t n = 0; n < s->n_nodes; n++)
+        rank[n] = s->count[f][i * N_NODES + n];
+    while (d-- > 0) {
+        size_t pick = s->n_order[f];
+        for (size_t j = s->n_order[f]; j-- > 0;)
+            if (s->order[f][j].config == i &&
+                (pick == s->n_order[f] || rank[s->order[f][j].node] > rank[s->order[f][pick].node]))
+                pick = j;
+        size_t n = s->order[f][pick].node;
+        memmove(&s->order[f][pick], &s->order[f][pick + 1],
+                (s->n_order[f] - pick - 1) * sizeof(instance));
+        s->n_order[f]--;
+        s->count[f][i * N_NODES + n]--;
+        s->model_count[k][n]--;
+        s->used_cpus[n] -= cfg->c;
+        s->used_mib[n] -= plan_instance_mib(cfg, o);
+        s->req_mib[n] -= plan_instance_mib(cfg, o);
+        if (o->sharing && s->model_count[k][n] == 0)
+            s->used_mib[n] -= shared_mib_of(s, f);
+        list_add(list, size, s->nodes[n].name);
+    }
 }
 
 static void sim_free(sim *s)
@@ -261,24 +379,60 @@ static void sim_free(sim *s)
     for (size_t f = 0; f < s->n_fns; f++) {
         as_function_free(s->fns[f]);
         free(s->count[f]);
+        free(s->order[f]);
     }
+    for (size_t n = 0; n < N_NODES; n++)
+        node_inventory_free(s->store[n]);
+}
+
+/* The models a node's store holds at the start (--node NAME=...,MODEL). */
+static int seed_stores(sim *s, tetris_error *err)
+{
+    for (size_t n = 0; n < s->n_nodes; n++) {
+        if (s->opt->node_models[n] == NULL)
+            continue;
+        cleanup_free char *list = strdup(s->opt->node_models[n]);
+        if (list == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, errno, "--node");
+        char *save = NULL;
+        for (char *m = strtok_r(list, ",", &save); m != NULL; m = strtok_r(NULL, ",", &save)) {
+            size_t f = 0;
+            while (f < s->n_fns && strcmp(s->fns[f]->prof->model, m) != 0)
+                f++;
+            if (f == s->n_fns)
+                return tetris_fail(err, TETRIS_E_INVAL, 0,
+                                   "--node %s: model %s is no --function's profile's model",
+                                   s->nodes[n].name, m);
+            s->seeded[s->model_of[f]][n] = true;
+        }
+    }
+    return 0;
 }
 
 static int sim_init(sim *s, const options *opt, const app_def *app, const policy_def *pol,
                     tetris_error *err)
 {
-    *s = (sim){.opt = opt, .app = app, .pol = pol};
+    *s = (sim){.opt = opt, .app = app, .pol = pol, .nodes = testbed, .n_nodes = N_NODES};
+    if (opt->n_custom > 0) {
+        s->nodes = opt->nodes;
+        s->n_nodes = opt->n_nodes;
+    }
     for (size_t f = 0; f < MAX_FNS && app->models[f] != NULL; f++) {
         char path[4096];
-        if (snprintf(path, sizeof path, "%s/%s.profile.yaml", opt->profiles, app->models[f]) >=
-            (int)sizeof path)
+        if (opt->n_custom > 0)
+            snprintf(path, sizeof path, "%s", opt->custom_profile[f]);
+        else if (snprintf(path, sizeof path, "%s/%s.profile.yaml", opt->profiles, app->models[f]) >=
+                 (int)sizeof path)
             return tetris_fail(err, TETRIS_E_INVAL, 0, "profiles path too long");
         profile *prof;
         int r = profile_load(path, &prof, err);
         if (r < 0)
             return r;
         char name[64];
-        snprintf(name, sizeof name, "%s-%zu", app->models[f], f);
+        if (opt->n_custom > 0)
+            snprintf(name, sizeof name, "%s", opt->custom_name[f]);
+        else
+            snprintf(name, sizeof name, "%s-%zu", app->models[f], f);
         r = as_function_new(name, prof, &s->fns[f], err);
         if (r < 0) {
             profile_free(prof);
@@ -286,14 +440,32 @@ static int sim_init(sim *s, const options *opt, const app_def *app, const policy
         }
         s->n_fns++;
         s->count[f] = calloc(prof->n_configs * N_NODES, sizeof *s->count[f]);
-        if (s->count[f] == NULL)
+        /* Every instance takes at least the smallest config's CPUs. */
+        double cpus = 0, min_c = INFINITY;
+        for (size_t n = 0; n < s->n_nodes; n++)
+            cpus += s->nodes[n].cpus;
+        for (size_t i = 0; i < prof->n_configs; i++)
+            min_c = fmin(min_c, prof->configs[i].c);
+        s->order[f] = calloc((size_t)(cpus / min_c) + 1, sizeof *s->order[f]);
+        if (s->count[f] == NULL || s->order[f] == NULL)
             return tetris_fail(err, TETRIS_E_NOMEM, errno, "instance table");
         s->model_of[f] = f;
         for (size_t g = 0; g < f; g++)
-            if (strcmp(app->models[g], app->models[f]) == 0)
+            if (strcmp(s->fns[g]->prof->model, prof->model) == 0)
                 s->model_of[f] = s->model_of[g];
+        s->model_id[f] = (uint32_t)f;
+        s->model_bytes[f] = (uint64_t)(plan_shared_mib(prof) * 1048576.0);
+        s->need[f] = (model_need){.slot = f,
+                                  .model = prof->model,
+                                  .n = 1,
+                                  .ids = &s->model_id[f],
+                                  .bytes = &s->model_bytes[f],
+                                  .total_bytes = s->model_bytes[f]};
+        if (opt->n_custom > 0 && opt->custom_trace[f] != NULL &&
+            (r = rate_trace_load(opt->custom_trace[f], &s->fns[f]->trace, err)) < 0)
+            return r;
     }
-    return 0;
+    return seed_stores(s, err);
 }
 
 as_policy eval_policy(const policy_def *pol, double slo_ms, enum plan_mode mode, double headroom)
@@ -321,6 +493,50 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Acts on one decision of function f at time t (want: instances per
+ * config): releases, then places, and writes one --decisions line per
+ * config whose count changes. */
+static int apply_decision(sim *s, double t, size_t f, const unsigned *want, const plan_options *o,
+                          tetris_error *err)
+{
+    as_function *fn = s->fns[f];
+    bool changed = false;
+    for (size_t i = 0; i < fn->prof->n_configs; i++) {
+        if (fn->replicas[i] == want[i])
+            continue;
+        unsigned from = fn->replicas[i], unplaced = 0;
+        char placed[4096] = "-", released[4096] = "-";
+        size_t node;
+        if (fn->replicas[i] > want[i]) {
+            release(s, f, i, fn->replicas[i] - want[i], o, released, sizeof released);
+            fn->replicas[i] = want[i];
+            changed = true;
+        }
+        while (fn->replicas[i] < want[i]) {
+            int r = place(s, f, i, o, &node, err);
+            if (r < 0)
+                return r;
+            if (r == 0) {
+                unplaced = want[i] - fn->replicas[i];
+                s->unplaced += unplaced;
+                break;
+            }
+            list_add(placed, sizeof placed, s->nodes[node].name);
+            fn->replicas[i]++;
+            changed = true;
+        }
+        const profile_config *cfg = &fn->prof->configs[i];
+        if (s->decisions != NULL &&
+            fprintf(s->decisions, "%g\t%s\t%s\t%s\t%s\t%g\t%d\t%d\t%u\t%u\t%s\t%s\t%u\n", t,
+                    s->app->name, s->trace_name, s->pol->name, fn->name, cfg->c, cfg->b, cfg->p,
+                    from, want[i], placed, released, unplaced) < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "write --decisions");
+    }
+    if (changed)
+        fn->last_change_s = t;
+    return 0;
 }
 
 /* Runs one application under one trace and policy. series (optional) gets
@@ -358,24 +574,8 @@ static int simulate(sim *s, const double *arr, result *res, FILE *series, tetris
                     return tetris_wrap(err, "app %s policy %s", s->app->name, s->pol->name);
                 if (reason == NULL)
                     continue;
-                bool changed = false;
-                for (size_t i = 0; i < nc; i++) {
-                    while (fn->replicas[i] > want[i]) {
-                        release(s, f, i, &pol.plan);
-                        fn->replicas[i]--;
-                        changed = true;
-                    }
-                    while (fn->replicas[i] < want[i]) {
-                        if (!place(s, f, i, &pol.plan)) {
-                            s->unplaced += want[i] - fn->replicas[i];
-                            break;
-                        }
-                        fn->replicas[i]++;
-                        changed = true;
-                    }
-                }
-                if (changed)
-                    fn->last_change_s = t;
+                if ((r = apply_decision(s, t, f, want, &pol.plan, err)) < 0)
+                    return r;
             }
         }
         double capacity = INFINITY;
@@ -386,7 +586,7 @@ static int simulate(sim *s, const double *arr, result *res, FILE *series, tetris
             instances += as_instances(s->fns[f]);
         }
         double cpus = 0;
-        for (size_t k = 0; k < N_NODES; k++) {
+        for (size_t k = 0; k < s->n_nodes; k++) {
             mem[t] += s->used_mib[k];
             cpus += s->used_cpus[k];
         }
@@ -411,7 +611,153 @@ static int simulate(sim *s, const double *arr, result *res, FILE *series, tetris
     return 0;
 }
 
+/* Prediction mode: what tetris-autoscaler run --trace (simulated time)
+ * decides and where the scheduler with the extender places it, one round
+ * every --interval from 0 to the traces' end, each function's rate read
+ * from its trace as the autoscaler reads it (the rate of the last line at
+ * or before the round's time). */
+static int predict(sim *s, tetris_error *err)
+{
+    double end_s = 0;
+    for (size_t f = 0; f < s->n_fns; f++)
+        end_s = fmax(end_s, rate_trace_end(s->fns[f]->trace));
+    for (double t = 0; t <= end_s + 1e-9; t += s->opt->interval_s)
+        for (size_t f = 0; f < s->n_fns; f++) {
+            as_function *fn = s->fns[f];
+            as_policy pol = policy_for(s, f);
+            cleanup_free unsigned *want = calloc(fn->prof->n_configs, sizeof *want);
+            if (want == NULL)
+                return tetris_fail(err, TETRIS_E_NOMEM, errno, "decision");
+            const char *reason;
+            int r = as_decide(fn, &pol, t, rate_trace_at(fn->trace, t), want, &reason, err);
+            if (r < 0)
+                return tetris_wrap(err, "function %s", fn->name);
+            if (reason != NULL && (r = apply_decision(s, t, f, want, &pol.plan, err)) < 0)
+                return r;
+        }
+    if (s->unplaced > 0)
+        log_warn("event=unplaced instances=%lu", s->unplaced);
+    return 0;
+}
+
+static FILE *open_decisions(const options *opt, tetris_error *err)
+{
+    FILE *f = strcmp(opt->decisions, "-") == 0 ? stdout : fopen(opt->decisions, "w");
+    if (f == NULL) {
+        tetris_fail(err, TETRIS_E_IO, errno, "open %s", opt->decisions);
+        return NULL;
+    }
+    if (fprintf(f, "time_s\tapp\ttrace\tpolicy\tfunction\tc\tb\tp\tfrom\tto\tplaced\treleased\t"
+                   "unplaced\n") < 0) {
+        tetris_fail(err, TETRIS_E_IO, errno, "write %s", opt->decisions);
+        if (f != stdout)
+            fclose(f);
+        return NULL;
+    }
+    return f;
+}
+
+static int close_decisions(const options *opt, FILE *f, tetris_error *err)
+{
+    if (f == NULL)
+        return 0;
+    bool bad = ferror(f) != 0;
+    if ((f == stdout ? fflush(f) : fclose(f)) != 0)
+        bad = true;
+    if (bad && err != NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "write %s", opt->decisions);
+    return 0;
+}
+
+static int run_predict(const options *opt, tetris_error *err)
+{
+    app_def app = {.name = "custom"};
+    for (size_t f = 0; f < opt->n_custom; f++) {
+        app.models[f] = opt->custom_name[f];
+        app.slo_ms[f] = opt->slo_ms;
+    }
+    FILE *dec = open_decisions(opt, err);
+    if (dec == NULL)
+        return -err->code;
+    sim s;
+    int r = sim_init(&s, opt, &app, &policies[0], err);
+    s.trace_name = "file";
+    s.decisions = dec;
+    if (r == 0)
+        r = predict(&s, err);
+    sim_free(&s);
+    int rc = close_decisions(opt, dec, r == 0 ? err : NULL);
+    return r < 0 ? r : rc;
+}
+
 /* ---- command line ---- */
+
+/* --function NAME=PROFILE, --rate-trace NAME=FILE */
+static int parse_custom(options *opt, const char *arg, bool trace, tetris_error *err)
+{
+    const char *eq = strchr(arg, '=');
+    const char *what = trace ? "--rate-trace" : "--function";
+    if (eq == NULL || eq == arg || eq[1] == '\0' || (size_t)(eq - arg) >= 48)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s %s: expected NAME=FILE", what, arg);
+    size_t len = (size_t)(eq - arg);
+    size_t f = 0;
+    while (f < opt->n_custom &&
+           !(strncmp(opt->custom_name[f], arg, len) == 0 && opt->custom_name[f][len] == '\0'))
+        f++;
+    if (!trace) {
+        if (f < opt->n_custom)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "--function %.*s given twice", (int)len,
+                               arg);
+        if (opt->n_custom == MAX_FNS)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d --function", MAX_FNS);
+        memcpy(opt->custom_name[opt->n_custom], arg, len);
+        opt->custom_name[opt->n_custom][len] = '\0';
+        opt->custom_profile[opt->n_custom++] = eq + 1;
+        return 0;
+    }
+    if (f == opt->n_custom)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "--rate-trace %s: no --function %.*s before it",
+                           arg, (int)len, arg);
+    if (opt->custom_trace[f] != NULL)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "--rate-trace for %.*s given twice", (int)len,
+                           arg);
+    opt->custom_trace[f] = eq + 1;
+    return 0;
+}
+
+/* --node NAME=CPUS,MEM_MIB[,MODEL...] */
+static int parse_node(options *opt, const char *arg, tetris_error *err)
+{
+    if (opt->n_nodes == N_NODES)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d --node", N_NODES);
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", arg) >= (int)sizeof buf)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "--node %s: too long", arg);
+    char *eq = strchr(buf, '='), *cpus = eq ? eq + 1 : NULL;
+    char *mem = cpus ? strchr(cpus, ',') : NULL;
+    if (eq == NULL || eq == buf || mem == NULL)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "--node %s: expected NAME=CPUS,MEM_MIB[,MODEL...]", arg);
+    *eq = '\0';
+    *mem++ = '\0';
+    char *models = strchr(mem, ',');
+    if (models != NULL)
+        *models++ = '\0';
+    node_def *nd = &opt->nodes[opt->n_nodes];
+    int r;
+    if ((r = cli_parse_double("--node CPUS", cpus, 0.001, 1e6, &nd->cpus, err)) < 0 ||
+        (r = cli_parse_double("--node MEM_MIB", mem, 1, 1e12, &nd->mem_mib, err)) < 0)
+        return r;
+    for (size_t n = 0; n < opt->n_nodes; n++)
+        if (strcmp(opt->nodes[n].name, buf) == 0)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "--node %s given twice", buf);
+    if (strlen(buf) >= sizeof opt->node_name[0])
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "--node %s: name too long", buf);
+    strcpy(opt->node_name[opt->n_nodes], buf);
+    nd->name = opt->node_name[opt->n_nodes];
+    opt->node_models[opt->n_nodes++] = models != NULL ? arg + (models - buf) : NULL;
+    return 0;
+}
 
 static int parse_list(const char *opt, const char *s, const char *const *names, size_t n,
                       size_t stride, bool *on, tetris_error *err)
@@ -468,6 +814,11 @@ static int run(const options *opt, tetris_error *err)
         fprintf(tsv, "app\ttrace\tpolicy\tmean_mib\tmedian_mib\tpeak_mib\tviolation_rate\t"
                      "mean_cpus\tmean_instances\tpeak_instances\tunplaced\n");
     }
+    FILE *dec = NULL;
+    if (opt->decisions != NULL && (dec = open_decisions(opt, err)) == NULL) {
+        close_out(tsv, NULL);
+        return -err->code;
+    }
     cleanup_free double *arr = calloc(opt->duration_s, sizeof *arr);
     if (arr == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "trace");
@@ -495,6 +846,8 @@ static int run(const options *opt, tetris_error *err)
                 }
                 sim s;
                 r = sim_init(&s, opt, &apps[a], &policies[p], err);
+                s.trace_name = traces[t];
+                s.decisions = dec;
                 if (r == 0)
                     r = simulate(&s, arr, &res[a][t][p], series, err);
                 sim_free(&s);
@@ -536,7 +889,8 @@ static int run(const options *opt, tetris_error *err)
             }
     }
     int rc = close_out(tsv, r == 0 ? err : NULL);
-    return r < 0 ? r : rc;
+    int rd = close_decisions(opt, dec, r == 0 && rc == 0 ? err : NULL);
+    return r < 0 ? r : rc < 0 ? rc : rd;
 }
 
 int main(int argc, char **argv)
@@ -555,7 +909,12 @@ int main(int argc, char **argv)
         OPT_HEADROOM,
         OPT_NODES,
         OPT_FUNCTIONS,
-        OPT_GAP_SAMPLES
+        OPT_GAP_SAMPLES,
+        OPT_DECISIONS,
+        OPT_FUNCTION,
+        OPT_RATE_TRACE,
+        OPT_NODE,
+        OPT_SLO
     };
     static const struct option opts[] = {
         {"profiles", required_argument, NULL, OPT_PROFILES},
@@ -571,6 +930,11 @@ int main(int argc, char **argv)
         {"nodes", required_argument, NULL, OPT_NODES},
         {"functions", required_argument, NULL, OPT_FUNCTIONS},
         {"gap-samples", required_argument, NULL, OPT_GAP_SAMPLES},
+        {"decisions", required_argument, NULL, OPT_DECISIONS},
+        {"function", required_argument, NULL, OPT_FUNCTION},
+        {"rate-trace", required_argument, NULL, OPT_RATE_TRACE},
+        {"node", required_argument, NULL, OPT_NODE},
+        {"slo-ms", required_argument, NULL, OPT_SLO},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -618,6 +982,13 @@ int main(int argc, char **argv)
             r = cli_parse_double("--headroom", optarg, 0, 100, &opt.headroom, &err);
             break;
         case OPT_MODE: r = plan_mode_parse(optarg, &opt.mode, &err); break;
+        case OPT_DECISIONS: opt.decisions = optarg; break;
+        case OPT_FUNCTION: r = parse_custom(&opt, optarg, false, &err); break;
+        case OPT_RATE_TRACE: r = parse_custom(&opt, optarg, true, &err); break;
+        case OPT_NODE: r = parse_node(&opt, optarg, &err); break;
+        case OPT_SLO:
+            r = cli_parse_double("--slo-ms", optarg, 0.001, 1e9, &opt.slo_ms, &err);
+            break;
         case OPT_NODES:
             if ((r = cli_parse_u64("--nodes", optarg, 1, 1000000, &v, &err)) == 0)
                 so.nodes = (unsigned)v;
@@ -646,6 +1017,20 @@ int main(int argc, char **argv)
         log_error("event=usage msg=\"unexpected argument\" arg=%s", argv[optind]);
         return EXIT_USAGE;
     }
+    const char *bad = NULL;
+    if (scale_mode && (opt.n_custom > 0 || opt.decisions != NULL))
+        bad = "the scale mode (--nodes, --functions) takes no --function or --decisions";
+    else if (opt.n_custom == 0 && (opt.n_nodes > 0 || opt.slo_ms > 0))
+        bad = "--node and --slo-ms need --function";
+    else if (opt.n_custom > 0 && (opt.n_nodes == 0 || !(opt.slo_ms > 0) || opt.decisions == NULL))
+        bad = "--function needs --node, --slo-ms and --decisions";
+    for (size_t f = 0; f < opt.n_custom && bad == NULL; f++)
+        if (opt.custom_trace[f] == NULL)
+            bad = "every --function needs its --rate-trace";
+    if (bad != NULL) {
+        log_error("event=usage msg=\"%s\"", bad);
+        return EXIT_USAGE;
+    }
     if (scale_mode) {
         so.profiles = opt.profiles;
         so.out = opt.out;
@@ -658,7 +1043,10 @@ int main(int argc, char **argv)
         so.app_on = opt.app_on;
         so.trace_on = opt.trace_on;
     }
-    if ((scale_mode ? eval_scale_run(&so, &err) : run(&opt, &err)) < 0) {
+    r = scale_mode         ? eval_scale_run(&so, &err)
+        : opt.n_custom > 0 ? run_predict(&opt, &err)
+                           : run(&opt, &err);
+    if (r < 0) {
         char q[600];
         log_error("event=eval msg=%s", log_quote(err.msg, q, sizeof q));
         return EXIT_ERROR;

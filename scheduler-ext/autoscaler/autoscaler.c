@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -63,6 +64,9 @@ static void usage(FILE *f)
             "  --window S               peak = highest rate in the last S s (default 60)\n"
             "  --min-instances N        keep at least N instances per function (default 1)\n"
             "  --realtime               pace a trace in real time (for a live cluster)\n"
+            "  --step-file FILE         simulated time: after each decision round, write its\n"
+            "                           time to FILE and wait until FILE is removed (lets a\n"
+            "                           test check the cluster between steps)\n"
             "  --duration S             stop after S seconds\n"
             "  --namespace NS           (default " TETRIS_FUNCTION_NAMESPACE ")\n"
             "  --image IMAGE            function image (default tetris-function:%s)\n"
@@ -251,6 +255,7 @@ typedef struct run_config {
     as_deploy_options deploy;
     double interval_s, duration_s;
     const char *prometheus, *query, *kubeconfig;
+    const char *step_file; /* simulated time only */
     bool dry_run, realtime;
 } run_config;
 
@@ -429,6 +434,29 @@ static void sleep_s(double s)
         ;
 }
 
+/* --step-file: FILE holds the time of the round just acted on (written
+ * whole, by rename); whoever watches removes it to let the next round
+ * start. Returns -1 when FILE cannot be written. */
+static int step_handshake(const char *path, double now_s)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        log_error("event=step-file-failed file=%s msg=\"path too long\"", path);
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    bool ok = f != NULL && fprintf(f, "%.3f\n", now_s) > 0;
+    if (f != NULL && fclose(f) != 0)
+        ok = false;
+    if (!ok || rename(tmp, path) < 0) {
+        log_error("event=step-file-failed file=%s errno=%d", path, errno);
+        return -1;
+    }
+    while (!stop_requested && access(path, F_OK) == 0)
+        sleep_s(0.02);
+    return 0;
+}
+
 static int run_loop(run_config *rc, as_actuator *act)
 {
     bool local = rc->prometheus == NULL;
@@ -448,6 +476,8 @@ static int run_loop(run_config *rc, as_actuator *act)
             break;
         for (size_t i = 0; i < rc->n_fns && !stop_requested; i++)
             tick_function(rc->fns[i], rc, act, now_s);
+        if (rc->step_file != NULL && !stop_requested && step_handshake(rc->step_file, now_s) < 0)
+            return EXIT_INPUT;
         sim_s += rc->interval_s;
         if (!simulated) {
             double next_ms = start_ms + ceil((clock_now_ms() - start_ms) / 1e3 / rc->interval_s) *
@@ -534,6 +564,7 @@ static int cmd_run(int argc, char **argv)
         OPT_MODE,
         OPT_HELP,
         OPT_OPENFAAS,
+        OPT_STEP_FILE,
     };
     static const struct option longopts[] = {
         {"function", required_argument, NULL, OPT_FUNCTION},
@@ -550,6 +581,7 @@ static int cmd_run(int argc, char **argv)
         {"window", required_argument, NULL, OPT_WINDOW},
         {"min-instances", required_argument, NULL, OPT_MIN},
         {"realtime", no_argument, NULL, OPT_REALTIME},
+        {"step-file", required_argument, NULL, OPT_STEP_FILE},
         {"duration", required_argument, NULL, OPT_DURATION},
         {"namespace", required_argument, NULL, OPT_NAMESPACE},
         {"image", required_argument, NULL, OPT_IMAGE},
@@ -605,6 +637,7 @@ static int cmd_run(int argc, char **argv)
         case OPT_DRY_RUN: rc.dry_run = true; break;
         case OPT_KUBECONFIG: rc.kubeconfig = optarg; break;
         case OPT_REALTIME: rc.realtime = true; break;
+        case OPT_STEP_FILE: rc.step_file = optarg; break;
         case OPT_NAMESPACE: rc.deploy.namespace_ = optarg; break;
         case OPT_IMAGE: rc.deploy.image = optarg; break;
         case OPT_PULL: rc.deploy.pull_policy = optarg; break;
@@ -682,6 +715,11 @@ static int cmd_run(int argc, char **argv)
                             "every function or --prometheus\n", rc.fns[i]->name);
             goto out;
         }
+    }
+    if (rc.step_file != NULL && (rc.prometheus != NULL || rc.realtime)) {
+        fprintf(stderr, "tetris-autoscaler run: --step-file needs traces in simulated time "
+                        "(no --prometheus, no --realtime)\n");
+        goto out;
     }
     if (rc.policy.plan.sharing)
         for (size_t i = 0; i < rc.n_fns; i++)
