@@ -13,7 +13,8 @@
 #  4. without CAP_SYS_ADMIN the mount is refused: one warning line, the
 #     directory as it is (the fallback), loads still work;
 #  5. none leaves the directory alone; the setting also comes from the YAML
-#     config (store_tmpfs); a bad value is a usage error (exit 2).
+#     config (store_tmpfs); a mount namespace that cannot be entered is a
+#     fallback; a bad value is a usage error (exit 2).
 # The model is synthetic. Needs root (mount).
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
@@ -170,6 +171,13 @@ printf 'store: %s\nstore_tmpfs: plain\n' "$S6" >"$WORK/reclaimer.yaml"
 MOUNTS="$MOUNTS $S6"
 tmpfs_line "$WORK/yaml.log" | grep -q 'state=mounted .*huge=never' || fail "plain: $(cat "$WORK/yaml.log")"
 [ "$(findmnt -n -o FSTYPE --mountpoint "$S6")" = tmpfs ] || fail "plain: nothing mounted on $S6"
+# A mount namespace that cannot be entered: nothing mounted, exit 0, a line.
+"$RECLAIMER" --store "$WORK/s8" --store-tmpfs huge --mount-only \
+    --mount-namespace /proc/999999999/ns/mnt >"$WORK/ns-gone.log" 2>&1 ||
+    fail "an unreachable mount namespace failed the init step: $(cat "$WORK/ns-gone.log")"
+grep -q 'level=warn .*event=store-tmpfs state=fallback .*msg=.*cannot open mount namespace' \
+    "$WORK/ns-gone.log" || fail "no fallback line: $(cat "$WORK/ns-gone.log")"
+! findmnt -n --mountpoint "$WORK/s8" >/dev/null || { MOUNTS="$MOUNTS $WORK/s8"; fail "mounted anyway"; }
 rc=0
 "$RECLAIMER" --store "$WORK/s7" --store-tmpfs bogus >"$WORK/bad.log" 2>&1 || rc=$?
 [ $rc = 2 ] || fail "--store-tmpfs bogus exited $rc, want 2"
