@@ -4,6 +4,7 @@
 #ifndef TETRIS_BENCH_EVAL_H
 #define TETRIS_BENCH_EVAL_H
 
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,6 +65,11 @@ typedef struct scale_options {
     unsigned nodes, functions;
     unsigned gap_samples; /* DTS decisions per policy re-solved by GLPK */
 } scale_options;
+
+/* DIR/NAME opened for writing (NULL and err set on failure), and closed
+ * with its write errors reported: the --out files of both modes. */
+FILE *eval_open_out(const char *dir, const char *name, tetris_error *err);
+int eval_close_out(FILE *f, tetris_error *err);
 
 /* Simulates every policy on a cluster of o->nodes nodes running
  * o->functions functions and prints memory, SLO violations and the cost of

@@ -527,26 +527,6 @@ static int gap(const cluster *c, enum plan_mode mode, gap_result *g, tetris_erro
 
 /* ---- output ---- */
 
-static FILE *open_out(const scale_options *o, const char *name, tetris_error *err)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", o->out, name) >= (int)sizeof path) {
-        tetris_fail(err, TETRIS_E_INVAL, 0, "--out path too long");
-        return NULL;
-    }
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
-    return f;
-}
-
-static int close_out(FILE *f, tetris_error *err)
-{
-    if (f != NULL && (ferror(f) | fclose(f)) != 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "write under --out");
-    return 0;
-}
-
 static void cluster_free(cluster *c)
 {
     cluster_free_policy(c);
@@ -654,9 +634,9 @@ int eval_scale_run(const scale_options *o, tetris_error *err)
     if (o->out != NULL) {
         if (mkdir(o->out, 0777) < 0 && errno != EEXIST)
             return tetris_fail(err, TETRIS_E_IO, errno, "mkdir %s", o->out);
-        if ((tsv = open_out(o, "scale.tsv", err)) == NULL)
+        if ((tsv = eval_open_out(o->out, "scale.tsv", err)) == NULL)
             return -err->code;
-        if ((gap_tsv = open_out(o, "scale-gap.tsv", err)) == NULL) {
+        if ((gap_tsv = eval_open_out(o->out, "scale-gap.tsv", err)) == NULL) {
             fclose(tsv);
             return -err->code;
         }
@@ -669,7 +649,7 @@ int eval_scale_run(const scale_options *o, tetris_error *err)
     cluster c = {.o = o};
     int r = run_all(&c, tsv, gap_tsv, err);
     cluster_free(&c);
-    int r1 = close_out(tsv, r == 0 ? err : NULL);
-    int r2 = close_out(gap_tsv, r == 0 && r1 == 0 ? err : NULL);
+    int r1 = eval_close_out(tsv, r == 0 ? err : NULL);
+    int r2 = eval_close_out(gap_tsv, r == 0 && r1 == 0 ? err : NULL);
     return r < 0 ? r : r1 < 0 ? r1 : r2;
 }

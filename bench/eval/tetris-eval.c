@@ -781,10 +781,10 @@ static int parse_list(const char *opt, const char *s, const char *const *names, 
     return 0;
 }
 
-static FILE *open_out(const options *opt, const char *name, tetris_error *err)
+FILE *eval_open_out(const char *dir, const char *name, tetris_error *err)
 {
     char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", opt->out, name) >= (int)sizeof path) {
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
         tetris_fail(err, TETRIS_E_INVAL, 0, "--out path too long");
         return NULL;
     }
@@ -794,7 +794,7 @@ static FILE *open_out(const options *opt, const char *name, tetris_error *err)
     return f;
 }
 
-static int close_out(FILE *f, tetris_error *err)
+int eval_close_out(FILE *f, tetris_error *err)
 {
     if (f != NULL && (ferror(f) | fclose(f)) != 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "write under --out");
@@ -809,14 +809,14 @@ static int run(const options *opt, tetris_error *err)
     if (opt->out != NULL) {
         if (mkdir(opt->out, 0777) < 0 && errno != EEXIST)
             return tetris_fail(err, TETRIS_E_IO, errno, "mkdir %s", opt->out);
-        if ((tsv = open_out(opt, "results.tsv", err)) == NULL)
+        if ((tsv = eval_open_out(opt->out, "results.tsv", err)) == NULL)
             return -err->code;
         fprintf(tsv, "app\ttrace\tpolicy\tmean_mib\tmedian_mib\tpeak_mib\tviolation_rate\t"
                      "mean_cpus\tmean_instances\tpeak_instances\tunplaced\n");
     }
     FILE *dec = NULL;
     if (opt->decisions != NULL && (dec = open_decisions(opt, err)) == NULL) {
-        close_out(tsv, NULL);
+        eval_close_out(tsv, NULL);
         return -err->code;
     }
     cleanup_free double *arr = calloc(opt->duration_s, sizeof *arr);
@@ -839,7 +839,7 @@ static int run(const options *opt, tetris_error *err)
                     char name[128];
                     snprintf(name, sizeof name, "series-%s-%s-%s.tsv", apps[a].name, traces[t],
                              policies[p].name);
-                    if ((series = open_out(opt, name, err)) == NULL) {
+                    if ((series = eval_open_out(opt->out, name, err)) == NULL) {
                         r = -err->code;
                         break;
                     }
@@ -851,7 +851,7 @@ static int run(const options *opt, tetris_error *err)
                 if (r == 0)
                     r = simulate(&s, arr, &res[a][t][p], series, err);
                 sim_free(&s);
-                int rc = close_out(series, r == 0 ? err : NULL);
+                int rc = eval_close_out(series, r == 0 ? err : NULL);
                 if (r == 0)
                     r = rc;
                 if (r < 0)
@@ -888,7 +888,7 @@ static int run(const options *opt, tetris_error *err)
                        apps[a].paper_vs_photons, 100 * (1 - x[0].mean_mib / x[1].mean_mib));
             }
     }
-    int rc = close_out(tsv, r == 0 ? err : NULL);
+    int rc = eval_close_out(tsv, r == 0 ? err : NULL);
     int rd = close_decisions(opt, dec, r == 0 && rc == 0 ? err : NULL);
     return r < 0 ? r : rc < 0 ? rc : rd;
 }
