@@ -188,13 +188,11 @@ static int prepare_store_tmpfs(struct reclaimer_config *cfg, tetris_error *err)
     char why[LOG_QUOTE_MAX + 8] = "";
     if (o.reason[0] != '\0')
         snprintf(why, sizeof(why), " msg=%s", LOG_Q(o.reason));
-    const char *huge = o.huge[0] != '\0' ? o.huge : "-";
-    if (o.state == STORE_TMPFS_FALLBACK || !o.on_tmpfs || o.reason[0] != '\0')
-        log_warn("event=store-tmpfs state=%s store=%s tmpfs=%d huge=%s%s",
-                 store_tmpfs_state_name(o.state), cfg->store_dir, o.on_tmpfs, huge, why);
-    else
-        log_info("event=store-tmpfs state=%s store=%s tmpfs=%d huge=%s%s",
-                 store_tmpfs_state_name(o.state), cfg->store_dir, o.on_tmpfs, huge, why);
+    bool degraded = o.state == STORE_TMPFS_FALLBACK || !o.on_tmpfs || o.reason[0] != '\0';
+    log_write(degraded ? LOG_LEVEL_WARN : LOG_LEVEL_INFO,
+              "event=store-tmpfs state=%s store=%s tmpfs=%d huge=%s%s",
+              store_tmpfs_state_name(o.state), cfg->store_dir, o.on_tmpfs,
+              o.huge[0] != '\0' ? o.huge : "-", why);
     return reclaimer_config_resolve_capacity(cfg, err);
 }
 

@@ -205,8 +205,8 @@ int store_tmpfs_prepare(const char *dir, enum store_tmpfs_mode mode,
         }
     }
 
-    /* What the store ends up on, whichever way it got there. */
-    if ((rc = find_mount(path, &facts, err)) < 0)
+    /* What the store ends up on: only a mount made here changed it. */
+    if (out->state == STORE_TMPFS_MOUNTED && (rc = find_mount(path, &facts, err)) < 0)
         return rc;
     out->on_tmpfs = facts.tmpfs;
     if (facts.tmpfs)
