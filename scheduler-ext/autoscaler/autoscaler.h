@@ -181,6 +181,12 @@ int of_set_primary(as_function *fn, json_t *deployment, tetris_error *err);
 int of_decide(as_function *fn, const as_policy *pol, double now_s, double rps, double peak,
               unsigned *want, const char **reason, tetris_error *err);
 double of_capacity_rps(const as_function *fn, const plan_options *o);
+/* The capacity of count[i] instances of each config of p and extra_pods
+ * more of config extra_config: with equal shares (every instance given the
+ * same rate, as CE's routing does) the instances times the smallest
+ * capacity among them, else the sum of their capacities. */
+double as_pods_capacity(const profile *p, const unsigned *count, size_t extra_config,
+                        unsigned extra_pods, bool equal_shares, const plan_options *o);
 /* Replicas of set s of a config with total instances (filled in order). */
 unsigned of_set_replicas(unsigned total, size_t set);
 /* "<function>-<config key>-<set>" */

@@ -169,16 +169,7 @@ static double pod_capacity(const as_function *fn, size_t k, const plan_options *
 
 double of_capacity_rps(const as_function *fn, const plan_options *o)
 {
-    unsigned pods = fn->primary_pods;
-    double per_pod = INFINITY;
-    if (fn->primary_pods > 0)
-        per_pod = plan_config_capacity(&fn->prof->configs[fn->primary_config], o);
-    for (size_t i = 0; i < fn->prof->n_configs; i++)
-        if (fn->replicas[i] > 0) {
-            pods += fn->replicas[i];
-            per_pod = fmin(per_pod, plan_config_capacity(&fn->prof->configs[i], o));
-        }
-    return pods > 0 ? pods * per_pod : 0;
+    return as_pods_capacity(fn->prof, fn->replicas, fn->primary_config, fn->primary_pods, true, o);
 }
 
 /* The eligible config that gives the most equal-share capacity per MiB. */
