@@ -153,21 +153,27 @@ static int remember_rate(as_function *fn, double now_s, double rps, double windo
 
 /* Refined mode: the instances to add so that all of them, old and new,
  * take target/n each. Adding m of config j gives (n + m) * min(least, cap_j)
- * with least the smallest capacity running; the cheapest such m * cost_j
- * wins (fewer instances on a tie). A weak config already running caps what
- * every instance gets until scale-in releases it. */
+ * with least the smallest capacity running. Among the m of each config that
+ * cover target, the one whose whole set (running and new) costs least per
+ * rps of that capacity wins (fewer instances on a tie), not the cheapest
+ * step: a weak instance lowers every instance's share, so the cheapest
+ * step that just covers target leaves the function one small rise from
+ * another scale-out, each adding a weaker instance, until scale-in. */
 static int scale_out_equal_share(const as_function *fn, const plan_options *o, double target,
                                  unsigned *want, tetris_error *err)
 {
     const profile *p = fn->prof;
     unsigned n = as_instances(fn);
-    double least = INFINITY;
+    double least = INFINITY, running = 0;
     for (size_t i = 0; i < p->n_configs; i++)
-        if (fn->replicas[i] > 0)
-            least = fmin(least, plan_config_capacity(&p->configs[i], o));
+        if (fn->replicas[i] > 0) {
+            const profile_config *cfg = &p->configs[i];
+            least = fmin(least, plan_config_capacity(cfg, o));
+            running += fn->replicas[i] * (plan_instance_mib(cfg, o) + o->alpha * cfg->c);
+        }
     size_t best = SIZE_MAX;
     unsigned best_m = 0;
-    double best_cost = INFINITY;
+    double best_key = INFINITY;
     for (size_t j = 0; j < p->n_configs; j++) {
         const profile_config *cfg = &p->configs[j];
         double cap = fmin(least, plan_config_capacity(cfg, o));
@@ -175,11 +181,12 @@ static int scale_out_equal_share(const as_function *fn, const plan_options *o, d
             continue;
         double total = ceil(target / cap - 1e-9);
         unsigned m = total > n ? (unsigned)fmin(total - n, 1e6) : 1;
-        double cost = m * (plan_instance_mib(cfg, o) + o->alpha * cfg->c);
-        if (cost < best_cost - 1e-9 || (fabs(cost - best_cost) <= 1e-9 && m < best_m)) {
+        double key = (running + m * (plan_instance_mib(cfg, o) + o->alpha * cfg->c)) /
+                     ((n + m) * cap);
+        if (key < best_key - 1e-12 || (fabs(key - best_key) <= 1e-12 && m < best_m)) {
             best = j;
             best_m = m;
-            best_cost = cost;
+            best_key = key;
         }
     }
     if (best == SIZE_MAX) {

@@ -493,6 +493,17 @@ START_TEST(refined_scale_out_keeps_equal_shares)
     ck_assert_int_eq(as_decide(f, &rp, 1, 300, want, &reason, &err), 0);
     ck_assert_uint_eq(want[0], 0);
     ck_assert_uint_eq(want[1], 2);
+    /* One B runs; 220 rps with headroom is 242: two more A are the
+     * cheapest step (200, 3 x 100 = 300 for a set of 500: 1.67 per rps),
+     * one more B costs 300 but gives 2 x 200 = 400 for 600 (1.5 per rps)
+     * and keeps the shares at 200: one more B. */
+    f->replicas[0] = 0;
+    f->replicas[1] = 1;
+    f->last_change_s = 0;
+    ck_assert_int_eq(as_decide(f, &rp, 1, 220, want, &reason, &err), 0);
+    ck_assert_str_eq(reason, "scale-out");
+    ck_assert_uint_eq(want[0], 0);
+    ck_assert_uint_eq(want[1], 2);
     /* What runs is n times its smallest capacity: 2 A + 1 B take 300. */
     f->replicas[0] = 2;
     ck_assert_double_eq_tol(as_capacity_rps(f, &rp.plan), 300, 1e-9);
