@@ -233,6 +233,35 @@ static int record_references(agent_model *am, const char *label, tetris_error *e
     return store_holder_add_many(am->priv->holder, digests, sizes, n, err);
 }
 
+/* What a load's workers share: a lock (for the model's stats and anything
+ * else one worker at a time must touch) and the first failure, after which
+ * the items not yet started are skipped; the caller acts on it once the
+ * workers are done. */
+struct worker_job {
+    pthread_mutex_t lock;
+    bool failed;
+    int rc;
+    tetris_error cause;
+};
+
+static bool job_failed(struct worker_job *w)
+{
+    pthread_mutex_lock(&w->lock);
+    bool failed = w->failed;
+    pthread_mutex_unlock(&w->lock);
+    return failed;
+}
+
+/* Under w->lock: keeps r and cause if they are the first failure. */
+static void job_keep_failure(struct worker_job *w, int r, const tetris_error *cause)
+{
+    if (r < 0 && !w->failed) {
+        w->failed = true;
+        w->rc = r;
+        w->cause = *cause;
+    }
+}
+
 /* The missing tensors of a direct load, published and mapped on workers;
  * the first failure stops the rest (a store failure falls back, a source
  * that does not hash to its manifest fails the load). A tensor without its
@@ -240,13 +269,9 @@ static int record_references(agent_model *am, const char *label, tetris_error *e
  * its bytes are read and hashed once, and referenced once its digest is
  * known: the use lock, held throughout, keeps reclaim out until then. */
 struct publish_job {
+    struct worker_job w; /* the lock also guards the holder file */
     agent_model *am;
-    const struct agent_options *o;
     const size_t *missing;
-    pthread_mutex_t lock; /* the rest, and am->stats */
-    bool stop;
-    int rc;
-    tetris_error err;
 };
 
 static unsigned agent_workers(const struct agent_options *o)
@@ -264,10 +289,7 @@ static void publish_item(void *ctx, size_t k)
     agent_model *am = j->am;
     size_t i = j->missing[k];
     tensor_desc *t = &am->model->tensors[i];
-    pthread_mutex_lock(&j->lock);
-    bool stop = j->stop;
-    pthread_mutex_unlock(&j->lock);
-    if (stop)
+    if (job_failed(&j->w))
         return;
     int fd = -1;
     for (size_t s = 0; s < am->priv->n_sources && fd < 0; s++)
@@ -280,31 +302,22 @@ static void publish_item(void *ctx, size_t k)
                                                      &cause)
                      : model_publish_tensor(am->priv->store, t, fd, &published, &cause);
     if (r == 0 && computed) {
-        pthread_mutex_lock(&j->lock); /* the holder file is one for all workers */
+        pthread_mutex_lock(&j->w.lock); /* the holder file is one for all workers */
         r = store_holder_add(am->priv->holder, &t->meta.digest, t->meta.nbytes, &cause);
-        pthread_mutex_unlock(&j->lock);
+        pthread_mutex_unlock(&j->w.lock);
     }
     bool mapped = false;
     if (r == 0 && am->priv->mappable[i]) {
         r = map_tensor_only(am, i, &cause);
         mapped = r == 0;
     }
-    pthread_mutex_lock(&j->lock);
+    pthread_mutex_lock(&j->w.lock);
     if (mapped)
         am->stats.mapped_bytes += t->meta.nbytes;
     if (r == 0 && published)
         am->stats.ingested_bytes += t->meta.nbytes;
-    if (r < 0 && !j->stop) {
-        j->stop = true;
-        if (r == -TETRIS_E_CORRUPT || r == -TETRIS_E_FORMAT) {
-            /* the source does not hash to its manifest: never publish it */
-            j->rc = r;
-            j->err = cause;
-        } else {
-            fall_back(am, j->o, r == -TETRIS_E_FULL ? "store-full" : "ingest-failed", &cause);
-        }
-    }
-    pthread_mutex_unlock(&j->lock);
+    job_keep_failure(&j->w, r, &cause);
+    pthread_mutex_unlock(&j->w.lock);
 }
 
 /* Under the use lock: references first, then map what is resident, then
@@ -356,14 +369,18 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
         if ((r = source_fd(am, m->tensors[missing[k]].source, &fd, err)) < 0)
             return r; /* the model itself is unreadable: no fallback helps */
     }
-    struct publish_job j = {.am = am, .o = o, .missing = missing};
-    pthread_mutex_init(&j.lock, NULL);
+    struct publish_job j = {.am = am, .missing = missing};
+    pthread_mutex_init(&j.w.lock, NULL);
     workers_run(n_missing, agent_workers(o), NULL, publish_item, &j);
-    pthread_mutex_destroy(&j.lock);
-    if (j.rc < 0) {
-        *err = j.err;
-        return j.rc;
+    pthread_mutex_destroy(&j.w.lock);
+    if (!j.w.failed)
+        return 0;
+    if (j.w.rc == -TETRIS_E_CORRUPT || j.w.rc == -TETRIS_E_FORMAT) {
+        /* the source does not hash to its manifest: never publish it */
+        *err = j.w.cause;
+        return j.w.rc;
     }
+    fall_back(am, o, j.w.rc == -TETRIS_E_FULL ? "store-full" : "ingest-failed", &j.w.cause);
     return 0;
 }
 
@@ -453,45 +470,35 @@ static const char *daemon_failure_reason(int code)
  * (faults on distinct mappings). The first failure stops the rest and the
  * load falls back. */
 struct map_job {
+    struct worker_job w;
     agent_model *am;
     const struct ingest_tensor_result *res;
-    pthread_mutex_t lock; /* failed, cause, am->stats */
-    bool failed;
-    tetris_error cause;
 };
 
 static void map_item(void *ctx, size_t i)
 {
     struct map_job *j = ctx;
     agent_model *am = j->am;
-    if (j->res[i].status == INGEST_REJECTED || !am->priv->mappable[i])
-        return;
-    pthread_mutex_lock(&j->lock);
-    bool failed = j->failed;
-    pthread_mutex_unlock(&j->lock);
-    if (failed)
+    if (j->res[i].status == INGEST_REJECTED || !am->priv->mappable[i] || job_failed(&j->w))
         return;
     tetris_error cause = {0};
     int r = map_tensor_only(am, i, &cause);
-    pthread_mutex_lock(&j->lock);
-    if (r == 0) {
+    pthread_mutex_lock(&j->w.lock);
+    if (r == 0)
         am->stats.mapped_bytes += am->model->tensors[i].meta.nbytes;
-    } else if (!j->failed) {
-        j->failed = true;
-        j->cause = cause;
-    }
-    pthread_mutex_unlock(&j->lock);
+    job_keep_failure(&j->w, r, &cause);
+    pthread_mutex_unlock(&j->w.lock);
 }
 
 static void map_resident(agent_model *am, const struct agent_options *o,
                          const struct ingest_tensor_result *res)
 {
     struct map_job j = {.am = am, .res = res};
-    pthread_mutex_init(&j.lock, NULL);
+    pthread_mutex_init(&j.w.lock, NULL);
     workers_run(am->model->n_tensors, agent_workers(o), NULL, map_item, &j);
-    pthread_mutex_destroy(&j.lock);
-    if (j.failed)
-        fall_back(am, o, "map-failed", &j.cause);
+    pthread_mutex_destroy(&j.w.lock);
+    if (j.w.failed)
+        fall_back(am, o, "map-failed", &j.w.cause);
 }
 
 /* Imports and maps read-only the attached copies of one batch; every
