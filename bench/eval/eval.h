@@ -18,10 +18,14 @@
 #define N_POLICIES 4
 
 /* The paper's applications, built from the profiled models (stand-ins: the
- * paper's models are not available here; see docs/EVAL.md). */
+ * paper's models are not available here; see docs/EVAL.md). A function runs
+ * models[f] (its profile) or, where variants[f] is set, that fine-tuned
+ * variant of it: the same computation, and tensors of which the profiles
+ * directory's sharing.tsv says how many bytes are the base model's. */
 typedef struct app_def {
     const char *name;
     const char *models[MAX_FNS];
+    const char *variants[MAX_FNS];
     double slo_ms[MAX_FNS];
     double mean_rps;
     /* The paper's §5.3: Tetris's mean memory reduction vs INFless and

@@ -14,9 +14,10 @@
  *
  * Each decision (the autoscaler's as_decide for one function, then the
  * placement of what it changed) is timed with the thread's CPU clock.
- * Placement follows the testbed mode's rule (a node holding the function's
- * tensors first under sharing, else the least CPU-allocated node that
- * fits), on 1,000s of nodes. A reservoir of each policy's scale-out
+ * Placement and scale-in follow the testbed mode's rules (the extender's θ,
+ * then kube-scheduler's LeastAllocated, then the first node; scale-in in
+ * the ReplicaSet controller's order), on 1,000s of nodes. A reservoir of
+ * each policy's scale-out
  * decisions (function, residual rate, whether its tensors were resident)
  * is re-planned afterwards by DTS and by GLPK (ilp.h) in both plan modes,
  * with the time limit tetris-autoscaler --exact uses by default. */
@@ -47,6 +48,7 @@
 typedef struct node {
     double cpus, mem_mib;
     double used_cpus, used_mib;
+    double req_mib; /* the pods' memory requests (no store) */
 } node;
 
 typedef struct instance {
@@ -204,22 +206,26 @@ static int draw_functions(cluster *c, tetris_error *err)
 
 /* ---- placement ---- */
 
-static unsigned on_node(const fn_state *st, unsigned n)
-{
-    unsigned k = 0;
-    for (size_t j = 0; j < st->n_inst; j++)
-        k += st->inst[j].node == n;
-    return k;
-}
-
 static bool fits(const node *nd, double cpus, double mib)
 {
     return nd->used_cpus + cpus <= nd->cpus && nd->used_mib + mib <= nd->mem_mib;
 }
 
-/* One instance of config i of function f: under sharing a node that holds
- * its tensors first, else the least CPU-allocated node that fits (the
- * testbed mode's rule). */
+/* kube-scheduler's LeastAllocated for a pod of cpus and req_mib on nd: the
+ * mean of the free CPU and memory fractions of the requests, the pod's
+ * included. */
+static double least_allocated(const node *nd, double cpus, double req_mib)
+{
+    return ((nd->cpus - nd->used_cpus - cpus) / nd->cpus +
+            (nd->mem_mib - nd->req_mib - req_mib) / nd->mem_mib) /
+           2;
+}
+
+/* One instance of config i of function f, by the testbed mode's rule: among
+ * the nodes where it fits, the highest extender score (every function is
+ * its own model, so θ is 1 on a node running one of its instances, else 0),
+ * then the least allocated, then the first node. The baselines have no
+ * extender. */
 static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err)
 {
     fn_state *st = &c->fns[f];
@@ -227,21 +233,21 @@ static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err
     const plan_options *o = &st->pol.plan;
     double mib = plan_instance_mib(cfg, o), shared = o->sharing ? plan_shared_mib(st->fn->prof) : 0;
     long best = -1;
-    double best_score = -INFINITY;
+    double best_free = -INFINITY;
     for (size_t j = 0; o->sharing && j < st->n_inst; j++) {
-        const node *nd = &c->nodes[st->inst[j].node];
-        double score = 1 - nd->used_cpus / nd->cpus;
-        if (fits(nd, cfg->c, mib) && score > best_score) {
-            best_score = score;
-            best = st->inst[j].node;
+        unsigned n = st->inst[j].node;
+        double free = least_allocated(&c->nodes[n], cfg->c, mib);
+        if (fits(&c->nodes[n], cfg->c, mib) &&
+            (free > best_free || (free == best_free && (long)n < best))) {
+            best_free = free;
+            best = n;
         }
     }
     bool resident = best >= 0;
     for (size_t n = 0; !resident && n < c->o->nodes; n++) {
-        const node *nd = &c->nodes[n];
-        double score = 1 - nd->used_cpus / nd->cpus;
-        if (fits(nd, cfg->c, mib + shared) && score > best_score) {
-            best_score = score;
+        double free = least_allocated(&c->nodes[n], cfg->c, mib);
+        if (fits(&c->nodes[n], cfg->c, mib + shared) && free > best_free) {
+            best_free = free;
             best = (long)n;
         }
     }
@@ -259,6 +265,7 @@ static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err
     node *nd = &c->nodes[best];
     double add = mib + (resident ? 0 : shared);
     nd->used_mib += add;
+    nd->req_mib += mib;
     nd->used_cpus += cfg->c;
     c->used_mib += add;
     c->used_cpus += cfg->c;
@@ -267,33 +274,84 @@ static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err
     return 0;
 }
 
-/* Removes one instance of config i of function f from the node with the
- * fewest of f's instances, so its tensors are freed soonest. */
-static void release(cluster *c, size_t f, size_t i)
+static unsigned on_node(const fn_state *st, unsigned n)
+{
+    unsigned k = 0;
+    for (size_t j = 0; j < st->n_inst; j++)
+        k += st->inst[j].node == n;
+    return k;
+}
+
+/* A config's instance ranked for scale-in. */
+typedef struct victim {
+    size_t at;     /* index in the function's instances, oldest first */
+    unsigned rank; /* instances of the config on its node */
+} victim;
+
+static int cmp_uint(const void *a, const void *b)
+{
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return (x > y) - (x < y);
+}
+
+/* The most instances on one node first, then the newest. */
+static int cmp_victim(const void *a, const void *b)
+{
+    const victim *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? 1 : -1;
+    return (x->at < y->at) - (x->at > y->at);
+}
+
+/* Removes d instances of config i of function f as the testbed mode does
+ * (the ReplicaSet controller's order: ranked once, before any goes, by the
+ * config's instances on the same node, the most first, then the newest). */
+static int release(cluster *c, size_t f, size_t i, unsigned d, tetris_error *err)
 {
     fn_state *st = &c->fns[f];
-    size_t best = st->n_inst;
-    unsigned best_k = 0;
-    for (size_t j = 0; j < st->n_inst; j++) {
+    cleanup_free victim *v = malloc(st->n_inst * sizeof *v);
+    cleanup_free unsigned *nodes = malloc(st->n_inst * sizeof *nodes);
+    if (st->n_inst > 0 && (v == NULL || nodes == NULL))
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "scale-in");
+    size_t n_v = 0;
+    for (size_t j = 0; j < st->n_inst; j++)
+        if (st->inst[j].config == i)
+            nodes[n_v++] = st->inst[j].node;
+    qsort(nodes, n_v, sizeof *nodes, cmp_uint);
+    for (size_t j = 0, k = 0; j < st->n_inst; j++) {
         if (st->inst[j].config != i)
             continue;
-        unsigned k = on_node(st, st->inst[j].node);
-        if (best == st->n_inst || k < best_k) {
-            best = j;
-            best_k = k;
-        }
+        unsigned *lo = bsearch(&st->inst[j].node, nodes, n_v, sizeof *nodes, cmp_uint);
+        while (lo > nodes && lo[-1] == st->inst[j].node)
+            lo--;
+        unsigned rank = 0;
+        while (lo + rank < nodes + n_v && lo[rank] == st->inst[j].node)
+            rank++;
+        v[k++] = (victim){.at = j, .rank = rank};
     }
+    qsort(v, n_v, sizeof *v, cmp_victim);
     const profile_config *cfg = &st->fn->prof->configs[i];
     const plan_options *o = &st->pol.plan;
-    node *nd = &c->nodes[st->inst[best].node];
-    double sub = plan_instance_mib(cfg, o) +
-                 (o->sharing && best_k == 1 ? plan_shared_mib(st->fn->prof) : 0);
-    nd->used_mib -= sub;
-    nd->used_cpus -= cfg->c;
-    c->used_mib -= sub;
-    c->used_cpus -= cfg->c;
-    c->instances--;
-    st->inst[best] = st->inst[--st->n_inst];
+    double mib = plan_instance_mib(cfg, o);
+    for (size_t k = 0; k < d && k < n_v; k++) {
+        instance *in = &st->inst[v[k].at];
+        node *nd = &c->nodes[in->node];
+        double sub = mib +
+                     (o->sharing && on_node(st, in->node) == 1 ? plan_shared_mib(st->fn->prof) : 0);
+        nd->used_mib -= sub;
+        nd->req_mib -= mib;
+        nd->used_cpus -= cfg->c;
+        c->used_mib -= sub;
+        c->used_cpus -= cfg->c;
+        c->instances--;
+        in->node = UINT32_MAX; /* gone: on no node, compacted below */
+    }
+    size_t kept = 0;
+    for (size_t j = 0; j < st->n_inst; j++)
+        if (st->inst[j].node != UINT32_MAX)
+            st->inst[kept++] = st->inst[j];
+    st->n_inst = kept;
+    return 0;
 }
 
 /* ---- one policy ---- */
@@ -373,9 +431,10 @@ static int decide(cluster *c, size_t f, unsigned t, double rate, unsigned *want,
                                  .resident = st->pol.plan.sharing && instances > 0});
     bool changed = false;
     for (size_t i = 0; i < fn->prof->n_configs; i++) {
-        while (fn->replicas[i] > want[i]) {
-            release(c, f, i);
-            fn->replicas[i]--;
+        if (fn->replicas[i] > want[i]) {
+            if ((r = release(c, f, i, fn->replicas[i] - want[i], err)) < 0)
+                return r;
+            fn->replicas[i] = want[i];
             changed = true;
         }
         while (fn->replicas[i] < want[i]) {

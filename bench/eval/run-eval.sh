@@ -90,22 +90,23 @@ awk -F'\t' 'NR > 1 && $2 == "bursty" { v[$1, $3] = 100 * $7; order[++n] = $1 }
 policy_histogram "$DATA/violations-bursty.tsv" "$OUT/violations-bursty.png" \
     "SLO violations, bursty trace (simulated; requests beyond capacity)" "violations (% of requests)"
 
-# Memory over time for QA-Text under the bursty trace, every policy.
+# Memory over time for SVT (two fine-tuned ResNet-152s of one base) under
+# the bursty trace, every policy.
 d="$DATA"
 gnuplot <<GP || exit 1
 set terminal pngcairo size 900,450
-set output "$OUT/timeline-qa-text-bursty.png"
-set title "QA-Text (bert-base), bursty trace: cluster memory over time (simulated)"
+set output "$OUT/timeline-svt-bursty.png"
+set title "SVT (VGG19 + 2 fine-tuned ResNet-152), bursty trace: cluster memory over time (simulated)"
 set xlabel "time (s)"
 set ylabel "memory (MiB)"
 set y2label "requests per second"
 set y2tics
 set key top left
-plot "$d/series-qa-text-bursty-infless.tsv" using 1:4 with lines title "INFless-like", \
-     "$d/series-qa-text-bursty-photons.tsv" using 1:4 with lines title "Photons-like", \
-     "$d/series-qa-text-bursty-tetris-ro.tsv" using 1:4 with lines title "tetris-RO", \
-     "$d/series-qa-text-bursty-tetris.tsv" using 1:4 with lines lw 2 title "tetris", \
-     "$d/series-qa-text-bursty-tetris.tsv" using 1:2 axes x1y2 with lines lc rgb "#aaaaaa" title "arrivals"
+plot "$d/series-svt-bursty-infless.tsv" using 1:4 with lines title "INFless-like", \
+     "$d/series-svt-bursty-photons.tsv" using 1:4 with lines title "Photons-like", \
+     "$d/series-svt-bursty-tetris-ro.tsv" using 1:4 with lines title "tetris-RO", \
+     "$d/series-svt-bursty-tetris.tsv" using 1:4 with lines lw 2 title "tetris", \
+     "$d/series-svt-bursty-tetris.tsv" using 1:2 axes x1y2 with lines lc rgb "#aaaaaa" title "arrivals"
 GP
 
 if [ "$SCALE_ARGS" != none ]; then

@@ -52,11 +52,36 @@ static const node_def testbed[N_NODES] = {
     {"node-7", 32, 128 * 1024}, {"node-8", 32, 128 * 1024},
 };
 
+/* Stand-ins from the paper-scale models with random weights
+ * (docs/PAPER-MODELS.md); each function's SLO is 4 times its profile's
+ * fastest b = 1 p95 latency, rounded up to 100 ms (silero-vad: 20 ms). */
 const app_def apps[N_APPS] = {
-    {"svt", {"ocr-det", "ocr-cls", "ocr-cls"}, {300, 100, 100}, 60, 86, 68},
-    {"qa-audio", {"silero-vad", "bert-base", NULL}, {20, 1000, 0}, 30, 64, 33},
-    {"ss", {"ocr-rec", NULL, NULL}, {300, 0, 0}, 100, 69, 37},
-    {"qa-text", {"bert-base", NULL, NULL}, {1000, 0, 0}, 40, 65, 21},
+    {.name = "svt",
+     .models = {"vgg19", "resnet152", "resnet152"},
+     .variants = {NULL, "resnet152-ft1", "resnet152-ft2"},
+     .slo_ms = {700, 800, 800},
+     .mean_rps = 20,
+     .paper_vs_infless = 86,
+     .paper_vs_photons = 68},
+    {.name = "qa-audio",
+     .models = {"silero-vad", "bert-large"},
+     .slo_ms = {20, 1200},
+     .mean_rps = 20,
+     .paper_vs_infless = 64,
+     .paper_vs_photons = 33},
+    {.name = "ss",
+     .models = {"bert-base"},
+     .slo_ms = {1200},
+     .mean_rps = 40,
+     .paper_vs_infless = 69,
+     .paper_vs_photons = 37},
+    {.name = "qa-text",
+     .models = {"bert-base", "bert-base", "bert-base"},
+     .variants = {"bert-base-ft1", "bert-base-ft2", "bert-base-ft3"},
+     .slo_ms = {1200, 1200, 1200},
+     .mean_rps = 20,
+     .paper_vs_infless = 65,
+     .paper_vs_photons = 21},
 };
 
 const char *const traces[N_TRACES] = {"stable", "periodic", "bursty"};
@@ -218,6 +243,16 @@ typedef struct instance {
     size_t config, node;
 } instance;
 
+#define PARTS_PER_FN 2
+#define MAX_PARTS (MAX_FNS * PARTS_PER_FN)
+
+/* Tensors the store keeps once per node, named by the model or variant
+ * they belong to. */
+typedef struct tensor_part {
+    char key[64];
+    uint64_t bytes;
+} tensor_part;
+
 typedef struct sim {
     const options *opt;
     const app_def *app;
@@ -227,43 +262,73 @@ typedef struct sim {
     size_t n_nodes;
     size_t n_fns;
     as_function *fns[MAX_FNS];
-    size_t model_of[MAX_FNS]; /* functions of one model share its tensors */
+    /* The tensor parts the store keeps once per node: a whole model, or
+     * for a fine-tuned variant the layers it shares with its base and its
+     * own. Functions of one model (SVT's two classifiers) or of one base
+     * share parts. */
+    tensor_part parts[MAX_PARTS];
+    size_t n_parts;
+    size_t part_of[MAX_FNS][PARTS_PER_FN]; /* f's parts, indices into parts */
+    size_t n_part_of[MAX_FNS];
     /* count[f][config][node]: instances placed */
     unsigned *count[MAX_FNS];
     instance *order[MAX_FNS]; /* f's instances, oldest first */
     size_t n_order[MAX_FNS];
     double used_cpus[N_NODES], used_mib[N_NODES];
-    double req_mib[N_NODES];                /* the pods' memory requests (no store) */
-    unsigned model_count[MAX_FNS][N_NODES]; /* instances of model k on a node */
-    bool seeded[MAX_FNS][N_NODES];          /* model k in the node's store from the start */
-    /* What the extender knows: each model as one tensor (id k) of its shared
-     * bytes, each node's store as the models it holds. */
-    uint32_t model_id[MAX_FNS];
-    uint64_t model_bytes[MAX_FNS];
+    double req_mib[N_NODES];                 /* the pods' memory requests (no store) */
+    unsigned part_count[MAX_PARTS][N_NODES]; /* instances using part k on a node */
+    bool seeded[MAX_PARTS][N_NODES];         /* part k in the node's store from the start */
+    /* What the extender knows: each part as one tensor (id k) of its bytes,
+     * each function's model as its parts, each node's store as the parts it
+     * holds. */
+    uint32_t need_ids[MAX_FNS][PARTS_PER_FN];
+    uint64_t need_bytes[MAX_FNS][PARTS_PER_FN];
     model_need need[MAX_FNS];
     node_inventory *store[N_NODES];
-    uint32_t store_held[N_NODES]; /* bit k: store[n] holds model k */
+    uint32_t store_held[N_NODES]; /* bit k: store[n] holds part k */
     FILE *decisions;
     unsigned long unplaced;
 } sim;
 
-static double shared_mib_of(const sim *s, size_t f)
+/* The store's bytes a node newly pays for when an instance of function f
+ * starts there: f's parts no instance on it uses yet. */
+static double new_parts_mib(const sim *s, size_t f, size_t n)
 {
-    return plan_shared_mib(s->fns[f]->prof);
+    double mib = 0;
+    for (size_t j = 0; j < s->n_part_of[f]; j++) {
+        const tensor_part *part = &s->parts[s->part_of[f][j]];
+        if (s->part_count[s->part_of[f][j]][n] == 0)
+            mib += (double)part->bytes / 1048576.0;
+    }
+    return mib;
 }
 
-/* The extender's score of node n for model k (similarity_eval: θ of the
- * tensors the node's store holds, round(10 θ)) into *score. The store holds
- * a model while the node runs an instance of it, and the models it started
- * with; its inventory is rebuilt when that set changes. */
-static int extender_score(sim *s, size_t k, size_t n, int *score, tetris_error *err)
+/* Counts f's parts in or out of node n (delta +1 or -1), paying for a part
+ * when its first user comes and freeing it when its last goes. */
+static void use_parts(sim *s, size_t f, size_t n, int delta, bool sharing)
 {
-    uint32_t ids[MAX_FNS], held = 0;
+    for (size_t j = 0; j < s->n_part_of[f]; j++) {
+        size_t k = s->part_of[f][j];
+        double mib = (double)s->parts[k].bytes / 1048576.0;
+        if (delta > 0 && s->part_count[k][n]++ == 0 && sharing)
+            s->used_mib[n] += mib;
+        if (delta < 0 && --s->part_count[k][n] == 0 && sharing)
+            s->used_mib[n] -= mib;
+    }
+}
+
+/* The extender's score of node n for function f's model (similarity_eval:
+ * θ of its tensor bytes the node's store holds, round(10 θ)) into *score.
+ * The store holds a part while the node runs an instance using it, and the
+ * parts it started with; its inventory is rebuilt when that set changes. */
+static int extender_score(sim *s, size_t f, size_t n, int *score, tetris_error *err)
+{
+    uint32_t ids[MAX_PARTS], held = 0;
     size_t n_ids = 0;
-    for (size_t m = 0; m < s->n_fns; m++)
-        if (s->model_of[m] == m && (s->model_count[m][n] > 0 || s->seeded[m][n])) {
-            ids[n_ids++] = s->model_id[m];
-            held |= 1u << m;
+    for (size_t k = 0; k < s->n_parts; k++)
+        if (s->part_count[k][n] > 0 || s->seeded[k][n]) {
+            ids[n_ids++] = (uint32_t)k;
+            held |= 1u << k;
         }
     if (s->store[n] == NULL || s->store_held[n] != held) {
         node_inventory_free(s->store[n]);
@@ -275,7 +340,7 @@ static int extender_score(sim *s, size_t k, size_t n, int *score, tetris_error *
         s->store_held[n] = held;
     }
     node_fit fit;
-    similarity_eval(&s->need[k], s->store[n], &fit);
+    similarity_eval(&s->need[f], s->store[n], &fit);
     /* The store's capacity is not modelled (0: unlimited), so every node
      * passes the extender's filter; the node's memory is checked below. */
     *score = fit.score;
@@ -292,18 +357,16 @@ static int extender_score(sim *s, size_t k, size_t n, int *score, tetris_error *
 static int place(sim *s, size_t f, size_t i, const plan_options *o, size_t *node, tetris_error *err)
 {
     const profile_config *cfg = &s->fns[f]->prof->configs[i];
-    size_t k = s->model_of[f];
     double inst_mib = plan_instance_mib(cfg, o);
     int best = -1, best_score = 0;
     double best_free = 0;
     for (size_t n = 0; n < s->n_nodes; n++) {
         const node_def *nd = &s->nodes[n];
-        bool resident = s->model_count[k][n] > 0;
-        double mib = inst_mib + (o->sharing && !resident ? shared_mib_of(s, f) : 0);
+        double mib = inst_mib + (o->sharing ? new_parts_mib(s, f, n) : 0);
         if (s->used_cpus[n] + cfg->c > nd->cpus || s->used_mib[n] + mib > nd->mem_mib)
             continue;
         int score = 0, r;
-        if (o->sharing && (r = extender_score(s, k, n, &score, err)) < 0)
+        if (o->sharing && (r = extender_score(s, f, n, &score, err)) < 0)
             return r;
         double free = ((nd->cpus - s->used_cpus[n] - cfg->c) / nd->cpus +
                        (nd->mem_mib - s->req_mib[n] - inst_mib) / nd->mem_mib) /
@@ -319,12 +382,10 @@ static int place(sim *s, size_t f, size_t i, const plan_options *o, size_t *node
     if (best < 0)
         return 0;
     size_t n = (size_t)best;
-    if (o->sharing && s->model_count[k][n] == 0)
-        s->used_mib[n] += shared_mib_of(s, f);
+    use_parts(s, f, n, +1, o->sharing);
     s->used_mib[n] += inst_mib;
     s->req_mib[n] += inst_mib;
     s->used_cpus[n] += cfg->c;
-    s->model_count[k][n]++;
     s->count[f][i * N_NODES + n]++;
     s->order[f][s->n_order[f]++] = (instance){i, n};
     *node = n;
@@ -349,7 +410,6 @@ static void release(sim *s, size_t f, size_t i, unsigned d, const plan_options *
                     size_t size)
 {
     const profile_config *cfg = &s->fns[f]->prof->configs[i];
-    size_t k = s->model_of[f];
     unsigned rank[N_NODES];
     for (size_t n = 0; n < s->n_nodes; n++)
         rank[n] = s->count[f][i * N_NODES + n];
@@ -364,12 +424,10 @@ static void release(sim *s, size_t f, size_t i, unsigned d, const plan_options *
                 (s->n_order[f] - pick - 1) * sizeof(instance));
         s->n_order[f]--;
         s->count[f][i * N_NODES + n]--;
-        s->model_count[k][n]--;
+        use_parts(s, f, n, -1, o->sharing);
         s->used_cpus[n] -= cfg->c;
         s->used_mib[n] -= plan_instance_mib(cfg, o);
         s->req_mib[n] -= plan_instance_mib(cfg, o);
-        if (o->sharing && s->model_count[k][n] == 0)
-            s->used_mib[n] -= shared_mib_of(s, f);
         list_add(list, size, s->nodes[n].name);
     }
 }
@@ -396,16 +454,106 @@ static int seed_stores(sim *s, tetris_error *err)
             return tetris_fail(err, TETRIS_E_NOMEM, errno, "--node");
         char *save = NULL;
         for (char *m = strtok_r(list, ",", &save); m != NULL; m = strtok_r(NULL, ",", &save)) {
-            size_t f = 0;
-            while (f < s->n_fns && strcmp(s->fns[f]->prof->model, m) != 0)
-                f++;
-            if (f == s->n_fns)
+            size_t k = 0;
+            while (k < s->n_parts && strcmp(s->parts[k].key, m) != 0)
+                k++;
+            if (k == s->n_parts)
                 return tetris_fail(err, TETRIS_E_INVAL, 0,
                                    "--node %s: model %s is no --function's profile's model",
                                    s->nodes[n].name, m);
-            s->seeded[s->model_of[f]][n] = true;
+            s->seeded[k][n] = true;
         }
     }
+    return 0;
+}
+
+/* The row of DIR/sharing.tsv (as scripts/models/paper-models.sh writes it:
+ * VARIANT BASE SHARED_BYTES TENSOR_BYTES, tab-separated) for a variant of
+ * base: the bytes it shares with base and all its tensor bytes. */
+static int variant_sharing(const char *dir, const char *variant, const char *base, uint64_t *shared,
+                           uint64_t *total, tetris_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/sharing.tsv", dir) >= (int)sizeof path)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "profiles path too long");
+    cleanup_fclose FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s (the variants' sharing)", path);
+    char line[512];
+    for (unsigned no = 1; fgets(line, sizeof line, f) != NULL; no++) {
+        char v[64], b[64];
+        unsigned long long sh, tot;
+        int used = 0;
+        if (sscanf(line, "%63[^\t]\t%63[^\t]\t%llu\t%llu%n", v, b, &sh, &tot, &used) != 4 ||
+            (line[used] != '\n' && line[used] != '\0') || sh > tot)
+            return tetris_fail(err, TETRIS_E_INVAL, 0,
+                               "%s:%u: expected VARIANT BASE SHARED_BYTES TENSOR_BYTES "
+                               "(tab-separated, shared <= total)",
+                               path, no);
+        if (strcmp(v, variant) == 0 && strcmp(b, base) == 0) {
+            *shared = sh;
+            *total = tot;
+            return 0;
+        }
+    }
+    if (ferror(f))
+        return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: no line for variant %s of %s", path, variant,
+                       base);
+}
+
+/* The part named key (bytes), added when no function has it yet; its
+ * index goes to f's parts. A base model and its variants in one
+ * application are refused: the base's part would be all its tensors, the
+ * variants' only the shared ones. */
+static int add_part(sim *s, size_t f, const char *key, uint64_t bytes, tetris_error *err)
+{
+    size_t k = 0;
+    while (k < s->n_parts && strcmp(s->parts[k].key, key) != 0)
+        k++;
+    if (k < s->n_parts && s->parts[k].bytes != bytes)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "%s: %s is both a model and a variant's base in one application",
+                           s->app->name, key);
+    if (k == s->n_parts) {
+        snprintf(s->parts[k].key, sizeof s->parts[k].key, "%s", key);
+        s->parts[k].bytes = bytes;
+        s->n_parts++;
+    }
+    s->need_ids[f][s->n_part_of[f]] = (uint32_t)k;
+    s->need_bytes[f][s->n_part_of[f]] = s->parts[k].bytes;
+    s->part_of[f][s->n_part_of[f]++] = k;
+    return 0;
+}
+
+/* Function f's tensor parts and what the extender is told of its model: the
+ * whole model as one part, or for a variant the bytes it shares with its
+ * base and its own. */
+static int add_parts(sim *s, size_t f, const char *variant, tetris_error *err)
+{
+    const profile *prof = s->fns[f]->prof;
+    uint64_t model_bytes = (uint64_t)(plan_shared_mib(prof) * 1048576.0);
+    int r;
+    if (variant == NULL) {
+        if ((r = add_part(s, f, prof->model, model_bytes, err)) < 0)
+            return r;
+    } else {
+        uint64_t shared = 0, total = 0;
+        if ((r = variant_sharing(s->opt->profiles, variant, prof->model, &shared, &total, err)) <
+                0 ||
+            (r = add_part(s, f, prof->model, shared, err)) < 0 ||
+            (r = add_part(s, f, variant, total - shared, err)) < 0)
+            return r;
+    }
+    uint64_t sum = 0;
+    for (size_t j = 0; j < s->n_part_of[f]; j++)
+        sum += s->need_bytes[f][j];
+    s->need[f] = (model_need){.slot = f,
+                              .model = s->parts[s->part_of[f][s->n_part_of[f] - 1]].key,
+                              .n = s->n_part_of[f],
+                              .ids = s->need_ids[f],
+                              .bytes = s->need_bytes[f],
+                              .total_bytes = sum};
     return 0;
 }
 
@@ -432,7 +580,8 @@ static int sim_init(sim *s, const options *opt, const app_def *app, const policy
         if (opt->n_custom > 0)
             snprintf(name, sizeof name, "%s", opt->custom_name[f]);
         else
-            snprintf(name, sizeof name, "%s-%zu", app->models[f], f);
+            snprintf(name, sizeof name, "%s-%zu",
+                     app->variants[f] != NULL ? app->variants[f] : app->models[f], f);
         r = as_function_new(name, prof, &s->fns[f], err);
         if (r < 0) {
             profile_free(prof);
@@ -449,18 +598,8 @@ static int sim_init(sim *s, const options *opt, const app_def *app, const policy
         s->order[f] = calloc((size_t)(cpus / min_c) + 1, sizeof *s->order[f]);
         if (s->count[f] == NULL || s->order[f] == NULL)
             return tetris_fail(err, TETRIS_E_NOMEM, errno, "instance table");
-        s->model_of[f] = f;
-        for (size_t g = 0; g < f; g++)
-            if (strcmp(s->fns[g]->prof->model, prof->model) == 0)
-                s->model_of[f] = s->model_of[g];
-        s->model_id[f] = (uint32_t)f;
-        s->model_bytes[f] = (uint64_t)(plan_shared_mib(prof) * 1048576.0);
-        s->need[f] = (model_need){.slot = f,
-                                  .model = prof->model,
-                                  .n = 1,
-                                  .ids = &s->model_id[f],
-                                  .bytes = &s->model_bytes[f],
-                                  .total_bytes = s->model_bytes[f]};
+        if ((r = add_parts(s, f, app->variants[f], err)) < 0)
+            return r;
         if (opt->n_custom > 0 && opt->custom_trace[f] != NULL &&
             (r = rate_trace_load(opt->custom_trace[f], &s->fns[f]->trace, err)) < 0)
             return r;

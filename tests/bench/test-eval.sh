@@ -2,7 +2,8 @@
 # test-eval.sh - tetris-eval on a short trace: tensor sharing never costs
 # memory (tetris <= tetris-ro on every application and trace), every policy
 # covers a stable trace without SLO violations when the headroom is ample,
-# the same seed gives the same results, and bad usage exits 2 with a message.
+# the same seed gives the same results, fine-tuned variants pay their base's
+# shared layers once (sharing.tsv), and bad usage exits 2 with a message.
 # The scale mode on 20 nodes x 50 functions: sharing never costs memory, one
 # decision per function per interval for every policy, nothing unplaced,
 # DTS never beats a proved optimum (and the refined mode is exact), the same
@@ -30,6 +31,34 @@ awk -F'\t' 'NR > 1 && $11 != 0 { exit 1 }' "$WORK/a/results.tsv" || fail "instan
     >/dev/null 2>"$WORK/b.log" || fail "stable run failed: $(tail -1 "$WORK/b.log")"
 awk -F'\t' 'NR > 1 && $7 != 0 { print; bad = 1 } END { exit bad }' "$WORK/b/results.tsv" ||
     fail "violations on the stable trace with ample headroom"
+
+# Fine-tuned variants share their base's layers: QA-Text's three BERT-base
+# variants cost more under tetris when sharing.tsv says they share nothing.
+mkdir "$WORK/unshared"
+cp "$PROFILES"/*.profile.yaml "$WORK/unshared/"
+awk -F'\t' -v OFS='\t' '{ $3 = 0; print }' "$PROFILES/sharing.tsv" >"$WORK/unshared/sharing.tsv"
+for d in "$PROFILES" "$WORK/unshared"; do
+    "$EVAL" --profiles "$d" --duration 300 --apps qa-text --traces stable --out "$WORK/v" \
+        >/dev/null 2>"$WORK/v.log" || fail "qa-text failed: $(tail -1 "$WORK/v.log")"
+    awk -F'\t' '$3 == "tetris" { print $4 }' "$WORK/v/results.tsv" >>"$WORK/v.mib"
+done
+awk 'NR == 1 { a = $1 } NR == 2 { b = $1 } END { exit !(a < b) }' "$WORK/v.mib" ||
+    fail "variants sharing their base cost no less memory: $(tr '\n' ' ' <"$WORK/v.mib")"
+# A bad or missing sharing table: exit 1 with a message naming the line.
+printf 'bert-base-ft1\tbert-base\tmany\t437627480\n' >"$WORK/unshared/sharing.tsv"
+set +e
+"$EVAL" --profiles "$WORK/unshared" --duration 5 --apps qa-text >/dev/null 2>"$WORK/err"; rc=$?
+set -e
+[ $rc -eq 1 ] || fail "bad sharing.tsv: exit $rc, want 1"
+grep -q 'sharing.tsv:1: expected' "$WORK/err" || fail "bad sharing.tsv: $(cat "$WORK/err")"
+rm "$WORK/unshared/sharing.tsv"
+set +e
+"$EVAL" --profiles "$WORK/unshared" --duration 5 --apps qa-text >/dev/null 2>"$WORK/err"; rc=$?
+set -e
+[ $rc -eq 1 ] || fail "missing sharing.tsv: exit $rc, want 1"
+grep -q 'sharing.tsv' "$WORK/err" || fail "missing sharing.tsv: $(cat "$WORK/err")"
+"$EVAL" --profiles "$WORK/unshared" --duration 5 --apps ss >/dev/null 2>"$WORK/err" ||
+    fail "an application without variants needs no sharing.tsv: $(cat "$WORK/err")"
 
 # Deterministic: the same seed, the same table.
 "$EVAL" --profiles "$PROFILES" --duration 300 >"$WORK/c.txt" 2>/dev/null
