@@ -1,10 +1,14 @@
 /* daemon.h - the state tetris-reclaimer's parts share: the stores it
  * serves (the shared one and every tenant's), their tensor indexes and
- * counters, and the locks that order ingests against reclaim passes. Each part lives in its own
- * file: stores.c         the served stores: the shared one and tenants' (discovery) ingest_server.c
- * the Unix-socket ingest service (one thread per client) reclaim.c        repair, reclaim pass
- * (keep-alive, LRU), scrub http_api.c       /metrics, /inventory, /healthz gpu_pool.c       GPU
- * copies of stored tensors (gpu_attach) main.c           configuration, signals, the main loop */
+ * counters, and the locks that order ingests against reclaim passes.
+ * Each part lives in its own file:
+ *   stores.c          the served stores: the shared one and tenants'
+ *   ingest_server.c   the Unix-socket ingest service (a thread per client)
+ *   reclaim.c         repair, the reclaim pass, scrub
+ *   reclaim_policy.c  the pass's rule: keep-alive, then LRU
+ *   http_api.c        /metrics, /inventory, /healthz
+ *   gpu_pool.c        GPU copies of stored tensors (gpu_attach)
+ *   main.c            configuration, signals, the main loop */
 #ifndef TETRIS_RECLAIMER_DAEMON_H
 #define TETRIS_RECLAIMER_DAEMON_H
 

@@ -4,9 +4,11 @@ PROGRAMS += tetris-reclaimer
 tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
                          reclaimer/gpu_pool.c
-# The daemon's settings and tensor index are in the library so the unit
-# tests can reach them.
-LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c
+# The daemon's settings, tensor index and reclaim rule are in the library
+# so the unit tests (and the cluster evaluation, for the rule) can reach
+# them.
+LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c \
+            reclaimer/reclaim_policy.c
 UNIT_TESTS += tests/unit/test_reclaimer_units.c
 
 TEST_PROGRAMS += tetris-ingest-probe

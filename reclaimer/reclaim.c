@@ -30,6 +30,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prom.h"
+#include "reclaimer/reclaim_policy.h"
 
 #define MARK_SEEN 1u
 #define MARK_REF 2u
@@ -452,17 +453,6 @@ static int remove_tensor(struct served_store *ss, struct index_entry *e, bool ev
     return 0;
 }
 
-struct cold {
-    tensor_digest digest;
-    int64_t last_use_s;
-};
-
-static int cmp_cold(const void *a, const void *b)
-{
-    const struct cold *x = a, *y = b;
-    return (x->last_use_s > y->last_use_s) - (x->last_use_s < y->last_use_s);
-}
-
 static int64_t last_use(const struct index_entry *e)
 {
     return e->last_ref_s > 0 ? e->last_ref_s : e->mtime_s;
@@ -470,31 +460,36 @@ static int64_t last_use(const struct index_entry *e)
 
 /* Keep-alive expiry, then, when bounded, LRU down to target bytes (this
  * store's share of the node's capacity, less what refused ingests need);
- * cold tensors only. */
+ * cold tensors only, by the rule of reclaim_policy.h. */
 static int free_cold(struct served_store *ss, int64_t now_s, double keep_alive_s, bool bounded,
                      uint64_t target, size_t *n_freed, tetris_error *err)
 {
     size_t n = tensor_index_count(ss->index);
-    cleanup_free struct cold *cold = malloc((n ? n : 1) * sizeof(*cold));
-    if (cold == NULL)
+    cleanup_free struct cold_tensor *cold = malloc((n ? n : 1) * sizeof(*cold));
+    /* Digests, not entries: an entry pointer dies with the next removal. */
+    cleanup_free tensor_digest *digests = malloc((n ? n : 1) * sizeof(*digests));
+    if (cold == NULL || digests == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "cold list of %zu", n);
     size_t n_cold = 0;
     size_t c = 0;
     struct index_entry *e;
     while ((e = tensor_index_next(ss->index, &c)) != NULL)
-        if (!(e->mark & MARK_REF))
-            cold[n_cold++] = (struct cold){e->digest, last_use(e)};
-    qsort(cold, n_cold, sizeof(*cold), cmp_cold);
+        if (!(e->mark & MARK_REF)) {
+            digests[n_cold] = e->digest;
+            cold[n_cold] = (struct cold_tensor){.last_use_s = last_use(e), .slot = n_cold};
+            n_cold++;
+        }
+    reclaim_sort_cold(cold, n_cold);
     size_t freed = 0;
     for (size_t i = 0; i < n_cold; i++) {
-        e = tensor_index_find(ss->index, &cold[i].digest);
+        e = tensor_index_find(ss->index, &digests[cold[i].slot]);
         if (e == NULL)
             continue;
-        bool expired = (double)(now_s - cold[i].last_use_s) >= keep_alive_s;
-        bool over = bounded && ss->resident_bytes > target;
-        if (!expired && !over)
+        enum reclaim_verdict v = reclaim_judge(now_s, cold[i].last_use_s, keep_alive_s, bounded,
+                                               ss->resident_bytes, target);
+        if (v == RECLAIM_KEEP)
             break; /* the rest are younger and the store is under target */
-        if (remove_tensor(ss, e, !expired) == 0)
+        if (remove_tensor(ss, e, v == RECLAIM_EVICT) == 0)
             freed++;
     }
     *n_freed = freed;

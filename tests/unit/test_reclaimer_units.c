@@ -10,6 +10,7 @@
 
 #include "reclaimer/config.h"
 #include "common/config_yaml.h"
+#include "reclaimer/reclaim_policy.h"
 #include "reclaimer/tensor_index.h"
 
 START_TEST(test_parse_bytes)
@@ -338,6 +339,28 @@ START_TEST(test_index_state_file)
 }
 END_TEST
 
+/* The reclaim rule: the oldest cold tensor first (ties in the callers'
+ * order), freed once unused for the keep-alive, evicted while a bounded
+ * store is over its target, kept otherwise. */
+START_TEST(test_reclaim_rule)
+{
+    struct cold_tensor cold[4] = {{.last_use_s = 50, .slot = 0},
+                                  {.last_use_s = 10, .slot = 1},
+                                  {.last_use_s = 50, .slot = 2},
+                                  {.last_use_s = 30, .slot = 3}};
+    reclaim_sort_cold(cold, 4);
+    size_t want[4] = {1, 3, 0, 2};
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_uint_eq(cold[i].slot, want[i]);
+    ck_assert_int_eq(reclaim_judge(310, 10, 300, false, 1000, 0), RECLAIM_EXPIRED);
+    ck_assert_int_eq(reclaim_judge(309, 10, 300, false, 1000, 0), RECLAIM_KEEP);
+    ck_assert_int_eq(reclaim_judge(20, 10, 300, true, 101, 100), RECLAIM_EVICT);
+    ck_assert_int_eq(reclaim_judge(20, 10, 300, true, 100, 100), RECLAIM_KEEP);
+    ck_assert_int_eq(reclaim_judge(310, 10, 300, true, 50, 100), RECLAIM_EXPIRED);
+    ck_assert_int_eq(reclaim_judge(10, 10, 0, false, 0, 0), RECLAIM_EXPIRED);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("reclaimer");
@@ -353,6 +376,7 @@ int main(void)
     tcase_add_test(tc, test_config_tenant_uids);
     tcase_add_test(tc, test_index_insert_remove);
     tcase_add_test(tc, test_index_state_file);
+    tcase_add_test(tc, test_reclaim_rule);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
