@@ -63,6 +63,7 @@ typedef struct scale_options {
     unsigned duration_s, interval_s;
     uint64_t seed;
     double scale, headroom;
+    double keep_alive_s; /* the node daemons' --keep-alive */
     enum plan_mode mode;
     const bool *app_on;   /* N_APPS: draw functions from these applications */
     const bool *trace_on; /* N_TRACES: and these trace kinds */

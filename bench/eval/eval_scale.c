@@ -33,6 +33,7 @@
 #include "scheduler-ext/autoscaler/autoscaler.h"
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/autoscaler/ilp.h"
+#include "reclaimer/reclaim_policy.h"
 #include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -44,6 +45,8 @@
 #define RATE_SIGMA 2.0
 #define RATE_MAX_RPS 500.0
 #define MAX_MODELS (N_APPS * MAX_FNS)
+/* The node daemon's default --interval between reclaim passes. */
+#define RECLAIM_INTERVAL_S 10
 
 typedef struct node {
     double cpus, mem_mib;
@@ -64,11 +67,20 @@ typedef struct fn_spec {
     size_t trace;
 } fn_spec;
 
+/* A node whose store still holds a function's tensors after its last
+ * instance there went: until the daemon's reclaim rule frees them. */
+typedef struct lingering {
+    unsigned node;
+    int64_t last_use_s;
+} lingering;
+
 typedef struct fn_state {
     as_function *fn;
     as_policy pol;
     instance *inst;
     size_t n_inst, cap_inst;
+    lingering *linger;
+    size_t n_linger, cap_linger;
     double capacity_rps;
 } fn_state;
 
@@ -232,15 +244,20 @@ static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err
     const profile_config *cfg = &st->fn->prof->configs[i];
     const plan_options *o = &st->pol.plan;
     double mib = plan_instance_mib(cfg, o), shared = o->sharing ? plan_shared_mib(st->fn->prof) : 0;
-    long best = -1;
+    long best = -1, best_linger = -1;
     double best_free = -INFINITY;
-    for (size_t j = 0; o->sharing && j < st->n_inst; j++) {
-        unsigned n = st->inst[j].node;
+    /* Nodes whose stores hold f's tensors: those running it, then those
+     * still keeping them (θ = 1 on both). */
+    size_t n_held = o->sharing ? st->n_inst + st->n_linger : 0;
+    for (size_t j = 0; j < n_held; j++) {
+        bool lingers = j >= st->n_inst;
+        unsigned n = lingers ? st->linger[j - st->n_inst].node : st->inst[j].node;
         double free = least_allocated(&c->nodes[n], cfg->c, mib);
         if (fits(&c->nodes[n], cfg->c, mib) &&
             (free > best_free || (free == best_free && (long)n < best))) {
             best_free = free;
             best = n;
+            best_linger = lingers ? (long)(j - st->n_inst) : -1;
         }
     }
     bool resident = best >= 0;
@@ -262,6 +279,8 @@ static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err
         st->inst = v;
         st->cap_inst = cap;
     }
+    if (best_linger >= 0) /* its store's copy is in use again */
+        st->linger[best_linger] = st->linger[--st->n_linger];
     node *nd = &c->nodes[best];
     double add = mib + (resident ? 0 : shared);
     nd->used_mib += add;
@@ -303,10 +322,27 @@ static int cmp_victim(const void *a, const void *b)
     return (x->at < y->at) - (x->at > y->at);
 }
 
-/* Removes d instances of config i of function f as the testbed mode does
- * (the ReplicaSet controller's order: ranked once, before any goes, by the
- * config's instances on the same node, the most first, then the newest). */
-static int release(cluster *c, size_t f, size_t i, unsigned d, tetris_error *err)
+/* Under sharing, node n's store keeps f's tensors after its last instance
+ * there went at t, until the reclaim pass frees them. */
+static int linger(fn_state *st, unsigned n, int64_t t, tetris_error *err)
+{
+    if (st->n_linger == st->cap_linger) {
+        size_t cap = st->cap_linger ? st->cap_linger * 2 : 4;
+        lingering *v = realloc(st->linger, cap * sizeof *v);
+        if (v == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, errno, "lingering tensors");
+        st->linger = v;
+        st->cap_linger = cap;
+    }
+    st->linger[st->n_linger++] = (lingering){.node = n, .last_use_s = t};
+    return 0;
+}
+
+/* Removes d instances of config i of function f at time t as the testbed
+ * mode does (the ReplicaSet controller's order: ranked once, before any
+ * goes, by the config's instances on the same node, the most first, then
+ * the newest). */
+static int release(cluster *c, size_t f, size_t i, unsigned d, int64_t t, tetris_error *err)
 {
     fn_state *st = &c->fns[f];
     cleanup_free victim *v = malloc(st->n_inst * sizeof *v);
@@ -336,12 +372,13 @@ static int release(cluster *c, size_t f, size_t i, unsigned d, tetris_error *err
     for (size_t k = 0; k < d && k < n_v; k++) {
         instance *in = &st->inst[v[k].at];
         node *nd = &c->nodes[in->node];
-        double sub = mib +
-                     (o->sharing && on_node(st, in->node) == 1 ? plan_shared_mib(st->fn->prof) : 0);
-        nd->used_mib -= sub;
+        int r;
+        if (o->sharing && on_node(st, in->node) == 1 && (r = linger(st, in->node, t, err)) < 0)
+            return r;
+        nd->used_mib -= mib;
         nd->req_mib -= mib;
         nd->used_cpus -= cfg->c;
-        c->used_mib -= sub;
+        c->used_mib -= mib;
         c->used_cpus -= cfg->c;
         c->instances--;
         in->node = UINT32_MAX; /* gone: on no node, compacted below */
@@ -363,6 +400,7 @@ static void cluster_free_policy(cluster *c)
             c->fns[f].fn->prof = NULL; /* shared by every function of the model */
         as_function_free(c->fns[f].fn);
         free(c->fns[f].inst);
+        free(c->fns[f].linger);
     }
     free(c->fns);
     c->fns = NULL;
@@ -409,6 +447,43 @@ static void keep_sample(cluster *c, const sample *s)
         c->samples[j] = *s;
 }
 
+/* A reclaim pass of the node daemons at time t, by their own rule
+ * (reclaim_policy.h): the tensors a node keeps for a function none of
+ * whose instances runs there, freed once unused for the keep-alive.
+ * Stores are unbounded here, so nothing is evicted. */
+static int reclaim_pass(cluster *c, int64_t t, tetris_error *err)
+{
+    for (size_t f = 0; f < c->o->functions; f++) {
+        fn_state *st = &c->fns[f];
+        if (st->n_linger == 0)
+            continue;
+        cleanup_free struct cold_tensor *cold = malloc(st->n_linger * sizeof *cold);
+        if (cold == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, errno, "reclaim pass");
+        for (size_t j = 0; j < st->n_linger; j++)
+            cold[j] = (struct cold_tensor){.last_use_s = st->linger[j].last_use_s, .slot = j};
+        reclaim_sort_cold(cold, st->n_linger);
+        double shared = plan_shared_mib(st->fn->prof);
+        size_t freed = 0;
+        for (; freed < st->n_linger; freed++) {
+            if (reclaim_judge(t, cold[freed].last_use_s, c->o->keep_alive_s, false, 0, 0) ==
+                RECLAIM_KEEP)
+                break;
+            unsigned n = st->linger[cold[freed].slot].node;
+            c->nodes[n].used_mib -= shared;
+            c->used_mib -= shared;
+            st->linger[cold[freed].slot].node = UINT32_MAX; /* freed: compacted below */
+        }
+        size_t kept = 0;
+        for (size_t j = 0; freed > 0 && j < st->n_linger; j++)
+            if (st->linger[j].node != UINT32_MAX)
+                st->linger[kept++] = st->linger[j];
+        if (freed > 0)
+            st->n_linger = kept;
+    }
+    return 0;
+}
+
 /* One decision for function f at time t: as_decide, then the placement of
  * what it changed. */
 static int decide(cluster *c, size_t f, unsigned t, double rate, unsigned *want, bool *acted,
@@ -432,7 +507,7 @@ static int decide(cluster *c, size_t f, unsigned t, double rate, unsigned *want,
     bool changed = false;
     for (size_t i = 0; i < fn->prof->n_configs; i++) {
         if (fn->replicas[i] > want[i]) {
-            if ((r = release(c, f, i, fn->replicas[i] - want[i], err)) < 0)
+            if ((r = release(c, f, i, fn->replicas[i] - want[i], t, err)) < 0)
                 return r;
             fn->replicas[i] = want[i];
             changed = true;
@@ -472,6 +547,11 @@ static int simulate(cluster *c, scale_result *res, tetris_error *err)
     double wall0 = clock_now_ms();
     *res = (scale_result){0};
     for (unsigned t = 0; t < n; t++) {
+        if (t % RECLAIM_INTERVAL_S == 0) {
+            int r = reclaim_pass(c, t, err);
+            if (r < 0)
+                return r;
+        }
         if (t % o->interval_s == 0) {
             /* As the testbed mode: the last interval's mean rate, and the
              * first interval's at time 0 (the run starts warm). */

@@ -30,6 +30,7 @@
 #include "scheduler-ext/autoscaler/autoscaler.h"
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/extender/similarity.h"
+#include "reclaimer/reclaim_policy.h"
 #include "common/cleanup.h"
 #include "common/cli.h"
 #include "common/error.h"
@@ -39,6 +40,8 @@
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2 };
 
 #define N_NODES 8
+/* The node daemon's default --interval between reclaim passes. */
+#define RECLAIM_INTERVAL_S 10
 
 typedef struct node_def {
     const char *name;
@@ -99,6 +102,7 @@ typedef struct options {
     unsigned duration_s, interval_s;
     uint64_t seed;
     double scale, headroom;
+    double keep_alive_s; /* the node daemons' --keep-alive */
     enum plan_mode mode;
     bool app_on[N_APPS], trace_on[N_TRACES];
     const char *decisions; /* --decisions FILE */
@@ -142,6 +146,9 @@ static void usage(FILE *f, const char *prog)
             "  --seed N           trace seed (default 1): the same seed, the same traces\n"
             "  --mode MODE        DTS plan mode: paper or refined (default refined)\n"
             "  --headroom H       scale out when rate*(1+H) > capacity (default 0.1)\n"
+            "  --keep-alive S     a node's store keeps tensors no instance uses for S\n"
+            "                     seconds, by the node daemon's reclaim rule, checked\n"
+            "                     every 10 s (default 300, the daemon's)\n"
             "  --out DIR          also write results.tsv and per-second series there\n"
             "  --decisions FILE   write every scaling decision there, one line per function\n"
             "                     and config: time, function, config (c,b,p), instances\n"
@@ -277,7 +284,12 @@ typedef struct sim {
     double used_cpus[N_NODES], used_mib[N_NODES];
     double req_mib[N_NODES];                 /* the pods' memory requests (no store) */
     unsigned part_count[MAX_PARTS][N_NODES]; /* instances using part k on a node */
-    bool seeded[MAX_PARTS][N_NODES];         /* part k in the node's store from the start */
+    /* Part k in node n's store: from its first user until the daemon's
+     * reclaim rule frees it, keep-alive after its last user went; seeded
+     * ones (--node) from the start, and kept. */
+    bool resident[MAX_PARTS][N_NODES];
+    bool seeded[MAX_PARTS][N_NODES];
+    double last_use_s[MAX_PARTS][N_NODES];
     /* What the extender knows: each part as one tensor (id k) of its bytes,
      * each function's model as its parts, each node's store as the parts it
      * holds. */
@@ -290,30 +302,63 @@ typedef struct sim {
     unsigned long unplaced;
 } sim;
 
+static double part_mib(const sim *s, size_t k)
+{
+    return (double)s->parts[k].bytes / 1048576.0;
+}
+
 /* The store's bytes a node newly pays for when an instance of function f
- * starts there: f's parts no instance on it uses yet. */
+ * starts there: f's parts its store does not hold. */
 static double new_parts_mib(const sim *s, size_t f, size_t n)
 {
     double mib = 0;
-    for (size_t j = 0; j < s->n_part_of[f]; j++) {
-        const tensor_part *part = &s->parts[s->part_of[f][j]];
-        if (s->part_count[s->part_of[f][j]][n] == 0)
-            mib += (double)part->bytes / 1048576.0;
-    }
+    for (size_t j = 0; j < s->n_part_of[f]; j++)
+        if (!s->resident[s->part_of[f][j]][n])
+            mib += part_mib(s, s->part_of[f][j]);
     return mib;
 }
 
-/* Counts f's parts in or out of node n (delta +1 or -1), paying for a part
- * when its first user comes and freeing it when its last goes. */
-static void use_parts(sim *s, size_t f, size_t n, int delta, bool sharing)
+/* Counts an instance of f in (delta +1) or out (-1) of node n at time t:
+ * under sharing its parts enter the node's store, paid once, with its
+ * first user; its last user's leaving starts their keep-alive. */
+static void use_parts(sim *s, size_t f, size_t n, int delta, double t)
 {
     for (size_t j = 0; j < s->n_part_of[f]; j++) {
         size_t k = s->part_of[f][j];
-        double mib = (double)s->parts[k].bytes / 1048576.0;
-        if (delta > 0 && s->part_count[k][n]++ == 0 && sharing)
-            s->used_mib[n] += mib;
-        if (delta < 0 && --s->part_count[k][n] == 0 && sharing)
-            s->used_mib[n] -= mib;
+        if (delta > 0) {
+            s->part_count[k][n]++;
+            if (s->pol->sharing && !s->resident[k][n]) {
+                s->resident[k][n] = true;
+                s->used_mib[n] += part_mib(s, k);
+            }
+        } else if (--s->part_count[k][n] == 0) {
+            s->last_use_s[k][n] = t;
+        }
+    }
+}
+
+/* A reclaim pass of every node's daemon at time t, by the daemon's own
+ * rule (reclaim_policy.h): parts no instance uses, freed once unused for
+ * the keep-alive. Stores are unbounded here, so nothing is evicted. */
+static void reclaim_pass(sim *s, double t)
+{
+    if (!s->pol->sharing)
+        return;
+    for (size_t n = 0; n < s->n_nodes; n++) {
+        struct cold_tensor cold[MAX_PARTS];
+        size_t n_cold = 0;
+        for (size_t k = 0; k < s->n_parts; k++)
+            if (s->resident[k][n] && s->part_count[k][n] == 0 && !s->seeded[k][n])
+                cold[n_cold++] = (struct cold_tensor){.last_use_s = (int64_t)s->last_use_s[k][n],
+                                                      .slot = k};
+        reclaim_sort_cold(cold, n_cold);
+        for (size_t i = 0; i < n_cold; i++) {
+            if (reclaim_judge((int64_t)t, cold[i].last_use_s, s->opt->keep_alive_s, false, 0, 0) ==
+                RECLAIM_KEEP)
+                break;
+            s->resident[cold[i].slot][n] = false;
+            s->used_mib[n] -= part_mib(s, cold[i].slot);
+        }
     }
 }
 
@@ -326,7 +371,7 @@ static int extender_score(sim *s, size_t f, size_t n, int *score, tetris_error *
     uint32_t ids[MAX_PARTS], held = 0;
     size_t n_ids = 0;
     for (size_t k = 0; k < s->n_parts; k++)
-        if (s->part_count[k][n] > 0 || s->seeded[k][n]) {
+        if (s->resident[k][n]) {
             ids[n_ids++] = (uint32_t)k;
             held |= 1u << k;
         }
@@ -382,7 +427,7 @@ static int place(sim *s, size_t f, size_t i, const plan_options *o, size_t *node
     if (best < 0)
         return 0;
     size_t n = (size_t)best;
-    use_parts(s, f, n, +1, o->sharing);
+    use_parts(s, f, n, +1, 0);
     s->used_mib[n] += inst_mib;
     s->req_mib[n] += inst_mib;
     s->used_cpus[n] += cfg->c;
@@ -406,8 +451,8 @@ static void list_add(char *list, size_t size, const char *name)
  * ones: ranked once, before any goes, by the pods of its Deployment (one per
  * config) on the same node, the most first, then the newest. Each node goes
  * to list. */
-static void release(sim *s, size_t f, size_t i, unsigned d, const plan_options *o, char *list,
-                    size_t size)
+static void release(sim *s, double t, size_t f, size_t i, unsigned d, const plan_options *o,
+                    char *list, size_t size)
 {
     const profile_config *cfg = &s->fns[f]->prof->configs[i];
     unsigned rank[N_NODES];
@@ -424,7 +469,7 @@ static void release(sim *s, size_t f, size_t i, unsigned d, const plan_options *
                 (s->n_order[f] - pick - 1) * sizeof(instance));
         s->n_order[f]--;
         s->count[f][i * N_NODES + n]--;
-        use_parts(s, f, n, -1, o->sharing);
+        use_parts(s, f, n, -1, t);
         s->used_cpus[n] -= cfg->c;
         s->used_mib[n] -= plan_instance_mib(cfg, o);
         s->req_mib[n] -= plan_instance_mib(cfg, o);
@@ -462,6 +507,10 @@ static int seed_stores(sim *s, tetris_error *err)
                                    "--node %s: model %s is no --function's profile's model",
                                    s->nodes[n].name, m);
             s->seeded[k][n] = true;
+            if (s->pol->sharing && !s->resident[k][n]) {
+                s->resident[k][n] = true;
+                s->used_mib[n] += part_mib(s, k);
+            }
         }
     }
     return 0;
@@ -649,7 +698,7 @@ static int apply_decision(sim *s, double t, size_t f, const unsigned *want, cons
         char placed[4096] = "-", released[4096] = "-";
         size_t node;
         if (fn->replicas[i] > want[i]) {
-            release(s, f, i, fn->replicas[i] - want[i], o, released, sizeof released);
+            release(s, t, f, i, fn->replicas[i] - want[i], o, released, sizeof released);
             fn->replicas[i] = want[i];
             changed = true;
         }
@@ -690,6 +739,8 @@ static int simulate(sim *s, const double *arr, result *res, FILE *series, tetris
     double requests = 0, violated = 0, cpus_sum = 0, inst_sum = 0;
     *res = (result){0};
     for (unsigned t = 0; t < n; t++) {
+        if (t % RECLAIM_INTERVAL_S == 0)
+            reclaim_pass(s, t);
         if (t % s->opt->interval_s == 0) {
             /* What a metrics query would report: the mean rate over the
              * last interval. The run starts warm: at 0 the autoscaler sees
@@ -760,7 +811,8 @@ static int predict(sim *s, tetris_error *err)
     double end_s = 0;
     for (size_t f = 0; f < s->n_fns; f++)
         end_s = fmax(end_s, rate_trace_end(s->fns[f]->trace));
-    for (double t = 0; t <= end_s + 1e-9; t += s->opt->interval_s)
+    for (double t = 0; t <= end_s + 1e-9; t += s->opt->interval_s) {
+        reclaim_pass(s, t);
         for (size_t f = 0; f < s->n_fns; f++) {
             as_function *fn = s->fns[f];
             as_policy pol = policy_for(s, f);
@@ -774,6 +826,7 @@ static int predict(sim *s, tetris_error *err)
             if (reason != NULL && (r = apply_decision(s, t, f, want, &pol.plan, err)) < 0)
                 return r;
         }
+    }
     if (s->unplaced > 0)
         log_warn("event=unplaced instances=%lu", s->unplaced);
     return 0;
@@ -1046,6 +1099,7 @@ int main(int argc, char **argv)
         OPT_MODE,
         OPT_OUT,
         OPT_HEADROOM,
+        OPT_KEEP_ALIVE,
         OPT_NODES,
         OPT_FUNCTIONS,
         OPT_GAP_SAMPLES,
@@ -1066,6 +1120,7 @@ int main(int argc, char **argv)
         {"mode", required_argument, NULL, OPT_MODE},
         {"out", required_argument, NULL, OPT_OUT},
         {"headroom", required_argument, NULL, OPT_HEADROOM},
+        {"keep-alive", required_argument, NULL, OPT_KEEP_ALIVE},
         {"nodes", required_argument, NULL, OPT_NODES},
         {"functions", required_argument, NULL, OPT_FUNCTIONS},
         {"gap-samples", required_argument, NULL, OPT_GAP_SAMPLES},
@@ -1084,6 +1139,7 @@ int main(int argc, char **argv)
                    .seed = 1,
                    .scale = 1,
                    .headroom = 0.1,
+                   .keep_alive_s = 300,
                    .mode = PLAN_MODE_REFINED};
     for (size_t i = 0; i < N_APPS; i++)
         opt.app_on[i] = true;
@@ -1119,6 +1175,9 @@ int main(int argc, char **argv)
         case OPT_SEED: r = cli_parse_u64("--seed", optarg, 0, UINT32_MAX, &opt.seed, &err); break;
         case OPT_HEADROOM:
             r = cli_parse_double("--headroom", optarg, 0, 100, &opt.headroom, &err);
+            break;
+        case OPT_KEEP_ALIVE:
+            r = cli_parse_double("--keep-alive", optarg, 0, 86400, &opt.keep_alive_s, &err);
             break;
         case OPT_MODE: r = plan_mode_parse(optarg, &opt.mode, &err); break;
         case OPT_DECISIONS: opt.decisions = optarg; break;
@@ -1178,6 +1237,7 @@ int main(int argc, char **argv)
         so.seed = opt.seed;
         so.scale = opt.scale;
         so.headroom = opt.headroom;
+        so.keep_alive_s = opt.keep_alive_s;
         so.mode = opt.mode;
         so.app_on = opt.app_on;
         so.trace_on = opt.trace_on;

@@ -9,6 +9,8 @@
 #    tie to the first node name; a scale-in removes pods as the ReplicaSet
 #    controller does (the node with most pods of the Deployment first, ranked
 #    once);
+#  - a node's store keeps a model for the daemon's keep-alive after its last
+#    instance there went, and the extender's θ sees it;
 #  - bad prediction options exit 2 with a message.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
@@ -66,6 +68,20 @@ want="0 fa 0 1 n1 -
 $got
 want:
 $want"
+
+# 2b. The node daemon's keep-alive: after the scale-in at 130 node n1's store
+# keeps fa's tensors (default 300 s), so the scale-out at 200 goes there
+# first (θ = 1, least allocated); with --keep-alive 0 the reclaim pass has
+# freed them and only n2 holds them.
+printf '0 50\n10 250\n80 50\n200 250\n210 250\n' >"$WORK/k.trace"
+keep() {
+    "$EVAL" --function fa="$WORK/a.profile.yaml" --rate-trace fa="$WORK/k.trace" --slo-ms 50 \
+        --mode paper --interval 10 --decisions - --node n1=8,32768 --node n2=8,32768 \
+        --node n3=8,32768 "$@" 2>"$WORK/k.log" | awk -F'\t' '$1 == 200 { print $11 }'
+}
+[ "$(keep)" = "n1,n1" ] || fail "keep-alive: scale-out placed on $(keep), want n1,n1"
+[ "$(keep --keep-alive 0)" = "n2,n1" ] ||
+    fail "no keep-alive: scale-out placed on $(keep --keep-alive 0), want n2,n1"
 
 # 3. Usage.
 for args in "--node n1=8,1024" "--slo-ms 5" "--function x" "--function fa=$WORK/a.profile.yaml" \

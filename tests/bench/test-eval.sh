@@ -98,7 +98,7 @@ awk -F'\t' 'NR > 1 && $10 == 0 { exit 1 }' "$WORK/u/scale.tsv" || fail "unplaced
 "$EVAL" --help | grep -q '^Usage:' || fail "--help prints no usage"
 "$EVAL" --version | grep -q '^tetris-eval ' || fail "--version"
 for args in "--apps nope" "--traces" "--duration 0" "--mode fast" "--scale -1" "extra" \
-    "--nodes 0" "--functions x" "--gap-samples -1"; do
+    "--nodes 0" "--functions x" "--gap-samples -1" "--keep-alive -1" "--keep-alive x"; do
     set +e
     # shellcheck disable=SC2086
     "$EVAL" --profiles "$PROFILES" $args >/dev/null 2>"$WORK/err"
