@@ -218,6 +218,19 @@ static int draw_functions(cluster *c, tetris_error *err)
 
 /* ---- placement ---- */
 
+/* items (n of *cap, each size bytes) with room for one more: the same, or
+ * grown to twice the capacity; NULL (items unchanged) when out of memory. */
+static void *room_for_one(void *items, size_t n, size_t *cap, size_t size)
+{
+    if (n < *cap)
+        return items;
+    size_t grown = *cap ? *cap * 2 : 4;
+    void *v = realloc(items, grown * size);
+    if (v != NULL)
+        *cap = grown;
+    return v;
+}
+
 static bool fits(const node *nd, double cpus, double mib)
 {
     return nd->used_cpus + cpus <= nd->cpus && nd->used_mib + mib <= nd->mem_mib;
@@ -271,14 +284,10 @@ static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err
     *placed = best >= 0;
     if (!*placed)
         return 0;
-    if (st->n_inst == st->cap_inst) {
-        size_t cap = st->cap_inst ? st->cap_inst * 2 : 4;
-        instance *v = realloc(st->inst, cap * sizeof *v);
-        if (v == NULL)
-            return tetris_fail(err, TETRIS_E_NOMEM, errno, "instances");
-        st->inst = v;
-        st->cap_inst = cap;
-    }
+    instance *v = room_for_one(st->inst, st->n_inst, &st->cap_inst, sizeof *v);
+    if (v == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "instances");
+    st->inst = v;
     if (best_linger >= 0) /* its store's copy is in use again */
         st->linger[best_linger] = st->linger[--st->n_linger];
     node *nd = &c->nodes[best];
@@ -326,14 +335,10 @@ static int cmp_victim(const void *a, const void *b)
  * there went at t, until the reclaim pass frees them. */
 static int linger(fn_state *st, unsigned n, int64_t t, tetris_error *err)
 {
-    if (st->n_linger == st->cap_linger) {
-        size_t cap = st->cap_linger ? st->cap_linger * 2 : 4;
-        lingering *v = realloc(st->linger, cap * sizeof *v);
-        if (v == NULL)
-            return tetris_fail(err, TETRIS_E_NOMEM, errno, "lingering tensors");
-        st->linger = v;
-        st->cap_linger = cap;
-    }
+    lingering *v = room_for_one(st->linger, st->n_linger, &st->cap_linger, sizeof *v);
+    if (v == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "lingering tensors");
+    st->linger = v;
     st->linger[st->n_linger++] = (lingering){.node = n, .last_use_s = t};
     return 0;
 }
