@@ -51,6 +51,13 @@ double rng_unit(uint64_t *s);
  * given mean rate, seeded. */
 void make_trace(const char *kind, double mean, unsigned n, uint64_t seed, double *arr);
 
+/* The row of DIR/sharing.tsv (as scripts/models/paper-models.sh writes it:
+ * VARIANT BASE SHARED_BYTES TENSOR_BYTES, tab-separated) for a variant of
+ * base: the bytes it shares with base and all its tensor bytes. Errors: the
+ * file cannot be read, a malformed line (named), no line for the variant. */
+int eval_variant_sharing(const char *dir, const char *variant, const char *base, uint64_t *shared,
+                         uint64_t *total, tetris_error *err);
+
 /* The autoscaler's policy (tetris-autoscaler's defaults) for a function of
  * the given SLO under an evaluated policy. */
 as_policy eval_policy(const policy_def *pol, double slo_ms, enum plan_mode mode, double headroom);
@@ -68,6 +75,10 @@ typedef struct scale_options {
     const bool *app_on;   /* N_APPS: draw functions from these applications */
     const bool *trace_on; /* N_TRACES: and these trace kinds */
     unsigned nodes, functions;
+    /* Fine-tuned variants' bases per model: a function drawn from an
+     * application's variant is a variant of one of them; 0: every function
+     * is its own model. */
+    unsigned bases;
     unsigned gap_samples; /* DTS decisions per policy re-solved by GLPK */
 } scale_options;
 

@@ -33,6 +33,7 @@
 #include "scheduler-ext/autoscaler/autoscaler.h"
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/autoscaler/ilp.h"
+#include "scheduler-ext/extender/similarity.h"
 #include "reclaimer/reclaim_policy.h"
 #include "common/cleanup.h"
 #include "common/clock.h"
@@ -59,12 +60,17 @@ typedef struct instance {
     unsigned config;
 } instance;
 
-/* A function as drawn: which model, SLO, rate and trace. */
+/* A function as drawn: which model, SLO, rate and trace; under sharing
+ * the MiB of tensors its node's store keeps for it alone, and for a
+ * variant of a shared base (--bases) which base and its shared MiB. */
 typedef struct fn_spec {
     size_t model;
     double slo_ms;
     double mean_rps;
     size_t trace;
+    double own_mib;
+    long base; /* -1: none */
+    double base_mib;
 } fn_spec;
 
 /* A node whose store still holds a function's tensors after its last
@@ -116,6 +122,15 @@ typedef struct cluster {
     size_t n_samples;
     unsigned long seen_samples;
     uint64_t sample_rng;
+    /* The shared bases (--bases), base b on node n at [b * nodes + n]:
+     * instances of its variants there, whether the store holds its
+     * tensors, and since when no variant there has used them. */
+    size_t n_bases;
+    double *base_mib; /* per base */
+    unsigned *base_count;
+    bool *base_held;
+    int64_t *base_last_use_s;
+    bool *own_held; /* scratch for place(): nodes holding a function's own tensors */
 } cluster;
 
 static double thread_cpu_us(void)
@@ -179,6 +194,25 @@ static int load_model(cluster *c, const char *name, size_t *out, tetris_error *e
     return 0;
 }
 
+/* Makes the variant function sp (the i-th drawn) of one of the --bases
+ * bases of its model: the base's shared layers (sharing.tsv) and its own.
+ * The base is drawn from a stream of its own, so that the functions, their
+ * traces and rates are the same for every --bases. */
+static int draw_base(cluster *c, fn_spec *sp, unsigned i, const char *variant, tetris_error *err)
+{
+    uint64_t shared, total;
+    const profile *prof = c->models[sp->model];
+    int r = eval_variant_sharing(c->o->profiles, variant, prof->model, &shared, &total, err);
+    if (r < 0)
+        return r;
+    uint64_t s = c->o->seed * 1000003u + i;
+    sp->base = (long)(sp->model * c->o->bases + rng_next(&s) % c->o->bases);
+    sp->base_mib = (double)shared / 1048576.0;
+    c->base_mib[sp->base] = sp->base_mib;
+    sp->own_mib = (double)(total - shared) / 1048576.0;
+    return 0;
+}
+
 static int draw_functions(cluster *c, tetris_error *err)
 {
     const scale_options *o = c->o;
@@ -193,6 +227,9 @@ static int draw_functions(cluster *c, tetris_error *err)
             kinds[n_kinds++] = t;
     c->spec = calloc(o->functions, sizeof *c->spec);
     c->arr = malloc((size_t)o->functions * o->duration_s * sizeof *c->arr);
+    c->n_bases = (size_t)MAX_MODELS * o->bases;
+    if ((c->base_mib = calloc(c->n_bases + 1, sizeof *c->base_mib)) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "bases");
     cleanup_free double *buf = calloc(o->duration_s, sizeof *buf);
     if (c->spec == NULL || c->arr == NULL || buf == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "%u functions x %u s of trace", o->functions,
@@ -205,6 +242,11 @@ static int draw_functions(cluster *c, tetris_error *err)
         if (r < 0)
             return r;
         sp->slo_ms = apps[ch[0]].slo_ms[ch[1]];
+        sp->own_mib = plan_shared_mib(c->models[sp->model]);
+        sp->base = -1;
+        const char *variant = apps[ch[0]].variants[ch[1]];
+        if (o->bases > 0 && variant != NULL && (r = draw_base(c, sp, i, variant, err)) < 0)
+            return r;
         sp->trace = kinds[rng_next(&s) % n_kinds];
         double u1 = fmax(rng_unit(&s), 1e-300), u2 = rng_unit(&s);
         double z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
@@ -246,39 +288,87 @@ static double least_allocated(const node *nd, double cpus, double req_mib)
            2;
 }
 
+/* The node, among those where an instance of config i of f fits, with the
+ * highest extender score, then the least allocated, then the first: for a
+ * variant of a shared base, by θ over its own and its base's tensors on
+ * every node. Returns the node or -1, and whether it holds f's own
+ * tensors. */
+static long best_node_for_variant(cluster *c, size_t f, size_t i, bool *own_held)
+{
+    const fn_spec *sp = &c->spec[f];
+    const fn_state *st = &c->fns[f];
+    const profile_config *cfg = &st->fn->prof->configs[i];
+    double mib = plan_instance_mib(cfg, &st->pol.plan);
+    for (size_t j = 0; j < st->n_inst; j++)
+        c->own_held[st->inst[j].node] = true;
+    for (size_t j = 0; j < st->n_linger; j++)
+        c->own_held[st->linger[j].node] = true;
+    long best = -1;
+    int best_score = -1;
+    double best_free = -INFINITY;
+    for (size_t n = 0; n < c->o->nodes; n++) {
+        bool own = c->own_held[n], base = c->base_held[sp->base * c->o->nodes + n];
+        double add = mib + (own ? 0 : sp->own_mib) + (base ? 0 : sp->base_mib);
+        if (!fits(&c->nodes[n], cfg->c, add))
+            continue;
+        double theta = ((own ? sp->own_mib : 0) + (base ? sp->base_mib : 0)) /
+                       (sp->own_mib + sp->base_mib);
+        int score = (int)lround(SIMILARITY_MAX_SCORE * theta);
+        double free = least_allocated(&c->nodes[n], cfg->c, mib);
+        if (score > best_score || (score == best_score && free > best_free)) {
+            best = (long)n;
+            best_score = score;
+            best_free = free;
+        }
+    }
+    *own_held = best >= 0 && c->own_held[best];
+    for (size_t j = 0; j < st->n_inst; j++)
+        c->own_held[st->inst[j].node] = false;
+    for (size_t j = 0; j < st->n_linger; j++)
+        c->own_held[st->linger[j].node] = false;
+    return best;
+}
+
 /* One instance of config i of function f, by the testbed mode's rule: among
- * the nodes where it fits, the highest extender score (every function is
- * its own model, so θ is 1 on a node running one of its instances, else 0),
- * then the least allocated, then the first node. The baselines have no
- * extender. */
+ * the nodes where it fits, the highest extender score (a function is its
+ * own model, so θ is 1 on a node running one of its instances or keeping
+ * its tensors, else 0; a variant of a shared base counts its base's
+ * tensors too), then the least allocated, then the first node. The
+ * baselines have no extender. */
 static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err)
 {
     fn_state *st = &c->fns[f];
+    const fn_spec *sp = &c->spec[f];
     const profile_config *cfg = &st->fn->prof->configs[i];
     const plan_options *o = &st->pol.plan;
-    double mib = plan_instance_mib(cfg, o), shared = o->sharing ? plan_shared_mib(st->fn->prof) : 0;
-    long best = -1, best_linger = -1;
+    double mib = plan_instance_mib(cfg, o), shared = o->sharing ? sp->own_mib : 0;
+    bool variant = o->sharing && sp->base >= 0;
+    long best = -1;
+    bool resident = false;
     double best_free = -INFINITY;
-    /* Nodes whose stores hold f's tensors: those running it, then those
-     * still keeping them (θ = 1 on both). */
-    size_t n_held = o->sharing ? st->n_inst + st->n_linger : 0;
-    for (size_t j = 0; j < n_held; j++) {
-        bool lingers = j >= st->n_inst;
-        unsigned n = lingers ? st->linger[j - st->n_inst].node : st->inst[j].node;
-        double free = least_allocated(&c->nodes[n], cfg->c, mib);
-        if (fits(&c->nodes[n], cfg->c, mib) &&
-            (free > best_free || (free == best_free && (long)n < best))) {
-            best_free = free;
-            best = n;
-            best_linger = lingers ? (long)(j - st->n_inst) : -1;
+    if (variant) {
+        best = best_node_for_variant(c, f, i, &resident);
+    } else {
+        /* Nodes whose stores hold f's tensors: those running it, then
+         * those still keeping them (θ = 1 on both). */
+        size_t n_held = o->sharing ? st->n_inst + st->n_linger : 0;
+        for (size_t j = 0; j < n_held; j++) {
+            bool lingers = j >= st->n_inst;
+            unsigned n = lingers ? st->linger[j - st->n_inst].node : st->inst[j].node;
+            double free = least_allocated(&c->nodes[n], cfg->c, mib);
+            if (fits(&c->nodes[n], cfg->c, mib) &&
+                (free > best_free || (free == best_free && (long)n < best))) {
+                best_free = free;
+                best = n;
+            }
         }
-    }
-    bool resident = best >= 0;
-    for (size_t n = 0; !resident && n < c->o->nodes; n++) {
-        double free = least_allocated(&c->nodes[n], cfg->c, mib);
-        if (fits(&c->nodes[n], cfg->c, mib + shared) && free > best_free) {
-            best_free = free;
-            best = (long)n;
+        resident = best >= 0;
+        for (size_t n = 0; !resident && n < c->o->nodes; n++) {
+            double free = least_allocated(&c->nodes[n], cfg->c, mib);
+            if (fits(&c->nodes[n], cfg->c, mib + shared) && free > best_free) {
+                best_free = free;
+                best = (long)n;
+            }
         }
     }
     *placed = best >= 0;
@@ -288,10 +378,21 @@ static int place(cluster *c, size_t f, size_t i, bool *placed, tetris_error *err
     if (v == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "instances");
     st->inst = v;
-    if (best_linger >= 0) /* its store's copy is in use again */
-        st->linger[best_linger] = st->linger[--st->n_linger];
+    for (size_t j = 0; resident && j < st->n_linger; j++)
+        if (st->linger[j].node == (unsigned)best) { /* its store's copy is in use again */
+            st->linger[j] = st->linger[--st->n_linger];
+            break;
+        }
     node *nd = &c->nodes[best];
     double add = mib + (resident ? 0 : shared);
+    if (variant) {
+        size_t b = (size_t)sp->base * c->o->nodes + (size_t)best;
+        if (!c->base_held[b]) {
+            c->base_held[b] = true;
+            add += sp->base_mib;
+        }
+        c->base_count[b]++;
+    }
     nd->used_mib += add;
     nd->req_mib += mib;
     nd->used_cpus += cfg->c;
@@ -380,6 +481,11 @@ static int release(cluster *c, size_t f, size_t i, unsigned d, int64_t t, tetris
         int r;
         if (o->sharing && on_node(st, in->node) == 1 && (r = linger(st, in->node, t, err)) < 0)
             return r;
+        if (o->sharing && c->spec[f].base >= 0) {
+            size_t b = (size_t)c->spec[f].base * c->o->nodes + in->node;
+            if (--c->base_count[b] == 0)
+                c->base_last_use_s[b] = t;
+        }
         nd->used_mib -= mib;
         nd->req_mib -= mib;
         nd->used_cpus -= cfg->c;
@@ -411,6 +517,13 @@ static void cluster_free_policy(cluster *c)
     c->fns = NULL;
     free(c->nodes);
     c->nodes = NULL;
+    free(c->base_count);
+    free(c->base_held);
+    free(c->base_last_use_s);
+    free(c->own_held);
+    c->base_count = NULL;
+    c->base_held = c->own_held = NULL;
+    c->base_last_use_s = NULL;
 }
 
 static int cluster_init_policy(cluster *c, const policy_def *pol, tetris_error *err)
@@ -423,7 +536,13 @@ static int cluster_init_policy(cluster *c, const policy_def *pol, tetris_error *
     c->sample_rng = o->seed * 104729u + (uint64_t)(pol - policies);
     c->nodes = calloc(o->nodes, sizeof *c->nodes);
     c->fns = calloc(o->functions, sizeof *c->fns);
-    if (c->nodes == NULL || c->fns == NULL)
+    size_t n_base_nodes = c->n_bases * o->nodes + 1;
+    c->base_count = calloc(n_base_nodes, sizeof *c->base_count);
+    c->base_held = calloc(n_base_nodes, sizeof *c->base_held);
+    c->base_last_use_s = calloc(n_base_nodes, sizeof *c->base_last_use_s);
+    c->own_held = calloc(o->nodes, sizeof *c->own_held);
+    if (c->nodes == NULL || c->fns == NULL || c->base_count == NULL || c->base_held == NULL ||
+        c->base_last_use_s == NULL || c->own_held == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "cluster");
     for (unsigned n = 0; n < o->nodes; n++)
         c->nodes[n] = n % 4 == 0 ? (node){.cpus = 80, .mem_mib = 256 * 1024}
@@ -468,7 +587,7 @@ static int reclaim_pass(cluster *c, int64_t t, tetris_error *err)
         for (size_t j = 0; j < st->n_linger; j++)
             cold[j] = (struct cold_tensor){.last_use_s = st->linger[j].last_use_s, .slot = j};
         reclaim_sort_cold(cold, st->n_linger);
-        double shared = plan_shared_mib(st->fn->prof);
+        double shared = c->spec[f].own_mib;
         size_t freed = 0;
         for (; freed < st->n_linger; freed++) {
             if (reclaim_judge(t, cold[freed].last_use_s, c->o->keep_alive_s, false, 0, 0) ==
@@ -486,6 +605,16 @@ static int reclaim_pass(cluster *c, int64_t t, tetris_error *err)
         if (freed > 0)
             st->n_linger = kept;
     }
+    /* A shared base's layers: the same rule, per node. */
+    for (size_t b = 0; b < c->n_bases * c->o->nodes; b++)
+        if (c->base_held[b] && c->base_count[b] == 0 &&
+            reclaim_judge(t, c->base_last_use_s[b], c->o->keep_alive_s, false, 0, 0) !=
+                RECLAIM_KEEP) {
+            double mib = c->base_mib[b / c->o->nodes];
+            c->base_held[b] = false;
+            c->nodes[b % c->o->nodes].used_mib -= mib;
+            c->used_mib -= mib;
+        }
     return 0;
 }
 
@@ -679,6 +808,7 @@ static void cluster_free(cluster *c)
     free(c->spec);
     free(c->arr);
     free(c->samples);
+    free(c->base_mib);
 }
 
 static int run_all(cluster *c, FILE *tsv, FILE *gap_tsv, tetris_error *err)
@@ -707,8 +837,11 @@ static int run_all(cluster *c, FILE *tsv, FILE *gap_tsv, tetris_error *err)
         return r;
 
     printf("Scale: %u nodes, %u functions (summed mean rate %.0f rps), %u s, a decision per "
-           "function every %u s, %s mode\n",
+           "function every %u s, %s mode",
            o->nodes, o->functions, mean_rps, o->duration_s, o->interval_s, plan_mode_name(o->mode));
+    if (o->bases > 0)
+        printf(", variants of %u bases per model", o->bases);
+    printf("\n");
     printf("%-10s %12s %12s %7s %9s %9s %7s %9s\n", "policy", "mean_GiB", "peak_GiB", "viol_%",
            "CPUs", "inst", "peak", "unplaced");
     for (size_t p = 0; p < N_POLICIES; p++) {
@@ -737,12 +870,14 @@ static int run_all(cluster *c, FILE *tsv, FILE *gap_tsv, tetris_error *err)
                x->cpu_us_max, x->act_us_p50, x->act_us_p99, x->wall_s);
     }
 
-    printf("\nDTS against the optimum (GLPK, %d ms limit) on sampled scale-out decisions of the "
-           "run\n",
-           ILP_LIMIT_MS);
-    printf("%-8s %-10s %7s %8s %8s %8s %8s %9s %11s %11s\n", "mode", "policy", "cases", "mean",
-           "p99", "max", "min", "optimal", "DTS_us_p50", "GLPK_us_p50");
-    for (int m = 0; m < 2; m++)
+    if (o->gap_samples > 0) {
+        printf("\nDTS against the optimum (GLPK, %d ms limit) on sampled scale-out decisions of "
+               "the run\n",
+               ILP_LIMIT_MS);
+        printf("%-8s %-10s %7s %8s %8s %8s %8s %9s %11s %11s\n", "mode", "policy", "cases", "mean",
+               "p99", "max", "min", "optimal", "DTS_us_p50", "GLPK_us_p50");
+    }
+    for (int m = 0; o->gap_samples > 0 && m < 2; m++)
         for (size_t p = 0; p < N_POLICIES; p++) {
             const gap_result *g = &gaps[p][m];
             printf("%-8s %-10s %7zu %8.3f %8.3f %8.3f %8.3f %4zu/%-4zu %11.1f %11.1f\n",

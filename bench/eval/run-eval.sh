@@ -2,7 +2,8 @@
 # run-eval.sh - the cluster evaluation behind docs/EVAL.md (`make eval`):
 # runs tetris-eval over every application, trace and policy, then its scale
 # mode (1,000 nodes, 10,000 functions, and DTS against the GLPK optimum on
-# the run's decisions), and draws the PNG plots with gnuplot (installed
+# the run's decisions; then the same functions as variants of shared
+# bases), and draws the PNG plots with gnuplot (installed
 # from Debian's gnuplot-nox when missing and apt-get can; without it the
 # plots are skipped with a line saying so).
 #
@@ -40,6 +41,12 @@ if [ "$SCALE_ARGS" != none ]; then
             --mode "$mode" $SCALE_ARGS >"$txt" || exit 1
         cat "$txt"
     done
+    # The same functions as variants of 20 shared bases per model.
+    echo "+ tetris-eval --profiles deploy/profiles --out $DATA/scale-bases $SCALE_ARGS --bases 20 --gap-samples 0" >&2
+    # shellcheck disable=SC2086
+    "$BIN/tetris-eval" --profiles "$ROOT/deploy/profiles" --out "$DATA/scale-bases" \
+        $SCALE_ARGS --bases 20 --gap-samples 0 >"$OUT/scale-bases.txt" || exit 1
+    cat "$OUT/scale-bases.txt"
 fi
 
 if ! command -v gnuplot >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &&

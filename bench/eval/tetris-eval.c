@@ -177,6 +177,11 @@ static void usage(FILE *f, const char *prog)
             "  --nodes N          nodes (default 1000)\n"
             "  --functions M      functions (default 10000)\n"
             "  --gap-samples K    decisions per policy re-solved exactly (default 500, 0: none)\n"
+            "  --bases K          a function drawn from a fine-tuned variant (SVT's ResNet-152s,\n"
+            "                     QA-Text's BERT-bases) is a variant of one of K bases of its\n"
+            "                     model, drawn, sharing its base's layers (sharing.tsv) with\n"
+            "                     the base's other variants (default 0: every function is\n"
+            "                     its own model)\n"
             "\n"
             "Exit status: 0 done, 1 a profile could not be read or planned, 2 bad usage.\n",
             prog);
@@ -516,11 +521,8 @@ static int seed_stores(sim *s, tetris_error *err)
     return 0;
 }
 
-/* The row of DIR/sharing.tsv (as scripts/models/paper-models.sh writes it:
- * VARIANT BASE SHARED_BYTES TENSOR_BYTES, tab-separated) for a variant of
- * base: the bytes it shares with base and all its tensor bytes. */
-static int variant_sharing(const char *dir, const char *variant, const char *base, uint64_t *shared,
-                           uint64_t *total, tetris_error *err)
+int eval_variant_sharing(const char *dir, const char *variant, const char *base, uint64_t *shared,
+                         uint64_t *total, tetris_error *err)
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/sharing.tsv", dir) >= (int)sizeof path)
@@ -588,8 +590,8 @@ static int add_parts(sim *s, size_t f, const char *variant, tetris_error *err)
             return r;
     } else {
         uint64_t shared = 0, total = 0;
-        if ((r = variant_sharing(s->opt->profiles, variant, prof->model, &shared, &total, err)) <
-                0 ||
+        if ((r = eval_variant_sharing(s->opt->profiles, variant, prof->model, &shared, &total,
+                                      err)) < 0 ||
             (r = add_part(s, f, prof->model, shared, err)) < 0 ||
             (r = add_part(s, f, variant, total - shared, err)) < 0)
             return r;
@@ -1103,6 +1105,7 @@ int main(int argc, char **argv)
         OPT_NODES,
         OPT_FUNCTIONS,
         OPT_GAP_SAMPLES,
+        OPT_BASES,
         OPT_DECISIONS,
         OPT_FUNCTION,
         OPT_RATE_TRACE,
@@ -1124,6 +1127,7 @@ int main(int argc, char **argv)
         {"nodes", required_argument, NULL, OPT_NODES},
         {"functions", required_argument, NULL, OPT_FUNCTIONS},
         {"gap-samples", required_argument, NULL, OPT_GAP_SAMPLES},
+        {"bases", required_argument, NULL, OPT_BASES},
         {"decisions", required_argument, NULL, OPT_DECISIONS},
         {"function", required_argument, NULL, OPT_FUNCTION},
         {"rate-trace", required_argument, NULL, OPT_RATE_TRACE},
@@ -1201,6 +1205,10 @@ int main(int argc, char **argv)
             if ((r = cli_parse_u64("--gap-samples", optarg, 0, 1000000, &v, &err)) == 0)
                 so.gap_samples = (unsigned)v;
             break;
+        case OPT_BASES:
+            if ((r = cli_parse_u64("--bases", optarg, 0, 10000, &v, &err)) == 0)
+                so.bases = (unsigned)v;
+            break;
         case 'h': usage(stdout, argv[0]); return EXIT_OK;
         case 'V': printf("tetris-eval %s\n", TETRIS_VERSION); return EXIT_OK;
         default: usage(stderr, argv[0]); return EXIT_USAGE;
@@ -1218,6 +1226,8 @@ int main(int argc, char **argv)
     const char *bad = NULL;
     if (scale_mode && (opt.n_custom > 0 || opt.decisions != NULL))
         bad = "the scale mode (--nodes, --functions) takes no --function or --decisions";
+    else if (!scale_mode && so.bases > 0)
+        bad = "--bases is for the scale mode (--nodes, --functions)";
     else if (opt.n_custom == 0 && (opt.n_nodes > 0 || opt.slo_ms > 0))
         bad = "--node and --slo-ms need --function";
     else if (opt.n_custom > 0 && (opt.n_nodes == 0 || !(opt.slo_ms > 0) || opt.decisions == NULL))

@@ -4,7 +4,8 @@
 # covers a stable trace without SLO violations when the headroom is ample,
 # the same seed gives the same results, fine-tuned variants pay their base's
 # shared layers once (sharing.tsv), and bad usage exits 2 with a message.
-# The scale mode on 20 nodes x 50 functions: sharing never costs memory, one
+# The scale mode on 20 nodes x 50 functions: sharing never costs memory
+# (nor do shared bases of fine-tuned variants, --bases), one
 # decision per function per interval for every policy, nothing unplaced,
 # DTS never beats a proved optimum (and the refined mode is exact), the same
 # sampled decisions in both plan modes, the same seed the same figures.
@@ -88,6 +89,24 @@ for x in scale.tsv:1-12 scale-gap.tsv:1-9; do
     cut -f"${x#*:}" "$WORK/s2/${x%%:*}" >"$WORK/x2"
     cmp -s "$WORK/x1" "$WORK/x2" || fail "two scale runs with one seed differ (${x%%:*})"
 done
+# Variants of shared bases (--bases): the same functions and rates, so the
+# baselines (no store) are unchanged (timing columns aside), and tetris pays each base's layers
+# once per node for all its variants there: less memory than when every
+# function is its own model.
+"$EVAL" --profiles "$PROFILES" --nodes 20 --functions 50 --duration 300 --gap-samples 0 \
+    --out "$WORK/s0" >/dev/null 2>"$WORK/s0.log" || fail "scale, no bases: $(tail -1 "$WORK/s0.log")"
+"$EVAL" --profiles "$PROFILES" --nodes 20 --functions 50 --duration 300 --gap-samples 0 \
+    --bases 2 --out "$WORK/sb" >"$WORK/sb.txt" 2>"$WORK/sb.log" ||
+    fail "scale, --bases 2: $(tail -1 "$WORK/sb.log")"
+grep -q 'variants of 2 bases per model' "$WORK/sb.txt" || fail "--bases not in the heading"
+awk -F'\t' 'FNR == 1 { file++; next }
+    { m[file, $1] = $4; r = $1; for (i = 2; i <= 12; i++) r = r "\t" $i; row[file, $1] = r }
+    END { for (p in row) { split(p, k, SUBSEP); if (k[1] != 1 || k[2] == "tetris") continue
+              if (row[1, k[2]] != row[2, k[2]]) { print "baseline " k[2] " moved"; bad = 1 } }
+          if (!(m[2, "tetris"] < m[1, "tetris"])) { print "bases cost no less memory"; bad = 1 }
+          exit bad }' "$WORK/s0/scale.tsv" "$WORK/sb/scale.tsv" ||
+    fail "--bases: $(cut -f1,4 "$WORK/s0/scale.tsv" "$WORK/sb/scale.tsv" | tr '\n' ' ')"
+
 # A cluster too small for its functions: reported, not a crash.
 "$EVAL" --profiles "$PROFILES" --nodes 1 --functions 200 --duration 20 --gap-samples 0 \
     --out "$WORK/u" >/dev/null 2>"$WORK/u.log" || fail "small cluster failed: $(tail -1 "$WORK/u.log")"
@@ -98,7 +117,8 @@ awk -F'\t' 'NR > 1 && $10 == 0 { exit 1 }' "$WORK/u/scale.tsv" || fail "unplaced
 "$EVAL" --help | grep -q '^Usage:' || fail "--help prints no usage"
 "$EVAL" --version | grep -q '^tetris-eval ' || fail "--version"
 for args in "--apps nope" "--traces" "--duration 0" "--mode fast" "--scale -1" "extra" \
-    "--nodes 0" "--functions x" "--gap-samples -1" "--keep-alive -1" "--keep-alive x"; do
+    "--nodes 0" "--functions x" "--gap-samples -1" "--keep-alive -1" "--keep-alive x" \
+    "--bases 3" "--nodes 5 --bases x"; do
     set +e
     # shellcheck disable=SC2086
     "$EVAL" --profiles "$PROFILES" $args >/dev/null 2>"$WORK/err"
