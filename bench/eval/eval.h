@@ -10,12 +10,15 @@
 
 #include "scheduler-ext/autoscaler/autoscaler.h"
 #include "scheduler-ext/autoscaler/dts.h"
+#include "reclaimer/reclaim_policy.h"
 #include "common/error.h"
 
 #define MAX_FNS 3
 #define N_APPS 4
 #define N_TRACES 3
 #define N_POLICIES 4
+/* The node daemon's default --interval between reclaim passes. */
+#define RECLAIM_INTERVAL_S 10
 
 /* The paper's applications, built from the profiled models (stand-ins: the
  * paper's models are not available here; see docs/EVAL.md). A function runs
@@ -57,6 +60,11 @@ void make_trace(const char *kind, double mean, unsigned n, uint64_t seed, double
  * file cannot be read, a malformed line (named), no line for the variant. */
 int eval_variant_sharing(const char *dir, const char *variant, const char *base, uint64_t *shared,
                          uint64_t *total, tetris_error *err);
+
+/* A node daemon's reclaim pass over an unbounded store, by its own rule
+ * (reclaim_policy.h): sorts cold, oldest use first, and returns how many
+ * from its front are freed at now_s, unused for the keep-alive. */
+size_t eval_reclaimable(struct cold_tensor *cold, size_t n, int64_t now_s, double keep_alive_s);
 
 /* The autoscaler's policy (tetris-autoscaler's defaults) for a function of
  * the given SLO under an evaluated policy. */

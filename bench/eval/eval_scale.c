@@ -34,7 +34,6 @@
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/autoscaler/ilp.h"
 #include "scheduler-ext/extender/similarity.h"
-#include "reclaimer/reclaim_policy.h"
 #include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -46,8 +45,6 @@
 #define RATE_SIGMA 2.0
 #define RATE_MAX_RPS 500.0
 #define MAX_MODELS (N_APPS * MAX_FNS)
-/* The node daemon's default --interval between reclaim passes. */
-#define RECLAIM_INTERVAL_S 10
 
 typedef struct node {
     double cpus, mem_mib;
@@ -195,28 +192,25 @@ static int load_model(cluster *c, const char *name, size_t *out, tetris_error *e
 }
 
 /* Makes the variant function sp (the i-th drawn) of one of the --bases
- * bases of its model: the base's shared layers (sharing.tsv) and its own.
- * The base is drawn from a stream of its own, so that the functions, their
- * traces and rates are the same for every --bases. */
-static int draw_base(cluster *c, fn_spec *sp, unsigned i, const char *variant, tetris_error *err)
+ * bases of its model, sharing shared of its total tensor bytes with it
+ * (sharing.tsv). The base is drawn from a stream of its own, so that the
+ * functions, their traces and rates are the same for every --bases. */
+static void draw_base(cluster *c, fn_spec *sp, unsigned i, uint64_t shared, uint64_t total)
 {
-    uint64_t shared, total;
-    const profile *prof = c->models[sp->model];
-    int r = eval_variant_sharing(c->o->profiles, variant, prof->model, &shared, &total, err);
-    if (r < 0)
-        return r;
     uint64_t s = c->o->seed * 1000003u + i;
     sp->base = (long)(sp->model * c->o->bases + rng_next(&s) % c->o->bases);
     sp->base_mib = (double)shared / 1048576.0;
     c->base_mib[sp->base] = sp->base_mib;
     sp->own_mib = (double)(total - shared) / 1048576.0;
-    return 0;
 }
 
 static int draw_functions(cluster *c, tetris_error *err)
 {
     const scale_options *o = c->o;
     size_t choices[N_APPS * MAX_FNS][2], n_choices = 0, kinds[N_TRACES], n_kinds = 0;
+    /* A variant's sharing.tsv line, read at its first draw. */
+    uint64_t shared[N_APPS * MAX_FNS], total[N_APPS * MAX_FNS];
+    bool read[N_APPS * MAX_FNS] = {false};
     for (size_t a = 0; a < N_APPS; a++)
         for (size_t f = 0; o->app_on[a] && f < MAX_FNS && apps[a].models[f] != NULL; f++) {
             choices[n_choices][0] = a;
@@ -237,7 +231,8 @@ static int draw_functions(cluster *c, tetris_error *err)
     uint64_t s = o->seed * 7919u + 17;
     for (unsigned i = 0; i < o->functions; i++) {
         fn_spec *sp = &c->spec[i];
-        const size_t *ch = choices[rng_next(&s) % n_choices];
+        size_t k = rng_next(&s) % n_choices;
+        const size_t *ch = choices[k];
         int r = load_model(c, apps[ch[0]].models[ch[1]], &sp->model, err);
         if (r < 0)
             return r;
@@ -245,8 +240,14 @@ static int draw_functions(cluster *c, tetris_error *err)
         sp->own_mib = plan_shared_mib(c->models[sp->model]);
         sp->base = -1;
         const char *variant = apps[ch[0]].variants[ch[1]];
-        if (o->bases > 0 && variant != NULL && (r = draw_base(c, sp, i, variant, err)) < 0)
-            return r;
+        if (o->bases > 0 && variant != NULL) {
+            if (!read[k] &&
+                (r = eval_variant_sharing(o->profiles, variant, c->models[sp->model]->model,
+                                          &shared[k], &total[k], err)) < 0)
+                return r;
+            read[k] = true;
+            draw_base(c, sp, i, shared[k], total[k]);
+        }
         sp->trace = kinds[rng_next(&s) % n_kinds];
         double u1 = fmax(rng_unit(&s), 1e-300), u2 = rng_unit(&s);
         double z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
@@ -586,17 +587,13 @@ static int reclaim_pass(cluster *c, int64_t t, tetris_error *err)
             return tetris_fail(err, TETRIS_E_NOMEM, errno, "reclaim pass");
         for (size_t j = 0; j < st->n_linger; j++)
             cold[j] = (struct cold_tensor){.last_use_s = st->linger[j].last_use_s, .slot = j};
-        reclaim_sort_cold(cold, st->n_linger);
         double shared = c->spec[f].own_mib;
-        size_t freed = 0;
-        for (; freed < st->n_linger; freed++) {
-            if (reclaim_judge(t, cold[freed].last_use_s, c->o->keep_alive_s, false, 0, 0) ==
-                RECLAIM_KEEP)
-                break;
-            unsigned n = st->linger[cold[freed].slot].node;
+        size_t freed = eval_reclaimable(cold, st->n_linger, t, c->o->keep_alive_s);
+        for (size_t j = 0; j < freed; j++) {
+            unsigned n = st->linger[cold[j].slot].node;
             c->nodes[n].used_mib -= shared;
             c->used_mib -= shared;
-            st->linger[cold[freed].slot].node = UINT32_MAX; /* freed: compacted below */
+            st->linger[cold[j].slot].node = UINT32_MAX; /* freed: compacted below */
         }
         size_t kept = 0;
         for (size_t j = 0; freed > 0 && j < st->n_linger; j++)

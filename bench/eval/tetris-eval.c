@@ -30,7 +30,6 @@
 #include "scheduler-ext/autoscaler/autoscaler.h"
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/extender/similarity.h"
-#include "reclaimer/reclaim_policy.h"
 #include "common/cleanup.h"
 #include "common/cli.h"
 #include "common/error.h"
@@ -40,8 +39,6 @@
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2 };
 
 #define N_NODES 8
-/* The node daemon's default --interval between reclaim passes. */
-#define RECLAIM_INTERVAL_S 10
 
 typedef struct node_def {
     const char *name;
@@ -323,6 +320,15 @@ static double new_parts_mib(const sim *s, size_t f, size_t n)
     return mib;
 }
 
+/* Under sharing, part k enters node n's store, paid once. */
+static void hold_part(sim *s, size_t k, size_t n)
+{
+    if (s->pol->sharing && !s->resident[k][n]) {
+        s->resident[k][n] = true;
+        s->used_mib[n] += part_mib(s, k);
+    }
+}
+
 /* Counts an instance of f in (delta +1) or out (-1) of node n at time t:
  * under sharing its parts enter the node's store, paid once, with its
  * first user; its last user's leaving starts their keep-alive. */
@@ -332,10 +338,7 @@ static void use_parts(sim *s, size_t f, size_t n, int delta, double t)
         size_t k = s->part_of[f][j];
         if (delta > 0) {
             s->part_count[k][n]++;
-            if (s->pol->sharing && !s->resident[k][n]) {
-                s->resident[k][n] = true;
-                s->used_mib[n] += part_mib(s, k);
-            }
+            hold_part(s, k, n);
         } else if (--s->part_count[k][n] == 0) {
             s->last_use_s[k][n] = t;
         }
@@ -356,15 +359,22 @@ static void reclaim_pass(sim *s, double t)
             if (s->resident[k][n] && s->part_count[k][n] == 0 && !s->seeded[k][n])
                 cold[n_cold++] = (struct cold_tensor){.last_use_s = (int64_t)s->last_use_s[k][n],
                                                       .slot = k};
-        reclaim_sort_cold(cold, n_cold);
-        for (size_t i = 0; i < n_cold; i++) {
-            if (reclaim_judge((int64_t)t, cold[i].last_use_s, s->opt->keep_alive_s, false, 0, 0) ==
-                RECLAIM_KEEP)
-                break;
+        size_t freed = eval_reclaimable(cold, n_cold, (int64_t)t, s->opt->keep_alive_s);
+        for (size_t i = 0; i < freed; i++) {
             s->resident[cold[i].slot][n] = false;
             s->used_mib[n] -= part_mib(s, cold[i].slot);
         }
     }
+}
+
+size_t eval_reclaimable(struct cold_tensor *cold, size_t n, int64_t now_s, double keep_alive_s)
+{
+    reclaim_sort_cold(cold, n);
+    size_t freed = 0;
+    while (freed < n &&
+           reclaim_judge(now_s, cold[freed].last_use_s, keep_alive_s, false, 0, 0) != RECLAIM_KEEP)
+        freed++;
+    return freed;
 }
 
 /* The extender's score of node n for function f's model (similarity_eval:
@@ -512,10 +522,7 @@ static int seed_stores(sim *s, tetris_error *err)
                                    "--node %s: model %s is no --function's profile's model",
                                    s->nodes[n].name, m);
             s->seeded[k][n] = true;
-            if (s->pol->sharing && !s->resident[k][n]) {
-                s->resident[k][n] = true;
-                s->used_mib[n] += part_mib(s, k);
-            }
+            hold_part(s, k, n);
         }
     }
     return 0;
