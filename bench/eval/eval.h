@@ -66,6 +66,13 @@ int eval_variant_sharing(const char *dir, const char *variant, const char *base,
  * from its front are freed at now_s, unused for the keep-alive. */
 size_t eval_reclaimable(struct cold_tensor *cold, size_t n, int64_t now_s, double keep_alive_s);
 
+/* The order in which the ReplicaSet controller (Kubernetes 1.20) deletes
+ * equally ready pods of one Deployment: of its n instances, node[j] where
+ * the j-th oldest runs, writes their indices to order, the first to go
+ * first: ranked once, before any goes, by the Deployment's instances on
+ * the same node, the most first, then the newest. Errors: out of memory. */
+int eval_scale_in_order(const unsigned *node, size_t n, size_t *order, tetris_error *err);
+
 /* The autoscaler's policy (tetris-autoscaler's defaults) for a function of
  * the given SLO under an evaluated policy. */
 as_policy eval_policy(const policy_def *pol, double slo_ms, enum plan_mode mode, double headroom);

@@ -412,27 +412,6 @@ static unsigned on_node(const fn_state *st, unsigned n)
     return k;
 }
 
-/* A config's instance ranked for scale-in. */
-typedef struct victim {
-    size_t at;     /* index in the function's instances, oldest first */
-    unsigned rank; /* instances of the config on its node */
-} victim;
-
-static int cmp_uint(const void *a, const void *b)
-{
-    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
-    return (x > y) - (x < y);
-}
-
-/* The most instances on one node first, then the newest. */
-static int cmp_victim(const void *a, const void *b)
-{
-    const victim *x = a, *y = b;
-    if (x->rank != y->rank)
-        return x->rank < y->rank ? 1 : -1;
-    return (x->at < y->at) - (x->at > y->at);
-}
-
 /* Under sharing, node n's store keeps f's tensors after its last instance
  * there went at t, until the reclaim pass frees them. */
 static int linger(fn_state *st, unsigned n, int64_t t, tetris_error *err)
@@ -452,34 +431,26 @@ static int linger(fn_state *st, unsigned n, int64_t t, tetris_error *err)
 static int release(cluster *c, size_t f, size_t i, unsigned d, int64_t t, tetris_error *err)
 {
     fn_state *st = &c->fns[f];
-    cleanup_free victim *v = malloc(st->n_inst * sizeof *v);
-    cleanup_free unsigned *nodes = malloc(st->n_inst * sizeof *nodes);
-    if (st->n_inst > 0 && (v == NULL || nodes == NULL))
+    cleanup_free size_t *at = malloc((st->n_inst + 1) * sizeof *at);
+    cleanup_free size_t *pick = malloc((st->n_inst + 1) * sizeof *pick);
+    cleanup_free unsigned *nodes = malloc((st->n_inst + 1) * sizeof *nodes);
+    if (at == NULL || pick == NULL || nodes == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "scale-in");
     size_t n_v = 0;
     for (size_t j = 0; j < st->n_inst; j++)
-        if (st->inst[j].config == i)
+        if (st->inst[j].config == i) {
+            at[n_v] = j;
             nodes[n_v++] = st->inst[j].node;
-    qsort(nodes, n_v, sizeof *nodes, cmp_uint);
-    for (size_t j = 0, k = 0; j < st->n_inst; j++) {
-        if (st->inst[j].config != i)
-            continue;
-        unsigned *lo = bsearch(&st->inst[j].node, nodes, n_v, sizeof *nodes, cmp_uint);
-        while (lo > nodes && lo[-1] == st->inst[j].node)
-            lo--;
-        unsigned rank = 0;
-        while (lo + rank < nodes + n_v && lo[rank] == st->inst[j].node)
-            rank++;
-        v[k++] = (victim){.at = j, .rank = rank};
-    }
-    qsort(v, n_v, sizeof *v, cmp_victim);
+        }
+    int r = eval_scale_in_order(nodes, n_v, pick, err);
+    if (r < 0)
+        return r;
     const profile_config *cfg = &st->fn->prof->configs[i];
     const plan_options *o = &st->pol.plan;
     double mib = plan_instance_mib(cfg, o);
     for (size_t k = 0; k < d && k < n_v; k++) {
-        instance *in = &st->inst[v[k].at];
+        instance *in = &st->inst[at[pick[k]]];
         node *nd = &c->nodes[in->node];
-        int r;
         if (o->sharing && on_node(st, in->node) == 1 && (r = linger(st, in->node, t, err)) < 0)
             return r;
         if (o->sharing && c->spec[f].base >= 0) {

@@ -466,30 +466,86 @@ static void list_add(char *list, size_t size, const char *name)
  * ones: ranked once, before any goes, by the pods of its Deployment (one per
  * config) on the same node, the most first, then the newest. Each node goes
  * to list. */
-static void release(sim *s, double t, size_t f, size_t i, unsigned d, const plan_options *o,
-                    char *list, size_t size)
+static int release(sim *s, double t, size_t f, size_t i, unsigned d, const plan_options *o,
+                   char *list, size_t size, tetris_error *err)
 {
     const profile_config *cfg = &s->fns[f]->prof->configs[i];
-    unsigned rank[N_NODES];
-    for (size_t n = 0; n < s->n_nodes; n++)
-        rank[n] = s->count[f][i * N_NODES + n];
-    while (d-- > 0) {
-        size_t pick = s->n_order[f];
-        for (size_t j = s->n_order[f]; j-- > 0;)
-            if (s->order[f][j].config == i &&
-                (pick == s->n_order[f] || rank[s->order[f][j].node] > rank[s->order[f][pick].node]))
-                pick = j;
-        size_t n = s->order[f][pick].node;
-        memmove(&s->order[f][pick], &s->order[f][pick + 1],
-                (s->n_order[f] - pick - 1) * sizeof(instance));
-        s->n_order[f]--;
+    size_t n_of = s->n_order[f];
+    cleanup_free size_t *at = malloc((n_of + 1) * sizeof *at);
+    cleanup_free size_t *pick = malloc((n_of + 1) * sizeof *pick);
+    cleanup_free unsigned *node = malloc((n_of + 1) * sizeof *node);
+    if (at == NULL || pick == NULL || node == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "scale-in");
+    size_t n_cfg = 0;
+    for (size_t j = 0; j < n_of; j++)
+        if (s->order[f][j].config == i) {
+            at[n_cfg] = j;
+            node[n_cfg++] = (unsigned)s->order[f][j].node;
+        }
+    int r = eval_scale_in_order(node, n_cfg, pick, err);
+    if (r < 0)
+        return r;
+    for (size_t k = 0; k < d && k < n_cfg; k++) {
+        instance *in = &s->order[f][at[pick[k]]];
+        size_t n = in->node;
         s->count[f][i * N_NODES + n]--;
         use_parts(s, f, n, -1, t);
         s->used_cpus[n] -= cfg->c;
         s->used_mib[n] -= plan_instance_mib(cfg, o);
         s->req_mib[n] -= plan_instance_mib(cfg, o);
         list_add(list, size, s->nodes[n].name);
+        in->node = SIZE_MAX; /* gone: compacted below, the order kept */
     }
+    size_t kept = 0;
+    for (size_t j = 0; j < n_of; j++)
+        if (s->order[f][j].node != SIZE_MAX)
+            s->order[f][kept++] = s->order[f][j];
+    s->n_order[f] = kept;
+    return 0;
+}
+
+/* An instance of one Deployment ranked for scale-in. */
+typedef struct victim {
+    size_t at;     /* index among the Deployment's instances, oldest first */
+    unsigned rank; /* the Deployment's instances on its node */
+} victim;
+
+static int cmp_uint(const void *a, const void *b)
+{
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return (x > y) - (x < y);
+}
+
+/* The most instances on one node first, then the newest. */
+static int cmp_victim(const void *a, const void *b)
+{
+    const victim *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? 1 : -1;
+    return (x->at < y->at) - (x->at > y->at);
+}
+
+int eval_scale_in_order(const unsigned *node, size_t n, size_t *order, tetris_error *err)
+{
+    cleanup_free victim *v = malloc((n + 1) * sizeof *v);
+    cleanup_free unsigned *sorted = malloc((n + 1) * sizeof *sorted);
+    if (v == NULL || sorted == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "scale-in order");
+    memcpy(sorted, node, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_uint);
+    for (size_t j = 0; j < n; j++) {
+        const unsigned *lo = bsearch(&node[j], sorted, n, sizeof *sorted, cmp_uint);
+        while (lo > sorted && lo[-1] == node[j])
+            lo--;
+        unsigned rank = 0;
+        while (lo + rank < sorted + n && lo[rank] == node[j])
+            rank++;
+        v[j] = (victim){.at = j, .rank = rank};
+    }
+    qsort(v, n, sizeof *v, cmp_victim);
+    for (size_t j = 0; j < n; j++)
+        order[j] = v[j].at;
+    return 0;
 }
 
 static void sim_free(sim *s)
@@ -707,7 +763,10 @@ static int apply_decision(sim *s, double t, size_t f, const unsigned *want, cons
         char placed[4096] = "-", released[4096] = "-";
         size_t node;
         if (fn->replicas[i] > want[i]) {
-            release(s, t, f, i, fn->replicas[i] - want[i], o, released, sizeof released);
+            int r = release(s, t, f, i, fn->replicas[i] - want[i], o, released, sizeof released,
+                            err);
+            if (r < 0)
+                return r;
             fn->replicas[i] = want[i];
             changed = true;
         }
