@@ -1,10 +1,11 @@
 # agent/module.mk - the agent library (loader, ingest client, ONNX Runtime
 # adapter, seeded inputs), the tetris-agent CLI, tetris-onnx-run, and their
 # tests.
-LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c
+LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c \
+            agent/onnx_share.c agent/view.c
 
 PROGRAMS += tetris-agent tetris-onnx-run
-tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c
+tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c
 tetris-agent_LIBS := -lonnxruntime
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime

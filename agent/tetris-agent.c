@@ -12,9 +12,12 @@
 #include "agent/agent.h"
 #include "tensorstore/gpu/gpu.h"
 #include "agent/hold.h"
+#include "agent/supervise.h"
+#include "agent/view.h"
 #include "common/cli.h"
 #include "common/log.h"
 #include "model/manifest.h"
+#include "protocol/names.h"
 
 enum exit_code {
     EXIT_OK = 0,
@@ -80,8 +83,14 @@ struct cli {
     enum agent_mode mode;
     bool mode_given;
     bool hold;
-    const char *arg; /* the one positional argument, if any */
+    bool store_given;
+    const char *model;    /* --model */
+    const char *view_dir; /* --view-dir */
+    const char *arg;      /* the first positional argument, if any */
+    const char *arg2;     /* the second (view: DIR) */
 };
+
+static const char *const mode_names[] = {"store", "direct", "private"};
 
 static int usage_error(const char *fmt, const char *what)
 {
@@ -113,7 +122,7 @@ static int report(int r, const char *what, const tetris_error *err)
 /* Parses the options common to every command; `allowed` lists the long
  * option names the command accepts. Returns EXIT_OK or EXIT_USAGE. */
 static int parse_cli(int argc, char **argv, const char *cmd, const char *const *allowed,
-                     struct cli *c)
+                     int max_args, struct cli *c)
 {
     static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
                                              {"tenant", required_argument, NULL, 't'},
@@ -130,6 +139,8 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
                                              {"populate", required_argument, NULL, 'p'},
                                              {"device", required_argument, NULL, 'G'},
                                              {"libcuda", required_argument, NULL, 'L'},
+                                             {"model", required_argument, NULL, 'M'},
+                                             {"view-dir", required_argument, NULL, 'v'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int c_, idx;
@@ -158,7 +169,12 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
             return usage_error("see the usage of '%s'", cmd);
         }
         switch (c_) {
-        case 's': c->store_dir = optarg; break;
+        case 's':
+            c->store_dir = optarg;
+            c->store_given = true;
+            break;
+        case 'M': c->model = optarg; break;
+        case 'v': c->view_dir = optarg; break;
         case 't': c->tenant = optarg; break;
         case 'm': c->manifest = optarg; break;
         case 'o': c->output = optarg; break;
@@ -204,8 +220,10 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
             break;
         }
     }
-    if (optind < argc)
+    if (optind < argc && max_args >= 1)
         c->arg = argv[optind++];
+    if (optind < argc && max_args >= 2)
+        c->arg2 = argv[optind++];
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
     return EXIT_OK;
@@ -221,7 +239,7 @@ static int cmd_index(int argc, char **argv)
     model *m = NULL;
     int r;
 
-    if ((r = parse_cli(argc, argv, "index", allowed, &c)) != EXIT_OK)
+    if ((r = parse_cli(argc, argv, "index", allowed, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
         return usage_error("%s: expected a MODEL", "index");
@@ -268,34 +286,39 @@ static int print_load(const agent_model *am, const char *mode, const char *devic
     return fflush(stdout) == 0 ? 0 : -1;
 }
 
+/* The agent's options from the load options of a command line. */
+static void load_options(const struct cli *c, struct agent_options *o)
+{
+    agent_options_init(o);
+    o->mode = c->mode;
+    o->store_dir = c->store_dir;
+    o->tenant = c->tenant;
+    o->manifest_path = c->manifest;
+    o->daemon_socket = c->socket;
+    o->label = c->label;
+    o->workers = (unsigned)c->workers;
+    o->digests = c->digests;
+    o->populate = c->populate;
+    if (c->timeout_ms > 0)
+        o->daemon_timeout_ms = c->timeout_ms;
+}
+
 static int cmd_load(int argc, char **argv)
 {
     static const char *const allowed[] = {"store",   "tenant",     "manifest", "direct",  "private",
                                           "socket",  "timeout-ms", "label",    "hold",    "workers",
                                           "digests", "populate",   "device",   "libcuda", NULL};
-    static const char *const mode_names[] = {"store", "direct", "private"};
     struct agent_options o;
     tetris_error err = {0};
     agent_model *am = NULL;
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "load", allowed, &c)) != EXIT_OK)
+    if ((r = parse_cli(argc, argv, "load", allowed, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
         return usage_error("%s: expected a MODEL", "load");
-    agent_options_init(&o);
-    o.mode = c.mode;
-    o.store_dir = c.store_dir;
-    o.tenant = c.tenant;
-    o.manifest_path = c.manifest;
-    o.daemon_socket = c.socket;
-    o.label = c.label;
-    o.workers = (unsigned)c.workers;
-    o.digests = c.digests;
-    o.populate = c.populate;
-    if (c.timeout_ms > 0)
-        o.daemon_timeout_ms = c.timeout_ms;
+    load_options(&c, &o);
     o.device = c.device != NULL ? c.device : getenv("TETRIS_DEVICE");
     if (o.device != NULL && o.device[0] == '\0')
         o.device = NULL;
@@ -320,6 +343,158 @@ static int cmd_load(int argc, char **argv)
     }
     agent_model_free(am);
     return EXIT_OK;
+}
+
+/* ---- view and exec ---- */
+
+/* Loads MODEL only to hold its references (the view's readers map the
+ * pages themselves): no page tables, no private copies, so holding costs
+ * this process next to no memory. */
+static int load_for_view(const struct cli *c, const char *model_path, agent_model **am)
+{
+    struct agent_options o;
+    tetris_error err = {0};
+    int r;
+
+    load_options(c, &o);
+    o.populate = STORE_POPULATE_NONE;
+    o.map_only = true;
+    if ((r = agent_load(model_path, &o, am, &err)) < 0)
+        return report(r, "load", &err);
+    return EXIT_OK;
+}
+
+static int write_view(const agent_model *am, const char *model_path, const char *dir,
+                      model_view **v)
+{
+    tetris_error err = {0};
+    int r = view_write(am, model_path, dir, v, &err);
+    if (r < 0) {
+        log_error("event=error op=view code=%s msg=%s", tetris_code_name(r), LOG_Q(err.msg));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+static int print_view(const model_view *v, const agent_model *am, const struct cli *c)
+{
+    const struct view_stats *s = view_stats(v);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:f}", "view", view_dir(v),
+                          "model", am->model->path, "mode", mode_names[c->mode], "shared",
+                          s->shared, "fallback",
+                          s->fallback != NULL ? json_string(s->fallback) : json_null(), "tensors",
+                          (json_int_t)s->tensors, "shared_tensors", (json_int_t)s->shared_tensors,
+                          "bytes", (json_int_t)s->bytes, "shared_bytes",
+                          (json_int_t)s->shared_bytes, "load_ms", am->stats.load_ms);
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return -1;
+    printf("%s\n", text);
+    free(text);
+    return fflush(stdout) == 0 ? 0 : -1;
+}
+
+static const char *const view_load_options[] = {"store",    "tenant",  "manifest",   "direct",
+                                                "private",  "socket",  "timeout-ms", "label",
+                                                "workers",  "digests", "hold",       "model",
+                                                "view-dir", NULL};
+
+static int cmd_view(int argc, char **argv)
+{
+    agent_model *am = NULL;
+    model_view *v = NULL;
+    struct cli c;
+    int r;
+
+    if ((r = parse_cli(argc, argv, "view", view_load_options, 2, &c)) != EXIT_OK)
+        return r;
+    if (c.view_dir != NULL || c.model != NULL)
+        return usage_error("%s",
+                           "view: MODEL and DIR are arguments (--model and --view-dir are exec's)");
+    if (c.arg == NULL || c.arg2 == NULL)
+        return usage_error("%s: expected MODEL and DIR", "view");
+    /* Blocked before any thread starts, so that every thread leaves them
+     * to hold_until_released. */
+    if (c.hold)
+        hold_block_signals();
+    if ((r = load_for_view(&c, c.arg, &am)) != EXIT_OK)
+        return r;
+    if ((r = write_view(am, c.arg, c.arg2, &v)) != EXIT_OK) {
+        agent_model_free(am);
+        return r;
+    }
+    if (print_view(v, am, &c) < 0) {
+        log_error("event=error op=view msg=\"cannot write the result to stdout\"");
+        r = EXIT_FAIL;
+    } else if (c.hold) {
+        int sig = hold_until_released();
+        log_info("event=release view=%s by=%s", LOG_Q(view_dir(v)),
+                 sig ? "signal" : "stdin-closed");
+        view_remove(v);
+    } else {
+        /* The view stays for the caller; nothing holds its tensors now. */
+        view_forget(v);
+    }
+    agent_model_free(am);
+    return r;
+}
+
+static int cmd_exec(int argc, char **argv)
+{
+    static const char *const allowed[] = {"store",  "tenant",     "manifest", "direct",  "private",
+                                          "socket", "timeout-ms", "label",    "workers", "digests",
+                                          "model",  "view-dir",   NULL};
+    struct agent_env env;
+    agent_model *am = NULL;
+    model_view *v = NULL;
+    tetris_error err = {0};
+    struct cli c;
+    int dashes = 1, r;
+
+    while (dashes < argc && strcmp(argv[dashes], "--") != 0)
+        dashes++;
+    if ((r = parse_cli(dashes, argv, "exec", allowed, 0, &c)) != EXIT_OK)
+        return r;
+    if (dashes + 1 >= argc)
+        return usage_error("%s: expected -- CMD [ARGS...]", "exec");
+    agent_env_read(&env);
+    if (c.model == NULL)
+        c.model = env.model;
+    if (!c.store_given && env.store_dir != NULL)
+        c.store_dir = env.store_dir;
+    if (c.tenant == NULL)
+        c.tenant = env.tenant;
+    if (c.manifest == NULL)
+        c.manifest = env.manifest;
+    if (c.model == NULL)
+        return usage_error("%s", "exec: no model: set " TETRIS_ENV_MODEL " or --model");
+    /* Before the load starts threads: see supervise_block_signals. */
+    supervise_block_signals();
+    if ((r = load_for_view(&c, c.model, &am)) != EXIT_OK)
+        return r;
+    if ((r = write_view(am, c.model, c.view_dir, &v)) != EXIT_OK) {
+        agent_model_free(am);
+        return r;
+    }
+    int sig = supervise_take_termination();
+    if (sig != 0) {
+        log_info("event=exec-cancelled view=%s sig=%d", LOG_Q(view_dir(v)), sig);
+        r = SUPERVISE_EXIT_SIGNAL_BASE + sig;
+    } else if (setenv(TETRIS_ENV_MODEL_VIEW, view_dir(v), 1) < 0) {
+        log_error("event=error op=exec msg=\"cannot set " TETRIS_ENV_MODEL_VIEW "\"");
+        r = EXIT_FAIL;
+    } else if ((r = supervise_run(argv + dashes + 1, &err)) < 0) {
+        log_error("event=error op=exec code=%s msg=%s", tetris_code_name(r), LOG_Q(err.msg));
+        r = EXIT_FAIL;
+    } else {
+        log_info("event=exec-exit cmd=%s status=%d view=%s", LOG_Q(argv[dashes + 1]), r,
+                 LOG_Q(view_dir(v)));
+    }
+    /* The view goes first: no reader must find it once its references are. */
+    view_remove(v);
+    agent_model_free(am);
+    return r;
 }
 
 /* ---- verify ---- */
@@ -364,7 +539,7 @@ static int cmd_verify(int argc, char **argv)
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "verify", allowed, &c)) != EXIT_OK)
+    if ((r = parse_cli(argc, argv, "verify", allowed, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg != NULL)
         return usage_error("verify: unexpected argument '%s'", c.arg);
@@ -484,7 +659,7 @@ static int cmd_inspect(int argc, char **argv)
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "inspect", allowed, &c)) != EXIT_OK)
+    if ((r = parse_cli(argc, argv, "inspect", allowed, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
         return inspect_store(&c);
@@ -504,10 +679,8 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*fn)(int argc, char **argv);
-    } commands[] = {{"index", cmd_index},
-                    {"load", cmd_load},
-                    {"verify", cmd_verify},
-                    {"inspect", cmd_inspect}};
+    } commands[] = {{"index", cmd_index}, {"load", cmd_load},     {"view", cmd_view},
+                    {"exec", cmd_exec},   {"verify", cmd_verify}, {"inspect", cmd_inspect}};
 
     log_init(argv[0]);
     if (argc < 2)
