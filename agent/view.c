@@ -611,3 +611,168 @@ const struct view_stats *view_stats(const model_view *v)
 {
     return &v->stats;
 }
+
+/* ---- checking a view, as its reader does ---- */
+
+static int check_owner(const struct stat *st, const char *what, tetris_error *err)
+{
+    if (st->st_uid != geteuid() && st->st_uid != 0)
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "%s belongs to uid %u, neither us nor root",
+                           what, (unsigned)st->st_uid);
+    if (st->st_mode & (S_IWGRP | S_IWOTH))
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "%s is writable by group or others (mode %o)",
+                           what, (unsigned)(st->st_mode & 07777));
+    return 0;
+}
+
+/* Whether the resolved path is dir itself or beneath it. */
+static bool beneath(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (n > 0 && dir[n - 1] == '/')
+        n--;
+    return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}
+
+static int read_index(const char *dir, int dirfd, json_t **out, tetris_error *err)
+{
+    cleanup_close int fd = openat(dirfd, VIEW_INDEX_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    json_error_t jerr;
+    if (fd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
+                           "%s/" VIEW_INDEX_NAME, dir);
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s/" VIEW_INDEX_NAME, dir);
+    if (!S_ISREG(st.st_mode))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s/" VIEW_INDEX_NAME ": not a file", dir);
+    int r = check_owner(&st, VIEW_INDEX_NAME, err);
+    if (r < 0)
+        return r;
+    *out = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    if (*out == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s/" VIEW_INDEX_NAME ": line %d: %s", dir,
+                           jerr.line, jerr.text);
+    return 0;
+}
+
+/* The file a tensor (or the graph) names, resolved; checked to be a
+ * regular file beneath one of the allowed folders, at least `need` long. */
+static int check_file(const char *dir, const char *file, const char *const *allowed,
+                      uint64_t need, const char *what, tetris_error *err)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (snprintf(path, sizeof(path), "%s/%s", file[0] == '/' ? "" : dir, file) >=
+        (int)sizeof(path))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: file name too long", what);
+    cleanup_free char *real = realpath(path, NULL);
+    if (real == NULL)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s: %s", what, file);
+    bool inside = false;
+    for (size_t k = 0; allowed[k] != NULL && !inside; k++)
+        inside = beneath(real, allowed[k]);
+    if (!inside)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, 0, "%s: %s resolves to %s, outside %s", what,
+                           file, real, allowed[0]);
+    if (stat(real, &st) < 0)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s: %s", what, real);
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < need)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, 0,
+                           "%s: %s is not a regular file of at least %llu bytes", what, real,
+                           (unsigned long long)need);
+    return 0;
+}
+
+static int check_tensors(const char *dir, json_t *tensors, const char *store_real,
+                         const char *model_dir, struct view_check_result *out, tetris_error *err)
+{
+    const char *in_store[] = {store_real, NULL};
+    const char *in_model[] = {model_dir, NULL};
+    size_t i;
+    json_t *t;
+    json_array_foreach(tensors, i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        json_t *file = json_object_get(t, "file");
+        json_t *offset = json_object_get(t, "offset"), *length = json_object_get(t, "length");
+        json_t *shared = json_object_get(t, "shared");
+        char what[300];
+        snprintf(what, sizeof(what), "tensors[%zu] (\"%s\")", i, name != NULL ? name : "?");
+        if (name == NULL || !json_is_boolean(shared) || !json_is_integer(offset) ||
+            !json_is_integer(length) || json_integer_value(offset) < 0 ||
+            json_integer_value(length) < 0 || json_integer_value(offset) > INT64_MAX / 2 ||
+            json_integer_value(length) > INT64_MAX / 2 || (!json_is_string(file) && !json_is_null(file)))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "%s: needs name, file, offset, length and shared", what);
+        out->tensors++;
+        if (json_is_null(file))
+            continue;
+        bool is_shared = json_is_true(shared);
+        if (is_shared && store_real == NULL)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: shared, but the view has no store",
+                               what);
+        uint64_t need = (uint64_t)json_integer_value(offset) + (uint64_t)json_integer_value(length);
+        int r = check_file(dir, json_string_value(file), is_shared ? in_store : in_model, need,
+                           what, err);
+        if (r < 0)
+            return r;
+        out->files++;
+        out->shared_files += is_shared;
+    }
+    return 0;
+}
+
+int view_check(const char *dir, struct view_check_result *out, tetris_error *err)
+{
+    struct stat st;
+    json_t *ix = NULL;
+    int r;
+
+    memset(out, 0, sizeof(*out));
+    cleanup_close int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_DENIED, errno,
+                           "view directory %s", dir);
+    if (fstat(dirfd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", dir);
+    if ((r = check_owner(&st, "the view directory", err)) < 0 ||
+        (r = read_index(dir, dirfd, &ix, err)) < 0)
+        return r;
+    const char *format = json_string_value(json_object_get(ix, "format"));
+    const char *model_path = json_string_value(json_object_get(ix, "model"));
+    json_t *graph = json_object_get(ix, "graph"), *store_v = json_object_get(ix, "store");
+    json_t *shared = json_object_get(ix, "shared"), *fallback = json_object_get(ix, "fallback");
+    json_t *tensors = json_object_get(ix, "tensors");
+    if (format == NULL || strcmp(format, VIEW_FORMAT) != 0)
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: format is not \"" VIEW_FORMAT "\"", dir);
+    else if (model_path == NULL || model_path[0] != '/' || !json_is_boolean(shared) ||
+             !json_is_array(tensors) || !(json_is_string(graph) || json_is_null(graph)) ||
+             !(json_is_string(store_v) || json_is_null(store_v)) ||
+             !(json_is_string(fallback) || json_is_null(fallback)))
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                        "%s: needs model (absolute), graph, store, shared, fallback, tensors", dir);
+    cleanup_free char *store_real = NULL, *model_dir = NULL;
+    if (r == 0 && json_is_string(store_v) &&
+        (store_real = realpath(json_string_value(store_v), NULL)) == NULL)
+        r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "store %s", json_string_value(store_v));
+    if (r == 0 && (model_dir = realpath(model_path, NULL)) == NULL)
+        r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "model %s", model_path);
+    if (r == 0) {
+        *strrchr(model_dir, '/') = '\0';
+        const char *graph_allowed[] = {dir, model_dir, NULL};
+        cleanup_free char *dir_real = realpath(dir, NULL);
+        graph_allowed[0] = dir_real != NULL ? dir_real : dir;
+        if (json_is_string(graph))
+            r = check_file(dir, json_string_value(graph), graph_allowed, 0, "graph", err);
+    }
+    if (r == 0)
+        r = check_tensors(dir, tensors, store_real, model_dir[0] ? model_dir : "/", out, err);
+    if (r == 0) {
+        out->shared = json_is_true(shared);
+        if (json_is_string(fallback))
+            snprintf(out->fallback, sizeof(out->fallback), "%s", json_string_value(fallback));
+    }
+    json_decref(ix);
+    return r;
+}

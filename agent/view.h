@@ -65,6 +65,26 @@ void view_remove(model_view *v);
  * --hold: the caller removes it). */
 void view_forget(model_view *v);
 
+/* What view_check found in a view that passed. */
+struct view_check_result {
+    bool shared;
+    char fallback[256]; /* "" when null */
+    size_t tensors;
+    size_t files;        /* tensors with a file, each checked */
+    size_t shared_files; /* of which in the store */
+};
+
+/* Checks the view at dir the way a reader must before it trusts it
+ * (docs/PROTOCOLS.md, "Model view"): the directory and tensors.json are
+ * its uid's or root's and writable by nobody else, tensors.json is
+ * well-formed, the graph exists, and every tensor's file resolves to a
+ * regular file inside the store (a shared tensor) or the original model's
+ * folder, at least offset + length long. TETRIS_E_DENIED for ownership or
+ * modes, TETRIS_E_FORMAT for a bad index, TETRIS_E_NOTFOUND for a file
+ * that is missing or resolves elsewhere or is too short; the message
+ * names the tensor. */
+int view_check(const char *dir, struct view_check_result *out, tetris_error *err);
+
 /* The tensors.json text of a view (malloc'd), for view_write and tests:
  * every string JSON-escaped; `graph` NULL for safetensors, store NULL when
  * nothing is shared. */
