@@ -56,6 +56,31 @@ static const char usage_text[] =
     "        docs/GPU.md); adds device, device_tensors, device_bytes and\n"
     "        device_fallback to the JSON. --libcuda: the CUDA driver (default\n"
     "        $TETRIS_LIBCUDA, else libcuda.so.1).\n"
+    "  view [LOAD OPTIONS] MODEL DIR [--hold]\n"
+    "        write MODEL's model view into DIR (new, or empty and ours): a\n"
+    "        directory any runtime opens instead of MODEL to compute on the\n"
+    "        store's pages (docs/PROTOCOLS.md, \"Model view\"). Prints one JSON\n"
+    "        object: view, model, mode, shared, fallback, tensors, shared_tensors,\n"
+    "        bytes, shared_bytes, load_ms. --hold keeps the references until stdin\n"
+    "        closes or SIGTERM, then removes the view; without it the view stays\n"
+    "        and nothing holds its tensors (the daemon may reclaim them).\n"
+    "  exec [LOAD OPTIONS] [--model MODEL] [--view-dir DIR] -- CMD [ARGS...]\n"
+    "        write the model view, run CMD with " TETRIS_ENV_MODEL_VIEW "=<view dir> in its\n"
+    "        environment, hold the references while it runs, then remove the view\n"
+    "        and exit with CMD's status (128+N if signal N killed it). MODEL,\n"
+    "        --store, --tenant and --manifest default to $" TETRIS_ENV_MODEL ", $" TETRIS_ENV_STORE ",\n"
+    "        $" TETRIS_ENV_TENANT " and $" TETRIS_ENV_MANIFEST "; DIR to a new directory in\n"
+    "        ${TMPDIR:-/tmp}. SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2\n"
+    "        are passed on to CMD; CMD is killed if we die; as PID 1 we also reap\n"
+    "        orphans. No store, a full store or no daemon is no error: the view\n"
+    "        then names the original model (\"fallback\").\n"
+    "        LOAD OPTIONS (view, exec): --store, --tenant, --manifest, --direct,\n"
+    "        --private, --socket, --timeout-ms, --label, --workers, --digests, as\n"
+    "        for load; the references are held without page tables or copies.\n"
+    "  check-view [DIR]\n"
+    "        check a model view (default $" TETRIS_ENV_MODEL_VIEW ") the way its reader must\n"
+    "        before trusting it: owners and modes, the index, every file in the\n"
+    "        store or the model's folder and long enough; prints a JSON summary\n"
     "  verify [--store DIR] [--tenant T]\n"
     "        re-hash every stored tensor; list the ones that do not match\n"
     "  inspect MODEL | inspect [--store DIR] [--tenant T]\n"
@@ -64,8 +89,11 @@ static const char usage_text[] =
     "  -h, --help     this text         --version   the version\n"
     "\n"
     "Logs go to stderr as key=value lines (TETRIS_LOG_LEVEL=debug for more).\n"
-    "Exit status: 0 ok; 1 failure (verify found corrupt tensors, a load failed);\n"
-    "2 usage; 3 bad model or manifest; 4 no usable store at DIR.\n";
+    "Exit status: 0 ok; 1 failure (verify found corrupt tensors, a load failed, a\n"
+    "view cannot be written: a --view-dir or DIR that is not empty or not ours);\n"
+    "2 usage; 3 bad model or manifest (check-view: a view not to trust); 4 no\n"
+    "usable store at DIR. exec, once CMD started: CMD's status; 126 CMD cannot\n"
+    "be run, 127 CMD not found.\n";
 
 struct cli {
     const char *store_dir;
@@ -497,6 +525,37 @@ static int cmd_exec(int argc, char **argv)
     return r;
 }
 
+static int cmd_check_view(int argc, char **argv)
+{
+    static const char *const allowed[] = {NULL};
+    struct view_check_result res;
+    tetris_error err = {0};
+    struct cli c;
+    int r;
+
+    if ((r = parse_cli(argc, argv, "check-view", allowed, 1, &c)) != EXIT_OK)
+        return r;
+    const char *dir = c.arg != NULL ? c.arg : getenv(TETRIS_ENV_MODEL_VIEW);
+    if (dir == NULL || dir[0] == '\0')
+        return usage_error("%s", "check-view: no DIR and no " TETRIS_ENV_MODEL_VIEW);
+    if ((r = view_check(dir, &res, &err)) < 0) {
+        log_error("event=view-invalid view=%s code=%s msg=%s", LOG_Q(dir), tetris_code_name(r),
+                  LOG_Q(err.msg));
+        return EXIT_BAD_INPUT;
+    }
+    json_t *j = json_pack("{s:s, s:b, s:o, s:I, s:I, s:I}", "view", dir, "shared", res.shared,
+                          "fallback", res.fallback[0] ? json_string(res.fallback) : json_null(),
+                          "tensors", (json_int_t)res.tensors, "files", (json_int_t)res.files,
+                          "shared_files", (json_int_t)res.shared_files);
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return EXIT_FAIL;
+    printf("%s\n", text);
+    free(text);
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAIL;
+}
+
 /* ---- verify ---- */
 
 struct digest_list {
@@ -680,7 +739,8 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(int argc, char **argv);
     } commands[] = {{"index", cmd_index}, {"load", cmd_load},     {"view", cmd_view},
-                    {"exec", cmd_exec},   {"verify", cmd_verify}, {"inspect", cmd_inspect}};
+                    {"exec", cmd_exec},
+                    {"check-view", cmd_check_view},   {"verify", cmd_verify}, {"inspect", cmd_inspect}};
 
     log_init(argv[0]);
     if (argc < 2)
