@@ -6,7 +6,10 @@ LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_in
 
 PROGRAMS += tetris-agent tetris-onnx-run
 tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c
-tetris-agent_LIBS := -lonnxruntime
+# One file that runs in any image with a glibc (`exec` as a container's
+# entrypoint, copied into a function's image): the libraries that are not
+# glibc's are linked in. It needs no ONNX Runtime.
+tetris-agent_LDLIBS := -Wl,-Bstatic -lcrypto -lz -ljansson -lyaml -Wl,-Bdynamic -lm -ldl
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime
 
@@ -17,3 +20,6 @@ TEST_PROGRAMS += tetris-test-fake-daemon
 tetris-test-fake-daemon_SRCS := tests/agent/fake_daemon.c
 TEST_PROGRAMS += tetris-test-externalize
 tetris-test-externalize_SRCS := tests/agent/externalize.c
+TEST_PROGRAMS += tetris-test-view-run
+tetris-test-view-run_SRCS := tests/agent/view_run.c agent/hold.c
+tetris-test-view-run_LIBS := -lonnxruntime
