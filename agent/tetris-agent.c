@@ -69,12 +69,12 @@ static const char usage_text[] =
     "        environment, hold the references while it runs, then remove the view\n"
     "        and exit with CMD's status (128+N if signal N killed it). MODEL,\n"
     "        --store, --tenant and --manifest default to\n"
-    "        $" TETRIS_ENV_MODEL ", $" TETRIS_ENV_STORE ", $" TETRIS_ENV_TENANT " and $" TETRIS_ENV_MANIFEST ";\n"
-    "        DIR to a new directory in\n"
-    "        ${TMPDIR:-/tmp}. SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2\n"
-    "        are passed on to CMD; CMD is killed if we die; as PID 1 we also reap\n"
-    "        orphans. No store, a full store or no daemon is no error: the view\n"
-    "        then names the original model (\"fallback\").\n"
+    "        $" TETRIS_ENV_MODEL ", $" TETRIS_ENV_STORE ", $" TETRIS_ENV_TENANT "\n"
+    "        and $" TETRIS_ENV_MANIFEST "; DIR to a new directory in ${TMPDIR:-/tmp}.\n"
+    "        SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to\n"
+    "        CMD; CMD is killed if we die; as PID 1 we also reap orphans. No\n"
+    "        store, a full store or no daemon is no error: the view then names the\n"
+    "        original model (\"fallback\").\n"
     "        LOAD OPTIONS (view, exec): --store, --tenant, --manifest, --direct,\n"
     "        --private, --socket, --timeout-ms, --label, --workers, --digests, as\n"
     "        for load; the references are held without page tables or copies.\n"
@@ -739,9 +739,13 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*fn)(int argc, char **argv);
-    } commands[] = {{"index", cmd_index}, {"load", cmd_load},     {"view", cmd_view},
+    } commands[] = {{"index", cmd_index},
+                    {"load", cmd_load},
+                    {"view", cmd_view},
                     {"exec", cmd_exec},
-                    {"check-view", cmd_check_view},   {"verify", cmd_verify}, {"inspect", cmd_inspect}};
+                    {"check-view", cmd_check_view},
+                    {"verify", cmd_verify},
+                    {"inspect", cmd_inspect}};
 
     log_init(argv[0]);
     if (argc < 2)

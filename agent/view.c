@@ -658,13 +658,12 @@ static int read_index(const char *dir, int dirfd, json_t **out, tetris_error *er
 
 /* The file a tensor (or the graph) names, resolved; checked to be a
  * regular file beneath one of the allowed folders, at least `need` long. */
-static int check_file(const char *dir, const char *file, const char *const *allowed,
-                      uint64_t need, const char *what, tetris_error *err)
+static int check_file(const char *dir, const char *file, const char *const *allowed, uint64_t need,
+                      const char *what, tetris_error *err)
 {
     char path[PATH_MAX];
     struct stat st;
-    if (snprintf(path, sizeof(path), "%s/%s", file[0] == '/' ? "" : dir, file) >=
-        (int)sizeof(path))
+    if (snprintf(path, sizeof(path), "%s/%s", file[0] == '/' ? "" : dir, file) >= (int)sizeof(path))
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: file name too long", what);
     cleanup_free char *real = realpath(path, NULL);
     if (real == NULL)
@@ -691,8 +690,7 @@ static int check_tensors(const char *dir, json_t *tensors, const char *store_rea
     const char *in_model[] = {model_dir, NULL};
     size_t i;
     json_t *t;
-    json_array_foreach(tensors, i, t)
-    {
+    json_array_foreach (tensors, i, t) {
         const char *name = json_string_value(json_object_get(t, "name"));
         json_t *file = json_object_get(t, "file");
         json_t *offset = json_object_get(t, "offset"), *length = json_object_get(t, "length");
@@ -702,7 +700,8 @@ static int check_tensors(const char *dir, json_t *tensors, const char *store_rea
         if (name == NULL || !json_is_boolean(shared) || !json_is_integer(offset) ||
             !json_is_integer(length) || json_integer_value(offset) < 0 ||
             json_integer_value(length) < 0 || json_integer_value(offset) > INT64_MAX / 2 ||
-            json_integer_value(length) > INT64_MAX / 2 || (!json_is_string(file) && !json_is_null(file)))
+            json_integer_value(length) > INT64_MAX / 2 ||
+            (!json_is_string(file) && !json_is_null(file)))
             return tetris_fail(err, TETRIS_E_FORMAT, 0,
                                "%s: needs name, file, offset, length and shared", what);
         out->tensors++;
