@@ -11,7 +11,8 @@
  * path instead of from its bytes (ONNX Runtime before 1.24 accepts that;
  * later ones refuse external data that resolves outside the graph's
  * folder). --hold keeps the session until stdin closes, so a test can
- * look at the mappings. Exit status: 0 ok, 1 failure, 2 usage. */
+ * look at the mappings. Exit status: 0 ok (or --help, --version), 1
+ * failure, 2 usage. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -26,6 +27,12 @@
 #include "common/cleanup.h"
 #include "common/cli.h"
 #include "protocol/names.h"
+
+static const char usage_text[] =
+    "usage: tetris-test-view-run [--seed N] [--hold] [--by-path] [VIEW]\n"
+    "Runs the model of a model view (default $" TETRIS_ENV_MODEL_VIEW ") on seeded inputs\n"
+    "with ONNX Runtime, knowing only tensors.json; prints the outputs' sha256.\n"
+    "  -h, --help     this text         --version   the version\n";
 
 static int fail(const char *what, const char *msg)
 {
@@ -47,8 +54,7 @@ static int apply_options(const OrtApi *api, OrtSessionOptions *so, json_t *opts)
     const char *key;
     json_t *value;
     OrtStatus *st = NULL;
-    json_object_foreach(opts, key, value)
-    {
+    json_object_foreach (opts, key, value) {
         if (strcmp(key, "graph_optimization_level") == 0) {
             if (strcmp(json_string_value(value), "disabled") != 0)
                 return fail("session_options", "unknown graph_optimization_level");
@@ -67,19 +73,25 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {{"seed", required_argument, NULL, 's'},
                                              {"hold", no_argument, NULL, 'H'},
                                              {"by-path", no_argument, NULL, 'p'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
     uint64_t seed = 1;
     bool hold = false, by_path = false;
     tetris_error err = {0};
     int c;
 
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (c == 's' && cli_parse_u64("--seed", optarg, 0, INT64_MAX, &seed, &err) < 0)
             return fail("usage", err.msg) + 1;
         else if (c == 'H')
             hold = true;
         else if (c == 'p')
             by_path = true;
+        else if (c == 'h')
+            return fputs(usage_text, stdout) == EOF;
+        else if (c == 'V')
+            return printf("tetris-test-view-run %s\n", TETRIS_VERSION) < 0;
         else if (c == '?')
             return 2;
     }
