@@ -1,6 +1,6 @@
 # agent/module.mk - the agent library (loader, ingest client, ONNX Runtime
-# adapter, seeded inputs), the tetris-agent CLI, tetris-onnx-run, and their
-# tests.
+# adapter, seeded inputs, model views), the tetris-agent CLI (with exec's
+# supervisor), tetris-onnx-run, and their tests.
 LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c \
             agent/onnx_share.c agent/view.c
 
