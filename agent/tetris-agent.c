@@ -2,6 +2,7 @@
  * it through the node's tensor store, verify a store, and inspect models
  * and stores. */
 #include <getopt.h>
+#include <malloc.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -506,6 +507,9 @@ static int cmd_exec(int argc, char **argv)
         agent_model_free(am);
         return r;
     }
+    /* What the load and the rewrite freed goes back to the kernel: exec
+     * stays resident for as long as CMD runs. */
+    malloc_trim(0);
     int sig = supervise_take_termination();
     if (sig != 0) {
         log_info("event=exec-cancelled view=%s sig=%d", LOG_Q(view_dir(v)), sig);
