@@ -10,6 +10,8 @@
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
 need_models
+# Views made without a directory (and one a SIGKILLed exec leaves) go here.
+export TMPDIR="$WORK"
 [ -x "$BIN/tetris-reclaimer" ] || fail "tetris-reclaimer not built in $BIN"
 model="$MODELS/silero_vad_v5.onnx"
 store="$WORK/store"
