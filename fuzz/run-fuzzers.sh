@@ -16,7 +16,7 @@ seeds=$dir/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/inventory" "$seeds/webhook" "$seeds/holders" "$seeds/store_marker" "$seeds/state" \
-    "$dir/artifacts"
+    "$seeds/view_check" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -53,9 +53,13 @@ printf '%s' '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","reque
 printf '%s' '{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"CREATE","object":{"metadata":{"annotations":{"tetris.io/model":"m"}},"spec":{"containers":[{}]}}}}' \
     >"$seeds/webhook/v1beta1.json"
 
+m=$(realpath "$models/hello_deepa.onnx")
+printf '%s' '{"format":"tetris-model-view/1","model":"'"$m"'","model_format":"onnx","graph":"'"$m"'","store":null,"shared":false,"fallback":"private","session_options":{"graph_optimization_level":"disabled"},"tensors":[{"name":"w","dtype":"float32","shape":[2],"file":"'"$m"'","offset":16,"length":8,"digest":null,"shared":false},{"name":"v","dtype":"int64","shape":[1],"file":null,"offset":0,"length":8,"digest":"'$d'","shared":false}]}' \
+    >"$seeds/view_check/private.json"
+
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest inventory webhook holders \
-         store_marker state}; do
+         store_marker state view_check}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in onnx*) ;; *) dict="-dict=$(pwd)/fuzz/json.dict" ;; esac
