@@ -267,8 +267,7 @@ static void digits(json_scan *s)
         s->p++;
 }
 
-int json_scan_number(json_scan *s, const char **tok, size_t *len, bool *integer,
-                     tetris_error *err)
+int json_scan_number(json_scan *s, const char **tok, size_t *len, bool *integer, tetris_error *err)
 {
     skip_blanks(s);
     const char *start = s->p;

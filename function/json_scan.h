@@ -72,8 +72,7 @@ int json_scan_string(json_scan *s, char *dst, size_t cap, size_t *len, tetris_er
 int json_scan_string_dup(json_scan *s, char **out, size_t *len, tetris_error *err);
 /* A number: *tok points at its text in the input, *len bytes; *integer
  * when it has neither fraction nor exponent. */
-int json_scan_number(json_scan *s, const char **tok, size_t *len, bool *integer,
-                     tetris_error *err);
+int json_scan_number(json_scan *s, const char **tok, size_t *len, bool *integer, tetris_error *err);
 /* true, false or null: *value is 1, 0 or -1. */
 int json_scan_literal(json_scan *s, int *value, tetris_error *err);
 /* Passes over one value of any kind; *scalars (may be NULL) grows by the

@@ -162,8 +162,8 @@ static int parse_parameters(struct parse *p, const char *where, const char *know
                 return r;
             if (k == JSON_KIND_OBJECT || k == JSON_KIND_ARRAY || v < 0)
                 return tetris_fail(p->err, TETRIS_E_FORMAT, 0,
-                                   "%s parameter \"%s\" must be a string, number or boolean",
-                                   where, key);
+                                   "%s parameter \"%s\" must be a string, number or boolean", where,
+                                   key);
             r = k == JSON_KIND_LITERAL ? 0 : json_scan_skip(&p->s, NULL, p->err);
         }
         if (r < 0)
@@ -231,7 +231,8 @@ static int parse_input(struct parse *p, struct raw_input *in)
     size_t i = 0, key_len, len;
     int r;
     if (json_scan_peek(&p->s) != JSON_KIND_OBJECT)
-        return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "inputs[%zu] must be an object", p->n_in - 1);
+        return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "inputs[%zu] must be an object",
+                           p->n_in - 1);
     if ((r = json_scan_object_begin(&p->s, p->err)) < 0)
         return r;
     while ((r = json_scan_object_next(&p->s, &i, key, sizeof(key), &key_len, p->err)) > 0) {
@@ -270,8 +271,9 @@ static int parse_input(struct parse *p, struct raw_input *in)
     if (!in->has_datatype || !in->has_shape)
         return fail_input(p, in, "needs %s", !in->has_datatype ? "a datatype" : "a shape");
     if (in->has_data == in->has_binary_size)
-        return fail_input(p, in, in->has_data ? "has both data and binary_data_size"
-                                              : "has neither data nor binary_data_size");
+        return fail_input(p, in,
+                          in->has_data ? "has both data and binary_data_size"
+                                       : "has neither data nor binary_data_size");
     return 0;
 }
 
@@ -282,7 +284,8 @@ static int parse_output(struct parse *p, struct raw_output *out)
     int r;
     out->binary = -1;
     if (json_scan_peek(&p->s) != JSON_KIND_OBJECT)
-        return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "outputs[%zu] must be an object", p->n_out - 1);
+        return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "outputs[%zu] must be an object",
+                           p->n_out - 1);
     if ((r = json_scan_object_begin(&p->s, p->err)) < 0)
         return r;
     while ((r = json_scan_object_next(&p->s, &i, key, sizeof(key), &key_len, p->err)) > 0) {
@@ -293,8 +296,7 @@ static int parse_output(struct parse *p, struct raw_output *out)
             r = parse_parameters(p, "output", "binary_data", read_binary_data, out);
         else
             return tetris_fail(p->err, TETRIS_E_FORMAT, 0,
-                               "outputs[%zu]: unknown or repeated field \"%s\"", p->n_out - 1,
-                               key);
+                               "outputs[%zu]: unknown or repeated field \"%s\"", p->n_out - 1, key);
         if (r < 0)
             return r;
     }
@@ -314,8 +316,8 @@ static int parse_inputs(struct parse *p)
     while ((r = json_scan_array_next(&p->s, &i, p->err)) > 0) {
         /* Each must be a distinct input of the model: more cannot be right. */
         if (p->n_in == p->sig->n_inputs)
-            return tetris_fail(p->err, TETRIS_E_FORMAT, 0,
-                               "more inputs than the model's %zu", p->sig->n_inputs);
+            return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "more inputs than the model's %zu",
+                               p->sig->n_inputs);
         if ((r = parse_input(p, &p->in[p->n_in++])) < 0)
             return r;
     }
@@ -366,8 +368,7 @@ static int parse_header(struct parse *p)
         } else if (key_is(key, key_len, "outputs") && !p->has_outputs) {
             r = parse_outputs(p);
         } else {
-            return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "unknown or repeated field \"%s\"",
-                               key);
+            return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "unknown or repeated field \"%s\"", key);
         }
         if (r < 0)
             return r;
@@ -410,8 +411,8 @@ static int check_against_model(struct parse *p, const struct raw_input *in,
     if (in->datatype == OIP_DATATYPE_NONE)
         return fail_input(p, in, "unknown datatype \"%s\"", in->datatype_text);
     if (in->datatype != spec->datatype)
-        return fail_input(p, in, "datatype %s, the model takes %s",
-                          oip_datatype_name(in->datatype), oip_datatype_name(spec->datatype));
+        return fail_input(p, in, "datatype %s, the model takes %s", oip_datatype_name(in->datatype),
+                          oip_datatype_name(spec->datatype));
     format_shape(want, sizeof(want), spec->shape, spec->ndim);
     format_shape(got, sizeof(got), in->shape, in->ndim);
     if (in->ndim != spec->ndim)
@@ -503,9 +504,9 @@ static int decode_element(struct parse *p, const struct raw_input *in, oip_tenso
     static const struct {
         uint64_t max_positive, max_negative; /* magnitudes */
     } range[OIP_DATATYPE_COUNT] = {
-        [OIP_UINT8] = {UINT8_MAX, 0},       [OIP_UINT16] = {UINT16_MAX, 0},
-        [OIP_UINT32] = {UINT32_MAX, 0},     [OIP_UINT64] = {UINT64_MAX, 0},
-        [OIP_INT8] = {INT8_MAX, 128},       [OIP_INT16] = {INT16_MAX, 32768},
+        [OIP_UINT8] = {UINT8_MAX, 0},          [OIP_UINT16] = {UINT16_MAX, 0},
+        [OIP_UINT32] = {UINT32_MAX, 0},        [OIP_UINT64] = {UINT64_MAX, 0},
+        [OIP_INT8] = {INT8_MAX, 128},          [OIP_INT16] = {INT16_MAX, 32768},
         [OIP_INT32] = {INT32_MAX, 1ULL << 31}, [OIP_INT64] = {INT64_MAX, 1ULL << 63},
     };
     if (integer_value(tok, len, &negative, &mag) < 0 ||
@@ -650,8 +651,8 @@ static int take_binary_data(struct parse *p, const struct raw_input *in, oip_ten
     size_t left = p->binary_len - p->binary_used;
     int r;
     if (p->binary == NULL)
-        return fail_input(p, in, "binary_data_size without the " OIP_HEADER_LENGTH_HEADER
-                                 " header");
+        return fail_input(p, in,
+                          "binary_data_size without the " OIP_HEADER_LENGTH_HEADER " header");
     if (in->binary_size > left)
         return fail_input(p, in, "binary_data_size %" PRIu64 " is more than the %zu bytes left",
                           in->binary_size, left);
@@ -683,8 +684,8 @@ static int decode_inputs(struct parse *p)
         if (i < 0) {
             char names[300] = "";
             for (size_t k = 0, used = 0; k < p->sig->n_inputs && used < sizeof(names); k++)
-                used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
-                                         k ? ", " : "", p->sig->inputs[k].name);
+                used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", k ? ", " : "",
+                                         p->sig->inputs[k].name);
             return fail_input(p, in, "the model has no such input (it takes %s)", names);
         }
         oip_tensor *t = &req->inputs[i];
@@ -727,11 +728,13 @@ static int select_outputs(struct parse *p)
     for (size_t j = 0; j < p->n_out; j++) {
         const struct raw_output *o = &p->out[j];
         size_t i = 0;
-        while (i < p->sig->n_outputs && !(strlen(p->sig->outputs[i].name) == o->name_len &&
-                                          memcmp(p->sig->outputs[i].name, o->name, o->name_len) == 0))
+        while (i < p->sig->n_outputs &&
+               !(strlen(p->sig->outputs[i].name) == o->name_len &&
+                 memcmp(p->sig->outputs[i].name, o->name, o->name_len) == 0))
             i++;
         if (i == p->sig->n_outputs)
-            return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "output \"%s\": the model has no such output",
+            return tetris_fail(p->err, TETRIS_E_FORMAT, 0,
+                               "output \"%s\": the model has no such output",
                                shown(o->name, o->name_len, buf));
         if (req->output_wanted[i])
             return tetris_fail(p->err, TETRIS_E_FORMAT, 0, "output \"%s\" asked for twice",
@@ -743,8 +746,8 @@ static int select_outputs(struct parse *p)
 }
 
 /* The Inference-Header-Content-Length value: the JSON header's length. */
-static int split_body(struct parse *p, const char *body, size_t body_len,
-                      const char *header_length, size_t *json_len)
+static int split_body(struct parse *p, const char *body, size_t body_len, const char *header_length,
+                      size_t *json_len)
 {
     *json_len = body_len;
     if (header_length == NULL)
@@ -758,7 +761,8 @@ static int split_body(struct parse *p, const char *body, size_t body_len,
                            OIP_HEADER_LENGTH_HEADER " \"%.32s\" is not a number", header_length);
     if (n > body_len)
         return tetris_fail(p->err, TETRIS_E_FORMAT, 0,
-                           OIP_HEADER_LENGTH_HEADER " %" PRIu64 " is more than the body's %zu bytes",
+                           OIP_HEADER_LENGTH_HEADER " %" PRIu64
+                                                    " is more than the body's %zu bytes",
                            n, body_len);
     *json_len = (size_t)n;
     p->binary = (const uint8_t *)body + n;

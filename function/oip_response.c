@@ -65,8 +65,8 @@ static void write_specs(textbuf *t, const char *key, const oip_tensor_spec *spec
     textbuf_puts(t, "]");
 }
 
-char *oip_response_model_metadata(const char *name, const char *version,
-                                  const oip_signature *sig, size_t *len)
+char *oip_response_model_metadata(const char *name, const char *version, const oip_signature *sig,
+                                  size_t *len)
 {
     textbuf t = {0};
     tetris_error err;

@@ -47,8 +47,8 @@ int oip_response_infer(const char *model_name, const char *model_version, const 
 
 /* The metadata documents, malloc'd JSON (NULL: out of memory or a name
  * that is not UTF-8). */
-char *oip_response_model_metadata(const char *name, const char *version,
-                                  const oip_signature *sig, size_t *len);
+char *oip_response_model_metadata(const char *name, const char *version, const oip_signature *sig,
+                                  size_t *len);
 char *oip_response_server_metadata(const char *version, size_t *len);
 
 #endif

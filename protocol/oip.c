@@ -15,13 +15,13 @@ static const struct {
     size_t size;
     int onnx; /* ONNX TensorProto.DataType */
 } datatypes[OIP_DATATYPE_COUNT] = {
-    [OIP_BOOL] = {"BOOL", 1, 9},    [OIP_UINT8] = {"UINT8", 1, 2},
-    [OIP_UINT16] = {"UINT16", 2, 4}, [OIP_UINT32] = {"UINT32", 4, 12},
+    [OIP_BOOL] = {"BOOL", 1, 9},      [OIP_UINT8] = {"UINT8", 1, 2},
+    [OIP_UINT16] = {"UINT16", 2, 4},  [OIP_UINT32] = {"UINT32", 4, 12},
     [OIP_UINT64] = {"UINT64", 8, 13}, [OIP_INT8] = {"INT8", 1, 3},
-    [OIP_INT16] = {"INT16", 2, 5},  [OIP_INT32] = {"INT32", 4, 6},
-    [OIP_INT64] = {"INT64", 8, 7},  [OIP_FP16] = {"FP16", 2, 10},
-    [OIP_FP32] = {"FP32", 4, 1},    [OIP_FP64] = {"FP64", 8, 11},
-    [OIP_BF16] = {"BF16", 2, 16},   [OIP_BYTES] = {"BYTES", 0, 8},
+    [OIP_INT16] = {"INT16", 2, 5},    [OIP_INT32] = {"INT32", 4, 6},
+    [OIP_INT64] = {"INT64", 8, 7},    [OIP_FP16] = {"FP16", 2, 10},
+    [OIP_FP32] = {"FP32", 4, 1},      [OIP_FP64] = {"FP64", 8, 11},
+    [OIP_BF16] = {"BF16", 2, 16},     [OIP_BYTES] = {"BYTES", 0, 8},
 };
 
 static bool valid_datatype(enum oip_datatype dt)

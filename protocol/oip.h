@@ -89,8 +89,8 @@ typedef struct oip_tensor {
     enum oip_datatype datatype;
     size_t ndim;
     int64_t shape[OIP_MAX_DIMS];
-    size_t count;      /* elements: the product of shape */
-    uint8_t *data;     /* see the layout above */
+    size_t count;  /* elements: the product of shape */
+    uint8_t *data; /* see the layout above */
     size_t data_bytes;
 } oip_tensor;
 

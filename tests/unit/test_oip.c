@@ -94,8 +94,9 @@ START_TEST(scanner)
     ck_assert_uint_eq(len, 8);
     ck_assert_int_eq(memcmp(buf, "a\xc3\xa9\xf0\x9f\x98\x80\n", 8), 0);
     static const char *const bad[] = {
-        "\"\\ud83d\"", "\"\\ude00\"", "\"\x01\"", "\"\xff\"", "\"\xc0\x80\"", "01", "1.",
-        "-", "1e", "+1", "[1,]", "{\"a\" 1}", "[[[[[1]]]]]", "tru", "\"abc", "NaN",
+        "\"\\ud83d\"", "\"\\ude00\"", "\"\x01\"", "\"\xff\"", "\"\xc0\x80\"", "01",
+        "1.",          "-",           "1e",       "+1",       "[1,]",         "{\"a\" 1}",
+        "[[[[[1]]]]]", "tru",         "\"abc",    "NaN",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         size_t n = 0;
@@ -130,7 +131,8 @@ START_TEST(decode_small)
 
     /* Nested data, the inputs in another order, an id, one output in binary. */
     const char nested[] =
-        "{\"id\":\"r\\u00e9q\",\"outputs\":[{\"name\":\"z\",\"parameters\":{\"binary_data\":true}}],"
+        "{\"id\":\"r\\u00e9q\",\"outputs\":[{\"name\":\"z\",\"parameters\":{\"binary_data\":true}}]"
+        ","
         "\"inputs\":[{\"data\":[3,4],\"name\":\"n\",\"shape\":[2],\"datatype\":\"INT64\"},"
         "{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,3],\"parameters\":{\"note\":\"x\"},"
         "\"data\":[[1,2,3],[4,5,6e0]]}]}";
@@ -150,7 +152,8 @@ START_TEST(decode_binary)
 {
     const char header[] =
         "{\"parameters\":{\"binary_data_output\":true},\"inputs\":["
-        "{\"name\":\"n\",\"datatype\":\"INT64\",\"shape\":[2],\"parameters\":{\"binary_data_size\":16}},"
+        "{\"name\":\"n\",\"datatype\":\"INT64\",\"shape\":[2],\"parameters\":{\"binary_data_size\":"
+        "16}},"
         "{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[0,0,0]}]}";
     char body[sizeof(header) + 16], hl[32];
     int64_t n[2] = {-1, 1LL << 40};
@@ -210,8 +213,7 @@ static const struct bad_case bad_cases[] = {
     {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,2,3,4]}"), NULL,
      "data has 4 elements"},
     {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,3],\"data\":[[1,2,3],[4,5,6],[]]}"),
-     NULL,
-     "nested data has more elements at depth 1"},
+     NULL, "nested data has more elements at depth 1"},
     {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[[1,2],[3]]}"), NULL,
      "nested data has fewer elements"},
     {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,[2],3]}"), NULL,
@@ -222,8 +224,8 @@ static const struct bad_case bad_cases[] = {
      "element 1: FP32 takes numbers"},
     {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,true,3]}"), NULL,
      "element 1: FP32 takes numbers"},
-    {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,\"NaN\",3]}"),
-     NULL, "takes numbers"},
+    {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,\"NaN\",3]}"), NULL,
+     "takes numbers"},
     {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,1e39,3]}"), NULL,
      "element 1: 1e39 is out of range for FP32"},
     {WITH_X("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3]}"), NULL,
@@ -244,9 +246,11 @@ static const struct bad_case bad_cases[] = {
      NULL, "parameter \"bad\" must be a string, number or boolean"},
     {WITH_N("{\"name\":\"n\",\"datatype\":\"INT64\",\"shape\":[2],\"data\":[1,1.5]}"), NULL,
      "element 1: INT64 takes integers, not 1.5"},
-    {WITH_N("{\"name\":\"n\",\"datatype\":\"INT64\",\"shape\":[2],\"data\":[1,9223372036854775808]}"),
+    {WITH_N(
+         "{\"name\":\"n\",\"datatype\":\"INT64\",\"shape\":[2],\"data\":[1,9223372036854775808]}"),
      NULL, "out of range for INT64"},
-    {WITH_N("{\"name\":\"n\",\"datatype\":\"INT64\",\"shape\":[2],\"data\":[1,-99999999999999999999]}"),
+    {WITH_N("{\"name\":\"n\",\"datatype\":\"INT64\",\"shape\":[2],\"data\":[1,-"
+            "99999999999999999999]}"),
      NULL, "out of range for INT64"},
     {WITH_N("{\"name\":\"n\",\"datatype\":\"INT64\",\"shape\":[2],\"data\":[[1],[2]]}"), NULL,
      "nested deeper than its 1 dimensions"},
@@ -313,8 +317,8 @@ START_TEST(decode_bad_binary)
         tetris_error err = {0};
         int r = oip_request_decode(&small, body, (size_t)n + cases[i].len, hl, &req, &err);
         ck_assert_msg(r == -TETRIS_E_FORMAT, "case %zu accepted", i);
-        ck_assert_msg(strstr(err.msg, cases[i].phrase) != NULL, "case %zu: \"%s\" lacks \"%s\"",
-                      i, err.msg, cases[i].phrase);
+        ck_assert_msg(strstr(err.msg, cases[i].phrase) != NULL, "case %zu: \"%s\" lacks \"%s\"", i,
+                      err.msg, cases[i].phrase);
     }
 }
 END_TEST
@@ -450,10 +454,20 @@ START_TEST(response)
     float y[3] = {1.5f, NAN, -INFINITY};
     int64_t z[2] = {5, -6};
     oip_tensor outs[2] = {
-        {.name = "y", .datatype = OIP_FP32, .ndim = 2, .shape = {1, 3}, .count = 3,
-         .data = (uint8_t *)y, .data_bytes = sizeof(y)},
-        {.name = "z", .datatype = OIP_INT64, .ndim = 1, .shape = {2}, .count = 2,
-         .data = (uint8_t *)z, .data_bytes = sizeof(z)},
+        {.name = "y",
+         .datatype = OIP_FP32,
+         .ndim = 2,
+         .shape = {1, 3},
+         .count = 3,
+         .data = (uint8_t *)y,
+         .data_bytes = sizeof(y)},
+        {.name = "z",
+         .datatype = OIP_INT64,
+         .ndim = 1,
+         .shape = {2},
+         .count = 2,
+         .data = (uint8_t *)z,
+         .data_bytes = sizeof(z)},
     };
     struct oip_response resp;
     ck_assert_int_eq(oip_response_infer("m", NULL, req, outs, &resp, &err), 0);
