@@ -213,6 +213,8 @@ static void write_float(textbuf *t, double v, int digits)
         textbuf_puts(t, "\"NaN\"");
     else if (isinf(v))
         textbuf_puts(t, v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+    else if (v == 0 && signbit(v)) /* "-0" reads as the integer 0 in many parsers */
+        textbuf_puts(t, "-0.0");
     else
         textbuf_printf(t, "%.*g", digits, v);
 }

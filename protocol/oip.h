@@ -17,9 +17,10 @@
  * with data flat (row-major). V per datatype: BOOL true/false; integers in
  * decimal; FP32 printed with 9 significant digits and FP64 with 17, FP16
  * and BF16 as the FP32 number they are (9 digits), which parse back to the
- * very same bits; non-finite floats, which JSON has no number for, as the
- * strings "NaN", "Infinity", "-Infinity" (protobuf's JSON mapping); BYTES
- * as JSON strings (their bytes must be UTF-8 to be written so). A tensor
+ * very same bits; negative zero as -0.0 (a client's JSON parser may read
+ * "-0" as the integer 0); non-finite floats, which JSON has no number for,
+ * as the strings "NaN", "Infinity", "-Infinity" (protobuf's JSON mapping);
+ * BYTES as JSON strings (their bytes must be UTF-8 to be written so). A tensor
  * sent as binary data has "parameters": {"binary_data_size": N} in place
  * of "data", and its bytes follow the JSON header (see
  * OIP_HEADER_LENGTH_HEADER).

@@ -451,7 +451,7 @@ START_TEST(response)
     oip_request *req;
     tetris_error err;
     ck_assert_int_eq(oip_request_decode(&small, body, strlen(body), NULL, &req, &err), 0);
-    float y[3] = {1.5f, NAN, -INFINITY};
+    float y[3] = {-0.0f, NAN, -INFINITY};
     int64_t z[2] = {5, -6};
     oip_tensor outs[2] = {
         {.name = "y",
@@ -474,7 +474,7 @@ START_TEST(response)
     ck_assert(resp.binary);
     const char want[] = "{\"model_name\":\"m\",\"id\":\"7\",\"outputs\":["
                         "{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[1,3],"
-                        "\"data\":[1.5,\"NaN\",\"-Infinity\"]},"
+                        "\"data\":[-0.0,\"NaN\",\"-Infinity\"]},"
                         "{\"name\":\"z\",\"datatype\":\"INT64\",\"shape\":[2],"
                         "\"parameters\":{\"binary_data_size\":16}}]}";
     ck_assert_uint_eq(resp.header_len, strlen(want));
