@@ -3,6 +3,7 @@
 #include "function/oip_response.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/textbuf.h"
@@ -41,8 +42,13 @@ int oip_response_infer(const char *model_name, const char *model_version, const 
         if (req->output_wanted[i] && req->output_binary[i])
             textbuf_append(&t, outputs[i].data, outputs[i].data_bytes);
     if (r < 0) {
+        char why[sizeof(err->msg)];
         textbuf_free(&t);
-        return tetris_wrap(err, "output");
+        snprintf(why, sizeof(why), "%s", err->msg);
+        return tetris_fail(err, err->code, 0,
+                           "output %.400s (JSON cannot carry it: ask for the output as binary "
+                           "data)",
+                           why);
     }
     if ((out->body = textbuf_take(&t, &out->body_len)) == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory for the response");
