@@ -33,20 +33,7 @@ void prom_label_value(textbuf *t, const char *value)
 
 void prom_copy_label(char *dst, size_t size, const char *src)
 {
-    const unsigned char *s = (const unsigned char *)src;
-    size_t out = 0, left = strlen(src);
-    while (left > 0) {
-        size_t n = utf8_sequence(s, left);
-        const char *piece = n != 0 ? (const char *)s : REPLACEMENT;
-        size_t len = n != 0 ? n : sizeof REPLACEMENT - 1;
-        if (out + len >= size)
-            break;
-        memcpy(dst + out, piece, len);
-        out += len;
-        left -= n != 0 ? n : 1;
-        s += n != 0 ? n : 1;
-    }
-    dst[out] = '\0';
+    utf8_copy_valid(dst, size, src);
 }
 
 /* name, then {labels} plus le="..." when le is not NULL; nothing after

@@ -1,6 +1,10 @@
 /* utf8.c - UTF-8 well-formedness (see utf8.h). */
 #include "common/utf8.h"
 
+#include <string.h>
+
+#define REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
+
 size_t utf8_sequence(const unsigned char *s, size_t left)
 {
     unsigned char c = s[0];
@@ -43,4 +47,22 @@ bool utf8_valid(const char *s, size_t len)
         i += n;
     }
     return true;
+}
+
+void utf8_copy_valid(char *dst, size_t size, const char *src)
+{
+    const unsigned char *s = (const unsigned char *)src;
+    size_t out = 0, left = strlen(src);
+    while (left > 0) {
+        size_t n = utf8_sequence(s, left);
+        const char *piece = n != 0 ? (const char *)s : REPLACEMENT;
+        size_t len = n != 0 ? n : sizeof REPLACEMENT - 1;
+        if (out + len >= size)
+            break;
+        memcpy(dst + out, piece, len);
+        out += len;
+        left -= n != 0 ? n : 1;
+        s += n != 0 ? n : 1;
+    }
+    dst[out] = '\0';
 }

@@ -14,4 +14,10 @@ size_t utf8_sequence(const unsigned char *s, size_t left);
 /* Whether the len bytes at s are well-formed UTF-8. */
 bool utf8_valid(const char *s, size_t len);
 
+/* Copies src into dst (size > 0 bytes, NUL included) as well-formed
+ * UTF-8: bytes that start no well-formed sequence become U+FFFD, and a
+ * text too long is cut before the code point that does not fit, never
+ * inside one. */
+void utf8_copy_valid(char *dst, size_t size, const char *src);
+
 #endif
