@@ -25,6 +25,7 @@
 #include "function/function.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/textbuf.h"
 #include "function/oip_response.h"
 #include "protocol/oip.h"
 
@@ -129,7 +130,6 @@ static void handle_model_get(void *ctx, const http_request *req, http_response *
 {
     struct fn *f = ctx;
     enum model_action action;
-    char body[400];
 
     if (parse_model_path(f, req->path, &action, resp) < 0)
         return;
@@ -137,11 +137,18 @@ static void handle_model_get(void *ctx, const http_request *req, http_response *
         method_not_allowed(resp, "POST");
     } else if (action == ACTION_READY) {
         bool ready = atomic_load(&f->ready);
-        int n = snprintf(body, sizeof(body), "{\"name\":\"%s\",\"ready\":%s}", f->model_name,
-                         ready ? "true" : "false");
-        /* The name is a path segment: no quote, backslash or control byte
-         * to escape (tetris-function.c checks it). */
-        http_response_set_body(resp, ready ? 200 : 503, "application/json", body, (size_t)n);
+        textbuf t = {0};
+        tetris_error err;
+        size_t len;
+        textbuf_puts(&t, "{\"name\":");
+        if (oip_write_json_string(&t, f->model_name, strlen(f->model_name), &err) < 0)
+            t.failed = true; /* cannot be: the metadata's name was written alike */
+        textbuf_puts(&t, ready ? ",\"ready\":true}" : ",\"ready\":false}");
+        char *body = textbuf_take(&t, &len);
+        if (body == NULL)
+            http_response_error(resp, 500, "out of memory");
+        else
+            http_response_take_body(resp, ready ? 200 : 503, "application/json", body, len);
     } else if (!atomic_load(&f->loaded)) {
         http_response_error(resp, 503, "the model is loading");
     } else {
@@ -204,7 +211,7 @@ static void infer(struct fn *f, const http_request *req, http_response *resp)
     fn_metrics_request_begin(f->metrics);
     if (oip_request_decode(f->sig, req->body, req->body_len,
                            http_request_header(req, OIP_HEADER_LENGTH_HEADER), &oreq, &err) < 0)
-        status = err.code == TETRIS_E_NOMEM ? 503 : 400;
+        status = err.code == TETRIS_E_NOMEM ? 500 : 400;
     else
         status = run_request(f, oreq, resp, &err);
     if (status != 200) {

@@ -66,10 +66,13 @@ static bool key_is(const char *key, size_t key_len, const char *name)
     return key_len == strlen(name) && memcmp(key, name, key_len) == 0;
 }
 
-/* Shown names are cut, and their NULs shown as '?', for messages. */
+/* Shown names are cut (at a character's boundary), and their NULs shown
+ * as '?', for messages. */
 static const char *shown(const char *name, size_t len, char buf[NAME_SHOWN + 4])
 {
     size_t n = len < NAME_SHOWN ? len : NAME_SHOWN;
+    while (n > 0 && n < len && ((unsigned char)name[n] & 0xc0) == 0x80)
+        n--;
     for (size_t i = 0; i < n; i++)
         buf[i] = name[i] != '\0' ? name[i] : '?';
     strcpy(buf + n, len > n ? "..." : "");

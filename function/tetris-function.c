@@ -494,7 +494,8 @@ static int load_model(struct fn *f, tetris_error *err)
     f->model_metadata = oip_response_model_metadata(f->model_name, f->o.model_version, f->sig,
                                                     &f->model_metadata_len);
     if (f->model_metadata == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "the model's tensor names are not UTF-8");
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "the model's name or its tensors' names are not UTF-8");
     return 0;
 }
 

@@ -51,6 +51,9 @@ subst() { # NAME SED-EXPRESSION (jq 1.6 rounds 64-bit integers, so sed)
 still_serving "start"
 
 bad 400 'no such input (it takes input, state, sr)' "$(edit name '.inputs[0].name = "nope"')"
+# A long name is quoted cut, at a character's boundary (the answer is JSON).
+bad 400 'input "€€€€€€€€€€€€€€€€€€€€€...": the model has no such input' \
+    "$(edit long-name '.inputs[0].name = ("€" * 30)')"
 bad 400 'input "sr" is missing' "$(edit missing 'del(.inputs[2])')"
 bad 400 'given twice' "$(edit twice '.inputs[2] = .inputs[1]')"
 bad 400 'has 3 dimensions, the model takes [-1,-1]' "$(edit rank '.inputs[0].shape = [1, 1, 256]')"
@@ -82,7 +85,7 @@ head -c 1000 "$good" >"$WORK/truncated.json"
 bad 400 'JSON: ' "$WORK/truncated.json"
 printf 'not json' >"$WORK/garbage.json"
 bad 400 'the request must be a JSON object' "$WORK/garbage.json"
-echo "ok JSON: 26 malformed requests each refused with 400 naming the problem, still serving"
+echo "ok JSON: 27 malformed requests each refused with 400 naming the problem, still serving"
 
 # Binary data: sr (INT64, a scalar) as 8 bytes after the header.
 jq -c '.inputs[2] |= (del(.data) | .parameters = {binary_data_size: 8})' "$good" >"$WORK/header.json"
@@ -132,6 +135,7 @@ path_is() { # METHOD PATH STATUS PHRASE
 }
 path_is POST /v2/models/nope/infer 404 'unknown model "nope" (this function serves "silero_vad_v5")'
 path_is GET /v2/models/nope 404 'unknown model "nope"'
+path_is GET /v2/models/%ff%fe 404 'unknown model "��" (this function'
 path_is GET /v2/models/nope/ready 404 'unknown model "nope"'
 path_is POST /v2/models/$name/versions/1/infer 404 'model "silero_vad_v5" has no versions'
 path_is POST /v2/models/$name/predict 404 'no such path'
