@@ -9,6 +9,7 @@
  * environment; the profiler measures each setting. The program's files:
  * function.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -499,6 +501,16 @@ static int load_model(struct fn *f, tetris_error *err)
     return 0;
 }
 
+static int model_readable(const char *path, tetris_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_FORMAT, errno,
+                           "cannot open %s", path);
+    close(fd);
+    return 0;
+}
+
 /* The model file's base name without ".onnx", unless named. */
 static int name_model(struct fn *f, tetris_error *err)
 {
@@ -546,8 +558,10 @@ static int start(struct fn *f, tetris_error *err)
     const char *base = strrchr(f->o.model, '/');
     int r;
 
-    /* Serving first: liveness answers while the model loads. */
-    if ((r = name_model(f, err)) < 0 || (r = serve(f, err)) < 0 || (r = load_model(f, err)) < 0)
+    /* A missing model is said as such before anything else; then serving,
+     * so that liveness answers while the model loads. */
+    if ((r = model_readable(f->o.model, err)) < 0 || (r = name_model(f, err)) < 0 ||
+        (r = serve(f, err)) < 0 || (r = load_model(f, err)) < 0)
         return r;
     mi.model = base != NULL ? base + 1 : f->o.model;
     mi.mode = mode_name(&f->o);
