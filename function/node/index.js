@@ -146,6 +146,8 @@ function reply(res, status, obj) {
 }
 
 function readBody(req, limit) {
+  const declared = Number(req.headers['content-length']);
+  if (declared > limit) return Promise.reject(new oip.RequestError(413, `request body over ${limit} bytes`));
   return new Promise((resolve, reject) => {
     const chunks = [];
     let n = 0;
@@ -226,18 +228,26 @@ async function route(ctx, req, res) {
 }
 
 function serve(ctx, addr) {
-  const server = http.createServer((req, res) => {
+  const handle = (req, res) => {
     route(ctx, req, res).catch((e) => {
       const status = e instanceof oip.RequestError ? e.status : 500;
       log(status >= 500 ? 'error' : 'info', 'request-failed', { method: req.method, path: req.url, status, msg: e.message });
+      // a body we did not read must not be taken for the next request
+      if (status === 413) res.setHeader('Connection', 'close');
       if (!res.headersSent) reply(res, status, { error: e.message });
       else res.destroy();
     });
+  };
+  const server = http.createServer(handle);
+  // Expect: 100-continue: refuse an oversized body before it is sent
+  server.on('checkContinue', (req, res) => {
+    if (!(Number(req.headers['content-length']) > ctx.maxBody)) res.writeContinue();
+    handle(req, res);
   });
   server.on('error', (e) => die(EXIT_RUNTIME, 'listen-failed', e.message));
   server.listen(addr.port, addr.host, () => {
     log('info', 'serving', {
-      port: server.address().port, model: ctx.model, name: ctx.name, mode: ctx.mode,
+      port: server.address().port, pid: process.pid, model: ctx.model, name: ctx.name, mode: ctx.mode,
       tensors: ctx.tensors, shared_bytes: ctx.sharedBytes, ort: ctx.ort.env.versions.node,
     });
   });

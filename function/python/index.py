@@ -223,6 +223,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(200, {"name": self.server.name, "ready": True})
         return self.reply(200, self.server.metadata)
 
+    def handle_expect_100(self):
+        """Expect: 100-continue: refuse an oversized body before it is sent."""
+        length = self.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > self.server.max_body:
+            self.close_connection = True
+            self.fail(413, f"request body over {self.server.max_body} bytes")
+            return False
+        return super().handle_expect_100()
+
     def do_POST(self):
         from tetris import oip
 
@@ -287,7 +296,7 @@ def main():
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log("info", "serving", port=server.server_address[1], model=model.model, name=name,
+    log("info", "serving", port=server.server_address[1], pid=os.getpid(), model=model.model, name=name,
         mode=model.mode, bytes=model.bytes, shared_bytes=model.shared_bytes,
         threads=threads, torch=torch.__version__)
     try:
