@@ -3,3 +3,7 @@
 # function/python/: the tetris package and PyTorch) sharing weights through
 # model views written by `tetris-agent exec`.
 SHELL_TESTS += tests/langs/test-node-view.sh tests/langs/test-python-view.sh
+# PyTorch (installed by scripts/models/paper-models.sh; SKIP without it):
+# BERT-tiny's function takes about a minute and a half on a busy 2-core
+# machine (each instance imports torch).
+SLOW_TESTS += tests/langs/test-python-function.sh
