@@ -7,3 +7,5 @@ SHELL_TESTS += tests/langs/test-node-view.sh tests/langs/test-python-view.sh
 # BERT-tiny's function takes about a minute and a half on a busy 2-core
 # machine (each instance imports torch).
 SLOW_TESTS += tests/langs/test-python-function.sh
+# BERT-base (438 MB): minutes to export once, two minutes to run.
+SLOW_TESTS += tests/langs/test-python-bert.sh
