@@ -1,8 +1,10 @@
 #!/bin/sh
-# deps.sh - install what the build needs, once: Debian -dev packages with
-# apt-get (we run as root) and npm artefacts (ONNX Runtime's C API, the
-# real model files and stock onnxruntime-node for the Node.js example
-# function) into a cache outside the work tree, linked from .deps/.
+# deps.sh - install what the build needs, once: Debian packages with
+# apt-get (we run as root; python3-numpy for the Python package python/ and
+# its tests, PyTorch only on demand: scripts/models/paper-models.sh) and npm
+# artefacts (ONNX Runtime's C API, the real model files and stock
+# onnxruntime-node for the Node.js example function) into a cache outside
+# the work tree, linked from .deps/.
 set -eu
 
 CACHE="${TETRIS_CACHE:-$HOME/.cache/tetris}"
@@ -10,7 +12,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
 DEBS="gcc make pkg-config libcurl4-openssl-dev libjansson-dev libyaml-dev zlib1g-dev
 libglpk-dev glpk-utils check libsubunit-dev libssl-dev libmicrohttpd-dev clang
-libclang-rt-14-dev llvm clang-format prometheus jq unzip yq"
+libclang-rt-14-dev llvm clang-format prometheus jq unzip yq python3-numpy"
 command -v npm >/dev/null 2>&1 || DEBS="$DEBS nodejs npm"
 
 missing=""
