@@ -7,8 +7,11 @@
 # the same function, map the store's files shared (each instance's PSS of
 # them is its 1/N share of their RSS) and take clearly less memory than the
 # private instances: at least half of the (N-1) copies of the weights that
-# sharing saves. Untrusted or broken views make it exit 3 with a message
-# naming the problem, and leave the store as it was.
+# sharing saves. Without a store the view falls back to the model file and
+# the function serves the same outputs. Binary outputs, the model metadata
+# and bad requests (4xx with an error) are checked on a view instance.
+# Untrusted or broken views make it exit 3 with a message naming the
+# problem, and leave the store as it was.
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_models
@@ -56,6 +59,15 @@ for p in $pids; do private_kb=$((private_kb + $(pss_kb "$p"))); done
 for p in $pids; do kill -TERM "$p"; done
 for p in $pids; do wait "$p" || fail "private instance $p: exit status $? on SIGTERM"; done
 note "$N private instances: outputs equal tetris-onnx-run's, PSS $private_kb kB"
+
+# ---- no store: the view names the original model, the function serves ----
+inst_start fallback env port=0 "$BIN/tetris-agent" exec --store "$WORK/no-store" --model "$MODEL" -- node "$FN"
+grep -q 'prog=tetris-node-function event=view-fallback reason=store-unavailable' "$WORK/fallback.log" ||
+    fail "no store: no view-fallback line: $(cat "$WORK/fallback.log")"
+check_outputs fallback "$INST_PORT" 1
+kill -TERM "$INST_LAUNCHER"
+wait "$INST_LAUNCHER" || fail "fallback instance: exec exited $? after SIGTERM"
+note "without a store the view names the model file and the outputs are the same"
 
 # ---- N instances on views, under tetris-agent exec, through the daemon ----
 reclaimer_start "$STORE" "$WORK/daemon.log" --listen "" --interval 3600
