@@ -16,9 +16,11 @@
 //
 // Routes: GET /_/health (of-watchdog), /healthz, /v2/health/live,
 // /v2/health/ready, /v2, /v2/models/{name}[/ready], POST
-// /v2/models/{name}/infer (the versioned forms too). Bad requests get 4xx
-// with {"error": "..."} and the function keeps serving. Logs are key=value
-// lines on stderr, as every tetris program's.
+// /v2/models/{name}/infer (the versioned forms too), answered as
+// tetris-function answers them (function/oip_api.c). Bad requests get 4xx
+// with {"error": "..."} (400 also when the runtime refuses the inputs' values)
+// and the function keeps serving. Logs are key=value lines on stderr, as
+// every tetris program's.
 'use strict';
 
 const http = require('node:http');
@@ -49,6 +51,7 @@ Environment:
   TETRIS_MODEL       without a view: the ONNX model, loaded privately
   TETRIS_MODEL_NAME  the model's name in /v2/models/{name} (default: the
                      model file's name without .onnx)
+  TETRIS_MODEL_VERSION  its version (default: none)
   TETRIS_THREADS     intra-op threads (default 1)
   port, TETRIS_PORT, PORT  listen on :PORT (all interfaces); unset:
                      127.0.0.1:8080. 0 picks a free port (the serving log
@@ -181,13 +184,14 @@ async function infer(ctx, req, res) {
   try {
     results = await ctx.session.run(feeds, r.outputs.map((o) => o.name));
   } catch (e) {
-    throw new oip.RequestError(500, `inference failed: ${e.message}`);
+    // names, types and shapes were checked: what is left is the values
+    throw new oip.RequestError(400, `the runtime refused the inputs: ${e.message}`);
   }
   const outs = r.outputs.map((o) => {
     const t = results[o.name];
     return { name: o.name, type: t.type, shape: t.dims, data: t.data, binary: o.binary };
   });
-  const enc = oip.encodeInferResponse(ctx.name, r.id, outs);
+  const enc = oip.encodeInferResponse(ctx.name, ctx.version, r.id, outs);
   res.writeHead(200, { ...enc.headers, 'Content-Length': enc.body.length });
   res.end(enc.body);
 }
@@ -204,7 +208,7 @@ async function route(ctx, req, res) {
     }
     if (url === '/v2/health/live') return reply(res, 200, { live: true });
     if (url === '/v2/health/ready') return reply(res, 200, { ready: true });
-    if (url === '/v2') return reply(res, 200, { name: PROG, version: VERSION, extensions: ['binary_tensor_data'] });
+    if (url === '/v2' || url === '/v2/') return reply(res, 200, { name: PROG, version: VERSION, extensions: ['binary_tensor_data'] });
   }
   const m = MODEL_ROUTE.exec(url);
   if (!m) return reply(res, 404, { error: `no route ${req.method} ${url}` });
@@ -215,7 +219,10 @@ async function route(ctx, req, res) {
     return reply(res, 400, { error: `model name in ${url} is not valid percent-encoding` });
   }
   if (name !== ctx.name) return reply(res, 404, { error: `unknown model "${name}" (this function serves "${ctx.name}")` });
-  if (m[2] !== undefined && m[2] !== '1') return reply(res, 404, { error: `unknown version "${m[2]}" of "${name}" (only 1)` });
+  if (m[2] !== undefined && ctx.version === null) return reply(res, 404, { error: `model "${name}" has no versions` });
+  if (m[2] !== undefined && m[2] !== ctx.version) {
+    return reply(res, 404, { error: `model "${name}" has no version "${m[2]}" (it has "${ctx.version}")` });
+  }
   const action = m[3] || '';
   const want = action === '/infer' ? 'POST' : 'GET';
   if (req.method !== want) {
@@ -287,10 +294,11 @@ async function main() {
   const inputs = tensorMeta(session.inputMetadata);
   const outputs = tensorMeta(session.outputMetadata);
   const name = process.env.TETRIS_MODEL_NAME || path.basename(chosen.model).replace(/\.onnx$/, '');
+  const version = process.env.TETRIS_MODEL_VERSION || null;
   serve({
-    ort, session, inputs, outputs, name, maxBody, mode: chosen.mode, model: chosen.model,
+    ort, session, inputs, outputs, name, version, maxBody, mode: chosen.mode, model: chosen.model,
     tensors: chosen.tensors, sharedBytes: chosen.sharedBytes,
-    metadata: oip.modelMetadata(name, 'onnxruntime_onnx', inputs, outputs),
+    metadata: oip.modelMetadata(name, version, 'onnx_onnxv1', inputs, outputs),
   }, addr);
 }
 

@@ -202,7 +202,8 @@ function wantsBinary(parameters, key) {
 
 // parseInferRequest(body, headers, inputs, outputs): inputs and outputs are
 // the model's metadata ({name, type, shape}). Returns {id, feeds: [{name,
-// type, shape, data}] in the model's input order, outputs: [{name, binary}]}.
+// type, shape, data}] in the model's input order, outputs: [{name, binary}]
+// in the model's output order}.
 // Throws RequestError (400) naming what is wrong.
 function parseInferRequest(body, headers, inputs, outputs) {
   const { req, binary } = parseHeader(body, headers);
@@ -240,11 +241,15 @@ function parseInferRequest(body, headers, inputs, outputs) {
   let wanted = outputs.map((m) => ({ name: m.name, binary: allBinary }));
   if (req.outputs !== undefined) {
     if (!Array.isArray(req.outputs)) throw bad('"outputs" is not an array');
-    wanted = req.outputs.map((o, i) => {
+    const asked = new Map();
+    req.outputs.forEach((o, i) => {
       if (o === null || typeof o !== 'object' || typeof o.name !== 'string') throw bad(`outputs[${i}]: no "name"`);
       if (!outputs.some((m) => m.name === o.name)) throw bad(`outputs[${i}]: the model has no output "${o.name}"`);
-      return { name: o.name, binary: allBinary || wantsBinary(o.parameters, 'binary_data') };
+      if (asked.has(o.name)) throw bad(`outputs[${i}]: "${o.name}" asked for twice`);
+      asked.set(o.name, allBinary || wantsBinary(o.parameters, 'binary_data'));
     });
+    // answered in the model's order, as tetris-function answers
+    wanted = outputs.filter((m) => asked.has(m.name)).map((m) => ({ name: m.name, binary: asked.get(m.name) }));
   }
   return { id: req.id, feeds: inputs.map((m) => byName.get(m.name)), outputs: wanted };
 }
@@ -263,9 +268,10 @@ function jsonData(dt, data) {
   return '[' + Array.prototype.join.call(data, ',') + ']';
 }
 
-// encodeInferResponse(model, id, outputs): outputs [{name, type, shape,
-// data, binary}]. Returns {headers, body}.
-function encodeInferResponse(model, id, outputs) {
+// encodeInferResponse(model, version, id, outputs): outputs [{name, type,
+// shape, data, binary}]; version null: the model has none. Returns
+// {headers, body}.
+function encodeInferResponse(model, version, id, outputs) {
   const parts = [];
   const blobs = [];
   for (const o of outputs) {
@@ -281,7 +287,8 @@ function encodeInferResponse(model, id, outputs) {
     }
     parts.push(t);
   }
-  const head = `{"model_name":${JSON.stringify(model)},"model_version":"1"` +
+  const head = `{"model_name":${JSON.stringify(model)}` +
+    (version !== null ? `,"model_version":${JSON.stringify(version)}` : '') +
     (id !== undefined ? `,"id":${JSON.stringify(id)}` : '') + `,"outputs":[${parts.join(',')}]}`;
   if (blobs.length === 0) {
     return { headers: { 'Content-Type': 'application/json' }, body: Buffer.from(head) };
@@ -293,14 +300,18 @@ function encodeInferResponse(model, id, outputs) {
   };
 }
 
-// The model metadata of GET /v2/models/{name}: dynamic dimensions are -1.
-function modelMetadata(model, platform, inputs, outputs) {
+// The model metadata of GET /v2/models/{name}: dynamic dimensions are -1;
+// "versions" only for a versioned model.
+function modelMetadata(model, version, platform, inputs, outputs) {
   const t = (m) => ({
     name: m.name,
     datatype: datatypeOf(m.type) || m.type,
     shape: m.shape.map((d) => (typeof d === 'number' && d >= 0 ? d : -1)),
   });
-  return { name: model, versions: ['1'], platform, inputs: inputs.map(t), outputs: outputs.map(t) };
+  return {
+    name: model, ...(version !== null ? { versions: [version] } : {}), platform,
+    inputs: inputs.map(t), outputs: outputs.map(t),
+  };
 }
 
 module.exports = { parseInferRequest, encodeInferResponse, modelMetadata, RequestError, DATATYPES, datatypeOf };

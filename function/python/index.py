@@ -52,6 +52,7 @@ Environment:
   BERT_ARCH          bert-base (default), bert-large or bert-tiny
   TETRIS_MODEL_NAME  the name in /v2/models/{{name}} (default: the model
                      file's name without .safetensors)
+  TETRIS_MODEL_VERSION  its version (default: none)
   TETRIS_THREADS     torch.set_num_threads (default 1)
   port, TETRIS_PORT, PORT  listen on :PORT (all interfaces); unset:
                      127.0.0.1:8080; 0 picks a free port (the serving log
@@ -193,8 +194,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return None, (404, f"no route {self.command} {self.path}")
         rest = parts[4:]
         if rest[:1] == ["versions"]:
-            if len(rest) < 2 or rest[1] != "1":
-                return None, (404, f"unknown version of \"{parts[3]}\" (only 1)")
+            version = self.server.version
+            if version is None:
+                return None, (404, f"model \"{parts[3]}\" has no versions")
+            if len(rest) < 2 or rest[1] != version:
+                return None, (404, f"model \"{parts[3]}\" has no version \"{rest[1] if len(rest) > 1 else ''}\" "
+                              f"(it has \"{version}\")")
             rest = rest[2:]
         if len(rest) > 1 or (rest and rest[0] not in ("ready", "infer")):
             return None, (404, f"no route {self.command} {self.path}")
@@ -211,7 +216,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(200, {"live": True})
         if path == "/v2/health/ready":
             return self.reply(200, {"ready": True})
-        if path == "/v2":
+        if path in ("/v2", "/v2/"):
             return self.reply(200, {"name": PROG, "version": VERSION,
                                     "extensions": ["binary_tensor_data"]})
         action, err = self.model_route()
@@ -253,11 +258,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             results = m.run(feeds)
         except oip.RequestError as e:
             return self.fail(e.status, str(e))
-        except Exception as e:  # the model failed: 500, and keep serving
-            return self.fail(500, f"inference failed: {e}")
+        except Exception as e:  # names, types, shapes and ids were checked
+            return self.fail(400, f"the model refused the inputs: {e}")
         types = {o[0]: o[1] for o in m.outputs}
         headers, data = oip.encode_infer_response(
-            self.server.name, rid, [(n, types[n], results[n], b) for n, b in wanted])
+            self.server.name, self.server.version, rid,
+            [(n, types[n], results[n], b) for n, b in wanted])
         self.reply(200, data, headers)
 
 
@@ -288,7 +294,8 @@ def main():
         die(EXIT_RUNTIME, "listen-failed", str(e))
     server.daemon_threads = True
     server.model, server.name, server.max_body = model, name, max_body
-    server.metadata = oip.model_metadata(name, "pytorch", model.inputs, model.outputs)
+    server.version = os.environ.get("TETRIS_MODEL_VERSION") or None
+    server.metadata = oip.model_metadata(name, server.version, "pytorch", model.inputs, model.outputs)
 
     def stop(sig, _frame):
         log("info", "stopping", signal=signal.Signals(sig).name)

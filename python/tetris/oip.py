@@ -117,7 +117,8 @@ def _wants_binary(params, key):
 
 def parse_infer_request(body, headers, inputs, outputs):
     """(id, {name: array} in the model's input order, [(output name,
-    binary)]). Raises RequestError (400) naming what is wrong."""
+    binary)] in the model's output order). Raises RequestError (400) naming
+    what is wrong."""
     req, binary = _split(body, headers)
     rid = req.get("id")
     if rid is not None and not isinstance(rid, str):
@@ -165,13 +166,17 @@ def parse_infer_request(body, headers, inputs, outputs):
     if "outputs" in req:
         if not isinstance(req["outputs"], list):
             raise _bad('"outputs" is not an array')
-        wanted = []
+        asked = {}
         for i, o in enumerate(req["outputs"]):
             if not isinstance(o, dict) or not isinstance(o.get("name"), str):
                 raise _bad(f'outputs[{i}]: no "name"')
             if o["name"] not in names:
                 raise _bad(f'outputs[{i}]: the model has no output "{o["name"]}"')
-            wanted.append((o["name"], all_binary or _wants_binary(o.get("parameters"), "binary_data")))
+            if o["name"] in asked:
+                raise _bad(f'outputs[{i}]: "{o["name"]}" asked for twice')
+            asked[o["name"]] = all_binary or _wants_binary(o.get("parameters"), "binary_data")
+        # answered in the model's order, as tetris-function answers
+        wanted = [(n, asked[n]) for n in names if n in asked]
     return rid, {m[0]: got[m[0]] for m in inputs}, wanted
 
 
@@ -186,8 +191,9 @@ def _json_data(dt, a):
     return json.dumps(flat.tolist())
 
 
-def encode_infer_response(model, rid, outputs):
-    """outputs: [(name, datatype, array, binary)] -> (headers, body)."""
+def encode_infer_response(model, version, rid, outputs):
+    """outputs: [(name, datatype, array, binary)] -> (headers, body);
+    version None: the model has none."""
     parts, blobs = [], []
     for name, dt, a, binary in outputs:
         a = np.ascontiguousarray(a, DATATYPES[dt])
@@ -198,7 +204,8 @@ def encode_infer_response(model, rid, outputs):
         else:
             t += f',"data":{_json_data(dt, a)}}}'
         parts.append(t)
-    head = (f'{{"model_name":{json.dumps(model)},"model_version":"1"' +
+    head = (f'{{"model_name":{json.dumps(model)}' +
+            (f',"model_version":{json.dumps(version)}' if version is not None else "") +
             (f',"id":{json.dumps(rid)}' if rid is not None else "") +
             f',"outputs":[{",".join(parts)}]}}').encode()
     if not blobs:
@@ -207,9 +214,13 @@ def encode_infer_response(model, rid, outputs):
             head + b"".join(blobs))
 
 
-def model_metadata(model, platform, inputs, outputs):
+def model_metadata(model, version, platform, inputs, outputs):
+    """GET /v2/models/{name}: "versions" only for a versioned model."""
     def t(m):
         return {"name": m[0], "datatype": m[1], "shape": list(m[2])}
 
-    return {"name": model, "versions": ["1"], "platform": platform,
-            "inputs": [t(m) for m in inputs], "outputs": [t(m) for m in outputs]}
+    meta = {"name": model}
+    if version is not None:
+        meta["versions"] = [version]
+    meta.update(platform=platform, inputs=[t(m) for m in inputs], outputs=[t(m) for m in outputs])
+    return meta
