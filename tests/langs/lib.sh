@@ -27,6 +27,14 @@
 # shellcheck shell=sh
 . "$(dirname "$0")/../lib/common.sh"
 
+# SANITIZED=1 for an ASan build of the programs under test: its exec
+# supervisors and daemon take more memory than a release build's, so the
+# tests compare totals that include them only on release builds.
+SANITIZED=0
+if ldd "$BIN/tetris-agent" 2>/dev/null | grep -q libasan; then
+    SANITIZED=1
+    asan_memory_as_release
+fi
 PY="${TETRIS_PYTHON:-$([ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)}"
 export NODE_PATH="${NODE_PATH:-$ROOT/.deps/node_modules}"
 # the views `tetris-agent exec` writes go into the scratch directory

@@ -18,7 +18,6 @@ need_numpy
 need_node
 "$PY" -c 'import torch' 2>/dev/null ||
     skip "PyTorch is not installed for $PY (scripts/models/paper-models.sh installs python3-torch)"
-release_only tetris-agent "measures the memory of the instances and their exec supervisors"
 [ -x "$BIN/tetris-reclaimer" ] || fail "tetris-reclaimer not built in $BIN"
 
 N=3
