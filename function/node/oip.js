@@ -8,7 +8,8 @@
 // in row-major order. Numbers are exact both ways: a float32 written as the
 // shortest decimal of its double value parses back to the same float, and
 // 64-bit integers are written as integer literals (read from numbers that
-// are safe integers, or from decimal strings). JSON has no NaN or infinity:
+// are safe integers, or from decimal strings: JSON.parse reads every number
+// as a double, so a larger one must come as a string). JSON has no NaN or infinity:
 // they travel as the strings "NaN", "Infinity" and "-Infinity".
 // Binary extension: the body is the JSON header (its length in the
 // Inference-Header-Content-Length header) followed by raw little-endian

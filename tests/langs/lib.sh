@@ -24,7 +24,7 @@
 #   store_listing STORE        every path, size, mode and content hash
 #   bad_views VIEW STORE DIR   hostile copies of VIEW under DIR, listed in
 #                              DIR/cases as "name<TAB>expected message"
-# shellcheck shell=sh
+# shellcheck shell=sh disable=SC2034,SC2016
 . "$(dirname "$0")/../lib/common.sh"
 
 # SANITIZED=1 for an ASan build of the programs under test: its exec
