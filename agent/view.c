@@ -695,13 +695,15 @@ static int check_length(json_t *t, uint64_t length, const char *what, tetris_err
     size_t k;
     if (dtype == NULL || strlen(dtype) >= sizeof(meta.dtype) || !json_is_array(shape) ||
         json_array_size(shape) > TENSOR_MAX_DIMS)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: needs a dtype and a shape of at most %d dims",
-                           what, TENSOR_MAX_DIMS);
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "%s: needs a dtype and a shape of at most %d dims", what,
+                           TENSOR_MAX_DIMS);
     snprintf(meta.dtype, sizeof(meta.dtype), "%s", dtype);
     meta.ndim = (int)json_array_size(shape);
     json_array_foreach (shape, k, dim) {
         if (!json_is_integer(dim))
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: shape[%zu] is not an integer", what, k);
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: shape[%zu] is not an integer", what,
+                               k);
         meta.shape[k] = json_integer_value(dim);
     }
     if (tensor_meta_validate(&meta, &cause) < 0)
