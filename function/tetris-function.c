@@ -122,37 +122,34 @@ static void usage(FILE *out)
 
 /* ---- configuration: environment, then options ---- */
 
-static const char *env(const char *name)
-{
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' ? v : NULL;
-}
-
 /* Settings from the environment; the matching options may override them. */
 static int options_from_env(struct fn_options *o, tetris_error *err)
 {
     const char *port, *v;
     int r = 0;
 
-    o->model = env(TETRIS_ENV_MODEL);
-    o->model_name = env(TETRIS_ENV_MODEL_NAME);
-    o->model_version = env(TETRIS_ENV_MODEL_VERSION);
-    o->store_dir = env(TETRIS_ENV_STORE);
-    o->tenant = env(TETRIS_ENV_TENANT);
-    o->manifest = env(TETRIS_ENV_MANIFEST);
-    if ((port = env(TETRIS_ENV_WATCHDOG_PORT)) != NULL || (port = env(TETRIS_ENV_PORT)) != NULL)
+    struct agent_env ae;
+    agent_env_read(&ae);
+    o->model = ae.model;
+    o->store_dir = ae.store_dir;
+    o->tenant = ae.tenant;
+    o->manifest = ae.manifest;
+    o->model_name = cli_env(TETRIS_ENV_MODEL_NAME);
+    o->model_version = cli_env(TETRIS_ENV_MODEL_VERSION);
+    if ((port = cli_env(TETRIS_ENV_WATCHDOG_PORT)) != NULL ||
+        (port = cli_env(TETRIS_ENV_PORT)) != NULL)
         snprintf(o->listen, sizeof(o->listen), ":%s", port);
-    if ((v = env(TETRIS_ENV_BATCH)) != NULL)
+    if ((v = cli_env(TETRIS_ENV_BATCH)) != NULL)
         r = cli_parse_int(TETRIS_ENV_BATCH, v, 1, 1024, &o->batch.batch, err);
-    if (r == 0 && (v = env(TETRIS_ENV_CONCURRENCY)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_CONCURRENCY)) != NULL)
         r = cli_parse_int(TETRIS_ENV_CONCURRENCY, v, 1, 256, &o->batch.concurrency, err);
-    if (r == 0 && (v = env(TETRIS_ENV_THREADS)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_THREADS)) != NULL)
         r = cli_parse_int(TETRIS_ENV_THREADS, v, 0, 256, &o->threads, err);
-    if (r == 0 && (v = env(TETRIS_ENV_MAX_WAIT_MS)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_MAX_WAIT_MS)) != NULL)
         r = cli_parse_double(TETRIS_ENV_MAX_WAIT_MS, v, 0, 60000, &o->batch.max_wait_ms, err);
-    if (r == 0 && (v = env(TETRIS_ENV_DYNAMIC_DIM)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_DYNAMIC_DIM)) != NULL)
         r = cli_parse_i64(TETRIS_ENV_DYNAMIC_DIM, v, 1, 1 << 20, &o->dynamic_dim, err);
-    if (r == 0 && (v = env(TETRIS_ENV_MAX_BODY_BYTES)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_MAX_BODY_BYTES)) != NULL)
         r = cli_parse_u64(TETRIS_ENV_MAX_BODY_BYTES, v, SEED_BODY_MAX_BYTES, MAX_BODY_BYTES_LIMIT,
                           &o->max_body_bytes, err);
     return r;
