@@ -10,7 +10,9 @@
 #     when asked;
 #  3. bad values fail with a message naming the problem (schema, a memory
 #     limit below the store capacity, an autoscaler without Prometheus);
-#  4. the chart spells the names the programs use (protocol/names.h), and
+#  4. the chart spells the names the programs use (protocol/names.h), its
+#     components stay off API-only nodes (tetris.io/node-kind) unless
+#     their affinity is dropped, and
 #     the files in deploy/ that come from it are what scripts/gen-deploy.sh
 #     renders now.
 # No cluster needed; tests/helm/test-dry-run.sh has the apiserver validate
@@ -246,6 +248,26 @@ expect "$ds" "[.spec.template.spec.containers[].env[] | select(.valueFrom.fieldR
 expect "$ds" ".spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0] |
     .key == \"$(name TETRIS_LABEL_NODE_KIND)\" and .values == [\"$(name TETRIS_NODE_KIND_API_ONLY)\"]" \
     "API-only node label is not TETRIS_LABEL_NODE_KIND"
+# The scheduler, the autoscaler and the webhook stay off API-only nodes
+# too (a pod bound there never runs), unless told otherwise.
+off_api_only=".spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms ==
+    [{\"matchExpressions\": [{\"key\": \"$(name TETRIS_LABEL_NODE_KIND)\", \"operator\": \"NotIn\",
+      \"values\": [\"$(name TETRIS_NODE_KIND_API_ONLY)\"]}]}]"
+expect "$(doc "$WORK/default.yaml" Deployment tetris-scheduler)" "$off_api_only" \
+    "the scheduler may land on an API-only node"
+expect "$(doc "$WORK/webhook.yaml" Deployment tetris-webhook)" "$off_api_only" \
+    "the webhook may land on an API-only node"
+expect "$(doc "$WORK/all.yaml" Deployment tetris-autoscaler)" "$off_api_only" \
+    "the autoscaler may land on an API-only node"
+printf 'webhook:\n  tolerations: [{operator: Exists}]\n' >"$WORK/tolerate.yaml"
+render "$WORK/anywhere.yaml" --set webhook.enabled=true --set scheduler.affinity=null \
+    --set webhook.affinity=null -f "$WORK/tolerate.yaml"
+for d in tetris-scheduler tetris-webhook; do
+    expect "$(doc "$WORK/anywhere.yaml" Deployment "$d")" '.spec.template.spec.affinity == null' \
+        "$d: affinity=null does not drop the default rule"
+done
+expect "$(doc "$WORK/anywhere.yaml" Deployment tetris-webhook)" \
+    '.spec.template.spec.tolerations == [{"operator": "Exists"}]' "webhook.tolerations not honoured"
 sched="$(doc "$WORK/default.yaml" ConfigMap tetris-scheduler | jq -r '.data["config.yaml"]')"
 printf '%s\n' "$sched" | grep -qx -- "- schedulerName: $(name TETRIS_SCHEDULER_NAME)" ||
     fail "scheduler is not TETRIS_SCHEDULER_NAME: $sched"
