@@ -1,6 +1,7 @@
 #!/bin/sh
 # test-cluster-smoke.sh - the local cluster works end to end:
-#  1. it comes up (or is up) and answers with the kubeconfig it wrote;
+#  1. it comes up (or is up) and answers with the kubeconfig it wrote, and
+#     none of its schedulers has the Helm chart's default scheduler name;
 #  2. API-only nodes exist, schedulable (no not-ready taint) and say where
 #     their inventory is;
 #  3. with the tetris extender down and ignorable, the cluster's own tetris
@@ -21,6 +22,14 @@ kc get --raw /readyz >/dev/null || fail "apiserver not ready through $KUBECONFIG
 if kc get node "$NODE_NAME" -o jsonpath='{.spec.taints[*].key}' | grep -q not-ready; then
     fail "$NODE_NAME still tainted not-ready"
 fi
+# The Helm chart's scheduler, installed here, must be the only one serving
+# its default name: none of the cluster's own schedulers may take it.
+chart_scheduler="$(yq -r .scheduler.name "$ROOT/charts/tetris/values.yaml")"
+[ -n "$chart_scheduler" ] || fail "charts/tetris/values.yaml names no scheduler"
+for conf in "$CLUSTER_DIR"/config/*.yaml; do
+    ! grep -qx -- "- schedulerName: $chart_scheduler" "$conf" ||
+        fail "the cluster's $conf serves $chart_scheduler, the chart's default scheduler name"
+done
 
 # 2. Three API-only nodes.
 k8s_api_nodes 3
