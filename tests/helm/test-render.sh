@@ -1,7 +1,9 @@
 #!/bin/sh
 # test-render.sh - the Helm chart renders what the README promises:
-#  1. `helm lint --strict` passes with the default values and with every
-#     optional part on (tests/helm/values-all.yaml);
+#  1. `helm lint --strict` passes with the default values, with every
+#     optional part on (tests/helm/values-all.yaml) and with the local
+#     cluster's values (charts/tetris/values-local-cluster.yaml, which also
+#     render what that cluster needs);
 #  2. the default rendering has the node daemon as the design needs it
 #     (store hostPath read-write, hostNetwork, hostPID, no memory limit,
 #     config from a ConfigMap, the node-pins sidecar, scrape annotations), a
@@ -43,6 +45,8 @@ expect() {
 "$HELM" lint --strict "$CHART" >"$WORK/lint" 2>&1 || fail "helm lint --strict: $(cat "$WORK/lint")"
 "$HELM" lint --strict "$CHART" -f "$ALL" >"$WORK/lint" 2>&1 ||
     fail "helm lint --strict -f values-all.yaml: $(cat "$WORK/lint")"
+"$HELM" lint --strict "$CHART" -f "$CHART/values-local-cluster.yaml" >"$WORK/lint" 2>&1 ||
+    fail "helm lint --strict -f values-local-cluster.yaml: $(cat "$WORK/lint")"
 
 # 2. Defaults.
 render "$WORK/default.yaml" -n tetris-system
@@ -206,6 +210,24 @@ expect "$(doc "$WORK/all.yaml" Deployment tetris-webhook)" '.spec.template.spec.
      (map(select(startswith("--namespace="))) | length) == 0)' "webhook with url and every namespace"
 expect "$(doc "$WORK/all.yaml" ClusterRole tetris-webhook)" \
     '[.rules[].resources[]] | index("configmaps") != null' "every namespace: no ConfigMap copies"
+
+# values-local-cluster.yaml (docs/OPENFAAS.md): nothing pulled, the
+# apiserver and the node daemon on loopback, the webhook called there.
+render "$WORK/local.yaml" -n tetris-system --kube-version 1.20.2 -f "$CHART/values-local-cluster.yaml"
+expect "$(doc "$WORK/local.yaml" MutatingWebhookConfiguration tetris-webhook)" \
+    '.webhooks[0].clientConfig == {"url": "https://127.0.0.1:8443/mutate"}' "local cluster: webhook URL"
+for d in tetris-scheduler tetris-webhook; do
+    expect "$(doc "$WORK/local.yaml" Deployment "$d")" '.spec.template.spec.hostNetwork == true and
+        ([.spec.template.spec.containers[].imagePullPolicy] | unique == ["Never"]) and
+        ([.spec.template.spec.volumes[] | select(.secret.secretName == "tetris-api-'"$d"'")] | length == 1)' \
+        "local cluster: $d not on the host's network, pulling, or without its own token"
+done
+expect "$(doc "$WORK/local.yaml" Deployment tetris-scheduler)" \
+    '.spec.template.spec.containers[0].image == "tetris-kube-scheduler:v1.20.2"' \
+    "local cluster: kube-scheduler is not the cluster's own build"
+expect "$(doc "$WORK/local.yaml" DaemonSet tetris-reclaimer)" '.spec.template.spec.initContainers == null and
+    (.spec.template.spec.containers[0].args | index("--listen=127.0.0.1:9464") != null)' \
+    "local cluster: the daemon mounts a tmpfs or does not serve where the node says"
 
 # 3. Bad values fail with a clear message.
 bad() {
