@@ -86,10 +86,12 @@ $(LIBTETRIS): $(LIB_OBJS)
 	ar rcs $@ $^
 
 # PROGRAM_template(name): bin/name from $(name_SRCS) + libtetris + $(name_LIBS)
+# + $(LDLIBS), or $(name_LDLIBS) in place of $(LDLIBS) where a program
+# links the common libraries its own way (statically: tetris-agent).
 define PROGRAM_template
 $(BIN)/$(1): $$($(1)_SRCS:%.c=$(BUILD)/%.o) $(LIBTETRIS)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$($(1)_LIBS) $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$($(1)_LIBS) $$(or $$($(1)_LDLIBS),$$(LDLIBS))
 endef
 $(foreach p,$(PROGRAMS) $(TEST_PROGRAMS),$(eval $(call PROGRAM_template,$(p))))
 

@@ -32,6 +32,7 @@
 #include "common/workers.h"
 #include "model/manifest.h"
 #include "model/model_publish.h"
+#include "protocol/names.h"
 
 #define DEFAULT_DAEMON_TIMEOUT_MS 30000
 /* Mappings left to the runtime after the tensors are mapped: its threads'
@@ -62,6 +63,20 @@ struct agent_model_private {
 };
 
 static const uint8_t empty_tensor[1];
+
+static const char *env_value(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+void agent_env_read(struct agent_env *e)
+{
+    e->model = env_value(TETRIS_ENV_MODEL);
+    e->store_dir = env_value(TETRIS_ENV_STORE);
+    e->tenant = env_value(TETRIS_ENV_TENANT);
+    e->manifest = env_value(TETRIS_ENV_MANIFEST);
+}
 
 void agent_options_init(struct agent_options *o)
 {
@@ -135,8 +150,10 @@ static int load_private(agent_model *am, size_t i, tetris_error *err)
     return 0;
 }
 
-static int load_private_missing(agent_model *am, tetris_error *err)
+static int load_private_missing(agent_model *am, const struct agent_options *o, tetris_error *err)
 {
+    if (o->map_only)
+        return 0; /* the caller reads no bytes: references are all it wants */
     for (size_t i = 0; i < am->model->n_tensors; i++) {
         if (am->tensors[i].data != NULL)
             continue;
@@ -811,7 +828,7 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
     if (o->mode != AGENT_MODE_PRIVATE)
         r = load_from_store(am, o, err);
     if (r == 0)
-        r = load_private_missing(am, err);
+        r = load_private_missing(am, o, err);
     if (r < 0) {
         agent_model_free(am);
         return r;

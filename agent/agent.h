@@ -72,6 +72,10 @@ struct agent_options {
                                      NULL: host memory only */
     const char *libcuda;          /* the CUDA driver, NULL: $TETRIS_LIBCUDA or
                                      libcuda.so.1 */
+    bool map_only;                /* the caller never reads the bytes, it only holds the
+                                     references (a model view's writer, view.h): tensors
+                                     the store does not serve get no private copy and
+                                     keep data NULL */
 };
 
 struct agent_stats {
@@ -91,7 +95,8 @@ struct agent_stats {
 
 typedef struct agent_tensor {
     const tensor_desc *desc;
-    const void *data; /* read-only; valid until agent_model_free */
+    const void *data; /* read-only; valid until agent_model_free; NULL for a
+                         tensor not shared under options.map_only */
     bool shared;      /* true: a store mapping */
     uint64_t device_ptr; /* options.device: the shared read-only device
                             copy (CUdeviceptr), 0 if none */
@@ -103,6 +108,18 @@ typedef struct agent_model {
     struct agent_stats stats;
     struct agent_model_private *priv;
 } agent_model;
+
+/* Where a function finds its model and store when no option says
+ * (protocol/names.h: TETRIS_MODEL, TETRIS_STORE, TETRIS_TENANT,
+ * TETRIS_MANIFEST); a variable that is unset or empty is NULL here. */
+struct agent_env {
+    const char *model;
+    const char *store_dir;
+    const char *tenant;
+    const char *manifest;
+};
+
+void agent_env_read(struct agent_env *e);
 
 void agent_options_init(struct agent_options *o);
 /* "none", "map" or "madvise" (the command lines' --populate); else

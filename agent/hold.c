@@ -17,6 +17,15 @@ static void on_signal(int sig)
     released_by = sig;
 }
 
+void hold_block_signals(void)
+{
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, NULL);
+}
+
 int hold_until_released(void)
 {
     struct sigaction sa;

@@ -1,18 +1,25 @@
 # agent/module.mk - the agent library (loader, ingest client, ONNX Runtime
-# adapter, seeded inputs), the tetris-agent CLI, tetris-onnx-run, and their
-# tests.
-LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c
+# adapter, seeded inputs, model views), the tetris-agent CLI (with exec's
+# supervisor), tetris-onnx-run, and their tests.
+LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c \
+            agent/onnx_share.c agent/view.c
 
 PROGRAMS += tetris-agent tetris-onnx-run
-tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c
-tetris-agent_LIBS := -lonnxruntime
+tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c
+# One file that runs in any image with a glibc (`exec` as a container's
+# entrypoint, copied into a function's image): the libraries that are not
+# glibc's are linked in. It needs no ONNX Runtime.
+tetris-agent_LDLIBS := -Wl,-Bstatic -lcrypto -lz -ljansson -lyaml -Wl,-Bdynamic -lm -ldl
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime
 
-UNIT_TESTS += tests/unit/test_agent.c tests/unit/test_ingest_client.c
+UNIT_TESTS += tests/unit/test_agent.c tests/unit/test_ingest_client.c tests/unit/test_view.c
 UNIT_LIBS += -lonnxruntime
 SHELL_TESTS += $(sort $(wildcard tests/agent/test-*.sh))
 TEST_PROGRAMS += tetris-test-fake-daemon
 tetris-test-fake-daemon_SRCS := tests/agent/fake_daemon.c
 TEST_PROGRAMS += tetris-test-externalize
 tetris-test-externalize_SRCS := tests/agent/externalize.c
+TEST_PROGRAMS += tetris-test-view-run
+tetris-test-view-run_SRCS := tests/agent/view_run.c agent/hold.c
+tetris-test-view-run_LIBS := -lonnxruntime

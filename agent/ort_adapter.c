@@ -10,7 +10,7 @@
 
 #include "common/cleanup.h"
 #include "common/log.h"
-#include "model/onnx_rewrite.h"
+#include "agent/onnx_share.h"
 #include "agent/ort_adapter.h"
 
 struct ort_model_private {
@@ -24,10 +24,8 @@ struct ort_model_private {
 /* State of one rewrite pass: which agent tensors can back which protos. */
 struct share_ctx {
     ort_model *m;
-    const agent_model *am;
     const char *store_root;
-    char model_dir[PATH_MAX];
-    bool *in_file;        /* am->tensors[i] has its bytes in the model file */
+    struct onnx_share_match match;
     size_t kept_external; /* external-data tensors left as they were */
     tetris_error *err;
     int failed;           /* an error inside the callback, reported after the pass */
@@ -73,37 +71,6 @@ int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err)
     }
     return tetris_fail(err, TETRIS_E_INVAL, 0,
                        "graph optimization '%s': expected none, basic, extended or all", s);
-}
-
-static bool same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    if (strcmp(a, b) == 0)
-        return true;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
-}
-
-/* The agent tensor whose bytes are the proto's payload: same file (the
- * model, or the external data file) and same offset. */
-static const agent_tensor *tensor_of(const struct share_ctx *c, const struct onnx_tensor_ref *ref)
-{
-    const model *mdl = c->am->model;
-    char path[PATH_MAX];
-
-    if (ref->location != NULL &&
-        snprintf(path, sizeof(path), "%s/%.*s", c->model_dir, (int)ref->location_len,
-                 ref->location) >= (int)sizeof(path))
-        return NULL;
-    for (size_t i = 0; i < mdl->n_tensors; i++) {
-        const tensor_desc *d = &mdl->tensors[i];
-        if (d->offset != ref->offset)
-            continue;
-        if (ref->location == NULL ? c->in_file[i]
-                                  : d->source != NULL && same_file(d->source, path))
-            return &c->am->tensors[i];
-    }
-    return NULL;
 }
 
 static bool name_taken(const struct ort_model_private *p, const char *name, size_t len)
@@ -157,19 +124,15 @@ static int add_initializer(struct share_ctx *c, const struct onnx_tensor_ref *re
 static bool try_share(struct share_ctx *c, const struct onnx_tensor_ref *ref,
                       struct onnx_external *ext)
 {
-    const agent_tensor *t = tensor_of(c, ref);
+    const agent_tensor *t = onnx_share_match_find(&c->match, ref);
     char hex[TENSOR_DIGEST_HEX_LEN + 1], path[PATH_MAX];
     struct stat st;
 
-    if (c->failed || t == NULL || !t->shared || t->desc->length != ref->length ||
+    if (c->failed || t == NULL || !t->shared || !onnx_share_same_size(ref, t) ||
         t->desc->meta.nbytes < ORT_ADAPTER_MIN_SHARED_BYTES || ref->name_len == 0 ||
         name_taken(c->m->priv, ref->name, ref->name_len))
         return false;
-    uint64_t nbytes = tensor_dtype_size(t->desc->meta.dtype);
-    for (int i = 0; i < ref->ndim; i++)
-        nbytes *= (uint64_t)ref->dims[i];
-    if (nbytes != t->desc->meta.nbytes)
-        return false;
+    uint64_t nbytes = t->desc->meta.nbytes;
     /* The store's own file is the external data: ORT validates that it
      * exists, and any code path in ORT that reads it gets the right bytes. */
     tensor_digest_to_hex(&t->desc->meta.digest, hex);
@@ -198,33 +161,6 @@ static bool share_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct on
     return shared;
 }
 
-static int read_image(const char *path, uint8_t **out, size_t *len, tetris_error *err)
-{
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
-    if (fstat(fd, &st) < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
-    cleanup_free uint8_t *buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
-    if (buf == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory reading %s", path);
-    size_t done = 0;
-    while (done < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
-        if (n == 0)
-            return tetris_fail(err, TETRIS_E_IO, 0, "%s shrank while reading", path);
-        done += (size_t)n;
-    }
-    *out = steal_pointer(&buf);
-    *len = done;
-    return 0;
-}
-
 /* Builds the stripped image and registers the shared initializers. Leaves
  * *image NULL when ORT should load the model file itself: nothing is
  * shared, or external data the store cannot serve would resolve against
@@ -236,7 +172,6 @@ static int prepare_shared(ort_model *m, const char *model_path, const agent_mode
     struct ort_model_private *p = m->priv;
     const char *root = agent_store_public_dir(am);
     cleanup_free uint8_t *orig = NULL, *rewritten = NULL;
-    cleanup_free bool *in_file = NULL;
     size_t orig_len = 0, rewritten_len = 0;
     int r;
 
@@ -246,20 +181,14 @@ static int prepare_shared(ort_model *m, const char *model_path, const agent_mode
     }
     if (root == NULL)
         return 0; /* nothing mapped from a store */
-    if ((r = read_image(model_path, &orig, &orig_len, err)) < 0)
+    if ((r = onnx_share_read_image(model_path, &orig, &orig_len, err)) < 0)
         return r;
-    in_file = calloc(am->model->n_tensors + 1, sizeof(*in_file));
-    if (in_file == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
-    for (size_t i = 0; i < am->model->n_tensors; i++)
-        in_file[i] = am->model->tensors[i].source != NULL &&
-                     same_file(am->model->tensors[i].source, model_path);
-
-    struct share_ctx c = {.m = m, .am = am, .store_root = root, .in_file = in_file, .err = err};
-    const char *slash = strrchr(model_path, '/');
-    snprintf(c.model_dir, sizeof(c.model_dir), "%.*s",
-             slash != NULL ? (int)(slash - model_path) : 1, slash != NULL ? model_path : ".");
-    if ((r = onnx_rewrite(orig, orig_len, share_tensor, &c, &rewritten, &rewritten_len, err)) < 0)
+    struct share_ctx c = {.m = m, .store_root = root, .err = err};
+    if ((r = onnx_share_match_init(&c.match, am, model_path, err)) < 0)
+        return r;
+    r = onnx_rewrite(orig, orig_len, share_tensor, &c, &rewritten, &rewritten_len, err);
+    onnx_share_match_release(&c.match);
+    if (r < 0)
         return r;
     if (c.failed)
         return -err->code;

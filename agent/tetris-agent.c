@@ -2,6 +2,7 @@
  * it through the node's tensor store, verify a store, and inspect models
  * and stores. */
 #include <getopt.h>
+#include <malloc.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,9 +13,12 @@
 #include "agent/agent.h"
 #include "tensorstore/gpu/gpu.h"
 #include "agent/hold.h"
+#include "agent/supervise.h"
+#include "agent/view.h"
 #include "common/cli.h"
 #include "common/log.h"
 #include "model/manifest.h"
+#include "protocol/names.h"
 
 enum exit_code {
     EXIT_OK = 0,
@@ -53,6 +57,32 @@ static const char usage_text[] =
     "        docs/GPU.md); adds device, device_tensors, device_bytes and\n"
     "        device_fallback to the JSON. --libcuda: the CUDA driver (default\n"
     "        $TETRIS_LIBCUDA, else libcuda.so.1).\n"
+    "  view [LOAD OPTIONS] MODEL DIR [--hold]\n"
+    "        write MODEL's model view into DIR (new, or empty and ours): a\n"
+    "        directory any runtime opens instead of MODEL to compute on the\n"
+    "        store's pages (docs/PROTOCOLS.md, \"Model view\"). Prints one JSON\n"
+    "        object: view, model, mode, shared, fallback, tensors, shared_tensors,\n"
+    "        bytes, shared_bytes, load_ms. --hold keeps the references until stdin\n"
+    "        closes or SIGTERM, then removes the view; without it the view stays\n"
+    "        and nothing holds its tensors (the daemon may reclaim them).\n"
+    "  exec [LOAD OPTIONS] [--model MODEL] [--view-dir DIR] -- CMD [ARGS...]\n"
+    "        write the model view, run CMD with " TETRIS_ENV_MODEL_VIEW "=<view dir> in its\n"
+    "        environment, hold the references while it runs, then remove the view\n"
+    "        and exit with CMD's status (128+N if signal N killed it). MODEL,\n"
+    "        --store, --tenant and --manifest default to\n"
+    "        $" TETRIS_ENV_MODEL ", $" TETRIS_ENV_STORE ", $" TETRIS_ENV_TENANT "\n"
+    "        and $" TETRIS_ENV_MANIFEST "; DIR to a new directory in ${TMPDIR:-/tmp}.\n"
+    "        SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to\n"
+    "        CMD; CMD is killed if we die; as PID 1 we also reap orphans. No\n"
+    "        store, a full store or no daemon is no error: the view then names the\n"
+    "        original model (\"fallback\").\n"
+    "        LOAD OPTIONS (view, exec): --store, --tenant, --manifest, --direct,\n"
+    "        --private, --socket, --timeout-ms, --label, --workers, --digests, as\n"
+    "        for load; the references are held without page tables or copies.\n"
+    "  check-view [DIR]\n"
+    "        check a model view (default $" TETRIS_ENV_MODEL_VIEW ") the way its reader must\n"
+    "        before trusting it: owners and modes, the index, every file in the\n"
+    "        store or the model's folder and long enough; prints a JSON summary\n"
     "  verify [--store DIR] [--tenant T]\n"
     "        re-hash every stored tensor; list the ones that do not match\n"
     "  inspect MODEL | inspect [--store DIR] [--tenant T]\n"
@@ -61,8 +91,11 @@ static const char usage_text[] =
     "  -h, --help     this text         --version   the version\n"
     "\n"
     "Logs go to stderr as key=value lines (TETRIS_LOG_LEVEL=debug for more).\n"
-    "Exit status: 0 ok; 1 failure (verify found corrupt tensors, a load failed);\n"
-    "2 usage; 3 bad model or manifest; 4 no usable store at DIR.\n";
+    "Exit status: 0 ok; 1 failure (verify found corrupt tensors, a load failed, a\n"
+    "view cannot be written: a --view-dir or DIR that is not empty or not ours);\n"
+    "2 usage; 3 bad model or manifest (check-view: a view not to trust); 4 no\n"
+    "usable store at DIR. exec, once CMD started: CMD's status; 126 CMD cannot\n"
+    "be run, 127 CMD not found.\n";
 
 struct cli {
     const char *store_dir;
@@ -80,8 +113,14 @@ struct cli {
     enum agent_mode mode;
     bool mode_given;
     bool hold;
-    const char *arg; /* the one positional argument, if any */
+    bool store_given;
+    const char *model;    /* --model */
+    const char *view_dir; /* --view-dir */
+    const char *arg;      /* the first positional argument, if any */
+    const char *arg2;     /* the second (view: DIR) */
 };
+
+static const char *const mode_names[] = {"store", "direct", "private"};
 
 static int usage_error(const char *fmt, const char *what)
 {
@@ -113,7 +152,7 @@ static int report(int r, const char *what, const tetris_error *err)
 /* Parses the options common to every command; `allowed` lists the long
  * option names the command accepts. Returns EXIT_OK or EXIT_USAGE. */
 static int parse_cli(int argc, char **argv, const char *cmd, const char *const *allowed,
-                     struct cli *c)
+                     int max_args, struct cli *c)
 {
     static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
                                              {"tenant", required_argument, NULL, 't'},
@@ -130,6 +169,8 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
                                              {"populate", required_argument, NULL, 'p'},
                                              {"device", required_argument, NULL, 'G'},
                                              {"libcuda", required_argument, NULL, 'L'},
+                                             {"model", required_argument, NULL, 'M'},
+                                             {"view-dir", required_argument, NULL, 'v'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int c_, idx;
@@ -158,7 +199,12 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
             return usage_error("see the usage of '%s'", cmd);
         }
         switch (c_) {
-        case 's': c->store_dir = optarg; break;
+        case 's':
+            c->store_dir = optarg;
+            c->store_given = true;
+            break;
+        case 'M': c->model = optarg; break;
+        case 'v': c->view_dir = optarg; break;
         case 't': c->tenant = optarg; break;
         case 'm': c->manifest = optarg; break;
         case 'o': c->output = optarg; break;
@@ -204,8 +250,10 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
             break;
         }
     }
-    if (optind < argc)
+    if (optind < argc && max_args >= 1)
         c->arg = argv[optind++];
+    if (optind < argc && max_args >= 2)
+        c->arg2 = argv[optind++];
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
     return EXIT_OK;
@@ -221,7 +269,7 @@ static int cmd_index(int argc, char **argv)
     model *m = NULL;
     int r;
 
-    if ((r = parse_cli(argc, argv, "index", allowed, &c)) != EXIT_OK)
+    if ((r = parse_cli(argc, argv, "index", allowed, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
         return usage_error("%s: expected a MODEL", "index");
@@ -268,34 +316,39 @@ static int print_load(const agent_model *am, const char *mode, const char *devic
     return fflush(stdout) == 0 ? 0 : -1;
 }
 
+/* The agent's options from the load options of a command line. */
+static void load_options(const struct cli *c, struct agent_options *o)
+{
+    agent_options_init(o);
+    o->mode = c->mode;
+    o->store_dir = c->store_dir;
+    o->tenant = c->tenant;
+    o->manifest_path = c->manifest;
+    o->daemon_socket = c->socket;
+    o->label = c->label;
+    o->workers = (unsigned)c->workers;
+    o->digests = c->digests;
+    o->populate = c->populate;
+    if (c->timeout_ms > 0)
+        o->daemon_timeout_ms = c->timeout_ms;
+}
+
 static int cmd_load(int argc, char **argv)
 {
     static const char *const allowed[] = {"store",   "tenant",     "manifest", "direct",  "private",
                                           "socket",  "timeout-ms", "label",    "hold",    "workers",
                                           "digests", "populate",   "device",   "libcuda", NULL};
-    static const char *const mode_names[] = {"store", "direct", "private"};
     struct agent_options o;
     tetris_error err = {0};
     agent_model *am = NULL;
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "load", allowed, &c)) != EXIT_OK)
+    if ((r = parse_cli(argc, argv, "load", allowed, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
         return usage_error("%s: expected a MODEL", "load");
-    agent_options_init(&o);
-    o.mode = c.mode;
-    o.store_dir = c.store_dir;
-    o.tenant = c.tenant;
-    o.manifest_path = c.manifest;
-    o.daemon_socket = c.socket;
-    o.label = c.label;
-    o.workers = (unsigned)c.workers;
-    o.digests = c.digests;
-    o.populate = c.populate;
-    if (c.timeout_ms > 0)
-        o.daemon_timeout_ms = c.timeout_ms;
+    load_options(&c, &o);
     o.device = c.device != NULL ? c.device : getenv("TETRIS_DEVICE");
     if (o.device != NULL && o.device[0] == '\0')
         o.device = NULL;
@@ -320,6 +373,192 @@ static int cmd_load(int argc, char **argv)
     }
     agent_model_free(am);
     return EXIT_OK;
+}
+
+/* ---- view and exec ---- */
+
+/* Loads MODEL only to hold its references (the view's readers map the
+ * pages themselves): no page tables, no private copies, so holding costs
+ * this process next to no memory. */
+static int load_for_view(const struct cli *c, const char *model_path, agent_model **am)
+{
+    struct agent_options o;
+    tetris_error err = {0};
+    int r;
+
+    load_options(c, &o);
+    o.populate = STORE_POPULATE_NONE;
+    o.map_only = true;
+    if ((r = agent_load(model_path, &o, am, &err)) < 0)
+        return report(r, "load", &err);
+    return EXIT_OK;
+}
+
+static int write_view(const agent_model *am, const char *model_path, const char *dir,
+                      model_view **v)
+{
+    tetris_error err = {0};
+    int r = view_write(am, model_path, dir, v, &err);
+    if (r < 0) {
+        log_error("event=error op=view code=%s msg=%s", tetris_code_name(r), LOG_Q(err.msg));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+static int print_view(const model_view *v, const agent_model *am, const struct cli *c)
+{
+    const struct view_stats *s = view_stats(v);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:f}", "view", view_dir(v),
+                          "model", am->model->path, "mode", mode_names[c->mode], "shared",
+                          s->shared, "fallback",
+                          s->fallback != NULL ? json_string(s->fallback) : json_null(), "tensors",
+                          (json_int_t)s->tensors, "shared_tensors", (json_int_t)s->shared_tensors,
+                          "bytes", (json_int_t)s->bytes, "shared_bytes",
+                          (json_int_t)s->shared_bytes, "load_ms", am->stats.load_ms);
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return -1;
+    printf("%s\n", text);
+    free(text);
+    return fflush(stdout) == 0 ? 0 : -1;
+}
+
+static const char *const view_load_options[] = {"store",    "tenant",  "manifest",   "direct",
+                                                "private",  "socket",  "timeout-ms", "label",
+                                                "workers",  "digests", "hold",       "model",
+                                                "view-dir", NULL};
+
+static int cmd_view(int argc, char **argv)
+{
+    agent_model *am = NULL;
+    model_view *v = NULL;
+    struct cli c;
+    int r;
+
+    if ((r = parse_cli(argc, argv, "view", view_load_options, 2, &c)) != EXIT_OK)
+        return r;
+    if (c.view_dir != NULL || c.model != NULL)
+        return usage_error("%s",
+                           "view: MODEL and DIR are arguments (--model and --view-dir are exec's)");
+    if (c.arg == NULL || c.arg2 == NULL)
+        return usage_error("%s: expected MODEL and DIR", "view");
+    /* Blocked before any thread starts, so that every thread leaves them
+     * to hold_until_released. */
+    if (c.hold)
+        hold_block_signals();
+    if ((r = load_for_view(&c, c.arg, &am)) != EXIT_OK)
+        return r;
+    if ((r = write_view(am, c.arg, c.arg2, &v)) != EXIT_OK) {
+        agent_model_free(am);
+        return r;
+    }
+    if (print_view(v, am, &c) < 0) {
+        log_error("event=error op=view msg=\"cannot write the result to stdout\"");
+        r = EXIT_FAIL;
+    } else if (c.hold) {
+        int sig = hold_until_released();
+        log_info("event=release view=%s by=%s", LOG_Q(view_dir(v)),
+                 sig ? "signal" : "stdin-closed");
+        view_remove(v);
+    } else {
+        /* The view stays for the caller; nothing holds its tensors now. */
+        view_forget(v);
+    }
+    agent_model_free(am);
+    return r;
+}
+
+static int cmd_exec(int argc, char **argv)
+{
+    static const char *const allowed[] = {"store",  "tenant",     "manifest", "direct",  "private",
+                                          "socket", "timeout-ms", "label",    "workers", "digests",
+                                          "model",  "view-dir",   NULL};
+    struct agent_env env;
+    agent_model *am = NULL;
+    model_view *v = NULL;
+    tetris_error err = {0};
+    struct cli c;
+    int dashes = 1, r;
+
+    while (dashes < argc && strcmp(argv[dashes], "--") != 0)
+        dashes++;
+    if ((r = parse_cli(dashes, argv, "exec", allowed, 0, &c)) != EXIT_OK)
+        return r;
+    if (dashes + 1 >= argc)
+        return usage_error("%s: expected -- CMD [ARGS...]", "exec");
+    agent_env_read(&env);
+    if (c.model == NULL)
+        c.model = env.model;
+    if (!c.store_given && env.store_dir != NULL)
+        c.store_dir = env.store_dir;
+    if (c.tenant == NULL)
+        c.tenant = env.tenant;
+    if (c.manifest == NULL)
+        c.manifest = env.manifest;
+    if (c.model == NULL)
+        return usage_error("%s", "exec: no model: set " TETRIS_ENV_MODEL " or --model");
+    /* Before the load starts threads: see supervise_block_signals. */
+    supervise_block_signals();
+    if ((r = load_for_view(&c, c.model, &am)) != EXIT_OK)
+        return r;
+    if ((r = write_view(am, c.model, c.view_dir, &v)) != EXIT_OK) {
+        agent_model_free(am);
+        return r;
+    }
+    /* What the load and the rewrite freed goes back to the kernel: exec
+     * stays resident for as long as CMD runs. */
+    malloc_trim(0);
+    int sig = supervise_take_termination();
+    if (sig != 0) {
+        log_info("event=exec-cancelled view=%s sig=%d", LOG_Q(view_dir(v)), sig);
+        r = SUPERVISE_EXIT_SIGNAL_BASE + sig;
+    } else if (setenv(TETRIS_ENV_MODEL_VIEW, view_dir(v), 1) < 0) {
+        log_error("event=error op=exec msg=\"cannot set " TETRIS_ENV_MODEL_VIEW "\"");
+        r = EXIT_FAIL;
+    } else if ((r = supervise_run(argv + dashes + 1, &err)) < 0) {
+        log_error("event=error op=exec code=%s msg=%s", tetris_code_name(r), LOG_Q(err.msg));
+        r = EXIT_FAIL;
+    } else {
+        log_info("event=exec-exit cmd=%s status=%d view=%s", LOG_Q(argv[dashes + 1]), r,
+                 LOG_Q(view_dir(v)));
+    }
+    /* The view goes first: no reader must find it once its references are. */
+    view_remove(v);
+    agent_model_free(am);
+    return r;
+}
+
+static int cmd_check_view(int argc, char **argv)
+{
+    static const char *const allowed[] = {NULL};
+    struct view_check_result res;
+    tetris_error err = {0};
+    struct cli c;
+    int r;
+
+    if ((r = parse_cli(argc, argv, "check-view", allowed, 1, &c)) != EXIT_OK)
+        return r;
+    const char *dir = c.arg != NULL ? c.arg : getenv(TETRIS_ENV_MODEL_VIEW);
+    if (dir == NULL || dir[0] == '\0')
+        return usage_error("%s", "check-view: no DIR and no " TETRIS_ENV_MODEL_VIEW);
+    if ((r = view_check(dir, &res, &err)) < 0) {
+        log_error("event=view-invalid view=%s code=%s msg=%s", LOG_Q(dir), tetris_code_name(r),
+                  LOG_Q(err.msg));
+        return EXIT_BAD_INPUT;
+    }
+    json_t *j = json_pack("{s:s, s:b, s:o, s:I, s:I, s:I}", "view", dir, "shared", res.shared,
+                          "fallback", res.fallback[0] ? json_string(res.fallback) : json_null(),
+                          "tensors", (json_int_t)res.tensors, "files", (json_int_t)res.files,
+                          "shared_files", (json_int_t)res.shared_files);
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return EXIT_FAIL;
+    printf("%s\n", text);
+    free(text);
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAIL;
 }
 
 /* ---- verify ---- */
@@ -364,7 +603,7 @@ static int cmd_verify(int argc, char **argv)
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "verify", allowed, &c)) != EXIT_OK)
+    if ((r = parse_cli(argc, argv, "verify", allowed, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg != NULL)
         return usage_error("verify: unexpected argument '%s'", c.arg);
@@ -484,7 +723,7 @@ static int cmd_inspect(int argc, char **argv)
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "inspect", allowed, &c)) != EXIT_OK)
+    if ((r = parse_cli(argc, argv, "inspect", allowed, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
         return inspect_store(&c);
@@ -506,6 +745,9 @@ int main(int argc, char **argv)
         int (*fn)(int argc, char **argv);
     } commands[] = {{"index", cmd_index},
                     {"load", cmd_load},
+                    {"view", cmd_view},
+                    {"exec", cmd_exec},
+                    {"check-view", cmd_check_view},
                     {"verify", cmd_verify},
                     {"inspect", cmd_inspect}};
 

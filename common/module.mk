@@ -6,7 +6,7 @@
 LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/prom.c \
             common/cli.c common/httpserver.c common/httpclient.c common/config_yaml.c \
             common/strmap.c common/kube.c common/yaml_write.c common/kubeconfig.c \
-            common/workers.c
+            common/workers.c common/utf8.c
 
 # common/httpserver.c needs libmicrohttpd; every program linking libtetris
 # may pull it in, so the library goes on the global link line.

@@ -1,0 +1,110 @@
+/* onnx_share.c - the model image and the proto -> agent tensor match that
+ * both graph rewriters of the agent use (see onnx_share.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/onnx_share.h"
+#include "common/cleanup.h"
+
+int onnx_share_read_image(const char *path, uint8_t **out, size_t *len, tetris_error *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+    cleanup_free uint8_t *buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory reading %s", path);
+    size_t done = 0;
+    while (done < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
+        if (n == 0)
+            return tetris_fail(err, TETRIS_E_IO, 0, "%s shrank while reading", path);
+        done += (size_t)n;
+    }
+    *out = steal_pointer(&buf);
+    *len = done;
+    return 0;
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (strcmp(a, b) == 0)
+        return true;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+int onnx_share_match_init(struct onnx_share_match *m, const agent_model *am, const char *model_path,
+                          tetris_error *err)
+{
+    const model *mdl = am->model;
+    memset(m, 0, sizeof(*m));
+    m->am = am;
+    m->in_file = calloc(mdl->n_tensors + 1, sizeof(*m->in_file));
+    if (m->in_file == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    for (size_t i = 0; i < mdl->n_tensors; i++)
+        m->in_file[i] = mdl->tensors[i].source != NULL &&
+                        same_file(mdl->tensors[i].source, model_path);
+    const char *slash = strrchr(model_path, '/');
+    if (slash == NULL)
+        snprintf(m->model_dir, sizeof(m->model_dir), ".");
+    else if ((size_t)(slash - model_path) >= sizeof(m->model_dir))
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: path too long", model_path);
+    else
+        snprintf(m->model_dir, sizeof(m->model_dir), "%.*s",
+                 slash == model_path ? 1 : (int)(slash - model_path), model_path);
+    return 0;
+}
+
+const agent_tensor *onnx_share_match_find(const struct onnx_share_match *m,
+                                          const struct onnx_tensor_ref *ref)
+{
+    const model *mdl = m->am->model;
+    char path[PATH_MAX];
+
+    if (ref->location != NULL &&
+        snprintf(path, sizeof(path), "%s/%.*s", m->model_dir, (int)ref->location_len,
+                 ref->location) >= (int)sizeof(path))
+        return NULL;
+    for (size_t i = 0; i < mdl->n_tensors; i++) {
+        const tensor_desc *d = &mdl->tensors[i];
+        if (d->offset != ref->offset)
+            continue;
+        if (ref->location == NULL ? m->in_file[i] : d->source != NULL && same_file(d->source, path))
+            return &m->am->tensors[i];
+    }
+    return NULL;
+}
+
+void onnx_share_match_release(struct onnx_share_match *m)
+{
+    free(m->in_file);
+    m->in_file = NULL;
+}
+
+bool onnx_share_same_size(const struct onnx_tensor_ref *ref, const agent_tensor *t)
+{
+    if (t->desc->length != ref->length)
+        return false;
+    uint64_t nbytes = tensor_dtype_size(t->desc->meta.dtype);
+    for (int i = 0; i < ref->ndim; i++) {
+        if (ref->dims[i] < 0)
+            return false;
+        nbytes *= (uint64_t)ref->dims[i];
+    }
+    return nbytes == t->desc->meta.nbytes;
+}

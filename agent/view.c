@@ -1,0 +1,777 @@
+/* view.c - write and remove a model view (see view.h; the format is
+ * docs/PROTOCOLS.md, "Model view").
+ *
+ * Which tensors are the store's: when the load did not fall back, every
+ * tensor with a digest is referenced for us (by the daemon, or by our
+ * holder in DIRECT mode) and resident, mapped or not (the tiny ones and
+ * those past the mapping budget are not); after a partial fallback only
+ * the mapped ones are known to be both. Each is checked in the store
+ * before its link is made.
+ *
+ * Everything is created relative to the view's directory descriptor, with
+ * O_EXCL or its equivalent, and recorded; view_remove unlinks exactly the
+ * recorded names (in reverse), each from a parent opened without following
+ * links, so a link or file someone else put in the view is never followed
+ * and never removed. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "agent/onnx_share.h"
+#include "agent/view.h"
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "model/onnx_rewrite.h"
+
+#define VIEW_TENSORS_DIR "tensors"
+#define VIEW_INDEX_TMP ".tensors.json.tmp"
+
+struct view_entry {
+    char *path; /* relative to the view directory */
+    bool is_dir;
+};
+
+struct model_view {
+    char *dir; /* absolute */
+    int dirfd;
+    bool made_dir;           /* we created the directory itself */
+    struct view_entry *made; /* in creation order */
+    size_t n_made, cap_made;
+    struct view_stats stats;
+    char fallback[256];
+};
+
+/* ---- the directory and what is made in it ---- */
+
+static int record(model_view *v, const char *path, bool is_dir, tetris_error *err)
+{
+    if (v->n_made == v->cap_made) {
+        size_t cap = v->cap_made ? v->cap_made * 2 : 64;
+        struct view_entry *e = realloc(v->made, cap * sizeof(*e));
+        if (e == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+        v->made = e;
+        v->cap_made = cap;
+    }
+    char *p = strdup(path);
+    if (p == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    v->made[v->n_made++] = (struct view_entry){p, is_dir};
+    return 0;
+}
+
+static int check_empty(int dirfd, const char *dir, tetris_error *err)
+{
+    int fd = dup(dirfd);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "dup");
+    cleanup_closedir DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return tetris_fail(err, TETRIS_E_IO, errno, "read %s", dir);
+    }
+    struct dirent *de;
+    errno = 0;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            return tetris_fail(err, TETRIS_E_DENIED, 0,
+                               "view directory %s is not empty (it has %s)", dir, de->d_name);
+    if (errno != 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "read %s", dir);
+    return 0;
+}
+
+/* Creates the view's directory (or takes an empty one of ours), 0700. */
+static int make_dir(model_view *v, const char *dir, tetris_error *err)
+{
+    char path[PATH_MAX];
+    int r;
+
+    if (dir == NULL) {
+        const char *tmp = getenv("TMPDIR");
+        if (tmp == NULL || tmp[0] == '\0')
+            tmp = "/tmp";
+        if (snprintf(path, sizeof(path), "%s/tetris-view.XXXXXX", tmp) >= (int)sizeof(path))
+            return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "TMPDIR %s: too long", tmp);
+        if (mkdtemp(path) == NULL)
+            return tetris_fail(err, TETRIS_E_IO, errno, "create a view directory in %s", tmp);
+        v->made_dir = true;
+    } else {
+        if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+            return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", dir);
+        if (mkdir(path, 0700) == 0)
+            v->made_dir = true;
+        else if (errno != EEXIST)
+            return tetris_fail(err, TETRIS_E_IO, errno, "create view directory %s", path);
+    }
+    /* Named now, so that a failure below removes a directory we made. */
+    if ((v->dir = strdup(path)) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    v->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (v->dirfd < 0)
+        return tetris_fail(err, errno == ELOOP || errno == ENOTDIR ? TETRIS_E_DENIED : TETRIS_E_IO,
+                           errno, "view directory %s: not a directory of ours", path);
+    if (!v->made_dir) {
+        struct stat st;
+        if (fstat(v->dirfd, &st) < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+        if (st.st_uid != geteuid())
+            return tetris_fail(err, TETRIS_E_DENIED, 0,
+                               "view directory %s belongs to uid %u, not to us (uid %u)", path,
+                               (unsigned)st.st_uid, (unsigned)geteuid());
+        if ((r = check_empty(v->dirfd, path, err)) < 0)
+            return r;
+    }
+    if (fchmod(v->dirfd, 0700) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "chmod %s", path);
+    char *abs = realpath(path, NULL);
+    if (abs == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "realpath %s", path);
+    free(v->dir);
+    v->dir = abs;
+    return 0;
+}
+
+static int make_subdir(model_view *v, const char *rel, tetris_error *err)
+{
+    if (mkdirat(v->dirfd, rel, 0700) == 0)
+        return record(v, rel, true, err);
+    if (errno == EEXIST)
+        return 0; /* ours: made for an earlier tensor (the view was empty) */
+    return tetris_fail(err, TETRIS_E_IO, errno, "create %s/%s", v->dir, rel);
+}
+
+static int write_all(int fd, const void *data, size_t len, tetris_error *err)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "write");
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Creates rel (which must not exist), writes data and makes it 0444. */
+static int write_file(model_view *v, const char *rel, const void *data, size_t len,
+                      tetris_error *err)
+{
+    cleanup_close int fd = openat(v->dirfd, rel,
+                                  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "create %s/%s", v->dir, rel);
+    int r = record(v, rel, false, err);
+    if (r == 0)
+        r = write_all(fd, data, len, err);
+    if (r == 0 && fchmod(fd, 0444) < 0)
+        r = tetris_fail(err, TETRIS_E_IO, errno, "chmod");
+    if (r == 0 && close(steal_fd(&fd)) < 0)
+        r = tetris_fail(err, TETRIS_E_IO, errno, "close");
+    return r < 0 ? tetris_wrap(err, "%s/%s", v->dir, rel) : 0;
+}
+
+/* Opens the parent of rel beneath dirfd, following no link. Returns the
+ * fd and points *base at rel's last component. */
+static int open_parent(int dirfd, const char *rel, const char **base)
+{
+    const char *slash = strrchr(rel, '/');
+    if (slash == NULL) {
+        *base = rel;
+        return dup(dirfd);
+    }
+    *base = slash + 1;
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof(parent), "%.*s", (int)(slash - rel), rel);
+    int fd = dup(dirfd);
+    for (char *save = NULL, *c = strtok_r(parent, "/", &save); fd >= 0 && c != NULL;
+         c = strtok_r(NULL, "/", &save)) {
+        int next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        close(fd);
+        fd = next;
+    }
+    return fd;
+}
+
+void view_remove(model_view *v)
+{
+    if (v == NULL)
+        return;
+    /* The index first: a reader never sees a view whose parts are going. */
+    for (size_t k = v->n_made; k-- > 0;) {
+        const struct view_entry *e = &v->made[k];
+        const char *base;
+        int fd = open_parent(v->dirfd, e->path, &base);
+        if (fd < 0 || (unlinkat(fd, base, e->is_dir ? AT_REMOVEDIR : 0) < 0 && errno != ENOENT))
+            log_warn("event=view-remove-failed view=%s path=%s errno=%d msg=%s", LOG_Q(v->dir),
+                     LOG_Q(e->path), errno, LOG_Q(strerror(errno)));
+        if (fd >= 0)
+            close(fd);
+        free(e->path);
+    }
+    /* rmdir never follows a link, and leaves a directory someone filled. */
+    if (v->made_dir && v->dir != NULL && rmdir(v->dir) < 0 && errno != ENOENT)
+        log_warn("event=view-remove-failed view=%s errno=%d msg=%s", LOG_Q(v->dir), errno,
+                 LOG_Q(strerror(errno)));
+    if (v->dirfd >= 0)
+        close(v->dirfd);
+    free(v->made);
+    free(v->dir);
+    free(v);
+}
+
+/* ---- which tensors are the store's ---- */
+
+struct view_plan {
+    const agent_model *am;
+    char *store;    /* the store's public directory, absolute; NULL: none */
+    bool *in_store; /* per tensor */
+    char **files;   /* per tensor: "tensors/XX/<hex>", an absolute source, or NULL */
+};
+
+static void plan_free(struct view_plan *p)
+{
+    for (size_t i = 0; p->files != NULL && i < p->am->model->n_tensors; i++)
+        free(p->files[i]);
+    free(p->files);
+    free(p->in_store);
+    free(p->store);
+}
+
+static bool resident(const char *store_dir, const tensor_desc *d, char *rel, size_t rel_len)
+{
+    char hex[TENSOR_DIGEST_HEX_LEN + 1], path[PATH_MAX];
+    struct stat st;
+    tensor_digest_to_hex(&d->meta.digest, hex);
+    snprintf(rel, rel_len, VIEW_TENSORS_DIR "/%.2s/%s", hex, hex);
+    if (snprintf(path, sizeof(path), "%s/%s", store_dir, rel) >= (int)sizeof(path))
+        return false;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= d->meta.nbytes;
+}
+
+/* Links tensors/XX/<hex> to the store's file (once per digest). */
+static int link_tensor(model_view *v, const char *store_dir, const char *rel, tetris_error *err)
+{
+    char dir[sizeof(VIEW_TENSORS_DIR "/XX")], target[PATH_MAX];
+    int r;
+    snprintf(dir, sizeof(dir), "%.*s", (int)sizeof(dir) - 1, rel);
+    if ((r = make_subdir(v, VIEW_TENSORS_DIR, err)) < 0 || (r = make_subdir(v, dir, err)) < 0)
+        return r;
+    if (snprintf(target, sizeof(target), "%s/%s", store_dir, rel) >= (int)sizeof(target))
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", store_dir);
+    if (symlinkat(target, v->dirfd, rel) == 0)
+        return record(v, rel, false, err);
+    if (errno == EEXIST)
+        return 0; /* a tensor of the same digest made it */
+    return tetris_fail(err, TETRIS_E_IO, errno, "link %s/%s", v->dir, rel);
+}
+
+static int plan(model_view *v, const agent_model *am, struct view_plan *p, tetris_error *err)
+{
+    const model *m = am->model;
+    const char *pub = agent_store_public_dir(am);
+    int r;
+
+    p->am = am;
+    p->in_store = calloc(m->n_tensors + 1, sizeof(*p->in_store));
+    p->files = calloc(m->n_tensors + 1, sizeof(*p->files));
+    if (p->in_store == NULL || p->files == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    if (pub != NULL && (p->store = realpath(pub, NULL)) == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "realpath %s", pub);
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tensor_desc *d = &m->tensors[i];
+        char rel[PATH_MAX];
+        if (p->store != NULL && d->has_digest && d->meta.nbytes > 0 &&
+            (am->tensors[i].shared || !am->stats.fell_back) &&
+            resident(p->store, d, rel, sizeof(rel))) {
+            if ((r = link_tensor(v, p->store, rel, err)) < 0)
+                return r;
+            p->in_store[i] = true;
+            p->files[i] = strdup(rel);
+        } else if (d->encoding == TENSOR_ENC_RAW && d->source != NULL) {
+            p->files[i] = realpath(d->source, NULL);
+            if (p->files[i] == NULL)
+                return tetris_fail(err, TETRIS_E_IO, errno, "realpath %s", d->source);
+            continue;
+        } else {
+            continue; /* varint-encoded: only the graph has it */
+        }
+        if (p->files[i] == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* ---- the graph ---- */
+
+struct view_share {
+    const struct view_plan *plan;
+    struct onnx_share_match match;
+    size_t externalised;
+    size_t kept_external; /* external data the store does not hold */
+};
+
+/* onnx_share_fn: a proto whose bytes the store holds points at them. */
+static bool share_proto(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+{
+    struct view_share *c = ctx;
+    const agent_tensor *t = onnx_share_match_find(&c->match, ref);
+    size_t i = t != NULL ? (size_t)(t - c->plan->am->tensors) : 0;
+    /* A tiny tensor stays in the graph unless it was external already: a
+     * file of its own would cost the runtime an open or a mapping for a
+     * few bytes (the agent does not map such tensors either). */
+    bool tiny = t != NULL && t->desc->meta.nbytes < AGENT_MIN_MAPPED_BYTES && ref->location == NULL;
+    if (t == NULL || !c->plan->in_store[i] || tiny || !onnx_share_same_size(ref, t)) {
+        c->kept_external += ref->location != NULL;
+        return false;
+    }
+    snprintf(ext->location, sizeof(ext->location), "%s", c->plan->files[i]);
+    ext->offset = 0;
+    c->externalised++;
+    return true;
+}
+
+/* Writes model.onnx; *written false when the original must stay the graph
+ * (*reason says why, if not the load's own fallback). */
+static int write_graph(model_view *v, const char *model_path, const struct view_plan *p,
+                       bool *written, const char **reason, tetris_error *err)
+{
+    cleanup_free uint8_t *image = NULL, *out = NULL;
+    size_t image_len = 0, out_len = 0;
+    struct view_share c = {.plan = p};
+    int r;
+
+    *written = false;
+    if ((r = onnx_share_read_image(model_path, &image, &image_len, err)) < 0)
+        return r;
+    if ((r = onnx_share_match_init(&c.match, p->am, model_path, err)) < 0)
+        return r;
+    r = onnx_rewrite(image, image_len, share_proto, &c, &out, &out_len, err);
+    onnx_share_match_release(&c.match);
+    if (r < 0)
+        return tetris_wrap(err, "%s", model_path);
+    /* Relative to the view, such a location would resolve nowhere. */
+    if (c.kept_external > 0) {
+        log_info("event=view-graph-original model=%s reason=external-data-not-in-store "
+                 "tensors=%zu",
+                 LOG_Q(model_path), c.kept_external);
+        *reason = "external-data-not-in-store";
+        return 0;
+    }
+    if (c.externalised == 0)
+        return 0;
+    if ((r = write_file(v, VIEW_GRAPH_NAME, out, out_len, err)) < 0)
+        return r;
+    *written = true;
+    return 0;
+}
+
+/* ---- the index ---- */
+
+static json_t *string_or_null(const char *s)
+{
+    return s != NULL ? json_string(s) : json_null();
+}
+
+static json_t *tensor_json(const struct view_index_tensor *t, tetris_error *err)
+{
+    char hex[TENSOR_DIGEST_HEX_LEN + 1], digest[TENSOR_DIGEST_HEX_LEN + 8];
+    json_t *shape = json_array();
+    for (int k = 0; shape != NULL && k < t->meta->ndim; k++)
+        if (json_array_append_new(shape, json_integer(t->meta->shape[k])) < 0) {
+            json_decref(shape);
+            shape = NULL;
+        }
+    if (t->has_digest) {
+        tensor_digest_to_hex(&t->meta->digest, hex);
+        snprintf(digest, sizeof(digest), "sha256:%s", hex);
+    }
+    json_t *file = string_or_null(t->file);
+    json_t *name = json_string(t->name);
+    if (shape == NULL || file == NULL || name == NULL) {
+        json_decref(shape);
+        json_decref(file);
+        json_decref(name);
+        tetris_fail(err, TETRIS_E_FORMAT, 0,
+                    "tensor \"%s\": name or file is not valid UTF-8 (or out of memory)", t->name);
+        return NULL;
+    }
+    json_t *o = json_pack("{s:o, s:s, s:o, s:o, s:I, s:I, s:o, s:b}", "name", name, "dtype",
+                          t->meta->dtype, "shape", shape, "file", file, "offset",
+                          (json_int_t)t->offset, "length", (json_int_t)t->length, "digest",
+                          t->has_digest ? json_string(digest) : json_null(), "shared", t->shared);
+    if (o == NULL)
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\": building its entry", t->name);
+    return o;
+}
+
+char *view_index_json(const struct view_index *ix, tetris_error *err)
+{
+    json_t *tensors = json_array();
+    json_t *opts = NULL;
+    if (tensors == NULL) {
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < ix->n_tensors; i++) {
+        json_t *t = tensor_json(&ix->tensors[i], err);
+        if (t == NULL || json_array_append_new(tensors, t) < 0) {
+            if (t != NULL)
+                tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+            json_decref(tensors);
+            return NULL;
+        }
+    }
+    /* What a runtime must set to compute on the shared pages: no graph
+     * optimisations (they fold weights into private copies), no MLAS
+     * pre-packing (a private copy of every GEMM weight), and, for a
+     * session created from the graph's bytes, the folder its external
+     * data resolves against. */
+    if (ix->graph != NULL)
+        opts = json_pack("{s:s, s:s, s:o}", "graph_optimization_level", "disabled",
+                         "session.disable_prepacking", "1",
+                         "session.model_external_initializers_file_folder_path",
+                         string_or_null(ix->external_data_folder));
+    json_t *root = json_pack("{s:s, s:o, s:s, s:o, s:o, s:b, s:o, s:o, s:o}", "format", VIEW_FORMAT,
+                             "model", string_or_null(ix->model), "model_format", ix->model_format,
+                             "graph", string_or_null(ix->graph), "store", string_or_null(ix->store),
+                             "shared", ix->shared, "fallback", string_or_null(ix->fallback),
+                             "session_options", opts != NULL ? opts : json_null(), "tensors",
+                             tensors);
+    if (root == NULL) {
+        tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: a path is not valid UTF-8 (or out of memory)",
+                    ix->model);
+        return NULL;
+    }
+    char *text = json_dumps(root, JSON_INDENT(1));
+    json_decref(root);
+    if (text == NULL)
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    return text;
+}
+
+/* Writes tensors.json under a temporary name and renames it: the view is
+ * complete once it appears. */
+static int write_index(model_view *v, const struct view_index *ix, tetris_error *err)
+{
+    cleanup_free char *text = view_index_json(ix, err);
+    int r;
+    if (text == NULL)
+        return -err->code;
+    size_t len = strlen(text);
+    text[len] = '\n'; /* json_dumps' NUL becomes the final newline */
+    if ((r = write_file(v, VIEW_INDEX_TMP, text, len + 1, err)) < 0)
+        return r;
+    if (renameat(v->dirfd, VIEW_INDEX_TMP, v->dirfd, VIEW_INDEX_NAME) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "rename %s/%s", v->dir, VIEW_INDEX_TMP);
+    free(v->made[v->n_made - 1].path);
+    v->made[v->n_made - 1].path = strdup(VIEW_INDEX_NAME);
+    if (v->made[v->n_made - 1].path == NULL) {
+        v->n_made--;
+        unlinkat(v->dirfd, VIEW_INDEX_NAME, 0);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int build(model_view *v, const agent_model *am, const char *model_path, struct view_plan *p,
+                 tetris_error *err)
+{
+    const model *m = am->model;
+    const char *reason = NULL;
+    bool graph_written = false;
+    int r;
+
+    if ((r = plan(v, am, p, err)) < 0)
+        return r;
+    bool onnx = strcmp(m->format, "onnx") == 0;
+    cleanup_free char *model_abs = realpath(model_path, NULL);
+    if (model_abs == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "realpath %s", model_path);
+    size_t in_store = 0;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        in_store += p->in_store[i];
+    if (onnx && in_store > 0 &&
+        (r = write_graph(v, model_abs, p, &graph_written, &reason, err)) < 0)
+        return r;
+
+    cleanup_free struct view_index_tensor *entries = calloc(m->n_tensors + 1, sizeof(*entries));
+    if (entries == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    struct view_stats *s = &v->stats;
+    s->tensors = m->n_tensors;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tensor_desc *d = &m->tensors[i];
+        entries[i] = (struct view_index_tensor){
+            .name = d->name,
+            .meta = &d->meta,
+            .has_digest = d->has_digest,
+            .file = p->files[i],
+            .offset = p->in_store[i] ? 0 : d->offset,
+            .length = p->in_store[i] ? d->meta.nbytes : d->length,
+            .shared = p->in_store[i],
+        };
+        s->bytes += d->meta.nbytes;
+        if (p->in_store[i]) {
+            s->shared_tensors++;
+            s->shared_bytes += d->meta.nbytes;
+        }
+    }
+    s->shared = onnx ? graph_written : s->shared_tensors > 0;
+    if (am->stats.fell_back)
+        reason = am->stats.fallback_reason;
+    else if (p->store == NULL)
+        reason = "private";
+    else if (reason == NULL && in_store < m->n_tensors && !s->shared)
+        reason = "not-in-store";
+    if (reason != NULL) {
+        snprintf(v->fallback, sizeof(v->fallback), "%s", reason);
+        s->fallback = v->fallback;
+    }
+    cleanup_free char *model_dir = strdup(model_abs);
+    if (model_dir == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    *strrchr(model_dir, '/') = '\0';
+    struct view_index ix = {
+        .model = model_abs,
+        .model_format = m->format,
+        .graph = !onnx           ? NULL
+                 : graph_written ? VIEW_GRAPH_NAME
+                                 : model_abs,
+        .store = p->store,
+        .external_data_folder = graph_written  ? p->store
+                                : model_dir[0] ? model_dir
+                                               : "/",
+        .shared = s->shared,
+        .fallback = s->fallback,
+        .tensors = entries,
+        .n_tensors = m->n_tensors,
+    };
+    return write_index(v, &ix, err);
+}
+
+int view_write(const agent_model *am, const char *model_path, const char *dir, model_view **out,
+               tetris_error *err)
+{
+    struct view_plan p = {0};
+    model_view *v = calloc(1, sizeof(*v));
+    int r;
+
+    if (v == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    v->dirfd = -1;
+    r = make_dir(v, dir, err);
+    if (r == 0)
+        r = build(v, am, model_path, &p, err);
+    plan_free(&p);
+    if (r < 0) {
+        view_remove(v);
+        return r;
+    }
+    log_info("event=view dir=%s model=%s shared=%s fallback=%s tensors=%zu shared_tensors=%zu "
+             "shared_bytes=%llu",
+             LOG_Q(v->dir), LOG_Q(model_path), v->stats.shared ? "true" : "false",
+             v->stats.fallback != NULL ? v->stats.fallback : "none", v->stats.tensors,
+             v->stats.shared_tensors, (unsigned long long)v->stats.shared_bytes);
+    *out = v;
+    return 0;
+}
+
+void view_forget(model_view *v)
+{
+    if (v == NULL)
+        return;
+    for (size_t k = 0; k < v->n_made; k++)
+        free(v->made[k].path);
+    if (v->dirfd >= 0)
+        close(v->dirfd);
+    free(v->made);
+    free(v->dir);
+    free(v);
+}
+
+const char *view_dir(const model_view *v)
+{
+    return v->dir;
+}
+
+const struct view_stats *view_stats(const model_view *v)
+{
+    return &v->stats;
+}
+
+/* ---- checking a view, as its reader does ---- */
+
+static int check_owner(const struct stat *st, const char *what, tetris_error *err)
+{
+    if (st->st_uid != geteuid() && st->st_uid != 0)
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "%s belongs to uid %u, neither us nor root",
+                           what, (unsigned)st->st_uid);
+    if (st->st_mode & (S_IWGRP | S_IWOTH))
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "%s is writable by group or others (mode %o)",
+                           what, (unsigned)(st->st_mode & 07777));
+    return 0;
+}
+
+/* Whether the resolved path is dir itself or beneath it. */
+static bool beneath(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (n > 0 && dir[n - 1] == '/')
+        n--;
+    return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}
+
+static int read_index(const char *dir, int dirfd, json_t **out, tetris_error *err)
+{
+    cleanup_close int fd = openat(dirfd, VIEW_INDEX_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    json_error_t jerr;
+    if (fd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
+                           "%s/" VIEW_INDEX_NAME, dir);
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s/" VIEW_INDEX_NAME, dir);
+    if (!S_ISREG(st.st_mode))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s/" VIEW_INDEX_NAME ": not a file", dir);
+    int r = check_owner(&st, VIEW_INDEX_NAME, err);
+    if (r < 0)
+        return r;
+    *out = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    if (*out == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s/" VIEW_INDEX_NAME ": line %d: %s", dir,
+                           jerr.line, jerr.text);
+    return 0;
+}
+
+/* The file a tensor (or the graph) names, resolved; checked to be a
+ * regular file beneath one of the allowed folders, at least `need` long. */
+static int check_file(const char *dir, const char *file, const char *const *allowed, uint64_t need,
+                      const char *what, tetris_error *err)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (snprintf(path, sizeof(path), "%s/%s", file[0] == '/' ? "" : dir, file) >= (int)sizeof(path))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: file name too long", what);
+    cleanup_free char *real = realpath(path, NULL);
+    if (real == NULL)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s: %s", what, file);
+    bool inside = false;
+    for (size_t k = 0; allowed[k] != NULL && !inside; k++)
+        inside = beneath(real, allowed[k]);
+    if (!inside)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, 0, "%s: %s resolves to %s, outside %s", what,
+                           file, real, allowed[0]);
+    if (stat(real, &st) < 0)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s: %s", what, real);
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < need)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, 0,
+                           "%s: %s is not a regular file of at least %llu bytes", what, real,
+                           (unsigned long long)need);
+    return 0;
+}
+
+static int check_tensors(const char *dir, json_t *tensors, const char *store_real,
+                         const char *model_dir, struct view_check_result *out, tetris_error *err)
+{
+    const char *in_store[] = {store_real, NULL};
+    const char *in_model[] = {model_dir, NULL};
+    size_t i;
+    json_t *t;
+    json_array_foreach (tensors, i, t) {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        json_t *file = json_object_get(t, "file");
+        json_t *offset = json_object_get(t, "offset"), *length = json_object_get(t, "length");
+        json_t *shared = json_object_get(t, "shared");
+        char what[300];
+        snprintf(what, sizeof(what), "tensors[%zu] (\"%s\")", i, name != NULL ? name : "?");
+        if (name == NULL || !json_is_boolean(shared) || !json_is_integer(offset) ||
+            !json_is_integer(length) || json_integer_value(offset) < 0 ||
+            json_integer_value(length) < 0 || json_integer_value(offset) > INT64_MAX / 2 ||
+            json_integer_value(length) > INT64_MAX / 2 ||
+            (!json_is_string(file) && !json_is_null(file)))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "%s: needs name, file, offset, length and shared", what);
+        out->tensors++;
+        if (json_is_null(file))
+            continue;
+        bool is_shared = json_is_true(shared);
+        if (is_shared && store_real == NULL)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: shared, but the view has no store",
+                               what);
+        uint64_t need = (uint64_t)json_integer_value(offset) + (uint64_t)json_integer_value(length);
+        int r = check_file(dir, json_string_value(file), is_shared ? in_store : in_model, need,
+                           what, err);
+        if (r < 0)
+            return r;
+        out->files++;
+        out->shared_files += is_shared;
+    }
+    return 0;
+}
+
+int view_check(const char *dir, struct view_check_result *out, tetris_error *err)
+{
+    struct stat st;
+    json_t *ix = NULL;
+    int r;
+
+    memset(out, 0, sizeof(*out));
+    cleanup_close int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_DENIED, errno,
+                           "view directory %s", dir);
+    if (fstat(dirfd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", dir);
+    if ((r = check_owner(&st, "the view directory", err)) < 0 ||
+        (r = read_index(dir, dirfd, &ix, err)) < 0)
+        return r;
+    const char *format = json_string_value(json_object_get(ix, "format"));
+    const char *model_path = json_string_value(json_object_get(ix, "model"));
+    json_t *graph = json_object_get(ix, "graph"), *store_v = json_object_get(ix, "store");
+    json_t *shared = json_object_get(ix, "shared"), *fallback = json_object_get(ix, "fallback");
+    json_t *tensors = json_object_get(ix, "tensors");
+    if (format == NULL || strcmp(format, VIEW_FORMAT) != 0)
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: format is not \"" VIEW_FORMAT "\"", dir);
+    else if (model_path == NULL || model_path[0] != '/' || !json_is_boolean(shared) ||
+             !json_is_array(tensors) || !(json_is_string(graph) || json_is_null(graph)) ||
+             !(json_is_string(store_v) || json_is_null(store_v)) ||
+             !(json_is_string(fallback) || json_is_null(fallback)))
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                        "%s: needs model (absolute), graph, store, shared, fallback, tensors", dir);
+    cleanup_free char *store_real = NULL, *model_dir = NULL;
+    if (r == 0 && json_is_string(store_v) &&
+        (store_real = realpath(json_string_value(store_v), NULL)) == NULL)
+        r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "store %s", json_string_value(store_v));
+    if (r == 0 && (model_dir = realpath(model_path, NULL)) == NULL)
+        r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "model %s", model_path);
+    if (r == 0) {
+        *strrchr(model_dir, '/') = '\0';
+        const char *graph_allowed[] = {dir, model_dir, NULL};
+        cleanup_free char *dir_real = realpath(dir, NULL);
+        graph_allowed[0] = dir_real != NULL ? dir_real : dir;
+        if (json_is_string(graph))
+            r = check_file(dir, json_string_value(graph), graph_allowed, 0, "graph", err);
+    }
+    if (r == 0)
+        r = check_tensors(dir, tensors, store_real, model_dir[0] ? model_dir : "/", out, err);
+    if (r == 0) {
+        out->shared = json_is_true(shared);
+        if (json_is_string(fallback))
+            snprintf(out->fallback, sizeof(out->fallback), "%s", json_string_value(fallback));
+    }
+    json_decref(ix);
+    return r;
+}

@@ -1,0 +1,113 @@
+/* view.h - a model view: a directory that lets a runtime in another process
+ * (any language) use the store's copy of a model the agent has loaded,
+ * instead of loading a private one. Its layout and tensors.json are the
+ * contract in docs/PROTOCOLS.md, "Model view":
+ *
+ *   DIR/tensors.json               the index; written last, by rename
+ *   DIR/model.onnx                 ONNX: the graph, every tensor the store
+ *                                  holds as external data
+ *                                  "tensors/XX/<hex>" (offset 0)
+ *   DIR/tensors/XX/<hex>           symlink to <store public>/tensors/XX/<hex>
+ *
+ * The locations resolve both against DIR (through the links: ONNX Runtime
+ * before 1.24 opening DIR/model.onnx) and against the store's public
+ * directory itself (the graph's bytes handed to a session whose
+ * external-data folder is the store: what ONNX Runtime 1.24 and later
+ * require, since they refuse external data that resolves outside the
+ * folder). When the store holds nothing of the model (no store, a full
+ * store, no daemon, a private load) there is no model.onnx: tensors.json
+ * names the original model as the graph and says why ("fallback").
+ *
+ * The view holds no reference: the agent_model it was written from does,
+ * so a view must be removed (view_remove) before that model is freed.
+ * Invariants: a reader that sees tensors.json sees the whole view; the
+ * directory is 0700, tensors.json and model.onnx 0444; view_remove
+ * removes only what view_write made, never following a link. */
+#ifndef TETRIS_VIEW_H
+#define TETRIS_VIEW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/agent.h"
+#include "common/error.h"
+
+#define VIEW_FORMAT "tetris-model-view/1"
+#define VIEW_INDEX_NAME "tensors.json"
+#define VIEW_GRAPH_NAME "model.onnx"
+
+typedef struct model_view model_view;
+
+struct view_stats {
+    size_t tensors;
+    size_t shared_tensors; /* whose bytes are the store's files */
+    uint64_t bytes;
+    uint64_t shared_bytes;
+    bool shared;          /* the graph (safetensors: any tensor) is the store's */
+    const char *fallback; /* why not everything is the store's, NULL if it is */
+};
+
+/* Writes the view of am (from agent_load of model_path) into dir: a new
+ * directory, or an existing empty one owned by us that is no link; NULL
+ * makes one under $TMPDIR (else /tmp). TETRIS_E_DENIED for a dir that is
+ * not ours, not empty or not a directory; TETRIS_E_FORMAT if the model
+ * image is not ONNX after all. On failure nothing of the view is left. */
+int view_write(const agent_model *am, const char *model_path, const char *dir, model_view **out,
+               tetris_error *err);
+/* The view's directory, absolute. */
+const char *view_dir(const model_view *v);
+const struct view_stats *view_stats(const model_view *v);
+/* Removes what view_write made (the directory too, once empty) and frees
+ * v; what cannot be removed is logged. NULL is a no-op. */
+void view_remove(model_view *v);
+/* Frees v and leaves the view in place (`tetris-agent view` without
+ * --hold: the caller removes it). */
+void view_forget(model_view *v);
+
+/* What view_check found in a view that passed. */
+struct view_check_result {
+    bool shared;
+    char fallback[256]; /* "" when null */
+    size_t tensors;
+    size_t files;        /* tensors with a file, each checked */
+    size_t shared_files; /* of which in the store */
+};
+
+/* Checks the view at dir the way a reader must before it trusts it
+ * (docs/PROTOCOLS.md, "Model view"): the directory and tensors.json are
+ * its uid's or root's and writable by nobody else, tensors.json is
+ * well-formed, the graph exists, and every tensor's file resolves to a
+ * regular file inside the store (a shared tensor) or the original model's
+ * folder, at least offset + length long. TETRIS_E_DENIED for ownership or
+ * modes, TETRIS_E_FORMAT for a bad index, TETRIS_E_NOTFOUND for a file
+ * that is missing or resolves elsewhere or is too short; the message
+ * names the tensor. */
+int view_check(const char *dir, struct view_check_result *out, tetris_error *err);
+
+/* The tensors.json text of a view (malloc'd), for view_write and tests:
+ * every string JSON-escaped; `graph` NULL for safetensors, store NULL when
+ * nothing is shared. */
+struct view_index_tensor {
+    const char *name;
+    const tensor_meta *meta;
+    bool has_digest;
+    const char *file; /* relative to the view or absolute; NULL: in the graph */
+    uint64_t offset, length;
+    bool shared;
+};
+struct view_index {
+    const char *model;
+    const char *model_format;
+    const char *graph;
+    const char *store;
+    const char *external_data_folder; /* the folder a session from the graph's
+                                         bytes resolves external data against */
+    bool shared;
+    const char *fallback;
+    const struct view_index_tensor *tensors;
+    size_t n_tensors;
+};
+char *view_index_json(const struct view_index *ix, tetris_error *err);
+
+#endif
