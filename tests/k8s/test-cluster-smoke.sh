@@ -23,13 +23,18 @@ if kc get node "$NODE_NAME" -o jsonpath='{.spec.taints[*].key}' | grep -q not-re
     fail "$NODE_NAME still tainted not-ready"
 fi
 # The Helm chart's scheduler, installed here, must be the only one serving
-# its default name: none of the cluster's own schedulers may take it.
+# its default name: none of the cluster's running schedulers may take it.
 chart_scheduler="$(yq -r .scheduler.name "$ROOT/charts/tetris/values.yaml")"
 [ -n "$chart_scheduler" ] || fail "charts/tetris/values.yaml names no scheduler"
-for conf in "$CLUSTER_DIR"/config/*.yaml; do
+schedulers=0
+for args in "$CLUSTER_DIR"/run/*.args; do
+    daemon_running "$(basename "$args" .args)" && grep -q '/kube-scheduler$' "$args" || continue
+    conf="$(sed -n '/^--config$/{n;p;}' "$args")"
+    schedulers=$((schedulers + 1))
     ! grep -qx -- "- schedulerName: $chart_scheduler" "$conf" ||
-        fail "the cluster's $conf serves $chart_scheduler, the chart's default scheduler name"
+        fail "the cluster's scheduler ($conf) serves $chart_scheduler, the chart's default scheduler name"
 done
+[ "$schedulers" -ge 1 ] || fail "no kube-scheduler of the cluster found running in $CLUSTER_DIR/run"
 
 # 2. Three API-only nodes.
 k8s_api_nodes 3
