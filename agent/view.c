@@ -736,16 +736,15 @@ static int check_tensors(const char *dir, json_t *tensors, const char *store_rea
         out->tensors++;
         if (json_is_null(file))
             continue;
-        int r = check_length(t, (uint64_t)json_integer_value(length), what, err);
-        if (r < 0)
-            return r;
         bool is_shared = json_is_true(shared);
         if (is_shared && store_real == NULL)
             return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: shared, but the view has no store",
                                what);
         uint64_t need = (uint64_t)json_integer_value(offset) + (uint64_t)json_integer_value(length);
-        r = check_file(dir, json_string_value(file), is_shared ? in_store : in_model, need, what,
-                       err);
+        int r = check_file(dir, json_string_value(file), is_shared ? in_store : in_model, need,
+                           what, err);
+        if (r == 0)
+            r = check_length(t, (uint64_t)json_integer_value(length), what, err);
         if (r < 0)
             return r;
         out->files++;
