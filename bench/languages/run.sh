@@ -36,7 +36,8 @@
 # Environment: TETRIS_BIN (required), BENCH_QUICK=1 (N = 2, 3 repetitions),
 # BENCH_LANG_INSTANCES (N, default 4), BENCH_REPS (runtime-alone
 # repetitions, default 5), BENCH_STORE_ROOT (default /dev/shm),
-# BENCH_LANG_SEQ (BERT's sequence length, default 128).
+# BENCH_LANG_SEQ (BERT's sequence length, default 32: Debian's PyTorch
+# multiplies with the reference BLAS, seconds per request at 128 tokens).
 # Exit status: 0 done, 1 a measurement failed, 2 setup error.
 set -uo pipefail
 BIN="${TETRIS_BIN:?TETRIS_BIN must name the directory of the tetris programs}"
@@ -46,7 +47,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 else
     N=${BENCH_LANG_INSTANCES:-4}; REPS=${BENCH_REPS:-5}
 fi
-SEQ=${BENCH_LANG_SEQ:-128}
+SEQ=${BENCH_LANG_SEQ:-32}
 STORE_ROOT="${BENCH_STORE_ROOT:-/dev/shm}"
 WORK="$(mktemp -d "$STORE_ROOT/tetris-bench-languages.XXXXXX")" || exit 2
 STORE="$WORK/store"
@@ -91,6 +92,8 @@ for p in tetris-function tetris-agent tetris-onnx-run tetris-reclaimer; do
 done
 command -v node >/dev/null 2>&1 && node -e "require('onnxruntime-node')" 2>/dev/null ||
     die "Node.js with onnxruntime-node is missing (scripts/deps.sh installs both)"
+
+LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 
 # ---- the model ----
 KINDS="c node python"
@@ -235,6 +238,7 @@ label() {
     esac | sed "s/bert-base\.onnx/$NAME.onnx/"
 }
 
+echo "Machine: $(nproc) cores ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(($(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) / 1048576)) GiB RAM; load average $LOAD_START at the start, $(cut -d' ' -f1 /proc/loadavg) at the end."
 echo "Model: $KIND; $N instances per language and mode$NOTE, one after another; 1 intra-op thread each."
 [ -z "${NO_PY:-}" ] || echo "No Python rows: $NO_PY."
 echo "Store: $(case "${TMPFS_NOTE:-}" in "mounted within_size" | "reused within_size") echo "a tmpfs of the daemon's own, 2 MiB pages" ;; *) echo "the directory as it is ($STORE_ROOT): the daemon could not mount its tmpfs" ;; esac)."
