@@ -1,31 +1,26 @@
 # tests/langs/lib.sh - what the tests of the Node.js and Python functions
-# share (sourced; sources tests/lib/common.sh): starting an instance (under
-# `tetris-agent exec` or privately) and waiting for its serving line, OIP
-# requests and the SHA-256 of their outputs, the memory of a set of
-# instances measured as scripts/demo.sh measures it, and hostile copies of
-# a real view.
+# share (sourced; sources tests/lib/common.sh and scripts/lib/serving.sh,
+# whose helpers the demo and the benchmarks use too): starting an instance
+# (under `tetris-agent exec` or privately) and waiting for its serving
+# line, OIP requests and the SHA-256 of their outputs, the memory of a set
+# of instances measured as scripts/demo.sh measures it (serving.sh's
+# pss_kb, rss_kb, rollup_kb, store_kb), and hostile copies of a real view.
 #
-#   inst_start NAME CMD...     runs CMD with stderr in $WORK/NAME.log until
-#                              the function logs event=serving; sets
-#                              INST_PID (the function's own pid, from that
-#                              line), INST_PORT (if it names one) and
-#                              INST_LAUNCHER (the process started: exec, or
-#                              the function)
-#   oip_sha URL MODEL REQ OUT  POSTs REQ to /v2/models/MODEL/infer, expects
-#                              200; prints the outputs' "<sha256> <bytes>"
+#   inst_start NAME CMD...     serve_start with stderr in $WORK/NAME.log:
+#                              sets INST_PID (the function's own pid),
+#                              INST_PORT and INST_LAUNCHER (the process
+#                              started: exec, or the function); fails the
+#                              test when it does not serve
+#   oip_sha URL MODEL REQ OUT  oip_answer, failing the test unless 200
 #   http_status METHOD URL [BODY-FILE]  the HTTP status; body in $WORK/http.body
 #   bad_requests URL MODEL GOOD-REQ  malformed requests get 4xx with
 #                              {"error": ...}, the function keeps serving
-#   pss_kb PID [PREFIX]        PSS of the process, or of its mappings of
-#                              files under PREFIX (kB)
-#   rss_kb PID PREFIX          RSS of its mappings of files under PREFIX
-#   rollup_kb PID FIELD        a field of /proc/PID/smaps_rollup (kB)
-#   store_kb STORE             the store's allocated tensor pages (kB)
 #   store_listing STORE        every path, size, mode and content hash
 #   bad_views VIEW STORE DIR   hostile copies of VIEW under DIR, listed in
 #                              DIR/cases as "name<TAB>expected message"
 # shellcheck shell=sh disable=SC2034,SC2016
 . "$(dirname "$0")/../lib/common.sh"
+. "$ROOT/scripts/lib/serving.sh"
 
 # SANITIZED=1 for an ASan build of the programs under test: its exec
 # supervisors and daemon take more memory than a release build's, so the
@@ -35,8 +30,7 @@ if ldd "$BIN/tetris-agent" 2>/dev/null | grep -q libasan; then
     SANITIZED=1
     asan_memory_as_release
 fi
-PY="${TETRIS_PYTHON:-$([ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)}"
-export NODE_PATH="${NODE_PATH:-$ROOT/.deps/node_modules}"
+PY=$SERVING_PY
 # the views `tetris-agent exec` writes go into the scratch directory
 export TMPDIR="$WORK"
 
@@ -53,23 +47,15 @@ need_numpy() {
 inst_start() {
     _name=$1
     shift
-    "$@" >"$WORK/$_name.out" 2>"$WORK/$_name.log" &
-    INST_LAUNCHER=$!
-    KILL_ON_EXIT="$KILL_ON_EXIT $INST_LAUNCHER"
-    wait_until 120 "grep -q 'event=serving' '$WORK/$_name.log' || ! kill -0 $INST_LAUNCHER" ||
-        fail "$_name: no serving line"
-    grep -q 'event=serving' "$WORK/$_name.log" || fail "$_name exited before serving: $(tail -n 5 "$WORK/$_name.log")"
-    _line=$(grep 'event=serving' "$WORK/$_name.log" | grep -v 'prog=tetris-agent' | tail -n 1)
-    INST_PORT=$(printf '%s\n' "$_line" | sed -n 's/.* port=\([0-9]*\).*/\1/p')
-    INST_PID=$(printf '%s\n' "$_line" | sed -n 's/.* pid=\([0-9]*\).*/\1/p')
-    [ -n "$INST_PID" ] || fail "$_name: serving line without pid: $_line"
+    _rc=0
+    serve_start "$WORK/$_name" "$@" || _rc=$?
+    KILL_ON_EXIT="$KILL_ON_EXIT $SERVE_LAUNCHER"
+    [ $_rc -eq 0 ] || fail "$_name: $SERVE_ERROR"
+    INST_PID=$SERVE_PID INST_PORT=$SERVE_PORT INST_LAUNCHER=$SERVE_LAUNCHER
 }
 
 oip_sha() {
-    _code=$(curl -s -o "$4" -w '%{http_code}' -H 'Content-Type: application/json' \
-        --data-binary "@$3" "$1/v2/models/$2/infer") || fail "POST $1/v2/models/$2/infer: curl failed"
-    [ "$_code" = 200 ] || fail "POST $1/v2/models/$2/infer: HTTP $_code: $(head -c 300 "$4")"
-    node "$ROOT/tests/langs/oip-sha256.js" "$4"
+    oip_answer "$@" 2>"$WORK/oip.err" || fail "$(cat "$WORK/oip.err")"
 }
 
 http_status() {
@@ -115,28 +101,6 @@ bad_requests() {
     _expect 413 "body over TETRIS_MAX_BODY_BYTES" POST "$_u/infer" "$WORK/r.big"
     [ "$(http_status GET "$1/_/health")" = 200 ] || fail "not serving after bad requests"
     [ "$(http_status GET "$1/v2/health/ready")" = 200 ] || fail "not ready after bad requests"
-}
-
-pss_kb() {
-    if [ $# -eq 1 ]; then
-        awk '/^Pss:/ { print $2 }' "/proc/$1/smaps_rollup"
-    else
-        awk -v pre="$2" '/^[0-9a-f]+-[0-9a-f]+ / { in_store = index($6, pre) == 1 }
-                         /^Pss:/ && in_store { kb += $2 } END { print kb + 0 }' "/proc/$1/smaps"
-    fi
-}
-
-rss_kb() {
-    awk -v pre="$2" '/^[0-9a-f]+-[0-9a-f]+ / { in_store = index($6, pre) == 1 }
-                     /^Rss:/ && in_store { kb += $2 } END { print kb + 0 }' "/proc/$1/smaps"
-}
-
-rollup_kb() {
-    awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/smaps_rollup"
-}
-
-store_kb() {
-    du -sk "$1/public/tensors" | cut -f1
 }
 
 store_listing() {

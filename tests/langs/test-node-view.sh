@@ -124,7 +124,7 @@ curl -s -D "$WORK/bin.headers" -o "$WORK/bin.resp" --data-binary "@$WORK/req.bin
     "$url/v2/models/$NAME/infer" || fail "binary request: curl failed"
 hlen=$(tr -d '\r' <"$WORK/bin.headers" | sed -n 's/^[Ii]nference-[Hh]eader-[Cc]ontent-[Ll]ength: //p')
 [ -n "$hlen" ] || fail "binary answer without Inference-Header-Content-Length: $(cat "$WORK/bin.headers")"
-[ "$(node "$ROOT/tests/langs/oip-sha256.js" "$WORK/bin.resp" "$hlen")" = \
+[ "$(node "$ROOT/scripts/lib/oip-sha256.js" "$WORK/bin.resp" "$hlen")" = \
     "$(jq -r '"\(.sha256) \(.output_bytes)"' "$WORK/want.$N.json")" ] || fail "binary outputs differ"
 [ "$(http_status GET "$url/v2/models/$NAME")" = 200 ] || fail "model metadata: HTTP $(cat "$WORK/http.body")"
 jq -e '.inputs == [{"name": "x", "datatype": "FP32", "shape": [-1, 3, 48, -1]}] and .outputs[0].datatype == "FP32"' \

@@ -1,13 +1,14 @@
 #!/usr/bin/env node
-// oip-sha256.js - test helper: the SHA-256 of an Open Inference Protocol
-// infer response's output bytes, computed as tetris-onnx-run computes its
+// oip-sha256.js - the SHA-256 of an Open Inference Protocol infer
+// response's output bytes, computed as tetris-onnx-run computes its
 // "sha256" (every output's raw little-endian bytes, in order, concatenated),
 // so that a function's JSON answer can be compared with a private ONNX
-// Runtime run. Reads the response from FILE (JSON, or the binary tensor
-// extension when HEADER_LENGTH, its Inference-Header-Content-Length, is
-// given); prints "<hex> <bytes>". Node's standard library only. (JSON
-// integers beyond 2^53 would lose digits here; the models' outputs are
-// floats.)
+// Runtime run (scripts/lib/serving.sh's oip_answer; the demo, the
+// benchmarks and tests/langs). Reads the response from FILE (JSON, or the
+// binary tensor extension when HEADER_LENGTH, its
+// Inference-Header-Content-Length, is given); prints "<hex> <bytes>".
+// Node's standard library only. (JSON integers beyond 2^53 would lose
+// digits here; the models' outputs are floats.)
 //   oip-sha256.js FILE [HEADER_LENGTH]
 'use strict';
 const crypto = require('node:crypto');
