@@ -99,6 +99,11 @@ python)
 *) usage ;;
 esac
 set -- "$@" -f "$stage/function:/function"
+if [ "$lang" = node ]; then
+    # After /function: the libraries ONNX Runtime loads (librt, ...).
+    lib=/function/node_modules/onnxruntime-node/bin/napi-v6/linux/x64/libonnxruntime.so.1
+    set -- "$@" -x "$stage$lib:$lib"
+fi
 for m in $models; do set -- "$@" -f "$m:/models/$(basename "$m")"; done
 
 if [ -n "$out" ]; then

@@ -104,19 +104,49 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return False
         return super().handle_expect_100()
 
+    def read_body(self):
+        """(body, error): the request's body, by Content-Length or chunked
+        (OpenFaaS's gateway forwards a body in chunks), at most max_body."""
+        limit = self.server.max_body
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts, n = [], 0
+            while True:
+                line = self.rfile.readline(1024).split(b";")[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    self.close_connection = True
+                    return None, (400, "malformed chunked body")
+                if size == 0:
+                    while self.rfile.readline(1024).strip():  # trailers
+                        pass
+                    return b"".join(parts), None
+                n += size
+                if n > limit:
+                    self.close_connection = True
+                    return None, (413, f"request body over {limit} bytes")
+                chunk = self.rfile.read(size)
+                if len(chunk) != size or self.rfile.readline(3).strip():
+                    self.close_connection = True
+                    return None, (400, "malformed chunked body")
+                parts.append(chunk)
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit():
+            return None, (411, "Content-Length required")
+        if int(length) > limit:
+            self.close_connection = True
+            return None, (413, f"request body over {limit} bytes")
+        return self.rfile.read(int(length)), None
+
     def do_POST(self):
         action, err = self.model_route()
         if err:
             return self.fail(*err)
         if action != "/infer":
             return self.fail(405, f"POST {self.path}: use GET")
-        length = self.headers.get("Content-Length", "")
-        if not length.isdigit():
-            return self.fail(411, "Content-Length required")
-        if int(length) > self.server.max_body:
-            self.close_connection = True
-            return self.fail(413, f"request body over {self.server.max_body} bytes")
-        body = self.rfile.read(int(length))
+        body, err = self.read_body()
+        if err:
+            return self.fail(*err)
         m = self.server.model
         try:
             rid, feeds, wanted = oip.parse_infer_request(body, self.headers, m.inputs, m.outputs)
