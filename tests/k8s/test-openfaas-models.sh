@@ -92,10 +92,12 @@ JSON
     [ "$got" = "$want" ] || fail "$file: binary answer hashes to $got, the private run to $want"
     curl -fsS --max-time 30 -X DELETE "$gw/system/functions" -H 'Content-Type: application/json' \
         -d "{\"functionName\": \"$fn\"}" >/dev/null || fail "$file: delete failed"
+    kc -n "$ns" wait --for=delete "deployment/$fn" "service/$fn" --timeout="${K8S_TIMEOUT}s" >/dev/null 2>&1 ||
+        fail "$file: $fn's Deployment or Service outlived its deletion"
     kc -n "$ns" wait --for=delete pod -l "faas_function=$fn" --timeout="${K8S_TIMEOUT}s" >/dev/null 2>&1 ||
         fail "$file: $fn's pod outlived its deletion"
-    [ -z "$(kc -n "$ns" get deployments,services,pods -l "faas_function=$fn" -o name)" ] ||
-        fail "$file: $fn left objects behind"
+    left="$(kc -n "$ns" get deployments,replicasets,services,pods -l "faas_function=$fn" -o name)"
+    [ -z "$left" ] || fail "$file: $fn left $left behind"
     echo "ok $file: JSON and binary answers through the gateway equal the private run ($want)"
 done
 echo "ok all $n models"
