@@ -14,6 +14,12 @@
 // entry through `extra`. Without TETRIS_MODEL_VIEW it loads TETRIS_MODEL
 // itself with the same options (the private baseline: same outputs).
 //
+// What an inference computes is a handler's (OpenFaaS's template layout): a
+// module exporting `async handle({session, ort, feeds, outputs})` that
+// returns the named outputs as ort.Tensors. It is TETRIS_HANDLER, else
+// handler.js beside this file when there is one (the Node.js template puts
+// the user's there), else session.run(feeds, outputs).
+//
 // Routes: GET /_/health (of-watchdog), /healthz, /v2/health/live,
 // /v2/health/ready, /v2, /v2/models/{name}[/ready], POST
 // /v2/models/{name}/infer (the versioned forms too), answered as
@@ -23,6 +29,7 @@
 // every tetris program's.
 'use strict';
 
+const fs = require('node:fs');
 const http = require('node:http');
 const path = require('node:path');
 
@@ -53,6 +60,9 @@ Environment:
                      model file's name without .onnx)
   TETRIS_MODEL_VERSION  its version (default: none)
   TETRIS_THREADS     intra-op threads (default 1)
+  TETRIS_HANDLER     a module exporting handle({session, ort, feeds,
+                     outputs}) -> {name: ort.Tensor} (default: handler.js
+                     beside this program if present, else session.run)
   port, TETRIS_PORT, PORT  listen on :PORT (all interfaces); unset:
                      127.0.0.1:8080. 0 picks a free port (the serving log
                      line names it)
@@ -140,6 +150,23 @@ function chooseModel() {
   return { mode: 'private', file: model, model, options: DEFAULT_SESSION_OPTIONS, tensors: 0, sharedBytes: 0 };
 }
 
+// The user's handler, or running the session as it is.
+function loadHandler() {
+  const file = process.env.TETRIS_HANDLER || path.join(__dirname, 'handler.js');
+  if (!process.env.TETRIS_HANDLER && !fs.existsSync(file)) {
+    return { file: null, handle: ({ session, feeds, outputs }) => session.run(feeds, outputs) };
+  }
+  let mod;
+  try {
+    mod = require(path.resolve(file));
+  } catch (e) {
+    die(EXIT_USAGE, 'bad-handler', `${file}: ${e.message}`);
+  }
+  const handle = typeof mod === 'function' ? mod : mod.handle;
+  if (typeof handle !== 'function') die(EXIT_USAGE, 'bad-handler', `${file} exports no handle() function`);
+  return { file, handle };
+}
+
 // ---- HTTP -------------------------------------------------------------------
 
 function reply(res, status, obj) {
@@ -182,13 +209,19 @@ async function infer(ctx, req, res) {
   for (const f of r.feeds) feeds[f.name] = new ctx.ort.Tensor(f.type, f.data, f.shape);
   let results;
   try {
-    results = await ctx.session.run(feeds, r.outputs.map((o) => o.name));
+    results = await ctx.handler.handle({
+      session: ctx.session, ort: ctx.ort, feeds, outputs: r.outputs.map((o) => o.name),
+    });
   } catch (e) {
+    if (e instanceof oip.RequestError) throw e;
     // names, types and shapes were checked: what is left is the values
     throw new oip.RequestError(400, `the runtime refused the inputs: ${e.message}`);
   }
   const outs = r.outputs.map((o) => {
-    const t = results[o.name];
+    const t = results && results[o.name];
+    if (!t || !(t instanceof ctx.ort.Tensor)) {
+      throw new oip.RequestError(500, `the handler returned no tensor "${o.name}"`);
+    }
     return { name: o.name, type: t.type, shape: t.dims, data: t.data, binary: o.binary };
   });
   const enc = oip.encodeInferResponse(ctx.name, ctx.version, r.id, outs);
@@ -256,6 +289,7 @@ function serve(ctx, addr) {
     log('info', 'serving', {
       port: server.address().port, pid: process.pid, model: ctx.model, name: ctx.name, mode: ctx.mode,
       tensors: ctx.tensors, shared_bytes: ctx.sharedBytes, ort: ctx.ort.env.versions.node,
+      handler: ctx.handler.file || 'session.run',
     });
   });
   const stop = (sig) => {
@@ -283,6 +317,7 @@ async function main() {
   const maxBody = positiveInt('TETRIS_MAX_BODY_BYTES', 64 * 1024 * 1024);
   const addr = listenAddress();
   const chosen = chooseModel();
+  const handler = loadHandler();
   // loaded only now: --help and --version work without the runtime
   const ort = require('onnxruntime-node');
   let session;
@@ -296,7 +331,7 @@ async function main() {
   const name = process.env.TETRIS_MODEL_NAME || path.basename(chosen.model).replace(/\.onnx$/, '');
   const version = process.env.TETRIS_MODEL_VERSION || null;
   serve({
-    ort, session, inputs, outputs, name, version, maxBody, mode: chosen.mode, model: chosen.model,
+    ort, session, handler, inputs, outputs, name, version, maxBody, mode: chosen.mode, model: chosen.model,
     tensors: chosen.tensors, sharedBytes: chosen.sharedBytes,
     metadata: oip.modelMetadata(name, version, 'onnx_onnxv1', inputs, outputs),
   }, addr);

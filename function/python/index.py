@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """index.py - the PyTorch example function: an OpenFaaS of-watchdog
-HTTP-mode server (http.server, standard library) that answers Open
+HTTP-mode server (tetris.serve, on the standard library) that answers Open
 Inference Protocol (KServe V2) requests with a BERT module in stock
 PyTorch whose parameters are the node tensor store's pages, through a
 tetris model view. Nothing of tetris runs in this process:
@@ -20,13 +20,10 @@ named as the ONNX export names them: input_ids INT64 [batch, sequence] ->
 logits FP32 [batch, 2] (bert-large: start_logits, end_logits).
 """
 
-import http.server
-import json
 import os
 import signal
 import sys
 import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # In the source tree the tetris package and the architecture are here;
@@ -68,16 +65,10 @@ Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure, 2 usage,
 """
 
 
-def _quote(v):
-    s = str(v)
-    return s if s and all(c.isalnum() or c in "_.:/@+-" for c in s) else json.dumps(s)
-
-
 def log(level, event, **kv):
-    ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
-    pairs = "".join(f" {k}={_quote(v)}" for k, v in kv.items())
-    sys.stderr.write(f"ts={ts} level={level} prog={PROG} event={event}{pairs}\n")
-    sys.stderr.flush()
+    from tetris.serve import log as serve_log
+
+    serve_log(PROG, level, event, **kv)
 
 
 def die(code, event, msg):
@@ -164,109 +155,6 @@ class Model:
         return {name: t.numpy() for (name, _, _), t in zip(self.outputs, out)}
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    server_version = f"{PROG}/{VERSION}"
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):  # key=value logs only, for failures
-        pass
-
-    def reply(self, status, body, headers=None):
-        if isinstance(body, (dict, list)):
-            body, headers = json.dumps(body).encode(), {"Content-Type": "application/json"}
-        self.send_response(status)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def fail(self, status, msg):
-        log("error" if status >= 500 else "info", "request-failed", method=self.command,
-            path=self.path, status=status, msg=msg)
-        self.reply(status, {"error": msg})
-
-    def model_route(self):
-        """(action, error): action '', '/ready' or '/infer' for this model."""
-        parts = self.path.split("?")[0].split("/")
-        # ['', 'v2', 'models', NAME, ('versions', V)?, ('ready'|'infer')?]
-        if len(parts) < 4 or parts[1:3] != ["v2", "models"]:
-            return None, (404, f"no route {self.command} {self.path}")
-        rest = parts[4:]
-        if rest[:1] == ["versions"]:
-            version = self.server.version
-            if version is None:
-                return None, (404, f"model \"{parts[3]}\" has no versions")
-            if len(rest) < 2 or rest[1] != version:
-                return None, (404, f"model \"{parts[3]}\" has no version \"{rest[1] if len(rest) > 1 else ''}\" "
-                              f"(it has \"{version}\")")
-            rest = rest[2:]
-        if len(rest) > 1 or (rest and rest[0] not in ("ready", "infer")):
-            return None, (404, f"no route {self.command} {self.path}")
-        name = parts[3]
-        if name != self.server.name:
-            return None, (404, f"unknown model \"{name}\" (this function serves \"{self.server.name}\")")
-        return ("/" + rest[0]) if rest else "", None
-
-    def do_GET(self):
-        path = self.path.split("?")[0]
-        if path in ("/_/health", "/healthz"):
-            return self.reply(200, b"OK\n", {"Content-Type": "text/plain"})
-        if path == "/v2/health/live":
-            return self.reply(200, {"live": True})
-        if path == "/v2/health/ready":
-            return self.reply(200, {"ready": True})
-        if path in ("/v2", "/v2/"):
-            return self.reply(200, {"name": PROG, "version": VERSION,
-                                    "extensions": ["binary_tensor_data"]})
-        action, err = self.model_route()
-        if err:
-            return self.fail(*err)
-        if action == "/infer":
-            return self.fail(405, f"GET {path}: use POST")
-        if action == "/ready":
-            return self.reply(200, {"name": self.server.name, "ready": True})
-        return self.reply(200, self.server.metadata)
-
-    def handle_expect_100(self):
-        """Expect: 100-continue: refuse an oversized body before it is sent."""
-        length = self.headers.get("Content-Length", "")
-        if length.isdigit() and int(length) > self.server.max_body:
-            self.close_connection = True
-            self.fail(413, f"request body over {self.server.max_body} bytes")
-            return False
-        return super().handle_expect_100()
-
-    def do_POST(self):
-        from tetris import oip
-
-        action, err = self.model_route()
-        if err:
-            return self.fail(*err)
-        if action != "/infer":
-            return self.fail(405, f"POST {self.path}: use GET")
-        length = self.headers.get("Content-Length", "")
-        if not length.isdigit():
-            return self.fail(411, "Content-Length required")
-        if int(length) > self.server.max_body:
-            self.close_connection = True
-            return self.fail(413, f"request body over {self.server.max_body} bytes")
-        body = self.rfile.read(int(length))
-        m = self.server.model
-        try:
-            rid, feeds, wanted = oip.parse_infer_request(body, self.headers, m.inputs, m.outputs)
-            results = m.run(feeds)
-        except oip.RequestError as e:
-            return self.fail(e.status, str(e))
-        except Exception as e:  # names, types, shapes and ids were checked
-            return self.fail(400, f"the model refused the inputs: {e}")
-        types = {o[0]: o[1] for o in m.outputs}
-        headers, data = oip.encode_infer_response(
-            self.server.name, self.server.version, rid,
-            [(n, types[n], results[n], b) for n, b in wanted])
-        self.reply(200, data, headers)
-
-
 def main():
     args = sys.argv[1:]
     if "--help" in args or "-h" in args:
@@ -282,20 +170,17 @@ def main():
     host, port = listen_address()
     import torch
 
-    from tetris import oip
+    from tetris.serve import make_server
 
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
     model = Model(os.environ.get("BERT_ARCH", "bert-base"))
     name = os.environ.get("TETRIS_MODEL_NAME") or os.path.basename(model.model).removesuffix(".safetensors")
     try:
-        server = http.server.ThreadingHTTPServer((host, port), Handler)
+        server = make_server(PROG, VERSION, model, name, os.environ.get("TETRIS_MODEL_VERSION") or None,
+                             "pytorch", host, port, max_body)
     except OSError as e:
         die(EXIT_RUNTIME, "listen-failed", str(e))
-    server.daemon_threads = True
-    server.model, server.name, server.max_body = model, name, max_body
-    server.version = os.environ.get("TETRIS_MODEL_VERSION") or None
-    server.metadata = oip.model_metadata(name, server.version, "pytorch", model.inputs, model.outputs)
 
     def stop(sig, _frame):
         log("info", "stopping", signal=signal.Signals(sig).name)
