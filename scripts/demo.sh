@@ -299,7 +299,7 @@ demo_paper() {
     fi
     [ "$paper_rc" = 3 ] || { echo "demo: scripts/models/paper-models.sh failed:" >&2; cat "$WORK/paper.log" >&2; exit 1; }
     echo
-    echo "part 2: PyTorch is unavailable ($(grep -o 'msg="[^"]*"' "$WORK/paper.log" | tail -1)),"
+    echo "part 2: PyTorch is unavailable ($(paper_error)),"
     echo "so the paper-scale part falls back to a SYNTHETIC model without inference."
 
     # Every private instance holds its own copy: cap the count at what fits in
@@ -409,6 +409,9 @@ paper_models() {
     "$ROOT/scripts/models/paper-models.sh" bert-base:3 >"$WORK/paper.list" 2>"$WORK/paper.log" || paper_rc=$?
     PAPER_DIR=$(dirname "$(head -1 "$WORK/paper.list")")
 }
+
+# paper_error: why paper-models.sh failed (its last msg="...", quotes and all).
+paper_error() { sed -n 's/.* msg="\(.*\)"$/\1/p' "$WORK/paper.log" | tail -n 1; }
 
 # cap_to_memory BYTES FACTOR WHAT: caps SYNTH_N at the instances of BYTES x
 # FACTOR each that fit in half of the memory available now, CAP_NOTE saying
@@ -540,7 +543,7 @@ demo_languages() {
         [ "$LANG_KINDS" != "c node" ] || echo "(no Python rows: $SERVING_PY cannot import torch and numpy)"
     else
         echo "C (tetris-function) and Node.js (onnxruntime-node) on $LANG_NAME.onnx; no Python rows:"
-        echo "PyTorch is unavailable ($(grep -o 'msg="[^"]*"' "$WORK/paper.log" | tail -1)), and with it BERT-base"
+        echo "PyTorch is unavailable ($(paper_error)), and with it BERT-base"
     fi
     echo
     # One seeded request for every instance; tetris-onnx-run's private
@@ -625,9 +628,13 @@ demo_languages() {
     echo "start = from starting the process (with exec: the model's load and its view)"
     echo "to its first answer, inference included. With tetris the first C instance"
     echo "has the daemon ingest the ONNX model; the Node.js instances find every tensor"
-    echo "there; the first PyTorch instance has the daemon ingest what is missing."
-    echo "PyTorch computes with its own kernels: its answers are compared with its"
-    echo "private run, C's and Node.js's with tetris-onnx-run's."
+    if [ "$LANG_KINDS" = "c node python" ]; then
+        echo "there, and the first PyTorch instance has the daemon ingest what is missing."
+        echo "PyTorch computes with its own kernels: its answers are compared with its"
+        echo "private run's, C's and Node.js's with tetris-onnx-run's."
+    else
+        echo "there."
+    fi
 }
 
 demo_paper

@@ -106,7 +106,7 @@ if [ $rc = 0 ]; then
 elif [ $rc = 3 ]; then
     NAME=ch_PP-OCRv4_rec_infer ONNX="$ROOT/.deps/models/ch_PP-OCRv4_rec_infer.onnx" ST=""
     KIND="real ch_PP-OCRv4_rec_infer.onnx (BERT-base needs PyTorch)"
-    KINDS="c node"; NO_PY="PyTorch is unavailable: $(tail -n 1 "$WORK/paper.log")"
+    KINDS="c node"; NO_PY="PyTorch is unavailable: $(sed -n 's/.* msg="\(.*\)"$/\1/p' "$WORK/paper.log" | tail -n 1)"
 else
     die "scripts/models/paper-models.sh failed: $(tail -n 3 "$WORK/paper.log")"
 fi
