@@ -571,7 +571,7 @@ static void attach_device(agent_model *am, const struct agent_options *o,
          * padded on the device than a few private copies: the runtime
          * uploads it. */
         if (res[i].status == INGEST_REJECTED || !m->tensors[i].has_digest ||
-            m->tensors[i].meta.nbytes < gran / AGENT_DEVICE_MIN_FRACTION)
+            m->tensors[i].meta.nbytes < gran / GPU_SHARE_MIN_FRACTION)
             continue;
         bool seen = false;
         for (size_t k = 0; k < n_todo && !seen; k++)

@@ -39,12 +39,6 @@ enum agent_digests {
                                hashes every tensor as it writes it */
 };
 
-/* With options.device, tensors smaller than the device's allocation
- * granularity divided by this stay with the runtime: each shared copy is
- * padded to the granularity (2 MiB on common GPUs), so a small one costs
- * more than the private copies of a few instances. */
-#define AGENT_DEVICE_MIN_FRACTION 4
-
 /* Store mappings are populated at load by default (see BENCHMARKS.md, cold
  * start): a warm start then adds no page faults to the first request. */
 #define AGENT_POPULATE_DEFAULT STORE_POPULATE_MADVISE

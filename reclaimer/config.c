@@ -48,6 +48,8 @@ enum {
     OPT_MOUNT_NAMESPACE,
     OPT_GPU_CAPACITY,
     OPT_LIBCUDA,
+    OPT_GPU_STORE_QUOTA,
+    OPT_GPU_SHARED_STORE,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -83,6 +85,8 @@ static const struct option long_options[] = {
     {"mount-namespace", required_argument, NULL, OPT_MOUNT_NAMESPACE},
     {"gpu-capacity", required_argument, NULL, OPT_GPU_CAPACITY},
     {"libcuda", required_argument, NULL, OPT_LIBCUDA},
+    {"gpu-store-quota", required_argument, NULL, OPT_GPU_STORE_QUOTA},
+    {"gpu-shared-store", no_argument, NULL, OPT_GPU_SHARED_STORE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -145,6 +149,11 @@ void reclaimer_usage(const char *prog)
            "  --libcuda PATH           CUDA driver library (default $" GPU_LIBCUDA_ENV ",\n"
            "                           else " GPU_LIBCUDA_DEFAULT "; loaded on the first\n"
            "                           gpu_attach)\n"
+           "  --gpu-store-quota BYTES|P%%  device memory per GPU one store (a tenant's,\n"
+           "                           or the shared one) may hold, padded (default:\n"
+           "                           an equal share of the capacity per store served)\n"
+           "  --gpu-shared-store       serve gpu_attach on the shared store too: only\n"
+           "                           where its pods trust each other (docs/GPU.md)\n"
            "  --pin-file FILE          digests (hex, one per line) kept as if referenced,\n"
            "                           e.g. the models of pods scheduled to this node;\n"
            "                           re-read when it changes\n"
@@ -316,6 +325,8 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
     case OPT_SCRUB_RATE:
         return config_parse_bytes(v, &cfg->scrub_rate, err);
     case OPT_GPU_CAPACITY: return config_parse_bytes(v, &cfg->gpu_capacity_bytes, err);
+    case OPT_GPU_STORE_QUOTA:
+        return parse_share(v, &cfg->gpu_store_quota_bytes, &cfg->gpu_store_quota_percent, err);
     case OPT_LIBCUDA:
         return copy_string(cfg->libcuda_path, sizeof(cfg->libcuda_path), "libcuda", v, err);
     case OPT_NODE_NAME:
@@ -468,6 +479,10 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
         }
         if (opt == OPT_NO_TENANTS) {
             cfg->no_tenants = true;
+            continue;
+        }
+        if (opt == OPT_GPU_SHARED_STORE) {
+            cfg->gpu_shared_store = true;
             continue;
         }
         if (opt == OPT_MOUNT_ONLY) {

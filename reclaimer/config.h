@@ -54,6 +54,9 @@ struct reclaimer_config {
     uint64_t scrub_rate;         /* CRC-checked bytes per second, 0: off */
     uint64_t gpu_capacity_bytes; /* per GPU, shared tensors; 0: the device's */
     char libcuda_path[PATH_MAX]; /* "" -> $TETRIS_LIBCUDA or libcuda.so.1 */
+    uint64_t gpu_store_quota_bytes; /* per store and GPU, padded; 0: an equal */
+    double gpu_store_quota_percent; /* share; >0: this share of the capacity */
+    bool gpu_shared_store;          /* gpu_attach served on the shared store */
     unsigned max_connections;    /* concurrent ingest connections */
     double request_timeout_s;    /* to receive a request / send a reply */
     double health_deadline_s;    /* /healthz fails once no pass completed

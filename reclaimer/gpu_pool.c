@@ -9,6 +9,16 @@
  * the daemon's handle only: the driver frees the memory once the last
  * importer has unmapped it too, so nothing is ever freed under a mapping.
  *
+ * Fair shares: each store may hold at most its quota of a device
+ * (--gpu-store-quota, default an equal share of the capacity per store
+ * served), charged the padded size, so one tenant's copies never crowd
+ * out another's; when a new copy would exceed it, the store's own
+ * unreferenced copies go first, and nobody else's. A tensor under
+ * 1/GPU_SHARE_MIN_FRACTION of the granularity is refused (its padding
+ * would be the cost). The shared store serves device copies only with
+ * --gpu-shared-store: read-only device memory is no boundary between pods
+ * that do not trust each other (docs/GPU.md).
+ *
  * The driver is loaded on the first gpu_attach: a node that never gets
  * one never loads it. Allocations are created and filled under the pool's
  * lock, one at a time: the copies are bound by the bus anyway. */
@@ -94,23 +104,37 @@ static void drop(gpu_pool *p, size_t i)
     p->e[i] = p->e[--p->n];
 }
 
-/* Releases unreferenced allocations of the device, least recently used
- * first, until need more bytes fit under capacity (0: no bound but the
- * device's, and then only `need` bytes are freed). How many were freed. */
-static size_t evict_for(gpu_pool *p, int ordinal, uint64_t need, uint64_t capacity)
+/* Padded bytes the device holds for store ss, or for every store (ss
+ * NULL). */
+static uint64_t resident_of(const gpu_pool *p, int ordinal, const struct served_store *ss)
+{
+    if (ss == NULL)
+        return p->resident[ordinal];
+    uint64_t sum = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->e[i]->ordinal == ordinal && p->e[i]->ss == ss)
+            sum += p->e[i]->alloc.size;
+    return sum;
+}
+
+/* Releases unreferenced allocations of the device (of store ss only, if
+ * not NULL), least recently used first, until need more bytes fit under
+ * bound (0: no bound but the device's, and then only `need` bytes are
+ * freed). How many were freed. */
+static size_t evict_for(gpu_pool *p, int ordinal, const struct served_store *ss, uint64_t need,
+                        uint64_t bound)
 {
     size_t freed = 0;
     uint64_t released = 0;
     for (;;) {
-        bool fits = capacity > 0 ? p->resident[ordinal] <= capacity &&
-                                       need <= capacity - p->resident[ordinal]
-                                 : released >= need;
+        uint64_t used = resident_of(p, ordinal, ss);
+        bool fits = bound > 0 ? used <= bound && need <= bound - used : released >= need;
         if (fits)
             return freed;
         size_t victim = p->n;
         for (size_t i = 0; i < p->n; i++) {
             const struct gpu_entry *e = p->e[i];
-            if (e->ordinal == ordinal && e->refs == 0 &&
+            if (e->ordinal == ordinal && e->refs == 0 && (ss == NULL || e->ss == ss) &&
                 (victim == p->n || e->last_use_ms < p->e[victim]->last_use_ms))
                 victim = i;
         }
@@ -122,10 +146,18 @@ static size_t evict_for(gpu_pool *p, int ordinal, uint64_t need, uint64_t capaci
     }
 }
 
+/* What a device copy may cost: the device-wide capacity and each store's
+ * quota, in padded bytes. */
+struct gpu_bounds {
+    uint64_t capacity; /* 0: what the device has */
+    uint64_t quota;    /* of the store asking */
+};
+
 /* A new allocation for dg, filled from the store (lock held). */
 static int create_entry(gpu_pool *p, struct served_store *ss, int ordinal, const tensor_digest *dg,
-                        uint64_t capacity, struct gpu_entry **out, tetris_error *err)
+                        const struct gpu_bounds *b, struct gpu_entry **out, tetris_error *err)
 {
+    uint64_t capacity = b->capacity;
     store_mapping m;
     int rc = store_map_tensor(ss->store, dg, &m, err);
     if (rc < 0)
@@ -136,8 +168,24 @@ static int create_entry(gpu_pool *p, struct served_store *ss, int ordinal, const
     uint64_t size = 0;
     if (rc == 0)
         rc = gpu_padded_size(p->drv, ordinal, m.nbytes, &size, err);
+    if (rc == 0 && m.nbytes < size / GPU_SHARE_MIN_FRACTION)
+        rc = tetris_fail(err, TETRIS_E_INVAL, 0,
+                         "%llu bytes: under a quarter of cuda:%d's allocation granularity, "
+                         "cheaper copied by the runtime than shared",
+                         (unsigned long long)m.nbytes, ordinal);
+    if (rc == 0) {
+        evict_for(p, ordinal, ss, size, b->quota);
+        uint64_t mine = resident_of(p, ordinal, ss);
+        if (mine > b->quota || size > b->quota - mine)
+            rc = tetris_fail(err, TETRIS_E_FULL, 0,
+                             "store %s: its GPU quota on cuda:%d is full (%llu bytes, %llu in "
+                             "use, %llu more asked)",
+                             ss->tenant[0] ? ss->tenant : "(shared)", ordinal,
+                             (unsigned long long)b->quota, (unsigned long long)mine,
+                             (unsigned long long)size);
+    }
     if (rc == 0 && capacity > 0) {
-        evict_for(p, ordinal, size, capacity);
+        evict_for(p, ordinal, NULL, size, capacity);
         if (p->resident[ordinal] > capacity || size > capacity - p->resident[ordinal])
             rc = tetris_fail(err, TETRIS_E_FULL, 0,
                              "GPU cuda:%d full (--gpu-capacity %llu bytes, %llu in use)", ordinal,
@@ -155,7 +203,7 @@ static int create_entry(gpu_pool *p, struct served_store *ss, int ordinal, const
     if (rc == 0) {
         rc = gpu_alloc_create(p->drv, ordinal, m.nbytes, &e->alloc, err);
         /* The device itself is full: what nobody references goes first. */
-        if (rc == -TETRIS_E_FULL && evict_for(p, ordinal, size, 0) > 0)
+        if (rc == -TETRIS_E_FULL && evict_for(p, ordinal, NULL, size, 0) > 0)
             rc = gpu_alloc_create(p->drv, ordinal, m.nbytes, &e->alloc, err);
     }
     if (rc == 0) {
@@ -179,6 +227,26 @@ static int create_entry(gpu_pool *p, struct served_store *ss, int ordinal, const
     return 0;
 }
 
+/* A store's quota on a device when --gpu-store-quota gives no bytes: that
+ * percentage of the capacity, or an equal share per store served (the
+ * capacity is --gpu-capacity, else the device's memory). Lock held. */
+static int default_quota(gpu_pool *p, struct daemon *d, int ordinal, uint64_t capacity,
+                         double percent, uint64_t *quota, tetris_error *err)
+{
+    if (capacity == 0) {
+        uint64_t free_bytes;
+        int rc = gpu_mem_info(p->drv, ordinal, &free_bytes, &capacity, err);
+        if (rc < 0)
+            return rc;
+    }
+    size_t served = 0, n = atomic_load(&d->n_stores);
+    for (size_t i = 0; i < n; i++)
+        served += !atomic_load(&d->stores[i]->retired);
+    *quota = percent > 0 ? (uint64_t)((double)capacity * percent / 100)
+                         : capacity / (served > 0 ? served : 1);
+    return 0;
+}
+
 static void reject(struct ingest_gpu_result *r, int code, const char *reason)
 {
     r->attached = false;
@@ -197,12 +265,22 @@ int gpu_pool_attach(gpu_pool *p, struct served_store *ss, const char *device,
         return rc;
     struct daemon *d = ss->d;
     pthread_mutex_lock(&d->cfg_lock);
-    uint64_t capacity = d->cfg.gpu_capacity_bytes;
+    struct gpu_bounds b = {.capacity = d->cfg.gpu_capacity_bytes,
+                           .quota = d->cfg.gpu_store_quota_bytes};
+    double quota_percent = d->cfg.gpu_store_quota_percent;
+    bool shared_ok = d->cfg.gpu_shared_store;
     pthread_mutex_unlock(&d->cfg_lock);
+    if (ss->tenant[0] == '\0' && !shared_ok)
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "the shared store serves no device copies: read-only device memory "
+                           "is no boundary between pods that do not trust each other (the "
+                           "operator enables it with --gpu-shared-store)");
     pthread_mutex_lock(&p->lock);
     rc = pool_driver(p, d, err);
     if (rc == 0)
         rc = gpu_device_check(p->drv, ordinal, err);
+    if (rc == 0 && b.quota == 0)
+        rc = default_quota(p, d, ordinal, b.capacity, quota_percent, &b.quota, err);
     struct gpu_entry **held = NULL;
     if (rc == 0) {
         held = realloc(refs->e, (refs->n + n) * sizeof(*held));
@@ -219,7 +297,7 @@ int gpu_pool_attach(gpu_pool *p, struct served_store *ss, const char *device,
     for (size_t i = 0; i < n; i++) {
         tetris_error e;
         struct gpu_entry *ent = find(p, ss, ordinal, &digests[i]);
-        if (ent == NULL && create_entry(p, ss, ordinal, &digests[i], capacity, &ent, &e) < 0) {
+        if (ent == NULL && create_entry(p, ss, ordinal, &digests[i], &b, &ent, &e) < 0) {
             reject(&res[i], e.code, e.msg);
             continue;
         }
@@ -280,7 +358,7 @@ void gpu_pool_reclaim(gpu_pool *p, struct daemon *d)
     }
     /* A capacity lowered by SIGHUP. */
     for (int g = 0; g < GPU_MAX_DEVICES && capacity > 0; g++)
-        freed += evict_for(p, g, 0, capacity);
+        freed += evict_for(p, g, NULL, 0, capacity);
     pthread_mutex_unlock(&p->lock);
     if (freed > 0)
         log_info("event=gpu-reclaim released=%zu", freed);

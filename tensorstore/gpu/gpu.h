@@ -43,6 +43,12 @@ int gpu_driver_open(const char *path, gpu_driver **out, tetris_error *err);
 void gpu_driver_close(gpu_driver *g);
 int gpu_driver_version(gpu_driver *g); /* e.g. 13000 */
 
+/* A tensor under 1/GPU_SHARE_MIN_FRACTION of the device's allocation
+ * granularity is not shared on the device: padded to the granularity (2 MiB
+ * on an H200), it would cost more than the private copies of a few
+ * instances. The agent does not ask for one, and the daemon refuses one. */
+#define GPU_SHARE_MIN_FRACTION 4
+
 /* "cuda:N" -> N; anything else is TETRIS_E_INVAL. */
 int gpu_device_parse(const char *name, int *ordinal, tetris_error *err);
 /* The device exists and supports VMM with POSIX-fd handles: 0; else

@@ -111,7 +111,7 @@ echo "== tetris-reclaimer: $tensors tensors of $tensor_bytes bytes shared on cud
 synth "$WORK/m.safetensors" $tensors $tensor_bytes 41
 total=$((tensors * tensor_bytes))
 used0=$(gpu_used)
-start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1s
+start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1s --gpu-shared-store
 gpu_hold A "$WORK/m.safetensors" unshare -pn --fork --mount-proc --kill-child
 cat "$WORK/A.json"
 expect import-own-namespaces "jq -e '.device_tensors == $tensors and .verified == $tensors and .mismatched == 0' '$WORK/A.json' >/dev/null" \

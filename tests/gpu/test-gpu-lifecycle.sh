@@ -14,7 +14,7 @@ PROBE_SOCK="$STORE/public/ingest.sock"
 synth "$WORK/m1.safetensors" 6 100000 41
 synth "$WORK/m2.safetensors" 6 100000 42
 COPY=786432
-start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1s
+start_daemon --interval 200ms --scrub-rate 0 --gpu-shared-store --keep-alive 1s
 
 # ---- daemon crash and restart ----
 gpu_hold D "$WORK/m1.safetensors"
@@ -22,7 +22,7 @@ kill -KILL "$RECLAIMER_PID"
 wait "$RECLAIMER_PID" 2>/dev/null || true
 kill -0 "$PID_D" || fail "importer died with the daemon"
 [ "$(gpu_used)" = $COPY ] || fail "after the daemon's crash the importer's copy is gone: $(gpu_used)"
-start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1s
+start_daemon --interval 200ms --scrub-rate 0 --gpu-shared-store --keep-alive 1s
 gpu_hold E "$WORK/m1.safetensors"
 jq -e '.verified == 6 and .mismatched == 0' "$WORK/E.json" >/dev/null || fail "after restart: $(cat "$WORK/E.json")"
 # The new daemon knows nothing of the old copy: E got a new one; the old
@@ -35,7 +35,7 @@ note "daemon crash: importer's mapping lived on; restarted daemon served a new c
 stop_daemon
 
 # ---- capacity: LRU over unreferenced copies, per-tensor refusal ----
-start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1h --gpu-capacity $COPY
+start_daemon --interval 200ms --scrub-rate 0 --gpu-shared-store --keep-alive 1h --gpu-capacity $COPY
 gpu_hold F "$WORK/m1.safetensors"
 gpu_release F   # m1's copy stays (keep-alive), unreferenced
 [ "$(gpu_metric tetris_gpu_resident_bytes)" = $COPY ] || fail "m1 copy not kept"
@@ -56,7 +56,7 @@ note "--gpu-capacity: LRU evicted the unreferenced copy, refused what did not fi
 stop_daemon
 
 # ---- bad requests ----
-start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1h
+start_daemon --interval 200ms --scrub-rate 0 --gpu-shared-store --keep-alive 1h
 # Small tensors stay with the runtime.
 synth "$WORK/small.safetensors" 4 8000 43   # under a quarter of 64 KiB each
 out=$("$BIN/tetris-agent" load --store "$STORE" --device cuda:0 "$WORK/small.safetensors" 2>"$WORK/agent.log") ||
@@ -105,7 +105,7 @@ note "unknown device, bad device name, malformed and unreferenced gpu_attach ref
 stop_daemon
 
 # A node without a driver: the GPU part is refused, the host path works.
-start_daemon --interval 200ms --scrub-rate 0 --libcuda "$WORK/none/libcuda.so.1"
+start_daemon --interval 200ms --scrub-rate 0 --gpu-shared-store --libcuda "$WORK/none/libcuda.so.1"
 out=$("$BIN/tetris-agent" load --store "$STORE" --device cuda:0 "$WORK/m1.safetensors" 2>"$WORK/agent.log") ||
     fail "agent on a node without a driver failed: $(cat "$WORK/agent.log")"
 printf '%s\n' "$out" | jq -e '.fell_back == false and .mapped_bytes == 600000 and .device_tensors == 0 and

@@ -16,7 +16,7 @@ unshare -pn --fork --mount-proc --kill-child true 2>/dev/null ||
 synth "$WORK/m.safetensors" 6 100000 41
 COPY=786432
 [ "$(gpu_used)" = 0 ] || fail "fake device not empty at start: $(gpu_used)"
-start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1s
+start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1s --gpu-shared-store
 
 # A: separate PID and network namespaces, same filesystem socket.
 gpu_hold A "$WORK/m.safetensors" unshare -pn --fork --mount-proc --kill-child
