@@ -523,8 +523,16 @@ int main(int argc, char **argv)
         printf("tetris-profiler %s\n", TETRIS_VERSION);
         return EXIT_OK;
     }
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(argv[1], commands[i].name) != 0)
+            continue;
+        /* One usage text covers every command: COMMAND --help prints it. */
+        for (int a = 2; a < argc && strcmp(argv[a], "--") != 0; a++)
+            if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
+                usage(stdout);
+                return EXIT_OK;
+            }
+        return commands[i].fn(argc - 1, argv + 1);
+    }
     return usage_error("unknown command '%s'", argv[1]);
 }

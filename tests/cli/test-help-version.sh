@@ -2,7 +2,7 @@
 # test-help-version.sh - every program in $BIN answers --help (exit 0,
 # a usage text), --version (exit 0, "<program> <version>") and an unknown
 # option (exit 2, the usage convention, with a message on stderr), without
-# running its real work. The timeout only keeps a program that ignores the
+# running its real work; a program with commands answers COMMAND --help. The timeout only keeps a program that ignores the
 # flag (and serves or runs a suite instead) from hanging the run.
 set -u
 . "$(dirname "$0")/../lib/common.sh"
@@ -45,6 +45,23 @@ for prog in "$BIN"/*; do
     elif [ ! -s "$WORK/err" ]; then
         miss "$name --no-such-option: nothing on stderr"
     fi
+done
+
+# A program with commands answers COMMAND --help too (exit 0, usage).
+for cmd in "tetris-agent index load view exec check-view" "tetris-profiler profile index job load" \
+    "tetris-autoscaler plan run"; do
+    set -- $cmd
+    prog=$1
+    shift
+    for sub in "$@"; do
+        timeout 60 "$BIN/$prog" "$sub" --help </dev/null >"$WORK/out" 2>"$WORK/err"
+        rc=$?
+        if [ $rc -ne 0 ]; then
+            miss "$prog $sub --help: exit $rc, want 0: $(head -c 300 "$WORK/err")"
+        elif ! grep -qi usage "$WORK/out"; then
+            miss "$prog $sub --help: no usage text on stdout"
+        fi
+    done
 done
 
 if [ $checked -eq 0 ]; then
