@@ -4,7 +4,7 @@
 # bad-input corpus generator and the bad-input CLI test. (The fuzz
 # harnesses are in fuzz/module.mk, built only by `make fuzz`.)
 LIB_SRCS += model/protobuf.c model/format_safetensors.c model/format_onnx.c \
-            model/model.c model/manifest.c model/model_print.c model/model_publish.c \
+            model/model.c model/model_parse.c model/manifest.c model/model_print.c model/model_publish.c \
             model/onnx_rewrite.c
 
 UNIT_TESTS += tests/unit/test_safetensors.c tests/unit/test_onnx.c tests/unit/test_manifest.c
