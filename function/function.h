@@ -4,6 +4,7 @@
  *   tetris-function.c  options, start-up, POST / (seeded inputs), health,
  *                      /metrics, draining and shutdown
  *   oip_api.c          the Open Inference Protocol's /v2 routes
+ *   fn_replies.c       the replies draining waits for (below both)
  *   batcher.c          the batching queue and its workers (batcher.h)
  *   oip_ort.c          protocol tensors in and out of ONNX Runtime
  *   fn_metrics.c       the request metrics
@@ -65,10 +66,16 @@ struct fn {
     unsigned replies_pending;
 };
 
-/* An inference reply is being prepared (counted until it has been sent)... */
-void fn_reply_begin(struct fn *f);
-/* ... and resp holds it: it counts as sent once the server released it. */
-void fn_reply_guard(struct fn *f, http_response *resp);
+/* ---- fn_replies.c ---- */
+/* An inference handler's first step: false (and resp is a 503) while the
+ * model loads; else its reply is counted until it has been sent, and its
+ * request in the metrics... */
+bool fn_inference_begin(struct fn *f, http_response *resp);
+/* ... and its last, resp holding the reply (status, started at
+ * start_ms): it counts as sent once the server has released it. */
+void fn_inference_end(struct fn *f, http_response *resp, int status, double start_ms);
+/* Waits until every inference reply has been sent, at most timeout_s. */
+void fn_wait_replies_sent(struct fn *f, int timeout_s);
 
 /* Adds the /v2 routes to f->srv (before it starts). */
 int fn_oip_routes(struct fn *f, tetris_error *err);

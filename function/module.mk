@@ -6,7 +6,7 @@ LIB_SRCS += function/json_scan.c function/oip_request.c function/oip_response.c
 UNIT_TESTS += tests/unit/test_oip.c
 PROGRAMS += tetris-function
 tetris-function_SRCS := function/tetris-function.c function/oip_api.c function/batcher.c \
-                        function/oip_ort.c function/fn_metrics.c
+                        function/oip_ort.c function/fn_metrics.c function/fn_replies.c
 tetris-function_LIBS := -lonnxruntime -lmicrohttpd
 
 SHELL_TESTS += $(sort $(wildcard tests/function/test-*.sh))

@@ -203,12 +203,8 @@ static void infer(struct fn *f, const http_request *req, http_response *resp)
     double start = clock_now_ms();
     int status;
 
-    if (!atomic_load(&f->loaded)) {
-        http_response_error(resp, 503, "the model is loading");
+    if (!fn_inference_begin(f, resp))
         return;
-    }
-    fn_reply_begin(f);
-    fn_metrics_request_begin(f->metrics);
     if (oip_request_decode(f->sig, req->body, req->body_len,
                            http_request_header(req, OIP_HEADER_LENGTH_HEADER), &oreq, &err) < 0)
         status = err.code == TETRIS_E_NOMEM ? 500 : 400;
@@ -219,8 +215,7 @@ static void infer(struct fn *f, const http_request *req, http_response *resp)
         log_debug("event=infer-refused status=%d msg=%s", status, LOG_Q(err.msg));
     }
     oip_request_free(oreq);
-    fn_reply_guard(f, resp);
-    fn_metrics_request_end(f->metrics, status, (clock_now_ms() - start) / 1e3);
+    fn_inference_end(f, resp, status, start);
 }
 
 static void handle_model_post(void *ctx, const http_request *req, http_response *resp)

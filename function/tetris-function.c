@@ -308,66 +308,6 @@ static int parse_body(const http_request *req, uint64_t *seed, tetris_error *err
     return r;
 }
 
-/* Wraps a reply's release so that the function learns when it was sent. */
-struct reply_guard {
-    struct fn *f;
-    void (*release)(void *ctx);
-    void *release_ctx;
-};
-
-void fn_reply_begin(struct fn *f)
-{
-    pthread_mutex_lock(&f->replies_lock);
-    f->replies_pending++;
-    pthread_mutex_unlock(&f->replies_lock);
-}
-
-static void reply_end(struct fn *f)
-{
-    pthread_mutex_lock(&f->replies_lock);
-    f->replies_pending--;
-    pthread_cond_broadcast(&f->replies_sent);
-    pthread_mutex_unlock(&f->replies_lock);
-}
-
-static void reply_released(void *ctx)
-{
-    struct reply_guard *g = ctx;
-    if (g->release != NULL)
-        g->release(g->release_ctx);
-    reply_end(g->f);
-    free(g);
-}
-
-void fn_reply_guard(struct fn *f, http_response *resp)
-{
-    struct reply_guard *g = malloc(sizeof(*g));
-    if (g == NULL) {
-        reply_end(f); /* untracked: draining may cut this one reply short */
-        return;
-    }
-    g->f = f;
-    g->release = resp->release;
-    g->release_ctx = resp->release_ctx;
-    resp->release = reply_released;
-    resp->release_ctx = g;
-}
-
-/* Waits until every inference reply has been sent, at most timeout_s. */
-static void wait_replies_sent(struct fn *f, int timeout_s)
-{
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_s;
-    pthread_mutex_lock(&f->replies_lock);
-    while (f->replies_pending > 0 &&
-           pthread_cond_timedwait(&f->replies_sent, &f->replies_lock, &deadline) == 0)
-        ;
-    if (f->replies_pending > 0)
-        log_warn("event=drain-timeout unsent_replies=%u", f->replies_pending);
-    pthread_mutex_unlock(&f->replies_lock);
-}
-
 static void handle_invoke(void *ctx, const http_request *req, http_response *resp)
 {
     struct fn *f = ctx;
@@ -376,12 +316,8 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
     double start = clock_now_ms();
     int status;
 
-    if (!atomic_load(&f->loaded)) {
-        http_response_error(resp, 503, "the model is loading");
+    if (!fn_inference_begin(f, resp))
         return;
-    }
-    fn_reply_begin(f);
-    fn_metrics_request_begin(f->metrics);
     if (req->body_len > SEED_BODY_MAX_BYTES) {
         status = 413;
         http_response_error(resp, status, "request body too large: POST / takes at most %d bytes",
@@ -415,8 +351,7 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
         }
         json_decref(j);
     }
-    fn_reply_guard(f, resp);
-    fn_metrics_request_end(f->metrics, status, (clock_now_ms() - start) / 1e3);
+    fn_inference_end(f, resp, status, start);
 }
 
 /* of-watchdog's health path: the autoscaler's readiness probe, so not
@@ -590,7 +525,7 @@ static void stop(struct fn *f)
     if (f->batcher != NULL)
         batcher_drain(f->batcher);
     if (f->srv != NULL)
-        wait_replies_sent(f, DRAIN_TIMEOUT_S);
+        fn_wait_replies_sent(f, DRAIN_TIMEOUT_S);
     http_server_free(f->srv);
     batcher_free(f->batcher);
     fn_metrics_free(f->metrics);
