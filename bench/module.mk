@@ -16,7 +16,7 @@ tetris-bench-dts_LIBS := -lglpk
 # The cluster evaluation (`make eval`, bench/eval/run-eval.sh): the
 # autoscaler's own policy code on a simulated testbed.
 PROGRAMS += tetris-eval
-tetris-eval_SRCS := bench/eval/tetris-eval.c bench/eval/eval_scale.c \
+tetris-eval_SRCS := bench/eval/tetris-eval.c bench/eval/eval_scale.c bench/eval/eval_common.c \
                     scheduler-ext/autoscaler/autoscaler_policy.c \
                     scheduler-ext/autoscaler/autoscaler_rate.c \
                     scheduler-ext/autoscaler/autoscaler_deploy.c \

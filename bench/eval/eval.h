@@ -1,6 +1,7 @@
 /* eval.h - what tetris-eval's two modes share: the applications, policies
- * and trace generator of the testbed evaluation (tetris-eval.c), reused by
- * the scale mode (eval_scale.c), and the scale mode's entry point. */
+ * and trace generator (eval_common.c) that the testbed mode (tetris-eval.c)
+ * and the scale mode (eval_scale.c) both use, and the scale mode's entry
+ * point. */
 #ifndef TETRIS_BENCH_EVAL_H
 #define TETRIS_BENCH_EVAL_H
 
