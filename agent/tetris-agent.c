@@ -639,16 +639,6 @@ static int cmd_verify(int argc, char **argv)
 
 /* ---- inspect ---- */
 
-static void format_shape(const tensor_meta *meta, char *buf, size_t len)
-{
-    size_t used = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < meta->ndim && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, i > 0 ? "," : "",
-                                 meta->shape[i]);
-    if (used < len)
-        snprintf(buf + used, len - used, "]");
-}
-
 struct store_totals {
     size_t tensors;
     uint64_t bytes;
@@ -661,7 +651,7 @@ static int print_tensor(void *ctx, const struct store_entry *e)
     struct store_totals *t = ctx;
     char hex[TENSOR_DIGEST_HEX_LEN + 1], shape[160];
     tensor_digest_to_hex(&e->meta.digest, hex);
-    format_shape(&e->meta, shape, sizeof(shape));
+    tensor_shape_format(e->meta.shape, (size_t)e->meta.ndim, shape, sizeof(shape));
     printf("  sha256:%.16s  %-10s %-22s %12" PRIu64 "\n", hex, e->meta.dtype, shape,
            e->meta.nbytes);
     t->tensors++;

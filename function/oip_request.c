@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include "function/json_scan.h"
+#include "model/model.h"
 
 #define KEY_MAX 64
 #define NAME_SHOWN 64 /* bytes of a client's name quoted in a message */
@@ -385,15 +386,6 @@ static int parse_header(struct parse *p)
 
 /* ---- step 2: the tensors ---- */
 
-static void format_shape(char *buf, size_t size, const int64_t *shape, size_t ndim)
-{
-    size_t used = (size_t)snprintf(buf, size, "[");
-    for (size_t k = 0; k < ndim && used < size; k++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%" PRId64, k ? "," : "", shape[k]);
-    if (used < size)
-        snprintf(buf + used, size - used, "]");
-}
-
 /* The signature's input of this name, or -1. */
 static ssize_t find_input(const oip_signature *sig, const char *name, size_t len)
 {
@@ -416,8 +408,8 @@ static int check_against_model(struct parse *p, const struct raw_input *in,
     if (in->datatype != spec->datatype)
         return fail_input(p, in, "datatype %s, the model takes %s", oip_datatype_name(in->datatype),
                           oip_datatype_name(spec->datatype));
-    format_shape(want, sizeof(want), spec->shape, spec->ndim);
-    format_shape(got, sizeof(got), in->shape, in->ndim);
+    tensor_shape_format(spec->shape, spec->ndim, want, sizeof(want));
+    tensor_shape_format(in->shape, in->ndim, got, sizeof(got));
     if (in->ndim != spec->ndim)
         return fail_input(p, in, "shape %s has %zu dimensions, the model takes %s", got, in->ndim,
                           want);
@@ -593,7 +585,7 @@ static int decode_json_data(struct parse *p, const struct raw_input *in, oip_ten
     char shape[160];
     int r;
     if (in->data_elements != t->count) {
-        format_shape(shape, sizeof(shape), t->shape, t->ndim);
+        tensor_shape_format(t->shape, t->ndim, shape, sizeof(shape));
         return fail_input(p, in, "data has %zu elements, shape %s holds %zu", in->data_elements,
                           shape, t->count);
     }
@@ -661,7 +653,7 @@ static int take_binary_data(struct parse *p, const struct raw_input *in, oip_ten
                           in->binary_size, left);
     if (t->datatype != OIP_BYTES &&
         in->binary_size != (uint64_t)t->count * oip_datatype_size(t->datatype)) {
-        format_shape(shape, sizeof(shape), t->shape, t->ndim);
+        tensor_shape_format(t->shape, t->ndim, shape, sizeof(shape));
         return fail_input(p, in, "binary_data_size %" PRIu64 ", shape %s of %s takes %zu bytes",
                           in->binary_size, shape, oip_datatype_name(t->datatype),
                           t->count * oip_datatype_size(t->datatype));

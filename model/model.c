@@ -5,7 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -86,6 +88,15 @@ int tensor_shape_nbytes(const char *dtype, int ndim, const int64_t *shape, uint6
     }
     *nbytes = n;
     return 0;
+}
+
+void tensor_shape_format(const int64_t *shape, size_t ndim, char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "[");
+    for (size_t k = 0; k < ndim && used < len; k++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, k > 0 ? "," : "", shape[k]);
+    if (used < len)
+        snprintf(buf + used, len - used, "]");
 }
 
 /* Orders regions by (source, offset) so overlaps become neighbours. */

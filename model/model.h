@@ -85,6 +85,9 @@ int model_add_tensor(model *m, tensor_desc *t, tetris_error *err);
  * TENSOR_MAX_DIMS dims, a negative dim or an overflow is TETRIS_E_FORMAT. */
 int tensor_shape_nbytes(const char *dtype, int ndim, const int64_t *shape, uint64_t *nbytes,
                         tetris_error *err);
+/* Writes the shape as "[d0,d1,...]" into buf (len > 0 bytes, always
+ * NUL-terminated; a shape too long for it is cut). */
+void tensor_shape_format(const int64_t *shape, size_t ndim, char *buf, size_t len);
 /* Whole-model checks every parser ends with: unique names, region lengths
  * consistent with their encoding, and no two regions of one source
  * overlapping. `what` names the input in messages (file or manifest). */

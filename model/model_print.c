@@ -20,16 +20,6 @@ static void human_bytes(uint64_t n, char *buf, size_t len)
         snprintf(buf, len, "%.1f %s", v, units[u]);
 }
 
-static void format_shape(const tensor_meta *meta, char *buf, size_t len)
-{
-    size_t used = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < meta->ndim && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, i > 0 ? "," : "",
-                                 meta->shape[i]);
-    if (used < len)
-        snprintf(buf + used, len - used, "]");
-}
-
 int model_print(const model *m, FILE *out, tetris_error *err)
 {
     char total[32];
@@ -50,7 +40,7 @@ int model_print(const model *m, FILE *out, tetris_error *err)
     for (size_t i = 0; i < m->n_tensors; i++) {
         const tensor_desc *t = &m->tensors[i];
         char shape[160], digest[TENSOR_DIGEST_HEX_LEN + 1] = "-";
-        format_shape(&t->meta, shape, sizeof shape);
+        tensor_shape_format(t->meta.shape, (size_t)t->meta.ndim, shape, sizeof shape);
         if (t->has_digest) {
             tensor_digest_to_hex(&t->meta.digest, digest);
             digest[16] = '\0'; /* enough to tell tensors apart by eye */
