@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 
 #define MAX_DEPTH 8
 #define MAX_CONFIG_BYTES (1 << 20)
@@ -136,18 +137,13 @@ int config_yaml_parse(const char *text, size_t len, const char *name, config_yam
 
 int config_yaml_load(const char *path, config_yaml **out, tetris_error *err)
 {
-    cleanup_fclose FILE *fp = fopen(path, "re");
-    if (fp == NULL)
-        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
-    cleanup_free char *buf = malloc(MAX_CONFIG_BYTES + 1);
-    if (buf == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", path);
-    size_t n = fread(buf, 1, MAX_CONFIG_BYTES + 1, fp);
-    if (ferror(fp))
-        return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
-    if (n > MAX_CONFIG_BYTES)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: larger than %d bytes", path,
-                           MAX_CONFIG_BYTES);
+    cleanup_free char *buf = NULL;
+    size_t n;
+    int rc = file_read_all(path, MAX_CONFIG_BYTES, &buf, &n, err);
+    if (rc == -TETRIS_E_NOTFOUND) /* the contract: any failure to read is I/O */
+        return tetris_fail(err, TETRIS_E_IO, ENOENT, "open %s", path);
+    if (rc < 0)
+        return rc;
     return config_yaml_parse(buf, n, path, out, err);
 }
 

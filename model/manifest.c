@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 
 #define MANIFEST_MAX_BYTES (256u << 20)
 
@@ -471,31 +472,11 @@ int manifest_parse(const char *json, size_t len, model **out, tetris_error *err)
 int manifest_read_file(const char *path, model **out, tetris_error *err)
 {
     *out = NULL;
-    cleanup_fclose FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
-                           "open %s", path);
     cleanup_free char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            if (cap >= MANIFEST_MAX_BYTES)
-                return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: larger than %u bytes", path,
-                                   MANIFEST_MAX_BYTES);
-            cap = cap == 0 ? 65536 : cap * 2;
-            char *grown = realloc(buf, cap);
-            if (grown == NULL)
-                return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", path);
-            buf = grown;
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) {
-            if (ferror(f))
-                return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
-            break;
-        }
-    }
+    size_t len;
+    int rc = file_read_all(path, MANIFEST_MAX_BYTES, &buf, &len, err);
+    if (rc < 0)
+        return rc;
     /* Relative sources are relative to the manifest, wherever it is read
      * from; a bare file name is in the working directory already. */
     const char *slash = strrchr(path, '/');

@@ -15,6 +15,7 @@
 #include <yaml.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 #include "common/yaml_write.h"
 
 /* ---- latency statistic ---- */
@@ -369,23 +370,13 @@ int profile_parse(const char *text, size_t len, const char *name, profile **out,
 
 int profile_load(const char *path, profile **out, tetris_error *err)
 {
-    cleanup_fclose FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return tetris_fail(err, TETRIS_E_IO, errno, "open profile %s", path);
     cleanup_free char *text = NULL;
-    size_t len = 0;
-    cleanup_fclose FILE *mem = open_memstream(&text, &len);
-    if (mem == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, errno, "read profile %s", path);
-    char buf[8192];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        if (fwrite(buf, 1, n, mem) != n)
-            return tetris_fail(err, TETRIS_E_NOMEM, errno, "read profile %s", path);
-    if (ferror(f))
-        return tetris_fail(err, TETRIS_E_IO, errno, "read profile %s", path);
-    if (fclose(steal_pointer(&mem)) != 0)
-        return tetris_fail(err, TETRIS_E_NOMEM, errno, "read profile %s", path);
+    size_t len;
+    int rc = file_read_all(path, PROFILE_MAX_BYTES, &text, &len, err);
+    if (rc == -TETRIS_E_NOTFOUND) /* the contract: any failure to read is I/O */
+        return tetris_fail(err, TETRIS_E_IO, ENOENT, "open profile %s", path);
+    if (rc < 0)
+        return tetris_wrap(err, "profile");
     return profile_parse(text, len, path, out, err);
 }
 

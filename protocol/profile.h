@@ -31,6 +31,8 @@
 #include "common/error.h"
 
 #define PROFILE_SCHEMA_VERSION 1
+/* A profile is a few KiB: a larger file is refused, not read. */
+#define PROFILE_MAX_BYTES (16u << 20)
 
 typedef struct profile_latency {
     double mean, p95, p99; /* milliseconds */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/strmap.h"
 #include "model/manifest.h"
@@ -236,16 +237,11 @@ int manifest_cache_load_dir(manifest_cache *mc, const char *dir, tetris_error *e
         char path[4096], model[256];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         snprintf(model, sizeof model, "%.*s", (int)(len - 5), de->d_name);
-        cleanup_fclose FILE *f = fopen(path, "re");
-        if (f == NULL)
-            return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
-        cleanup_free char *text = malloc(MANIFEST_MAX_BYTES);
-        if (text == NULL)
-            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "read %s", path);
-        size_t n = fread(text, 1, MANIFEST_MAX_BYTES, f);
-        if (ferror(f))
-            return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
-        int r = manifest_cache_put(mc, model, text, n, err);
+        cleanup_free char *text = NULL;
+        size_t n;
+        int r = file_read_all(path, MANIFEST_MAX_BYTES, &text, &n, err);
+        if (r == 0)
+            r = manifest_cache_put(mc, model, text, n, err);
         if (r < 0)
             return r;
     }

@@ -1,0 +1,58 @@
+/* fileio.c - whole-file reads, bounded (see fileio.h). */
+#include "common/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+
+int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len, tetris_error *err)
+{
+    *out = NULL;
+    *len = 0;
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno, "open %s",
+                           path);
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+    if (!S_ISREG(st.st_mode))
+        return tetris_fail(err, TETRIS_E_IO, 0, "%s: not a regular file", path);
+    /* The size is a hint only (the file may grow while it is read): the
+     * bound is checked on what is read, one byte past it. */
+    size_t cap = st.st_size > 0 && (uint64_t)st.st_size < max_bytes ? (size_t)st.st_size + 1 : 4096;
+    cleanup_free char *buf = NULL;
+    size_t n = 0;
+    for (;;) {
+        if (n + 1 >= cap || buf == NULL) {
+            size_t want = buf == NULL ? cap : cap * 2;
+            if (want > max_bytes + 2)
+                want = max_bytes + 2;
+            char *grown = realloc(buf, want);
+            if (grown == NULL)
+                return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "read %s", path);
+            buf = grown;
+            cap = want;
+        }
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n > max_bytes)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: larger than %zu bytes", path,
+                               max_bytes);
+    }
+    buf[n] = '\0';
+    *out = steal_pointer(&buf);
+    *len = n;
+    return 0;
+}

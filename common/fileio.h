@@ -1,0 +1,18 @@
+/* fileio.h - reading a whole file into memory, bounded: the one reader of
+ * manifests, settings, profiles and tokens. A file larger than the bound
+ * is an error, never silently cut, so a caller never parses a prefix. */
+#ifndef TETRIS_FILEIO_H
+#define TETRIS_FILEIO_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+
+/* Reads path (at most max_bytes) into a malloc'd buffer, NUL-terminated
+ * after its *len bytes (which may hold NULs of their own): the caller
+ * frees *out. Errors: TETRIS_E_NOTFOUND (no such file), TETRIS_E_IO (open
+ * or read failed, or not a regular file), TETRIS_E_FORMAT (larger than
+ * max_bytes), TETRIS_E_NOMEM. */
+int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len, tetris_error *err);
+
+#endif
