@@ -1,6 +1,8 @@
 /* protobuf.c - protocol buffers wire-format reader (see protobuf.h). */
 #include "model/protobuf.h"
 
+#include <assert.h>
+
 #define PB_MAX_FIELD_NUMBER 536870911u /* 2^29 - 1 */
 
 void pb_reader_init(pb_reader *r, const uint8_t *data, size_t len)
@@ -23,12 +25,14 @@ int pb_decode_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
     for (int i = 0; i < 10; i++) {
         if (q == end)
             return -1;
+        assert(q < end);
         uint8_t b = *q++;
         /* The tenth byte holds bit 63 only. */
         if (i == 9 && b > 1)
             return -1;
         v |= (uint64_t)(b & 0x7f) << (7 * i);
         if ((b & 0x80) == 0) {
+            assert(q <= end);
             *p = q;
             *out = v;
             return 0;
@@ -75,6 +79,7 @@ int pb_next(pb_reader *r, pb_field *f, tetris_error *err)
         for (size_t i = 0; i < width; i++)
             f->value |= (uint64_t)r->p[i] << (8 * i);
         r->p += width;
+        assert(r->p <= r->end);
         return 1;
     }
     case PB_WT_LEN: {
@@ -93,6 +98,7 @@ int pb_next(pb_reader *r, pb_field *f, tetris_error *err)
         f->data = r->p;
         f->len = (size_t)len;
         r->p += len;
+        assert(r->p <= r->end); /* len <= left, checked above */
         return 1;
     }
     default:
@@ -117,6 +123,8 @@ int pb_reader_sub(const pb_reader *parent, const pb_field *f, pb_reader *child,
     child->base = parent->base;
     child->p = f->data;
     child->end = f->data + f->len;
+    /* A field's bytes lie inside its parent's (pb_next checked them). */
+    assert(child->p >= parent->base && child->end <= parent->end && child->p <= child->end);
     child->depth = parent->depth + 1;
     return 0;
 }

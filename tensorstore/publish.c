@@ -13,6 +13,7 @@
  * hashed while still in cache and written with pwrite. The chunked path is
  * the fast one: it never faults in or zeroes tmpfs pages one by one and
  * reads each byte from memory once. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -41,10 +42,15 @@ struct byte_source {
     void *ctx;
 };
 
-/* A temp file in tmp/ that is removed unless it was renamed into place. */
+/* A temp file in tmp/ that is removed unless it was renamed into place.
+ * Invariant: only a temp file whose bytes hashed to the digest it is
+ * published under (verified) is ever renamed into tensors/ (asserted in
+ * finish_file; tested by tests/unit/test_store.c
+ * publish_rejects_wrong_bytes_and_bad_meta). */
 struct temp_file {
     int fd;
     int dir_fd;
+    bool verified; /* its bytes hash to the digest and crc32 of its meta */
     char name[TENSOR_DIGEST_HEX_LEN + 32];
 };
 
@@ -211,6 +217,7 @@ static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
 static int finish_file(store *s, const tensor_meta *meta, const char *hex, struct temp_file *t,
                        tetris_error *err)
 {
+    assert(t->fd >= 0 && t->verified);
     uint8_t trailer[TENSOR_TRAILER_BYTES];
     trailer_encode(meta, trailer);
     ssize_t n = pwrite(t->fd, trailer, sizeof trailer, (off_t)meta->nbytes);
@@ -283,6 +290,7 @@ static int publish_from(store *s, const tensor_meta *meta, const struct byte_sou
         rc = allocate(s, hex, file_bytes, &t, err);
     if (rc == 0)
         rc = write_and_verify(meta, hex, t.fd, src, err);
+    t.verified = rc == 0;
     if (rc == 0)
         rc = finish_file(s, meta, hex, &t, err);
     temp_file_discard(&t);
@@ -329,6 +337,8 @@ int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn rea
         rc = allocate(s, what, file_bytes, &t, err);
     if (rc == 0)
         rc = write_and_hash(meta, what, t.fd, &src, &meta->digest, &meta->crc32, err);
+    /* Its identity is what its bytes hashed to: verified by construction. */
+    t.verified = rc == 0;
     if (rc == 0) {
         cleanup_close int lock = store_lock_tensor(s, &meta->digest, err);
         if (lock < 0)

@@ -33,10 +33,24 @@
  * else O_NOFOLLOW per component); temp names are random and created
  * O_EXCL; every lock wait ends after a bounded time.
  *
- * Invariants (tested in tests/tensorstore): a tensor file in tensors/ is
- * complete and its bytes hash to its name; mappings are PROT_READ shared;
- * concurrent publishers of one digest produce one file; a tensor referenced
- * by a live holder is never removed. */
+ * Invariants, where they are asserted, and the tests that check them:
+ *   - a tensor file in tensors/ is complete and its bytes hash to its name:
+ *     only a verified temp file is renamed in (assert in publish.c
+ *     finish_file); tests/unit/test_store.c
+ *     publish_rejects_wrong_bytes_and_bad_meta,
+ *     chunked_publish_matches_and_verifies,
+ *     computed_publish_names_the_file_by_its_bytes; a SIGKILL at any
+ *     instant leaves nothing partial: tests/tensorstore/test-crash.sh;
+ *   - mappings are PROT_READ shared: test_store.c
+ *     write_through_mapping_faults, read_only_store_maps_but_refuses_writes;
+ *   - concurrent publishers of one digest produce one file:
+ *     tests/tensorstore/test-concurrent.sh;
+ *   - a tensor referenced by a live holder is never removed, and a holder
+ *     is recorded before its tensors are mapped (use.lock): test_store.c
+ *     holder_records_references, killed_holder_is_found_dead_and_released,
+ *     use_lock_excludes_reclaim, remove_and_quarantine_keep_existing_mappings.
+ * Assertions are on in every build (none defines NDEBUG): a broken
+ * invariant stops the process rather than publish or remove wrongly. */
 #ifndef TETRIS_STORE_H
 #define TETRIS_STORE_H
 
