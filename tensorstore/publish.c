@@ -32,7 +32,8 @@
  * page: on a huge=within_size tmpfs a write that fills only part of a new
  * 2 MiB folio makes the kernel zero the rest of it first (shmem_write_end);
  * with 256 KiB chunks that zeroing took 60% of the daemon's CPU in a cold
- * ingest (perf, BENCHMARKS.md), with whole-page chunks it is gone. */
+ * ingest (perf, docs/benchmarks/HISTORY.md), with whole-page chunks it is
+ * gone. */
 #define STREAM_CHUNK_BYTES (2048u * 1024u)
 
 /* Where the bytes of the tensor being published come from. */
