@@ -15,7 +15,7 @@ TEST_PROGRAMS += tetris-test-gpu-importer
 tetris-test-gpu-importer_SRCS := tests/gpu/gpu_importer.c
 tetris-test-gpu-importer_LIBS := -lonnxruntime
 SHELL_TESTS += tests/gpu/test-gpu-share.sh
-SHELL_TESTS += tests/gpu/test-gpu-lifecycle.sh
+SHELL_TESTS += tests/gpu/test-gpu-lifecycle.sh tests/gpu/test-gpu-driver-trust.sh
 # The checks of docs/GPU.md's design: on a real GPU (unvalidated on
 # hardware so far; skipped, 77, without a driver), and on the fake
 # driver, whose kernels run on the host (the program's own logic).
