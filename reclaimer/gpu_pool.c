@@ -90,7 +90,9 @@ static int driver_path(const char *configured, char *out, size_t len, tetris_err
     }
     char real[PATH_MAX], dir[PATH_MAX];
     if (realpath(path, real) == NULL)
-        return tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "libcuda: %s", path);
+        return errno == ENOENT ? tetris_fail(err, TETRIS_E_UNAVAILABLE, 0,
+                                             "%s not found: GPU sharing unavailable", path)
+                               : tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "libcuda: %s", path);
     snprintf(dir, sizeof(dir), "%s", path);
     *strrchr(dir, '/') = '\0';
     int rc = check_owned("directory", dir[0] != '\0' ? dir : "/", err);
