@@ -148,7 +148,8 @@ void reclaimer_usage(const char *prog)
            "                           (default 0 = what the device has)\n"
            "  --libcuda PATH           CUDA driver library (default $" GPU_LIBCUDA_ENV ",\n"
            "                           else " GPU_LIBCUDA_DEFAULT "; loaded on the first\n"
-           "                           gpu_attach)\n"
+           "                           gpu_attach; a flag only, refused in --config; the\n"
+           "                           file and its directory must be root's alone)\n"
            "  --gpu-store-quota BYTES|P%%  device memory per GPU one store (a tenant's,\n"
            "                           or the shared one) may hold, padded (default:\n"
            "                           an equal share of the capacity per store served)\n"
@@ -397,6 +398,14 @@ static int apply_file(struct reclaimer_config *cfg, const char *path, tetris_err
         if (opt < 0)
             rc = tetris_fail(err, TETRIS_E_INVAL, 0, "%s:%d: unknown setting \"%s\"", path,
                              it->line, it->key);
+        /* Whoever writes the file (a ConfigMap) must not choose code the
+         * root daemon loads: the driver comes from its arguments only. */
+        else if (opt == OPT_LIBCUDA)
+            rc = tetris_fail(err, TETRIS_E_INVAL, 0,
+                             "%s:%d: \"%s\" is refused in a settings file: the CUDA driver "
+                             "is chosen by the daemon's --libcuda flag or $" GPU_LIBCUDA_ENV
+                             " only",
+                             path, it->line, it->key);
         else if ((rc = apply(cfg, opt, it->value, err)) < 0)
             rc = tetris_wrap(err, "%s:%d: %s", path, it->line, it->key);
     }

@@ -75,6 +75,12 @@ struct duty {
 
 typedef struct ingest_server ingest_server;
 
+/* One line of the pin file: a digest kept warm in one store. */
+struct pin {
+    char tenant[64]; /* "" for the shared store */
+    tensor_digest digest;
+};
+
 /* One store the daemon serves: the shared store, or a tenant's dedicated
  * store DIR/tenants/NAME. Each has its own ingest socket, index, holders
  * and counters, so nothing of one tenant is visible through another. */
@@ -158,9 +164,11 @@ struct daemon {
     pthread_mutex_t capacity_lock;
 
     /* Digests pinned through --pin-file (the cluster's pods on this node);
-     * a pinned tensor is warm even without a live holder, in every store. */
+     * a pinned tensor is warm even without a live holder, in the one store
+     * its pin names (a tenant's pods keep their own store warm, never
+     * another's: tetris-node-pins). */
     pthread_mutex_t pin_lock;
-    tensor_digest *pinned;
+    struct pin *pinned;
     size_t n_pinned;
 
     /* The last node pass (all stores), under pass_lock. */

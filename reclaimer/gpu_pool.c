@@ -20,14 +20,16 @@
  * that do not trust each other (docs/GPU.md).
  *
  * The driver is loaded on the first gpu_attach: a node that never gets
- * one never loads it. Allocations are created and filled under the pool's
- * lock, one at a time: the copies are bound by the bus anyway. */
+ * one never loads it. Only the DaemonSet's arguments choose it, and only
+ * from files root alone could have written (driver_path). Allocations are created and filled under
+ * the pool's lock, one at a time: the copies are bound by the bus anyway. */
 #include "reclaimer/daemon.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -63,17 +65,70 @@ gpu_pool *daemon_gpu_pool(void)
     return &pool;
 }
 
+/* Whether a file or directory a root daemon loads code through is
+ * root's (or the daemon's own user's) alone: owned so and not writable by
+ * group or others, so no one else could have put or swapped code there. */
+static int check_owned(const char *what, const char *path, tetris_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "libcuda: %s %s", what, path);
+    if (st.st_uid != 0 && st.st_uid != geteuid())
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "libcuda: %s %s is owned by uid %u, not root: refusing to load it "
+                           "into the daemon",
+                           what, path, (unsigned)st.st_uid);
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "libcuda: %s %s is writable by group or others (mode %04o): "
+                           "refusing to load it into the daemon",
+                           what, path, (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+/* The driver path to dlopen, checked: the --libcuda flag, else
+ * $TETRIS_LIBCUDA (both the DaemonSet's; the settings file may not name
+ * it, see config.c), else the loader's search for libcuda.so.1 (root's
+ * ld.so configuration). A path is resolved, and the file, its directory and
+ * the directory it was named in must be root's alone (check_owned). */
+static int driver_path(const char *configured, char *out, size_t len, tetris_error *err)
+{
+    const char *path = configured[0] != '\0' ? configured : getenv(GPU_LIBCUDA_ENV);
+    if (path == NULL || path[0] == '\0' || strchr(path, '/') == NULL) {
+        snprintf(out, len, "%s", path != NULL && path[0] != '\0' ? path : GPU_LIBCUDA_DEFAULT);
+        return 0;
+    }
+    char real[PATH_MAX], dir[PATH_MAX];
+    if (realpath(path, real) == NULL)
+        return errno == ENOENT ? tetris_fail(err, TETRIS_E_UNAVAILABLE, 0,
+                                             "%s not found: GPU sharing unavailable", path)
+                               : tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "libcuda: %s", path);
+    snprintf(dir, sizeof(dir), "%s", path);
+    *strrchr(dir, '/') = '\0';
+    int rc = check_owned("directory", dir[0] != '\0' ? dir : "/", err);
+    if (rc == 0)
+        rc = check_owned("file", real, err);
+    snprintf(dir, sizeof(dir), "%s", real);
+    *strrchr(dir, '/') = '\0';
+    if (rc == 0)
+        rc = check_owned("directory", dir[0] != '\0' ? dir : "/", err);
+    if (rc == 0)
+        snprintf(out, len, "%s", real);
+    return rc;
+}
+
 /* Loads the driver once (lock held). */
 static int pool_driver(gpu_pool *p, struct daemon *d, tetris_error *err)
 {
     if (!p->tried) {
         p->tried = true;
         pthread_mutex_lock(&d->cfg_lock);
-        char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s", d->cfg.libcuda_path);
+        char configured[PATH_MAX], path[PATH_MAX];
+        snprintf(configured, sizeof(configured), "%s", d->cfg.libcuda_path);
         pthread_mutex_unlock(&d->cfg_lock);
         tetris_error e;
-        if (gpu_driver_open(path, &p->drv, &e) < 0) {
+        if (driver_path(configured, path, sizeof(path), &e) < 0 ||
+            gpu_driver_open(path, &p->drv, &e) < 0) {
             snprintf(p->why, sizeof(p->why), "%s", e.msg);
             log_warn("event=gpu-unavailable msg=%s", LOG_Q(e.msg));
         } else {

@@ -389,7 +389,9 @@ static void apply_pins(struct served_store *ss, int64_t now_s)
 {
     pthread_mutex_lock(&ss->d->pin_lock);
     for (size_t i = 0; i < ss->d->n_pinned; i++) {
-        struct index_entry *e = tensor_index_find(ss->index, &ss->d->pinned[i]);
+        if (strcmp(ss->d->pinned[i].tenant, ss->tenant) != 0)
+            continue;
+        struct index_entry *e = tensor_index_find(ss->index, &ss->d->pinned[i].digest);
         if (e != NULL) {
             e->mark |= MARK_REF;
             e->last_ref_s = now_s;
@@ -880,10 +882,32 @@ void store_save_state(struct served_store *ss)
 }
 
 /* The pin file: what the cluster side wants kept (digests of the models of
- * pods bound to this node, say), written by whoever knows. Hex digests, one
- * per line, "sha256:" optional, '#' comments. Re-read when its mtime or
- * size changes; a missing file pins nothing. */
-static int read_pin_file(const char *path, tensor_digest **out, size_t *n_out, tetris_error *err)
+ * pods bound to this node, say), written by whoever knows. Per line a hex
+ * digest ("sha256:" optional), then the tenant whose store keeps it (none:
+ * the shared store only), '#' comments. Re-read when its mtime or size
+ * changes; a missing file pins nothing. */
+static int parse_pin_line(char *line, struct pin *out, tetris_error *err)
+{
+    char *digest = line + strspn(line, " \t");
+    char *rest = digest + strcspn(digest, " \t");
+    if (*rest != '\0')
+        *rest++ = '\0';
+    char *tenant = rest + strspn(rest, " \t");
+    tenant[strcspn(tenant, " \t")] = '\0';
+    int r = tensor_digest_from_hex(digest, &out->digest, err);
+    if (r < 0)
+        return r;
+    out->tenant[0] = '\0';
+    if (tenant[0] == '\0')
+        return 0;
+    r = store_tenant_check(tenant, err);
+    if (r < 0)
+        return r;
+    snprintf(out->tenant, sizeof(out->tenant), "%s", tenant);
+    return 0;
+}
+
+static int read_pin_file(const char *path, struct pin **out, size_t *n_out, tetris_error *err)
 {
     cleanup_fclose FILE *fp = fopen(path, "re");
     if (fp == NULL) {
@@ -894,24 +918,23 @@ static int read_pin_file(const char *path, tensor_digest **out, size_t *n_out, t
         }
         return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
     }
-    cleanup_free tensor_digest *list = NULL;
+    cleanup_free struct pin *list = NULL;
     size_t n = 0, cap = 0;
     char line[256];
     int lineno = 0;
     while (fgets(line, sizeof(line), fp) != NULL) {
         lineno++;
-        char *p = line + strspn(line, " \t");
-        p[strcspn(p, " \t\r\n#")] = '\0';
-        if (*p == '\0')
+        line[strcspn(line, "\r\n#")] = '\0';
+        if (line[strspn(line, " \t")] == '\0')
             continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 64;
-            tensor_digest *l = realloc(list, cap * sizeof(*l));
+            struct pin *l = realloc(list, cap * sizeof(*l));
             if (l == NULL)
                 return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", path);
             list = l;
         }
-        if (tensor_digest_from_hex(p, &list[n], err) < 0)
+        if (parse_pin_line(line, &list[n], err) < 0)
             return tetris_wrap(err, "%s:%d", path, lineno);
         n++;
     }
@@ -937,7 +960,7 @@ void daemon_refresh_pins(struct daemon *d)
     if (st.st_mtim.tv_sec == last.st_mtim.tv_sec && st.st_mtim.tv_nsec == last.st_mtim.tv_nsec &&
         st.st_size == last.st_size && st.st_ino == last.st_ino && last.st_ino != 0)
         return;
-    tensor_digest *list = NULL;
+    struct pin *list = NULL;
     size_t n = 0;
     tetris_error err;
     if (read_pin_file(path, &list, &n, &err) < 0) {

@@ -1,9 +1,11 @@
 /* node_pins_main.c - tetris-node-pins: keeps a node daemon's pin file in
  * step with the cluster. Every interval it asks the apiserver which model
- * pods are on this node (node_pods.h) and rewrites the file that
- * `tetris-reclaimer --pin-file` reads: one hex digest per line, replaced
- * atomically (write a temporary file, then rename) and only when it
- * changed. Runs next to the daemon (a sidecar in its DaemonSet pod). */
+ * pods are on this node, in which tenant's namespace (node_pods.h), and
+ * rewrites the file that `tetris-reclaimer --pin-file` reads: one hex
+ * digest per line, followed by the tenant whose store it is pinned in
+ * (none: the shared store), replaced atomically (write a temporary file,
+ * then rename) and only when it changed. Runs next to the daemon (a
+ * sidecar in its DaemonSet pod). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -34,39 +36,44 @@ static void on_signal(int sig)
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: tetris-node-pins --node NAME --pin-file FILE [OPTIONS]\n"
-            "\n"
-            "Writes the tensor digests of the models of the pods scheduled to NAME (pods\n"
-            "labelled " TETRIS_LABEL_MODEL ", manifests in ConfigMaps labelled "
-            TETRIS_LABEL_MODEL ")\n"
-            "to FILE, one hex digest per line, for tetris-reclaimer --pin-file.\n"
-            "\n"
-            "  --node NAME          this node (default: $" TETRIS_ENV_NODE_NAME ")\n"
-            "  --pin-file FILE      the file to keep up to date\n"
-            "  --namespace NS       namespace of the manifest ConfigMaps (default: the\n"
-            "                       kubeconfig context's / service account's)\n"
-            "  --kubeconfig FILE    default: in-cluster service account\n"
-            "  --interval SECONDS   between refreshes (default 30)\n"
-            "  --once               refresh once and exit\n"
-            "  --help, --version\n"
-            "\n"
-            "A failed refresh keeps the previous file (pins are never dropped because the\n"
-            "apiserver is unreachable).\n"
-            "Exit status: 0 stopped by SIGTERM/SIGINT or --once done, 1 failure (--once\n"
-            "refresh failed, no credentials), 2 usage error.\n");
+    fprintf(out, "usage: tetris-node-pins --node NAME --pin-file FILE [OPTIONS]\n"
+                 "\n"
+                 "Writes the tensor digests of the models of the pods scheduled to NAME (pods\n"
+                 "labelled " TETRIS_LABEL_MODEL
+                 ", manifests in ConfigMaps labelled " TETRIS_LABEL_MODEL ")\n"
+                 "to FILE for tetris-reclaimer --pin-file: one hex digest per line, then the\n"
+                 "tenant whose store keeps it. A pod's tenant is its namespace's label\n"
+                 "tetris.io/tenant (none: the shared store), never the pod's own; its\n"
+                 "model's manifest must be labelled for that tenant or for none.\n"
+                 "\n"
+                 "  --node NAME          this node (default: $" TETRIS_ENV_NODE_NAME ")\n"
+                 "  --pin-file FILE      the file to keep up to date\n"
+                 "  --namespace NS       namespace of the manifest ConfigMaps (default: the\n"
+                 "                       kubeconfig context's / service account's)\n"
+                 "  --kubeconfig FILE    default: in-cluster service account\n"
+                 "  --interval SECONDS   between refreshes (default 30)\n"
+                 "  --once               refresh once and exit\n"
+                 "  --help, --version\n"
+                 "\n"
+                 "A failed refresh keeps the previous file (pins are never dropped because the\n"
+                 "apiserver is unreachable).\n"
+                 "Exit status: 0 stopped by SIGTERM/SIGINT or --once done, 1 failure (--once\n"
+                 "refresh failed, no credentials), 2 usage error.\n");
 }
 
 /* The pin file's new contents (malloc'd). */
 static char *render(const node_models *m)
 {
-    char *text = malloc(m->n_digests * (TENSOR_DIGEST_HEX_LEN + 1) + 1);
+    size_t line_max = TENSOR_DIGEST_HEX_LEN + 1 + NODE_PODS_TENANT_SIZE;
+    char *text = malloc(m->n_pins * line_max + 1);
     if (text == NULL)
         return NULL;
     size_t len = 0;
-    for (size_t i = 0; i < m->n_digests; i++) {
-        tensor_digest_to_hex(&m->digests[i], text + len);
+    for (size_t i = 0; i < m->n_pins; i++) {
+        tensor_digest_to_hex(&m->pins[i].digest, text + len);
         len += TENSOR_DIGEST_HEX_LEN;
+        if (m->pins[i].tenant[0] != '\0')
+            len += (size_t)sprintf(text + len, " %s", m->pins[i].tenant);
         text[len++] = '\n';
     }
     text[len] = '\0';
@@ -111,7 +118,8 @@ static int refresh(kube_client *kc, const char *node, const char *ns, const char
     if (r < 0)
         return r;
     char *text = render(m);
-    size_t n_models = m->n_models, n_missing = m->n_missing, n_digests = m->n_digests;
+    size_t n_models = m->n_models, n_missing = m->n_missing, n_skipped = m->n_skipped,
+           n_pins = m->n_pins;
     node_models_free(m);
     if (text == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pin file");
@@ -126,8 +134,9 @@ static int refresh(kube_client *kc, const char *node, const char *ns, const char
     }
     free(*last);
     *last = text;
-    log_info("event=pins-written node=%s models=%zu models_without_manifest=%zu digests=%zu file=%s",
-             node, n_models, n_missing, n_digests, path);
+    log_info("event=pins-written node=%s models=%zu models_without_manifest=%zu "
+             "pods_skipped=%zu pins=%zu file=%s",
+             node, n_models, n_missing, n_skipped, n_pins, path);
     return 0;
 }
 

@@ -34,66 +34,98 @@ enum {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tetris-autoscaler plan --profile PROFILE --rps R --slo-ms T [options]\n"
-            "       tetris-autoscaler run (--function | --openfaas) NAME=PROFILE... --slo-ms T\n"
-            "                             (--trace NAME=FILE... | --prometheus URL) [options]\n"
-            "\n"
-            "plan: the instance configs for R requests/s under a latency SLO of T ms, as JSON\n"
-            "  (configs [{c, m (MiB), b, p, l (ms), count}], instances, memory_mib,\n"
-            "  covered_rps, algorithm, decision_time_ms).\n"
-            "  --exact            solve the integer program with GLPK instead of DTS\n"
-            "  --time-limit-ms N  limit for --exact (default 10000)\n"
-            "\n"
-            "run: scale each function's Deployments to its request rate, every --interval.\n"
-            "  --function NAME=PROFILE  a function and its profile (repeatable)\n"
-            "  --openfaas NAME=PROFILE  a function OpenFaaS deployed (faas-netes's Deployment\n"
-            "                           NAME is the template of sibling Deployments, one config\n"
-            "                           at a time, sets of at most 5 replicas; repeatable)\n"
-            "  --trace NAME=FILE        local mode: the function's rate from `time_s rps` lines;\n"
-            "                           time is simulated unless --realtime\n"
-            "  --prometheus URL         rates from Prometheus's HTTP API\n"
-            "  --query TEMPLATE         PromQL, {function} and {namespace} replaced (default\n"
-            "                           %s)\n"
-            "  --dry-run                print actions as JSON lines instead of acting\n"
-            "  --kubeconfig FILE        act through this cluster (default: in-cluster)\n"
-            "  --interval S             seconds between decisions (default 5)\n"
-            "  --headroom H             scale out when rate*(1+H) > capacity (default 0.1)\n"
-            "  --scale-in-headroom H    release only while capacity >= peak*(1+H) (default 0.3)\n"
-            "  --cooldown S             no scale-in within S s of a change (default 60)\n"
-            "  --window S               peak = highest rate in the last S s (default 60)\n"
-            "  --min-instances N        keep at least N instances per function (default 1)\n"
-            "  --realtime               pace a trace in real time (for a live cluster)\n"
-            "  --step-file FILE         simulated time: after each decision round, write its\n"
-            "                           time to FILE and wait until FILE is removed (lets a\n"
-            "                           test check the cluster between steps)\n"
-            "  --duration S             stop after S seconds\n"
-            "  --namespace NS           (default " TETRIS_FUNCTION_NAMESPACE ")\n"
-            "  --image IMAGE            function image (default tetris-function:%s)\n"
-            "  --image-pull-policy P    (default IfNotPresent)\n"
-            "  --store DIR              tensor store host path (default " TETRIS_STORE_DIR ")\n"
-            "  --model-dir DIR          " TETRIS_ENV_MODEL
-            " = DIR/<model_file> (default " TETRIS_MODEL_DIR ")\n"
-            "  --port N                 the function's HTTP port (default %d)\n"
-            "  --scheduler-name NAME    (default " TETRIS_SCHEDULER_NAME ")\n"
-            "\n"
-            "both:\n"
-            "  --slo-ms T         latency SLO in ms (b=1 configs need l <= T, b>1 l <= T/2)\n"
-            "  --alpha A          rank by b*p/(l*(m + A*c)), A in MiB per CPU (default 0)\n"
-            "  --sharing          tensor sharing: memory is marginal (private memory, the\n"
-            "                     model's tensors once); needs private_bytes in the profile\n"
-            "  --resident         plan: with --sharing, the tensors are already resident\n"
-            "  --latency STAT     mean, p95 or p99 stands for l (default p95)\n"
-            "  --mode MODE        paper: Algorithm 1, capacity b*p/l (default); refined:\n"
-            "                     capacity from the profile's measured throughput, every\n"
-            "                     instance an equal share of the rate (OpenFaaS CE routing),\n"
-            "                     the cheapest single config that covers it\n"
-            "  --help, --version\n"
-            "\n"
-            "exit status: 0 ok, 1 bad input (profile, trace) or another failure, 2 bad usage,\n"
-            "3 no config meets the SLO, 4 --exact found no plan in time, 5 Kubernetes API\n"
-            "unreachable or refusing at start\n",
-            RATE_DEFAULT_QUERY, TETRIS_VERSION, TETRIS_FUNCTION_PORT);
+    fprintf(
+        f,
+        "usage: tetris-autoscaler plan --profile PROFILE --rps R --slo-ms T [options]\n"
+        "       tetris-autoscaler run (--function | --openfaas) NAME=PROFILE... --slo-ms T\n"
+        "                             (--trace NAME=FILE... | --prometheus URL) [options]\n"
+        "\n"
+        "plan: the instance configs for R requests/s under a latency SLO of T ms, as JSON\n"
+        "  (configs [{c, m (MiB), b, p, l (ms), count}], instances, memory_mib,\n"
+        "  covered_rps, algorithm, decision_time_ms).\n"
+        "  --exact            solve the integer program with GLPK instead of DTS\n"
+        "  --time-limit-ms N  limit for --exact (default 10000)\n"
+        "\n"
+        "run: scale each function's Deployments to its request rate, every --interval.\n"
+        "  --function NAME=PROFILE  a function and its profile (repeatable)\n"
+        "  --openfaas NAME=PROFILE  a function OpenFaaS deployed (faas-netes's Deployment\n"
+        "                           NAME is the template of sibling Deployments, one config\n"
+        "                           at a time, sets of at most 5 replicas; repeatable)\n"
+        "  --trace NAME=FILE        local mode: the function's rate from `time_s rps` lines;\n"
+        "                           time is simulated unless --realtime\n"
+        "  --prometheus URL         rates from Prometheus's HTTP API\n"
+        "  --query TEMPLATE         PromQL, {function}, {namespace}, {job} and {instance}\n"
+        "                           replaced (default %s)\n"
+        "  --gateway-job REGEX      the OpenFaaS gateway's scrape job: only its series\n"
+        "                           count, not other targets' (default " RATE_DEFAULT_GATEWAY_JOB
+        ")\n"
+        "  --gateway-instance REGEX the gateway's scrape instances "
+        "(default " RATE_DEFAULT_GATEWAY_INSTANCE ")\n"
+        "                           a rate above twice what a function's instances serve\n"
+        "                           counts as that (event=rate-clamped)\n"
+        "  --dry-run                print actions as JSON lines instead of acting\n"
+        "  --kubeconfig FILE        act through this cluster (default: in-cluster)\n"
+        "  --interval S             seconds between decisions (default 5)\n"
+        "  --headroom H             scale out when rate*(1+H) > capacity (default 0.1)\n"
+        "  --scale-in-headroom H    release only while capacity >= peak*(1+H) (default 0.3)\n"
+        "  --cooldown S             no scale-in within S s of a change (default 60)\n"
+        "  --window S               peak = highest rate in the last S s (default 60)\n"
+        "  --min-instances N        keep at least N instances per function (default 1)\n"
+        "  --max-instances N        never more than N instances per function "
+        "(default " TETRIS_STRINGIFY(
+            AS_DEFAULT_MAX_INSTANCES) ")\n"
+                                      "  --realtime               pace a trace in real time (for a "
+                                      "live cluster)\n"
+                                      "  --step-file FILE         simulated time: after each "
+                                      "decision round, write its\n"
+                                      "                           time to FILE and wait until FILE "
+                                      "is removed (lets a\n"
+                                      "                           test check the cluster between "
+                                      "steps)\n"
+                                      "  --duration S             stop after S seconds\n"
+                                      "  --namespace NS           "
+                                      "(default " TETRIS_FUNCTION_NAMESPACE ")\n"
+                                      "  --image IMAGE            function image (default "
+                                      "tetris-function:%s)\n"
+                                      "  --image-pull-policy P    (default IfNotPresent)\n"
+                                      "  --store DIR              tensor store host path "
+                                      "(default " TETRIS_STORE_DIR ")\n"
+                                      "  --model-dir DIR          " TETRIS_ENV_MODEL
+                                      " = DIR/<model_file> (default " TETRIS_MODEL_DIR ")\n"
+                                      "  --port N                 the function's HTTP port "
+                                      "(default %d)\n"
+                                      "  --scheduler-name NAME    (default " TETRIS_SCHEDULER_NAME
+                                      ")\n"
+                                      "\n"
+                                      "both:\n"
+                                      "  --slo-ms T         latency SLO in ms (b=1 configs need l "
+                                      "<= T, b>1 l <= T/2)\n"
+                                      "  --alpha A          rank by b*p/(l*(m + A*c)), A in MiB "
+                                      "per CPU (default 0)\n"
+                                      "  --sharing          tensor sharing: memory is marginal "
+                                      "(private memory, the\n"
+                                      "                     model's tensors once); needs "
+                                      "private_bytes in the profile\n"
+                                      "  --resident         plan: with --sharing, the tensors are "
+                                      "already resident\n"
+                                      "  --latency STAT     mean, p95 or p99 stands for l (default "
+                                      "p95)\n"
+                                      "  --mode MODE        paper: Algorithm 1, capacity b*p/l "
+                                      "(default); refined:\n"
+                                      "                     capacity from the profile's measured "
+                                      "throughput, every\n"
+                                      "                     instance an equal share of the rate "
+                                      "(OpenFaaS CE routing),\n"
+                                      "                     the cheapest single config that covers "
+                                      "it\n"
+                                      "  --help, --version\n"
+                                      "\n"
+                                      "exit status: 0 ok, 1 bad input (profile, trace) or another "
+                                      "failure, 2 bad usage,\n"
+                                      "3 no config meets the SLO, 4 --exact found no plan in time, "
+                                      "5 Kubernetes API\n"
+                                      "unreachable or refusing at start\n",
+        RATE_DEFAULT_QUERY, TETRIS_VERSION, TETRIS_FUNCTION_PORT);
 }
 
 static int exit_for(int rc)
@@ -254,7 +286,8 @@ typedef struct run_config {
     as_policy policy;
     as_deploy_options deploy;
     double interval_s, duration_s;
-    const char *prometheus, *query, *kubeconfig;
+    rate_source rates; /* rates.url NULL: traces (local mode) */
+    const char *kubeconfig;
     const char *step_file; /* simulated time only */
     bool dry_run, realtime;
 } run_config;
@@ -387,11 +420,15 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
     }
     if (fn->trace != NULL) {
         rps = rate_trace_at(fn->trace, now_s);
-    } else if (rate_prometheus(rc->prometheus, rc->query, fn->name, rc->deploy.namespace_, &rps,
-                               &err) < 0) {
+    } else if (rate_prometheus(&rc->rates, fn->name, rc->deploy.namespace_, &rps, &err) < 0) {
         log_warn("event=rate-unavailable function=%s msg=%s", fn->name,
                  log_quote(err.msg, quoted, sizeof quoted));
         return; /* no data, no decision */
+    } else if (rps > as_rate_ceiling(fn, &rc->policy.plan)) {
+        double ceiling = as_rate_ceiling(fn, &rc->policy.plan);
+        log_warn("event=rate-clamped function=%s rate_rps=%.3f ceiling_rps=%.3f instances=%u",
+                 fn->name, rps, ceiling, as_instances(fn));
+        rps = ceiling;
     }
     size_t n = fn->prof->n_configs;
     cleanup_free unsigned *want = calloc(n, sizeof *want);
@@ -459,7 +496,7 @@ static int step_handshake(const char *path, double now_s)
 
 static int run_loop(run_config *rc, as_actuator *act)
 {
-    bool local = rc->prometheus == NULL;
+    bool local = rc->rates.url == NULL;
     double end_s = INFINITY;
     if (local) {
         end_s = 0;
@@ -525,7 +562,7 @@ static int run_checked(run_config *rc)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     log_info("event=start functions=%zu mode=%s actuator=%s slo_ms=%g sharing=%d", rc->n_fns,
-             rc->prometheus ? "prometheus" : "trace", rc->dry_run ? "dry-run" : "kubernetes",
+             rc->rates.url ? "prometheus" : "trace", rc->dry_run ? "dry-run" : "kubernetes",
              rc->policy.plan.slo_ms, rc->policy.plan.sharing);
     r = run_loop(rc, act);
     act->destroy(act);
@@ -547,6 +584,9 @@ static int cmd_run(int argc, char **argv)
         OPT_COOLDOWN,
         OPT_WINDOW,
         OPT_MIN,
+        OPT_MAX,
+        OPT_GATEWAY_JOB,
+        OPT_GATEWAY_INSTANCE,
         OPT_REALTIME,
         OPT_DURATION,
         OPT_NAMESPACE,
@@ -580,6 +620,9 @@ static int cmd_run(int argc, char **argv)
         {"cooldown", required_argument, NULL, OPT_COOLDOWN},
         {"window", required_argument, NULL, OPT_WINDOW},
         {"min-instances", required_argument, NULL, OPT_MIN},
+        {"max-instances", required_argument, NULL, OPT_MAX},
+        {"gateway-job", required_argument, NULL, OPT_GATEWAY_JOB},
+        {"gateway-instance", required_argument, NULL, OPT_GATEWAY_INSTANCE},
         {"realtime", no_argument, NULL, OPT_REALTIME},
         {"step-file", required_argument, NULL, OPT_STEP_FILE},
         {"duration", required_argument, NULL, OPT_DURATION},
@@ -600,14 +643,24 @@ static int cmd_run(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     run_config rc = {
-        .policy = {.plan = {.latency = PROFILE_STAT_P95}, .headroom_out = 0.1,
-                   .headroom_in = 0.3, .cooldown_s = 60, .window_s = 60, .min_instances = 1},
+        .policy = {.plan = {.latency = PROFILE_STAT_P95},
+                   .headroom_out = 0.1,
+                   .headroom_in = 0.3,
+                   .cooldown_s = 60,
+                   .window_s = 60,
+                   .min_instances = 1,
+                   .max_instances = AS_DEFAULT_MAX_INSTANCES},
         .deploy = {.namespace_ = TETRIS_FUNCTION_NAMESPACE,
-                   .image = "tetris-function:" TETRIS_VERSION, .pull_policy = "IfNotPresent",
-                   .store_dir = TETRIS_STORE_DIR, .scheduler_name = TETRIS_SCHEDULER_NAME,
-                   .model_dir = TETRIS_MODEL_DIR, .port = TETRIS_FUNCTION_PORT},
+                   .image = "tetris-function:" TETRIS_VERSION,
+                   .pull_policy = "IfNotPresent",
+                   .store_dir = TETRIS_STORE_DIR,
+                   .scheduler_name = TETRIS_SCHEDULER_NAME,
+                   .model_dir = TETRIS_MODEL_DIR,
+                   .port = TETRIS_FUNCTION_PORT},
         .interval_s = 5,
-        .query = RATE_DEFAULT_QUERY,
+        .rates = {.query = RATE_DEFAULT_QUERY,
+                  .job = RATE_DEFAULT_GATEWAY_JOB,
+                  .instance = RATE_DEFAULT_GATEWAY_INSTANCE},
     };
     tetris_error err = {0};
     char quoted[600];
@@ -632,8 +685,16 @@ static int cmd_run(int argc, char **argv)
             function_args[n_function_args++] = optarg;
             break;
         case OPT_TRACE: trace_args[n_trace_args++] = optarg; break;
-        case OPT_PROMETHEUS: rc.prometheus = optarg; break;
-        case OPT_QUERY: rc.query = optarg; break;
+        case OPT_PROMETHEUS: rc.rates.url = optarg; break;
+        case OPT_QUERY: rc.rates.query = optarg; break;
+        case OPT_GATEWAY_JOB:
+            rc.rates.job = optarg;
+            r = rate_check_matcher("--gateway-job", optarg, &err);
+            break;
+        case OPT_GATEWAY_INSTANCE:
+            rc.rates.instance = optarg;
+            r = rate_check_matcher("--gateway-instance", optarg, &err);
+            break;
         case OPT_DRY_RUN: rc.dry_run = true; break;
         case OPT_KUBECONFIG: rc.kubeconfig = optarg; break;
         case OPT_REALTIME: rc.realtime = true; break;
@@ -675,6 +736,10 @@ static int cmd_run(int argc, char **argv)
             if ((r = cli_parse_u64("--min-instances", optarg, 0, 1000, &n, &err)) == 0)
                 rc.policy.min_instances = (unsigned)n;
             break;
+        case OPT_MAX:
+            if ((r = cli_parse_u64("--max-instances", optarg, 1, 100000, &n, &err)) == 0)
+                rc.policy.max_instances = (unsigned)n;
+            break;
         case OPT_PORT: r = cli_parse_int("--port", optarg, 1, 65535, &rc.deploy.port, &err); break;
         case OPT_LATENCY: r = profile_stat_parse(optarg, &rc.policy.plan.latency, &err); break;
         case OPT_SPACE: r = plan_space_parse(optarg, &rc.policy.plan.space, &err); break;
@@ -703,6 +768,11 @@ static int cmd_run(int argc, char **argv)
                         "--slo-ms > 0\n");
         goto out;
     }
+    if (rc.policy.min_instances > rc.policy.max_instances) {
+        fprintf(stderr, "tetris-autoscaler run: --min-instances %u exceeds --max-instances %u\n",
+                rc.policy.min_instances, rc.policy.max_instances);
+        goto out;
+    }
     if (rc.policy.headroom_in < rc.policy.headroom_out) {
         fprintf(stderr, "tetris-autoscaler run: --scale-in-headroom must be >= --headroom, "
                         "or the autoscaler oscillates\n");
@@ -710,13 +780,13 @@ static int cmd_run(int argc, char **argv)
     }
     for (size_t i = 0; i < rc.n_fns; i++) {
         bool traced = rc.fns[i]->trace != NULL;
-        if (traced == (rc.prometheus != NULL)) {
+        if (traced == (rc.rates.url != NULL)) {
             fprintf(stderr, "tetris-autoscaler run: function %s: give either a --trace for "
                             "every function or --prometheus\n", rc.fns[i]->name);
             goto out;
         }
     }
-    if (rc.step_file != NULL && (rc.prometheus != NULL || rc.realtime)) {
+    if (rc.step_file != NULL && (rc.rates.url != NULL || rc.realtime)) {
         fprintf(stderr, "tetris-autoscaler run: --step-file needs traces in simulated time "
                         "(no --prometheus, no --realtime)\n");
         goto out;

@@ -27,24 +27,43 @@ double rate_trace_at(const rate_trace *t, double time_s);
 double rate_trace_end(const rate_trace *t);
 void rate_trace_free(rate_trace *t);
 
-/* Asks Prometheus's HTTP API (GET base_url/api/v1/query) for the instant
- * value of query_template with every "{function}" replaced by function and
- * every "{namespace}" by namespace_. An empty result is 0 rps (no
- * invocations yet). */
-int rate_prometheus(const char *base_url, const char *query_template, const char *function,
-                    const char *namespace_, double *rps, tetris_error *err);
-/* The query with "{function}" and "{namespace}" replaced; NULL when out of
- * memory. */
-char *rate_query_expand(const char *query_template, const char *function, const char *namespace_);
+/* Where a function's rate comes from in a cluster: Prometheus at url,
+ * query with "{function}", "{namespace}", "{job}" and "{instance}"
+ * replaced. Only the OpenFaaS gateway's series count: any pod can be a
+ * scrape target and export a counter of the same name, so the query
+ * selects the gateway's scrape job and instances (regular expressions, as
+ * Prometheus sets job and instance from its own configuration, whatever a
+ * target exports). */
+typedef struct rate_source {
+    const char *url;
+    const char *query;
+    const char *job;      /* RATE_DEFAULT_GATEWAY_JOB */
+    const char *instance; /* RATE_DEFAULT_GATEWAY_INSTANCE */
+} rate_source;
+
+/* Asks Prometheus's HTTP API (GET url/api/v1/query) for the instant value
+ * of the expanded query. An empty result is 0 rps (no invocations yet). */
+int rate_prometheus(const rate_source *src, const char *function, const char *namespace_,
+                    double *rps, tetris_error *err);
+/* The query with its tokens replaced; NULL when out of memory. */
+char *rate_query_expand(const rate_source *src, const char *function, const char *namespace_);
+/* 0 if value can stand inside a PromQL string (no '"', no line break),
+ * else TETRIS_E_INVAL naming option. */
+int rate_check_matcher(const char *option, const char *value, tetris_error *err);
 /* The answer of GET /api/v1/query: an instant vector's first sample (an
  * empty vector or NaN is 0). */
 int rate_parse_vector(const char *body, const char *query, double *rps, tetris_error *err);
 
 /* The gateway counts invocations of NAME as "NAME.NS" when it knows the
- * function namespace (the chart sets it), else as "NAME": match both. */
+ * function namespace (the chart sets it), else as "NAME": match both. Its
+ * series are those of the scrape job of the OpenFaaS chart's Prometheus
+ * (openfaas-pods: the pods of the openfaas namespace, not functions') or a
+ * job named openfaas-gateway (a static target, as the local cluster's). */
 #define RATE_DEFAULT_QUERY                                                                         \
-    "sum(rate(gateway_function_invocation_total{function_name=~\"{function}(\\\\.{namespace})?\"}" \
-    "[1m]))"
+    "sum(rate(gateway_function_invocation_total{job=~\"{job}\",instance=~\"{instance}\","          \
+    "function_name=~\"{function}(\\\\.{namespace})?\"}[1m]))"
+#define RATE_DEFAULT_GATEWAY_JOB "openfaas-pods|openfaas-gateway"
+#define RATE_DEFAULT_GATEWAY_INSTANCE ".+"
 
 /* ---- state and policy (autoscaler_policy.c) ---- */
 
@@ -55,7 +74,13 @@ typedef struct as_policy {
     double cooldown_s;      /* no scale-in this soon after any change */
     double window_s;        /* peak = highest rate seen in this window */
     unsigned min_instances; /* never fewer instances than this */
+    unsigned max_instances; /* never more instances than this (0: no cap) */
 } as_policy;
+
+/* How far a measured rate may run ahead of the instances: see
+ * as_rate_ceiling. */
+#define AS_RATE_JUMP 2.0
+#define AS_DEFAULT_MAX_INSTANCES 50
 
 typedef struct as_function {
     char *name;
@@ -91,6 +116,16 @@ void as_function_free(as_function *fn);
 double as_capacity_rps(const as_function *fn, const plan_options *o);
 double as_memory_mib(const as_function *fn, const plan_options *o);
 unsigned as_instances(const as_function *fn);
+
+/* The highest rate a function's instances can have been asked for:
+ * AS_RATE_JUMP times what they serve (as_capacity_rps), and at least
+ * AS_RATE_JUMP times one instance of its largest eligible config (so that
+ * a function with no or few instances can start). The gateway counts the
+ * requests its instances were sent; a rise beyond their capacity shows up
+ * as queueing and errors, not as an unbounded count, so a rate above the
+ * ceiling is a series that lies (or a surge, which the autoscaler then
+ * follows by at most AS_RATE_JUMP per interval). */
+double as_rate_ceiling(const as_function *fn, const plan_options *o);
 
 /* Decides the instance counts for rate rps at time now_s into want[] (one
  * per config) and names the reason ("scale-out", "scale-in", "minimum" or

@@ -216,8 +216,12 @@ int of_decide(as_function *fn, const as_policy *pol, double now_s, double rps, d
         if (rc < 0)
             return tetris_wrap(err, "function %s", fn->name);
     }
-    const unsigned max_siblings = AS_MAX_SETS * AS_SET_REPLICAS;
     unsigned primary = fn->primary_pods;
+    unsigned max_siblings = AS_MAX_SETS * AS_SET_REPLICAS;
+    if (pol->max_instances > 0)
+        max_siblings = pol->max_instances <= primary                 ? 0
+                       : pol->max_instances - primary < max_siblings ? pol->max_instances - primary
+                                                                     : max_siblings;
     double per_pod = pod_capacity(fn, k, o);
     double target = rps * (1.0 + pol->headroom_out);
     if (target > of_capacity_rps(fn, o) + 1e-9) {

@@ -14,6 +14,10 @@
  * unit of capacity lost. An instance goes only while the capacity left still
  * covers the peak with the (larger) scale-in headroom, so the SLO holds.
  *
+ * Bounds: a function never has more than max_instances, whatever its rate
+ * (the rate comes from series a tenant may try to inflate; as_rate_ceiling
+ * bounds how fast it may grow).
+ *
  * Hysteresis: after scale-out capacity >= rate*(1+headroom_out); after
  * scale-in capacity >= peak*(1+headroom_in) with headroom_in > headroom_out.
  * Between the two the autoscaler does nothing, and the cool-down and window
@@ -116,6 +120,15 @@ double as_memory_mib(const as_function *fn, const plan_options *o)
     if (o->sharing && as_instances(fn) > 0)
         sum += plan_shared_mib(fn->prof);
     return sum;
+}
+
+double as_rate_ceiling(const as_function *fn, const plan_options *o)
+{
+    double one = 0;
+    for (size_t i = 0; i < fn->prof->n_configs; i++)
+        if (plan_eligible(&fn->prof->configs[i], o))
+            one = fmax(one, plan_config_capacity(&fn->prof->configs[i], o));
+    return AS_RATE_JUMP * fmax(as_capacity_rps(fn, o), one);
 }
 
 /* Remembers rps at now_s and returns the peak over the window. */
@@ -260,6 +273,25 @@ static int scale_in(const as_function *fn, const as_policy *pol, double peak, un
     return 0;
 }
 
+/* Holds want[] to max instances in all: the instances a decision adds go
+ * first, then running ones (a lowered cap). Returns whether it cut any. */
+static bool cap_instances(const as_function *fn, unsigned max, unsigned *want)
+{
+    size_t n = fn->prof->n_configs;
+    unsigned total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += want[i];
+    bool cut = false;
+    for (bool added = true; total > max; added = false)
+        for (size_t i = 0; i < n && total > max; i++)
+            while (want[i] > (added ? fn->replicas[i] : 0) && total > max) {
+                want[i]--;
+                total--;
+                cut = true;
+            }
+    return cut;
+}
+
 int as_decide(as_function *fn, const as_policy *pol, double now_s, double rps, unsigned *want,
               const char **reason, tetris_error *err)
 {
@@ -292,6 +324,8 @@ int as_decide(as_function *fn, const as_policy *pol, double now_s, double rps, u
     }
     if (rc < 0)
         return rc;
+    if (pol->max_instances > 0 && cap_instances(fn, pol->max_instances, want))
+        *reason = "max-instances";
     if (memcmp(want, fn->replicas, n * sizeof *want) == 0)
         *reason = NULL;
     return 0;

@@ -1,7 +1,7 @@
 /* autoscaler_rate.c - where request rates come from: a trace file in local
  * mode, Prometheus's HTTP API (over the OpenFaaS gateway's invocation
- * counter, gateway_function_invocation_total{function_name, code}) in a
- * cluster. */
+ * counter, gateway_function_invocation_total{function_name, code}, of the
+ * gateway's scrape job and instances only) in a cluster. */
 #include "scheduler-ext/autoscaler/autoscaler.h"
 
 #include <errno.h>
@@ -127,15 +127,30 @@ static void replace_token(textbuf *t, const char *template, const char *token, c
     }
 }
 
-char *rate_query_expand(const char *query_template, const char *function, const char *namespace_)
+char *rate_query_expand(const rate_source *src, const char *function, const char *namespace_)
 {
-    textbuf first = {0}, t = {0};
-    replace_token(&first, query_template, "{function}", function);
-    cleanup_free char *with_function = textbuf_take(&first, NULL);
-    if (with_function == NULL)
-        return NULL;
-    replace_token(&t, with_function, "{namespace}", namespace_);
-    return textbuf_take(&t, NULL);
+    const char *tokens[][2] = {{"{function}", function},
+                               {"{namespace}", namespace_},
+                               {"{job}", src->job},
+                               {"{instance}", src->instance}};
+    char *text = strdup(src->query);
+    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0] && text != NULL; i++) {
+        textbuf t = {0};
+        replace_token(&t, text, tokens[i][0], tokens[i][1]);
+        free(text);
+        text = textbuf_take(&t, NULL);
+    }
+    return text;
+}
+
+int rate_check_matcher(const char *option, const char *value, tetris_error *err)
+{
+    if (value[0] == '\0' || strpbrk(value, "\"\n\r") != NULL)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "%s: a regular expression for a PromQL string, not empty and "
+                           "without '\"' or line breaks",
+                           option);
+    return 0;
 }
 
 /* GETs url into *body; fails on transport errors and non-2xx statuses. */
@@ -189,10 +204,11 @@ int rate_parse_vector(const char *body, const char *query, double *rps, tetris_e
     return rc;
 }
 
-int rate_prometheus(const char *base_url, const char *query_template, const char *function,
-                    const char *namespace_, double *rps, tetris_error *err)
+int rate_prometheus(const rate_source *src, const char *function, const char *namespace_,
+                    double *rps, tetris_error *err)
 {
-    cleanup_free char *query = rate_query_expand(query_template, function, namespace_);
+    const char *base_url = src->url;
+    cleanup_free char *query = rate_query_expand(src, function, namespace_);
     if (query == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "prometheus query");
     CURL *curl = curl_easy_init();

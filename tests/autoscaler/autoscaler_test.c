@@ -536,16 +536,20 @@ END_TEST
 START_TEST(prometheus_query_built_sent_parsed)
 {
     tetris_error err = {0};
-    cleanup_free char *q = rate_query_expand(RATE_DEFAULT_QUERY, "fn", "openfaas-fn");
-    ck_assert_str_eq(q, "sum(rate(gateway_function_invocation_total{function_name=~"
+    rate_source src = {.query = RATE_DEFAULT_QUERY,
+                       .job = RATE_DEFAULT_GATEWAY_JOB,
+                       .instance = RATE_DEFAULT_GATEWAY_INSTANCE};
+    cleanup_free char *q = rate_query_expand(&src, "fn", "openfaas-fn");
+    ck_assert_str_eq(q, "sum(rate(gateway_function_invocation_total{job=~\"openfaas-pods|"
+                        "openfaas-gateway\",instance=~\".+\",function_name=~"
                         "\"fn(\\\\.openfaas-fn)?\"}[1m]))");
     push(200, "{\"status\":\"success\",\"data\":{\"resultType\":\"vector\",\"result\":"
               "[{\"metric\":{},\"value\":[1700000000.1,\"12.5\"]}]}}");
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", fault_server_port(fs));
     double rps = -1;
-    ck_assert_msg(rate_prometheus(url, RATE_DEFAULT_QUERY, "fn", "openfaas-fn", &rps, &err) == 0,
-                  "%s", err.msg);
+    src.url = url;
+    ck_assert_msg(rate_prometheus(&src, "fn", "openfaas-fn", &rps, &err) == 0, "%s", err.msg);
     ck_assert_double_eq_tol(rps, 12.5, 1e-9);
     const fault_request *rq = fault_server_request(fs, 0);
     ck_assert_str_eq(rq->method, "GET");

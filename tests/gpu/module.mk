@@ -15,9 +15,10 @@ TEST_PROGRAMS += tetris-test-gpu-importer
 tetris-test-gpu-importer_SRCS := tests/gpu/gpu_importer.c
 tetris-test-gpu-importer_LIBS := -lonnxruntime
 SHELL_TESTS += tests/gpu/test-gpu-share.sh
-SHELL_TESTS += tests/gpu/test-gpu-lifecycle.sh tests/gpu/test-gpu-quota.sh
-# The checks of docs/GPU.md's design: on a real GPU (unvalidated on
-# hardware so far; skipped, 77, without a driver), and on the fake
+SHELL_TESTS += tests/gpu/test-gpu-lifecycle.sh tests/gpu/test-gpu-quota.sh \
+               tests/gpu/test-gpu-driver-trust.sh
+# The checks of docs/GPU.md's design: on a real GPU (validated on an
+# H200; skipped, 77, without a driver), and on the fake
 # driver, whose kernels run on the host (the program's own logic).
 TEST_PROGRAMS += tetris-gpu-check
 tetris-gpu-check_SRCS := tests/gpu/gpu_check.c

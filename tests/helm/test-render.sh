@@ -123,8 +123,10 @@ auto="$(doc "$WORK/all.yaml" Deployment tetris-autoscaler)"
 [ -n "$auto" ] || fail "no autoscaler Deployment"
 expect "$auto" '.spec.template.spec.containers[0].args |
     index("--function=ocr-rec=configmap:tetris-system/tetris-profile-ocr-rec") != null and
-    index("--prometheus=http://prometheus.openfaas:9090") != null and index("--sharing") != null' \
-    "autoscaler arguments"
+    index("--prometheus=http://prometheus.openfaas:9090") != null and index("--sharing") != null and
+    index("--max-instances=50") != null and index("--gateway-job=openfaas-pods|openfaas-gateway") != null and
+    index("--gateway-instance=.+") != null' \
+    "autoscaler arguments (the gateway's series only, an instance cap)"
 expect "$(doc "$WORK/all.yaml" ClusterRole tetris-autoscaler)" \
     '[.rules[].resources[]] | index("deployments/scale") != null' "autoscaler cannot scale deployments"
 [ -n "$(doc "$WORK/all.yaml" ServiceMonitor tetris-reclaimer)" ] || fail "no ServiceMonitor"

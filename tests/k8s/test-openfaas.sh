@@ -169,8 +169,8 @@ YAML
 done ) &
 load_pid=$!
 KILL_ON_EXIT="$KILL_ON_EXIT $load_pid"
-query='sum(rate(gateway_function_invocation_total{function_name=~"{function}(\\.{namespace})?",code="200"}[15s]))'
-concrete="$(printf '%s' "$query" | sed -e "s/{function}/$fn/" -e "s/{namespace}/$ns/")"
+query='sum(rate(gateway_function_invocation_total{job=~"{job}",function_name=~"{function}(\\.{namespace})?",code="200"}[15s]))'
+concrete="$(printf '%s' "$query" | sed -e "s/{function}/$fn/" -e "s/{namespace}/$ns/" -e "s/{job}/openfaas-gateway/")"
 prom_value() {
     curl -sS -G "$PROM_URL/api/v1/query" --data-urlencode "query=$1" | jq -r '.data.result[0].value[1] // "0"'
 }

@@ -490,8 +490,9 @@ END_TEST
 
 #define HEX_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define HEX_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-#define POD(name, model, phase)                                                        \
-    "{\"metadata\":{\"name\":\"" name "\",\"labels\":{\"tetris.io/model\":\"" model \
+#define POD(name, model, phase)                                                                    \
+    "{\"metadata\":{\"name\":\"" name                                                              \
+    "\",\"namespace\":\"fn\",\"labels\":{\"tetris.io/model\":\"" model                             \
     "\"}},\"status\":{\"phase\":\"" phase "\"}}"
 
 START_TEST(node_pods_lists_models_and_digests)
@@ -499,6 +500,7 @@ START_TEST(node_pods_lists_models_and_digests)
     push(200, "{\"metadata\":{\"resourceVersion\":\"5\"},\"items\":[" POD("p1", "bert", "Running")
               "," POD("p2", "bert", "Pending") "," POD("p3", "gpt", "Running") ","
               POD("p4", "old", "Succeeded") "]}");
+    push(200, "{\"metadata\":{\"name\":\"fn\"}}"); /* no tenant: the shared store */
     /* bert's ConfigMap: a manifest whose tensors repeat a digest. */
     push(200, "{\"metadata\":{},\"items\":[{\"metadata\":{\"name\":\"tetris-manifest-bert\"},"
               "\"data\":{\"manifest.json\":\"{\\\"format\\\":\\\"tetris-manifest/1\\\","
@@ -510,20 +512,23 @@ START_TEST(node_pods_lists_models_and_digests)
     tetris_error err = {0};
     ck_assert_msg(node_pods_models(kc, "node-a", "tetris", &m, &err) == 0, "%s", err.msg);
     ck_assert_uint_eq(m->n_models, 2);
-    ck_assert_str_eq(m->models[0], "bert");
-    ck_assert_str_eq(m->models[1], "gpt");
+    ck_assert_str_eq(m->models[0].name, "bert");
+    ck_assert_str_eq(m->models[1].name, "gpt");
+    ck_assert_str_eq(m->models[0].tenant, "");
     ck_assert_uint_eq(m->n_missing, 1);
-    ck_assert_uint_eq(m->n_digests, 2);
-    ck_assert_uint_eq(m->digests[0].bytes[0], 0xaa);
-    ck_assert_uint_eq(m->digests[1].bytes[0], 0xbb);
+    ck_assert_uint_eq(m->n_pins, 2);
+    ck_assert_uint_eq(m->pins[0].digest.bytes[0], 0xaa);
+    ck_assert_uint_eq(m->pins[1].digest.bytes[0], 0xbb);
+    ck_assert_str_eq(m->pins[0].tenant, "");
     node_models_free(m);
     ck_assert_str_eq(fault_server_request(fs, 0)->target,
                      "/api/v1/pods?labelSelector=tetris.io%2Fmodel&fieldSelector=spec.nodeName"
                      "%3Dnode-a&limit=500");
-    ck_assert_str_eq(fault_server_request(fs, 1)->target,
+    ck_assert_str_eq(fault_server_request(fs, 1)->target, "/api/v1/namespaces/fn");
+    ck_assert_str_eq(fault_server_request(fs, 2)->target,
                      "/api/v1/namespaces/tetris/configmaps?labelSelector=tetris.io%2Fmodel%3Dbert"
                      "&limit=500");
-    ck_assert_uint_eq(fault_server_count(fs), 3);
+    ck_assert_uint_eq(fault_server_count(fs), 4);
 
     fault_server_reset(fs);
     push(403, status_body(403, "Forbidden", "pods is forbidden"));

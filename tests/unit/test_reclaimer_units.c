@@ -108,13 +108,13 @@ static char *write_temp(const char *text)
 
 START_TEST(test_config_precedence)
 {
-    char *path = write_temp(
-        "store: /tmp/s1\ninterval: 7\nkeep_alive: 1m\ncapacity: 1Gi\n"
-        "node_name: from-file\ngpu_capacity: 2Gi\nlibcuda: /opt/libcuda.so.1\n");
-    char *argv[] = {"tetris-reclaimer", "--interval", "3", "--config", path, NULL};
+    char *path = write_temp("store: /tmp/s1\ninterval: 7\nkeep_alive: 1m\ncapacity: 1Gi\n"
+                            "node_name: from-file\ngpu_capacity: 2Gi\n");
+    char *argv[] = {"tetris-reclaimer", "--interval",        "3", "--config", path,
+                    "--libcuda",        "/opt/libcuda.so.1", NULL};
     struct reclaimer_config cfg;
     tetris_error err;
-    ck_assert_int_eq(reclaimer_config_load(5, argv, &cfg, &err), 0);
+    ck_assert_int_eq(reclaimer_config_load(7, argv, &cfg, &err), 0);
     ck_assert_str_eq(cfg.store_dir, "/tmp/s1");
     ck_assert(cfg.interval_s == 3); /* the flag wins even before --config */
     ck_assert(cfg.keep_alive_s == 60);
@@ -124,6 +124,16 @@ START_TEST(test_config_precedence)
     ck_assert_str_eq(cfg.libcuda_path, "/opt/libcuda.so.1");
     ck_assert_str_eq(cfg.socket_path, "/tmp/s1/public/ingest.sock");
     ck_assert_str_eq(cfg.state_path, "/tmp/s1/private/reclaimer.state");
+    unlink(path);
+    free(path);
+
+    /* The driver the root daemon loads is the DaemonSet's, never the
+     * settings file's (whoever may write its ConfigMap). */
+    path = write_temp("interval: 7\nlibcuda: /tmp/evil/libcuda.so.1\n");
+    char *file_argv[] = {"tetris-reclaimer", "--config", path, NULL};
+    ck_assert_int_lt(reclaimer_config_load(3, file_argv, &cfg, &err), 0);
+    ck_assert_msg(strstr(err.msg, ":2: \"libcuda\" is refused in a settings file") != NULL, "%s",
+                  err.msg);
     unlink(path);
     free(path);
 }
