@@ -1,8 +1,9 @@
 /* fuzz_webhook.c - libFuzzer harness for tetris-webhook's AdmissionReview
  * decoder and the patch built from what it decodes (webhook.h), which run
  * on whatever reaches POST /mutate. An input is refused with
- * TETRIS_E_FORMAT, or its pod is selected or not, its patch is built or
- * refused (format, tenant), and the answer is JSON that echoes the uid. */
+ * TETRIS_E_FORMAT, or its pod is selected or not, denied for what it says
+ * of its tenant or not, its patch is built or refused (format, tenant),
+ * and the answer is JSON that echoes the uid. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const served[] = {"openfaas-fn"};
+    static const char *const tenants[] = {"alpha"};
     static const struct webhook_config configs[] = {
         {.store_dir = "/dev/shm/tetris", .store_subdir = "", .scheduler_name = "tetris-scheduler"},
-        {.store_dir = "/s", .store_subdir = "public", .namespaces = served, .n_namespaces = 1},
+        {.store_dir = "/s",
+         .store_subdir = "public",
+         .namespaces = served,
+         .n_namespaces = 1,
+         .tenants = tenants,
+         .n_tenants = 1},
     };
+    /* The tenant each config's namespace names. */
+    static const char *const ns_tenants[] = {NULL, "alpha"};
     log_set_level(LOG_LEVEL_ERROR);
     webhook_review rv;
     tetris_error err;
@@ -33,9 +42,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!sel.selected && sel.reason == NULL)
             abort();
         json_t *patch = NULL;
-        if (sel.selected) {
+        const char *tenant = NULL;
+        bool denied = false;
+        if (sel.selected &&
+            webhook_tenant_decide(&configs[c], &sel, ns_tenants[c], &tenant, &err) < 0) {
+            if (err.code != TETRIS_E_DENIED)
+                abort();
+            denied = true;
+        }
+        if (sel.selected && !denied) {
             webhook_pod_facts f = {.model = sel.model,
-                                   .tenant = sel.tenant,
+                                   .tenant = tenant,
                                    .manifest_configmap = sel.model,
                                    .model_path = sel.model};
             int r = webhook_patch_build(&configs[c], &rv, &f, &patch, &err);
@@ -46,7 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
         }
         size_t len = 0;
-        char *answer = webhook_response_encode(&rv, patch, &len);
+        char *answer = denied ? webhook_response_deny(&rv, err.msg, &len)
+                              : webhook_response_encode(&rv, patch, &len);
         json_t *doc = answer != NULL ? json_loadb(answer, len, 0, NULL) : NULL;
         const char *uid = json_string_value(
             json_object_get(json_object_get(doc, "response"), "uid"));

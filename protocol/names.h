@@ -17,9 +17,13 @@
  *   ConfigMap tetris-profile-<name>         `tetris-profiler job`; read by
  *     label TETRIS_LABEL_PROFILE=<model>    the autoscaler
  *     data  profile.yaml                    (configmap:NS/tetris-profile-<name>)
- *   pod/namespace TETRIS_LABEL_TENANT=<t>   users (pod label or annotation,
- *                                           or the namespace's label); read
- *                                           by tetris-webhook
+ *   namespace TETRIS_LABEL_TENANT=<t>       the cluster's admin; read by
+ *                                           tetris-webhook, which gives the
+ *                                           namespace's pods <t>'s store (a
+ *                                           pod's own label or annotation
+ *                                           must agree, or it is denied; the
+ *                                           extender goes by the store a pod
+ *                                           mounts, never by the label)
  *   Node annotation tetris.io/inventory-url the cluster's admin (else the
  *                                           node's InternalIP and the
  *                                           reclaimer's port); read by the
@@ -38,7 +42,7 @@
 /* ---- labels ---- */
 
 #define TETRIS_LABEL_MODEL "tetris.io/model"
-/* A pod of a tenant with a dedicated store (DIR/tenants/<tenant>). */
+/* A namespace of a tenant with a dedicated store (DIR/tenants/<tenant>). */
 #define TETRIS_LABEL_TENANT "tetris.io/tenant"
 #define TETRIS_LABEL_PROFILE "tetris.io/profile"
 /* The autoscaler's Deployments: one per function and instance config. */

@@ -36,6 +36,7 @@ enum {
     OPT_NO_TENANTS,
     OPT_TENANT_LISTEN,
     OPT_TENANT_UIDS,
+    OPT_TENANTS,
     OPT_HEALTH_DEADLINE,
     OPT_TENANT_CAPACITY,
     OPT_MAX_REQUEST_BYTES,
@@ -73,6 +74,7 @@ static const struct option long_options[] = {
     {"no-tenants", no_argument, NULL, OPT_NO_TENANTS},
     {"tenant-listen", required_argument, NULL, OPT_TENANT_LISTEN},
     {"tenant-uids", required_argument, NULL, OPT_TENANT_UIDS},
+    {"tenants", required_argument, NULL, OPT_TENANTS},
     {"health-deadline", required_argument, NULL, OPT_HEALTH_DEADLINE},
     {"tenant-capacity", required_argument, NULL, OPT_TENANT_CAPACITY},
     {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST_BYTES},
@@ -158,8 +160,11 @@ void reclaimer_usage(const char *prog)
            "  --pin-file FILE          digests (hex, one per line) kept as if referenced,\n"
            "                           e.g. the models of pods scheduled to this node;\n"
            "                           re-read when it changes\n"
+           "  --tenants T,...          the tenant stores to serve, DIR/tenants/T (made at\n"
+           "                           start); no other directory there is ever served\n"
+           "                           (default none: the shared store only)\n"
            "  --max-tenants N          tenant stores served at most (default 64, max %d)\n"
-           "  --no-tenants             serve the shared store only\n"
+           "  --no-tenants             serve the shared store only, whatever --tenants says\n"
            "  --tenant-uids T=UID[-UID],...  a tenant's socket serves only these uids,\n"
            "                           and they are served on their tenants' sockets only\n"
            "  --tenant-listen ADDR:PORT  HTTP address that also serves tenants' detail\n"
@@ -247,6 +252,37 @@ static int parse_tenant_uids(struct reclaimer_config *cfg, const char *v, tetris
     return 0;
 }
 
+/* "T,...": replaces the list, as a later setting replaces an earlier one;
+ * a name twice counts once. */
+static int parse_tenants(struct reclaimer_config *cfg, const char *v, tetris_error *err)
+{
+    memset(cfg->tenants, 0, sizeof(cfg->tenants));
+    cfg->n_tenants = 0;
+    for (const char *p = v; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        char name[sizeof(cfg->tenants[0])];
+        if (len >= sizeof(name))
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "tenant name too long: %.40s", p);
+        memcpy(name, p, len);
+        name[len] = '\0';
+        p += len + (p[len] == ',');
+        if (len == 0)
+            continue;
+        if (!tenant_name_valid(name))
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "\"%s\" is no tenant name ([a-z0-9._-])",
+                               name);
+        bool seen = false;
+        for (size_t i = 0; i < cfg->n_tenants && !seen; i++)
+            seen = strcmp(cfg->tenants[i], name) == 0;
+        if (seen)
+            continue;
+        if (cfg->n_tenants == RECLAIMER_TENANTS_MAX)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d tenants", RECLAIMER_TENANTS_MAX);
+        memcpy(cfg->tenants[cfg->n_tenants++], name, len + 1);
+    }
+    return 0;
+}
+
 bool reclaimer_peer_allowed(const struct reclaimer_config *cfg, const char *tenant, uid_t uid)
 {
     bool bound = false, tenant_bound = false;
@@ -300,6 +336,7 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
     case OPT_TENANT_LISTEN:
         return copy_string(cfg->tenant_listen, sizeof(cfg->tenant_listen), "tenant listen", v, err);
     case OPT_TENANT_UIDS: return parse_tenant_uids(cfg, v, err);
+    case OPT_TENANTS: return parse_tenants(cfg, v, err);
     case OPT_HEALTH_DEADLINE:
         return parse_period(v, &cfg->health_deadline_s, "health deadline", err);
     case OPT_INTERVAL: return parse_period(v, &cfg->interval_s, "interval", err);
@@ -504,6 +541,9 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
         if (rc < 0)
             return tetris_wrap(err, "--%s", long_options[opt - OPT_STORE].name);
     }
+    if (cfg->n_tenants > cfg->max_tenants)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "--tenants names %zu, --max-tenants is %u",
+                           cfg->n_tenants, cfg->max_tenants);
     if (cfg->mount_namespace[0] != '\0' && !cfg->mount_only)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "--mount-namespace needs --mount-only");
     if (cfg->socket_path[0] == '\0' &&

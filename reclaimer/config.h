@@ -63,6 +63,10 @@ struct reclaimer_config {
                                     for interval + this */
     struct reclaimer_tenant_uids tenant_uids[RECLAIMER_TENANT_UIDS_MAX];
     size_t n_tenant_uids;        /* 0: tenant sockets serve any peer */
+    /* The tenant stores served: the operator's list (--tenants), never a
+     * directory that appears under DIR/tenants/ (a pod can make one). */
+    char tenants[RECLAIMER_TENANTS_MAX][64];
+    size_t n_tenants;
     unsigned max_tenants;        /* tenant stores served at most */
     bool no_tenants;             /* serve the shared store only */
     bool once;                   /* one pass, then exit */

@@ -216,11 +216,11 @@ int daemon_claim_store(struct daemon *d, tetris_error *err);
 /* Opens the shared store (stores[0]). */
 int daemon_open_shared(struct daemon *d, tetris_error *err);
 /* Retires tenant stores whose directory was removed or replaced (their
- * socket stops), then looks for tenant stores under DIR/tenants/ not
- * served yet (a directory with a valid name; a bare one gets the store
- * layout) and starts each (index, adoption) and, once the daemon is
- * serving, its ingest socket. Failures are logged per tenant; the rest go
- * on. */
+ * socket stops), then starts each configured tenant (--tenants) not
+ * served yet: makes DIR/tenants/T and its layout if needed, its index,
+ * adoption and, once the daemon is serving, its ingest socket. A
+ * directory under DIR/tenants/ that is not configured is never served.
+ * Failures are logged per tenant; the rest go on. */
 void daemon_discover_tenants(struct daemon *d);
 /* The served store of tenant ("" or NULL: the shared store), or NULL;
  * never a retired one. */

@@ -92,7 +92,9 @@ static void reload(struct daemon *d, int argc, char **argv)
         strcmp(fresh.listen, d->cfg.listen) != 0 ||
         strcmp(fresh.socket_path, d->cfg.socket_path) != 0 ||
         strcmp(fresh.tenant_listen, d->cfg.tenant_listen) != 0 ||
-        fresh.no_tenants != d->cfg.no_tenants || fresh.max_tenants != d->cfg.max_tenants)
+        fresh.no_tenants != d->cfg.no_tenants || fresh.max_tenants != d->cfg.max_tenants ||
+        fresh.n_tenants != d->cfg.n_tenants ||
+        memcmp(fresh.tenants, d->cfg.tenants, sizeof(fresh.tenants)) != 0)
         log_warn("event=reload-ignored what=\"store, socket, listen address or tenants\" "
                  "msg=\"needs a restart\"");
     pthread_mutex_lock(&d->cfg_lock);

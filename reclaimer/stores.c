@@ -1,9 +1,13 @@
 /* stores.c - the stores one tetris-reclaimer serves: the node's shared
  * store and every tenant's dedicated store DIR/tenants/NAME.
  *
- * A tenant is added by creating its directory: the daemon looks under
- * DIR/tenants/ at start and on every pass, lays out a bare directory as a
- * store, and serves it exactly like the shared one (its own ingest socket
+ * The tenants are the operator's list (--tenants), never what appears
+ * under DIR/tenants/: any pod whose hostPath volume may create
+ * directories could make one there, and a daemon that served whatever it
+ * found would let pods conjure stores until the real tenants met
+ * --max-tenants. At start and on every pass the daemon makes and lays
+ * out each listed tenant's store that it does not serve yet, and serves
+ * it exactly like the shared one (its own ingest socket
  * DIR/tenants/NAME/public/ingest.sock, which is where `tetris-agent --tenant NAME`
  * connects, its own index, holders, reclaim and counters). Nothing crosses
  * between stores: an ingest on a tenant's socket publishes only into that
@@ -12,10 +16,9 @@
  * Stores are only added while the daemon runs: a tenant whose directory
  * is removed (or replaced) is retired, its socket closed and its entry
  * left in place, which lets the HTTP threads read the list without a
- * lock; a new directory of the same name is a new store. */
+ * lock; the next pass makes it again, a new, empty store. */
 #include "reclaimer/daemon.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,7 +28,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/cleanup.h"
 #include "common/log.h"
 
 size_t daemon_store_count(struct daemon *d)
@@ -192,24 +194,6 @@ int daemon_open_shared(struct daemon *d, tetris_error *err)
     return 0;
 }
 
-/* A tenant directory's name as store_open accepts it ([a-z0-9._-]). */
-static bool is_tenant_name(const char *name)
-{
-    size_t len = strlen(name);
-    return len > 0 && len < sizeof(((struct served_store *)0)->tenant) &&
-           strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") == len && name[0] != '.' &&
-           strstr(name, "..") == NULL;
-}
-
-/* Tenants served now (retired ones excluded). */
-static size_t live_tenants(struct daemon *d)
-{
-    size_t n = daemon_store_count(d), live = 0;
-    for (size_t i = 1; i < n; i++)
-        live += !atomic_load(&d->stores[i]->retired);
-    return live;
-}
-
 /* A tenant's directory is gone or is another one now: stop serving it. */
 static void retire_removed_tenants(struct daemon *d)
 {
@@ -250,38 +234,21 @@ static void start_tenant(struct daemon *d, const char *name)
 void daemon_discover_tenants(struct daemon *d)
 {
     retire_removed_tenants(d);
-    char dir[PATH_MAX];
-    if (snprintf(dir, sizeof(dir), "%s/tenants", d->cfg.store_dir) >= (int)sizeof(dir))
-        return;
-    cleanup_closedir DIR *td = opendir(dir);
-    if (td == NULL) {
-        if (errno != ENOENT)
-            log_warn("event=tenants-unreadable dir=%s errno=%d", dir, errno);
-        return;
-    }
-    struct dirent *de;
-    while ((de = readdir(td)) != NULL) {
-        if (de->d_name[0] == '.' || daemon_find_store(d, de->d_name) != NULL)
+    for (size_t i = 0; i < d->cfg.n_tenants; i++) {
+        const char *name = d->cfg.tenants[i];
+        if (daemon_find_store(d, name) != NULL)
             continue;
-        struct stat st;
-        if (fstatat(dirfd(td), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISDIR(st.st_mode))
-            continue;
-        if (!is_tenant_name(de->d_name)) {
-            log_debug("event=tenant-ignored name=%.64s msg=\"not a tenant name ([a-z0-9._-])\"",
-                      de->d_name);
-            continue;
-        }
-        if (live_tenants(d) >= d->cfg.max_tenants ||
-            daemon_store_count(d) == sizeof(d->stores) / sizeof(d->stores[0])) {
+        /* max_tenants bounds the list (config.c); only stores retired
+         * and made again can fill the append-only array. */
+        if (daemon_store_count(d) == sizeof(d->stores) / sizeof(d->stores[0])) {
             if (!d->tenant_limit_logged)
-                log_warn("event=tenant-limit max_tenants=%u tenant=%s msg=\"not served; its "
+                log_warn("event=tenant-limit stores=%zu tenant=%s msg=\"not served; its "
                          "agents load privately\"",
-                         d->cfg.max_tenants, de->d_name);
+                         daemon_store_count(d), name);
             d->tenant_limit_logged = true;
             continue;
         }
-        start_tenant(d, de->d_name);
+        start_tenant(d, name);
     }
 }
 

@@ -1,9 +1,14 @@
 /* extender.c - filter and prioritize by tensor similarity, and the
  * extender's metrics. See extender.h for the protocol.
  *
- * A pod of a dedicated tenant (label tetris.io/tenant) can only use its
- * tenant's store on a node, so it is judged against that store's
- * inventory; other pods against the shared store's. */
+ * A pod that mounts a dedicated tenant's store (its tetris-store volume is
+ * DIR/tenants/T/public, as tetris-webhook gives it to the pods of T's
+ * namespaces) can only use that store on a node, so it is judged against
+ * that store's inventory; other pods against the shared store's. The
+ * pod's own tetris.io/tenant label decides nothing: any pod may write
+ * any tenant there, and scoring it against that tenant's store would
+ * tell it on which nodes that tenant's models are resident. What a pod
+ * mounts it can read anyway. */
 #include "scheduler-ext/extender/extender.h"
 
 #include <errno.h>
@@ -116,7 +121,8 @@ typedef struct ext_args {
     ext_request rq;
     const char *model;    /* NULL: the pod names no model */
     const char *tenant;   /* NULL: the shared store */
-    bool bad_tenant;      /* a tenant label no daemon could serve */
+    bool bad_tenant;      /* a tenant no daemon could serve */
+    char tenant_buf[INVENTORY_TENANT_MAX + 2]; /* one more: too long */
     const char *pod_name;
 } ext_args;
 
@@ -131,11 +137,41 @@ static const char *pod_model(json_t *pod)
     return m != NULL && m[0] != '\0' ? m : NULL;
 }
 
-static const char *pod_tenant(json_t *pod)
+/* The host path of the pod's store volume, NULL without one. */
+static const char *store_volume_path(json_t *pod)
 {
-    json_t *labels = json_object_get(json_object_get(pod, "metadata"), "labels");
-    const char *t = json_string_value(json_object_get(labels, TETRIS_LABEL_TENANT));
-    return t != NULL && t[0] != '\0' ? t : NULL;
+    size_t i;
+    json_t *v;
+    json_array_foreach (json_object_get(json_object_get(pod, "spec"), "volumes"), i, v) {
+        const char *name = json_string_value(json_object_get(v, "name"));
+        if (name != NULL && strcmp(name, TETRIS_VOLUME_STORE) == 0)
+            return json_string_value(json_object_get(json_object_get(v, "hostPath"), "path"));
+    }
+    return NULL;
+}
+
+/* The tenant whose store the pod mounts into buf: what follows the last
+ * "/tenants/" of its store volume's path, less a trailing "/public" (cut
+ * to len - 1 bytes: a name that long is no tenant name, and neither is
+ * one with a '/'). NULL when the pod mounts the shared store or none. */
+static const char *pod_tenant(json_t *pod, char *buf, size_t len)
+{
+    static const char tenants[] = "/" TETRIS_TENANTS_SUBDIR "/";
+    static const char public_dir[] = "/" TETRIS_STORE_PUBLIC_SUBDIR;
+    const char *path = store_volume_path(pod);
+    const char *t = NULL;
+    for (const char *at = path; at != NULL && (at = strstr(at, tenants)) != NULL; at++)
+        t = at + sizeof tenants - 1;
+    if (t == NULL)
+        return NULL;
+    size_t n = strlen(t);
+    while (n > 0 && t[n - 1] == '/')
+        n--;
+    size_t p = sizeof public_dir - 1;
+    if (n >= p && memcmp(t + n - p, public_dir, p) == 0)
+        n -= p;
+    snprintf(buf, len, "%.*s", (int)(n < len ? n : len), t);
+    return buf;
 }
 
 static int parse_args(const char *body, size_t len, ext_args *a, tetris_error *err)
@@ -146,7 +182,7 @@ static int parse_args(const char *body, size_t len, ext_args *a, tetris_error *e
         return r;
     json_t *pod = a->rq.pod;
     a->model = pod_model(pod);
-    a->tenant = pod_tenant(pod);
+    a->tenant = pod_tenant(pod, a->tenant_buf, sizeof a->tenant_buf);
     a->bad_tenant = a->tenant != NULL && !inventory_tenant_valid(a->tenant);
     a->pod_name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
     if (a->pod_name == NULL)

@@ -54,17 +54,64 @@ void webhook_select(const struct webhook_config *c, const webhook_review *r, web
     out->model = meta_string(r->pod, "annotations", TETRIS_LABEL_MODEL);
     if (out->model == NULL)
         out->model = meta_string(r->pod, "labels", TETRIS_LABEL_MODEL);
-    out->tenant = meta_string(r->pod, "labels", TETRIS_LABEL_TENANT);
-    if (out->tenant == NULL)
-        out->tenant = meta_string(r->pod, "annotations", TETRIS_LABEL_TENANT);
+    out->tenant_label = meta_string(r->pod, "labels", TETRIS_LABEL_TENANT);
+    out->tenant_annotation = meta_string(r->pod, "annotations", TETRIS_LABEL_TENANT);
     bool function = meta_string(r->pod, "labels", TETRIS_LABEL_FUNCTION) != NULL;
     if (!function && meta_string(r->pod, "annotations", TETRIS_LABEL_MODEL) == NULL) {
         out->reason = "not-a-function";
-        out->model = out->tenant = NULL;
+        out->model = out->tenant_label = out->tenant_annotation = NULL;
         return;
     }
     webhook_pod_controller(r->pod, &out->controller);
     out->selected = true;
+}
+
+/* ---- the tenant ---- */
+
+static bool tenant_configured(const struct webhook_config *c, const char *tenant)
+{
+    for (size_t i = 0; i < c->n_tenants; i++)
+        if (strcmp(c->tenants[i], tenant) == 0)
+            return true;
+    return false;
+}
+
+/* Whether what the pod says (NULL or "": nothing) agrees with its
+ * namespace's tenant (NULL: none). */
+static bool claim_agrees(const char *claim, const char *ns_tenant)
+{
+    if (claim == NULL || claim[0] == '\0')
+        return true;
+    return ns_tenant != NULL && strcmp(claim, ns_tenant) == 0;
+}
+
+int webhook_tenant_decide(const struct webhook_config *c, const webhook_selection *sel,
+                          const char *ns_tenant, const char **tenant, tetris_error *err)
+{
+    *tenant = NULL;
+    const char *claims[2] = {sel->tenant_label, sel->tenant_annotation};
+    static const char *const claim_kinds[2] = {"label", "annotation"};
+    for (size_t i = 0; i < 2; i++) {
+        if (claim_agrees(claims[i], ns_tenant))
+            continue;
+        char owner[96] = "no tenant";
+        if (ns_tenant != NULL)
+            snprintf(owner, sizeof owner, "tenant '%.64s'", ns_tenant);
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "the pod's " TETRIS_LABEL_TENANT " %s says '%.64s' but its namespace "
+                           "belongs to %s: a pod's tenant is its namespace's " TETRIS_LABEL_TENANT
+                           " label, never its own; remove the %s or create the pod in that "
+                           "tenant's namespace",
+                           claim_kinds[i], claims[i], owner, claim_kinds[i]);
+    }
+    if (ns_tenant != NULL && !tenant_configured(c, ns_tenant))
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "the namespace's " TETRIS_LABEL_TENANT " label names tenant '%.64s', "
+                           "which the operator has not configured (the chart's tenants "
+                           "list): the nodes have no store for it",
+                           ns_tenant);
+    *tenant = ns_tenant;
+    return 0;
 }
 
 bool webhook_pod_controller(const json_t *pod, webhook_owner *out)
@@ -227,8 +274,7 @@ static int sync_volumes(json_t *patch, const json_t *spec, const char *store_dir
     wanted w[2];
     size_t n = 0;
     w[n++] = (wanted){.item = json_pack("{s:s, s:{s:s, s:s}}", "name", TETRIS_VOLUME_STORE,
-                                        "hostPath", "path", store_dir, "type",
-                                        "DirectoryOrCreate")};
+                                        "hostPath", "path", store_dir, "type", "Directory")};
     if (f->manifest_configmap != NULL)
         w[n++] = (wanted){.item = json_pack("{s:s, s:{s:s, s:b, s:[{s:s, s:s}]}}", "name",
                                             TETRIS_VOLUME_MANIFEST, "configMap", "name",

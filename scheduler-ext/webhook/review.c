@@ -137,6 +137,19 @@ static char *patch_base64(const json_t *patch)
     return b64;
 }
 
+/* The AdmissionReview around response (taken), as compact text. */
+static char *review_text(const webhook_review *r, json_t *response, size_t *len)
+{
+    json_t *doc = response == NULL ? NULL
+                                   : json_pack("{s:s, s:s, s:o}", "apiVersion", r->api_version,
+                                               "kind", "AdmissionReview", "response", response);
+    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (text != NULL)
+        *len = strlen(text);
+    return text;
+}
+
 char *webhook_response_encode(const webhook_review *r, const json_t *patch, size_t *len)
 {
     json_t *response = json_pack("{s:s, s:b}", "uid", r->uid, "allowed", 1);
@@ -149,12 +162,16 @@ char *webhook_response_encode(const webhook_review *r, const json_t *patch, size
         }
         free(b64);
     }
-    json_t *doc = response == NULL ? NULL
-                                   : json_pack("{s:s, s:s, s:o}", "apiVersion", r->api_version,
-                                               "kind", "AdmissionReview", "response", response);
-    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    if (text != NULL)
-        *len = strlen(text);
-    return text;
+    return review_text(r, response, len);
+}
+
+char *webhook_response_deny(const webhook_review *r, const char *message, size_t *len)
+{
+    /* A metav1.Status: the apiserver answers the pod's creator with its
+     * code and message. */
+    return review_text(r,
+                       json_pack("{s:s, s:b, s:{s:s, s:i, s:s, s:s}}", "uid", r->uid, "allowed", 0,
+                                 "status", "status", "Failure", "code", 403, "reason", "Forbidden",
+                                 "message", message),
+                       len);
 }

@@ -14,12 +14,21 @@
  *   200           {"apiVersion":<same>,"kind":"AdmissionReview",
  *                  "response":{"uid":S, "allowed":true
  *                              [, "patchType":"JSONPatch", "patch":BASE64]}}
+ *   200           ... "response":{"uid":S, "allowed":false,
+ *                                 "status":{"code":403, "message":M, ...}}
  *   400           {"error":"MESSAGE"} for a body that is not such a review
  *
- * The webhook never denies a pod: a pod it does not select, or cannot
- * mutate safely (a tenant name that is not a plain name), is allowed
- * unchanged, and a webhook that is down leaves pods to start without the
- * store (failurePolicy: Ignore), so they load their models privately.
+ * Tenants. A pod's tenant is its namespace's TETRIS_LABEL_TENANT label,
+ * which the cluster's admin sets on the Namespace object; nothing the pod
+ * says chooses it, since pods are not trusted. The webhook denies a
+ * selected pod in two cases only (webhook_tenant_decide): its own
+ * TETRIS_LABEL_TENANT label or annotation names another tenant than its
+ * namespace (or a tenant where the namespace names none), or its
+ * namespace names a tenant the operator did not configure (--tenant; the
+ * node daemons create and serve exactly those stores). Otherwise a pod it
+ * does not select, or cannot mutate safely, is allowed unchanged, and a
+ * webhook that is down leaves pods to start without the store
+ * (failurePolicy: Ignore), so they load their models privately.
  *
  * Selection: a CREATE of a Pod, in one of the configured namespaces (all
  * when none is configured), carrying the OpenFaaS label TETRIS_LABEL_FUNCTION
@@ -30,8 +39,9 @@
  * The patch (RFC 6902). Each operation is there only if the pod lacks what
  * it adds, so a pod mutated once gets an empty patch the second time:
  *   volume TETRIS_VOLUME_STORE    hostPath store_dir/store_subdir (a tenant's
- *                                 pod: store_dir/tenants/T, never more),
- *                                 DirectoryOrCreate
+ *                                 pod: store_dir/tenants/T/public, never
+ *                                 more), type Directory: the node daemon
+ *                                 makes it, a pod never does
  *   volume TETRIS_VOLUME_MANIFEST the manifest ConfigMap (optional), when
  *                                 the model has one in the pod's namespace
  *   every container:  the mounts, read-only, at the host's paths (the
@@ -88,6 +98,10 @@ char *webhook_base64(const void *data, size_t len);
  * empty. Returns malloc'd text and its length, NULL when out of memory. */
 char *webhook_response_encode(const webhook_review *r, const json_t *patch, size_t *len);
 
+/* The answer that denies the pod: allowed false, status code 403 and the
+ * message the apiserver shows whoever created the pod. */
+char *webhook_response_deny(const webhook_review *r, const char *message, size_t *len);
+
 /* ---- selection and the patch ---- */
 
 struct webhook_config {
@@ -96,6 +110,8 @@ struct webhook_config {
     const char *scheduler_name;    /* NULL or "": leave schedulerName alone */
     const char *const *namespaces; /* served namespaces; n_namespaces 0: all */
     size_t n_namespaces;
+    const char *const *tenants; /* the tenants the operator configured */
+    size_t n_tenants;
 };
 
 /* The object that controls a pod: its ownerReference with controller
@@ -112,7 +128,8 @@ typedef struct webhook_selection {
     bool selected;
     const char *reason;       /* why not (static), for the log */
     const char *model;        /* annotation, else label TETRIS_LABEL_MODEL; NULL none */
-    const char *tenant;       /* the pod's label, else annotation TETRIS_LABEL_TENANT */
+    const char *tenant_label; /* what the pod says of its tenant (label and */
+    const char *tenant_annotation; /* annotation TETRIS_LABEL_TENANT); NULL none */
     webhook_owner controller; /* webhook_pod_controller's */
 } webhook_selection;          /* strings borrowed from the review's pod */
 
@@ -123,10 +140,19 @@ void webhook_select(const struct webhook_config *c, const webhook_review *r,
  * apiVersion, kind, name or uid is not a non-empty string); true when found. */
 bool webhook_pod_controller(const json_t *pod, webhook_owner *out);
 
+/* The pod's tenant: its namespace's (ns_tenant, NULL when the namespace
+ * names none) into *tenant. -TETRIS_E_DENIED, with a message for whoever
+ * created the pod, when the pod's own label or annotation says another
+ * tenant (a pod cannot choose its store) or ns_tenant is not one of
+ * c->tenants (a pod cannot make a tenant exist). An empty label or
+ * annotation says nothing. */
+int webhook_tenant_decide(const struct webhook_config *c, const webhook_selection *sel,
+                          const char *ns_tenant, const char **tenant, tetris_error *err);
+
 /* What the API tells about the pod beyond the pod itself. */
 typedef struct webhook_pod_facts {
     const char *model;              /* webhook_selection's */
-    const char *tenant;             /* the pod's, else its namespace's; NULL shared */
+    const char *tenant;             /* webhook_tenant_decide's; NULL shared */
     const char *manifest_configmap; /* in the pod's namespace; NULL none */
     const char *model_path;         /* the manifest's model file; NULL none */
 } webhook_pod_facts;

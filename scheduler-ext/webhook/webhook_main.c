@@ -22,8 +22,11 @@
 #include "model/model.h"
 #include "protocol/names.h"
 #include "scheduler-ext/webhook/webhook.h"
+#include "tensorstore/store.h"
 
 #define MAX_NAMESPACES 64
+/* As many as a node daemon serves (reclaimer/config.h). */
+#define MAX_TENANTS 256
 #define MAX_CERT_NAMES 16
 /* How often the caBundle is checked: until it is first set (the chart may
  * create the configuration after this pod starts), then afterwards (a
@@ -37,6 +40,7 @@ typedef struct options {
     bool no_api;
     struct webhook_config cfg;
     const char *namespaces[MAX_NAMESPACES];
+    const char *tenants[MAX_TENANTS];
     const char *manifest_ns;
     const char *service, *service_ns;
     const char *cert_names[MAX_CERT_NAMES];
@@ -74,6 +78,9 @@ static void usage(FILE *out)
             "                             (default " TETRIS_SCHEDULER_NAME "; empty: leave it)\n"
             "  --namespace NS             serve pods in NS (repeatable; default: every\n"
             "                             namespace the configuration sends)\n"
+            "  --tenant T                 a tenant the node daemons serve (repeatable): a\n"
+            "                             namespace labelled " TETRIS_LABEL_TENANT "=T gets\n"
+            "                             T's store; one naming another tenant is refused\n"
             "  --manifest-namespace NS    where `tetris-profiler job` stores manifests\n"
             "                             (default: the webhook's own namespace)\n"
             "  --service NAME             the webhook's Service (default " TETRIS_WEBHOOK_SERVICE
@@ -90,9 +97,12 @@ static void usage(FILE *out)
             "                             no caBundle (tests, or a static configuration)\n"
             "  --help, --version\n"
             "\n"
-            "A pod's tenant is its label or annotation " TETRIS_LABEL_TENANT
-            ", else its namespace's label.\n"
-            "A pod whose namespace cannot be read is let through unchanged.\n"
+            "A pod's tenant is its namespace's label " TETRIS_LABEL_TENANT
+            " (set by the cluster's admin),\n"
+            "never the pod's own: a pod whose label or annotation " TETRIS_LABEL_TENANT
+            " says another\n"
+            "tenant is denied, and so is a pod whose namespace names a tenant not given\n"
+            "with --tenant. A pod whose namespace cannot be read is let through unchanged.\n"
             "Logs key=value lines on stderr.\n"
             "\n"
             "Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen,\n"
@@ -108,6 +118,7 @@ static int parse_options(int argc, char **argv, options *o)
         OPT_SUBDIR,
         OPT_SCHEDULER,
         OPT_NAMESPACE,
+        OPT_TENANT,
         OPT_MANIFEST_NS,
         OPT_SERVICE,
         OPT_SERVICE_NS,
@@ -127,6 +138,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"store-subdir", required_argument, NULL, OPT_SUBDIR},
         {"scheduler", required_argument, NULL, OPT_SCHEDULER},
         {"namespace", required_argument, NULL, OPT_NAMESPACE},
+        {"tenant", required_argument, NULL, OPT_TENANT},
         {"manifest-namespace", required_argument, NULL, OPT_MANIFEST_NS},
         {"service", required_argument, NULL, OPT_SERVICE},
         {"service-namespace", required_argument, NULL, OPT_SERVICE_NS},
@@ -152,6 +164,7 @@ static int parse_options(int argc, char **argv, options *o)
         .api_timeout_ms = 2000,
     };
     o->cfg.namespaces = o->namespaces;
+    o->cfg.tenants = o->tenants;
     int ch, r = 0;
     int64_t v;
     tetris_error err = {0};
@@ -166,6 +179,12 @@ static int parse_options(int argc, char **argv, options *o)
                 r = tetris_fail(&err, TETRIS_E_INVAL, 0, "--namespace: at most %d", MAX_NAMESPACES);
             else
                 o->namespaces[o->cfg.n_namespaces++] = optarg;
+            break;
+        case OPT_TENANT:
+            if (o->cfg.n_tenants == MAX_TENANTS)
+                r = tetris_fail(&err, TETRIS_E_INVAL, 0, "--tenant: at most %d", MAX_TENANTS);
+            else if ((r = store_tenant_check(optarg, &err)) == 0)
+                o->tenants[o->cfg.n_tenants++] = optarg;
             break;
         case OPT_MANIFEST_NS: o->manifest_ns = optarg; break;
         case OPT_SERVICE: o->service = optarg; break;
@@ -243,8 +262,9 @@ static void pod_facts_release(pod_facts *pf)
     model_free(pf->manifest);
 }
 
-/* The namespace's tenant label into *tenant (NULL: none). A namespace we
- * cannot read fails: a tenant's pod must never get the shared store. */
+/* The namespace's tenant label into *tenant (NULL: none, or empty). A
+ * namespace we cannot read fails: a tenant's pod must never get the
+ * shared store. */
 static int namespace_tenant(program *p, const char *ns, char **tenant, tetris_error *err)
 {
     char path[512];
@@ -256,6 +276,8 @@ static int namespace_tenant(program *p, const char *ns, char **tenant, tetris_er
     const char *t = json_string_value(
         json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"),
                         TETRIS_LABEL_TENANT));
+    if (t != NULL && t[0] == '\0')
+        t = NULL;
     *tenant = t != NULL ? strdup(t) : NULL;
     json_decref(obj);
     return t != NULL && *tenant == NULL ? tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory") : 0;
@@ -444,22 +466,24 @@ static void resolve_manifest(program *p, const webhook_review *rv, const webhook
     pf->f.model_path = pf->manifest->path;
 }
 
+/* -TETRIS_E_DENIED: the pod is refused (webhook_tenant_decide); any other
+ * failure lets it through unchanged. Without an apiserver no namespace
+ * names a tenant. */
 static int resolve_facts(program *p, const webhook_review *rv, const webhook_selection *sel,
                          pod_facts *pf, tetris_error *err)
 {
     pf->f.model = sel->model;
-    pf->f.tenant = sel->tenant;
-    if (p->kc == NULL)
-        return 0;
-    if (sel->model != NULL && !names_label_value_valid(sel->model))
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "model name '%.64s' is not a label value",
-                           sel->model);
-    if (sel->tenant == NULL) {
+    if (p->kc != NULL) {
         int r = namespace_tenant(p, rv->namespace_, &pf->tenant, err);
         if (r < 0)
             return r;
-        pf->f.tenant = pf->tenant;
     }
+    int r = webhook_tenant_decide(&p->o->cfg, sel, pf->tenant, &pf->f.tenant, err);
+    if (r < 0 || p->kc == NULL)
+        return r;
+    if (sel->model != NULL && !names_label_value_valid(sel->model))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "model name '%.64s' is not a label value",
+                           sel->model);
     if (sel->model != NULL)
         resolve_manifest(p, rv, sel, pf);
     return 0;
@@ -467,10 +491,13 @@ static int resolve_facts(program *p, const webhook_review *rv, const webhook_sel
 
 /* ---- HTTP ---- */
 
-static void answer(const webhook_review *rv, const json_t *patch, http_response *resp)
+/* Allowed with patch, or denied with deny_message when it is not NULL. */
+static void answer(const webhook_review *rv, const json_t *patch, const char *deny_message,
+                   http_response *resp)
 {
     size_t len = 0;
-    char *text = webhook_response_encode(rv, patch, &len);
+    char *text = deny_message != NULL ? webhook_response_deny(rv, deny_message, &len)
+                                      : webhook_response_encode(rv, patch, &len);
     if (text == NULL)
         http_response_error(resp, 500, "out of memory");
     else
@@ -501,7 +528,7 @@ static void handle_mutate(void *ctx, const http_request *req, http_response *res
     webhook_select(&p->o->cfg, &rv, &sel);
     if (!sel.selected) {
         log_debug("event=not-selected uid=%s reason=%s", rv.uid, sel.reason);
-        answer(&rv, NULL, resp);
+        answer(&rv, NULL, NULL, resp);
         webhook_review_release(&rv);
         return;
     }
@@ -511,7 +538,11 @@ static void handle_mutate(void *ctx, const http_request *req, http_response *res
     if (r == 0)
         r = webhook_patch_build(&p->o->cfg, &rv, &pf.f, &patch, &err);
     log_quote(pod_name(rv.pod), qn, sizeof qn);
-    if (r < 0)
+    bool denied = r == -TETRIS_E_DENIED;
+    if (denied)
+        log_warn("event=denied namespace=%s pod=%s dry_run=%d msg=%s", rv.namespace_, qn,
+                 rv.dry_run, log_quote(err.msg, q, sizeof q));
+    else if (r < 0)
         log_warn("event=not-mutated namespace=%s pod=%s msg=%s", rv.namespace_, qn,
                  log_quote(err.msg, q, sizeof q));
     else
@@ -520,7 +551,7 @@ static void handle_mutate(void *ctx, const http_request *req, http_response *res
                  rv.namespace_, qn, pf.f.model ? pf.f.model : "-", pf.f.tenant ? pf.f.tenant : "-",
                  pf.f.manifest_configmap ? pf.f.manifest_configmap : "-", json_array_size(patch),
                  rv.dry_run);
-    answer(&rv, patch, resp);
+    answer(&rv, patch, denied ? err.msg : NULL, resp);
     json_decref(patch);
     pod_facts_release(&pf);
     webhook_review_release(&rv);
@@ -683,10 +714,11 @@ static int program_start(program *p, tetris_error *err)
     if (r < 0)
         return r;
     log_info("event=listening addr=%s port=%u store=%s store_subdir=%s scheduler=%s "
-             "namespaces=%zu",
+             "namespaces=%zu tenants=%zu",
              o->listen, http_server_port(p->http), o->cfg.store_dir,
              o->cfg.store_subdir[0] ? o->cfg.store_subdir : "-",
-             o->cfg.scheduler_name[0] ? o->cfg.scheduler_name : "-", o->cfg.n_namespaces);
+             o->cfg.scheduler_name[0] ? o->cfg.scheduler_name : "-", o->cfg.n_namespaces,
+             o->cfg.n_tenants);
     if (p->kc != NULL && o->configuration[0] != '\0') {
         int e = pthread_create(&p->ca_thread, NULL, ca_bundle_thread, p);
         if (e != 0)

@@ -18,8 +18,7 @@ export TETRIS_FAKE_CUDA_GRANULARITY
 synth "$WORK/tiny.safetensors" 32 8 7
 synth "$WORK/alpha.safetensors" 32 $((1 << 20)) 8
 synth "$WORK/beta.safetensors" 8 $((1 << 20)) 9
-mkdir -p "$STORE/tenants/alpha" "$STORE/tenants/beta"
-start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1h
+start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1h --tenants alpha,beta
 sock() { echo "$STORE/tenants/$1/public/ingest.sock"; }
 wait_until 30 "[ -S '$(sock alpha)' ] && [ -S '$(sock beta)' ]" || fail "tenant sockets missing"
 
@@ -62,7 +61,7 @@ printf '%s\n' "$out" | jq -e '.fell_back == false and .device_tensors == 0 and
     (.device_fallback | test("shared store serves no device copies"))' >/dev/null ||
     fail "shared store served device copies: $out"
 stop_daemon
-start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1h --gpu-shared-store
+start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1h --tenants alpha,beta --gpu-shared-store
 out=$("$BIN/tetris-agent" load --store "$STORE" --device cuda:0 "$WORK/beta.safetensors" \
     2>"$WORK/agent.log") || fail "agent on the shared store: $(cat "$WORK/agent.log")"
 printf '%s\n' "$out" | jq -e '.device_tensors == 8' >/dev/null ||

@@ -11,7 +11,10 @@
 #     autoscaler or ServiceMonitor; v1beta1 and the optional parts render
 #     when asked;
 #  3. bad values fail with a message naming the problem (schema, a memory
-#     limit below the store capacity, an autoscaler without Prometheus);
+#     limit below the store capacity, an autoscaler without Prometheus, a
+#     tenant name the store refuses, more tenants than maxTenants); the
+#     tenants list reaches the daemon (which makes exactly those stores)
+#     and the webhook;
 #  4. the chart spells the names the programs use (protocol/names.h), its
 #     components stay off API-only nodes (tetris.io/node-kind) unless
 #     their affinity is dropped, and
@@ -231,6 +234,40 @@ expect "$(doc "$WORK/local.yaml" DaemonSet tetris-reclaimer)" '.spec.template.sp
     (.spec.template.spec.containers[0].args | index("--listen=127.0.0.1:9464") != null)' \
     "local cluster: the daemon mounts a tmpfs or does not serve where the node says"
 
+# 3c. Tenants: the list reaches the daemon's file and the webhook's
+# arguments, the daemon makes exactly those stores, and the webhook takes
+# the arguments.
+render "$WORK/tenants.yaml" -n tetris-system --set webhook.enabled=true --set 'tenants={alpha,beta}'
+doc "$WORK/tenants.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]' |
+    sed -e "s|^store: .*|store: \"$WORK/tstore\"|" -e 's|^store_tmpfs: .*|store_tmpfs: "none"|' \
+    >"$WORK/tenants-reclaimer.yaml"
+grep -qxF 'tenants: "alpha,beta"' "$WORK/tenants-reclaimer.yaml" ||
+    fail "tenants do not reach the daemon's file: $(grep tenants "$WORK/tenants-reclaimer.yaml")"
+mkdir -p "$WORK/tstore/tenants/stray"
+"$BIN/tetris-reclaimer" --config "$WORK/tenants-reclaimer.yaml" --once --listen "" \
+    2>"$WORK/once-tenants.log" || fail "tetris-reclaimer rejects the tenants: $(cat "$WORK/once-tenants.log")"
+[ -d "$WORK/tstore/tenants/alpha/public" ] && [ -d "$WORK/tstore/tenants/beta/public" ] ||
+    fail "the daemon did not make the configured tenants' stores"
+[ -e "$WORK/tstore/tenants/stray/public" ] && fail "the daemon laid out an unconfigured directory"
+targs="$(doc "$WORK/tenants.yaml" Deployment tetris-webhook | jq -c '.spec.template.spec.containers[0].args')"
+expect "$targs" 'map(select(startswith("--tenant="))) == ["--tenant=alpha", "--tenant=beta"]' \
+    "tenants do not reach the webhook: $targs"
+set -- $(printf '%s' "$targs" | jq -r '.[] | select(startswith("--listen") | not)')
+"$BIN/tetris-webhook" "$@" --no-api --listen 127.0.0.1:0 2>"$WORK/twebhook.log" &
+wpid=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $wpid"
+wait_until 60 "grep -q event=listening '$WORK/twebhook.log' || ! kill -0 $wpid" || fail "webhook hangs"
+grep -q 'event=listening.* tenants=2' "$WORK/twebhook.log" ||
+    fail "tetris-webhook rejects the rendered tenants: $(cat "$WORK/twebhook.log")"
+kill -TERM "$wpid"
+wait "$wpid" || fail "webhook: exit status $? on SIGTERM"
+set --
+# maxTenants 0: no tenant anywhere, whatever the list says.
+render "$WORK/tenants0.yaml" --set webhook.enabled=true --set 'tenants={alpha}' --set reclaimer.maxTenants=0
+expect "$(doc "$WORK/tenants0.yaml" Deployment tetris-webhook)" \
+    '.spec.template.spec.containers[0].args | map(select(startswith("--tenant="))) == []' \
+    "maxTenants 0 still gives the webhook tenants"
+
 # 3. Bad values fail with a clear message.
 bad() {
     _want="$1"; shift
@@ -248,6 +285,9 @@ bad "autoscaler.prometheusUrl" --set autoscaler.enabled=true
 bad "failurePolicy must be one of" --set webhook.failurePolicy=Sometimes
 bad "storeSubdir: Does not match pattern" --set webhook.storeSubdir=../up
 bad "tmpfs must be one of" --set reclaimer.store.tmpfs=always
+bad "tenants.1: Does not match pattern" --set 'tenants={alpha,../x}'
+bad "tenants.0: Does not match pattern" --set 'tenants={Alpha}'
+bad "more than reclaimer.maxTenants (2)" --set 'tenants={a,b,c}' --set reclaimer.maxTenants=2
 render "$WORK/no-tmpfs.yaml" --set reclaimer.store.tmpfs=none
 expect "$(doc "$WORK/no-tmpfs.yaml" DaemonSet tetris-reclaimer)" '.spec.template.spec.initContainers == null' \
     "reclaimer.store.tmpfs=none still renders an init container"

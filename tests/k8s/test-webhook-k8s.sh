@@ -6,7 +6,10 @@
 # tetris.io/model is stored with the read-only store mount, TETRIS_STORE,
 # the model label, the manifest ConfigMap (copied into the pod's
 # namespace) and the webhook's scheduler; a function pod in a tenant's
-# namespace gets tenants/T only; a server-side dry run is mutated but
+# namespace gets tenants/T only, and one there that says another tenant
+# (label or annotation) is refused by the apiserver with the webhook's
+# message, as is a pod in a namespace naming a tenant not configured; a
+# server-side dry run is mutated but
 # copies nothing; the copy a function's pods use goes with the last
 # function of its model (its owners are their ReplicaSets) and stays while
 # one is left; with the webhook down, pods are still created, unchanged.
@@ -21,6 +24,8 @@ k8s_namespace whk-fn
 fns="$K8S_NS"
 k8s_namespace whk-tenant
 tns="$K8S_NS"
+k8s_namespace whk-rogue
+rns="$K8S_NS"
 work="$(mktemp -d /tmp/tetris-webhook.XXXXXX)"
 K8S_CLEANUP_PATHS="$work"
 scheduler=tetris-webhook-test-nobody
@@ -28,11 +33,12 @@ config="tetris-webhook-test-$mns"
 sel=tetris.io/webhook-test
 kc label namespace "$fns" "$sel=$mns" >/dev/null
 kc label namespace "$tns" "$sel=$mns" tetris.io/tenant=acme >/dev/null
+kc label namespace "$rns" "$sel=$mns" tetris.io/tenant=nobody-configured >/dev/null
 k8s_manifest "$mns" vad "$ROOT/.deps/models/silero_vad_v5.onnx" "$work/vad.json"
 model_path="$(jq -r .model "$work/vad.json")"
 
 k8s_webhook "$config" "$sel" "$mns" "$work/webhook.log" --namespace "$fns" --namespace "$tns" \
-    --manifest-namespace "$mns" --store-subdir public --scheduler "$scheduler"
+    --namespace "$rns" --tenant acme --manifest-namespace "$mns" --store-subdir public --scheduler "$scheduler"
 wpid=$K8S_WEBHOOK_PID
 echo "ok the webhook set its configuration's caBundle"
 
@@ -73,10 +79,32 @@ echo "ok annotated pod: read-only store, env, manifest (copied), label, schedule
 pod "$tns" tenant '"x": "y"' 'faas_function: tenant'
 stored="$(kc -n "$tns" get pod tenant -o json)"
 printf '%s' "$stored" | jq -e '
-    [.spec.volumes[] | select(.hostPath) | .hostPath.path] == ["/dev/shm/tetris/tenants/acme/public"]
+    [.spec.volumes[] | select(.hostPath) | .hostPath] == [{path: "/dev/shm/tetris/tenants/acme/public", type: "Directory"}]
     and (.spec.containers[0].env | from_entries).TETRIS_TENANT == "acme"' >/dev/null ||
     fail "tenant pod: $(printf '%s' "$stored" | jq -c .spec)"
 echo "ok tenant namespace: tenants/acme only"
+
+# A pod cannot choose its tenant, nor make one exist: the apiserver refuses
+# it with the webhook's message, and nothing is stored.
+refused() { # NS NAME ANNOTATIONS LABELS MESSAGE_PART
+    if kc -n "$1" create -o json -f - >"$work/$2.json" 2>"$work/$2.err" <<YAML; then
+apiVersion: v1
+kind: Pod
+metadata: { name: $2, annotations: { $3 }, labels: { $4 } }
+spec:
+  containers:
+  - { name: fn, image: tetris-test-tools:latest, imagePullPolicy: Never }
+YAML
+        fail "pod $2 was created: $(jq -c .spec "$work/$2.json")"
+    fi
+    grep -q "denied the request.*$5" "$work/$2.err" || fail "pod $2: $(cat "$work/$2.err")"
+    kc -n "$1" get pod "$2" >/dev/null 2>&1 && fail "refused pod $2 exists"
+}
+refused "$tns" claims-label '"x": "y"' 'faas_function: c1, tetris.io/tenant: other' "label says 'other'"
+refused "$tns" claims-annotation '"tetris.io/tenant": other' 'faas_function: c2' "annotation says 'other'"
+refused "$fns" claims-shared '"x": "y"' 'faas_function: c3, tetris.io/tenant: acme' "belongs to no tenant"
+refused "$rns" rogue '"x": "y"' 'faas_function: c4' "names tenant 'nobody-configured'"
+echo "ok pods that name another tenant, or sit in an unconfigured tenant's namespace, are refused"
 
 # A server-side dry run is mutated, and copies no ConfigMap.
 pod "$tns" dry '"tetris.io/model": vad' 'faas_function: dry' --dry-run=server

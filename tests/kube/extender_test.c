@@ -4,9 +4,10 @@
  * reason, unknown models and dead / slow / garbage / stale inventories stay
  * neutral,
  * inventories are re-polled with If-None-Match, both extender request forms
- * (Nodes and NodeNames) work, bad requests get 400, /metrics counts, a
- * tenant's pod is judged by its tenant's inventories (/inventory?tenant=T)
- * and a shared-store pod by the shared ones. Also
+ * (Nodes and NodeNames) work, bad requests get 400, /metrics counts, a pod
+ * that mounts a tenant's store is judged by that tenant's inventories
+ * (/inventory?tenant=T), a shared-store pod by the shared ones, and the
+ * pod's own tetris.io/tenant label by neither. Also
  * the pure parts (θ rounding, manifest and inventory parsing, the fit with
  * evictable bytes, the digest table shrinking with inventories, inventory
  * URLs confined to the policy and never taken from a request's Node
@@ -368,14 +369,23 @@ static char *args_names(const char *model_annotation)
     return s;
 }
 
-/* ExtenderArgs for the tenant nodes: a bert pod of tenant (NULL: none),
- * with Node objects or only their names. */
-static char *args_tenant(const char *tenant, bool by_name)
+/* ExtenderArgs for the tenant nodes: a bert pod that mounts tenant's store
+ * (NULL: the shared one) as tetris-webhook gives it, and says label_tenant
+ * in its own tetris.io/tenant label (NULL: nothing), with Node objects or
+ * only their names. */
+static char *args_pod(const char *tenant, const char *label_tenant, bool by_name)
 {
     json_t *labels = json_pack("{s:s}", "tetris.io/model", "bert");
+    if (label_tenant != NULL)
+        json_object_set_new(labels, "tetris.io/tenant", json_string(label_tenant));
+    char store[256];
     if (tenant != NULL)
-        json_object_set_new(labels, "tetris.io/tenant", json_string(tenant));
-    json_t *pod = json_pack("{s:{s:s,s:o}}", "metadata", "name", "tp", "labels", labels);
+        snprintf(store, sizeof store, "/dev/shm/tetris/tenants/%s/public", tenant);
+    else
+        snprintf(store, sizeof store, "/dev/shm/tetris/public");
+    json_t *pod = json_pack("{s:{s:s,s:o}, s:{s:[{s:s, s:{s:s, s:s}}]}}", "metadata", "name", "tp",
+                            "labels", labels, "spec", "volumes", "name", "tetris-store", "hostPath",
+                            "path", store, "type", "Directory");
     json_t *list = json_array();
     for (int i = 0; i < N_TNODES; i++) {
         char url[128];
@@ -391,6 +401,11 @@ static char *args_tenant(const char *tenant, bool by_name)
     char *s = json_dumps(args, JSON_COMPACT);
     json_decref(args);
     return s;
+}
+
+static char *args_tenant(const char *tenant, bool by_name)
+{
+    return args_pod(tenant, tenant, by_name);
 }
 
 static json_int_t score_of(json_t *list, const char *host)
@@ -643,6 +658,31 @@ START_TEST(tenant_pod_scored_by_its_tenant_store)
 }
 END_TEST
 
+/* The pod's own tetris.io/tenant label places nothing: a pod of the
+ * shared store that says alpha is scored as a shared pod (alpha's
+ * residency stays unknown to it), and a pod mounting alpha's store that
+ * says beta is scored by alpha's store. */
+START_TEST(tenant_label_alone_places_nothing)
+{
+    /* n-t1, n-t2: the shared store is empty / whole, alpha's whole / empty */
+    static const json_int_t shared[N_TNODES] = {0, 10}, alpha[N_TNODES] = {10, 0};
+    static const struct {
+        const char *mounts, *says;
+        const json_int_t *want;
+    } cases[] = {{NULL, "alpha", shared}, {"alpha", "beta", alpha}, {"alpha", NULL, alpha}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char *args = args_pod(cases[c].mounts, cases[c].says, false);
+        json_t *list = post_json("/prioritize", args, 200);
+        for (int i = 0; i < N_TNODES; i++)
+            ck_assert_msg(score_of(list, tnode_names[i]) == cases[c].want[i],
+                          "case %zu node %s: score %lld, want %lld", c, tnode_names[i],
+                          (long long)score_of(list, tnode_names[i]), (long long)cases[c].want[i]);
+        json_decref(list);
+        free(args);
+    }
+}
+END_TEST
+
 START_TEST(tenant_store_full_or_absent)
 {
     /* beta's store on n-t1 cannot take bert; n-t2 has no beta store (404):
@@ -676,7 +716,8 @@ START_TEST(invalid_tenant_is_neutral_and_never_asked_for)
         json_decref(res);
         json_t *list = post_json("/prioritize", args, 200);
         for (int i = 0; i < N_TNODES; i++)
-            ck_assert_int_eq(score_of(list, tnode_names[i]), 0);
+            ck_assert_msg(score_of(list, tnode_names[i]) == 0, "tenant '%s' node %s: score %lld",
+                          bad[b], tnode_names[i], (long long)score_of(list, tnode_names[i]));
         json_decref(list);
         free(args);
     }
@@ -1282,6 +1323,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, metrics_count_requests);
     tcase_add_test(tc, tenant_pod_scored_by_its_tenant_store);
     tcase_add_test(tc, tenant_store_full_or_absent);
+    tcase_add_test(tc, tenant_label_alone_places_nothing);
     tcase_add_test(tc, invalid_tenant_is_neutral_and_never_asked_for);
     tcase_add_test(tc, stale_inventory_becomes_neutral);
     suite_add_tcase(s, tc);

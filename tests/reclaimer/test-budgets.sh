@@ -184,9 +184,8 @@ stop_daemon
 kill "$C1" "$C2" 2>/dev/null
 
 # ---- tenant quota, empty tensors charged a page and an inode ----
-mkdir -p "$STORE/tenants/alpha"
 start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1h --tenant-capacity 64Ki \
-    --tenant-listen 127.0.0.1:0
+    --tenants alpha --tenant-listen 127.0.0.1:0
 ASOCK="$STORE/tenants/alpha/public/ingest.sock"
 wait_until 30 "[ -S '$ASOCK' ]" || fail "tenant alpha not served"
 as_pod "$PROBE" forge --tensors 50 --bytes 0 --label empty >"$POD/empty.json" || fail "forge"

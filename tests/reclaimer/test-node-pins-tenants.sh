@@ -109,10 +109,9 @@ expect_pins() {
 }
 
 synth "$WORK/m1.safetensors" 4 65536 61
-mkdir -p "$STORE/tenants/alpha" "$STORE/tenants/beta"
 A="$STORE/tenants/alpha"
 B="$STORE/tenants/beta"
-start_daemon --interval 200ms --keep-alive 1 --scrub-rate 0 --pin-file "$PINS"
+start_daemon --interval 200ms --keep-alive 1 --scrub-rate 0 --tenants alpha,beta --pin-file "$PINS"
 hold_in "$B" "$WORK/m1.safetensors" "$WORK/b1.json"
 B1=$HOLD_PID
 [ "$(files "$B")" = 4 ] || fail "beta has $(files "$B") tensors, want 4"

@@ -33,10 +33,9 @@ chmod 755 "$WORK"
 synth "$WORK/m1.safetensors" 4 65536 61
 synth "$WORK/m2.safetensors" 3 32768 62
 chmod 644 "$WORK"/*.safetensors
-mkdir -p "$STORE/tenants/alpha" "$STORE/tenants/beta"
 A="$STORE/tenants/alpha"
 B="$STORE/tenants/beta"
-start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 \
+start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --tenants alpha,beta \
     --tenant-uids "alpha=$ALPHA_UID,beta=$BETA_UID" --tenant-listen 127.0.0.1:0
 [ -n "$RECLAIMER_TENANT_PORT" ] || fail "no tenant listen address"
 
@@ -101,7 +100,7 @@ metric_at "http://127.0.0.1:$RECLAIMER_TENANT_PORT" 'tetris_store_tensors{tenant
 note "HTTP: --listen shows the shared store and node; --tenant-listen the tenants"
 
 # ---- SIGHUP re-reads the bindings: nobody becomes beta's ----
-printf 'tenant_uids: "beta=%s"\n' $NOBODY >"$WORK/r.yaml"
+printf 'tenants: "alpha,beta"\ntenant_uids: "beta=%s"\n' $NOBODY >"$WORK/r.yaml"
 # Flags override the file: restart with the file only.
 stop_daemon
 start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --config "$WORK/r.yaml"
@@ -109,7 +108,7 @@ as $NOBODY "$PROBE" load --store "$B" "$WORK/m2.safetensors" >"$WORK/nb.json" 2>
 jq -e '.fallback == false' "$WORK/nb.json" >/dev/null || fail "nobody bound to beta: $(cat "$WORK/nb.json")"
 as $NOBODY "$PROBE" load --store "$STORE" "$WORK/m1.safetensors" >"$WORK/nb2.json" 2>>"$WORK/probe.log"
 jq -e '.fallback == true' "$WORK/nb2.json" >/dev/null || fail "beta's uid served on the shared socket"
-printf 'tenant_uids: ""\n' >"$WORK/r.yaml"
+printf 'tenants: "alpha,beta"\ntenant_uids: ""\n' >"$WORK/r.yaml"
 kill -HUP "$RECLAIMER_PID"
 wait_until 30 "grep -q event=reloaded '$DAEMON_LOG'" || fail "no reload"
 as $NOBODY "$PROBE" load --store "$STORE" "$WORK/m1.safetensors" >"$WORK/nb3.json" 2>>"$WORK/probe.log"

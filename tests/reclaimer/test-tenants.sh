@@ -1,9 +1,13 @@
 #!/bin/sh
-# test-tenants.sh - one tetris-reclaimer serves the shared store and every
-# tenant store under <store>/tenants/:
-#   - a socket per tenant at <store>/tenants/T/public/ingest.sock (where
-#     tetris-agent --tenant T connects), none for a directory whose name is
-#     not a tenant name;
+# test-tenants.sh - one tetris-reclaimer serves the shared store and the
+# tenant stores the operator configured (--tenants, or tenants: in the
+# settings file) under <store>/tenants/:
+#   - a socket per configured tenant at <store>/tenants/T/public/ingest.sock
+#     (where tetris-agent --tenant T connects), its directory made by the
+#     daemon at start; none for any other directory there, whatever its
+#     name, found at start or made while the daemon runs (as a pod's
+#     hostPath DirectoryOrCreate volume would make one): no socket, no
+#     metrics, no inventory, so no pod can make a tenant exist;
 #   - isolation: what a tenant ingests lands in its store only; another
 #     tenant loading the same model gets its own copy; /inventory shows the
 #     shared store, /inventory?tenant=T only T's tensors (404 for a tenant
@@ -11,9 +15,10 @@
 #   - per-tenant metrics with a tenant label pass promtool;
 #   - reclaim per store: a tenant's released tensors go after the
 #     keep-alive while another tenant's held copy stays;
-#   - a tenant directory created while the daemon runs is served from the
-#     next pass (the real agent loads through it); a removed one stops
-#     being served, and made again it is a new, empty store;
+#   - a configured tenant's removed directory stops being served, and the
+#     next pass makes it again, a new, empty store;
+#   - a tenant added to the settings file is served after a restart, its
+#     existing directory too (the real agent loads through it);
 #   - the capacity bounds the node: a tenant's ingest is refused when the
 #     shared store already fills it;
 #   - --no-tenants serves the shared store only.
@@ -52,13 +57,19 @@ hold_in() {
 synth "$WORK/m1.safetensors" 4 65536 51
 synth "$WORK/m2.safetensors" 3 32768 52
 M1_BYTES=$((4 * 65536))
-mkdir -p "$STORE/tenants/alpha" "$STORE/tenants/beta" "$STORE/tenants/Bad.Name"
-start_tenant_daemon --interval 200ms --keep-alive 1 --scrub-rate 0
+# Directories under tenants/ before the daemon starts: one with a tenant
+# name that is not configured, one with no tenant name at all.
+mkdir -p "$STORE/tenants/rogue" "$STORE/tenants/Bad.Name"
+start_tenant_daemon --interval 200ms --keep-alive 1 --scrub-rate 0 --tenants alpha,beta
 A="$STORE/tenants/alpha"
 B="$STORE/tenants/beta"
 [ -S "$A/public/ingest.sock" ] && [ -S "$B/public/ingest.sock" ] || fail "no tenant sockets"
-[ -e "$STORE/tenants/Bad.Name/public/ingest.sock" ] && fail "a directory that is no tenant name is served"
+for d in rogue Bad.Name; do
+    [ -e "$STORE/tenants/$d/public" ] && fail "an unconfigured directory ($d) was laid out"
+done
 [ "$(metric tetris_store_tenants)" = 2 ] || fail "tenants gauge $(metric tetris_store_tenants)"
+[ "$(http_code '/inventory?tenant=rogue')" = 404 ] || fail "unconfigured tenant has an inventory"
+note "configured tenants made and served at start; other directories are not"
 
 # ---- isolation ----
 hold_in "$A" "$WORK/m1.safetensors" "$WORK/a1.json"
@@ -110,9 +121,44 @@ wait_passes 3
 [ "$(inventory_digests '?tenant=alpha')" = "" ] || fail "alpha's inventory still lists reclaimed tensors"
 note "reclaim: alpha's released tensors freed, beta's and the shared store's held ones kept"
 
-# ---- a tenant added while running ----
-mkdir "$STORE/tenants/gamma"
-wait_until 60 "[ -S '$STORE/tenants/gamma/public/ingest.sock' ]" || fail "new tenant not served"
+# ---- a directory that appears is not a tenant ----
+# What a pod's hostPath volume of type DirectoryOrCreate makes (kubelet,
+# as root), a bare directory and one with a store's layout: never served.
+mkdir "$STORE/tenants/gamma" "$STORE/tenants/delta" "$STORE/tenants/delta/public"
+wait_passes 3
+for t in gamma delta; do
+    [ -e "$STORE/tenants/$t/public/ingest.sock" ] && fail "unconfigured tenant $t got a socket"
+    [ "$(http_code "/inventory?tenant=$t")" = 404 ] || fail "unconfigured tenant $t has an inventory"
+done
+http_get /metrics | grep -q 'tenant="\(gamma\|delta\|rogue\)"' && fail "unconfigured tenants have series"
+grep -q 'tenant=\(gamma\|delta\|rogue\)' "$DAEMON_LOG" && fail "the daemon took up an unconfigured tenant"
+[ "$(metric tetris_store_tenants)" = 2 ] || fail "tenants gauge with stray directories: $(metric tetris_store_tenants)"
+note "a directory made under tenants/ while running gets no socket, no metrics, no inventory"
+release "$B1"
+release "$S1"
+
+# ---- a tenant removed: the next pass makes it again, a new, empty store ----
+rm -rf "$B"
+wait_until 60 "grep -q 'event=tenant-retired tenant=beta' '$DAEMON_LOG'" || fail "removed tenant not retired"
+wait_until 60 "[ -S '$B/public/ingest.sock' ]" || fail "removed tenant not made again"
+[ "$(inventory_digests '?tenant=beta')" = "" ] || fail "re-made tenant inherited the old inventory"
+"$PROBE" load --store "$B" "$WORK/m2.safetensors" >"$WORK/b2.json" 2>>"$WORK/probe.log" || fail "load into re-made beta"
+jq -e '.fallback == false and .ingested == 3' "$WORK/b2.json" >/dev/null || fail "re-made beta: $(cat "$WORK/b2.json")"
+http_get /metrics >"$WORK/metrics2.prom"
+promtool check metrics <"$WORK/metrics2.prom" || fail "promtool rejects metrics after a tenant came back"
+[ "$(grep -c '^tetris_store_tensors{tenant="beta"}' "$WORK/metrics2.prom")" = 1 ] || fail "beta reported twice"
+[ "$(metric tetris_store_tenants)" = 2 ] || fail "tenants gauge after re-make: $(metric tetris_store_tenants)"
+note "a removed tenant is retired, then made again as a new store"
+stop_daemon
+
+# ---- a tenant added to the settings file: served after a restart ----
+# gamma's directory exists (made above while it was not a tenant); once
+# configured it is laid out and served like any other.
+printf 'tenants: "alpha,beta,gamma"\n' >"$WORK/tenants.yaml"
+start_tenant_daemon --interval 200ms --keep-alive 1 --scrub-rate 0 --config "$WORK/tenants.yaml"
+[ -S "$STORE/tenants/gamma/public/ingest.sock" ] || fail "configured tenant gamma not served"
+[ -e "$STORE/tenants/delta/public/ingest.sock" ] && fail "unconfigured delta served after restart"
+[ "$(metric tetris_store_tenants)" = 3 ] || fail "tenants gauge with gamma: $(metric tetris_store_tenants)"
 # The agent holds the model (until its stdin closes) while its tenant's
 # inventory is read: released, the tensors go after the 1 s keep-alive.
 mkfifo "$WORK/g1.in"
@@ -124,33 +170,17 @@ exec 3>"$WORK/g1.in"
 wait_output $G1 "$WORK/g1.json" "agent --tenant gamma" "$WORK/probe.log"
 jq -e ".fell_back == false and .ingested_bytes == $M1_BYTES" "$WORK/g1.json" >/dev/null ||
     fail "agent --tenant gamma: $(cat "$WORK/g1.json")"
-[ "$(inventory_digests '?tenant=gamma')" = "$(digests "$B")" ] || fail "gamma's inventory"
+[ "$(inventory_digests '?tenant=gamma')" = "$(digests "$STORE/tenants/gamma")" ] &&
+    [ "$(files "$STORE/tenants/gamma")" = 4 ] || fail "gamma's inventory"
 exec 3>&-
 wait $G1 || fail "agent --tenant gamma exited $?"
-note "a tenant directory made while running is served; tetris-agent --tenant loads through it"
-release "$B1"
-release "$S1"
-
-# ---- a tenant removed, then made again: a new, empty store ----
-rm -rf "$B"
-wait_until 60 "grep -q 'event=tenant-retired tenant=beta' '$DAEMON_LOG'" || fail "removed tenant not retired"
-[ "$(http_code '/inventory?tenant=beta')" = 404 ] || fail "removed tenant still has an inventory"
-mkdir "$B"
-wait_until 60 "[ -S '$B/public/ingest.sock' ]" || fail "re-made tenant not served"
-[ "$(inventory_digests '?tenant=beta')" = "" ] || fail "re-made tenant inherited the old inventory"
-"$PROBE" load --store "$B" "$WORK/m2.safetensors" >"$WORK/b2.json" 2>>"$WORK/probe.log" || fail "load into re-made beta"
-jq -e '.fallback == false and .ingested == 3' "$WORK/b2.json" >/dev/null || fail "re-made beta: $(cat "$WORK/b2.json")"
-http_get /metrics >"$WORK/metrics2.prom"
-promtool check metrics <"$WORK/metrics2.prom" || fail "promtool rejects metrics after a tenant came back"
-[ "$(grep -c '^tetris_store_tensors{tenant="beta"}' "$WORK/metrics2.prom")" = 1 ] || fail "beta reported twice"
-[ "$(metric tetris_store_tenants)" = 3 ] || fail "tenants gauge after re-make: $(metric tetris_store_tenants)"
-note "a removed tenant is retired; made again, it is a new store"
 stop_daemon
+note "a tenant added to the settings file is served after a restart; tetris-agent --tenant loads through it"
 
 # ---- capacity bounds the node ----
 rm -rf "$STORE"
-mkdir -p "$STORE/tenants/alpha"
-start_tenant_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --capacity $((M1_BYTES * 7 / 5))
+start_tenant_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --capacity $((M1_BYTES * 7 / 5)) \
+    --tenants alpha
 hold_in "$STORE" "$WORK/m1.safetensors" "$WORK/s2.json"
 S2=$HOLD_PID
 jq -e '.fallback == false and .ingested == 4' "$WORK/s2.json" >/dev/null || fail "shared load under capacity"
@@ -166,7 +196,7 @@ release "$S2"
 stop_daemon
 
 # ---- --no-tenants ----
-start_tenant_daemon --interval 200ms --no-tenants
+start_tenant_daemon --interval 200ms --no-tenants --tenants alpha
 [ -e "$A/public/ingest.sock" ] && fail "--no-tenants still serves alpha"
 [ "$(metric tetris_store_tenants)" = 0 ] || fail "--no-tenants: tenants gauge"
 http_get /metrics | grep -q 'tenant="' && fail "--no-tenants: tenant series"

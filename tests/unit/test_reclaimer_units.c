@@ -223,6 +223,27 @@ START_TEST(test_config_tenants)
     ck_assert_ptr_nonnull(strstr(err.msg, "tenants"));
     char *a4[] = {"r", "--max-tenants", "0", NULL};
     ck_assert_int_lt(reclaimer_config_load(3, a4, &cfg, &err), 0);
+    /* The served tenants are the configured list only; none by default. */
+    ck_assert_int_eq(reclaimer_config_load(1, a1, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.n_tenants, 0);
+    char *a5[] = {"r", "--tenants", "alpha,beta,,alpha,team-1.x", NULL};
+    ck_assert_int_eq(reclaimer_config_load(3, a5, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.n_tenants, 3);
+    ck_assert_str_eq(cfg.tenants[0], "alpha");
+    ck_assert_str_eq(cfg.tenants[1], "beta");
+    ck_assert_str_eq(cfg.tenants[2], "team-1.x");
+    char *a6[] = {"r", "--tenants", "a,b,c", "--max-tenants", "2", NULL};
+    ck_assert_int_lt(reclaimer_config_load(5, a6, &cfg, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "--max-tenants"));
+    char too_long[80];
+    memset(too_long, 'a', sizeof(too_long) - 1);
+    too_long[sizeof(too_long) - 1] = '\0';
+    const char *const bad[] = {"Alpha", "../x", "a/b", ".hidden", "a..b", "a b", too_long};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *a7[] = {"r", "--tenants", (char *)bad[i], NULL};
+        ck_assert_msg(reclaimer_config_load(3, a7, &cfg, &err) < 0, "accepted %s", bad[i]);
+        ck_assert_ptr_nonnull(strstr(err.msg, "tenant"));
+    }
 }
 END_TEST
 

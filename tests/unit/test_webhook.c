@@ -1,6 +1,7 @@
 /* test_webhook.c - tetris-webhook's review codec and patch (webhook.h):
- * both API versions, which pods are selected, what a tenant's pod mounts
- * (never the store root), that applying the patch and reviewing the pod
+ * both API versions, which pods are selected, whose tenant a pod gets (its
+ * namespace's, never what it says) and what a tenant's pod mounts (never
+ * the store root), that applying the patch and reviewing the pod
  * again gives an empty patch, that malformed reviews are refused with a
  * message naming what is wrong, and that the certificates chain. The
  * patches are applied here by a small RFC 6902 interpreter, so the tests
@@ -54,8 +55,8 @@ static void parse_ok(const char *text, webhook_review *rv)
     ck_assert_msg(r == 0, "parse: %s", err.msg);
 }
 
-/* The patch for pod in namespace ns under c, with facts f (model and
- * tenant taken from the selection when f is NULL). */
+/* The patch for pod in namespace ns under c, with facts f (the model
+ * taken from the selection, no tenant, when f is NULL). */
 static json_t *patch_for(const struct webhook_config *c, const char *ns, const json_t *pod,
                          const webhook_pod_facts *f)
 {
@@ -66,7 +67,7 @@ static json_t *patch_for(const struct webhook_config *c, const char *ns, const j
     webhook_selection sel;
     webhook_select(c, &rv, &sel);
     ck_assert_msg(sel.selected, "not selected: %s", sel.reason);
-    webhook_pod_facts dflt = {.model = sel.model, .tenant = sel.tenant};
+    webhook_pod_facts dflt = {.model = sel.model};
     json_t *patch = NULL;
     tetris_error err = {0};
     int r = webhook_patch_build(c, &rv, f != NULL ? f : &dflt, &patch, &err);
@@ -446,17 +447,21 @@ START_TEST(controller_of_pod)
 END_TEST
 
 /* A tenant's pod mounts its own store only, whatever the subdirectory
- * shared pods mount; the tenant comes from the pod's label or annotation
- * (or, through the facts, from the namespace). */
+ * shared pods mount, from a directory the node daemon made (Directory,
+ * never DirectoryOrCreate); the tenant comes through the facts (its
+ * namespace's, webhook_tenant_decide). */
 START_TEST(tenant_gets_only_its_store)
 {
     struct webhook_config c = plain;
     c.store_subdir = "public";
     json_t *pod = function_pod();
-    json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "labels"),
-                        TETRIS_LABEL_TENANT, json_string("acme"));
-    mutate_twice(&c, pod, NULL);
+    webhook_pod_facts f = {.model = "m1", .tenant = "acme"};
+    mutate_twice(&c, pod, &f);
     ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/acme/public");
+    const json_t *volume = named(json_object_get(spec_of(pod), "volumes"), TETRIS_VOLUME_STORE);
+    ck_assert_str_eq(json_string_value(
+                         json_object_get(json_object_get(volume, "hostPath"), "type")),
+                     "Directory");
     const json_t *mount = named(json_object_get(container0(pod), "volumeMounts"),
                                 TETRIS_VOLUME_STORE);
     ck_assert_str_eq(json_string_value(json_object_get(mount, "mountPath")),
@@ -465,17 +470,18 @@ START_TEST(tenant_gets_only_its_store)
     ck_assert_str_eq(env_value(container0(pod), TETRIS_ENV_STORE), "/dev/shm/tetris");
     json_decref(pod);
 
-    /* Annotation, and the namespace's tenant through the facts. */
+    /* A volume of ours that the daemon would not make is replaced: an
+     * older webhook's DirectoryOrCreate becomes Directory. */
     pod = function_pod();
-    json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "annotations"),
-                        TETRIS_LABEL_TENANT, json_string("beta"));
-    mutate_twice(&c, pod, NULL);
-    ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/beta/public");
-    json_decref(pod);
-    pod = function_pod();
-    webhook_pod_facts f = {.model = "m1", .tenant = "gamma"};
+    json_object_set_new(json_object_get(pod, "spec"), "volumes",
+                        json_pack("[{s:s, s:{s:s, s:s}}]", "name", TETRIS_VOLUME_STORE, "hostPath",
+                                  "path", "/dev/shm/tetris/tenants/acme/public", "type",
+                                  "DirectoryOrCreate"));
     mutate_twice(&c, pod, &f);
-    ck_assert_str_eq(store_host_path(pod), "/dev/shm/tetris/tenants/gamma/public");
+    volume = named(json_object_get(spec_of(pod), "volumes"), TETRIS_VOLUME_STORE);
+    ck_assert_str_eq(json_string_value(
+                         json_object_get(json_object_get(volume, "hostPath"), "type")),
+                     "Directory");
     json_decref(pod);
 
     /* A shared pod sees the configured part of the store. */
@@ -497,6 +503,86 @@ START_TEST(tenant_gets_only_its_store)
         ck_assert_int_eq(webhook_patch_build(&c, &rv, &hf, &patch, &err), -TETRIS_E_INVAL);
         ck_assert_ptr_null(patch);
         ck_assert_ptr_nonnull(strstr(err.msg, "tenant"));
+        webhook_review_release(&rv);
+        free(text);
+        json_decref(pod);
+    }
+}
+END_TEST
+
+/* The tenant is the namespace's: what the pod says (label or annotation)
+ * must agree with it or the pod is denied, with a message that says why;
+ * a namespace naming a tenant the operator did not configure is denied
+ * too, so no pod makes a tenant exist. */
+START_TEST(pod_cannot_choose_its_tenant)
+{
+    static const char *const configured[] = {"alpha", "beta"};
+    struct webhook_config c = plain;
+    c.tenants = configured;
+    c.n_tenants = 2;
+    static const struct {
+        const char *label, *annotation, *ns_tenant;
+        const char *want; /* the tenant; NULL with denied: none */
+        bool denied;
+        const char *says; /* in the denial's message */
+    } cases[] = {
+        {NULL, NULL, "alpha", "alpha", false, NULL},
+        {"alpha", NULL, "alpha", "alpha", false, NULL},
+        {NULL, "alpha", "alpha", "alpha", false, NULL},
+        {"alpha", "alpha", "alpha", "alpha", false, NULL},
+        {"", "", "alpha", "alpha", false, NULL},
+        {NULL, NULL, NULL, NULL, false, NULL},
+        {"beta", NULL, "alpha", NULL, true, "label says 'beta'"},
+        {NULL, "beta", "alpha", NULL, true, "annotation says 'beta'"},
+        {"alpha", "beta", "alpha", NULL, true, "annotation says 'beta'"},
+        {"beta", NULL, NULL, NULL, true, "belongs to no tenant"},
+        {NULL, "alpha", NULL, NULL, true, "belongs to no tenant"},
+        {"..", NULL, "alpha", NULL, true, "label says '..'"},
+        {NULL, NULL, "gamma", NULL, true, "names tenant 'gamma'"},
+        {"gamma", NULL, "gamma", NULL, true, "not configured"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *pod = function_pod();
+        json_t *meta = json_object_get(pod, "metadata");
+        if (cases[i].label != NULL)
+            json_object_set_new(json_object_get(meta, "labels"), TETRIS_LABEL_TENANT,
+                                json_string(cases[i].label));
+        if (cases[i].annotation != NULL)
+            json_object_set_new(json_object_get(meta, "annotations"), TETRIS_LABEL_TENANT,
+                                json_string(cases[i].annotation));
+        char *text = review_text("admission.k8s.io/v1", "ns-a", "CREATE", pod);
+        webhook_review rv;
+        parse_ok(text, &rv);
+        webhook_selection sel;
+        webhook_select(&c, &rv, &sel);
+        ck_assert(sel.selected);
+        const char *tenant = "unset";
+        tetris_error err = {0};
+        int r = webhook_tenant_decide(&c, &sel, cases[i].ns_tenant, &tenant, &err);
+        if (cases[i].denied) {
+            ck_assert_msg(r == -TETRIS_E_DENIED, "case %zu: %d", i, r);
+            ck_assert_msg(strstr(err.msg, cases[i].says) != NULL, "case %zu: %s", i, err.msg);
+            ck_assert_ptr_null(tenant);
+            /* The answer the apiserver gets: not allowed, 403, the message. */
+            size_t len = 0;
+            char *answer = webhook_response_deny(&rv, err.msg, &len);
+            json_t *doc = json_loadb(answer, len, 0, NULL);
+            json_t *resp = json_object_get(doc, "response");
+            ck_assert_str_eq(json_string_value(json_object_get(resp, "uid")), "uid-1");
+            ck_assert(json_is_false(json_object_get(resp, "allowed")));
+            ck_assert_ptr_null(json_object_get(resp, "patch"));
+            json_t *status = json_object_get(resp, "status");
+            ck_assert_int_eq(json_integer_value(json_object_get(status, "code")), 403);
+            ck_assert_str_eq(json_string_value(json_object_get(status, "message")), err.msg);
+            json_decref(doc);
+            free(answer);
+        } else {
+            ck_assert_msg(r == 0, "case %zu: %s", i, err.msg);
+            if (cases[i].want == NULL)
+                ck_assert_ptr_null(tenant);
+            else
+                ck_assert_str_eq(tenant, cases[i].want);
+        }
         webhook_review_release(&rv);
         free(text);
         json_decref(pod);
@@ -669,6 +755,7 @@ int main(void)
     tcase_add_test(tc, selection);
     tcase_add_test(tc, controller_of_pod);
     tcase_add_test(tc, tenant_gets_only_its_store);
+    tcase_add_test(tc, pod_cannot_choose_its_tenant);
     tcase_add_test(tc, pod_cannot_keep_its_own_store_volume);
     tcase_add_test(tc, malformed_reviews_refused);
     tcase_add_test(tc, malformed_pods_refused);

@@ -3,17 +3,21 @@
 # the CA the webhook made and wrote out; a function pod's review gets a
 # JSON Patch that, applied, gives the pod the read-only store, the model
 # label and the tetris scheduler, and reviewing the patched pod again gives
-# no patch; a tenant's pod gets its own store only, a hostile tenant name
-# nothing; malformed reviews get 400 with a message and the webhook keeps
-# serving; SIGTERM exits 0; bad options exit 2.
+# no patch; a pod's tenant is its namespace's (read from a fake apiserver):
+# a pod that says another tenant than its namespace (label or annotation),
+# or sits in a namespace naming a tenant the operator did not configure,
+# is denied with a message, one that agrees or says nothing gets its
+# tenant's store only, from a directory the daemon made (type Directory);
+# malformed reviews get 400 with a message and the webhook keeps serving;
+# SIGTERM exits 0; bad options exit 2.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
 command -v jq >/dev/null || skip "jq missing"
 
-wh_start() { # NAME ARGS...: starts the webhook, sets URL and PID
+wh_start() { # NAME ARGS...: starts the webhook, sets URL, CA and PID
     _n=$1
     shift
-    "$BIN/tetris-webhook" --no-api --listen 127.0.0.1:0 --cert-name 127.0.0.1 \
+    "$BIN/tetris-webhook" --listen 127.0.0.1:0 --cert-name 127.0.0.1 \
         --ca-out "$WORK/$_n.ca.pem" "$@" 2>"$WORK/$_n.log" &
     PID=$!
     KILL_ON_EXIT="$KILL_ON_EXIT $PID"
@@ -61,7 +65,7 @@ pod='{"metadata":{"generateName":"fn-","labels":{"faas_function":"fn"},
         {"name":"side","image":"side:latest"}]}}'
 pod=$(printf '%s' "$pod" | jq -c .)
 
-wh_start main --namespace openfaas-fn --store /dev/shm/tetris --store-subdir public
+wh_start main --no-api --namespace openfaas-fn --store /dev/shm/tetris --store-subdir public
 
 # TLS only, and only with the CA it made.
 curl -sS --max-time 20 -o /dev/null "http://127.0.0.1:${URL##*:}/healthz" 2>/dev/null &&
@@ -94,23 +98,22 @@ for v in admission.k8s.io/v1 admission.k8s.io/v1beta1; do
 done
 echo "ok v1 and v1beta1: read-only store, model label, scheduler; second review empty"
 
-# A tenant's pod mounts its own store only; a name that would climb out of
-# tenants/ gets no patch at all (the pod starts, loading privately).
-tpod=$(printf '%s' "$pod" | jq -c '.metadata.labels["tetris.io/tenant"] = "acme"')
-got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$tpod")")
-patched=$(printf '%s' "$tpod" | jq -c --argjson ops "$(patch_of "$got")" "$JPATCH")
-printf '%s' "$patched" | jq -e '
-    [.spec.volumes[] | select(.hostPath) | .hostPath.path] == ["/dev/shm/tetris/tenants/acme/public"]
-    and (.spec.containers[0].env[] | select(.name == "TETRIS_TENANT") | .value) == "acme"' \
-    >/dev/null || fail "tenant pod: $patched"
-for t in .. ../.. 'a/../../..' Acme; do
-    hpod=$(printf '%s' "$pod" | jq -c --arg t "$t" '.metadata.annotations["tetris.io/tenant"] = $t')
-    got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$hpod")")
-    [ "${got%% *}" = 200 ] || fail "tenant '$t': $got"
-    [ "$(patch_of "$got")" = '[]' ] || fail "tenant '$t' patched: $got"
+# Without an apiserver no namespace names a tenant: a pod that says it is
+# a tenant's (label or annotation, whatever the name, one that would climb
+# out of tenants/ included) is denied, never given that store.
+for t in acme .. ../.. 'a/../../..' Acme; do
+    for where in labels annotations; do
+        hpod=$(printf '%s' "$pod" | jq -c --arg w "$where" --arg t "$t" \
+            '.metadata[$w]["tetris.io/tenant"] = $t')
+        got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$hpod")")
+        [ "${got%% *}" = 200 ] || fail "tenant '$t' ($where): $got"
+        printf '%s' "${got#* }" | jq -e '.response.allowed == false
+            and .response.status.code == 403 and (.response | has("patch") | not)' \
+            >/dev/null || fail "tenant '$t' ($where) not denied: $got"
+    done
 done
-grep -q 'event=not-mutated.*tenant' "$WORK/main.log" || fail "hostile tenant not logged"
-echo "ok tenant pod gets tenants/T only; hostile tenant names get nothing"
+grep -q 'event=denied.*belongs to no tenant' "$WORK/main.log" || fail "denial not logged"
+echo "ok without namespace tenants, a pod that claims a tenant is denied"
 
 # Namespaces it does not serve, other pods, other operations: no patch.
 got=$(post "$(review admission.k8s.io/v1 kube-system "$pod")")
@@ -157,11 +160,105 @@ wait "$PID" || rc=$?
 grep -q event=stopping "$WORK/main.log" || fail "no stopping line"
 echo "ok SIGTERM exits 0"
 
+# ---- tenants: the namespace's, never the pod's ----
+# Namespaces as the cluster's admin labelled them, read through the API:
+# alpha-fn and beta-fn are tenants' (configured with --tenant), rogue-fn
+# names a tenant the operator did not configure, openfaas-fn and blank-fn
+# (an empty label) none; any other namespace cannot be read (404).
+"$BIN/tetris-test-fake-apiserver" --namespace openfaas-fn --namespace alpha-fn=alpha \
+    --namespace beta-fn=beta --namespace rogue-fn=gamma --namespace blank-fn= \
+    2>"$WORK/fakeapi.log" &
+API_PID=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $API_PID"
+wait_until 60 "grep -q event=listening '$WORK/fakeapi.log' || ! kill -0 $API_PID" ||
+    fail "fake apiserver never listened"
+api_port=$(sed -n 's/.*event=listening port=\([0-9]*\).*/\1/p' "$WORK/fakeapi.log")
+[ -n "$api_port" ] || fail "fake apiserver: $(cat "$WORK/fakeapi.log")"
+cat >"$WORK/kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+current-context: fake
+clusters:
+- {name: fake, cluster: {server: 'http://127.0.0.1:$api_port'}}
+contexts:
+- {name: fake, context: {cluster: fake, user: nobody, namespace: openfaas-fn}}
+users:
+- {name: nobody, user: {}}
+KUBECONFIG
+wh_start api --kubeconfig "$WORK/kubeconfig" --webhook-configuration '' \
+    --manifest-namespace openfaas-fn --store /dev/shm/tetris --store-subdir public \
+    --tenant alpha --tenant beta
+
+# denied NAMESPACE POD MESSAGE_PART: the answer refuses the pod with 403
+# and a message saying why, and carries no patch.
+denied() {
+    got=$(post "$(review admission.k8s.io/v1 "$1" "$2")")
+    [ "${got%% *}" = 200 ] || fail "$1: $got"
+    printf '%s' "${got#* }" | jq -e --arg m "$3" '.response.uid == "u-7"
+        and .response.allowed == false and .response.status.code == 403
+        and (.response.status.message | contains($m)) and (.response | has("patch") | not)' \
+        >/dev/null || fail "$1: not denied with '$3': $got"
+}
+# mutated NAMESPACE POD STORE_PATH [TENANT]: the patched pod mounts
+# STORE_PATH only, a directory the daemon made (type Directory), with
+# TETRIS_TENANT=TENANT (none without).
+mutated() {
+    got=$(post "$(review admission.k8s.io/v1 "$1" "$2")")
+    printf '%s' "${got#* }" | jq -e '.response.allowed == true' >/dev/null || fail "$1: $got"
+    patched=$(printf '%s' "$2" | jq -c --argjson ops "$(patch_of "$got")" "$JPATCH")
+    printf '%s' "$patched" | jq -e --arg p "$3" --arg t "${4:-}" '
+        [.spec.volumes[] | select(.hostPath) | .hostPath] == [{path: $p, type: "Directory"}]
+        and ([.spec.containers[] | .volumeMounts[] | select(.name == "tetris-store")
+              | select(.mountPath == $p and .readOnly == true)] | length) == 2
+        and ([.spec.containers[0].env[] | select(.name == "TETRIS_TENANT") | .value]
+             == (if $t == "" then [] else [$t] end))' >/dev/null ||
+        fail "$1: patched pod: $(printf '%s' "$patched" | jq -c .spec)"
+}
+with() { # WHERE TENANT: the function pod saying TENANT in its labels or annotations
+    printf '%s' "$pod" | jq -c --arg w "$1" --arg t "$2" '.metadata[$w]["tetris.io/tenant"] = $t'
+}
+
+# The attacks: a pod in alpha's namespace that says beta, by label or by
+# annotation, or says both; a pod in a namespace without a tenant that says
+# one; a namespace naming a tenant no node serves.
+denied alpha-fn "$(with labels beta)" "label says 'beta' but its namespace belongs to tenant 'alpha'"
+denied alpha-fn "$(with annotations beta)" "annotation says 'beta'"
+denied alpha-fn "$(with labels alpha | jq -c '.metadata.annotations["tetris.io/tenant"] = "beta"')" \
+    "annotation says 'beta'"
+denied openfaas-fn "$(with labels alpha)" "belongs to no tenant"
+denied blank-fn "$(with annotations alpha)" "belongs to no tenant"
+denied rogue-fn "$pod" "names tenant 'gamma', which the operator has not configured"
+denied rogue-fn "$(with labels gamma)" "names tenant 'gamma'"
+grep -q "event=denied namespace=alpha-fn .*label says 'beta'" "$WORK/api.log" ||
+    fail "denial not logged: $(grep event= "$WORK/api.log" | tail -3)"
+echo "ok a pod that says another tenant than its namespace, or whose namespace names an unconfigured tenant, is denied"
+
+# A pod that agrees with its namespace, or says nothing, gets its
+# namespace's tenant store; a shared namespace's pod the shared store.
+mutated alpha-fn "$pod" /dev/shm/tetris/tenants/alpha/public alpha
+mutated alpha-fn "$(with labels alpha)" /dev/shm/tetris/tenants/alpha/public alpha
+mutated alpha-fn "$(with annotations alpha)" /dev/shm/tetris/tenants/alpha/public alpha
+mutated beta-fn "$pod" /dev/shm/tetris/tenants/beta/public beta
+mutated openfaas-fn "$pod" /dev/shm/tetris/public
+mutated blank-fn "$pod" /dev/shm/tetris/public
+echo "ok a pod that agrees or says nothing gets its namespace's tenant store (type Directory)"
+
+# A namespace that cannot be read: the pod might be a tenant's, so it gets
+# no store at all, and starts (loading privately).
+got=$(post "$(review admission.k8s.io/v1 unknown-fn "$pod")")
+printf '%s' "${got#* }" | jq -e '.response.allowed == true' >/dev/null || fail "unknown-fn: $got"
+[ "$(patch_of "$got")" = '[]' ] || fail "unreadable namespace patched: $got"
+echo "ok a namespace that cannot be read: allowed, unchanged"
+kill -TERM "$PID" "$API_PID"
+
 # Usage errors exit 2, runtime failures 1.
 [ "$(status "$BIN/tetris-webhook" --store relative --no-api)" = 2 ] || fail "relative --store"
 [ "$(status "$BIN/tetris-webhook" --store-subdir ../up --no-api)" = 2 ] || fail "--store-subdir .."
 [ "$(status "$BIN/tetris-webhook" --cert-days 0 --no-api)" = 2 ] || fail "--cert-days 0"
 [ "$(status "$BIN/tetris-webhook" --bogus)" = 2 ] || fail "unknown option"
+for t in .. 'a/b' Acme ''; do
+    [ "$(status "$BIN/tetris-webhook" --no-api --tenant "$t")" = 2 ] || fail "--tenant '$t'"
+done
 [ "$(status "$BIN/tetris-webhook" --no-api --kubeconfig x)" = 2 ] || fail "--no-api --kubeconfig"
 [ "$(status "$BIN/tetris-webhook" --no-api --listen 127.0.0.1:0 --ca-out "$WORK/no/such/ca.pem")" = 1 ] ||
     fail "unwritable --ca-out"
