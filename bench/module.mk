@@ -21,7 +21,8 @@ tetris-eval_SRCS := bench/eval/tetris-eval.c bench/eval/eval_scale.c bench/eval/
                     scheduler-ext/autoscaler/autoscaler_rate.c \
                     scheduler-ext/autoscaler/autoscaler_deploy.c \
                     scheduler-ext/autoscaler/autoscaler_kube.c \
-                    scheduler-ext/autoscaler/autoscaler_openfaas.c
+                    scheduler-ext/autoscaler/autoscaler_openfaas.c \
+                    scheduler-ext/autoscaler/autoscaler_capacity.c
 tetris-eval_LIBS := -lglpk -lcurl
 # GPU sharing: warm attach against host-to-device copies (real GPU only;
 # exits 77 without one).

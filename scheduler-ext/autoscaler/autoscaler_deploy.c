@@ -10,12 +10,6 @@
 
 #include "protocol/names.h"
 
-void as_config_key(const profile_config *cfg, char *buf, size_t len)
-{
-    snprintf(buf, len, "c%ld-m%ld-b%d-p%d", lround(cfg->c * 1000.0), lround(ceil(cfg->m_mib)),
-             cfg->b, cfg->p);
-}
-
 void as_deployment_name(const as_function *fn, size_t config, char *buf, size_t len)
 {
     char key[96];

@@ -65,31 +65,6 @@ void as_function_free(as_function *fn)
     free(fn);
 }
 
-/* What COUNT[i] instances of each config take. In the paper's mode the
- * sum of their capacities; in the refined mode every instance gets an
- * equal share of the rate (a Service's kube-proxy, OpenFaaS CE's
- * gateway), so n instances take n times the smallest capacity among them. */
-double as_pods_capacity(const profile *p, const unsigned *count, size_t extra_config,
-                        unsigned extra_pods, bool equal_shares, const plan_options *o)
-{
-    unsigned n = extra_pods;
-    double sum = 0, least = INFINITY;
-    if (extra_pods > 0) {
-        least = plan_config_capacity(&p->configs[extra_config], o);
-        sum = extra_pods * least;
-    }
-    for (size_t i = 0; i < p->n_configs; i++)
-        if (count[i] > 0) {
-            double cap = plan_config_capacity(&p->configs[i], o);
-            n += count[i];
-            sum += count[i] * cap;
-            least = fmin(least, cap);
-        }
-    if (n == 0)
-        return 0;
-    return equal_shares ? n * least : sum;
-}
-
 static double counts_capacity(const profile *p, const unsigned *count, const plan_options *o)
 {
     return as_pods_capacity(p, count, 0, 0, o->mode == PLAN_MODE_REFINED, o);

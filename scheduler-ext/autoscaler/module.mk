@@ -8,7 +8,8 @@ tetris-autoscaler_SRCS := scheduler-ext/autoscaler/autoscaler.c \
                           scheduler-ext/autoscaler/autoscaler_rate.c \
                           scheduler-ext/autoscaler/autoscaler_deploy.c \
                           scheduler-ext/autoscaler/autoscaler_kube.c \
-                          scheduler-ext/autoscaler/autoscaler_openfaas.c
+                          scheduler-ext/autoscaler/autoscaler_openfaas.c \
+                          scheduler-ext/autoscaler/autoscaler_capacity.c
 tetris-autoscaler_LIBS := -lglpk -lcurl
 
 UNIT_TESTS += tests/unit/test_dts.c tests/unit/test_ilp.c
@@ -30,5 +31,6 @@ autoscaler-test_SRCS := tests/autoscaler/autoscaler_test.c tests/kube/faultserve
                         scheduler-ext/autoscaler/autoscaler_rate.c \
                         scheduler-ext/autoscaler/autoscaler_deploy.c \
                         scheduler-ext/autoscaler/autoscaler_kube.c \
-                        scheduler-ext/autoscaler/autoscaler_openfaas.c
+                        scheduler-ext/autoscaler/autoscaler_openfaas.c \
+                        scheduler-ext/autoscaler/autoscaler_capacity.c
 autoscaler-test_LIBS := -lcheck -lsubunit -lrt -lcurl -lglpk
