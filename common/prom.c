@@ -5,55 +5,22 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/utf8.h"
+
 void prom_header(textbuf *t, const char *name, const char *type, const char *help)
 {
     textbuf_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* The length of the well-formed UTF-8 sequence (RFC 3629: no overlong
- * forms, no surrogates, nothing above U+10FFFF) at s, 1-4; 0 when s does
- * not start one. */
-static size_t utf8_seq(const unsigned char *s)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else {
-        return 0;
-    }
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf)
-            return 0;
-    return n;
-}
-
-#define REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
-
+/* Label values are NUL-terminated: the NUL ends any sequence before a
+ * read past it, so utf8_seq may be told 4 bytes are left. */
 void prom_label_value(textbuf *t, const char *value)
 {
     const unsigned char *s = (const unsigned char *)value;
     while (*s != '\0') {
-        size_t n = utf8_seq(s);
+        size_t n = utf8_seq(s, 4);
         if (n == 0)
-            textbuf_puts(t, REPLACEMENT);
+            textbuf_puts(t, UTF8_REPLACEMENT);
         else if (*s == '\n' || *s == '"' || *s == '\\')
             textbuf_puts(t, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\");
         else
@@ -67,9 +34,9 @@ void prom_copy_label(char *dst, size_t size, const char *src)
     const unsigned char *s = (const unsigned char *)src;
     size_t out = 0;
     while (*s != '\0') {
-        size_t n = utf8_seq(s);
-        const char *piece = n != 0 ? (const char *)s : REPLACEMENT;
-        size_t len = n != 0 ? n : sizeof REPLACEMENT - 1;
+        size_t n = utf8_seq(s, 4);
+        const char *piece = n != 0 ? (const char *)s : UTF8_REPLACEMENT;
+        size_t len = n != 0 ? n : sizeof UTF8_REPLACEMENT - 1;
         if (out + len >= size)
             break;
         memcpy(dst + out, piece, len);
