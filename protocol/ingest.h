@@ -125,6 +125,10 @@
 #define INGEST_REASON_MAX 160 /* a rejection's reason, NUL included */
 #define INGEST_MAX_GPU_TENSORS 64 /* digests per gpu_attach (descriptors back) */
 #define INGEST_DEVICE_MAX 16      /* "cuda:N", NUL included */
+/* One element of a request the daemon decodes (a tensor entry, a source
+ * path, the label, the reason): at most this much JSON text. */
+#define INGEST_MAX_ELEMENT_BYTES (64 << 10)
+#define INGEST_MAX_REASON 1024 /* report_fallback's reason */
 
 /* ---- framing ---- */
 
