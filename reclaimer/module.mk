@@ -3,7 +3,7 @@
 PROGRAMS += tetris-reclaimer
 tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
-                         reclaimer/gpu_pool.c
+                         reclaimer/gpu_pool.c reclaimer/peers.c
 # The daemon's settings, tensor index and reclaim rule are in the library
 # so the unit tests (and the cluster evaluation, for the rule) can reach
 # them.
