@@ -25,6 +25,10 @@ SHELL_TESTS += tests/reclaimer/test-health-restart.sh
 SHELL_TESTS += tests/reclaimer/test-hostile-locks.sh tests/reclaimer/test-hostile-links.sh
 # A hostile pod (uid nobody) against the daemon's budgets and limits.
 SHELL_TESTS += tests/reclaimer/test-budgets.sh
+# Tenants who cannot take from each other (pods as uids of their own):
+# forged and refused claims, connection shares, parsing memory, the shared
+# store's quota, references and fallback reports.
+SHELL_TESTS += tests/reclaimer/test-conn-shares.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
 # Root: the store on a tmpfs of its own (huge=within_size), reused, refused;
 # a kernel without huge tmpfs pages played by an LD_PRELOAD library.
