@@ -28,7 +28,8 @@ SHELL_TESTS += tests/reclaimer/test-budgets.sh
 # Tenants who cannot take from each other (pods as uids of their own):
 # forged and refused claims, connection shares, parsing memory, the shared
 # store's quota, references and fallback reports.
-SHELL_TESTS += tests/reclaimer/test-conn-shares.sh
+SHELL_TESTS += tests/reclaimer/test-conn-shares.sh \
+               tests/reclaimer/test-claims.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
 # Root: the store on a tmpfs of its own (huge=within_size), reused, refused;
 # a kernel without huge tmpfs pages played by an LD_PRELOAD library.
