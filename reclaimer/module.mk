@@ -30,7 +30,8 @@ SHELL_TESTS += tests/reclaimer/test-budgets.sh
 # store's quota, references and fallback reports.
 SHELL_TESTS += tests/reclaimer/test-conn-shares.sh \
                tests/reclaimer/test-claims.sh \
-               tests/reclaimer/test-parse-memory.sh
+               tests/reclaimer/test-parse-memory.sh \
+               tests/reclaimer/test-shared-store.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
 # Root: the store on a tmpfs of its own (huge=within_size), reused, refused;
 # a kernel without huge tmpfs pages played by an LD_PRELOAD library.
