@@ -1,11 +1,15 @@
 /* fuzz_ingest.c - libFuzzer harness for the ingest protocol's decoders
  * (protocol/ingest.h): the daemon's request decoder, which reads whatever
  * any local process sends, and the agent's reply decoder. A request that
- * decodes must encode again and decode to the same tensors. */
+ * decodes must be JSON to jansson too (the decoder reads it with
+ * common/json_scan.h, never loading it whole), and must encode again and
+ * decode to the same tensors. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "common/log.h"
 #include "model/model.h"
@@ -85,6 +89,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             continue;
         }
+        json_error_t jerr;
+        json_t *whole = json_loadb(text, size, 0, &jerr);
+        if (whole == NULL) {
+            fprintf(stderr, "decoded a request jansson refuses: %s\n", jerr.text);
+            abort();
+        }
+        json_decref(whole);
         if (rq->op == INGEST_OP_INGEST)
             round_trip(rq);
         ingest_request_free(rq);

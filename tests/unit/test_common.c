@@ -382,6 +382,9 @@ START_TEST(test_json_scan_accepts_what_jansson_does)
     tetris_error err;
     ck_assert_int_eq(json_scan_document("[1, x]", 6, &v, &err), -TETRIS_E_FORMAT);
     ck_assert_str_eq(err.msg, "unexpected character at byte 4");
+    /* A NUL is no JSON anywhere (jansson drops one that follows a number
+     * or a literal: the fuzzer's first finding). */
+    ck_assert_int_eq(json_scan_document("[[1\0]]", 6, &v, &err), -TETRIS_E_FORMAT);
     /* A length, not a NUL, ends the text. */
     ck_assert_int_eq(json_scan_document("[1]", 2, &v, &err), -TETRIS_E_FORMAT);
     ck_assert_int_eq(json_scan_document("[1] trailing", 3, &v, &err), 0);
