@@ -5,6 +5,7 @@
  * drops a NUL that follows a number or a literal, "[1\0]", which is no
  * JSON), and every member, element and string json_scan hands out is the
  * one jansson decodes. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,15 +75,16 @@ static void same_value(json_span v, const json_t *j)
     case '{': same_object(v, j); return;
     case '[': same_array(v, j); return;
     case '"': same_string(v, j); return;
-    case 't': if (!json_is_true(j)) abort(); return;
-    case 'f': if (!json_is_false(j)) abort(); return;
-    case 'n': if (!json_is_null(j)) abort(); return;
-    default:
-        if (memchr(v.p, '.', v.len) || memchr(v.p, 'e', v.len) || memchr(v.p, 'E', v.len)
-                ? !json_is_real(j)
-                : !json_is_integer(j))
-            abort();
+    default: break;
     }
+    bool real = memchr(v.p, '.', v.len) || memchr(v.p, 'e', v.len) || memchr(v.p, 'E', v.len);
+    bool same = v.p[0] == 't'   ? json_is_true(j)
+                : v.p[0] == 'f' ? json_is_false(j)
+                : v.p[0] == 'n' ? json_is_null(j)
+                : real          ? json_is_real(j)
+                                : json_is_integer(j);
+    if (!same)
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

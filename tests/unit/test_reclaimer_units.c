@@ -195,10 +195,14 @@ START_TEST(test_config_budgets)
     ck_assert_uint_eq(cfg.capacity_bytes, 0); /* unlimited, when asked for */
     ck_assert_uint_eq(cfg.tenant_capacity_bytes, 1ull << 30);
     ck_assert_uint_eq(cfg.max_unverified_bytes, 0); /* no capacity, no bound */
-    char *a5[] = {"r",          "--capacity", "64Mi", "--tenant-capacity", "8Mi",
-                  "--shared-capacity", "50%", "--max-unverified-bytes", "1Mi",
-                  "--max-unverified-bytes-per-uid", "10%", NULL};
-    ck_assert_int_eq(reclaimer_config_load(11, a5, &cfg, &err), 0);
+    char *a5[] = {"r",
+                  "--capacity=64Mi",
+                  "--tenant-capacity=8Mi",
+                  "--shared-capacity=50%",
+                  "--max-unverified-bytes=1Mi",
+                  "--max-unverified-bytes-per-uid=10%",
+                  NULL};
+    ck_assert_int_eq(reclaimer_config_load(6, a5, &cfg, &err), 0);
     ck_assert_uint_eq(cfg.shared_capacity_bytes, 32u << 20);
     ck_assert_uint_eq(cfg.max_unverified_bytes, 1u << 20);
     ck_assert_uint_eq(cfg.max_unverified_uid_bytes, (uint64_t)((double)(64u << 20) / 10));
