@@ -26,6 +26,7 @@
 #include "agent/agent.h"
 #include "common/cleanup.h"
 #include "agent/ingest_client.h"
+#include "common/cli.h"
 #include "tensorstore/gpu/gpu.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -64,18 +65,12 @@ struct agent_model_private {
 
 static const uint8_t empty_tensor[1];
 
-static const char *env_value(const char *name)
-{
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' ? v : NULL;
-}
-
 void agent_env_read(struct agent_env *e)
 {
-    e->model = env_value(TETRIS_ENV_MODEL);
-    e->store_dir = env_value(TETRIS_ENV_STORE);
-    e->tenant = env_value(TETRIS_ENV_TENANT);
-    e->manifest = env_value(TETRIS_ENV_MANIFEST);
+    e->model = cli_env(TETRIS_ENV_MODEL);
+    e->store_dir = cli_env(TETRIS_ENV_STORE);
+    e->tenant = cli_env(TETRIS_ENV_TENANT);
+    e->manifest = cli_env(TETRIS_ENV_MANIFEST);
 }
 
 void agent_options_init(struct agent_options *o)

@@ -116,8 +116,8 @@ static int describe_input(const ort_model *m, ort_io *io, size_t i, int64_t dyna
     if (r < 0)
         return tetris_wrap(err, "input %s", io->in_names[i]);
     if (element_size(d->type) == 0)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "input %s: element type %d not supported",
-                           io->in_names[i], (int)d->type);
+        io->seedable = false;
+    memcpy(d->model_dims, d->dims, sizeof(d->dims));
     bool batch_seen = false;
     d->sample_elements = 1;
     d->leading_dynamic = d->ndim > 0 && d->dims[0] < 0;
@@ -131,22 +131,18 @@ static int describe_input(const ort_model *m, ort_io *io, size_t i, int64_t dyna
     return 0;
 }
 
-static int output_leading_dynamic(const ort_model *m, const ort_io *io, size_t i, bool *dynamic,
-                                  tetris_error *err)
+static int describe_output(const ort_model *m, ort_io *io, size_t i, tetris_error *err)
 {
     const OrtApi *api = m->api;
+    struct ort_output_desc *d = &io->out[i];
     OrtTypeInfo *ti = NULL;
-    ONNXTensorElementDataType et;
-    int64_t dims[TENSOR_MAX_DIMS];
-    size_t ndim = 0;
     int r = ort_check(api, api->SessionGetOutputTypeInfo(m->session, i, &ti), "output type", err);
     if (r == 0)
-        r = tensor_shape(api, ti, io->out_names[i], &et, &ndim, dims, err);
+        r = tensor_shape(api, ti, io->out_names[i], &d->type, &d->ndim, d->model_dims, err);
     if (ti != NULL)
         api->ReleaseTypeInfo(ti);
     if (r < 0)
         return tetris_wrap(err, "output %s", io->out_names[i]);
-    *dynamic = ndim > 0 && dims[0] < 0;
     return 0;
 }
 
@@ -182,10 +178,12 @@ int ort_io_describe(const ort_model *m, int64_t dynamic_dim, ort_io **out, tetri
         io->in_names = calloc(io->n_in + 1, sizeof(char *));
         io->in = calloc(io->n_in + 1, sizeof(*io->in));
         io->out_names = calloc(io->n_out + 1, sizeof(char *));
-        if (io->in_names == NULL || io->in == NULL || io->out_names == NULL)
+        io->out = calloc(io->n_out + 1, sizeof(*io->out));
+        if (io->in_names == NULL || io->in == NULL || io->out_names == NULL || io->out == NULL)
             r = tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
     io->batchable = io->n_in > 0 && io->n_out > 0;
+    io->seedable = true;
     for (size_t i = 0; r == 0 && i < io->n_in; i++) {
         r = ort_check(api, api->SessionGetInputName(m->session, i, alloc, &name), "input name",
                       err);
@@ -197,14 +195,13 @@ int ort_io_describe(const ort_model *m, int64_t dynamic_dim, ort_io **out, tetri
             io->batchable = false;
     }
     for (size_t i = 0; r == 0 && i < io->n_out; i++) {
-        bool dynamic = false;
         r = ort_check(api, api->SessionGetOutputName(m->session, i, alloc, &name), "output name",
                       err);
         if (r == 0)
             r = take_name(api, alloc, name, &io->out_names[i], err);
         if (r == 0)
-            r = output_leading_dynamic(m, io, i, &dynamic, err);
-        if (r == 0 && !dynamic)
+            r = describe_output(m, io, i, err);
+        if (r == 0 && !(io->out[i].ndim > 0 && io->out[i].model_dims[0] < 0))
             io->batchable = false;
     }
     if (r < 0) {
@@ -226,6 +223,7 @@ void ort_io_free(ort_io *io)
     free(io->in_names);
     free(io->out_names);
     free(io->in);
+    free(io->out);
     free(io);
 }
 
@@ -247,6 +245,11 @@ int ort_inputs_make(const ort_model *m, const ort_io *io, const uint64_t *seeds,
 
     if (n == 0 || (n > 1 && !io->batchable))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "cannot batch %zu requests for this model", n);
+    for (size_t i = 0; i < io->n_in; i++)
+        if (element_size(io->in[i].type) == 0)
+            return tetris_fail(err, TETRIS_E_INVAL, 0,
+                               "input %s: element type %d cannot be generated from a seed",
+                               io->in_names[i], (int)io->in[i].type);
     uint64_t *rng = malloc(n * sizeof(*rng));
     if (rng == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
@@ -280,13 +283,40 @@ int ort_inputs_make(const ort_model *m, const ort_io *io, const uint64_t *seeds,
 int ort_io_run(const ort_model *m, const ort_io *io, OrtValue *const *inputs,
                OrtValue **outputs, tetris_error *err)
 {
+    return ort_io_run_some(m, io, inputs, NULL, outputs, err);
+}
+
+int ort_io_run_some(const ort_model *m, const ort_io *io, OrtValue *const *inputs,
+                    const bool *wanted, OrtValue **outputs, tetris_error *err)
+{
     const OrtApi *api = m->api;
+    size_t n = 0;
     memset(outputs, 0, io->n_out * sizeof(*outputs));
-    return ort_check(api,
-                     api->Run(m->session, NULL, (const char *const *)io->in_names,
-                              (const OrtValue *const *)inputs, io->n_in,
-                              (const char *const *)io->out_names, io->n_out, outputs),
-                     "run", err);
+    if (wanted == NULL)
+        return ort_check(api,
+                         api->Run(m->session, NULL, (const char *const *)io->in_names,
+                                  (const OrtValue *const *)inputs, io->n_in,
+                                  (const char *const *)io->out_names, io->n_out, outputs),
+                         "run", err);
+    const char **names = calloc(io->n_out + 1, sizeof(*names));
+    OrtValue **values = calloc(io->n_out + 1, sizeof(*values));
+    int r = 0;
+    if (names == NULL || values == NULL)
+        r = tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    for (size_t i = 0; r == 0 && i < io->n_out; i++)
+        if (wanted[i])
+            names[n++] = io->out_names[i];
+    if (r == 0 && n > 0)
+        r = ort_check(api,
+                      api->Run(m->session, NULL, (const char *const *)io->in_names,
+                               (const OrtValue *const *)inputs, io->n_in, names, n, values),
+                      "run", err);
+    for (size_t i = 0, k = 0; r == 0 && i < io->n_out; i++)
+        if (wanted[i])
+            outputs[i] = values[k++];
+    free(names);
+    free(values);
+    return r;
 }
 
 /* Request j's byte range [*off, *off + *len) of one output of an n-batch. */

@@ -12,7 +12,12 @@
  * so sample j of the batch holds exactly the values request j would have had
  * alone. That is possible when the model is "batchable": every input and
  * every output has a dynamic first dimension. Otherwise a batch runs as k
- * single-request runs (ort_io.batchable tells which). */
+ * single-request runs (ort_io.batchable tells which).
+ *
+ * The metadata covers every tensor input and output, of any element type
+ * (model_dims keeps the model's own dimensions, -1 where dynamic), so a
+ * server can take inputs from its clients, strings included; only the
+ * types above can be generated from a seed (ort_io.seedable). */
 #ifndef TETRIS_ORT_INPUTS_H
 #define TETRIS_ORT_INPUTS_H
 
@@ -29,26 +34,36 @@
 struct ort_input_desc {
     ONNXTensorElementDataType type;
     size_t ndim;
-    int64_t dims[TENSOR_MAX_DIMS]; /* one request's shape (batch dim = 1) */
-    size_t sample_elements;  /* elements of one request */
-    bool leading_dynamic;    /* dim 0 is dynamic: the batch */
+    int64_t model_dims[TENSOR_MAX_DIMS]; /* as the model declares them, -1: dynamic */
+    int64_t dims[TENSOR_MAX_DIMS];       /* one seeded request's shape (batch dim = 1) */
+    size_t sample_elements;              /* elements of one seeded request */
+    bool leading_dynamic;                /* dim 0 is dynamic: the batch */
+};
+
+struct ort_output_desc {
+    ONNXTensorElementDataType type;
+    size_t ndim;
+    int64_t model_dims[TENSOR_MAX_DIMS]; /* -1: dynamic */
 };
 
 typedef struct ort_io {
     size_t n_in, n_out;
     char **in_names, **out_names; /* malloc'd copies */
     struct ort_input_desc *in;
+    struct ort_output_desc *out;
     bool batchable; /* every input and output has a dynamic dim 0 */
+    bool seedable;  /* every input's type can be generated (ort_inputs_make) */
 } ort_io;
 
 /* Reads the session's input/output metadata. dynamic_dim (>= 1) is the size
  * of dynamic dimensions after an input's first one. TETRIS_E_FORMAT for a
- * non-tensor input or an element type we cannot generate. */
+ * non-tensor input or output, or one of rank above TENSOR_MAX_DIMS. */
 int ort_io_describe(const ort_model *m, int64_t dynamic_dim, ort_io **out, tetris_error *err);
 void ort_io_free(ort_io *io);
 
 /* Creates io->n_in inputs holding the n requests with the given seeds
- * concatenated along dim 0. n > 1 needs io->batchable. inputs[] gets owned
+ * concatenated along dim 0. n > 1 needs io->batchable, and every input
+ * io->seedable (else TETRIS_E_INVAL naming the input). inputs[] gets owned
  * OrtValues (release with ort_values_release). */
 int ort_inputs_make(const ort_model *m, const ort_io *io, const uint64_t *seeds, size_t n,
                     OrtValue **inputs, tetris_error *err);
@@ -56,6 +71,10 @@ int ort_inputs_make(const ort_model *m, const ort_io *io, const uint64_t *seeds,
 /* Runs the session on inputs (io->n_in) and fills outputs (io->n_out). */
 int ort_io_run(const ort_model *m, const ort_io *io, OrtValue *const *inputs,
                OrtValue **outputs, tetris_error *err);
+/* The same computing only the outputs with wanted[i] (NULL: all); the
+ * others are left NULL. */
+int ort_io_run_some(const ort_model *m, const ort_io *io, OrtValue *const *inputs,
+                    const bool *wanted, OrtValue **outputs, tetris_error *err);
 
 /* SHA-256 (lowercase hex) of request j's share of every output, in output
  * order: with n requests in the batch, each output's first dimension must be

@@ -289,6 +289,19 @@ static int cmd_index(int argc, char **argv)
 
 /* ---- load ---- */
 
+/* Prints j (NULL: it could not be built) as one compact JSON line on
+ * stdout and drops the reference: the summary line of a command. */
+static int print_json_line(json_t *j)
+{
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return -1;
+    printf("%s\n", text);
+    free(text);
+    return fflush(stdout) == 0 ? 0 : -1;
+}
+
 static int print_load(const agent_model *am, const char *mode, const char *device)
 {
     const struct agent_stats *s = &am->stats;
@@ -307,13 +320,7 @@ static int print_load(const agent_model *am, const char *mode, const char *devic
         json_decref(j);
         j = NULL;
     }
-    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (text == NULL)
-        return -1;
-    printf("%s\n", text);
-    free(text);
-    return fflush(stdout) == 0 ? 0 : -1;
+    return print_json_line(j);
 }
 
 /* The agent's options from the load options of a command line. */
@@ -416,13 +423,7 @@ static int print_view(const model_view *v, const agent_model *am, const struct c
                           (json_int_t)s->tensors, "shared_tensors", (json_int_t)s->shared_tensors,
                           "bytes", (json_int_t)s->bytes, "shared_bytes",
                           (json_int_t)s->shared_bytes, "load_ms", am->stats.load_ms);
-    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (text == NULL)
-        return -1;
-    printf("%s\n", text);
-    free(text);
-    return fflush(stdout) == 0 ? 0 : -1;
+    return print_json_line(j);
 }
 
 static const char *const view_load_options[] = {"store",    "tenant",  "manifest",   "direct",
@@ -552,13 +553,7 @@ static int cmd_check_view(int argc, char **argv)
                           "fallback", res.fallback[0] ? json_string(res.fallback) : json_null(),
                           "tensors", (json_int_t)res.tensors, "files", (json_int_t)res.files,
                           "shared_files", (json_int_t)res.shared_files);
-    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (text == NULL)
-        return EXIT_FAIL;
-    printf("%s\n", text);
-    free(text);
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAIL;
+    return print_json_line(j) == 0 ? EXIT_OK : EXIT_FAIL;
 }
 
 /* ---- verify ---- */

@@ -2,7 +2,11 @@
  * input through ONNX Runtime, with its weights mapped from the tensor store
  * or loaded privately, and print the SHA-256 of the output bytes. Equal
  * hashes in both modes show that sharing changes nothing the model
- * computes. Also the example of using the agent and the ORT adapter. */
+ * computes. With --oip-request it also writes those inputs as an Open
+ * Inference Protocol request, so that any inference server can be sent the
+ * same inputs and its outputs hashed the same way. Also the example of
+ * using the agent and the ORT adapter. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +22,8 @@
 #include "common/log.h"
 #include "agent/ort_adapter.h"
 #include "agent/ort_inputs.h"
+#include "common/textbuf.h"
+#include "protocol/oip.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
 
@@ -33,6 +39,8 @@ struct run_options {
     int runs;
     int64_t dynamic_dim;
     bool hold;
+    const char *oip_request; /* write the inputs here as an inference request */
+    bool oip_request_failed; /* writing it failed (exit 1, not a bad model) */
     struct ort_adapter_options ort;
 };
 
@@ -42,7 +50,7 @@ static void usage(FILE *out)
             "usage: tetris-onnx-run MODEL [--store DIR [--direct] [--tenant T] [--manifest M]\n"
             "                              | --private] [--seed N] [--runs N] [--threads N]\n"
             "                              [--graph-opt LEVEL] [--prepack] [--save-optimized OUT]\n"
-            "                              [--dim N] [--hold]\n"
+            "                              [--dim N] [--hold] [--oip-request FILE]\n"
             "\n"
             "Runs MODEL (ONNX) through ONNX Runtime on inputs built from its input\n"
             "metadata and a seeded PRNG, and prints one JSON object with the SHA-256 of\n"
@@ -72,9 +80,15 @@ static void usage(FILE *out)
             "                   first run)\n"
             "  --hold           after printing, keep the session until stdin closes or\n"
             "                   SIGTERM\n"
+            "  --oip-request FILE  also write the inputs as an Open Inference Protocol\n"
+            "                   (KServe V2) infer request, JSON, to FILE (not stdout:\n"
+            "                   the result goes there)\n"
             "\n"
             "Inputs: float types uniform in [-1, 1), integer types uniform in [0, 16),\n"
             "bool 0/1, from splitmix64(seed) in input order.\n"
+            "sha256: SHA-256 over the outputs' bytes concatenated in the model's output\n"
+            "order, each output's elements row-major, little-endian, without padding\n"
+            "(what any client can compute from an inference response).\n"
             "\n"
             "Exit status: 0 ok, 1 runtime failure or non-deterministic output,\n"
             "2 usage, 3 bad model file.\n",
@@ -97,6 +111,7 @@ static int parse_args(int argc, char **argv, struct run_options *o)
                                              {"prepack", no_argument, NULL, 'K'},
                                              {"save-optimized", required_argument, NULL, 'O'},
                                              {"populate", required_argument, NULL, 'p'},
+                                             {"oip-request", required_argument, NULL, 'R'},
                                              {"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
@@ -124,6 +139,14 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         case 'H': o->hold = true; break;
         case 'K': o->ort.prepack = true; break;
         case 'O': o->ort.save_optimized = optarg; break;
+        case 'R':
+            if (strcmp(optarg, "-") == 0) {
+                fprintf(stderr, "tetris-onnx-run: --oip-request needs a file (stdout carries "
+                                "the result)\n");
+                goto usage_error;
+            }
+            o->oip_request = optarg;
+            break;
         case 'p':
             if (agent_populate_parse(optarg, &o->populate, &err) < 0)
                 goto bad_number;
@@ -228,9 +251,52 @@ static int exit_code_for(int r)
                : EXIT_FAILED;
 }
 
+/* The seeded inputs as an inference request: {"id", "inputs": [...]} with
+ * each input's data in its JSON form (protocol/oip.h). */
+static int write_oip_request(struct run_options *o, const ort_model *m, const ort_io *io,
+                             OrtValue *const *inputs, tetris_error *err)
+{
+    textbuf t = {0};
+    int r = 0;
+    textbuf_printf(&t, "{\"id\":\"seed-%llu\",\"inputs\":[", (unsigned long long)o->seed);
+    for (size_t i = 0; r == 0 && i < io->n_in; i++) {
+        const struct ort_input_desc *d = &io->in[i];
+        oip_tensor x = {.name = io->in_names[i],
+                        .datatype = oip_datatype_from_onnx((int)d->type),
+                        .ndim = d->ndim,
+                        .count = d->sample_elements};
+        memcpy(x.shape, d->dims, sizeof(x.shape));
+        x.data_bytes = x.count * oip_datatype_size(x.datatype);
+        r = ort_check(m->api, m->api->GetTensorMutableData(inputs[i], (void **)&x.data),
+                      "input data", err);
+        if (r == 0 && x.datatype == OIP_DATATYPE_NONE)
+            r = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                            "input %s: element type %d has no protocol "
+                            "datatype",
+                            x.name, (int)d->type);
+        if (r == 0) {
+            textbuf_puts(&t, i > 0 ? "," : "");
+            r = oip_write_tensor(&t, &x, false, err);
+        }
+    }
+    textbuf_puts(&t, "]}\n");
+    size_t len;
+    char *text = textbuf_take(&t, &len);
+    if (r == 0 && text == NULL)
+        r = tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory for the request");
+    FILE *f = r == 0 ? fopen(o->oip_request, "w") : NULL;
+    if (r == 0 && f == NULL)
+        r = tetris_fail(err, TETRIS_E_IO, errno, "cannot write %s", o->oip_request);
+    if (f != NULL && (fwrite(text, 1, len, f) != len) + (fclose(f) != 0) > 0)
+        r = tetris_fail(err, TETRIS_E_IO, errno, "cannot write %s", o->oip_request);
+    free(text);
+    o->oip_request_failed = r < 0;
+    return r;
+}
+
 /* Prepares the inputs and runs o->runs times; every run must hash alike. */
-static int run_all(const struct run_options *o, const ort_model *m, const ort_io *io,
-                   char hex[65], uint64_t *out_bytes, double *run_ms, tetris_error *err)
+static int run_all(struct run_options *o, const ort_model *m, const ort_io *io, char hex[65],
+                   uint64_t *out_bytes, double *run_ms, tetris_error *err)
 {
     cleanup_free OrtValue **inputs = calloc(io->n_in + 1, sizeof(*inputs));
     cleanup_free OrtValue **outputs = calloc(io->n_out + 1, sizeof(*outputs));
@@ -241,6 +307,10 @@ static int run_all(const struct run_options *o, const ort_model *m, const ort_io
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     if ((r = ort_inputs_make(m, io, &o->seed, 1, inputs, err)) < 0)
         return r;
+    if (o->oip_request != NULL && (r = write_oip_request(o, m, io, inputs, err)) < 0) {
+        ort_values_release(m, inputs, io->n_in);
+        return r;
+    }
     *run_ms = 0;
     for (int i = 0; r == 0 && i < o->runs; i++) {
         double t = clock_now_ms();
@@ -301,7 +371,7 @@ int main(int argc, char **argv)
 fail:
     log_error("event=error model=%s code=%s msg=%s", o.model, tetris_code_name(r),
               log_quote(err.msg, quoted, sizeof(quoted)));
-    rc = exit_code_for(r);
+    rc = o.oip_request_failed ? EXIT_FAILED : exit_code_for(r);
 done:
     ort_io_free(io);
     ort_model_free(m);

@@ -683,6 +683,35 @@ static int check_file(const char *dir, const char *file, const char *const *allo
     return 0;
 }
 
+/* A tensor's length is its dtype's size times its elements: a reader maps
+ * exactly that many bytes as an array of that shape, so an index that says
+ * otherwise would have it read past the tensor or misread it. */
+static int check_length(json_t *t, uint64_t length, const char *what, tetris_error *err)
+{
+    const char *dtype = json_string_value(json_object_get(t, "dtype"));
+    json_t *shape = json_object_get(t, "shape"), *dim;
+    tensor_meta meta = {.nbytes = length};
+    tetris_error cause = {0};
+    size_t k;
+    if (dtype == NULL || strlen(dtype) >= sizeof(meta.dtype) || !json_is_array(shape) ||
+        json_array_size(shape) > TENSOR_MAX_DIMS)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "%s: needs a dtype and a shape of at most %d dims", what,
+                           TENSOR_MAX_DIMS);
+    snprintf(meta.dtype, sizeof(meta.dtype), "%s", dtype);
+    meta.ndim = (int)json_array_size(shape);
+    json_array_foreach (shape, k, dim) {
+        if (!json_is_integer(dim))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: shape[%zu] is not an integer", what,
+                               k);
+        meta.shape[k] = json_integer_value(dim);
+    }
+    if (tensor_meta_validate(&meta, &cause) < 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: length %llu: %s", what,
+                           (unsigned long long)length, cause.msg);
+    return 0;
+}
+
 static int check_tensors(const char *dir, json_t *tensors, const char *store_real,
                          const char *model_dir, struct view_check_result *out, tetris_error *err)
 {
@@ -714,6 +743,8 @@ static int check_tensors(const char *dir, json_t *tensors, const char *store_rea
         uint64_t need = (uint64_t)json_integer_value(offset) + (uint64_t)json_integer_value(length);
         int r = check_file(dir, json_string_value(file), is_shared ? in_store : in_model, need,
                            what, err);
+        if (r == 0)
+            r = check_length(t, (uint64_t)json_integer_value(length), what, err);
         if (r < 0)
             return r;
         out->files++;

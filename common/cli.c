@@ -81,3 +81,9 @@ int cli_parse_double(const char *opt, const char *s, double min, double max, dou
     *out = v;
     return 0;
 }
+
+const char *cli_env(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}

@@ -26,4 +26,9 @@ int cli_parse_int(const char *opt, const char *s, int min, int max, int *out, te
 int cli_parse_double(const char *opt, const char *s, double min, double max, double *out,
                      tetris_error *err);
 
+/* The value of an environment variable that stands for an option, or NULL
+ * when it is unset or empty: an empty value means "not set", as Kubernetes
+ * and OpenFaaS write a variable they were given no value for. */
+const char *cli_env(const char *name);
+
 #endif

@@ -23,6 +23,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/textbuf.h"
+#include "common/utf8.h"
 
 #define DEFAULT_MAX_BODY (1u << 20)
 #define DEFAULT_MAX_CONNECTIONS 256
@@ -163,12 +164,15 @@ int http_response_json(http_response *r, int status, const json_t *j)
 
 int http_response_error(http_response *r, int status, const char *fmt, ...)
 {
-    char msg[512];
+    char msg[512], valid[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    json_t *j = json_pack("{s:s}", "error", msg);
+    /* Messages quote what clients sent (names, paths), maybe not UTF-8,
+     * and a cut may split a character: JSON must get UTF-8. */
+    utf8_copy_valid(valid, sizeof(valid), msg);
+    json_t *j = json_pack("{s:s}", "error", valid);
     if (j == NULL) {
         response_drop_body(r);
         r->status = status;

@@ -128,7 +128,7 @@ static int scan_string(struct scanner *s)
             s->pos++;
             continue;
         }
-        size_t n = utf8_seq((const unsigned char *)s->p + s->pos, s->len - s->pos);
+        size_t n = utf8_sequence((const unsigned char *)s->p + s->pos, s->len - s->pos);
         if (n == 0)
             return fail_at(s, "invalid UTF-8 in a string");
         s->pos += n;

@@ -12,38 +12,26 @@ void prom_header(textbuf *t, const char *name, const char *type, const char *hel
     textbuf_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Label values are NUL-terminated: the NUL ends any sequence before a
- * read past it, so utf8_seq may be told 4 bytes are left. */
 void prom_label_value(textbuf *t, const char *value)
 {
     const unsigned char *s = (const unsigned char *)value;
-    while (*s != '\0') {
-        size_t n = utf8_seq(s, 4);
+    size_t left = strlen(value);
+    while (left > 0) {
+        size_t n = utf8_sequence(s, left);
         if (n == 0)
             textbuf_puts(t, UTF8_REPLACEMENT);
         else if (*s == '\n' || *s == '"' || *s == '\\')
             textbuf_puts(t, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\");
         else
             textbuf_append(t, (const char *)s, n);
+        left -= n != 0 ? n : 1;
         s += n != 0 ? n : 1;
     }
 }
 
 void prom_copy_label(char *dst, size_t size, const char *src)
 {
-    const unsigned char *s = (const unsigned char *)src;
-    size_t out = 0;
-    while (*s != '\0') {
-        size_t n = utf8_seq(s, 4);
-        const char *piece = n != 0 ? (const char *)s : UTF8_REPLACEMENT;
-        size_t len = n != 0 ? n : sizeof UTF8_REPLACEMENT - 1;
-        if (out + len >= size)
-            break;
-        memcpy(dst + out, piece, len);
-        out += len;
-        s += n != 0 ? n : 1;
-    }
-    dst[out] = '\0';
+    utf8_copy_valid(dst, size, src);
 }
 
 /* name, then {labels} plus le="..." when le is not NULL; nothing after

@@ -103,7 +103,7 @@ bool textbuf_json_string(textbuf *t, const char *s)
     size_t left = strlen(s);
     textbuf_append(t, "\"", 1);
     while (left > 0) {
-        size_t n = utf8_seq(u, left);
+        size_t n = utf8_sequence(u, left);
         if (n == 0)
             textbuf_puts(t, UTF8_REPLACEMENT);
         else if (*u == '"' || *u == '\\')

@@ -1,7 +1,9 @@
-/* utf8.c - well-formed UTF-8 sequences (see utf8.h). */
+/* utf8.c - UTF-8 well-formedness (see utf8.h). */
 #include "common/utf8.h"
 
-size_t utf8_seq(const unsigned char *s, size_t left)
+#include <string.h>
+
+size_t utf8_sequence(const unsigned char *s, size_t left)
 {
     if (left == 0)
         return 0;
@@ -27,10 +29,40 @@ size_t utf8_seq(const unsigned char *s, size_t left)
     } else {
         return 0;
     }
-    if (n > left || s[1] < lo || s[1] > hi)
+    if (left < n || s[1] < lo || s[1] > hi)
         return 0;
     for (size_t i = 2; i < n; i++)
         if (s[i] < 0x80 || s[i] > 0xbf)
             return 0;
     return n;
+}
+
+bool utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_sequence(u + i, len - i);
+        if (n == 0)
+            return false;
+        i += n;
+    }
+    return true;
+}
+
+void utf8_copy_valid(char *dst, size_t size, const char *src)
+{
+    const unsigned char *s = (const unsigned char *)src;
+    size_t out = 0, left = strlen(src);
+    while (left > 0) {
+        size_t n = utf8_sequence(s, left);
+        const char *piece = n != 0 ? (const char *)s : UTF8_REPLACEMENT;
+        size_t len = n != 0 ? n : sizeof UTF8_REPLACEMENT - 1;
+        if (out + len >= size)
+            break;
+        memcpy(dst + out, piece, len);
+        out += len;
+        left -= n != 0 ? n : 1;
+        s += n != 0 ? n : 1;
+    }
+    dst[out] = '\0';
 }

@@ -9,11 +9,17 @@
 #include "function/batcher.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "function/oip_ort.h"
 
 /* A worker's scratch space, sized once for the largest batch. */
 struct scratch {
-    fn_request **reqs;
+    fn_request **reqs;               /* the batch */
+    fn_request **seeded, **tensored; /* its seed and its tensor requests */
+    fn_request **group;              /* tensor requests run together */
+    const oip_request **group_tensors;
+    bool *taken;
     uint64_t *seeds;
+    bool *wanted; /* outputs a group asks for */
     OrtValue **inputs, **outputs;
 };
 
@@ -48,7 +54,13 @@ static void fail_request(fn_request *req, const tetris_error *err)
 static void scratch_free(struct scratch *s)
 {
     free(s->reqs);
+    free(s->seeded);
+    free(s->tensored);
+    free(s->group);
+    free(s->group_tensors);
+    free(s->taken);
     free(s->seeds);
+    free(s->wanted);
     free(s->inputs);
     free(s->outputs);
     memset(s, 0, sizeof(*s));
@@ -56,33 +68,44 @@ static void scratch_free(struct scratch *s)
 
 static int scratch_alloc(struct scratch *s, const batcher *b)
 {
-    s->reqs = calloc((size_t)b->o.batch, sizeof(*s->reqs));
-    s->seeds = calloc((size_t)b->o.batch, sizeof(*s->seeds));
+    size_t batch = (size_t)b->o.batch;
+    s->reqs = calloc(batch, sizeof(*s->reqs));
+    s->seeded = calloc(batch, sizeof(*s->seeded));
+    s->tensored = calloc(batch, sizeof(*s->tensored));
+    s->group = calloc(batch, sizeof(*s->group));
+    s->group_tensors = calloc(batch, sizeof(*s->group_tensors));
+    s->taken = calloc(batch, sizeof(*s->taken));
+    s->seeds = calloc(batch, sizeof(*s->seeds));
+    s->wanted = calloc(b->io->n_out + 1, sizeof(*s->wanted));
     s->inputs = calloc(b->io->n_in + 1, sizeof(*s->inputs));
     s->outputs = calloc(b->io->n_out + 1, sizeof(*s->outputs));
-    if (s->reqs == NULL || s->seeds == NULL || s->inputs == NULL || s->outputs == NULL) {
+    if (s->reqs == NULL || s->seeded == NULL || s->tensored == NULL || s->group == NULL ||
+        s->group_tensors == NULL || s->taken == NULL || s->seeds == NULL || s->wanted == NULL ||
+        s->inputs == NULL || s->outputs == NULL) {
         scratch_free(s);
         return -1;
     }
     return 0;
 }
 
-/* One Run over the whole batch, its inputs concatenated along dim 0. */
-static void run_concatenated(batcher *b, struct scratch *s, size_t n)
+/* ---- seed requests ---- */
+
+/* One Run over seed requests, their inputs concatenated along dim 0. */
+static void run_seeds_concatenated(batcher *b, struct scratch *s, fn_request **reqs, size_t n)
 {
     const ort_io *io = b->io;
     tetris_error err = {0};
     int r;
 
     for (size_t j = 0; j < n; j++)
-        s->seeds[j] = s->reqs[j]->seed;
+        s->seeds[j] = reqs[j]->seed;
     r = ort_inputs_make(b->m, io, s->seeds, n, s->inputs, &err);
     if (r == 0) {
         r = ort_io_run(b->m, io, s->inputs, s->outputs, &err);
         ort_values_release(b->m, s->inputs, io->n_in);
     }
     for (size_t j = 0; j < n; j++) {
-        fn_request *req = s->reqs[j];
+        fn_request *req = reqs[j];
         if (r < 0)
             fail_request(req, &err);
         else if (ort_outputs_sha256(b->m, io, s->outputs, n, j, req->sha256, &req->output_bytes,
@@ -93,13 +116,13 @@ static void run_concatenated(batcher *b, struct scratch *s, size_t n)
         ort_values_release(b->m, s->outputs, io->n_out);
 }
 
-/* The model cannot take a batch dimension: one Run per request. */
-static void run_sequentially(batcher *b, struct scratch *s, size_t n)
+/* The model cannot take a batch dimension: one Run per seed request. */
+static void run_seeds_sequentially(batcher *b, struct scratch *s, fn_request **reqs, size_t n)
 {
     const ort_io *io = b->io;
 
     for (size_t j = 0; j < n; j++) {
-        fn_request *req = s->reqs[j];
+        fn_request *req = reqs[j];
         tetris_error err = {0};
         int r = ort_inputs_make(b->m, io, &req->seed, 1, s->inputs, &err);
         if (r == 0) {
@@ -116,21 +139,121 @@ static void run_sequentially(batcher *b, struct scratch *s, size_t n)
     }
 }
 
+/* ---- tensor requests ---- */
+
+static void clear_outputs(const batcher *b, fn_request *req)
+{
+    for (size_t i = 0; i < b->io->n_out; i++)
+        oip_tensor_clear(&req->outputs[i]);
+}
+
+/* Each request's rows of the outputs it asked for; -1 (and every output
+ * cleared) when the outputs do not carry the batch as expected. */
+static int split_outputs(batcher *b, struct scratch *s, fn_request **group, size_t n,
+                         tetris_error *err)
+{
+    size_t total = 0, first = 0;
+    for (size_t j = 0; n > 1 && j < n; j++)
+        total += oip_ort_rows(group[j]->tensors);
+    for (size_t j = 0; j < n; j++) {
+        fn_request *req = group[j];
+        size_t rows = n > 1 ? oip_ort_rows(req->tensors) : 0;
+        for (size_t i = 0; i < b->io->n_out; i++) {
+            if (!req->tensors->output_wanted[i])
+                continue;
+            if (oip_ort_output(b->m, b->io, i, s->outputs[i], first, rows, total, &req->outputs[i],
+                               err) < 0) {
+                for (size_t k = 0; k < n; k++)
+                    clear_outputs(b, group[k]);
+                return -1;
+            }
+        }
+        first += rows;
+    }
+    return 0;
+}
+
+/* One Run over a group of tensor requests (concatenated when more than
+ * one). A failure of a group of several runs each of them alone, so that
+ * every request gets its own outcome. */
+static void run_group(batcher *b, struct scratch *s, fn_request **group, size_t n)
+{
+    const ort_io *io = b->io;
+    tetris_error err = {0};
+
+    memset(s->wanted, 0, io->n_out * sizeof(*s->wanted));
+    for (size_t j = 0; j < n; j++) {
+        s->group_tensors[j] = group[j]->tensors;
+        for (size_t i = 0; i < io->n_out; i++)
+            s->wanted[i] |= group[j]->tensors->output_wanted[i];
+    }
+    int r = oip_ort_inputs(b->m, io, s->group_tensors, n, s->inputs, &err);
+    if (r == 0) {
+        r = ort_io_run_some(b->m, io, s->inputs, s->wanted, s->outputs, &err);
+        ort_values_release(b->m, s->inputs, io->n_in);
+    }
+    if (r == 0) {
+        r = split_outputs(b, s, group, n, &err);
+        ort_values_release(b->m, s->outputs, io->n_out);
+    }
+    if (r < 0 && n > 1) {
+        log_debug("event=batch-split requests=%zu msg=%s", n, LOG_Q(err.msg));
+        for (size_t j = 0; j < n; j++)
+            run_group(b, s, &group[j], 1);
+    } else if (r < 0) {
+        fail_request(group[0], &err);
+    }
+}
+
+/* Groups the tensor requests that can be concatenated (batchable model,
+ * equal dimensions but the first), in arrival order, and runs each group. */
+static void run_tensor_requests(batcher *b, struct scratch *s, fn_request **reqs, size_t n)
+{
+    memset(s->taken, 0, n * sizeof(*s->taken));
+    for (size_t j = 0; j < n; j++) {
+        if (s->taken[j])
+            continue;
+        size_t g = 0;
+        s->group[g++] = reqs[j];
+        for (size_t k = j + 1; b->io->batchable && k < n; k++) {
+            if (!s->taken[k] && oip_ort_concatenable(reqs[j]->tensors, reqs[k]->tensors)) {
+                s->taken[k] = true;
+                s->group[g++] = reqs[k];
+            }
+        }
+        run_group(b, s, s->group, g);
+    }
+}
+
 static void run_batch(batcher *b, struct scratch *s, size_t n, uint64_t id)
 {
     fn_request **reqs = s->reqs;
+    size_t n_seeded = 0, n_tensored = 0;
     double start = clock_now_ms();
-    if (b->io->batchable)
-        run_concatenated(b, s, n);
-    else
-        run_sequentially(b, s, n);
+    for (size_t j = 0; j < n; j++) {
+        if (reqs[j]->tensors != NULL)
+            s->tensored[n_tensored++] = reqs[j];
+        else
+            s->seeded[n_seeded++] = reqs[j];
+    }
+    if (n_seeded > 0 && b->io->batchable)
+        run_seeds_concatenated(b, s, s->seeded, n_seeded);
+    else if (n_seeded > 0)
+        run_seeds_sequentially(b, s, s->seeded, n_seeded);
+    if (n_tensored > 0)
+        run_tensor_requests(b, s, s->tensored, n_tensored);
     double elapsed = clock_now_ms() - start;
     for (size_t j = 0; j < n; j++) {
         reqs[j]->batch_size = n;
         reqs[j]->batch_id = id;
         reqs[j]->queue_ms = start - reqs[j]->enqueued_ms;
         reqs[j]->inference_ms = elapsed;
-        if (reqs[j]->rc < 0)
+        /* A tensor request's failure is most likely its inputs (its
+         * client gets a 4xx); a seed request's is the function's. */
+        if (reqs[j]->rc < 0 && reqs[j]->tensors != NULL)
+            log_info("event=inference-failed batch=%llu request=tensors msg=%s",
+                     (unsigned long long)id, LOG_Q(reqs[j]->error));
+        else if (reqs[j]->rc < 0)
             log_error("event=inference-failed batch=%llu seed=%llu msg=%s", (unsigned long long)id,
                       (unsigned long long)reqs[j]->seed, LOG_Q(reqs[j]->error));
     }

@@ -2,12 +2,20 @@
  * `batch` of them are queued or the oldest has waited `max_wait_ms`, then
  * one of `concurrency` worker threads runs them as one batch.
  *
- * All workers share one ONNX Runtime session (Run is thread-safe). When the
- * model is batchable (ort_inputs.h) the batch is one Run over the requests'
- * inputs concatenated along dim 0; otherwise the worker runs the requests of
- * its batch one after the other. Either way each request gets the SHA-256 of
- * its own share of the outputs, which equals what a run of that request alone
- * gives. */
+ * A request is either a decoded inference request (its tensors, from
+ * POST /v2/models/NAME/infer) or a seed (POST /: inputs generated from it
+ * exactly as tetris-onnx-run --seed does). All workers share one ONNX
+ * Runtime session (Run is thread-safe). When the model is batchable
+ * (ort_inputs.h), the seed requests of a batch are one Run over their
+ * inputs concatenated along dim 0, and so are the tensor requests that
+ * agree on every dimension but the first (oip_ort.h); the others run one
+ * after the other. Each request gets its own share of the outputs: a seed
+ * request the SHA-256 of its output bytes, a tensor request its rows of the
+ * outputs it asked for, which equal what a run of it alone gives (up to the
+ * rounding of a model whose kernels differ with the batch size). When a
+ * concatenated run fails, or its outputs do not carry the batch, each of
+ * its requests runs again alone, so one request's bad input never fails
+ * another's. */
 #ifndef TETRIS_BATCHER_H
 #define TETRIS_BATCHER_H
 
@@ -17,6 +25,7 @@
 
 #include "common/error.h"
 #include "function/fn_metrics.h"
+#include "function/oip_request.h"
 #include "agent/ort_inputs.h"
 
 struct batcher_options {
@@ -26,11 +35,17 @@ struct batcher_options {
 };
 
 typedef struct fn_request {
+    /* What to run: a decoded request's tensors, or (NULL) inputs from seed. */
+    const oip_request *tensors;
     uint64_t seed;
+    /* Tensor requests: io->n_out zeroed entries, from the caller; the
+     * batcher fills those tensors->output_wanted says (owned: the caller
+     * clears them with oip_tensor_clear). */
+    oip_tensor *outputs;
     /* filled by the batcher */
     int rc;              /* 0 or a negative tetris code */
     char error[512];
-    char sha256[65];
+    char sha256[65]; /* seed requests: of its output bytes */
     uint64_t output_bytes;
     size_t batch_size;
     uint64_t batch_id;   /* batches are numbered from 1 */
@@ -48,7 +63,8 @@ typedef struct batcher batcher;
 int batcher_new(const ort_model *m, const ort_io *io, const struct batcher_options *o,
                 fn_metrics *metrics, batcher **out, tetris_error *err);
 
-/* Queues req (seed set) and waits until it has run; the outcome is in req.
+/* Queues req (tensors and outputs, or seed, set) and waits until it has
+ * run; the outcome is in req.
  * -TETRIS_E_UNAVAILABLE when the batcher is draining. */
 int batcher_run(batcher *b, fn_request *req, tetris_error *err);
 

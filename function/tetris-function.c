@@ -1,29 +1,34 @@
 /* tetris-function - an inference function for OpenFaaS (of-watchdog HTTP
- * mode): an HTTP server whose POST / runs an ONNX model through ONNX
- * Runtime, with the model's weights mapped from the node's tensor store by
- * the agent, requests batched (up to TETRIS_BATCH, TETRIS_MAX_WAIT_MS) and
- * run by TETRIS_CONCURRENCY worker threads. The autoscaler sets those
- * through the environment; the profiler measures each setting. */
+ * mode): an HTTP server that runs an ONNX model through ONNX Runtime on the
+ * inputs its clients send (the Open Inference Protocol's
+ * POST /v2/models/NAME/infer, oip_api.c) or on inputs generated from a seed
+ * (POST /, what the profiler and the benchmarks drive), with the model's
+ * weights mapped from the node's tensor store by the agent, requests
+ * batched (up to TETRIS_BATCH, TETRIS_MAX_WAIT_MS) and run by
+ * TETRIS_CONCURRENCY worker threads. The autoscaler sets those through the
+ * environment; the profiler measures each setting. The program's files:
+ * function.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
-#include "agent/agent.h"
-#include "function/batcher.h"
-#include "function/fn_metrics.h"
+#include "function/function.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
-#include "agent/ort_adapter.h"
-#include "agent/ort_inputs.h"
+#include "function/oip_ort.h"
+#include "function/oip_response.h"
 #include "protocol/names.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL = 3 };
@@ -31,48 +36,30 @@ enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL 
 #define DEFAULT_LISTEN "127.0.0.1:" TETRIS_STRINGIFY(TETRIS_FUNCTION_PORT)
 #define DEFAULT_MAX_WAIT_MS 10.0
 #define DEFAULT_SEED 1
-#define MAX_BODY_BYTES 4096
+#define SEED_BODY_MAX_BYTES 4096
+/* Real models' inputs in JSON (an image of 3x640x640 floats is some 15
+ * MiB of text); larger ones go as binary data or need the option. */
+#define DEFAULT_MAX_BODY_BYTES (64ULL << 20)
+#define MAX_BODY_BYTES_LIMIT (1ULL << 34)
 #define DRAIN_TIMEOUT_S 30
-
-struct fn_options {
-    const char *model;
-    const char *store_dir; /* NULL: private */
-    enum agent_mode mode;
-    const char *tenant;
-    const char *manifest;
-    char listen[300];
-    struct batcher_options batch;
-    int threads;
-    int64_t dynamic_dim;
-};
-
-struct fn {
-    struct fn_options o;
-    agent_model *am;
-    ort_model *m;
-    ort_io *io;
-    fn_metrics *metrics;
-    batcher *batcher;
-    http_server *srv;
-    /* Inference replies not yet sent: draining waits for them, because
-     * stopping the HTTP server drops what it has not written. */
-    pthread_mutex_t replies_lock;
-    pthread_cond_t replies_sent;
-    unsigned replies_pending;
-};
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: tetris-function [--model FILE] [--store DIR [--direct] [--tenant T]\n"
+            "usage: tetris-function [--model FILE] [--name NAME] [--model-version V]\n"
+            "                       [--store DIR [--direct] [--tenant T]\n"
             "                       [--manifest M] | --private] [--listen ADDR:PORT]\n"
             "                       [--batch B] [--concurrency P] [--max-wait-ms MS]\n"
-            "                       [--threads N] [--dim N]\n"
+            "                       [--threads N] [--dim N] [--max-body-bytes N]\n"
             "\n"
             "Serves an ONNX model over HTTP like an OpenFaaS of-watchdog (HTTP mode)\n"
-            "function. Every option has an environment variable; options win.\n"
+            "function, through the Open Inference Protocol (KServe V2 REST). Every\n"
+            "option has an environment variable; options win.\n"
             "\n"
             "  --model FILE        " TETRIS_ENV_MODEL ": the ONNX model (required)\n"
+            "  --name NAME         " TETRIS_ENV_MODEL_NAME ": the model's name in /v2/models/NAME\n"
+            "                      (default: FILE's base name without .onnx)\n"
+            "  --model-version V   " TETRIS_ENV_MODEL_VERSION ": its version (default: none)\n"
             "  --store DIR         " TETRIS_ENV_STORE
             ": map weights from the tensor store at DIR;\n"
             "                      missing tensors are ingested by the node daemon, and a\n"
@@ -94,16 +81,28 @@ static void usage(FILE *out)
             "  --threads N         " TETRIS_ENV_THREADS ": ONNX Runtime intra-op threads per run\n"
             "                      (default 1)\n"
             "  --dim N             " TETRIS_ENV_DYNAMIC_DIM ": size of dynamic input dimensions\n"
-            "                      after the batch (default %d, as tetris-onnx-run)\n"
+            "                      after the batch in seeded requests (default %d, as\n"
+            "                      tetris-onnx-run)\n"
+            "  --max-body-bytes N  " TETRIS_ENV_MAX_BODY_BYTES ": largest request body (default\n"
+            "                      %llu); a larger one is 413\n"
             "\n"
-            "HTTP:\n"
+            "HTTP (the Open Inference Protocol, docs/programs/tetris-function.md):\n"
+            "  GET /v2                            server metadata\n"
+            "  GET /v2/health/live, /v2/health/ready   200, or 503 while loading or\n"
+            "                                     draining (ready)\n"
+            "  GET /v2/models/NAME[/versions/V]   the model's inputs and outputs\n"
+            "  GET /v2/models/NAME[/versions/V]/ready\n"
+            "  POST /v2/models/NAME[/versions/V]/infer   an inference request (JSON, or\n"
+            "                  JSON and binary tensor data); 400 with {\"error\": ...}\n"
+            "                  naming what is wrong with a bad one, 404 for another model\n"
+            "Benchmark mode:\n"
             "  POST /          body {\"seed\": N} (or empty: seed %d). Runs the model on\n"
             "                  inputs generated from the seed exactly as tetris-onnx-run\n"
             "                  --seed N does, and answers {\"seed\", \"sha256\" (of this\n"
             "                  request's output bytes), \"output_bytes\", \"batch_size\",\n"
             "                  \"batch_id\", \"batching\", \"queue_ms\", \"inference_ms\",\n"
             "                  \"latency_ms\"}. A bad body is 400 with {\"error\": ...}.\n"
-            "  GET /_/health   200 while serving (of-watchdog's health path); /healthz too\n"
+            "  GET /_/health   200 once loaded (of-watchdog's health path); /healthz too\n"
             "  GET /metrics    request metrics, Prometheus text format\n"
             "\n"
             "Batching: when every input and output of the model has a dynamic first\n"
@@ -117,16 +116,11 @@ static void usage(FILE *out)
             "\n"
             "Exit status: 0 drained after SIGTERM/SIGINT, 1 runtime failure (cannot\n"
             "listen, inference setup), 2 usage, 3 bad or missing model file.\n",
-            DEFAULT_LISTEN, DEFAULT_MAX_WAIT_MS, ORT_INPUTS_DEFAULT_DYNAMIC_DIM, DEFAULT_SEED);
+            DEFAULT_LISTEN, DEFAULT_MAX_WAIT_MS, ORT_INPUTS_DEFAULT_DYNAMIC_DIM,
+            (unsigned long long)DEFAULT_MAX_BODY_BYTES, DEFAULT_SEED);
 }
 
 /* ---- configuration: environment, then options ---- */
-
-static const char *env(const char *name)
-{
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' ? v : NULL;
-}
 
 /* Settings from the environment; the matching options may override them. */
 static int options_from_env(struct fn_options *o, tetris_error *err)
@@ -134,37 +128,65 @@ static int options_from_env(struct fn_options *o, tetris_error *err)
     const char *port, *v;
     int r = 0;
 
-    o->model = env(TETRIS_ENV_MODEL);
-    o->store_dir = env(TETRIS_ENV_STORE);
-    o->tenant = env(TETRIS_ENV_TENANT);
-    o->manifest = env(TETRIS_ENV_MANIFEST);
-    if ((port = env(TETRIS_ENV_WATCHDOG_PORT)) != NULL || (port = env(TETRIS_ENV_PORT)) != NULL)
+    struct agent_env ae;
+    agent_env_read(&ae);
+    o->model = ae.model;
+    o->store_dir = ae.store_dir;
+    o->tenant = ae.tenant;
+    o->manifest = ae.manifest;
+    o->model_name = cli_env(TETRIS_ENV_MODEL_NAME);
+    o->model_version = cli_env(TETRIS_ENV_MODEL_VERSION);
+    if ((port = cli_env(TETRIS_ENV_WATCHDOG_PORT)) != NULL ||
+        (port = cli_env(TETRIS_ENV_PORT)) != NULL)
         snprintf(o->listen, sizeof(o->listen), ":%s", port);
-    if ((v = env(TETRIS_ENV_BATCH)) != NULL)
+    if ((v = cli_env(TETRIS_ENV_BATCH)) != NULL)
         r = cli_parse_int(TETRIS_ENV_BATCH, v, 1, 1024, &o->batch.batch, err);
-    if (r == 0 && (v = env(TETRIS_ENV_CONCURRENCY)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_CONCURRENCY)) != NULL)
         r = cli_parse_int(TETRIS_ENV_CONCURRENCY, v, 1, 256, &o->batch.concurrency, err);
-    if (r == 0 && (v = env(TETRIS_ENV_THREADS)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_THREADS)) != NULL)
         r = cli_parse_int(TETRIS_ENV_THREADS, v, 0, 256, &o->threads, err);
-    if (r == 0 && (v = env(TETRIS_ENV_MAX_WAIT_MS)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_MAX_WAIT_MS)) != NULL)
         r = cli_parse_double(TETRIS_ENV_MAX_WAIT_MS, v, 0, 60000, &o->batch.max_wait_ms, err);
-    if (r == 0 && (v = env(TETRIS_ENV_DYNAMIC_DIM)) != NULL)
+    if (r == 0 && (v = cli_env(TETRIS_ENV_DYNAMIC_DIM)) != NULL)
         r = cli_parse_i64(TETRIS_ENV_DYNAMIC_DIM, v, 1, 1 << 20, &o->dynamic_dim, err);
+    if (r == 0 && (v = cli_env(TETRIS_ENV_MAX_BODY_BYTES)) != NULL)
+        r = cli_parse_u64(TETRIS_ENV_MAX_BODY_BYTES, v, SEED_BODY_MAX_BYTES, MAX_BODY_BYTES_LIMIT,
+                          &o->max_body_bytes, err);
     return r;
+}
+
+/* A name or version that can be one segment of a /v2 path (NULL: unset). */
+static bool path_segment_valid(const char *s)
+{
+    size_t len = s != NULL ? strlen(s) : 1;
+    if (len == 0 || len > 255)
+        return false;
+    for (size_t i = 0; s != NULL && i < len; i++)
+        if (s[i] == '/' || (unsigned char)s[i] <= ' ' || s[i] == 0x7f)
+            return false;
+    return true;
 }
 
 static int parse_args(int argc, char **argv, struct fn_options *o)
 {
-    static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'},     {"store", required_argument, NULL, 's'},
-        {"direct", no_argument, NULL, 'D'},          {"tenant", required_argument, NULL, 't'},
-        {"manifest", required_argument, NULL, 'M'},  {"private", no_argument, NULL, 'P'},
-        {"listen", required_argument, NULL, 'l'},    {"batch", required_argument, NULL, 'b'},
-        {"concurrency", required_argument, NULL, 'p'},
-        {"max-wait-ms", required_argument, NULL, 'w'},
-        {"threads", required_argument, NULL, 'j'},   {"dim", required_argument, NULL, 'd'},
-        {"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
+                                             {"store", required_argument, NULL, 's'},
+                                             {"direct", no_argument, NULL, 'D'},
+                                             {"tenant", required_argument, NULL, 't'},
+                                             {"manifest", required_argument, NULL, 'M'},
+                                             {"private", no_argument, NULL, 'P'},
+                                             {"listen", required_argument, NULL, 'l'},
+                                             {"batch", required_argument, NULL, 'b'},
+                                             {"concurrency", required_argument, NULL, 'p'},
+                                             {"max-wait-ms", required_argument, NULL, 'w'},
+                                             {"threads", required_argument, NULL, 'j'},
+                                             {"dim", required_argument, NULL, 'd'},
+                                             {"name", required_argument, NULL, 'n'},
+                                             {"model-version", required_argument, NULL, 'v'},
+                                             {"max-body-bytes", required_argument, NULL, 'B'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, 'V'},
+                                             {NULL, 0, NULL, 0}};
     bool private_given = false;
     tetris_error err = {0};
     int c;
@@ -177,11 +199,19 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
     o->batch.max_wait_ms = DEFAULT_MAX_WAIT_MS;
     o->threads = 1;
     o->dynamic_dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM;
+    o->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
     if (options_from_env(o, &err) < 0)
         goto bad_value;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
+        case 'n': o->model_name = optarg; break;
+        case 'v': o->model_version = optarg; break;
+        case 'B':
+            if (cli_parse_u64("--max-body-bytes", optarg, SEED_BODY_MAX_BYTES, MAX_BODY_BYTES_LIMIT,
+                              &o->max_body_bytes, &err) < 0)
+                goto bad_value;
+            break;
         case 's': o->store_dir = optarg[0] != '\0' ? optarg : NULL; break;
         case 'D': o->mode = AGENT_MODE_DIRECT; break;
         case 't': o->tenant = optarg; break;
@@ -224,6 +254,11 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
     }
     if (private_given)
         o->store_dir = NULL;
+    if (!path_segment_valid(o->model_name) || !path_segment_valid(o->model_version)) {
+        fprintf(stderr, "tetris-function: a model name or version must be 1 to 255 bytes "
+                        "without '/', control characters or spaces\n");
+        goto usage_error;
+    }
     return 0;
 bad_value:
     fprintf(stderr, "tetris-function: %s\n", err.msg);
@@ -280,7 +315,7 @@ struct reply_guard {
     void *release_ctx;
 };
 
-static void reply_begin(struct fn *f)
+void fn_reply_begin(struct fn *f)
 {
     pthread_mutex_lock(&f->replies_lock);
     f->replies_pending++;
@@ -304,8 +339,7 @@ static void reply_released(void *ctx)
     free(g);
 }
 
-/* The reply counted by reply_begin() ends once the server released it. */
-static void guard_reply(struct fn *f, http_response *resp)
+void fn_reply_guard(struct fn *f, http_response *resp)
 {
     struct reply_guard *g = malloc(sizeof(*g));
     if (g == NULL) {
@@ -342,11 +376,25 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
     double start = clock_now_ms();
     int status;
 
-    reply_begin(f);
+    if (!atomic_load(&f->loaded)) {
+        http_response_error(resp, 503, "the model is loading");
+        return;
+    }
+    fn_reply_begin(f);
     fn_metrics_request_begin(f->metrics);
-    if (parse_body(req, &r.seed, &err) < 0) {
+    if (req->body_len > SEED_BODY_MAX_BYTES) {
+        status = 413;
+        http_response_error(resp, status, "request body too large: POST / takes at most %d bytes",
+                            SEED_BODY_MAX_BYTES);
+    } else if (parse_body(req, &r.seed, &err) < 0) {
         status = 400;
         http_response_error(resp, status, "%s", err.msg);
+    } else if (!f->io->seedable) {
+        status = 400;
+        http_response_error(resp, status,
+                            "this model's inputs cannot be generated from a seed: send them "
+                            "to /v2/models/%s/infer",
+                            f->model_name);
     } else if (batcher_run(f->batcher, &r, &err) < 0) {
         status = 503;
         http_response_error(resp, status, "%s", err.msg);
@@ -367,15 +415,20 @@ static void handle_invoke(void *ctx, const http_request *req, http_response *res
         }
         json_decref(j);
     }
-    guard_reply(f, resp);
+    fn_reply_guard(f, resp);
     fn_metrics_request_end(f->metrics, status, (clock_now_ms() - start) / 1e3);
 }
 
+/* of-watchdog's health path: the autoscaler's readiness probe, so not
+ * before the model is loaded. */
 static void handle_health(void *ctx, const http_request *req, http_response *resp)
 {
-    (void)ctx;
+    struct fn *f = ctx;
     (void)req;
-    http_response_set_body(resp, 200, "text/plain", "OK\n", 3);
+    if (atomic_load(&f->loaded))
+        http_response_set_body(resp, 200, "text/plain", "OK\n", 3);
+    else
+        http_response_set_body(resp, 503, "text/plain", "loading\n", 8);
 }
 
 static void handle_metrics(void *ctx, const http_request *req, http_response *resp)
@@ -383,6 +436,10 @@ static void handle_metrics(void *ctx, const http_request *req, http_response *re
     struct fn *f = ctx;
     size_t len = 0;
     (void)req;
+    if (!atomic_load(&f->loaded)) {
+        http_response_error(resp, 503, "the model is loading");
+        return;
+    }
     char *text = fn_metrics_render(f->metrics, &len);
     if (text == NULL)
         http_response_error(resp, 500, "out of memory");
@@ -397,14 +454,15 @@ static int serve(struct fn *f, tetris_error *err)
 
     http_server_options_init(&ho);
     ho.listen = f->o.listen;
-    ho.max_body_bytes = MAX_BODY_BYTES;
+    ho.max_body_bytes = (size_t)f->o.max_body_bytes;
     if ((r = http_server_new(&ho, &f->srv, err)) < 0)
         return r;
     if ((r = http_server_route(f->srv, "POST", "/", handle_invoke, f, err)) < 0 ||
-        (r = http_server_route(f->srv, "GET", TETRIS_FUNCTION_HEALTH_PATH, handle_health, f,
-                               err)) < 0 ||
+        (r = http_server_route(f->srv, "GET", TETRIS_FUNCTION_HEALTH_PATH, handle_health, f, err)) <
+            0 ||
         (r = http_server_route(f->srv, "GET", "/healthz", handle_health, f, err)) < 0 ||
-        (r = http_server_route(f->srv, "GET", "/metrics", handle_metrics, f, err)) < 0)
+        (r = http_server_route(f->srv, "GET", "/metrics", handle_metrics, f, err)) < 0 ||
+        (r = fn_oip_routes(f, err)) < 0)
         return r;
     return http_server_start(f->srv, err);
 }
@@ -428,9 +486,41 @@ static int load_model(struct fn *f, tetris_error *err)
     }
     ort_adapter_options_init(&oo);
     oo.intra_op_threads = f->o.threads;
-    if ((r = ort_model_open(f->o.model, f->am, &oo, &f->m, err)) < 0)
+    if ((r = ort_model_open(f->o.model, f->am, &oo, &f->m, err)) < 0 ||
+        (r = ort_io_describe(f->m, f->o.dynamic_dim, &f->io, err)) < 0 ||
+        (r = oip_ort_signature(f->io, &f->sig, err)) < 0)
         return r;
-    return ort_io_describe(f->m, f->o.dynamic_dim, &f->io, err);
+    f->model_metadata = oip_response_model_metadata(f->model_name, f->o.model_version, f->sig,
+                                                    &f->model_metadata_len);
+    if (f->model_metadata == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "the model's name or its tensors' names are not UTF-8");
+    return 0;
+}
+
+static int model_readable(const char *path, tetris_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_FORMAT, errno,
+                           "cannot open %s", path);
+    close(fd);
+    return 0;
+}
+
+/* The model file's base name without ".onnx", unless named. */
+static int name_model(struct fn *f, tetris_error *err)
+{
+    const char *base = strrchr(f->o.model, '/');
+    base = base != NULL ? base + 1 : f->o.model;
+    size_t len = strlen(base);
+    if (f->o.model_name != NULL)
+        f->model_name = strdup(f->o.model_name);
+    else if (len > 5 && strcmp(base + len - 5, ".onnx") == 0)
+        f->model_name = strndup(base, len - 5);
+    else
+        f->model_name = strdup(base[0] != '\0' ? base : "model");
+    return f->model_name != NULL ? 0 : tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
 }
 
 static int print_ready(const struct fn *f, tetris_error *err)
@@ -440,14 +530,13 @@ static int print_ready(const struct fn *f, tetris_error *err)
     size_t host_len = colon != NULL ? (size_t)(colon - f->o.listen) : 0;
     snprintf(listen, sizeof(listen), "%.*s:%u", (int)host_len, f->o.listen,
              (unsigned)http_server_port(f->srv));
-    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:i, s:i, s:f, s:I, s:b, s:s}",
-                          "event", "ready", "listen", listen, "port",
-                          (int)http_server_port(f->srv), "model", f->o.model, "mode",
-                          mode_name(&f->o), "batching", f->io->batchable ? "concat" : "sequential",
-                          "batch", f->o.batch.batch, "concurrency", f->o.batch.concurrency,
-                          "max_wait_ms", f->o.batch.max_wait_ms, "shared_bytes",
-                          (json_int_t)f->m->shared_bytes, "fell_back",
-                          f->am != NULL && f->am->stats.fell_back, "fallback_reason",
+    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:f, s:I, s:b, s:s}",
+                          "event", "ready", "listen", listen, "port", (int)http_server_port(f->srv),
+                          "model", f->o.model, "name", f->model_name, "mode", mode_name(&f->o),
+                          "batching", f->io->batchable ? "concat" : "sequential", "batch",
+                          f->o.batch.batch, "concurrency", f->o.batch.concurrency, "max_wait_ms",
+                          f->o.batch.max_wait_ms, "shared_bytes", (json_int_t)f->m->shared_bytes,
+                          "fell_back", f->am != NULL && f->am->stats.fell_back, "fallback_reason",
                           f->am != NULL ? f->am->stats.fallback_reason : "");
     char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -466,7 +555,10 @@ static int start(struct fn *f, tetris_error *err)
     const char *base = strrchr(f->o.model, '/');
     int r;
 
-    if ((r = load_model(f, err)) < 0)
+    /* A missing model is said as such before anything else; then serving,
+     * so that liveness answers while the model loads. */
+    if ((r = model_readable(f->o.model, err)) < 0 || (r = name_model(f, err)) < 0 ||
+        (r = serve(f, err)) < 0 || (r = load_model(f, err)) < 0)
         return r;
     mi.model = base != NULL ? base + 1 : f->o.model;
     mi.mode = mode_name(&f->o);
@@ -475,13 +567,14 @@ static int start(struct fn *f, tetris_error *err)
     if ((r = fn_metrics_new(&mi, &f->metrics, err)) < 0 ||
         (r = batcher_new(f->m, f->io, &f->o.batch, f->metrics, &f->batcher, err)) < 0)
         return r;
-    if ((r = serve(f, err)) < 0)
-        return r;
-    log_info("event=ready model=%s mode=%s batching=%s batch=%d concurrency=%d max_wait_ms=%g "
-             "threads=%d port=%u shared_bytes=%llu",
-             f->o.model, mi.mode, mi.batching, f->o.batch.batch, f->o.batch.concurrency,
-             f->o.batch.max_wait_ms, f->o.threads, (unsigned)http_server_port(f->srv),
-             (unsigned long long)f->m->shared_bytes);
+    atomic_store(&f->loaded, true);
+    atomic_store(&f->ready, true);
+    log_info("event=ready model=%s name=%s mode=%s batching=%s batch=%d concurrency=%d "
+             "max_wait_ms=%g threads=%d port=%u shared_bytes=%llu max_body_bytes=%llu",
+             f->o.model, LOG_Q(f->model_name), mi.mode, mi.batching, f->o.batch.batch,
+             f->o.batch.concurrency, f->o.batch.max_wait_ms, f->o.threads,
+             (unsigned)http_server_port(f->srv), (unsigned long long)f->m->shared_bytes,
+             (unsigned long long)f->o.max_body_bytes);
     if (f->am != NULL && f->am->stats.fell_back)
         log_warn("event=private-fallback model=%s reason=%s", LOG_Q(f->o.model),
                  LOG_Q(f->am->stats.fallback_reason));
@@ -493,6 +586,7 @@ static int start(struct fn *f, tetris_error *err)
  * workers stop. */
 static void stop(struct fn *f)
 {
+    atomic_store(&f->ready, false);
     if (f->batcher != NULL)
         batcher_drain(f->batcher);
     if (f->srv != NULL)
@@ -500,6 +594,9 @@ static void stop(struct fn *f)
     http_server_free(f->srv);
     batcher_free(f->batcher);
     fn_metrics_free(f->metrics);
+    free(f->model_metadata);
+    oip_ort_signature_free(f->sig);
+    free(f->model_name);
     ort_io_free(f->io);
     ort_model_free(f->m);
     agent_model_free(f->am);

@@ -1,10 +1,12 @@
 #!/bin/sh
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
-# the ingest, JSON reader's, inventory and AdmissionReview decoders', the holder, store
-# marker and daemon state file readers') for FUZZ_SECONDS (default 60) from a
-# seed corpus made now from the real models (.deps/models), the synthetic
-# valid and malformed files of tetris-gen-model-corpus and a few messages. The corpus grows under build/fuzz/corpus and is
-# kept between runs; crashes land in build/fuzz/artifacts.
+# the ingest, JSON reader's, inventory, AdmissionReview and inference request
+# decoders', the holder, store marker and daemon state file readers') for
+# FUZZ_SECONDS (default 60) from a seed corpus made now from the real models
+# (.deps/models), the synthetic valid and malformed files of
+# tetris-gen-model-corpus and a few messages. The corpus grows under
+# build/fuzz/corpus and is kept between runs; crashes land in
+# build/fuzz/artifacts.
 # Usage: run-fuzzers.sh FUZZ_DIR GEN_CORPUS_BIN
 # Exit status: 0 no fuzzer found anything, 1 otherwise.
 set -eu
@@ -16,7 +18,7 @@ seeds=$dir/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
-    "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$dir/artifacts"
+    "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -61,9 +63,33 @@ m=$(realpath "$models/hello_deepa.onnx")
 printf '%s' '{"format":"tetris-model-view/1","model":"'"$m"'","model_format":"onnx","graph":"'"$m"'","store":null,"shared":false,"fallback":"private","session_options":{"graph_optimization_level":"disabled"},"tensors":[{"name":"w","dtype":"float32","shape":[2],"file":"'"$m"'","offset":16,"length":8,"digest":null,"shared":false},{"name":"v","dtype":"int64","shape":[1],"file":null,"offset":0,"length":8,"digest":"'$d'","shared":false}]}' \
     >"$seeds/view_check/private.json"
 
+# Inference requests: a selector byte (signature, header length follows),
+# see fuzz/fuzz_oip.c. Signature 0 takes every datatype at [-1, 2].
+{
+    printf '\000{"id":"e","parameters":{"binary_data_output":true},"outputs":[{"name":"in_FP16"}],"inputs":['
+    sep=""
+    for t in BOOL:true,false UINT8:0,255 UINT16:1,65535 UINT32:2,4294967295 \
+        UINT64:3,18446744073709551615 INT8:-128,127 INT16:-32768,32767 INT32:-1,2147483647 \
+        INT64:-9223372036854775808,9 FP16:65504,-0.0 FP32:3.40282347e+38,1e-45 \
+        FP64:1.7976931348623157e+308,5e-324 BF16:1.5,-2 'BYTES:"caf\u00e9","\ud83d\ude00"'; do
+        printf '%s{"name":"in_%s","datatype":"%s","shape":[1,2],"data":[[%s]]}' "$sep" "${t%%:*}" \
+            "${t%%:*}" "${t#*:}"
+        sep=,
+    done
+    printf ']}'
+} >"$seeds/oip/every.json"
+printf '\001{"inputs":[{"name":"input","datatype":"FP32","shape":[1,4],"data":[0.5,-1,2e-3,0]},{"name":"state","datatype":"FP32","shape":[2,0,128],"data":[]},{"name":"sr","datatype":"INT64","shape":[],"data":[16000]}]}' \
+    >"$seeds/oip/vad.json"
+printf '\002{"inputs":[{"name":"x","datatype":"FP32","shape":[2,3],"data":[[1,2,3],[4,5,6]]}],"outputs":[{"name":"x","parameters":{"binary_data":true}}]}' \
+    >"$seeds/oip/nested.json"
+h='{"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"parameters":{"binary_data_size":12}},{"name":"n","datatype":"INT64","shape":[2],"data":[1,2]}]}'
+{ printf '\007'; printf "\\$(printf %03o ${#h})\\000\\000\\000"; printf '%s' "$h"
+  printf '\000\000\200\077\000\000\000\100\000\000\100\100'; } >"$seeds/oip/binary.bin"
+printf '\003{"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"data":[1,2]}]}' >"$seeds/oip/short.json"
+
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check}; do
+         holders store_marker state view_check oip}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in onnx*) ;; *) dict="-dict=$(pwd)/fuzz/json.dict" ;; esac

@@ -2,9 +2,12 @@
 # module each (spec comment, encoder, decoder, used by both sides): the
 # model profile the profiler writes and the autoscaler reads, the ingest
 # protocol between the agent and the node daemon, the node inventory the
-# daemon serves and the scheduler extender polls, and the names (labels,
-# ConfigMaps, environment) every component and the cluster share. (The
-# tensor manifest, a model's JSON form, is model/manifest.h's.)
-LIB_SRCS += protocol/profile.c protocol/ingest.c protocol/inventory.c protocol/names.c
+# daemon serves and the scheduler extender polls, the Open Inference
+# Protocol's tensors (tetris-function reads and answers them,
+# tetris-onnx-run writes requests), and the names (labels, ConfigMaps,
+# environment) every component and the cluster share. (The tensor
+# manifest, a model's JSON form, is model/manifest.h's.)
+LIB_SRCS += protocol/profile.c protocol/ingest.c protocol/inventory.c protocol/names.c \
+            protocol/oip.c
 UNIT_TESTS += tests/unit/test_profile.c tests/unit/test_ingest_protocol.c tests/unit/test_inventory.c \
               tests/unit/test_names.c

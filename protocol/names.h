@@ -147,6 +147,11 @@
 /* The model view's directory (docs/PROTOCOLS.md, "Model view"), which
  * `tetris-agent exec` sets for the command it runs. */
 #define TETRIS_ENV_MODEL_VIEW "TETRIS_MODEL_VIEW"
+/* The model's name and version in the Open Inference Protocol's paths
+ * (/v2/models/NAME[/versions/VERSION]), and the largest request body. */
+#define TETRIS_ENV_MODEL_NAME "TETRIS_MODEL_NAME"
+#define TETRIS_ENV_MODEL_VERSION "TETRIS_MODEL_VERSION"
+#define TETRIS_ENV_MAX_BODY_BYTES "TETRIS_MAX_BODY_BYTES"
 /* OpenFaaS's of-watchdog tells the function its port in "port". */
 #define TETRIS_ENV_WATCHDOG_PORT "port"
 /* The node a pod runs on (downward API spec.nodeName): the reclaimer and

@@ -52,7 +52,7 @@ done
 
 stop_daemon kube-controller-manager
 stop_daemon default-scheduler
-stop_daemon tetris-scheduler
+stop_daemon "$LOCAL_SCHEDULER"
 stop_daemon kube-apiserver
 stop_daemon etcd
 

@@ -1,7 +1,9 @@
 #!/bin/sh
 # cluster-up.sh - a real, single-machine Kubernetes for tests: etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler `tetris-scheduler`
-# (with the tetris extender) and `default-scheduler`, one real node (kubelet
+# kube-apiserver, kube-controller-manager, kube-scheduler
+# `tetris-local-scheduler` (with the tetris extender; not `tetris-scheduler`,
+# which the Helm chart's scheduler serves) and `default-scheduler`, one real
+# node (kubelet
 # + containerd + runc) and N API-only nodes, everything on loopback and all
 # state under one run directory. The Kubernetes programs are built once from
 # Debian's kubernetes source package and cached (scripts/cluster/build-kube.sh);
@@ -22,6 +24,8 @@
 #   TETRIS_DEFAULT_SCHEDULER   0: no stock default-scheduler (1: pods without
 #                           a schedulerName, DaemonSet pods among them)
 #   TETRIS_NODE_NAME        the real node's name (tetris-node-0)
+#   TETRIS_LOCAL_SCHEDULER  the extender-calling scheduler's name
+#                           (tetris-local-scheduler)
 #   TETRIS_IMAGE=0          skip packing bin/ into the tetris:latest image
 # Exit status: 0 cluster up, 1 failure (the message names the log), 2 usage.
 set -eu

@@ -15,4 +15,5 @@ E2E_TESTS += tests/helm/test-dry-run.sh tests/helm/test-install.sh
 E2E_TESTS += tests/k8s/test-extender-kubeclient.sh tests/k8s/test-extender-placement.sh \
              tests/k8s/test-extender-pins.sh tests/k8s/test-cluster-smoke.sh \
              tests/k8s/test-autoscaler-placement.sh tests/k8s/test-openfaas.sh \
-             tests/k8s/test-eval-validate.sh
+             tests/k8s/test-eval-validate.sh tests/k8s/test-openfaas-docs.sh \
+             tests/k8s/test-openfaas-models.sh

@@ -63,7 +63,31 @@ void webhook_select(const struct webhook_config *c, const webhook_review *r, web
         out->model = out->tenant = NULL;
         return;
     }
+    webhook_pod_controller(r->pod, &out->controller);
     out->selected = true;
+}
+
+bool webhook_pod_controller(const json_t *pod, webhook_owner *out)
+{
+    memset(out, 0, sizeof *out);
+    const json_t *refs = member(member(pod, "metadata"), "ownerReferences");
+    size_t i;
+    const json_t *ref;
+    json_array_foreach (refs, i, ref) {
+        if (!json_is_true(member(ref, "controller")))
+            continue;
+        webhook_owner o = {json_string_value(member(ref, "apiVersion")),
+                           json_string_value(member(ref, "kind")),
+                           json_string_value(member(ref, "name")),
+                           json_string_value(member(ref, "uid"))};
+        /* Kubernetes allows one controller per object: the first decides. */
+        if (o.api_version == NULL || o.kind == NULL || o.name == NULL || o.uid == NULL ||
+            !o.api_version[0] || !o.kind[0] || !o.name[0] || !o.uid[0])
+            return false;
+        *out = o;
+        return true;
+    }
+    return false;
 }
 
 /* ---- JSON Patch helpers ---- */

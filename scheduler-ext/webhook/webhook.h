@@ -98,15 +98,30 @@ struct webhook_config {
     size_t n_namespaces;
 };
 
+/* The object that controls a pod: its ownerReference with controller
+ * true. The ReplicaSet controller writes it into the pods it creates, so
+ * a function's pod names its ReplicaSet when it is admitted (its own uid
+ * does not exist yet). The manifest copy in the pod's namespace gets it
+ * as an owner, so that the garbage collector removes the copy once the
+ * last function using it is gone. */
+typedef struct webhook_owner {
+    const char *api_version, *kind, *name, *uid; /* uid NULL: no controller */
+} webhook_owner;
+
 typedef struct webhook_selection {
     bool selected;
-    const char *reason; /* why not (static), for the log */
-    const char *model;  /* annotation, else label TETRIS_LABEL_MODEL; NULL none */
-    const char *tenant; /* the pod's label, else annotation TETRIS_LABEL_TENANT */
-} webhook_selection;    /* strings borrowed from the review's pod */
+    const char *reason;       /* why not (static), for the log */
+    const char *model;        /* annotation, else label TETRIS_LABEL_MODEL; NULL none */
+    const char *tenant;       /* the pod's label, else annotation TETRIS_LABEL_TENANT */
+    webhook_owner controller; /* webhook_pod_controller's */
+} webhook_selection;          /* strings borrowed from the review's pod */
 
 void webhook_select(const struct webhook_config *c, const webhook_review *r,
                     webhook_selection *out);
+
+/* The pod's controller into *out (all NULL when it has none, or one whose
+ * apiVersion, kind, name or uid is not a non-empty string); true when found. */
+bool webhook_pod_controller(const json_t *pod, webhook_owner *out);
 
 /* What the API tells about the pod beyond the pod itself. */
 typedef struct webhook_pod_facts {

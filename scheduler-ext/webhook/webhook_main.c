@@ -290,47 +290,127 @@ static int find_manifest(program *p, const char *model_name, json_t **cm, const 
     return 0;
 }
 
-/* A ConfigMap volume must be in the pod's namespace: the manifest is
- * copied there (labelled as ours) unless that copy is already current. */
-static int copy_manifest(program *p, const char *ns, const char *name, const char *model_name,
-                         const char *text, bool dry_run, tetris_error *err)
+/* The ownerReference a manifest copy gets from a pod's controller. No
+ * blockOwnerDeletion: deleting a function never waits for its copy. */
+static json_t *owner_reference(const webhook_owner *o)
+{
+    return json_pack("{s:s, s:s, s:s, s:s}", "apiVersion", o->api_version, "kind", o->kind, "name",
+                     o->name, "uid", o->uid);
+}
+
+static bool owned_by(const json_t *obj, const char *uid)
+{
+    size_t i;
+    const json_t *ref;
+    json_array_foreach (json_object_get(json_object_get(obj, "metadata"), "ownerReferences"), i,
+                        ref) {
+        const char *u = json_string_value(json_object_get(ref, "uid"));
+        if (u != NULL && strcmp(u, uid) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* One read and at most one write of the copy; -TETRIS_E_CONFLICT when it
+ * changed in between. */
+static int copy_manifest_once(program *p, const char *ns, const char *name, const char *model_name,
+                              const char *text, const webhook_owner *owner, bool dry_run,
+                              tetris_error *err)
 {
     char path[512];
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps/%s", ns, name);
+    const char *owner_kind = owner->uid != NULL ? owner->kind : "-";
+    const char *owner_name = owner->uid != NULL ? owner->name : "-";
     json_t *have = NULL;
     int r = kube_get(p->kc, path, &have, err);
     if (r == 0) {
         const char *t = json_string_value(
             json_object_get(json_object_get(have, "data"), TETRIS_MANIFEST_CONFIGMAP_KEY));
         bool current = t != NULL && strcmp(t, text) == 0;
+        /* A ConfigMap of that name we did not make is never given owners:
+         * the garbage collector would delete someone else's object. */
+        const char *by = json_string_value(
+            json_object_get(json_object_get(json_object_get(have, "metadata"), "labels"),
+                            TETRIS_LABEL_MANAGED_BY));
+        bool ours = by != NULL && strcmp(by, TETRIS_WEBHOOK_MANAGED_BY) == 0;
+        bool owned = owner->uid == NULL || !ours || owned_by(have, owner->uid);
         json_decref(have);
-        if (current || dry_run)
+        if ((current && owned) || dry_run)
             return 0;
-        json_t *patch = json_pack("{s:{s:s}}", "data", TETRIS_MANIFEST_CONFIGMAP_KEY, text);
-        r = kube_patch(p->kc, path, KUBE_PATCH_MERGE, patch, NULL, err);
+        json_t *patch = json_object();
+        if (!current)
+            json_object_set_new(patch, "data",
+                                json_pack("{s:s}", TETRIS_MANIFEST_CONFIGMAP_KEY, text));
+        if (!owned)
+            json_object_set_new(patch, "metadata",
+                                json_pack("{s:[o]}", "ownerReferences", owner_reference(owner)));
+        r = kube_patch(p->kc, path, KUBE_PATCH_STRATEGIC, patch, NULL, err);
         json_decref(patch);
-        return r < 0 ? tetris_wrap(err, "update ConfigMap %s/%s", ns, name) : 0;
+        if (r == -TETRIS_E_NOTFOUND)
+            return -TETRIS_E_CONFLICT;
+        if (r < 0)
+            return tetris_wrap(err, "update ConfigMap %s/%s", ns, name);
+        log_info("event=manifest-copy action=updated namespace=%s configmap=%s owner=%s/%s "
+                 "data_changed=%d",
+                 ns, name, owner_kind, owner_name, !current);
+        return 0;
     }
     if (r != -TETRIS_E_NOTFOUND)
         return tetris_wrap(err, "ConfigMap %s/%s", ns, name);
     if (dry_run)
         return 0;
+    tetris_error_clear(err);
     json_t *cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}}, s:{s:s}}", "apiVersion", "v1",
                            "kind", "ConfigMap", "metadata", "name", name, "namespace", ns, "labels",
                            TETRIS_LABEL_MODEL, model_name, TETRIS_LABEL_MANAGED_BY,
                            TETRIS_WEBHOOK_MANAGED_BY, "data", TETRIS_MANIFEST_CONFIGMAP_KEY, text);
+    if (owner->uid != NULL)
+        json_object_set_new(json_object_get(cm, "metadata"), "ownerReferences",
+                            json_pack("[o]", owner_reference(owner)));
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/configmaps", ns);
     r = kube_create(p->kc, path, cm, NULL, err);
     json_decref(cm);
     if (r == -TETRIS_E_CONFLICT)
-        return 0; /* another review made it at the same time */
-    return r < 0 ? tetris_wrap(err, "create ConfigMap %s/%s", ns, name) : 0;
+        return -TETRIS_E_CONFLICT;
+    if (r < 0)
+        return tetris_wrap(err, "create ConfigMap %s/%s", ns, name);
+    log_info("event=manifest-copy action=created namespace=%s configmap=%s owner=%s/%s", ns, name,
+             owner_kind, owner_name);
+    return 0;
+}
+
+/* A ConfigMap volume must be in the pod's namespace: the manifest is
+ * copied there (labelled as ours) unless that copy is already current.
+ * The copy's owners are the controllers (ReplicaSets) of the pods that
+ * use it, each added by the first of its pods: the garbage collector
+ * deletes the copy when the last of them is gone, and keeps it while
+ * another function of the same model still runs. A strategic merge patch
+ * merges ownerReferences by uid, so two reviews adding owners at once
+ * both count. A pod without a controller adds no owner (see
+ * docs/programs/tetris-webhook.md). */
+static int copy_manifest(program *p, const char *ns, const char *name, const char *model_name,
+                         const char *text, const webhook_owner *owner, bool dry_run,
+                         tetris_error *err)
+{
+    /* A copy made by a concurrent review (create conflicts), or collected
+     * between our read and our patch (patch finds none), is read again. */
+    for (int attempt = 1;; attempt++) {
+        int r = copy_manifest_once(p, ns, name, model_name, text, owner, dry_run, err);
+        if (r != -TETRIS_E_CONFLICT)
+            return r;
+        if (attempt == 3)
+            return tetris_fail(err, TETRIS_E_CONFLICT, 0,
+                               "ConfigMap %s/%s changed under every one of %d attempts", ns, name,
+                               attempt);
+        tetris_error_clear(err);
+    }
 }
 
 /* The manifest, when the model has one: its ConfigMap in the pod's
  * namespace and the model file it describes. Without one the pod still
  * gets the store (the agent then hashes the model file first). */
-static void resolve_manifest(program *p, const webhook_review *rv, pod_facts *pf)
+static void resolve_manifest(program *p, const webhook_review *rv, const webhook_selection *sel,
+                             pod_facts *pf)
 {
     tetris_error err = {0};
     json_t *cm = NULL;
@@ -347,7 +427,8 @@ static void resolve_manifest(program *p, const webhook_review *rv, pod_facts *pf
     if (r == 0 && name == NULL)
         r = tetris_fail(&err, TETRIS_E_FORMAT, 0, "manifest ConfigMap without a name");
     if (r == 0 && strcmp(rv->namespace_, p->o->manifest_ns) != 0)
-        r = copy_manifest(p, rv->namespace_, name, model_name, text, rv->dry_run, &err);
+        r = copy_manifest(p, rv->namespace_, name, model_name, text, &sel->controller, rv->dry_run,
+                          &err);
     if (r == 0 && (pf->configmap = strdup(name)) == NULL)
         r = tetris_fail(&err, TETRIS_E_NOMEM, 0, "out of memory");
     json_decref(cm);
@@ -380,7 +461,7 @@ static int resolve_facts(program *p, const webhook_review *rv, const webhook_sel
         pf->f.tenant = pf->tenant;
     }
     if (sel->model != NULL)
-        resolve_manifest(p, rv, pf);
+        resolve_manifest(p, rv, sel, pf);
     return 0;
 }
 

@@ -21,8 +21,12 @@ SCHEDULER_HEALTH_PORT="${TETRIS_SCHEDULER_HEALTH_PORT:-10251}"
 DEFAULT_SCHEDULER_HEALTH_PORT="${TETRIS_DEFAULT_SCHEDULER_HEALTH_PORT:-10261}"
 CONTROLLER_MANAGER_PORT="${TETRIS_CONTROLLER_MANAGER_PORT:-10252}"
 
-# The real node's name and the extender the tetris-scheduler calls.
+# The real node's name; the cluster's own tetris scheduler and the
+# extender it calls. Its name is not tetris-scheduler, the name function
+# pods ask for by default (protocol/names.h), so that the Helm chart's
+# scheduler, installed here, is the only one serving that name.
 NODE_NAME="${TETRIS_NODE_NAME:-tetris-node-0}"
+LOCAL_SCHEDULER="${TETRIS_LOCAL_SCHEDULER:-tetris-local-scheduler}"
 EXTENDER_URL="${TETRIS_EXTENDER_URL:-http://127.0.0.1:8888}"
 EXTENDER_IGNORABLE="${TETRIS_EXTENDER_IGNORABLE:-true}"
 API_NODES="${TETRIS_API_NODES:-0}"

@@ -4,10 +4,10 @@
 # imports it into the local cluster's containerd (namespace k8s.io, the one
 # the kubelet uses), where pods find it with imagePullPolicy: Never.
 #
-# Usage: pack-image.sh -n NAME[:TAG] [-e ENTRYPOINT] [-E KEY=VALUE]...
+# Usage: pack-image.sh -n NAME[:TAG] [-e ENTRYPOINT]... [-E KEY=VALUE]...
 #                      [-x EXE[:DEST]]... [-f SRC:DEST]... [-o OUT.tar] [-i]
 #   -n  image reference, e.g. tetris:latest (stored as docker.io/library/...)
-#   -e  entrypoint path inside the image
+#   -e  entrypoint path inside the image; repeated, its arguments
 #   -E  environment variable of the image (besides PATH)
 #   -x  executable; DEST defaults to /usr/local/bin/<name>
 #   -f  file or directory copied to DEST
@@ -58,7 +58,7 @@ add_executable() {
 while getopts n:e:E:x:f:o:i opt; do
     case "$opt" in
     n) name="$OPTARG" ;;
-    e) entrypoint="$OPTARG" ;;
+    e) entrypoint="$entrypoint $OPTARG" ;;
     E)
         case "$OPTARG" in *=*) ;; *) usage ;; esac
         env="$env $OPTARG"
@@ -107,7 +107,8 @@ umoci init --layout "$work/oci"
 umoci new --image "$img"
 umoci raw add-layer --image "$img" "$work/layer.tar"
 set -- --config.env PATH=/usr/local/bin:/usr/bin:/bin --config.workingdir /
-[ -n "$entrypoint" ] && set -- "$@" --config.entrypoint "$entrypoint"
+# shellcheck disable=SC2086 # entrypoint is words
+for word in $entrypoint; do set -- "$@" --config.entrypoint "$word"; done
 for kv in $env; do set -- "$@" --config.env "$kv"; done
 umoci config --image "$img" "$@"
 umoci gc --layout "$work/oci"

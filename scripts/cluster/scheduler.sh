@@ -1,6 +1,7 @@
 #!/bin/sh
-# scheduler.sh - runs kube-scheduler as `tetris-scheduler`, configured to call
-# the tetris extender, and unless TETRIS_DEFAULT_SCHEDULER=0 a stock
+# scheduler.sh - runs kube-scheduler as `tetris-local-scheduler`
+# (TETRIS_LOCAL_SCHEDULER), configured to call the tetris extender, and
+# unless TETRIS_DEFAULT_SCHEDULER=0 a stock
 # `default-scheduler` too. Both listen on loopback only (healthz + metrics;
 # the secure port is off).
 #
@@ -9,7 +10,8 @@
 #              TETRIS_EXTENDER_URL / TETRIS_EXTENDER_IGNORABLE.
 # Environment: TETRIS_EXTENDER_URL (http://127.0.0.1:8888),
 #   TETRIS_EXTENDER_IGNORABLE (true), TETRIS_EXTENDER_NODE_CACHE (false),
-#   TETRIS_EXTENDER_WEIGHT (1), TETRIS_DEFAULT_SCHEDULER (1).
+#   TETRIS_EXTENDER_WEIGHT (1), TETRIS_DEFAULT_SCHEDULER (1),
+#   TETRIS_LOCAL_SCHEDULER (tetris-local-scheduler).
 # Exit status: 0 schedulers healthy, 1 failure, 2 usage.
 set -eu
 PROG=scheduler
@@ -18,7 +20,7 @@ PROG=scheduler
 case "${1:-}" in
 "") ;;
 --restart)
-    stop_daemon tetris-scheduler
+    stop_daemon "$LOCAL_SCHEDULER"
     stop_daemon default-scheduler
     ;;
 *)
@@ -75,7 +77,7 @@ run_scheduler() {
     fi
 }
 
-run_scheduler tetris-scheduler "$SCHEDULER_HEALTH_PORT" extender
+run_scheduler "$LOCAL_SCHEDULER" "$SCHEDULER_HEALTH_PORT" extender
 if [ "$DEFAULT_SCHEDULER" = 1 ]; then
     run_scheduler default-scheduler "$DEFAULT_SCHEDULER_HEALTH_PORT"
 fi

@@ -2,7 +2,8 @@
 models (BERT-base, BERT-large QA, ResNet-152, VGG19) with RANDOM initial
 weights, exported to ONNX, and fine-tuned variants whose top layers are
 really trained for a few SGD steps on synthetic data while the bottom
-layers stay bit-identical (transfer learning).
+layers stay bit-identical (transfer learning). Also BERT-tiny (not a paper
+model: tests use it to run a real BERT in seconds).
 
 Run by scripts/models/paper-models.sh, which installs PyTorch (Debian's
 python3-torch) and caches the outputs; nothing here runs at serving time.
@@ -10,18 +11,22 @@ No pretrained weights exist here: every weight is random, and so are the
 fine-tuning data, so no output means anything.
 
 Usage: export.py --out DIR [--seed N] [--steps N] MODEL[:VARIANTS]...
-Writes DIR/NAME.onnx and DIR/NAME.json (how it was made) per model.
+Writes DIR/NAME.onnx and DIR/NAME.json (how it was made) per model, and
+DIR/NAME.safetensors per base model: its state_dict under PyTorch's
+parameter names, for functions that run the model in PyTorch (a model view
+of it names every tensor as the module does).
 Exit status: 0 ok, 1 failure, 2 usage, 3 torch unavailable.
 """
 
 import argparse
 import json
-import math
 import os
+import struct
 import sys
 import time
 
-MODELS = ("bert-base", "bert-large", "resnet152", "vgg19")
+# bert-tiny last: a model's seed is its index here (tests export it in seconds)
+MODELS = ("bert-base", "bert-large", "resnet152", "vgg19", "bert-tiny")
 TTY = sys.stderr.isatty()
 
 
@@ -50,105 +55,15 @@ except ImportError as e:  # the wrapper turns this into its own clear error
     print(f"export.py: PyTorch is not importable ({e}); install python3-torch", file=sys.stderr)
     sys.exit(3)
 
-
-# ---- BERT in plain torch (transformers is not packaged by Debian) ----------
-
-BERT = {
-    # hidden, layers, heads, intermediate (Devlin et al., Table 1)
-    "bert-base": (768, 12, 12, 3072),
-    "bert-large": (1024, 24, 16, 4096),
-}
-VOCAB, MAX_POSITIONS, TYPE_VOCAB = 30522, 512, 2
-
-
-class Embeddings(nn.Module):
-    def __init__(self, hidden):
-        super().__init__()
-        self.word = nn.Embedding(VOCAB, hidden)
-        self.position = nn.Embedding(MAX_POSITIONS, hidden)
-        self.token_type = nn.Embedding(TYPE_VOCAB, hidden)
-        self.norm = nn.LayerNorm(hidden, eps=1e-12)
-        self.dropout = nn.Dropout(0.1)
-
-    def forward(self, ids):
-        positions = torch.arange(ids.shape[1], dtype=torch.long).unsqueeze(0)
-        # one segment: every token has token type 0
-        x = self.word(ids) + self.position(positions) + self.token_type.weight[0]
-        return self.dropout(self.norm(x))
-
-
-class Layer(nn.Module):
-    """Post-norm transformer encoder layer: multi-head self-attention + FFN."""
-
-    def __init__(self, hidden, heads, intermediate):
-        super().__init__()
-        self.heads, self.head_dim = heads, hidden // heads
-        self.query = nn.Linear(hidden, hidden)
-        self.key = nn.Linear(hidden, hidden)
-        self.value = nn.Linear(hidden, hidden)
-        self.attn_out = nn.Linear(hidden, hidden)
-        self.attn_norm = nn.LayerNorm(hidden, eps=1e-12)
-        self.ffn_in = nn.Linear(hidden, intermediate)
-        self.ffn_out = nn.Linear(intermediate, hidden)
-        self.ffn_norm = nn.LayerNorm(hidden, eps=1e-12)
-        self.dropout = nn.Dropout(0.1)
-
-    def split(self, t):
-        return t.reshape(t.shape[0], t.shape[1], self.heads, self.head_dim).transpose(1, 2)
-
-    def forward(self, x):
-        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        probs = self.dropout(torch.softmax(scores, dim=-1))
-        ctx = torch.matmul(probs, v).transpose(1, 2)
-        ctx = ctx.reshape(ctx.shape[0], ctx.shape[1], self.heads * self.head_dim)
-        x = self.attn_norm(x + self.dropout(self.attn_out(ctx)))
-        h = nn.functional.gelu(self.ffn_in(x))
-        return self.ffn_norm(x + self.dropout(self.ffn_out(h)))
-
-
-class Bert(nn.Module):
-    """qa=False: pooler + 2-class sequence classifier, output logits
-    [batch, 2]; qa=True: span head, outputs start/end logits [batch, seq]."""
-
-    def __init__(self, hidden, layers, heads, intermediate, qa):
-        super().__init__()
-        self.qa = qa
-        self.embeddings = Embeddings(hidden)
-        self.layers = nn.ModuleList(Layer(hidden, heads, intermediate) for _ in range(layers))
-        if qa:
-            self.qa_head = nn.Linear(hidden, 2)
-        else:
-            self.pooler = nn.Linear(hidden, hidden)
-            self.classifier = nn.Linear(hidden, 2)
-        self.apply(self._init)
-
-    @staticmethod
-    def _init(m):  # BERT's initialisation: N(0, 0.02), LayerNorm 1/0
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, 0.0, 0.02)
-            if isinstance(m, nn.Linear):
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
-
-    def forward(self, ids):
-        x = self.embeddings(ids)
-        for layer in self.layers:
-            x = layer(x)
-        if self.qa:
-            logits = self.qa_head(x)
-            return logits[..., 0], logits[..., 1]
-        return self.classifier(torch.tanh(self.pooler(x[:, 0])))
-
+from bert import BERT, VOCAB  # noqa: E402 (needs torch, checked above)
+import bert  # noqa: E402
 
 # ---- per model: build, the layers fine-tuning trains, synthetic data --------
 
 
 def build(name):
     if name in BERT:
-        return Bert(*BERT[name], qa=(name == "bert-large"))
+        return bert.build(name)
     import torchvision  # only the CNNs need it
 
     if name == "resnet152":
@@ -258,6 +173,41 @@ def export(name, model, path):
     os.replace(tmp, path)
 
 
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL",
+}
+
+
+def write_safetensors(model, path, metadata):
+    """The module's state_dict as safetensors (an 8-byte little-endian header
+    length, the JSON header, the tensors' little-endian bytes back to back),
+    written with the standard library: Debian has no `safetensors` package.
+    The header is padded with spaces so that the data starts 64-byte
+    aligned."""
+    if sys.byteorder != "little":
+        raise RuntimeError("safetensors is little-endian; this machine is not")
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    header, offset = {}, 0
+    for name, t in state.items():
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + n]}
+        offset += n
+    header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-(8 + len(blob)) % 64)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for t in state.values():
+            # numpy has no bfloat16: its bytes as int16 are the same bytes
+            f.write((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().data)
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
@@ -287,6 +237,8 @@ def main():
         export(name, model, os.path.join(a.out, name + ".onnx"))
         info = {"name": name, "weights": "random", "seed": a.seed * 100 + MODELS.index(name),
                 "parameters": nparams, "torch": torch.__version__, "opset": 14}
+        write_safetensors(model, os.path.join(a.out, name + ".safetensors"),
+                          {"format": "pt", "model": name, "weights": "random", "seed": info["seed"]})
         with open(os.path.join(a.out, name + ".json"), "w") as f:
             json.dump(info, f)
         log(event="exported", model=name, parameters=nparams, seconds=round(time.time() - t0, 1))

@@ -5,7 +5,9 @@
 # (installed here with apt-get when missing) and cached outside the tree.
 # Each exported model is checked with tetris-onnx-run and indexed with
 # tetris-agent; for every variant the bytes it shares with its base (same
-# SHA-256 digests) are reported. Prints the paths of the models on stdout.
+# SHA-256 digests) are reported. Each base model's state_dict is also
+# written as NAME.safetensors (PyTorch's parameter names), for functions
+# that run it in PyTorch. Prints the paths of the models on stdout.
 set -eu
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -24,7 +26,9 @@ Exports real architectures of the paper's models with RANDOM initial weights
 to ONNX (no pretrained weights are available), plus VARIANTS fine-tuned
 variants of each (NAME-ft1, ...): the top layers trained for N SGD steps on
 synthetic data, the bottom layers bit-identical to the base, so the tensor
-store shares them. Runs once; later calls print the cached files.
+store shares them. Runs once; later calls print the cached files. Next to each base model
+NAME.onnx: NAME.safetensors, its PyTorch state_dict (parameter names as in
+scripts/models/bert.py or torchvision).
 
 MODEL: bert-base (12 layers, hidden 768, 440 MB, 2-class classifier head),
        bert-large (24 layers, hidden 1024, 1.34 GB, question-answering head),
@@ -103,7 +107,7 @@ fi
 # The cache key: what determines the bytes (the exporter, the spec, the
 # number of steps and the PyTorch build).
 versions=$(dpkg-query -W -f='${Version} ' python3-torch python3-torchvision 2>/dev/null || "$PY" -c 'import torch; print(torch.__version__)')
-script_sum=$(sha256sum "$ROOT/scripts/models/export.py" | cut -c1-64)
+script_sum=$(cat "$ROOT/scripts/models/export.py" "$ROOT/scripts/models/bert.py" | sha256sum | cut -c1-64)
 
 # shared_line BASE_MANIFEST VARIANT_MANIFEST: "<shared bytes> <variant bytes>",
 # shared = the variant's tensor bytes whose digest the base also has.
@@ -138,6 +142,14 @@ for s in $specs; do
                 progress_done
                 log "event=checked model=$mn tensor_bytes=$(jq -r .tensor_bytes "$dir.tmp/$mn.manifest.json") run_ms=$(jq -r .run_ms "$dir.tmp/$mn.run.json") output_sha256=$(jq -r .sha256 "$dir.tmp/$mn.run.json")"
             done
+            # The base's state_dict as safetensors (for PyTorch functions):
+            # indexed too, and how many of its bytes have the digest of an
+            # ONNX initializer (those a store holds once for both).
+            "$BIN/tetris-agent" index "$dir.tmp/$name.safetensors" -o "$dir.tmp/$name.safetensors.manifest.json" \
+                2>>"$dir.tmp/$name.run.log" || { rm -rf "$dir.tmp"; die "tetris-agent index $name.safetensors failed"; }
+            # shellcheck disable=SC2046
+            set -- $(shared_line "$dir.tmp/$name.manifest.json" "$dir.tmp/$name.safetensors.manifest.json")
+            log "event=shared-with-onnx model=$name.safetensors shared_bytes=$1 tensor_bytes=$2"
             i=1
             : >"$dir.tmp/sharing.tsv"
             while [ "$i" -le "$k" ]; do

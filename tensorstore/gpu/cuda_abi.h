@@ -37,7 +37,9 @@ enum {
     TCU_ERROR_NO_DEVICE = 100,
     TCU_ERROR_INVALID_DEVICE = 101,
     TCU_ERROR_INVALID_CONTEXT = 201,
+    TCU_ERROR_OPERATING_SYSTEM = 304,
     TCU_ERROR_ILLEGAL_ADDRESS = 700,
+    TCU_ERROR_LAUNCH_FAILED = 719,
     TCU_ERROR_NOT_SUPPORTED = 801,
 };
 
@@ -100,6 +102,7 @@ typedef tcu_result (*tcu_device_get_attribute_fn)(int *v, int attr, tcu_device d
 typedef tcu_result (*tcu_primary_ctx_retain_fn)(tcu_context *c, tcu_device d);
 typedef tcu_result (*tcu_primary_ctx_release_fn)(tcu_device d); /* ..._v2 */
 typedef tcu_result (*tcu_ctx_set_current_fn)(tcu_context c);
+typedef tcu_result (*tcu_ctx_synchronize_fn)(void);
 typedef tcu_result (*tcu_mem_get_info_fn)(size_t *free_bytes, size_t *total); /* cuMemGetInfo_v2 */
 typedef tcu_result (*tcu_mem_get_allocation_granularity_fn)(size_t *g,
                                                             const tcu_mem_allocation_prop *p,

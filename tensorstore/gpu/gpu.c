@@ -28,6 +28,7 @@ struct gpu_driver {
     tcu_primary_ctx_retain_fn primary_ctx_retain;
     tcu_primary_ctx_release_fn primary_ctx_release;
     tcu_ctx_set_current_fn ctx_set_current;
+    tcu_ctx_synchronize_fn ctx_synchronize;
     tcu_mem_get_info_fn mem_get_info;
     tcu_mem_get_allocation_granularity_fn mem_get_allocation_granularity;
     tcu_mem_create_fn mem_create;
@@ -67,6 +68,7 @@ static const struct {
     EP(primary_ctx_retain, "cuDevicePrimaryCtxRetain"),
     EP(primary_ctx_release, "cuDevicePrimaryCtxRelease_v2"),
     EP(ctx_set_current, "cuCtxSetCurrent"),
+    EP(ctx_synchronize, "cuCtxSynchronize"),
     EP(mem_get_info, "cuMemGetInfo_v2"),
     EP(mem_get_allocation_granularity, "cuMemGetAllocationGranularity"),
     EP(mem_create, "cuMemCreate"),
@@ -143,7 +145,13 @@ int gpu_driver_open(const char *path, gpu_driver **out, tetris_error *err)
         tetris_error e;
         cu_fail(g, &e, r, "cuInit");
         gpu_driver_close(g);
-        return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "GPU sharing unavailable: %s", e.msg);
+        /* Seen on an H200 (driver 580): a process in a PID namespace of
+         * its own that still sees its parent's /proc. */
+        return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "GPU sharing unavailable: %s%s", e.msg,
+                           r == TCU_ERROR_OPERATING_SYSTEM
+                               ? " (in a PID namespace of its own, a process needs a /proc "
+                                 "mounted for it)"
+                               : "");
     }
     *out = g;
     return 0;
@@ -353,6 +361,17 @@ static int map_handle(gpu_driver *g, int ordinal, tcu_mem_handle h, uint64_t siz
     return 0;
 }
 
+/* A copy from pageable host memory returns once the bytes are staged, not
+ * once they have landed (CUDA's "API synchronization behavior"): unmapping
+ * the destination before the DMA completes faults the context for good
+ * (CUDA_ERROR_LAUNCH_FAILED on the next call, seen on an H200 for copies
+ * of megabytes). So every copy into the device waits for it. */
+static tcu_result copy_htod_sync(gpu_driver *g, tcu_deviceptr dst, const void *src, uint64_t n)
+{
+    tcu_result r = g->memcpy_htod(dst, src, n);
+    return r == TCU_SUCCESS ? g->ctx_synchronize() : r;
+}
+
 int gpu_alloc_fill(gpu_driver *g, const gpu_alloc *a, const void *src, uint64_t n,
                    tetris_error *err)
 {
@@ -364,7 +383,7 @@ int gpu_alloc_fill(gpu_driver *g, const gpu_alloc *a, const void *src, uint64_t 
                         err);
     if (rc < 0)
         return rc;
-    tcu_result r = g->memcpy_htod(va, src, n);
+    tcu_result r = copy_htod_sync(g, va, src, n);
     if (r != TCU_SUCCESS)
         rc = cu_fail(g, err, r, "cuMemcpyHtoD");
     g->mem_unmap(va, a->size);
@@ -455,6 +474,6 @@ int gpu_copy_to_device(gpu_driver *g, int ordinal, uint64_t dst, const void *src
     int rc = use_device(g, ordinal, err);
     if (rc < 0)
         return rc;
-    tcu_result r = g->memcpy_htod(dst, src, n);
+    tcu_result r = copy_htod_sync(g, dst, src, n);
     return r == TCU_SUCCESS ? 0 : cu_fail(g, err, r, "cuMemcpyHtoD");
 }

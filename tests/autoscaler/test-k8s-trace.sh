@@ -4,8 +4,9 @@
 # scale Deployments through the Kubernetes API exactly as the same trace
 # decides in dry-run mode (DTS scale-out, hysteretic scale-in); the
 # Deployments carry the OpenFaaS label, tetris env, resources, read-only
-# store volume and tetris-scheduler; their pods are created and bound by
-# tetris-scheduler; a restarted autoscaler adopts the replicas it left; a
+# store volume and the scheduler it names; their pods are created and bound
+# by that scheduler (the cluster's own, $LOCAL_SCHEDULER); a restarted
+# autoscaler adopts the replicas it left; a
 # profile stored as a ConfigMap (as `tetris-profiler job` does) plans the same.
 . "$(dirname "$0")/../lib/k8s.sh"
 here="$ROOT/tests/autoscaler"
@@ -22,7 +23,7 @@ profile="$here/two-configs.profile.yaml"
 # Cool-down and window are not multiples of the tick, so real-time jitter
 # cannot move a decision to another tick.
 args="--slo-ms 50 --interval 1 --cooldown 2.5 --window 2.5 --namespace $ns
-      --image tetris-test-tools:latest --image-pull-policy Never
+      --scheduler-name $LOCAL_SCHEDULER --image tetris-test-tools:latest --image-pull-policy Never
       --function fn=$profile --trace fn=$here/k8s-rise-and-fall.trace"
 
 # What DTS decides for this trace (simulated time).
@@ -68,22 +69,22 @@ check() {
 check .spec.replicas "$final"
 check '.metadata.labels.faas_function' fn
 check '.spec.template.metadata.labels["tetris.io/model"]' two-configs
-check '.spec.template.spec.schedulerName' tetris-scheduler
+check '.spec.template.spec.schedulerName' "$LOCAL_SCHEDULER"
 check '.spec.template.spec.containers[0].env | map("\(.name)=\(.value)") | join(",")' \
     "TETRIS_BATCH=1,TETRIS_CONCURRENCY=1,TETRIS_THREADS=1,TETRIS_MODEL=/models/two-configs,TETRIS_STORE=/dev/shm/tetris,TETRIS_PORT=8080"
 check '.spec.template.spec.containers[0].resources.requests.memory' 100Mi
 check '.spec.template.spec.containers[0].volumeMounts[0].readOnly' true
 
-# The controller made the pods and tetris-scheduler bound them.
+# The controller made the pods and the cluster's scheduler bound them.
 i=0
 while :; do
     pods=$(kc -n "$ns" get pods -l faas_function=fn -o json |
         jq '[.items[] | select(.metadata.deletionTimestamp == null)]')
     live=$(echo "$pods" | jq length)
-    bound=$(echo "$pods" | jq '[.[] | select(.spec.nodeName != null and .spec.schedulerName == "tetris-scheduler")] | length')
+    bound=$(echo "$pods" | jq '[.[] | select(.spec.nodeName != null and .spec.schedulerName == "'"$LOCAL_SCHEDULER"'")] | length')
     [ "$live" = "$final" ] && [ "$bound" = "$final" ] && break
     i=$((i + 1))
-    [ $i -lt $((K8S_TIMEOUT * 2)) ] || fail "pods: $live live, $bound bound by tetris-scheduler, want $final"
+    [ $i -lt $((K8S_TIMEOUT * 2)) ] || fail "pods: $live live, $bound bound by $LOCAL_SCHEDULER, want $final"
     sleep 0.5
 done
 

@@ -23,6 +23,14 @@
  * process's context with the sticky CUDA_ERROR_ILLEGAL_ADDRESS. Legacy
  * IPC is not supported.
  *
+ * Stricter than a test needs, where a real driver was: a host-to-device
+ * copy of more than 64 KiB (from pageable memory) is in flight until
+ * cuCtxSynchronize or a device-to-host copy, and unmapping its
+ * destination meanwhile poisons the context with the sticky
+ * CUDA_ERROR_LAUNCH_FAILED, as the DMA's fault does on an H200; and
+ * cuInit fails with CUDA_ERROR_OPERATING_SYSTEM in a process whose /proc
+ * is not its PID namespace's (/proc/self is not getpid()), as there.
+ *
  * Environment: TETRIS_FAKE_CUDA_DEVICES (default 1),
  * TETRIS_FAKE_CUDA_TOTAL (bytes per device, default 1 GiB),
  * TETRIS_FAKE_CUDA_GRANULARITY (default 2 MiB), TETRIS_FAKE_CUDA_NO_VMM=1
@@ -105,6 +113,12 @@ static size_t n_maps;
 static int initialised;
 static unsigned long creates;
 static __thread int current = -1; /* ordinal of the current context */
+static tcu_result sticky;         /* a kernel's fault poisons the context for good */
+
+/* The host-to-device copy still in flight, if any (see the head). */
+#define STAGED_COPY_LIMIT 65536
+static uintptr_t dma_va;
+static size_t dma_n;
 
 static unsigned long long env_u64(const char *name, unsigned long long def)
 {
@@ -133,6 +147,13 @@ tcu_result cuInit(unsigned flags)
 {
     if (flags != 0)
         return TCU_ERROR_INVALID_VALUE;
+    char self[32];
+    ssize_t n = readlink("/proc/self", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        if (strtol(self, NULL, 10) != (long)getpid())
+            return TCU_ERROR_OPERATING_SYSTEM;
+    }
     initialised = 1;
     return TCU_SUCCESS;
 }
@@ -152,7 +173,11 @@ tcu_result cuGetErrorString(tcu_result e, const char **s)
     case TCU_ERROR_NOT_INITIALIZED: *s = "initialization error"; break;
     case TCU_ERROR_INVALID_DEVICE: *s = "invalid device ordinal"; break;
     case TCU_ERROR_INVALID_CONTEXT: *s = "invalid device context"; break;
+    case TCU_ERROR_OPERATING_SYSTEM:
+        *s = "OS call failed or operation not supported on this OS";
+        break;
     case TCU_ERROR_ILLEGAL_ADDRESS: *s = "an illegal memory access was encountered"; break;
+    case TCU_ERROR_LAUNCH_FAILED: *s = "unspecified launch failure"; break;
     case TCU_ERROR_NOT_SUPPORTED: *s = "operation not supported"; break;
     default: return TCU_ERROR_INVALID_VALUE;
     }
@@ -498,6 +523,8 @@ tcu_result cuMemMap(tcu_deviceptr p, size_t size, size_t offset, tcu_mem_handle 
 
 tcu_result cuMemUnmap(tcu_deviceptr p, size_t size)
 {
+    if (dma_n > 0 && dma_va < p + size && p < dma_va + dma_n)
+        sticky = TCU_ERROR_LAUNCH_FAILED;
     pthread_mutex_lock(&lock);
     struct fake_map *m = find_map(p, size);
     tcu_result r = TCU_ERROR_INVALID_VALUE;
@@ -551,20 +578,24 @@ static tcu_result copy_check(uintptr_t va, size_t n, int need)
     return access >= 0 && (access & need) == need ? TCU_SUCCESS : TCU_ERROR_INVALID_VALUE;
 }
 
-static tcu_result sticky; /* a kernel's fault poisons the context for good */
-
 tcu_result cuMemcpyHtoD_v2(tcu_deviceptr dst, const void *src, size_t n)
 {
     if (sticky != TCU_SUCCESS)
         return sticky;
     tcu_result r = copy_check(dst, n, TCU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-    if (r == TCU_SUCCESS)
+    if (r == TCU_SUCCESS) {
         memcpy((void *)(uintptr_t)dst, src, n);
+        if (n > STAGED_COPY_LIMIT) {
+            dma_va = dst;
+            dma_n = n;
+        }
+    }
     return r;
 }
 
 tcu_result cuMemcpyDtoH_v2(void *dst, tcu_deviceptr src, size_t n)
 {
+    dma_n = 0; /* the null stream is in order: earlier copies have landed */
     if (sticky != TCU_SUCCESS)
         return sticky;
     tcu_result r = copy_check(src, n, TCU_MEM_ACCESS_FLAGS_PROT_READ);
@@ -705,6 +736,7 @@ tcu_result cuLaunchKernel(tcu_function f, unsigned gx, unsigned gy, unsigned gz,
 
 tcu_result cuCtxSynchronize(void)
 {
+    dma_n = 0;
     return sticky;
 }
 

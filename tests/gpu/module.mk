@@ -22,3 +22,5 @@ SHELL_TESTS += tests/gpu/test-gpu-lifecycle.sh
 TEST_PROGRAMS += tetris-gpu-check
 tetris-gpu-check_SRCS := tests/gpu/gpu_check.c
 SHELL_TESTS += tests/gpu/test-gpu-check.sh tests/gpu/test-gpu-check-fake.sh
+# The hardware run (docs/GPU.md "Validated on hardware"), on the fake.
+SHELL_TESTS += tests/gpu/test-run-on-device-fake.sh

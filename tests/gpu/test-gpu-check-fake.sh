@@ -8,7 +8,7 @@
 set -u
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/gpu.sh"
-unshare -pn --fork --kill-child true 2>/dev/null ||
+unshare -pn --fork --mount-proc --kill-child true 2>/dev/null ||
     skip "cannot make PID and network namespaces (unshare -pn: root needed)"
 model=$(ls "$MODELS"/silero_vad_v5.onnx 2>/dev/null || true)
 rc=0

@@ -10,7 +10,7 @@ set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
 . "$(dirname "$0")/../lib/gpu.sh"
 
-unshare -pn --fork --kill-child true 2>/dev/null ||
+unshare -pn --fork --mount-proc --kill-child true 2>/dev/null ||
     skip "cannot make PID and network namespaces (unshare -pn: root needed)"
 # 6 tensors of 100000 bytes: 6 allocations of 131072 bytes on the device.
 synth "$WORK/m.safetensors" 6 100000 41
@@ -19,11 +19,23 @@ COPY=786432
 start_daemon --interval 200ms --scrub-rate 0 --keep-alive 1s
 
 # A: separate PID and network namespaces, same filesystem socket.
-gpu_hold A "$WORK/m.safetensors" unshare -pn --fork --kill-child
+gpu_hold A "$WORK/m.safetensors" unshare -pn --fork --mount-proc --kill-child
 jq -e ".device_tensors == 6 and .verified == 6 and .mismatched == 0 and .device_bytes == 600000" \
     "$WORK/A.json" >/dev/null || fail "importer A: $(cat "$WORK/A.json")"
 [ "$(gpu_used)" = $COPY ] || fail "one importer: device holds $(gpu_used) bytes, want $COPY"
 note "importer in its own PID and network namespaces maps the daemon's copies"
+
+# A process in a PID namespace of its own that sees its parent's /proc
+# cannot start CUDA (a real driver's CUDA_ERROR_OPERATING_SYSTEM, which the
+# fake mimics): it says why and loads on the host path; a pod always has
+# a /proc of its own.
+rc=0
+unshare -p --fork --kill-child "$IMPORTER" --store "$STORE" --device cuda:0 "$WORK/m.safetensors" \
+    </dev/null >"$WORK/P.json" 2>"$WORK/P.err" || rc=$?
+[ $rc = 0 ] && jq -e '.device_tensors == 0 and .device_fallback == "yes"' "$WORK/P.json" >/dev/null ||
+    fail "importer with its parent's /proc: exit $rc $(cat "$WORK/P.json")"
+grep -q 'needs a /proc mounted for it' "$WORK/P.err" || fail "no reason given: $(cat "$WORK/P.err")"
+note "a PID namespace without its own /proc: host path, reason given"
 
 # B and C: one copy for all three.
 gpu_hold B "$WORK/m.safetensors"

@@ -21,8 +21,8 @@
 #     and the daemon stops serving; the store directory stays (it outlives
 #     the daemon by design).
 # The cluster is shared: this release uses its own namespace, store, ports
-# and scheduler name, so it never meets the cluster's own tetris-scheduler
-# or another test's daemon. The cluster issues no service-account tokens:
+# and scheduler name, so it never meets another test's scheduler or
+# daemon. The cluster issues no service-account tokens:
 # the release gets each service account's token through apiAccess.
 . "$(dirname "$0")/../lib/k8s.sh"
 CHART="$ROOT/charts/tetris"

@@ -1,7 +1,9 @@
 #!/bin/sh
 # test-render.sh - the Helm chart renders what the README promises:
-#  1. `helm lint --strict` passes with the default values and with every
-#     optional part on (tests/helm/values-all.yaml);
+#  1. `helm lint --strict` passes with the default values, with every
+#     optional part on (tests/helm/values-all.yaml) and with the local
+#     cluster's values (charts/tetris/values-local-cluster.yaml, which also
+#     render what that cluster needs);
 #  2. the default rendering has the node daemon as the design needs it
 #     (store hostPath read-write, hostNetwork, hostPID, no memory limit,
 #     config from a ConfigMap, the node-pins sidecar, scrape annotations), a
@@ -10,7 +12,9 @@
 #     when asked;
 #  3. bad values fail with a message naming the problem (schema, a memory
 #     limit below the store capacity, an autoscaler without Prometheus);
-#  4. the chart spells the names the programs use (protocol/names.h), and
+#  4. the chart spells the names the programs use (protocol/names.h), its
+#     components stay off API-only nodes (tetris.io/node-kind) unless
+#     their affinity is dropped, and
 #     the files in deploy/ that come from it are what scripts/gen-deploy.sh
 #     renders now.
 # No cluster needed; tests/helm/test-dry-run.sh has the apiserver validate
@@ -41,6 +45,8 @@ expect() {
 "$HELM" lint --strict "$CHART" >"$WORK/lint" 2>&1 || fail "helm lint --strict: $(cat "$WORK/lint")"
 "$HELM" lint --strict "$CHART" -f "$ALL" >"$WORK/lint" 2>&1 ||
     fail "helm lint --strict -f values-all.yaml: $(cat "$WORK/lint")"
+"$HELM" lint --strict "$CHART" -f "$CHART/values-local-cluster.yaml" >"$WORK/lint" 2>&1 ||
+    fail "helm lint --strict -f values-local-cluster.yaml: $(cat "$WORK/lint")"
 
 # 2. Defaults.
 render "$WORK/default.yaml" -n tetris-system
@@ -205,6 +211,24 @@ expect "$(doc "$WORK/all.yaml" Deployment tetris-webhook)" '.spec.template.spec.
 expect "$(doc "$WORK/all.yaml" ClusterRole tetris-webhook)" \
     '[.rules[].resources[]] | index("configmaps") != null' "every namespace: no ConfigMap copies"
 
+# values-local-cluster.yaml (docs/OPENFAAS.md): nothing pulled, the
+# apiserver and the node daemon on loopback, the webhook called there.
+render "$WORK/local.yaml" -n tetris-system --kube-version 1.20.2 -f "$CHART/values-local-cluster.yaml"
+expect "$(doc "$WORK/local.yaml" MutatingWebhookConfiguration tetris-webhook)" \
+    '.webhooks[0].clientConfig == {"url": "https://127.0.0.1:8443/mutate"}' "local cluster: webhook URL"
+for d in tetris-scheduler tetris-webhook; do
+    expect "$(doc "$WORK/local.yaml" Deployment "$d")" '.spec.template.spec.hostNetwork == true and
+        ([.spec.template.spec.containers[].imagePullPolicy] | unique == ["Never"]) and
+        ([.spec.template.spec.volumes[] | select(.secret.secretName == "tetris-api-'"$d"'")] | length == 1)' \
+        "local cluster: $d not on the host's network, pulling, or without its own token"
+done
+expect "$(doc "$WORK/local.yaml" Deployment tetris-scheduler)" \
+    '.spec.template.spec.containers[0].image == "tetris-kube-scheduler:v1.20.2"' \
+    "local cluster: kube-scheduler is not the cluster's own build"
+expect "$(doc "$WORK/local.yaml" DaemonSet tetris-reclaimer)" '.spec.template.spec.initContainers == null and
+    (.spec.template.spec.containers[0].args | index("--listen=127.0.0.1:9464") != null)' \
+    "local cluster: the daemon mounts a tmpfs or does not serve where the node says"
+
 # 3. Bad values fail with a clear message.
 bad() {
     _want="$1"; shift
@@ -246,6 +270,26 @@ expect "$ds" "[.spec.template.spec.containers[].env[] | select(.valueFrom.fieldR
 expect "$ds" ".spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0] |
     .key == \"$(name TETRIS_LABEL_NODE_KIND)\" and .values == [\"$(name TETRIS_NODE_KIND_API_ONLY)\"]" \
     "API-only node label is not TETRIS_LABEL_NODE_KIND"
+# The scheduler, the autoscaler and the webhook stay off API-only nodes
+# too (a pod bound there never runs), unless told otherwise.
+off_api_only=".spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms ==
+    [{\"matchExpressions\": [{\"key\": \"$(name TETRIS_LABEL_NODE_KIND)\", \"operator\": \"NotIn\",
+      \"values\": [\"$(name TETRIS_NODE_KIND_API_ONLY)\"]}]}]"
+expect "$(doc "$WORK/default.yaml" Deployment tetris-scheduler)" "$off_api_only" \
+    "the scheduler may land on an API-only node"
+expect "$(doc "$WORK/webhook.yaml" Deployment tetris-webhook)" "$off_api_only" \
+    "the webhook may land on an API-only node"
+expect "$(doc "$WORK/all.yaml" Deployment tetris-autoscaler)" "$off_api_only" \
+    "the autoscaler may land on an API-only node"
+printf 'webhook:\n  tolerations: [{operator: Exists}]\n' >"$WORK/tolerate.yaml"
+render "$WORK/anywhere.yaml" --set webhook.enabled=true --set scheduler.affinity=null \
+    --set webhook.affinity=null -f "$WORK/tolerate.yaml"
+for d in tetris-scheduler tetris-webhook; do
+    expect "$(doc "$WORK/anywhere.yaml" Deployment "$d")" '.spec.template.spec.affinity == null' \
+        "$d: affinity=null does not drop the default rule"
+done
+expect "$(doc "$WORK/anywhere.yaml" Deployment tetris-webhook)" \
+    '.spec.template.spec.tolerations == [{"operator": "Exists"}]' "webhook.tolerations not honoured"
 sched="$(doc "$WORK/default.yaml" ConfigMap tetris-scheduler | jq -r '.data["config.yaml"]')"
 printf '%s\n' "$sched" | grep -qx -- "- schedulerName: $(name TETRIS_SCHEDULER_NAME)" ||
     fail "scheduler is not TETRIS_SCHEDULER_NAME: $sched"

@@ -7,7 +7,9 @@
 # the model label, the manifest ConfigMap (copied into the pod's
 # namespace) and the webhook's scheduler; a function pod in a tenant's
 # namespace gets tenants/T only; a server-side dry run is mutated but
-# copies nothing; with the webhook down, pods are still created, unchanged.
+# copies nothing; the copy a function's pods use goes with the last
+# function of its model (its owners are their ReplicaSets) and stays while
+# one is left; with the webhook down, pods are still created, unchanged.
 # The pods ask for a scheduler nobody runs, so nothing is ever started.
 . "$(dirname "$0")/../lib/k8s.sh"
 
@@ -82,6 +84,61 @@ jq -e '.spec.volumes[] | select(.name == "tetris-store")' "$work/dry.json" >/dev
     fail "dry run not mutated: $(jq -c .spec "$work/dry.json")"
 kc -n "$tns" get configmap tetris-manifest-vad >/dev/null 2>&1 && fail "dry run copied the manifest"
 echo "ok dry run: mutated, no ConfigMap copied"
+
+# The copy goes with the last function of its model. Two functions
+# (Deployments, as faas-netes makes them) of one model: their pods name
+# their ReplicaSets as controllers when admitted, each ReplicaSet becomes
+# an owner of the copy, and the garbage collector deletes the copy only
+# once neither is left.
+k8s_manifest "$mns" vadfn "$ROOT/.deps/models/silero_vad_v5.onnx" "$work/vadfn.json"
+function_deployment() { # NAME
+    kc -n "$fns" create -f - >/dev/null <<YAML || fail "cannot create Deployment $1"
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: $1, labels: { faas_function: $1 } }
+spec:
+  replicas: 1
+  selector: { matchLabels: { faas_function: $1 } }
+  template:
+    metadata: { labels: { faas_function: $1 }, annotations: { tetris.io/model: vadfn } }
+    spec:
+      containers:
+      - { name: $1, image: tetris-test-tools:latest, imagePullPolicy: Never }
+YAML
+    wait_until "$K8S_TIMEOUT" "[ -n \"\$(kc -n $fns get pods -l faas_function=$1 -o name)\" ]" ||
+        fail "Deployment $1 made no pod"
+}
+replicaset_uid() { # DEPLOYMENT
+    kc -n "$fns" get replicasets -l faas_function="$1" -o jsonpath='{.items[0].metadata.uid}'
+}
+copy_owners() { # the copy's owners' uids, sorted, one line; "gone" when it is
+    _cm="$(kc -n "$fns" get configmap tetris-manifest-vadfn --ignore-not-found -o json)" || {
+        echo unreadable
+        return
+    }
+    if [ -z "$_cm" ]; then echo gone; return; fi
+    printf '%s' "$_cm" | jq -r '[.metadata.ownerReferences[]?.uid] | sort | join(" ")'
+}
+function_deployment fa
+function_deployment fb
+rs_a="$(replicaset_uid fa)" rs_b="$(replicaset_uid fb)"
+both="$(printf '%s\n' "$rs_a" "$rs_b" | sort | tr '\n' ' ' | sed 's/ $//')"
+[ "$(copy_owners)" = "$both" ] ||
+    fail "copy's owners '$(copy_owners)', want the ReplicaSets of fa and fb ($both)"
+kc -n "$fns" get configmap tetris-manifest-vadfn -o json | jq -e '
+    .metadata.labels["app.kubernetes.io/managed-by"] == "tetris-webhook"
+    and all(.metadata.ownerReferences[]; .kind == "ReplicaSet" and .apiVersion == "apps/v1")' \
+    >/dev/null || fail "copy not labelled as the webhook's or not owned by ReplicaSets"
+kc -n "$fns" delete deployment fa --cascade=foreground >/dev/null || fail "cannot delete fa"
+wait_until "$K8S_TIMEOUT" "[ -z \"\$(kc -n $fns get replicasets -l faas_function=fa -o name)\" ] &&
+    [ \"\$(copy_owners)\" = '$rs_b' ]" ||
+    fail "after fa's deletion the copy's owners are '$(copy_owners)', want fb's ReplicaSet $rs_b only"
+kc -n "$fns" delete deployment fb >/dev/null || fail "cannot delete fb"
+wait_until "$K8S_TIMEOUT" '[ "$(copy_owners)" = gone ]' ||
+    fail "the copy outlived the last function of its model: owners '$(copy_owners)'"
+kc -n "$fns" get configmap tetris-manifest-vad >/dev/null ||
+    fail "the copy a pod without a controller uses went too"
+echo "ok manifest copy: owned by the functions' ReplicaSets, kept for fb, gone with the last"
 
 # Webhook down: pods are still created, unchanged.
 kill -TERM "$wpid"

@@ -6,15 +6,20 @@
 # shellcheck shell=sh disable=SC2034
 IMPORTER="$BIN/tetris-test-gpu-importer"
 [ -x "$IMPORTER" ] || fail "tetris-test-gpu-importer missing"
-TETRIS_LIBCUDA="${TETRIS_BUILD:-$ROOT/build/release}/fakecuda/libcuda.so.1"
-[ -f "$TETRIS_LIBCUDA" ] || fail "fake driver missing: $TETRIS_LIBCUDA (make all)"
-# 64 KiB granularity keeps the padding of small synthetic tensors small.
-TETRIS_FAKE_CUDA_GRANULARITY=65536
-TETRIS_FAKE_CUDA_TOTAL=$((64 << 20))
-TETRIS_FAKE_CUDA_ID="$PROG-$$"
-export TETRIS_LIBCUDA TETRIS_FAKE_CUDA_GRANULARITY TETRIS_FAKE_CUDA_TOTAL TETRIS_FAKE_CUDA_ID
+# TETRIS_GPU_DRIVER=real (tests/gpu/run-on-device.sh): the machine's own
+# driver, libcuda.so.1 or $TETRIS_LIBCUDA, and its GPU.
+if [ "${TETRIS_GPU_DRIVER:-fake}" != real ]; then
+    TETRIS_LIBCUDA="${TETRIS_BUILD:-$ROOT/build/release}/fakecuda/libcuda.so.1"
+    [ -f "$TETRIS_LIBCUDA" ] || fail "fake driver missing: $TETRIS_LIBCUDA (make all)"
+    # 64 KiB granularity keeps the padding of small synthetic tensors small.
+    TETRIS_FAKE_CUDA_GRANULARITY=65536
+    TETRIS_FAKE_CUDA_TOTAL=$((64 << 20))
+    TETRIS_FAKE_CUDA_ID="$PROG-$$"
+    export TETRIS_LIBCUDA TETRIS_FAKE_CUDA_GRANULARITY TETRIS_FAKE_CUDA_TOTAL TETRIS_FAKE_CUDA_ID
+fi
 
-# gpu_used: bytes of live allocations on the fake cuda:0 (all processes).
+# gpu_used: bytes in use on cuda:0, all processes (the fake counts its
+# allocations; a real driver counts every process's context too).
 gpu_used() { "$IMPORTER" --device cuda:0 --mem-used 2>>"$WORK/importer.log"; }
 
 # gpu_metric NAME: a per-GPU metric of the daemon for cuda:0.

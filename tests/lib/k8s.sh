@@ -47,7 +47,8 @@ k8s_api_nodes() {
     "$ROOT/scripts/cluster/api-nodes.sh" "$1" || fail "cannot create $1 API-only nodes"
 }
 
-# k8s_restart_scheduler: tetris-scheduler again with the current TETRIS_EXTENDER_*.
+# k8s_restart_scheduler: the cluster's own scheduler ($LOCAL_SCHEDULER)
+# again with the current TETRIS_EXTENDER_*.
 k8s_restart_scheduler() {
     "$ROOT/scripts/cluster/scheduler.sh" --restart || fail "scheduler restart failed"
 }
@@ -153,7 +154,7 @@ k8s_extender() {
 # k8s_scheduler NAME EXTENDER_PORT NODE_CACHE_CAPABLE LOG: a kube-scheduler
 # configured from deploy/scheduler/kube-scheduler-v1beta1.yaml (the chart's
 # configuration), renamed NAME so that it does not compete with the
-# cluster's own tetris-scheduler and calling the extender on
+# cluster's own $LOCAL_SCHEDULER and calling the extender on
 # 127.0.0.1:EXTENDER_PORT, killed at exit; returns once healthy, its pid in
 # K8S_SCHEDULER_PID.
 k8s_scheduler() {

@@ -307,10 +307,10 @@ START_TEST(test_json_string_written)
     char *text = take(&t);
     ck_assert_str_eq(text, "\"a\\\"b\\\\c\\nd\\te\\u0001f\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\"");
     free(text);
-    ck_assert_uint_eq(utf8_seq((const unsigned char *)"\xf0\x9f\x98\x80", 4), 4);
-    ck_assert_uint_eq(utf8_seq((const unsigned char *)"\xf0\x9f\x98\x80", 3), 0); /* cut */
-    ck_assert_uint_eq(utf8_seq((const unsigned char *)"\xed\xa0\x80", 3), 0);     /* surrogate */
-    ck_assert_uint_eq(utf8_seq((const unsigned char *)"a", 0), 0);
+    ck_assert_uint_eq(utf8_sequence((const unsigned char *)"\xf0\x9f\x98\x80", 4), 4);
+    ck_assert_uint_eq(utf8_sequence((const unsigned char *)"\xf0\x9f\x98\x80", 3), 0); /* cut */
+    ck_assert_uint_eq(utf8_sequence((const unsigned char *)"\xed\xa0\x80", 3), 0); /* surrogate */
+    ck_assert_uint_eq(utf8_sequence((const unsigned char *)"a", 0), 0);
 }
 END_TEST
 

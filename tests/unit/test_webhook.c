@@ -376,6 +376,75 @@ START_TEST(selection)
 }
 END_TEST
 
+/* The pod's controller, as the ReplicaSet controller writes it into the
+ * pods it creates: the manifest copy's owner. Only a reference marked
+ * controller counts, and only with every field a non-empty string. */
+START_TEST(controller_of_pod)
+{
+    static const char *const rs = "{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\","
+                                  "\"name\":\"fn-6d5\",\"uid\":\"u-1\",\"controller\":true}";
+    struct {
+        const char *refs; /* metadata.ownerReferences, NULL: absent */
+        const char *uid;  /* the controller's, NULL: none */
+    } cases[] = {
+        {NULL, NULL},
+        {"[]", NULL},
+        {"{}", NULL},
+        {"[{\"apiVersion\":\"v1\",\"kind\":\"X\",\"name\":\"x\",\"uid\":\"u-0\"}]", NULL},
+        {"[{\"apiVersion\":\"v1\",\"kind\":\"X\",\"name\":\"x\",\"uid\":\"u-0\","
+         "\"controller\":false}, %s]",
+         "u-1"},
+        {"[%s]", "u-1"},
+        {"[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"fn\","
+         "\"uid\":\"\",\"controller\":true}]",
+         NULL},
+        {"[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"uid\":\"u-2\","
+         "\"controller\":true}]",
+         NULL},
+        {"[{\"apiVersion\":\"apps/v1\",\"kind\":7,\"name\":\"fn\",\"uid\":\"u-2\","
+         "\"controller\":true}]",
+         NULL},
+        {"[\"not an object\", %s]", "u-1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *pod = function_pod();
+        if (cases[i].refs != NULL) {
+            char text[1024];
+            snprintf(text, sizeof text, cases[i].refs, rs);
+            json_error_t jerr;
+            json_t *refs = json_loads(text, 0, &jerr);
+            ck_assert_msg(refs != NULL, "case %zu: %s", i, jerr.text);
+            json_object_set_new(json_object_get(pod, "metadata"), "ownerReferences", refs);
+        }
+        webhook_owner o;
+        bool found = webhook_pod_controller(pod, &o);
+        ck_assert_msg(found == (cases[i].uid != NULL), "case %zu", i);
+        if (found) {
+            ck_assert_str_eq(o.uid, cases[i].uid);
+            ck_assert_str_eq(o.kind, "ReplicaSet");
+            ck_assert_str_eq(o.name, "fn-6d5");
+            ck_assert_str_eq(o.api_version, "apps/v1");
+        } else {
+            ck_assert_ptr_null(o.uid);
+        }
+        /* The selection carries it for the manifest copy. */
+        char *review = review_text("admission.k8s.io/v1", "ns", "CREATE", pod);
+        webhook_review rv;
+        parse_ok(review, &rv);
+        webhook_selection sel;
+        webhook_select(&plain, &rv, &sel);
+        ck_assert(sel.selected);
+        if (found)
+            ck_assert_str_eq(sel.controller.uid, cases[i].uid);
+        else
+            ck_assert_ptr_null(sel.controller.uid);
+        webhook_review_release(&rv);
+        free(review);
+        json_decref(pod);
+    }
+}
+END_TEST
+
 /* A tenant's pod mounts its own store only, whatever the subdirectory
  * shared pods mount; the tenant comes from the pod's label or annotation
  * (or, through the facts, from the namespace). */
@@ -598,6 +667,7 @@ int main(void)
     tcase_add_test(tc, function_pod_gets_store_model_scheduler);
     tcase_add_test(tc, idempotent_after_defaults);
     tcase_add_test(tc, selection);
+    tcase_add_test(tc, controller_of_pod);
     tcase_add_test(tc, tenant_gets_only_its_store);
     tcase_add_test(tc, pod_cannot_keep_its_own_store_volume);
     tcase_add_test(tc, malformed_reviews_refused);

@@ -1,0 +1,103 @@
+#!/bin/sh
+# test-openfaas-models.sh - every model in .deps/models answers Open
+# Inference Protocol requests through the real OpenFaaS CE gateway with
+# exactly the outputs of a private run. One tetris-function image carries
+# all models (deploy/images/build.sh -m ... -m ...); for each model in turn
+# a function is deployed with POST /system/functions (TETRIS_MODEL selects
+# it), sent tetris-onnx-run's seeded request through
+# $GW/function/NAME/v2/models/NAME/infer as JSON and in the binary tensor
+# data extension (binary outputs asked for), each answer's output bytes
+# hashed and compared with `tetris-onnx-run --private --seed N`, and
+# deleted again (DELETE /system/functions) before the next one. The
+# functions run without the store (no annotation: private weights): what
+# is checked is the protocol through OpenFaaS for every model's inputs and
+# outputs; sharing through OpenFaaS is test-openfaas.sh's and
+# test-openfaas-docs.sh's. SKIPs where the OpenFaaS sources and binaries
+# are both absent.
+. "$(dirname "$0")/../lib/k8s.sh"
+
+k8s_skip_unless_possible
+k8s_release_only tetris-function
+need_models
+of_bin="$("$ROOT/scripts/cluster/build-openfaas.sh" 2>"$WORK/build-openfaas.log")" || {
+    rc=$?
+    [ $rc = 3 ] && skip "no OpenFaaS CE sources (TETRIS_OPENFAAS_SRC, default ../shared/openfaas)"
+    fail "cannot build OpenFaaS: $(tail -3 "$WORK/build-openfaas.log")"
+}
+for port in 8080 8082; do
+    ! ss -Hltn "sport = :$port" | grep -q . ||
+        fail "the OpenFaaS gateway needs port $port (hard-coded upstream), which is in use"
+done
+k8s_cluster_up
+k8s_namespace openfaas-fn
+ns="$K8S_NS"
+work="$WORK"
+
+set --
+for m in "$MODELS"/*.onnx; do set -- "$@" -m "$m"; done
+[ $# -ge 2 ] || fail "no models in $MODELS"
+image=tetris-openfaas-models:latest
+"$ROOT/deploy/images/build.sh" -b "$BIN" -n "$image" "$@" 2>"$work/image.log" ||
+    fail "function image: $(tail -3 "$work/image.log")"
+
+netes_port="$(free_port)"
+env port="$netes_port" function_namespace="$ns" image_pull_policy=Never http_probe=true \
+    read_timeout=60s write_timeout=60s \
+    "$of_bin/faas-netes" -kubeconfig "$KUBECONFIG_FILE" -operator=false >"$work/faas-netes.log" 2>&1 &
+KILL_ON_EXIT="$KILL_ON_EXIT $!"
+wait_until 60 "curl -fsS --max-time 2 http://127.0.0.1:$netes_port/healthz" ||
+    fail "faas-netes not healthy: $(tail -5 "$work/faas-netes.log")"
+env functions_provider_url="http://127.0.0.1:$netes_port/" function_namespace="$ns" \
+    scale_from_zero=false upstream_timeout=60s read_timeout=65s write_timeout=65s \
+    faas_prometheus_host=127.0.0.1 faas_prometheus_port=1 \
+    "$of_bin/gateway" >"$work/gateway.log" 2>&1 &
+KILL_ON_EXIT="$KILL_ON_EXIT $!"
+gw=http://127.0.0.1:8080
+wait_until 60 "curl -fsS --max-time 2 $gw/healthz" || fail "gateway not healthy: $(tail -5 "$work/gateway.log")"
+
+seed=11
+n=0
+for m in "$MODELS"/*.onnx; do
+    file="$(basename "$m")"
+    n=$((n + 1))
+    fn="model-$n"
+    "$BIN/tetris-onnx-run" "$m" --private --seed "$seed" --oip-request "$work/$fn.json" >"$work/$fn.run" ||
+        fail "$file: tetris-onnx-run --private failed"
+    want="$(jq -r .sha256 "$work/$fn.run")"
+    hl="$("$ROOT/tests/function/oip_tool.py" binary "$work/$fn.json" "$work/$fn.bin" --binary-outputs)" ||
+        fail "$file: cannot make the binary request"
+    curl -fsS --max-time 30 -X POST "$gw/system/functions" -H 'Content-Type: application/json' \
+        --data-binary @- >"$work/$fn.deploy" 2>&1 <<JSON || fail "$file: deploy: $(cat "$work/$fn.deploy")"
+{"service": "$fn", "image": "$image", "namespace": "$ns",
+ "envVars": {"TETRIS_MODEL": "/models/$file", "TETRIS_MODEL_NAME": "$fn"},
+ "labels": {"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"},
+ "constraints": ["kubernetes.io/hostname=$NODE_NAME"]}
+JSON
+    kc -n "$ns" rollout status "deployment/$fn" --timeout="${K8S_TIMEOUT}s" >/dev/null 2>&1 ||
+        fail "$file: $fn never became ready: $(kc -n "$ns" get pods -l "faas_function=$fn" -o wide 2>&1 | tail -2)"
+    url="$gw/function/$fn/v2/models/$fn/infer"
+    # The gateway answers 502/503 until its provider sees the endpoint.
+    wait_until 60 "curl -fsS --max-time 5 -o /dev/null $gw/function/$fn/v2/models/$fn" ||
+        fail "$file: the gateway never reached $fn"
+    curl -fsS --max-time 60 --data-binary @"$work/$fn.json" "$url" >"$work/$fn.answer.json" ||
+        fail "$file: JSON request failed: $(head -c 300 "$work/$fn.answer.json")"
+    got="$("$ROOT/tests/function/oip_tool.py" hash "$work/$fn.answer.json")" || fail "$file: malformed JSON answer"
+    [ "$got" = "$want" ] || fail "$file: JSON answer hashes to $got, the private run to $want"
+    curl -fsS --max-time 60 -D "$work/$fn.headers" -H "Inference-Header-Content-Length: $hl" \
+        -H 'Content-Type: application/octet-stream' --data-binary @"$work/$fn.bin" "$url" \
+        >"$work/$fn.answer.bin" || fail "$file: binary request failed: $(head -c 300 "$work/$fn.answer.bin")"
+    rhl="$(tr -d '\r' <"$work/$fn.headers" | awk -F': ' 'tolower($1) == "inference-header-content-length" { print $2 }')"
+    [ -n "$rhl" ] || fail "$file: the binary answer has no Inference-Header-Content-Length"
+    got="$("$ROOT/tests/function/oip_tool.py" hash "$work/$fn.answer.bin" "$rhl")" || fail "$file: malformed binary answer"
+    [ "$got" = "$want" ] || fail "$file: binary answer hashes to $got, the private run to $want"
+    curl -fsS --max-time 30 -X DELETE "$gw/system/functions" -H 'Content-Type: application/json' \
+        -d "{\"functionName\": \"$fn\"}" >/dev/null || fail "$file: delete failed"
+    kc -n "$ns" wait --for=delete "deployment/$fn" "service/$fn" --timeout="${K8S_TIMEOUT}s" >/dev/null 2>&1 ||
+        fail "$file: $fn's Deployment or Service outlived its deletion"
+    kc -n "$ns" wait --for=delete pod -l "faas_function=$fn" --timeout="${K8S_TIMEOUT}s" >/dev/null 2>&1 ||
+        fail "$file: $fn's pod outlived its deletion"
+    left="$(kc -n "$ns" get deployments,replicasets,services,pods -l "faas_function=$fn" -o name)"
+    [ -z "$left" ] || fail "$file: $fn left $left behind"
+    echo "ok $file: JSON and binary answers through the gateway equal the private run ($want)"
+done
+echo "ok all $n models"
