@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "common/json_scan.h"
+#include "common/json_span.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

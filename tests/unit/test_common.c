@@ -24,7 +24,7 @@
 #include "common/clock.h"
 #include "common/httpclient.h"
 #include "common/httpserver.h"
-#include "common/json_scan.h"
+#include "common/json_span.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/textbuf.h"

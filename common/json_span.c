@@ -1,10 +1,10 @@
-/* json_scan.c - JSON checked and cut into spans, without a tree (see
- * json_scan.h). The checker is a recursive descent, one function per rule
+/* json_span.c - JSON checked and cut into spans, without a tree (see
+ * json_span.h). The checker is a recursive descent, one function per rule
  * of RFC 8259's grammar, its depth bounded by JSON_SCAN_MAX_DEPTH; the
  * iterators then walk text the checker accepted, skipping values by their
  * brackets and quotes. Nothing is allocated but the copy of a number too
  * long for the stack, while it is converted. */
-#include "common/json_scan.h"
+#include "common/json_span.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,9 +1,9 @@
-/* json_scan.h - reads JSON text without building a tree of it.
+/* json_span.h - reads JSON text without building a tree of it.
  *
  * Why: a JSON tree costs about 45 times its text (jansson: an object, a
  * hash table and a string per member), so a peer that sends a 4 MiB
  * message full of small objects makes a decoder that loads it whole take
- * about 185 MiB. json_scan checks the text and cuts it into spans instead:
+ * about 185 MiB. json_span checks the text and cuts it into spans instead:
  * the members of an object and the elements of an array, each a slice of
  * the text that the caller decodes on its own (jansson on one small
  * element at a time), so what a decoder holds is the text plus what it
@@ -29,8 +29,8 @@
  *   }
  * Spans point into the caller's text, which must outlive them. Iterating a
  * span json_scan_document did not accept is undefined. */
-#ifndef TETRIS_JSON_SCAN_H
-#define TETRIS_JSON_SCAN_H
+#ifndef TETRIS_JSON_SPAN_H
+#define TETRIS_JSON_SPAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
