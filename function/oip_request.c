@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "function/json_scan.h"
+#include "common/json_scan.h"
 
 #define KEY_MAX 64
 #define NAME_SHOWN 64 /* bytes of a client's name quoted in a message */

@@ -18,7 +18,7 @@
 #include <jansson.h>
 
 #include "common/clock.h"
-#include "common/json_span.h"
+#include "common/json_scan.h"
 #include "common/textbuf.h"
 #include "model/manifest.h"
 
