@@ -40,7 +40,7 @@ printf '%s' '{"op":"report_fallback","label":"fn","reason":"store full"}' >"$see
 printf '%s' '{"ok":true,"holder":"h","ingested_bytes":8,"tensors":[{"status":"ingested"},{"status":"rejected","error":"full","reason":"store full"}]}' \
     >"$seeds/ingest/reply.json"
 printf '%s' '{"ok":false,"error":"format","message":"bad"}' >"$seeds/ingest/error.json"
-# JSON of every kind for the reader the requests are cut with.
+# JSON of every kind for the reader ingest requests are cut with.
 cp "$seeds"/ingest/*.json "$seeds/json_scan/"
 printf '%s' '[1, -0.5e+3, "\u00e9\ud83d\ude00\n", true, false, null, {"a": {"b": []}}, "x"]' \
     >"$seeds/json_scan/kinds.json"
@@ -86,6 +86,11 @@ h='{"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"parameters":{"binary_
 { printf '\007'; printf "\\$(printf %03o ${#h})\\000\\000\\000"; printf '%s' "$h"
   printf '\000\000\200\077\000\000\000\100\000\000\100\100'; } >"$seeds/oip/binary.bin"
 printf '\003{"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"data":[1,2]}]}' >"$seeds/oip/short.json"
+# The inference requests' JSON, without the selector byte, for the reader
+# they are pulled with: every datatype's numbers, \u escapes, nesting.
+for f in "$seeds"/oip/*.json; do
+    tail -c +2 "$f" >"$seeds/json_scan/oip-${f##*/}"
+done
 
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
