@@ -1,12 +1,12 @@
 # common/module.mk - shared plumbing: errors, logging, cleanup attributes,
 # clocks, text buffers, Prometheus text, option-value parsing, the HTTP
 # server and GET client, YAML configuration and writing, the string map
-# the Kubernetes client and CPU-sized worker threads; their unit tests and the client's
-# fault-injection test.
+# the Kubernetes client, CPU-sized worker threads and JSON read without a
+# tree (json_scan); their unit tests and the client's fault-injection test.
 LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/prom.c \
             common/cli.c common/httpserver.c common/httpclient.c common/config_yaml.c \
             common/strmap.c common/kube.c common/yaml_write.c common/kubeconfig.c \
-            common/workers.c common/utf8.c common/fileio.c
+            common/workers.c common/json_scan.c common/utf8.c common/fileio.c
 
 # common/httpserver.c needs libmicrohttpd; every program linking libtetris
 # may pull it in, so the library goes on the global link line.

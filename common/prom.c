@@ -12,8 +12,6 @@ void prom_header(textbuf *t, const char *name, const char *type, const char *hel
     textbuf_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-#define REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
-
 void prom_label_value(textbuf *t, const char *value)
 {
     const unsigned char *s = (const unsigned char *)value;
@@ -21,7 +19,7 @@ void prom_label_value(textbuf *t, const char *value)
     while (left > 0) {
         size_t n = utf8_sequence(s, left);
         if (n == 0)
-            textbuf_puts(t, REPLACEMENT);
+            textbuf_puts(t, UTF8_REPLACEMENT);
         else if (*s == '\n' || *s == '"' || *s == '\\')
             textbuf_puts(t, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\");
         else

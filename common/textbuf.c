@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
+
 #define TEXTBUF_FIRST_CAP 4096
 
 static bool fail(textbuf *t)
@@ -93,4 +95,30 @@ void textbuf_free(textbuf *t)
 {
     free(t->data);
     *t = (textbuf){.max = t->max};
+}
+
+bool textbuf_json_string(textbuf *t, const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t left = strlen(s);
+    textbuf_append(t, "\"", 1);
+    while (left > 0) {
+        size_t n = utf8_sequence(u, left);
+        if (n == 0)
+            textbuf_puts(t, UTF8_REPLACEMENT);
+        else if (*u == '"' || *u == '\\')
+            textbuf_printf(t, "\\%c", *u);
+        else if (*u == '\n')
+            textbuf_puts(t, "\\n");
+        else if (*u == '\t')
+            textbuf_puts(t, "\\t");
+        else if (*u < 0x20)
+            textbuf_printf(t, "\\u%04x", *u);
+        else
+            textbuf_append(t, u, n);
+        n = n != 0 ? n : 1;
+        u += n;
+        left -= n;
+    }
+    return textbuf_append(t, "\"", 1);
 }

@@ -35,6 +35,11 @@ bool textbuf_reserve(textbuf *t, size_t n);
 bool textbuf_append(textbuf *t, const void *bytes, size_t n);
 bool textbuf_puts(textbuf *t, const char *s);
 bool textbuf_printf(textbuf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s as a JSON string literal, quotes included: '"', '\\' and
+ * control characters escaped, and each byte that starts no well-formed
+ * UTF-8 sequence written as U+FFFD (a message cut inside a character
+ * stays valid JSON). */
+bool textbuf_json_string(textbuf *t, const char *s);
 
 /* Hands the text over (malloc'd, NUL-terminated, "" if nothing was
  * appended) and resets t; NULL when an append failed or out of memory. */

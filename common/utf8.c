@@ -3,10 +3,10 @@
 
 #include <string.h>
 
-#define REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
-
 size_t utf8_sequence(const unsigned char *s, size_t left)
 {
+    if (left == 0)
+        return 0;
     unsigned char c = s[0];
     if (c < 0x80)
         return 1;
@@ -17,15 +17,15 @@ size_t utf8_sequence(const unsigned char *s, size_t left)
     } else if (c >= 0xe0 && c <= 0xef) {
         n = 3;
         if (c == 0xe0)
-            lo = 0xa0;
+            lo = 0xa0; /* no overlong forms */
         else if (c == 0xed)
-            hi = 0x9f;
+            hi = 0x9f; /* no surrogates */
     } else if (c >= 0xf0 && c <= 0xf4) {
         n = 4;
         if (c == 0xf0)
-            lo = 0x90;
+            lo = 0x90; /* no overlong forms */
         else if (c == 0xf4)
-            hi = 0x8f;
+            hi = 0x8f; /* nothing above U+10FFFF */
     } else {
         return 0;
     }
@@ -55,8 +55,8 @@ void utf8_copy_valid(char *dst, size_t size, const char *src)
     size_t out = 0, left = strlen(src);
     while (left > 0) {
         size_t n = utf8_sequence(s, left);
-        const char *piece = n != 0 ? (const char *)s : REPLACEMENT;
-        size_t len = n != 0 ? n : sizeof REPLACEMENT - 1;
+        const char *piece = n != 0 ? (const char *)s : UTF8_REPLACEMENT;
+        size_t len = n != 0 ? n : sizeof UTF8_REPLACEMENT - 1;
         if (out + len >= size)
             break;
         memcpy(dst + out, piece, len);

@@ -2,7 +2,7 @@
 # function (batching queue, workers, request metrics, the Open Inference
 # Protocol API), and its tests. The protocol's decoder and encoder are pure
 # and go into the library, so that the unit tests and the fuzzer link them.
-LIB_SRCS += function/json_scan.c function/oip_request.c function/oip_response.c
+LIB_SRCS += function/oip_request.c function/oip_response.c
 UNIT_TESTS += tests/unit/test_oip.c
 PROGRAMS += tetris-function
 tetris-function_SRCS := function/tetris-function.c function/oip_api.c function/batcher.c \

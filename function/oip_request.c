@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "function/json_scan.h"
+#include "common/json_scan.h"
 #include "model/model.h"
 
 #define KEY_MAX 64

@@ -1,11 +1,11 @@
 # fuzz/module.mk - libFuzzer harnesses for the model parsers (safetensors,
 # ONNX and its protobuf reader, manifests), the ONNX rewriter that strips
 # shared payloads before ONNX Runtime sees a model, the decoders of what
-# peers send (ingest messages, node inventories, the AdmissionReviews
-# tetris-webhook gets, the inference requests tetris-function decodes), the
-# readers of the files the store and the daemon keep (holder files, the
-# store marker, the daemon's state file), and the model view's index a
-# function's container reads (view_check).
+# peers send (ingest messages, and json_scan which cuts them up, node
+# inventories, the AdmissionReviews tetris-webhook gets, the inference
+# requests tetris-function decodes), the readers of the files the store and
+# the daemon keep (holder files, the store marker, the daemon's state file),
+# and the model view's index a function's container reads (view_check).
 # Built with clang only by `make fuzz`, never by `make` or `make test`.
 #
 # The harnesses link a clang-built, coverage-instrumented libtetris. Its
@@ -13,8 +13,8 @@
 # after this file, so `fuzz` hands it to a sub-make on the command line.
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
-FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest inventory webhook holders \
-                store_marker state view_check oip
+FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
+                holders store_marker state view_check oip
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)

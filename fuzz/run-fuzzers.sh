@@ -1,8 +1,8 @@
 #!/bin/sh
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
-# the ingest, inventory, AdmissionReview and inference request decoders',
-# the holder, store marker and daemon state file readers') for FUZZ_SECONDS
-# (default 60) from a seed corpus made now from the real models
+# the ingest, JSON reader's, inventory, AdmissionReview and inference request
+# decoders', the holder, store marker and daemon state file readers') for
+# FUZZ_SECONDS (default 60) from a seed corpus made now from the real models
 # (.deps/models), the synthetic valid and malformed files of
 # tetris-gen-model-corpus and a few messages. The corpus grows under
 # build/fuzz/corpus and is kept between runs; crashes land in
@@ -17,8 +17,8 @@ models=.deps/models
 seeds=$dir/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
-    "$seeds/inventory" "$seeds/webhook" "$seeds/holders" "$seeds/store_marker" "$seeds/state" \
-    "$seeds/view_check" "$seeds/oip" "$dir/artifacts"
+    "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
+    "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -40,6 +40,10 @@ printf '%s' '{"op":"report_fallback","label":"fn","reason":"store full"}' >"$see
 printf '%s' '{"ok":true,"holder":"h","ingested_bytes":8,"tensors":[{"status":"ingested"},{"status":"rejected","error":"full","reason":"store full"}]}' \
     >"$seeds/ingest/reply.json"
 printf '%s' '{"ok":false,"error":"format","message":"bad"}' >"$seeds/ingest/error.json"
+# JSON of every kind for the reader ingest requests are cut with.
+cp "$seeds"/ingest/*.json "$seeds/json_scan/"
+printf '%s' '[1, -0.5e+3, "\u00e9\ud83d\ude00\n", true, false, null, {"a": {"b": []}}, "x"]' \
+    >"$seeds/json_scan/kinds.json"
 printf '%s\n' '{"node":"n-1","tenant":"alpha","generation":7,"capacity_bytes":0,"resident_bytes":8,"evictable_bytes":8,"tensors":[{"digest":"'${d#sha256:}'","bytes":8}]}' \
     >"$seeds/inventory/inventory.json"
 h=${d#sha256:}
@@ -82,10 +86,15 @@ h='{"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"parameters":{"binary_
 { printf '\007'; printf "\\$(printf %03o ${#h})\\000\\000\\000"; printf '%s' "$h"
   printf '\000\000\200\077\000\000\000\100\000\000\100\100'; } >"$seeds/oip/binary.bin"
 printf '\003{"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"data":[1,2]}]}' >"$seeds/oip/short.json"
+# The inference requests' JSON, without the selector byte, for the reader
+# they are pulled with: every datatype's numbers, \u escapes, nesting.
+for f in "$seeds"/oip/*.json; do
+    tail -c +2 "$f" >"$seeds/json_scan/oip-${f##*/}"
+done
 
 failed=0
-for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest inventory webhook holders \
-         store_marker state view_check oip}; do
+for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
+         holders store_marker state view_check oip}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in onnx*) ;; *) dict="-dict=$(pwd)/fuzz/json.dict" ;; esac

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include <jansson.h>
 
 #include "common/clock.h"
+#include "common/json_scan.h"
+#include "common/textbuf.h"
 #include "model/manifest.h"
 
 /* ---- framing ---- */
@@ -304,21 +307,90 @@ char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests,
     return text;
 }
 
-/* A string member that may be absent (""); malloc'd into *out. */
-static int optional_string(const json_t *msg, const char *key, char **out, tetris_error *err)
+/* ---- decoding requests ----
+ * A request is checked and cut into spans (common/json_scan.h), never
+ * loaded whole: each tensor entry, source path and string is loaded on its
+ * own, at most INGEST_MAX_ELEMENT_BYTES of text, and freed before the next,
+ * so decoding holds the message, the request it fills in and one small
+ * tree at a time. */
+
+/* The top-level members a request may have; others are ignored. */
+struct request_members {
+    json_span op, label, reason, sources, tensors, device, digests;
+};
+
+static int collect_members(json_span doc, struct request_members *m, tetris_error *err)
 {
-    const json_t *v = json_object_get(msg, key);
-    if (v != NULL && !json_is_string(v))
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "\"%s\" must be a string", key);
-    *out = strdup(v != NULL ? json_string_value(v) : "");
+    static const struct {
+        const char *key;
+        size_t offset;
+    } known[] = {
+        {"op", offsetof(struct request_members, op)},
+        {"label", offsetof(struct request_members, label)},
+        {"reason", offsetof(struct request_members, reason)},
+        {"sources", offsetof(struct request_members, sources)},
+        {"tensors", offsetof(struct request_members, tensors)},
+        {"device", offsetof(struct request_members, device)},
+        {"digests", offsetof(struct request_members, digests)},
+    };
+    memset(m, 0, sizeof(*m));
+    json_iter it;
+    if (!json_iter_object(&it, doc))
+        return 0; /* no members: "unknown op (none)" */
+    json_span key, value;
+    while (json_iter_next(&it, &key, &value) > 0) {
+        char name[16];
+        if (json_span_string(key, name, sizeof(name)) < 0)
+            continue; /* longer than any we read */
+        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
+            if (strcmp(name, known[k].key) != 0)
+                continue;
+            json_span *slot = (json_span *)((char *)m + known[k].offset);
+            if (slot->p != NULL)
+                return tetris_fail(err, TETRIS_E_FORMAT, 0, "duplicate key \"%s\"", name);
+            *slot = value;
+        }
+    }
+    return 0;
+}
+
+/* One element of the request as a jansson value, or a format error naming
+ * it (what) when it is longer than INGEST_MAX_ELEMENT_BYTES. */
+static int load_element(json_span v, const char *what, json_t **out, tetris_error *err)
+{
+    if (v.len > INGEST_MAX_ELEMENT_BYTES)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: longer than %d bytes of JSON", what,
+                           INGEST_MAX_ELEMENT_BYTES);
+    json_error_t jerr;
+    *out = json_loadb(v.p, v.len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (*out == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: %s", what, jerr.text);
+    return 0;
+}
+
+/* A string member that may be absent (""); malloc'd into *out. */
+static int optional_string(json_span v, const char *key, char **out, tetris_error *err)
+{
+    if (v.p == NULL) {
+        *out = strdup("");
+    } else {
+        if (!json_span_is_string(v))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "\"%s\" must be a string", key);
+        json_t *j;
+        int rc = load_element(v, key, &j, err);
+        if (rc < 0)
+            return rc;
+        *out = strdup(json_string_value(j));
+        json_decref(j);
+    }
     if (*out == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
     return 0;
 }
 
-static int decode_label(const json_t *msg, ingest_request *rq, tetris_error *err)
+static int decode_label(json_span v, ingest_request *rq, tetris_error *err)
 {
-    int rc = optional_string(msg, "label", &rq->label, err);
+    int rc = optional_string(v, "label", &rq->label, err);
     if (rc < 0)
         return rc;
     if (strlen(rq->label) > INGEST_MAX_LABEL)
@@ -332,88 +404,96 @@ static int decode_label(const json_t *msg, ingest_request *rq, tetris_error *err
 
 #define REQUEST_WHAT "ingest request"
 
-static int decode_tensor(const json_t *entry, size_t i, size_t n_sources,
-                         ingest_request_tensor *out, tetris_error *err)
-{
-    const json_t *index;
-    int rc = manifest_entry_decode(entry, REQUEST_WHAT, i, "source_index", true, &out->desc, &index,
-                                   err);
-    if (rc < 0)
-        return rc;
-    out->desc.source = (char *)INGEST_SOURCE_DESCRIPTOR;
-    if (!json_is_integer(index) || json_integer_value(index) < 0)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": must "
-                                        "be a non-negative integer",
-                           i, out->desc.name);
-    if ((uint64_t)json_integer_value(index) >= n_sources)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": %lld "
-                                        "out of range (%zu sources)",
-                           i, out->desc.name, (long long)json_integer_value(index), n_sources);
-    out->source_index = (size_t)json_integer_value(index);
-    return 0;
-}
-
-static int decode_ingest(const json_t *msg, size_t n_fds, ingest_request *rq,
+static int decode_tensor(json_span v, size_t i, size_t n_sources, ingest_request_tensor *out,
                          tetris_error *err)
 {
-    int rc = decode_label(msg, rq, err);
+    char what[64];
+    snprintf(what, sizeof(what), REQUEST_WHAT ": tensors[%zu]", i);
+    json_t *entry;
+    int rc = load_element(v, what, &entry, err);
     if (rc < 0)
         return rc;
-    const json_t *sources = json_object_get(msg, "sources");
-    const json_t *tensors = json_object_get(msg, "tensors");
-    if (!json_is_array(sources) || !json_is_array(tensors))
+    const json_t *index;
+    rc = manifest_entry_decode(entry, REQUEST_WHAT, i, "source_index", true, &out->desc, &index,
+                               err);
+    if (rc == 0) {
+        out->desc.source = (char *)INGEST_SOURCE_DESCRIPTOR;
+        if (!json_is_integer(index) || json_integer_value(index) < 0)
+            rc = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                             REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": must "
+                                          "be a non-negative integer",
+                             i, out->desc.name);
+        else if ((uint64_t)json_integer_value(index) >= n_sources)
+            rc = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                             REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": %lld "
+                                          "out of range (%zu sources)",
+                             i, out->desc.name, (long long)json_integer_value(index), n_sources);
+        else
+            out->source_index = (size_t)json_integer_value(index);
+    }
+    json_decref(entry);
+    return rc;
+}
+
+static int decode_ingest(const struct request_members *m, size_t n_fds, ingest_request *rq,
+                         tetris_error *err)
+{
+    int rc = decode_label(m->label, rq, err);
+    if (rc < 0)
+        return rc;
+    json_iter sources, tensors;
+    if (!json_iter_array(&sources, m->sources) || !json_iter_array(&tensors, m->tensors))
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "ingest needs \"sources\" and \"tensors\"");
-    if (json_array_size(sources) != n_fds)
+    size_t n_sources = json_iter_count(sources), n_tensors = json_iter_count(tensors);
+    if (n_sources != n_fds)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%zu sources but %zu descriptors attached",
-                           json_array_size(sources), n_fds);
-    if (json_array_size(tensors) > INGEST_MAX_TENSORS)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%zu tensors exceed the limit of %d",
-                           json_array_size(tensors), INGEST_MAX_TENSORS);
-    size_t n_sources = json_array_size(sources), n_tensors = json_array_size(tensors);
+                           n_sources, n_fds);
+    if (n_tensors > INGEST_MAX_TENSORS)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%zu tensors exceed the limit of %d", n_tensors,
+                           INGEST_MAX_TENSORS);
     rq->sources = calloc(n_sources ? n_sources : 1, sizeof(*rq->sources));
     rq->tensors = calloc(n_tensors ? n_tensors : 1, sizeof(*rq->tensors));
     if (rq->sources == NULL || rq->tensors == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", n_tensors);
     rq->n_sources = n_sources;
     rq->n_tensors = n_tensors;
-    for (size_t i = 0; i < n_sources; i++) {
-        const char *path = json_string_value(json_array_get(sources, i));
-        if (path == NULL)
+    json_span v;
+    for (size_t i = 0; json_iter_next(&sources, NULL, &v) > 0; i++) {
+        if (!json_span_is_string(v))
             return tetris_fail(err, TETRIS_E_FORMAT, 0, "sources[%zu] must be a string", i);
-        if ((rq->sources[i] = strdup(path)) == NULL)
-            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
-    }
-    for (size_t i = 0; i < n_tensors; i++) {
-        rc = decode_tensor(json_array_get(tensors, i), i, n_sources, &rq->tensors[i], err);
-        if (rc < 0)
+        char what[32];
+        snprintf(what, sizeof(what), "sources[%zu]", i);
+        if ((rc = optional_string(v, what, &rq->sources[i], err)) < 0)
             return rc;
     }
+    for (size_t i = 0; json_iter_next(&tensors, NULL, &v) > 0; i++)
+        if ((rc = decode_tensor(v, i, n_sources, &rq->tensors[i], err)) < 0)
+            return rc;
     return 0;
 }
 
-static int decode_gpu_attach(const json_t *msg, ingest_request *rq, tetris_error *err)
+static int decode_gpu_attach(const struct request_members *m, ingest_request *rq, tetris_error *err)
 {
-    const char *device = json_string_value(json_object_get(msg, "device"));
-    if (device == NULL || strlen(device) >= sizeof(rq->device))
+    char device[INGEST_DEVICE_MAX];
+    if (json_span_string(m->device, device, sizeof(device)) < 0)
         return tetris_fail(err, TETRIS_E_FORMAT, 0,
                            "gpu_attach needs \"device\", a string of at most %d bytes",
                            INGEST_DEVICE_MAX - 1);
     snprintf(rq->device, sizeof(rq->device), "%s", device);
-    const json_t *list = json_object_get(msg, "digests");
-    size_t n = json_array_size(list);
-    if (!json_is_array(list) || n == 0 || n > INGEST_MAX_GPU_TENSORS)
+    json_iter list;
+    size_t n = json_iter_array(&list, m->digests) ? json_iter_count(list) : 0;
+    if (n == 0 || n > INGEST_MAX_GPU_TENSORS)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "gpu_attach needs \"digests\", 1 to %d of them",
                            INGEST_MAX_GPU_TENSORS);
     rq->digests = calloc(n, sizeof(*rq->digests));
     if (rq->digests == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
     rq->n_digests = n;
-    for (size_t i = 0; i < n; i++) {
-        const char *hex = json_string_value(json_array_get(list, i));
+    json_span v;
+    for (size_t i = 0; json_iter_next(&list, NULL, &v) > 0; i++) {
+        char hex[TENSOR_DIGEST_HEX_LEN + 8];
         tetris_error derr;
-        if (hex == NULL || strncmp(hex, "sha256:", 7) != 0 ||
+        if (json_span_string(v, hex, sizeof(hex)) < 0 || strncmp(hex, "sha256:", 7) != 0 ||
             tensor_digest_from_hex(hex + 7, &rq->digests[i], &derr) < 0)
             return tetris_fail(err, TETRIS_E_FORMAT, 0,
                                "gpu_attach: digests[%zu] must be \"sha256:\" and 64 hex digits", i);
@@ -421,35 +501,51 @@ static int decode_gpu_attach(const json_t *msg, ingest_request *rq, tetris_error
     return 0;
 }
 
+/* The op, when it is a string that fits op (an unknown one is named in
+ * the error); "" for anything else. */
+static void decode_op(json_span v, char *op, size_t cap)
+{
+    if (json_span_string(v, op, cap) < 0)
+        op[0] = '\0';
+}
+
 int ingest_request_decode(const char *json, size_t len, size_t n_fds, ingest_request **out,
                           tetris_error *err)
 {
     *out = NULL;
-    json_error_t jerr;
-    json_t *msg = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (msg == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "request is not JSON: %s", jerr.text);
+    json_span doc;
+    tetris_error serr;
+    if (json_scan_document(json, len, &doc, &serr) < 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "request is not JSON: %s", serr.msg);
+    if (!json_span_is_object(doc) && !json_span_is_array(doc))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "request is not JSON: not an object");
+    struct request_members m;
+    int rc = collect_members(doc, &m, err);
+    if (rc < 0)
+        return rc;
     ingest_request *rq = calloc(1, sizeof(*rq));
-    int rc = 0;
-    const char *op = json_string_value(json_object_get(msg, "op"));
+    char op[256];
+    decode_op(m.op, op, sizeof(op));
     if (rq == NULL) {
         rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
-    } else if (op != NULL && strcmp(op, "ingest") == 0) {
+    } else if (strcmp(op, "ingest") == 0) {
         rq->op = INGEST_OP_INGEST;
-        rc = decode_ingest(msg, n_fds, rq, err);
-    } else if (op != NULL && strcmp(op, "gpu_attach") == 0 && n_fds == 0) {
+        rc = decode_ingest(&m, n_fds, rq, err);
+    } else if (strcmp(op, "gpu_attach") == 0 && n_fds == 0) {
         rq->op = INGEST_OP_GPU_ATTACH;
-        rc = decode_gpu_attach(msg, rq, err);
-    } else if (op != NULL && strcmp(op, "report_fallback") == 0 && n_fds == 0) {
+        rc = decode_gpu_attach(&m, rq, err);
+    } else if (strcmp(op, "report_fallback") == 0 && n_fds == 0) {
         rq->op = INGEST_OP_REPORT_FALLBACK;
-        rc = optional_string(msg, "label", &rq->label, err);
+        rc = optional_string(m.label, "label", &rq->label, err);
         if (rc == 0)
-            rc = optional_string(msg, "reason", &rq->reason, err);
+            rc = optional_string(m.reason, "reason", &rq->reason, err);
+        if (rc == 0 && strlen(rq->reason) > INGEST_MAX_REASON)
+            rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "reason longer than %d bytes",
+                             INGEST_MAX_REASON);
     } else {
-        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "unknown op %s%s", op ? op : "(none)",
+        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "unknown op %s%s", op[0] ? op : "(none)",
                          n_fds ? " (or unexpected descriptors)" : "");
     }
-    json_decref(msg);
     if (rc < 0) {
         ingest_request_free(rq);
         return rc;
@@ -489,27 +585,32 @@ static char *dump_and_free(json_t *j)
     return text;
 }
 
+/* Written as text, not built as a tree: a reply to 200,000 tensors is a
+ * few MB of text and would be ten times that as jansson values. */
 char *ingest_reply_encode(const char *holder, uint64_t ingested_bytes,
                           const struct ingest_tensor_result *results, size_t n)
 {
-    json_t *tensors = json_array();
-    for (size_t i = 0; tensors != NULL && i < n; i++) {
-        json_t *t = json_pack("{s:s}", "status", status_names[results[i].status]);
-        if (t != NULL && results[i].status == INGEST_REJECTED) {
-            json_object_set_new(t, "error", json_string(tetris_code_name(results[i].code)));
-            json_object_set_new(t, "reason", json_string(results[i].reason));
-        } else if (t != NULL && results[i].has_digest) {
-            char hex[TENSOR_DIGEST_HEX_LEN + 1], digest[TENSOR_DIGEST_HEX_LEN + 8];
-            tensor_digest_to_hex(&results[i].digest, hex);
-            snprintf(digest, sizeof(digest), "sha256:%s", hex);
-            json_object_set_new(t, "digest", json_string(digest));
-            json_object_set_new(t, "crc32", json_integer((json_int_t)results[i].crc32));
+    textbuf t = {0};
+    textbuf_reserve(&t, 64 + n * 32);
+    textbuf_puts(&t, "{\"ok\":true,\"holder\":");
+    textbuf_json_string(&t, holder);
+    textbuf_printf(&t, ",\"ingested_bytes\":%llu,\"tensors\":[",
+                   (unsigned long long)ingested_bytes);
+    for (size_t i = 0; i < n; i++) {
+        const struct ingest_tensor_result *r = &results[i];
+        textbuf_printf(&t, "%s{\"status\":\"%s\"", i ? "," : "", status_names[r->status]);
+        if (r->status == INGEST_REJECTED) {
+            textbuf_printf(&t, ",\"error\":\"%s\",\"reason\":", tetris_code_name(r->code));
+            textbuf_json_string(&t, r->reason);
+        } else if (r->has_digest) {
+            char hex[TENSOR_DIGEST_HEX_LEN + 1];
+            tensor_digest_to_hex(&r->digest, hex);
+            textbuf_printf(&t, ",\"digest\":\"sha256:%s\",\"crc32\":%u", hex, r->crc32);
         }
-        json_array_append_new(tensors, t);
+        textbuf_puts(&t, "}");
     }
-    return dump_and_free(json_pack("{s:b, s:s, s:I, s:o*}", "ok", 1, "holder", holder,
-                                   "ingested_bytes", (json_int_t)ingested_bytes, "tensors",
-                                   tensors));
+    textbuf_puts(&t, "]}");
+    return textbuf_take(&t, NULL);
 }
 
 char *ingest_ack_encode(void)

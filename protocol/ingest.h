@@ -45,7 +45,8 @@
  *            loading a resident model hashes it itself (tetris-agent
  *            does, see docs/programs/tetris-agent.md).
  *   request  {"op":"report_fallback","label":S,"reason":S}   no descriptors
- *   reply    {"ok":true}
+ *   reply    {"ok":true}; once per connection (a second one is the error
+ *            reply "denied"), reason at most INGEST_MAX_REASON bytes
  *   request  {"op":"gpu_attach","device":"cuda:N","digests":["sha256:HEX", ...]}
  *            no descriptors; 1 to INGEST_MAX_GPU_TENSORS digests, each of a
  *            tensor this connection references (an earlier ingest on it
@@ -82,6 +83,12 @@
  *   descriptors   at most INGEST_MAX_SOURCES per request        "protocol"
  *   tensors       at most INGEST_MAX_TENSORS entries           "format"
  *   label         at most INGEST_MAX_LABEL bytes               "format"
+ *   element       one value the daemon decodes (an entry, a    "format"
+ *                 source path, the label, the reason): at most
+ *                 INGEST_MAX_ELEMENT_BYTES of JSON. The daemon
+ *                 never loads a message whole (json_scan.h), so
+ *                 what decoding costs follows the message's size
+ *                 and entries, never a tree of it.
  *   varint region 1 to 10 bytes per element of the tensor      "format"
  *   references    at most INGEST_MAX_HOLDER_REFS distinct      "denied"
  *                 tensors held by one connection (a tensor is
@@ -92,7 +99,17 @@
  *                 of length and nbytes) past that is refused
  *   capacity      each tensor is charged its file rounded up  "full" (per
  *                 to pages plus an inode (store.h), against    tensor)
- *                 the node's capacity and the tenant's quota
+ *                 the node's capacity and its store's quota;
+ *                 bytes cold at the last pass count as room
+ *   unverified    a claim (a tensor the daemon reads and       "denied" (per
+ *                 verifies) holds its charge while read; a     tensor)
+ *                 store's and a uid's claims hold at most
+ *                 --max-unverified-bytes(-per-uid) at once: a
+ *                 claim waits for room under them, one larger
+ *                 than them is not read
+ *   backoff       a uid whose claim failed verification has   "denied" (per
+ *                 its claims refused unread for 1 s, doubling  tensor)
+ *                 to 60 s
  *   time          a request past the daemon's --ingest-timeout "timeout" (per
  *                 gets its remaining tensors rejected          tensor)
  *   connections   per node, per peer uid, per peer process     "unavailable"
@@ -125,6 +142,10 @@
 #define INGEST_REASON_MAX 160 /* a rejection's reason, NUL included */
 #define INGEST_MAX_GPU_TENSORS 64 /* digests per gpu_attach (descriptors back) */
 #define INGEST_DEVICE_MAX 16      /* "cuda:N", NUL included */
+/* One element of a request the daemon decodes (a tensor entry, a source
+ * path, the label, the reason): at most this much JSON text. */
+#define INGEST_MAX_ELEMENT_BYTES (64 << 10)
+#define INGEST_MAX_REASON 1024 /* report_fallback's reason */
 
 /* ---- framing ---- */
 

@@ -51,6 +51,9 @@ enum {
     OPT_LIBCUDA,
     OPT_GPU_STORE_QUOTA,
     OPT_GPU_SHARED_STORE,
+    OPT_SHARED_CAPACITY,
+    OPT_MAX_UNVERIFIED,
+    OPT_MAX_UNVERIFIED_PER_UID,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -89,6 +92,9 @@ static const struct option long_options[] = {
     {"libcuda", required_argument, NULL, OPT_LIBCUDA},
     {"gpu-store-quota", required_argument, NULL, OPT_GPU_STORE_QUOTA},
     {"gpu-shared-store", no_argument, NULL, OPT_GPU_SHARED_STORE},
+    {"shared-capacity", required_argument, NULL, OPT_SHARED_CAPACITY},
+    {"max-unverified-bytes", required_argument, NULL, OPT_MAX_UNVERIFIED},
+    {"max-unverified-bytes-per-uid", required_argument, NULL, OPT_MAX_UNVERIFIED_PER_UID},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -126,6 +132,14 @@ void reclaimer_usage(const char *prog)
            "                           rounded up to pages plus %u bytes for its inode\n"
            "  --tenant-capacity BYTES|P%%  quota of each tenant store, or P%% of the node\n"
            "                           capacity (default 0 = none but the node's)\n"
+           "  --shared-capacity BYTES|P%%  quota of the shared store, or P%% of the node\n"
+           "                           capacity (default: --tenant-capacity's; 0 = none)\n"
+           "  --max-unverified-bytes BYTES|P%%  what the claims of one store (a tenant's,\n"
+           "                           or the shared one) may hold reserved while they\n"
+           "                           are read and verified (default 25%% of the\n"
+           "                           capacity; 0 = no bound)\n"
+           "  --max-unverified-bytes-per-uid BYTES|P%%  the same for the claims of one\n"
+           "                           peer uid (default half of --max-unverified-bytes)\n"
            "  --max-request-bytes BYTES  tensor bytes one ingest request may read\n"
            "                           (default 0 = its store's capacity)\n"
            "  --ingest-timeout SECS    time one ingest request may take; tensors not\n"
@@ -345,6 +359,15 @@ static int apply(struct reclaimer_config *cfg, int opt, const char *v, tetris_er
     case OPT_CAPACITY: return parse_share(v, &cfg->capacity_bytes, &cfg->capacity_percent, err);
     case OPT_TENANT_CAPACITY:
         return parse_share(v, &cfg->tenant_capacity_bytes, &cfg->tenant_capacity_percent, err);
+    case OPT_SHARED_CAPACITY:
+        cfg->shared_capacity_set = true;
+        return parse_share(v, &cfg->shared_capacity_bytes, &cfg->shared_capacity_percent, err);
+    case OPT_MAX_UNVERIFIED:
+        return parse_share(v, &cfg->max_unverified_bytes, &cfg->max_unverified_percent, err);
+    case OPT_MAX_UNVERIFIED_PER_UID:
+        cfg->max_unverified_uid_set = true;
+        return parse_share(v, &cfg->max_unverified_uid_bytes, &cfg->max_unverified_uid_percent,
+                           err);
     case OPT_MAX_REQUEST_BYTES: return config_parse_bytes(v, &cfg->max_request_bytes, err);
     case OPT_INGEST_TIMEOUT: return parse_period(v, &cfg->ingest_timeout_s, "ingest timeout", err);
     case OPT_MAX_CONNS_PER_UID: return parse_count(v, &cfg->max_conns_per_uid, err);
@@ -403,6 +426,7 @@ static void set_defaults(struct reclaimer_config *cfg)
     cfg->request_timeout_s = 30;
     cfg->health_deadline_s = 60;
     cfg->capacity_percent = RECLAIMER_DEFAULT_CAPACITY_PERCENT;
+    cfg->max_unverified_percent = RECLAIMER_DEFAULT_UNVERIFIED_PERCENT;
     cfg->ingest_timeout_s = 120;
     cfg->max_conns_per_pid = 8;
     const char *node = getenv(TETRIS_ENV_NODE_NAME);
@@ -450,6 +474,16 @@ static int apply_file(struct reclaimer_config *cfg, const char *path, tetris_err
     return rc;
 }
 
+/* BYTES as given, or P% of the capacity (at least a byte of a bounded one:
+ * a share never turns into "no bound"). */
+static uint64_t share_of(uint64_t capacity, uint64_t bytes, double percent)
+{
+    if (percent <= 0)
+        return bytes;
+    uint64_t v = (uint64_t)((double)capacity * percent / 100);
+    return v == 0 && capacity > 0 ? 1 : v;
+}
+
 /* A percentage capacity becomes bytes: that share of the filesystem the
  * store is on (its parent's while the store does not exist yet). */
 int reclaimer_config_resolve_capacity(struct reclaimer_config *cfg, tetris_error *err)
@@ -471,9 +505,21 @@ int reclaimer_config_resolve_capacity(struct reclaimer_config *cfg, tetris_error
         if (cfg->capacity_bytes == 0)
             cfg->capacity_bytes = 1;
     }
-    if (cfg->tenant_capacity_percent > 0)
-        cfg->tenant_capacity_bytes = (uint64_t)((double)cfg->capacity_bytes *
-                                                cfg->tenant_capacity_percent / 100);
+    cfg->tenant_capacity_bytes = share_of(cfg->capacity_bytes, cfg->tenant_capacity_bytes,
+                                          cfg->tenant_capacity_percent);
+    /* The shared store is held to what each tenant is: else its pods,
+     * which anyone may run, could take the room the quotas keep. */
+    cfg->shared_capacity_bytes = cfg->shared_capacity_set
+                                     ? share_of(cfg->capacity_bytes, cfg->shared_capacity_bytes,
+                                                cfg->shared_capacity_percent)
+                                     : cfg->tenant_capacity_bytes;
+    cfg->max_unverified_bytes = share_of(cfg->capacity_bytes, cfg->max_unverified_bytes,
+                                         cfg->max_unverified_percent);
+    cfg->max_unverified_uid_bytes = cfg->max_unverified_uid_set
+                                        ? share_of(cfg->capacity_bytes,
+                                                   cfg->max_unverified_uid_bytes,
+                                                   cfg->max_unverified_uid_percent)
+                                        : cfg->max_unverified_bytes / 2;
     /* One uid may take three quarters: the rest stay for everyone else. */
     if (cfg->max_conns_per_uid == 0)
         cfg->max_conns_per_uid = cfg->max_connections - cfg->max_connections / 4;

@@ -27,6 +27,10 @@ struct reclaimer_tenant_uids {
 /* Without --capacity: this share of the store's filesystem. A node store
  * without a bound lets one pod fill the node's memory (tmpfs is RAM). */
 #define RECLAIMER_DEFAULT_CAPACITY_PERCENT 50
+/* Without --max-unverified-bytes: this share of the capacity. Claims hold
+ * their room while the daemon reads and hashes them; a bound per store and
+ * per uid keeps claims that will fail from taking the room of others. */
+#define RECLAIMER_DEFAULT_UNVERIFIED_PERCENT 25
 
 struct reclaimer_config {
     char store_dir[PATH_MAX];
@@ -44,6 +48,15 @@ struct reclaimer_config {
                                     store's filesystem (resolved at load) */
     uint64_t tenant_capacity_bytes; /* each tenant store's quota, 0: none */
     double tenant_capacity_percent; /* >0: that share of the node capacity */
+    uint64_t shared_capacity_bytes; /* the shared store's quota, 0: none */
+    double shared_capacity_percent;
+    bool shared_capacity_set;          /* else it is the tenants' quota */
+    uint64_t max_unverified_bytes;     /* claims of one store being read and
+                                          verified, 0: no bound */
+    double max_unverified_percent;     /* >0: that share of the node capacity */
+    uint64_t max_unverified_uid_bytes; /* the same for one peer uid */
+    double max_unverified_uid_percent;
+    bool max_unverified_uid_set;    /* else half the store's */
     uint64_t max_request_bytes;     /* bytes one ingest request may read,
                                        0: its store's capacity */
     double ingest_timeout_s;        /* time one ingest request may take */

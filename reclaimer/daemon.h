@@ -4,6 +4,8 @@
  * Each part lives in its own file:
  *   stores.c          the served stores: the shared one and tenants'
  *   ingest_server.c   the Unix-socket ingest service (a thread per client)
+ *   peers.c           what each peer may take: connection shares, unverified
+ *                     bytes, backoff after failed claims, fallback reports
  *   reclaim.c         repair, the reclaim pass, scrub
  *   reclaim_policy.c  the pass's rule: keep-alive, then LRU
  *   http_api.c        /metrics, /inventory, /healthz
@@ -63,6 +65,8 @@ struct store_counters {
     atomic_uint_least64_t ingests_active;       /* requests being processed (gauge) */
     atomic_uint_least64_t connections_refused;  /* over a connection limit */
     atomic_uint_least64_t ingest_over_budget;   /* requests refused or cut by a budget */
+    atomic_uint_least64_t claims_failed;        /* claims whose bytes failed verification */
+    atomic_uint_least64_t claims_backed_off;    /* claims refused: their uid backs off */
 };
 
 extern const double ingest_duration_bounds[INGEST_DURATION_BUCKETS];
@@ -81,15 +85,35 @@ struct pin {
     tensor_digest digest;
 };
 
-/* One store the daemon serves: the shared store, or a tenant's dedicated
- * store DIR/tenants/NAME. Each has its own ingest socket, index, holders
- * and counters, so nothing of one tenant is visible through another. */
+/* Connections of one peer process (SO_PEERCRED), under peers_lock. */
 struct peer_conns {
     uid_t uid;
     pid_t pid;
     unsigned n;
 };
 
+/* What one peer uid holds of the daemon, and how it is held back (peers.c).
+ * Entries are allocated one by one, so a connection may keep a pointer to
+ * its uid's entry for its life: an entry with connections is never freed. */
+struct peer {
+    uid_t uid;
+    /* Under peers_lock. */
+    unsigned conns;           /* open ingest connections, every store */
+    unsigned failures;        /* claims that failed verification, recently */
+    int64_t backoff_until_ms; /* its claims are refused until then (mono) */
+    int64_t last_failure_ms;  /* mono; failures are forgiven after a quiet while */
+    double log_tokens;        /* fallback reports it may still have logged */
+    int64_t log_refill_ms;    /* mono, when the tokens were last topped up */
+    uint64_t logs_suppressed; /* fallback reports not logged since the last one */
+    int64_t idle_since_ms;    /* mono, when its last connection closed */
+    /* Under capacity_lock: bytes its claims have reserved and not yet
+     * verified. */
+    uint64_t unverified_bytes;
+};
+
+/* One store the daemon serves: the shared store, or a tenant's dedicated
+ * store DIR/tenants/NAME. Each has its own ingest socket, index, holders
+ * and counters, so nothing of one tenant is visible through another. */
 struct served_store {
     struct daemon *d;
     char tenant[64];            /* "" for the shared store */
@@ -116,10 +140,10 @@ struct served_store {
     uint64_t resident_bytes; /* file bytes of resident tensors */
     uint64_t evictable_bytes; /* of those, what no live holder or pin
                                  referenced at the last pass */
-    uint64_t reserved_bytes; /* ingests in flight, counted against capacity */
-    /* Bytes refused for this store's own quota since its last pass: the
-     * pass evicts that much below the quota. */
-    atomic_uint_least64_t quota_shortfall;
+    uint64_t warmed_bytes;    /* of those, what has been asked for since */
+    uint64_t reserved_bytes;  /* claims being read and verified, counted
+                                 against capacity (and --max-unverified-bytes) */
+    unsigned conns;           /* open ingest connections, under d->peers_lock */
 
     /* Last pass's view of the holders (for /metrics). */
     uint64_t holders;        /* live holders */
@@ -160,8 +184,10 @@ struct daemon {
     bool tenant_limit_logged;
 
     /* Capacity is node-wide: the sum over every served store. reserve()
-     * in ingest_server.c holds this while it adds up the stores. */
+     * in ingest_server.c holds this while it adds up the stores; claims
+     * waiting for unverified bytes to be released wait on capacity_freed. */
     pthread_mutex_t capacity_lock;
+    pthread_cond_t capacity_freed; /* CLOCK_MONOTONIC */
 
     /* Digests pinned through --pin-file (the cluster's pods on this node);
      * a pinned tensor is warm even without a live holder, in the one store
@@ -187,18 +213,28 @@ struct daemon {
 
     atomic_uint_least64_t reclaim_passes;
     atomic_uint connections; /* open ingest connections, all stores */
-    /* The same by peer (SO_PEERCRED), so that one pod cannot take every
-     * slot: under peers_lock. */
+    /* The same by peer process and by peer uid (SO_PEERCRED), so that one
+     * pod cannot take every slot: under peers_lock (peers.c). */
     pthread_mutex_t peers_lock;
-    struct peer_conns *peers;
+    struct peer_conns *procs;
+    size_t n_procs;
+    struct peer **peers;
     size_t n_peers;
     atomic_bool stopping;
-    /* Bytes ingests were refused for lack of room since the last pass: the
-     * next pass evicts that much below capacity (LRU, cold tensors only),
-     * and runs as soon as possible rather than after the interval. */
-    atomic_uint_least64_t shortfall_bytes;
-    atomic_bool pass_wanted; /* a refused ingest asks for the next pass now */
+    /* A verified ingest left a store above its capacity or quota (it was
+     * let in against cold bytes): the next pass runs now and evicts them. */
+    atomic_bool pass_wanted;
+    /* What the store's root is on (main.c, at start): /metrics and
+     * /healthz say it when it is not the tmpfs that was asked for. */
+    struct store_tmpfs_outcome tmpfs;
+    bool tmpfs_asked;
 };
+
+/* The store was to be on a tmpfs of the daemon's own and is not. */
+static inline bool store_tmpfs_fallback(const struct daemon *d)
+{
+    return d->tmpfs_asked && d->tmpfs.state == STORE_TMPFS_FALLBACK;
+}
 
 /* How logs name a store: its tenant, or "(shared)" (no tenant name has
  * parentheses). */
@@ -255,11 +291,35 @@ void store_release_adopted(struct served_store *ss);
 bool store_replace_adopted(struct served_store *ss, pid_t pid, const char *label,
                            const tensor_digest *sorted_refs, size_t n);
 void store_sort_refs(tensor_digest *refs, size_t n);
-/* Bytes every served store but skip holds or has reserved. */
-uint64_t daemon_other_stores_bytes(struct daemon *d, const struct served_store *skip);
+/* What the served stores but skip hold (resident), have reserved for
+ * claims being verified, and of the resident bytes what no live holder or
+ * pin referenced at the last pass (evictable). */
+struct store_bytes {
+    uint64_t resident, reserved, evictable;
+};
+void daemon_other_stores_bytes(struct daemon *d, const struct served_store *skip,
+                               struct store_bytes *out);
+/* What of ss's resident bytes a claim may count on as room (index_lock
+ * held): cold at the last pass and not asked for since. */
+static inline uint64_t store_evictable_bytes(const struct served_store *ss)
+{
+    uint64_t cold = ss->evictable_bytes < ss->resident_bytes ? ss->evictable_bytes
+                                                             : ss->resident_bytes;
+    return cold > ss->warmed_bytes ? cold - ss->warmed_bytes : 0;
+}
+/* The quota of ss, its own bound beside the node's capacity: the tenants'
+ * (--tenant-capacity) or the shared store's (--shared-capacity); 0: none.
+ * cfg_lock held. */
+static inline uint64_t store_quota(const struct daemon *d, const struct served_store *ss)
+{
+    return ss->tenant[0] != '\0' ? d->cfg.tenant_capacity_bytes : d->cfg.shared_capacity_bytes;
+}
 
 /* ---- index helpers shared by ingest and reclaim (index_lock held) ---- */
 void store_index_touch(struct served_store *ss, const tensor_digest *dg, int64_t now_s);
+/* A request asks for a resident tensor: whatever it was at the last pass,
+ * it is no room for claims now (store_evictable_bytes). */
+void store_index_warm(struct served_store *ss, const tensor_digest *dg);
 int store_index_add(struct served_store *ss, const tensor_meta *meta, uint64_t file_bytes,
                     int64_t now_s, tetris_error *err);
 
@@ -269,6 +329,23 @@ int ingest_server_start(struct served_store *ss, ingest_server **out, tetris_err
 /* Stops accepting, closes every connection (releasing its references),
  * joins the threads and removes the socket. */
 void ingest_server_stop(ingest_server *s);
+
+/* ---- peers.c ---- */
+/* Admits a new ingest connection of (uid, pid) on store ss: the node's
+ * --max-connections, ss's share of it (peers.c), the uid's and the
+ * process's limits. NULL with *out set to the uid's entry (held until
+ * peer_release), or why it is refused. */
+const char *peer_admit(struct served_store *ss, uid_t uid, pid_t pid, struct peer **out);
+void peer_release(struct served_store *ss, struct peer *p, pid_t pid);
+/* Milliseconds p's claims are still refused for after failed ones (0: none). */
+int64_t peer_backoff_left_ms(struct daemon *d, struct peer *p);
+/* A claim of p failed verification: p backs off, twice as long as last
+ * time (1 s first, at most a minute). Returns the delay in ms. */
+int64_t peer_claim_failed(struct daemon *d, struct peer *p);
+/* Whether a fallback report of p is logged (a token bucket per uid);
+ * *suppressed then gets how many were not since its last logged one. */
+bool peer_fallback_logged(struct daemon *d, struct peer *p, uint64_t *suppressed);
+void peers_free(struct daemon *d);
 
 /* ---- gpu_pool.c ---- */
 typedef struct gpu_pool gpu_pool;

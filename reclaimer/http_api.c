@@ -65,7 +65,8 @@ struct http_api {
 /* What /metrics shows of one store, copied under its lock. */
 struct store_snapshot {
     const char *tenant;
-    uint64_t resident, logical, saved, tensors, holders, generation;
+    uint64_t resident, logical, saved, tensors, holders, generation, unverified;
+    uint64_t claims_failed, claims_backed_off;
     uint64_t connections, ingests_active, connections_refused, ingest_over_budget, ingest_requests,
         ingest_errors, ingest_tensors, ingest_bytes, ingest_rejected, fallbacks, reclaims,
         evictions, reclaimed_bytes, scrubbed_bytes, scrub_errors, repaired_holders,
@@ -86,6 +87,7 @@ static void snapshot_store(struct served_store *ss, struct store_snapshot *out)
     out->logical = ss->logical_bytes;
     out->saved = ss->logical_bytes > ss->warm_bytes ? ss->logical_bytes - ss->warm_bytes : 0;
     out->generation = ss->generation;
+    out->unverified = ss->reserved_bytes;
     memcpy(out->models, ss->models, sizeof(out->models));
     out->n_models = ss->n_models;
     pthread_mutex_unlock(&ss->index_lock);
@@ -94,6 +96,8 @@ static void snapshot_store(struct served_store *ss, struct store_snapshot *out)
     out->ingests_active = atomic_load(&c->ingests_active);
     out->connections_refused = atomic_load(&c->connections_refused);
     out->ingest_over_budget = atomic_load(&c->ingest_over_budget);
+    out->claims_failed = atomic_load(&c->claims_failed);
+    out->claims_backed_off = atomic_load(&c->claims_backed_off);
     out->ingest_requests = atomic_load(&c->ingest_requests);
     out->ingest_errors = atomic_load(&c->ingest_errors);
     out->ingest_tensors = atomic_load(&c->ingest_tensors);
@@ -143,6 +147,14 @@ static const struct store_family {
     {"tetris_ingest_over_budget_total", "counter",
      "Ingest requests refused or cut short by a budget (request bytes, references, time).",
      SNAP(ingest_over_budget)},
+    {"tetris_ingest_unverified_bytes", "gauge",
+     "Bytes reserved by claims being read and verified (bounded by --max-unverified-bytes).",
+     SNAP(unverified)},
+    {"tetris_ingest_claims_failed_total", "counter",
+     "Claims whose bytes failed verification (their uid backs off).", SNAP(claims_failed)},
+    {"tetris_ingest_claims_backed_off_total", "counter",
+     "Claims refused unread because their uid backs off after failed ones.",
+     SNAP(claims_backed_off)},
     {"tetris_ingest_requests_total", "counter", "Ingest requests served.", SNAP(ingest_requests)},
     {"tetris_ingest_errors_total", "counter", "Ingest requests refused as malformed or failed.",
      SNAP(ingest_errors)},
@@ -243,6 +255,10 @@ char *daemon_render_metrics(struct daemon *d, bool tenants, size_t *len)
     pthread_mutex_unlock(&d->cfg_lock);
 
     textbuf t = {0};
+    prom_header(&t, "tetris_store_tmpfs_fallback", "gauge",
+                "1 when the store was to be on a tmpfs of its own (--store-tmpfs) and is not: "
+                "its directory held files first, or the mount was refused (see /healthz).");
+    prom_sample(&t, "tetris_store_tmpfs_fallback", NULL, 0, store_tmpfs_fallback(d));
     prom_header(&t, "tetris_store_capacity_bytes", "gauge",
                 "Configured capacity in bytes for all stores of the node (0 = unlimited).");
     prom_sample(&t, "tetris_store_capacity_bytes", NULL, 0, capacity);
@@ -415,6 +431,20 @@ static void handle_inventory(void *ctx, const http_request *req, http_response *
 
 /* ---- /healthz ---- */
 
+/* What the store is on: its state, and why when it is not the tmpfs of its
+ * own that was asked for. Still healthy: the daemon serves, on 4 KiB pages
+ * (a restart would not change it). */
+static json_t *tmpfs_detail(const struct daemon *d)
+{
+    const struct store_tmpfs_outcome *o = &d->tmpfs;
+    json_t *j = json_pack("{s:s, s:b, s:s, s:b}", "state", store_tmpfs_state_name(o->state),
+                          "tmpfs", o->on_tmpfs, "huge", o->huge[0] != '\0' ? o->huge : "-",
+                          "fallback", store_tmpfs_fallback(d));
+    if (j != NULL && o->reason[0] != '\0')
+        json_object_set_new(j, "reason", json_string(o->reason));
+    return j;
+}
+
 /* Failing when the last pass failed, or when none has completed for an
  * interval plus the deadline: a main loop stuck on something (a lock, a
  * file) answers no signal and runs no pass, and only this tells. */
@@ -432,10 +462,10 @@ static void handle_healthz(void *ctx, const http_request *req, http_response *re
     double age_s = (double)(clock_mono_ms() - d->last_pass_mono_ms) / 1000.0;
     pthread_mutex_unlock(&d->pass_lock);
     bool late = age_s > deadline_s;
-    json_t *j = json_pack("{s:s, s:f, s:b}", "status", ok && !late ? "ok" : "failing",
+    json_t *j = json_pack("{s:s, s:f, s:b, s:o*}", "status", ok && !late ? "ok" : "failing",
                           "last_reclaim_age_seconds",
                           last ? (double)(clock_wall_ms() - last) / 1000.0 : -1.0, "pass_overdue",
-                          late);
+                          late, "store_tmpfs", tmpfs_detail(d));
     if (j == NULL) {
         http_response_error(resp, 500, "out of memory");
         return;

@@ -76,6 +76,8 @@ struct conn {
     int sock;
     pid_t pid;
     uid_t uid;
+    struct peer *peer;      /* its uid's entry (peers.c) */
+    bool fallback_reported; /* a connection reports one fallback */
     store_holder *holder; /* created with the first reference */
     tensor_digest *held;  /* what holder references, sorted, each once */
     size_t n_held;
@@ -127,14 +129,13 @@ struct budget {
     int64_t deadline_ms; /* --ingest-timeout from the request's arrival */
     double timeout_s;
     uint64_t capacity;  /* the node's, 0: unlimited */
-    uint64_t quota;     /* this store's own (a tenant's), 0: none */
+    uint64_t quota;     /* this store's own, 0: none */
     uint64_t max_bytes; /* to read for this request, 0: unlimited */
+    uint64_t max_unverified;     /* reserved by this store's claims, 0: no bound */
+    uint64_t max_unverified_uid; /* ... by the claims of this uid */
     uint64_t spent;     /* bytes of the tensors it read or is reading */
     uint64_t ingested;  /* bytes it published */
     const char *cut;    /* the budget that refused a tensor, or NULL */
-    bool oversized;     /* the request's missing bytes exceed the capacity:
-                           no eviction could make room for all of it, so a
-                           refusal asks for none */
 };
 
 static void budget_init(struct conn *c, struct budget *b)
@@ -145,8 +146,10 @@ static void budget_init(struct conn *c, struct budget *b)
     *b = (struct budget){.c = c,
                          .timeout_s = d->cfg.ingest_timeout_s,
                          .capacity = d->cfg.capacity_bytes,
-                         .quota = ss->tenant[0] != '\0' ? d->cfg.tenant_capacity_bytes : 0,
-                         .max_bytes = d->cfg.max_request_bytes};
+                         .quota = store_quota(d, ss),
+                         .max_bytes = d->cfg.max_request_bytes,
+                         .max_unverified = d->cfg.max_unverified_bytes,
+                         .max_unverified_uid = d->cfg.max_unverified_uid_bytes};
     pthread_mutex_unlock(&d->cfg_lock);
     b->deadline_ms = clock_mono_ms() + (int64_t)(b->timeout_s * 1000);
     if (b->max_bytes == 0)
@@ -245,42 +248,142 @@ static int check_request_refs(struct conn *c, const ingest_request *rq, tetris_e
     return 0;
 }
 
-/* ---- publishing ---- */
+/* ---- claims ----
+ * A claim is a tensor the daemon must read and hash before it knows the
+ * bytes are what the client says. While it is read it holds its charge in
+ * the store's reserved_bytes, so two claims never count on the same room.
+ * Claims that will fail cost others nothing for long:
+ *   - what one store's claims, and one uid's, may hold reserved at once is
+ *     bounded (--max-unverified-bytes, -per-uid); a claim past its bound
+ *     waits for the claims ahead of it (within its request's budget), one
+ *     larger than the bound itself is refused;
+ *   - a uid whose claim failed verification backs off (peers.c);
+ *   - a refusal changes nothing: no claim, refused or failed, makes a pass
+ *     evict. A claim may count on the bytes that were cold at the last pass
+ *     (the node's and, for its quota, its own store's) as room; once it is
+ *     verified and stored, the store is above its capacity and the next
+ *     pass, asked for at once, evicts that many cold bytes. */
 
-/* Reserves room for a tensor's charge against the store's quota and the
- * node's capacity: 0, or which one it does not fit (why says so). */
-enum { RESERVED = 0, OVER_QUOTA, OVER_CAPACITY };
+enum { RESERVED = 0, OVER_LIMIT, OVER_BOUND, WAIT_FOR_CLAIMS };
 
-static int reserve(struct served_store *ss, const struct budget *b, uint64_t charge, char *why,
-                   size_t why_len)
+static uint64_t sat_add(uint64_t a, uint64_t b)
 {
-    struct daemon *d = ss->d;
-    pthread_mutex_lock(&d->capacity_lock);
-    uint64_t others = b->capacity > 0 ? daemon_other_stores_bytes(d, ss) : 0;
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* One try at reserving charge for a claim of c (capacity_lock held): 0, or
+ * OVER_LIMIT (the quota or the capacity: why says which), OVER_BOUND (the
+ * claim alone is larger than an unverified bound) or WAIT_FOR_CLAIMS (the
+ * bound is taken by claims in flight). */
+static int try_reserve(struct served_store *ss, struct conn *c, const struct budget *b,
+                       uint64_t charge, char *why, size_t why_len)
+{
+    struct store_bytes others = {0};
+    if (b->capacity > 0)
+        daemon_other_stores_bytes(ss->d, ss, &others);
     pthread_mutex_lock(&ss->index_lock);
     uint64_t own = ss->resident_bytes + ss->reserved_bytes;
+    uint64_t own_cold = store_evictable_bytes(ss);
+    uint64_t node = sat_add(sat_add(others.resident, others.reserved), own);
     int rc = RESERVED;
-    if (b->quota > 0 && (own > b->quota || charge > b->quota - own)) {
-        snprintf(why, why_len, "tenant quota full (%llu of %llu bytes used)",
-                 (unsigned long long)own, (unsigned long long)b->quota);
-        rc = OVER_QUOTA;
+    if (b->quota > 0 && sat_add(own, charge) > sat_add(b->quota, own_cold)) {
+        snprintf(why, why_len, "%s quota full (%llu of %llu bytes used)",
+                 ss->tenant[0] != '\0' ? "tenant" : "shared store", (unsigned long long)own,
+                 (unsigned long long)b->quota);
+        rc = OVER_LIMIT;
     } else if (b->capacity > 0 &&
-               (others + own > b->capacity || charge > b->capacity - others - own)) {
+               sat_add(node, charge) > sat_add(b->capacity, sat_add(others.evictable, own_cold))) {
         snprintf(why, why_len, "store full (capacity %llu bytes)", (unsigned long long)b->capacity);
-        rc = OVER_CAPACITY;
+        rc = OVER_LIMIT;
+    } else if ((b->max_unverified > 0 && charge > b->max_unverified) ||
+               (b->max_unverified_uid > 0 && charge > b->max_unverified_uid)) {
+        snprintf(why, why_len,
+                 "a claim of %llu bytes is larger than the bytes a store or uid may have "
+                 "unverified (--max-unverified-bytes %llu, -per-uid %llu)",
+                 (unsigned long long)charge, (unsigned long long)b->max_unverified,
+                 (unsigned long long)b->max_unverified_uid);
+        rc = OVER_BOUND;
+    } else if ((b->max_unverified > 0 && ss->reserved_bytes + charge > b->max_unverified) ||
+               (b->max_unverified_uid > 0 &&
+                c->peer->unverified_bytes + charge > b->max_unverified_uid)) {
+        rc = WAIT_FOR_CLAIMS;
     }
-    if (rc == RESERVED)
+    if (rc == RESERVED) {
         ss->reserved_bytes += charge;
+        c->peer->unverified_bytes += charge;
+    }
     pthread_mutex_unlock(&ss->index_lock);
-    pthread_mutex_unlock(&d->capacity_lock);
     return rc;
 }
 
-static void unreserve(struct served_store *ss, uint64_t charge)
+/* Reserves room for a claim, waiting while the unverified bounds are taken
+ * by claims in flight. 0, or the error the claim is rejected with. */
+static int reserve(struct served_store *ss, struct budget *b, uint64_t charge, tetris_error *err)
 {
+    struct daemon *d = ss->d;
+    char why[INGEST_REASON_MAX];
+    pthread_mutex_lock(&d->capacity_lock);
+    int rc;
+    while ((rc = try_reserve(ss, b->c, b, charge, why, sizeof(why))) == WAIT_FOR_CLAIMS) {
+        /* Woken when a claim ends; the slice bounds how late a deadline,
+         * a hang-up or a stop is seen. */
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 200 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&d->capacity_freed, &d->capacity_lock, &until);
+        pthread_mutex_unlock(&d->capacity_lock);
+        int brc = budget_check(b, err);
+        if (brc < 0)
+            return brc;
+        pthread_mutex_lock(&d->capacity_lock);
+    }
+    pthread_mutex_unlock(&d->capacity_lock);
+    if (rc == OVER_LIMIT)
+        return tetris_fail(err, TETRIS_E_FULL, 0, "%s", why);
+    if (rc == OVER_BOUND)
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "%s", why);
+    return 0;
+}
+
+/* Ends a claim: its charge leaves the store's reserved bytes (a stored one
+ * has become resident under the same index_lock, so no one sees the room
+ * meanwhile) and its uid's; claims waiting for the bound are woken. */
+static void end_claim(struct served_store *ss, struct conn *c, uint64_t charge,
+                      const tensor_meta *stored)
+{
+    struct daemon *d = ss->d;
+    pthread_mutex_lock(&d->capacity_lock);
     pthread_mutex_lock(&ss->index_lock);
+    if (stored != NULL) {
+        tetris_error ierr;
+        if (store_index_add(ss, stored, charge, clock_wall_ms() / 1000, &ierr) < 0)
+            log_warn("event=index-add-failed msg=%s", LOG_Q(ierr.msg));
+    }
     ss->reserved_bytes -= charge;
     pthread_mutex_unlock(&ss->index_lock);
+    c->peer->unverified_bytes -= charge;
+    pthread_cond_broadcast(&d->capacity_freed);
+    pthread_mutex_unlock(&d->capacity_lock);
+}
+
+/* After a verified claim: a store above its quota, or a node above its
+ * capacity (the claim counted on cold bytes), asks for the pass that
+ * evicts them now. */
+static void want_pass_if_over(struct served_store *ss, const struct budget *b)
+{
+    struct store_bytes others = {0};
+    if (b->capacity > 0)
+        daemon_other_stores_bytes(ss->d, ss, &others);
+    pthread_mutex_lock(&ss->index_lock);
+    uint64_t own = ss->resident_bytes;
+    pthread_mutex_unlock(&ss->index_lock);
+    if ((b->quota > 0 && own > b->quota) ||
+        (b->capacity > 0 && sat_add(others.resident, own) > b->capacity))
+        atomic_store(&ss->d->pass_wanted, true);
 }
 
 static void reject(struct served_store *ss, struct ingest_tensor_result *r, int code,
@@ -292,14 +395,28 @@ static void reject(struct served_store *ss, struct ingest_tensor_result *r, int 
     atomic_fetch_add(&ss->counters.ingest_rejected, 1);
 }
 
+/* A claim of c's uid failed verification: the uid backs off (peers.c). */
+static void claim_failed(struct served_store *ss, struct conn *c, const tensor_desc *t,
+                         const tetris_error *why)
+{
+    int64_t delay_ms = peer_claim_failed(ss->d, c->peer);
+    atomic_fetch_add(&ss->counters.claims_failed, 1);
+    char qn[300];
+    log_warn("event=claim-failed tenant=%s pid=%d uid=%u tensor=%s code=%s msg=%s "
+             "action=backoff delay_ms=%lld",
+             tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(t->name, qn, sizeof(qn)),
+             tetris_code_name(why->code), LOG_Q(why->msg), (long long)delay_ms);
+}
+
 /* Publishes one tensor if it is missing. Takes no store-wide lock: the
  * client's bytes are read under the tensor's own lock, within the budget.
  * An entry without a digest is read, hashed and written in one pass and
- * its digest filled in (t->desc, r): it is charged before it is read,
- * like a missing tensor, since only its bytes can tell it is not. */
+ * its digest filled in (t->desc, r): it is a claim like a missing tensor,
+ * since only its bytes can tell it is not. */
 static void publish_one(struct served_store *ss, const int *fds, ingest_request_tensor *t,
                         struct budget *b, struct ingest_tensor_result *r)
 {
+    struct conn *c = b->c;
     const tensor_meta *meta = &t->desc.meta;
     bool computed = !t->desc.has_digest;
     if (!computed && store_has_tensor(ss->store, &meta->digest)) {
@@ -312,21 +429,25 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
         reject(ss, r, -rc, err.msg);
         return;
     }
+    int64_t backoff_ms = peer_backoff_left_ms(ss->d, c->peer);
+    if (backoff_ms > 0) {
+        atomic_fetch_add(&ss->counters.claims_backed_off, 1);
+        snprintf(err.msg, sizeof(err.msg),
+                 "claims of this uid are refused for %lld ms more: earlier ones failed "
+                 "verification",
+                 (long long)backoff_ms);
+        reject(ss, r, TETRIS_E_DENIED, err.msg);
+        return;
+    }
     uint64_t charge = store_tensor_charge(meta->nbytes);
-    char why[INGEST_REASON_MAX];
-    int over = reserve(ss, b, charge, why, sizeof(why));
-    if (over != RESERVED) {
-        reject(ss, r, TETRIS_E_FULL, why);
-        if (!b->oversized) { /* the next pass makes room */
-            atomic_fetch_add(over == OVER_QUOTA ? &ss->quota_shortfall : &ss->d->shortfall_bytes,
-                             charge);
-            atomic_store(&ss->d->pass_wanted, true);
-        }
+    rc = reserve(ss, b, charge, &err);
+    if (rc < 0) {
+        reject(ss, r, -rc, err.msg);
         return;
     }
     rc = budget_spend(b, &t->desc, &err);
     if (rc < 0) {
-        unreserve(ss, charge);
+        end_claim(ss, c, charge, NULL);
         reject(ss, r, -rc, err.msg);
         return;
     }
@@ -342,7 +463,9 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
                                           b, &published, &err);
     }
     if (rc < 0 || !published) {
-        unreserve(ss, charge);
+        end_claim(ss, c, charge, NULL);
+        if (rc == -TETRIS_E_CORRUPT || rc == -TETRIS_E_FORMAT)
+            claim_failed(ss, c, &t->desc, &err);
         if (rc < 0)
             reject(ss, r, -rc, err.msg);
         else
@@ -355,30 +478,8 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
     pthread_mutex_unlock(&b->lock);
     atomic_fetch_add(&ss->counters.ingest_tensors, 1);
     atomic_fetch_add(&ss->counters.ingest_bytes, meta->nbytes);
-    /* Resident before unreserved: no one else sees the room meanwhile. */
-    pthread_mutex_lock(&ss->index_lock);
-    tetris_error ierr;
-    if (store_index_add(ss, meta, charge, clock_wall_ms() / 1000, &ierr) < 0)
-        log_warn("event=index-add-failed msg=%s", LOG_Q(ierr.msg));
-    ss->reserved_bytes -= charge;
-    pthread_mutex_unlock(&ss->index_lock);
-}
-
-/* Whether the tensors of rq not resident yet add up to more than the
- * node's capacity. */
-static bool request_oversized(struct served_store *ss, const ingest_request *rq)
-{
-    pthread_mutex_lock(&ss->d->cfg_lock);
-    uint64_t capacity = ss->d->cfg.capacity_bytes;
-    pthread_mutex_unlock(&ss->d->cfg_lock);
-    uint64_t missing = 0;
-    for (size_t i = 0; i < rq->n_tensors && capacity > 0 && missing <= capacity; i++) {
-        const tensor_desc *d = &rq->tensors[i].desc;
-        const tensor_meta *meta = &d->meta;
-        if (!d->has_digest || !store_has_tensor(ss->store, &meta->digest))
-            missing += meta->nbytes < capacity ? meta->nbytes : capacity + 1;
-    }
-    return missing > capacity;
+    end_claim(ss, c, charge, meta);
+    want_pass_if_over(ss, b);
 }
 
 /* Random processing order, so concurrent clients loading one model do not
@@ -548,6 +649,17 @@ static int publish_and_refer(struct conn *c, ingest_request *rq, const int *fds,
     }
 }
 
+/* The resident tensors a request names are no room for its claims (nor
+ * anyone's): it is about to reference them. */
+static void warm_requested(struct served_store *ss, const ingest_request *rq)
+{
+    pthread_mutex_lock(&ss->index_lock);
+    for (size_t i = 0; i < rq->n_tensors; i++)
+        if (rq->tensors[i].desc.has_digest)
+            store_index_warm(ss, &rq->tensors[i].desc.meta.digest);
+    pthread_mutex_unlock(&ss->index_lock);
+}
+
 static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, char **reply,
                          tetris_error *err)
 {
@@ -555,7 +667,6 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
     int64_t t0 = clock_mono_us();
     struct budget b;
     budget_init(c, &b);
-    b.oversized = request_oversized(ss, rq);
     int rc = check_sources(rq, fds, err);
     if (rc < 0)
         return rc;
@@ -568,6 +679,7 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
     if (res == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
     atomic_fetch_add(&ss->counters.ingests_active, 1);
+    warm_requested(ss, rq);
     pthread_mutex_init(&b.lock, NULL);
     rc = publish_and_refer(c, rq, fds, &b, res, err);
     pthread_mutex_destroy(&b.lock);
@@ -615,14 +727,27 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
     return rc;
 }
 
+/* An agent that fell back says so once per connection (the metric counts
+ * instances, not messages); its uid's log lines are rate-limited (peers.c),
+ * so no pod floods the node's log. */
 static int handle_fallback(struct conn *c, const ingest_request *rq, char **reply,
                            tetris_error *err)
 {
-    atomic_fetch_add(&c->srv->ss->counters.fallbacks, 1);
-    char ql[300], qr[600];
-    log_warn("event=agent-fallback tenant=%s pid=%d label=%s reason=%s",
-             tenant_name(c->srv->ss), (int)c->pid, log_quote(rq->label, ql, sizeof(ql)),
-             log_quote(rq->reason, qr, sizeof(qr)));
+    struct served_store *ss = c->srv->ss;
+    if (c->fallback_reported)
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "one fallback report per connection (this one has reported)");
+    c->fallback_reported = true;
+    atomic_fetch_add(&ss->counters.fallbacks, 1);
+    uint64_t suppressed = 0;
+    if (peer_fallback_logged(ss->d, c->peer, &suppressed)) {
+        char ql[300], qr[600];
+        log_warn("event=agent-fallback tenant=%s pid=%d uid=%u label=%s reason=%s "
+                 "suppressed=%llu",
+                 tenant_name(ss), (int)c->pid, (unsigned)c->uid,
+                 log_quote(rq->label, ql, sizeof(ql)), log_quote(rq->reason, qr, sizeof(qr)),
+                 (unsigned long long)suppressed);
+    }
     *reply = ingest_ack_encode();
     if (*reply == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reply");
@@ -792,64 +917,6 @@ static void serve(struct conn *c)
     }
 }
 
-/* Counts a connection of (uid, pid) against the node's limits: all
- * connections, those of one uid (a pod's user) and those of one process.
- * NULL (and why) when one is reached. */
-static const char *peer_admit(struct daemon *d, uid_t uid, pid_t pid)
-{
-    pthread_mutex_lock(&d->cfg_lock);
-    unsigned max = d->cfg.max_connections;
-    unsigned max_uid = d->cfg.max_conns_per_uid;
-    unsigned max_pid = d->cfg.max_conns_per_pid;
-    pthread_mutex_unlock(&d->cfg_lock);
-    const char *refused = NULL;
-    pthread_mutex_lock(&d->peers_lock);
-    unsigned of_uid = 0;
-    struct peer_conns *mine = NULL;
-    for (size_t i = 0; i < d->n_peers; i++) {
-        if (d->peers[i].uid == uid)
-            of_uid += d->peers[i].n;
-        if (d->peers[i].uid == uid && d->peers[i].pid == pid)
-            mine = &d->peers[i];
-    }
-    if (atomic_load(&d->connections) >= max)
-        refused = "too many connections";
-    else if (of_uid >= max_uid)
-        refused = "too many connections from this uid";
-    else if (mine != NULL && mine->n >= max_pid && pid != 0)
-        refused = "too many connections from this process"; /* pid 0: another pid namespace */
-    if (refused == NULL && mine == NULL) {
-        struct peer_conns *p = realloc(d->peers, (d->n_peers + 1) * sizeof(*p));
-        if (p == NULL) {
-            refused = "out of memory";
-        } else {
-            d->peers = p;
-            mine = &d->peers[d->n_peers++];
-            *mine = (struct peer_conns){.uid = uid, .pid = pid};
-        }
-    }
-    if (refused == NULL) {
-        mine->n++;
-        atomic_fetch_add(&d->connections, 1);
-    }
-    pthread_mutex_unlock(&d->peers_lock);
-    return refused;
-}
-
-static void peer_release(struct daemon *d, uid_t uid, pid_t pid)
-{
-    pthread_mutex_lock(&d->peers_lock);
-    for (size_t i = 0; i < d->n_peers; i++) {
-        if (d->peers[i].uid != uid || d->peers[i].pid != pid)
-            continue;
-        if (--d->peers[i].n == 0)
-            d->peers[i] = d->peers[--d->n_peers];
-        break;
-    }
-    atomic_fetch_sub(&d->connections, 1);
-    pthread_mutex_unlock(&d->peers_lock);
-}
-
 static void *conn_main(void *arg)
 {
     struct conn *c = arg;
@@ -863,7 +930,7 @@ static void *conn_main(void *arg)
     gpu_pool_release(daemon_gpu_pool(), &c->gpu);
     close(c->sock);
     atomic_fetch_sub(&srv->ss->counters.connections, 1);
-    peer_release(srv->ss->d, c->uid, c->pid);
+    peer_release(srv->ss, c->peer, c->pid);
     free(c->held);
     free(c);
     pthread_mutex_lock(&srv->lock);
@@ -926,7 +993,7 @@ static void start_connection(ingest_server *srv, int sock)
         return;
     }
     /* The limits are node-wide: every store's connections count. */
-    const char *refused = peer_admit(d, cred.uid, cred.pid);
+    const char *refused = peer_admit(srv->ss, cred.uid, cred.pid, &c->peer);
     if (refused != NULL) {
         atomic_fetch_add(&srv->ss->counters.connections_refused, 1);
         log_warn("event=ingest-connection-refused tenant=%s pid=%d uid=%u reason=%s",
@@ -950,8 +1017,8 @@ static void start_connection(ingest_server *srv, int sock)
         log_warn("event=ingest-thread-failed errno=%d", rc);
         send_error(c, TETRIS_E_UNAVAILABLE, "cannot start a thread");
         close(sock);
+        peer_release(srv->ss, c->peer, cred.pid);
         free(c);
-        peer_release(d, cred.uid, cred.pid);
         pthread_mutex_lock(&srv->lock);
         srv->active--;
         pthread_mutex_unlock(&srv->lock);

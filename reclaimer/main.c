@@ -29,6 +29,11 @@ static void daemon_init(struct daemon *d, const struct reclaimer_config *cfg)
     pthread_mutex_init(&d->pin_lock, NULL);
     pthread_mutex_init(&d->pass_lock, NULL);
     pthread_mutex_init(&d->capacity_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->capacity_freed, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&d->peers_lock, NULL);
     d->started_ms = clock_wall_ms();
     d->instance_lock_fd = -1;
@@ -53,9 +58,10 @@ static void daemon_fini(struct daemon *d)
 {
     daemon_close_stores(d);
     free(d->pinned);
+    pthread_cond_destroy(&d->capacity_freed);
     pthread_mutex_destroy(&d->capacity_lock);
+    peers_free(d);
     pthread_mutex_destroy(&d->peers_lock);
-    free(d->peers);
     pthread_mutex_destroy(&d->pass_lock);
     pthread_mutex_destroy(&d->pin_lock);
     pthread_mutex_destroy(&d->cfg_lock);
@@ -102,6 +108,9 @@ static void reload(struct daemon *d, int argc, char **argv)
     d->cfg.keep_alive_s = fresh.keep_alive_s;
     d->cfg.capacity_bytes = fresh.capacity_bytes;
     d->cfg.tenant_capacity_bytes = fresh.tenant_capacity_bytes;
+    d->cfg.shared_capacity_bytes = fresh.shared_capacity_bytes;
+    d->cfg.max_unverified_bytes = fresh.max_unverified_bytes;
+    d->cfg.max_unverified_uid_bytes = fresh.max_unverified_uid_bytes;
     d->cfg.max_request_bytes = fresh.max_request_bytes;
     d->cfg.ingest_timeout_s = fresh.ingest_timeout_s;
     d->cfg.max_conns_per_uid = fresh.max_conns_per_uid;
@@ -170,31 +179,34 @@ static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **arg
 }
 
 /* Puts the store on a tmpfs of its own where asked (store_tmpfs.h) and says
- * in one line what it is on; a percentage capacity is then a share of that
- * filesystem. */
-static int prepare_store_tmpfs(struct reclaimer_config *cfg, tetris_error *err)
+ * in one line what it is on (o keeps it, for /metrics and /healthz); a
+ * percentage capacity is then a share of that filesystem. */
+static int prepare_store_tmpfs(struct reclaimer_config *cfg, struct store_tmpfs_outcome *o,
+                               tetris_error *err)
 {
-    struct store_tmpfs_outcome o;
     int rc;
+    memset(o, 0, sizeof(*o));
     /* Not entering the namespace where pods look makes a mount pointless:
      * the daemon's own line, later, says what the store is on. */
     if (cfg->mount_namespace[0] != '\0' &&
         store_tmpfs_enter_namespace(cfg->mount_namespace, err) < 0) {
         log_warn("event=store-tmpfs state=fallback store=%s msg=%s", cfg->store_dir,
                  LOG_Q(err->msg));
+        o->state = STORE_TMPFS_FALLBACK;
+        snprintf(o->reason, sizeof(o->reason), "%.*s", (int)sizeof(o->reason) - 1, err->msg);
         return 0;
     }
-    rc = store_tmpfs_prepare(cfg->store_dir, cfg->store_tmpfs, &o, err);
+    rc = store_tmpfs_prepare(cfg->store_dir, cfg->store_tmpfs, o, err);
     if (rc < 0)
         return rc;
     char why[LOG_QUOTE_MAX + 8] = "";
-    if (o.reason[0] != '\0')
-        snprintf(why, sizeof(why), " msg=%s", LOG_Q(o.reason));
-    bool degraded = o.state == STORE_TMPFS_FALLBACK || !o.on_tmpfs || o.reason[0] != '\0';
+    if (o->reason[0] != '\0')
+        snprintf(why, sizeof(why), " msg=%s", LOG_Q(o->reason));
+    bool degraded = o->state == STORE_TMPFS_FALLBACK || !o->on_tmpfs || o->reason[0] != '\0';
     log_write(degraded ? LOG_LEVEL_WARN : LOG_LEVEL_INFO,
               "event=store-tmpfs state=%s store=%s tmpfs=%d huge=%s%s",
-              store_tmpfs_state_name(o.state), cfg->store_dir, o.on_tmpfs,
-              o.huge[0] != '\0' ? o.huge : "-", why);
+              store_tmpfs_state_name(o->state), cfg->store_dir, o->on_tmpfs,
+              o->huge[0] != '\0' ? o->huge : "-", why);
     return reclaimer_config_resolve_capacity(cfg, err);
 }
 
@@ -220,7 +232,8 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
-    if (prepare_store_tmpfs(&cfg, &err) < 0) {
+    struct store_tmpfs_outcome tmpfs;
+    if (prepare_store_tmpfs(&cfg, &tmpfs, &err) < 0) {
         log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
                   LOG_Q(err.msg));
         return EXIT_RUNTIME;
@@ -230,6 +243,8 @@ int main(int argc, char **argv)
 
     static struct daemon d;
     daemon_init(&d, &cfg);
+    d.tmpfs = tmpfs;
+    d.tmpfs_asked = cfg.store_tmpfs != STORE_TMPFS_NONE;
     /* Before anything touches the store: a second daemon (or --once) on a
      * store a live daemon serves must change nothing there. */
     rc = daemon_claim_store(&d, &err);

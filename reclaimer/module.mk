@@ -3,7 +3,7 @@
 PROGRAMS += tetris-reclaimer
 tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
-                         reclaimer/gpu_pool.c
+                         reclaimer/gpu_pool.c reclaimer/peers.c
 # The daemon's settings, tensor index and reclaim rule are in the library
 # so the unit tests (and the cluster evaluation, for the rule) can reach
 # them.
@@ -25,6 +25,13 @@ SHELL_TESTS += tests/reclaimer/test-health-restart.sh
 SHELL_TESTS += tests/reclaimer/test-hostile-locks.sh tests/reclaimer/test-hostile-links.sh
 # A hostile pod (uid nobody) against the daemon's budgets and limits.
 SHELL_TESTS += tests/reclaimer/test-budgets.sh
+# Tenants who cannot take from each other (pods as uids of their own):
+# forged and refused claims, connection shares, parsing memory, the shared
+# store's quota, references and fallback reports.
+SHELL_TESTS += tests/reclaimer/test-conn-shares.sh \
+               tests/reclaimer/test-claims.sh \
+               tests/reclaimer/test-parse-memory.sh \
+               tests/reclaimer/test-shared-store.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
 # Root: the store on a tmpfs of its own (huge=within_size), reused, refused;
 # a kernel without huge tmpfs pages played by an LD_PRELOAD library.

@@ -34,6 +34,9 @@
 
 #define MARK_SEEN 1u
 #define MARK_REF 2u
+/* Referenced, asked for or published since the last pass: not among its
+ * evictable bytes (see store_index_warm). */
+#define MARK_WARM 4u
 /* Persist last-use times at most this often (and at shutdown). */
 #define STATE_SAVE_INTERVAL_MS 30000
 
@@ -56,11 +59,32 @@ static void adopted_holder_free(struct adopted_holder *a)
 
 /* ---- index helpers (index_lock held) ---- */
 
-void store_index_touch(struct served_store *ss, const tensor_digest *dg, int64_t now_s)
+/* A tensor the last pass found cold is wanted again: its bytes leave the
+ * room claims may count on until the next pass recounts (warmed_bytes). A
+ * tensor counted twice (the pass's listing clears the marks) only makes
+ * that room smaller. */
+static void warm_entry(struct served_store *ss, struct index_entry *e)
+{
+    if (e->mark & (MARK_REF | MARK_WARM))
+        return;
+    e->mark |= MARK_WARM;
+    ss->warmed_bytes += e->file_bytes;
+}
+
+void store_index_warm(struct served_store *ss, const tensor_digest *dg)
 {
     struct index_entry *e = tensor_index_find(ss->index, dg);
     if (e != NULL)
+        warm_entry(ss, e);
+}
+
+void store_index_touch(struct served_store *ss, const tensor_digest *dg, int64_t now_s)
+{
+    struct index_entry *e = tensor_index_find(ss->index, dg);
+    if (e != NULL) {
         e->last_ref_s = now_s;
+        warm_entry(ss, e);
+    }
 }
 
 int store_index_add(struct served_store *ss, const tensor_meta *meta, uint64_t file_bytes,
@@ -77,6 +101,7 @@ int store_index_add(struct served_store *ss, const tensor_meta *meta, uint64_t f
         e->mtime_s = now_s;
         ss->resident_bytes += file_bytes;
         ss->generation++;
+        e->mark |= MARK_WARM; /* new: never among the last pass's evictable bytes */
     }
     e->mark |= MARK_SEEN;
     return 0;
@@ -619,13 +644,13 @@ struct pass_policy {
     double keep_alive_s;
     bool bounded;    /* a capacity is set */
     uint64_t target; /* bytes this store may keep (capacity less the other
-                        stores' bytes and the refused ingests' shortfall) */
+                        stores' resident bytes, at most its quota) */
     uint64_t scrub_budget;
 };
 
 /* What the scheduler may count as free room beside the free bytes: cold
- * tensors, which the next pass evicts when an ingest needs their room.
- * The inventory carries it, so a change is a new generation. */
+ * tensors, which the next pass evicts once a verified ingest has taken
+ * their room. The inventory carries it, so a change is a new generation. */
 static void update_evictable(struct served_store *ss)
 {
     uint64_t cold = 0;
@@ -634,6 +659,7 @@ static void update_evictable(struct served_store *ss)
     while ((e = tensor_index_next(ss->index, &c)) != NULL)
         if (!(e->mark & MARK_REF))
             cold += e->file_bytes;
+    ss->warmed_bytes = 0; /* every mark was recounted */
     if (cold != ss->evictable_bytes) {
         ss->evictable_bytes = cold;
         ss->generation++;
@@ -760,35 +786,36 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
         .scrub_budget = (uint64_t)((double)d->cfg.scrub_rate * d->cfg.interval_s),
     };
     uint64_t capacity = d->cfg.capacity_bytes;
-    uint64_t quota = d->cfg.tenant_capacity_bytes;
     pthread_mutex_unlock(&d->cfg_lock);
 
     daemon_poll_adopted(d);
     daemon_refresh_pins(d);
     if (!d->cfg.no_tenants)
         daemon_discover_tenants(d);
-    uint64_t shortfall = atomic_exchange(&d->shortfall_bytes, 0);
     int rc = 0;
     int64_t locked_max = 0;
     /* Stores are passed in turn, the shared one first; each sees the
-     * others' current bytes, so once one has evicted enough for the node
-     * to fit, the rest keep theirs. */
+     * others' current resident bytes, so once one has evicted enough for
+     * the node to fit, the rest keep theirs. Claims being verified count
+     * for nothing here: only bytes that are verified and stored make a
+     * pass evict (a verified ingest may have been let in against cold
+     * bytes, leaving the node above its capacity until now). */
     for (size_t i = 0; i < daemon_store_count(d); i++) {
         struct served_store *ss = d->stores[i];
         if (atomic_load(&ss->retired))
             continue;
         pol.bounded = capacity > 0;
         if (pol.bounded) {
-            uint64_t others = daemon_other_stores_bytes(d, ss);
-            uint64_t taken = others + shortfall;
-            pol.target = taken < capacity ? capacity - taken : 0;
+            struct store_bytes others;
+            daemon_other_stores_bytes(d, ss, &others);
+            pol.target = others.resident < capacity ? capacity - others.resident : 0;
         }
-        /* A tenant's quota bounds its store on its own, less what its
-         * refused ingests need. */
-        uint64_t own_short = atomic_exchange(&ss->quota_shortfall, 0);
-        if (ss->tenant[0] != '\0' && quota > 0) {
-            uint64_t own = own_short < quota ? quota - own_short : 0;
-            pol.target = pol.bounded && pol.target < own ? pol.target : own;
+        /* A store's quota bounds it on its own. */
+        pthread_mutex_lock(&d->cfg_lock);
+        uint64_t quota = store_quota(d, ss);
+        pthread_mutex_unlock(&d->cfg_lock);
+        if (quota > 0) {
+            pol.target = pol.bounded && pol.target < quota ? pol.target : quota;
             pol.bounded = true;
         }
         tetris_error serr;

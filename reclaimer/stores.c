@@ -46,19 +46,21 @@ struct served_store *daemon_find_store(struct daemon *d, const char *tenant)
     return NULL;
 }
 
-uint64_t daemon_other_stores_bytes(struct daemon *d, const struct served_store *skip)
+void daemon_other_stores_bytes(struct daemon *d, const struct served_store *skip,
+                               struct store_bytes *out)
 {
-    uint64_t sum = 0;
+    *out = (struct store_bytes){0};
     size_t n = daemon_store_count(d);
     for (size_t i = 0; i < n; i++) {
         struct served_store *ss = d->stores[i];
         if (ss == skip || atomic_load(&ss->retired))
             continue;
         pthread_mutex_lock(&ss->index_lock);
-        sum += ss->resident_bytes + ss->reserved_bytes;
+        out->resident += ss->resident_bytes;
+        out->reserved += ss->reserved_bytes;
+        out->evictable += store_evictable_bytes(ss);
         pthread_mutex_unlock(&ss->index_lock);
     }
-    return sum;
 }
 
 #define INSTANCE_LOCK_NAME "reclaimer.lock"

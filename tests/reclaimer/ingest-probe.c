@@ -64,10 +64,11 @@ static const char usage_text[] =
     "      offsets i*B of one source of zeros (a sparse file will do), with the\n"
     "      digests of zeros, or, with --corrupt, digests the bytes do not have.\n"
     "      B = 0 gives N distinct empty tensors (shapes [0, i+1]).\n"
-    "  conns --socket PATH --count N [--hold]\n"
-    "      opens N connections, each sending one report_fallback; prints\n"
-    "      {\"accepted\":A,\"refused\":R,\"reason\":LAST-REFUSAL}; --hold keeps\n"
-    "      the accepted ones open until SIGTERM.\n"
+    "  conns --socket PATH --count N [--ingest MODEL] [--hold]\n"
+    "      opens N connections, each sending one report_fallback, or with\n"
+    "      --ingest an ingest request for MODEL (so that it holds references);\n"
+    "      prints {\"accepted\":A,\"refused\":R,\"reason\":LAST-REFUSAL};\n"
+    "      --hold keeps the accepted ones open until SIGTERM.\n"
     "  manifest MODEL\n"
     "      prints MODEL's manifest with digests (to build requests by hand)\n"
     "  tcp --port PORT\n"
@@ -680,13 +681,49 @@ static int cmd_forge(int argc, char **argv)
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* What each connection of conns sends: its request and descriptors, and
+ * how many tensors the reply must answer for (0: a report_fallback). */
+struct conn_request {
+    char *json;
+    int fds[INGEST_MAX_SOURCES];
+    size_t n_fds;
+    size_t n_tensors;
+};
+
+static int conn_request_make(const char *model_path, struct conn_request *r)
+{
+    *r = (struct conn_request){0};
+    if (model_path == NULL) {
+        r->json = ingest_fallback_encode("conns", "probing the connection limits");
+        return r->json != NULL ? 0 : -1;
+    }
+    tetris_error err;
+    model *m = NULL;
+    const char *sources[INGEST_MAX_SOURCES];
+    int rc = model_parse_file(model_path, &m, &err);
+    if (rc == 0)
+        rc = model_compute_digests(m, &err);
+    if (rc == 0)
+        rc = ingest_request_encode("conns", m, &r->json, sources, &r->n_fds, &err);
+    for (size_t i = 0; rc == 0 && i < r->n_fds; i++)
+        if ((r->fds[i] = open(sources[i], O_RDONLY | O_CLOEXEC)) < 0)
+            rc = tetris_fail(&err, TETRIS_E_IO, errno, "open %s", sources[i]);
+    if (rc == 0)
+        r->n_tensors = m->n_tensors;
+    else
+        fprintf(stderr, "probe: %s\n", err.msg);
+    model_free(m);
+    return rc;
+}
+
 static int cmd_conns(int argc, char **argv)
 {
-    const char *sock = NULL;
+    const char *sock = NULL, *model_path = NULL;
     unsigned long count = 0;
     bool hold = false;
     static const struct option opts[] = {{"socket", required_argument, NULL, 'S'},
                                          {"count", required_argument, NULL, 'n'},
+                                         {"ingest", required_argument, NULL, 'i'},
                                          {"hold", no_argument, NULL, 'H'},
                                          {NULL, 0, NULL, 0}};
     int c;
@@ -695,6 +732,8 @@ static int cmd_conns(int argc, char **argv)
             sock = optarg;
         else if (c == 'n')
             count = strtoul(optarg, NULL, 10);
+        else if (c == 'i')
+            model_path = optarg;
         else if (c == 'H')
             hold = true;
         else
@@ -704,12 +743,12 @@ static int cmd_conns(int argc, char **argv)
         return usage();
     signal(SIGTERM, on_term);
     cleanup_free int *open_socks = calloc(count, sizeof(int));
-    if (open_socks == NULL)
+    struct conn_request req;
+    if (open_socks == NULL || conn_request_make(model_path, &req) < 0)
         return 1;
     unsigned long accepted = 0, refused = 0;
     char reason[sizeof(((tetris_error *)0)->msg)] = "";
-    cleanup_free char *req = ingest_fallback_encode("conns", "probing the connection limits");
-    for (unsigned long i = 0; i < count && req != NULL; i++) {
+    for (unsigned long i = 0; i < count; i++) {
         int s = connect_unix(sock);
         if (s < 0)
             return 1;
@@ -720,13 +759,19 @@ static int cmd_conns(int argc, char **argv)
         /* A refused connection gets its error at once, maybe before the
          * request goes out: the reply is read whatever the send said. */
         tetris_error send_err;
-        int send_rc = ingest_send_message(s, req, strlen(req), NULL, 0, deadline, &send_err);
+        int send_rc = ingest_send_message(s, req.json, strlen(req.json), req.fds, req.n_fds,
+                                          deadline, &send_err);
         int rc = ingest_recv_message(s, INGEST_MAX_MESSAGE_BYTES, &reply, &rl, NULL, 0, NULL,
                                      deadline, &err);
         if (rc < 0 && send_rc < 0)
             err = send_err;
-        if (rc == 0)
+        if (rc == 0 && req.n_tensors == 0) {
             rc = ingest_ack_decode(reply, rl, &err);
+        } else if (rc == 0) {
+            struct ingest_tensor_result *res = calloc(req.n_tensors, sizeof(*res));
+            rc = res != NULL ? ingest_reply_decode(reply, rl, req.n_tensors, res, NULL, &err) : -1;
+            free(res);
+        }
         free(reply);
         if (rc == 0) {
             open_socks[accepted++] = s;
@@ -742,6 +787,9 @@ static int cmd_conns(int argc, char **argv)
         pause();
     for (unsigned long i = 0; i < accepted; i++)
         close(open_socks[i]);
+    for (size_t i = 0; i < req.n_fds; i++)
+        close(req.fds[i]);
+    free(req.json);
     return 0;
 }
 

@@ -98,20 +98,30 @@ grep -qF 'msg="unknown op x\nts=0 level=error event=forged \x1b[31m\r"' "$DAEMON
 [ "$(tensor_count)" = 0 ] || fail "refused requests left tensors in the store"
 
 # A forged digest: m's bytes claimed to be other's first tensor. The daemon
-# hashes what it reads, refuses the tensor and publishes nothing under it.
+# hashes what it reads, refuses the tensor and publishes nothing under it;
+# the client's uid then backs off, so each of the request's other tensors
+# is stored, or refused unread if the forged one failed first.
 forged=$(jq -r '.tensors[0].digest' "$WORK/other.json")
 forged_crc=$(jq -r '.tensors[0].crc32' "$WORK/other.json")
 out=$(request "$WORK/m.json" ".tensors[0].digest = \"$forged\" | .tensors[0].crc32 = $forged_crc" |
       send --fd "$WORK/m.safetensors")
 echo "$out" | jq -e '.ok and .tensors[0].status == "rejected" and .tensors[0].error == "corrupt"' >/dev/null ||
     fail "forged digest not rejected: $out"
-echo "$out" | jq -e '[.tensors[1:][] | .status == "ingested"] | all' >/dev/null ||
-    fail "honest tensors of the same request not ingested: $out"
+echo "$out" | jq -e '[.tensors[1:][] | .status == "ingested" or
+        (.error == "denied" and (.reason | test("failed verification")))] | all' >/dev/null ||
+    fail "honest tensors of the same request neither ingested nor backed off: $out"
 hex=${forged#sha256:}
 http_get /inventory | jq -e --arg d "$hex" '[.tensors[] | select(.digest == $d)] | length == 0' >/dev/null ||
     fail "forged digest visible in the inventory"
 [ -z "$(find "$STORE/public/tensors" -name "$hex*")" ] || fail "forged digest present in the store"
-note "forged digest rejected (corrupt), honest tensors ingested"
+# Once the backoff (1 s after a first failure) is over, the same client's
+# honest request is served in full.
+honest_m() {
+    request "$WORK/m.json" | send --fd "$WORK/m.safetensors" |
+        jq -e '.ok and ([.tensors[] | .status != "rejected"] | all)' >/dev/null
+}
+wait_until 30 honest_m || fail "the client's uid stayed backed off"
+note "forged digest rejected (corrupt), its client backed off, then served again"
 
 # The daemon still serves a normal client.
 "$PROBE" load --store "$STORE" "$WORK/other.safetensors" >"$WORK/ok.json" 2>>"$WORK/probe.log" ||

@@ -74,20 +74,33 @@ sleep 1.1   # last-use times have one-second resolution: B is older than A
 hold "$WORK/a.safetensors" "$WORK/a3.json"; A3=$HOLD_PID
 grep -q '"ingested":8' "$WORK/a3.json" || fail "A not ingested under capacity: $(cat "$WORK/a3.json")"
 # The store is full (3 MiB + 128 KiB; each tensor is charged its file
-# rounded up to pages plus an inode, 5 KiB more than its bytes here):
-# C is refused tensor by tensor and loaded privately. The refusal makes the
-# next pass evict least recently used cold tensors (B's, never A's) until
-# C fits, so the next instance of C gets it shared.
+# rounded up to pages plus an inode, 5 KiB more than its bytes here), but
+# B is cold: C's claims may count on B's room. C is read, verified and
+# stored, shared at once, and the pass that follows evicts least recently
+# used cold tensors (B's, never A's) until the store is under capacity
+# again. Only verified bytes make a pass evict.
 "$PROBE" load --store "$STORE" "$WORK/c.safetensors" >"$WORK/c1.json" 2>>"$WORK/probe.log" || fail "load C"
-grep -q '"rejected":8' "$WORK/c1.json" || fail "C should be refused by a full store: $(cat "$WORK/c1.json")"
-grep -q '"private_bytes":524288' "$WORK/c1.json" || fail "C's refused tensors not loaded privately"
-grep -q '"fallback":false' "$WORK/c1.json" || fail "a full store is a per-tensor refusal, not a fallback"
+grep -q '"ingested":8' "$WORK/c1.json" || fail "C not let in against cold bytes: $(cat "$WORK/c1.json")"
+grep -q '"fallback":false' "$WORK/c1.json" || fail "C fell back: $(cat "$WORK/c1.json")"
 wait_until 60 '[ "$(metric tetris_evictions_total)" = 4 ]' ||
-    fail "refusal did not make room: evictions $(metric tetris_evictions_total), want 4 of B's"
+    fail "stored C did not make room: evictions $(metric tetris_evictions_total), want 4 of B's"
 [ "$(count_of $((256 * KI)))" = 8 ] || fail "making room evicted a referenced tensor of A"
+[ "$(metric tetris_store_resident_bytes)" -le 3276800 ] || fail "store left above capacity"
 "$PROBE" load --store "$STORE" "$WORK/c.safetensors" >"$WORK/c2.json" 2>>"$WORK/probe.log" || fail "load C"
-grep -q '"ingested":8' "$WORK/c2.json" || fail "C not ingested after room was made: $(cat "$WORK/c2.json")"
-note "store full: C refused per tensor, LRU made room, C shared next time"
+grep -q '"resident":8' "$WORK/c2.json" || fail "C not shared the next time: $(cat "$WORK/c2.json")"
+# With A and C held, what is cold (B's other half) is less than D needs:
+# D is refused per tensor, loaded privately, and evicts nothing.
+hold "$WORK/c.safetensors" "$WORK/c3.json"; C3=$HOLD_PID
+synth "$WORK/d.safetensors" 8 $((640 * KI)) 4
+"$PROBE" load --store "$STORE" "$WORK/d.safetensors" >"$WORK/d1.json" 2>>"$WORK/probe.log" || fail "load D"
+grep -q '"rejected":8' "$WORK/d1.json" || fail "D should be refused by a full store: $(cat "$WORK/d1.json")"
+grep -q '"private_bytes":5242880' "$WORK/d1.json" || fail "D's refused tensors not loaded privately"
+grep -q '"fallback":false' "$WORK/d1.json" || fail "a full store is a per-tensor refusal, not a fallback"
+wait_passes 3
+[ "$(metric tetris_evictions_total)" = 4 ] || fail "a refused claim evicted: $(metric tetris_evictions_total)"
+[ "$(count_of $((128 * KI)))" = 4 ] || fail "B's cold half evicted for a refused claim"
+release "$C3"
+note "store full of cold bytes: C let in, LRU made room after; too little cold: D refused, nothing evicted"
 
 # Lower capacity: LRU goes oldest first (B's remaining tensors, then C's)
 # and never touches A, even when A alone is above capacity.

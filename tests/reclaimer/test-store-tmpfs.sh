@@ -8,10 +8,14 @@
 #     kernel that refuses huge= gets 4 KiB pages and a line saying why;
 #  2. the daemon on it reuses the mount, ingests, and after a restart finds
 #     the mount and every tensor again (a mount outlives its daemon);
-#  3. a directory that already holds files is never mounted over: one
-#     warning line, the daemon serves it as it is, nothing stored is lost;
+#  3. a directory that already holds files (a pod's DirectoryOrCreate of
+#     <store>/public, made as another uid, and a file) is never mounted
+#     over: one warning line, the daemon serves it as it is, nothing stored
+#     is lost, and it stays loud: tetris_store_tmpfs_fallback is 1 and
+#     /healthz (still 200) says store_tmpfs fallback with the reason, for
+#     as long as the daemon runs (0 and no fallback on its own tmpfs);
 #  4. without CAP_SYS_ADMIN the mount is refused: one warning line, the
-#     directory as it is (the fallback), loads still work;
+#     directory as it is (the fallback, in /metrics too), loads still work;
 #  5. none leaves the directory alone; the setting also comes from the YAML
 #     config (store_tmpfs); a mount namespace that cannot be entered is a
 #     fallback; a bad value is a usage error (exit 2).
@@ -97,11 +101,27 @@ echo "$line" | grep -q 'level=warn .*state=mounted .*tmpfs=1 huge=never msg=.*re
 [ "$(findmnt -n -o FSTYPE --mountpoint "$S1C")" = tmpfs ] || fail "nothing mounted on $S1C"
 note "no huge tmpfs pages: $line"
 
+# fallback_shown 0|1: what /metrics and /healthz say of the store's tmpfs.
+fallback_shown() {
+    [ "$(metric tetris_store_tmpfs_fallback)" = "$1" ] ||
+        fail "tetris_store_tmpfs_fallback is $(metric tetris_store_tmpfs_fallback), want $1"
+    curl -sS --max-time 20 -o "$WORK/healthz.json" -w '%{http_code}' \
+        "http://127.0.0.1:$RECLAIMER_PORT/healthz" >"$WORK/healthz.code"
+    [ "$(cat "$WORK/healthz.code")" = 200 ] || fail "/healthz: $(cat "$WORK/healthz.code")"
+    want=false
+    [ "$1" = 1 ] && want=true
+    jq -e --argjson f $want '.status == "ok" and .store_tmpfs.fallback == $f and
+        ((.store_tmpfs.fallback | not) or
+         (.store_tmpfs.state == "fallback" and (.store_tmpfs.reason | length) > 0))' \
+        "$WORK/healthz.json" >/dev/null || fail "/healthz store_tmpfs: $(cat "$WORK/healthz.json")"
+}
+
 # --- 2. the daemon reuses it, and finds it again after a restart -------------
 STORE="$S1"
 start_daemon --store-tmpfs huge --interval 1s --keep-alive 3600
 echo "$(tmpfs_line "$DAEMON_LOG")" | grep -q 'state=reused .*tmpfs=1' ||
     fail "the daemon did not reuse the mount: $(grep event=store-tmpfs "$DAEMON_LOG")"
+fallback_shown 0
 "$PROBE" load --store "$STORE" "$WORK/m.safetensors" >"$WORK/cold.json" 2>>"$WORK/probe.log" ||
     fail "cold load on the daemon's tmpfs: $(tail -3 "$WORK/probe.log")"
 [ "$(tensor_count)" = 4 ] || fail "want 4 tensors stored, have $(tensor_count)"
@@ -117,14 +137,24 @@ echo "$(tmpfs_line "$DAEMON_LOG")" | grep -q 'state=reused' ||
 stop_daemon
 
 # --- 3. a directory holding files is not mounted over ------------------------
+# What a function pod's hostPath volume (DirectoryOrCreate) makes when it
+# starts before the daemon: <store>/public, here as another uid's.
 S3="$WORK/s3"
 mkdir -p "$S3" && echo keep >"$S3/kept" || fail "mkdir $S3"
+if command -v setpriv >/dev/null; then
+    chmod 755 "$WORK" && chmod 777 "$S3" || fail "chmod"
+    setpriv --reuid=65534 --regid=65534 --clear-groups mkdir "$S3/public" || fail "the pod's mkdir"
+    chmod 755 "$S3" && chown root:root "$S3/public" || fail "chmod" # the kubelet makes it as root
+fi
 STORE="$S3"
 DAEMON_LOG="$WORK/daemon3.log"
 start_daemon --store-tmpfs huge
 line=$(tmpfs_line "$DAEMON_LOG")
 echo "$line" | grep -q 'level=warn.*state=fallback .*msg=.*holds files' ||
     fail "no warning that the directory is used as it is: $line"
+fallback_shown 1
+jq -e '.store_tmpfs.reason | test("holds files")' "$WORK/healthz.json" >/dev/null ||
+    fail "/healthz does not say why: $(cat "$WORK/healthz.json")"
 ! findmnt -n --mountpoint "$S3" >/dev/null || { MOUNTS="$MOUNTS $S3"; fail "mounted over files"; }
 [ "$(cat "$S3/kept")" = keep ] || fail "a file in the directory was lost"
 "$PROBE" load --store "$STORE" "$WORK/m.safetensors" >/dev/null 2>>"$WORK/probe.log" ||
@@ -151,6 +181,7 @@ BIN="$BIN_SAVED"
 line=$(tmpfs_line "$DAEMON_LOG")
 echo "$line" | grep -q 'level=warn.*state=fallback .*msg=.*mount tmpfs: Operation not permitted' ||
     fail "no warning that the mount was refused: $line"
+fallback_shown 1
 ! findmnt -n --mountpoint "$S4" >/dev/null || { MOUNTS="$MOUNTS $S4"; fail "mounted anyway"; }
 "$PROBE" load --store "$STORE" "$WORK/m.safetensors" >/dev/null 2>>"$WORK/probe.log" ||
     fail "load on the fallback directory: $(tail -3 "$WORK/probe.log")"

@@ -1,6 +1,8 @@
 /* test_common.c - the small shared pieces of common/: option-value
  * parsing (every way a value is refused), text buffer growth and limits,
- * Prometheus text (escaping, histograms), clock conversions, and GETs
+ * Prometheus text (escaping, histograms), JSON strings written and JSON
+ * read without a tree (json_scan: what it accepts and refuses, pulled
+ * value by value, spans, iteration, keys), clock conversions, and GETs
  * against a real HTTP server on a loopback port (status, ETag, size cap,
  * timeout, several at once). */
 #include <arpa/inet.h>
@@ -22,9 +24,11 @@
 #include "common/clock.h"
 #include "common/httpclient.h"
 #include "common/httpserver.h"
+#include "common/json_scan.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/textbuf.h"
+#include "common/utf8.h"
 #include "common/workers.h"
 
 /* ---- cli ---- */
@@ -287,6 +291,221 @@ START_TEST(test_prom_labels_stay_utf8)
                           "b");
     prom_copy_label(buf, 1, "abc");
     ck_assert_str_eq(buf, "");
+}
+END_TEST
+
+/* ---- JSON without a tree ---- */
+
+/* A JSON string literal stays valid whatever the bytes: quotes and
+ * control characters escaped, ill-formed UTF-8 (a message cut inside a
+ * character) as U+FFFD. */
+START_TEST(test_json_string_written)
+{
+    textbuf t = {0};
+    textbuf_json_string(&t, "a\"b\\c\nd\te\x01"
+                            "f\xc3\xa9\xe2\x82");
+    char *text = take(&t);
+    ck_assert_str_eq(text, "\"a\\\"b\\\\c\\nd\\te\\u0001f\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\"");
+    free(text);
+    ck_assert_uint_eq(utf8_sequence((const unsigned char *)"\xf0\x9f\x98\x80", 4), 4);
+    ck_assert_uint_eq(utf8_sequence((const unsigned char *)"\xf0\x9f\x98\x80", 3), 0); /* cut */
+    ck_assert_uint_eq(utf8_sequence((const unsigned char *)"\xed\xa0\x80", 3), 0); /* surrogate */
+    ck_assert_uint_eq(utf8_sequence((const unsigned char *)"a", 0), 0);
+}
+END_TEST
+
+static bool scans(const char *text)
+{
+    json_span v;
+    tetris_error err;
+    return json_scan_document(text, strlen(text), &v, &err) == 0;
+}
+
+/* What jansson accepts, json_scan accepts; what it refuses, json_scan
+ * refuses with a message that says where, but for the differences
+ * json_scan.h decides: \u0000 and numbers of any size are accepted. */
+START_TEST(test_json_scan_accepts_what_jansson_does)
+{
+    static const char *const good[] = {
+        "{}",
+        "[]",
+        " {\"a\" : [1, -0, 2.5e-3, 1E+2, true, false, null, \"x\"]}\n",
+        "\"s\"",
+        "0",
+        "-12",
+        "9223372036854775807",
+        "1e308",
+        "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\"",
+        "\"\xc3\xa9\xf0\x9f\x98\x80\"",
+        "{\"a\":{\"a\":{}}}",
+        /* Not jansson's: the caller converts a number, or takes a NUL. */
+        "9223372036854775808",
+        "18446744073709551615",
+        "-9223372036854775809",
+        "1e309",
+        "\"\\u0000\"",
+    };
+    static const char *const bad[] = {
+        "",
+        " ",
+        "{",
+        "[1,]",
+        "{\"a\":1,}",
+        "{\"a\" 1}",
+        "{1:2}",
+        "[1 2]",
+        "01",
+        "1.",
+        ".5",
+        "-",
+        "1e",
+        "+1",
+        "tru",
+        "nul",
+        "\"abc",
+        "\"a\nb\"",
+        "\"\\x\"",
+        "\"\\u12\"",
+        "\"\\ud800\"",
+        "\"\\udc00\"",
+        "\"\\ud800\\u0041\"",
+        "\"\xc0\xaf\"",
+        "\"\xed\xa0\x80\"",
+        "\"\xf4\x90\x80\x80\"",
+        "\"\xff\"",
+        "{} {}",
+        "[1]x",
+        "[\"a\"\x01]",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        ck_assert_msg(scans(good[i]), "refused: %s", good[i]);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(!scans(bad[i]), "accepted: %s", bad[i]);
+    json_span v;
+    tetris_error err;
+    ck_assert_int_eq(json_scan_document("[1, x]", 6, &v, &err), -TETRIS_E_FORMAT);
+    ck_assert_str_eq(err.msg, "JSON: expected a value at offset 4");
+    /* A NUL is no JSON anywhere (jansson drops one that follows a number
+     * or a literal: the fuzzer's first finding). */
+    ck_assert_int_eq(json_scan_document("[[1\0]]", 6, &v, &err), -TETRIS_E_FORMAT);
+    /* A length, not a NUL, ends the text. */
+    ck_assert_int_eq(json_scan_document("[1]", 2, &v, &err), -TETRIS_E_FORMAT);
+    ck_assert_int_eq(json_scan_document("[1] trailing", 3, &v, &err), 0);
+}
+END_TEST
+
+START_TEST(test_json_scan_depth_is_bounded)
+{
+    char deep[2 * JSON_SCAN_MAX_DEPTH + 3];
+    size_t n = 0;
+    for (int i = 0; i < JSON_SCAN_MAX_DEPTH; i++)
+        deep[n++] = '[';
+    for (int i = 0; i < JSON_SCAN_MAX_DEPTH; i++)
+        deep[n++] = ']';
+    json_span v;
+    tetris_error err;
+    ck_assert_int_eq(json_scan_document(deep, n, &v, &err), 0);
+    memmove(deep + 1, deep, n);
+    deep[0] = '[';
+    deep[++n] = ']';
+    n++;
+    ck_assert_int_eq(json_scan_document(deep, n, &v, &err), -TETRIS_E_FORMAT);
+    ck_assert_str_eq(err.msg, "JSON: nesting deeper than the limit at offset 64");
+}
+END_TEST
+
+/* Members and elements come out as spans of the text, in order, keys
+ * decoded; nested values are skipped whole. */
+START_TEST(test_json_scan_iterates)
+{
+    const char *text =
+        " { \"op\" : \"ingest\", \"t\\u0065nsors\":[ {\"a\":\"]}\"} , [2,[3]], \"x,y\" ,4 ],"
+        "\"long key that does not fit\":null, \"n\": -1.5e3 } ";
+    json_span doc, key, value;
+    tetris_error err;
+    ck_assert_int_eq(json_scan_document(text, strlen(text), &doc, &err), 0);
+    ck_assert(json_span_is_object(doc));
+    json_iter it;
+    ck_assert(json_iter_object(&it, doc));
+    json_iter not_array;
+    ck_assert(!json_iter_array(&not_array, doc));
+    ck_assert_uint_eq(json_iter_count(it), 4);
+    char name[16];
+    ck_assert_int_eq(json_iter_next(&it, &key, &value), 1);
+    ck_assert_int_eq(json_span_string(key, name, sizeof(name)), 2);
+    ck_assert_str_eq(name, "op");
+    ck_assert_int_eq(json_span_string(value, name, sizeof(name)), 6);
+    ck_assert_str_eq(name, "ingest");
+    ck_assert_int_eq(json_iter_next(&it, &key, &value), 1);
+    ck_assert_int_eq(json_span_string(key, name, sizeof(name)), 7);
+    ck_assert_str_eq(name, "tensors");
+    json_iter arr;
+    ck_assert(json_iter_array(&arr, value));
+    ck_assert_uint_eq(json_iter_count(arr), 4);
+    static const char *const elems[] = {"{\"a\":\"]}\"}", "[2,[3]]", "\"x,y\"", "4"};
+    for (size_t i = 0; i < 4; i++) {
+        json_span e;
+        ck_assert_int_eq(json_iter_next(&arr, NULL, &e), 1);
+        ck_assert_uint_eq(e.len, strlen(elems[i]));
+        ck_assert(memcmp(e.p, elems[i], e.len) == 0);
+    }
+    json_span e;
+    ck_assert_int_eq(json_iter_next(&arr, NULL, &e), 0);
+    ck_assert_int_eq(json_iter_next(&it, &key, &value), 1);
+    ck_assert_int_eq(json_span_string(key, name, sizeof(name)), -1); /* does not fit */
+    ck_assert_int_eq(json_iter_next(&it, &key, &value), 1);
+    ck_assert_uint_eq(value.len, 6);
+    ck_assert(memcmp(value.p, "-1.5e3", 6) == 0);
+    ck_assert_int_eq(json_iter_next(&it, &key, &value), 0);
+    /* Empty containers; a scalar is neither. */
+    ck_assert(json_iter_array(&arr, (json_span){"[ ]", 3}));
+    ck_assert_uint_eq(json_iter_count(arr), 0);
+    ck_assert(!json_iter_object(&it, (json_span){"\"{}\"", 4}));
+    /* Escapes and surrogate pairs come out as UTF-8. */
+    const char *s = "\"\\ud83d\\ude00\\u00e9\\n\"";
+    char out[16];
+    ck_assert_int_eq(json_span_string((json_span){s, strlen(s)}, out, sizeof(out)), 7);
+    ck_assert_str_eq(out, "\xf0\x9f\x98\x80\xc3\xa9\n");
+    /* No C string holds a NUL: a key "op\u0000x" is never "op". */
+    s = "\"op\\u0000x\"";
+    ck_assert_int_eq(json_span_string((json_span){s, strlen(s)}, out, sizeof(out)), -1);
+    /* A span that is not JSON ends an iteration with -1, then 0. */
+    ck_assert(json_iter_array(&arr, (json_span){"[1,,2]", 6}));
+    ck_assert_int_eq(json_iter_next(&arr, NULL, &e), 1);
+    ck_assert_int_eq(json_iter_next(&arr, NULL, &e), -1);
+    ck_assert_int_eq(json_iter_next(&arr, NULL, &e), 0);
+}
+END_TEST
+
+/* Pulled value by value: strings decoded, escapes and surrogate pairs as
+ * UTF-8; what is no JSON, or nests past the caller's limit, refused with
+ * an error that says it is JSON's. */
+START_TEST(test_json_scan_pulls)
+{
+    json_scan s;
+    tetris_error err;
+    char buf[16];
+    size_t len;
+    const char text[] = "\"a\\u00e9\\ud83d\\ude00\\n\"";
+    json_scan_init(&s, text, sizeof(text) - 1, 4);
+    ck_assert_int_eq(json_scan_string(&s, buf, sizeof(buf), &len, &err), 0);
+    ck_assert_uint_eq(len, 8);
+    ck_assert_int_eq(memcmp(buf, "a\xc3\xa9\xf0\x9f\x98\x80\n", 8), 0);
+    static const char *const bad[] = {
+        "\"\\ud83d\"", "\"\\ude00\"", "\"\x01\"", "\"\xff\"", "\"\xc0\x80\"", "01",
+        "1.",          "-",           "1e",       "+1",       "[1,]",         "{\"a\" 1}",
+        "[[[[[1]]]]]", "tru",         "\"abc",    "NaN",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        size_t n = 0;
+        json_scan_init(&s, bad[i], strlen(bad[i]), 4);
+        int r = json_scan_skip(&s, &n, &err);
+        if (r == 0)
+            r = json_scan_end(&s, &err);
+        ck_assert_msg(r < 0, "accepted %s", bad[i]);
+        ck_assert_int_eq(err.code, TETRIS_E_FORMAT);
+        ck_assert_msg(strstr(err.msg, "JSON") != NULL, "%s: %s", bad[i], err.msg);
+    }
 }
 END_TEST
 
@@ -606,6 +825,11 @@ int main(void)
     tcase_add_test(tc, test_log_quote_escapes);
     tcase_add_test(tc, test_prom_labels_stay_utf8);
     tcase_add_test(tc, test_prom_histogram);
+    tcase_add_test(tc, test_json_string_written);
+    tcase_add_test(tc, test_json_scan_accepts_what_jansson_does);
+    tcase_add_test(tc, test_json_scan_depth_is_bounded);
+    tcase_add_test(tc, test_json_scan_iterates);
+    tcase_add_test(tc, test_json_scan_pulls);
     tcase_add_test(tc, test_clock);
     tcase_add_test(tc, test_workers_run_each_item_once);
     tcase_add_test(tc, test_cpu_allowance_quota);

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "common/textbuf.h"
-#include "function/json_scan.h"
 #include "function/oip_request.h"
 #include "function/oip_response.h"
 #include "protocol/oip.h"
@@ -78,35 +77,6 @@ START_TEST(narrow_floats)
             snprintf(text, sizeof(text), "%.9g", f);
             ck_assert_uint_eq(oip_bf16_from_double(strtod(text, NULL)), h);
         }
-    }
-}
-END_TEST
-
-START_TEST(scanner)
-{
-    json_scan s;
-    tetris_error err;
-    char buf[16];
-    size_t len;
-    const char text[] = "\"a\\u00e9\\ud83d\\ude00\\n\"";
-    json_scan_init(&s, text, sizeof(text) - 1, 4);
-    ck_assert_int_eq(json_scan_string(&s, buf, sizeof(buf), &len, &err), 0);
-    ck_assert_uint_eq(len, 8);
-    ck_assert_int_eq(memcmp(buf, "a\xc3\xa9\xf0\x9f\x98\x80\n", 8), 0);
-    static const char *const bad[] = {
-        "\"\\ud83d\"", "\"\\ude00\"", "\"\x01\"", "\"\xff\"", "\"\xc0\x80\"", "01",
-        "1.",          "-",           "1e",       "+1",       "[1,]",         "{\"a\" 1}",
-        "[[[[[1]]]]]", "tru",         "\"abc",    "NaN",
-    };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        size_t n = 0;
-        json_scan_init(&s, bad[i], strlen(bad[i]), 4);
-        int r = json_scan_skip(&s, &n, &err);
-        if (r == 0)
-            r = json_scan_end(&s, &err);
-        ck_assert_msg(r < 0, "accepted %s", bad[i]);
-        ck_assert_int_eq(err.code, TETRIS_E_FORMAT);
-        ck_assert_msg(strstr(err.msg, "JSON") != NULL, "%s: %s", bad[i], err.msg);
     }
 }
 END_TEST
@@ -501,7 +471,6 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, datatypes);
     tcase_add_test(tc, narrow_floats);
-    tcase_add_test(tc, scanner);
     tcase_add_test(tc, decode_small);
     tcase_add_test(tc, decode_binary);
     tcase_add_loop_test(tc, decode_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));

@@ -181,6 +181,11 @@ START_TEST(test_config_budgets)
     ck_assert_uint_eq(cfg.max_conns_per_uid, 192); /* 3/4 of 256 */
     ck_assert_uint_eq(cfg.max_conns_per_pid, 8);
     ck_assert(cfg.ingest_timeout_s == 120);
+    /* Claims in flight: a quarter of the capacity per store, half that per
+     * uid; the shared store has the tenants' quota (none). */
+    ck_assert_uint_eq(cfg.max_unverified_bytes, (uint64_t)((double)half * 25 / 100));
+    ck_assert_uint_eq(cfg.max_unverified_uid_bytes, cfg.max_unverified_bytes / 2);
+    ck_assert_uint_eq(cfg.shared_capacity_bytes, 0);
     char *path = write_temp("capacity: 10%\ntenant_capacity: 25%\nmax_request_bytes: 1Mi\n"
                             "ingest_timeout: 5s\nmax_connections_per_uid: 3\n");
     char *a2[] = {"r", "--store", "/tmp", "--config", path, "--max-connections-per-pid", "2", NULL};
@@ -194,10 +199,26 @@ START_TEST(test_config_budgets)
     ck_assert_uint_eq(cfg.max_conns_per_pid, 2);
     unlink(path);
     free(path);
+    ck_assert_uint_eq(cfg.shared_capacity_bytes, cfg.tenant_capacity_bytes);
     char *a3[] = {"r", "--capacity", "0", "--tenant-capacity", "1Gi", NULL};
     ck_assert_int_eq(reclaimer_config_load(5, a3, &cfg, &err), 0);
     ck_assert_uint_eq(cfg.capacity_bytes, 0); /* unlimited, when asked for */
     ck_assert_uint_eq(cfg.tenant_capacity_bytes, 1ull << 30);
+    ck_assert_uint_eq(cfg.max_unverified_bytes, 0); /* no capacity, no bound */
+    char *a5[] = {"r",
+                  "--capacity=64Mi",
+                  "--tenant-capacity=8Mi",
+                  "--shared-capacity=50%",
+                  "--max-unverified-bytes=1Mi",
+                  "--max-unverified-bytes-per-uid=10%",
+                  NULL};
+    ck_assert_int_eq(reclaimer_config_load(6, a5, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.shared_capacity_bytes, 32u << 20);
+    ck_assert_uint_eq(cfg.max_unverified_bytes, 1u << 20);
+    ck_assert_uint_eq(cfg.max_unverified_uid_bytes, (uint64_t)((double)(64u << 20) / 10));
+    char *a6[] = {"r", "--tenant-capacity", "8Mi", "--shared-capacity", "0", NULL};
+    ck_assert_int_eq(reclaimer_config_load(5, a6, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.shared_capacity_bytes, 0); /* none, when asked for */
     static const char *bad[] = {"0%", "101%", "x%", "%", "-5%"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char *a4[] = {"r", "--capacity", (char *)bad[i], NULL};

@@ -1,5 +1,9 @@
-/* json_scan.c - the in-place strict JSON reader (see json_scan.h). */
-#include "function/json_scan.h"
+/* json_scan.c - the in-place strict JSON reader (see json_scan.h). One
+ * engine: the pull functions check as they go; the span functions are the
+ * same functions run over a whole text (json_scan_document: skip one value,
+ * then the end) or over a span of it (an iterator: the container's members
+ * one json_scan_skip at a time; json_span_string: json_scan_string). */
+#include "common/json_scan.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -91,22 +95,37 @@ static int next_in(json_scan *s, size_t *i, char close, tetris_error *err)
     return 1;
 }
 
+/* A member's name and the ':' after it, the name decoded as
+ * json_scan_object_next says; *literal (may be NULL) gets the name's
+ * string literal, quotes included. */
+static int member_name(json_scan *s, char *key, size_t cap, size_t *key_len, json_span *literal,
+                       tetris_error *err)
+{
+    if (json_scan_peek(s) != JSON_KIND_STRING)
+        return syntax(s, err, "expected a member name");
+    const char *start = s->p;
+    int r = json_scan_string(s, key, cap, key_len, err);
+    if (r < 0)
+        return r;
+    if (cap > 0)
+        key[*key_len < cap ? *key_len : cap - 1] = '\0';
+    if (literal != NULL)
+        *literal = (json_span){start, (size_t)(s->p - start)};
+    skip_blanks(s);
+    if (s->p >= s->end || *s->p != ':')
+        return syntax(s, err, "expected ':'");
+    s->p++;
+    return 0;
+}
+
 int json_scan_object_next(json_scan *s, size_t *i, char *key, size_t cap, size_t *key_len,
                           tetris_error *err)
 {
     int r = next_in(s, i, '}', err);
     if (r <= 0)
         return r;
-    if (json_scan_peek(s) != JSON_KIND_STRING)
-        return syntax(s, err, "expected a member name");
-    if ((r = json_scan_string(s, key, cap, key_len, err)) < 0)
+    if ((r = member_name(s, key, cap, key_len, NULL, err)) < 0)
         return r;
-    if (cap > 0)
-        key[*key_len < cap ? *key_len : cap - 1] = '\0';
-    skip_blanks(s);
-    if (s->p >= s->end || *s->p != ':')
-        return syntax(s, err, "expected ':'");
-    s->p++;
     return 1;
 }
 
@@ -353,4 +372,107 @@ int json_scan_end(json_scan *s, tetris_error *err)
 {
     skip_blanks(s);
     return s->p == s->end ? 0 : syntax(s, err, "unexpected text after the value");
+}
+
+/* ---- spans ---- */
+
+int json_scan_document(const char *text, size_t len, json_span *value, tetris_error *err)
+{
+    json_scan s;
+    json_scan_init(&s, text, len, JSON_SCAN_MAX_DEPTH);
+    skip_blanks(&s);
+    const char *start = s.p;
+    int r = json_scan_skip(&s, NULL, err);
+    if (r < 0)
+        return r;
+    *value = (json_span){start, (size_t)(s.p - start)};
+    return json_scan_end(&s, err);
+}
+
+/* The iterator is a scanner over the container's span, past its opening
+ * bracket: the depth it may still go is what the span's own nesting
+ * needs, never more than json_scan_document allowed. */
+static bool iter_start(json_iter *it, json_span v, bool object)
+{
+    if (object ? !json_span_is_object(v) : !json_span_is_array(v))
+        return false;
+    *it = (json_iter){.object = object};
+    json_scan_init(&it->s, v.p, v.len, JSON_SCAN_MAX_DEPTH);
+    it->s.p++;
+    it->s.depth = 1;
+    return true;
+}
+
+bool json_iter_object(json_iter *it, json_span v)
+{
+    return iter_start(it, v, true);
+}
+
+bool json_iter_array(json_iter *it, json_span v)
+{
+    return iter_start(it, v, false);
+}
+
+int json_iter_next(json_iter *it, json_span *key, json_span *value)
+{
+    tetris_error err;
+    size_t key_len;
+    json_span name = {NULL, 0};
+    if (it->done)
+        return 0;
+    int r = next_in(&it->s, &it->i, it->object ? '}' : ']', &err);
+    if (r > 0 && it->object)
+        r = member_name(&it->s, NULL, 0, &key_len, &name, &err) < 0 ? -1 : 1;
+    if (r > 0) {
+        skip_blanks(&it->s);
+        const char *start = it->s.p;
+        r = json_scan_skip(&it->s, NULL, &err) < 0 ? -1 : 1;
+        *value = (json_span){start, (size_t)(it->s.p - start)};
+        if (key != NULL)
+            *key = name;
+    }
+    if (r <= 0) {
+        it->done = true;
+        return r < 0 ? -1 : 0;
+    }
+    return 1;
+}
+
+size_t json_iter_count(json_iter it)
+{
+    size_t n = 0;
+    json_span v;
+    while (json_iter_next(&it, NULL, &v) > 0)
+        n++;
+    return n;
+}
+
+bool json_span_is_string(json_span v)
+{
+    return v.len >= 2 && v.p[0] == '"';
+}
+
+bool json_span_is_array(json_span v)
+{
+    return v.len >= 2 && v.p[0] == '[';
+}
+
+bool json_span_is_object(json_span v)
+{
+    return v.len >= 2 && v.p[0] == '{';
+}
+
+ssize_t json_span_string(json_span v, char *buf, size_t cap)
+{
+    if (!json_span_is_string(v) || cap == 0)
+        return -1;
+    json_scan s;
+    tetris_error err;
+    size_t len;
+    json_scan_init(&s, v.p, v.len, 0);
+    if (json_scan_string(&s, buf, cap - 1, &len, &err) < 0 || json_scan_end(&s, &err) < 0 ||
+        len >= cap || memchr(buf, '\0', len) != NULL)
+        return -1;
+    buf[len] = '\0';
+    return (ssize_t)len;
 }
