@@ -5,7 +5,7 @@
 # fault-injection test.
 LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/prom.c \
             common/cli.c common/httpserver.c common/httpclient.c common/config_yaml.c \
-            common/strmap.c common/kube.c common/yaml_write.c common/kubeconfig.c \
+            common/strmap.c common/kube.c common/yaml_write.c common/yaml_read.c common/kubeconfig.c \
             common/workers.c common/utf8.c common/fileio.c
 
 # common/httpserver.c needs libmicrohttpd; every program linking libtetris
@@ -13,7 +13,7 @@ LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/p
 LDLIBS += -lmicrohttpd
 
 UNIT_TESTS += tests/unit/test_httpserver.c tests/unit/test_kubeconfig.c tests/unit/test_common.c \
-              tests/unit/test_yaml_write.c tests/unit/test_fileio.c
+              tests/unit/test_yaml_write.c tests/unit/test_yaml_read.c tests/unit/test_fileio.c
 UNIT_LIBS += -lcurl
 
 # The Kubernetes client against the fault-injecting HTTP server (dropped
