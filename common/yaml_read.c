@@ -55,6 +55,7 @@ static int fail_at(reader *r, yaml_mark_t mark, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail_nomem(reader *r);
 static int add_mark(reader *r, const json_t *node, yaml_mark_t at, const yaml_mark_t *key_at);
+static const struct mark *find_mark(const yaml_read_marks *marks, const json_t *node);
 static int compare_marks(const void *a, const void *b);
 
 int yaml_read_json(const char *text, size_t len, const char *what, json_t **out,
@@ -80,7 +81,8 @@ int yaml_read_json(const char *text, size_t len, const char *what, json_t **out,
         return rc;
     }
     if (r.marks != NULL) {
-        qsort(r.marks->v, r.marks->n, sizeof *r.marks->v, compare_marks);
+        if (r.marks->n > 0) /* no nodes: v is NULL, which qsort may not take */
+            qsort(r.marks->v, r.marks->n, sizeof *r.marks->v, compare_marks);
         *marks = r.marks;
     }
     *out = root;
@@ -89,15 +91,13 @@ int yaml_read_json(const char *text, size_t len, const char *what, json_t **out,
 
 yaml_read_pos yaml_read_pos_of(const yaml_read_marks *marks, const json_t *node)
 {
-    struct mark key = {.node = node};
-    const struct mark *m = bsearch(&key, marks->v, marks->n, sizeof *marks->v, compare_marks);
+    const struct mark *m = find_mark(marks, node);
     return m != NULL ? m->at : (yaml_read_pos){0, 0};
 }
 
 yaml_read_pos yaml_read_key_pos_of(const yaml_read_marks *marks, const json_t *value)
 {
-    struct mark key = {.node = value};
-    const struct mark *m = bsearch(&key, marks->v, marks->n, sizeof *marks->v, compare_marks);
+    const struct mark *m = find_mark(marks, value);
     return m != NULL ? m->key_at : (yaml_read_pos){0, 0};
 }
 
@@ -310,6 +310,14 @@ static int add_mark(reader *r, const json_t *node, yaml_mark_t at, const yaml_ma
                                  : (yaml_read_pos){0, 0},
     };
     return 0;
+}
+
+static const struct mark *find_mark(const yaml_read_marks *marks, const json_t *node)
+{
+    if (marks->n == 0)
+        return NULL;
+    struct mark key = {.node = node};
+    return bsearch(&key, marks->v, marks->n, sizeof *marks->v, compare_marks);
 }
 
 static int compare_marks(const void *a, const void *b)

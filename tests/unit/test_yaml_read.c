@@ -85,6 +85,16 @@ START_TEST(no_document_is_null)
         ck_assert_int_eq(yaml_read_json(empty[i], strlen(empty[i]), "t", &root, NULL, &err), 0);
         ck_assert_ptr_null(root);
     }
+    /* Marks of no nodes: every lookup is unknown. */
+    yaml_read_marks *marks = NULL;
+    json_t *none = read_ok("", &marks);
+    ck_assert_ptr_null(none);
+    ck_assert_ptr_nonnull(marks);
+    json_t *other = json_string("x");
+    ck_assert_uint_eq(yaml_read_pos_of(marks, other).line, 0);
+    ck_assert_uint_eq(yaml_read_key_pos_of(marks, other).line, 0);
+    json_decref(other);
+    yaml_read_marks_free(marks);
     /* An explicit empty document is one empty scalar. */
     json_t *root = read_ok("---\n", NULL);
     ck_assert_str_eq(json_string_value(root), "");
