@@ -1,5 +1,5 @@
-/* config_yaml.c - libyaml event parser folding nested mappings into dotted
- * keys (see config_yaml.h). */
+/* config_yaml.c - settings files: the tree yaml_read gives, its nested
+ * mappings folded into dotted keys (see config_yaml.h). */
 #include "common/config_yaml.h"
 
 #include <errno.h>
@@ -9,130 +9,100 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <yaml.h>
-
 #include "common/cleanup.h"
 #include "common/fileio.h"
+#include "common/yaml_read.h"
 
+/* The deepest nesting of mappings a setting may have (root included). */
 #define MAX_DEPTH 8
 #define MAX_CONFIG_BYTES (1 << 20)
 
 struct fold {
     config_yaml *cfg;
+    const yaml_read_marks *marks;
     const char *name;
-    char *keys[MAX_DEPTH]; /* keys[i]: the current key of open mapping i */
-    int depth;             /* open mappings */
-    bool want_key;         /* next scalar in the innermost mapping is a key */
+    tetris_error *err;
 };
 
-static int add_item(struct fold *f, const char *value, int line, tetris_error *err)
-{
-    size_t klen = 0;
-    for (int i = 0; i < f->depth; i++)
-        klen += strlen(f->keys[i]) + 1;
-    char *key = malloc(klen + 1);
-    char *val = strdup(value);
-    struct config_item *items =
-        realloc(f->cfg->items, (f->cfg->n_items + 1) * sizeof(*f->cfg->items));
-    if (items != NULL)
-        f->cfg->items = items;
-    if (key == NULL || val == NULL || items == NULL) {
-        free(key);
-        free(val);
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", f->name);
-    }
-    key[0] = '\0';
-    for (int i = 0; i < f->depth; i++) {
-        if (i > 0)
-            strcat(key, ".");
-        strcat(key, f->keys[i]);
-    }
-    items[f->cfg->n_items++] = (struct config_item){key, val, line};
-    return 0;
-}
-
-static int on_event(struct fold *f, const yaml_event_t *ev, tetris_error *err)
-{
-    int line = (int)ev->start_mark.line + 1;
-    switch (ev->type) {
-    case YAML_MAPPING_START_EVENT:
-        if (f->depth > 0 && f->want_key)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: a mapping cannot be a key",
-                               f->name, line);
-        if (f->depth >= MAX_DEPTH)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: nested too deeply", f->name,
-                               line);
-        f->depth++;
-        f->want_key = true;
-        return 0;
-    case YAML_MAPPING_END_EVENT:
-        f->depth--;
-        free(f->keys[f->depth]);
-        f->keys[f->depth] = NULL;
-        f->want_key = true;
-        return 0;
-    case YAML_SEQUENCE_START_EVENT:
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: lists are not supported here",
-                           f->name, line);
-    case YAML_ALIAS_EVENT:
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: aliases are not supported",
-                           f->name, line);
-    case YAML_SCALAR_EVENT: {
-        const char *v = (const char *)ev->data.scalar.value;
-        if (f->depth == 0)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "%s:%d: expected a mapping of settings", f->name, line);
-        if (f->want_key) {
-            free(f->keys[f->depth - 1]);
-            f->keys[f->depth - 1] = strdup(v);
-            if (f->keys[f->depth - 1] == NULL)
-                return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", f->name);
-            f->want_key = false;
-            return 0;
-        }
-        f->want_key = true;
-        return add_item(f, v, line, err);
-    }
-    default:
-        return 0;
-    }
-}
+static int fold_mapping(struct fold *f, json_t *map, const char *prefix, int depth);
+static int add_item(struct fold *f, const char *key, json_t *value);
+static int fail_at(struct fold *f, const json_t *node, const char *what);
 
 int config_yaml_parse(const char *text, size_t len, const char *name, config_yaml **out,
                       tetris_error *err)
 {
+    json_t *root = NULL;
+    yaml_read_marks *marks = NULL;
+    int rc = yaml_read_json(text, len, name, &root, &marks, err);
+    if (rc < 0)
+        return rc;
     config_yaml *cfg = calloc(1, sizeof(*cfg));
     if (cfg == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", name);
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser)) {
-        free(cfg);
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: yaml parser", name);
-    }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    struct fold f = {.cfg = cfg, .name = name, .want_key = true};
-    int rc = 0;
-    for (bool done = false; !done && rc == 0;) {
-        yaml_event_t ev;
-        if (!yaml_parser_parse(&parser, &ev)) {
-            rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%zu: %s", name,
-                             parser.problem_mark.line + 1,
-                             parser.problem ? parser.problem : "YAML syntax error");
-            break;
-        }
-        done = ev.type == YAML_STREAM_END_EVENT;
-        rc = on_event(&f, &ev, err);
-        yaml_event_delete(&ev);
-    }
-    yaml_parser_delete(&parser);
-    for (int i = 0; i < MAX_DEPTH; i++)
-        free(f.keys[i]);
+        rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", name);
+    struct fold f = {.cfg = cfg, .marks = marks, .name = name, .err = err};
+    if (rc == 0 && json_is_array(root))
+        rc = fail_at(&f, root, "lists are not supported here");
+    else if (rc == 0 && json_is_string(root))
+        rc = fail_at(&f, root, "expected a mapping of settings");
+    else if (rc == 0 && root != NULL)
+        rc = fold_mapping(&f, root, "", 1);
+    json_decref(root);
+    yaml_read_marks_free(marks);
     if (rc < 0) {
         config_yaml_free(cfg);
         return rc;
     }
     *out = cfg;
     return 0;
+}
+
+/* The settings of map (depth mappings deep), their keys after prefix. */
+static int fold_mapping(struct fold *f, json_t *map, const char *prefix, int depth)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach (map, key, value) {
+        cleanup_free char *full = NULL;
+        if (asprintf(&full, "%s%s%s", prefix, prefix[0] != '\0' ? "." : "", key) < 0)
+            return tetris_fail(f->err, TETRIS_E_NOMEM, ENOMEM, "%s", f->name);
+        int rc;
+        if (json_is_array(value))
+            rc = fail_at(f, value, "lists are not supported here");
+        else if (json_is_object(value) && depth >= MAX_DEPTH)
+            rc = fail_at(f, value, "nested too deeply");
+        else if (json_is_object(value))
+            rc = fold_mapping(f, value, full, depth + 1);
+        else
+            rc = add_item(f, full, value);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Appends the setting key with value's text and line. */
+static int add_item(struct fold *f, const char *key, json_t *value)
+{
+    char *k = strdup(key);
+    char *v = strdup(json_string_value(value));
+    struct config_item *items = realloc(f->cfg->items,
+                                        (f->cfg->n_items + 1) * sizeof(*f->cfg->items));
+    if (items != NULL)
+        f->cfg->items = items;
+    if (k == NULL || v == NULL || items == NULL) {
+        free(k);
+        free(v);
+        return tetris_fail(f->err, TETRIS_E_NOMEM, ENOMEM, "%s", f->name);
+    }
+    int line = (int)yaml_read_pos_of(f->marks, value).line;
+    items[f->cfg->n_items++] = (struct config_item){k, v, line};
+    return 0;
+}
+
+static int fail_at(struct fold *f, const json_t *node, const char *what)
+{
+    return tetris_fail(f->err, TETRIS_E_FORMAT, 0, "%s:%zu: %s", f->name,
+                       yaml_read_pos_of(f->marks, node).line, what);
 }
 
 int config_yaml_load(const char *path, config_yaml **out, tetris_error *err)

@@ -1,9 +1,11 @@
 /* config_yaml.h - read a YAML configuration file into flat key/value pairs.
  *
- * Nested mappings become dotted keys: `scrub: {rate: 10Mi}` gives
- * "scrub.rate" = "10Mi". Values are scalars as written (the caller parses
- * numbers and sizes); sequences are refused with TETRIS_E_FORMAT. The line
- * of each key is kept so errors can point at it. */
+ * The file is read by common/yaml_read.h (one document, no duplicate keys,
+ * no anchors or aliases). Nested mappings become dotted keys:
+ * `scrub: {rate: 10Mi}` gives "scrub.rate" = "10Mi", in document order.
+ * Values are scalars as written (the caller parses numbers and sizes);
+ * sequences are refused with TETRIS_E_FORMAT. The line of each value is
+ * kept so errors can point at it. */
 #ifndef TETRIS_CONFIG_YAML_H
 #define TETRIS_CONFIG_YAML_H
 
@@ -26,7 +28,8 @@ typedef struct config_yaml {
 int config_yaml_load(const char *path, config_yaml **out, tetris_error *err);
 int config_yaml_parse(const char *text, size_t len, const char *name, config_yaml **out,
                       tetris_error *err);
-/* The last value given for key, or NULL. */
+/* The last value given for key (`a.b: 1` and `a: {b: 2}` are distinct
+ * YAML keys but one setting), or NULL. */
 const struct config_item *config_yaml_get(const config_yaml *c, const char *key);
 void config_yaml_free(config_yaml *c);
 

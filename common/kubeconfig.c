@@ -1,10 +1,9 @@
-/* kubeconfig.c - reading a kubeconfig (libyaml) or the in-cluster
- * service-account files into a kube_config.
+/* kubeconfig.c - reading a kubeconfig or the in-cluster service-account
+ * files into a kube_config.
  *
- * The YAML document is first turned into a JSON tree (every scalar a string)
- * so that resolving current-context -> context -> cluster/user is plain
- * jansson navigation. Anchors and aliases are refused: kubeconfigs do not use
- * them and they are a classic way to blow up a parser. */
+ * The YAML document is read into a JSON tree by common/yaml_read.h (every
+ * scalar a string; anchors and aliases refused) so that resolving
+ * current-context -> context -> cluster/user is plain jansson navigation. */
 #include "common/kubeconfig.h"
 
 #include <arpa/inet.h>
@@ -19,12 +18,11 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <yaml.h>
 
 #include "common/cleanup.h"
+#include "common/yaml_read.h"
 
 #define KUBECONFIG_MAX_BYTES (16u << 20)
-#define YAML_MAX_DEPTH 64
 #define SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
 
 static int read_whole_file(const char *path, char **out, size_t *len, tetris_error *err)
@@ -57,146 +55,6 @@ static int read_whole_file(const char *path, char **out, size_t *len, tetris_err
     buf[got] = '\0';
     *len = got;
     *out = steal_pointer(&buf);
-    return 0;
-}
-
-/* ---- YAML -> JSON ---- */
-
-static int yaml_fail(tetris_error *err, const yaml_parser_t *p, const char *what)
-{
-    return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: %s at line %zu", what,
-                       (size_t)p->mark.line + 1);
-}
-
-/* Builds the node that starts with event ev (already taken from p). */
-static int yaml_node(yaml_parser_t *p, yaml_event_t *ev, int depth, json_t **out,
-                     tetris_error *err);
-
-static int yaml_next(yaml_parser_t *p, yaml_event_t *ev, tetris_error *err)
-{
-    if (!yaml_parser_parse(p, ev))
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: %s at line %zu",
-                           p->problem != NULL ? p->problem : "parse error",
-                           (size_t)p->problem_mark.line + 1);
-    return 0;
-}
-
-static int yaml_collection(yaml_parser_t *p, bool mapping, int depth, json_t **out,
-                           tetris_error *err)
-{
-    json_t *node = mapping ? json_object() : json_array();
-    if (node == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "kubeconfig");
-    for (;;) {
-        yaml_event_t ev;
-        int r = yaml_next(p, &ev, err);
-        if (r < 0)
-            goto fail;
-        if (ev.type == (mapping ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT)) {
-            yaml_event_delete(&ev);
-            break;
-        }
-        if (mapping) {
-            if (ev.type != YAML_SCALAR_EVENT) {
-                yaml_event_delete(&ev);
-                r = yaml_fail(err, p, "mapping key is not a scalar");
-                goto fail;
-            }
-            cleanup_free char *key = strndup((const char *)ev.data.scalar.value,
-                                             ev.data.scalar.length);
-            yaml_event_delete(&ev);
-            if (key == NULL) {
-                r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "kubeconfig");
-                goto fail;
-            }
-            r = yaml_next(p, &ev, err);
-            if (r < 0)
-                goto fail;
-            json_t *value = NULL;
-            r = yaml_node(p, &ev, depth + 1, &value, err);
-            if (r < 0)
-                goto fail;
-            json_object_set_new(node, key, value);
-        } else {
-            json_t *value = NULL;
-            r = yaml_node(p, &ev, depth + 1, &value, err);
-            if (r < 0)
-                goto fail;
-            json_array_append_new(node, value);
-        }
-        continue;
-    fail:
-        json_decref(node);
-        return r;
-    }
-    *out = node;
-    return 0;
-}
-
-static int yaml_node(yaml_parser_t *p, yaml_event_t *ev, int depth, json_t **out,
-                     tetris_error *err)
-{
-    int r = 0;
-    if (depth > YAML_MAX_DEPTH) {
-        r = yaml_fail(err, p, "nested too deeply");
-    } else if (ev->type == YAML_SCALAR_EVENT) {
-        *out = json_stringn((const char *)ev->data.scalar.value, ev->data.scalar.length);
-        if (*out == NULL)
-            r = yaml_fail(err, p, "scalar is not valid UTF-8");
-    } else if (ev->type == YAML_MAPPING_START_EVENT || ev->type == YAML_SEQUENCE_START_EVENT) {
-        if (ev->data.mapping_start.anchor != NULL)
-            r = yaml_fail(err, p, "anchors are not supported");
-        else
-            r = yaml_collection(p, ev->type == YAML_MAPPING_START_EVENT, depth, out, err);
-    } else if (ev->type == YAML_ALIAS_EVENT) {
-        r = yaml_fail(err, p, "aliases are not supported");
-    } else {
-        r = yaml_fail(err, p, "unexpected YAML event");
-    }
-    yaml_event_delete(ev);
-    return r;
-}
-
-static int yaml_to_json(const char *text, size_t len, json_t **out, tetris_error *err)
-{
-    yaml_parser_t p;
-    if (!yaml_parser_initialize(&p))
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "yaml parser");
-    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-    json_t *root = NULL;
-    int r = 0;
-    for (;;) {
-        yaml_event_t ev;
-        r = yaml_next(&p, &ev, err);
-        if (r < 0)
-            break;
-        yaml_event_type_t type = ev.type;
-        if (type == YAML_STREAM_END_EVENT) {
-            yaml_event_delete(&ev);
-            break;
-        }
-        if (type == YAML_MAPPING_START_EVENT || type == YAML_SEQUENCE_START_EVENT ||
-            type == YAML_SCALAR_EVENT || type == YAML_ALIAS_EVENT) {
-            if (root != NULL) {
-                yaml_event_delete(&ev);
-                r = yaml_fail(err, &p, "more than one document");
-                break;
-            }
-            r = yaml_node(&p, &ev, 0, &root, err);
-            if (r < 0)
-                break;
-            continue;
-        }
-        yaml_event_delete(&ev);
-    }
-    yaml_parser_delete(&p);
-    if (r == 0 && !json_is_object(root))
-        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: not a mapping");
-    if (r < 0) {
-        json_decref(root);
-        return r;
-    }
-    *out = root;
     return 0;
 }
 
@@ -417,10 +275,13 @@ int kubeconfig_parse(const char *text, size_t len, const char *base_dir, kube_co
 {
     memset(cfg, 0, sizeof *cfg);
     json_t *root = NULL;
-    int r = yaml_to_json(text, len, &root, err);
+    int r = yaml_read_json(text, len, "kubeconfig", &root, NULL, err);
     if (r < 0)
         return r;
-    r = fill_from_context(root, base_dir, cfg, err);
+    if (!json_is_object(root))
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "kubeconfig: not a mapping");
+    else
+        r = fill_from_context(root, base_dir, cfg, err);
     json_decref(root);
     if (r == 0)
         r = check_token_transport(cfg, err);

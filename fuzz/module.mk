@@ -5,7 +5,8 @@
 # inventories, the AdmissionReviews tetris-webhook gets, the inference
 # requests tetris-function decodes), the readers of the files the store and
 # the daemon keep (holder files, the store marker, the daemon's state file),
-# and the model view's index a function's container reads (view_check).
+# the model view's index a function's container reads (view_check), and the
+# YAML reader with the settings and profile readers on top of it (yaml).
 # Built with clang only by `make fuzz`, never by `make` or `make test`.
 #
 # The harnesses link a clang-built, coverage-instrumented libtetris. Its
@@ -14,7 +15,7 @@
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-                holders store_marker state view_check oip
+                holders store_marker state view_check oip yaml
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)

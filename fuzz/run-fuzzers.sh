@@ -1,7 +1,8 @@
 #!/bin/sh
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
 # the ingest, JSON reader's, inventory, AdmissionReview and inference request
-# decoders', the holder, store marker and daemon state file readers') for
+# decoders', the holder, store marker and daemon state file readers', the
+# YAML reader's with the settings and profiles on top of it) for
 # FUZZ_SECONDS (default 60) from a seed corpus made now from the real models
 # (.deps/models), the synthetic valid and malformed files of
 # tetris-gen-model-corpus and a few messages. The corpus grows under
@@ -18,7 +19,8 @@ seeds=$dir/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
-    "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$dir/artifacts"
+    "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$seeds/yaml" \
+    "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -92,12 +94,23 @@ for f in "$seeds"/oip/*.json; do
     tail -c +2 "$f" >"$seeds/json_scan/oip-${f##*/}"
 done
 
+# YAML: the shipped profiles and settings, a kubeconfig-shaped tree.
+cp deploy/profiles/*.yaml deploy/reclaimer.yaml "$seeds/yaml/"
+printf '%s\n' 'apiVersion: v1' 'current-context: a' 'contexts:' \
+    '- {name: a, context: {cluster: c, user: u, namespace: "n"}}' \
+    'clusters: [{name: c, cluster: {server: "https://x:6443"}}]' \
+    'users:' '- name: u' '  user:' '    token: |' '      secret' >"$seeds/yaml/kubeconfig.yaml"
+
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check oip}; do
+         holders store_marker state view_check oip yaml}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
-    case $t in onnx*) ;; *) dict="-dict=$(pwd)/fuzz/json.dict" ;; esac
+    case $t in
+    onnx*) ;;
+    yaml) dict="-dict=$(pwd)/fuzz/yaml.dict" ;;
+    *) dict="-dict=$(pwd)/fuzz/json.dict" ;;
+    esac
     echo "fuzz target=$t seconds=$secs"
     # Inputs may name external data files: run where none exist.
     if ! (cd "$dir" && ./fuzz_$t $dict -max_total_time="$secs" -timeout=10 \

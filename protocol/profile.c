@@ -1,8 +1,9 @@
 /* profile.c - reading and writing model profiles (YAML, see profile.h).
  *
- * Reading loads the whole YAML document with libyaml and walks it, checking
- * every key and value; errors name the file, the line and the key. Writing
- * goes through libyaml's emitter so strings are always quoted correctly. */
+ * Reading takes the document as a tree from common/yaml_read.h (every
+ * scalar a string) and walks it, checking every key and value; errors name
+ * the file, the line and the key. Writing goes through libyaml's emitter so
+ * strings are always quoted correctly. */
 #include "protocol/profile.h"
 
 #include <errno.h>
@@ -12,10 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
 #include <yaml.h>
 
 #include "common/cleanup.h"
 #include "common/fileio.h"
+#include "common/yaml_read.h"
 #include "common/yaml_write.h"
 
 /* ---- latency statistic ---- */
@@ -62,82 +65,94 @@ double profile_config_latency(const profile_config *cfg, enum profile_stat stat)
 
 /* ---- reading ---- */
 
-/* What the walk over one document needs to report errors. */
+/* What the walk over one profile's tree needs to report errors. */
 typedef struct reader {
-    yaml_document_t *doc;
+    const yaml_read_marks *marks;
     const char *name;
     tetris_error *err;
 } reader;
 
-static int fail_at(reader *r, const yaml_node_t *node, const char *fmt, ...)
+static int fail_at(reader *r, yaml_read_pos at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static int fail_at(reader *r, const yaml_node_t *node, const char *fmt, ...)
+static int fail_at(reader *r, yaml_read_pos at, const char *fmt, ...)
 {
     char what[400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return tetris_fail(r->err, TETRIS_E_FORMAT, 0, "%s:%zu: %s", r->name,
-                       node->start_mark.line + 1, what);
+    return tetris_fail(r->err, TETRIS_E_FORMAT, 0, "%s:%zu: %s", r->name, at.line, what);
 }
 
-static const char *scalar(const yaml_node_t *node)
+/* Where node, or the key it is the value of, was written. */
+static yaml_read_pos at(reader *r, const json_t *node)
 {
-    return node->type == YAML_SCALAR_NODE ? (const char *)node->data.scalar.value : NULL;
+    return yaml_read_pos_of(r->marks, node);
 }
 
-static int read_double(reader *r, const yaml_node_t *node, const char *key, double min,
+static yaml_read_pos key_at(reader *r, const json_t *value)
+{
+    return yaml_read_key_pos_of(r->marks, value);
+}
+
+/* Every scalar reads as a string (yaml_read.h); NULL for a collection. */
+static const char *scalar(const json_t *node)
+{
+    return json_string_value(node);
+}
+
+static int read_double(reader *r, const json_t *node, const char *key, double min,
                        bool min_exclusive, double *out)
 {
     const char *s = scalar(node);
     if (s == NULL || *s == '\0')
-        return fail_at(r, node, "%s: expected a number", key);
+        return fail_at(r, at(r, node), "%s: expected a number", key);
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (errno != 0 || *end != '\0' || !isfinite(v))
-        return fail_at(r, node, "%s: '%s' is not a number", key, s);
+        return fail_at(r, at(r, node), "%s: '%s' is not a number", key, s);
     if (v < min || (min_exclusive && v == min))
-        return fail_at(r, node, "%s: %s must be %s %g", key, s, min_exclusive ? ">" : ">=", min);
+        return fail_at(r, at(r, node), "%s: %s must be %s %g", key, s,
+                       min_exclusive ? ">" : ">=", min);
     *out = v;
     return 0;
 }
 
-static int read_u64(reader *r, const yaml_node_t *node, const char *key, uint64_t *out)
+static int read_u64(reader *r, const json_t *node, const char *key, uint64_t *out)
 {
     const char *s = scalar(node);
     if (s == NULL || *s == '\0')
-        return fail_at(r, node, "%s: expected a non-negative integer", key);
+        return fail_at(r, at(r, node), "%s: expected a non-negative integer", key);
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || *end != '\0' || *s == '-')
-        return fail_at(r, node, "%s: '%s' is not a non-negative integer", key, s);
+        return fail_at(r, at(r, node), "%s: '%s' is not a non-negative integer", key, s);
     *out = v;
     return 0;
 }
 
-static int read_positive_int(reader *r, const yaml_node_t *node, const char *key, int *out)
+static int read_positive_int(reader *r, const json_t *node, const char *key, int *out)
 {
     const char *s = scalar(node);
     if (s == NULL || *s == '\0')
-        return fail_at(r, node, "%s: expected a positive integer", key);
+        return fail_at(r, at(r, node), "%s: expected a positive integer", key);
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno != 0 || *end != '\0' || v < 1 || v > INT_MAX)
-        return fail_at(r, node, "%s: '%s' is not a positive integer", key, s);
+        return fail_at(r, at(r, node), "%s: '%s' is not a positive integer", key, s);
     *out = (int)v;
     return 0;
 }
 
-static int read_string(reader *r, const yaml_node_t *node, const char *key, char **out)
+static int read_string(reader *r, const json_t *node, const char *key, char **out)
 {
     const char *s = scalar(node);
     if (s == NULL)
-        return fail_at(r, node, "%s: expected a string", key);
+        return fail_at(r, at(r, node), "%s: expected a string", key);
     char *copy = strdup(s);
     if (copy == NULL)
         return tetris_fail(r->err, TETRIS_E_NOMEM, errno, "%s", key);
@@ -146,7 +161,7 @@ static int read_string(reader *r, const yaml_node_t *node, const char *key, char
     return 0;
 }
 
-static int read_bool(reader *r, const yaml_node_t *node, const char *key, bool *out)
+static int read_bool(reader *r, const json_t *node, const char *key, bool *out)
 {
     const char *s = scalar(node);
     if (s != NULL && strcmp(s, "true") == 0)
@@ -154,7 +169,7 @@ static int read_bool(reader *r, const yaml_node_t *node, const char *key, bool *
     else if (s != NULL && strcmp(s, "false") == 0)
         *out = false;
     else
-        return fail_at(r, node, "%s: expected true or false", key);
+        return fail_at(r, at(r, node), "%s: expected true or false", key);
     return 0;
 }
 
@@ -170,18 +185,14 @@ enum {
     SEEN_P99 = 1 << 7,
 };
 
-static int read_latency(reader *r, const yaml_node_t *map, profile_latency *lat, unsigned *seen)
+static int read_latency(reader *r, json_t *map, profile_latency *lat, unsigned *seen)
 {
-    if (map->type != YAML_MAPPING_NODE)
-        return fail_at(r, map, "latency_ms: expected a mapping {mean, p95, p99}");
-    for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
-         pair < map->data.mapping.pairs.top; pair++) {
-        yaml_node_t *k = yaml_document_get_node(r->doc, pair->key);
-        yaml_node_t *v = yaml_document_get_node(r->doc, pair->value);
-        const char *key = scalar(k);
+    if (!json_is_object(map))
+        return fail_at(r, at(r, map), "latency_ms: expected a mapping {mean, p95, p99}");
+    const char *key;
+    json_t *v;
+    json_object_foreach (map, key, v) {
         int rc;
-        if (key == NULL)
-            return fail_at(r, k, "latency_ms: keys must be strings");
         if (strcmp(key, "mean") == 0) {
             rc = read_double(r, v, "latency_ms.mean", 0, true, &lat->mean);
             *seen |= SEEN_MEAN;
@@ -192,7 +203,8 @@ static int read_latency(reader *r, const yaml_node_t *map, profile_latency *lat,
             rc = read_double(r, v, "latency_ms.p99", 0, true, &lat->p99);
             *seen |= SEEN_P99;
         } else {
-            return fail_at(r, k, "latency_ms: unknown key '%s' (expected mean, p95, p99)", key);
+            return fail_at(r, key_at(r, v),
+                           "latency_ms: unknown key '%s' (expected mean, p95, p99)", key);
         }
         if (rc < 0)
             return rc;
@@ -200,19 +212,15 @@ static int read_latency(reader *r, const yaml_node_t *map, profile_latency *lat,
     return 0;
 }
 
-static int read_config(reader *r, const yaml_node_t *map, profile_config *cfg)
+static int read_config(reader *r, json_t *map, profile_config *cfg)
 {
-    if (map->type != YAML_MAPPING_NODE)
-        return fail_at(r, map, "configs: each entry must be a mapping");
+    if (!json_is_object(map))
+        return fail_at(r, at(r, map), "configs: each entry must be a mapping");
     unsigned seen = 0;
-    for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
-         pair < map->data.mapping.pairs.top; pair++) {
-        yaml_node_t *k = yaml_document_get_node(r->doc, pair->key);
-        yaml_node_t *v = yaml_document_get_node(r->doc, pair->value);
-        const char *key = scalar(k);
+    const char *key;
+    json_t *v;
+    json_object_foreach (map, key, v) {
         int rc;
-        if (key == NULL)
-            return fail_at(r, k, "config keys must be strings");
         if (strcmp(key, "c") == 0) {
             rc = read_double(r, v, "c", 0, true, &cfg->c);
             seen |= SEEN_C;
@@ -235,7 +243,7 @@ static int read_config(reader *r, const yaml_node_t *map, profile_config *cfg)
         } else if (strcmp(key, "shared_bytes") == 0) {
             rc = read_u64(r, v, "shared_bytes", &cfg->shared_bytes);
         } else {
-            return fail_at(r, k,
+            return fail_at(r, key_at(r, v),
                            "config: unknown key '%s' (expected c, m_mib, b, p, latency_ms, "
                            "throughput_rps, private_bytes, shared_bytes)",
                            key);
@@ -258,53 +266,49 @@ static int read_config(reader *r, const yaml_node_t *map, profile_config *cfg)
     };
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (!(seen & required[i].bit))
-            return fail_at(r, map, "config: missing '%s'", required[i].key);
+            return fail_at(r, at(r, map), "config: missing '%s'", required[i].key);
     return 0;
 }
 
-static int read_configs(reader *r, const yaml_node_t *seq, profile *p)
+static int read_configs(reader *r, json_t *seq, profile *p)
 {
-    if (seq->type != YAML_SEQUENCE_NODE)
-        return fail_at(r, seq, "configs: expected a list");
-    size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (!json_is_array(seq))
+        return fail_at(r, at(r, seq), "configs: expected a list");
+    size_t n = json_array_size(seq);
     if (n == 0)
-        return fail_at(r, seq, "configs: the list is empty");
+        return fail_at(r, at(r, seq), "configs: the list is empty");
     free(p->configs);
     p->configs = calloc(n, sizeof *p->configs);
     if (p->configs == NULL)
         return tetris_fail(r->err, TETRIS_E_NOMEM, errno, "%zu configs", n);
     p->n_configs = n;
     for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = yaml_document_get_node(r->doc, seq->data.sequence.items.start[i]);
-        int rc = read_config(r, item, &p->configs[i]);
+        int rc = read_config(r, json_array_get(seq, i), &p->configs[i]);
         if (rc < 0)
             return rc;
     }
     return 0;
 }
 
-static int read_profile(reader *r, profile *p)
+static int read_profile(reader *r, json_t *root, profile *p)
 {
-    yaml_node_t *root = yaml_document_get_root_node(r->doc);
     if (root == NULL)
         return tetris_fail(r->err, TETRIS_E_FORMAT, 0, "%s: empty document", r->name);
-    if (root->type != YAML_MAPPING_NODE)
-        return fail_at(r, root, "a profile must be a mapping (tetris_profile, model, configs)");
+    if (!json_is_object(root))
+        return fail_at(r, at(r, root),
+                       "a profile must be a mapping (tetris_profile, model, configs)");
     bool seen_version = false, seen_configs = false;
-    for (yaml_node_pair_t *pair = root->data.mapping.pairs.start;
-         pair < root->data.mapping.pairs.top; pair++) {
-        yaml_node_t *k = yaml_document_get_node(r->doc, pair->key);
-        yaml_node_t *v = yaml_document_get_node(r->doc, pair->value);
-        const char *key = scalar(k);
+    const char *key;
+    json_t *v;
+    json_object_foreach (root, key, v) {
         int rc;
-        if (key == NULL)
-            return fail_at(r, k, "keys must be strings");
         if (strcmp(key, "tetris_profile") == 0) {
             int version = 0;
             rc = read_positive_int(r, v, "tetris_profile", &version);
             if (rc == 0 && version != PROFILE_SCHEMA_VERSION)
-                return fail_at(r, v, "tetris_profile: version %d is not supported (expected %d)",
-                               version, PROFILE_SCHEMA_VERSION);
+                return fail_at(r, at(r, v),
+                               "tetris_profile: version %d is not supported (expected %d)", version,
+                               PROFILE_SCHEMA_VERSION);
             seen_version = true;
         } else if (strcmp(key, "model") == 0) {
             rc = read_string(r, v, "model", &p->model);
@@ -318,7 +322,7 @@ static int read_profile(reader *r, profile *p)
             rc = read_configs(r, v, p);
             seen_configs = true;
         } else {
-            return fail_at(r, k,
+            return fail_at(r, key_at(r, v),
                            "unknown key '%s' (expected tetris_profile, model, model_file, "
                            "measured, source, configs)",
                            key);
@@ -327,39 +331,30 @@ static int read_profile(reader *r, profile *p)
             return rc;
     }
     if (!seen_version)
-        return fail_at(r, root, "missing 'tetris_profile: %d'", PROFILE_SCHEMA_VERSION);
+        return fail_at(r, at(r, root), "missing 'tetris_profile: %d'", PROFILE_SCHEMA_VERSION);
     if (p->model == NULL || p->model[0] == '\0')
-        return fail_at(r, root, "missing 'model'");
+        return fail_at(r, at(r, root), "missing 'model'");
     if (!seen_configs)
-        return fail_at(r, root, "missing 'configs'");
+        return fail_at(r, at(r, root), "missing 'configs'");
     return 0;
 }
 
 int profile_parse(const char *text, size_t len, const char *name, profile **out,
                   tetris_error *err)
 {
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser))
-        return tetris_fail(err, TETRIS_E_NOMEM, 0, "%s: yaml parser", name);
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, &doc)) {
-        int rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%zu:%zu: YAML: %s", name,
-                             parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                             parser.problem ? parser.problem : "syntax error");
-        yaml_parser_delete(&parser);
+    json_t *root = NULL;
+    yaml_read_marks *marks = NULL;
+    int rc = yaml_read_json(text, len, name, &root, &marks, err);
+    if (rc < 0)
         return rc;
-    }
     profile *p = calloc(1, sizeof *p);
-    if (p == NULL) {
-        yaml_document_delete(&doc);
-        yaml_parser_delete(&parser);
-        return tetris_fail(err, TETRIS_E_NOMEM, errno, "%s", name);
-    }
-    reader r = {.doc = &doc, .name = name, .err = err};
-    int rc = read_profile(&r, p);
-    yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
+    if (p == NULL)
+        rc = tetris_fail(err, TETRIS_E_NOMEM, errno, "%s", name);
+    reader r = {.marks = marks, .name = name, .err = err};
+    if (rc == 0)
+        rc = read_profile(&r, root, p);
+    json_decref(root);
+    yaml_read_marks_free(marks);
     if (rc < 0) {
         profile_free(p);
         return rc;

@@ -168,6 +168,8 @@ START_TEST(bad_input_names_line_and_key)
     parse_bad("tetris_profile: 1\nmodel: {a: b}\n", "model: expected a string");
     parse_bad("tetris_profile: 1\nmodel: x\nconfigs: {c: 1}\n", "configs: expected a list");
     parse_bad("tetris_profile: 1\nmodel: x\nconfigs: [5]\n", "each entry must be a mapping");
+    parse_bad("tetris_profile: 1\nmodel: x\nmodel: y\n", "duplicate key 'model' at line 3");
+    parse_bad("tetris_profile: 1\nmodel: &m x\n", "anchors and aliases are not supported");
 }
 END_TEST
 

@@ -77,8 +77,8 @@ END_TEST
 START_TEST(test_yaml_bad)
 {
     static const char *bad[] = {
-        "a: [1, 2]\n", "a: {b: c\n", "- a\n- b\n", "just a scalar\n", "a: &x 1\nb: *x\n",
-        "? {a: b}\n: c\n",
+        "a: [1, 2]\n",      "a: {b: c\n",      "- a\n- b\n",   "just a scalar\n",
+        "a: &x 1\nb: *x\n", "? {a: b}\n: c\n", "a: 1\na: 2\n", "a: 1\n---\nb: 2\n",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         config_yaml *c = NULL;
@@ -88,8 +88,15 @@ START_TEST(test_yaml_bad)
                       "accepted: %s", bad[i]);
         ck_assert_ptr_nonnull(strstr(err.msg, "bad.yaml"));
     }
-    config_yaml *c;
+    /* The messages point at the line. */
+    config_yaml *c = NULL;
     tetris_error err;
+    const char *list = "a: 1\nb:\n  c: [1]\n";
+    ck_assert_int_eq(config_yaml_parse(list, strlen(list), "l.yaml", &c, &err), -TETRIS_E_FORMAT);
+    ck_assert_str_eq(err.msg, "l.yaml:3: lists are not supported here");
+    const char *dup = "a: 1\nb: 2\na: 3\n";
+    ck_assert_int_eq(config_yaml_parse(dup, strlen(dup), "d.yaml", &c, &err), -TETRIS_E_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "duplicate key 'a' at line 3"));
     ck_assert_int_eq(config_yaml_parse("", 0, "empty.yaml", &c, &err), 0);
     ck_assert_uint_eq(c->n_items, 0);
     config_yaml_free(c);
