@@ -20,43 +20,11 @@
 #include <jansson.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 #include "common/yaml_read.h"
 
 #define KUBECONFIG_MAX_BYTES (16u << 20)
 #define SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
-
-static int read_whole_file(const char *path, char **out, size_t *len, tetris_error *err)
-{
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno,
-                           "open %s", path);
-    struct stat st;
-    if (fstat(fd, &st) < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
-    if (st.st_size > (off_t)KUBECONFIG_MAX_BYTES)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: larger than %u bytes", path,
-                           KUBECONFIG_MAX_BYTES);
-    size_t cap = (size_t)st.st_size;
-    cleanup_free char *buf = malloc(cap + 1);
-    if (buf == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "read %s", path);
-    size_t got = 0;
-    while (got < cap) {
-        ssize_t n = read(fd, buf + got, cap - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    buf[got] = '\0';
-    *len = got;
-    *out = steal_pointer(&buf);
-    return 0;
-}
 
 /* ---- resolving the current context ---- */
 
@@ -161,7 +129,7 @@ static int load_blob(json_t *obj, const char *key, const char *base_dir, kube_bl
     int r = resolve_path(base_dir, file, path, sizeof path, err);
     if (r < 0)
         return r;
-    r = read_whole_file(path, &blob->data, &blob->len, err);
+    r = file_read_all(path, KUBECONFIG_MAX_BYTES, &blob->data, &blob->len, err);
     if (r < 0)
         return tetris_wrap(err, "kubeconfig %s", key);
     return 0;
@@ -308,7 +276,7 @@ int kubeconfig_load(const char *path, kube_config *cfg, tetris_error *err)
     }
     cleanup_free char *text = NULL;
     size_t len = 0;
-    int r = read_whole_file(path, &text, &len, err);
+    int r = file_read_all(path, KUBECONFIG_MAX_BYTES, &text, &len, err);
     if (r < 0)
         return tetris_wrap(err, "kubeconfig");
     cleanup_free char *dir = strdup(path);
@@ -360,11 +328,11 @@ int kubeconfig_in_cluster(const char *sa_dir, const char *server, kube_config *c
     }
     if (r == 0) {
         snprintf(path, sizeof path, "%s/ca.crt", sa_dir);
-        r = read_whole_file(path, &cfg->ca.data, &cfg->ca.len, err);
+        r = file_read_all(path, KUBECONFIG_MAX_BYTES, &cfg->ca.data, &cfg->ca.len, err);
     }
     if (r == 0) {
         snprintf(path, sizeof path, "%s/namespace", sa_dir);
-        r = read_whole_file(path, &cfg->ns, &(size_t){0}, err);
+        r = file_read_all(path, KUBECONFIG_MAX_BYTES, &cfg->ns, &(size_t){0}, err);
         if (r == -TETRIS_E_NOTFOUND)
             r = dup_string("default", &cfg->ns, err);
         else if (r == 0)
