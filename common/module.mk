@@ -1,10 +1,10 @@
 # common/module.mk - shared plumbing: errors, logging, cleanup attributes,
-# clocks, text buffers, Prometheus text, option-value parsing, the HTTP
-# server and GET client, YAML configuration and writing, the string map
-# the Kubernetes client and CPU-sized worker threads; their unit tests and the client's
+# clocks, text buffers, Prometheus text, option values and the programs'
+# option tables, the HTTP server and GET client, YAML configuration and
+# writing, the string map the Kubernetes client and CPU-sized worker threads; their unit tests and the client's
 # fault-injection test.
 LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/prom.c \
-            common/cli.c common/httpserver.c common/httpclient.c common/config_yaml.c \
+            common/cli.c common/options.c common/httpserver.c common/httpclient.c common/config_yaml.c \
             common/strmap.c common/kube.c common/yaml_write.c common/kubeconfig.c \
             common/workers.c common/utf8.c common/fileio.c
 
@@ -13,7 +13,8 @@ LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/p
 LDLIBS += -lmicrohttpd
 
 UNIT_TESTS += tests/unit/test_httpserver.c tests/unit/test_kubeconfig.c tests/unit/test_common.c \
-              tests/unit/test_yaml_write.c tests/unit/test_fileio.c
+              tests/unit/test_yaml_write.c tests/unit/test_fileio.c \
+              tests/unit/test_options.c
 UNIT_LIBS += -lcurl
 
 # The Kubernetes client against the fault-injecting HTTP server (dropped
