@@ -65,14 +65,6 @@ struct agent_model_private {
 
 static const uint8_t empty_tensor[1];
 
-void agent_env_read(struct agent_env *e)
-{
-    e->model = cli_env(TETRIS_ENV_MODEL);
-    e->store_dir = cli_env(TETRIS_ENV_STORE);
-    e->tenant = cli_env(TETRIS_ENV_TENANT);
-    e->manifest = cli_env(TETRIS_ENV_MANIFEST);
-}
-
 void agent_options_init(struct agent_options *o)
 {
     memset(o, 0, sizeof(*o));
@@ -83,18 +75,19 @@ void agent_options_init(struct agent_options *o)
     o->populate = AGENT_POPULATE_DEFAULT;
 }
 
-int agent_populate_parse(const char *name, enum store_populate *out, tetris_error *err)
+int agent_populate_option(const struct opt_spec *spec, const char *label, const char *value,
+                          tetris_error *err)
 {
     static const char *const names[] = {[STORE_POPULATE_NONE] = "none",
                                         [STORE_POPULATE_MAP] = "map",
                                         [STORE_POPULATE_MADVISE] = "madvise"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcmp(name, names[i]) == 0) {
-            *out = (enum store_populate)i;
+        if (strcmp(value, names[i]) == 0) {
+            *(enum store_populate *)spec->dest = (enum store_populate)i;
             return 0;
         }
-    return tetris_fail(err, TETRIS_E_INVAL, 0, "--populate: want none, map or madvise, not '%s'",
-                       name);
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: want none, map or madvise, not '%s'", label,
+                       value);
 }
 
 static int source_fd(agent_model *am, const char *path, int *fd, tetris_error *err)

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/options.h"
 #include "model/model.h"
 #include "tensorstore/store.h"
 
@@ -103,22 +104,11 @@ typedef struct agent_model {
     struct agent_model_private *priv;
 } agent_model;
 
-/* Where a function finds its model and store when no option says
- * (protocol/names.h: TETRIS_MODEL, TETRIS_STORE, TETRIS_TENANT,
- * TETRIS_MANIFEST); a variable that is unset or empty is NULL here. */
-struct agent_env {
-    const char *model;
-    const char *store_dir;
-    const char *tenant;
-    const char *manifest;
-};
-
-void agent_env_read(struct agent_env *e);
-
 void agent_options_init(struct agent_options *o);
-/* "none", "map" or "madvise" (the command lines' --populate); else
- * TETRIS_E_INVAL. */
-int agent_populate_parse(const char *name, enum store_populate *out, tetris_error *err);
+/* The command lines' --populate (an opt_spec's parser, into an enum
+ * store_populate): "none", "map" or "madvise"; else TETRIS_E_INVAL. */
+int agent_populate_option(const struct opt_spec *spec, const char *label, const char *value,
+                          tetris_error *err);
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
                tetris_error *err);
 const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);

@@ -1,7 +1,6 @@
 /* tetris-agent - the agent's command line: index a model (manifest), load
  * it through the node's tensor store, verify a store, and inspect models
  * and stores. */
-#include <getopt.h>
 #include <malloc.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,8 +14,8 @@
 #include "agent/hold.h"
 #include "agent/supervise.h"
 #include "agent/view.h"
-#include "common/cli.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "model/manifest.h"
 #include "protocol/names.h"
 
@@ -28,68 +27,37 @@ enum exit_code {
     EXIT_NO_STORE = 4,  /* the store given does not exist or is not a store */
 };
 
-static const char usage_text[] =
-    "usage: tetris-agent COMMAND [OPTIONS]\n"
-    "\n"
-    "commands:\n"
+static const char commands_text[] =
+    "commands (COMMAND --help for each one's options):\n"
     "  index MODEL [-o MANIFEST]\n"
     "        parse MODEL (ONNX or safetensors), hash every tensor and write its\n"
     "        manifest as JSON to MANIFEST (default: stdout)\n"
-    "  load [--store DIR] [--tenant T] [--manifest M] [--direct | --private]\n"
-    "       [--socket PATH] [--timeout-ms N] [--label L] [--workers N]\n"
-    "       [--digests auto|agent|daemon] [--populate none|map|madvise] [--hold]\n"
-    "       [--device cuda:N] [--libcuda PATH] MODEL\n"
+    "  load [LOAD OPTIONS] [--hold] [--populate P] [--device cuda:N]\n"
+    "       [--libcuda PATH] MODEL\n"
     "        map MODEL's tensors from the store (default " STORE_DEFAULT_DIR "); the\n"
     "        node daemon ingests missing ones (--direct: ingest them ourselves;\n"
     "        --private: no store, the baseline). Prints one JSON object as soon as\n"
-    "        the model is loaded: tensors, bytes, mapped_bytes, ingested_bytes,\n"
-    "        private_bytes, load_ms, fell_back, fallback_reason. --hold keeps it\n"
-    "        loaded until stdin closes or SIGTERM. --workers N: threads that\n"
-    "        hash (no manifest) and publish (--direct); default: the CPUs this\n"
-    "        process may use (affinity, cgroup cpu.max). --digests: without a\n"
-    "        manifest, who hashes the model (daemon: it hashes while it ingests;\n"
-    "        agent: we hash first; auto, the default: one probe tensor decides,\n"
-    "        resident -> agent, missing -> daemon). --populate: how the store's\n"
-    "        mappings get their page tables (default madvise: at load, so the\n"
-    "        first request pays no page faults; none: on first touch).\n"
-    "        --device cuda:N (default $TETRIS_DEVICE): also map the node daemon's\n"
-    "        shared read-only GPU copies of the tensors (store mode only; see\n"
-    "        docs/GPU.md); adds device, device_tensors, device_bytes and\n"
-    "        device_fallback to the JSON. --libcuda: the CUDA driver (default\n"
-    "        $TETRIS_LIBCUDA, else libcuda.so.1).\n"
+    "        the model is loaded.\n"
     "  view [LOAD OPTIONS] MODEL DIR [--hold]\n"
     "        write MODEL's model view into DIR (new, or empty and ours): a\n"
     "        directory any runtime opens instead of MODEL to compute on the\n"
-    "        store's pages (docs/PROTOCOLS.md, \"Model view\"). Prints one JSON\n"
-    "        object: view, model, mode, shared, fallback, tensors, shared_tensors,\n"
-    "        bytes, shared_bytes, load_ms. --hold keeps the references until stdin\n"
-    "        closes or SIGTERM, then removes the view; without it the view stays\n"
-    "        and nothing holds its tensors (the daemon may reclaim them).\n"
+    "        store's pages (docs/PROTOCOLS.md, \"Model view\").\n"
     "  exec [LOAD OPTIONS] [--model MODEL] [--view-dir DIR] -- CMD [ARGS...]\n"
     "        write the model view, run CMD with " TETRIS_ENV_MODEL_VIEW "=<view dir> in its\n"
     "        environment, hold the references while it runs, then remove the view\n"
-    "        and exit with CMD's status (128+N if signal N killed it). MODEL,\n"
-    "        --store, --tenant and --manifest default to\n"
-    "        $" TETRIS_ENV_MODEL ", $" TETRIS_ENV_STORE ", $" TETRIS_ENV_TENANT "\n"
-    "        and $" TETRIS_ENV_MANIFEST "; DIR to a new directory in ${TMPDIR:-/tmp}.\n"
-    "        SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to\n"
-    "        CMD; CMD is killed if we die; as PID 1 we also reap orphans. No\n"
-    "        store, a full store or no daemon is no error: the view then names the\n"
-    "        original model (\"fallback\").\n"
-    "        LOAD OPTIONS (view, exec): --store, --tenant, --manifest, --direct,\n"
-    "        --private, --socket, --timeout-ms, --label, --workers, --digests, as\n"
-    "        for load; the references are held without page tables or copies.\n"
+    "        and exit with CMD's status.\n"
     "  check-view [DIR]\n"
     "        check a model view (default $" TETRIS_ENV_MODEL_VIEW ") the way its reader must\n"
-    "        before trusting it: owners and modes, the index, every file in the\n"
-    "        store or the model's folder and long enough; prints a JSON summary\n"
+    "        before trusting it\n"
     "  verify [--store DIR] [--tenant T]\n"
     "        re-hash every stored tensor; list the ones that do not match\n"
     "  inspect MODEL | inspect [--store DIR] [--tenant T]\n"
     "        a model's tensors, or a store's tensors and holders, for humans\n"
     "\n"
-    "  -h, --help     this text         --version   the version\n"
-    "\n"
+    "LOAD OPTIONS (load, view, exec): --store, --tenant, --manifest, --direct,\n"
+    "--private, --socket, --timeout-ms, --label, --workers, --digests.\n";
+
+static const char exit_text[] =
     "Logs go to stderr as key=value lines (TETRIS_LOG_LEVEL=debug for more).\n"
     "Exit status: 0 ok; 1 failure (verify found corrupt tensors, a load failed, a\n"
     "view cannot be written: a --view-dir or DIR that is not empty or not ours);\n"
@@ -110,25 +78,248 @@ struct cli {
     int workers;
     enum agent_digests digests;
     enum store_populate populate;
-    enum agent_mode mode;
-    bool mode_given;
+    enum agent_mode mode; /* from direct and private_ */
+    bool direct, private_;
     bool hold;
-    bool store_given;
     const char *model;    /* --model */
     const char *view_dir; /* --view-dir */
-    const char *arg;      /* the first positional argument, if any */
+    const char *arg;      /* the first operand, if any */
     const char *arg2;     /* the second (view: DIR) */
 };
 
 static const char *const mode_names[] = {"store", "direct", "private"};
 
-static int usage_error(const char *fmt, const char *what)
+/* What the command's options set: one command runs per process. */
+static struct cli args;
+
+static int parse_digests(const struct opt_spec *spec, const char *label, const char *value,
+                         tetris_error *err)
 {
-    fprintf(stderr, "tetris-agent: ");
-    fprintf(stderr, fmt, what);
-    fprintf(stderr, "\nTry 'tetris-agent --help'.\n");
-    return EXIT_USAGE;
+    enum agent_digests *out = spec->dest;
+    if (strcmp(value, "auto") == 0)
+        *out = AGENT_DIGESTS_AUTO;
+    else if (strcmp(value, "agent") == 0)
+        *out = AGENT_DIGESTS_AGENT;
+    else if (strcmp(value, "daemon") == 0)
+        *out = AGENT_DIGESTS_DAEMON;
+    else
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: want auto, agent or daemon, not '%s'",
+                           label, value);
+    return 0;
 }
+
+/* The options of the store to use, and of how load, view and exec load a
+ * model (LOAD OPTIONS); exec takes the store's from the environment. */
+#define STORE_OPTION(env_)                                                                         \
+    {                                                                                              \
+        .name = "store", .type = OPT_TYPE_STRING, .dest = &args.store_dir, .env = (env_),          \
+        .meta = "DIR", .help = "the tensor store (default " STORE_DEFAULT_DIR ")"                  \
+    }
+#define TENANT_OPTION(env_)                                                                        \
+    {                                                                                              \
+        .name = "tenant", .type = OPT_TYPE_STRING, .dest = &args.tenant, .env = (env_),            \
+        .meta = "T", .help = "the dedicated store of tenant T"                                     \
+    }
+#define LOAD_OPTIONS(store_env, tenant_env, manifest_env)                                          \
+    STORE_OPTION(store_env), TENANT_OPTION(tenant_env),                                            \
+        {.name = "manifest",                                                                       \
+         .type = OPT_TYPE_STRING,                                                                  \
+         .dest = &args.manifest,                                                                   \
+         .env = (manifest_env),                                                                    \
+         .meta = "M",                                                                              \
+         .help = "tensor identities from manifest M (no hashing)"},                                \
+        {.name = "direct",                                                                         \
+         .type = OPT_TYPE_FLAG,                                                                    \
+         .dest = &args.direct,                                                                     \
+         .help = "ingest missing tensors into the store ourselves (no daemon)"},                   \
+        {.name = "private",                                                                        \
+         .type = OPT_TYPE_FLAG,                                                                    \
+         .dest = &args.private_,                                                                   \
+         .help = "no store: a private load, the baseline"},                                        \
+        {.name = "socket",                                                                         \
+         .type = OPT_TYPE_STRING,                                                                  \
+         .dest = &args.socket,                                                                     \
+         .meta = "PATH",                                                                           \
+         .help = "the node daemon's socket"},                                                      \
+        {.name = "timeout-ms",                                                                     \
+         .type = OPT_TYPE_INT,                                                                     \
+         .dest = &args.timeout_ms,                                                                 \
+         .min = 1,                                                                                 \
+         .max = 86400000,                                                                          \
+         .meta = "N",                                                                              \
+         .help = "how long to wait for the node daemon"},                                          \
+        {.name = "label",                                                                          \
+         .type = OPT_TYPE_STRING,                                                                  \
+         .dest = &args.label,                                                                      \
+         .meta = "L",                                                                              \
+         .help = "what the daemon's holders list calls us"},                                       \
+        {.name = "workers",                                                                        \
+         .type = OPT_TYPE_INT,                                                                     \
+         .dest = &args.workers,                                                                    \
+         .min = 1,                                                                                 \
+         .max = 4096,                                                                              \
+         .meta = "N",                                                                              \
+         .help = "threads that hash (no manifest) and publish (--direct); default: the CPUs "      \
+                 "this process may use (affinity, cgroup cpu.max)"},                               \
+    {                                                                                              \
+        .name = "digests", .type = OPT_TYPE_CUSTOM, .dest = &args.digests, .parse = parse_digests, \
+        .meta = "auto|agent|daemon",                                                               \
+        .help = "without a manifest, who hashes the model (daemon: it hashes while it "            \
+                "ingests; agent: we hash first; auto, the default: one probe tensor decides, "     \
+                "resident -> agent, missing -> daemon)"                                            \
+    }
+#define HOLD_OPTION(what_)                                                                         \
+    {                                                                                              \
+        .name = "hold", .type = OPT_TYPE_FLAG, .dest = &args.hold, .help = (what_)                 \
+    }
+
+static const struct opt_spec index_options[] = {
+    {.name = "output",
+     .short_name = 'o',
+     .type = OPT_TYPE_STRING,
+     .dest = &args.output,
+     .meta = "MANIFEST",
+     .help = "where to write the manifest (default: stdout)"},
+    {0},
+};
+
+static const struct opt_spec load_options_[] = {
+    LOAD_OPTIONS(NULL, NULL, NULL),
+    HOLD_OPTION("keep the model loaded until stdin closes or SIGTERM"),
+    {.name = "populate",
+     .type = OPT_TYPE_CUSTOM,
+     .dest = &args.populate,
+     .parse = agent_populate_option,
+     .meta = "none|map|madvise",
+     .help = "how the store's mappings get their page tables (default madvise: at load, so the "
+             "first request pays no page faults; none: on first touch)"},
+    {.name = "device",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.device,
+     .env = "TETRIS_DEVICE",
+     .meta = "cuda:N",
+     .help = "also map the node daemon's shared read-only GPU copies of the tensors (store mode "
+             "only; see docs/GPU.md); adds device, device_tensors, device_bytes and "
+             "device_fallback to the JSON"},
+    {.name = "libcuda",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.libcuda,
+     .meta = "PATH",
+     .help = "the CUDA driver (default $TETRIS_LIBCUDA, else libcuda.so.1)"},
+    {0},
+};
+
+static const struct opt_spec view_options[] = {
+    LOAD_OPTIONS(NULL, NULL, NULL),
+    HOLD_OPTION("keep the references until stdin closes or SIGTERM, then remove the view; "
+                "without it the view stays and nothing holds its tensors (the daemon may reclaim "
+                "them)"),
+    {0},
+};
+
+static const struct opt_spec exec_options[] = {
+    {.name = "model",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.model,
+     .env = TETRIS_ENV_MODEL,
+     .meta = "MODEL",
+     .help = "the model (required)"},
+    {.name = "view-dir",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.view_dir,
+     .meta = "DIR",
+     .help = "where to write the view (default: a new directory in ${TMPDIR:-/tmp})"},
+    LOAD_OPTIONS(TETRIS_ENV_STORE, TETRIS_ENV_TENANT, TETRIS_ENV_MANIFEST),
+    {0},
+};
+
+static const struct opt_spec store_options[] = {
+    STORE_OPTION(NULL),
+    TENANT_OPTION(NULL),
+    {0},
+};
+
+static const struct opt_program agent_program = {
+    .name = "tetris-agent",
+    .synopsis = "COMMAND [OPTIONS]",
+    .about = commands_text,
+    .epilogue = exit_text,
+    .options_first = true,
+};
+
+static const struct opt_program index_command = {
+    .name = "tetris-agent index",
+    .synopsis = "MODEL [-o MANIFEST]",
+    .about = "Parses MODEL (ONNX or safetensors), hashes every tensor and writes its manifest\n"
+             "as JSON.\n",
+    .options = index_options,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program load_command = {
+    .name = "tetris-agent load",
+    .synopsis = "[OPTION]... MODEL",
+    .about = "Maps MODEL's tensors from the store (default " STORE_DEFAULT_DIR
+             "); the node daemon\n"
+             "ingests missing ones (--direct: ingest them ourselves; --private: no store,\n"
+             "the baseline). Prints one JSON object as soon as the model is loaded: tensors,\n"
+             "bytes, mapped_bytes, ingested_bytes, private_bytes, load_ms, fell_back,\n"
+             "fallback_reason.\n",
+    .options = load_options_,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program view_command = {
+    .name = "tetris-agent view",
+    .synopsis = "[OPTION]... MODEL DIR",
+    .about = "Writes MODEL's model view into DIR (new, or empty and ours): a directory any\n"
+             "runtime opens instead of MODEL to compute on the store's pages\n"
+             "(docs/PROTOCOLS.md, \"Model view\"). Prints one JSON object: view, model, mode,\n"
+             "shared, fallback, tensors, shared_tensors, bytes, shared_bytes, load_ms. The\n"
+             "references are held without page tables or copies.\n",
+    .options = view_options,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program exec_command = {
+    .name = "tetris-agent exec",
+    .synopsis = "[OPTION]... -- CMD [ARGS...]",
+    .about = "Writes the model view, runs CMD with " TETRIS_ENV_MODEL_VIEW "=<view dir> in its\n"
+             "environment, holds the references while it runs, then removes the view and\n"
+             "exits with CMD's status (128+N if signal N killed it). SIGTERM, SIGINT, SIGHUP,\n"
+             "SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to CMD; CMD is killed if we die; as\n"
+             "PID 1 we also reap orphans. No store, a full store or no daemon is no error:\n"
+             "the view then names the original model (\"fallback\"). --store, --tenant and\n"
+             "--manifest default to $" TETRIS_ENV_STORE ", $" TETRIS_ENV_TENANT
+             " and $" TETRIS_ENV_MANIFEST ".\n",
+    .options = exec_options,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program check_view_command = {
+    .name = "tetris-agent check-view",
+    .synopsis = "[DIR]",
+    .about = "Checks a model view (default $" TETRIS_ENV_MODEL_VIEW ") the way its reader must\n"
+             "before trusting it: owners and modes, the index, every file in the store or the\n"
+             "model's folder and long enough; prints a JSON summary.\n",
+    .epilogue = exit_text,
+};
+
+static const struct opt_program verify_command = {
+    .name = "tetris-agent verify",
+    .synopsis = "[--store DIR] [--tenant T]",
+    .about = "Re-hashes every stored tensor; lists the ones that do not match.\n",
+    .options = store_options,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program inspect_command = {
+    .name = "tetris-agent inspect",
+    .synopsis = "MODEL\n[--store DIR] [--tenant T]",
+    .about = "A model's tensors, or a store's tensors and holders, for humans.\n",
+    .options = store_options,
+    .epilogue = exit_text,
+};
 
 static int exit_code_for(int r)
 {
@@ -149,113 +340,30 @@ static int report(int r, const char *what, const tetris_error *err)
     return exit_code_for(r);
 }
 
-/* Parses the options common to every command; `allowed` lists the long
- * option names the command accepts. Returns EXIT_OK or EXIT_USAGE. */
-static int parse_cli(int argc, char **argv, const char *cmd, const char *const *allowed,
-                     int max_args, struct cli *c)
+/* A command's options and up to max_operands operands into *c (argv[0]
+ * is the command's name). Returns EXIT_OK or EXIT_USAGE. */
+static int parse_command(const struct opt_program *cmd, int argc, char **argv, int max_operands,
+                         struct cli *c)
 {
-    static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
-                                             {"tenant", required_argument, NULL, 't'},
-                                             {"manifest", required_argument, NULL, 'm'},
-                                             {"output", required_argument, NULL, 'o'},
-                                             {"direct", no_argument, NULL, 'D'},
-                                             {"private", no_argument, NULL, 'P'},
-                                             {"socket", required_argument, NULL, 'S'},
-                                             {"timeout-ms", required_argument, NULL, 'T'},
-                                             {"label", required_argument, NULL, 'l'},
-                                             {"hold", no_argument, NULL, 'H'},
-                                             {"workers", required_argument, NULL, 'W'},
-                                             {"digests", required_argument, NULL, 'd'},
-                                             {"populate", required_argument, NULL, 'p'},
-                                             {"device", required_argument, NULL, 'G'},
-                                             {"libcuda", required_argument, NULL, 'L'},
-                                             {"model", required_argument, NULL, 'M'},
-                                             {"view-dir", required_argument, NULL, 'v'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    int c_, idx;
+    int first;
 
-    memset(c, 0, sizeof(*c));
-    c->store_dir = STORE_DEFAULT_DIR;
-    c->mode = AGENT_MODE_STORE;
-    c->populate = AGENT_POPULATE_DEFAULT;
-    optind = 1;
-    while ((c_ = getopt_long(argc, argv, "ho:", longopts, &idx)) != -1) {
-        const char *name = NULL;
-        if (c_ == 'h') {
-            fputs(usage_text, stdout);
-            exit(EXIT_OK);
-        }
-        for (size_t i = 0; longopts[i].name != NULL; i++)
-            if (longopts[i].val == c_)
-                name = longopts[i].name;
-        if (c_ == '?' || name == NULL)
-            return usage_error("bad option for '%s'", cmd);
-        bool ok = false;
-        for (size_t i = 0; allowed[i] != NULL; i++)
-            ok = ok || strcmp(allowed[i], name) == 0;
-        if (!ok) {
-            fprintf(stderr, "tetris-agent: %s does not take --%s\n", cmd, name);
-            return usage_error("see the usage of '%s'", cmd);
-        }
-        switch (c_) {
-        case 's':
-            c->store_dir = optarg;
-            c->store_given = true;
-            break;
-        case 'M': c->model = optarg; break;
-        case 'v': c->view_dir = optarg; break;
-        case 't': c->tenant = optarg; break;
-        case 'm': c->manifest = optarg; break;
-        case 'o': c->output = optarg; break;
-        case 'S': c->socket = optarg; break;
-        case 'l': c->label = optarg; break;
-        case 'G': c->device = optarg; break;
-        case 'L': c->libcuda = optarg; break;
-        case 'H': c->hold = true; break;
-        case 'p': {
-            tetris_error err = {0};
-            if (agent_populate_parse(optarg, &c->populate, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        }
-        case 'd':
-            if (strcmp(optarg, "auto") == 0)
-                c->digests = AGENT_DIGESTS_AUTO;
-            else if (strcmp(optarg, "agent") == 0)
-                c->digests = AGENT_DIGESTS_AGENT;
-            else if (strcmp(optarg, "daemon") == 0)
-                c->digests = AGENT_DIGESTS_DAEMON;
-            else
-                return usage_error("--digests: want auto, agent or daemon, not '%s'", optarg);
-            break;
-        case 'W': {
-            tetris_error err = {0};
-            if (cli_parse_int("--workers", optarg, 1, 4096, &c->workers, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        }
-        case 'T': {
-            tetris_error err = {0};
-            if (cli_parse_int("--timeout-ms", optarg, 1, 86400000, &c->timeout_ms, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        }
-        case 'D':
-        case 'P':
-            if (c->mode_given)
-                return usage_error("%s: --direct and --private exclude each other", cmd);
-            c->mode = c_ == 'D' ? AGENT_MODE_DIRECT : AGENT_MODE_PRIVATE;
-            c->mode_given = true;
-            break;
-        }
-    }
-    if (optind < argc && max_args >= 1)
-        c->arg = argv[optind++];
-    if (optind < argc && max_args >= 2)
-        c->arg2 = argv[optind++];
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
+    memset(&args, 0, sizeof(args));
+    args.store_dir = STORE_DEFAULT_DIR;
+    args.populate = AGENT_POPULATE_DEFAULT;
+    if ((first = opt_parse(cmd, argc, argv)) < 0)
+        return EXIT_USAGE;
+    if (args.direct && args.private_)
+        return opt_usage_error(cmd, "--direct and --private exclude each other"), EXIT_USAGE;
+    args.mode = args.direct     ? AGENT_MODE_DIRECT
+                : args.private_ ? AGENT_MODE_PRIVATE
+                                : AGENT_MODE_STORE;
+    if (first < argc && max_operands >= 1)
+        args.arg = argv[first++];
+    if (first < argc && max_operands >= 2)
+        args.arg2 = argv[first++];
+    if (first < argc)
+        return opt_usage_error(cmd, "unexpected argument '%s'", argv[first]), EXIT_USAGE;
+    *c = args;
     return EXIT_OK;
 }
 
@@ -263,16 +371,15 @@ static int parse_cli(int argc, char **argv, const char *cmd, const char *const *
 
 static int cmd_index(int argc, char **argv)
 {
-    static const char *const allowed[] = {"output", NULL};
     tetris_error err = {0};
     struct cli c;
     model *m = NULL;
     int r;
 
-    if ((r = parse_cli(argc, argv, "index", allowed, 1, &c)) != EXIT_OK)
+    if ((r = parse_command(&index_command, argc, argv, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
-        return usage_error("%s: expected a MODEL", "index");
+        return opt_usage_error(&index_command, "expected a MODEL"), EXIT_USAGE;
     r = model_parse_file(c.arg, &m, &err);
     if (r == 0)
         r = model_sources_realpath(m, &err);
@@ -342,30 +449,27 @@ static void load_options(const struct cli *c, struct agent_options *o)
 
 static int cmd_load(int argc, char **argv)
 {
-    static const char *const allowed[] = {"store",   "tenant",     "manifest", "direct",  "private",
-                                          "socket",  "timeout-ms", "label",    "hold",    "workers",
-                                          "digests", "populate",   "device",   "libcuda", NULL};
     struct agent_options o;
     tetris_error err = {0};
     agent_model *am = NULL;
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "load", allowed, 1, &c)) != EXIT_OK)
+    if ((r = parse_command(&load_command, argc, argv, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
-        return usage_error("%s: expected a MODEL", "load");
+        return opt_usage_error(&load_command, "expected a MODEL"), EXIT_USAGE;
     load_options(&c, &o);
-    o.device = c.device != NULL ? c.device : getenv("TETRIS_DEVICE");
-    if (o.device != NULL && o.device[0] == '\0')
-        o.device = NULL;
+    o.device = c.device != NULL && c.device[0] != '\0' ? c.device : NULL;
     o.libcuda = c.libcuda;
     if (o.device != NULL) {
         int ordinal;
         if (gpu_device_parse(o.device, &ordinal, &err) < 0)
-            return usage_error("--device: %s", err.msg);
+            return opt_usage_error(&load_command, "--device: %s", err.msg), EXIT_USAGE;
         if (c.mode != AGENT_MODE_STORE)
-            return usage_error("%s", "--device needs the node daemon (not --direct or --private)");
+            return opt_usage_error(&load_command,
+                                   "--device needs the node daemon (not --direct or --private)"),
+                   EXIT_USAGE;
     }
     if ((r = agent_load(c.arg, &o, &am, &err)) < 0)
         return report(r, "load", &err);
@@ -426,11 +530,6 @@ static int print_view(const model_view *v, const agent_model *am, const struct c
     return print_json_line(j);
 }
 
-static const char *const view_load_options[] = {"store",    "tenant",  "manifest",   "direct",
-                                                "private",  "socket",  "timeout-ms", "label",
-                                                "workers",  "digests", "hold",       "model",
-                                                "view-dir", NULL};
-
 static int cmd_view(int argc, char **argv)
 {
     agent_model *am = NULL;
@@ -438,13 +537,10 @@ static int cmd_view(int argc, char **argv)
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "view", view_load_options, 2, &c)) != EXIT_OK)
+    if ((r = parse_command(&view_command, argc, argv, 2, &c)) != EXIT_OK)
         return r;
-    if (c.view_dir != NULL || c.model != NULL)
-        return usage_error("%s",
-                           "view: MODEL and DIR are arguments (--model and --view-dir are exec's)");
     if (c.arg == NULL || c.arg2 == NULL)
-        return usage_error("%s: expected MODEL and DIR", "view");
+        return opt_usage_error(&view_command, "expected MODEL and DIR"), EXIT_USAGE;
     /* Blocked before any thread starts, so that every thread leaves them
      * to hold_until_released. */
     if (c.hold)
@@ -473,10 +569,6 @@ static int cmd_view(int argc, char **argv)
 
 static int cmd_exec(int argc, char **argv)
 {
-    static const char *const allowed[] = {"store",  "tenant",     "manifest", "direct",  "private",
-                                          "socket", "timeout-ms", "label",    "workers", "digests",
-                                          "model",  "view-dir",   NULL};
-    struct agent_env env;
     agent_model *am = NULL;
     model_view *v = NULL;
     tetris_error err = {0};
@@ -485,21 +577,13 @@ static int cmd_exec(int argc, char **argv)
 
     while (dashes < argc && strcmp(argv[dashes], "--") != 0)
         dashes++;
-    if ((r = parse_cli(dashes, argv, "exec", allowed, 0, &c)) != EXIT_OK)
+    if ((r = parse_command(&exec_command, dashes, argv, 0, &c)) != EXIT_OK)
         return r;
     if (dashes + 1 >= argc)
-        return usage_error("%s: expected -- CMD [ARGS...]", "exec");
-    agent_env_read(&env);
+        return opt_usage_error(&exec_command, "expected -- CMD [ARGS...]"), EXIT_USAGE;
     if (c.model == NULL)
-        c.model = env.model;
-    if (!c.store_given && env.store_dir != NULL)
-        c.store_dir = env.store_dir;
-    if (c.tenant == NULL)
-        c.tenant = env.tenant;
-    if (c.manifest == NULL)
-        c.manifest = env.manifest;
-    if (c.model == NULL)
-        return usage_error("%s", "exec: no model: set " TETRIS_ENV_MODEL " or --model");
+        return opt_usage_error(&exec_command, "no model: set " TETRIS_ENV_MODEL " or --model"),
+               EXIT_USAGE;
     /* Before the load starts threads: see supervise_block_signals. */
     supervise_block_signals();
     if ((r = load_for_view(&c, c.model, &am)) != EXIT_OK)
@@ -533,17 +617,17 @@ static int cmd_exec(int argc, char **argv)
 
 static int cmd_check_view(int argc, char **argv)
 {
-    static const char *const allowed[] = {NULL};
     struct view_check_result res;
     tetris_error err = {0};
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "check-view", allowed, 1, &c)) != EXIT_OK)
+    if ((r = parse_command(&check_view_command, argc, argv, 1, &c)) != EXIT_OK)
         return r;
     const char *dir = c.arg != NULL ? c.arg : getenv(TETRIS_ENV_MODEL_VIEW);
     if (dir == NULL || dir[0] == '\0')
-        return usage_error("%s", "check-view: no DIR and no " TETRIS_ENV_MODEL_VIEW);
+        return opt_usage_error(&check_view_command, "no DIR and no " TETRIS_ENV_MODEL_VIEW),
+               EXIT_USAGE;
     if ((r = view_check(dir, &res, &err)) < 0) {
         log_error("event=view-invalid view=%s code=%s msg=%s", LOG_Q(dir), tetris_code_name(r),
                   LOG_Q(err.msg));
@@ -590,7 +674,6 @@ static int open_store(const struct cli *c, store **s, tetris_error *err)
 
 static int cmd_verify(int argc, char **argv)
 {
-    static const char *const allowed[] = {"store", "tenant", NULL};
     struct digest_list l = {0};
     tetris_error err = {0};
     size_t bad = 0, failed = 0;
@@ -598,10 +681,8 @@ static int cmd_verify(int argc, char **argv)
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "verify", allowed, 1, &c)) != EXIT_OK)
+    if ((r = parse_command(&verify_command, argc, argv, 0, &c)) != EXIT_OK)
         return r;
-    if (c.arg != NULL)
-        return usage_error("verify: unexpected argument '%s'", c.arg);
     if (open_store(&c, &s, &err) < 0)
         return EXIT_NO_STORE;
     r = store_foreach_tensor(s, collect_digest, &l, &err);
@@ -702,13 +783,12 @@ static int inspect_store(const struct cli *c)
 
 static int cmd_inspect(int argc, char **argv)
 {
-    static const char *const allowed[] = {"store", "tenant", NULL};
     tetris_error err = {0};
     model *m = NULL;
     struct cli c;
     int r;
 
-    if ((r = parse_cli(argc, argv, "inspect", allowed, 1, &c)) != EXIT_OK)
+    if ((r = parse_command(&inspect_command, argc, argv, 1, &c)) != EXIT_OK)
         return r;
     if (c.arg == NULL)
         return inspect_store(&c);
@@ -736,20 +816,19 @@ int main(int argc, char **argv)
                     {"verify", cmd_verify},
                     {"inspect", cmd_inspect}};
 
+    int first;
+
     log_init(argv[0]);
-    if (argc < 2)
-        return usage_error("%s", "expected a COMMAND");
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        fputs(usage_text, stdout);
-        return EXIT_OK;
-    }
-    if (strcmp(argv[1], "--version") == 0) {
-        printf("tetris-agent %s\n", TETRIS_VERSION);
+    if ((first = opt_parse(&agent_program, argc, argv)) < 0)
+        return EXIT_USAGE;
+    if (first == argc)
+        return opt_usage_error(&agent_program, "expected a COMMAND"), EXIT_USAGE;
+    if (strcmp(argv[first], "help") == 0) {
+        opt_print_help(&agent_program, stdout);
         return EXIT_OK;
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].fn(argc - 1, argv + 1);
-    return usage_error("unknown command '%s'", argv[1]);
+        if (strcmp(argv[first], commands[i].name) == 0)
+            return commands[i].fn(argc - first, argv + first);
+    return opt_usage_error(&agent_program, "unknown command '%s'", argv[first]), EXIT_USAGE;
 }

@@ -7,7 +7,6 @@
  * same inputs and its outputs hashed the same way. Also the example of
  * using the agent and the ORT adapter. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +15,14 @@
 
 #include "agent/agent.h"
 #include "common/cleanup.h"
-#include "common/cli.h"
 #include "agent/hold.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "agent/ort_adapter.h"
 #include "agent/ort_inputs.h"
 #include "common/textbuf.h"
+#include "protocol/names.h"
 #include "protocol/oip.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
@@ -44,81 +44,36 @@ struct run_options {
     struct ort_adapter_options ort;
 };
 
-static void usage(FILE *out)
+static const char about[] =
+    "Runs MODEL (ONNX) through ONNX Runtime on inputs built from its input\n"
+    "metadata and a seeded PRNG, and prints one JSON object with the SHA-256 of\n"
+    "all output bytes (outputs in model order, raw little-endian).\n";
+
+static const char epilogue[] =
+    "Inputs: float types uniform in [-1, 1), integer types uniform in [0, 16),\n"
+    "bool 0/1, from splitmix64(seed) in input order.\n"
+    "sha256: SHA-256 over the outputs' bytes concatenated in the model's output\n"
+    "order, each output's elements row-major, little-endian, without padding\n"
+    "(what any client can compute from an inference response).\n"
+    "\n"
+    "Exit status: 0 ok, 1 runtime failure or non-deterministic output,\n"
+    "2 usage, 3 bad model file.\n";
+
+/* What the command line sets beyond struct run_options' own fields. */
+struct run_args {
+    const char *store_dir; /* --store, NULL when not given */
+    bool direct, private_;
+};
+
+static int parse_graph_opt(const struct opt_spec *spec, const char *label, const char *value,
+                           tetris_error *err)
 {
-    fprintf(out,
-            "usage: tetris-onnx-run MODEL [--store DIR [--direct] [--tenant T] [--manifest M]\n"
-            "                              | --private] [--seed N] [--runs N] [--threads N]\n"
-            "                              [--graph-opt LEVEL] [--prepack] [--save-optimized OUT]\n"
-            "                              [--dim N] [--hold] [--oip-request FILE]\n"
-            "\n"
-            "Runs MODEL (ONNX) through ONNX Runtime on inputs built from its input\n"
-            "metadata and a seeded PRNG, and prints one JSON object with the SHA-256 of\n"
-            "all output bytes (outputs in model order, raw little-endian).\n"
-            "\n"
-            "  --store DIR      map weights from the tensor store at DIR (default mode,\n"
-            "                   DIR defaults to %s); missing tensors are ingested\n"
-            "                   by the node daemon, or a private load is used if it is absent\n"
-            "  --direct         ingest missing tensors into the store ourselves\n"
-            "  --tenant T       use the dedicated store of tenant T\n"
-            "  --manifest M     take tensor identities from manifest M (skip hashing)\n"
-            "  --private        no store: ONNX Runtime loads the file (the baseline)\n"
-            "  --seed N         PRNG seed for the inputs (default 1)\n"
-            "  --runs N         run N times; every run must give the same hash (default 1)\n"
-            "  --threads N      ONNX Runtime intra-op threads (default 1; 0 = one per core)\n"
-            "  --graph-opt L    none|basic|extended|all (default none: fusions would\n"
-            "                   fold shared weights into private copies)\n"
-            "  --prepack        let ONNX Runtime pre-pack weights (private copies)\n"
-            "  --save-optimized OUT  also write the optimised graph and its weights to\n"
-            "                   OUT (ONNX): optimise once at registration with\n"
-            "                   --graph-opt all, then share OUT's fused weights\n"
-            "  --dim N          size of an input's dynamic dimensions after its first one\n"
-            "                   (the batch, or the batch of a state tensor: always 1);\n"
-            "                   default %d\n"
-            "  --populate P     none|map|madvise: how the store's mappings get their\n"
-            "                   page tables (default madvise: at load, not in the\n"
-            "                   first run)\n"
-            "  --hold           after printing, keep the session until stdin closes or\n"
-            "                   SIGTERM\n"
-            "  --oip-request FILE  also write the inputs as an Open Inference Protocol\n"
-            "                   (KServe V2) infer request, JSON, to FILE (not stdout:\n"
-            "                   the result goes there)\n"
-            "\n"
-            "Inputs: float types uniform in [-1, 1), integer types uniform in [0, 16),\n"
-            "bool 0/1, from splitmix64(seed) in input order.\n"
-            "sha256: SHA-256 over the outputs' bytes concatenated in the model's output\n"
-            "order, each output's elements row-major, little-endian, without padding\n"
-            "(what any client can compute from an inference response).\n"
-            "\n"
-            "Exit status: 0 ok, 1 runtime failure or non-deterministic output,\n"
-            "2 usage, 3 bad model file.\n",
-            STORE_DEFAULT_DIR, ORT_INPUTS_DEFAULT_DYNAMIC_DIM);
+    (void)label;
+    return ort_parse_graph_optimization(value, spec->dest, err);
 }
 
-static int parse_args(int argc, char **argv, struct run_options *o)
+static void options_init(struct run_options *o)
 {
-    static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
-                                             {"direct", no_argument, NULL, 'D'},
-                                             {"tenant", required_argument, NULL, 't'},
-                                             {"manifest", required_argument, NULL, 'm'},
-                                             {"private", no_argument, NULL, 'P'},
-                                             {"seed", required_argument, NULL, 'S'},
-                                             {"runs", required_argument, NULL, 'r'},
-                                             {"threads", required_argument, NULL, 'j'},
-                                             {"graph-opt", required_argument, NULL, 'g'},
-                                             {"dim", required_argument, NULL, 'd'},
-                                             {"hold", no_argument, NULL, 'H'},
-                                             {"prepack", no_argument, NULL, 'K'},
-                                             {"save-optimized", required_argument, NULL, 'O'},
-                                             {"populate", required_argument, NULL, 'p'},
-                                             {"oip-request", required_argument, NULL, 'R'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"version", no_argument, NULL, 'V'},
-                                             {NULL, 0, NULL, 0}};
-    bool store_given = false, private_given = false;
-    tetris_error err = {0};
-    int c;
-
     memset(o, 0, sizeof(*o));
     o->mode = AGENT_MODE_STORE;
     o->use_store = true;
@@ -129,70 +84,133 @@ static int parse_args(int argc, char **argv, struct run_options *o)
     o->dynamic_dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM;
     ort_adapter_options_init(&o->ort);
     o->ort.intra_op_threads = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's': o->store_dir = optarg; store_given = true; break;
-        case 'D': o->mode = AGENT_MODE_DIRECT; break;
-        case 't': o->tenant = optarg; break;
-        case 'm': o->manifest = optarg; break;
-        case 'P': private_given = true; o->use_store = false; break;
-        case 'H': o->hold = true; break;
-        case 'K': o->ort.prepack = true; break;
-        case 'O': o->ort.save_optimized = optarg; break;
-        case 'R':
-            if (strcmp(optarg, "-") == 0) {
-                fprintf(stderr, "tetris-onnx-run: --oip-request needs a file (stdout carries "
-                                "the result)\n");
-                goto usage_error;
-            }
-            o->oip_request = optarg;
-            break;
-        case 'p':
-            if (agent_populate_parse(optarg, &o->populate, &err) < 0)
-                goto bad_number;
-            break;
-        case 'S':
-            if (cli_parse_u64("--seed", optarg, 0, INT64_MAX, &o->seed, &err) < 0)
-                goto bad_number;
-            break;
-        case 'r':
-            if (cli_parse_int("--runs", optarg, 1, 1000000, &o->runs, &err) < 0)
-                goto bad_number;
-            break;
-        case 'j':
-            if (cli_parse_int("--threads", optarg, 0, 1024, &o->ort.intra_op_threads, &err) < 0)
-                goto bad_number;
-            break;
-        case 'd':
-            if (cli_parse_i64("--dim", optarg, 1, 1 << 20, &o->dynamic_dim, &err) < 0)
-                goto bad_number;
-            break;
-        case 'g':
-            if (ort_parse_graph_optimization(optarg, &o->ort.graph_optimization, &err) < 0) {
-                fprintf(stderr, "tetris-onnx-run: %s\n", err.msg);
-                return -1;
-            }
-            break;
-        case 'h': usage(stdout); exit(EXIT_OK);
-        case 'V': printf("tetris-onnx-run %s\n", TETRIS_VERSION); exit(EXIT_OK);
-        default: goto usage_error;
-        }
-    }
-    if (optind != argc - 1) {
-        fprintf(stderr, "tetris-onnx-run: expected exactly one MODEL\n");
-        goto usage_error;
-    }
-    if (private_given && (store_given || o->mode == AGENT_MODE_DIRECT || o->tenant || o->manifest)) {
-        fprintf(stderr, "tetris-onnx-run: --private excludes --store, --direct, --tenant, --manifest\n");
-        goto usage_error;
-    }
-    o->model = argv[optind];
+}
+
+/* The options, checked together: one MODEL, --private alone. Returns -1
+ * after a usage error. */
+static int parse_args(int argc, char **argv, struct run_options *o)
+{
+    struct run_args a = {0};
+    const struct opt_spec options[] = {
+        {.name = "store",
+         .type = OPT_TYPE_STRING,
+         .dest = &a.store_dir,
+         .meta = "DIR",
+         .help = "map weights from the tensor store at DIR (default mode, DIR defaults "
+                 "to " STORE_DEFAULT_DIR "); missing tensors are ingested by the node daemon, or a "
+                 "private load is used if it is absent"},
+        {.name = "direct",
+         .type = OPT_TYPE_FLAG,
+         .dest = &a.direct,
+         .help = "ingest missing tensors into the store ourselves"},
+        {.name = "tenant",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->tenant,
+         .meta = "T",
+         .help = "use the dedicated store of tenant T"},
+        {.name = "manifest",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->manifest,
+         .meta = "M",
+         .help = "take tensor identities from manifest M (skip hashing)"},
+        {.name = "private",
+         .type = OPT_TYPE_FLAG,
+         .dest = &a.private_,
+         .help = "no store: ONNX Runtime loads the file (the baseline)"},
+        {.name = "seed",
+         .type = OPT_TYPE_U64,
+         .dest = &o->seed,
+         .umin = 0,
+         .umax = INT64_MAX,
+         .meta = "N",
+         .help = "PRNG seed for the inputs (default 1)"},
+        {.name = "runs",
+         .type = OPT_TYPE_INT,
+         .dest = &o->runs,
+         .min = 1,
+         .max = 1000000,
+         .meta = "N",
+         .help = "run N times; every run must give the same hash (default 1)"},
+        {.name = "threads",
+         .type = OPT_TYPE_INT,
+         .dest = &o->ort.intra_op_threads,
+         .min = 0,
+         .max = 1024,
+         .meta = "N",
+         .help = "ONNX Runtime intra-op threads (default 1; 0 = one per core)"},
+        {.name = "graph-opt",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o->ort.graph_optimization,
+         .parse = parse_graph_opt,
+         .meta = "L",
+         .help = "none|basic|extended|all (default none: fusions would fold shared weights into "
+                 "private copies)"},
+        {.name = "prepack",
+         .type = OPT_TYPE_FLAG,
+         .dest = &o->ort.prepack,
+         .help = "let ONNX Runtime pre-pack weights (private copies)"},
+        {.name = "save-optimized",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->ort.save_optimized,
+         .meta = "OUT",
+         .help = "also write the optimised graph and its weights to OUT (ONNX): optimise once "
+                 "at registration with --graph-opt all, then share OUT's fused weights"},
+        {.name = "dim",
+         .type = OPT_TYPE_I64,
+         .dest = &o->dynamic_dim,
+         .min = 1,
+         .max = 1 << 20,
+         .meta = "N",
+         .help = "size of an input's dynamic dimensions after its first one (the batch, or the "
+                 "batch of a state tensor: always 1); default " TETRIS_STRINGIFY(
+                     ORT_INPUTS_DEFAULT_DYNAMIC_DIM)},
+        {.name = "populate",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o->populate,
+         .parse = agent_populate_option,
+         .meta = "P",
+         .help = "none|map|madvise: how the store's mappings get their page tables (default "
+                 "madvise: at load, not in the first run)"},
+        {.name = "hold",
+         .type = OPT_TYPE_FLAG,
+         .dest = &o->hold,
+         .help = "after printing, keep the session until stdin closes or SIGTERM"},
+        {.name = "oip-request",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->oip_request,
+         .meta = "FILE",
+         .help = "also write the inputs as an Open Inference Protocol (KServe V2) infer "
+                 "request, JSON, to FILE (not stdout: the result goes there)"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-onnx-run",
+        .synopsis = "MODEL [--store DIR [--direct] [--tenant T] [--manifest M]\n"
+                    "       | --private] [--seed N] [--runs N] [--threads N]\n"
+                    "      [--graph-opt LEVEL] [--prepack] [--save-optimized OUT]\n"
+                    "      [--dim N] [--hold] [--oip-request FILE]",
+        .about = about,
+        .options = options,
+        .epilogue = epilogue,
+    };
+    int first;
+
+    options_init(o);
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
+        return -1;
+    if (first != argc - 1)
+        return opt_usage_error(&prog, "expected exactly one MODEL");
+    if (a.private_ && (a.store_dir != NULL || a.direct || o->tenant != NULL || o->manifest != NULL))
+        return opt_usage_error(&prog, "--private excludes --store, --direct, --tenant, --manifest");
+    if (o->oip_request != NULL && strcmp(o->oip_request, "-") == 0)
+        return opt_usage_error(&prog, "--oip-request needs a file (stdout carries the result)");
+    if (a.store_dir != NULL)
+        o->store_dir = a.store_dir;
+    if (a.direct)
+        o->mode = AGENT_MODE_DIRECT;
+    o->use_store = !a.private_;
+    o->model = argv[first];
     return 0;
-bad_number:
-    fprintf(stderr, "tetris-onnx-run: %s\n", err.msg);
-usage_error:
-    fprintf(stderr, "Try 'tetris-onnx-run --help'.\n");
-    return -1;
 }
 
 /* Runs once and hashes every output's bytes, in output order. */

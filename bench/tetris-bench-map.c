@@ -8,7 +8,6 @@
  * about the same either way, first touch does not (one fault per 2 MiB
  * instead of per 4 KiB). */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,6 +20,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "model/manifest.h"
 #include "model/model.h"
 #include "tensorstore/store.h"
@@ -152,57 +152,44 @@ out:
     return r;
 }
 
-static void usage(FILE *f, const char *prog)
-{
-    fprintf(f,
-            "Usage: %s --store DIR --manifest MANIFEST\n"
-            "Maps every tensor of MANIFEST read-only from the store DIR (all must be\n"
-            "resident), reads one byte of every page, and prints one JSON object:\n"
-            "tensors, bytes, map_ms, touch_ms, and the huge-page fields of the mappings\n"
-            "from /proc/self/smaps: anon_huge_kb, shmem_pmd_kb, file_pmd_kb; and the\n"
-            "process's page tables then (vm_pte_kb, from /proc/self/status).\n"
-            "\n"
-            "  -s, --store DIR         the store (read only; nothing is written)\n"
-            "  -m, --manifest FILE     the model's manifest (tetris-agent index)\n"
-            "  -h, --help, -V, --version\n"
-            "\n"
-            "Exit status: 0 measured, 1 error (a tensor missing, I/O), 2 usage error.\n",
-            prog);
-}
-
 int main(int argc, char **argv)
 {
-    log_init(argv[0]);
-    static const struct option opts[] = {
-        {"store", required_argument, NULL, 's'},   {"manifest", required_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
-    };
     const char *store_dir = NULL, *manifest = NULL;
-    int c;
-    while ((c = getopt_long(argc, argv, "s:m:hV", opts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            store_dir = optarg;
-            break;
-        case 'm':
-            manifest = optarg;
-            break;
-        case 'h':
-            usage(stdout, argv[0]);
-            return EXIT_OK;
-        case 'V':
-            printf("tetris-bench-map %s\n", TETRIS_VERSION);
-            return EXIT_OK;
-        default:
-            usage(stderr, argv[0]);
-            return EXIT_USAGE;
-        }
-    }
-    if (store_dir == NULL || manifest == NULL || optind != argc) {
-        usage(stderr, argv[0]);
+    const struct opt_spec options[] = {
+        {.name = "store",
+         .short_name = 's',
+         .type = OPT_TYPE_STRING,
+         .dest = &store_dir,
+         .meta = "DIR",
+         .help = "the store (read only; nothing is written)"},
+        {.name = "manifest",
+         .short_name = 'm',
+         .type = OPT_TYPE_STRING,
+         .dest = &manifest,
+         .meta = "FILE",
+         .help = "the model's manifest (tetris-agent index)"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-bench-map",
+        .synopsis = "--store DIR --manifest MANIFEST",
+        .about = "Maps every tensor of MANIFEST read-only from the store DIR (all must be\n"
+                 "resident), reads one byte of every page, and prints one JSON object:\n"
+                 "tensors, bytes, map_ms, touch_ms, and the huge-page fields of the mappings\n"
+                 "from /proc/self/smaps: anon_huge_kb, shmem_pmd_kb, file_pmd_kb; and the\n"
+                 "process's page tables then (vm_pte_kb, from /proc/self/status).\n",
+        .options = options,
+        .epilogue = "Exit status: 0 measured, 1 error (a tensor missing, I/O), 2 usage error.\n",
+    };
+    int first;
+
+    log_init(argv[0]);
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
         return EXIT_USAGE;
-    }
+    if (first != argc)
+        return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]), EXIT_USAGE;
+    if (store_dir == NULL || manifest == NULL)
+        return opt_usage_error(&prog, "--store and --manifest are required"), EXIT_USAGE;
     tetris_error err = {0};
     if (run(store_dir, manifest, &err) < 0) {
         char q[600];

@@ -14,7 +14,6 @@
  * seeded by (seed, tensor name, variant-or-0), so sharing needs no state. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -27,9 +26,9 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
-#include "common/cli.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/options.h"
 
 #define WRITE_CHUNK (8u << 20) /* large writes: the files are GBs */
 
@@ -443,112 +442,102 @@ static bool cache_file_ok(const struct plan *p, const char *path)
 
 /* ---- command line ---- */
 
-static void usage(FILE *f, const char *prog)
+/* "ARCH:" and one line per architecture, for the help. */
+static void describe_archs(char *buf, size_t size)
 {
-    fprintf(f,
-            "Usage: %s [OPTIONS] ARCH\n"
-            "Writes a SYNTHETIC model: a safetensors file with the real tensor names and\n"
-            "shapes of ARCH and seeded pseudo-random float32 values (not trained weights),\n"
-            "for memory and load-time benchmarks. Prints the file's path on stdout.\n"
-            "\n"
-            "ARCH:\n",
-            prog);
+    size_t len = (size_t)
+        snprintf(buf, size,
+                 "Writes a SYNTHETIC model: a safetensors file with the real tensor "
+                 "names and\nshapes of ARCH and seeded pseudo-random float32 values "
+                 "(not trained weights),\nfor memory and load-time benchmarks. "
+                 "Prints the file's path on stdout.\n\nARCH:\n");
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0] && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "  %-12s %s\n", archs[i].name,
+                                archs[i].about);
+}
+
+/* The options and ARCH into p and the output file; -1 after a usage
+ * error. */
+static int parse_args(int argc, char **argv, struct plan *p, const char **output, bool *force)
+{
+    uint64_t variant = 0, shared_layers = UINT64_MAX; /* not given */
+    char about[2048];
+    const struct opt_spec options[] = {
+        {.name = "output",
+         .short_name = 'o',
+         .type = OPT_TYPE_STRING,
+         .dest = output,
+         .meta = "FILE",
+         .help = "write FILE (always rewritten); default: the cache, reused when already there: "
+                 "${TETRIS_CACHE:-$HOME/.cache/tetris}/synthetic/"},
+        {.name = "seed",
+         .short_name = 's',
+         .type = OPT_TYPE_U64,
+         .dest = &p->seed,
+         .meta = "N",
+         .help = "seed (default 1); same ARCH and seed, same bytes"},
+        {.name = "variant",
+         .type = OPT_TYPE_U64,
+         .dest = &variant,
+         .umin = 1,
+         .umax = 1000000,
+         .meta = "N",
+         .help = "synthetic fine-tuned variant N >= 1 of the seed's model"},
+        {.name = "shared-layers",
+         .type = OPT_TYPE_U64,
+         .dest = &shared_layers,
+         .umin = 0,
+         .umax = 1000,
+         .meta = "K",
+         .help = "with --variant: the embeddings and encoder layers 0..K-1 are bit-for-bit those "
+                 "of the base model, layers K.. and the pooler differ (K=0: nothing shared)"},
+        {.name = "force",
+         .short_name = 'f',
+         .type = OPT_TYPE_FLAG,
+         .dest = force,
+         .help = "rewrite a cached file"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-synth-model",
+        .synopsis = "[OPTION]... ARCH",
+        .about = about,
+        .options = options,
+        .epilogue = "Exit status: 0 written or reused, 1 error (I/O, memory), 2 usage error.\n",
+    };
+    int first;
+
+    describe_archs(about, sizeof(about));
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
+        return -1;
+    if (first != argc - 1)
+        return opt_usage_error(&prog, "expected one ARCH");
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        fprintf(f, "  %-12s %s\n", archs[i].name, archs[i].about);
-    fprintf(f,
-            "\n"
-            "Options:\n"
-            "  -o, --output FILE      write FILE (always rewritten)\n"
-            "                         default: the cache, reused when already there:\n"
-            "                         ${TETRIS_CACHE:-$HOME/.cache/tetris}/synthetic/\n"
-            "  -s, --seed N           seed (default 1); same ARCH and seed, same bytes\n"
-            "      --variant N        synthetic fine-tuned variant N >= 1 of the seed's model\n"
-            "      --shared-layers K  with --variant: the embeddings and encoder layers\n"
-            "                         0..K-1 are bit-for-bit those of the base model, layers\n"
-            "                         K.. and the pooler differ (K=0: nothing shared)\n"
-            "  -f, --force            rewrite a cached file\n"
-            "  -h, --help             this text\n"
-            "  -V, --version          version\n"
-            "\n"
-            "Exit status: 0 written or reused, 1 error (I/O, memory), 2 usage error.\n");
+        if (strcmp(argv[first], archs[i].name) == 0)
+            p->arch = &archs[i];
+    if (p->arch == NULL)
+        return opt_usage_error(&prog, "unknown ARCH '%s'", argv[first]);
+    if ((variant > 0) != (shared_layers != UINT64_MAX))
+        return opt_usage_error(&prog, "--variant and --shared-layers go together");
+    if (variant > 0 && (int64_t)shared_layers > p->arch->layers)
+        return opt_usage_error(&prog, "--shared-layers exceeds the %" PRId64 " layers of %s",
+                               p->arch->layers, p->arch->name);
+    p->variant = (unsigned)variant;
+    p->shared_layers = variant > 0 ? (long)shared_layers : -1;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    log_init(argv[0]);
-    enum { OPT_VARIANT = 256, OPT_SHARED };
-    static const struct option opts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"seed", required_argument, NULL, 's'},
-        {"variant", required_argument, NULL, OPT_VARIANT},
-        {"shared-layers", required_argument, NULL, OPT_SHARED},
-        {"force", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
-    };
     struct plan p = {.seed = 1, .shared_layers = -1};
     const char *output = NULL;
     bool force = false;
     tetris_error err = {0};
-    uint64_t v;
-    int c, r = 0;
-    while ((c = getopt_long(argc, argv, "o:s:fhV", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            output = optarg;
-            break;
-        case 's':
-            r = cli_parse_u64("--seed", optarg, 0, UINT64_MAX, &p.seed, &err);
-            break;
-        case OPT_VARIANT:
-            if ((r = cli_parse_u64("--variant", optarg, 1, 1000000, &v, &err)) == 0)
-                p.variant = (unsigned)v;
-            break;
-        case OPT_SHARED:
-            if ((r = cli_parse_u64("--shared-layers", optarg, 0, 1000, &v, &err)) == 0)
-                p.shared_layers = (long)v;
-            break;
-        case 'f':
-            force = true;
-            break;
-        case 'h':
-            usage(stdout, argv[0]);
-            return EXIT_OK;
-        case 'V':
-            printf("tetris-synth-model %s\n", TETRIS_VERSION);
-            return EXIT_OK;
-        default:
-            usage(stderr, argv[0]);
-            return EXIT_USAGE;
-        }
-        if (r < 0) {
-            char q[600];
-            log_error("event=usage msg=%s", log_quote(err.msg, q, sizeof q));
-            return EXIT_USAGE;
-        }
-    }
-    if (optind != argc - 1) {
-        usage(stderr, argv[0]);
-        return EXIT_USAGE;
-    }
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (strcmp(argv[optind], archs[i].name) == 0)
-            p.arch = &archs[i];
-    if (p.arch == NULL) {
-        log_error("event=usage msg=\"unknown ARCH (see --help)\" arch=%s", argv[optind]);
-        return EXIT_USAGE;
-    }
-    if ((p.variant > 0) != (p.shared_layers >= 0)) {
-        log_error("event=usage msg=\"--variant and --shared-layers go together\"");
-        return EXIT_USAGE;
-    }
-    if (p.shared_layers > p.arch->layers) {
-        log_error("event=usage msg=\"--shared-layers exceeds the layers of %s\" layers=%" PRId64,
-                  p.arch->name, p.arch->layers);
-        return EXIT_USAGE;
-    }
+    int r;
 
+    log_init(argv[0]);
+    if (parse_args(argc, argv, &p, &output, &force) < 0)
+        return EXIT_USAGE;
     r = plan_build(&p, &err);
     char path[PATH_MAX];
     if (r == 0 && output == NULL)

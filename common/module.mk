@@ -1,19 +1,23 @@
 # common/module.mk - shared plumbing: errors, logging, cleanup attributes,
-# clocks, text buffers, Prometheus text, option-value parsing, the HTTP
-# server and GET client, YAML configuration and writing, the string map
-# the Kubernetes client, CPU-sized worker threads and JSON read without a
-# tree (json_scan); their unit tests and the client's fault-injection test.
+# clocks, text buffers, Prometheus text, option values and the programs'
+# option tables, the HTTP server and GET client, YAML reading,
+# configuration and writing, the string map, the Kubernetes client,
+# CPU-sized worker threads, JSON read without a tree (json_scan), UTF-8
+# and bounded whole-file reads; their unit tests and the client's
+# fault-injection test.
 LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/prom.c \
-            common/cli.c common/httpserver.c common/httpclient.c common/config_yaml.c \
-            common/strmap.c common/kube.c common/yaml_write.c common/yaml_read.c \
-            common/kubeconfig.c common/workers.c common/json_scan.c common/utf8.c common/fileio.c
+            common/cli.c common/options.c common/httpserver.c common/httpclient.c \
+            common/config_yaml.c common/strmap.c common/kube.c common/yaml_write.c \
+            common/yaml_read.c common/kubeconfig.c common/workers.c common/json_scan.c \
+            common/utf8.c common/fileio.c
 
 # common/httpserver.c needs libmicrohttpd; every program linking libtetris
 # may pull it in, so the library goes on the global link line.
 LDLIBS += -lmicrohttpd
 
 UNIT_TESTS += tests/unit/test_httpserver.c tests/unit/test_kubeconfig.c tests/unit/test_common.c \
-              tests/unit/test_yaml_write.c tests/unit/test_yaml_read.c tests/unit/test_fileio.c
+              tests/unit/test_yaml_write.c tests/unit/test_yaml_read.c tests/unit/test_fileio.c \
+              tests/unit/test_options.c
 UNIT_LIBS += -lcurl
 
 # The Kubernetes client against the fault-injecting HTTP server (dropped

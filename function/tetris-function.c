@@ -10,7 +10,6 @@
  * function.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -27,6 +26,7 @@
 #include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "function/oip_ort.h"
 #include "function/oip_response.h"
 #include "protocol/names.h"
@@ -43,116 +43,67 @@ enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL 
 #define MAX_BODY_BYTES_LIMIT (1ULL << 34)
 #define DRAIN_TIMEOUT_S 30
 
-static void usage(FILE *out)
+/* ---- configuration: the environment, then options ---- */
+
+static const char about[] =
+    "Serves an ONNX model over HTTP like an OpenFaaS of-watchdog (HTTP mode)\n"
+    "function, through the Open Inference Protocol (KServe V2 REST). Every\n"
+    "option but --direct, --private and --listen has an environment variable;\n"
+    "options win.\n";
+
+static const char epilogue[] =
+    "HTTP (the Open Inference Protocol, docs/programs/tetris-function.md):\n"
+    "  GET /v2                            server metadata\n"
+    "  GET /v2/health/live, /v2/health/ready   200, or 503 while loading or\n"
+    "                                     draining (ready)\n"
+    "  GET /v2/models/NAME[/versions/V]   the model's inputs and outputs\n"
+    "  GET /v2/models/NAME[/versions/V]/ready\n"
+    "  POST /v2/models/NAME[/versions/V]/infer   an inference request (JSON, or\n"
+    "                  JSON and binary tensor data); 400 with {\"error\": ...}\n"
+    "                  naming what is wrong with a bad one, 404 for another model\n"
+    "Benchmark mode:\n"
+    "  POST /          body {\"seed\": N} (or empty: seed " TETRIS_STRINGIFY(
+        DEFAULT_SEED) ").\n"
+                      "                  Runs the model on inputs generated from the seed exactly "
+                      "as\n"
+                      "                  tetris-onnx-run --seed N does, and answers {\"seed\", "
+                      "\"sha256\"\n"
+                      "                  (of this request's output bytes), \"output_bytes\",\n"
+                      "                  \"batch_size\", \"batch_id\", \"batching\", "
+                      "\"queue_ms\",\n"
+                      "                  \"inference_ms\", \"latency_ms\"}. A bad body is 400 "
+                      "with\n"
+                      "                  {\"error\": ...}.\n"
+                      "  GET /_/health   200 once loaded (of-watchdog's health path); /healthz "
+                      "too\n"
+                      "  GET /metrics    request metrics, Prometheus text format\n"
+                      "\n"
+                      "Batching: when every input and output of the model has a dynamic first\n"
+                      "dimension, a batch is one ONNX Runtime run over the requests' inputs\n"
+                      "concatenated (\"concat\"); otherwise the requests of a batch run one after\n"
+                      "the other (\"sequential\"), which the ready line and /metrics say.\n"
+                      "\n"
+                      "When ready it prints one JSON line on stdout (listen address, mode,\n"
+                      "batching, shared bytes). SIGTERM or SIGINT: stop accepting, answer what is\n"
+                      "queued, exit 0.\n"
+                      "\n"
+                      "Exit status: 0 drained after SIGTERM/SIGINT, 1 runtime failure (cannot\n"
+                      "listen, inference setup), 2 usage, 3 bad or missing model file.\n";
+
+/* What the command line sets beyond struct fn_options' own fields. */
+struct fn_args {
+    const char *listen; /* NULL: the environment's port, else DEFAULT_LISTEN */
+    bool direct, private_;
+};
+
+/* --store "" is no store, as an empty TETRIS_STORE. */
+static int parse_store(const struct opt_spec *spec, const char *label, const char *value,
+                       tetris_error *err)
 {
-    fprintf(out,
-            "usage: tetris-function [--model FILE] [--name NAME] [--model-version V]\n"
-            "                       [--store DIR [--direct] [--tenant T]\n"
-            "                       [--manifest M] | --private] [--listen ADDR:PORT]\n"
-            "                       [--batch B] [--concurrency P] [--max-wait-ms MS]\n"
-            "                       [--threads N] [--dim N] [--max-body-bytes N]\n"
-            "\n"
-            "Serves an ONNX model over HTTP like an OpenFaaS of-watchdog (HTTP mode)\n"
-            "function, through the Open Inference Protocol (KServe V2 REST). Every\n"
-            "option has an environment variable; options win.\n"
-            "\n"
-            "  --model FILE        " TETRIS_ENV_MODEL ": the ONNX model (required)\n"
-            "  --name NAME         " TETRIS_ENV_MODEL_NAME ": the model's name in /v2/models/NAME\n"
-            "                      (default: FILE's base name without .onnx)\n"
-            "  --model-version V   " TETRIS_ENV_MODEL_VERSION ": its version (default: none)\n"
-            "  --store DIR         " TETRIS_ENV_STORE
-            ": map weights from the tensor store at DIR;\n"
-            "                      missing tensors are ingested by the node daemon, and a\n"
-            "                      private load is used if the store cannot serve. Unset\n"
-            "                      or empty: private (ONNX Runtime loads the file)\n"
-            "  --direct            ingest missing tensors into the store ourselves (no daemon)\n"
-            "  --tenant T          " TETRIS_ENV_TENANT ": the dedicated store of tenant T\n"
-            "  --manifest M        " TETRIS_ENV_MANIFEST ": tensor identities from manifest M\n"
-            "  --private           no store, whatever " TETRIS_ENV_STORE " says\n"
-            "  --listen ADDR:PORT  where to listen; else \":$" TETRIS_ENV_WATCHDOG_PORT
-            "\" (OpenFaaS) or\n"
-            "                      \":$" TETRIS_ENV_PORT "\" when set; default %s;\n"
-            "                      port 0 picks a free port\n"
-            "  --batch B           " TETRIS_ENV_BATCH ": most requests per batch (default 1)\n"
-            "  --concurrency P     " TETRIS_ENV_CONCURRENCY
-            ": inference worker threads (default 1)\n"
-            "  --max-wait-ms MS    " TETRIS_ENV_MAX_WAIT_MS ": how long a partial batch waits for\n"
-            "                      more requests (default %g)\n"
-            "  --threads N         " TETRIS_ENV_THREADS ": ONNX Runtime intra-op threads per run\n"
-            "                      (default 1)\n"
-            "  --dim N             " TETRIS_ENV_DYNAMIC_DIM ": size of dynamic input dimensions\n"
-            "                      after the batch in seeded requests (default %d, as\n"
-            "                      tetris-onnx-run)\n"
-            "  --max-body-bytes N  " TETRIS_ENV_MAX_BODY_BYTES ": largest request body (default\n"
-            "                      %llu); a larger one is 413\n"
-            "\n"
-            "HTTP (the Open Inference Protocol, docs/programs/tetris-function.md):\n"
-            "  GET /v2                            server metadata\n"
-            "  GET /v2/health/live, /v2/health/ready   200, or 503 while loading or\n"
-            "                                     draining (ready)\n"
-            "  GET /v2/models/NAME[/versions/V]   the model's inputs and outputs\n"
-            "  GET /v2/models/NAME[/versions/V]/ready\n"
-            "  POST /v2/models/NAME[/versions/V]/infer   an inference request (JSON, or\n"
-            "                  JSON and binary tensor data); 400 with {\"error\": ...}\n"
-            "                  naming what is wrong with a bad one, 404 for another model\n"
-            "Benchmark mode:\n"
-            "  POST /          body {\"seed\": N} (or empty: seed %d). Runs the model on\n"
-            "                  inputs generated from the seed exactly as tetris-onnx-run\n"
-            "                  --seed N does, and answers {\"seed\", \"sha256\" (of this\n"
-            "                  request's output bytes), \"output_bytes\", \"batch_size\",\n"
-            "                  \"batch_id\", \"batching\", \"queue_ms\", \"inference_ms\",\n"
-            "                  \"latency_ms\"}. A bad body is 400 with {\"error\": ...}.\n"
-            "  GET /_/health   200 once loaded (of-watchdog's health path); /healthz too\n"
-            "  GET /metrics    request metrics, Prometheus text format\n"
-            "\n"
-            "Batching: when every input and output of the model has a dynamic first\n"
-            "dimension, a batch is one ONNX Runtime run over the requests' inputs\n"
-            "concatenated (\"concat\"); otherwise the requests of a batch run one after\n"
-            "the other (\"sequential\"), which the ready line and /metrics say.\n"
-            "\n"
-            "When ready it prints one JSON line on stdout (listen address, mode,\n"
-            "batching, shared bytes). SIGTERM or SIGINT: stop accepting, answer what is\n"
-            "queued, exit 0.\n"
-            "\n"
-            "Exit status: 0 drained after SIGTERM/SIGINT, 1 runtime failure (cannot\n"
-            "listen, inference setup), 2 usage, 3 bad or missing model file.\n",
-            DEFAULT_LISTEN, DEFAULT_MAX_WAIT_MS, ORT_INPUTS_DEFAULT_DYNAMIC_DIM,
-            (unsigned long long)DEFAULT_MAX_BODY_BYTES, DEFAULT_SEED);
-}
-
-/* ---- configuration: environment, then options ---- */
-
-/* Settings from the environment; the matching options may override them. */
-static int options_from_env(struct fn_options *o, tetris_error *err)
-{
-    const char *port, *v;
-    int r = 0;
-
-    struct agent_env ae;
-    agent_env_read(&ae);
-    o->model = ae.model;
-    o->store_dir = ae.store_dir;
-    o->tenant = ae.tenant;
-    o->manifest = ae.manifest;
-    o->model_name = cli_env(TETRIS_ENV_MODEL_NAME);
-    o->model_version = cli_env(TETRIS_ENV_MODEL_VERSION);
-    if ((port = cli_env(TETRIS_ENV_WATCHDOG_PORT)) != NULL ||
-        (port = cli_env(TETRIS_ENV_PORT)) != NULL)
-        snprintf(o->listen, sizeof(o->listen), ":%s", port);
-    if ((v = cli_env(TETRIS_ENV_BATCH)) != NULL)
-        r = cli_parse_int(TETRIS_ENV_BATCH, v, 1, 1024, &o->batch.batch, err);
-    if (r == 0 && (v = cli_env(TETRIS_ENV_CONCURRENCY)) != NULL)
-        r = cli_parse_int(TETRIS_ENV_CONCURRENCY, v, 1, 256, &o->batch.concurrency, err);
-    if (r == 0 && (v = cli_env(TETRIS_ENV_THREADS)) != NULL)
-        r = cli_parse_int(TETRIS_ENV_THREADS, v, 0, 256, &o->threads, err);
-    if (r == 0 && (v = cli_env(TETRIS_ENV_MAX_WAIT_MS)) != NULL)
-        r = cli_parse_double(TETRIS_ENV_MAX_WAIT_MS, v, 0, 60000, &o->batch.max_wait_ms, err);
-    if (r == 0 && (v = cli_env(TETRIS_ENV_DYNAMIC_DIM)) != NULL)
-        r = cli_parse_i64(TETRIS_ENV_DYNAMIC_DIM, v, 1, 1 << 20, &o->dynamic_dim, err);
-    if (r == 0 && (v = cli_env(TETRIS_ENV_MAX_BODY_BYTES)) != NULL)
-        r = cli_parse_u64(TETRIS_ENV_MAX_BODY_BYTES, v, SEED_BODY_MAX_BYTES, MAX_BODY_BYTES_LIMIT,
-                          &o->max_body_bytes, err);
-    return r;
+    (void)label;
+    (void)err;
+    *(const char **)spec->dest = value[0] != '\0' ? value : NULL;
+    return 0;
 }
 
 /* A name or version that can be one segment of a /v2 path (NULL: unset). */
@@ -167,104 +118,166 @@ static bool path_segment_valid(const char *s)
     return true;
 }
 
-static int parse_args(int argc, char **argv, struct fn_options *o)
+static void options_init(struct fn_options *o)
 {
-    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
-                                             {"store", required_argument, NULL, 's'},
-                                             {"direct", no_argument, NULL, 'D'},
-                                             {"tenant", required_argument, NULL, 't'},
-                                             {"manifest", required_argument, NULL, 'M'},
-                                             {"private", no_argument, NULL, 'P'},
-                                             {"listen", required_argument, NULL, 'l'},
-                                             {"batch", required_argument, NULL, 'b'},
-                                             {"concurrency", required_argument, NULL, 'p'},
-                                             {"max-wait-ms", required_argument, NULL, 'w'},
-                                             {"threads", required_argument, NULL, 'j'},
-                                             {"dim", required_argument, NULL, 'd'},
-                                             {"name", required_argument, NULL, 'n'},
-                                             {"model-version", required_argument, NULL, 'v'},
-                                             {"max-body-bytes", required_argument, NULL, 'B'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"version", no_argument, NULL, 'V'},
-                                             {NULL, 0, NULL, 0}};
-    bool private_given = false;
-    tetris_error err = {0};
-    int c;
-
+    const char *port;
     memset(o, 0, sizeof(*o));
     o->mode = AGENT_MODE_STORE;
     snprintf(o->listen, sizeof(o->listen), "%s", DEFAULT_LISTEN);
+    if ((port = cli_env(TETRIS_ENV_WATCHDOG_PORT)) != NULL ||
+        (port = cli_env(TETRIS_ENV_PORT)) != NULL)
+        snprintf(o->listen, sizeof(o->listen), ":%s", port);
     o->batch.batch = 1;
     o->batch.concurrency = 1;
     o->batch.max_wait_ms = DEFAULT_MAX_WAIT_MS;
     o->threads = 1;
     o->dynamic_dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM;
     o->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
-    if (options_from_env(o, &err) < 0)
-        goto bad_value;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'n': o->model_name = optarg; break;
-        case 'v': o->model_version = optarg; break;
-        case 'B':
-            if (cli_parse_u64("--max-body-bytes", optarg, SEED_BODY_MAX_BYTES, MAX_BODY_BYTES_LIMIT,
-                              &o->max_body_bytes, &err) < 0)
-                goto bad_value;
-            break;
-        case 's': o->store_dir = optarg[0] != '\0' ? optarg : NULL; break;
-        case 'D': o->mode = AGENT_MODE_DIRECT; break;
-        case 't': o->tenant = optarg; break;
-        case 'M': o->manifest = optarg; break;
-        case 'P': private_given = true; break;
-        case 'l': snprintf(o->listen, sizeof(o->listen), "%s", optarg); break;
-        case 'b':
-            if (cli_parse_int("--batch", optarg, 1, 1024, &o->batch.batch, &err) < 0)
-                goto bad_value;
-            break;
-        case 'p':
-            if (cli_parse_int("--concurrency", optarg, 1, 256, &o->batch.concurrency, &err) < 0)
-                goto bad_value;
-            break;
-        case 'j':
-            if (cli_parse_int("--threads", optarg, 0, 256, &o->threads, &err) < 0)
-                goto bad_value;
-            break;
-        case 'w':
-            if (cli_parse_double("--max-wait-ms", optarg, 0, 60000, &o->batch.max_wait_ms,
-                                 &err) < 0)
-                goto bad_value;
-            break;
-        case 'd':
-            if (cli_parse_i64("--dim", optarg, 1, 1 << 20, &o->dynamic_dim, &err) < 0)
-                goto bad_value;
-            break;
-        case 'h': usage(stdout); exit(EXIT_OK);
-        case 'V': printf("tetris-function %s\n", TETRIS_VERSION); exit(EXIT_OK);
-        default: goto usage_error;
-        }
-    }
-    if (optind != argc) {
-        fprintf(stderr, "tetris-function: unexpected argument '%s'\n", argv[optind]);
-        goto usage_error;
-    }
-    if (o->model == NULL) {
-        fprintf(stderr, "tetris-function: no model: set " TETRIS_ENV_MODEL " or --model\n");
-        goto usage_error;
-    }
-    if (private_given)
+}
+
+/* The options, checked together: a model, a name and version fit for a
+ * path. Returns -1 after a usage error. */
+static int parse_args(int argc, char **argv, struct fn_options *o)
+{
+    struct fn_args a = {0};
+    const struct opt_spec options[] = {
+        {.name = "model",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->model,
+         .env = TETRIS_ENV_MODEL,
+         .meta = "FILE",
+         .help = "the ONNX model (required)"},
+        {.name = "name",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->model_name,
+         .env = TETRIS_ENV_MODEL_NAME,
+         .meta = "NAME",
+         .help = "the model's name in /v2/models/NAME (default: FILE's base name without .onnx)"},
+        {.name = "model-version",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->model_version,
+         .env = TETRIS_ENV_MODEL_VERSION,
+         .meta = "V",
+         .help = "its version (default: none)"},
+        {.name = "store",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o->store_dir,
+         .parse = parse_store,
+         .env = TETRIS_ENV_STORE,
+         .meta = "DIR",
+         .help = "map weights from the tensor store at DIR; missing tensors are ingested by the "
+                 "node daemon, and a private load is used if the store cannot serve. Unset or "
+                 "empty: private (ONNX Runtime loads the file)"},
+        {.name = "direct",
+         .type = OPT_TYPE_FLAG,
+         .dest = &a.direct,
+         .help = "ingest missing tensors into the store ourselves (no daemon)"},
+        {.name = "tenant",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->tenant,
+         .env = TETRIS_ENV_TENANT,
+         .meta = "T",
+         .help = "the dedicated store of tenant T"},
+        {.name = "manifest",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->manifest,
+         .env = TETRIS_ENV_MANIFEST,
+         .meta = "M",
+         .help = "tensor identities from manifest M"},
+        {.name = "private",
+         .type = OPT_TYPE_FLAG,
+         .dest = &a.private_,
+         .help = "no store, whatever " TETRIS_ENV_STORE " says"},
+        {.name = "listen",
+         .type = OPT_TYPE_STRING,
+         .dest = &a.listen,
+         .meta = "ADDR:PORT",
+         .help = "where to listen; else \":$" TETRIS_ENV_WATCHDOG_PORT
+                 "\" (OpenFaaS) or \":$" TETRIS_ENV_PORT "\" when set; default " DEFAULT_LISTEN
+                 "; port 0 picks a free port"},
+        {.name = "batch",
+         .type = OPT_TYPE_INT,
+         .dest = &o->batch.batch,
+         .min = 1,
+         .max = 1024,
+         .env = TETRIS_ENV_BATCH,
+         .meta = "B",
+         .help = "most requests per batch (default 1)"},
+        {.name = "concurrency",
+         .type = OPT_TYPE_INT,
+         .dest = &o->batch.concurrency,
+         .min = 1,
+         .max = 256,
+         .env = TETRIS_ENV_CONCURRENCY,
+         .meta = "P",
+         .help = "inference worker threads (default 1)"},
+        {.name = "max-wait-ms",
+         .type = OPT_TYPE_DOUBLE,
+         .dest = &o->batch.max_wait_ms,
+         .dmin = 0,
+         .dmax = 60000,
+         .env = TETRIS_ENV_MAX_WAIT_MS,
+         .meta = "MS",
+         .help = "how long a partial batch waits for more requests (default 10)"},
+        {.name = "threads",
+         .type = OPT_TYPE_INT,
+         .dest = &o->threads,
+         .min = 0,
+         .max = 256,
+         .env = TETRIS_ENV_THREADS,
+         .meta = "N",
+         .help = "ONNX Runtime intra-op threads per run (default 1)"},
+        {.name = "dim",
+         .type = OPT_TYPE_I64,
+         .dest = &o->dynamic_dim,
+         .min = 1,
+         .max = 1 << 20,
+         .env = TETRIS_ENV_DYNAMIC_DIM,
+         .meta = "N",
+         .help = "size of dynamic input dimensions after the batch in seeded requests "
+                 "(default " TETRIS_STRINGIFY(
+                     ORT_INPUTS_DEFAULT_DYNAMIC_DIM) ", as tetris-onnx-run)"},
+        {.name = "max-body-bytes",
+         .type = OPT_TYPE_BYTES,
+         .dest = &o->max_body_bytes,
+         .umin = SEED_BODY_MAX_BYTES,
+         .umax = MAX_BODY_BYTES_LIMIT,
+         .env = TETRIS_ENV_MAX_BODY_BYTES,
+         .meta = "N",
+         .help = "largest request body, 4096 to 16Gi (default 64Mi = 67108864); a larger one is "
+                 "413"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-function",
+        .synopsis = "[--model FILE] [--name NAME] [--model-version V]\n"
+                    "[--store DIR [--direct] [--tenant T]\n"
+                    "[--manifest M] | --private] [--listen ADDR:PORT]\n"
+                    "[--batch B] [--concurrency P] [--max-wait-ms MS]\n"
+                    "[--threads N] [--dim N] [--max-body-bytes N]",
+        .about = about,
+        .options = options,
+        .epilogue = epilogue,
+    };
+    int first;
+
+    options_init(o);
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
+        return -1;
+    if (first != argc)
+        return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]);
+    if (o->model == NULL)
+        return opt_usage_error(&prog, "no model: set " TETRIS_ENV_MODEL " or --model");
+    if (!path_segment_valid(o->model_name) || !path_segment_valid(o->model_version))
+        return opt_usage_error(&prog, "a model name or version must be 1 to 255 bytes without "
+                                      "'/', control characters or spaces");
+    if (a.listen != NULL)
+        snprintf(o->listen, sizeof(o->listen), "%s", a.listen);
+    if (a.direct)
+        o->mode = AGENT_MODE_DIRECT;
+    if (a.private_)
         o->store_dir = NULL;
-    if (!path_segment_valid(o->model_name) || !path_segment_valid(o->model_version)) {
-        fprintf(stderr, "tetris-function: a model name or version must be 1 to 255 bytes "
-                        "without '/', control characters or spaces\n");
-        goto usage_error;
-    }
     return 0;
-bad_value:
-    fprintf(stderr, "tetris-function: %s\n", err.msg);
-usage_error:
-    fprintf(stderr, "Try 'tetris-function --help'.\n");
-    return -1;
 }
 
 static const char *mode_name(const struct fn_options *o)

@@ -4,7 +4,6 @@
  * from Node objects, inventories from the nodes' tetris-reclaimers) to the
  * HTTP server. */
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -15,12 +14,12 @@
 #include <curl/curl.h>
 
 #include "scheduler-ext/extender/extender.h"
-#include "common/cli.h"
 #include "common/clock.h"
 #include "common/httpserver.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "common/kube.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "scheduler-ext/extender/manifests.h"
 #include "scheduler-ext/extender/tensor_ids.h"
 #include "protocol/names.h"
@@ -37,132 +36,117 @@ typedef struct options {
     inventory_opts inv;
 } options;
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: tetris-scheduler-ext [OPTIONS]\n"
-            "\n"
-            "kube-scheduler extender: filters out nodes whose tensor store cannot take a pod's\n"
-            "model and scores the rest 0-10 by tensor similarity (the share of the model's\n"
-            "tensor bytes already in the node's store). Serves POST /filter, POST /prioritize,\n"
-            "GET /metrics, GET /healthz.\n"
-            "\n"
-            "  --listen ADDR:PORT       HTTP address (default " TETRIS_EXTENDER_LISTEN ")\n"
-            "  --kubeconfig FILE        kubeconfig to reach the apiserver (default: in-cluster\n"
-            "                           service account)\n"
-            "  --namespace NS           namespace of the manifest ConfigMaps (default: the\n"
-            "                           kubeconfig context's / service account's)\n"
-            "  --manifest-dir DIR       also load manifests from DIR/<model>.json\n"
-            "  --standalone             no apiserver: manifests from --manifest-dir only,\n"
-            "                           nodes must come as objects (nodeCacheCapable: false)\n"
-            "                           whose annotations name their inventory URLs; with\n"
-            "                           an apiserver only the Node watch does\n"
-            "  --inventory-port PORT    tetris-reclaimer port on nodes without a\n"
-            "                           " TETRIS_ANNOTATION_INVENTORY_URL
-            " annotation (default %d)\n"
-            "  --inventory-url-ports LIST  ports an annotation may name, PORT or LO-HI,\n"
-            "                           comma-separated (default: --inventory-port); its\n"
-            "                           host must be the node's InternalIP or 127.0.0.1\n"
-            "  --refresh SECONDS        inventory poll period (default 1)\n"
-            "  --stale-after SECONDS    ignore an inventory not refreshed for this long\n"
-            "                           (default 30)\n"
-            "  --fetch-timeout MS       timeout of one inventory fetch (default 1000)\n"
-            "  --help, --version\n"
-            "\n"
-            "A pod names its model with the label or annotation " TETRIS_LABEL_MODEL
-            "; the model's\n"
-            "manifest is a ConfigMap labelled " TETRIS_LABEL_MODEL
-            "=<model> with key " TETRIS_MANIFEST_CONFIGMAP_KEY ".\n"
-            "\n"
-            "Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen,\n"
-            "no cluster credentials), 2 usage error.\n",
-            TETRIS_RECLAIMER_PORT);
-}
+static const char about[] =
+    "kube-scheduler extender: filters out nodes whose tensor store cannot take a pod's\n"
+    "model and scores the rest 0-10 by tensor similarity (the share of the model's\n"
+    "tensor bytes already in the node's store). Serves POST /filter, POST /prioritize,\n"
+    "GET /metrics, GET /healthz.\n";
 
-/* 0 to run, 1 to exit 0 (help/version), -1 usage error. */
+static const char epilogue[] =
+    "A pod names its model with the label or annotation " TETRIS_LABEL_MODEL "; the model's\n"
+    "manifest is a ConfigMap labelled " TETRIS_LABEL_MODEL
+    "=<model> with key " TETRIS_MANIFEST_CONFIGMAP_KEY ".\n"
+    "\n"
+    "Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen,\n"
+    "no cluster credentials), 2 usage error.\n";
+
+/* 0 to run, -1 after a usage error. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum {
-        OPT_LISTEN = 256,
-        OPT_KUBECONFIG,
-        OPT_NAMESPACE,
-        OPT_MANIFEST_DIR,
-        OPT_STANDALONE,
-        OPT_INVENTORY_PORT,
-        OPT_INVENTORY_URL_PORTS,
-        OPT_REFRESH,
-        OPT_STALE,
-        OPT_FETCH_TIMEOUT,
-        OPT_HELP,
-        OPT_VERSION
+    /* 0: not given, the inventory's defaults stay. */
+    int64_t refresh_s = 0, stale_s = 0, fetch_timeout_ms = 0;
+    tetris_error err = {0};
+    const struct opt_spec specs[] = {
+        {.name = "listen",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->listen,
+         .meta = "ADDR:PORT",
+         .help = "HTTP address (default " TETRIS_EXTENDER_LISTEN ")"},
+        {.name = "kubeconfig",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->kubeconfig,
+         .meta = "FILE",
+         .help = "kubeconfig to reach the apiserver (default: in-cluster service account)"},
+        {.name = "namespace",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->ns,
+         .meta = "NS",
+         .help = "namespace of the manifest ConfigMaps (default: the kubeconfig context's / "
+                 "service account's)"},
+        {.name = "manifest-dir",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->manifest_dir,
+         .meta = "DIR",
+         .help = "also load manifests from DIR/<model>.json"},
+        {.name = "standalone",
+         .type = OPT_TYPE_FLAG,
+         .dest = &o->standalone,
+         .help = "no apiserver: manifests from --manifest-dir only, nodes must come as objects "
+                 "(nodeCacheCapable: false) whose annotations name their inventory URLs; with "
+                 "an apiserver only the Node watch does"},
+        {.name = "inventory-port",
+         .type = OPT_TYPE_INT,
+         .dest = &o->inventory_port,
+         .min = 1,
+         .max = 65535,
+         .meta = "PORT",
+         .help = "tetris-reclaimer port on nodes without a " TETRIS_ANNOTATION_INVENTORY_URL
+                 " annotation (default " TETRIS_STRINGIFY(TETRIS_RECLAIMER_PORT) ")"},
+        {.name = "inventory-url-ports",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->inventory_url_ports,
+         .meta = "LIST",
+         .help = "ports an annotation may name, PORT or LO-HI, comma-separated (default: "
+                 "--inventory-port); its host must be the node's InternalIP or 127.0.0.1"},
+        {.name = "refresh",
+         .type = OPT_TYPE_I64,
+         .dest = &refresh_s,
+         .min = 1,
+         .max = 3600,
+         .meta = "SECONDS",
+         .help = "inventory poll period (default 1)"},
+        {.name = "stale-after",
+         .type = OPT_TYPE_I64,
+         .dest = &stale_s,
+         .min = 1,
+         .max = 86400,
+         .meta = "SECONDS",
+         .help = "ignore an inventory not refreshed for this long (default 30)"},
+        {.name = "fetch-timeout",
+         .type = OPT_TYPE_I64,
+         .dest = &fetch_timeout_ms,
+         .min = 10,
+         .max = 60000,
+         .meta = "MS",
+         .help = "timeout of one inventory fetch (default 1000)"},
+        {0},
     };
-    static const struct option longopts[] = {
-        {"listen", required_argument, NULL, OPT_LISTEN},
-        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
-        {"namespace", required_argument, NULL, OPT_NAMESPACE},
-        {"manifest-dir", required_argument, NULL, OPT_MANIFEST_DIR},
-        {"standalone", no_argument, NULL, OPT_STANDALONE},
-        {"inventory-port", required_argument, NULL, OPT_INVENTORY_PORT},
-        {"inventory-url-ports", required_argument, NULL, OPT_INVENTORY_URL_PORTS},
-        {"refresh", required_argument, NULL, OPT_REFRESH},
-        {"stale-after", required_argument, NULL, OPT_STALE},
-        {"fetch-timeout", required_argument, NULL, OPT_FETCH_TIMEOUT},
-        {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
+    const struct opt_program prog = {
+        .name = "tetris-scheduler-ext",
+        .about = about,
+        .options = specs,
+        .epilogue = epilogue,
     };
+    int first;
+
     *o = (options){.listen = TETRIS_EXTENDER_LISTEN, .inventory_port = TETRIS_RECLAIMER_PORT};
     inventory_opts_init(&o->inv);
-    int ch, r = 0;
-    int64_t v;
-    tetris_error err = {0};
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (ch) {
-        case OPT_LISTEN: o->listen = optarg; break;
-        case OPT_KUBECONFIG: o->kubeconfig = optarg; break;
-        case OPT_NAMESPACE: o->ns = optarg; break;
-        case OPT_MANIFEST_DIR: o->manifest_dir = optarg; break;
-        case OPT_STANDALONE: o->standalone = true; break;
-        case OPT_INVENTORY_PORT:
-            if ((r = cli_parse_i64("--inventory-port", optarg, 1, 65535, &v, &err)) == 0)
-                o->inventory_port = (int)v;
-            break;
-        case OPT_INVENTORY_URL_PORTS: o->inventory_url_ports = optarg; break;
-        case OPT_REFRESH:
-            if ((r = cli_parse_i64("--refresh", optarg, 1, 3600, &v, &err)) == 0)
-                o->inv.refresh_ms = v * 1000;
-            break;
-        case OPT_STALE:
-            if ((r = cli_parse_i64("--stale-after", optarg, 1, 86400, &v, &err)) == 0)
-                o->inv.stale_ms = v * 1000;
-            break;
-        case OPT_FETCH_TIMEOUT:
-            if ((r = cli_parse_i64("--fetch-timeout", optarg, 10, 60000, &v, &err)) == 0)
-                o->inv.timeout_ms = v;
-            break;
-        case OPT_HELP: usage(stdout); return 1;
-        case OPT_VERSION: printf("tetris-scheduler-ext %s\n", TETRIS_VERSION); return 1;
-        default: usage(stderr); return -1;
-        }
-        if (r < 0) {
-            fprintf(stderr, "tetris-scheduler-ext: %s\n", err.msg);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "tetris-scheduler-ext: unexpected argument '%s'\n", argv[optind]);
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
         return -1;
-    }
+    if (first < argc)
+        return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]);
+    if (refresh_s != 0)
+        o->inv.refresh_ms = refresh_s * 1000;
+    if (stale_s != 0)
+        o->inv.stale_ms = stale_s * 1000;
+    if (fetch_timeout_ms != 0)
+        o->inv.timeout_ms = fetch_timeout_ms;
     inventory_url_policy_init(&o->urls, o->inventory_port);
     if (o->inventory_url_ports != NULL &&
-        inventory_url_policy_ports(&o->urls, o->inventory_url_ports, &err) < 0) {
-        fprintf(stderr, "tetris-scheduler-ext: --inventory-url-ports: %s\n", err.msg);
-        return -1;
-    }
-    if (o->standalone && o->kubeconfig != NULL) {
-        fprintf(stderr, "tetris-scheduler-ext: --standalone and --kubeconfig exclude each other\n");
-        return -1;
-    }
+        inventory_url_policy_ports(&o->urls, o->inventory_url_ports, &err) < 0)
+        return opt_usage_error(&prog, "--inventory-url-ports: %s", err.msg);
+    if (o->standalone && o->kubeconfig != NULL)
+        return opt_usage_error(&prog, "--standalone and --kubeconfig exclude each other");
     return 0;
 }
 
@@ -367,9 +351,8 @@ int main(int argc, char **argv)
 {
     log_init(argv[0]);
     options o;
-    int pr = parse_options(argc, argv, &o);
-    if (pr != 0)
-        return pr > 0 ? 0 : 2;
+    if (parse_options(argc, argv, &o) < 0)
+        return 2;
     curl_global_init(CURL_GLOBAL_DEFAULT);
 
     /* Signals are taken synchronously by the main thread only. */
