@@ -13,7 +13,7 @@
 #include "protocol/names.h"
 
 #define SA_MOUNT "/var/run/secrets/tetris"
-/* The Job's ServiceAccount, Role and RoleBinding, and its app label. */
+/* The Job's app label and the managed-by label of what it stores. */
 #define JOB_ACCOUNT "tetris-profiler"
 
 void job_options_init(struct job_options *o)
@@ -124,7 +124,7 @@ static json_t *job_object(const struct job_options *o, const char *obj)
                                   "/usr/local/bin/tetris-profiler", "args", job_args(o),
                                   "volumeMounts", mounts);
     /* hostNetwork: the function under test listens on loopback only. */
-    json_t *pod = json_pack("{s:s, s:s, s:b, s:[o], s:o}", "serviceAccountName", JOB_ACCOUNT,
+    json_t *pod = json_pack("{s:s, s:s, s:b, s:[o], s:o}", "serviceAccountName", name,
                             "restartPolicy", "Never", "hostNetwork", 1, "containers", container,
                             "volumes", volumes);
     if (pod != NULL && o->node != NULL)
@@ -136,20 +136,39 @@ static json_t *job_object(const struct job_options *o, const char *obj)
                      "spec", pod);
 }
 
-/* ServiceAccount, Role and RoleBinding (the ConfigMaps it may write), Job. */
+/* The Job's own ServiceAccount, Role and RoleBinding (all named like the
+ * Job, so that two models' Jobs never share rights), the two ConfigMaps it
+ * writes, and the Job. The Role patches those two ConfigMaps by name (all
+ * put_configmap does in the Job) and creates none: RBAC cannot limit create to names, and a create
+ * grant in the namespace would let the Job make any ConfigMap there, the node daemon's settings
+ * among them when those are missing. `kubectl apply` creates the two, empty and without the model
+ * label (readers skip them until the Job fills them). */
 static json_t *job_objects(const struct job_options *o, const char *obj)
 {
-    return json_pack("[{s:s, s:s, s:o}, {s:s, s:s, s:o, s:[{s:[s], s:[s], s:[s, s, s, s]}]},"
-                     " {s:s, s:s, s:o, s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:s}]}, o]",
-                     "apiVersion", "v1", "kind", "ServiceAccount", "metadata",
-                     metadata(JOB_ACCOUNT, o->namespace_, NULL), "apiVersion",
-                     "rbac.authorization.k8s.io/v1", "kind", "Role", "metadata",
-                     metadata(JOB_ACCOUNT, o->namespace_, NULL), "rules", "apiGroups", "",
-                     "resources", "configmaps", "verbs", "get", "create", "update", "patch",
-                     "apiVersion", "rbac.authorization.k8s.io/v1", "kind", "RoleBinding",
-                     "metadata", metadata(JOB_ACCOUNT, o->namespace_, NULL), "roleRef", "apiGroup",
-                     "rbac.authorization.k8s.io", "kind", "Role", "name", JOB_ACCOUNT, "subjects",
-                     "kind", "ServiceAccount", "name", JOB_ACCOUNT, "namespace", o->namespace_,
+    char name[128], manifest[128];
+    snprintf(name, sizeof(name), TETRIS_PROFILE_CONFIGMAP_PREFIX "%s", obj);
+    snprintf(manifest, sizeof(manifest), TETRIS_MANIFEST_CONFIGMAP_PREFIX "%s", obj);
+    json_t *account = json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind", "ServiceAccount",
+                                "metadata", metadata(name, o->namespace_, NULL));
+    json_t *role = json_pack("{s:s, s:s, s:o, s:[{s:[s], s:[s], s:[s, s], s:[s]}]}", "apiVersion",
+                             "rbac.authorization.k8s.io/v1", "kind", "Role", "metadata",
+                             metadata(name, o->namespace_, NULL), "rules", "apiGroups", "",
+                             "resources", "configmaps", "resourceNames", manifest, name, "verbs",
+                             "patch");
+    json_t *binding = json_pack("{s:s, s:s, s:o, s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:s}]}",
+                                "apiVersion", "rbac.authorization.k8s.io/v1", "kind", "RoleBinding",
+                                "metadata", metadata(name, o->namespace_, NULL), "roleRef",
+                                "apiGroup", "rbac.authorization.k8s.io", "kind", "Role", "name",
+                                name, "subjects", "kind", "ServiceAccount", "name", name,
+                                "namespace", o->namespace_);
+    json_t *configmaps[2];
+    const char *names[2] = {manifest, name};
+    for (int i = 0; i < 2; i++)
+        configmaps[i] =
+            json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind", "ConfigMap", "metadata",
+                      metadata(names[i], o->namespace_,
+                               json_pack("{s:s}", TETRIS_LABEL_MANAGED_BY, JOB_ACCOUNT)));
+    return json_pack("[o, o, o, o, o, o]", account, role, binding, configmaps[0], configmaps[1],
                      job_object(o, obj));
 }
 
@@ -176,7 +195,8 @@ int job_write_manifest(FILE *out, const struct job_options *o, tetris_error *err
     return r < 0 ? tetris_wrap(err, "job manifest") : 0;
 }
 
-/* Creates the ConfigMap, or merges labels and data into the existing one. */
+/* Merges labels and data into the existing ConfigMap (the Job's Role may
+ * only do that: see job_objects), or creates it when there is none. */
 static int put_configmap(kube_client *kc, const char *ns, const char *name, const char *label,
                          const char *model, const char *key, const char *value,
                          tetris_error *err)
@@ -187,15 +207,16 @@ static int put_configmap(kube_client *kc, const char *ns, const char *name, cons
                            label, model, TETRIS_LABEL_MANAGED_BY, JOB_ACCOUNT, "data", key, value);
     if (cm == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", ns);
-    int r = kube_create(kc, path, cm, NULL, err);
-    if (r == -TETRIS_E_CONFLICT) {
-        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", ns, name);
-        json_t *patch = json_pack("{s:O, s:O}", "metadata", json_object_get(cm, "metadata"),
-                                  "data", json_object_get(cm, "data"));
-        r = patch != NULL ? kube_patch(kc, path, KUBE_PATCH_MERGE, patch, NULL, err)
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", ns, name);
+    json_t *patch = json_pack("{s:O, s:O}", "metadata", json_object_get(cm, "metadata"), "data",
+                              json_object_get(cm, "data"));
+    int r = patch != NULL ? kube_patch(kc, path, KUBE_PATCH_MERGE, patch, NULL, err)
                           : tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
-        json_decref(patch);
+    json_decref(patch);
+    if (r == -TETRIS_E_NOTFOUND) {
+        tetris_error_clear(err);
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", ns);
+        r = kube_create(kc, path, cm, NULL, err);
     }
     json_decref(cm);
     if (r == 0)

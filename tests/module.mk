@@ -10,7 +10,7 @@ SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh \
 SHELL_TESTS += tests/models/test-paper-models-cli.sh
 SLOW_TESTS += tests/models/test-paper-models-share.sh
 SHELL_TESTS += tests/cli/test-help-version.sh tests/cli/test-lint.sh
-SHELL_TESTS += tests/helm/test-render.sh
+SHELL_TESTS += tests/helm/test-render.sh tests/helm/test-privilege.sh
 E2E_TESTS += tests/helm/test-dry-run.sh tests/helm/test-install.sh
 E2E_TESTS += tests/k8s/test-extender-kubeclient.sh tests/k8s/test-extender-placement.sh \
              tests/k8s/test-extender-pins.sh tests/k8s/test-cluster-smoke.sh \

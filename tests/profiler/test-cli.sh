@@ -29,8 +29,20 @@ yq -c . "$WORK/default.yaml" >"$WORK/default.json" || fail "job manifest is not 
 "$BIN/tetris-profiler" job ch_ppocr_mobile_v2.0_cls_infer.onnx --grid "c=1 b=1,2 p=1" \
     --node tetris-node-0 --namespace default >"$WORK/job.yaml" || fail "job failed"
 yq -c . "$WORK/job.yaml" >"$WORK/job.json" || fail "job manifest is not YAML"
-[ "$(jq -r .kind "$WORK/job.json" | tr '\n' ' ')" = "ServiceAccount Role RoleBinding Job " ] ||
-    fail "job manifest is not ServiceAccount, Role, RoleBinding, Job: $(jq -r .kind "$WORK/job.json")"
+[ "$(jq -r .kind "$WORK/job.json" | tr '\n' ' ')" = "ServiceAccount Role RoleBinding ConfigMap ConfigMap Job " ] ||
+    fail "job manifest is not ServiceAccount, Role, RoleBinding, 2 ConfigMaps, Job: $(jq -r .kind "$WORK/job.json")"
+# The Job's own account patches its two ConfigMaps by name and creates
+# none (docs/SECURITY.md): the daemon's settings in the same namespace stay
+# out of its reach.
+jq -s -e '(map(select(.kind == "Role")) | .[0].rules == [{"apiGroups": [""], "resources": ["configmaps"],
+        "resourceNames": ["tetris-manifest-ch-ppocr-mobile-v2-0-cls-infer",
+                          "tetris-profile-ch-ppocr-mobile-v2-0-cls-infer"], "verbs": ["patch"]}]) and
+    ([.[] | select(.kind == "ConfigMap") | .metadata.name] == ["tetris-manifest-ch-ppocr-mobile-v2-0-cls-infer",
+        "tetris-profile-ch-ppocr-mobile-v2-0-cls-infer"]) and
+    ([.[] | select(.kind == "ConfigMap") | .metadata.labels | has("tetris.io/model")] == [false, false]) and
+    (map(select(.kind == "Job")) | .[0].spec.template.spec.serviceAccountName) ==
+        (map(select(.kind == "RoleBinding")) | .[0].subjects[0].name)' "$WORK/job.json" >/dev/null ||
+    fail "job RBAC is not patch-by-name: $(jq -c 'select(.kind == "Role")' "$WORK/job.json")"
 jq -e 'select(.kind == "Job") |
     .metadata.name == "tetris-profile-ch-ppocr-mobile-v2-0-cls-infer" and
     .metadata.labels["tetris.io/profile"] == "ch_ppocr_mobile_v2.0_cls_infer" and

@@ -69,6 +69,50 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
+{{/*
+The security context of a container that needs no privilege at all
+(docs/SECURITY.md, "Privileges"): an unprivileged uid, no capabilities,
+the runtime's default seccomp profile, a read-only root filesystem and no
+way to gain privileges (setuid files, file capabilities).
+*/}}
+{{- define "tetris.unprivileged" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: ["ALL"]
+  seccompProfile:
+    type: RuntimeDefault
+{{- end -}}
+
+{{/*
+A service-account token for one container of a pod that mounts none
+(automountServiceAccountToken: false): the three files Kubernetes would put
+in every container (a token the kubelet rotates, the cluster's CA, the
+namespace), as a volume of its own.
+*/}}
+{{- define "tetris.tokenVolume" -}}
+- name: api-token
+  projected:
+    sources:
+    - serviceAccountToken:
+        path: token
+        expirationSeconds: 3607
+    - configMap:
+        name: kube-root-ca.crt
+        items:
+        - key: ca.crt
+          path: ca.crt
+    - downwardAPI:
+        items:
+        - path: namespace
+          fieldRef:
+            fieldPath: metadata.namespace
+{{- end -}}
+
 {{/* Environment of a container that talks to the API. */}}
 {{- define "tetris.apiEnv" -}}
 {{- if and .Values.apiAccess.secretName .Values.apiAccess.host }}
