@@ -2,9 +2,9 @@
  * (`index`) and its latency profile over instance configs <c, b, p>
  * (`profile`), measured on real tetris-function processes; `job` prints the
  * Kubernetes Job that does both on a node and stores the results as
- * ConfigMaps; `load` drives functions at a fixed rate (benchmarks). */
+ * ConfigMaps; `load` drives functions at a fixed rate (benchmarks). Each
+ * command's options are one table (common/options.h). */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,7 @@
 
 #include "common/cleanup.h"
 #include "common/cli.h"
+#include "common/options.h"
 #include "profiler/fn_process.h"
 #include "profiler/job.h"
 #include "profiler/loadgen.h"
@@ -28,69 +29,296 @@
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL = 3 };
 
-static void usage(FILE *out)
+static const char commands_text[] =
+    "Commands (COMMAND --help lists its options):\n"
+    "  profile MODEL  runs tetris-function under every config <c, b, p> of a grid and\n"
+    "                 writes the model's latency profile (YAML)\n"
+    "  index MODEL    writes MODEL's tensor manifest (JSON)\n"
+    "  job MODEL      prints a Kubernetes Job that runs `profile --store-configmaps`\n"
+    "                 on a node\n"
+    "  load URL...    drives functions at a fixed rate; prints a JSON summary\n";
+
+static const char exit_text[] = "Exit status: 0 ok, 1 failure (a function or the API failed), "
+                                "2 usage,\n3 bad or missing model file.\n";
+
+/* What the command's options set: one command runs per process. */
+static struct {
+    struct profile_run_options run;
+    const char *output, *name, *function_bin;
+    bool private_, store_configmaps;
+    struct configmap_target cm;
+    struct job_options job;
+    struct load_options load;
+    double slo_ms;
+} args;
+
+/* --grid SPEC into the profile's grid: each dimension named replaces its
+ * default. */
+static int parse_grid(const struct opt_spec *spec, const char *label, const char *value,
+                      tetris_error *err)
 {
-    fprintf(out,
-            "usage: tetris-profiler profile MODEL [--grid SPEC] [c=LIST b=LIST p=LIST]\n"
-            "                               [--duration S] [--warmup S] [-o FILE] [--name N]\n"
-            "                               [--store DIR [--direct] | --private]\n"
-            "                               [--max-wait-ms MS] [--clients-per-slot K]\n"
-            "                               [--function PATH] [--log-dir DIR]\n"
-            "                               [--store-configmaps [--namespace NS]\n"
-            "                                [--kubeconfig F | --kube-server URL --kube-sa-dir D]]\n"
-            "       tetris-profiler index MODEL [-o MANIFEST]\n"
-            "       tetris-profiler job MODEL [--name N] [--namespace NS] [--image I]\n"
-            "                               [--model-dir DIR] [--store DIR] [--grid SPEC]\n"
-            "                               [--duration S] [--warmup S] [--node NODE]\n"
-            "                               [--api-server URL] [--sa-secret SECRET]\n"
-            "       tetris-profiler load URL[=WEIGHT]... --rate R --duration S [--warmup S]\n"
-            "                               [--clients N] [--slo-ms T]\n"
-            "\n"
-            "profile  runs tetris-function (next to this program, or --function) under every\n"
-            "         config of the grid (default c=1,2 b=1,2,4 p=1,2,3,4): limited to c CPUs\n"
-            "         by a cgroup CPU quota (a child of our own cpu cgroup; without a writable\n"
-            "         one it warns and runs unlimited), batch b, p workers with max(1, c/p)\n"
-            "         intra-op threads each, saturated by a closed loop of 2*b*p clients.\n"
-            "         Records per config the latency of a batch (mean, p95, p99 over\n"
-            "         distinct batches), throughput, peak private memory (smaps, store\n"
-            "         mappings excluded) and the bytes mapped from the store, and writes the\n"
-            "         profile YAML (stdout or -o FILE). Weights come from the store at DIR\n"
-            "         (default %s, through its node daemon; --direct: ingest\n"
-            "         ourselves) or are private (--private). --duration S (default 5) is\n"
-            "         measured after --warmup S (default 1). A progress bar is drawn when\n"
-            "         stderr is a terminal. The functions log to our stderr (not on a\n"
-            "         terminal, where the bar is), or with --log-dir to DIR/function-N.log.\n"
-            "         --store-configmaps also stores the profile and the model's manifest\n"
-            "         as ConfigMaps (see job).\n"
-            "index    writes MODEL's tensor manifest (JSON) to stdout or MANIFEST.\n"
-            "job      prints a Kubernetes Job (with its ServiceAccount and Role) that runs\n"
-            "         `profile --store-configmaps` for MODEL, a file in the node's\n"
-            "         --model-dir (default %s), in namespace NS (default\n"
-            "         " TETRIS_NAMESPACE "), storing ConfigMaps "
-            TETRIS_MANIFEST_CONFIGMAP_PREFIX "<name> (label\n"
-            "         " TETRIS_LABEL_MODEL ", key " TETRIS_MANIFEST_CONFIGMAP_KEY
-            ": what the scheduler extender reads)\n"
-            "         and " TETRIS_PROFILE_CONFIGMAP_PREFIX "<name> (label " TETRIS_LABEL_PROFILE
-            ", key " TETRIS_PROFILE_CONFIGMAP_KEY ").\n"
-            "         Apply with: tetris-profiler job MODEL | kubectl apply -f -\n"
-            "         --api-server and --sa-secret (a Secret with token, ca.crt, namespace)\n"
-            "         replace the in-cluster service account where it has no token.\n"
-            "load     sends {\"seed\": N} requests to the functions at URL (weighted) at a\n"
-            "         fixed rate R (open loop, latency counted from when a request was\n"
-            "         due) and prints a JSON summary; with --slo-ms the requests over T.\n"
-            "\n"
-            "Exit status: 0 ok, 1 failure (a function or the API failed), 2 usage,\n"
-            "3 bad or missing model file.\n",
-            STORE_DEFAULT_DIR, TETRIS_MODEL_HOST_DIR);
+    (void)label;
+    return grid_parse(spec->dest, value, err);
 }
 
-static int usage_error(const char *fmt, const char *arg)
+/* job's --grid: checked as profile would read it, passed on as text. */
+static int parse_job_grid(const struct opt_spec *spec, const char *label, const char *value,
+                          tetris_error *err)
 {
-    fprintf(stderr, "tetris-profiler: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'tetris-profiler --help'.\n");
-    return EXIT_USAGE;
+    struct grid g;
+    (void)label;
+    grid_default(&g);
+    if (grid_parse(&g, value, err) < 0)
+        return -err->code;
+    *(const char **)spec->dest = value;
+    return 0;
 }
+
+#define DURATION_OPTION(dest_, help_)                                                              \
+    {                                                                                              \
+        .name = "duration", .type = OPT_TYPE_DOUBLE, .dest = (dest_), .dmin = 0.001,               \
+        .dmax = 86400, .meta = "S", .help = (help_)                                                \
+    }
+#define WARMUP_OPTION(dest_, help_)                                                                \
+    {                                                                                              \
+        .name = "warmup", .type = OPT_TYPE_DOUBLE, .dest = (dest_), .dmin = 0, .dmax = 86400,      \
+        .meta = "S", .help = (help_)                                                               \
+    }
+
+static const struct opt_spec profile_options[] = {
+    {.name = "grid",
+     .type = OPT_TYPE_CUSTOM,
+     .dest = &args.run.grid,
+     .parse = parse_grid,
+     .meta = "SPEC",
+     .help = "the configs, \"c=LIST b=LIST p=LIST\" (default c=1,2 b=1,2,4 p=1,2,3,4); the "
+             "words may also follow MODEL"},
+    DURATION_OPTION(&args.run.duration_s, "measured seconds per config (default 5)"),
+    WARMUP_OPTION(&args.run.warmup_s, "seconds before measuring (default 1)"),
+    {.name = "output",
+     .short_name = 'o',
+     .type = OPT_TYPE_STRING,
+     .dest = &args.output,
+     .meta = "FILE",
+     .help = "write the profile to FILE (default stdout)"},
+    {.name = "name",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.name,
+     .meta = "N",
+     .help = "the model's name (default MODEL's file name without its extension)"},
+    {.name = "store",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.run.store_dir,
+     .meta = "DIR",
+     .help = "weights from the store at DIR (default " STORE_DEFAULT_DIR
+             "), through its node daemon"},
+    {.name = "direct",
+     .type = OPT_TYPE_FLAG,
+     .dest = &args.run.direct,
+     .help = "ingest into the store ourselves (no node daemon)"},
+    {.name = "private",
+     .type = OPT_TYPE_FLAG,
+     .dest = &args.private_,
+     .help = "private weights, no store (excludes --direct)"},
+    {.name = "max-wait-ms",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.run.max_wait_ms,
+     .dmin = 0,
+     .dmax = 86400,
+     .meta = "MS",
+     .help = "the functions' TETRIS_MAX_WAIT_MS (default 10)"},
+    {.name = "clients-per-slot",
+     .type = OPT_TYPE_INT,
+     .dest = &args.run.clients_per_slot,
+     .min = 1,
+     .max = 64,
+     .meta = "K",
+     .help = "a closed loop of K*b*p clients per config (default 2)"},
+    {.name = "function",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.function_bin,
+     .meta = "PATH",
+     .help = "the tetris-function to run (default the one next to this program)"},
+    {.name = "log-dir",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.run.log_dir,
+     .meta = "DIR",
+     .help = "the functions log to DIR/function-N.log (default our stderr, not on a "
+             "terminal, where the progress bar is)"},
+    {.name = "store-configmaps",
+     .type = OPT_TYPE_FLAG,
+     .dest = &args.store_configmaps,
+     .help = "also store the profile and the model's manifest as ConfigMaps (see job)"},
+    {.name = "namespace",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.cm.namespace_,
+     .meta = "NS",
+     .help = "the ConfigMaps' namespace (default the kubeconfig's or the service account's)"},
+    {.name = "kubeconfig",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.cm.kubeconfig,
+     .meta = "F",
+     .help = "reach the API through kubeconfig F"},
+    {.name = "kube-server",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.cm.server,
+     .meta = "URL",
+     .help = "or through the API at URL, with --kube-sa-dir"},
+    {.name = "kube-sa-dir",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.cm.sa_dir,
+     .meta = "D",
+     .help = "the service account's token, ca.crt and namespace in D"},
+    {0},
+};
+
+static const struct opt_spec index_options[] = {
+    {.name = "output",
+     .short_name = 'o',
+     .type = OPT_TYPE_STRING,
+     .dest = &args.output,
+     .meta = "MANIFEST",
+     .help = "write the manifest to MANIFEST (default stdout)"},
+    {0},
+};
+
+static const struct opt_spec job_options_[] = {
+    {.name = "name",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.job.name,
+     .meta = "N",
+     .help = "the model's name (default MODEL's file name without its extension)"},
+    {.name = "namespace",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.job.namespace_,
+     .meta = "NS",
+     .help = "the Job's and ConfigMaps' namespace (default " TETRIS_NAMESPACE ")"},
+    {.name = "image",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.job.image,
+     .meta = "I",
+     .help = "the container image (default tetris:latest)"},
+    {.name = "model-dir",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.job.model_dir,
+     .meta = "DIR",
+     .help = "the node's model directory, MODEL is a file in it (default " TETRIS_MODEL_HOST_DIR
+             ")"},
+    {.name = "store",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.job.store_dir,
+     .meta = "DIR",
+     .help = "the node's store (default " STORE_DEFAULT_DIR ")"},
+    {.name = "grid",
+     .type = OPT_TYPE_CUSTOM,
+     .dest = &args.job.grid,
+     .parse = parse_job_grid,
+     .meta = "SPEC",
+     .help = "profile's --grid"},
+    DURATION_OPTION(&args.job.duration_s, "profile's --duration"),
+    WARMUP_OPTION(&args.job.warmup_s, "profile's --warmup"),
+    {.name = "node",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.job.node,
+     .meta = "NODE",
+     .help = "run on node NODE (kubernetes.io/hostname)"},
+    {.name = "api-server",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.job.api_server,
+     .meta = "URL",
+     .help = "the API's address for the pod, where the service account has no token"},
+    {.name = "sa-secret",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.job.sa_secret,
+     .meta = "SECRET",
+     .help = "a Secret with token, ca.crt and namespace, in place of the service account's "
+             "own token"},
+    {0},
+};
+
+static const struct opt_spec load_options_[] = {
+    {.name = "rate",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.load.rate_rps,
+     .dmin = 0.001,
+     .dmax = 86400,
+     .meta = "R",
+     .help = "requests per second (required)"},
+    DURATION_OPTION(&args.load.duration_s, "measured seconds (required)"),
+    WARMUP_OPTION(&args.load.warmup_s, "seconds before measuring (default 0)"),
+    {.name = "clients",
+     .type = OPT_TYPE_INT,
+     .dest = &args.load.clients,
+     .min = 1,
+     .max = 4096,
+     .meta = "N",
+     .help = "client threads (default 64)"},
+    {.name = "slo-ms",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.slo_ms,
+     .dmin = 0.001,
+     .dmax = 86400,
+     .meta = "T",
+     .help = "also count the requests over T ms (and the failed ones)"},
+    {0},
+};
+
+static const struct opt_program profiler_program = {
+    .name = "tetris-profiler",
+    .synopsis = "COMMAND [OPTIONS]",
+    .about = commands_text,
+    .epilogue = exit_text,
+    .options_first = true,
+};
+
+static const struct opt_program profile_command = {
+    .name = "tetris-profiler profile",
+    .synopsis = "MODEL [c=LIST b=LIST p=LIST] [OPTION]...",
+    .about = "Runs tetris-function (next to this program, or --function) under every config of\n"
+             "the grid: limited to c CPUs by a cgroup CPU quota (a child of our own cpu\n"
+             "cgroup; without a writable one it warns and runs unlimited), batch b, p workers\n"
+             "with max(1, c/p) intra-op threads each, saturated by a closed loop of 2*b*p\n"
+             "clients. Records per config the latency of a batch (mean, p95, p99 over distinct\n"
+             "batches), throughput, peak private memory (smaps, store mappings excluded) and\n"
+             "the bytes mapped from the store, and writes the profile YAML (stdout or -o\n"
+             "FILE). Weights come from the store (through its node daemon; --direct: ingest\n"
+             "ourselves) or are private (--private). A progress bar is drawn when stderr is a\n"
+             "terminal.\n",
+    .options = profile_options,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program index_command = {
+    .name = "tetris-profiler index",
+    .synopsis = "MODEL [-o MANIFEST]",
+    .about = "Writes MODEL's tensor manifest (JSON) to stdout or MANIFEST.\n",
+    .options = index_options,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program job_command = {
+    .name = "tetris-profiler job",
+    .synopsis = "MODEL [OPTION]...",
+    .about = "Prints a Kubernetes Job (with its ServiceAccount and Role) that runs\n"
+             "`profile --store-configmaps` for MODEL, a file in the node's --model-dir,\n"
+             "storing ConfigMaps " TETRIS_MANIFEST_CONFIGMAP_PREFIX
+             "<name> (label " TETRIS_LABEL_MODEL ", key " TETRIS_MANIFEST_CONFIGMAP_KEY
+             ":\nwhat the scheduler extender reads) and " TETRIS_PROFILE_CONFIGMAP_PREFIX
+             "<name> (label " TETRIS_LABEL_PROFILE ",\nkey " TETRIS_PROFILE_CONFIGMAP_KEY
+             ").\nApply with: tetris-profiler job MODEL | kubectl apply -f -\n",
+    .options = job_options_,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program load_command = {
+    .name = "tetris-profiler load",
+    .synopsis = "URL[=WEIGHT]... --rate R --duration S [OPTION]...",
+    .about = "Sends {\"seed\": N} requests to the functions at URL (weighted) at a fixed rate R\n"
+             "(open loop, latency counted from when a request was due) and prints a JSON\n"
+             "summary; with --slo-ms the requests over T.\n",
+    .options = load_options_,
+    .epilogue = exit_text,
+};
 
 static int report(int r, const char *what, const tetris_error *err)
 {
@@ -124,24 +352,34 @@ static int manifest_of(const char *path, char **json, tetris_error *err)
     return r;
 }
 
+/* A command's options into args, after its defaults. Returns the index of
+ * its first operand, or -1 after a usage error. */
+static int parse_command(const struct opt_program *cmd, int argc, char **argv)
+{
+    memset(&args, 0, sizeof(args));
+    grid_default(&args.run.grid);
+    args.run.store_dir = STORE_DEFAULT_DIR;
+    args.run.duration_s = 5;
+    args.run.warmup_s = 1;
+    args.run.max_wait_ms = 10;
+    args.run.clients_per_slot = 2;
+    job_options_init(&args.job);
+    args.load.clients = 64;
+    return opt_parse(cmd, argc, argv);
+}
+
 static int cmd_index(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
-                                             {NULL, 0, NULL, 0}};
-    const char *output = "-";
     tetris_error err = {0};
     model *m = NULL;
-    int c, r;
+    int first, r;
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:", longopts, NULL)) != -1) {
-        if (c != 'o')
-            return usage_error("%s", "index: bad option");
-        output = optarg;
-    }
-    if (optind != argc - 1)
-        return usage_error("%s", "index: expected exactly one MODEL");
-    r = model_parse_file(argv[optind], &m, &err);
+    if ((first = parse_command(&index_command, argc, argv)) < 0)
+        return EXIT_USAGE;
+    if (first != argc - 1)
+        return opt_usage_error(&index_command, "expected exactly one MODEL"), EXIT_USAGE;
+    const char *output = args.output != NULL ? args.output : "-";
+    r = model_parse_file(argv[first], &m, &err);
     if (r == 0)
         r = model_sources_realpath(m, &err); /* same manifest as tetris-agent index */
     if (r == 0)
@@ -149,7 +387,7 @@ static int cmd_index(int argc, char **argv)
     if (r == 0)
         r = manifest_write_file(m, output, &err);
     if (r == 0)
-        log_info("event=index model=%s tensors=%zu bytes=%llu manifest=%s", argv[optind],
+        log_info("event=index model=%s tensors=%zu bytes=%llu manifest=%s", argv[first],
                  m->n_tensors, (unsigned long long)m->total_bytes, output);
     model_free(m);
     return r < 0 ? report(r, "index", &err) : EXIT_OK;
@@ -165,113 +403,49 @@ struct profile_cli {
     char name[256], function_bin[PATH_MAX], store_real[PATH_MAX];
 };
 
-enum {
-    OPT_GRID = 256, OPT_DURATION, OPT_WARMUP, OPT_NAME, OPT_STORE, OPT_DIRECT, OPT_PRIVATE,
-    OPT_MAX_WAIT, OPT_CLIENTS, OPT_FUNCTION, OPT_LOG_DIR, OPT_CONFIGMAPS, OPT_NAMESPACE,
-    OPT_KUBECONFIG, OPT_KUBE_SERVER, OPT_KUBE_SA_DIR, OPT_IMAGE, OPT_MODEL_DIR, OPT_NODE,
-    OPT_API_SERVER, OPT_SA_SECRET, OPT_RATE, OPT_SLO,
-};
-
+/* profile's options, then its operands: MODEL and the grid's words
+ * ("c=1,2"), in any order. */
 static int parse_profile_args(int argc, char **argv, struct profile_cli *cli)
 {
-    static const struct option longopts[] = {
-        {"grid", required_argument, NULL, OPT_GRID},
-        {"duration", required_argument, NULL, OPT_DURATION},
-        {"warmup", required_argument, NULL, OPT_WARMUP},
-        {"output", required_argument, NULL, 'o'},
-        {"name", required_argument, NULL, OPT_NAME},
-        {"store", required_argument, NULL, OPT_STORE},
-        {"direct", no_argument, NULL, OPT_DIRECT},
-        {"private", no_argument, NULL, OPT_PRIVATE},
-        {"max-wait-ms", required_argument, NULL, OPT_MAX_WAIT},
-        {"clients-per-slot", required_argument, NULL, OPT_CLIENTS},
-        {"function", required_argument, NULL, OPT_FUNCTION},
-        {"log-dir", required_argument, NULL, OPT_LOG_DIR},
-        {"store-configmaps", no_argument, NULL, OPT_CONFIGMAPS},
-        {"namespace", required_argument, NULL, OPT_NAMESPACE},
-        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
-        {"kube-server", required_argument, NULL, OPT_KUBE_SERVER},
-        {"kube-sa-dir", required_argument, NULL, OPT_KUBE_SA_DIR},
-        {NULL, 0, NULL, 0}};
+    const struct opt_program *cmd = &profile_command;
     struct profile_run_options *o = &cli->run;
     const char *model_path = NULL;
-    bool private_ = false;
     tetris_error err = {0};
-    int c;
+    int first;
 
     memset(cli, 0, sizeof(*cli));
-    grid_default(&o->grid);
-    o->store_dir = STORE_DEFAULT_DIR;
-    o->duration_s = 5;
-    o->warmup_s = 1;
-    o->max_wait_ms = 10;
-    o->clients_per_slot = 2;
-    optind = 1;
-    /* "+": stop at the first non-option, so that MODEL and grid words may
-     * come in any order with the options (handled in the loop). */
-    while (optind < argc) {
-        if ((c = getopt_long(argc, argv, "+o:", longopts, NULL)) == -1) {
-            const char *word = argv[optind++];
-            if (strchr(word, '=') != NULL) {
-                if (grid_parse(&o->grid, word, &err) < 0)
-                    return usage_error("%s", err.msg);
-            } else if (model_path == NULL) {
-                model_path = word;
-            } else {
-                return usage_error("profile: unexpected argument '%s'", word);
-            }
-            continue;
-        }
-        switch (c) {
-        case OPT_GRID:
-            if (grid_parse(&o->grid, optarg, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_DURATION:
-            if (cli_parse_double("--duration", optarg, 0.001, 86400, &o->duration_s, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_WARMUP:
-            if (cli_parse_double("--warmup", optarg, 0, 86400, &o->warmup_s, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_MAX_WAIT:
-            if (cli_parse_double("--max-wait-ms", optarg, 0, 86400, &o->max_wait_ms, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_CLIENTS:
-            if (cli_parse_int("--clients-per-slot", optarg, 1, 64, &o->clients_per_slot,
-                              &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case 'o': cli->output = optarg; break;
-        case OPT_NAME: snprintf(cli->name, sizeof(cli->name), "%s", optarg); break;
-        case OPT_STORE: o->store_dir = optarg; break;
-        case OPT_DIRECT: o->direct = true; break;
-        case OPT_PRIVATE: private_ = true; break;
-        case OPT_FUNCTION: snprintf(cli->function_bin, sizeof(cli->function_bin), "%s", optarg); break;
-        case OPT_LOG_DIR: o->log_dir = optarg; break;
-        case OPT_CONFIGMAPS: cli->store_configmaps = true; break;
-        case OPT_NAMESPACE: cli->cm.namespace_ = optarg; break;
-        case OPT_KUBECONFIG: cli->cm.kubeconfig = optarg; break;
-        case OPT_KUBE_SERVER: cli->cm.server = optarg; break;
-        case OPT_KUBE_SA_DIR: cli->cm.sa_dir = optarg; break;
-        default: return usage_error("%s", "profile: bad option");
+    if ((first = parse_command(cmd, argc, argv)) < 0)
+        return EXIT_USAGE;
+    *o = args.run;
+    for (int i = first; i < argc; i++) {
+        if (strchr(argv[i], '=') != NULL) {
+            if (grid_parse(&o->grid, argv[i], &err) < 0)
+                return opt_usage_error(cmd, "%s", err.msg), EXIT_USAGE;
+        } else if (model_path == NULL) {
+            model_path = argv[i];
+        } else {
+            return opt_usage_error(cmd, "unexpected argument '%s'", argv[i]), EXIT_USAGE;
         }
     }
     if (model_path == NULL)
-        return usage_error("%s", "profile: expected a MODEL");
+        return opt_usage_error(cmd, "expected a MODEL"), EXIT_USAGE;
     o->model = model_path;
-    if (private_ && o->direct)
-        return usage_error("%s", "profile: --private excludes --direct");
-    if (private_)
+    if (args.private_ && o->direct)
+        return opt_usage_error(cmd, "--private excludes --direct"), EXIT_USAGE;
+    if (args.private_)
         o->store_dir = NULL;
-    if (cli->name[0] == '\0')
+    cli->output = args.output;
+    cli->store_configmaps = args.store_configmaps;
+    cli->cm = args.cm;
+    if (args.name != NULL)
+        snprintf(cli->name, sizeof(cli->name), "%s", args.name);
+    else
         default_name(model_path, cli->name, sizeof(cli->name));
     o->name = cli->name;
-    if (cli->function_bin[0] == '\0' &&
-        fn_process_default_bin(cli->function_bin, sizeof(cli->function_bin), &err) < 0)
-        return usage_error("%s", err.msg);
+    if (args.function_bin != NULL)
+        snprintf(cli->function_bin, sizeof(cli->function_bin), "%s", args.function_bin);
+    else if (fn_process_default_bin(cli->function_bin, sizeof(cli->function_bin), &err) < 0)
+        return opt_usage_error(cmd, "%s", err.msg), EXIT_USAGE;
     o->function_bin = cli->function_bin;
     /* smaps names store files by their real path. */
     if (o->store_dir != NULL && realpath(o->store_dir, cli->store_real) != NULL)
@@ -338,64 +512,23 @@ static int cmd_profile(int argc, char **argv)
 
 static int cmd_job(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"name", required_argument, NULL, OPT_NAME},
-        {"namespace", required_argument, NULL, OPT_NAMESPACE},
-        {"image", required_argument, NULL, OPT_IMAGE},
-        {"model-dir", required_argument, NULL, OPT_MODEL_DIR},
-        {"store", required_argument, NULL, OPT_STORE},
-        {"grid", required_argument, NULL, OPT_GRID},
-        {"duration", required_argument, NULL, OPT_DURATION},
-        {"warmup", required_argument, NULL, OPT_WARMUP},
-        {"node", required_argument, NULL, OPT_NODE},
-        {"api-server", required_argument, NULL, OPT_API_SERVER},
-        {"sa-secret", required_argument, NULL, OPT_SA_SECRET},
-        {NULL, 0, NULL, 0}};
-    struct job_options o;
-    struct grid g;
     tetris_error err = {0};
     char name[256];
-    int c, r;
+    int first, r;
 
-    job_options_init(&o);
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_NAME: o.name = optarg; break;
-        case OPT_NAMESPACE: o.namespace_ = optarg; break;
-        case OPT_IMAGE: o.image = optarg; break;
-        case OPT_MODEL_DIR: o.model_dir = optarg; break;
-        case OPT_STORE: o.store_dir = optarg; break;
-        case OPT_GRID:
-            grid_default(&g);
-            if (grid_parse(&g, optarg, &err) < 0)
-                return usage_error("%s", err.msg);
-            o.grid = optarg;
-            break;
-        case OPT_DURATION:
-            if (cli_parse_double("--duration", optarg, 0.001, 86400, &o.duration_s, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_WARMUP:
-            if (cli_parse_double("--warmup", optarg, 0, 86400, &o.warmup_s, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_NODE: o.node = optarg; break;
-        case OPT_API_SERVER: o.api_server = optarg; break;
-        case OPT_SA_SECRET: o.sa_secret = optarg; break;
-        default: return usage_error("%s", "job: bad option");
-        }
-    }
-    if (optind != argc - 1)
-        return usage_error("%s", "job: expected exactly one MODEL");
-    o.model = argv[optind];
+    if ((first = parse_command(&job_command, argc, argv)) < 0)
+        return EXIT_USAGE;
+    if (first != argc - 1)
+        return opt_usage_error(&job_command, "expected exactly one MODEL"), EXIT_USAGE;
+    struct job_options o = args.job;
+    o.model = argv[first];
     if (o.name == NULL) {
         default_name(o.model, name, sizeof(name));
         o.name = name;
     }
     r = job_write_manifest(stdout, &o, &err);
     if (r == -TETRIS_E_INVAL)
-        return usage_error("%s", err.msg);
+        return opt_usage_error(&job_command, "%s", err.msg), EXIT_USAGE;
     return r < 0 ? report(r, "job", &err) : EXIT_OK;
 }
 
@@ -432,68 +565,37 @@ static json_t *load_summary(const struct load_options *o, const struct load_resu
 
 static int cmd_load(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"rate", required_argument, NULL, OPT_RATE},
-        {"duration", required_argument, NULL, OPT_DURATION},
-        {"warmup", required_argument, NULL, OPT_WARMUP},
-        {"clients", required_argument, NULL, OPT_CLIENTS},
-        {"slo-ms", required_argument, NULL, OPT_SLO},
-        {NULL, 0, NULL, 0}};
-    struct load_options o = {.clients = 64, .warmup_s = 0};
+    const struct opt_program *cmd = &load_command;
     struct load_result lr;
     tetris_error err = {0};
-    double slo_ms = 0;
-    int c, r;
+    int first, r;
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_RATE:
-            if (cli_parse_double("--rate", optarg, 0.001, 86400, &o.rate_rps, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_DURATION:
-            if (cli_parse_double("--duration", optarg, 0.001, 86400, &o.duration_s, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_WARMUP:
-            if (cli_parse_double("--warmup", optarg, 0, 86400, &o.warmup_s, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_CLIENTS:
-            if (cli_parse_int("--clients", optarg, 1, 4096, &o.clients, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        case OPT_SLO:
-            if (cli_parse_double("--slo-ms", optarg, 0.001, 86400, &slo_ms, &err) < 0)
-                return usage_error("%s", err.msg);
-            break;
-        default: return usage_error("%s", "load: bad option");
-        }
-    }
-    if (optind == argc || o.rate_rps <= 0 || o.duration_s <= 0)
-        return usage_error("%s", "load: needs URL..., --rate and --duration");
-    size_t n = (size_t)(argc - optind);
+    if ((first = parse_command(cmd, argc, argv)) < 0)
+        return EXIT_USAGE;
+    struct load_options o = args.load;
+    if (first == argc || o.rate_rps <= 0 || o.duration_s <= 0)
+        return opt_usage_error(cmd, "needs URL..., --rate and --duration"), EXIT_USAGE;
+    size_t n = (size_t)(argc - first);
     cleanup_free struct load_target *targets = calloc(n, sizeof(*targets));
     if (targets == NULL)
         return report(tetris_fail(&err, TETRIS_E_NOMEM, 0, "out of memory"), "load", &err);
     for (size_t i = 0; i < n; i++) {
-        char *arg = argv[optind + (int)i], *eq = strrchr(arg, '=');
+        char *arg = argv[first + (int)i], *eq = strrchr(arg, '=');
         targets[i].weight = 1;
         if (eq != NULL) {
             *eq = '\0';
             if (cli_parse_double(arg, eq + 1, 0.000001, 86400, &targets[i].weight, &err) < 0)
-                return usage_error("%s", err.msg);
+                return opt_usage_error(cmd, "%s", err.msg), EXIT_USAGE;
         }
         if (strncmp(arg, "http://", 7) != 0)
-            return usage_error("load: '%s' is not an http:// URL", arg);
+            return opt_usage_error(cmd, "'%s' is not an http:// URL", arg), EXIT_USAGE;
         targets[i].url = arg;
     }
     o.targets = targets;
     o.n_targets = n;
     if ((r = load_run(&o, &lr, &err)) < 0)
         return report(r, "load", &err);
-    json_t *j = load_summary(&o, &lr, slo_ms);
+    json_t *j = load_summary(&o, &lr, args.slo_ms);
     char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     load_result_free(&lr);
@@ -511,28 +613,17 @@ int main(int argc, char **argv)
         int (*fn)(int argc, char **argv);
     } commands[] = {{"profile", cmd_profile}, {"index", cmd_index}, {"job", cmd_job},
                     {"load", cmd_load}};
+    int first;
 
     log_init(argv[0]);
-    if (argc < 2)
-        return usage_error("%s", "expected a command: profile, index, job or load");
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(stdout);
-        return EXIT_OK;
-    }
-    if (strcmp(argv[1], "--version") == 0) {
-        printf("tetris-profiler %s\n", TETRIS_VERSION);
-        return EXIT_OK;
-    }
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-        if (strcmp(argv[1], commands[i].name) != 0)
-            continue;
-        /* One usage text covers every command: COMMAND --help prints it. */
-        for (int a = 2; a < argc && strcmp(argv[a], "--") != 0; a++)
-            if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
-                usage(stdout);
-                return EXIT_OK;
-            }
-        return commands[i].fn(argc - 1, argv + 1);
-    }
-    return usage_error("unknown command '%s'", argv[1]);
+    if ((first = opt_parse(&profiler_program, argc, argv)) < 0)
+        return EXIT_USAGE;
+    if (first == argc)
+        return opt_usage_error(&profiler_program,
+                               "expected a command: profile, index, job or load"),
+               EXIT_USAGE;
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(argv[first], commands[i].name) == 0)
+            return commands[i].fn(argc - first, argv + first);
+    return opt_usage_error(&profiler_program, "unknown command '%s'", argv[first]), EXIT_USAGE;
 }
