@@ -4,7 +4,6 @@
 #include "scheduler-ext/autoscaler/autoscaler.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,9 +19,10 @@
 #include "common/clock.h"
 #include "scheduler-ext/autoscaler/ilp.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "protocol/names.h"
 
-/* Exit codes (see usage). */
+/* Exit codes (see exit_text). */
 enum {
     EXIT_OK = 0,
     EXIT_INPUT = 1,      /* unreadable or invalid profile or trace; other failures */
@@ -32,101 +32,379 @@ enum {
     EXIT_CLUSTER = 5,    /* cannot reach the Kubernetes API at start */
 };
 
-static void usage(FILE *f)
+typedef struct run_config {
+    as_function **fns;
+    size_t n_fns;
+    as_policy policy;
+    as_deploy_options deploy;
+    double interval_s, duration_s;
+    rate_source rates; /* rates.url NULL: traces (local mode) */
+    const char *kubeconfig;
+    const char *step_file; /* simulated time only */
+    bool dry_run, realtime;
+} run_config;
+
+static const char commands_text[] =
+    "Commands (COMMAND --help lists its options):\n"
+    "  plan  the instance configs DTS (or the exact integer program) chooses for a\n"
+    "        request rate under a latency SLO, as JSON\n"
+    "  run   scales each function's Deployments to its request rate\n";
+
+static const char exit_text[] =
+    "exit status: 0 ok, 1 bad input (profile, trace) or another failure, 2 bad usage,\n"
+    "3 no config meets the SLO, 4 --exact found no plan in time, 5 Kubernetes API\n"
+    "unreachable or refusing at start.\n";
+
+/* What the command's options set: one command runs per process. */
+static struct {
+    /* plan */
+    const char *profile_path, *kubeconfig;
+    double rps, limit_ms;
+    bool exact;
+    plan_options plan;
+    /* run: NAME=PROFILE and NAME=FILE in the order given, parsed once
+     * every option is known (a ConfigMap needs the kubeconfig) */
+    run_config rc;
+    const char **function_args, **trace_args;
+    bool *openfaas_args;
+    size_t n_function_args, n_trace_args;
+} args;
+
+static int parse_latency(const struct opt_spec *spec, const char *label, const char *value,
+                         tetris_error *err)
 {
-    fprintf(
-        f,
-        "usage: tetris-autoscaler plan --profile PROFILE --rps R --slo-ms T [options]\n"
-        "       tetris-autoscaler run (--function | --openfaas) NAME=PROFILE... --slo-ms T\n"
-        "                             (--trace NAME=FILE... | --prometheus URL) [options]\n"
-        "\n"
-        "plan: the instance configs for R requests/s under a latency SLO of T ms, as JSON\n"
-        "  (configs [{c, m (MiB), b, p, l (ms), count}], instances, memory_mib,\n"
-        "  covered_rps, algorithm, decision_time_ms).\n"
-        "  --exact            solve the integer program with GLPK instead of DTS\n"
-        "  --time-limit-ms N  limit for --exact (default 10000)\n"
-        "\n"
-        "run: scale each function's Deployments to its request rate, every --interval.\n"
-        "  --function NAME=PROFILE  a function and its profile (repeatable)\n"
-        "  --openfaas NAME=PROFILE  a function OpenFaaS deployed (faas-netes's Deployment\n"
-        "                           NAME is the template of sibling Deployments, one config\n"
-        "                           at a time, sets of at most 5 replicas; repeatable)\n"
-        "  --trace NAME=FILE        local mode: the function's rate from `time_s rps` lines;\n"
-        "                           time is simulated unless --realtime\n"
-        "  --prometheus URL         rates from Prometheus's HTTP API\n"
-        "  --query TEMPLATE         PromQL, {function}, {namespace}, {job} and {instance}\n"
-        "                           replaced (default %s)\n"
-        "  --gateway-job REGEX      the OpenFaaS gateway's scrape job: only its series\n"
-        "                           count, not other targets' (default " RATE_DEFAULT_GATEWAY_JOB
-        ")\n"
-        "  --gateway-instance REGEX the gateway's scrape instances "
-        "(default " RATE_DEFAULT_GATEWAY_INSTANCE ")\n"
-        "                           a rate above twice what a function's instances serve\n"
-        "                           counts as that (event=rate-clamped)\n"
-        "  --dry-run                print actions as JSON lines instead of acting\n"
-        "  --kubeconfig FILE        act through this cluster (default: in-cluster)\n"
-        "  --interval S             seconds between decisions (default 5)\n"
-        "  --headroom H             scale out when rate*(1+H) > capacity (default 0.1)\n"
-        "  --scale-in-headroom H    release only while capacity >= peak*(1+H) (default 0.3)\n"
-        "  --cooldown S             no scale-in within S s of a change (default 60)\n"
-        "  --window S               peak = highest rate in the last S s (default 60)\n"
-        "  --min-instances N        keep at least N instances per function (default 1)\n"
-        "  --max-instances N        never more than N instances per function "
-        "(default " TETRIS_STRINGIFY(
-            AS_DEFAULT_MAX_INSTANCES) ")\n"
-                                      "  --realtime               pace a trace in real time (for a "
-                                      "live cluster)\n"
-                                      "  --step-file FILE         simulated time: after each "
-                                      "decision round, write its\n"
-                                      "                           time to FILE and wait until FILE "
-                                      "is removed (lets a\n"
-                                      "                           test check the cluster between "
-                                      "steps)\n"
-                                      "  --duration S             stop after S seconds\n"
-                                      "  --namespace NS           "
-                                      "(default " TETRIS_FUNCTION_NAMESPACE ")\n"
-                                      "  --image IMAGE            function image (default "
-                                      "tetris-function:%s)\n"
-                                      "  --image-pull-policy P    (default IfNotPresent)\n"
-                                      "  --store DIR              tensor store host path "
-                                      "(default " TETRIS_STORE_DIR ")\n"
-                                      "  --model-dir DIR          " TETRIS_ENV_MODEL
-                                      " = DIR/<model_file> (default " TETRIS_MODEL_DIR ")\n"
-                                      "  --port N                 the function's HTTP port "
-                                      "(default %d)\n"
-                                      "  --scheduler-name NAME    (default " TETRIS_SCHEDULER_NAME
-                                      ")\n"
-                                      "\n"
-                                      "both:\n"
-                                      "  --slo-ms T         latency SLO in ms (b=1 configs need l "
-                                      "<= T, b>1 l <= T/2)\n"
-                                      "  --alpha A          rank by b*p/(l*(m + A*c)), A in MiB "
-                                      "per CPU (default 0)\n"
-                                      "  --sharing          tensor sharing: memory is marginal "
-                                      "(private memory, the\n"
-                                      "                     model's tensors once); needs "
-                                      "private_bytes in the profile\n"
-                                      "  --resident         plan: with --sharing, the tensors are "
-                                      "already resident\n"
-                                      "  --latency STAT     mean, p95 or p99 stands for l (default "
-                                      "p95)\n"
-                                      "  --mode MODE        paper: Algorithm 1, capacity b*p/l "
-                                      "(default); refined:\n"
-                                      "                     capacity from the profile's measured "
-                                      "throughput, every\n"
-                                      "                     instance an equal share of the rate "
-                                      "(OpenFaaS CE routing),\n"
-                                      "                     the cheapest single config that covers "
-                                      "it\n"
-                                      "  --help, --version\n"
-                                      "\n"
-                                      "exit status: 0 ok, 1 bad input (profile, trace) or another "
-                                      "failure, 2 bad usage,\n"
-                                      "3 no config meets the SLO, 4 --exact found no plan in time, "
-                                      "5 Kubernetes API\n"
-                                      "unreachable or refusing at start\n",
-        RATE_DEFAULT_QUERY, TETRIS_VERSION, TETRIS_FUNCTION_PORT);
+    (void)label;
+    return profile_stat_parse(value, spec->dest, err);
 }
+
+static int parse_space(const struct opt_spec *spec, const char *label, const char *value,
+                       tetris_error *err)
+{
+    (void)label;
+    return plan_space_parse(value, spec->dest, err);
+}
+
+static int parse_mode(const struct opt_spec *spec, const char *label, const char *value,
+                      tetris_error *err)
+{
+    (void)label;
+    return plan_mode_parse(value, spec->dest, err);
+}
+
+/* An unsigned count in [umin, umax]. */
+static int parse_count(const struct opt_spec *spec, const char *label, const char *value,
+                       tetris_error *err)
+{
+    uint64_t n;
+    int r = cli_parse_u64(label, value, spec->umin, spec->umax, &n, err);
+    if (r == 0)
+        *(unsigned *)spec->dest = (unsigned)n;
+    return r;
+}
+
+/* A Prometheus label matcher, checked as Prometheus would read it. */
+static int parse_matcher(const struct opt_spec *spec, const char *label, const char *value,
+                         tetris_error *err)
+{
+    int r = rate_check_matcher(label, value, err);
+    if (r == 0)
+        *(const char **)spec->dest = value;
+    return r;
+}
+
+/* --function, --openfaas and --trace: one more of each, loaded later. */
+static int parse_function(const struct opt_spec *spec, const char *label, const char *value,
+                          tetris_error *err)
+{
+    (void)label;
+    (void)err;
+    args.openfaas_args[args.n_function_args] = spec->dest != NULL;
+    args.function_args[args.n_function_args++] = value;
+    return 0;
+}
+
+static int parse_trace(const struct opt_spec *spec, const char *label, const char *value,
+                       tetris_error *err)
+{
+    (void)spec;
+    (void)label;
+    (void)err;
+    args.trace_args[args.n_trace_args++] = value;
+    return 0;
+}
+
+/* The options of both commands, into plan options *(p). */
+#define PLAN_OPTIONS(p)                                                                            \
+    {.name = "slo-ms",                                                                             \
+     .type = OPT_TYPE_DOUBLE,                                                                      \
+     .dest = &(p)->slo_ms,                                                                         \
+     .dmin = 0,                                                                                    \
+     .dmax = INFINITY,                                                                             \
+     .meta = "T",                                                                                  \
+     .help = "latency SLO in ms (b=1 configs need l <= T, b>1 l <= T/2)"},                         \
+        {.name = "alpha",                                                                          \
+         .type = OPT_TYPE_DOUBLE,                                                                  \
+         .dest = &(p)->alpha,                                                                      \
+         .dmin = 0,                                                                                \
+         .dmax = INFINITY,                                                                         \
+         .meta = "A",                                                                              \
+         .help = "rank by b*p/(l*(m + A*c)), A in MiB per CPU (default 0)"},                       \
+        {.name = "sharing",                                                                        \
+         .type = OPT_TYPE_FLAG,                                                                    \
+         .dest = &(p)->sharing,                                                                    \
+         .help = "tensor sharing: memory is marginal (private memory, the model's tensors "        \
+                 "once); needs private_bytes in the profile"},                                     \
+        {.name = "latency",                                                                        \
+         .type = OPT_TYPE_CUSTOM,                                                                  \
+         .dest = &(p)->latency,                                                                    \
+         .parse = parse_latency,                                                                   \
+         .meta = "STAT",                                                                           \
+         .help = "mean, p95 or p99 stands for l (default p95)"},                                   \
+        {.name = "space",                                                                          \
+         .type = OPT_TYPE_CUSTOM,                                                                  \
+         .dest = &(p)->space,                                                                      \
+         .parse = parse_space,                                                                     \
+         .meta = "SPACE",                                                                          \
+         .help = "all (default), batching (p=1 configs only) or concurrency (b=1 configs only)"},  \
+    {                                                                                              \
+        .name = "mode", .type = OPT_TYPE_CUSTOM, .dest = &(p)->mode, .parse = parse_mode,          \
+        .meta = "MODE",                                                                            \
+        .help = "paper: Algorithm 1, capacity b*p/l (default); refined: capacity from the "        \
+                "profile's measured throughput, every instance an equal share of the rate "        \
+                "(OpenFaaS CE routing), the cheapest single config that covers it"                 \
+    }
+
+static const struct opt_spec plan_options_[] = {
+    {.name = "profile",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.profile_path,
+     .meta = "PROFILE",
+     .help = "the model's profile: a file, or configmap:NS/NAME (required)"},
+    {.name = "rps",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.rps,
+     .dmin = 0,
+     .dmax = INFINITY,
+     .meta = "R",
+     .help = "the request rate to plan for (required)"},
+    PLAN_OPTIONS(&args.plan),
+    {.name = "resident",
+     .type = OPT_TYPE_FLAG,
+     .dest = &args.plan.resident,
+     .help = "with --sharing, the tensors are already resident"},
+    {.name = "exact",
+     .type = OPT_TYPE_FLAG,
+     .dest = &args.exact,
+     .help = "solve the integer program with GLPK instead of DTS"},
+    {.name = "time-limit-ms",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.limit_ms,
+     .dmin = 1,
+     .dmax = INFINITY,
+     .meta = "N",
+     .help = "limit for --exact (default 10000)"},
+    {.name = "kubeconfig",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.kubeconfig,
+     .meta = "FILE",
+     .help = "read a configmap: profile through this cluster (default: in-cluster)"},
+    {0},
+};
+
+/* --openfaas's dest only tells it from --function. */
+static bool openfaas_mark;
+
+static const struct opt_spec run_options[] = {
+    {.name = "function",
+     .type = OPT_TYPE_CUSTOM,
+     .parse = parse_function,
+     .meta = "NAME=PROFILE",
+     .help = "a function and its profile (repeatable)"},
+    {.name = "openfaas",
+     .type = OPT_TYPE_CUSTOM,
+     .dest = &openfaas_mark,
+     .parse = parse_function,
+     .meta = "NAME=PROFILE",
+     .help = "a function OpenFaaS deployed (faas-netes's Deployment NAME is the template of "
+             "sibling Deployments, one config at a time, sets of at most 5 replicas; "
+             "repeatable)"},
+    {.name = "trace",
+     .type = OPT_TYPE_CUSTOM,
+     .parse = parse_trace,
+     .meta = "NAME=FILE",
+     .help = "local mode: the function's rate from `time_s rps` lines; time is simulated "
+             "unless --realtime (repeatable)"},
+    {.name = "prometheus",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.rates.url,
+     .meta = "URL",
+     .help = "rates from Prometheus's HTTP API"},
+    {.name = "query",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.rates.query,
+     .meta = "TEMPLATE",
+     .help = "PromQL, {function}, {namespace}, {job} and {instance} replaced "
+             "(default " RATE_DEFAULT_QUERY ")"},
+    {.name = "gateway-job",
+     .type = OPT_TYPE_CUSTOM,
+     .dest = &args.rc.rates.job,
+     .parse = parse_matcher,
+     .meta = "REGEX",
+     .help = "the OpenFaaS gateway's scrape job: only its series count, not other targets' "
+             "(default " RATE_DEFAULT_GATEWAY_JOB ")"},
+    {.name = "gateway-instance",
+     .type = OPT_TYPE_CUSTOM,
+     .dest = &args.rc.rates.instance,
+     .parse = parse_matcher,
+     .meta = "REGEX",
+     .help = "the gateway's scrape instances (default " RATE_DEFAULT_GATEWAY_INSTANCE
+             "); a rate above twice what a function's instances serve counts as that "
+             "(event=rate-clamped)"},
+    {.name = "dry-run",
+     .type = OPT_TYPE_FLAG,
+     .dest = &args.rc.dry_run,
+     .help = "print actions as JSON lines instead of acting"},
+    {.name = "kubeconfig",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.kubeconfig,
+     .meta = "FILE",
+     .help = "act through this cluster (default: in-cluster)"},
+    {.name = "interval",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.rc.interval_s,
+     .dmin = 0.001,
+     .dmax = INFINITY,
+     .meta = "S",
+     .help = "seconds between decisions (default 5)"},
+    {.name = "headroom",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.rc.policy.headroom_out,
+     .dmin = 0,
+     .dmax = INFINITY,
+     .meta = "H",
+     .help = "scale out when rate*(1+H) > capacity (default 0.1)"},
+    {.name = "scale-in-headroom",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.rc.policy.headroom_in,
+     .dmin = 0,
+     .dmax = INFINITY,
+     .meta = "H",
+     .help = "release only while capacity >= peak*(1+H) (default 0.3; at least --headroom)"},
+    {.name = "cooldown",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.rc.policy.cooldown_s,
+     .dmin = 0,
+     .dmax = INFINITY,
+     .meta = "S",
+     .help = "no scale-in within S s of a change (default 60)"},
+    {.name = "window",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.rc.policy.window_s,
+     .dmin = 0,
+     .dmax = INFINITY,
+     .meta = "S",
+     .help = "peak = highest rate in the last S s (default 60)"},
+    {.name = "min-instances",
+     .type = OPT_TYPE_CUSTOM,
+     .dest = &args.rc.policy.min_instances,
+     .parse = parse_count,
+     .umin = 0,
+     .umax = 1000,
+     .meta = "N",
+     .help = "keep at least N instances per function (default 1, at most 1000)"},
+    {.name = "max-instances",
+     .type = OPT_TYPE_CUSTOM,
+     .dest = &args.rc.policy.max_instances,
+     .parse = parse_count,
+     .umin = 1,
+     .umax = 100000,
+     .meta = "N",
+     .help = "never more than N instances per function (default " TETRIS_STRINGIFY(
+         AS_DEFAULT_MAX_INSTANCES) ")"},
+    {.name = "realtime",
+     .type = OPT_TYPE_FLAG,
+     .dest = &args.rc.realtime,
+     .help = "pace a trace in real time (for a live cluster)"},
+    {.name = "step-file",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.step_file,
+     .meta = "FILE",
+     .help = "simulated time: after each decision round, write its time to FILE and wait "
+             "until FILE is removed (lets a test check the cluster between steps)"},
+    {.name = "duration",
+     .type = OPT_TYPE_DOUBLE,
+     .dest = &args.rc.duration_s,
+     .dmin = 0,
+     .dmax = INFINITY,
+     .meta = "S",
+     .help = "stop after S seconds"},
+    {.name = "namespace",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.deploy.namespace_,
+     .meta = "NS",
+     .help = "the functions' namespace (default " TETRIS_FUNCTION_NAMESPACE ")"},
+    {.name = "image",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.deploy.image,
+     .meta = "IMAGE",
+     .help = "function image (default tetris-function:" TETRIS_VERSION ")"},
+    {.name = "image-pull-policy",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.deploy.pull_policy,
+     .meta = "P",
+     .help = "(default IfNotPresent)"},
+    {.name = "store",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.deploy.store_dir,
+     .meta = "DIR",
+     .help = "tensor store host path (default " TETRIS_STORE_DIR ")"},
+    {.name = "model-dir",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.deploy.model_dir,
+     .meta = "DIR",
+     .help = TETRIS_ENV_MODEL " = DIR/<model_file> (default " TETRIS_MODEL_DIR ")"},
+    {.name = "port",
+     .type = OPT_TYPE_INT,
+     .dest = &args.rc.deploy.port,
+     .min = 1,
+     .max = 65535,
+     .meta = "N",
+     .help = "the function's HTTP port (default " TETRIS_STRINGIFY(TETRIS_FUNCTION_PORT) ")"},
+    {.name = "scheduler-name",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.rc.deploy.scheduler_name,
+     .meta = "NAME",
+     .help = "(default " TETRIS_SCHEDULER_NAME ")"},
+    PLAN_OPTIONS(&args.rc.policy.plan),
+    {0},
+};
+
+static const struct opt_program autoscaler_program = {
+    .name = "tetris-autoscaler",
+    .synopsis = "COMMAND [OPTIONS]",
+    .about = commands_text,
+    .epilogue = exit_text,
+    .options_first = true,
+};
+
+static const struct opt_program plan_command = {
+    .name = "tetris-autoscaler plan",
+    .synopsis = "--profile PROFILE --rps R --slo-ms T [OPTION]...",
+    .about = "The instance configs for R requests/s under a latency SLO of T ms, as JSON\n"
+             "(configs [{c, m (MiB), b, p, l (ms), count}], instances, memory_mib,\n"
+             "covered_rps, algorithm, decision_time_ms).\n",
+    .options = plan_options_,
+    .epilogue = exit_text,
+};
+
+static const struct opt_program run_command = {
+    .name = "tetris-autoscaler run",
+    .synopsis = "(--function | --openfaas) NAME=PROFILE... --slo-ms T\n"
+                "(--trace NAME=FILE... | --prometheus URL) [OPTION]...",
+    .about = "Scales each function's Deployments to its request rate, every --interval.\n",
+    .options = run_options,
+    .epilogue = exit_text,
+};
 
 static int exit_for(int rc)
 {
@@ -187,61 +465,24 @@ static json_t *plan_json(const profile *p, const plan *pl, const plan_options *o
 
 static int cmd_plan(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"profile", required_argument, NULL, 'f'},
-        {"rps", required_argument, NULL, 'r'},
-        {"slo-ms", required_argument, NULL, 's'},
-        {"alpha", required_argument, NULL, 'a'},
-        {"exact", no_argument, NULL, 'x'},
-        {"sharing", no_argument, NULL, 'S'},
-        {"resident", no_argument, NULL, 'R'},
-        {"latency", required_argument, NULL, 'l'},
-        {"time-limit-ms", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {"kubeconfig", required_argument, NULL, 'k'},
-        {"space", required_argument, NULL, 'c'},
-        {"mode", required_argument, NULL, 'm'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *path = NULL, *kubeconfig = NULL;
-    double rps = -1, limit_ms = 10000;
-    bool exact = false;
-    plan_options o = {.latency = PROFILE_STAT_P95};
+    const struct opt_program *cmd = &plan_command;
     tetris_error err = {0};
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        int r = 0;
-        switch (c) {
-        case 'f': path = optarg; break;
-        case 'k': kubeconfig = optarg; break;
-        case 'r': r = cli_parse_double("--rps", optarg, 0, INFINITY, &rps, &err); break;
-        case 's': r = cli_parse_double("--slo-ms", optarg, 0, INFINITY, &o.slo_ms, &err); break;
-        case 'a': r = cli_parse_double("--alpha", optarg, 0, INFINITY, &o.alpha, &err); break;
-        case 't':
-            r = cli_parse_double("--time-limit-ms", optarg, 1, INFINITY, &limit_ms, &err);
-            break;
-        case 'x': exact = true; break;
-        case 'S': o.sharing = true; break;
-        case 'R': o.resident = true; break;
-        case 'l': r = profile_stat_parse(optarg, &o.latency, &err); break;
-        case 'c': r = plan_space_parse(optarg, &o.space, &err); break;
-        case 'm': r = plan_mode_parse(optarg, &o.mode, &err); break;
-        case 'h': usage(stdout); return EXIT_OK;
-        default: usage(stderr); return EXIT_USAGE;
-        }
-        if (r < 0) {
-            fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
-            return EXIT_USAGE;
-        }
-    }
-    if (path == NULL || rps < 0 || o.slo_ms <= 0 || optind != argc) {
-        fprintf(stderr, "tetris-autoscaler plan: needs --profile, --rps and --slo-ms > 0\n");
+    int first;
+
+    memset(&args, 0, sizeof(args));
+    args.rps = -1;
+    args.limit_ms = 10000;
+    args.plan.latency = PROFILE_STAT_P95;
+    if ((first = opt_parse(cmd, argc, argv)) < 0)
         return EXIT_USAGE;
-    }
-    if (o.resident && !o.sharing) {
-        fprintf(stderr, "tetris-autoscaler plan: --resident needs --sharing\n");
-        return EXIT_USAGE;
-    }
+    const char *path = args.profile_path, *kubeconfig = args.kubeconfig;
+    double rps = args.rps, limit_ms = args.limit_ms;
+    bool exact = args.exact;
+    plan_options o = args.plan;
+    if (path == NULL || rps < 0 || o.slo_ms <= 0 || first != argc)
+        return opt_usage_error(cmd, "needs --profile, --rps and --slo-ms > 0"), EXIT_USAGE;
+    if (o.resident && !o.sharing)
+        return opt_usage_error(cmd, "--resident needs --sharing"), EXIT_USAGE;
     profile *p = NULL;
     int rc = as_profile_load(path, kubeconfig, &p, &err);
     if (rc < 0) {
@@ -279,18 +520,6 @@ static void on_signal(int sig)
     (void)sig;
     stop_requested = 1;
 }
-
-typedef struct run_config {
-    as_function **fns;
-    size_t n_fns;
-    as_policy policy;
-    as_deploy_options deploy;
-    double interval_s, duration_s;
-    rate_source rates; /* rates.url NULL: traces (local mode) */
-    const char *kubeconfig;
-    const char *step_file; /* simulated time only */
-    bool dry_run, realtime;
-} run_config;
 
 /* DNS-1123 label: it becomes part of Deployment names and label values. */
 static bool valid_function_name(const char *s)
@@ -571,78 +800,20 @@ static int run_checked(run_config *rc)
 
 static int cmd_run(int argc, char **argv)
 {
-    enum {
-        OPT_FUNCTION = 256,
-        OPT_TRACE,
-        OPT_PROMETHEUS,
-        OPT_QUERY,
-        OPT_DRY_RUN,
-        OPT_KUBECONFIG,
-        OPT_INTERVAL,
-        OPT_HEADROOM,
-        OPT_IN_HEADROOM,
-        OPT_COOLDOWN,
-        OPT_WINDOW,
-        OPT_MIN,
-        OPT_MAX,
-        OPT_GATEWAY_JOB,
-        OPT_GATEWAY_INSTANCE,
-        OPT_REALTIME,
-        OPT_DURATION,
-        OPT_NAMESPACE,
-        OPT_IMAGE,
-        OPT_PULL,
-        OPT_STORE,
-        OPT_MODEL_DIR,
-        OPT_PORT,
-        OPT_SCHEDULER,
-        OPT_SLO,
-        OPT_ALPHA,
-        OPT_SHARING,
-        OPT_LATENCY,
-        OPT_SPACE,
-        OPT_MODE,
-        OPT_HELP,
-        OPT_OPENFAAS,
-        OPT_STEP_FILE,
-    };
-    static const struct option longopts[] = {
-        {"function", required_argument, NULL, OPT_FUNCTION},
-        {"openfaas", required_argument, NULL, OPT_OPENFAAS},
-        {"trace", required_argument, NULL, OPT_TRACE},
-        {"prometheus", required_argument, NULL, OPT_PROMETHEUS},
-        {"query", required_argument, NULL, OPT_QUERY},
-        {"dry-run", no_argument, NULL, OPT_DRY_RUN},
-        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
-        {"interval", required_argument, NULL, OPT_INTERVAL},
-        {"headroom", required_argument, NULL, OPT_HEADROOM},
-        {"scale-in-headroom", required_argument, NULL, OPT_IN_HEADROOM},
-        {"cooldown", required_argument, NULL, OPT_COOLDOWN},
-        {"window", required_argument, NULL, OPT_WINDOW},
-        {"min-instances", required_argument, NULL, OPT_MIN},
-        {"max-instances", required_argument, NULL, OPT_MAX},
-        {"gateway-job", required_argument, NULL, OPT_GATEWAY_JOB},
-        {"gateway-instance", required_argument, NULL, OPT_GATEWAY_INSTANCE},
-        {"realtime", no_argument, NULL, OPT_REALTIME},
-        {"step-file", required_argument, NULL, OPT_STEP_FILE},
-        {"duration", required_argument, NULL, OPT_DURATION},
-        {"namespace", required_argument, NULL, OPT_NAMESPACE},
-        {"image", required_argument, NULL, OPT_IMAGE},
-        {"image-pull-policy", required_argument, NULL, OPT_PULL},
-        {"store", required_argument, NULL, OPT_STORE},
-        {"model-dir", required_argument, NULL, OPT_MODEL_DIR},
-        {"port", required_argument, NULL, OPT_PORT},
-        {"scheduler-name", required_argument, NULL, OPT_SCHEDULER},
-        {"slo-ms", required_argument, NULL, OPT_SLO},
-        {"alpha", required_argument, NULL, OPT_ALPHA},
-        {"sharing", no_argument, NULL, OPT_SHARING},
-        {"latency", required_argument, NULL, OPT_LATENCY},
-        {"space", required_argument, NULL, OPT_SPACE},
-        {"mode", required_argument, NULL, OPT_MODE},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    run_config rc = {
+    const struct opt_program *cmd = &run_command;
+    tetris_error err = {0};
+    char quoted[600];
+    int first, status = EXIT_USAGE;
+    /* At most one --function and one --trace per argument. */
+    cleanup_free const char **function_args = calloc((size_t)argc, sizeof(char *));
+    cleanup_free const char **trace_args = calloc((size_t)argc, sizeof(char *));
+    cleanup_free bool *openfaas_args = calloc((size_t)argc, sizeof(bool));
+    if (function_args == NULL || trace_args == NULL || openfaas_args == NULL) {
+        fprintf(stderr, "tetris-autoscaler: out of memory\n");
+        return EXIT_INPUT;
+    }
+    memset(&args, 0, sizeof(args));
+    args.rc = (run_config){
         .policy = {.plan = {.latency = PROFILE_STAT_P95},
                    .headroom_out = 0.1,
                    .headroom_in = 0.3,
@@ -662,97 +833,13 @@ static int cmd_run(int argc, char **argv)
                   .job = RATE_DEFAULT_GATEWAY_JOB,
                   .instance = RATE_DEFAULT_GATEWAY_INSTANCE},
     };
-    tetris_error err = {0};
-    char quoted[600];
-    uint64_t n;
-    int c, status = EXIT_USAGE;
-    /* Profiles load once every option is known (a ConfigMap needs the
-     * kubeconfig); at most one --function and one --trace per argument. */
-    cleanup_free const char **function_args = calloc((size_t)argc, sizeof(char *));
-    cleanup_free const char **trace_args = calloc((size_t)argc, sizeof(char *));
-    cleanup_free bool *openfaas_args = calloc((size_t)argc, sizeof(bool));
-    size_t n_function_args = 0, n_trace_args = 0;
-    if (function_args == NULL || trace_args == NULL || openfaas_args == NULL) {
-        fprintf(stderr, "tetris-autoscaler: out of memory\n");
-        return EXIT_INPUT;
-    }
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        int r = 0;
-        switch (c) {
-        case OPT_FUNCTION: function_args[n_function_args++] = optarg; break;
-        case OPT_OPENFAAS:
-            openfaas_args[n_function_args] = true;
-            function_args[n_function_args++] = optarg;
-            break;
-        case OPT_TRACE: trace_args[n_trace_args++] = optarg; break;
-        case OPT_PROMETHEUS: rc.rates.url = optarg; break;
-        case OPT_QUERY: rc.rates.query = optarg; break;
-        case OPT_GATEWAY_JOB:
-            rc.rates.job = optarg;
-            r = rate_check_matcher("--gateway-job", optarg, &err);
-            break;
-        case OPT_GATEWAY_INSTANCE:
-            rc.rates.instance = optarg;
-            r = rate_check_matcher("--gateway-instance", optarg, &err);
-            break;
-        case OPT_DRY_RUN: rc.dry_run = true; break;
-        case OPT_KUBECONFIG: rc.kubeconfig = optarg; break;
-        case OPT_REALTIME: rc.realtime = true; break;
-        case OPT_STEP_FILE: rc.step_file = optarg; break;
-        case OPT_NAMESPACE: rc.deploy.namespace_ = optarg; break;
-        case OPT_IMAGE: rc.deploy.image = optarg; break;
-        case OPT_PULL: rc.deploy.pull_policy = optarg; break;
-        case OPT_STORE: rc.deploy.store_dir = optarg; break;
-        case OPT_MODEL_DIR: rc.deploy.model_dir = optarg; break;
-        case OPT_SCHEDULER: rc.deploy.scheduler_name = optarg; break;
-        case OPT_SHARING: rc.policy.plan.sharing = true; break;
-        case OPT_INTERVAL:
-            r = cli_parse_double("--interval", optarg, 0.001, INFINITY, &rc.interval_s, &err);
-            break;
-        case OPT_HEADROOM:
-            r = cli_parse_double("--headroom", optarg, 0, INFINITY, &rc.policy.headroom_out,
-                                 &err);
-            break;
-        case OPT_IN_HEADROOM:
-            r = cli_parse_double("--scale-in-headroom", optarg, 0, INFINITY,
-                                 &rc.policy.headroom_in, &err);
-            break;
-        case OPT_COOLDOWN:
-            r = cli_parse_double("--cooldown", optarg, 0, INFINITY, &rc.policy.cooldown_s, &err);
-            break;
-        case OPT_WINDOW:
-            r = cli_parse_double("--window", optarg, 0, INFINITY, &rc.policy.window_s, &err);
-            break;
-        case OPT_DURATION:
-            r = cli_parse_double("--duration", optarg, 0, INFINITY, &rc.duration_s, &err);
-            break;
-        case OPT_SLO:
-            r = cli_parse_double("--slo-ms", optarg, 0, INFINITY, &rc.policy.plan.slo_ms, &err);
-            break;
-        case OPT_ALPHA:
-            r = cli_parse_double("--alpha", optarg, 0, INFINITY, &rc.policy.plan.alpha, &err);
-            break;
-        case OPT_MIN:
-            if ((r = cli_parse_u64("--min-instances", optarg, 0, 1000, &n, &err)) == 0)
-                rc.policy.min_instances = (unsigned)n;
-            break;
-        case OPT_MAX:
-            if ((r = cli_parse_u64("--max-instances", optarg, 1, 100000, &n, &err)) == 0)
-                rc.policy.max_instances = (unsigned)n;
-            break;
-        case OPT_PORT: r = cli_parse_int("--port", optarg, 1, 65535, &rc.deploy.port, &err); break;
-        case OPT_LATENCY: r = profile_stat_parse(optarg, &rc.policy.plan.latency, &err); break;
-        case OPT_SPACE: r = plan_space_parse(optarg, &rc.policy.plan.space, &err); break;
-        case OPT_MODE: r = plan_mode_parse(optarg, &rc.policy.plan.mode, &err); break;
-        case OPT_HELP: usage(stdout); status = EXIT_OK; goto out;
-        default: usage(stderr); goto out;
-        }
-        if (r < 0) {
-            if (err.msg[0] != '\0')
-                fprintf(stderr, "tetris-autoscaler: %s\n", err.msg);
-            goto out;
-        }
-    }
+    args.function_args = function_args;
+    args.trace_args = trace_args;
+    args.openfaas_args = openfaas_args;
+    if ((first = opt_parse(cmd, argc, argv)) < 0)
+        return EXIT_USAGE;
+    run_config rc = args.rc;
+    size_t n_function_args = args.n_function_args, n_trace_args = args.n_trace_args;
     rc.deploy.plan = rc.policy.plan;
     for (size_t i = 0; i < n_function_args + n_trace_args; i++) {
         int r = i < n_function_args ? add_function(&rc, function_args[i], openfaas_args[i], &err)
@@ -763,32 +850,34 @@ static int cmd_run(int argc, char **argv)
             goto out;
         }
     }
-    if (optind != argc || rc.n_fns == 0 || !(rc.policy.plan.slo_ms > 0)) {
-        fprintf(stderr, "tetris-autoscaler run: needs --function or --openfaas NAME=PROFILE and "
-                        "--slo-ms > 0\n");
+    if (first != argc || rc.n_fns == 0 || !(rc.policy.plan.slo_ms > 0)) {
+        opt_usage_error(cmd, "needs --function or --openfaas NAME=PROFILE and "
+                             "--slo-ms > 0");
         goto out;
     }
     if (rc.policy.min_instances > rc.policy.max_instances) {
-        fprintf(stderr, "tetris-autoscaler run: --min-instances %u exceeds --max-instances %u\n",
-                rc.policy.min_instances, rc.policy.max_instances);
+        opt_usage_error(cmd, "--min-instances %u exceeds --max-instances %u",
+                        rc.policy.min_instances, rc.policy.max_instances);
         goto out;
     }
     if (rc.policy.headroom_in < rc.policy.headroom_out) {
-        fprintf(stderr, "tetris-autoscaler run: --scale-in-headroom must be >= --headroom, "
-                        "or the autoscaler oscillates\n");
+        opt_usage_error(cmd, "--scale-in-headroom must be >= --headroom, "
+                             "or the autoscaler oscillates");
         goto out;
     }
     for (size_t i = 0; i < rc.n_fns; i++) {
         bool traced = rc.fns[i]->trace != NULL;
         if (traced == (rc.rates.url != NULL)) {
-            fprintf(stderr, "tetris-autoscaler run: function %s: give either a --trace for "
-                            "every function or --prometheus\n", rc.fns[i]->name);
+            opt_usage_error(cmd,
+                            "function %s: give either a --trace for "
+                            "every function or --prometheus",
+                            rc.fns[i]->name);
             goto out;
         }
     }
     if (rc.step_file != NULL && (rc.rates.url != NULL || rc.realtime)) {
-        fprintf(stderr, "tetris-autoscaler run: --step-file needs traces in simulated time "
-                        "(no --prometheus, no --realtime)\n");
+        opt_usage_error(cmd, "--step-file needs traces in simulated time "
+                             "(no --prometheus, no --realtime)");
         goto out;
     }
     if (rc.policy.plan.sharing)
@@ -808,27 +897,20 @@ out:
 
 int main(int argc, char **argv)
 {
+    int first, status;
+
     log_init(argv[0]);
-    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
-        printf("tetris-autoscaler %s\n", TETRIS_VERSION);
-        return EXIT_OK;
-    }
-    if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
-        usage(stdout);
-        return EXIT_OK;
-    }
-    if (argc < 2) {
-        usage(stderr);
+    if ((first = opt_parse(&autoscaler_program, argc, argv)) < 0)
         return EXIT_USAGE;
-    }
+    if (first == argc)
+        return opt_usage_error(&autoscaler_program, "expected a command: plan or run"), EXIT_USAGE;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    int status;
-    if (strcmp(argv[1], "plan") == 0) {
-        status = cmd_plan(argc - 1, argv + 1);
-    } else if (strcmp(argv[1], "run") == 0) {
-        status = cmd_run(argc - 1, argv + 1);
+    if (strcmp(argv[first], "plan") == 0) {
+        status = cmd_plan(argc - first, argv + first);
+    } else if (strcmp(argv[first], "run") == 0) {
+        status = cmd_run(argc - first, argv + first);
     } else {
-        fprintf(stderr, "tetris-autoscaler: unknown command '%s' (plan or run)\n", argv[1]);
+        opt_usage_error(&autoscaler_program, "unknown command '%s' (plan or run)", argv[first]);
         status = EXIT_USAGE;
     }
     curl_global_cleanup();
