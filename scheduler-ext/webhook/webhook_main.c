@@ -3,10 +3,10 @@
  * over TLS, and keeping the MutatingWebhookConfiguration's caBundle equal
  * to the CA this process made (certs.c says why it makes its own). */
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +14,10 @@
 
 #include <curl/curl.h>
 
-#include "common/cli.h"
 #include "common/httpserver.h"
 #include "common/kube.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "model/manifest.h"
 #include "model/model.h"
 #include "protocol/names.h"
@@ -48,111 +48,176 @@ typedef struct options {
     const char *ca_out;
     const char *configuration;
     int cert_days;
-    long api_timeout_ms;
+    int64_t api_timeout_ms;
 } options;
 
-static void usage(FILE *out)
+static const char about[] =
+    "MutatingAdmissionWebhook for pods: gives the pods of OpenFaaS functions "
+    "(label\n" TETRIS_LABEL_FUNCTION ") and pods annotated " TETRIS_LABEL_MODEL
+    " the node's tensor store (read-only\n"
+    "hostPath), their model's manifest, the " TETRIS_LABEL_MODEL
+    " label and the tetris scheduler.\n"
+    "Serves POST " TETRIS_WEBHOOK_PATH
+    " (admission.k8s.io/v1 and v1beta1) and GET /healthz over TLS\n"
+    "with a CA and certificate it makes at start, and writes that CA into its\n"
+    "MutatingWebhookConfiguration's caBundle.\n";
+
+static const char epilogue[] =
+    "A pod's tenant is its namespace's label " TETRIS_LABEL_TENANT
+    " (set by the cluster's admin),\n"
+    "never the pod's own: a pod whose label or annotation " TETRIS_LABEL_TENANT " says another\n"
+    "tenant is denied, and so is a pod whose namespace names a tenant not given\n"
+    "with --tenant. A pod whose namespace cannot be read is let through unchanged.\n"
+    "Logs key=value lines on stderr.\n"
+    "\n"
+    "Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen,\n"
+    "no cluster credentials, cannot write --ca-out), 2 usage error.\n";
+
+/* --namespace, --tenant, --cert-name: one more, up to their arrays' size
+ * (spec->dest is the options). */
+static int parse_namespace(const struct opt_spec *spec, const char *label, const char *value,
+                           tetris_error *err)
 {
-    fprintf(out,
-            "usage: tetris-webhook [OPTIONS]\n"
-            "\n"
-            "MutatingAdmissionWebhook for pods: gives the pods of OpenFaaS functions "
-            "(label\n" TETRIS_LABEL_FUNCTION ") and pods annotated " TETRIS_LABEL_MODEL
-            " the node's tensor store (read-only\n"
-            "hostPath), their model's manifest, the " TETRIS_LABEL_MODEL
-            " label and the tetris scheduler.\n"
-            "Serves POST " TETRIS_WEBHOOK_PATH
-            " (admission.k8s.io/v1 and v1beta1) and GET /healthz over TLS\n"
-            "with a CA and certificate it makes at start, and writes that CA into its\n"
-            "MutatingWebhookConfiguration's caBundle.\n"
-            "\n"
-            "  --listen ADDR:PORT         HTTPS address (default " TETRIS_WEBHOOK_LISTEN ")\n"
-            "  --store DIR                the nodes' store, TETRIS_STORE (default " TETRIS_STORE_DIR
-            ")\n"
-            "  --store-subdir SUB         what a shared pod mounts: DIR/SUB "
-            "(default " TETRIS_STORE_PUBLIC_SUBDIR ";\n"
-            "                             empty: all of DIR); a tenant's pod mounts\n"
-            "                             DIR/" TETRIS_TENANTS_SUBDIR
-            "/T/" TETRIS_STORE_PUBLIC_SUBDIR " only\n"
-            "  --scheduler NAME           for pods that asked for the default scheduler\n"
-            "                             (default " TETRIS_SCHEDULER_NAME "; empty: leave it)\n"
-            "  --namespace NS             serve pods in NS (repeatable; default: every\n"
-            "                             namespace the configuration sends)\n"
-            "  --tenant T                 a tenant the node daemons serve (repeatable): a\n"
-            "                             namespace labelled " TETRIS_LABEL_TENANT "=T gets\n"
-            "                             T's store; one naming another tenant is refused\n"
-            "  --manifest-namespace NS    where `tetris-profiler job` stores manifests\n"
-            "                             (default: the webhook's own namespace)\n"
-            "  --service NAME             the webhook's Service (default " TETRIS_WEBHOOK_SERVICE
-            ")\n"
-            "  --service-namespace NS     its namespace (default: the webhook's own)\n"
-            "  --cert-name NAME           one more name (or IP) for the certificate (repeatable)\n"
-            "  --cert-days N              certificate lifetime (default 365)\n"
-            "  --ca-out FILE              also write the CA certificate (PEM) to FILE\n"
-            "  --webhook-configuration N  MutatingWebhookConfiguration whose caBundle to set\n"
-            "                             (default " TETRIS_WEBHOOK_CONFIGURATION "; empty: none)\n"
-            "  --kubeconfig FILE          kubeconfig (default: in-cluster service account)\n"
-            "  --api-timeout-ms MS        per API request during a review (default 2000)\n"
-            "  --no-api                   no apiserver: no namespace tenants, no manifests,\n"
-            "                             no caBundle (tests, or a static configuration)\n"
-            "  --help, --version\n"
-            "\n"
-            "A pod's tenant is its namespace's label " TETRIS_LABEL_TENANT
-            " (set by the cluster's admin),\n"
-            "never the pod's own: a pod whose label or annotation " TETRIS_LABEL_TENANT
-            " says another\n"
-            "tenant is denied, and so is a pod whose namespace names a tenant not given\n"
-            "with --tenant. A pod whose namespace cannot be read is let through unchanged.\n"
-            "Logs key=value lines on stderr.\n"
-            "\n"
-            "Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen,\n"
-            "no cluster credentials, cannot write --ca-out), 2 usage error.\n");
+    options *o = spec->dest;
+    if (o->cfg.n_namespaces == MAX_NAMESPACES)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: at most %d", label, MAX_NAMESPACES);
+    o->namespaces[o->cfg.n_namespaces++] = value;
+    return 0;
 }
 
-/* 0 to run, 1 to exit 0 (help/version), -1 usage error. */
+static int parse_tenant(const struct opt_spec *spec, const char *label, const char *value,
+                        tetris_error *err)
+{
+    options *o = spec->dest;
+    int r;
+    if (o->cfg.n_tenants == MAX_TENANTS)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: at most %d", label, MAX_TENANTS);
+    if ((r = store_tenant_check(value, err)) < 0)
+        return r;
+    o->tenants[o->cfg.n_tenants++] = value;
+    return 0;
+}
+
+static int parse_cert_name(const struct opt_spec *spec, const char *label, const char *value,
+                           tetris_error *err)
+{
+    options *o = spec->dest;
+    /* make_certs adds the Service's own names. */
+    if (o->n_cert_names == MAX_CERT_NAMES - 4)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: at most %d", label, MAX_CERT_NAMES - 4);
+    o->cert_names[o->n_cert_names++] = value;
+    return 0;
+}
+
+/* 0 to run, -1 after a usage error. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum {
-        OPT_LISTEN = 256,
-        OPT_STORE,
-        OPT_SUBDIR,
-        OPT_SCHEDULER,
-        OPT_NAMESPACE,
-        OPT_TENANT,
-        OPT_MANIFEST_NS,
-        OPT_SERVICE,
-        OPT_SERVICE_NS,
-        OPT_CERT_NAME,
-        OPT_CERT_DAYS,
-        OPT_CA_OUT,
-        OPT_CONFIGURATION,
-        OPT_KUBECONFIG,
-        OPT_API_TIMEOUT,
-        OPT_NO_API,
-        OPT_HELP,
-        OPT_VERSION
+    const struct opt_spec specs[] = {
+        {.name = "listen",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->listen,
+         .meta = "ADDR:PORT",
+         .help = "HTTPS address (default " TETRIS_WEBHOOK_LISTEN ")"},
+        {.name = "store",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->cfg.store_dir,
+         .meta = "DIR",
+         .help = "the nodes' store, TETRIS_STORE (default " TETRIS_STORE_DIR ")"},
+        {.name = "store-subdir",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->cfg.store_subdir,
+         .meta = "SUB",
+         .help = "what a shared pod mounts: DIR/SUB (default " TETRIS_STORE_PUBLIC_SUBDIR
+                 "; empty: all of DIR); a tenant's pod mounts DIR/" TETRIS_TENANTS_SUBDIR
+                 "/T/" TETRIS_STORE_PUBLIC_SUBDIR " only"},
+        {.name = "scheduler",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->cfg.scheduler_name,
+         .meta = "NAME",
+         .help = "for pods that asked for the default scheduler (default " TETRIS_SCHEDULER_NAME
+                 "; empty: leave it)"},
+        {.name = "namespace",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = o,
+         .parse = parse_namespace,
+         .meta = "NS",
+         .help = "serve pods in NS (repeatable; default: every namespace the configuration "
+                 "sends)"},
+        {.name = "tenant",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = o,
+         .parse = parse_tenant,
+         .meta = "T",
+         .help = "a tenant the node daemons serve (repeatable): a namespace "
+                 "labelled " TETRIS_LABEL_TENANT
+                 "=T gets T's store; one naming another tenant is refused"},
+        {.name = "manifest-namespace",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->manifest_ns,
+         .meta = "NS",
+         .help = "where `tetris-profiler job` stores manifests (default: the webhook's own "
+                 "namespace)"},
+        {.name = "service",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->service,
+         .meta = "NAME",
+         .help = "the webhook's Service (default " TETRIS_WEBHOOK_SERVICE ")"},
+        {.name = "service-namespace",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->service_ns,
+         .meta = "NS",
+         .help = "its namespace (default: the webhook's own)"},
+        {.name = "cert-name",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = o,
+         .parse = parse_cert_name,
+         .meta = "NAME",
+         .help = "one more name (or IP) for the certificate (repeatable)"},
+        {.name = "cert-days",
+         .type = OPT_TYPE_INT,
+         .dest = &o->cert_days,
+         .min = 1,
+         .max = 3650,
+         .meta = "N",
+         .help = "certificate lifetime (default 365)"},
+        {.name = "ca-out",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->ca_out,
+         .meta = "FILE",
+         .help = "also write the CA certificate (PEM) to FILE"},
+        {.name = "webhook-configuration",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->configuration,
+         .meta = "N",
+         .help = "MutatingWebhookConfiguration whose caBundle to set "
+                 "(default " TETRIS_WEBHOOK_CONFIGURATION "; empty: none)"},
+        {.name = "kubeconfig",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->kubeconfig,
+         .meta = "FILE",
+         .help = "kubeconfig (default: in-cluster service account)"},
+        {.name = "api-timeout-ms",
+         .type = OPT_TYPE_I64,
+         .dest = &o->api_timeout_ms,
+         .min = 100,
+         .max = 30000,
+         .meta = "MS",
+         .help = "per API request during a review (default 2000)"},
+        {.name = "no-api",
+         .type = OPT_TYPE_FLAG,
+         .dest = &o->no_api,
+         .help = "no apiserver: no namespace tenants, no manifests, no caBundle (tests, or a "
+                 "static configuration)"},
+        {0},
     };
-    static const struct option longopts[] = {
-        {"listen", required_argument, NULL, OPT_LISTEN},
-        {"store", required_argument, NULL, OPT_STORE},
-        {"store-subdir", required_argument, NULL, OPT_SUBDIR},
-        {"scheduler", required_argument, NULL, OPT_SCHEDULER},
-        {"namespace", required_argument, NULL, OPT_NAMESPACE},
-        {"tenant", required_argument, NULL, OPT_TENANT},
-        {"manifest-namespace", required_argument, NULL, OPT_MANIFEST_NS},
-        {"service", required_argument, NULL, OPT_SERVICE},
-        {"service-namespace", required_argument, NULL, OPT_SERVICE_NS},
-        {"cert-name", required_argument, NULL, OPT_CERT_NAME},
-        {"cert-days", required_argument, NULL, OPT_CERT_DAYS},
-        {"ca-out", required_argument, NULL, OPT_CA_OUT},
-        {"webhook-configuration", required_argument, NULL, OPT_CONFIGURATION},
-        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
-        {"api-timeout-ms", required_argument, NULL, OPT_API_TIMEOUT},
-        {"no-api", no_argument, NULL, OPT_NO_API},
-        {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
+    const struct opt_program prog = {
+        .name = "tetris-webhook",
+        .about = about,
+        .options = specs,
+        .epilogue = epilogue,
     };
+    int first;
+
     *o = (options){
         .listen = TETRIS_WEBHOOK_LISTEN,
         .cfg = {.store_dir = TETRIS_STORE_DIR,
@@ -165,72 +230,16 @@ static int parse_options(int argc, char **argv, options *o)
     };
     o->cfg.namespaces = o->namespaces;
     o->cfg.tenants = o->tenants;
-    int ch, r = 0;
-    int64_t v;
-    tetris_error err = {0};
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (ch) {
-        case OPT_LISTEN: o->listen = optarg; break;
-        case OPT_STORE: o->cfg.store_dir = optarg; break;
-        case OPT_SUBDIR: o->cfg.store_subdir = optarg; break;
-        case OPT_SCHEDULER: o->cfg.scheduler_name = optarg; break;
-        case OPT_NAMESPACE:
-            if (o->cfg.n_namespaces == MAX_NAMESPACES)
-                r = tetris_fail(&err, TETRIS_E_INVAL, 0, "--namespace: at most %d", MAX_NAMESPACES);
-            else
-                o->namespaces[o->cfg.n_namespaces++] = optarg;
-            break;
-        case OPT_TENANT:
-            if (o->cfg.n_tenants == MAX_TENANTS)
-                r = tetris_fail(&err, TETRIS_E_INVAL, 0, "--tenant: at most %d", MAX_TENANTS);
-            else if ((r = store_tenant_check(optarg, &err)) == 0)
-                o->tenants[o->cfg.n_tenants++] = optarg;
-            break;
-        case OPT_MANIFEST_NS: o->manifest_ns = optarg; break;
-        case OPT_SERVICE: o->service = optarg; break;
-        case OPT_SERVICE_NS: o->service_ns = optarg; break;
-        case OPT_CERT_NAME:
-            if (o->n_cert_names == MAX_CERT_NAMES - 4)
-                r = tetris_fail(&err, TETRIS_E_INVAL, 0, "--cert-name: at most %d",
-                                MAX_CERT_NAMES - 4);
-            else
-                o->cert_names[o->n_cert_names++] = optarg;
-            break;
-        case OPT_CERT_DAYS:
-            if ((r = cli_parse_i64("--cert-days", optarg, 1, 3650, &v, &err)) == 0)
-                o->cert_days = (int)v;
-            break;
-        case OPT_CA_OUT: o->ca_out = optarg; break;
-        case OPT_CONFIGURATION: o->configuration = optarg; break;
-        case OPT_KUBECONFIG: o->kubeconfig = optarg; break;
-        case OPT_API_TIMEOUT:
-            if ((r = cli_parse_i64("--api-timeout-ms", optarg, 100, 30000, &v, &err)) == 0)
-                o->api_timeout_ms = (long)v;
-            break;
-        case OPT_NO_API: o->no_api = true; break;
-        case OPT_HELP: usage(stdout); return 1;
-        case OPT_VERSION: printf("tetris-webhook %s\n", TETRIS_VERSION); return 1;
-        default: usage(stderr); return -1;
-        }
-        if (r < 0) {
-            fprintf(stderr, "tetris-webhook: %s\n", err.msg);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "tetris-webhook: unexpected argument '%s'\n", argv[optind]);
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
         return -1;
-    }
-    if (o->no_api && o->kubeconfig != NULL) {
-        fprintf(stderr, "tetris-webhook: --no-api and --kubeconfig exclude each other\n");
-        return -1;
-    }
+    if (first < argc)
+        return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]);
+    if (o->no_api && o->kubeconfig != NULL)
+        return opt_usage_error(&prog, "--no-api and --kubeconfig exclude each other");
     if (o->cfg.store_dir[0] != '/' || strstr(o->cfg.store_subdir, "..") != NULL ||
-        o->cfg.store_subdir[0] == '/') {
-        fprintf(stderr, "tetris-webhook: --store must be absolute and --store-subdir a "
-                        "relative path without '..'\n");
-        return -1;
-    }
+        o->cfg.store_subdir[0] == '/')
+        return opt_usage_error(&prog, "--store must be absolute and --store-subdir a relative "
+                                      "path without '..'");
     return 0;
 }
 
@@ -746,9 +755,8 @@ int main(int argc, char **argv)
 {
     log_init(argv[0]);
     options o;
-    int pr = parse_options(argc, argv, &o);
-    if (pr != 0)
-        return pr > 0 ? 0 : 2;
+    if (parse_options(argc, argv, &o) < 0)
+        return 2;
     curl_global_init(CURL_GLOBAL_DEFAULT);
 
     /* Signals are taken synchronously by the main thread only. */
