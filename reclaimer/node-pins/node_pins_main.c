@@ -8,7 +8,6 @@
  * sidecar in its DaemonSet pod). */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -20,9 +19,9 @@
 #include <curl/curl.h>
 
 #include "common/cleanup.h"
-#include "common/cli.h"
 #include "common/kube.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "protocol/names.h"
 #include "reclaimer/node-pins/node_pods.h"
 
@@ -32,33 +31,6 @@ static void on_signal(int sig)
 {
     (void)sig;
     stopping = 1;
-}
-
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: tetris-node-pins --node NAME --pin-file FILE [OPTIONS]\n"
-                 "\n"
-                 "Writes the tensor digests of the models of the pods scheduled to NAME (pods\n"
-                 "labelled " TETRIS_LABEL_MODEL
-                 ", manifests in ConfigMaps labelled " TETRIS_LABEL_MODEL ")\n"
-                 "to FILE for tetris-reclaimer --pin-file: one hex digest per line, then the\n"
-                 "tenant whose store keeps it. A pod's tenant is its namespace's label\n"
-                 "tetris.io/tenant (none: the shared store), never the pod's own; its\n"
-                 "model's manifest must be labelled for that tenant or for none.\n"
-                 "\n"
-                 "  --node NAME          this node (default: $" TETRIS_ENV_NODE_NAME ")\n"
-                 "  --pin-file FILE      the file to keep up to date\n"
-                 "  --namespace NS       namespace of the manifest ConfigMaps (default: the\n"
-                 "                       kubeconfig context's / service account's)\n"
-                 "  --kubeconfig FILE    default: in-cluster service account\n"
-                 "  --interval SECONDS   between refreshes (default 30)\n"
-                 "  --once               refresh once and exit\n"
-                 "  --help, --version\n"
-                 "\n"
-                 "A failed refresh keeps the previous file (pins are never dropped because the\n"
-                 "apiserver is unreachable).\n"
-                 "Exit status: 0 stopped by SIGTERM/SIGINT or --once done, 1 failure (--once\n"
-                 "refresh failed, no credentials), 2 usage error.\n");
 }
 
 /* The pin file's new contents (malloc'd). */
@@ -142,48 +114,70 @@ static int refresh(kube_client *kc, const char *node, const char *ns, const char
 
 int main(int argc, char **argv)
 {
-    log_init(argv[0]);
-    enum { OPT_NODE = 256, OPT_PIN_FILE, OPT_NAMESPACE, OPT_KUBECONFIG, OPT_INTERVAL, OPT_ONCE,
-           OPT_HELP, OPT_VERSION };
-    static const struct option longopts[] = {
-        {"node", required_argument, NULL, OPT_NODE},
-        {"pin-file", required_argument, NULL, OPT_PIN_FILE},
-        {"namespace", required_argument, NULL, OPT_NAMESPACE},
-        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
-        {"interval", required_argument, NULL, OPT_INTERVAL},
-        {"once", no_argument, NULL, OPT_ONCE},
-        {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
-    };
-    const char *node = getenv(TETRIS_ENV_NODE_NAME), *path = NULL, *ns = NULL, *kubeconfig = NULL;
+    const char *node = NULL, *path = NULL, *ns = NULL, *kubeconfig = NULL;
     int64_t interval = 30;
     tetris_error err = {0};
     bool once = false;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (ch) {
-        case OPT_NODE: node = optarg; break;
-        case OPT_PIN_FILE: path = optarg; break;
-        case OPT_NAMESPACE: ns = optarg; break;
-        case OPT_KUBECONFIG: kubeconfig = optarg; break;
-        case OPT_INTERVAL:
-            if (cli_parse_i64("--interval", optarg, 1, 86400, &interval, &err) < 0) {
-                fprintf(stderr, "tetris-node-pins: %s\n", err.msg);
-                return 2;
-            }
-            break;
-        case OPT_ONCE: once = true; break;
-        case OPT_HELP: usage(stdout); return 0;
-        case OPT_VERSION: printf("tetris-node-pins %s\n", TETRIS_VERSION); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc || node == NULL || node[0] == '\0' || path == NULL) {
-        fprintf(stderr, "tetris-node-pins: --node (or $NODE_NAME) and --pin-file are required\n");
-        usage(stderr);
+    const struct opt_spec specs[] = {
+        {.name = "node",
+         .type = OPT_TYPE_STRING,
+         .dest = &node,
+         .env = TETRIS_ENV_NODE_NAME,
+         .meta = "NAME",
+         .help = "this node (required)"},
+        {.name = "pin-file",
+         .type = OPT_TYPE_STRING,
+         .dest = &path,
+         .meta = "FILE",
+         .help = "the file to keep up to date (required)"},
+        {.name = "namespace",
+         .type = OPT_TYPE_STRING,
+         .dest = &ns,
+         .meta = "NS",
+         .help = "namespace of the manifest ConfigMaps (default: the kubeconfig context's / "
+                 "service account's)"},
+        {.name = "kubeconfig",
+         .type = OPT_TYPE_STRING,
+         .dest = &kubeconfig,
+         .meta = "FILE",
+         .help = "default: in-cluster service account"},
+        {.name = "interval",
+         .type = OPT_TYPE_I64,
+         .dest = &interval,
+         .min = 1,
+         .max = 86400,
+         .meta = "SECONDS",
+         .help = "between refreshes (default 30)"},
+        {.name = "once", .type = OPT_TYPE_FLAG, .dest = &once, .help = "refresh once and exit"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-node-pins",
+        .synopsis = "--node NAME --pin-file FILE [OPTION]...",
+        .about = "Writes the tensor digests of the models of the pods scheduled to NAME (pods\n"
+                 "labelled " TETRIS_LABEL_MODEL
+                 ", manifests in ConfigMaps labelled " TETRIS_LABEL_MODEL ")\n"
+                 "to FILE for tetris-reclaimer --pin-file: one hex digest per line, then the\n"
+                 "tenant whose store keeps it. A pod's tenant is its namespace's label\n"
+                 "tetris.io/tenant (none: the shared store), never the pod's own; its\n"
+                 "model's manifest must be labelled for that tenant or for none.\n",
+        .options = specs,
+        .epilogue = "A failed refresh keeps the previous file (pins are never dropped because the\n"
+                    "apiserver is unreachable).\n"
+                    "Exit status: 0 stopped by SIGTERM/SIGINT or --once done, 1 failure (--once\n"
+                    "refresh failed, no credentials), 2 usage error.\n",
+    };
+    int first;
+
+    log_init(argv[0]);
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
         return 2;
-    }
+    if (first < argc)
+        return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]), 2;
+    if (node == NULL || path == NULL)
+        return opt_usage_error(&prog,
+                               "--node (or $" TETRIS_ENV_NODE_NAME ") and --pin-file are required"),
+               2;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
