@@ -15,7 +15,6 @@
  * Figures from an NVIDIA H200 in BENCHMARKS.md. Exit status: 0
  * done, 1 failure, 2 usage, 77 no CUDA driver or GPU here (skipped). */
 #include <dlfcn.h>
-#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,19 +25,12 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/options.h"
 #include "model/model.h"
 #include "tensorstore/gpu/cuda_abi.h"
 #include "tensorstore/gpu/gpu.h"
 
 #define BATCH 64
-
-static const char usage_text[] =
-    "usage: tetris-bench-gpu [--model FILE | --synthetic-bytes N --synthetic-tensors N]\n"
-    "                        [--libcuda PATH]\n"
-    "Warm attach of a model's shared GPU tensors (import + map read-only, as a\n"
-    "tetris instance does) against copying them host to device, on cuda:0.\n"
-    "Default: a synthetic model of 1.3 GB in 260 tensors.\n"
-    "Exit status: 0 done, 1 failure, 2 usage, 77 no driver or GPU (skipped).\n";
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -158,31 +150,51 @@ static int instance(int sock, const char *libcuda, const uint64_t *bytes, const 
 
 int main(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
-                                             {"synthetic-bytes", required_argument, NULL, 'b'},
-                                             {"synthetic-tensors", required_argument, NULL, 't'},
-                                             {"libcuda", required_argument, NULL, 'l'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"version", no_argument, NULL, 'V'},
-                                             {NULL, 0, NULL, 0}};
-    const char *model_path = NULL, *libcuda = getenv(GPU_LIBCUDA_ENV);
+    const char *model_path = NULL, *libcuda = NULL;
     uint64_t syn_bytes = 1300000000ull, syn_tensors = 260;
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model_path = optarg; break;
-        case 'b': syn_bytes = strtoull(optarg, NULL, 0); break;
-        case 't': syn_tensors = strtoull(optarg, NULL, 0); break;
-        case 'l': libcuda = optarg; break;
-        case 'h': fputs(usage_text, stdout); return 0;
-        case 'V': printf("tetris-bench-gpu %s\n", TETRIS_VERSION); return 0;
-        default: fputs(usage_text, stderr); return 2;
-        }
-    }
-    if (optind != argc || syn_tensors == 0 || syn_tensors > 1000000) {
-        fputs(usage_text, stderr);
+    const struct opt_spec specs[] = {
+        {.name = "model",
+         .type = OPT_TYPE_STRING,
+         .dest = &model_path,
+         .meta = "FILE",
+         .help = "the tensor sizes of this model (ONNX or safetensors)"},
+        {.name = "synthetic-bytes",
+         .type = OPT_TYPE_BYTES,
+         .dest = &syn_bytes,
+         .umin = 1,
+         .umax = UINT64_MAX,
+         .meta = "N",
+         .help = "without --model: a synthetic model of N bytes (default 1.3 GB)"},
+        {.name = "synthetic-tensors",
+         .type = OPT_TYPE_U64,
+         .dest = &syn_tensors,
+         .umin = 1,
+         .umax = 1000000,
+         .meta = "N",
+         .help = "in N tensors of equal size (default 260)"},
+        {.name = "libcuda",
+         .type = OPT_TYPE_STRING,
+         .dest = &libcuda,
+         .env = GPU_LIBCUDA_ENV,
+         .meta = "PATH",
+         .help = "the CUDA driver library (default " GPU_LIBCUDA_DEFAULT ")"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-bench-gpu",
+        .synopsis = "[--model FILE | --synthetic-bytes N --synthetic-tensors N]\n"
+                    "[--libcuda PATH]",
+        .about = "Warm attach of a model's shared GPU tensors (import + map read-only, as a\n"
+                 "tetris instance does) against copying them host to device, on cuda:0.\n"
+                 "Default: a synthetic model of 1.3 GB in 260 tensors.\n",
+        .options = specs,
+        .epilogue = "Exit status: 0 done, 1 failure, 2 usage, 77 no driver or GPU (skipped).\n",
+    };
+    int first;
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
         return 2;
-    }
+    if (first != argc)
+        return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]), 2;
     size_t n;
     uint64_t *bytes;
     tetris_error err;
