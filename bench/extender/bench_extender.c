@@ -19,7 +19,6 @@
  * usage: tetris-bench-extender [--nodes N,N,...] [--tensors-per-node N]
  *                              [--model-tensors N] [--samples N]
  * Prints a Markdown table on stdout. Exit status: 0 ok, 1 failure, 2 usage. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdatomic.h>
@@ -35,6 +34,7 @@
 #include "common/clock.h"
 #include "common/httpserver.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "common/textbuf.h"
 #include "protocol/names.h"
 #include "scheduler-ext/extender/manifests.h"
@@ -559,70 +559,83 @@ static int bench_size(size_t nodes, const bench_opts *o, size_result *res, tetri
     return r;
 }
 
-static void usage(FILE *out)
+/* --nodes N,N,...: up to 16 cluster sizes, each > 0. */
+static int parse_nodes(const struct opt_spec *spec, const char *label, const char *value,
+                       tetris_error *err)
 {
-    fprintf(out, "usage: tetris-bench-extender [--nodes N,N,...] [--tensors-per-node N]\n"
-                 "                             [--model-tensors N] [--samples N]\n"
-                 "Latency of the scheduler extender's filter + prioritize decisions (no HTTP)\n"
-                 "for generated clusters; defaults: --nodes 10,100,1000,5000\n"
-                 "--tensors-per-node 10000 --model-tensors 1000. Markdown table on stdout.\n"
-                 "Exit status: 0 ok, 1 failure, 2 usage.\n");
+    bench_opts *o = spec->dest;
+    char *end = NULL;
+    o->n_sizes = 0;
+    for (const char *s = value; *s && o->n_sizes < 16; s = *end ? end + 1 : end) {
+        o->nodes[o->n_sizes] = strtoul(s, &end, 10);
+        if (end == s || o->nodes[o->n_sizes] == 0 || (*end != ',' && *end != '\0'))
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "bad %s '%s'", label, value);
+        o->n_sizes++;
+    }
+    return 0;
+}
+
+/* A count into a size_t. */
+static int parse_size(const struct opt_spec *spec, const char *label, const char *value,
+                      tetris_error *err)
+{
+    uint64_t v;
+    int r = cli_parse_u64(label, value, 0, SIZE_MAX, &v, err);
+    if (r == 0)
+        *(size_t *)spec->dest = (size_t)v;
+    return r;
 }
 
 int main(int argc, char **argv)
 {
-    log_init(argv[0]);
-    log_set_level(LOG_LEVEL_WARN);
     bench_opts o = {.nodes = {10, 100, 1000, 5000}, .n_sizes = 4, .tensors_per_node = 10000,
                     .model_tensors = 1000};
-    static const struct option longopts[] = {
-        {"nodes", required_argument, NULL, 'n'},   {"tensors-per-node", required_argument, NULL, 't'},
-        {"model-tensors", required_argument, NULL, 'm'}, {"samples", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0}};
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        tetris_error err = {0};
-        uint64_t v = 0;
-        int r = 0;
-        char *end = NULL;
-        switch (ch) {
-        case 'n':
-            o.n_sizes = 0;
-            for (char *s = optarg; *s && o.n_sizes < 16; s = *end ? end + 1 : end) {
-                o.nodes[o.n_sizes] = strtoul(s, &end, 10);
-                if (end == s || o.nodes[o.n_sizes] == 0 || (*end != ',' && *end != '\0')) {
-                    fprintf(stderr, "tetris-bench-extender: bad --nodes '%s'\n", optarg);
-                    return 2;
-                }
-                o.n_sizes++;
-            }
-            break;
-        case 't':
-            r = cli_parse_u64("--tensors-per-node", optarg, 0, SIZE_MAX, &v, &err);
-            o.tensors_per_node = v;
-            break;
-        case 'm':
-            r = cli_parse_u64("--model-tensors", optarg, 0, SIZE_MAX, &v, &err);
-            o.model_tensors = v;
-            break;
-        case 's':
-            r = cli_parse_u64("--samples", optarg, 0, SIZE_MAX, &v, &err);
-            o.samples = v;
-            break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("tetris-bench-extender %s\n", TETRIS_VERSION); return 0;
-        default: usage(stderr); return 2;
-        }
-        if (r < 0) {
-            fprintf(stderr, "tetris-bench-extender: %s\n", err.msg);
-            return 2;
-        }
-    }
-    if (o.model_tensors == 0 || o.tensors_per_node < o.model_tensors) {
-        fprintf(stderr, "tetris-bench-extender: need 0 < --model-tensors <= --tensors-per-node\n");
+    const struct opt_spec specs[] = {
+        {.name = "nodes",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o,
+         .parse = parse_nodes,
+         .meta = "N,N,...",
+         .help = "cluster sizes, up to 16 (default 10,100,1000,5000)"},
+        {.name = "tensors-per-node",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o.tensors_per_node,
+         .parse = parse_size,
+         .meta = "N",
+         .help = "tensors in each node's store (default 10000)"},
+        {.name = "model-tensors",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o.model_tensors,
+         .parse = parse_size,
+         .meta = "N",
+         .help = "tensors of the pod's model, 0 < N <= --tensors-per-node (default 1000)"},
+        {.name = "samples",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o.samples,
+         .parse = parse_size,
+         .meta = "N",
+         .help = "decisions timed per size (default 1000 up to 100 nodes, 200 up to 1000, 50 "
+                 "beyond)"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-bench-extender",
+        .synopsis = "[--nodes N,N,...] [--tensors-per-node N]\n[--model-tensors N] [--samples N]",
+        .about = "Latency of the scheduler extender's filter + prioritize decisions (no HTTP)\n"
+                 "for generated clusters. Markdown table on stdout.\n",
+        .options = specs,
+        .epilogue = "Exit status: 0 ok, 1 failure, 2 usage.\n",
+    };
+    int first;
+
+    log_init(argv[0]);
+    log_set_level(LOG_LEVEL_WARN);
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
         return 2;
-    }
+    if (first != argc)
+        return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]), 2;
+    if (o.model_tensors == 0 || o.tensors_per_node < o.model_tensors)
+        return opt_usage_error(&prog, "need 0 < --model-tensors <= --tensors-per-node"), 2;
     printf("| nodes | tensors/node | request form | samples | cold: filter p50 ms | p99 ms | "
            "cold: prioritize p50 ms | p99 ms | cold: filter+prioritize p50 ms | p99 ms | "
            "cold: filter+prioritize CPU p50 ms | p99 ms | "
