@@ -18,7 +18,6 @@
  * Exit status: 0 done, 1 a profile could not be read or no config met an
  * SLO, 2 bad usage. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +33,7 @@
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "protocol/profile.h"
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2 };
@@ -80,68 +80,6 @@ typedef struct result {
     unsigned peak_instances;
     unsigned long unplaced; /* instances the nodes had no room for */
 } result;
-
-static void usage(FILE *f, const char *prog)
-{
-    fprintf(f,
-            "Usage: %s [OPTION]...\n"
-            "Simulates tetris's autoscaler (DTS and its scaling policy) and placement on the\n"
-            "Tetris paper's testbed (2 nodes of 80 CPUs/256 GiB, 6 of 32 CPUs/128 GiB) for\n"
-            "four applications built from measured profiles, under generated stable,\n"
-            "periodic and bursty traces, with four policies: tetris (tensor and runtime\n"
-            "sharing), tetris-ro (runtime sharing only), infless (batching only) and\n"
-            "photons (concurrency only). Prints one row per application, trace and policy,\n"
-            "then tetris's mean-memory reduction next to the paper's.\n"
-            "\n"
-            "  --profiles DIR     where MODEL.profile.yaml are (default deploy/profiles)\n"
-            "  --apps LIST        comma-separated: svt,qa-audio,ss,qa-text (default all)\n"
-            "  --traces LIST      comma-separated: stable,periodic,bursty (default all)\n"
-            "  --duration S       trace length in seconds (default 3600)\n"
-            "  --interval S       seconds between autoscaler decisions (default 10)\n"
-            "  --scale X          multiply every application's rate by X (default 1)\n"
-            "  --seed N           trace seed (default 1): the same seed, the same traces\n"
-            "  --mode MODE        DTS plan mode: paper or refined (default refined)\n"
-            "  --headroom H       scale out when rate*(1+H) > capacity (default 0.1)\n"
-            "  --keep-alive S     a node's store keeps tensors no instance uses for S\n"
-            "                     seconds, by the node daemon's reclaim rule, checked\n"
-            "                     every 10 s (default 300, the daemon's)\n"
-            "  --out DIR          also write results.tsv and per-second series there\n"
-            "  --decisions FILE   write every scaling decision there, one line per function\n"
-            "                     and config: time, function, config (c,b,p), instances\n"
-            "                     before and wanted, the nodes placed on and released from\n"
-            "                     (- for stdout)\n"
-            "  -h, --help         this help\n"
-            "  -V, --version      the version\n"
-            "\n"
-            "Prediction mode (what tetris-autoscaler run --trace and the scheduler with the\n"
-            "extender do on a given cluster; policy tetris, --decisions required):\n"
-            "  --function NAME=PROFILE  a function (at most 3), replacing the applications\n"
-            "  --rate-trace NAME=FILE   its rate: `time_s rps` lines, as tetris-autoscaler's\n"
-            "                           --trace reads them; a round every --interval up to\n"
-            "                           the traces' end\n"
-            "  --slo-ms T               every function's latency SLO\n"
-            "  --node NAME=CPUS,MEM_MIB[,MODEL...]  a node (at most 8) and the models its\n"
-            "                           tensor store holds at the start\n"
-            "\n"
-            "Scale mode, when --nodes or --functions is given: one cluster of N nodes (one\n"
-            "in four of 80 CPUs/256 GiB, the rest 32 CPUs/128 GiB) running M functions drawn\n"
-            "from the applications' functions (--apps), each with its own trace (--traces)\n"
-            "and a log-normal mean rate (times --scale). Prints memory, SLO violations and\n"
-            "the CPU cost per decision for each policy, then DTS against the GLPK optimum on\n"
-            "a sample of the run's scale-out decisions; --out gets scale.tsv and\n"
-            "scale-gap.tsv.\n"
-            "  --nodes N          nodes (default 1000)\n"
-            "  --functions M      functions (default 10000)\n"
-            "  --gap-samples K    decisions per policy re-solved exactly (default 500, 0: none)\n"
-            "  --bases K          a function drawn from a fine-tuned variant (SVT's ResNet-152s,\n"
-            "                     QA-Text's BERT-bases) is a variant of one of K bases of its\n"
-            "                     model, drawn, sharing its base's layers (sharing.tsv) with\n"
-            "                     the base's other variants (default 0: every function is\n"
-            "                     its own model)\n"
-            "\n"
-            "Exit status: 0 done, 1 a profile could not be read or planned, 2 bad usage.\n",
-            prog);
-}
 
 /* ---- the cluster ---- */
 
@@ -929,56 +867,94 @@ static int run(const options *opt, tetris_error *err)
     return r < 0 ? r : rc < 0 ? rc : rd;
 }
 
+/* ---- options ---- */
+
+/* --nodes or --functions was given: the scale mode (eval_scale.c). */
+static bool scale_mode;
+
+/* An unsigned count in [umin, umax]. */
+static int parse_unsigned(const struct opt_spec *spec, const char *label, const char *value,
+                          tetris_error *err)
+{
+    uint64_t v;
+    int r = cli_parse_u64(label, value, spec->umin, spec->umax, &v, err);
+    if (r == 0)
+        *(unsigned *)spec->dest = (unsigned)v;
+    return r;
+}
+
+static int parse_scale_size(const struct opt_spec *spec, const char *label, const char *value,
+                            tetris_error *err)
+{
+    scale_mode = true;
+    return parse_unsigned(spec, label, value, err);
+}
+
+static int parse_apps(const struct opt_spec *spec, const char *label, const char *value,
+                      tetris_error *err)
+{
+    return parse_list(label, value, &apps[0].name, N_APPS, sizeof apps[0], spec->dest, err);
+}
+
+static int parse_traces(const struct opt_spec *spec, const char *label, const char *value,
+                        tetris_error *err)
+{
+    return parse_list(label, value, traces, N_TRACES, sizeof traces[0], spec->dest, err);
+}
+
+static int parse_mode(const struct opt_spec *spec, const char *label, const char *value,
+                      tetris_error *err)
+{
+    (void)label;
+    return plan_mode_parse(value, spec->dest, err);
+}
+
+static int parse_function(const struct opt_spec *spec, const char *label, const char *value,
+                          tetris_error *err)
+{
+    (void)label;
+    return parse_custom(spec->dest, value, false, err);
+}
+
+static int parse_rate_trace(const struct opt_spec *spec, const char *label, const char *value,
+                            tetris_error *err)
+{
+    (void)label;
+    return parse_custom(spec->dest, value, true, err);
+}
+
+static int parse_node_opt(const struct opt_spec *spec, const char *label, const char *value,
+                          tetris_error *err)
+{
+    (void)label;
+    return parse_node(spec->dest, value, err);
+}
+
+static const char about[] =
+    "Simulates tetris's autoscaler (DTS and its scaling policy) and placement on the\n"
+    "Tetris paper's testbed (2 nodes of 80 CPUs/256 GiB, 6 of 32 CPUs/128 GiB) for\n"
+    "four applications built from measured profiles, under generated stable,\n"
+    "periodic and bursty traces, with four policies: tetris (tensor and runtime\n"
+    "sharing), tetris-ro (runtime sharing only), infless (batching only) and\n"
+    "photons (concurrency only). Prints one row per application, trace and policy,\n"
+    "then tetris's mean-memory reduction next to the paper's.\n"
+    "\n"
+    "Prediction mode (--function; what tetris-autoscaler run --trace and the\n"
+    "scheduler with the extender do on a given cluster; policy tetris, --decisions\n"
+    "required): these functions (at most 3) with their --rate-trace, --slo-ms and\n"
+    "--node (at most 8) replace the applications and the testbed; a round every\n"
+    "--interval up to the traces' end.\n"
+    "\n"
+    "Scale mode, when --nodes or --functions is given: one cluster of N nodes (one\n"
+    "in four of 80 CPUs/256 GiB, the rest 32 CPUs/128 GiB) running M functions drawn\n"
+    "from the applications' functions (--apps), each with its own trace (--traces)\n"
+    "and a log-normal mean rate (times --scale). Prints memory, SLO violations and\n"
+    "the CPU cost per decision for each policy, then DTS against the GLPK optimum on\n"
+    "a sample of the run's scale-out decisions; --out gets scale.tsv and\n"
+    "scale-gap.tsv.\n";
+
 int main(int argc, char **argv)
 {
-    log_init(argv[0]);
-    enum {
-        OPT_PROFILES = 256,
-        OPT_APPS,
-        OPT_TRACES,
-        OPT_DURATION,
-        OPT_INTERVAL,
-        OPT_SCALE,
-        OPT_SEED,
-        OPT_MODE,
-        OPT_OUT,
-        OPT_HEADROOM,
-        OPT_KEEP_ALIVE,
-        OPT_NODES,
-        OPT_FUNCTIONS,
-        OPT_GAP_SAMPLES,
-        OPT_BASES,
-        OPT_DECISIONS,
-        OPT_FUNCTION,
-        OPT_RATE_TRACE,
-        OPT_NODE,
-        OPT_SLO
-    };
-    static const struct option opts[] = {
-        {"profiles", required_argument, NULL, OPT_PROFILES},
-        {"apps", required_argument, NULL, OPT_APPS},
-        {"traces", required_argument, NULL, OPT_TRACES},
-        {"duration", required_argument, NULL, OPT_DURATION},
-        {"interval", required_argument, NULL, OPT_INTERVAL},
-        {"scale", required_argument, NULL, OPT_SCALE},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"mode", required_argument, NULL, OPT_MODE},
-        {"out", required_argument, NULL, OPT_OUT},
-        {"headroom", required_argument, NULL, OPT_HEADROOM},
-        {"keep-alive", required_argument, NULL, OPT_KEEP_ALIVE},
-        {"nodes", required_argument, NULL, OPT_NODES},
-        {"functions", required_argument, NULL, OPT_FUNCTIONS},
-        {"gap-samples", required_argument, NULL, OPT_GAP_SAMPLES},
-        {"bases", required_argument, NULL, OPT_BASES},
-        {"decisions", required_argument, NULL, OPT_DECISIONS},
-        {"function", required_argument, NULL, OPT_FUNCTION},
-        {"rate-trace", required_argument, NULL, OPT_RATE_TRACE},
-        {"node", required_argument, NULL, OPT_NODE},
-        {"slo-ms", required_argument, NULL, OPT_SLO},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
-    };
     options opt = {.profiles = "deploy/profiles",
                    .duration_s = 3600,
                    .interval_s = 10,
@@ -987,84 +963,169 @@ int main(int argc, char **argv)
                    .headroom = 0.1,
                    .keep_alive_s = 300,
                    .mode = PLAN_MODE_REFINED};
+    scale_options so = {.nodes = 1000, .functions = 10000, .gap_samples = 500};
+    tetris_error err = {0};
+    int first, r = 0;
+    const struct opt_spec specs[] = {
+        {.name = "profiles",
+         .type = OPT_TYPE_STRING,
+         .dest = &opt.profiles,
+         .meta = "DIR",
+         .help = "where MODEL.profile.yaml are (default deploy/profiles)"},
+        {.name = "apps",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = opt.app_on,
+         .parse = parse_apps,
+         .meta = "LIST",
+         .help = "comma-separated: svt,qa-audio,ss,qa-text (default all)"},
+        {.name = "traces",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = opt.trace_on,
+         .parse = parse_traces,
+         .meta = "LIST",
+         .help = "comma-separated: stable,periodic,bursty (default all)"},
+        {.name = "duration",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &opt.duration_s,
+         .parse = parse_unsigned,
+         .umin = 1,
+         .umax = 30 * 86400,
+         .meta = "S",
+         .help = "trace length in seconds (default 3600)"},
+        {.name = "interval",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &opt.interval_s,
+         .parse = parse_unsigned,
+         .umin = 1,
+         .umax = 3600,
+         .meta = "S",
+         .help = "seconds between autoscaler decisions (default 10)"},
+        {.name = "scale",
+         .type = OPT_TYPE_DOUBLE,
+         .dest = &opt.scale,
+         .dmin = 0,
+         .dmax = 1000,
+         .meta = "X",
+         .help = "multiply every application's rate by X (default 1)"},
+        {.name = "seed",
+         .type = OPT_TYPE_U64,
+         .dest = &opt.seed,
+         .umin = 0,
+         .umax = UINT32_MAX,
+         .meta = "N",
+         .help = "trace seed (default 1): the same seed, the same traces"},
+        {.name = "mode",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &opt.mode,
+         .parse = parse_mode,
+         .meta = "MODE",
+         .help = "DTS plan mode: paper or refined (default refined)"},
+        {.name = "headroom",
+         .type = OPT_TYPE_DOUBLE,
+         .dest = &opt.headroom,
+         .dmin = 0,
+         .dmax = 100,
+         .meta = "H",
+         .help = "scale out when rate*(1+H) > capacity (default 0.1)"},
+        {.name = "keep-alive",
+         .type = OPT_TYPE_DOUBLE,
+         .dest = &opt.keep_alive_s,
+         .dmin = 0,
+         .dmax = 86400,
+         .meta = "S",
+         .help = "a node's store keeps tensors no instance uses for S seconds, by the node "
+                 "daemon's reclaim rule, checked every 10 s (default 300, the daemon's)"},
+        {.name = "out",
+         .type = OPT_TYPE_STRING,
+         .dest = &opt.out,
+         .meta = "DIR",
+         .help = "also write results.tsv and per-second series there"},
+        {.name = "decisions",
+         .type = OPT_TYPE_STRING,
+         .dest = &opt.decisions,
+         .meta = "FILE",
+         .help = "write every scaling decision there, one line per function and config: "
+                 "time, function, config (c,b,p), instances before and wanted, the nodes "
+                 "placed on and released from (- for stdout)"},
+        {.name = "function",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &opt,
+         .parse = parse_function,
+         .meta = "NAME=PROFILE",
+         .help = "prediction mode: a function (at most 3), replacing the applications"},
+        {.name = "rate-trace",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &opt,
+         .parse = parse_rate_trace,
+         .meta = "NAME=FILE",
+         .help = "its rate: `time_s rps` lines, as tetris-autoscaler's --trace reads them"},
+        {.name = "slo-ms",
+         .type = OPT_TYPE_DOUBLE,
+         .dest = &opt.slo_ms,
+         .dmin = 0.001,
+         .dmax = 1e9,
+         .meta = "T",
+         .help = "every function's latency SLO"},
+        {.name = "node",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &opt,
+         .parse = parse_node_opt,
+         .meta = "NAME=CPUS,MEM_MIB[,MODEL...]",
+         .help = "a node (at most 8) and the models its tensor store holds at the start"},
+        {.name = "nodes",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &so.nodes,
+         .parse = parse_scale_size,
+         .umin = 1,
+         .umax = 1000000,
+         .meta = "N",
+         .help = "scale mode: nodes (default 1000)"},
+        {.name = "functions",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &so.functions,
+         .parse = parse_scale_size,
+         .umin = 1,
+         .umax = 1000000,
+         .meta = "M",
+         .help = "scale mode: functions (default 10000)"},
+        {.name = "gap-samples",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &so.gap_samples,
+         .parse = parse_unsigned,
+         .umin = 0,
+         .umax = 1000000,
+         .meta = "K",
+         .help = "decisions per policy re-solved exactly (default 500, 0: none)"},
+        {.name = "bases",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &so.bases,
+         .parse = parse_unsigned,
+         .umin = 0,
+         .umax = 10000,
+         .meta = "K",
+         .help = "a function drawn from a fine-tuned variant (SVT's ResNet-152s, QA-Text's "
+                 "BERT-bases) is a variant of one of K bases of its model, drawn, sharing its "
+                 "base's layers (sharing.tsv) with the base's other variants (default 0: every "
+                 "function is its own model)"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-eval",
+        .about = about,
+        .options = specs,
+        .epilogue = "Exit status: 0 done, 1 a profile could not be read or planned, 2 bad "
+                    "usage.\n",
+    };
+
+    log_init(argv[0]);
     for (size_t i = 0; i < N_APPS; i++)
         opt.app_on[i] = true;
     for (size_t i = 0; i < N_TRACES; i++)
         opt.trace_on[i] = true;
-    /* The scale mode (eval_scale.c) when --nodes or --functions is given. */
-    scale_options so = {.nodes = 1000, .functions = 10000, .gap_samples = 500};
-    bool scale_mode = false;
-    tetris_error err = {0};
-    uint64_t v;
-    int c, r = 0;
-    while ((c = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
-        switch (c) {
-        case OPT_PROFILES: opt.profiles = optarg; break;
-        case OPT_OUT: opt.out = optarg; break;
-        case OPT_APPS:
-            r = parse_list("--apps", optarg, &apps[0].name, N_APPS, sizeof apps[0], opt.app_on,
-                           &err);
-            break;
-        case OPT_TRACES:
-            r = parse_list("--traces", optarg, traces, N_TRACES, sizeof traces[0], opt.trace_on,
-                           &err);
-            break;
-        case OPT_DURATION:
-            if ((r = cli_parse_u64("--duration", optarg, 1, 30 * 86400, &v, &err)) == 0)
-                opt.duration_s = (unsigned)v;
-            break;
-        case OPT_INTERVAL:
-            if ((r = cli_parse_u64("--interval", optarg, 1, 3600, &v, &err)) == 0)
-                opt.interval_s = (unsigned)v;
-            break;
-        case OPT_SCALE: r = cli_parse_double("--scale", optarg, 0, 1000, &opt.scale, &err); break;
-        case OPT_SEED: r = cli_parse_u64("--seed", optarg, 0, UINT32_MAX, &opt.seed, &err); break;
-        case OPT_HEADROOM:
-            r = cli_parse_double("--headroom", optarg, 0, 100, &opt.headroom, &err);
-            break;
-        case OPT_KEEP_ALIVE:
-            r = cli_parse_double("--keep-alive", optarg, 0, 86400, &opt.keep_alive_s, &err);
-            break;
-        case OPT_MODE: r = plan_mode_parse(optarg, &opt.mode, &err); break;
-        case OPT_DECISIONS: opt.decisions = optarg; break;
-        case OPT_FUNCTION: r = parse_custom(&opt, optarg, false, &err); break;
-        case OPT_RATE_TRACE: r = parse_custom(&opt, optarg, true, &err); break;
-        case OPT_NODE: r = parse_node(&opt, optarg, &err); break;
-        case OPT_SLO:
-            r = cli_parse_double("--slo-ms", optarg, 0.001, 1e9, &opt.slo_ms, &err);
-            break;
-        case OPT_NODES:
-            if ((r = cli_parse_u64("--nodes", optarg, 1, 1000000, &v, &err)) == 0)
-                so.nodes = (unsigned)v;
-            scale_mode = true;
-            break;
-        case OPT_FUNCTIONS:
-            if ((r = cli_parse_u64("--functions", optarg, 1, 1000000, &v, &err)) == 0)
-                so.functions = (unsigned)v;
-            scale_mode = true;
-            break;
-        case OPT_GAP_SAMPLES:
-            if ((r = cli_parse_u64("--gap-samples", optarg, 0, 1000000, &v, &err)) == 0)
-                so.gap_samples = (unsigned)v;
-            break;
-        case OPT_BASES:
-            if ((r = cli_parse_u64("--bases", optarg, 0, 10000, &v, &err)) == 0)
-                so.bases = (unsigned)v;
-            break;
-        case 'h': usage(stdout, argv[0]); return EXIT_OK;
-        case 'V': printf("tetris-eval %s\n", TETRIS_VERSION); return EXIT_OK;
-        default: usage(stderr, argv[0]); return EXIT_USAGE;
-        }
-        if (r < 0) {
-            char q[600];
-            log_error("event=usage msg=%s", log_quote(err.msg, q, sizeof q));
-            return EXIT_USAGE;
-        }
-    }
-    if (optind != argc) {
-        log_error("event=usage msg=\"unexpected argument\" arg=%s", argv[optind]);
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
         return EXIT_USAGE;
-    }
+    if (first != argc)
+        return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]), EXIT_USAGE;
     const char *bad = NULL;
     if (scale_mode && (opt.n_custom > 0 || opt.decisions != NULL))
         bad = "the scale mode (--nodes, --functions) takes no --function or --decisions";
@@ -1077,10 +1138,8 @@ int main(int argc, char **argv)
     for (size_t f = 0; f < opt.n_custom && bad == NULL; f++)
         if (opt.custom_trace[f] == NULL)
             bad = "every --function needs its --rate-trace";
-    if (bad != NULL) {
-        log_error("event=usage msg=\"%s\"", bad);
-        return EXIT_USAGE;
-    }
+    if (bad != NULL)
+        return opt_usage_error(&prog, "%s", bad), EXIT_USAGE;
     if (scale_mode) {
         so.profiles = opt.profiles;
         so.out = opt.out;

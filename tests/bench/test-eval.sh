@@ -114,7 +114,7 @@ grep -q 'event=unplaced' "$WORK/u.log" || fail "unplaced instances not reported"
 awk -F'\t' 'NR > 1 && $10 == 0 { exit 1 }' "$WORK/u/scale.tsv" || fail "unplaced not counted"
 
 # Usage.
-"$EVAL" --help | grep -q '^Usage:' || fail "--help prints no usage"
+"$EVAL" --help | grep -qi '^usage:' || fail "--help prints no usage"
 "$EVAL" --version | grep -q '^tetris-eval ' || fail "--version"
 for args in "--apps nope" "--traces" "--duration 0" "--mode fast" "--scale -1" "extra" \
     "--nodes 0" "--functions x" "--gap-samples -1" "--keep-alive -1" "--keep-alive x" \
