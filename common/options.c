@@ -204,17 +204,16 @@ static void print_version(const struct opt_program *p)
     printf("%.*s %s\n", (int)first_word, p->name, TETRIS_VERSION);
 }
 
-int opt_parse(const struct opt_program *p, int argc, char **argv)
+int opt_parse_args(const struct opt_program *p, int argc, char **argv, tetris_error *err)
 {
     size_t n = count_specs(p->options);
     cleanup_free struct option *longopts = calloc(n + 3, sizeof(*longopts));
     char shortopts[2 * 64 + 8], buf[8];
-    tetris_error err = {0};
-    int c;
+    int c, r;
 
     assert(n <= 64);
     if (longopts == NULL)
-        return opt_usage_error(p, "out of memory");
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const struct opt_spec *s = &p->options[i];
         longopts[i] = (struct option){s->name, takes_value(s) ? required_argument : no_argument,
@@ -224,19 +223,19 @@ int opt_parse(const struct opt_program *p, int argc, char **argv)
     longopts[n + 1] = (struct option){"version", no_argument, NULL, VAL_VERSION};
     short_options(p, shortopts, sizeof(shortopts));
 
-    if (apply_env(p->options, &err) < 0)
-        return opt_usage_error(p, "%s", err.msg);
+    if ((r = apply_env(p->options, err)) < 0)
+        return r;
     optind = 0; /* glibc: start over, also after an earlier parse */
     opterr = 0;
     while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
         const struct opt_spec *s;
         char label[80];
         if (c == '?')
-            return opt_usage_error(p, "unrecognized option '%s'",
-                                   offending(argc, argv, buf, sizeof(buf)));
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "unrecognized option '%s'",
+                               offending(argc, argv, buf, sizeof(buf)));
         if (c == ':')
-            return opt_usage_error(p, "option '%s' requires an argument",
-                                   offending(argc, argv, buf, sizeof(buf)));
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "option '%s' requires an argument",
+                               offending(argc, argv, buf, sizeof(buf)));
         if (c == VAL_HELP || (c == 'h' && !letter_taken(p->options, 'h'))) {
             opt_print_help(p, stdout);
             exit(fflush(stdout) == 0 ? 0 : 1);
@@ -248,10 +247,45 @@ int opt_parse(const struct opt_program *p, int argc, char **argv)
         s = spec_for(p->options, c);
         assert(s != NULL);
         snprintf(label, sizeof(label), "--%s", s->name);
-        if (apply(s, label, optarg, &err) < 0)
-            return opt_usage_error(p, "%s", err.msg);
+        if ((r = apply(s, label, optarg, err)) < 0)
+            return r;
     }
     return optind;
+}
+
+int opt_parse(const struct opt_program *p, int argc, char **argv)
+{
+    tetris_error err = {0};
+    int first = opt_parse_args(p, argc, argv, &err);
+    return first < 0 ? opt_usage_error(p, "%s", err.msg) : first;
+}
+
+/* ---- values from elsewhere ---- */
+
+/* name equals the option's, '_' standing for '-'. */
+static bool same_name(const char *option, const char *name)
+{
+    for (; *option != '\0' && *name != '\0'; option++, name++)
+        if (*option != (*name == '_' ? '-' : *name))
+            return false;
+    return *option == '\0' && *name == '\0';
+}
+
+const struct opt_spec *opt_find(const struct opt_program *p, const char *name)
+{
+    for (size_t i = 0; p->options != NULL && p->options[i].name != NULL; i++)
+        if (same_name(p->options[i].name, name))
+            return &p->options[i];
+    return NULL;
+}
+
+int opt_apply(const struct opt_program *p, const char *name, const char *value, const char *where,
+              tetris_error *err)
+{
+    const struct opt_spec *s = opt_find(p, name);
+    if (s == NULL)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, 0, "%s: unknown setting \"%s\"", where, name);
+    return apply(s, where, value, err);
 }
 
 /* ---- help ---- */

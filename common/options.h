@@ -86,6 +86,24 @@ struct opt_program {
  * opt_parse(cmd, argc - 1, argv + 1). */
 int opt_parse(const struct opt_program *p, int argc, char **argv);
 
+/* opt_parse() that reports instead of printing: a usage error returns
+ * -TETRIS_E_INVAL with its message in err (the option's label first);
+ * --help and --version still print and exit(0). For a program that
+ * parses its command line more than once (a daemon re-reading its
+ * settings) or reports errors its own way. */
+int opt_parse_args(const struct opt_program *p, int argc, char **argv, tetris_error *err);
+
+/* The option named name in p's table, where '_' stands for '-'
+ * ("keep_alive" finds "keep-alive"); NULL if none. */
+const struct opt_spec *opt_find(const struct opt_program *p, const char *name);
+
+/* Applies one named value from elsewhere than argv (a settings file), with
+ * the option's own parser, range and messages; where names it in a message
+ * ("settings.yaml:3: keep_alive"). A flag takes 1/true/yes or 0/false/no.
+ * -TETRIS_E_NOTFOUND if no option has that name. */
+int opt_apply(const struct opt_program *p, const char *name, const char *value, const char *where,
+              tetris_error *err);
+
 /* The help opt_parse() prints for --help. */
 void opt_print_help(const struct opt_program *p, FILE *out);
 

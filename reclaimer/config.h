@@ -88,17 +88,16 @@ struct reclaimer_config {
     char mount_namespace[PATH_MAX];    /* --mount-only: mount in this one */
 };
 
-/* Defaults, then the file named by --config (if any), then the flags.
- * Returns 1 if --help or --version was handled (exit 0), 0 to run, <0 on a
- * usage or config error. */
+/* Defaults, then the file named by --config (if any), then the flags: one
+ * table of options (config.c) parses both. Returns 0, or <0 on a usage or
+ * config error (err names the flag, or the file's line and key). --help and
+ * --version print and exit(0). */
 int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
                           tetris_error *err);
 
 /* Turns a percentage capacity into bytes of the store's filesystem as it is
  * now: load does it, and the daemon again once it mounted its tmpfs. */
 int reclaimer_config_resolve_capacity(struct reclaimer_config *cfg, tetris_error *err);
-
-void reclaimer_usage(const char *prog);
 
 /* Whether a peer of this uid may use the store of tenant ("" for the
  * shared store): a uid bound to tenants (--tenant-uids) may use theirs

@@ -216,8 +216,6 @@ int main(int argc, char **argv)
     struct reclaimer_config cfg;
     tetris_error err;
     int rc = reclaimer_config_load(argc, argv, &cfg, &err);
-    if (rc == 1)
-        return 0;
     if (rc < 0) {
         log_error("event=usage msg=%s", LOG_Q(err.msg));
         fprintf(stderr, "Try '%s --help'.\n", argv[0]);

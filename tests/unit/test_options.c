@@ -2,8 +2,9 @@
  * its destination, ranges refused with a message naming the option, the
  * environment read first and the option winning, an empty variable unset,
  * unknown options and missing values as usage errors, operands and
- * options_first, --help and --version (in a child: they exit), and the
- * generated help's layout, line by line. */
+ * options_first, --help and --version (in a child: they exit), the
+ * generated help's layout, line by line, and values applied by name from
+ * elsewhere (opt_apply: a settings file). */
 #include <check.h>
 #include <math.h>
 #include <stdarg.h>
@@ -161,6 +162,62 @@ static int parse_with(const struct opt_program *p, const char *first, ...)
 }
 
 #define parse(...) parse_with(&prog, __VA_ARGS__, (const char *)NULL)
+
+/* A value from elsewhere (a settings file): found by name, '_' for '-',
+ * through the option's own parser and range, named by where it came from. */
+START_TEST(apply_named_value)
+{
+    tetris_error err = {0};
+    ck_assert_ptr_eq(opt_find(&prog, "count"), &specs[2]);
+    ck_assert_ptr_null(opt_find(&prog, "cou"));
+    ck_assert_int_eq(opt_apply(&prog, "count", "12", "f.yaml:1: count", &err), 0);
+    ck_assert_int_eq(v.count, 12);
+    ck_assert_int_eq(opt_apply(&prog, "timeout", "2m", "f.yaml:2: timeout", &err), 0);
+    ck_assert_double_eq(v.timeout, 120);
+    ck_assert_int_eq(opt_apply(&prog, "flag", "yes", "f.yaml:3: flag", &err), 0);
+    ck_assert(v.flag);
+    ck_assert_int_eq(opt_apply(&prog, "side", "right", "f.yaml:4: side", &err), 0);
+    ck_assert_str_eq(v.custom, "right");
+    ck_assert_int_lt(opt_apply(&prog, "count", "0", "f.yaml:5: count", &err), 0);
+    ck_assert_str_eq(err.msg, "f.yaml:5: count: '0' is not an integer in [1, 1024]");
+    ck_assert_int_eq(v.count, 12);
+    ck_assert_int_eq(opt_apply(&prog, "no_such", "1", "f.yaml:6: no_such", &err),
+                     -TETRIS_E_NOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "unknown setting \"no_such\""));
+    ck_assert_str_eq(captured(), "");
+}
+END_TEST
+
+START_TEST(apply_dashes_and_underscores)
+{
+    static const struct opt_spec dashed[] = {
+        {.name = "keep-alive", .type = OPT_TYPE_SECONDS, .dest = &v.timeout, .meta = "T"},
+        {0},
+    };
+    static const struct opt_program p = {.name = "topt", .options = dashed};
+    tetris_error err = {0};
+    ck_assert_int_eq(opt_apply(&p, "keep_alive", "5m", "keep_alive", &err), 0);
+    ck_assert_double_eq(v.timeout, 300);
+    ck_assert_int_eq(opt_apply(&p, "keep-alive", "1", "keep-alive", &err), 0);
+    ck_assert_double_eq(v.timeout, 1);
+    ck_assert_ptr_null(opt_find(&p, "keep_alive_"));
+    ck_assert_ptr_null(opt_find(&p, "keep"));
+}
+END_TEST
+
+/* opt_parse_args reports a usage error in err and prints nothing. */
+START_TEST(parse_args_reports)
+{
+    char *argv[] = {"topt", "--count", "0", NULL};
+    char *argv2[] = {"topt", "--bogus", NULL};
+    tetris_error err = {0};
+    ck_assert_int_eq(opt_parse_args(&prog, 3, argv, &err), -TETRIS_E_INVAL);
+    ck_assert_str_eq(err.msg, "--count: '0' is not an integer in [1, 1024]");
+    ck_assert_int_eq(opt_parse_args(&prog, 2, argv2, &err), -TETRIS_E_INVAL);
+    ck_assert_str_eq(err.msg, "unrecognized option '--bogus'");
+    ck_assert_str_eq(captured(), "");
+}
+END_TEST
 
 START_TEST(every_type)
 {
@@ -558,6 +615,9 @@ int main(void)
     tcase_add_test(tc, help_exits);
     tcase_add_test(tc, help_layout);
     tcase_add_test(tc, help_width);
+    tcase_add_test(tc, apply_named_value);
+    tcase_add_test(tc, apply_dashes_and_underscores);
+    tcase_add_test(tc, parse_args_reports);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
