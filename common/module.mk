@@ -1,13 +1,13 @@
 # common/module.mk - shared plumbing: errors, logging, cleanup attributes,
 # clocks, text buffers, Prometheus text, option values and the programs'
-# option tables, the HTTP server and GET client, YAML reading,
-# configuration and writing, the string map, the Kubernetes client,
-# CPU-sized worker threads, JSON read without a tree (json_scan), UTF-8
-# and bounded whole-file reads; their unit tests and the client's
-# fault-injection test.
+# option tables, the threaded daemons' run loop, the HTTP server and GET
+# client, YAML reading, configuration and writing, the string map, the
+# Kubernetes client, CPU-sized worker threads, JSON read without a tree
+# (json_scan), UTF-8 and bounded whole-file reads; their unit tests and the
+# client's fault-injection test.
 LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/prom.c \
-            common/cli.c common/options.c common/httpserver.c common/httpclient.c \
-            common/config_yaml.c common/strmap.c common/kube.c common/yaml_write.c \
+            common/cli.c common/options.c common/daemon_run.c common/httpserver.c \
+            common/httpclient.c common/config_yaml.c common/strmap.c common/kube.c common/yaml_write.c \
             common/yaml_read.c common/kubeconfig.c common/workers.c common/json_scan.c \
             common/utf8.c common/fileio.c
 

@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 #include "function/function.h"
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/daemon_run.h"
 #include "common/httpserver.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -557,37 +557,38 @@ static int exit_code_for(int r)
     return r == -TETRIS_E_FORMAT || r == -TETRIS_E_NOTFOUND ? EXIT_BAD_MODEL : EXIT_FAILURE_;
 }
 
+/* daemon_run's steps. */
+static int run_start(void *ctx, tetris_error *err)
+{
+    return start(ctx, err);
+}
+
+static void run_stop(void *ctx)
+{
+    stop(ctx);
+}
+
+static int run_start_failed(void *ctx, int r, const tetris_error *err)
+{
+    const struct fn *f = ctx;
+    char quoted[1100];
+    log_error("event=error model=%s code=%s msg=%s", f->o.model ? f->o.model : "",
+              tetris_code_name(r), log_quote(err->msg, quoted, sizeof(quoted)));
+    return exit_code_for(r);
+}
+
 int main(int argc, char **argv)
 {
     struct fn f = {0};
-    tetris_error err = {0};
-    sigset_t stop_signals;
-    char quoted[1100];
-    int r, sig = 0, rc = EXIT_OK;
 
     log_init(argv[0]);
     if (parse_args(argc, argv, &f.o) < 0)
         return EXIT_USAGE;
     pthread_mutex_init(&f.replies_lock, NULL);
     pthread_cond_init(&f.replies_sent, NULL);
-    /* Blocked before any thread starts, so every thread inherits the mask
-     * and only sigwait() below sees them. */
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    if ((r = start(&f, &err)) < 0) {
-        log_error("event=error model=%s code=%s msg=%s", f.o.model ? f.o.model : "",
-                  tetris_code_name(r), log_quote(err.msg, quoted, sizeof(quoted)));
-        rc = exit_code_for(r);
-    } else {
-        sigwait(&stop_signals, &sig);
-        log_info("event=draining signal=%d", sig);
-    }
-    stop(&f);
-    if (rc == EXIT_OK)
-        log_info("event=stopped");
-    return rc;
+    return daemon_run(&(struct daemon_run){.ctx = &f,
+                                           .start = run_start,
+                                           .stop = run_stop,
+                                           .start_failed = run_start_failed,
+                                           .stop_event = "draining"});
 }

@@ -5,7 +5,6 @@
  * HTTP server. */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 
 #include "scheduler-ext/extender/extender.h"
 #include "common/clock.h"
+#include "common/daemon_run.h"
 #include "common/httpserver.h"
 #include "scheduler-ext/extender/inventory.h"
 #include "common/kube.h"
@@ -347,6 +347,23 @@ static int program_start(program *p, const options *o, tetris_error *err)
     return r;
 }
 
+/* daemon_run's steps. */
+struct run {
+    program p;
+    const options *o;
+};
+
+static int run_start(void *ctx, tetris_error *err)
+{
+    struct run *run = ctx;
+    return program_start(&run->p, run->o, err);
+}
+
+static void run_stop(void *ctx)
+{
+    program_free(&((struct run *)ctx)->p);
+}
+
 int main(int argc, char **argv)
 {
     log_init(argv[0]);
@@ -354,28 +371,8 @@ int main(int argc, char **argv)
     if (parse_options(argc, argv, &o) < 0)
         return 2;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-
-    /* Signals are taken synchronously by the main thread only. */
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    program p = {0};
-    tetris_error err = {0};
-    int rc = 0;
-    if (program_start(&p, &o, &err) < 0) {
-        char q[600];
-        log_error("event=start-failed msg=%s", log_quote(err.msg, q, sizeof q));
-        rc = 1;
-    } else {
-        int sig = 0;
-        sigwait(&stop_signals, &sig);
-        log_info("event=stopping signal=%d", sig);
-    }
-    program_free(&p);
+    struct run run = {.o = &o};
+    int rc = daemon_run(&(struct daemon_run){.ctx = &run, .start = run_start, .stop = run_stop});
     curl_global_cleanup();
     return rc;
 }

@@ -4,7 +4,6 @@
  * to the CA this process made (certs.c says why it makes its own). */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +13,7 @@
 
 #include <curl/curl.h>
 
+#include "common/daemon_run.h"
 #include "common/httpserver.h"
 #include "common/kube.h"
 #include "common/log.h"
@@ -751,6 +751,17 @@ static void program_free(program *p)
     free(p->ca_bundle);
 }
 
+/* daemon_run's steps. */
+static int run_start(void *ctx, tetris_error *err)
+{
+    return program_start(ctx, err);
+}
+
+static void run_stop(void *ctx)
+{
+    program_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     log_init(argv[0]);
@@ -758,28 +769,8 @@ int main(int argc, char **argv)
     if (parse_options(argc, argv, &o) < 0)
         return 2;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-
-    /* Signals are taken synchronously by the main thread only. */
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     program p = {.o = &o, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
-    tetris_error err = {0};
-    int rc = 0;
-    if (program_start(&p, &err) < 0) {
-        char q[600];
-        log_error("event=start-failed msg=%s", log_quote(err.msg, q, sizeof q));
-        rc = 1;
-    } else {
-        int sig = 0;
-        sigwait(&stop_signals, &sig);
-        log_info("event=stopping signal=%d", sig);
-    }
-    program_free(&p);
+    int rc = daemon_run(&(struct daemon_run){.ctx = &p, .start = run_start, .stop = run_stop});
     curl_global_cleanup();
     return rc;
 }
