@@ -34,6 +34,7 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "protocol/profile.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_PLAN = 3 };
@@ -280,49 +281,46 @@ static int bench_spaces(int argc, char **argv, const bench_settings *s)
     return EXIT_OK;
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: tetris-bench-dts profiles FILE...\n"
-               "       tetris-bench-dts spaces [N...]   (default 10 100 1000 10000)\n"
-               "environment: BENCH_REPS (default 5), BENCH_ILP_LIMIT_MS (default 10000)\n"
-               "prints a Markdown table: DTS's memory over the GLPK optimum, decision times\n"
-               "exit status: 0 done, 1 unreadable profile, 2 bad usage, 3 a plan failed\n");
-}
-
-/* An integer setting from the environment, fallback when unset. */
-static int env_int(const char *name, int fallback, int min, int *out)
-{
-    const char *s = getenv(name);
-    tetris_error err = {0};
-    *out = fallback;
-    if (s == NULL || *s == '\0')
-        return 0;
-    if (cli_parse_int(name, s, min, 1000000000, out, &err) < 0) {
-        fprintf(stderr, "tetris-bench-dts: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
+    bench_settings s = {.reps = 5, .ilp_limit_ms = 10000};
+    const struct opt_spec specs[] = {
+        {.name = "reps",
+         .type = OPT_TYPE_INT,
+         .dest = &s.reps,
+         .min = 1,
+         .max = 1000000000,
+         .env = "BENCH_REPS",
+         .meta = "N",
+         .help = "repetitions for the median decision times (default 5)"},
+        {.name = "ilp-limit-ms",
+         .type = OPT_TYPE_INT,
+         .dest = &s.ilp_limit_ms,
+         .min = 1,
+         .max = 1000000000,
+         .env = "BENCH_ILP_LIMIT_MS",
+         .meta = "MS",
+         .help = "GLPK's time limit per solve (default 10000)"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-bench-dts",
+        .synopsis = "[OPTION]... profiles FILE...\n[OPTION]... spaces [N...]",
+        .about = "DTS's memory over the GLPK optimum and the decision times, for measured\n"
+                 "profiles or generated config spaces of N configs (default 10 100 1000\n"
+                 "10000); prints a Markdown table.\n",
+        .options = specs,
+        .epilogue = "exit status: 0 done, 1 unreadable profile, 2 bad usage, 3 a plan failed\n",
+        .options_first = true,
+    };
+    int first;
+
     log_init(argv[0]);
-    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
-        printf("tetris-bench-dts %s\n", TETRIS_VERSION);
-        return EXIT_OK;
-    }
-    if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
-        usage(stdout);
-        return EXIT_OK;
-    }
-    bench_settings s;
-    if (env_int("BENCH_REPS", 5, 1, &s.reps) < 0 ||
-        env_int("BENCH_ILP_LIMIT_MS", 10000, 1, &s.ilp_limit_ms) < 0)
+    if ((first = opt_parse(&prog, argc, argv)) < 0)
         return EXIT_USAGE;
-    if (argc >= 3 && strcmp(argv[1], "profiles") == 0)
-        return bench_profiles(argc - 2, argv + 2, &s);
-    if (argc >= 2 && strcmp(argv[1], "spaces") == 0)
-        return bench_spaces(argc - 2, argv + 2, &s);
-    usage(stderr);
-    return EXIT_USAGE;
+    if (argc - first >= 2 && strcmp(argv[first], "profiles") == 0)
+        return bench_profiles(argc - first - 1, argv + first + 1, &s);
+    if (argc - first >= 1 && strcmp(argv[first], "spaces") == 0)
+        return bench_spaces(argc - first - 1, argv + first + 1, &s);
+    return opt_usage_error(&prog, "expected profiles FILE... or spaces [N...]"), EXIT_USAGE;
 }

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "model/manifest.h"
 #include "model/model.h"
 
@@ -71,32 +71,32 @@ static int bench_model(const char *path, int reps)
 
 int main(int argc, char **argv)
 {
+    int reps = 5, i;
+    const struct opt_spec specs[] = {
+        {.name = "reps",
+         .type = OPT_TYPE_INT,
+         .dest = &reps,
+         .min = 1,
+         .max = 1000,
+         .meta = "N",
+         .help = "timed runs per model, of which the median (default 5)"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-bench-formats",
+        .synopsis = "[--reps N] MODEL...",
+        .about = "Times parsing, hashing (SHA-256 + CRC32) and manifest writing per model;\n"
+                 "prints a Markdown table of medians.\n",
+        .options = specs,
+        .epilogue = "Exit status: 0 ok, 1 a model failed, 2 usage.\n",
+    };
+
     log_init(argv[0]);
     log_set_level(LOG_LEVEL_WARN);
-    int reps = 5, i = 1;
-    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        printf("Usage: %s [--reps N] MODEL...\n"
-               "Times parsing, hashing (SHA-256 + CRC32) and manifest writing per model;\n"
-               "prints a Markdown table of medians. Exit: 0 ok, 1 a model failed, 2 usage.\n",
-               argv[0]);
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        printf("tetris-bench-formats %s\n", TETRIS_VERSION);
-        return 0;
-    }
-    if (argc > 2 && strcmp(argv[1], "--reps") == 0) {
-        tetris_error err = {0};
-        if (cli_parse_int("--reps", argv[2], 1, 1000, &reps, &err) < 0) {
-            fprintf(stderr, "tetris-bench-formats: %s\n", err.msg);
-            return 2;
-        }
-        i = 3;
-    }
-    if (i >= argc || argv[i][0] == '-') {
-        fprintf(stderr, "usage: %s [--reps N] MODEL...\n", argv[0]);
+    if ((i = opt_parse(&prog, argc, argv)) < 0)
         return 2;
-    }
+    if (i >= argc)
+        return opt_usage_error(&prog, "expected a MODEL"), 2;
     printf("| model | format | tensors | MiB | parse ms | hash ms | hash GB/s | manifest ms |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
     int failed = 0;
