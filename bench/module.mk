@@ -6,12 +6,12 @@ tetris-synth-model_SRCS := bench/tetris-synth-model.c
 PROGRAMS += tetris-bench-map
 tetris-bench-map_SRCS := bench/tetris-bench-map.c
 PROGRAMS += tetris-bench-formats
-tetris-bench-formats_SRCS := bench/formats/bench_formats.c
+tetris-bench-formats_SRCS := bench/formats/tetris-bench-formats.c
 PROGRAMS += tetris-bench-extender
-tetris-bench-extender_SRCS := bench/extender/bench_extender.c
+tetris-bench-extender_SRCS := bench/extender/tetris-bench-extender.c
 tetris-bench-extender_LIBS := -lcurl
 PROGRAMS += tetris-bench-dts
-tetris-bench-dts_SRCS := bench/dts/bench_dts.c
+tetris-bench-dts_SRCS := bench/dts/tetris-bench-dts.c
 tetris-bench-dts_LIBS := -lglpk
 # The cluster evaluation (`make eval`, bench/eval/run-eval.sh): the
 # autoscaler's own policy code on a simulated testbed.
@@ -27,4 +27,4 @@ tetris-eval_LIBS := -lglpk -lcurl
 # GPU sharing: warm attach against host-to-device copies (real GPU only;
 # exits 77 without one).
 PROGRAMS += tetris-bench-gpu
-tetris-bench-gpu_SRCS := bench/gpu/bench_gpu.c
+tetris-bench-gpu_SRCS := bench/gpu/tetris-bench-gpu.c

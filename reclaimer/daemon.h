@@ -10,7 +10,7 @@
  *   reclaim_policy.c  the pass's rule: keep-alive, then LRU
  *   http_api.c        /metrics, /inventory, /healthz
  *   gpu_pool.c        GPU copies of stored tensors (gpu_attach)
- *   main.c            configuration, signals, the main loop */
+ *   tetris-reclaimer.c  configuration, signals, the main loop */
 #ifndef TETRIS_RECLAIMER_DAEMON_H
 #define TETRIS_RECLAIMER_DAEMON_H
 
@@ -224,7 +224,7 @@ struct daemon {
     /* A verified ingest left a store above its capacity or quota (it was
      * let in against cold bytes): the next pass runs now and evicts them. */
     atomic_bool pass_wanted;
-    /* What the store's root is on (main.c, at start): /metrics and
+    /* What the store's root is on (tetris-reclaimer.c, at start): /metrics and
      * /healthz say it when it is not the tmpfs that was asked for. */
     struct store_tmpfs_outcome tmpfs;
     bool tmpfs_asked;

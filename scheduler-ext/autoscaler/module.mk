@@ -3,7 +3,7 @@
 LIB_SRCS += scheduler-ext/autoscaler/dts.c scheduler-ext/autoscaler/ilp.c
 
 PROGRAMS += tetris-autoscaler
-tetris-autoscaler_SRCS := scheduler-ext/autoscaler/autoscaler.c \
+tetris-autoscaler_SRCS := scheduler-ext/autoscaler/tetris-autoscaler.c \
                           scheduler-ext/autoscaler/autoscaler_policy.c \
                           scheduler-ext/autoscaler/autoscaler_rate.c \
                           scheduler-ext/autoscaler/autoscaler_deploy.c \

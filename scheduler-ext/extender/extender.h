@@ -1,6 +1,6 @@
 /* extender.h - the kube-scheduler extender's decisions: /filter and
  * /prioritize in the extender protocol, from model manifests and node
- * inventories. The HTTP program (extender_main.c) and the benchmark both
+ * inventories. The HTTP program (tetris-scheduler-ext.c) and the benchmark both
  * drive this.
  *
  * Protocol (k8s.io/kube-scheduler/extender/v1; struct fields without JSON

@@ -7,7 +7,7 @@ LIB_SRCS += scheduler-ext/extender/tensor_ids.c scheduler-ext/extender/id_set.c 
             scheduler-ext/extender/ext_request.c scheduler-ext/extender/extender.c
 
 PROGRAMS += tetris-scheduler-ext
-tetris-scheduler-ext_SRCS := scheduler-ext/extender/extender_main.c
+tetris-scheduler-ext_SRCS := scheduler-ext/extender/tetris-scheduler-ext.c
 tetris-scheduler-ext_LIBS := -lmicrohttpd -lcurl
 
 UNIT_TESTS += tests/unit/test_id_set.c

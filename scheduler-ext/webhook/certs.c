@@ -4,7 +4,7 @@
  * Why a CA of our own: the apiserver only calls a webhook over TLS it can
  * verify against the caBundle of the MutatingWebhookConfiguration. Making
  * both at start and writing the CA into that caBundle through the API
- * (webhook_main.c) works on a fresh cluster with no cert-manager and no
+ * (tetris-webhook.c) works on a fresh cluster with no cert-manager and no
  * Secret to rotate; the CA's key never leaves the process, and a restart
  * simply makes a new pair. The CA signs the serving certificate only, so
  * that a key in memory could sign nothing else it did not make. */

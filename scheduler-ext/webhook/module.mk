@@ -6,7 +6,7 @@ LIB_SRCS += scheduler-ext/webhook/review.c scheduler-ext/webhook/patch.c \
             scheduler-ext/webhook/certs.c
 
 PROGRAMS += tetris-webhook
-tetris-webhook_SRCS := scheduler-ext/webhook/webhook_main.c
+tetris-webhook_SRCS := scheduler-ext/webhook/tetris-webhook.c
 tetris-webhook_LIBS := -lmicrohttpd -lcurl
 
 UNIT_TESTS += tests/unit/test_webhook.c

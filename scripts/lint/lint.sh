@@ -4,6 +4,11 @@
 #   headers   every C file opens with a comment saying what it is for
 #   modules   every module folder with C sources has a module.mk that lists
 #             only its own sources (tests/, bench/, fuzz/ excepted)
+#   programs  every program (PROGRAMS in a module.mk) has its main in a file
+#             named after it, first in its _SRCS (tetris-webhook:
+#             scheduler-ext/webhook/tetris-webhook.c), that reads its command
+#             line with common/options.h: it includes it, or a header of its
+#             folder whose .c does (reclaimer/config.h)
 #   commits   commit subjects since the conventions were written are <= 72
 #             characters (skipped outside a git checkout)
 #   format    lines of C changed since LINT_BASE (default HEAD: the
@@ -13,7 +18,7 @@
 # Exit status: 0 clean, 1 findings, 2 usage.
 set -u
 case "${1:-}" in
-    --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --version) echo "lint.sh ${TETRIS_VERSION:-0.1.0}"; exit 0 ;;
     "") ;;
     *) echo "lint.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -89,6 +94,30 @@ check_modules() {
     done
 }
 
+# uses_options MAIN: MAIN, or a file of its folder behind a header MAIN
+# includes, includes common/options.h.
+uses_options() {
+    grep -q '^#include "common/options.h"' "$1" && return 0
+    for h in $(sed -n "s|^#include \"\($(dirname "$1")/[^\"]*\)\.h\".*|\1|p" "$1"); do
+        [ -f "$h.c" ] && grep -q '^#include "common/options.h"' "$h.c" && return 0
+    done
+    return 1
+}
+
+check_programs() {
+    for mk in $mk_files; do
+        sed -n 's/^PROGRAMS[[:space:]]*+=[[:space:]]*//p' "$mk" | tr ' ' '\n' | grep . |
+            while read -r prog; do
+                main=$(sed -n "s|^$prog""_SRCS[[:space:]]*:=[[:space:]]*\([^[:space:]\\]*\).*|\1|p" "$mk")
+                if [ "$(basename "${main:-none}")" != "$prog.c" ]; then
+                    finding programs "$mk" "$prog's main is '${main:-none}', want DIR/$prog.c first in $prog""_SRCS"
+                elif ! uses_options "$main"; then
+                    finding programs "$main" "$prog does not read its command line with common/options.h"
+                fi
+            done
+    done
+}
+
 check_commits() {
     git rev-parse --verify -q "$CONVENTIONS_SINCE^{commit}" >/dev/null 2>&1 || return 0
     git log --no-merges --format='%h %s' "$CONVENTIONS_SINCE..HEAD" | while read -r h s; do
@@ -107,7 +136,7 @@ check_format() {
         done
 }
 
-out=$({ check_layers; check_headers; check_modules; check_commits; check_format; })
+out=$({ check_layers; check_headers; check_modules; check_programs; check_commits; check_format; })
 if [ -n "$out" ]; then
     printf '%s\n' "$out" >&2
     echo "lint=summary findings=$(printf '%s\n' "$out" | wc -l)" >&2

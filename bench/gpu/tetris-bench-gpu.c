@@ -1,4 +1,4 @@
-/* bench_gpu.c - tetris-bench-gpu: what a warm GPU instance saves. A parent
+/* tetris-bench-gpu.c - what a warm GPU instance saves. A parent
  * process plays the node daemon: one VMM allocation per tensor of a model
  * (tensorstore/gpu/gpu.h, as the daemon makes them), filled once. A child
  * plays a new instance and, measured in the same run:

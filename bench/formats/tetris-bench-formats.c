@@ -1,4 +1,4 @@
-/* bench_formats.c - what indexing a model costs: parsing its format, hashing
+/* tetris-bench-formats.c - what indexing a model costs: parsing its format, hashing
  * every tensor (SHA-256 + CRC32 identity), and writing the manifest; medians
  * over repetitions, one Markdown table row per model.
  *

@@ -1,4 +1,4 @@
-/* autoscaler.c - tetris-autoscaler: `plan` prints the instance configs DTS
+/* tetris-autoscaler.c - `plan` prints the instance configs DTS
  * (or the exact integer program) chooses for a request rate; `run` keeps
  * each function's instances matched to its request rate. */
 #include "scheduler-ext/autoscaler/autoscaler.h"

@@ -1,4 +1,4 @@
-/* webhook_main.c - tetris-webhook: options, the facts about a pod only the
+/* tetris-webhook.c - options, the facts about a pod only the
  * API knows (its namespace's tenant, its model's manifest), POST /mutate
  * over TLS, and keeping the MutatingWebhookConfiguration's caBundle equal
  * to the CA this process made (certs.c says why it makes its own). */

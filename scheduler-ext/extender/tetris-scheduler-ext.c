@@ -1,4 +1,4 @@
-/* extender_main.c - tetris-scheduler-ext: the kube-scheduler extender that
+/* tetris-scheduler-ext.c - the kube-scheduler extender that
  * places pods on the node whose tensor store already holds most of their
  * model. Wires the caches (manifests from ConfigMaps, node inventory URLs
  * from Node objects, inventories from the nodes' tetris-reclaimers) to the

@@ -1,4 +1,4 @@
-/* main.c - tetris-reclaimer: configuration, signals and the main loop.
+/* tetris-reclaimer.c - configuration, signals and the main loop.
  * The main thread runs reclaim passes every --interval and handles
  * signals; the ingest service and the HTTP server run on their own
  * threads (see daemon.h for the parts). */
@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "reclaimer/config.h"
 #include "reclaimer/daemon.h"
 #include "common/clock.h"
 #include "common/log.h"

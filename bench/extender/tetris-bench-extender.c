@@ -1,4 +1,4 @@
-/* bench_extender.c - tetris-bench-extender: latency of the scheduler
+/* tetris-bench-extender.c - latency of the scheduler
  * extender's decisions for clusters of 10..5000 nodes holding 10k tensors
  * each.
  *

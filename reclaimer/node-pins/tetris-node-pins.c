@@ -1,4 +1,4 @@
-/* node_pins_main.c - tetris-node-pins: keeps a node daemon's pin file in
+/* tetris-node-pins.c - keeps a node daemon's pin file in
  * step with the cluster. Every interval it asks the apiserver which model
  * pods are on this node, in which tenant's namespace (node_pods.h), and
  * rewrites the file that `tetris-reclaimer --pin-file` reads: one hex

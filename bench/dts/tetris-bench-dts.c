@@ -1,4 +1,4 @@
-/* bench_dts.c - tetris-bench-dts: DTS against the GLPK optimum.
+/* tetris-bench-dts.c - DTS against the GLPK optimum.
  *
  *   tetris-bench-dts profiles FILE...   real profiles, a range of rates and SLOs
  *   tetris-bench-dts spaces [N...]      generated config spaces of N configs
