@@ -1,7 +1,8 @@
 # reclaimer/module.mk - the node daemon tetris-reclaimer and its tests.
 # (tetris-node-pins, its sidecar, is the sub-module reclaimer/node-pins/.)
 PROGRAMS += tetris-reclaimer
-tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/reclaim.c \
+tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/served.c reclaimer/adopt.c \
+                         reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
                          reclaimer/gpu_pool.c reclaimer/peers.c
 # The daemon's settings, tensor index and reclaim rule are in the library
