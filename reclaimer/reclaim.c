@@ -6,6 +6,7 @@
  * adopt.c, the index helpers ingest shares in served.c. */
 #include "reclaimer/daemon.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -169,6 +170,10 @@ static int reconcile(struct served_store *ss, tetris_error *err)
     uint64_t resident = 0;
     uint64_t warm = 0;
     for (c = 0; (e = tensor_index_next(ss->index, &c)) != NULL;) {
+        /* Invariant: after a pass's reconcile the index holds exactly what
+         * the listing of tensors/ found (tests/reclaimer/test-reclaim.sh,
+         * the inventory against the store). */
+        assert(e->mark & MARK_SEEN);
         resident += e->file_bytes;
         if (e->mark & MARK_REF)
             warm += e->bytes;
