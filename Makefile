@@ -96,9 +96,12 @@ endef
 $(foreach p,$(PROGRAMS) $(TEST_PROGRAMS),$(eval $(call PROGRAM_template,$(p))))
 
 UNIT_BINS := $(UNIT_TESTS:tests/unit/%.c=$(BUILD)/tests/%)
+# Every unit test links tests/lib/unit.c: its main() and shared helpers
+# (tests/lib/unit.h).
+UNIT_LIB_OBJS := $(BUILD)/tests/lib/unit.o
 # Unit-test objects are intermediate for make; keep them between runs.
-.SECONDARY: $(UNIT_TESTS:%.c=$(BUILD)/%.o)
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTETRIS)
+.SECONDARY: $(UNIT_TESTS:%.c=$(BUILD)/%.o) $(UNIT_LIB_OBJS)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_LIB_OBJS) $(LIBTETRIS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcheck -lsubunit -lrt $(UNIT_LIBS) $(LDLIBS)
 

@@ -4,7 +4,6 @@
  * still serves the whole model; and the ONNX rewriter keeps models intact
  * and rejects garbage. Needs the real models (.deps/models, or
  * TETRIS_MODELS). */
-#include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +14,10 @@
 #include "agent/agent.h"
 #include "common/log.h"
 #include "model/onnx_rewrite.h"
+#include "tests/lib/unit.h"
 
 static char model_path[4096];
-static char scratch[4096];
+static const char *scratch;
 
 static void setup(void)
 {
@@ -25,16 +25,12 @@ static void setup(void)
     snprintf(model_path, sizeof(model_path), "%s/silero_vad_v5.onnx",
              dir != NULL ? dir : ".deps/models");
     ck_assert_msg(access(model_path, R_OK) == 0, "missing real model %s", model_path);
-    snprintf(scratch, sizeof(scratch), "%s/tetris-test-agent.XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(scratch));
+    scratch = unit_scratch_dir("test-agent");
 }
 
 static void teardown(void)
 {
-    char cmd[8300];
-    snprintf(cmd, sizeof(cmd), "chmod -R u+w '%s' && rm -rf '%s'", scratch, scratch);
-    ck_assert_int_eq(system(cmd), 0);
+    unit_remove_tree(scratch);
 }
 
 static agent_model *load(enum agent_mode mode, const char *store_dir)
@@ -269,10 +265,7 @@ START_TEST(bad_model_is_a_format_error)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/garbage.onnx", scratch);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("\x0a\xff\xff\xff\xff\x0f garbage", f);
-    fclose(f);
+    unit_write_text(path, "\x0a\xff\xff\xff\xff\x0f garbage");
     struct agent_options o;
     tetris_error err = {0};
     agent_model *am = NULL;
@@ -285,20 +278,6 @@ START_TEST(bad_model_is_a_format_error)
 END_TEST
 
 /* ---- onnx_rewrite ---- */
-
-static uint8_t *read_all(const char *path, size_t *len)
-{
-    struct stat st;
-    int fd = open(path, O_RDONLY);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(fstat(fd, &st), 0);
-    uint8_t *buf = malloc((size_t)st.st_size);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_int_eq(read(fd, buf, (size_t)st.st_size), st.st_size);
-    close(fd);
-    *len = (size_t)st.st_size;
-    return buf;
-}
 
 struct seen {
     size_t tensors, constants;
@@ -320,7 +299,7 @@ static bool count_tensor(void *ctx, const struct onnx_tensor_ref *t, struct onnx
 START_TEST(rewrite_without_sharing_is_identity)
 {
     size_t len, out_len;
-    uint8_t *img = read_all(model_path, &len), *out = NULL;
+    uint8_t *img = (uint8_t *)unit_read_file(model_path, &len), *out = NULL;
     struct seen s = {0};
     tetris_error err = {0};
     ck_assert_int_eq(onnx_rewrite(img, len, count_tensor, &s, &out, &out_len, &err), 0);
@@ -336,7 +315,7 @@ END_TEST
 START_TEST(rewrite_with_sharing_strips_payloads)
 {
     size_t len, out_len;
-    uint8_t *img = read_all(model_path, &len), *out = NULL;
+    uint8_t *img = (uint8_t *)unit_read_file(model_path, &len), *out = NULL;
     struct seen s = {.share = true};
     tetris_error err = {0};
     ck_assert_int_eq(onnx_rewrite(img, len, count_tensor, &s, &out, &out_len, &err), 0);
@@ -405,7 +384,7 @@ END_TEST
 START_TEST(rewrite_survives_mutations)
 {
     size_t len;
-    uint8_t *img = read_all(model_path, &len);
+    uint8_t *img = (uint8_t *)unit_read_file(model_path, &len);
     uint8_t *work = malloc(len);
     uint64_t rng = 42;
     ck_assert_ptr_nonnull(work);
@@ -435,12 +414,12 @@ START_TEST(rewrite_survives_mutations)
 }
 END_TEST
 
-static Suite *agent_suite(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("agent");
-    TCase *load_case = tcase_create("load");
+    log_init("test_agent");
+    log_set_level(LOG_LEVEL_ERROR);
+    TCase *load_case = unit_tcase(s, "load", 120);
     tcase_add_checked_fixture(load_case, setup, teardown);
-    tcase_set_timeout(load_case, 120);
     tcase_add_test(load_case, private_load_reads_everything);
     tcase_add_test(load_case, direct_load_shares_and_reuses);
     tcase_add_test(load_case, direct_load_records_references_until_freed);
@@ -450,26 +429,13 @@ static Suite *agent_suite(void)
     tcase_add_test(load_case, tenants_have_their_own_stores);
     tcase_add_test(load_case, map_budget_maps_the_largest_tensors);
     tcase_add_test(load_case, bad_model_is_a_format_error);
-    suite_add_tcase(s, load_case);
-    TCase *rw = tcase_create("onnx_rewrite");
+    TCase *rw = unit_tcase(s, "onnx_rewrite", 120);
     tcase_add_checked_fixture(rw, setup, teardown);
-    tcase_set_timeout(rw, 120);
     tcase_add_test(rw, rewrite_without_sharing_is_identity);
     tcase_add_test(rw, rewrite_with_sharing_strips_payloads);
     tcase_add_test(rw, rewrite_rejects_garbage);
     tcase_add_test(rw, rewrite_survives_mutations);
     tcase_add_test(rw, rewrite_fuzz_regressions);
-    suite_add_tcase(s, rw);
-    return s;
 }
 
-int main(void)
-{
-    log_init("test_agent");
-    log_set_level(LOG_LEVEL_ERROR);
-    SRunner *sr = srunner_create(agent_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+UNIT_MAIN("agent")

@@ -6,7 +6,7 @@
  * against a real HTTP server on a loopback port (status, ETag, size cap,
  * timeout, several at once). */
 #include <arpa/inet.h>
-#include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <semaphore.h>
@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@
 #include "common/textbuf.h"
 #include "common/utf8.h"
 #include "common/workers.h"
+#include "tests/lib/unit.h"
 
 /* ---- cli ---- */
 
@@ -579,7 +581,7 @@ START_TEST(test_workers_run_each_item_once)
 }
 END_TEST
 
-/* Writes root/<our cgroup>/cpu.max. */
+/* Writes root/<our cgroup>/cpu.max, making the directories on the way. */
 static void fake_cpu_max(const char *root, const char *line)
 {
     FILE *f = fopen("/proc/self/cgroup", "re");
@@ -589,10 +591,23 @@ static void fake_cpu_max(const char *root, const char *line)
         ;
     fclose(f);
     cg[strcspn(cg, "\n")] = '\0';
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "mkdir -p '%s%s' && printf '%s\\n' > '%s%s/cpu.max'", root,
-             cg + 3, line, root, cg + 3);
-    ck_assert_int_eq(system(cmd), 0);
+    char path[4096];
+    size_t at = (size_t)snprintf(path, sizeof(path), "%s", root);
+    /* mkdir -p root<cgroup>: one component at a time. */
+    for (const char *p = cg + 3; *p != '\0';) {
+        size_t n = strcspn(p + 1, "/") + 1;
+        ck_assert_uint_lt(at + n, sizeof(path));
+        memcpy(path + at, p, n);
+        at += n;
+        path[at] = '\0';
+        ck_assert_msg(mkdir(path, 0755) == 0 || errno == EEXIST, "mkdir %s", path);
+        p += n;
+    }
+    char *text = NULL;
+    ck_assert_int_ge(asprintf(&text, "%s\n", line), 0);
+    ck_assert_int_lt(snprintf(path + at, sizeof(path) - at, "/cpu.max"), (int)(sizeof(path) - at));
+    unit_write_text(path, text);
+    free(text);
 }
 
 START_TEST(test_cpu_allowance_quota)
@@ -609,8 +624,7 @@ START_TEST(test_cpu_allowance_quota)
         fclose(f);
     if (!v2)
         return; /* no cgroup v2 line: nothing to fake */
-    char root[] = "/tmp/tetris-cg-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(root));
+    const char *root = unit_scratch_dir("cg");
     fake_cpu_max(root, "50000 100000"); /* half a CPU: one worker */
     cpu_allowance_read(root, &a);
     ck_assert_uint_eq(a.workers, 1);
@@ -622,9 +636,7 @@ START_TEST(test_cpu_allowance_quota)
     fake_cpu_max(root, "garbage"); /* unreadable: no limit, never fails */
     cpu_allowance_read(root, &a);
     ck_assert_uint_ge(a.workers, 1);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-    ck_assert_int_eq(system(cmd), 0);
+    unit_remove_tree(root);
 }
 END_TEST
 
@@ -811,11 +823,9 @@ START_TEST(test_httpclient_many)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("common");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = unit_tcase(s, "core", 120);
     tcase_add_test(tc, test_cli_u64);
     tcase_add_test(tc, test_cli_i64);
     tcase_add_test(tc, test_cli_double);
@@ -837,10 +847,6 @@ int main(void)
     tcase_add_test(tc, test_httpclient_body_cap);
     tcase_add_test(tc, test_httpclient_timeout);
     tcase_add_test(tc, test_httpclient_many);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("common")

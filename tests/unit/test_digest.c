@@ -6,7 +6,6 @@
  *          '\x00\x00\x80\x3f\x00\x00\x00\x40' | sha256sum
  *   printf '\x00\x00\x80\x3f\x00\x00\x00\x40' | gzip -c | tail -c8 | od -An -tx4
  * (the gzip trailer's first word is the CRC32 of the input). */
-#include <check.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 
 #include "tensorstore/crc32.h"
 #include "tensorstore/digest.h"
+#include "tests/lib/unit.h"
 
 static tensor_meta meta_of(const char *dtype, int ndim, const int64_t *shape, uint64_t nbytes)
 {
@@ -254,10 +254,9 @@ START_TEST(meta_validation)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("digest");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, vector_float32_vector);
     tcase_add_test(tc, vector_shape_is_part_of_identity);
     tcase_add_test(tc, vector_dtype_is_part_of_identity);
@@ -269,10 +268,6 @@ int main(void)
     tcase_add_test(tc, hex_rejects_garbage);
     tcase_add_test(tc, dtype_sizes);
     tcase_add_test(tc, meta_validation);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("digest")

@@ -6,12 +6,12 @@
  *
  * In these profiles mean = p95 = p99, so l is the same for every statistic;
  * capacity is b*p*1000/l requests per second. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "scheduler-ext/autoscaler/dts.h"
+#include "tests/lib/unit.h"
 
 #define MIB (1024ull * 1024ull)
 
@@ -381,10 +381,9 @@ START_TEST(refined_keeps_the_rules)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("dts");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, capacity_and_slo_rules);
     tcase_add_test(tc, highest_normalised_throughput_first);
     tcase_add_test(tc, slo_half_rule_excludes_batched_configs);
@@ -398,10 +397,6 @@ int main(void)
     tcase_add_test(tc, refined_fills_the_tail_with_the_cheapest_cover);
     tcase_add_test(tc, refined_uses_measured_throughput);
     tcase_add_test(tc, refined_keeps_the_rules);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("dts")

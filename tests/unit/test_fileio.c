@@ -1,30 +1,21 @@
 /* test_fileio.c - file_read_all (common/fileio.h): the whole file, NUL
  * terminated, up to and including its bound; one byte more, a missing file
  * and a directory are errors with their codes, never a prefix. */
-#include <check.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/fileio.h"
+#include "tests/lib/unit.h"
 
-static char dir[] = "/tmp/tetris-test-fileio.XXXXXX";
-
-static void write_file(const char *path, const char *text, size_t len)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
-    ck_assert_int_eq(close(fd), 0);
-}
+static const char *dir;
 
 START_TEST(reads_the_whole_file_up_to_its_bound)
 {
-    char path[64];
+    char path[4096];
     snprintf(path, sizeof(path), "%s/f", dir);
-    write_file(path, "ab\0cd", 5);
+    unit_write_file(path, "ab\0cd", 5);
     char *buf;
     size_t len;
     tetris_error err = {0};
@@ -35,7 +26,7 @@ START_TEST(reads_the_whole_file_up_to_its_bound)
     ck_assert_int_eq(file_read_all(path, 4, &buf, &len, &err), -TETRIS_E_FORMAT);
     ck_assert_ptr_null(buf);
     ck_assert_ptr_nonnull(strstr(err.msg, "larger than 4 bytes"));
-    write_file(path, "", 0);
+    unit_write_file(path, "", 0);
     ck_assert_int_eq(file_read_all(path, 4, &buf, &len, &err), 0);
     ck_assert_uint_eq(len, 0);
     ck_assert_str_eq(buf, "");
@@ -46,14 +37,14 @@ END_TEST
 
 START_TEST(large_files_grow_the_buffer)
 {
-    char path[64];
+    char path[4096];
     snprintf(path, sizeof(path), "%s/big", dir);
     size_t n = 3 * 1024 * 1024 + 7;
     char *text = malloc(n);
     ck_assert_ptr_nonnull(text);
     for (size_t i = 0; i < n; i++)
         text[i] = (char)('a' + i % 26);
-    write_file(path, text, n);
+    unit_write_file(path, text, n);
     char *buf;
     size_t len;
     tetris_error err = {0};
@@ -68,7 +59,7 @@ END_TEST
 
 START_TEST(missing_files_and_directories_are_refused)
 {
-    char path[64];
+    char path[4096];
     snprintf(path, sizeof(path), "%s/none", dir);
     char *buf;
     size_t len;
@@ -79,20 +70,13 @@ START_TEST(missing_files_and_directories_are_refused)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    if (mkdtemp(dir) == NULL)
-        return EXIT_FAILURE;
-    Suite *s = suite_create("fileio");
-    TCase *tc = tcase_create("core");
+    dir = unit_scratch_dir("test-fileio");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, reads_the_whole_file_up_to_its_bound);
     tcase_add_test(tc, large_files_grow_the_buffer);
     tcase_add_test(tc, missing_files_and_directories_are_refused);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rmdir(dir);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("fileio")

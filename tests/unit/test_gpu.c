@@ -3,7 +3,6 @@
  * errors, device names, padding, create/fill/export/import/map, read-only
  * access (a copy into it fails, a store into it kills only the writer),
  * copies counted by cuMemGetInfo, and injected out-of-memory. */
-#include <check.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "tensorstore/gpu/gpu.h"
+#include "tests/lib/unit.h"
 
 static char fake_path[4096];
 
@@ -191,21 +191,15 @@ START_TEST(test_out_of_memory)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
     find_fake();
-    Suite *s = suite_create("gpu");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 60);
+    TCase *tc = unit_tcase(s, "core", 60);
     tcase_add_test(tc, test_missing_driver);
     tcase_add_test(tc, test_device_names);
     tcase_add_test(tc, test_padding);
     tcase_add_test(tc, test_share_read_only);
     tcase_add_test(tc, test_out_of_memory);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("gpu")

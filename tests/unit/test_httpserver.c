@@ -1,13 +1,13 @@
 /* test_httpserver.c - common/httpserver: routing, 404/405/413,
  * JSON bodies, headers, shared bodies, listen-address parsing, HTTPS. A
  * real server on a loopback port, driven by libcurl. */
-#include <check.h>
 #include <curl/curl.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/httpserver.h"
 #include "scheduler-ext/webhook/webhook.h"
+#include "tests/lib/unit.h"
 
 struct reply {
     long status;
@@ -351,22 +351,15 @@ START_TEST(test_tls)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    Suite *s = suite_create("httpserver");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 60);
+    TCase *tc = unit_tcase(s, "core", 60);
     tcase_add_test(tc, test_routing_thread_per_connection);
     tcase_add_test(tc, test_routing_thread_pool);
     tcase_add_test(tc, test_parse_listen);
     tcase_add_test(tc, test_tls);
     tcase_add_test(tc, test_bind_conflict);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    curl_global_cleanup();
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("httpserver")

@@ -4,12 +4,12 @@
  * boundaries included; its size is what the layout promises (2 bytes an id
  * in sparse chunks, 8 KiB for a full one); reading back in small batches
  * resumes where it stopped. */
-#include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "scheduler-ext/extender/id_set.h"
+#include "tests/lib/unit.h"
 
 static uint64_t rng_state = 12345;
 
@@ -175,19 +175,13 @@ START_TEST(size_is_what_the_layout_promises)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("id_set");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 60); /* sanitizer builds */
+    TCase *tc = unit_tcase(s, "core", 60); /* sanitizer builds */
     tcase_add_test(tc, empty_set);
     tcase_add_test(tc, chunk_boundaries);
     tcase_add_test(tc, random_sets_match_arrays);
     tcase_add_test(tc, size_is_what_the_layout_promises);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("id_set")

@@ -1,13 +1,13 @@
 /* test_ilp.c - the exact integer program (GLPK): optima known by hand or by
  * brute force, infeasible SLOs, sharing's constant term, and DTS never
  * beating the optimum over many random profiles. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "scheduler-ext/autoscaler/dts.h"
 #include "scheduler-ext/autoscaler/ilp.h"
+#include "tests/lib/unit.h"
 
 #define MIB (1024ull * 1024ull)
 #define TIME_LIMIT_MS 20000
@@ -277,11 +277,9 @@ START_TEST(refined_is_the_equal_share_optimum)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("ilp");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = unit_tcase(s, "core", 120);
     tcase_add_test(tc, optimum_beats_greedy_on_the_tail);
     tcase_add_test(tc, constraints_two_and_three_exclude_slow_configs);
     tcase_add_test(tc, zero_rate_needs_nothing);
@@ -289,10 +287,6 @@ int main(void)
     tcase_add_test(tc, matches_brute_force_on_small_spaces);
     tcase_add_test(tc, dts_is_never_below_the_optimum);
     tcase_add_test(tc, refined_is_the_equal_share_optimum);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("ilp")

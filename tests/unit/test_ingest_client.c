@@ -3,7 +3,6 @@
  * stalled daemon (timeout), a daemon that refuses (store full, bad
  * request), a well-formed reply, the framing limits, and staying
  * registered across a daemon restart. */
-#include <check.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -19,28 +18,24 @@
 
 #include "agent/ingest_client.h"
 #include "common/clock.h"
+#include "tests/lib/unit.h"
 
-static char dir[64];
-static char sock_path[128];
-static char model_path[128];
+static const char *dir;
+static char sock_path[108]; /* sun_path */
+static char model_path[4096];
 
 static void setup(void)
 {
-    strcpy(dir, "/tmp/tetris-ic-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(sock_path, sizeof(sock_path), "%s/ingest.sock", dir);
+    dir = unit_scratch_dir("ic");
+    ck_assert_int_lt(snprintf(sock_path, sizeof(sock_path), "%s/ingest.sock", dir),
+                     (int)sizeof(sock_path));
     snprintf(model_path, sizeof(model_path), "%s/model.bin", dir);
-    FILE *fp = fopen(model_path, "w");
-    ck_assert_ptr_nonnull(fp);
-    fwrite("0123456789abcdef", 1, 16, fp);
-    fclose(fp);
+    unit_write_text(model_path, "0123456789abcdef");
 }
 
 static void teardown(void)
 {
-    unlink(sock_path);
-    unlink(model_path);
-    rmdir(dir);
+    unit_remove_tree(dir);
 }
 
 /* A one-tensor model whose bytes are in model_path. */
@@ -429,12 +424,10 @@ START_TEST(test_close_while_reconnecting)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("ingest_client");
-    TCase *tc = tcase_create("fake daemons");
+    TCase *tc = unit_tcase(s, "fake daemons", 30);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_absent_daemon);
     tcase_add_test(tc, test_stalled_daemon);
     tcase_add_test(tc, test_refusals);
@@ -443,10 +436,6 @@ int main(void)
     tcase_add_test(tc, test_reregisters_after_daemon_restart);
     tcase_add_test(tc, test_close_while_reconnecting);
     tcase_add_test(tc, test_close_while_daemon_stalls);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("ingest_client")

@@ -4,7 +4,6 @@
  * duplicate keys, an index past the descriptors) is refused with an error
  * naming what is wrong; a truncated frame or a stalled peer is an error of
  * the framing. */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include "common/clock.h"
 #include "model/model.h"
 #include "protocol/ingest.h"
+#include "tests/lib/unit.h"
 
 static tensor_desc tensor(const char *name, const char *source, uint64_t offset, uint8_t fill)
 {
@@ -537,10 +537,9 @@ START_TEST(framing)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("ingest_protocol");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, request_round_trips);
     tcase_add_test(tc, request_bytes_are_the_documented_ones);
     tcase_add_test(tc, encoding_refuses_what_cannot_be_sent);
@@ -556,10 +555,6 @@ int main(void)
     tcase_add_test(tc, gpu_attach_round_trips);
     tcase_add_test(tc, gpu_reply_round_trips);
     tcase_add_test(tc, framing);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("ingest_protocol")

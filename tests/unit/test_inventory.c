@@ -3,12 +3,12 @@
  * store and a tenant's; the ETag is the quoted generation; every malformed
  * document (not JSON, wrong types, missing fields, bad digests, duplicate
  * keys) is refused with an error naming the field. */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "protocol/inventory.h"
+#include "tests/lib/unit.h"
 
 #define HEX_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define HEX_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -159,10 +159,9 @@ START_TEST(malformed_inventories_are_refused)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("inventory");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, shared_store_round_trips);
     tcase_add_test(tc, tenant_store_round_trips);
@@ -171,10 +170,6 @@ int main(void)
     tcase_add_test(tc, names_must_be_utf8);
     tcase_add_loop_test(tc, malformed_inventories_are_refused, 0,
                         (int)(sizeof bad / sizeof bad[0]));
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("inventory")

@@ -1,7 +1,6 @@
 /* test_kubeconfig.c - kubeconfig parsing: current-context resolution, token,
  * inline (base64) and file credentials, insecure-skip-tls-verify, namespace,
  * and clear errors for broken or hostile files. */
-#include <check.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/kubeconfig.h"
+#include "tests/lib/unit.h"
 
 static const char two_contexts[] =
     "apiVersion: v1\n"
@@ -58,25 +58,19 @@ END_TEST
 
 START_TEST(files_relative_to_kubeconfig_and_insecure)
 {
-    char dir[] = "/tmp/tetris-kubeconfig.XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *dir = unit_scratch_dir("kubeconfig");
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/client.crt", dir);
-    FILE *f = fopen(path, "w");
-    fputs("PEM-CERT", f);
-    fclose(f);
+    unit_write_text(path, "PEM-CERT");
     snprintf(path, sizeof path, "%s/client.key", dir);
-    f = fopen(path, "w");
-    fputs("PEM-KEY", f);
-    fclose(f);
+    unit_write_text(path, "PEM-KEY");
     snprintf(path, sizeof path, "%s/config", dir);
-    f = fopen(path, "w");
-    fputs("{\"current-context\":\"x\",\"clusters\":[{\"name\":\"k\",\"cluster\":{\"server\":"
-          "\"https://h:1\",\"insecure-skip-tls-verify\":true}}],\"contexts\":[{\"name\":\"x\","
-          "\"context\":{\"cluster\":\"k\",\"user\":\"u\"}}],\"users\":[{\"name\":\"u\",\"user\":"
-          "{\"client-certificate\":\"client.crt\",\"client-key\":\"client.key\"}}]}",
-          f);
-    fclose(f);
+    unit_write_text(
+        path,
+        "{\"current-context\":\"x\",\"clusters\":[{\"name\":\"k\",\"cluster\":{\"server\":"
+        "\"https://h:1\",\"insecure-skip-tls-verify\":true}}],\"contexts\":[{\"name\":\"x\","
+        "\"context\":{\"cluster\":\"k\",\"user\":\"u\"}}],\"users\":[{\"name\":\"u\",\"user\":"
+        "{\"client-certificate\":\"client.crt\",\"client-key\":\"client.key\"}}]}");
     kube_config cfg;
     tetris_error err = {0};
     ck_assert_msg(kubeconfig_load(path, &cfg, &err) == 0, "%s", err.msg);
@@ -86,9 +80,7 @@ START_TEST(files_relative_to_kubeconfig_and_insecure)
     ck_assert_ptr_null(cfg.token);
     ck_assert_str_eq(cfg.ns, "default");
     kubeconfig_clear(&cfg);
-    char cmd[PATH_MAX];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    unit_remove_tree(dir);
 }
 END_TEST
 
@@ -173,24 +165,17 @@ START_TEST(no_bearer_token_over_plain_http)
     kubeconfig_clear(&cfg);
 
     /* In-cluster files with an explicit http:// server. */
-    char dir[] = "/tmp/tetris-sa.XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *dir = unit_scratch_dir("sa");
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/token", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("secret\n", f);
-    fclose(f);
+    unit_write_text(path, "secret\n");
     snprintf(path, sizeof path, "%s/ca.crt", dir);
-    f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fclose(f);
+    unit_write_text(path, "");
     ck_assert_int_eq(kubeconfig_in_cluster(dir, "http://10.0.0.1:6443", &cfg, &err),
                      -TETRIS_E_DENIED);
     ck_assert_int_eq(kubeconfig_in_cluster(dir, "http://127.0.0.1:8080", &cfg, &err), 0);
     kubeconfig_clear(&cfg);
-    snprintf(path, sizeof path, "rm -rf %s", dir);
-    ck_assert_int_eq(system(path), 0);
+    unit_remove_tree(dir);
 }
 END_TEST
 
@@ -203,19 +188,14 @@ START_TEST(missing_file_is_notfound)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("kubeconfig");
-    TCase *tc = tcase_create("parse");
+    TCase *tc = unit_tcase(s, "parse", 0);
     tcase_add_test(tc, resolves_current_context);
     tcase_add_test(tc, files_relative_to_kubeconfig_and_insecure);
     tcase_add_test(tc, broken_files_give_clear_errors);
     tcase_add_test(tc, no_bearer_token_over_plain_http);
     tcase_add_test(tc, missing_file_is_notfound);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }
+
+UNIT_MAIN("kubeconfig")

@@ -4,7 +4,6 @@
  * overlaps) is TETRIS_E_FORMAT naming the field. One tensor entry encodes
  * and decodes on its own with any source key (the ingest request's), and
  * the identities-only reader checks what it reads as the full one does. */
-#include <check.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -16,13 +15,14 @@
 #include "tests/formats/model_synth.h"
 #include "model/manifest.h"
 #include "model/model.h"
+#include "tests/lib/unit.h"
 
-static char dir[] = "/tmp/tetris-test-manifest-XXXXXX";
+static const char *dir;
 static char model_path[256];
 
 static void setup(void)
 {
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    dir = unit_scratch_dir("test-manifest");
     snprintf(model_path, sizeof model_path, "%s/m.safetensors", dir);
     float w[6] = {1, 2, 3, 4, 5, 6};
     int64_t v[2] = {7, -8};
@@ -41,8 +41,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    unlink(model_path);
-    rmdir(dir);
+    unit_remove_tree(dir);
 }
 
 static model *indexed_model(void)
@@ -469,10 +468,9 @@ START_TEST(identities_are_checked_like_the_rest)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("manifest");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, round_trip_in_memory_and_on_disk);
     tcase_add_test(tc, writing_needs_digests);
@@ -487,10 +485,6 @@ int main(void)
     tcase_add_test(tc, identities_only);
     tcase_add_loop_test(tc, identities_are_checked_like_the_rest, 0,
                         (int)(sizeof bad_identities / sizeof bad_identities[0]));
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("manifest")

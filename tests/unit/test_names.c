@@ -1,12 +1,12 @@
 /* test_names.c - the shared names: a model name must be a valid label value
  * to label pods with, and the names that live in two places (the store's
  * directory, the listen addresses) say the same thing in both. */
-#include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "protocol/names.h"
 #include "tensorstore/store.h"
+#include "tests/lib/unit.h"
 
 START_TEST(label_values)
 {
@@ -34,16 +34,11 @@ START_TEST(names_agree)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("names");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, label_values);
     tcase_add_test(tc, names_agree);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("names")

@@ -4,7 +4,6 @@
  * request refused with a message naming the problem) and the response
  * encoder (JSON and binary; what it writes decodes back to the same
  * bytes). */
-#include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "function/oip_request.h"
 #include "function/oip_response.h"
 #include "protocol/oip.h"
+#include "tests/lib/unit.h"
 
 /* Two inputs: x FP32 [-1, 3] and n INT64 [2]; two outputs. */
 static const oip_tensor_spec small_inputs[] = {
@@ -465,10 +465,9 @@ START_TEST(response)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("oip");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, datatypes);
     tcase_add_test(tc, narrow_floats);
     tcase_add_test(tc, decode_small);
@@ -477,10 +476,6 @@ int main(void)
     tcase_add_test(tc, decode_bad_binary);
     tcase_add_test(tc, every_datatype_round_trip);
     tcase_add_test(tc, response);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("oip")

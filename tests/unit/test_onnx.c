@@ -4,7 +4,6 @@
  * truncation) and the real models the build fetches into .deps/models
  * (TETRIS_MODELS_DIR overrides): tensor counts and bytes, all bytes decode,
  * Silero VAD v5 and v6 share tensors. */
-#include <check.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include "model/format_onnx.h"
 #include "model/model.h"
 #include "model/protobuf.h"
+#include "tests/lib/unit.h"
 
 static model *parse_ok(const char *path, const struct sbuf *b)
 {
@@ -588,10 +588,9 @@ START_TEST(silero_v5_v6_share_tensors)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("onnx");
-    TCase *tc = tcase_create("synthetic");
+    TCase *tc = unit_tcase(s, "synthetic", 0);
     tcase_add_test(tc, protobuf_reader_basics);
     tcase_add_test(tc, every_encoding_decodes);
     tcase_add_test(tc, constants_and_subgraphs);
@@ -600,17 +599,11 @@ int main(void)
     tcase_add_test(tc, varints_stream_through_a_bounded_buffer);
     tcase_add_loop_test(tc, malformed_files_fail_clearly, 0, (int)SYN_N_BAD_CASES);
     tcase_add_test(tc, every_truncation_is_handled);
-    suite_add_tcase(s, tc);
-    TCase *real = tcase_create("real-models");
-    tcase_set_timeout(real, 60);
+    TCase *real = unit_tcase(s, "real-models", 60);
     tcase_add_loop_test(real, real_model_counts_and_decoding, 0,
                         (int)(sizeof real_models / sizeof real_models[0]));
     tcase_add_test(real, silero_v5_subgraph_weights);
     tcase_add_test(real, silero_v5_v6_share_tensors);
-    suite_add_tcase(s, real);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("onnx")

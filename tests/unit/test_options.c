@@ -4,7 +4,6 @@
  * unknown options and missing values as usage errors, operands and
  * options_first, --help and --version (in a child: they exit), and the
  * generated help's layout, line by line. */
-#include <check.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -16,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/options.h"
+#include "tests/lib/unit.h"
 
 /* Everything a table below writes. */
 struct values {
@@ -524,10 +524,9 @@ START_TEST(help_width)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("options");
-    TCase *tc = tcase_create("options");
+    TCase *tc = unit_tcase(s, "options", 0);
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, every_type);
     tcase_add_test(tc, defaults_stay);
@@ -558,10 +557,6 @@ int main(void)
     tcase_add_test(tc, help_exits);
     tcase_add_test(tc, help_layout);
     tcase_add_test(tc, help_width);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("options")

@@ -1,13 +1,13 @@
 /* test_profile.c - profile YAML: a valid profile reads back field by field,
  * writing and re-reading round-trips, and every kind of bad input gives a
  * format error that names the line and the key. */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "protocol/profile.h"
+#include "tests/lib/unit.h"
 
 static const char valid[] =
     "tetris_profile: 1\n"
@@ -185,20 +185,15 @@ START_TEST(latency_statistic_names)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("profile");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, reads_every_field);
     tcase_add_test(tc, write_then_read_round_trips);
     tcase_add_test(tc, strings_that_need_quoting_survive);
     tcase_add_test(tc, missing_file_is_an_io_error);
     tcase_add_test(tc, bad_input_names_line_and_key);
     tcase_add_test(tc, latency_statistic_names);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("profile")

@@ -1,7 +1,6 @@
 /* test_reclaimer_units.c - tetris-reclaimer's pure parts: size and
  * duration parsing, the YAML settings reader, settings precedence (file <
  * flags), and the tensor index (hash table with deletions, state file). */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "common/config_yaml.h"
 #include "reclaimer/reclaim_policy.h"
 #include "reclaimer/tensor_index.h"
+#include "tests/lib/unit.h"
 
 START_TEST(test_parse_bytes)
 {
@@ -103,13 +103,13 @@ START_TEST(test_yaml_bad)
 }
 END_TEST
 
+/* A settings file holding text, in a scratch directory of its own: the
+ * caller frees the path. */
 static char *write_temp(const char *text)
 {
-    char *path = strdup("/tmp/tetris-reclaimer-test-XXXXXX");
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    char *path = NULL;
+    ck_assert_int_ge(asprintf(&path, "%s/settings.yaml", unit_scratch_dir("reclaimer-test")), 0);
+    unit_write_text(path, text);
     return path;
 }
 
@@ -367,9 +367,8 @@ START_TEST(test_index_state_file)
         ck_assert_int_eq(tensor_index_upsert(ix, &d, &e, NULL, &err), 0);
         e->last_ref_s = i % 3 ? 1000 + i : 0;
     }
-    char path[] = "/tmp/tetris-reclaimer-state-XXXXXX";
-    int fd = mkstemp(path);
-    close(fd);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/reclaimer.state", unit_scratch_dir("reclaimer-state"));
     ck_assert_int_eq(tensor_index_save(ix, path, &err), 0);
     tensor_index_free(ix);
 
@@ -387,9 +386,7 @@ START_TEST(test_index_state_file)
     }
     tensor_index_free(ix);
 
-    FILE *fp = fopen(path, "w");
-    fputs("not a digest 12\n", fp);
-    fclose(fp);
+    unit_write_text(path, "not a digest 12\n");
     ck_assert_int_eq(tensor_index_new(&ix, &err), 0);
     ck_assert_int_eq(tensor_index_load(ix, path, &err), -TETRIS_E_FORMAT);
     ck_assert_int_eq(tensor_index_load(ix, "/nonexistent/state", &err), 0);
@@ -420,10 +417,9 @@ START_TEST(test_reclaim_rule)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("reclaimer");
-    TCase *tc = tcase_create("units");
+    TCase *tc = unit_tcase(s, "units", 0);
     tcase_add_test(tc, test_parse_bytes);
     tcase_add_test(tc, test_config_budgets);
     tcase_add_test(tc, test_parse_seconds);
@@ -436,10 +432,6 @@ int main(void)
     tcase_add_test(tc, test_index_insert_remove);
     tcase_add_test(tc, test_index_state_file);
     tcase_add_test(tc, test_reclaim_rule);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("reclaimer")

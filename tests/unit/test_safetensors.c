@@ -2,7 +2,6 @@
  * valid files (dtypes, metadata, padding, empty tensors, digests and reads
  * from disk) and every malformed case of the bad-input corpus, plus every
  * truncation of a valid file. */
-#include <check.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include "tests/formats/model_synth.h"
 #include "model/format_safetensors.h"
 #include "model/model.h"
+#include "tests/lib/unit.h"
 
 static model *parse_ok(const char *path, const struct sbuf *b)
 {
@@ -231,10 +231,9 @@ START_TEST(content_sniffing_without_extension)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("safetensors");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, two_tensors_in_file_order);
     tcase_add_test(tc, every_dtype);
     tcase_add_test(tc, padding_scalars_and_empty_tensors);
@@ -243,10 +242,6 @@ int main(void)
     tcase_add_test(tc, every_truncation_fails);
     tcase_add_test(tc, tensor_names_in_messages);
     tcase_add_test(tc, content_sniffing_without_extension);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("safetensors")

@@ -3,11 +3,9 @@
  * trailer and byte corruption, capacity, tenants, read-only opens, holders
  * and their liveness, repair, and the use lock. Multi-process and crash
  * behaviour is in tests/tensorstore/. */
-#include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,30 +18,10 @@
 #include <unistd.h>
 
 #include "tensorstore/store.h"
+#include "tests/lib/unit.h"
 
-static char base_dir[] = "/dev/shm/tetris-test-store.XXXXXX";
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void base_setup(void)
-{
-    if (mkdtemp(base_dir) == NULL) {
-        perror(base_dir);
-        exit(EXIT_FAILURE);
-    }
-    chmod(base_dir, 0755); /* the read-only test drops to another user */
-}
-
-static void base_teardown(void)
-{
-    nftw(base_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+/* Every test's stores, under one scratch directory removed at exit. */
+static const char *base_dir;
 
 /* A fresh directory for one test. */
 static char *new_dir(void)
@@ -247,14 +225,9 @@ START_TEST(open_rejects_missing_and_foreign)
     /* A marker that is not ours. */
     char *marker;
     ck_assert_int_ge(asprintf(&marker, "%s/.tetris-store", dir), 0);
-    FILE *f = fopen(marker, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("{\"format\": \"something-else\"}", f);
-    fclose(f);
+    unit_write_text(marker, "{\"format\": \"something-else\"}");
     ck_assert_int_eq(store_open(dir, &plain, &s, &err), -TETRIS_E_FORMAT);
-    f = fopen(marker, "w");
-    fputs("{not json", f);
-    fclose(f);
+    unit_write_text(marker, "{not json");
     ck_assert_int_eq(store_open(dir, &plain, &s, &err), -TETRIS_E_FORMAT);
     free(marker);
     free(missing);
@@ -569,10 +542,7 @@ START_TEST(foreach_tensor_lists_complete_files)
     char *fan;
     ck_assert_int_ge(asprintf(&fan, "%s/public/tensors/00", dir), 0);
     mkdir(fan, 0755);
-    FILE *f = fopen(stray, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("junk", f);
-    fclose(f);
+    unit_write_text(stray, "junk");
     /* So is a FIFO with a digest's name; reading it must not hang. */
     char *fifo;
     ck_assert_int_ge(asprintf(&fifo, "%s/public/tensors/00/00%062d", dir, 0), 0);
@@ -1358,12 +1328,15 @@ START_TEST(use_lock_excludes_reclaim)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    base_setup();
-    Suite *s = suite_create("store");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 60);
+    base_dir = unit_scratch_dir("test-store");
+    /* The read-only test drops to another user. */
+    if (chmod(base_dir, 0755) != 0) {
+        perror(base_dir);
+        exit(EXIT_FAILURE);
+    }
+    TCase *tc = unit_tcase(s, "core", 60);
     tcase_add_test(tc, open_creates_layout_and_reopens);
     tcase_add_test(tc, open_rejects_missing_and_foreign);
     tcase_add_test(tc, publish_map_roundtrip);
@@ -1388,11 +1361,6 @@ int main(void)
     tcase_add_test(tc, garbage_holder_files_are_parsed_defensively);
     tcase_add_test(tc, foreach_holder_stops_when_asked);
     tcase_add_test(tc, use_lock_excludes_reclaim);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    base_teardown();
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("store")

@@ -4,7 +4,6 @@
  * takes away only what it made, following no link; view_check refuses
  * views a reader must not trust. Needs the real models (.deps/models, or
  * TETRIS_MODELS). */
-#include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -17,9 +16,10 @@
 #include "agent/agent.h"
 #include "agent/view.h"
 #include "common/log.h"
+#include "tests/lib/unit.h"
 
 static char model_path[4096];
-static char scratch[4096];
+static const char *scratch;
 
 static void setup(void)
 {
@@ -27,16 +27,12 @@ static void setup(void)
     snprintf(model_path, sizeof(model_path), "%s/silero_vad_v5.onnx",
              dir != NULL ? dir : ".deps/models");
     ck_assert_msg(access(model_path, R_OK) == 0, "missing real model %s", model_path);
-    snprintf(scratch, sizeof(scratch), "%s/tetris-test-view.XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(scratch));
+    scratch = unit_scratch_dir("test-view");
 }
 
 static void teardown(void)
 {
-    char cmd[8300];
-    snprintf(cmd, sizeof(cmd), "chmod -R u+w '%s' && rm -rf '%s'", scratch, scratch);
-    ck_assert_int_eq(system(cmd), 0);
+    unit_remove_tree(scratch);
 }
 
 static void path_in(char *buf, size_t len, const char *name)
@@ -163,10 +159,7 @@ START_TEST(write_and_remove_only_our_own)
 
     /* Someone else's file and a link to a file outside, put into the view
      * (and into its tensors/) after it was written: neither is ours. */
-    FILE *f = fopen(victim, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("keep me", f);
-    fclose(f);
+    unit_write_text(victim, "keep me");
     snprintf(path, sizeof(path), "%s/stranger", dir);
     ck_assert_int_eq(symlink(victim, path), 0);
     snprintf(path, sizeof(path), "%s/tensors/zz", dir);
@@ -193,9 +186,7 @@ START_TEST(refuses_a_directory_not_empty)
     path_in(dir, sizeof(dir), "full");
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     snprintf(path, sizeof(path), "%s/x", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fclose(f);
+    unit_write_text(path, "");
     agent_model *am = load(AGENT_MODE_PRIVATE, NULL);
     model_view *v = NULL;
     tetris_error err = {0};
@@ -257,27 +248,16 @@ START_TEST(check_refuses_untrusted_views)
 }
 END_TEST
 
-static Suite *view_suite(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("view");
-    TCase *tc = tcase_create("view");
+    log_init("test_view");
+    TCase *tc = unit_tcase(s, "view", 60);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, index_escapes_names);
     tcase_add_test(tc, index_refuses_invalid_utf8);
     tcase_add_test(tc, write_and_remove_only_our_own);
     tcase_add_test(tc, refuses_a_directory_not_empty);
     tcase_add_test(tc, check_refuses_untrusted_views);
-    suite_add_tcase(s, tc);
-    return s;
 }
 
-int main(void)
-{
-    log_init("test_view");
-    SRunner *sr = srunner_create(view_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+UNIT_MAIN("view")

@@ -6,7 +6,6 @@
  * message naming what is wrong, and that the certificates chain. The
  * patches are applied here by a small RFC 6902 interpreter, so the tests
  * check the pod the apiserver would store, not the operations' spelling. */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 
 #include "protocol/names.h"
 #include "scheduler-ext/webhook/webhook.h"
+#include "tests/lib/unit.h"
 
 static const struct webhook_config plain = {
     .store_dir = "/dev/shm/tetris",
@@ -744,10 +744,9 @@ START_TEST(certificates_chain)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("webhook");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, both_api_versions_answered);
     tcase_add_test(tc, empty_patch_answer_has_no_patch);
     tcase_add_test(tc, function_pod_gets_store_model_scheduler);
@@ -760,10 +759,6 @@ int main(void)
     tcase_add_test(tc, malformed_reviews_refused);
     tcase_add_test(tc, malformed_pods_refused);
     tcase_add_test(tc, certificates_chain);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("webhook")

@@ -2,12 +2,12 @@
  * document order, arrays, every scalar a string as written), the
  * positions it records, and every input it refuses with a format error
  * that names the input, the line and the column. */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/yaml_read.h"
+#include "tests/lib/unit.h"
 
 static json_t *read_ok(const char *text, yaml_read_marks **marks)
 {
@@ -258,10 +258,9 @@ START_TEST(json_text_reads)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("yaml_read");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, mappings_sequences_and_scalars);
     tcase_add_test(tc, every_scalar_is_its_text);
     tcase_add_test(tc, no_document_is_null);
@@ -273,10 +272,6 @@ int main(void)
     tcase_add_test(tc, more_than_one_document_is_refused);
     tcase_add_test(tc, depth_is_bounded);
     tcase_add_test(tc, json_text_reads);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("yaml_read")

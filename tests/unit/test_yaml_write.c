@@ -1,12 +1,12 @@
 /* test_yaml_write.c - Kubernetes objects (JSON values) printed as YAML: one document per
  * object, block style, and every string that YAML would read as a boolean,
  * number or null quoted so that it reads back as the same string. */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/yaml_write.h"
+#include "tests/lib/unit.h"
 
 static char *write_yaml(json_t *objects)
 {
@@ -77,17 +77,12 @@ START_TEST(not_an_array_is_refused)
 }
 END_TEST
 
-int main(void)
+static void unit_tests(Suite *s)
 {
-    Suite *s = suite_create("yaml_write");
-    TCase *tc = tcase_create("core");
+    TCase *tc = unit_tcase(s, "core", 0);
     tcase_add_test(tc, documents_in_block_style);
     tcase_add_test(tc, ambiguous_strings_are_quoted);
     tcase_add_test(tc, not_an_array_is_refused);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+UNIT_MAIN("yaml_write")
