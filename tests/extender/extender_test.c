@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/kube/faultserver.h"
+#include "tests/lib/faultserver.h"
 #include "common/textbuf.h"
 #include "scheduler-ext/extender/ext_request.h"
 #include "scheduler-ext/extender/extender.h"

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "common/log.h"
-#include "tests/formats/model_synth.h"
+#include "tests/model/model_synth.h"
 
 static int write_one(const char *dir, const char *name, struct sbuf *b, const char *expect)
 {

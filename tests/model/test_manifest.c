@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/formats/model_synth.h"
+#include "tests/model/model_synth.h"
 #include "model/manifest.h"
 #include "model/model.h"
 #include "tests/lib/unit.h"

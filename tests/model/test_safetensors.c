@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/formats/model_synth.h"
+#include "tests/model/model_synth.h"
 #include "model/format_safetensors.h"
 #include "model/model.h"
 #include "tests/lib/unit.h"

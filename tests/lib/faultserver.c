@@ -1,7 +1,7 @@
 /* faultserver.c - the scripted fault-injecting HTTP server (see
  * faultserver.h). A thread accepts connections one by one, reads a request,
  * records it and plays the next queued reply. */
-#include "tests/kube/faultserver.h"
+#include "tests/lib/faultserver.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

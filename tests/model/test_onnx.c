@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
-#include "tests/formats/model_synth.h"
+#include "tests/model/model_synth.h"
 #include "model/format_onnx.h"
 #include "model/model.h"
 #include "model/protobuf.h"

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tests/kube/faultserver.h"
+#include "tests/lib/faultserver.h"
 #include "common/clock.h"
 #include "common/kube.h"
 #include "reclaimer/node-pins/node_pods.h"
