@@ -7,8 +7,6 @@
 
 #include "fuzz/fuzz_store_files.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 static int check_holder(void *ctx, const struct store_holder_info *h)
 {
     size_t *seen = ctx;
