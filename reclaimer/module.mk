@@ -10,7 +10,7 @@ tetris-reclaimer_SRCS := reclaimer/main.c reclaimer/stores.c reclaimer/served.c 
 # them.
 LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c \
             reclaimer/reclaim_policy.c
-UNIT_TESTS += tests/unit/test_reclaimer_units.c
+UNIT_TESTS += tests/reclaimer/test_reclaimer_units.c
 
 TEST_PROGRAMS += tetris-ingest-probe
 tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
