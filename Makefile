@@ -95,12 +95,25 @@ $(BIN)/$(1): $$($(1)_SRCS:%.c=$(BUILD)/%.o) $(LIBTETRIS)
 endef
 $(foreach p,$(PROGRAMS) $(TEST_PROGRAMS),$(eval $(call PROGRAM_template,$(p))))
 
-UNIT_BINS := $(UNIT_TESTS:tests/unit/%.c=$(BUILD)/tests/%)
+# A unit test lives with its module's other tests (tests/<module>/test_x.c,
+# docs/TESTING.md) and builds into $(BUILD)/tests/test_x, so its name is
+# unique across the tree.
+unit_bin = $(BUILD)/tests/$(basename $(notdir $(1)))
+UNIT_BINS := $(foreach t,$(UNIT_TESTS),$(call unit_bin,$(t)))
+ifneq ($(words $(UNIT_BINS)),$(words $(sort $(UNIT_BINS))))
+$(error two unit tests share a file name: $(sort $(UNIT_TESTS)))
+endif
+# Every unit test links tests/lib/unit.c: its main() and shared helpers
+# (tests/lib/unit.h).
+UNIT_LIB_OBJS := $(BUILD)/tests/lib/unit.o
 # Unit-test objects are intermediate for make; keep them between runs.
-.SECONDARY: $(UNIT_TESTS:%.c=$(BUILD)/%.o)
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTETRIS)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ -lcheck -lsubunit -lrt $(UNIT_LIBS) $(LDLIBS)
+.SECONDARY: $(UNIT_TESTS:%.c=$(BUILD)/%.o) $(UNIT_LIB_OBJS)
+define UNIT_template
+$(call unit_bin,$(1)): $(BUILD)/$(1:.c=.o) $(UNIT_LIB_OBJS) $(LIBTETRIS)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ -lcheck -lsubunit -lrt $$(UNIT_LIBS) $$(LDLIBS)
+endef
+$(foreach t,$(UNIT_TESTS),$(eval $(call UNIT_template,$(t))))
 
 # run_tests(shell tests): the unit tests, then those shell tests, against
 # the binaries of the current build flavour (BIN).

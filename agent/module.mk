@@ -13,7 +13,7 @@ tetris-agent_LDLIBS := -Wl,-Bstatic -lcrypto -lz -ljansson -lyaml -Wl,-Bdynamic 
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime
 
-UNIT_TESTS += tests/unit/test_agent.c tests/unit/test_ingest_client.c tests/unit/test_view.c
+UNIT_TESTS += tests/agent/test_agent.c tests/agent/test_ingest_client.c tests/agent/test_view.c
 UNIT_LIBS += -lonnxruntime
 SHELL_TESTS += $(sort $(wildcard tests/agent/test-*.sh))
 TEST_PROGRAMS += tetris-test-fake-daemon

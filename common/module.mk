@@ -15,19 +15,19 @@ LIB_SRCS += common/error.c common/log.c common/clock.c common/textbuf.c common/p
 # may pull it in, so the library goes on the global link line.
 LDLIBS += -lmicrohttpd
 
-UNIT_TESTS += tests/unit/test_httpserver.c tests/unit/test_kubeconfig.c tests/unit/test_common.c \
-              tests/unit/test_yaml_write.c tests/unit/test_yaml_read.c tests/unit/test_fileio.c \
-              tests/unit/test_options.c
+UNIT_TESTS += tests/common/test_httpserver.c tests/common/test_kubeconfig.c tests/common/test_common.c \
+              tests/common/test_yaml_write.c tests/common/test_yaml_read.c tests/common/test_fileio.c \
+              tests/common/test_options.c
 UNIT_LIBS += -lcurl
 
 # The Kubernetes client against the fault-injecting HTTP server (dropped
 # connections, 410 mid-stream, 429 storms, slow replies).
 TEST_PROGRAMS += kube-client-test
-kube-client-test_SRCS := tests/kube/kube_client_test.c tests/kube/faultserver.c
+kube-client-test_SRCS := tests/common/kube_client_test.c tests/lib/faultserver.c
 kube-client-test_LIBS := -lcheck -lsubunit -lrt -lcurl
-SHELL_TESTS += tests/kube/test-kube-client.sh
+SHELL_TESTS += tests/common/test-kube-client.sh
 
 # The client against the real apiserver (driven by tests/k8s/).
 TEST_PROGRAMS += kube-e2e
-kube-e2e_SRCS := tests/kube/kube_e2e.c
+kube-e2e_SRCS := tests/common/kube_e2e.c
 kube-e2e_LIBS := -lcurl

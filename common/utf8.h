@@ -1,7 +1,7 @@
 /* utf8.h - well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
  * nothing above U+10FFFF), the one check every writer of peer-supplied
  * text (Prometheus label values, JSON strings) and the JSON reader
- * (common/json_scan.h) share. Tested in tests/unit/test_common.c. */
+ * (common/json_scan.h) share. Tested in tests/common/test_common.c. */
 #ifndef TETRIS_UTF8_H
 #define TETRIS_UTF8_H
 

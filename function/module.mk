@@ -3,7 +3,7 @@
 # Protocol API), and its tests. The protocol's decoder and encoder are pure
 # and go into the library, so that the unit tests and the fuzzer link them.
 LIB_SRCS += function/oip_request.c function/oip_response.c
-UNIT_TESTS += tests/unit/test_oip.c
+UNIT_TESTS += tests/function/test_oip.c
 PROGRAMS += tetris-function
 tetris-function_SRCS := function/tetris-function.c function/oip_api.c function/batcher.c \
                         function/oip_ort.c function/fn_metrics.c function/fn_replies.c

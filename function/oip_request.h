@@ -42,7 +42,7 @@
  *
  * Errors: TETRIS_E_FORMAT with a message naming the input or field and
  * what is wrong (the reply's 400), TETRIS_E_NOMEM. Tests:
- * tests/unit/test_oip.c, tests/function/test-oip-bad.sh, fuzz/fuzz_oip.c. */
+ * tests/function/test_oip.c, tests/function/test-oip-bad.sh, fuzz/fuzz_oip.c. */
 #ifndef TETRIS_OIP_REQUEST_H
 #define TETRIS_OIP_REQUEST_H
 

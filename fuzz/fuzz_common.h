@@ -1,9 +1,18 @@
-/* fuzz_common.h - checks every parser harness shares: errors are well
- * formed, and an accepted model goes through manifest JSON and back
- * unchanged and can be listed. */
+/* fuzz_common.h - what every harness shares, included first by each:
+ * libFuzzer's entry points declared once, and the set-up before the first
+ * input (LLVMFuzzerInitialize, defined here: only error logs, which would
+ * otherwise drown the fuzzer's output, and /dev/null for the listings);
+ * then the checks of the model parsers' harnesses: errors are well formed,
+ * and an accepted model goes through manifest JSON and back unchanged and
+ * can be listed.
+ *
+ * A harness is one translation unit built into its own binary
+ * (fuzz/module.mk), so the one non-inline definition here is that
+ * binary's only one. */
 #ifndef TETRIS_FUZZ_COMMON_H
 #define TETRIS_FUZZ_COMMON_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +21,21 @@
 #include "model/manifest.h"
 #include "model/model.h"
 
+/* Each harness defines LLVMFuzzerTestOneInput; 0 for every input. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
 static FILE *fuzz_devnull;
 
-static inline void fuzz_init(void)
+int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
+    (void)argc;
+    (void)argv;
     log_set_level(LOG_LEVEL_ERROR);
     fuzz_devnull = fopen("/dev/null", "w");
     if (fuzz_devnull == NULL)
         abort();
+    return 0;
 }
 
 /* A rejected input is a format error (or an I/O one for external data) and

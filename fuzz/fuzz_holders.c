@@ -7,8 +7,6 @@
 
 #include "fuzz/fuzz_store_files.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 static int check_holder(void *ctx, const struct store_holder_info *h)
 {
     size_t *seen = ctx;
@@ -30,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32];
     store *s = fuzz_store(dir);
-    snprintf(path, sizeof path, "%s/holders/fuzz.ref", dir);
+    snprintf(path, sizeof path, "%s/private/holders/fuzz.ref", dir);
     fuzz_write_file(path, data, size);
     size_t seen = 0;
     tetris_error err;

@@ -11,20 +11,10 @@
 
 #include <jansson.h>
 
+#include "fuzz/fuzz_common.h"
 #include "common/log.h"
 #include "model/model.h"
 #include "protocol/ingest.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    log_set_level(LOG_LEVEL_ERROR);
-    return 0;
-}
 
 static void same_tensor(const tensor_desc *a, const tensor_desc *b)
 {

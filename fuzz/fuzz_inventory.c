@@ -6,9 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz/fuzz_common.h"
 #include "protocol/inventory.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

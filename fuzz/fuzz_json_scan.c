@@ -24,9 +24,8 @@
 
 #include <jansson.h>
 
+#include "fuzz/fuzz_common.h"
 #include "common/json_scan.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Set when jansson read the text with JSON_DECODE_INT_AS_REAL. */
 static bool ints_as_reals;

@@ -21,12 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz/fuzz_common.h"
 #include "common/log.h"
 #include "common/textbuf.h"
 #include "function/oip_request.h"
 #include "function/oip_response.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static oip_tensor_spec every[OIP_DATATYPE_COUNT];
 static char every_names[OIP_DATATYPE_COUNT][16];
@@ -41,7 +40,6 @@ static oip_signature signatures[4];
 
 static void init(void)
 {
-    log_set_level(LOG_LEVEL_ERROR);
     for (int i = 0; i < OIP_DATATYPE_COUNT; i++) {
         snprintf(every_names[i], sizeof(every_names[i]), "in_%s",
                  oip_datatype_name((enum oip_datatype)i));

@@ -17,9 +17,6 @@
 #include "fuzz/fuzz_common.h"
 #include "model/onnx_rewrite.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
 struct policy {
     const uint8_t *image;
     size_t size;
@@ -54,14 +51,6 @@ static bool share_some(void *ctx, const struct onnx_tensor_ref *t, struct onnx_e
         ext->offset = t->offset;
     }
     return share;
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

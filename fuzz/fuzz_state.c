@@ -7,8 +7,6 @@
 #include "fuzz/fuzz_store_files.h"
 #include "reclaimer/tensor_index.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 static void same(tensor_index *a, tensor_index *b)
 {
     if (tensor_index_count(a) != tensor_index_count(b))

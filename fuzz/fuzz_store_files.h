@@ -1,25 +1,34 @@
 /* fuzz_store_files.h - what the harnesses of on-disk parsers share: a
- * store on tmpfs made once per process, and writing an input as a file. */
+ * store on tmpfs made once per process and removed at its exit (walked
+ * with nftw, no shell), and writing an input as a file. */
 #ifndef TETRIS_FUZZ_STORE_FILES_H
 #define TETRIS_FUZZ_STORE_FILES_H
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "common/log.h"
+#include "fuzz/fuzz_common.h"
 #include "tensorstore/store.h"
 
 static char fuzz_store_root[PATH_MAX];
 
+static inline int fuzz_remove_entry(const char *path, const struct stat *st, int flag,
+                                    struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
 static inline void fuzz_store_remove(void)
 {
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fuzz_store_root);
-    if (system(cmd) != 0)
+    if (nftw(fuzz_store_root, fuzz_remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         fprintf(stderr, "fuzz: could not remove %s\n", fuzz_store_root);
 }
 
@@ -30,7 +39,6 @@ static inline store *fuzz_store(char dir[PATH_MAX])
     char *root = fuzz_store_root;
     static store *s;
     if (s == NULL) {
-        log_set_level(LOG_LEVEL_ERROR);
         snprintf(root, PATH_MAX, "/dev/shm/tetris-fuzz.XXXXXX");
         if (mkdtemp(root) == NULL)
             abort();

@@ -6,8 +6,6 @@
 
 #include "fuzz/fuzz_store_files.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32];

@@ -11,8 +11,6 @@
 #include "agent/view.h"
 #include "fuzz/fuzz_store_files.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char dir[PATH_MAX], view[PATH_MAX + 16], path[PATH_MAX + 32];

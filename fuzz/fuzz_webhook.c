@@ -8,10 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz/fuzz_common.h"
 #include "common/log.h"
 #include "scheduler-ext/webhook/webhook.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -28,7 +27,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     };
     /* The tenant each config's namespace names. */
     static const char *const ns_tenants[] = {NULL, "alpha"};
-    log_set_level(LOG_LEVEL_ERROR);
     webhook_review rv;
     tetris_error err;
     if (webhook_review_parse((const char *)data, size, &rv, &err) < 0) {

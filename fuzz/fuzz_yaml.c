@@ -13,12 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz/fuzz_common.h"
 #include "common/config_yaml.h"
 #include "common/log.h"
 #include "common/yaml_read.h"
 #include "protocol/profile.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define NAME "fuzz.yaml"
 
@@ -126,11 +125,6 @@ static void fuzz_profile(const char *text, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static bool quiet;
-    if (!quiet) {
-        log_set_level(LOG_LEVEL_ERROR);
-        quiet = true;
-    }
     const char *text = (const char *)data;
     fuzz_tree(text, size);
     fuzz_settings(text, size);

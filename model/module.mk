@@ -7,9 +7,9 @@ LIB_SRCS += model/protobuf.c model/format_safetensors.c model/format_onnx.c \
             model/model.c model/model_parse.c model/manifest.c model/model_print.c model/model_publish.c \
             model/onnx_rewrite.c
 
-UNIT_TESTS += tests/unit/test_safetensors.c tests/unit/test_onnx.c tests/unit/test_manifest.c
+UNIT_TESTS += tests/model/test_safetensors.c tests/model/test_onnx.c tests/model/test_manifest.c
 
 TEST_PROGRAMS += tetris-gen-model-corpus
-tetris-gen-model-corpus_SRCS := tests/formats/gen-model-corpus.c
+tetris-gen-model-corpus_SRCS := tests/model/gen-model-corpus.c
 
-SHELL_TESTS += tests/formats/test-bad-models.sh
+SHELL_TESTS += tests/model/test-bad-models.sh

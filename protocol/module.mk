@@ -9,5 +9,5 @@
 # manifest, a model's JSON form, is model/manifest.h's.)
 LIB_SRCS += protocol/profile.c protocol/ingest.c protocol/inventory.c protocol/names.c \
             protocol/oip.c
-UNIT_TESTS += tests/unit/test_profile.c tests/unit/test_ingest_protocol.c tests/unit/test_inventory.c \
-              tests/unit/test_names.c
+UNIT_TESTS += tests/protocol/test_profile.c tests/protocol/test_ingest_protocol.c tests/protocol/test_inventory.c \
+              tests/protocol/test_names.c

@@ -25,7 +25,7 @@
  * of "data", and its bytes follow the JSON header (see
  * OIP_HEADER_LENGTH_HEADER).
  *
- * Tests: tests/unit/test_oip.c (the conversions, every datatype written and
+ * Tests: tests/function/test_oip.c (the conversions, every datatype written and
  * decoded back), fuzz/fuzz_oip.c, tests/function/test-oip*.sh. */
 #ifndef TETRIS_OIP_H
 #define TETRIS_OIP_H

@@ -2,11 +2,14 @@
  * serves (the shared one and every tenant's), their tensor indexes and
  * counters, and the locks that order ingests against reclaim passes.
  * Each part lives in its own file:
- *   stores.c          the served stores: the shared one and tenants'
+ *   stores.c          the served stores: the shared one and tenants', and
+ *                     the node pass's order of steps
+ *   served.c          queries over the served stores, their index helpers
+ *   adopt.c           holders of a previous daemon, adopted at start-up
  *   ingest_server.c   the Unix-socket ingest service (a thread per client)
  *   peers.c           what each peer may take: connection shares, unverified
  *                     bytes, backoff after failed claims, fallback reports
- *   reclaim.c         repair, the reclaim pass, scrub
+ *   reclaim.c         repair, the reclaim pass, pins, scrub
  *   reclaim_policy.c  the pass's rule: keep-alive, then LRU
  *   http_api.c        /metrics, /inventory, /healthz
  *   gpu_pool.c        GPU copies of stored tensors (gpu_attach)
@@ -258,29 +261,35 @@ int daemon_open_shared(struct daemon *d, tetris_error *err);
  * directory under DIR/tenants/ that is not configured is never served.
  * Failures are logged per tenant; the rest go on. */
 void daemon_discover_tenants(struct daemon *d);
-/* The served store of tenant ("" or NULL: the shared store), or NULL;
- * never a retired one. */
-struct served_store *daemon_find_store(struct daemon *d, const char *tenant);
-size_t daemon_store_count(struct daemon *d);
 /* Starts every store's ingest socket; sets d->serving. */
 int daemon_start_serving(struct daemon *d, tetris_error *err);
 /* Stops the sockets, saves state, closes the stores. */
 void daemon_close_stores(struct daemon *d);
 
+/* One node pass: releases adopted holders whose owner exited, re-reads
+ * the pin file, starts configured tenants (unless --no-tenants), then
+ * passes every store (daemon_pass_stores). */
+int daemon_reclaim_pass(struct daemon *d, tetris_error *err);
+
 /* ---- reclaim.c ---- */
 /* Repairs one store, rebuilds its index from it and re-adopts holders
  * whose owner outlived a previous daemon. Call once before serving it. */
 int store_startup(struct served_store *ss, tetris_error *err);
-/* One node pass: discovers tenants (unless --no-tenants), then for each
- * store: cheap repair (full repair on its duty cycle), reconcile the
- * index with the store, free cold tensors per keep-alive, evict LRU above
- * the node's capacity, persist last-use times, then scrub a bounded number
- * of bytes. Every store is passed even if one fails. */
-int daemon_reclaim_pass(struct daemon *d, tetris_error *err);
+/* For each store: cheap repair (full repair on its duty cycle), reconcile
+ * the index with the store, free cold tensors per keep-alive, evict LRU
+ * above the node's capacity, persist last-use times, then scrub a bounded
+ * number of bytes. Every store is passed even if one fails; the pass's
+ * time counts from start_us. */
+int daemon_pass_stores(struct daemon *d, int64_t start_us, tetris_error *err);
 /* Writes a store's last-use state file now (at shutdown). */
 void store_save_state(struct served_store *ss);
 /* Re-reads --pin-file if it changed (the hook for the cluster side). */
 void daemon_refresh_pins(struct daemon *d);
+
+/* ---- adopt.c ---- */
+/* Re-records the references of every dead holder of ss whose owner process
+ * still runs (a previous daemon held it), kept until that process exits. */
+int store_adopt_orphans(struct served_store *ss, tetris_error *err);
 /* Releases holders adopted at start-up whose owner has exited. */
 void daemon_poll_adopted(struct daemon *d);
 void store_release_adopted(struct served_store *ss);
@@ -291,6 +300,12 @@ void store_release_adopted(struct served_store *ss);
 bool store_replace_adopted(struct served_store *ss, pid_t pid, const char *label,
                            const tensor_digest *sorted_refs, size_t n);
 void store_sort_refs(tensor_digest *refs, size_t n);
+
+/* ---- served.c ---- */
+/* The served store of tenant ("" or NULL: the shared store), or NULL;
+ * never a retired one. */
+struct served_store *daemon_find_store(struct daemon *d, const char *tenant);
+size_t daemon_store_count(struct daemon *d);
 /* What the served stores but skip hold (resident), have reserved for
  * claims being verified, and of the resident bytes what no live holder or
  * pin referenced at the last pass (evictable). */
@@ -315,7 +330,13 @@ static inline uint64_t store_quota(const struct daemon *d, const struct served_s
     return ss->tenant[0] != '\0' ? d->cfg.tenant_capacity_bytes : d->cfg.shared_capacity_bytes;
 }
 
-/* ---- index helpers shared by ingest and reclaim (index_lock held) ---- */
+/* Index marks: seen by the last listing, referenced by a live holder or
+ * pin, and warm: referenced, asked for or published since the last pass,
+ * so not among its evictable bytes (see store_index_warm). */
+#define MARK_SEEN 1u
+#define MARK_REF 2u
+#define MARK_WARM 4u
+/* Index helpers shared by ingest and reclaim (index_lock held). */
 void store_index_touch(struct served_store *ss, const tensor_digest *dg, int64_t now_s);
 /* A request asks for a resident tensor: whatever it was at the last pass,
  * it is no room for claims now (store_evictable_bytes). */

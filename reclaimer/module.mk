@@ -1,7 +1,8 @@
 # reclaimer/module.mk - the node daemon tetris-reclaimer and its tests.
 # (tetris-node-pins, its sidecar, is the sub-module reclaimer/node-pins/.)
 PROGRAMS += tetris-reclaimer
-tetris-reclaimer_SRCS := reclaimer/tetris-reclaimer.c reclaimer/stores.c reclaimer/reclaim.c \
+tetris-reclaimer_SRCS := reclaimer/tetris-reclaimer.c reclaimer/stores.c reclaimer/served.c \
+                         reclaimer/adopt.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
                          reclaimer/gpu_pool.c reclaimer/peers.c
 # The daemon's settings, tensor index and reclaim rule are in the library
@@ -9,7 +10,7 @@ tetris-reclaimer_SRCS := reclaimer/tetris-reclaimer.c reclaimer/stores.c reclaim
 # them.
 LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c \
             reclaimer/reclaim_policy.c
-UNIT_TESTS += tests/unit/test_reclaimer_units.c
+UNIT_TESTS += tests/reclaimer/test_reclaimer_units.c
 
 TEST_PROGRAMS += tetris-ingest-probe
 tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c

@@ -1,20 +1,12 @@
 /* reclaim.c - keeping the stores tidy: crash repair, the reclaim pass
- * (T_cold = T_all \ T_warm; keep-alive, then LRU above capacity), holder
- * adoption after a daemon restart, and the rate-limited CRC scrub. A node
- * pass runs all of it for each served store in turn (shared, then
- * tenants); only the capacity is shared between them.
- *
- * Why adoption: the daemon records an agent's references in a holder file
- * that the daemon itself keeps locked for as long as the agent's
- * connection is open. If the daemon dies, those locks go with it although
- * the agents still map their tensors. At start-up, before repair releases
- * dead holders, the daemon re-records the references of every dead holder
- * whose owner process still exists and keeps them until that process exits
- * (watched through a pidfd), or until that process registers the same
- * references over a connection of its own (agents reconnect after a
- * restart), so no holder is counted twice. */
+ * (T_cold = T_all \ T_warm; keep-alive, then LRU above capacity), the
+ * pin file and the rate-limited CRC scrub. A node pass runs all of it for
+ * each served store in turn (shared, then tenants); only the capacity is
+ * shared between them. Adoption of a previous daemon's holders is in
+ * adopt.c, the index helpers ingest shares in served.c. */
 #include "reclaimer/daemon.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -32,278 +24,8 @@
 #include "common/prom.h"
 #include "reclaimer/reclaim_policy.h"
 
-#define MARK_SEEN 1u
-#define MARK_REF 2u
-/* Referenced, asked for or published since the last pass: not among its
- * evictable bytes (see store_index_warm). */
-#define MARK_WARM 4u
 /* Persist last-use times at most this often (and at shutdown). */
 #define STATE_SAVE_INTERVAL_MS 30000
-
-struct adopted_holder {
-    store_holder *holder;
-    int pidfd;
-    pid_t pid;
-    char label[256];
-    tensor_digest *refs; /* what the holder keeps, for store_replace_adopted */
-    size_t n_refs;
-};
-
-static void adopted_holder_free(struct adopted_holder *a)
-{
-    store_holder_close(a->holder);
-    close(a->pidfd);
-    free(a->refs);
-}
-
-
-/* ---- index helpers (index_lock held) ---- */
-
-/* A tensor the last pass found cold is wanted again: its bytes leave the
- * room claims may count on until the next pass recounts (warmed_bytes). A
- * tensor counted twice (the pass's listing clears the marks) only makes
- * that room smaller. */
-static void warm_entry(struct served_store *ss, struct index_entry *e)
-{
-    if (e->mark & (MARK_REF | MARK_WARM))
-        return;
-    e->mark |= MARK_WARM;
-    ss->warmed_bytes += e->file_bytes;
-}
-
-void store_index_warm(struct served_store *ss, const tensor_digest *dg)
-{
-    struct index_entry *e = tensor_index_find(ss->index, dg);
-    if (e != NULL)
-        warm_entry(ss, e);
-}
-
-void store_index_touch(struct served_store *ss, const tensor_digest *dg, int64_t now_s)
-{
-    struct index_entry *e = tensor_index_find(ss->index, dg);
-    if (e != NULL) {
-        e->last_ref_s = now_s;
-        warm_entry(ss, e);
-    }
-}
-
-int store_index_add(struct served_store *ss, const tensor_meta *meta, uint64_t file_bytes,
-                    int64_t now_s, tetris_error *err)
-{
-    struct index_entry *e;
-    bool created;
-    int rc = tensor_index_upsert(ss->index, &meta->digest, &e, &created, err);
-    if (rc < 0)
-        return rc;
-    if (created || e->file_bytes == 0) { /* 0: known only from the state file */
-        e->bytes = meta->nbytes;
-        e->file_bytes = file_bytes;
-        e->mtime_s = now_s;
-        ss->resident_bytes += file_bytes;
-        ss->generation++;
-        e->mark |= MARK_WARM; /* new: never among the last pass's evictable bytes */
-    }
-    e->mark |= MARK_SEEN;
-    return 0;
-}
-
-/* ---- adoption ---- */
-
-struct orphan {
-    pid_t pid;
-    char label[256];
-    size_t n;
-    tensor_digest *refs;
-    uint64_t *bytes;
-};
-
-struct orphan_scan {
-    struct orphan *list;
-    size_t n;
-    size_t cap;
-    int err;
-};
-
-static int pidfd_open_pid(pid_t pid)
-{
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-}
-
-static int collect_orphan(void *ctx, const struct store_holder_info *h)
-{
-    struct orphan_scan *scan = ctx;
-    if (h->alive || h->pid <= 0 || h->pid == getpid() || h->n_refs == 0)
-        return 0;
-    /* A dead holder whose owner still runs: the previous daemon held it. */
-    if (kill(h->pid, 0) < 0 && errno == ESRCH)
-        return 0;
-    if (scan->n == scan->cap) {
-        size_t cap = scan->cap ? scan->cap * 2 : 16;
-        struct orphan *l = realloc(scan->list, cap * sizeof(*l));
-        if (l == NULL)
-            return scan->err = -TETRIS_E_NOMEM;
-        scan->list = l;
-        scan->cap = cap;
-    }
-    struct orphan *o = &scan->list[scan->n];
-    memset(o, 0, sizeof(*o));
-    o->pid = h->pid;
-    snprintf(o->label, sizeof(o->label), "%s", h->label ? h->label : "");
-    o->refs = malloc(h->n_refs * sizeof(*o->refs));
-    o->bytes = malloc(h->n_refs * sizeof(*o->bytes));
-    if (o->refs == NULL || o->bytes == NULL) {
-        free(o->refs);
-        free(o->bytes);
-        return scan->err = -TETRIS_E_NOMEM;
-    }
-    memcpy(o->refs, h->refs, h->n_refs * sizeof(*o->refs));
-    memcpy(o->bytes, h->ref_bytes, h->n_refs * sizeof(*o->bytes));
-    o->n = h->n_refs;
-    scan->n++;
-    return 0;
-}
-
-/* Takes o->refs over on success. */
-static int adopt_one(struct served_store *ss, struct orphan *o, tetris_error *err)
-{
-    int pidfd = pidfd_open_pid(o->pid);
-    if (pidfd < 0)
-        return 0; /* exited meanwhile (or no pidfd support): nothing to keep */
-    store_holder *h;
-    int rc = store_holder_open(ss->store, o->label, o->pid, &h, err);
-    if (rc < 0) {
-        close(pidfd);
-        return rc;
-    }
-    rc = store_holder_add_many(h, o->refs, o->bytes, o->n, err);
-    if (rc < 0) {
-        store_holder_close(h);
-        close(pidfd);
-        return rc;
-    }
-    pthread_mutex_lock(&ss->adopted_lock);
-    struct adopted_holder *a = realloc(ss->adopted, (ss->n_adopted + 1) * sizeof(*a));
-    if (a == NULL) {
-        pthread_mutex_unlock(&ss->adopted_lock);
-        store_holder_close(h);
-        close(pidfd);
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "adopted holders");
-    }
-    ss->adopted = a;
-    a = &ss->adopted[ss->n_adopted++];
-    *a = (struct adopted_holder){.holder = h, .pidfd = pidfd, .pid = o->pid,
-                                 .refs = steal_pointer(&o->refs), .n_refs = o->n};
-    snprintf(a->label, sizeof(a->label), "%s", o->label);
-    pthread_mutex_unlock(&ss->adopted_lock);
-    atomic_fetch_add(&ss->counters.adopted_holders, 1);
-    char q[300];
-    log_info("event=holder-adopted tenant=%s pid=%d label=%s refs=%zu", tenant_name(ss),
-             (int)o->pid, log_quote(o->label, q, sizeof(q)), o->n);
-    return 0;
-}
-
-static int adopt_orphans(struct served_store *ss, tetris_error *err)
-{
-    struct orphan_scan scan = {0};
-    int rc = store_foreach_holder(ss->store, collect_orphan, &scan, err);
-    if (rc == 0 && scan.err < 0)
-        rc = tetris_fail(err, -scan.err, ENOMEM, "scanning holders");
-    for (size_t i = 0; i < scan.n; i++) {
-        if (rc == 0)
-            rc = adopt_one(ss, &scan.list[i], err);
-        free(scan.list[i].refs);
-        free(scan.list[i].bytes);
-    }
-    free(scan.list);
-    return rc;
-}
-
-static void poll_adopted(struct served_store *ss)
-{
-    pthread_mutex_lock(&ss->adopted_lock);
-    for (size_t i = 0; i < ss->n_adopted;) {
-        struct pollfd p = {.fd = ss->adopted[i].pidfd, .events = POLLIN};
-        if (poll(&p, 1, 0) == 1) {
-            log_info("event=adopted-holder-released pid=%d", (int)ss->adopted[i].pid);
-            adopted_holder_free(&ss->adopted[i]);
-            ss->adopted[i] = ss->adopted[--ss->n_adopted];
-        } else {
-            i++;
-        }
-    }
-    pthread_mutex_unlock(&ss->adopted_lock);
-}
-
-static int digest_cmp(const void *a, const void *b)
-{
-    return memcmp(a, b, sizeof(tensor_digest));
-}
-
-bool store_replace_adopted(struct served_store *ss, pid_t pid, const char *label,
-                           const tensor_digest *sorted_refs, size_t n)
-{
-    if (pid <= 0)
-        return false;
-    bool replaced = false;
-    pthread_mutex_lock(&ss->adopted_lock);
-    for (size_t i = 0; i < ss->n_adopted && !replaced; i++) {
-        struct adopted_holder *a = &ss->adopted[i];
-        if (a->pid != pid || strcmp(a->label, label) != 0)
-            continue;
-        size_t k = 0;
-        while (k < a->n_refs &&
-               bsearch(&a->refs[k], sorted_refs, n, sizeof(*sorted_refs), digest_cmp) != NULL)
-            k++;
-        if (k < a->n_refs)
-            continue; /* it keeps something the connection does not */
-        char q[300];
-        log_info("event=adopted-holder-replaced tenant=%s pid=%d label=%s refs=%zu",
-                 tenant_name(ss), (int)pid, log_quote(label, q, sizeof(q)), a->n_refs);
-        adopted_holder_free(a);
-        ss->adopted[i] = ss->adopted[--ss->n_adopted];
-        replaced = true;
-    }
-    pthread_mutex_unlock(&ss->adopted_lock);
-    return replaced;
-}
-
-void store_sort_refs(tensor_digest *refs, size_t n)
-{
-    qsort(refs, n, sizeof(*refs), digest_cmp);
-}
-
-void daemon_poll_adopted(struct daemon *d)
-{
-    for (size_t i = 0; i < daemon_store_count(d); i++)
-        poll_adopted(d->stores[i]);
-}
-
-/* Adopted holders still open when the daemon stops. Main thread only. */
-static store_holder **kept_at_exit;
-static size_t n_kept_at_exit;
-
-void store_release_adopted(struct served_store *ss)
-{
-    /* On a clean stop the holder files must stay (their owners still map):
-     * close only the pidfds; the holders stay open and reachable here,
-     * locked until the process exits, and the next daemon adopts them
-     * again. */
-    pthread_mutex_lock(&ss->adopted_lock);
-    for (size_t i = 0; i < ss->n_adopted; i++) {
-        close(ss->adopted[i].pidfd);
-        free(ss->adopted[i].refs);
-    }
-    store_holder **k = NULL;
-    if (ss->n_adopted > 0)
-        k = realloc(kept_at_exit, (n_kept_at_exit + ss->n_adopted) * sizeof(*k));
-    if (k != NULL) { /* else the files stay all the same; only the pointers are lost */
-        kept_at_exit = k;
-        for (size_t i = 0; i < ss->n_adopted; i++)
-            kept_at_exit[n_kept_at_exit++] = ss->adopted[i].holder;
-    }
-    ss->n_adopted = 0;
-    pthread_mutex_unlock(&ss->adopted_lock);
-}
 
 /* ---- the pass ---- */
 
@@ -448,6 +170,10 @@ static int reconcile(struct served_store *ss, tetris_error *err)
     uint64_t resident = 0;
     uint64_t warm = 0;
     for (c = 0; (e = tensor_index_next(ss->index, &c)) != NULL;) {
+        /* Invariant: after a pass's reconcile the index holds exactly what
+         * the listing of tensors/ found (tests/reclaimer/test-reclaim.sh,
+         * the inventory against the store). */
+        assert(e->mark & MARK_SEEN);
         resident += e->file_bytes;
         if (e->mark & MARK_REF)
             warm += e->bytes;
@@ -777,9 +503,8 @@ static int store_pass(struct served_store *ss, const struct pass_policy *pol, in
     return 0;
 }
 
-int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
+int daemon_pass_stores(struct daemon *d, int64_t start_us, tetris_error *err)
 {
-    int64_t start = clock_mono_us();
     pthread_mutex_lock(&d->cfg_lock);
     struct pass_policy pol = {
         .keep_alive_s = d->cfg.keep_alive_s,
@@ -788,10 +513,6 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
     uint64_t capacity = d->cfg.capacity_bytes;
     pthread_mutex_unlock(&d->cfg_lock);
 
-    daemon_poll_adopted(d);
-    daemon_refresh_pins(d);
-    if (!d->cfg.no_tenants)
-        daemon_discover_tenants(d);
     int rc = 0;
     int64_t locked_max = 0;
     /* Stores are passed in turn, the shared one first; each sees the
@@ -837,7 +558,7 @@ int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
     if (rc == 0) {
         d->last_pass_ms = clock_wall_ms();
         d->last_pass_mono_ms = clock_mono_ms();
-        d->last_pass_us = clock_mono_us() - start;
+        d->last_pass_us = clock_mono_us() - start_us;
         d->last_locked_us = locked_max;
     }
     pthread_mutex_unlock(&d->pass_lock);
@@ -900,7 +621,7 @@ int store_startup(struct served_store *ss, tetris_error *err)
     if (rc < 0)
         log_warn("event=state-load-failed tenant=%s msg=%s action=ignore", tenant_name(ss),
                  LOG_Q(lerr.msg));
-    return adopt_orphans(ss, err);
+    return store_adopt_orphans(ss, err);
 }
 
 void store_save_state(struct served_store *ss)

@@ -15,7 +15,7 @@
  *         free cold[i].slot;    // and lower resident by its bytes
  *     }
  *
- * Tested by tests/unit/test_reclaimer_units.c (the rule) and
+ * Tested by tests/reclaimer/test_reclaimer_units.c (the rule) and
  * tests/reclaimer/test-reclaim.sh (the daemon applying it). */
 #ifndef TETRIS_RECLAIM_POLICY_H
 #define TETRIS_RECLAIM_POLICY_H

@@ -28,40 +28,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
-
-size_t daemon_store_count(struct daemon *d)
-{
-    return atomic_load_explicit(&d->n_stores, memory_order_acquire);
-}
-
-struct served_store *daemon_find_store(struct daemon *d, const char *tenant)
-{
-    if (tenant == NULL)
-        tenant = "";
-    size_t n = daemon_store_count(d);
-    for (size_t i = 0; i < n; i++)
-        if (!atomic_load(&d->stores[i]->retired) && strcmp(d->stores[i]->tenant, tenant) == 0)
-            return d->stores[i];
-    return NULL;
-}
-
-void daemon_other_stores_bytes(struct daemon *d, const struct served_store *skip,
-                               struct store_bytes *out)
-{
-    *out = (struct store_bytes){0};
-    size_t n = daemon_store_count(d);
-    for (size_t i = 0; i < n; i++) {
-        struct served_store *ss = d->stores[i];
-        if (ss == skip || atomic_load(&ss->retired))
-            continue;
-        pthread_mutex_lock(&ss->index_lock);
-        out->resident += ss->resident_bytes;
-        out->reserved += ss->reserved_bytes;
-        out->evictable += store_evictable_bytes(ss);
-        pthread_mutex_unlock(&ss->index_lock);
-    }
-}
 
 #define INSTANCE_LOCK_NAME "reclaimer.lock"
 
@@ -280,4 +248,14 @@ void daemon_close_stores(struct daemon *d)
         served_store_free(d->stores[i]);
     }
     atomic_store(&d->n_stores, 0);
+}
+
+int daemon_reclaim_pass(struct daemon *d, tetris_error *err)
+{
+    int64_t start_us = clock_mono_us();
+    daemon_poll_adopted(d);
+    daemon_refresh_pins(d);
+    if (!d->cfg.no_tenants)
+        daemon_discover_tenants(d);
+    return daemon_pass_stores(d, start_us, err);
 }

@@ -1,7 +1,7 @@
 # tensorstore/ - the node's tensor store (libtetris core).
 LIB_SRCS += tensorstore/crc32.c tensorstore/digest.c tensorstore/layout.c tensorstore/store.c tensorstore/map.c \
             tensorstore/publish.c tensorstore/holders.c tensorstore/maintenance.c
-UNIT_TESTS += tests/unit/test_digest.c tests/unit/test_store.c
+UNIT_TESTS += tests/tensorstore/test_digest.c tests/tensorstore/test_store.c
 
 # Multi-process and crash tests: a helper that drives the store from many
 # processes, and the shell tests that run it (stress runs of 32 processes,

@@ -46,7 +46,7 @@ struct byte_source {
 /* A temp file in tmp/ that is removed unless it was renamed into place.
  * Invariant: only a temp file whose bytes hashed to the digest it is
  * published under (verified) is ever renamed into tensors/ (asserted in
- * finish_file; tested by tests/unit/test_store.c
+ * finish_file; tested by tests/tensorstore/test_store.c
  * publish_rejects_wrong_bytes_and_bad_meta). */
 struct temp_file {
     int fd;

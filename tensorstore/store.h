@@ -36,7 +36,7 @@
  * Invariants, where they are asserted, and the tests that check them:
  *   - a tensor file in tensors/ is complete and its bytes hash to its name:
  *     only a verified temp file is renamed in (assert in publish.c
- *     finish_file); tests/unit/test_store.c
+ *     finish_file); tests/tensorstore/test_store.c
  *     publish_rejects_wrong_bytes_and_bad_meta,
  *     chunked_publish_matches_and_verifies,
  *     computed_publish_names_the_file_by_its_bytes; a SIGKILL at any

@@ -4,7 +4,8 @@
 # and the end-to-end tests on the local Kubernetes cluster
 # (scripts/cluster-up.sh; the first test that needs the cluster starts it
 # and leaves it up for the next; `make cluster-down` stops it). Each
-# module's own tests are listed by its module.mk.
+# module's own tests are listed by its module.mk and live in
+# tests/<module>/ (docs/TESTING.md, "Where the tests are").
 SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh \
                tests/bench/test-eval.sh tests/bench/test-eval-decisions.sh
 SHELL_TESTS += tests/models/test-paper-models-cli.sh

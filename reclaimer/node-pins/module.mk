@@ -7,4 +7,4 @@ PROGRAMS += tetris-node-pins
 tetris-node-pins_SRCS := reclaimer/node-pins/tetris-node-pins.c
 tetris-node-pins_LIBS := -lcurl
 
-SHELL_TESTS += tests/reclaimer/test-node-pins-tenants.sh
+SHELL_TESTS += tests/node-pins/test-node-pins-tenants.sh

@@ -12,7 +12,7 @@ tetris-autoscaler_SRCS := scheduler-ext/autoscaler/tetris-autoscaler.c \
                           scheduler-ext/autoscaler/autoscaler_capacity.c
 tetris-autoscaler_LIBS := -lglpk -lcurl
 
-UNIT_TESTS += tests/unit/test_dts.c tests/unit/test_ilp.c
+UNIT_TESTS += tests/autoscaler/test_dts.c tests/autoscaler/test_ilp.c
 UNIT_LIBS += -lglpk
 SHELL_TESTS += $(sort $(wildcard tests/autoscaler/test-*.sh))
 # Deployments and pods on the local cluster.
@@ -26,7 +26,7 @@ autoscaler-gateway-counter_LIBS := -lmicrohttpd
 # OpenFaaS functions' sibling Deployments against the fault-injecting API
 # server, the equal-share plan and the Prometheus query.
 TEST_PROGRAMS += autoscaler-test
-autoscaler-test_SRCS := tests/autoscaler/autoscaler_test.c tests/kube/faultserver.c \
+autoscaler-test_SRCS := tests/autoscaler/autoscaler_test.c tests/lib/faultserver.c \
                         scheduler-ext/autoscaler/autoscaler_policy.c \
                         scheduler-ext/autoscaler/autoscaler_rate.c \
                         scheduler-ext/autoscaler/autoscaler_deploy.c \

@@ -10,10 +10,10 @@ PROGRAMS += tetris-scheduler-ext
 tetris-scheduler-ext_SRCS := scheduler-ext/extender/tetris-scheduler-ext.c
 tetris-scheduler-ext_LIBS := -lmicrohttpd -lcurl
 
-UNIT_TESTS += tests/unit/test_id_set.c
+UNIT_TESTS += tests/extender/test_id_set.c
 
 # The extender over HTTP, inventories served by fault servers.
 TEST_PROGRAMS += extender-test
-extender-test_SRCS := tests/kube/extender_test.c tests/kube/faultserver.c
+extender-test_SRCS := tests/extender/extender_test.c tests/lib/faultserver.c
 extender-test_LIBS := -lcheck -lsubunit -lrt -lcurl
-SHELL_TESTS += tests/kube/test-extender.sh
+SHELL_TESTS += tests/extender/test-extender.sh

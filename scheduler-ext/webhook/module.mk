@@ -9,7 +9,7 @@ PROGRAMS += tetris-webhook
 tetris-webhook_SRCS := scheduler-ext/webhook/tetris-webhook.c
 tetris-webhook_LIBS := -lmicrohttpd -lcurl
 
-UNIT_TESTS += tests/unit/test_webhook.c
+UNIT_TESTS += tests/webhook/test_webhook.c
 # The real binary over TLS on loopback, reviews posted with curl; the
 # namespaces it reads come from a fake apiserver.
 TEST_PROGRAMS += tetris-test-fake-apiserver

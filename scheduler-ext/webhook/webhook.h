@@ -56,7 +56,7 @@
  * apiserver defaults fields, e.g. a ConfigMap volume's defaultMode), and
  * an item of ours that differs is replaced, so a pod cannot keep a store
  * volume of its own under our name (nor a mount of its own at our mount's
- * path, which would make two mounts at one path). Tested in tests/unit/test_webhook.c
+ * path, which would make two mounts at one path). Tested in tests/webhook/test_webhook.c
  * and tests/webhook/test-webhook.sh. */
 #ifndef TETRIS_WEBHOOK_H
 #define TETRIS_WEBHOOK_H

@@ -9,6 +9,7 @@
 #             scheduler-ext/webhook/tetris-webhook.c), that reads its command
 #             line with common/options.h: it includes it, or a header of its
 #             folder whose .c does (reclaimer/config.h)
+#   circles   no files of one module call each other round a circle
 #   commits   commit subjects since the conventions were written are <= 72
 #             characters (skipped outside a git checkout)
 #   format    lines of C changed since LINT_BASE (default HEAD: the
@@ -18,7 +19,7 @@
 # Exit status: 0 clean, 1 findings, 2 usage.
 set -u
 case "${1:-}" in
-    --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --version) echo "lint.sh ${TETRIS_VERSION:-0.1.0}"; exit 0 ;;
     "") ;;
     *) echo "lint.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -118,6 +119,30 @@ check_programs() {
     done
 }
 
+# check_circles: no two files of one module call each other, directly or
+# round a longer circle: the shared part moves below both (docs/STYLE.md).
+# A file calls another when it names one of the other's non-static
+# functions followed by "(" (the tree's layout: a definition starts its
+# line with its type and does not end with ";"); tsort finds the circles.
+check_circles() {
+    for m in $modules; do
+        srcs=$(printf '%s\n' $c_files | grep "^$m/[^/]*\.c$")
+        [ "$(printf '%s\n' $srcs | grep -c .)" -gt 1 ] || continue
+        for f in $srcs; do
+            awk -v f="$f" '/^[A-Za-z_][A-Za-z0-9_ *]*[ *][a-z_][a-z0-9_]*\(/ && !/^static/ &&
+                !/;[[:space:]]*$/ { s = $0; sub(/\(.*/, "", s); n = split(s, w, /[ *]+/); print "D", w[n], f }' "$f"
+            grep -o '[a-z_][a-z0-9_]*(' "$f" | sort -u | sed "s|(\$| $f|; s|^|C |"
+        done | awk '$1 == "D" { def[$2] = $3; next }
+                    { calls[NR] = $2 " " $3 }
+                    END { for (i in calls) { split(calls[i], c, " ");
+                              if ((c[1] in def) && def[c[1]] != c[2]) print c[2], def[c[1]] } }' |
+            sort -u | tsort 2>&1 >/dev/null | sed -n 's/^tsort: //p' | grep -v 'input contains a loop' |
+            tr '\n' ' ' | sed 's/ *$/\n/' | while read -r loop; do
+                [ -n "$loop" ] && finding circles "$m" "files call each other in a circle: $loop"
+            done
+    done
+}
+
 check_commits() {
     git rev-parse --verify -q "$CONVENTIONS_SINCE^{commit}" >/dev/null 2>&1 || return 0
     git log --no-merges --format='%h %s' "$CONVENTIONS_SINCE..HEAD" | while read -r h s; do
@@ -136,7 +161,8 @@ check_format() {
         done
 }
 
-out=$({ check_layers; check_headers; check_modules; check_programs; check_commits; check_format; })
+out=$({ check_layers; check_headers; check_modules; check_programs; check_circles; check_commits;
+    check_format; })
 if [ -n "$out" ]; then
     printf '%s\n' "$out" >&2
     echo "lint=summary findings=$(printf '%s\n' "$out" | wc -l)" >&2

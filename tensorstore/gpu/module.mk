@@ -3,4 +3,4 @@
 # loaded at run time; its unit test runs against the fake driver of
 # tests/gpu/.
 LIB_SRCS += tensorstore/gpu/gpu.c
-UNIT_TESTS += tests/unit/test_gpu.c
+UNIT_TESTS += tests/gpu/test_gpu.c

@@ -16,7 +16,7 @@
 
 #include <curl/curl.h>
 
-#include "tests/kube/faultserver.h"
+#include "tests/lib/faultserver.h"
 #include "common/cleanup.h"
 #include "protocol/names.h"
 #include "scheduler-ext/autoscaler/autoscaler.h"

@@ -2,12 +2,14 @@
 # test-lint.sh - `make lint` (scripts/lint/lint.sh) finds what it promises:
 # a forbidden include across layers, a C file without its opening comment,
 # a module without module.mk, a module.mk listing another module's source,
-# and is clean on a tree that keeps the rules. Runs on a scratch git tree.
+# two files of a module calling each other, and is clean on a tree that
+# keeps the rules. Runs on a scratch git tree.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
 
 mkdir -p "$WORK/scripts/lint" "$WORK/common" "$WORK/tensorstore" "$WORK/agent"
 cp "$ROOT/scripts/lint/lint.sh" "$ROOT/scripts/lint/layers.txt" "$WORK/scripts/lint/"
+cp "$ROOT/.clang-format" "$WORK/"
 cd "$WORK"
 git init -q . && git config user.email t@example.org && git config user.name t
 printf '/* a.h - common. */\n' >common/a.h
@@ -43,6 +45,17 @@ printf 'LIB_SRCS += tensorstore/s.c agent/g.c\n' >tensorstore/module.mk; git add
 if lint; then fail "a module.mk listing another module's source passed"; fi
 grep -q 'lint=modules file=tensorstore/module.mk' "$WORK/out" || fail "no foreign-source finding"
 git reset -q --hard
+
+printf '/* t.c - store. */\nint t_one(void)\n{\n    return t_two();\n}\n' >tensorstore/t.c
+printf '/* u.c - store. */\nint t_two(void)\n{\n    return 2;\n}\n' >tensorstore/u.c
+printf 'LIB_SRCS += tensorstore/s.c tensorstore/t.c tensorstore/u.c\n' >tensorstore/module.mk
+git add -A
+lint || { cat "$WORK/out" >&2; fail "one file calling another was taken for a circle"; }
+printf '/* u.c - store. */\nint t_two(void)\n{\n    return t_one() + 1;\n}\n' >tensorstore/u.c
+git add -A
+if lint; then fail "two files calling each other passed"; fi
+grep -q 'lint=circles file=tensorstore .*tensorstore/t.c' "$WORK/out" || fail "no circles finding: $(cat "$WORK/out")"
+git reset -q --hard; rm -f tensorstore/t.c tensorstore/u.c
 
 scripts/lint/lint.sh --bogus 2>/dev/null && fail "a bad argument passed"
 [ $? -eq 2 ] || fail "a bad argument did not exit 2"

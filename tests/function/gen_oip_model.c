@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tests/formats/model_synth.h"
+#include "tests/model/model_synth.h"
 
 static const struct {
     const char *name;

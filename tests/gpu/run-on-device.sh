@@ -61,6 +61,10 @@ if [ $driver = real ]; then
         export TETRIS_LIBCUDA
     fi
     echo "libcuda=$TETRIS_LIBCUDA"
+    # The daemon loads only a driver that root owns and nobody else may
+    # write, in a directory of the same kind (docs/GPU.md).
+    ls -lL "$TETRIS_LIBCUDA"
+    ls -ldL "$(dirname "$TETRIS_LIBCUDA")"
     check_size=$((1 << 30))
     bench_large=""
     bench_small="--synthetic-bytes $((4096 * 4096)) --synthetic-tensors 4096"
