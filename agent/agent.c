@@ -157,14 +157,13 @@ static int load_private_missing(agent_model *am, const struct agent_options *o, 
 static void fall_back(agent_model *am, const struct agent_options *o, const char *reason,
                       const tetris_error *cause)
 {
-    char q[600];
     if (am->stats.fell_back)
         return;
     am->stats.fell_back = true;
     snprintf(am->stats.fallback_reason, sizeof(am->stats.fallback_reason), "%s", reason);
     log_warn("event=fallback reason=%s model=%s mode=%s detail=%s", reason, am->model->path,
              o->mode == AGENT_MODE_DIRECT ? "direct" : "store",
-             log_quote(cause != NULL ? cause->msg : reason, q, sizeof(q)));
+             LOG_Q(cause != NULL ? cause->msg : reason));
 }
 
 /* Maps tensor i; its mapped bytes are for the caller to count (workers

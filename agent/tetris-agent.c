@@ -334,9 +334,7 @@ static int exit_code_for(int r)
 
 static int report(int r, const char *what, const tetris_error *err)
 {
-    char q[600];
-    log_error("event=error op=%s code=%s msg=%s", what, tetris_code_name(r),
-              log_quote(err->msg, q, sizeof(q)));
+    log_error("event=error op=%s code=%s msg=%s", what, tetris_code_name(r), LOG_Q(err->msg));
     return exit_code_for(r);
 }
 
@@ -692,21 +690,20 @@ static int cmd_verify(int argc, char **argv)
         return report(r, "verify", &err);
     }
     for (size_t i = 0; i < l.n; i++) {
-        char hex[TENSOR_DIGEST_HEX_LEN + 1], q[600];
+        char hex[TENSOR_DIGEST_HEX_LEN + 1];
         tensor_digest_to_hex(&l.d[i], hex);
         r = store_verify_tensor(s, &l.d[i], &err);
         if (r == -TETRIS_E_CORRUPT) {
             bad++;
             printf("corrupt sha256:%s\n", hex);
-            log_error("event=corrupt digest=sha256:%s msg=%s", hex,
-                      log_quote(err.msg, q, sizeof(q)));
+            log_error("event=corrupt digest=sha256:%s msg=%s", hex, LOG_Q(err.msg));
         } else if (r == -TETRIS_E_NOTFOUND) {
             continue; /* reclaimed since the listing */
         } else if (r < 0) {
             failed++;
             printf("unverified sha256:%s\n", hex);
             log_error("event=verify-failed digest=sha256:%s code=%s msg=%s", hex,
-                      tetris_code_name(r), log_quote(err.msg, q, sizeof(q)));
+                      tetris_code_name(r), LOG_Q(err.msg));
         }
     }
     printf("verified %zu tensors in %s: %zu corrupt, %zu unreadable\n", l.n, store_root(s), bad,

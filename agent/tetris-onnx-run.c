@@ -354,7 +354,7 @@ int main(int argc, char **argv)
     ort_model *m = NULL;
     ort_io *io = NULL;
     tetris_error err = {0};
-    char hex[65] = "", quoted[1100];
+    char hex[65] = "";
     uint64_t out_bytes = 0;
     double t0, load_ms = 0, session_ms, run_ms = 0;
     int r = 0, rc = EXIT_OK;
@@ -387,8 +387,7 @@ int main(int argc, char **argv)
         hold_until_released();
     goto done;
 fail:
-    log_error("event=error model=%s code=%s msg=%s", o.model, tetris_code_name(r),
-              log_quote(err.msg, quoted, sizeof(quoted)));
+    log_error("event=error model=%s code=%s msg=%s", o.model, tetris_code_name(r), LOG_Q(err.msg));
     rc = o.oip_request_failed ? EXIT_FAILED : exit_code_for(r);
 done:
     ort_io_free(io);

@@ -192,9 +192,7 @@ int main(int argc, char **argv)
         return opt_usage_error(&prog, "--store and --manifest are required"), EXIT_USAGE;
     tetris_error err = {0};
     if (run(store_dir, manifest, &err) < 0) {
-        char q[600];
-        log_error("event=failed code=%s msg=%s", tetris_code_name(err.code),
-                  log_quote(err.msg, q, sizeof q));
+        log_error("event=failed code=%s msg=%s", tetris_code_name(err.code), LOG_Q(err.msg));
         return EXIT_ERROR;
     }
     return EXIT_OK;

@@ -557,9 +557,7 @@ int main(int argc, char **argv)
     }
     free(p.tensors);
     if (r < 0) {
-        char q[600];
-        log_error("event=failed code=%s msg=%s", tetris_code_name(r),
-                  log_quote(err.msg, q, sizeof q));
+        log_error("event=failed code=%s msg=%s", tetris_code_name(r), LOG_Q(err.msg));
         return EXIT_ERROR;
     }
     printf("%s\n", path);

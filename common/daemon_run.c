@@ -10,10 +10,9 @@
 
 static int default_start_failed(void *ctx, int r, const tetris_error *err)
 {
-    char q[LOG_QUOTE_MAX];
     (void)ctx;
     (void)r;
-    log_error("event=start-failed msg=%s", log_quote(err->msg, q, sizeof q));
+    log_error("event=start-failed msg=%s", LOG_Q(err->msg));
     return 1;
 }
 

@@ -379,8 +379,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    char q[600];
-    log_debug("event=http-server-log msg=%s", log_quote(msg, q, sizeof(q)));
+    log_debug("event=http-server-log msg=%s", LOG_Q(msg));
 }
 
 /* ---- lifecycle ---- */

@@ -846,9 +846,7 @@ int kube_list_watch(kube_client *c, const char *path, const kube_list_opts *opts
         } else {
             r = watch_once(c, path, opts, &rv, 300, forward_event, &u, stop, &e);
             if (r == -TETRIS_E_CONFLICT) {
-                char quoted[600];
-                log_info("event=kube-relist path=%s reason=%s", path,
-                         log_quote(e.msg, quoted, sizeof quoted));
+                log_info("event=kube-relist path=%s reason=%s", path, LOG_Q(e.msg));
                 need_list = true;
                 continue;
             }
@@ -863,9 +861,8 @@ int kube_list_watch(kube_client *c, const char *path, const kube_list_opts *opts
         }
         failures++;
         long delay = backoff_ms(c, failures);
-        char quoted[600];
         log_warn("event=kube-watch-retry path=%s code=%s delay_ms=%ld msg=%s", path,
-                 tetris_code_name(r), delay, log_quote(e.msg, quoted, sizeof quoted));
+                 tetris_code_name(r), delay, LOG_Q(e.msg));
         for (long slept = 0; slept < delay && !*stop; slept += 100)
             clock_sleep_ms(delay - slept < 100 ? delay - slept : 100);
     }

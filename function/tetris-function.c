@@ -571,9 +571,8 @@ static void run_stop(void *ctx)
 static int run_start_failed(void *ctx, int r, const tetris_error *err)
 {
     const struct fn *f = ctx;
-    char quoted[1100];
     log_error("event=error model=%s code=%s msg=%s", f->o.model ? f->o.model : "",
-              tetris_code_name(r), log_quote(err->msg, quoted, sizeof(quoted)));
+              tetris_code_name(r), LOG_Q(err->msg));
     return exit_code_for(r);
 }
 

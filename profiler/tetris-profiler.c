@@ -322,9 +322,7 @@ static const struct opt_program load_command = {
 
 static int report(int r, const char *what, const tetris_error *err)
 {
-    char quoted[1100];
-    log_error("event=error command=%s code=%s msg=%s", what, tetris_code_name(r),
-              log_quote(err->msg, quoted, sizeof(quoted)));
+    log_error("event=error command=%s code=%s msg=%s", what, tetris_code_name(r), LOG_Q(err->msg));
     return r == -TETRIS_E_FORMAT || r == -TETRIS_E_NOTFOUND ? EXIT_BAD_MODEL : EXIT_FAILURE_;
 }
 

@@ -129,9 +129,8 @@ static int adopt_one(struct served_store *ss, struct orphan *o, tetris_error *er
     snprintf(a->label, sizeof(a->label), "%s", o->label);
     pthread_mutex_unlock(&ss->adopted_lock);
     atomic_fetch_add(&ss->counters.adopted_holders, 1);
-    char q[300];
     log_info("event=holder-adopted tenant=%s pid=%d label=%s refs=%zu", tenant_name(ss),
-             (int)o->pid, log_quote(o->label, q, sizeof(q)), o->n);
+             (int)o->pid, LOG_Q(o->label), o->n);
     return 0;
 }
 
@@ -189,9 +188,8 @@ bool store_replace_adopted(struct served_store *ss, pid_t pid, const char *label
             k++;
         if (k < a->n_refs)
             continue; /* it keeps something the connection does not */
-        char q[300];
         log_info("event=adopted-holder-replaced tenant=%s pid=%d label=%s refs=%zu",
-                 tenant_name(ss), (int)pid, log_quote(label, q, sizeof(q)), a->n_refs);
+                 tenant_name(ss), (int)pid, LOG_Q(label), a->n_refs);
         adopted_holder_free(a);
         ss->adopted[i] = ss->adopted[--ss->n_adopted];
         replaced = true;

@@ -401,10 +401,9 @@ static void claim_failed(struct served_store *ss, struct conn *c, const tensor_d
 {
     int64_t delay_ms = peer_claim_failed(ss->d, c->peer);
     atomic_fetch_add(&ss->counters.claims_failed, 1);
-    char qn[300];
     log_warn("event=claim-failed tenant=%s pid=%d uid=%u tensor=%s code=%s msg=%s "
              "action=backoff delay_ms=%lld",
-             tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(t->name, qn, sizeof(qn)),
+             tenant_name(ss), (int)c->pid, (unsigned)c->uid, LOG_Q(t->name),
              tetris_code_name(why->code), LOG_Q(why->msg), (long long)delay_ms);
 }
 
@@ -705,12 +704,11 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
                  (unsigned long long)b.max_bytes);
     }
     observe_duration(ss, clock_mono_us() - t0);
-    char q[300];
     if (rejected == 0) {
         log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
                  "rejected=0 bytes=%llu",
-                 tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq->label, q, sizeof(q)),
-                 rq->n_tensors, ingested, (unsigned long long)ingested_bytes);
+                 tenant_name(ss), (int)c->pid, (unsigned)c->uid, LOG_Q(rq->label), rq->n_tensors,
+                 ingested, (unsigned long long)ingested_bytes);
         return rc;
     }
     /* The client loads the rejected tensors privately; the node's log says
@@ -718,12 +716,11 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
     size_t first = 0;
     while (res[first].status != INGEST_REJECTED)
         first++;
-    char qr[2 * INGEST_REASON_MAX];
     log_warn("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
              "rejected=%zu bytes=%llu code=%s msg=%s",
-             tenant_name(ss), (int)c->pid, (unsigned)c->uid, log_quote(rq->label, q, sizeof(q)),
-             rq->n_tensors, ingested, rejected, (unsigned long long)ingested_bytes,
-             tetris_code_name(res[first].code), log_quote(res[first].reason, qr, sizeof(qr)));
+             tenant_name(ss), (int)c->pid, (unsigned)c->uid, LOG_Q(rq->label), rq->n_tensors,
+             ingested, rejected, (unsigned long long)ingested_bytes,
+             tetris_code_name(res[first].code), LOG_Q(res[first].reason));
     return rc;
 }
 
@@ -741,12 +738,10 @@ static int handle_fallback(struct conn *c, const ingest_request *rq, char **repl
     atomic_fetch_add(&ss->counters.fallbacks, 1);
     uint64_t suppressed = 0;
     if (peer_fallback_logged(ss->d, c->peer, &suppressed)) {
-        char ql[300], qr[600];
         log_warn("event=agent-fallback tenant=%s pid=%d uid=%u label=%s reason=%s "
                  "suppressed=%llu",
-                 tenant_name(ss), (int)c->pid, (unsigned)c->uid,
-                 log_quote(rq->label, ql, sizeof(ql)), log_quote(rq->reason, qr, sizeof(qr)),
-                 (unsigned long long)suppressed);
+                 tenant_name(ss), (int)c->pid, (unsigned)c->uid, LOG_Q(rq->label),
+                 LOG_Q(rq->reason), (unsigned long long)suppressed);
     }
     *reply = ingest_ack_encode();
     if (*reply == NULL)
@@ -776,18 +771,16 @@ static int handle_gpu_attach(struct conn *c, const ingest_request *rq, char **re
     if (rc == 0)
         rc = gpu_pool_attach(daemon_gpu_pool(), ss, rq->device, rq->digests, rq->n_digests, &c->gpu,
                              res, out_fds, n_out, &gerr);
-    char ql[300];
     if (rc < 0) {
         atomic_fetch_add(&ss->counters.ingest_errors, 1);
         log_warn("event=gpu-attach-refused tenant=%s pid=%d device=%s code=%s msg=%s",
-                 tenant_name(ss), (int)c->pid, log_quote(rq->device, ql, sizeof(ql)),
-                 tetris_code_name(gerr.code), LOG_Q(gerr.msg));
+                 tenant_name(ss), (int)c->pid, LOG_Q(rq->device), tetris_code_name(gerr.code),
+                 LOG_Q(gerr.msg));
         *reply = ingest_error_encode(gerr.code, gerr.msg);
     } else {
         size_t rejected = rq->n_digests - *n_out;
         log_info("event=gpu-attach tenant=%s pid=%d device=%s tensors=%zu rejected=%zu",
-                 tenant_name(ss), (int)c->pid, log_quote(rq->device, ql, sizeof(ql)), rq->n_digests,
-                 rejected);
+                 tenant_name(ss), (int)c->pid, LOG_Q(rq->device), rq->n_digests, rejected);
         *reply = ingest_gpu_reply_encode(rq->device, res, rq->n_digests);
     }
     if (*reply == NULL) {

@@ -1157,8 +1157,7 @@ int main(int argc, char **argv)
         : opt.n_custom > 0 ? run_predict(&opt, &err)
                            : run(&opt, &err);
     if (r < 0) {
-        char q[600];
-        log_error("event=eval msg=%s", log_quote(err.msg, q, sizeof q));
+        log_error("event=eval msg=%s", LOG_Q(err.msg));
         return EXIT_ERROR;
     }
     return EXIT_OK;

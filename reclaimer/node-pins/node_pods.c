@@ -69,10 +69,9 @@ static int read_namespace(kube_client *kc, const char *ns, ns_tenant *e, tetris_
     const char *tenant = label_of(obj, TETRIS_LABEL_TENANT);
     tetris_error e_name = {0};
     if (tenant != NULL && store_tenant_check(tenant, &e_name) < 0) {
-        char q[600];
         e->gone = true;
         log_warn("event=namespace-tenant-invalid namespace=%s msg=%s action=skip-its-pods", ns,
-                 log_quote(e_name.msg, q, sizeof q));
+                 LOG_Q(e_name.msg));
     } else if (tenant != NULL) {
         snprintf(e->tenant, sizeof e->tenant, "%s", tenant);
     }
@@ -198,9 +197,7 @@ static int load_model(kube_client *kc, node_models *m, const char *tenant, const
                 return -TETRIS_E_NOMEM;
             }
             if (text != NULL) {
-                char q[600];
-                log_warn("event=manifest-invalid model=%s msg=%s", model,
-                         log_quote(e.msg, q, sizeof q));
+                log_warn("event=manifest-invalid model=%s msg=%s", model, LOG_Q(e.msg));
             }
         }
     }

@@ -184,9 +184,8 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
 
     kube_client *kc = NULL;
-    char q[600];
     if (kube_client_new(kubeconfig, &kc, &err) < 0) {
-        log_error("event=start-failed msg=%s", log_quote(err.msg, q, sizeof q));
+        log_error("event=start-failed msg=%s", LOG_Q(err.msg));
         curl_global_cleanup();
         return 1;
     }
@@ -198,7 +197,7 @@ int main(int argc, char **argv)
         tetris_error e = {0};
         if (refresh(kc, node, ns, path, &last, &e) < 0) {
             log_warn("event=pins-refresh-failed node=%s msg=%s action=keep-previous-file", node,
-                     log_quote(e.msg, q, sizeof q));
+                     LOG_Q(e.msg));
             if (once)
                 rc = 1;
         }

@@ -640,18 +640,15 @@ static void log_state(const as_function *fn, const run_config *rc, double now_s,
 static void tick_function(as_function *fn, run_config *rc, as_actuator *act, double now_s)
 {
     tetris_error err = {0};
-    char quoted[600];
     double rps;
     if (fn->openfaas && act->refresh != NULL && act->refresh(act, fn, &err) < 0) {
-        log_warn("event=function-unavailable function=%s msg=%s", fn->name,
-                 log_quote(err.msg, quoted, sizeof quoted));
+        log_warn("event=function-unavailable function=%s msg=%s", fn->name, LOG_Q(err.msg));
         return; /* not deployed (yet), or the API is down: nothing to scale */
     }
     if (fn->trace != NULL) {
         rps = rate_trace_at(fn->trace, now_s);
     } else if (rate_prometheus(&rc->rates, fn->name, rc->deploy.namespace_, &rps, &err) < 0) {
-        log_warn("event=rate-unavailable function=%s msg=%s", fn->name,
-                 log_quote(err.msg, quoted, sizeof quoted));
+        log_warn("event=rate-unavailable function=%s msg=%s", fn->name, LOG_Q(err.msg));
         return; /* no data, no decision */
     } else if (rps > as_rate_ceiling(fn, &rc->policy.plan)) {
         double ceiling = as_rate_ceiling(fn, &rc->policy.plan);
@@ -667,8 +664,7 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
     }
     const char *reason = NULL;
     if (as_decide(fn, &rc->policy, now_s, rps, want, &reason, &err) < 0) {
-        log_error("event=decide-failed function=%s msg=%s", fn->name,
-                  log_quote(err.msg, quoted, sizeof quoted));
+        log_error("event=decide-failed function=%s msg=%s", fn->name, LOG_Q(err.msg));
         return;
     }
     if (reason == NULL)
@@ -680,8 +676,7 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
         as_change ch = {.time_s = now_s, .rps = rps, .reason = reason, .config = i,
                         .from = fn->replicas[i], .to = want[i]};
         if (act->apply(act, fn, &ch, &err) < 0) {
-            log_error("event=apply-failed function=%s msg=%s", fn->name,
-                      log_quote(err.msg, quoted, sizeof quoted));
+            log_error("event=apply-failed function=%s msg=%s", fn->name, LOG_Q(err.msg));
             continue;
         }
         fn->replicas[i] = want[i];
@@ -760,15 +755,13 @@ static int run_loop(run_config *rc, as_actuator *act)
 static int run_checked(run_config *rc)
 {
     tetris_error err = {0};
-    char quoted[600];
     /* A profile that cannot meet the SLO at all is a configuration error:
      * say so now rather than at the first request. */
     for (size_t i = 0; i < rc->n_fns; i++) {
         plan pl;
         int r = dts_plan(rc->fns[i]->prof, 1, &rc->policy.plan, &pl, &err);
         if (r < 0) {
-            log_error("event=bad-profile function=%s msg=%s", rc->fns[i]->name,
-                      log_quote(err.msg, quoted, sizeof quoted));
+            log_error("event=bad-profile function=%s msg=%s", rc->fns[i]->name, LOG_Q(err.msg));
             return exit_for(r);
         }
         plan_clear(&pl);
@@ -777,13 +770,12 @@ static int run_checked(run_config *rc)
     int r = rc->dry_run ? as_actuator_dry_run(&rc->deploy, &act, &err)
                         : as_actuator_kube(&rc->deploy, rc->kubeconfig, &act, &err);
     if (r < 0) {
-        log_error("event=actuator-failed msg=%s", log_quote(err.msg, quoted, sizeof quoted));
+        log_error("event=actuator-failed msg=%s", LOG_Q(err.msg));
         return rc->dry_run ? EXIT_INPUT : EXIT_CLUSTER;
     }
     for (size_t i = 0; i < rc->n_fns; i++)
         if (act->adopt(act, rc->fns[i], &err) < 0) {
-            log_error("event=adopt-failed function=%s msg=%s", rc->fns[i]->name,
-                      log_quote(err.msg, quoted, sizeof quoted));
+            log_error("event=adopt-failed function=%s msg=%s", rc->fns[i]->name, LOG_Q(err.msg));
             act->destroy(act);
             return EXIT_CLUSTER;
         }
@@ -802,7 +794,6 @@ static int cmd_run(int argc, char **argv)
 {
     const struct opt_program *cmd = &run_command;
     tetris_error err = {0};
-    char quoted[600];
     int first, status = EXIT_USAGE;
     /* At most one --function and one --trace per argument. */
     cleanup_free const char **function_args = calloc((size_t)argc, sizeof(char *));
@@ -883,7 +874,7 @@ static int cmd_run(int argc, char **argv)
     if (rc.policy.plan.sharing)
         for (size_t i = 0; i < rc.n_fns; i++)
             if (plan_check(rc.fns[i]->prof, &rc.policy.plan, &err) < 0) {
-                log_error("event=bad-profile msg=%s", log_quote(err.msg, quoted, sizeof quoted));
+                log_error("event=bad-profile msg=%s", LOG_Q(err.msg));
                 status = EXIT_INPUT;
                 goto out;
             }

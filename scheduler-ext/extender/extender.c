@@ -199,7 +199,7 @@ static void prepare_inventories(extender *x, const ext_args *a)
         return;
     const ext_request *rq = &a->rq;
     for (size_t i = 0; x->request_urls != NULL && rq->items != NULL && i < rq->n; i++) {
-        char url[1024], qn[300], q[600];
+        char url[1024];
         tetris_error err = {0};
         json_t *node = json_loadb(rq->items[i].text, rq->items[i].len, JSON_DECODE_ANY, NULL);
         int r = node != NULL ? inventory_url_from_node(node, x->request_urls, url, sizeof url, &err)
@@ -208,8 +208,8 @@ static void prepare_inventories(extender *x, const ext_args *a)
         if (r == 0)
             inventory_cache_set_url(x->inventories, rq->names[i], url, &err);
         else if (err.code == TETRIS_E_DENIED)
-            log_warn("event=inventory-url-refused node=%s msg=%s",
-                     log_quote(rq->names[i], qn, sizeof qn), log_quote(err.msg, q, sizeof q));
+            log_warn("event=inventory-url-refused node=%s msg=%s", LOG_Q(rq->names[i]),
+                     LOG_Q(err.msg));
     }
     inventory_cache_fetch_missing(x->inventories, rq->names, rq->n, a->tenant);
 }
@@ -229,9 +229,7 @@ static void decide(extender *x, const ext_args *a, decision *d)
     if (a->model == NULL)
         return;
     if (a->bad_tenant) {
-        char q[300];
-        log_debug("event=bad-tenant pod=%s tenant=%s nodes=%zu", a->pod_name,
-                  log_quote(a->tenant, q, sizeof q), n);
+        log_debug("event=bad-tenant pod=%s tenant=%s nodes=%zu", a->pod_name, LOG_Q(a->tenant), n);
         pthread_mutex_lock(&x->stats_lock);
         x->node_decisions_no_inventory += n;
         pthread_mutex_unlock(&x->stats_lock);

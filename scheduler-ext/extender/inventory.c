@@ -595,7 +595,6 @@ static void apply_job(inventory_cache *c, fetch_job *j)
 {
     node_inventory *inv = NULL;
     tetris_error err = {0};
-    char q[600];
     bool ok = false, not_modified = false;
     const httpclient_request *rq = &j->rq;
     if (rq->rc == 0 && rq->status == 304 && j->etag != NULL) {
@@ -642,7 +641,7 @@ static void apply_job(inventory_cache *c, fetch_job *j)
         atomic_fetch_add(&c->fetch_error, 1);
     if (log_failure)
         log_warn("event=inventory-fetch-failed node=%s url=%s msg=%s", j->node, j->url,
-                 log_quote(err.msg, q, sizeof q));
+                 LOG_Q(err.msg));
     if (log_recovery)
         log_info("event=inventory-fetch-recovered node=%s url=%s", j->node, j->url);
 }

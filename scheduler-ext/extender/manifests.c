@@ -308,7 +308,6 @@ static void apply_configmap(manifest_cache *mc, json_t *cm)
     const char *name = json_string_value(json_object_get(json_object_get(cm, "metadata"), "name"));
     const char *text = json_string_value(
         json_object_get(json_object_get(cm, "data"), TETRIS_MANIFEST_CONFIGMAP_KEY));
-    char q[600];
     if (model == NULL || text == NULL) {
         log_warn("event=manifest-skipped configmap=%s reason=\"no %s label or %s key\"",
                  name != NULL ? name : "?", TETRIS_LABEL_MODEL, TETRIS_MANIFEST_CONFIGMAP_KEY);
@@ -317,7 +316,7 @@ static void apply_configmap(manifest_cache *mc, json_t *cm)
     tetris_error err = {0};
     if (manifest_cache_put(mc, model, text, strlen(text), &err) < 0) {
         log_warn("event=manifest-invalid configmap=%s model=%s msg=%s", name, model,
-                 log_quote(err.msg, q, sizeof q));
+                 LOG_Q(err.msg));
         return;
     }
     log_info("event=manifest-loaded configmap=%s model=%s", name, model);
@@ -368,9 +367,7 @@ static void *watch_thread(void *arg)
     tetris_error err = {0};
     if (kube_list_watch(mc->kc, path, &opts, on_configmaps_listed, on_configmap_event, mc,
                         &mc->stop, &err) < 0) {
-        char q[600];
-        log_error("event=manifest-watch-failed namespace=%s msg=%s", mc->ns,
-                  log_quote(err.msg, q, sizeof q));
+        log_error("event=manifest-watch-failed namespace=%s msg=%s", mc->ns, LOG_Q(err.msg));
     }
     return NULL;
 }

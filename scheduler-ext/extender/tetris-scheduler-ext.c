@@ -167,9 +167,8 @@ static void serve_decision(extender *x, const char *verb, decide_fn fn, const ht
     if (r == 0) {
         http_response_take_body(resp, 200, "application/json", reply, len);
     } else {
-        char q[600];
         status = r == -TETRIS_E_NOMEM ? 500 : 400;
-        log_warn("event=bad-request verb=%s msg=%s", verb, log_quote(err.msg, q, sizeof q));
+        log_warn("event=bad-request verb=%s msg=%s", verb, LOG_Q(err.msg));
         http_response_error(resp, status, "%s", err.msg);
     }
     extender_observe(x, verb, status, (clock_now_ms() - t0) / 1e3);
@@ -216,7 +215,7 @@ typedef struct node_watch {
 static void learn_node(node_watch *w, json_t *node)
 {
     const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
-    char url[1024], qn[300], q[600];
+    char url[1024];
     tetris_error err = {0};
     if (name == NULL)
         return;
@@ -228,8 +227,7 @@ static void learn_node(node_watch *w, json_t *node)
     /* What the node named before is void too. */
     inventory_cache_forget(w->inventories, name);
     if (r == -TETRIS_E_DENIED)
-        log_warn("event=inventory-url-refused node=%s msg=%s", log_quote(name, qn, sizeof qn),
-                 log_quote(err.msg, q, sizeof q));
+        log_warn("event=inventory-url-refused node=%s msg=%s", LOG_Q(name), LOG_Q(err.msg));
 }
 
 static int on_nodes_listed(json_t *items, void *user)
@@ -262,8 +260,7 @@ static void *node_watch_thread(void *arg)
     tetris_error err = {0};
     if (kube_list_watch(w->kc, "/api/v1/nodes", NULL, on_nodes_listed, on_node_event, w,
                         &w->stop, &err) < 0) {
-        char q[600];
-        log_error("event=node-watch-failed msg=%s", log_quote(err.msg, q, sizeof q));
+        log_error("event=node-watch-failed msg=%s", LOG_Q(err.msg));
     }
     return NULL;
 }

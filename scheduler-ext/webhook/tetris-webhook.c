@@ -464,9 +464,7 @@ static void resolve_manifest(program *p, const webhook_review *rv, const webhook
         r = tetris_fail(&err, TETRIS_E_NOMEM, 0, "out of memory");
     json_decref(cm);
     if (r < 0) {
-        char q[600];
-        log_warn("event=manifest-skipped model=%s msg=%s", model_name,
-                 log_quote(err.msg, q, sizeof q));
+        log_warn("event=manifest-skipped model=%s msg=%s", model_name, LOG_Q(err.msg));
         model_free(pf->manifest);
         pf->manifest = NULL;
         return;
@@ -525,11 +523,11 @@ static const char *pod_name(const json_t *pod)
 static void handle_mutate(void *ctx, const http_request *req, http_response *resp)
 {
     program *p = ctx;
-    char q[600], qn[300];
+    char qn[300];
     tetris_error err = {0};
     webhook_review rv;
     if (webhook_review_parse(req->body, req->body_len, &rv, &err) < 0) {
-        log_warn("event=bad-review msg=%s", log_quote(err.msg, q, sizeof q));
+        log_warn("event=bad-review msg=%s", LOG_Q(err.msg));
         http_response_error(resp, err.code == TETRIS_E_NOMEM ? 500 : 400, "%s", err.msg);
         return;
     }
@@ -550,10 +548,9 @@ static void handle_mutate(void *ctx, const http_request *req, http_response *res
     bool denied = r == -TETRIS_E_DENIED;
     if (denied)
         log_warn("event=denied namespace=%s pod=%s dry_run=%d msg=%s", rv.namespace_, qn,
-                 rv.dry_run, log_quote(err.msg, q, sizeof q));
+                 rv.dry_run, LOG_Q(err.msg));
     else if (r < 0)
-        log_warn("event=not-mutated namespace=%s pod=%s msg=%s", rv.namespace_, qn,
-                 log_quote(err.msg, q, sizeof q));
+        log_warn("event=not-mutated namespace=%s pod=%s msg=%s", rv.namespace_, qn, LOG_Q(err.msg));
     else
         log_info("event=mutated namespace=%s pod=%s model=%s tenant=%s manifest=%s ops=%zu "
                  "dry_run=%d",
@@ -623,9 +620,8 @@ static void *ca_bundle_thread(void *arg)
         bool changed = false;
         int r = sync_ca_bundle(p, &changed, &err);
         if (r < 0 && !logged_failure) {
-            char q[600];
             log_warn("event=ca-bundle-not-set configuration=%s retry_s=%d msg=%s",
-                     p->o->configuration, CA_RETRY_S, log_quote(err.msg, q, sizeof q));
+                     p->o->configuration, CA_RETRY_S, LOG_Q(err.msg));
             logged_failure = true;
         } else if (r == 0 && changed) {
             log_info("event=ca-bundle-set configuration=%s", p->o->configuration);

@@ -359,14 +359,12 @@ static int cmd_load(int argc, char **argv)
         }
     }
     double load_ms = clock_now_ms() - t0;
-    char q[600];
     printf("{\"pid\":%d,\"load_ms\":%.3f,\"tensors\":%zu,\"resident\":%zu,\"ingested\":%zu,"
            "\"rejected\":%zu,"
            "\"mapped_bytes\":%" PRIu64 ",\"private_bytes\":%" PRIu64 ",\"fallback\":%s,"
            "\"reason\":%s}\n",
            (int)getpid(), load_ms, m->n_tensors, r.resident, r.ingested, r.rejected, r.mapped_bytes,
-           r.private_bytes, r.fallback ? "true" : "false",
-           log_quote(r.fallback ? r.reason : "", q, sizeof(q)));
+           r.private_bytes, r.fallback ? "true" : "false", LOG_Q(r.fallback ? r.reason : ""));
     fflush(stdout);
     if (hold)
         wait_hold();
