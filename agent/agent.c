@@ -12,6 +12,8 @@
  * mapping until mmap fails. In STORE mode the daemon connection is
  * watched for the model's lifetime, so a restarted daemon gets our
  * references again (ingest_client_keep_registered). */
+#include "agent/agent.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -23,7 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/agent.h"
 #include "common/cleanup.h"
 #include "agent/ingest_client.h"
 #include "common/cli.h"

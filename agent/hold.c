@@ -2,13 +2,13 @@
  *
  * The signals stay blocked except inside ppoll(), so one that arrives
  * between two checks is never lost. */
+#include "agent/hold.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "agent/hold.h"
 
 static volatile sig_atomic_t released_by;
 

@@ -1,5 +1,7 @@
 /* onnx_share.c - the model image and the proto -> agent tensor match that
  * both graph rewriters of the agent use (see onnx_share.h). */
+#include "agent/onnx_share.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -8,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/onnx_share.h"
 #include "common/cleanup.h"
 
 int onnx_share_read_image(const char *path, uint8_t **out, size_t *len, tetris_error *err)

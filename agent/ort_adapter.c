@@ -1,5 +1,7 @@
 /* ort_adapter.c - ONNX Runtime sessions over store mappings (see
  * ort_adapter.h for the approach and what stays private). */
+#include "agent/ort_adapter.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,7 +13,6 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "agent/onnx_share.h"
-#include "agent/ort_adapter.h"
 
 struct ort_model_private {
     OrtEnv *env;

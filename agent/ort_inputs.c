@@ -1,11 +1,11 @@
 /* ort_inputs.c - seeded inputs from session metadata, batched along dim 0,
  * and per-request output hashes (see ort_inputs.h). */
+#include "agent/ort_inputs.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
-
-#include "agent/ort_inputs.h"
 
 static uint64_t splitmix64(uint64_t *state)
 {

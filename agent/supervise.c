@@ -7,6 +7,8 @@
  * the child checks getppid() afterwards (the race the man page names).
  * Whether exec worked comes back through a close-on-exec pipe: end of file
  * means the command runs, an errno means it never did. */
+#include "agent/supervise.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,7 +19,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent/supervise.h"
 #include "common/log.h"
 
 static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};

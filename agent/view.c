@@ -13,6 +13,8 @@
  * recorded names (in reverse), each from a parent opened without following
  * links, so a link or file someone else put in the view is never followed
  * and never removed. */
+#include "agent/view.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +28,6 @@
 #include <jansson.h>
 
 #include "agent/onnx_share.h"
-#include "agent/view.h"
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "model/onnx_rewrite.h"

@@ -1,4 +1,6 @@
 /* batcher.c - the batching queue and its worker threads (see batcher.h). */
+#include "function/batcher.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -6,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "function/batcher.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "function/oip_ort.h"

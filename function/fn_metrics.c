@@ -1,11 +1,12 @@
 /* fn_metrics.c - counters, gauges and histograms of the inference function
  * and their Prometheus exposition (see fn_metrics.h). */
+#include "function/fn_metrics.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "function/fn_metrics.h"
 #include "common/prom.h"
 
 static const double duration_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,

@@ -8,11 +8,12 @@
  * A rewritten message changes length, so each one is built in its own
  * buffer and then emitted into its parent with a fresh length prefix.
  * Reading (bounds, nesting depth) is protobuf.h's. */
+#include "model/onnx_rewrite.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/onnx_rewrite.h"
 #include "model/protobuf.h"
 
 enum { WIRE_VARINT = PB_WT_VARINT, WIRE_LEN = PB_WT_LEN };

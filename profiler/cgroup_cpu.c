@@ -1,4 +1,6 @@
 /* cgroup_cpu.c - child cpu cgroups with a CFS quota (see cgroup_cpu.h). */
+#include "profiler/cgroup_cpu.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -9,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "profiler/cgroup_cpu.h"
 #include "common/cleanup.h"
 
 #define CFS_PERIOD_US 100000

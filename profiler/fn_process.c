@@ -1,5 +1,7 @@
 /* fn_process.c - start, wait for and stop a tetris-function process (see
  * fn_process.h). */
+#include "profiler/fn_process.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -15,7 +17,6 @@
 
 #include "common/cleanup.h"
 #include "common/clock.h"
-#include "profiler/fn_process.h"
 #include "protocol/names.h"
 
 int fn_process_default_bin(char *buf, size_t len, tetris_error *err)

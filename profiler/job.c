@@ -1,4 +1,6 @@
 /* job.c - the profiling Job manifest and the result ConfigMaps (see job.h). */
+#include "profiler/job.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,7 +8,6 @@
 
 #include <jansson.h>
 
-#include "profiler/job.h"
 #include "common/kube.h"
 #include "common/log.h"
 #include "common/yaml_write.h"

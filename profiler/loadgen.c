@@ -1,4 +1,6 @@
 /* loadgen.c - closed- and open-loop HTTP load with libcurl (see loadgen.h). */
+#include "profiler/loadgen.h"
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -12,7 +14,6 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "profiler/loadgen.h"
 #include "common/clock.h"
 
 struct shared {

@@ -1,4 +1,6 @@
 /* procmem.c - private vs store memory of a process from /proc/PID/smaps. */
+#include "profiler/procmem.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -8,7 +10,6 @@
 #include <string.h>
 
 #include "common/cleanup.h"
-#include "profiler/procmem.h"
 
 /* A mapping header line: "start-end perms offset dev inode [path]". */
 static bool is_mapping_header(const char *line, const char **path)

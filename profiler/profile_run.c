@@ -1,5 +1,7 @@
 /* profile_run.c - run the grid and turn measurements into a profile (see
  * profile_run.h). */
+#include "profiler/profile_run.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -17,7 +19,6 @@
 #include "profiler/loadgen.h"
 #include "common/log.h"
 #include "profiler/procmem.h"
-#include "profiler/profile_run.h"
 
 #define SAMPLE_INTERVAL_MS 100
 #define MIB (1024.0 * 1024.0)
@@ -243,7 +244,6 @@ static void draw_progress(size_t done, size_t total, const struct config_run *cr
         fprintf(stderr, "%20s\n", "");
     fflush(stderr);
 }
-
 
 static int measure_config(const struct profile_run_options *o, const struct config_run *cr,
                           bool *cpu_limit_ok, profile_config *out, tetris_error *err)

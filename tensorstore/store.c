@@ -3,6 +3,8 @@
  *
  * The .tetris-store marker is written last when a store is created, so a
  * directory with a marker has its whole layout. */
+#include "tensorstore/store.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>

@@ -10,6 +10,7 @@
 #             line with common/options.h: it includes it, or a header of its
 #             folder whose .c does (reclaimer/config.h)
 #   circles   no files of one module call each other round a circle
+#   includes  a .c file with a header of its own includes it first
 #   commits   commit subjects since the conventions were written are <= 72
 #             characters (skipped outside a git checkout)
 #   format    lines of C changed since LINT_BASE (default HEAD: the
@@ -19,7 +20,7 @@
 # Exit status: 0 clean, 1 findings, 2 usage.
 set -u
 case "${1:-}" in
-    --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --version) echo "lint.sh ${TETRIS_VERSION:-0.1.0}"; exit 0 ;;
     "") ;;
     *) echo "lint.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -143,6 +144,19 @@ check_circles() {
     done
 }
 
+# check_includes: the own header first, so that it is known to stand alone
+# (docs/STYLE.md).
+check_includes() {
+    for f in $c_files; do
+        case "$f" in *.c) ;; *) continue ;; esac
+        h="${f%.c}.h"
+        [ -f "$h" ] || continue
+        first=$(grep -m 1 -n '^#[[:space:]]*include' "$f")
+        [ "${first#*:}" = "#include \"$h\"" ] ||
+            finding includes "$f:${first%%:*}" "includes $h first (its own header)"
+    done
+}
+
 check_commits() {
     git rev-parse --verify -q "$CONVENTIONS_SINCE^{commit}" >/dev/null 2>&1 || return 0
     git log --no-merges --format='%h %s' "$CONVENTIONS_SINCE..HEAD" | while read -r h s; do
@@ -161,7 +175,7 @@ check_format() {
         done
 }
 
-out=$({ check_layers; check_headers; check_modules; check_programs; check_circles; check_commits;
+out=$({ check_layers; check_headers; check_modules; check_programs; check_circles; check_includes; check_commits;
     check_format; })
 if [ -n "$out" ]; then
     printf '%s\n' "$out" >&2

@@ -2,7 +2,8 @@
 # test-lint.sh - `make lint` (scripts/lint/lint.sh) finds what it promises:
 # a forbidden include across layers, a C file without its opening comment,
 # a module without module.mk, a module.mk listing another module's source,
-# two files of a module calling each other, and is clean on a tree that
+# two files of a module calling each other, a file not including its own
+# header first, and is clean on a tree that
 # keeps the rules. Runs on a scratch git tree.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
@@ -13,7 +14,7 @@ cp "$ROOT/.clang-format" "$WORK/"
 cd "$WORK"
 git init -q . && git config user.email t@example.org && git config user.name t
 printf '/* a.h - common. */\n' >common/a.h
-printf '/* s.c - store. */\n#include "common/a.h"\n' >tensorstore/s.c
+printf '/* s.c - store. */\n#include "tensorstore/s.h"\n\n#include "common/a.h"\n' >tensorstore/s.c
 printf '/* g.c - agent. */\n#include "tensorstore/s.h"\n' >agent/g.c
 printf '/* s.h - store. */\n' >tensorstore/s.h
 printf 'LIB_SRCS += tensorstore/s.c\n' >tensorstore/module.mk
@@ -56,6 +57,14 @@ git add -A
 if lint; then fail "two files calling each other passed"; fi
 grep -q 'lint=circles file=tensorstore .*tensorstore/t.c' "$WORK/out" || fail "no circles finding: $(cat "$WORK/out")"
 git reset -q --hard; rm -f tensorstore/t.c tensorstore/u.c
+
+printf '/* v.c - store. */\n#include <stdio.h>\n\n#include "tensorstore/v.h"\n' >tensorstore/v.c
+printf '/* v.h - store. */\n' >tensorstore/v.h
+printf 'LIB_SRCS += tensorstore/s.c tensorstore/v.c\n' >tensorstore/module.mk
+git add -A
+if lint; then fail "a file not including its own header first passed"; fi
+grep -q 'lint=includes file=tensorstore/v.c:2' "$WORK/out" || fail "no includes finding: $(cat "$WORK/out")"
+git reset -q --hard; rm -f tensorstore/v.c tensorstore/v.h
 
 scripts/lint/lint.sh --bogus 2>/dev/null && fail "a bad argument passed"
 [ $? -eq 2 ] || fail "a bad argument did not exit 2"
