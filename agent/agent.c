@@ -14,6 +14,7 @@
  * references again (ingest_client_keep_registered). */
 #include "agent/agent.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -171,6 +172,11 @@ static void fall_back(agent_model *am, const struct agent_options *o, const char
  * count them under their lock). */
 static int map_tensor_only(agent_model *am, size_t i, tetris_error *err)
 {
+    /* Invariant: a tensor is mapped only once a holder references it, our
+     * holder file (direct: record_references, publish_item) or the
+     * daemon's for our connection (it answers after recording), so a
+     * reclaim pass never frees what is being mapped (store.h). */
+    assert(am->priv->holder != NULL || am->priv->daemon != NULL);
     store_mapping *mp = &am->priv->maps[i];
     int r = store_map_tensor_populated(am->priv->store, &am->model->tensors[i].meta.digest,
                                        am->priv->populate, mp, err);

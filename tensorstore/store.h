@@ -46,7 +46,8 @@
  *   - concurrent publishers of one digest produce one file:
  *     tests/tensorstore/test-concurrent.sh;
  *   - a tensor referenced by a live holder is never removed, and a holder
- *     is recorded before its tensors are mapped (use.lock): test_store.c
+ *     is recorded before its tensors are mapped (use.lock; asserted in
+ *     agent.c map_tensor_only): test_store.c
  *     holder_records_references, killed_holder_is_found_dead_and_released,
  *     use_lock_excludes_reclaim, remove_and_quarantine_keep_existing_mappings.
  * Assertions are on in every build (none defines NDEBUG): a broken
