@@ -30,6 +30,7 @@
 #include "common/workers.h"
 #include "protocol/ingest.h"
 #include "tensorstore/store.h"
+#include "reclaimer/pin_file.h"
 #include "reclaimer/tensor_index.h"
 
 /* Per-model metrics are labelled with the holder's label (the model);
@@ -81,12 +82,6 @@ struct duty {
 };
 
 typedef struct ingest_server ingest_server;
-
-/* One line of the pin file: a digest kept warm in one store. */
-struct pin {
-    char tenant[64]; /* "" for the shared store */
-    tensor_digest digest;
-};
 
 /* Connections of one peer process (SO_PEERCRED), under peers_lock. */
 struct peer_conns {

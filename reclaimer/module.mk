@@ -8,9 +8,9 @@ tetris-reclaimer_SRCS := reclaimer/tetris-reclaimer.c reclaimer/stores.c reclaim
 # The daemon's settings, tensor index and reclaim rule are in the library
 # so the unit tests (and the cluster evaluation, for the rule) can reach
 # them.
-LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c \
+LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c reclaimer/pin_file.c \
             reclaimer/reclaim_policy.c
-UNIT_TESTS += tests/reclaimer/test_reclaimer_units.c
+UNIT_TESTS += tests/reclaimer/test_reclaimer_units.c tests/reclaimer/test_pin_file.c
 
 TEST_PROGRAMS += tetris-ingest-probe
 tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
