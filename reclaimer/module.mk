@@ -17,6 +17,7 @@ tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
 SHELL_TESTS += tests/reclaimer/test-reclaim.sh
 SHELL_TESTS += tests/reclaimer/test-bad-requests.sh
 SHELL_TESTS += tests/reclaimer/test-prometheus.sh
+SHELL_TESTS += tests/reclaimer/test-dashboard.sh
 SHELL_TESTS += tests/reclaimer/test-inventory-scrub.sh
 SHELL_TESTS += tests/reclaimer/test-agent.sh
 SHELL_TESTS += tests/reclaimer/test-concurrent.sh
