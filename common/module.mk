@@ -1,6 +1,6 @@
 # common/module.mk - shared plumbing: errors, logging, cleanup attributes,
 # clocks, text buffers, Prometheus text, option values and the programs'
-# option tables, the threaded daemons' run loop, the HTTP server and GET
+# option tables, the daemons' run loop, the HTTP server and GET
 # client, YAML reading, configuration and writing, the string map, the
 # Kubernetes client, CPU-sized worker threads, JSON read without a tree
 # (json_scan), UTF-8 and bounded whole-file reads; their unit tests and the
@@ -26,6 +26,8 @@ TEST_PROGRAMS += kube-client-test
 kube-client-test_SRCS := tests/common/kube_client_test.c tests/lib/faultserver.c
 kube-client-test_LIBS := -lcheck -lsubunit -lrt -lcurl
 SHELL_TESTS += tests/common/test-kube-client.sh
+# The daemons' shared run loop: reloads, stops, ticks.
+SHELL_TESTS += tests/common/test-daemon-run.sh
 
 # The client against the real apiserver (driven by tests/k8s/).
 TEST_PROGRAMS += kube-e2e

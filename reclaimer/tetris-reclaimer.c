@@ -1,9 +1,9 @@
-/* tetris-reclaimer.c - configuration, signals and the main loop.
- * The main thread runs reclaim passes every --interval and handles
- * signals; the ingest service and the HTTP server run on their own
- * threads (see daemon.h for the parts). */
+/* tetris-reclaimer.c - the daemon's steps for common/daemon_run.h: start
+ * (the store, its claim, the first pass, then the servers), a tick that
+ * runs reclaim passes every --interval, a reload of the settings on
+ * SIGHUP, and stop. The ingest service and the HTTP server run on their
+ * own threads (see daemon.h for the parts). */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +13,7 @@
 #include "reclaimer/config.h"
 #include "reclaimer/daemon.h"
 #include "common/clock.h"
+#include "common/daemon_run.h"
 #include "common/log.h"
 
 #define EXIT_RUNTIME 1
@@ -130,55 +131,6 @@ static void reload(struct daemon *d, int argc, char **argv)
              (unsigned long long)fresh.scrub_rate);
 }
 
-/* Waits up to seconds for a signal; returns it, or 0 on timeout. */
-static int wait_signal(const sigset_t *set, double seconds)
-{
-    struct timespec ts = clock_timespec(seconds * 1e3);
-    for (;;) {
-        int sig = sigtimedwait(set, NULL, &ts);
-        if (sig >= 0)
-            return sig;
-        if (errno == EAGAIN)
-            return 0;
-        if (errno != EINTR)
-            return SIGTERM;
-    }
-}
-
-static void run_loop(struct daemon *d, const sigset_t *set, int argc, char **argv)
-{
-    for (;;) {
-        pthread_mutex_lock(&d->cfg_lock);
-        double interval = d->cfg.interval_s;
-        pthread_mutex_unlock(&d->cfg_lock);
-        /* Adopted holders are checked more often than a pass runs. */
-        int sig = wait_signal(set, interval < 1 ? interval : 1);
-        if (sig == SIGTERM || sig == SIGINT) {
-            log_info("event=stopping signal=%s", sig == SIGTERM ? "TERM" : "INT");
-            return;
-        }
-        if (sig == SIGHUP) {
-            reload(d, argc, argv);
-            continue;
-        }
-        daemon_poll_adopted(d);
-        pthread_mutex_lock(&d->pass_lock);
-        int64_t last = d->last_pass_ms;
-        pthread_mutex_unlock(&d->pass_lock);
-        if ((double)(clock_wall_ms() - last) < interval * 1000 &&
-            !atomic_exchange(&d->pass_wanted, false))
-            continue;
-        tetris_error err;
-        if (daemon_reclaim_pass(d, &err) < 0) {
-            log_error("event=reclaim-pass-failed code=%s msg=%s", tetris_code_name(err.code),
-                      LOG_Q(err.msg));
-            pthread_mutex_lock(&d->pass_lock);
-            d->last_pass_ms = clock_wall_ms(); /* retry after one interval, not at once */
-            pthread_mutex_unlock(&d->pass_lock);
-        }
-    }
-}
-
 /* Puts the store on a tmpfs of its own where asked (store_tmpfs.h) and says
  * in one line what it is on (o keeps it, for /metrics and /healthz); a
  * percentage capacity is then a share of that filesystem. */
@@ -211,90 +163,159 @@ static int prepare_store_tmpfs(struct reclaimer_config *cfg, struct store_tmpfs_
     return reclaimer_config_resolve_capacity(cfg, err);
 }
 
+/* The daemon's run: its settings, its state once started, and how start
+ * failed; daemon_run's steps below take it. */
+struct reclaimer_run {
+    int argc;
+    char **argv;
+    struct reclaimer_config cfg;
+    struct daemon d;
+    bool initialized; /* d was initialized: stop finishes it */
+    http_api *http;
+    enum { START_FAILED, START_STORE_SERVED, START_STORE_REFUSED } failure;
+};
+
+/* The store on its tmpfs, the claim, the first pass (which repairs every
+ * store and finds the tenants), then the ingest service and HTTP server.
+ * --mount-only and --once end here. */
+static int run_start(void *ctx, tetris_error *err)
+{
+    struct reclaimer_run *run = ctx;
+    struct reclaimer_config *cfg = &run->cfg;
+    struct daemon *d = &run->d;
+    struct store_tmpfs_outcome tmpfs;
+    int rc;
+
+    raise_fd_limit();
+    if ((rc = prepare_store_tmpfs(cfg, &tmpfs, err)) < 0)
+        return rc;
+    if (cfg->mount_only)
+        return DAEMON_RUN_DONE;
+    daemon_init(d, cfg);
+    run->initialized = true;
+    d->tmpfs = tmpfs;
+    d->tmpfs_asked = cfg->store_tmpfs != STORE_TMPFS_NONE;
+    /* Before anything touches the store: a second daemon (or --once) on a
+     * store a live daemon serves must change nothing there. */
+    rc = daemon_claim_store(d, err);
+    if (rc == -TETRIS_E_CONFLICT) {
+        run->failure = START_STORE_SERVED;
+        return rc;
+    }
+    if (rc == 0)
+        rc = daemon_open_shared(d, err);
+    if (rc < 0) {
+        if (err->code == TETRIS_E_DENIED || err->code == TETRIS_E_FORMAT)
+            run->failure = START_STORE_REFUSED;
+        return rc;
+    }
+    if ((rc = daemon_reclaim_pass(d, err)) < 0)
+        return rc;
+    struct served_store *shared = d->stores[0];
+    pthread_mutex_lock(&shared->index_lock);
+    log_info("event=started store=%s tensors=%zu resident_bytes=%llu tenants=%zu once=%d",
+             cfg->store_dir, tensor_index_count(shared->index),
+             (unsigned long long)shared->resident_bytes, daemon_store_count(d) - 1, cfg->once);
+    pthread_mutex_unlock(&shared->index_lock);
+    if (cfg->once)
+        return DAEMON_RUN_DONE;
+    if ((rc = daemon_start_serving(d, err)) < 0 ||
+        ((cfg->listen[0] != '\0' || cfg->tenant_listen[0] != '\0') &&
+         (rc = http_api_start(d, &run->http, err)) < 0))
+        return rc;
+    log_info("event=serving socket=%s", cfg->socket_path);
+    return 0;
+}
+
+static int run_start_failed(void *ctx, int r, const tetris_error *err)
+{
+    const struct reclaimer_run *run = ctx;
+    (void)r;
+    switch (run->failure) {
+    case START_STORE_SERVED:
+        log_error("event=store-served msg=%s action=exit", LOG_Q(err->msg));
+        return EXIT_STORE_REFUSED;
+    case START_STORE_REFUSED:
+        log_error("event=store-refused code=%s msg=%s", tetris_code_name(err->code),
+                  LOG_Q(err->msg));
+        return EXIT_STORE_REFUSED;
+    case START_FAILED: break;
+    }
+    log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err->code), LOG_Q(err->msg));
+    return EXIT_RUNTIME;
+}
+
+static void run_stop(void *ctx)
+{
+    struct reclaimer_run *run = ctx;
+    if (!run->initialized)
+        return;
+    atomic_store(&run->d.stopping, true);
+    http_api_stop(run->http);
+    daemon_fini(&run->d);
+}
+
+/* Adopted holders are checked more often than a pass runs. */
+static double run_tick_wait_s(void *ctx)
+{
+    struct daemon *d = &((struct reclaimer_run *)ctx)->d;
+    pthread_mutex_lock(&d->cfg_lock);
+    double interval = d->cfg.interval_s;
+    pthread_mutex_unlock(&d->cfg_lock);
+    return interval < 1 ? interval : 1;
+}
+
+/* The adopted holders; a reclaim pass once an interval has passed since
+ * the last, or when one is wanted sooner. */
+static int run_tick(void *ctx)
+{
+    struct daemon *d = &((struct reclaimer_run *)ctx)->d;
+    tetris_error err;
+
+    daemon_poll_adopted(d);
+    pthread_mutex_lock(&d->cfg_lock);
+    double interval = d->cfg.interval_s;
+    pthread_mutex_unlock(&d->cfg_lock);
+    pthread_mutex_lock(&d->pass_lock);
+    int64_t last = d->last_pass_ms;
+    pthread_mutex_unlock(&d->pass_lock);
+    if ((double)(clock_wall_ms() - last) < interval * 1000 &&
+        !atomic_exchange(&d->pass_wanted, false))
+        return DAEMON_RUN_CONTINUE;
+    if (daemon_reclaim_pass(d, &err) < 0) {
+        log_error("event=reclaim-pass-failed code=%s msg=%s", tetris_code_name(err.code),
+                  LOG_Q(err.msg));
+        pthread_mutex_lock(&d->pass_lock);
+        d->last_pass_ms = clock_wall_ms(); /* retry after one interval, not at once */
+        pthread_mutex_unlock(&d->pass_lock);
+    }
+    return DAEMON_RUN_CONTINUE;
+}
+
+static void run_reload(void *ctx)
+{
+    struct reclaimer_run *run = ctx;
+    reload(&run->d, run->argc, run->argv);
+}
+
 int main(int argc, char **argv)
 {
-    log_init(argv[0]);
-    struct reclaimer_config cfg;
+    static struct reclaimer_run run;
     tetris_error err;
-    int rc = reclaimer_config_load(argc, argv, &cfg, &err);
-    if (rc < 0) {
+
+    log_init(argv[0]);
+    run.argc = argc;
+    run.argv = argv;
+    if (reclaimer_config_load(argc, argv, &run.cfg, &err) < 0) {
         log_error("event=usage msg=%s", LOG_Q(err.msg));
         fprintf(stderr, "Try '%s --help'.\n", argv[0]);
         return EXIT_USAGE;
     }
-    /* Signals are taken synchronously by the main thread only. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit();
-    struct store_tmpfs_outcome tmpfs;
-    if (prepare_store_tmpfs(&cfg, &tmpfs, &err) < 0) {
-        log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
-                  LOG_Q(err.msg));
-        return EXIT_RUNTIME;
-    }
-    if (cfg.mount_only)
-        return 0;
-
-    static struct daemon d;
-    daemon_init(&d, &cfg);
-    d.tmpfs = tmpfs;
-    d.tmpfs_asked = cfg.store_tmpfs != STORE_TMPFS_NONE;
-    /* Before anything touches the store: a second daemon (or --once) on a
-     * store a live daemon serves must change nothing there. */
-    rc = daemon_claim_store(&d, &err);
-    if (rc == -TETRIS_E_CONFLICT) {
-        log_error("event=store-served msg=%s action=exit", LOG_Q(err.msg));
-        daemon_fini(&d);
-        return EXIT_STORE_REFUSED;
-    }
-    /* The first pass repairs every store and finds the tenants. */
-    if (rc == 0)
-        rc = daemon_open_shared(&d, &err);
-    if (rc < 0) {
-        bool refused = err.code == TETRIS_E_DENIED || err.code == TETRIS_E_FORMAT;
-        log_error("event=%s code=%s msg=%s", refused ? "store-refused" : "startup-failed",
-                  tetris_code_name(err.code), LOG_Q(err.msg));
-        daemon_fini(&d);
-        return refused ? EXIT_STORE_REFUSED : EXIT_RUNTIME;
-    }
-    if (daemon_reclaim_pass(&d, &err) < 0) {
-        log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
-                  LOG_Q(err.msg));
-        daemon_fini(&d);
-        return EXIT_RUNTIME;
-    }
-    struct served_store *shared = d.stores[0];
-    pthread_mutex_lock(&shared->index_lock);
-    log_info("event=started store=%s tensors=%zu resident_bytes=%llu tenants=%zu once=%d",
-             cfg.store_dir, tensor_index_count(shared->index),
-             (unsigned long long)shared->resident_bytes, daemon_store_count(&d) - 1, cfg.once);
-    pthread_mutex_unlock(&shared->index_lock);
-    if (cfg.once) {
-        daemon_fini(&d);
-        return 0;
-    }
-
-    http_api *http = NULL;
-    if (daemon_start_serving(&d, &err) < 0 ||
-        ((cfg.listen[0] != '\0' || cfg.tenant_listen[0] != '\0') &&
-         http_api_start(&d, &http, &err) < 0)) {
-        log_error("event=startup-failed code=%s msg=%s", tetris_code_name(err.code),
-                  LOG_Q(err.msg));
-        atomic_store(&d.stopping, true);
-        daemon_fini(&d);
-        return EXIT_RUNTIME;
-    }
-    log_info("event=serving socket=%s", cfg.socket_path);
-    run_loop(&d, &set, argc, argv);
-
-    atomic_store(&d.stopping, true);
-    http_api_stop(http);
-    daemon_fini(&d);
-    log_info("event=stopped");
-    return 0;
+    return daemon_run(&(struct daemon_run){.ctx = &run,
+                                           .start = run_start,
+                                           .stop = run_stop,
+                                           .start_failed = run_start_failed,
+                                           .tick = run_tick,
+                                           .tick_wait_s = run_tick_wait_s,
+                                           .reload = run_reload});
 }

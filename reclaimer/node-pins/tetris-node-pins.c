@@ -8,7 +8,6 @@
  * sidecar in its DaemonSet pod). */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,19 +18,12 @@
 #include <curl/curl.h>
 
 #include "common/cleanup.h"
+#include "common/daemon_run.h"
 #include "common/kube.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "protocol/names.h"
 #include "reclaimer/node-pins/node_pods.h"
-
-static volatile sig_atomic_t stopping;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    stopping = 1;
-}
 
 /* The pin file's new contents (malloc'd). */
 static char *render(const node_models *m)
@@ -112,43 +104,89 @@ static int refresh(kube_client *kc, const char *node, const char *ns, const char
     return 0;
 }
 
+/* The sidecar's run: its settings, and its client and the file's current
+ * contents once started; daemon_run's steps below take it. */
+struct pins_run {
+    const char *node, *path, *ns, *kubeconfig;
+    int64_t interval_s;
+    bool once;
+    kube_client *kc;
+    char *last;     /* the pin file's current contents */
+    bool refreshed; /* a refresh ran: the next waits one interval */
+};
+
+static int run_start(void *ctx, tetris_error *err)
+{
+    struct pins_run *run = ctx;
+    int r = kube_client_new(run->kubeconfig, &run->kc, err);
+    if (r == 0 && run->ns == NULL)
+        run->ns = kube_client_namespace(run->kc);
+    return r;
+}
+
+static void run_stop(void *ctx)
+{
+    struct pins_run *run = ctx;
+    free(run->last);
+    kube_client_free(run->kc);
+}
+
+/* The first refresh at once, the next one interval after the last. */
+static double run_tick_wait_s(void *ctx)
+{
+    const struct pins_run *run = ctx;
+    return run->refreshed ? (double)run->interval_s : 0;
+}
+
+/* One refresh; a failed one keeps the previous file (and fails --once). */
+static int run_tick(void *ctx)
+{
+    struct pins_run *run = ctx;
+    tetris_error err = {0};
+    int status = 0;
+    run->refreshed = true;
+    if (refresh(run->kc, run->node, run->ns, run->path, &run->last, &err) < 0) {
+        log_warn("event=pins-refresh-failed node=%s msg=%s action=keep-previous-file", run->node,
+                 LOG_Q(err.msg));
+        status = 1;
+    }
+    return run->once ? status : DAEMON_RUN_CONTINUE;
+}
+
 int main(int argc, char **argv)
 {
-    const char *node = NULL, *path = NULL, *ns = NULL, *kubeconfig = NULL;
-    int64_t interval = 30;
-    tetris_error err = {0};
-    bool once = false;
+    struct pins_run run = {.interval_s = 30};
     const struct opt_spec specs[] = {
         {.name = "node",
          .type = OPT_TYPE_STRING,
-         .dest = &node,
+         .dest = &run.node,
          .env = TETRIS_ENV_NODE_NAME,
          .meta = "NAME",
          .help = "this node (required)"},
         {.name = "pin-file",
          .type = OPT_TYPE_STRING,
-         .dest = &path,
+         .dest = &run.path,
          .meta = "FILE",
          .help = "the file to keep up to date (required)"},
         {.name = "namespace",
          .type = OPT_TYPE_STRING,
-         .dest = &ns,
+         .dest = &run.ns,
          .meta = "NS",
          .help = "namespace of the manifest ConfigMaps (default: the kubeconfig context's / "
                  "service account's)"},
         {.name = "kubeconfig",
          .type = OPT_TYPE_STRING,
-         .dest = &kubeconfig,
+         .dest = &run.kubeconfig,
          .meta = "FILE",
          .help = "default: in-cluster service account"},
         {.name = "interval",
          .type = OPT_TYPE_I64,
-         .dest = &interval,
+         .dest = &run.interval_s,
          .min = 1,
          .max = 86400,
          .meta = "SECONDS",
          .help = "between refreshes (default 30)"},
-        {.name = "once", .type = OPT_TYPE_FLAG, .dest = &once, .help = "refresh once and exit"},
+        {.name = "once", .type = OPT_TYPE_FLAG, .dest = &run.once, .help = "refresh once and exit"},
         {0},
     };
     const struct opt_program prog = {
@@ -167,48 +205,23 @@ int main(int argc, char **argv)
                     "Exit status: 0 stopped by SIGTERM/SIGINT or --once done, 1 failure (--once\n"
                     "refresh failed, no credentials), 2 usage error.\n",
     };
-    int first;
+    int first, status;
 
     log_init(argv[0]);
     if ((first = opt_parse(&prog, argc, argv)) < 0)
         return 2;
     if (first < argc)
         return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]), 2;
-    if (node == NULL || path == NULL)
+    if (run.node == NULL || run.path == NULL)
         return opt_usage_error(&prog,
                                "--node (or $" TETRIS_ENV_NODE_NAME ") and --pin-file are required"),
                2;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-
-    kube_client *kc = NULL;
-    if (kube_client_new(kubeconfig, &kc, &err) < 0) {
-        log_error("event=start-failed msg=%s", LOG_Q(err.msg));
-        curl_global_cleanup();
-        return 1;
-    }
-    if (ns == NULL)
-        ns = kube_client_namespace(kc);
-    char *last = NULL;
-    int rc = 0;
-    while (!stopping) {
-        tetris_error e = {0};
-        if (refresh(kc, node, ns, path, &last, &e) < 0) {
-            log_warn("event=pins-refresh-failed node=%s msg=%s action=keep-previous-file", node,
-                     LOG_Q(e.msg));
-            if (once)
-                rc = 1;
-        }
-        if (once)
-            break;
-        /* sleep() returns early when a signal arrives. */
-        for (unsigned left = (unsigned)interval; left > 0 && !stopping;)
-            left = sleep(left);
-    }
-    free(last);
-    kube_client_free(kc);
+    status = daemon_run(&(struct daemon_run){.ctx = &run,
+                                             .start = run_start,
+                                             .stop = run_stop,
+                                             .tick = run_tick,
+                                             .tick_wait_s = run_tick_wait_s});
     curl_global_cleanup();
-    return rc;
+    return status;
 }

@@ -5,11 +5,9 @@
 
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -17,6 +15,7 @@
 #include "common/cleanup.h"
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/daemon_run.h"
 #include "scheduler-ext/autoscaler/ilp.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -513,14 +512,6 @@ static int cmd_plan(int argc, char **argv)
 
 /* ---- run ---- */
 
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
-
 /* DNS-1123 label: it becomes part of Deployment names and label values. */
 static bool valid_function_name(const char *s)
 {
@@ -688,13 +679,6 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
     }
 }
 
-static void sleep_s(double s)
-{
-    struct timespec ts = clock_timespec(s * 1e3);
-    while (!stop_requested && nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* --step-file: FILE holds the time of the round just acted on (written
  * whole, by rename); whoever watches removes it to let the next round
  * start. Returns -1 when FILE cannot be written. */
@@ -713,81 +697,125 @@ static int step_handshake(const char *path, double now_s)
         log_error("event=step-file-failed file=%s errno=%d", path, errno);
         return -1;
     }
-    while (!stop_requested && access(path, F_OK) == 0)
-        sleep_s(0.02);
+    while (!daemon_run_stop_pending() && access(path, F_OK) == 0)
+        clock_sleep_ms(20);
     return 0;
 }
 
-static int run_loop(run_config *rc, as_actuator *act)
-{
-    bool local = rc->rates.url == NULL;
-    double end_s = INFINITY;
-    if (local) {
-        end_s = 0;
-        for (size_t i = 0; i < rc->n_fns; i++)
-            end_s = fmax(end_s, rate_trace_end(rc->fns[i]->trace));
-    }
-    if (rc->duration_s > 0)
-        end_s = fmin(end_s, rc->duration_s);
-    bool simulated = local && !rc->realtime;
-    double start_ms = clock_now_ms();
-    for (double sim_s = 0; !stop_requested;) {
-        double now_s = simulated ? sim_s : (clock_now_ms() - start_ms) / 1000.0;
-        if (now_s > end_s + 1e-9)
-            break;
-        for (size_t i = 0; i < rc->n_fns && !stop_requested; i++)
-            tick_function(rc->fns[i], rc, act, now_s);
-        if (rc->step_file != NULL && !stop_requested && step_handshake(rc->step_file, now_s) < 0)
-            return EXIT_INPUT;
-        sim_s += rc->interval_s;
-        if (!simulated) {
-            double next_ms = start_ms + ceil((clock_now_ms() - start_ms) / 1e3 / rc->interval_s) *
-                                            rc->interval_s * 1e3;
-            sleep_s(fmax(0, next_ms - clock_now_ms()) / 1e3);
-        }
-    }
-    for (size_t i = 0; i < rc->n_fns; i++)
-        log_info("event=done function=%s instances=%u memory_mib=%.1f", rc->fns[i]->name,
-                 as_instances(rc->fns[i]), as_memory_mib(rc->fns[i], &rc->policy.plan));
-    return EXIT_OK;
-}
+/* `run`'s state for daemon_run's steps: the checked configuration, the
+ * actuator once started, and the clock of the rounds. */
+struct run {
+    run_config *rc;
+    as_actuator *act;
+    int start_status; /* the exit status when start failed */
+    bool started;     /* start succeeded: stop reports each function */
+    bool failed;      /* a round failed: no report */
+    bool simulated;   /* time is the trace's, one interval a round */
+    double end_s;     /* the last round's time */
+    double sim_s;     /* simulated: the next round's time */
+    double start_ms;  /* real time: the first round's clock_now_ms() */
+    double wait_s;    /* until the next round */
+};
 
-static int run_checked(run_config *rc)
+/* A profile that cannot meet the SLO at all is a configuration error: say
+ * so now rather than at the first request. Then the actuator, which adopts
+ * what each function already runs. */
+static int run_start(void *ctx, tetris_error *err)
 {
-    tetris_error err = {0};
-    /* A profile that cannot meet the SLO at all is a configuration error:
-     * say so now rather than at the first request. */
+    struct run *run = ctx;
+    run_config *rc = run->rc;
+    int r;
+
     for (size_t i = 0; i < rc->n_fns; i++) {
         plan pl;
-        int r = dts_plan(rc->fns[i]->prof, 1, &rc->policy.plan, &pl, &err);
-        if (r < 0) {
-            log_error("event=bad-profile function=%s msg=%s", rc->fns[i]->name, LOG_Q(err.msg));
-            return exit_for(r);
+        if ((r = dts_plan(rc->fns[i]->prof, 1, &rc->policy.plan, &pl, err)) < 0) {
+            log_error("event=bad-profile function=%s msg=%s", rc->fns[i]->name, LOG_Q(err->msg));
+            run->start_status = exit_for(r);
+            return r;
         }
         plan_clear(&pl);
     }
-    as_actuator *act = NULL;
-    int r = rc->dry_run ? as_actuator_dry_run(&rc->deploy, &act, &err)
-                        : as_actuator_kube(&rc->deploy, rc->kubeconfig, &act, &err);
+    r = rc->dry_run ? as_actuator_dry_run(&rc->deploy, &run->act, err)
+                    : as_actuator_kube(&rc->deploy, rc->kubeconfig, &run->act, err);
     if (r < 0) {
-        log_error("event=actuator-failed msg=%s", LOG_Q(err.msg));
-        return rc->dry_run ? EXIT_INPUT : EXIT_CLUSTER;
+        log_error("event=actuator-failed msg=%s", LOG_Q(err->msg));
+        run->start_status = rc->dry_run ? EXIT_INPUT : EXIT_CLUSTER;
+        return r;
     }
     for (size_t i = 0; i < rc->n_fns; i++)
-        if (act->adopt(act, rc->fns[i], &err) < 0) {
-            log_error("event=adopt-failed function=%s msg=%s", rc->fns[i]->name, LOG_Q(err.msg));
-            act->destroy(act);
-            return EXIT_CLUSTER;
+        if ((r = run->act->adopt(run->act, rc->fns[i], err)) < 0) {
+            log_error("event=adopt-failed function=%s msg=%s", rc->fns[i]->name, LOG_Q(err->msg));
+            run->start_status = EXIT_CLUSTER;
+            return r;
         }
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
     log_info("event=start functions=%zu mode=%s actuator=%s slo_ms=%g sharing=%d", rc->n_fns,
              rc->rates.url ? "prometheus" : "trace", rc->dry_run ? "dry-run" : "kubernetes",
              rc->policy.plan.slo_ms, rc->policy.plan.sharing);
-    r = run_loop(rc, act);
-    act->destroy(act);
-    return r;
+    bool local = rc->rates.url == NULL;
+    run->end_s = INFINITY;
+    if (local) {
+        run->end_s = 0;
+        for (size_t i = 0; i < rc->n_fns; i++)
+            run->end_s = fmax(run->end_s, rate_trace_end(rc->fns[i]->trace));
+    }
+    if (rc->duration_s > 0)
+        run->end_s = fmin(run->end_s, rc->duration_s);
+    run->simulated = local && !rc->realtime;
+    run->start_ms = clock_now_ms();
+    run->started = true;
+    return 0;
+}
+
+static int run_start_failed(void *ctx, int r, const tetris_error *err)
+{
+    (void)r;
+    (void)err;
+    return ((const struct run *)ctx)->start_status;
+}
+
+static void run_stop(void *ctx)
+{
+    struct run *run = ctx;
+    run_config *rc = run->rc;
+    if (run->started && !run->failed)
+        for (size_t i = 0; i < rc->n_fns; i++)
+            log_info("event=done function=%s instances=%u memory_mib=%.1f", rc->fns[i]->name,
+                     as_instances(rc->fns[i]), as_memory_mib(rc->fns[i], &rc->policy.plan));
+    if (run->act != NULL)
+        run->act->destroy(run->act);
+}
+
+static double run_tick_wait_s(void *ctx)
+{
+    return ((const struct run *)ctx)->wait_s;
+}
+
+/* One round: a decision for every function at the round's time; then, in
+ * real time, a wait for the next multiple of the interval. Ends the run
+ * once the traces (or --duration) are over. */
+static int run_tick(void *ctx)
+{
+    struct run *run = ctx;
+    run_config *rc = run->rc;
+    double now_s = run->simulated ? run->sim_s : (clock_now_ms() - run->start_ms) / 1000.0;
+
+    if (now_s > run->end_s + 1e-9)
+        return EXIT_OK;
+    for (size_t i = 0; i < rc->n_fns && !daemon_run_stop_pending(); i++)
+        tick_function(rc->fns[i], rc, run->act, now_s);
+    if (rc->step_file != NULL && !daemon_run_stop_pending() &&
+        step_handshake(rc->step_file, now_s) < 0) {
+        run->failed = true;
+        return EXIT_INPUT;
+    }
+    run->sim_s += rc->interval_s;
+    if (!run->simulated) {
+        double next_ms = run->start_ms +
+                         ceil((clock_now_ms() - run->start_ms) / 1e3 / rc->interval_s) *
+                             rc->interval_s * 1e3;
+        run->wait_s = fmax(0, next_ms - clock_now_ms()) / 1e3;
+    }
+    return DAEMON_RUN_CONTINUE;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -878,7 +906,12 @@ static int cmd_run(int argc, char **argv)
                 status = EXIT_INPUT;
                 goto out;
             }
-    status = run_checked(&rc);
+    status = daemon_run(&(struct daemon_run){.ctx = &(struct run){.rc = &rc},
+                                             .start = run_start,
+                                             .stop = run_stop,
+                                             .start_failed = run_start_failed,
+                                             .tick = run_tick,
+                                             .tick_wait_s = run_tick_wait_s});
 out:
     for (size_t i = 0; i < rc.n_fns; i++)
         as_function_free(rc.fns[i]);

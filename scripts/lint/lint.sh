@@ -8,7 +8,9 @@
 #             named after it, first in its _SRCS (tetris-webhook:
 #             scheduler-ext/webhook/tetris-webhook.c), that reads its command
 #             line with common/options.h: it includes it, or a header of its
-#             folder whose .c does (reclaimer/config.h)
+#             folder whose .c does (reclaimer/config.h); no file but
+#             common/daemon_run.c waits for signals, so every daemon runs
+#             through that loop (two of the agent's excepted, see below)
 #   circles   no files of one module call each other round a circle
 #   includes  a .c file with a header of its own includes it first
 #   commits   commit subjects since the conventions were written are <= 72
@@ -20,7 +22,7 @@
 # Exit status: 0 clean, 1 findings, 2 usage.
 set -u
 case "${1:-}" in
-    --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --version) echo "lint.sh ${TETRIS_VERSION:-0.1.0}"; exit 0 ;;
     "") ;;
     *) echo "lint.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -106,6 +108,13 @@ uses_options() {
     return 1
 }
 
+# A wait for a signal, or a handler for a stop signal: the run loop's work.
+SIGNAL_WAITS='\b(sigwait|sigtimedwait|sigwaitinfo|signalfd|sigsuspend|pause)[[:space:]]*\(|\b(sigaction|signal)[[:space:]]*\([[:space:]]*SIG(TERM|INT|HUP)\b'
+# They wait for signals but run no daemon: the agent's --hold ends a command
+# when stdin closes or SIGTERM comes, and exec's supervisor forwards every
+# signal to the child it runs.
+NOT_DAEMON_LOOPS="agent/hold.c agent/supervise.c"
+
 check_programs() {
     for mk in $mk_files; do
         sed -n 's/^PROGRAMS[[:space:]]*+=[[:space:]]*//p' "$mk" | tr ' ' '\n' | grep . |
@@ -117,6 +126,13 @@ check_programs() {
                     finding programs "$main" "$prog does not read its command line with common/options.h"
                 fi
             done
+    done
+    for f in $c_files; do
+        case "$f" in tests/* | fuzz/* | common/daemon_run.c | *.h) continue ;; esac
+        case " $NOT_DAEMON_LOOPS " in *" $f "*) continue ;; esac
+        grep -nE "$SIGNAL_WAITS" "$f" | cut -d: -f1 | while read -r line; do
+            finding programs "$f:$line" "waits for signals itself: a daemon's loop is common/daemon_run.h"
+        done
     done
 }
 
