@@ -145,11 +145,8 @@ static int parse_period(const struct opt_spec *spec, const char *label, const ch
                         tetris_error *err)
 {
     double *out = spec->dest;
-    if (config_parse_seconds(value, out, err) < 0) {
-        char why[sizeof(err->msg)];
-        snprintf(why, sizeof(why), "%s", err->msg);
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: %s", label, why);
-    }
+    if (config_parse_seconds(value, out, err) < 0)
+        return tetris_wrap(err, "%s", label);
     if (*out < 0.01)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: %s is too short", label, value);
     return 0;
@@ -173,11 +170,8 @@ static int parse_share(const struct opt_spec *spec, const char *label, const cha
     if (d->set != NULL)
         *d->set = true;
     if (n == 0 || value[n - 1] != '%') {
-        if (config_parse_bytes(value, d->bytes, err) < 0) {
-            char why[sizeof(err->msg)];
-            snprintf(why, sizeof(why), "%s", err->msg);
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: %s", label, why);
-        }
+        if (config_parse_bytes(value, d->bytes, err) < 0)
+            return tetris_wrap(err, "%s", label);
         return 0;
     }
     char *end;
