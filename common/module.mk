@@ -23,7 +23,7 @@ UNIT_LIBS += -lcurl
 # The Kubernetes client against the fault-injecting HTTP server (dropped
 # connections, 410 mid-stream, 429 storms, slow replies).
 TEST_PROGRAMS += kube-client-test
-kube-client-test_SRCS := tests/common/kube_client_test.c tests/lib/faultserver.c
+kube-client-test_SRCS := tests/common/kube_client_test.c tests/lib/faultserver.c tests/lib/unit.c
 kube-client-test_LIBS := -lcheck -lsubunit -lrt -lcurl
 SHELL_TESTS += tests/common/test-kube-client.sh
 # The daemons' shared run loop: reloads, stops, ticks.

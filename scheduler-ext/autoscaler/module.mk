@@ -26,7 +26,7 @@ autoscaler-gateway-counter_LIBS := -lmicrohttpd
 # OpenFaaS functions' sibling Deployments against the fault-injecting API
 # server, the equal-share plan and the Prometheus query.
 TEST_PROGRAMS += autoscaler-test
-autoscaler-test_SRCS := tests/autoscaler/autoscaler_test.c tests/lib/faultserver.c \
+autoscaler-test_SRCS := tests/autoscaler/autoscaler_test.c tests/lib/faultserver.c tests/lib/unit.c \
                         scheduler-ext/autoscaler/autoscaler_policy.c \
                         scheduler-ext/autoscaler/autoscaler_rate.c \
                         scheduler-ext/autoscaler/autoscaler_deploy.c \

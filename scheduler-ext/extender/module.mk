@@ -14,6 +14,6 @@ UNIT_TESTS += tests/extender/test_id_set.c
 
 # The extender over HTTP, inventories served by fault servers.
 TEST_PROGRAMS += extender-test
-extender-test_SRCS := tests/extender/extender_test.c tests/lib/faultserver.c
+extender-test_SRCS := tests/extender/extender_test.c tests/lib/faultserver.c tests/lib/unit.c
 extender-test_LIBS := -lcheck -lsubunit -lrt -lcurl
 SHELL_TESTS += tests/extender/test-extender.sh

@@ -17,6 +17,7 @@
 #include <curl/curl.h>
 
 #include "tests/lib/faultserver.h"
+#include "tests/lib/unit.h"
 #include "common/cleanup.h"
 #include "protocol/names.h"
 #include "scheduler-ext/autoscaler/autoscaler.h"
@@ -62,7 +63,7 @@ static fault_server *fs;
 static as_actuator *act;
 static as_function *fn;
 static as_policy pol;
-static char tmpdir[PATH_MAX];
+static const char *tmpdir;
 
 static void push(int status, const char *body)
 {
@@ -103,19 +104,10 @@ static void setup(void)
 {
     fs = fault_server_start();
     ck_assert_ptr_nonnull(fs);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/tetris-autoscaler-test.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-    char path[PATH_MAX + 32];
+    tmpdir = unit_scratch_dir("autoscaler-test");
+    char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/kubeconfig", tmpdir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f,
-            "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-            "clusters:\n- name: fault\n  cluster:\n    server: http://127.0.0.1:%d\n"
-            "contexts:\n- name: test\n  context:\n    cluster: fault\n    user: me\n"
-            "users:\n- name: me\n  user:\n    token: t0k3n\n",
-            fault_server_port(fs));
-    ck_assert_int_eq(fclose(f), 0);
+    fault_server_write_kubeconfig(fs, path, NULL);
     as_deploy_options o = {.namespace_ = "openfaas-fn",
                            .image = "unused",
                            .pull_policy = "IfNotPresent",
@@ -140,9 +132,7 @@ static void teardown(void)
     as_function_free(fn);
     act->destroy(act);
     fault_server_stop(fs);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
+    unit_remove_tree(tmpdir);
 }
 
 /* One decision and its actions, as tetris-autoscaler run's tick does. */
@@ -598,21 +588,9 @@ static const char usage_text[] =
 
 int main(int argc, char **argv)
 {
-    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-        printf("autoscaler-test %s\n", TETRIS_VERSION);
-        return 0;
-    }
-    if (argc > 1) {
-        fprintf(stderr,
-                "autoscaler-test: unexpected argument '%s'\n"
-                "Try 'autoscaler-test --help'.\n",
-                argv[1]);
-        return 2;
-    }
+    int status = fault_test_args(argc, argv, "autoscaler-test", usage_text);
+    if (status >= 0)
+        return status;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     Suite *s = suite_create("autoscaler-openfaas");
     TCase *tc = tcase_create("openfaas");

@@ -13,38 +13,23 @@
 #include <unistd.h>
 
 #include "tests/lib/faultserver.h"
+#include "tests/lib/unit.h"
 #include "common/clock.h"
 #include "common/kube.h"
 #include "reclaimer/node-pins/node_pods.h"
 
 static fault_server *fs;
 static kube_client *kc;
-static char tmpdir[PATH_MAX];
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    ck_assert_int_eq(fclose(f), 0);
-}
+static const char *tmpdir;
 
 static void setup(void)
 {
     fs = fault_server_start();
     ck_assert_ptr_nonnull(fs);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/tetris-kube-test.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-    char path[PATH_MAX + 32], text[2048];
+    tmpdir = unit_scratch_dir("kube-test");
+    char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/kubeconfig", tmpdir);
-    snprintf(text, sizeof text,
-             "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-             "clusters:\n- name: fault\n  cluster:\n    server: http://127.0.0.1:%d\n"
-             "contexts:\n- name: test\n  context:\n    cluster: fault\n    user: me\n"
-             "    namespace: fns\n"
-             "users:\n- name: me\n  user:\n    token: t0k3n\n",
-             fault_server_port(fs));
-    write_file(path, text);
+    fault_server_write_kubeconfig(fs, path, "fns");
     tetris_error err = {0};
     ck_assert_msg(kube_client_from_kubeconfig(path, &kc, &err) == 0, "%s", err.msg);
     kube_client_set_timeouts(kc, 1000, 2000);
@@ -55,9 +40,7 @@ static void teardown(void)
 {
     kube_client_free(kc);
     fault_server_stop(fs);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
+    unit_remove_tree(tmpdir);
 }
 
 static void push(int status, const char *body)
@@ -457,11 +440,11 @@ START_TEST(in_cluster_token_is_reread_when_rotated)
     snprintf(sa, sizeof sa, "%s/sa", tmpdir);
     ck_assert_int_eq(mkdir(sa, 0700), 0);
     snprintf(path, sizeof path, "%s/token", sa);
-    write_file(path, "first\n");
+    unit_write_text(path, "first\n");
     snprintf(path, sizeof path, "%s/ca.crt", sa);
-    write_file(path, "");
+    unit_write_text(path, "");
     snprintf(path, sizeof path, "%s/namespace", sa);
-    write_file(path, "tenant-a\n");
+    unit_write_text(path, "tenant-a\n");
     snprintf(url, sizeof url, "http://127.0.0.1:%d", fault_server_port(fs));
     kube_client *ic = NULL;
     tetris_error err = {0};
@@ -475,7 +458,7 @@ START_TEST(in_cluster_token_is_reread_when_rotated)
     /* Rotation replaces the file (new inode), as the kubelet does. */
     char tmp[PATH_MAX + 48];
     snprintf(tmp, sizeof tmp, "%s/token.new", sa);
-    write_file(tmp, "second");
+    unit_write_text(tmp, "second");
     snprintf(path, sizeof path, "%s/token", sa);
     ck_assert_int_eq(rename(tmp, path), 0);
     ck_assert_int_eq(kube_get(ic, "/version", &o, &err), 0);
@@ -577,19 +560,9 @@ static const char usage_text[] =
 
 int main(int argc, char **argv)
 {
-    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-        printf("kube-client-test %s\n", TETRIS_VERSION);
-        return 0;
-    }
-    if (argc > 1) {
-        fprintf(stderr, "kube-client-test: unexpected argument '%s'\n"
-                        "Try 'kube-client-test --help'.\n", argv[1]);
-        return 2;
-    }
+    int status = fault_test_args(argc, argv, "kube-client-test", usage_text);
+    if (status >= 0)
+        return status;
     SRunner *sr = srunner_create(kube_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "tests/lib/faultserver.h"
+#include "tests/lib/unit.h"
 #include "common/textbuf.h"
 #include "scheduler-ext/extender/ext_request.h"
 #include "scheduler-ext/extender/extender.h"
@@ -50,7 +51,7 @@ static const char manifest_bert[] =
     "{\"name\":\"c\",\"digest\":\"" D("c") "\",\"nbytes\":100},"
     "{\"name\":\"a2\",\"digest\":\"" D("a") "\",\"nbytes\":600}]}";
 
-static char tmpdir[PATH_MAX];
+static const char *tmpdir;
 static pid_t ext_pid;
 static int ext_port;
 enum { NODE_ALL, NODE_HALF, NODE_NONE, NODE_FULL, NODE_SLOW, NODE_GARBAGE, NODE_DIES, N_NODES };
@@ -237,14 +238,10 @@ static reply http(const char *method, const char *path, const char *body)
 static void start_servers(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/tetris-ext-test.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-    char path[PATH_MAX + 32];
+    tmpdir = unit_scratch_dir("ext-test");
+    char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/bert.json", tmpdir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(manifest_bert, f);
-    fclose(f);
+    unit_write_text(path, manifest_bert);
 
     for (int i = 0; i < N_NODES; i++) {
         inv[i] = fault_server_start();
@@ -292,7 +289,7 @@ static void start_servers(void)
     char *argv[] = {bin,
                     "--standalone",
                     "--manifest-dir",
-                    tmpdir,
+                    (char *)tmpdir,
                     "--listen",
                     listen,
                     "--refresh",
@@ -327,9 +324,7 @@ static void stop_servers(void)
         fault_server_stop(inv[i]);
     for (int i = 0; i < N_TNODES; i++)
         route_server_stop(&tnode[i]);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
+    unit_remove_tree(tmpdir);
     curl_global_cleanup();
 }
 
@@ -1284,19 +1279,9 @@ static const char usage_text[] =
 
 int main(int argc, char **argv)
 {
-    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-        printf("extender-test %s\n", TETRIS_VERSION);
-        return 0;
-    }
-    if (argc > 1) {
-        fprintf(stderr, "extender-test: unexpected argument '%s'\n"
-                        "Try 'extender-test --help'.\n", argv[1]);
-        return 2;
-    }
+    int status = fault_test_args(argc, argv, "extender-test", usage_text);
+    if (status >= 0)
+        return status;
     Suite *s = suite_create("scheduler-extender");
     TCase *pure = tcase_create("pure");
     tcase_add_test(pure, theta_and_fit);

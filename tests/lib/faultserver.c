@@ -1,6 +1,7 @@
 /* faultserver.c - the scripted fault-injecting HTTP server (see
  * faultserver.h). A thread accepts connections one by one, reads a request,
- * records it and plays the next queued reply. */
+ * records it and plays the next queued reply. Last, what the programs that
+ * drive it share: their kubeconfig and their main()'s front. */
 #include "tests/lib/faultserver.h"
 
 #include <arpa/inet.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "tests/lib/unit.h"
 
 #define MAX_REQUEST (1u << 20)
 
@@ -370,4 +372,34 @@ void fault_server_stop(fault_server *fs)
     close(fs->stop_pipe[1]);
     pthread_mutex_destroy(&fs->lock);
     free(fs);
+}
+
+void fault_server_write_kubeconfig(const fault_server *fs, const char *path, const char *ns)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+             "clusters:\n- name: fault\n  cluster:\n    server: http://127.0.0.1:%d\n"
+             "contexts:\n- name: test\n  context:\n    cluster: fault\n    user: me\n"
+             "%s%s%s"
+             "users:\n- name: me\n  user:\n    token: t0k3n\n",
+             fs->port, ns != NULL ? "    namespace: " : "", ns != NULL ? ns : "",
+             ns != NULL ? "\n" : "");
+    unit_write_text(path, text);
+}
+
+int fault_test_args(int argc, char **argv, const char *name, const char *usage)
+{
+    if (argc == 1)
+        return -1;
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("%s %s\n", name, TETRIS_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "%s: unexpected argument '%s'\nTry '%s --help'.\n", name, argv[1], name);
+    return 2;
 }

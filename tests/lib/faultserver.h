@@ -5,7 +5,11 @@
  * the stream, answer 429 storms.
  *
  * One connection at a time, one request per connection (Connection: close).
- * Requests are recorded so tests can assert what the client sent. */
+ * Requests are recorded so tests can assert what the client sent.
+ *
+ * The Check programs that drive it (kube-client-test, extender-test,
+ * autoscaler-test) also share here what they would each write again: a
+ * kubeconfig for the server and the front of their main(). */
 #ifndef TETRIS_TESTS_FAULTSERVER_H
 #define TETRIS_TESTS_FAULTSERVER_H
 
@@ -45,5 +49,16 @@ const fault_request *fault_server_request(fault_server *fs, size_t i);
 /* Forgets queued replies and recorded requests. */
 void fault_server_reset(fault_server *fs);
 void fault_server_stop(fault_server *fs);
+
+/* Writes a kubeconfig at path whose one cluster is fs over plain HTTP
+ * (user token t0k3n) and whose context's namespace is ns (NULL: none);
+ * fails the test on error. */
+void fault_server_write_kubeconfig(const fault_server *fs, const char *path, const char *ns);
+
+/* The front of a test program's main(): --help (or -h) prints usage on
+ * stdout, --version "<name> <version>", any other argument is a usage
+ * error on stderr. Returns -1 when there is none (run the suite), else the
+ * exit status: 0, or 2 for a usage error. */
+int fault_test_args(int argc, char **argv, const char *name, const char *usage);
 
 #endif
