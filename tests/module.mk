@@ -1,4 +1,5 @@
-# tests/module.mk - tests that belong to no single module: the command-line
+# tests/module.mk - tests that belong to no single module, and the fake
+# apiserver several modules' tests share: the command-line
 # conventions every program follows, the paper-scale model exporter
 # (scripts/models/), the benchmark tooling, the Helm chart
 # and the end-to-end tests on the local Kubernetes cluster
@@ -6,6 +7,13 @@
 # and leaves it up for the next; `make cluster-down` stops it). Each
 # module's own tests are listed by its module.mk and live in
 # tests/<module>/ (docs/TESTING.md, "Where the tests are").
+# The read-only fake apiserver the shell tests of tetris-node-pins, the
+# webhook and the daemons' run loop read namespaces, pods and ConfigMaps
+# from: the fault server with objects behind its queue.
+TEST_PROGRAMS += tetris-test-fake-apiserver
+tetris-test-fake-apiserver_SRCS := tests/lib/fake_apiserver.c tests/lib/faultserver.c \
+                                   tests/lib/unit.c
+tetris-test-fake-apiserver_LIBS := -lcheck -lsubunit -lrt
 SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh \
                tests/bench/test-eval.sh tests/bench/test-eval-decisions.sh
 SHELL_TESTS += tests/models/test-paper-models-cli.sh

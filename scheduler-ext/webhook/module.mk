@@ -11,10 +11,7 @@ tetris-webhook_LIBS := -lmicrohttpd -lcurl
 
 UNIT_TESTS += tests/webhook/test_webhook.c
 # The real binary over TLS on loopback, reviews posted with curl; the
-# namespaces it reads come from a fake apiserver.
-TEST_PROGRAMS += tetris-test-fake-apiserver
-tetris-test-fake-apiserver_SRCS := tests/webhook/fake-apiserver.c
-tetris-test-fake-apiserver_LIBS := -lmicrohttpd
+# namespaces it reads come from the fake apiserver (tests/module.mk).
 SHELL_TESTS += tests/webhook/test-webhook.sh
 # Registered with the local cluster's apiserver.
 E2E_TESTS += tests/k8s/test-webhook-k8s.sh

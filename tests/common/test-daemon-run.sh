@@ -15,7 +15,6 @@
 #     --step-file to go ends it too.
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
-PY=/usr/bin/python3
 AS="$ROOT/tests/autoscaler"
 
 # stopped_by PID SIGNO LOG WHAT: sends signal SIGNO; the process must exit
@@ -57,47 +56,26 @@ note "reclaimer: SIGHUP reloads, SIGINT stops, --once ends in start"
 
 # --- tetris-node-pins, against the fake apiserver (no objects: an empty pin
 # file).
-if [ -x "$PY" ]; then
-    echo '{}' >"$WORK/objects.json"
-    "$PY" "$ROOT/tests/lib/fake_apiserver.py" "$WORK/objects.json" "$WORK/api.port" \
-        "$WORK/api.requests" 2>>"$WORK/api.log" &
-    KILL_ON_EXIT="$KILL_ON_EXIT $!"
-    wait_until 30 "[ -s '$WORK/api.port' ]" || fail "fake apiserver did not start"
-    cat >"$WORK/kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: fake
-  cluster: {server: "http://127.0.0.1:$(cat "$WORK/api.port")"}
-contexts:
-- name: fake
-  context: {cluster: fake, user: me, namespace: tetris-system}
-current-context: fake
-users:
-- name: me
-  user: {token: t0k3n}
-KC
-    pins() {
-        "$BIN/tetris-node-pins" --node node-x --pin-file "$WORK/pins" \
-            --kubeconfig "$WORK/kubeconfig" --interval 3600 >>"$WORK/pins.log" 2>&1 &
-        PINS_PID=$!
-        KILL_ON_EXIT="$KILL_ON_EXIT $PINS_PID"
-        wait_until 30 "[ \"\$(grep -c event=pins-written '$WORK/pins.log')\" -gt $1 ] || ! kill -0 $PINS_PID" ||
-            fail "node-pins: no refresh at start"
-        kill -0 "$PINS_PID" || fail "node-pins died: $(cat "$WORK/pins.log")"
-    }
-    pins 0
-    stopped_by "$PINS_PID" 15 "$WORK/pins.log" tetris-node-pins
-    rm -f "$WORK/pins"
-    pins 1
-    kill -HUP "$PINS_PID"
-    rc=0
-    wait "$PINS_PID" || rc=$?
-    [ $rc -eq 129 ] || fail "node-pins on SIGHUP: exit $rc, want 129 (SIGHUP's default)"
-    note "node-pins: refresh at once, SIGTERM stops, SIGHUP not taken"
-else
-    note "node-pins: not run (no /usr/bin/python3 for the fake apiserver)"
-fi
+echo '{}' >"$WORK/objects.json"
+fake_apiserver_start "$WORK/objects.json" tetris-system
+pins() {
+    "$BIN/tetris-node-pins" --node node-x --pin-file "$WORK/pins" \
+        --kubeconfig "$WORK/kubeconfig" --interval 3600 >>"$WORK/pins.log" 2>&1 &
+    PINS_PID=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $PINS_PID"
+    wait_until 30 "[ \"\$(grep -c event=pins-written '$WORK/pins.log')\" -gt $1 ] || ! kill -0 $PINS_PID" ||
+        fail "node-pins: no refresh at start"
+    kill -0 "$PINS_PID" || fail "node-pins died: $(cat "$WORK/pins.log")"
+}
+pins 0
+stopped_by "$PINS_PID" 15 "$WORK/pins.log" tetris-node-pins
+rm -f "$WORK/pins"
+pins 1
+kill -HUP "$PINS_PID"
+rc=0
+wait "$PINS_PID" || rc=$?
+[ $rc -eq 129 ] || fail "node-pins on SIGHUP: exit $rc, want 129 (SIGHUP's default)"
+note "node-pins: refresh at once, SIGTERM stops, SIGHUP not taken"
 
 # --- tetris-autoscaler run, real time: one round, then an hour's wait.
 "$BIN/tetris-autoscaler" run --slo-ms 50 --dry-run --interval 3600 --realtime \

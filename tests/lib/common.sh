@@ -14,7 +14,7 @@
 #                       here, see tests/run-tests.sh), progress lines
 #   KILL_ON_EXIT, at_exit  processes killed, then commands run, at exit
 # and the helpers below: bounded waits, exit statuses, ports, metrics, the
-# node daemon and a Prometheus server. It sets no shell options and works
+# node daemon, the fake apiserver and a Prometheus server. It sets no shell options and works
 # under set -e and set -u.
 # shellcheck shell=sh disable=SC2034
 
@@ -196,6 +196,32 @@ reclaimer_stop() {
     _rc=0
     wait "$RECLAIMER_PID" || _rc=$?
     [ $_rc -eq 0 ] || fail "tetris-reclaimer exited $_rc on SIGTERM"
+}
+
+# fake_apiserver_start OBJECTS NAMESPACE: tetris-test-fake-apiserver
+# serving the objects in the JSON file OBJECTS (re-read on every request;
+# requests appended to $WORK/api.requests), and $WORK/kubeconfig for it
+# with NAMESPACE as its context's (a token is fine over http to loopback).
+# Sets API_PID; the server is killed at exit.
+fake_apiserver_start() {
+    rm -f "$WORK/api.port"
+    "$BIN/tetris-test-fake-apiserver" --objects "$1" --port-file "$WORK/api.port" \
+        --request-log "$WORK/api.requests" 2>>"$WORK/api.log" &
+    API_PID=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $API_PID"
+    wait_until 30 "[ -s '$WORK/api.port' ] || ! kill -0 $API_PID" && [ -s "$WORK/api.port" ] ||
+        fail "fake apiserver did not start"
+    cat >"$WORK/kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- {name: fake, cluster: {server: 'http://127.0.0.1:$(cat "$WORK/api.port")'}}
+contexts:
+- {name: fake, context: {cluster: fake, user: me, namespace: $2}}
+current-context: fake
+users:
+- {name: me, user: {token: t0k3n}}
+KC
 }
 
 # prometheus_start CONFIG: a Prometheus server (Debian's) with CONFIG on a

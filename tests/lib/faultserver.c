@@ -40,6 +40,8 @@ struct fault_server {
     size_t n_queue, queue_head, queue_cap;
     fault_request **requests;
     size_t n_requests, requests_cap;
+    fault_handler handler;
+    void *handler_ctx;
 };
 
 static char *dup_or_null(const char *s)
@@ -141,6 +143,7 @@ static const char *reason_phrase(int status)
     case 201: return "Created";
     case 304: return "Not Modified";
     case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
     case 410: return "Gone";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
@@ -216,19 +219,28 @@ static void serve_one(fault_server *fs, int fd)
             fs->requests_cap = cap;
         }
     }
-    if (fs->n_requests < fs->requests_cap)
+    bool recorded = fs->n_requests < fs->requests_cap;
+    if (recorded)
         fs->requests[fs->n_requests++] = rq;
-    else
-        free_request(rq);
+    fault_handler handler = fs->handler;
+    void *handler_ctx = fs->handler_ctx;
     pthread_mutex_unlock(&fs->lock);
 
     queued_reply q;
     if (next_reply(fs, &q)) {
         play(fd, &q);
+    } else if (handler != NULL) {
+        char *body = NULL;
+        queued_reply answer = {.r = {.status = handler(handler_ctx, rq, &body)}};
+        answer.body = body;
+        play(fd, &answer);
+        free(body);
     } else {
         queued_reply none = {.r = {.status = 500}, .body = "{\"error\":\"no scripted reply\"}"};
         play(fd, &none);
     }
+    if (!recorded)
+        free_request(rq);
 }
 
 static void *serve(void *arg)
@@ -313,6 +325,14 @@ void fault_server_push(fault_server *fs, const fault_reply *r)
         fs->queue_cap = cap;
     }
     fs->queue[fs->n_queue++] = q;
+    pthread_mutex_unlock(&fs->lock);
+}
+
+void fault_server_set_handler(fault_server *fs, fault_handler h, void *ctx)
+{
+    pthread_mutex_lock(&fs->lock);
+    fs->handler = h;
+    fs->handler_ctx = ctx;
     pthread_mutex_unlock(&fs->lock);
 }
 

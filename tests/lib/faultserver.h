@@ -2,7 +2,8 @@
  * answers each request with the next reply queued by the test, and can do
  * what a real apiserver or node daemon will not do on demand: drop the
  * connection, answer slowly, stream watch events and fail in the middle of
- * the stream, answer 429 storms.
+ * the stream, answer 429 storms. Behind the queue a handler may answer
+ * the rest (tests/lib/fake_apiserver.c serves objects that way).
  *
  * One connection at a time, one request per connection (Connection: close).
  * Requests are recorded so tests can assert what the client sent.
@@ -38,11 +39,20 @@ typedef struct fault_request {
     char *body;           /* "" when none */
 } fault_request;
 
+/* Answers a request no queued reply is left for: returns the status and
+ * sets *body to a malloc'd JSON text (NULL: none), which the server frees.
+ * Runs on the server's thread. */
+typedef int (*fault_handler)(void *ctx, const fault_request *rq, char **body);
+
 /* Starts serving on 127.0.0.1 on a free port. NULL on failure (perror). */
 fault_server *fault_server_start(void);
 int fault_server_port(const fault_server *fs);
-/* Queues a reply (copied). With an empty queue the server answers 500. */
+/* Queues a reply (copied). With an empty queue the server answers with
+ * its handler, or 500 when it has none. */
 void fault_server_push(fault_server *fs, const fault_reply *r);
+/* Sets the handler that answers once the queue is empty (a fake
+ * apiserver's objects, tests/lib/fake_apiserver.c). */
+void fault_server_set_handler(fault_server *fs, fault_handler h, void *ctx);
 /* Requests received so far; fault_server_request(i) stays valid until stop. */
 size_t fault_server_count(fault_server *fs);
 const fault_request *fault_server_request(fault_server *fs, size_t i);

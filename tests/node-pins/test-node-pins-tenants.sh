@@ -1,6 +1,6 @@
 #!/bin/sh
 # test-node-pins-tenants.sh - pins follow trust, not labels: the real
-# tetris-node-pins, reading a fake apiserver (tests/lib/fake_apiserver.py),
+# tetris-node-pins, reading a fake apiserver (tests/lib/fake_apiserver.c),
 # writes the pin file the real tetris-reclaimer serving tenant stores reads.
 #   - the attack: a pod in tenant alpha's namespace names tenant beta's
 #     model and forges the pod label tetris.io/tenant=beta; another names
@@ -16,8 +16,6 @@
 #     tenant pins in the shared store (a pin line without a tenant).
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
-PY=/usr/bin/python3
-[ -x "$PY" ] || skip "no /usr/bin/python3 (the fake apiserver)"
 PINS_BIN="$BIN/tetris-node-pins"
 [ -x "$PINS_BIN" ] || fail "tetris-node-pins missing"
 
@@ -30,29 +28,10 @@ hold_in() {
     wait_until 60 "grep -q '\"pid\"' '$3'" || fail "holder of $2 in $1 did not load"
 }
 
-# The fake apiserver and a kubeconfig for it (a token is fine over http to
-# loopback).
+# The fake apiserver and a kubeconfig for it.
 OBJECTS="$WORK/objects.json"
 echo '{}' >"$OBJECTS"
-"$PY" "$ROOT/tests/lib/fake_apiserver.py" "$OBJECTS" "$WORK/api.port" "$WORK/api.requests" \
-    2>>"$WORK/api.log" &
-KILL_ON_EXIT="$KILL_ON_EXIT $!"
-wait_until 30 "[ -s '$WORK/api.port' ]" || fail "fake apiserver did not start"
-cat >"$WORK/kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: fake
-  cluster:
-    server: http://127.0.0.1:$(cat "$WORK/api.port")
-contexts:
-- name: fake
-  context: {cluster: fake, user: me, namespace: tetris-system}
-current-context: fake
-users:
-- name: me
-  user: {token: t0k3n}
-KC
+fake_apiserver_start "$OBJECTS" tetris-system
 
 # pins_once: one tetris-node-pins refresh for node-x into $PINS.
 PINS="$WORK/pins"

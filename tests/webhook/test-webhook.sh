@@ -165,26 +165,16 @@ echo "ok SIGTERM exits 0"
 # alpha-fn and beta-fn are tenants' (configured with --tenant), rogue-fn
 # names a tenant the operator did not configure, openfaas-fn and blank-fn
 # (an empty label) none; any other namespace cannot be read (404).
-"$BIN/tetris-test-fake-apiserver" --namespace openfaas-fn --namespace alpha-fn=alpha \
-    --namespace beta-fn=beta --namespace rogue-fn=gamma --namespace blank-fn= \
-    2>"$WORK/fakeapi.log" &
-API_PID=$!
-KILL_ON_EXIT="$KILL_ON_EXIT $API_PID"
-wait_until 60 "grep -q event=listening '$WORK/fakeapi.log' || ! kill -0 $API_PID" ||
-    fail "fake apiserver never listened"
-api_port=$(sed -n 's/.*event=listening port=\([0-9]*\).*/\1/p' "$WORK/fakeapi.log")
-[ -n "$api_port" ] || fail "fake apiserver: $(cat "$WORK/fakeapi.log")"
-cat >"$WORK/kubeconfig" <<KUBECONFIG
-apiVersion: v1
-kind: Config
-current-context: fake
-clusters:
-- {name: fake, cluster: {server: 'http://127.0.0.1:$api_port'}}
-contexts:
-- {name: fake, context: {cluster: fake, user: nobody, namespace: openfaas-fn}}
-users:
-- {name: nobody, user: {}}
-KUBECONFIG
+# ns NAME [TENANT]: a namespace's object, labelled for TENANT when given.
+ns() {
+    jq -cn --arg n "$1" --arg t "${2-}" --argjson tenant "$([ $# -gt 1 ] && echo true || echo false)" \
+        '{metadata: {name: $n, labels: ({"kubernetes.io/metadata.name": $n}
+          + (if $tenant then {"tetris.io/tenant": $t} else {} end))}}'
+}
+jq -n --argjson a "$(ns openfaas-fn)" --argjson b "$(ns alpha-fn alpha)" \
+    --argjson c "$(ns beta-fn beta)" --argjson d "$(ns rogue-fn gamma)" \
+    --argjson e "$(ns blank-fn '')" '{namespaces: [$a, $b, $c, $d, $e]}' >"$WORK/objects.json"
+fake_apiserver_start "$WORK/objects.json" openfaas-fn
 wh_start api --kubeconfig "$WORK/kubeconfig" --webhook-configuration '' \
     --manifest-namespace openfaas-fn --store /dev/shm/tetris --store-subdir public \
     --tenant alpha --tenant beta
