@@ -15,7 +15,8 @@
  *   gpu_pool.c        GPU copies of stored tensors (gpu_attach)
  *   starts.c          registrations by what the store held (hit, partial,
  *                     miss), per model, for /metrics
- *   tetris-reclaimer.c  configuration, signals, the main loop */
+ *   tetris-reclaimer.c  the steps of common/daemon_run.h's loop: start, the
+ *                       tick that runs passes, reload on SIGHUP, stop */
 #ifndef TETRIS_RECLAIMER_DAEMON_H
 #define TETRIS_RECLAIMER_DAEMON_H
 
