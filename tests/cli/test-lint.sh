@@ -3,7 +3,8 @@
 # a forbidden include across layers, a C file without its opening comment,
 # a module without module.mk, a module.mk listing another module's source,
 # two files of a module calling each other, a file not including its own
-# header first, and is clean on a tree that
+# header first, a file that waits for signals outside the daemons' run loop,
+# and is clean on a tree that
 # keeps the rules. Runs on a scratch git tree.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
@@ -65,6 +66,18 @@ git add -A
 if lint; then fail "a file not including its own header first passed"; fi
 grep -q 'lint=includes file=tensorstore/v.c:2' "$WORK/out" || fail "no includes finding: $(cat "$WORK/out")"
 git reset -q --hard; rm -f tensorstore/v.c tensorstore/v.h
+
+# A loop of its own that waits for signals: only common/daemon_run.c may
+# (and the agent's two files that run no daemon).
+printf '/* w.c - store. */\n#include <signal.h>\nvoid w(sigset_t *s, int *g);\nvoid w(sigset_t *s, int *g)\n{\n    sigwait(s, g);\n}\n' >tensorstore/w.c
+cp tensorstore/w.c agent/hold.c
+printf 'LIB_SRCS += tensorstore/s.c tensorstore/w.c\n' >tensorstore/module.mk
+printf 'LIB_SRCS += agent/g.c agent/hold.c\n' >agent/module.mk
+git add -A
+if lint; then fail "a file waiting for signals itself passed"; fi
+grep -q 'lint=programs file=tensorstore/w.c:6' "$WORK/out" || fail "no programs finding: $(cat "$WORK/out")"
+! grep -q 'file=agent/hold.c' "$WORK/out" || fail "the agent's hold is no daemon: $(cat "$WORK/out")"
+git reset -q --hard; rm -f tensorstore/w.c agent/hold.c
 
 scripts/lint/lint.sh --bogus 2>/dev/null && fail "a bad argument passed"
 [ $? -eq 2 ] || fail "a bad argument did not exit 2"
