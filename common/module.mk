@@ -17,7 +17,7 @@ LDLIBS += -lmicrohttpd
 
 UNIT_TESTS += tests/common/test_httpserver.c tests/common/test_kubeconfig.c tests/common/test_common.c \
               tests/common/test_yaml_write.c tests/common/test_yaml_read.c tests/common/test_fileio.c \
-              tests/common/test_options.c
+              tests/common/test_options.c tests/common/test_daemon_run.c
 UNIT_LIBS += -lcurl
 
 # The Kubernetes client against the fault-injecting HTTP server (dropped
