@@ -293,6 +293,21 @@ static int put_entry(struct buf *b, const char *key, const char *value, tetris_e
     return r;
 }
 
+/* Whether the external_data entry f of tensor is one of ONNX Runtime's
+ * "prepacked_N" entries. */
+static bool prepacked_entry(const pb_reader *tensor, const pb_field *f)
+{
+    pb_reader e;
+    struct field fd;
+    tetris_error ignored;
+    if (pb_reader_sub(tensor, f, &e, &ignored) < 0)
+        return false;
+    while (field_next(&e, &fd, &ignored) == 1)
+        if (fd.f.number == 1 && fd.f.wire_type == PB_WT_LEN)
+            return fd.f.len > 9 && memcmp(fd.f.data, "prepacked", 9) == 0;
+    return false;
+}
+
 /* Emits into out (as field `number` of the parent) the TensorProto msg
  * without its payload, pointing at external data instead. name, if not
  * NULL, replaces the tensor's own name. */
@@ -309,8 +324,10 @@ static int tensor_externalise(const pb_reader *msg, const struct onnx_tensor_ref
 
     while (r == 0 && (n = field_next(&rd, &fd, err)) == 1) {
         unsigned num = fd.f.number;
-        if (is_data_field(num) || num == TP_EXTERNAL_DATA || num == TP_DATA_LOCATION ||
-            (name != NULL && num == TP_NAME))
+        bool kept = num == TP_EXTERNAL_DATA && ext->keep_prepacked && fd.f.wire_type == PB_WT_LEN &&
+                    prepacked_entry(&rd, &fd.f);
+        if (!kept && (is_data_field(num) || num == TP_EXTERNAL_DATA || num == TP_DATA_LOCATION ||
+                      (name != NULL && num == TP_NAME)))
             continue;
         r = buf_copy_field(&t, &fd, err);
     }

@@ -38,6 +38,10 @@ struct onnx_tensor_ref {
 struct onnx_external {
     char location[256];
     uint64_t offset;
+    /* Keep the tensor's "prepacked_N" external-data entries (ONNX Runtime's
+     * pre-packed blobs, offsets in the same file: protocol/derived.h), for
+     * a tensor moved to another file with the same bytes. */
+    bool keep_prepacked;
 };
 
 /* Decides whether t leaves the image; returns true to externalise it and

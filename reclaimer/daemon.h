@@ -70,6 +70,8 @@ struct store_counters {
     atomic_uint_least64_t ingest_over_budget;   /* requests refused or cut by a budget */
     atomic_uint_least64_t claims_failed;        /* claims whose bytes failed verification */
     atomic_uint_least64_t claims_backed_off;    /* claims refused: their uid backs off */
+    atomic_uint_least64_t derived_forms;        /* derived forms made (derive.c) */
+    atomic_uint_least64_t derive_failures;      /* derivations that failed */
 };
 
 extern const double ingest_duration_bounds[INGEST_DURATION_BUCKETS];
