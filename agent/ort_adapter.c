@@ -480,6 +480,16 @@ int ort_model_open(const char *model_path, const agent_model *am,
                       "create session", err);
     if (so != NULL)
         m->api->ReleaseSessionOptions(so);
+    if (r < 0 && m->derived) {
+        /* The form was checked when it was made; a session that still
+         * cannot open it runs on the plain weights. */
+        log_warn("event=derived-ignored model=%s reason=%s action=plain-weights", model_path,
+                 LOG_Q(err->msg));
+        ort_model_free(m);
+        struct ort_adapter_options plain = *o;
+        plain.derived = ORT_DERIVED_OFF;
+        return ort_model_open(model_path, am, &plain, out, err);
+    }
     if (r < 0) {
         ort_model_free(m);
         return tetris_wrap(err, "%s", model_path);

@@ -11,15 +11,21 @@
  * worst fail its own derivation; the daemon names the result by the digest
  * of the bytes it handed over, not by anything this program says. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "agent/ort_adapter.h"
+#include "common/fileio.h"
+#include "model/onnx_rewrite.h"
 #include "protocol/derived.h"
 #include "protocol/ingest.h"
 
@@ -41,6 +47,190 @@ static const char about[] =
 static const char epilogue[] =
     "Exit status: 0 ok, 1 the runtime failed, 2 usage, 3 the graph is not one\n"
     "the runtime accepts.\n";
+
+/* ---- re-laying out the data file ----
+ *
+ * ONNX Runtime 1.29 writes pre-packed blobs at whatever offset the file has
+ * reached (it aligns only blobs over 1 MiB), and maps them where they lie:
+ * a packed GEMM weight at an offset that is not a multiple of 64 makes
+ * MLAS's aligned loads fault (PP-OCRv4 rec, its own output opened the
+ * stock way, crashes). So every tensor and blob is copied to an offset
+ * aligned to 64 bytes (4096 from a page up, so that it can be mapped on
+ * its own), and the graph's offsets rewritten to match. */
+struct relayout {
+    const uint8_t *data; /* the data file ORT wrote */
+    size_t data_len;
+    int out_fd; /* the new data file */
+    uint64_t cursor;
+    bool failed;
+    bool foreign; /* a tensor's external data is elsewhere (the store) */
+};
+
+static uint64_t align_for(uint64_t n)
+{
+    return n >= 4096 ? 4096 : 64;
+}
+
+/* Copies [offset, offset + len) of the old file to the next aligned
+ * offset of the new one; returns that offset, or UINT64_MAX. */
+static uint64_t relayout_copy(struct relayout *r, uint64_t offset, uint64_t len)
+{
+    if (offset > r->data_len || len > r->data_len - offset)
+        return UINT64_MAX;
+    uint64_t a = align_for(len);
+    uint64_t at = (r->cursor + a - 1) / a * a;
+    for (uint64_t done = 0; done < len;) {
+        ssize_t w = pwrite(r->out_fd, r->data + offset + done, len - done, (off_t)(at + done));
+        if (w <= 0)
+            return UINT64_MAX;
+        done += (uint64_t)w;
+    }
+    r->cursor = at + len;
+    return at;
+}
+
+/* "KEY|off;len;sum|off;len;sum..." with every blob moved. */
+static bool relayout_blobs(void *ctx, const char *value, size_t len, char *out, size_t cap)
+{
+    struct relayout *r = ctx;
+    char in[4096];
+    if (len >= sizeof(in))
+        return false;
+    memcpy(in, value, len);
+    in[len] = '\0';
+    char *save = NULL, *field = strtok_r(in, "|", &save);
+    if (field == NULL)
+        return false;
+    size_t used = (size_t)snprintf(out, cap, "%s", field);
+    while ((field = strtok_r(NULL, "|", &save)) != NULL) {
+        unsigned long long off, n;
+        char sum[64];
+        if (sscanf(field, "%llu;%llu;%63s", &off, &n, sum) != 3)
+            return false;
+        uint64_t at = relayout_copy(r, off, n);
+        if (at == UINT64_MAX || used >= cap)
+            return false;
+        used += (size_t)snprintf(out + used, cap - used, "|%llu;%llu;%s", (unsigned long long)at, n,
+                                 sum);
+    }
+    return used < cap;
+}
+
+static bool relayout_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+{
+    struct relayout *r = ctx;
+    size_t n = strlen(DERIVED_DATA_LOCATION);
+    if (r->failed || ref->location == NULL)
+        return false;
+    if (ref->location_len != n || memcmp(ref->location, DERIVED_DATA_LOCATION, n) != 0) {
+        r->foreign = true;
+        return false;
+    }
+    uint64_t at = relayout_copy(r, ref->offset, ref->length);
+    if (at == UINT64_MAX) {
+        r->failed = true;
+        return false;
+    }
+    snprintf(ext->location, sizeof(ext->location), "%s", DERIVED_DATA_LOCATION);
+    ext->offset = at;
+    ext->keep_prepacked = true;
+    ext->map_prepacked = relayout_blobs;
+    ext->map_ctx = r;
+    return true;
+}
+
+static int write_file(const char *path, const uint8_t *bytes, size_t len, tetris_error *err)
+{
+    cleanup_close int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "%s", path);
+    for (size_t done = 0; done < len;) {
+        ssize_t w = write(fd, bytes + done, len - done);
+        if (w <= 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "%s", path);
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+static int relayout(const char *out_dir, tetris_error *err)
+{
+    char graph_path[4096], data_path[4096], new_data[4096];
+    snprintf(graph_path, sizeof(graph_path), "%s/graph.onnx", out_dir);
+    snprintf(data_path, sizeof(data_path), "%s/%s", out_dir, DERIVED_DATA_LOCATION);
+    snprintf(new_data, sizeof(new_data), "%s/%s.aligned", out_dir, DERIVED_DATA_LOCATION);
+    cleanup_free char *graph = NULL;
+    size_t graph_len = 0;
+    int rc = file_read_all(graph_path, INGEST_MAX_DERIVE_IMAGE, &graph, &graph_len, err);
+    if (rc < 0)
+        return rc;
+    cleanup_close int data_fd = open(data_path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (data_fd < 0 || fstat(data_fd, &st) != 0 || st.st_size <= 0)
+        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "%s: none written", data_path);
+    struct relayout r = {.data_len = (size_t)st.st_size};
+    r.data = mmap(NULL, r.data_len, PROT_READ, MAP_PRIVATE, data_fd, 0);
+    if (r.data == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", data_path);
+    r.out_fd = open(new_data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cleanup_free uint8_t *rewritten = NULL;
+    size_t rewritten_len = 0;
+    if (r.out_fd < 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", new_data);
+    else
+        rc = onnx_rewrite((const uint8_t *)graph, graph_len, relayout_tensor, &r, &rewritten,
+                          &rewritten_len, err);
+    if (rc == 0 && r.failed)
+        rc = tetris_fail(err, TETRIS_E_RUNTIME, 0,
+                         "the data file does not hold what the graph names");
+    /* A form is its graph and its one data file: one that still names the
+     * store's tensors (ORT leaves some subgraph initializers where they
+     * were) could not be checked here, nor opened as one unit. */
+    if (rc == 0 && r.foreign)
+        rc = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                         "the optimised graph keeps external data outside %s",
+                         DERIVED_DATA_LOCATION);
+    munmap((void *)r.data, r.data_len);
+    if (r.out_fd >= 0 && close(r.out_fd) != 0 && rc == 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", new_data);
+    if (rc == 0)
+        rc = write_file(graph_path, rewritten, rewritten_len, err);
+    if (rc == 0 && rename(new_data, data_path) != 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", data_path);
+    return rc;
+}
+
+/* Opens the form the way instances will (optimisation off, pre-packing
+ * on, external data beside it): ONNX Runtime cannot open every graph it
+ * optimises (Silero VAD v5's If branches: "initializer name is not
+ * unique"), and such a form must not be published. */
+static int check_opens(const OrtApi *api, const char *out_dir, tetris_error *err)
+{
+    char graph[4096];
+    snprintf(graph, sizeof(graph), "%s/graph.onnx", out_dir);
+    OrtEnv *env = NULL;
+    OrtSessionOptions *so = NULL;
+    OrtSession *session = NULL;
+    int r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris-derive", &env),
+                      "create environment", err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
+    if (r == 0)
+        r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_DISABLE_ALL),
+                      "set graph optimization", err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSession(env, graph, so, &session), "open the optimised graph",
+                      err);
+    if (session != NULL)
+        api->ReleaseSession(session);
+    if (so != NULL)
+        api->ReleaseSessionOptions(so);
+    if (env != NULL)
+        api->ReleaseEnv(env);
+    if (r < 0)
+        err->code = TETRIS_E_FORMAT;
+    return r;
+}
 
 static int read_image(int fd, uint8_t **out, size_t *len, tetris_error *err)
 {
@@ -177,7 +367,8 @@ int main(int argc, char **argv)
         log_error("event=derive-failed msg=\"onnxruntime lacks API version %d\"", ORT_API_VERSION);
         return EXIT_FAILED;
     }
-    if (derive(api, &o, image, len, &err) < 0) {
+    if (derive(api, &o, image, len, &err) < 0 || relayout(o.out_dir, &err) < 0 ||
+        check_opens(api, o.out_dir, &err) < 0) {
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }

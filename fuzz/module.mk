@@ -2,7 +2,7 @@
 # ONNX and its protobuf reader, manifests), the ONNX rewriter that strips
 # shared payloads before ONNX Runtime sees a model, the decoders of what
 # peers send (ingest messages, and json_scan which cuts them up, node
-# inventories, the AdmissionReviews tetris-webhook gets, the inference
+# inventories, derived-form index entries, the AdmissionReviews tetris-webhook gets, the inference
 # requests tetris-function decodes), the readers of the files the store and
 # the daemon keep (holder files, the store marker, the daemon's state file),
 # the model view's index a function's container reads (view_check), and the
@@ -15,7 +15,7 @@
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-                holders store_marker state view_check oip yaml
+                holders store_marker state view_check oip yaml derived
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)
