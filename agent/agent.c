@@ -67,6 +67,34 @@ struct agent_model_private {
 
 static const uint8_t empty_tensor[1];
 
+/* The time since *mark, added to *step; the mark moves to now, so the
+ * steps of struct agent_steps are timed back to back. */
+static void step_done(double *step, double *mark)
+{
+    double now = clock_now_ms();
+    *step += now - *mark;
+    *mark = now;
+}
+
+/* What the store held of a model: `resident` of its `shareable` tensors
+ * (those with bytes). */
+static enum agent_store_result store_result(size_t resident, size_t shareable)
+{
+    if (resident == shareable)
+        return AGENT_STORE_HIT;
+    return resident == 0 ? AGENT_STORE_MISS : AGENT_STORE_PARTIAL;
+}
+
+const char *agent_store_result_name(enum agent_store_result r)
+{
+    static const char *const names[] = {[AGENT_STORE_NONE] = "none",
+                                        [AGENT_STORE_HIT] = "hit",
+                                        [AGENT_STORE_PARTIAL] = "partial",
+                                        [AGENT_STORE_MISS] = "miss"};
+    assert((size_t)r < sizeof(names) / sizeof(names[0]));
+    return names[r];
+}
+
 void agent_options_init(struct agent_options *o)
 {
     memset(o, 0, sizeof(*o));
@@ -368,6 +396,10 @@ static int load_direct(agent_model *am, const struct agent_options *o, const cha
         else if (r < 0)
             fall_back(am, o, "map-failed", &cause);
     }
+    size_t shareable = 0;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        shareable += m->tensors[i].meta.nbytes > 0;
+    am->stats.store_result = store_result(shareable - n_missing, shareable);
     if (o->shuffle)
         shuffle(missing, n_missing);
     /* Largest first (as the node daemon does): a tensor is hashed by one
@@ -603,6 +635,39 @@ static void attach_device(agent_model *am, const struct agent_options *o,
     }
 }
 
+static int by_digest(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(tensor_digest));
+}
+
+/* What the store held of the model before our request, from the daemon's
+ * answer: a tensor it calls resident was held unless this request
+ * published the same bytes under another name (a model's duplicate
+ * tensors: the first is ingested, the rest are then resident). */
+static int held_before(const agent_model *am, const struct ingest_tensor_result *res,
+                       enum agent_store_result *out, tetris_error *err)
+{
+    const model *m = am->model;
+    cleanup_free tensor_digest *published = calloc(m->n_tensors + 1, sizeof(*published));
+    if (published == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    size_t n_published = 0, shareable = 0, held = 0;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (res[i].status == INGEST_INGESTED)
+            published[n_published++] = m->tensors[i].meta.digest;
+    qsort(published, n_published, sizeof(*published), by_digest);
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        if (m->tensors[i].meta.nbytes == 0)
+            continue;
+        shareable++;
+        held += res[i].status == INGEST_RESIDENT &&
+                bsearch(&m->tensors[i].meta.digest, published, n_published, sizeof(*published),
+                        by_digest) == NULL;
+    }
+    *out = store_result(held, shareable);
+    return 0;
+}
+
 static int load_via_daemon(agent_model *am, const struct agent_options *o, const char *label,
                            tetris_error *err)
 {
@@ -619,9 +684,13 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
     cleanup_free struct ingest_tensor_result *res = calloc(m->n_tensors + 1, sizeof(*res));
     if (res == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    struct agent_steps *steps = &am->stats.steps;
+    double mark = clock_now_ms();
     r = ingest_client_connect(sock, o->daemon_timeout_ms, &am->priv->daemon, &cause);
+    step_done(&steps->connect_ms, &mark);
     if (r == 0)
         r = ingest_client_ingest(am->priv->daemon, label, m, res, &summary, &cause);
+    step_done(&steps->register_ms, &mark);
     if (r < 0) {
         fall_back(am, o, daemon_failure_reason(r), &cause);
         if (r != -TETRIS_E_UNAVAILABLE || am->priv->daemon != NULL)
@@ -642,13 +711,17 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
             t->has_digest = true;
         }
     }
+    if ((r = held_before(am, res, &am->stats.store_result, err)) < 0)
+        return r;
     if (o->device != NULL)
         attach_device(am, o, res);
+    mark = clock_now_ms();
     /* The references are to outlive a daemon restart: a watcher registers
      * them again with the next daemon. Without it they still hold until a
      * restart, so a failure here costs nothing now. */
     if ((r = ingest_client_keep_registered(am->priv->daemon, &cause)) < 0)
         log_warn("event=daemon-watch-failed model=%s detail=%s", LOG_Q(m->path), LOG_Q(cause.msg));
+    step_done(&steps->watch_ms, &mark);
     /* The daemon recorded our references before it answered; the use lock
      * is not held across the request, so a daemon busy reclaiming never
      * waits for us while we wait for it. */
@@ -658,6 +731,7 @@ static int load_via_daemon(agent_model *am, const struct agent_options *o, const
     }
     map_resident(am, o, res);
     store_use_end(am->priv->store);
+    step_done(&steps->map_ms, &mark);
     if (summary.rejected > 0) {
         size_t i = 0;
         while (i < m->n_tensors && res[i].status != INGEST_REJECTED)
@@ -748,6 +822,7 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
         label = strrchr(am->model->path, '/');
         label = label != NULL ? label + 1 : am->model->path;
     }
+    double mark = clock_now_ms();
     r = store_open(dir, &so, &am->priv->store, &cause);
     if (r < 0) {
         fall_back(am, o, "store-unavailable", &cause);
@@ -758,7 +833,10 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     if ((r = plan_mappings(am, o, err)) < 0)
         return r;
-    if ((r = resolve_digests(am, o, err)) < 0)
+    step_done(&am->stats.steps.store_ms, &mark);
+    r = resolve_digests(am, o, err);
+    step_done(&am->stats.steps.digests_ms, &mark);
+    if (r < 0)
         return r;
     if (o->mode == AGENT_MODE_STORE)
         return load_via_daemon(am, o, label, err);
@@ -766,8 +844,10 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
         fall_back(am, o, "store-unavailable", &cause);
         return 0;
     }
+    /* Publishing and mapping interleave on the workers: one step. */
     r = load_direct(am, o, label, err);
     store_use_end(am->priv->store);
+    step_done(&am->stats.steps.map_ms, &mark);
     return r;
 }
 
@@ -799,10 +879,12 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
         free(am);
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
+    double mark = start;
     if ((r = read_model(model_path, o, &am->model, err)) < 0) {
         agent_model_free(am);
         return r;
     }
+    step_done(&am->stats.steps.read_ms, &mark);
     size_t n = am->model->n_tensors;
     am->tensors = calloc(n + 1, sizeof(*am->tensors));
     am->priv->maps = calloc(n + 1, sizeof(*am->priv->maps));
@@ -821,19 +903,30 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
 
     if (o->mode != AGENT_MODE_PRIVATE)
         r = load_from_store(am, o, err);
+    mark = clock_now_ms();
     if (r == 0)
         r = load_private_missing(am, o, err);
+    step_done(&am->stats.steps.private_ms, &mark);
     if (r < 0) {
         agent_model_free(am);
         return r;
     }
-    am->stats.load_ms = clock_now_ms() - start;
+    /* A store that did not serve the load held nothing for it. */
+    if (am->stats.mapped_bytes == 0 && am->stats.fell_back)
+        am->stats.store_result = AGENT_STORE_NONE;
+    am->stats.load_ms = mark - start;
     log_info("event=load model=%s tensors=%zu bytes=%llu mapped_bytes=%llu ingested_bytes=%llu "
-             "private_bytes=%llu load_ms=%.3f",
+             "private_bytes=%llu load_ms=%.3f store=%s",
              am->model->path, n, (unsigned long long)am->stats.bytes,
              (unsigned long long)am->stats.mapped_bytes,
              (unsigned long long)am->stats.ingested_bytes,
-             (unsigned long long)am->stats.private_bytes, am->stats.load_ms);
+             (unsigned long long)am->stats.private_bytes, am->stats.load_ms,
+             agent_store_result_name(am->stats.store_result));
+    const struct agent_steps *st = &am->stats.steps;
+    log_info("event=start-steps model=%s read_ms=%.3f store_ms=%.3f digests_ms=%.3f "
+             "connect_ms=%.3f register_ms=%.3f watch_ms=%.3f map_ms=%.3f private_ms=%.3f",
+             LOG_Q(am->model->path), st->read_ms, st->store_ms, st->digests_ms, st->connect_ms,
+             st->register_ms, st->watch_ms, st->map_ms, st->private_ms);
     *out = am;
     return 0;
 }

@@ -73,6 +73,35 @@ struct agent_options {
                                      keep data NULL */
 };
 
+/* Where a load's time went, step by step (monotonic milliseconds; a step
+ * the load does not take stays 0). agent_load logs them as one
+ * event=start-steps line; tetris-function exports them on /metrics. */
+struct agent_steps {
+    double read_ms;     /* the manifest or the model file read and parsed */
+    double store_ms;    /* the store opened and the mappings planned */
+    double digests_ms;  /* digests computed here (no manifest) */
+    double connect_ms;  /* connected to the node daemon */
+    double register_ms; /* the daemon answered the ingest request: our
+                           references are held, missing tensors published */
+    double watch_ms;    /* the watcher that re-registers after a daemon
+                           restart started */
+    double map_ms;      /* store mappings made (and populated) */
+    double private_ms;  /* tensors read into private memory */
+};
+
+/* What the node's store held of the model when the load registered it:
+ * every tensor (a hit: a warm start), some (partial: a variant whose
+ * backbone is resident) or none (a miss: a cold start). In STORE mode
+ * this is the daemon's answer (resident or published per tensor), not
+ * something the agent guesses. NONE: no store served the load (private
+ * mode, or it fell back before registering). */
+enum agent_store_result {
+    AGENT_STORE_NONE = 0,
+    AGENT_STORE_HIT,
+    AGENT_STORE_PARTIAL,
+    AGENT_STORE_MISS,
+};
+
 struct agent_stats {
     size_t tensors;
     uint64_t bytes;          /* all tensor bytes of the model */
@@ -81,6 +110,8 @@ struct agent_stats {
     uint64_t private_bytes;  /* copied into private memory (fallback, and
                                 tensors under AGENT_MIN_MAPPED_BYTES) */
     double load_ms;
+    struct agent_steps steps;
+    enum agent_store_result store_result;
     bool fell_back;          /* store mode degraded to private */
     char fallback_reason[256];
     size_t device_tensors;     /* with a device pointer (options.device) */
@@ -111,6 +142,8 @@ int agent_populate_option(const struct opt_spec *spec, const char *label, const 
                           tetris_error *err);
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
                tetris_error *err);
+/* "none", "hit", "partial" or "miss" (the metrics' store label). */
+const char *agent_store_result_name(enum agent_store_result r);
 const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);
 /* The store's public directory (tenant included; tensors/ is in it) the
  * shared tensors are mapped from; NULL when nothing is shared (private

@@ -14,7 +14,10 @@ int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len, t
 {
     *out = NULL;
     *len = 0;
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO without a writer would wait for one; this
+     * way it is refused below like any other file that is not regular
+     * (O_NONBLOCK changes nothing for a regular file's reads). */
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno, "open %s",
                            path);

@@ -12,7 +12,8 @@
  * after its *len bytes (which may hold NULs of their own): the caller
  * frees *out. Errors: TETRIS_E_NOTFOUND (no such file), TETRIS_E_IO (open
  * or read failed, or not a regular file), TETRIS_E_FORMAT (larger than
- * max_bytes), TETRIS_E_NOMEM. */
+ * max_bytes), TETRIS_E_NOMEM. A FIFO or device is refused without waiting
+ * on it (TETRIS_E_IO, "not a regular file"). */
 int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len, tetris_error *err);
 
 #endif

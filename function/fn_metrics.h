@@ -9,6 +9,17 @@
  *   tetris_function_inflight_requests                gauge (accepted, not answered)
  *   tetris_function_shared_tensor_bytes              gauge (weights from the store)
  *   tetris_function_info{model,mode,batching}        1
+ *   tetris_function_start_seconds{start,store}       histogram (main() to ready)
+ *   tetris_function_first_answer_seconds{start,store} histogram (main() to the
+ *                                                    first 200 answer)
+ *   tetris_function_start_step_seconds{step}         gauge (this start's steps)
+ *
+ * One process starts once, so each start histogram holds at most one
+ * observation: the histograms are for Prometheus to sum over a function's
+ * instances (sum by (le) (rate(..._bucket[5m]))). start is "warm" when
+ * the node's store held every tensor (store="hit"), "cold" otherwise;
+ * store is the daemon's answer (agent.h, enum agent_store_result) or
+ * "none" without a store.
  *
  * Every update takes one mutex: updates happen a few times per request,
  * next to an inference that costs milliseconds. */
@@ -27,6 +38,11 @@ struct fn_metrics_info {
     const char *mode;     /* "store", "direct", "private" */
     const char *batching; /* "concat" or "sequential" */
     uint64_t shared_bytes;
+    double started_ms; /* clock_now_ms() at main() */
+    const char *store; /* agent_store_result_name() */
+    struct fn_start_steps {
+        double read, store, digests, connect, register_, watch, map, private_, session;
+    } steps_ms;
 };
 
 int fn_metrics_new(const struct fn_metrics_info *info, fn_metrics **out, tetris_error *err);
@@ -38,6 +54,9 @@ void fn_metrics_request_begin(fn_metrics *m);
 void fn_metrics_request_end(fn_metrics *m, int code, double seconds);
 void fn_metrics_queue_depth(fn_metrics *m, size_t depth);
 void fn_metrics_batch(fn_metrics *m, size_t size, double seconds);
+
+/* The model is loaded and served: observes the start (now - started_ms). */
+void fn_metrics_ready(fn_metrics *m);
 
 /* The exposition text (malloc'd, NUL-terminated). */
 char *fn_metrics_render(fn_metrics *m, size_t *len);

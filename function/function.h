@@ -48,6 +48,7 @@ struct fn_options {
 
 struct fn {
     struct fn_options o;
+    double started_ms; /* clock_now_ms() at main(): the start metrics' zero */
     char *model_name; /* what the /v2 paths call the model */
     agent_model *am;
     ort_model *m;

@@ -417,7 +417,8 @@ static int serve(struct fn *f, tetris_error *err)
 
 /* ---- start-up and shutdown ---- */
 
-static int load_model(struct fn *f, tetris_error *err)
+/* Loads the model; *session_ms: the time ONNX Runtime's session took. */
+static int load_model(struct fn *f, double *session_ms, tetris_error *err)
 {
     struct agent_options ao;
     struct ort_adapter_options oo;
@@ -434,8 +435,10 @@ static int load_model(struct fn *f, tetris_error *err)
     }
     ort_adapter_options_init(&oo);
     oo.intra_op_threads = f->o.threads;
-    if ((r = ort_model_open(f->o.model, f->am, &oo, &f->m, err)) < 0 ||
-        (r = ort_io_describe(f->m, f->o.dynamic_dim, &f->io, err)) < 0 ||
+    double t0 = clock_now_ms();
+    r = ort_model_open(f->o.model, f->am, &oo, &f->m, err);
+    *session_ms = clock_now_ms() - t0;
+    if (r < 0 || (r = ort_io_describe(f->m, f->o.dynamic_dim, &f->io, err)) < 0 ||
         (r = oip_ort_signature(f->io, &f->sig, err)) < 0)
         return r;
     f->model_metadata = oip_response_model_metadata(f->model_name, f->o.model_version, f->sig,
@@ -499,30 +502,47 @@ static int print_ready(const struct fn *f, tetris_error *err)
 
 static int start(struct fn *f, tetris_error *err)
 {
-    struct fn_metrics_info mi;
+    struct fn_metrics_info mi = {0};
     const char *base = strrchr(f->o.model, '/');
     int r;
 
     /* A missing model is said as such before anything else; then serving,
      * so that liveness answers while the model loads. */
     if ((r = model_readable(f->o.model, err)) < 0 || (r = name_model(f, err)) < 0 ||
-        (r = serve(f, err)) < 0 || (r = load_model(f, err)) < 0)
+        (r = serve(f, err)) < 0 || (r = load_model(f, &mi.steps_ms.session, err)) < 0)
         return r;
     mi.model = base != NULL ? base + 1 : f->o.model;
     mi.mode = mode_name(&f->o);
     mi.batching = f->io->batchable ? "concat" : "sequential";
     mi.shared_bytes = f->m->shared_bytes;
+    mi.started_ms = f->started_ms;
+    mi.store = agent_store_result_name(f->am != NULL ? f->am->stats.store_result
+                                                     : AGENT_STORE_NONE);
+    if (f->am != NULL) {
+        const struct agent_steps *s = &f->am->stats.steps;
+        mi.steps_ms.read = s->read_ms;
+        mi.steps_ms.store = s->store_ms;
+        mi.steps_ms.digests = s->digests_ms;
+        mi.steps_ms.connect = s->connect_ms;
+        mi.steps_ms.register_ = s->register_ms;
+        mi.steps_ms.watch = s->watch_ms;
+        mi.steps_ms.map = s->map_ms;
+        mi.steps_ms.private_ = s->private_ms;
+    }
     if ((r = fn_metrics_new(&mi, &f->metrics, err)) < 0 ||
         (r = batcher_new(f->m, f->io, &f->o.batch, f->metrics, &f->batcher, err)) < 0)
         return r;
+    fn_metrics_ready(f->metrics);
     atomic_store(&f->loaded, true);
     atomic_store(&f->ready, true);
     log_info("event=ready model=%s name=%s mode=%s batching=%s batch=%d concurrency=%d "
-             "max_wait_ms=%g threads=%d port=%u shared_bytes=%llu max_body_bytes=%llu",
+             "max_wait_ms=%g threads=%d port=%u shared_bytes=%llu max_body_bytes=%llu "
+             "store=%s session_ms=%.3f start_ms=%.3f",
              f->o.model, LOG_Q(f->model_name), mi.mode, mi.batching, f->o.batch.batch,
              f->o.batch.concurrency, f->o.batch.max_wait_ms, f->o.threads,
              (unsigned)http_server_port(f->srv), (unsigned long long)f->m->shared_bytes,
-             (unsigned long long)f->o.max_body_bytes);
+             (unsigned long long)f->o.max_body_bytes, mi.store, mi.steps_ms.session,
+             clock_now_ms() - f->started_ms);
     if (f->am != NULL && f->am->stats.fell_back)
         log_warn("event=private-fallback model=%s reason=%s", LOG_Q(f->o.model),
                  LOG_Q(f->am->stats.fallback_reason));
@@ -578,7 +598,7 @@ static int run_start_failed(void *ctx, int r, const tetris_error *err)
 
 int main(int argc, char **argv)
 {
-    struct fn f = {0};
+    struct fn f = {.started_ms = clock_now_ms()};
 
     log_init(argv[0]);
     if (parse_args(argc, argv, &f.o) < 0)

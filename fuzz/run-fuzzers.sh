@@ -1,7 +1,7 @@
 #!/bin/sh
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
 # the ingest, JSON reader's, inventory, AdmissionReview and inference request
-# decoders', the holder, store marker and daemon state file readers', the
+# decoders', the holder, store marker, daemon state file and pin file readers', the
 # YAML reader's with the settings and profiles on top of it) for
 # FUZZ_SECONDS (default 60) from a seed corpus made now from the real models
 # (.deps/models), the synthetic valid and malformed files of
@@ -20,7 +20,7 @@ rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
     "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$seeds/yaml" \
-    "$seeds/derived" "$dir/artifacts"
+    "$seeds/derived" "$seeds/pin_file" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -58,6 +58,7 @@ printf 'tetris-holder 1\npid 7\nlabel x\n%s 1' "$h" >"$seeds/holders/torn.ref"
 printf '%s\n' '{"format":"tetris-store","version":1,"capacity_bytes":1073741824}' \
     >"$seeds/store_marker/marker.json"
 printf '%s 1795313081\n%s 1\n' "$h" "$(echo "$h" | tr 0 f)" >"$seeds/state/state"
+printf '# pins\n%s\nsha256:%s alpha # kept\n' "$h" "$(echo "$h" | tr 0 f)" >"$seeds/pin_file/pins"
 
 printf '%s' '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"CREATE","namespace":"openfaas-fn","dryRun":false,"object":{"metadata":{"name":"p","labels":{"faas_function":"f","tetris.io/tenant":"acme"},"annotations":{"tetris.io/model":"m"}},"spec":{"schedulerName":"default-scheduler","volumes":[{"name":"tetris-store","hostPath":{"path":"/"}}],"containers":[{"name":"c","env":[{"name":"TETRIS_MODEL","value":"/m"}],"volumeMounts":[]},{"name":"d"}]}}}}' \
     >"$seeds/webhook/pod.json"

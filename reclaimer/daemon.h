@@ -13,6 +13,8 @@
  *   reclaim_policy.c  the pass's rule: keep-alive, then LRU
  *   http_api.c        /metrics, /inventory, /healthz
  *   gpu_pool.c        GPU copies of stored tensors (gpu_attach)
+ *   starts.c          registrations by what the store held (hit, partial,
+ *                     miss), per model, for /metrics
  *   tetris-reclaimer.c  configuration, signals, the main loop */
 #ifndef TETRIS_RECLAIMER_DAEMON_H
 #define TETRIS_RECLAIMER_DAEMON_H
@@ -30,6 +32,7 @@
 #include "common/workers.h"
 #include "protocol/ingest.h"
 #include "tensorstore/store.h"
+#include "reclaimer/pin_file.h"
 #include "reclaimer/tensor_index.h"
 
 /* Per-model metrics are labelled with the holder's label (the model);
@@ -44,6 +47,30 @@ struct model_usage {
 
 /* Upper bounds of tetris_ingest_duration_seconds's buckets. */
 #define INGEST_DURATION_BUCKETS 12
+
+/* What a store held of a model when an instance registered it (its ingest
+ * request): every tensor, some or none. The daemon's own answer, so a pod
+ * cannot make its start look warmer than it was. */
+enum start_result { START_HIT = 0, START_PARTIAL, START_MISS, START_RESULTS };
+
+/* Registrations of one holder label (model). */
+struct start_row {
+    char label[128];
+    uint64_t count[START_RESULTS];
+};
+
+/* A store's registrations since the daemon started (starts.c), for
+ * /metrics. Labels are the clients': the first MODEL_LABELS_MAX distinct
+ * ones get a row each for the daemon's life, the rest are summed in the
+ * "other" row, so no pod can grow the label set (at worst it pushes later
+ * models into "other"). */
+struct store_starts {
+    pthread_mutex_t lock;
+    struct start_row rows[MODEL_LABELS_MAX + 1]; /* the last: "other" */
+    size_t n_rows;
+    uint64_t duration_bucket[START_RESULTS][INGEST_DURATION_BUCKETS + 1]; /* +Inf last */
+    uint64_t duration_us[START_RESULTS];
+};
 
 /* Counters of one served store (exported with its tenant label). */
 struct store_counters {
@@ -84,11 +111,14 @@ struct duty {
 
 typedef struct ingest_server ingest_server;
 
-/* One line of the pin file: a digest kept warm in one store. */
-struct pin {
-    char tenant[64]; /* "" for the shared store */
-    tensor_digest digest;
-};
+struct served_store;
+/* Counts a registration of `label` that found `resident` of the model's
+ * `shareable` tensors (those with bytes) in ss's store and was answered
+ * after `us` microseconds (starts.c). */
+void starts_record(struct served_store *ss, const char *label, size_t resident, size_t shareable,
+                   int64_t us);
+/* "hit", "partial" or "miss". */
+const char *start_result_name(enum start_result r);
 
 /* Connections of one peer process (SO_PEERCRED), under peers_lock. */
 struct peer_conns {
@@ -170,6 +200,7 @@ struct served_store {
     int64_t last_state_save_ms;
 
     struct store_counters counters;
+    struct store_starts starts;
 };
 
 struct daemon {

@@ -75,6 +75,10 @@ struct store_snapshot {
     uint64_t duration_bucket[INGEST_DURATION_BUCKETS + 1];
     struct model_usage models[MODEL_LABELS_MAX + 1];
     size_t n_models;
+    struct start_row starts[MODEL_LABELS_MAX + 1];
+    size_t n_starts;
+    uint64_t start_bucket[START_RESULTS][INGEST_DURATION_BUCKETS + 1];
+    uint64_t start_us[START_RESULTS];
 };
 
 static void snapshot_store(struct served_store *ss, struct store_snapshot *out)
@@ -91,6 +95,12 @@ static void snapshot_store(struct served_store *ss, struct store_snapshot *out)
     memcpy(out->models, ss->models, sizeof(out->models));
     out->n_models = ss->n_models;
     pthread_mutex_unlock(&ss->index_lock);
+    pthread_mutex_lock(&ss->starts.lock);
+    memcpy(out->starts, ss->starts.rows, sizeof(out->starts));
+    out->n_starts = ss->starts.n_rows;
+    memcpy(out->start_bucket, ss->starts.duration_bucket, sizeof(out->start_bucket));
+    memcpy(out->start_us, ss->starts.duration_us, sizeof(out->start_us));
+    pthread_mutex_unlock(&ss->starts.lock);
     struct store_counters *c = &ss->counters;
     out->connections = atomic_load(&c->connections);
     out->ingests_active = atomic_load(&c->ingests_active);
@@ -239,6 +249,45 @@ static void render_durations(textbuf *t, const struct store_snapshot *snap, size
     }
 }
 
+/* Registrations by what the store held (starts.c): per model, and the
+ * daemon's time to answer them. */
+static void render_starts(textbuf *t, const struct store_snapshot *snap, size_t n_snap)
+{
+    static const char starts[] = "tetris_model_starts_total";
+    static const char seconds[] = "tetris_start_register_seconds";
+    prom_header(t, starts, "counter",
+                "Instances that registered a model (holder label) with the node daemon, by what "
+                "the store held of its tensors: all (hit), some (partial) or none (miss). "
+                "Re-registrations after a daemon restart count too.");
+    for (size_t s = 0; s < n_snap; s++) {
+        const struct start_row *row = snap[s].starts;
+        size_t n = snap[s].n_starts;
+        /* The "other" row, when used, sits after the named ones. */
+        bool other = false;
+        for (size_t r = 0; n == MODEL_LABELS_MAX && r < START_RESULTS; r++)
+            other |= row[MODEL_LABELS_MAX].count[r] > 0;
+        for (size_t i = 0; i < n + other; i++)
+            for (size_t r = 0; r < START_RESULTS; r++) {
+                prom_label l[3];
+                size_t n_l = tenant_label(l, snap[s].tenant);
+                l[n_l++] = (prom_label){"model", row[i].label};
+                l[n_l++] = (prom_label){"store", start_result_name((enum start_result)r)};
+                prom_sample(t, starts, l, n_l, row[i].count[r]);
+            }
+    }
+    prom_header(t, seconds, "histogram",
+                "Time the node daemon took to answer a registration (references held, missing "
+                "tensors published), by what the store held.");
+    for (size_t s = 0; s < n_snap; s++)
+        for (size_t r = 0; r < START_RESULTS; r++) {
+            prom_label l[2];
+            size_t n_l = tenant_label(l, snap[s].tenant);
+            l[n_l++] = (prom_label){"store", start_result_name((enum start_result)r)};
+            prom_histogram(t, seconds, l, n_l, ingest_duration_bounds, snap[s].start_bucket[r],
+                           INGEST_DURATION_BUCKETS, (double)snap[s].start_us[r] / 1e6, "%.6f");
+        }
+}
+
 char *daemon_render_metrics(struct daemon *d, bool tenants, size_t *len)
 {
     size_t n_all = daemon_store_count(d), n = 0, n_tenants = 0;
@@ -283,6 +332,7 @@ char *daemon_render_metrics(struct daemon *d, bool tenants, size_t *len)
     }
     render_models(&t, snap, n);
     render_durations(&t, snap, n);
+    render_starts(&t, snap, n);
     free(snap);
     gpu_pool_render_metrics(daemon_gpu_pool(), &t);
     prom_header(&t, "tetris_reclaim_passes_total", "counter",

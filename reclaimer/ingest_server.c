@@ -606,13 +606,20 @@ static void publish_item(void *ctx, size_t k)
         publish_one(j->ss, j->fds, &j->rq->tensors[i], j->b, &j->res[i]);
 }
 
-/* Publishes what is missing without any store-wide lock, on the request's
- * share of the daemon's workers, then, under the use lock (shared), checks
- * that every tensor is still resident and records the references (an entry
- * sent without a digest has the one computed by then). Only
- * that second step excludes a reclaim pass, and it does no client I/O. */
+/* Checks under the use lock (shared) which tensors are resident; while
+ * some are not, publishes them without any store-wide lock, on the
+ * request's share of the daemon's workers, and checks again; then records
+ * the references (an entry sent without a digest has the one computed by
+ * then). Only the checks exclude a reclaim pass, and they do no client
+ * I/O. Checking first makes a warm start (every tensor resident) one pass
+ * over the tensor files, with no workers: at a few hundred tensors that
+ * pass and the threads were most of the daemon's part of a small model's
+ * start (BENCHMARKS.md, "Small models"). *held counts the tensors (with
+ * bytes) the first check found resident: what the store held of the model
+ * before this request published anything (an entry sent without a digest
+ * counts as not held). */
 static int publish_and_refer(struct conn *c, ingest_request *rq, const int *fds, struct budget *b,
-                             struct ingest_tensor_result *res, tetris_error *err)
+                             struct ingest_tensor_result *res, size_t *held, tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     cleanup_free size_t *order = malloc((rq->n_tensors + 1) * sizeof(*order));
@@ -621,21 +628,22 @@ static int publish_and_refer(struct conn *c, ingest_request *rq, const int *fds,
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request of %zu tensors", rq->n_tensors);
     unsigned seed = (unsigned)clock_mono_us() ^ (unsigned)c->pid;
     publish_order(rq, order, &seed);
-    for (size_t i = 0; i < rq->n_tensors; i++)
-        todo[i] = true;
     struct publish_job job = {
         .ss = ss, .rq = rq, .fds = fds, .order = order, .todo = todo, .b = b, .res = res};
-    for (int attempt = 1;; attempt++) {
-        workers_run(rq->n_tensors, ss->d->workers, &ss->d->ingest_slots, publish_item, &job);
+    for (int runs = 0;; runs++) {
         pthread_rwlock_rdlock(&ss->use_lock);
         size_t missing = 0;
         for (size_t i = 0; i < rq->n_tensors; i++) {
+            const tensor_desc *t = &rq->tensors[i].desc;
             todo[i] = res[i].status != INGEST_REJECTED &&
-                      !store_has_tensor(ss->store, &rq->tensors[i].desc.meta.digest);
+                      (!t->has_digest || !store_has_tensor(ss->store, &t->meta.digest));
             missing += todo[i];
+            if (runs == 0)
+                *held += !todo[i] && t->meta.nbytes > 0;
         }
-        if (missing > 0 && attempt < PUBLISH_ATTEMPTS) {
+        if (missing > 0 && runs < PUBLISH_ATTEMPTS) {
             pthread_rwlock_unlock(&ss->use_lock);
+            workers_run(rq->n_tensors, ss->d->workers, &ss->d->ingest_slots, publish_item, &job);
             continue;
         }
         for (size_t i = 0; i < rq->n_tensors; i++)
@@ -681,7 +689,8 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
     atomic_fetch_add(&ss->counters.ingests_active, 1);
     warm_requested(ss, rq);
     pthread_mutex_init(&b.lock, NULL);
-    rc = publish_and_refer(c, rq, fds, &b, res, err);
+    size_t held = 0;
+    rc = publish_and_refer(c, rq, fds, &b, res, &held, err);
     pthread_mutex_destroy(&b.lock);
     uint64_t ingested_bytes = b.ingested;
     atomic_fetch_sub(&ss->counters.ingests_active, 1);
@@ -691,10 +700,11 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
         if (*reply == NULL)
             rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reply");
     }
-    size_t ingested = 0, rejected = 0;
+    size_t ingested = 0, rejected = 0, shareable = 0;
     for (size_t i = 0; i < rq->n_tensors; i++) {
         ingested += res[i].status == INGEST_INGESTED;
         rejected += res[i].status == INGEST_REJECTED;
+        shareable += rq->tensors[i].desc.meta.nbytes > 0;
     }
     atomic_fetch_add(&ss->counters.ingest_requests, 1);
     if (b.cut != NULL) {
@@ -704,7 +714,10 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
                  tenant_name(ss), (int)c->pid, (unsigned)c->uid, b.cut, b.timeout_s,
                  (unsigned long long)b.max_bytes);
     }
-    observe_duration(ss, clock_mono_us() - t0);
+    int64_t us = clock_mono_us() - t0;
+    observe_duration(ss, us);
+    if (rc == 0)
+        starts_record(ss, rq->label, held, shareable, us);
     if (rejected == 0) {
         log_info("event=ingest tenant=%s pid=%d uid=%u label=%s tensors=%zu ingested=%zu "
                  "rejected=0 bytes=%llu",

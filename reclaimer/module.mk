@@ -4,19 +4,21 @@ PROGRAMS += tetris-reclaimer
 tetris-reclaimer_SRCS := reclaimer/tetris-reclaimer.c reclaimer/stores.c reclaimer/served.c \
                          reclaimer/adopt.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
-                         reclaimer/gpu_pool.c reclaimer/peers.c reclaimer/derive.c
+                         reclaimer/gpu_pool.c reclaimer/peers.c reclaimer/derive.c \
+                         reclaimer/starts.c
 # The daemon's settings, tensor index and reclaim rule are in the library
 # so the unit tests (and the cluster evaluation, for the rule) can reach
 # them.
-LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c \
+LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c reclaimer/pin_file.c \
             reclaimer/reclaim_policy.c
-UNIT_TESTS += tests/reclaimer/test_reclaimer_units.c
+UNIT_TESTS += tests/reclaimer/test_reclaimer_units.c tests/reclaimer/test_pin_file.c
 
 TEST_PROGRAMS += tetris-ingest-probe
 tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
 SHELL_TESTS += tests/reclaimer/test-reclaim.sh
 SHELL_TESTS += tests/reclaimer/test-bad-requests.sh
 SHELL_TESTS += tests/reclaimer/test-prometheus.sh
+SHELL_TESTS += tests/reclaimer/test-dashboard.sh
 SHELL_TESTS += tests/reclaimer/test-inventory-scrub.sh
 SHELL_TESTS += tests/reclaimer/test-agent.sh
 SHELL_TESTS += tests/reclaimer/test-concurrent.sh

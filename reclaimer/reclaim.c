@@ -629,70 +629,6 @@ void store_save_state(struct served_store *ss)
     save_state(ss, true);
 }
 
-/* The pin file: what the cluster side wants kept (digests of the models of
- * pods bound to this node, say), written by whoever knows. Per line a hex
- * digest ("sha256:" optional), then the tenant whose store keeps it (none:
- * the shared store only), '#' comments. Re-read when its mtime or size
- * changes; a missing file pins nothing. */
-static int parse_pin_line(char *line, struct pin *out, tetris_error *err)
-{
-    char *digest = line + strspn(line, " \t");
-    char *rest = digest + strcspn(digest, " \t");
-    if (*rest != '\0')
-        *rest++ = '\0';
-    char *tenant = rest + strspn(rest, " \t");
-    tenant[strcspn(tenant, " \t")] = '\0';
-    int r = tensor_digest_from_hex(digest, &out->digest, err);
-    if (r < 0)
-        return r;
-    out->tenant[0] = '\0';
-    if (tenant[0] == '\0')
-        return 0;
-    r = store_tenant_check(tenant, err);
-    if (r < 0)
-        return r;
-    snprintf(out->tenant, sizeof(out->tenant), "%s", tenant);
-    return 0;
-}
-
-static int read_pin_file(const char *path, struct pin **out, size_t *n_out, tetris_error *err)
-{
-    cleanup_fclose FILE *fp = fopen(path, "re");
-    if (fp == NULL) {
-        if (errno == ENOENT) {
-            *out = NULL;
-            *n_out = 0;
-            return 0;
-        }
-        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", path);
-    }
-    cleanup_free struct pin *list = NULL;
-    size_t n = 0, cap = 0;
-    char line[256];
-    int lineno = 0;
-    while (fgets(line, sizeof(line), fp) != NULL) {
-        lineno++;
-        line[strcspn(line, "\r\n#")] = '\0';
-        if (line[strspn(line, " \t")] == '\0')
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            struct pin *l = realloc(list, cap * sizeof(*l));
-            if (l == NULL)
-                return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", path);
-            list = l;
-        }
-        if (parse_pin_line(line, &list[n], err) < 0)
-            return tetris_wrap(err, "%s:%d", path, lineno);
-        n++;
-    }
-    if (ferror(fp))
-        return tetris_fail(err, TETRIS_E_IO, errno, "read %s", path);
-    *out = steal_pointer(&list);
-    *n_out = n;
-    return 0;
-}
-
 void daemon_refresh_pins(struct daemon *d)
 {
     static struct stat last;
@@ -711,7 +647,7 @@ void daemon_refresh_pins(struct daemon *d)
     struct pin *list = NULL;
     size_t n = 0;
     tetris_error err;
-    if (read_pin_file(path, &list, &n, &err) < 0) {
+    if (pin_file_read(path, &list, &n, &err) < 0) {
         log_warn("event=pin-file-unreadable msg=%s action=keep-previous-pins", LOG_Q(err.msg));
         return;
     }

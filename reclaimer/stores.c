@@ -85,6 +85,7 @@ static void served_store_free(struct served_store *ss)
     pthread_rwlock_destroy(&ss->use_lock);
     pthread_mutex_destroy(&ss->index_lock);
     pthread_mutex_destroy(&ss->adopted_lock);
+    pthread_mutex_destroy(&ss->starts.lock);
     free(ss);
 }
 
@@ -100,6 +101,7 @@ static int served_store_open(struct daemon *d, const char *tenant, struct served
     pthread_rwlock_init(&ss->use_lock, NULL);
     pthread_mutex_init(&ss->index_lock, NULL);
     pthread_mutex_init(&ss->adopted_lock, NULL);
+    pthread_mutex_init(&ss->starts.lock, NULL);
     /* Generations start at the start time in ms, so an ETag from before a
      * restart never matches one after it. */
     ss->generation = (uint64_t)d->started_ms;

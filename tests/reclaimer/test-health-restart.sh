@@ -9,8 +9,9 @@
 #     goes on serving; a pod's uid cannot open the instance lock;
 #   - an ingest bigger than the capacity (a pod under uid nobody) is
 #     refused and evicts nothing;
-#   - /healthz turns 503 while the main loop is stuck (it waits on the pin
-#     file's writer, a helper that stalls), and 200 once it moves again;
+#   - a pin file that is a FIFO with a stalled writer is refused, not
+#     waited on; /healthz turns 503 while the main loop is stuck (its
+#     thread stopped by a tracer), and 200 once it moves again;
 #   - a slow HTTP client (uid nobody) that opens 300 connections and
 #     dribbles header bytes holds a few slots only: other clients are
 #     served.
@@ -79,9 +80,37 @@ stop_daemon
 # ---- /healthz tells a stuck main loop ----
 start_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --health-deadline 1 --pin-file "$WORK/pins"
 [ "$(healthz_code)" = 200 ] || fail "healthz of a healthy daemon: $(healthz_code)"
-# The pin file's writer opens it and stalls: the pass that reads it waits.
+# A pin file that is a FIFO, with a stalled writer or none, does not hold
+# the loop: it is refused as not a regular file, the passes go on.
 mkfifo "$WORK/pins"
 sh -c 'exec 3>"$1"; exec sleep 600' sh "$WORK/pins" &
+WRITER=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $WRITER"
+wait_until 30 'grep -q "event=pin-file-unreadable.*not a regular file" "$DAEMON_LOG"' ||
+    fail "a FIFO pin file was not refused"
+sleep 2
+[ "$(healthz_code)" = 200 ] || fail "a stalled FIFO pin file held the main loop: healthz $(healthz_code)"
+kill "$WRITER"
+wait "$WRITER" 2>/dev/null
+# Without a writer, opening the FIFO to read would wait for one.
+sleep 2
+[ "$(healthz_code)" = 200 ] || fail "a FIFO pin file without a writer held the main loop"
+# The main loop's thread (the process's first) is stopped for real, alone:
+# a tracer seizes and interrupts that one thread and holds it until killed
+# (a tracer's exit lets it go). The HTTP threads go on answering.
+"$PY" - "$RECLAIMER_PID" <<'PY' &
+import ctypes, os, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4206, 0x4207
+tid = int(sys.argv[1])
+for req in (PTRACE_SEIZE, PTRACE_INTERRUPT):
+    if libc.ptrace(req, tid, None, None) != 0:
+        sys.exit("ptrace %#x of %d: %s" % (req, tid, os.strerror(ctypes.get_errno())))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(60)
+PY
 HELPER=$!
 KILL_ON_EXIT="$KILL_ON_EXIT $HELPER"
 wait_until 60 '[ "$(healthz_code)" = 503 ]' || fail "healthz stayed $(healthz_code) with a stuck main loop"
@@ -90,7 +119,7 @@ curl -s "http://127.0.0.1:$RECLAIMER_PORT/healthz" | jq -e '.pass_overdue == tru
 kill "$HELPER"
 wait "$HELPER" 2>/dev/null
 wait_until 60 '[ "$(healthz_code)" = 200 ]' || fail "healthz did not recover once the loop moved"
-note "/healthz is 503 while the main loop is stuck, 200 once it moves"
+note "a FIFO pin file is refused, not waited on; /healthz is 503 while the main loop is stuck, 200 once it moves"
 stop_daemon
 
 # ---- a slow HTTP client takes a few slots, not all ----
