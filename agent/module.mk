@@ -12,7 +12,7 @@ tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c
 tetris-agent_LDLIBS := -Wl,-Bstatic -lcrypto -lz -ljansson -lyaml -Wl,-Bdynamic -lm -ldl
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime
-tetris-derive_SRCS := agent/tetris-derive.c
+tetris-derive_SRCS := agent/tetris-derive.c agent/unprivileged.c
 tetris-derive_LIBS := -lonnxruntime
 
 UNIT_TESTS += tests/agent/test_agent.c tests/agent/test_ingest_client.c tests/agent/test_view.c

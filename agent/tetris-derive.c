@@ -12,6 +12,7 @@
  * of the bytes it handed over, not by anything this program says. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "agent/ort_adapter.h"
+#include "agent/unprivileged.h"
 #include "common/fileio.h"
 #include "model/onnx_rewrite.h"
 #include "protocol/derived.h"
@@ -36,13 +38,16 @@ struct derive_options {
     const char *external_dir;
     const char *out_dir;
     int threads;
+    int uid, gid; /* -1: keep the caller's */
 };
 
 static const char about[] =
     "Optimises the ONNX graph read from --graph-fd at level all with pre-packing\n"
     "and writes DIR/graph.onnx and DIR/" DERIVED_DATA_LOCATION " (initializers of\n"
     "128 bytes or more and their pre-packed forms). Prints one JSON line with\n"
-    "the runtime that made them. Run by tetris-reclaimer, not by hand.\n";
+    "the runtime that made them and the credentials it ran with. With --uid and\n"
+    "--gid it becomes that user, without groups or capabilities, before it\n"
+    "reads the graph. Run by tetris-reclaimer, not by hand.\n";
 
 static const char epilogue[] =
     "Exit status: 0 ok, 1 the runtime failed, 2 usage, 3 the graph is not one\n"
@@ -200,33 +205,57 @@ static int relayout(const char *out_dir, tetris_error *err)
     return rc;
 }
 
-/* Opens the form the way instances will (optimisation off, pre-packing
- * on, external data beside it): ONNX Runtime cannot open every graph it
- * optimises (Silero VAD v5's If branches: "initializer name is not
- * unique"), and such a form must not be published. */
+/* Opens the form as instances will (optimisation off, pre-packing on):
+ * ONNX Runtime cannot open every graph it optimises (Silero VAD v5's If
+ * branches: "initializer name is not unique"), and such a form must not
+ * be published. The data file is handed over in memory: ONNX Runtime
+ * resolves a data folder by its canonical path, which an unprivileged
+ * child cannot walk to its output directory (a store's private one). */
 static int check_opens(const OrtApi *api, const char *out_dir, tetris_error *err)
 {
-    char graph[4096];
-    snprintf(graph, sizeof(graph), "%s/graph.onnx", out_dir);
+    char graph_path[4096], data_path[4096];
+    snprintf(graph_path, sizeof(graph_path), "%s/graph.onnx", out_dir);
+    snprintf(data_path, sizeof(data_path), "%s/%s", out_dir, DERIVED_DATA_LOCATION);
+    cleanup_free char *graph = NULL;
+    size_t graph_len = 0;
+    int r = file_read_all(graph_path, INGEST_MAX_DERIVE_IMAGE, &graph, &graph_len, err);
+    if (r < 0)
+        return r;
+    cleanup_close int data_fd = open(data_path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (data_fd < 0 || fstat(data_fd, &st) != 0 || st.st_size <= 0)
+        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "%s: none written", data_path);
+    size_t data_len = (size_t)st.st_size;
+    char *data = mmap(NULL, data_len, PROT_READ, MAP_PRIVATE, data_fd, 0);
+    if (data == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", data_path);
+    const ORTCHAR_T *names[] = {DERIVED_DATA_LOCATION};
+    char *buffers[] = {data};
     OrtEnv *env = NULL;
     OrtSessionOptions *so = NULL;
     OrtSession *session = NULL;
-    int r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris-derive", &env),
-                      "create environment", err);
+    r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris-derive", &env),
+                  "create environment", err);
     if (r == 0)
         r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
     if (r == 0)
         r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_DISABLE_ALL),
                       "set graph optimization", err);
     if (r == 0)
-        r = ort_check(api, api->CreateSession(env, graph, so, &session), "open the optimised graph",
-                      err);
+        r = ort_check(api,
+                      api->AddExternalInitializersFromFilesInMemory(so, names, buffers, &data_len,
+                                                                    1),
+                      "hand over the data file", err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSessionFromArray(env, graph, graph_len, so, &session),
+                      "open the optimised graph", err);
     if (session != NULL)
         api->ReleaseSession(session);
     if (so != NULL)
         api->ReleaseSessionOptions(so);
     if (env != NULL)
         api->ReleaseEnv(env);
+    munmap(data, data_len);
     if (r < 0)
         err->code = TETRIS_E_FORMAT;
     return r;
@@ -311,9 +340,53 @@ static int derive(const OrtApi *api, const struct derive_options *o, const uint8
     return r;
 }
 
+/* The output directory, opened while the process may still reach it (a
+ * store's private directory is its owner's only): after the drop it is
+ * named through /proc/self/fd, which a process may always follow. */
+static int open_out_dir(const struct derive_options *o, int *out_fd, tetris_error *err)
+{
+    *out_fd = open(o->out_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (*out_fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "%s", o->out_dir);
+    return 0;
+}
+
+/* ONNX Runtime resolves external data by the folder's canonical path, so
+ * the store's public directory must be reachable by its real name, as it
+ * is on a node (its parents are 0755). */
+static int check_external_dir(const struct derive_options *o, tetris_error *err)
+{
+    if (access(o->external_dir, R_OK | X_OK) != 0)
+        return tetris_fail(err, TETRIS_E_DENIED, errno,
+                           "%s is not readable by uid %d: the store's public directory and its "
+                           "parents must be readable and searchable by others",
+                           o->external_dir, o->uid);
+    return 0;
+}
+
+/* The result line: the runtime, and the credentials the kernel shows for
+ * this process, which the daemon checks and logs. */
+static int print_result(tetris_error *err)
+{
+    struct unprivileged_creds c;
+    int rc = unprivileged_read(&c, err);
+    if (rc < 0) {
+        log_error("event=derive-failed msg=%s", LOG_Q(err->msg));
+        return rc;
+    }
+    char runtime[DERIVED_NAME_MAX];
+    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
+    printf("{\"runtime\":\"%s\",\"uid\":%u,\"gid\":%u,\"groups\":%u,"
+           "\"cap_eff\":\"%016" PRIx64 "\",\"cap_prm\":\"%016" PRIx64 "\","
+           "\"cap_bnd\":\"%016" PRIx64 "\",\"no_new_privs\":%s}\n",
+           runtime, (unsigned)c.uid[1], (unsigned)c.gid[1], c.n_groups, c.cap_eff, c.cap_prm,
+           c.cap_bnd, c.no_new_privs ? "true" : "false");
+    return fflush(stdout) == 0 ? 0 : tetris_fail(err, TETRIS_E_IO, errno, "stdout");
+}
+
 int main(int argc, char **argv)
 {
-    struct derive_options o = {.graph_fd = -1, .threads = 1};
+    struct derive_options o = {.graph_fd = -1, .threads = 1, .uid = -1, .gid = -1};
     const struct opt_spec options[] = {
         {.name = "graph-fd",
          .type = OPT_TYPE_INT,
@@ -339,11 +412,26 @@ int main(int argc, char **argv)
          .max = 64,
          .meta = "N",
          .help = "intra-op threads (default 1)"},
+        {.name = "uid",
+         .type = OPT_TYPE_INT,
+         .dest = &o.uid,
+         .min = 1,
+         .max = INT32_MAX,
+         .meta = "N",
+         .help = "become this user before reading the graph (with --gid; needs root)"},
+        {.name = "gid",
+         .type = OPT_TYPE_INT,
+         .dest = &o.gid,
+         .min = 1,
+         .max = INT32_MAX,
+         .meta = "N",
+         .help = "and this group, without supplementary groups"},
         {0},
     };
     const struct opt_program prog = {
         .name = "tetris-derive",
-        .synopsis = "--graph-fd N --external-dir DIR --out-dir DIR [--threads N]",
+        .synopsis = "--graph-fd N --external-dir DIR --out-dir DIR [--threads N]\n"
+                    "[--uid N --gid N]",
         .about = about,
         .options = options,
         .epilogue = epilogue,
@@ -355,7 +443,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "tetris-derive: --graph-fd, --external-dir and --out-dir are needed\n");
         return EXIT_USAGE;
     }
+    if ((o.uid < 0) != (o.gid < 0)) {
+        fprintf(stderr, "tetris-derive: --uid and --gid go together\n");
+        return EXIT_USAGE;
+    }
     tetris_error err = {0};
+    char out_dir[64];
+    cleanup_close int out_fd = -1;
+    if (o.uid >= 0) {
+        if (open_out_dir(&o, &out_fd, &err) < 0 ||
+            unprivileged_become((uid_t)o.uid, (gid_t)o.gid, &err) < 0 ||
+            check_external_dir(&o, &err) < 0) {
+            log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
+            return EXIT_FAILED;
+        }
+        snprintf(out_dir, sizeof(out_dir), "/proc/self/fd/%d", out_fd);
+        o.out_dir = out_dir;
+    }
+    umask(077);
     cleanup_free uint8_t *image = NULL;
     size_t len = 0;
     if (read_image(o.graph_fd, &image, &len, &err) < 0) {
@@ -372,8 +477,5 @@ int main(int argc, char **argv)
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
-    char runtime[DERIVED_NAME_MAX];
-    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
-    printf("{\"runtime\":\"%s\"}\n", runtime);
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAILED;
+    return print_result(&err) == 0 ? EXIT_OK : EXIT_FAILED;
 }

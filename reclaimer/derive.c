@@ -7,7 +7,11 @@
  * made (so the daemon hashes exactly what the child reads), a fresh
  * directory for its output, no other descriptor, no new privileges,
  * RLIMIT_AS/CPU/FSIZE/NOFILE, no core file, its own process group, and a
- * deadline after which the group is killed. A derivation at a time per
+ * deadline after which the group is killed. A daemon that may change
+ * users (can_drop_child) also has the child become DERIVE_UID:DERIVE_GID
+ * (agent/unprivileged.h) before it reads the image, owner of its output
+ * directory and of nothing else, and refuses a result whose reported
+ * credentials are not those. A derivation at a time per
  * node: it is seconds to minutes of CPU, and the first instance of a
  * function runs on the plain weights meanwhile. */
 #include "reclaimer/derive.h"
@@ -16,9 +20,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +32,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +52,16 @@
 #define DERIVE_MAX_AS (32ull << 30)
 #endif
 #define DERIVE_MAX_FILE (16ull << 30)
+/* Who the child runs as when the daemon is root: "nobody" and "nogroup"
+ * on Debian, a user that owns no file of the node. The store's public
+ * directory is readable by all (pods mount it), so the child can read its
+ * inputs; it can write only its output directory and what the whole
+ * system may write. A constant rather than a setting: a node that gives
+ * 65534 to pods on the host's user namespace should change it here (the
+ * child and such a pod could signal each other, nothing more: the child
+ * is not dumpable). */
+#define DERIVE_UID 65534
+#define DERIVE_GID 65534
 #define DERIVE_STDOUT_MAX 1024
 
 static pthread_mutex_t derive_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -115,6 +132,25 @@ static int derive_program(char *out, size_t cap, tetris_error *err)
     return 0;
 }
 
+/* Whether the daemon can give its child another user: it needs
+ * CAP_SETUID and CAP_SETGID (passed to the child, which drops them) and
+ * CAP_CHOWN for the output directory. The chart's daemon holds none, so
+ * its child keeps uid 0 without capabilities; said once. */
+static bool can_drop_child(void)
+{
+    static atomic_bool said;
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+    memset(data, 0, sizeof(data));
+    uint32_t need = (1u << CAP_SETUID) | (1u << CAP_SETGID) | (1u << CAP_CHOWN);
+    bool can = syscall(SYS_capget, &hdr, data) == 0 && (data[0].effective & need) == need;
+    if (!can && !atomic_exchange(&said, true))
+        log_warn("event=derive-child-privileged uid=%d hint=\"the daemon lacks CAP_SETUID, "
+                 "CAP_SETGID or CAP_CHOWN: tetris-derive keeps its uid\"",
+                 (int)geteuid());
+    return can;
+}
+
 static void set_limit(int resource, rlim_t value)
 {
     struct rlimit rl = {value, value};
@@ -125,7 +161,7 @@ static void set_limit(int resource, rlim_t value)
 /* In the child, before exec: only descriptor 3 (the image) and the pipe
  * on stdout remain; stderr stays the daemon's log. */
 static void child_exec(const char *program, int image_fd, int out_pipe, const char *external_dir,
-                       const char *out_dir)
+                       const char *out_dir, bool unprivileged)
 {
     setpgid(0, 0);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
@@ -142,8 +178,23 @@ static void child_exec(const char *program, int image_fd, int out_pipe, const ch
         _exit(127);
     closefrom(4);
     set_limit(RLIMIT_NOFILE, 64);
-    char *argv[] = {(char *)program, "--graph-fd",    "3", "--external-dir", (char *)external_dir,
-                    "--out-dir",     (char *)out_dir, NULL};
+    char uid[16], gid[16];
+    snprintf(uid, sizeof(uid), "%d", DERIVE_UID);
+    snprintf(gid, sizeof(gid), "%d", DERIVE_GID);
+    char *argv[] = {(char *)program,
+                    "--graph-fd",
+                    "3",
+                    "--external-dir",
+                    (char *)external_dir,
+                    "--out-dir",
+                    (char *)out_dir,
+                    "--uid",
+                    uid,
+                    "--gid",
+                    gid,
+                    NULL};
+    if (!unprivileged)
+        argv[7] = NULL;
     /* A clean environment; the sanitizers' own settings pass (their
      * suppressions name ONNX Runtime's leaks, make SAN=1). */
     static const char *const pass[] = {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"};
@@ -192,6 +243,8 @@ static int child_wait(pid_t pid, int pipe_fd, char *line, size_t cap, tetris_err
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
+    /* Nothing the child left behind in its group outlives it. */
+    kill(-pid, SIGKILL);
     if (timed_out)
         return tetris_fail(err, TETRIS_E_TIMEOUT, 0, "derive: no result within %d s",
                            DERIVE_TIMEOUT_MS / 1000);
@@ -205,27 +258,52 @@ static int child_wait(pid_t pid, int pipe_fd, char *line, size_t cap, tetris_err
     return 0;
 }
 
-static int parse_runtime(const char *line, char *runtime, size_t cap, tetris_error *err)
+/* The child's result line: its runtime, and the credentials it ran with,
+ * which must be the unprivileged ones when the daemon asked for them. */
+static int parse_result(const char *line, bool unprivileged, struct derive_output *out,
+                        tetris_error *err)
 {
     json_error_t jerr;
     json_t *j = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
     const char *s = json_string_value(json_object_get(j, "runtime"));
+    json_t *uid = json_object_get(j, "uid"), *gid = json_object_get(j, "gid");
+    const char *cap_eff = json_string_value(json_object_get(j, "cap_eff"));
     int rc = 0;
-    if (s == NULL || s[0] == '\0' || strlen(s) >= cap || strchr(s, '/') != NULL)
+    if (s == NULL || s[0] == '\0' || strlen(s) >= sizeof(out->runtime) || strchr(s, '/') != NULL)
         rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "derive: tetris-derive printed no runtime");
-    else
-        snprintf(runtime, cap, "%s", s);
+    else if (!json_is_integer(uid) || !json_is_integer(gid) || cap_eff == NULL)
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "derive: tetris-derive printed no credentials");
+    if (rc == 0) {
+        snprintf(out->runtime, sizeof(out->runtime), "%s", s);
+        out->uid = (long long)json_integer_value(uid);
+        out->gid = (long long)json_integer_value(gid);
+        out->capabilities = strspn(cap_eff, "0") != strlen(cap_eff);
+    }
+    if (rc == 0 && unprivileged &&
+        (out->uid != DERIVE_UID || out->gid != DERIVE_GID || out->capabilities ||
+         json_integer_value(json_object_get(j, "groups")) != 0 ||
+         !json_is_true(json_object_get(j, "no_new_privs"))))
+        rc = tetris_fail(err, TETRIS_E_DENIED, 0,
+                         "derive: tetris-derive ran as uid %lld gid %lld, not %d:%d without "
+                         "groups or capabilities",
+                         out->uid, out->gid, DERIVE_UID, DERIVE_GID);
     json_decref(j);
     return rc;
 }
 
+/* The child owned the directory: what is there may be a link or a FIFO
+ * rather than what it should have written. */
 static int open_output(const char *dir, const char *name, int *out, tetris_error *err)
 {
     char path[PATH_MAX];
+    struct stat st;
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    *out = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    *out = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (*out < 0)
         return tetris_fail(err, TETRIS_E_RUNTIME, errno, "derive: %s not written", name);
+    if (fstat(*out, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
+        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "derive: %s is not a file of its own",
+                           name);
     return 0;
 }
 
@@ -260,6 +338,12 @@ int derive_make(const char *store_root, const char *public_dir, int client_fd,
     snprintf(dir, sizeof(dir), "%s/private/tmp/derive-XXXXXX", store_root);
     if (mkdtemp(dir) == NULL)
         return tetris_fail(err, TETRIS_E_IO, errno, "derive: mkdtemp");
+    bool unprivileged = can_drop_child();
+    if (unprivileged && chown(dir, DERIVE_UID, DERIVE_GID) != 0) {
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "derive: chown %s", dir);
+        remove_dir(dir);
+        return rc;
+    }
     pthread_mutex_lock(&derive_lock);
     int pipe_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -270,7 +354,7 @@ int derive_make(const char *store_root, const char *public_dir, int client_fd,
     int64_t start = clock_mono_ms();
     pid_t pid = fork();
     if (pid == 0)
-        child_exec(program, image_fd, pipe_fds[1], public_dir, dir);
+        child_exec(program, image_fd, pipe_fds[1], public_dir, dir, unprivileged);
     close(pipe_fds[1]);
     if (pid < 0)
         rc = tetris_fail(err, TETRIS_E_IO, errno, "derive: fork");
@@ -279,7 +363,7 @@ int derive_make(const char *store_root, const char *public_dir, int client_fd,
     close(pipe_fds[0]);
     pthread_mutex_unlock(&derive_lock);
     if (rc == 0)
-        rc = parse_runtime(line, out->runtime, sizeof(out->runtime), err);
+        rc = parse_result(line, unprivileged, out, err);
     if (rc == 0)
         rc = open_output(dir, "graph.onnx", &out->graph_fd, err);
     if (rc == 0)

@@ -5,6 +5,7 @@
 #ifndef TETRIS_RECLAIMER_DERIVE_H
 #define TETRIS_RECLAIMER_DERIVE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -14,6 +15,8 @@ struct derive_output {
     tensor_digest source;           /* of the image the child read */
     char runtime[DERIVED_NAME_MAX]; /* what the child reported */
     char cpu[DERIVED_NAME_MAX];     /* this node's (derived_cpu_features) */
+    long long uid, gid;             /* what the child ran as (its report) */
+    bool capabilities;              /* it reported effective capabilities */
     int graph_fd, data_fd;          /* the outputs, read-only; -1 when none */
     int64_t took_ms;
 };

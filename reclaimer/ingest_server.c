@@ -868,10 +868,11 @@ static int handle_derive(struct conn *c, const ingest_request *rq, const int *fd
     } else {
         atomic_fetch_add(&ss->counters.derived_forms, 1);
         log_info("event=derived tenant=%s pid=%d label=%s source=%s runtime=%s graph_bytes=%llu "
-                 "data_bytes=%llu took_ms=%lld",
+                 "data_bytes=%llu took_ms=%lld child_uid=%lld child_gid=%lld "
+                 "child_capabilities=%s",
                  tenant_name(ss), (int)c->pid, LOG_Q(rq->label), source, LOG_Q(out.runtime),
                  (unsigned long long)e.graph.nbytes, (unsigned long long)e.data.nbytes,
-                 (long long)out.took_ms);
+                 (long long)out.took_ms, out.uid, out.gid, out.capabilities ? "some" : "none");
         *reply = ingest_ack_encode();
     }
     if (*reply == NULL)

@@ -7,13 +7,17 @@
 # under a wrong identity, or for another runtime, is not used (one log
 # line) and the instance runs on the plain weights; a full store refuses
 # a form and maps nothing wrong; instances share one copy (PSS); a hostile
-# graph fails its own derivation and the daemon goes on.
+# graph fails its own derivation and the daemon goes on; the derivation
+# child runs as an unprivileged user.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
 need_models
 [ -x "$BIN/tetris-derive" ] || fail "tetris-derive not built in $BIN"
 store="$WORK/store"
 mkdir -p "$store"
+# The derivation child (uid 65534) reads the store's public directory by
+# its name, as on a node, where the store's parents are 0755.
+chmod 0711 "$WORK"
 reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600
 pub="$store/public"
 
@@ -35,6 +39,16 @@ for m in ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_det_infer.onnx \
         fail "$m: derived output $(json_get "$out" sha256) != stock all+prepack $stock"
     echo "ok $m: derived form used, output = stock ONNX Runtime all + pre-packing ($stock)"
 done
+
+# 1b. The child that parsed those graphs was not root: the kernel's view
+# of it (/proc/self/status, read by the child after its drop, before it
+# read the graph), checked by the daemon and logged.
+n_made=$(grep -c "event=derived " "$WORK/daemon.log")
+[ "$n_made" = 4 ] || fail "expected 4 forms made, the daemon logged $n_made"
+[ "$(grep "event=derived " "$WORK/daemon.log" |
+    grep -c "child_uid=65534 child_gid=65534 child_capabilities=none")" = 4 ] ||
+    fail "a derivation ran privileged: $(grep "event=derived " "$WORK/daemon.log")"
+echo "ok every derivation ran as 65534:65534 without groups or capabilities"
 
 # 2. ONNX Runtime 1.29 cannot reopen its optimised Silero VAD v5 (If
 # branches): tetris-derive refuses it, nothing is published, the
