@@ -22,6 +22,7 @@
 #include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "protocol/derived.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
 /* Re-registration after a lost connection: the first retry comes after
@@ -274,6 +275,24 @@ int ingest_client_gpu_attach(ingest_client *c, const char *device, const tensor_
         if (results[i].attached)
             fds[i] = got[k++];
     return 0;
+}
+
+int ingest_client_derive(ingest_client *c, const char *label, int image_fd, int timeout_ms,
+                         tetris_error *err)
+{
+    int64_t deadline = clock_mono_ms() + timeout_ms;
+    cleanup_free char *request = ingest_derive_encode(label, DERIVED_TRANSFORM_ORT);
+    if (request == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "derive request");
+    int rc = ingest_send_message(c->sock, request, strlen(request), &image_fd, 1, deadline, err);
+    cleanup_free char *reply = NULL;
+    size_t reply_len = 0, n_got = 0;
+    if (rc == 0)
+        rc = ingest_recv_message(c->sock, INGEST_MAX_MESSAGE_BYTES, &reply, &reply_len, NULL, 0,
+                                 &n_got, deadline, err);
+    if (rc == 0)
+        rc = ingest_ack_decode(reply, reply_len, err);
+    return rc;
 }
 
 /* ---- staying registered across daemon restarts ---- */

@@ -77,6 +77,11 @@ int ingest_client_gpu_attach(ingest_client *c, const char *device, const tensor_
  * are never touched. The ingest's model must stay valid until
  * ingest_client_close, and from this call on only ingest_client_close may
  * use c. TETRIS_E_INVAL if nothing was ingested on c yet. */
+/* Asks the daemon for the derived form of the share image behind image_fd
+ * (protocol/derived.h) and waits for it, at most timeout_ms: 0 once the
+ * daemon has written its index entry. Never from a start's path. */
+int ingest_client_derive(ingest_client *c, const char *label, int image_fd, int timeout_ms,
+                         tetris_error *err);
 int ingest_client_keep_registered(ingest_client *c, tetris_error *err);
 
 /* Tells the daemon that an agent fell back to a private load (counted in

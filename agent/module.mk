@@ -4,7 +4,7 @@
 LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c \
             agent/onnx_share.c agent/view.c
 
-PROGRAMS += tetris-agent tetris-onnx-run
+PROGRAMS += tetris-agent tetris-onnx-run tetris-derive
 tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c
 # One file that runs in any image with a glibc (`exec` as a container's
 # entrypoint, copied into a function's image): the libraries that are not
@@ -12,6 +12,8 @@ tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c
 tetris-agent_LDLIBS := -Wl,-Bstatic -lcrypto -lz -ljansson -lyaml -Wl,-Bdynamic -lm -ldl
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime
+tetris-derive_SRCS := agent/tetris-derive.c agent/unprivileged.c
+tetris-derive_LIBS := -lonnxruntime
 
 UNIT_TESTS += tests/agent/test_agent.c tests/agent/test_ingest_client.c tests/agent/test_view.c
 UNIT_LIBS += -lonnxruntime

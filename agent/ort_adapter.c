@@ -10,9 +10,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "agent/ingest_client.h"
 #include "agent/onnx_share.h"
+#include "protocol/derived.h"
+#include "protocol/ingest.h"
+
+/* How long a start waits for the daemon to make a derived form it asked
+ * for (ORT_DERIVED_MAKE only; BERT-base takes about a minute here). */
+#define DERIVE_WAIT_MS (15 * 60 * 1000)
 
 struct ort_model_private {
     OrtEnv *env;
@@ -20,6 +30,7 @@ struct ort_model_private {
     OrtValue **values; /* one per shared initializer, wrapping a mapping */
     char **names;
     size_t n, cap;
+    ingest_client *derived_refs; /* references to the derived form's tensors */
 };
 
 /* State of one rewrite pass: which agent tensors can back which protos. */
@@ -162,13 +173,169 @@ static bool share_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct on
     return shared;
 }
 
+/* ---- derived forms ---- */
+
+/* onnx_share_fn for a derived graph: every initializer in the data file
+ * moves to the data tensor's store file, pre-packed blobs included. */
+struct relocate_ctx {
+    const derived_entry *e;
+};
+
+static bool relocate_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+{
+    const struct relocate_ctx *c = ctx;
+    const char *loc = c->e->data_location;
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    if (ref->location == NULL || ref->location_len != strlen(loc) ||
+        memcmp(ref->location, loc, ref->location_len) != 0)
+        return false;
+    tensor_digest_to_hex(&c->e->data.digest, hex);
+    snprintf(ext->location, sizeof(ext->location), "tensors/%.2s/%s", hex, hex);
+    ext->offset = ref->offset;
+    ext->keep_prepacked = true;
+    return true;
+}
+
+static void store_file(const char *root, const tensor_digest *d, char *out, size_t cap)
+{
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_digest_to_hex(d, hex);
+    snprintf(out, cap, "%s/tensors/%.2s/%s", root, hex, hex);
+}
+
+/* References the form's two tensors through a connection of its own (the
+ * agent's connection has its watcher), so the daemon keeps them while the
+ * session lives. */
+static int hold_derived(ort_model *m, const char *root, const derived_entry *e, tetris_error *err)
+{
+    char sock[PATH_MAX], paths[2][PATH_MAX];
+    const struct derived_part *parts[2] = {&e->graph, &e->data};
+    tensor_desc t[2];
+    memset(t, 0, sizeof(t));
+    for (size_t i = 0; i < 2; i++) {
+        store_file(root, &parts[i]->digest, paths[i], sizeof(paths[i]));
+        t[i].name = i == 0 ? "derived graph" : "derived data";
+        snprintf(t[i].meta.dtype, sizeof(t[i].meta.dtype), "uint8");
+        t[i].meta.ndim = 1;
+        t[i].meta.shape[0] = (int64_t)parts[i]->nbytes;
+        t[i].meta.nbytes = t[i].length = parts[i]->nbytes;
+        t[i].meta.digest = parts[i]->digest;
+        t[i].meta.crc32 = parts[i]->crc32;
+        t[i].has_digest = true;
+        t[i].source = paths[i];
+    }
+    model held = {.path = paths[0], .format = "onnx", .n_tensors = 2, .tensors = t};
+    struct ingest_tensor_result res[2];
+    struct ingest_summary summary;
+    snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
+    int r = ingest_client_connect(sock, 30000, &m->priv->derived_refs, err);
+    if (r == 0)
+        r = ingest_client_ingest(m->priv->derived_refs, "derived", &held, res, &summary, err);
+    if (r == 0 && summary.rejected > 0)
+        r = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "the daemon rejected a tensor of it: %s",
+                        res[0].status == INGEST_REJECTED ? res[0].reason : res[1].reason);
+    return r;
+}
+
+static int read_store_file(const char *root, const struct derived_part *p, uint8_t **out,
+                           tetris_error *err)
+{
+    char path[PATH_MAX];
+    store_file(root, &p->digest, path, sizeof(path));
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s", path);
+    uint8_t *buf = malloc(p->nbytes);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "derived graph");
+    for (uint64_t got = 0; got < p->nbytes;) {
+        ssize_t n = pread(fd, buf + got, p->nbytes - got, (off_t)got);
+        if (n <= 0) {
+            free(buf);
+            return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : 0, "%s: short", path);
+        }
+        got += (uint64_t)n;
+    }
+    *out = buf;
+    return 0;
+}
+
+/* Looks up the derived form of the share image source. 1 and the
+ * relocated graph in *image when one for this runtime and CPU is there and
+ * referenced; 0 when the session should use the plain weights (no form, or
+ * one that does not fit: said in one log line). */
+static int try_derived(ort_model *m, const char *model_path, const char *root,
+                       const tensor_digest *source, uint8_t **image, size_t *image_len,
+                       tetris_error *err)
+{
+    derived_entry e;
+    tetris_error why = {0};
+    char runtime[DERIVED_NAME_MAX], cpu[DERIVED_NAME_MAX];
+    int r = derived_entry_read(root, source, &e, &why);
+    if (r == -TETRIS_E_NOTFOUND)
+        return 0;
+    if (r < 0) {
+        log_warn("event=derived-ignored model=%s reason=%s", model_path, LOG_Q(why.msg));
+        return 0;
+    }
+    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
+    if (derived_cpu_features(cpu, sizeof(cpu), &why) < 0)
+        cpu[0] = '\0';
+    if (strcmp(e.transform, DERIVED_TRANSFORM_ORT) != 0 || strcmp(e.runtime, runtime) != 0 ||
+        strcmp(e.cpu, cpu) != 0) {
+        log_warn("event=derived-mismatch model=%s action=plain-weights runtime=%s "
+                 "form_runtime=%s cpu=%s form_cpu=%s",
+                 model_path, LOG_Q(runtime), LOG_Q(e.runtime), LOG_Q(cpu), LOG_Q(e.cpu));
+        return 0;
+    }
+    cleanup_free uint8_t *graph = NULL;
+    if ((r = hold_derived(m, root, &e, &why)) == 0)
+        r = read_store_file(root, &e.graph, &graph, &why);
+    struct relocate_ctx rc = {.e = &e};
+    if (r == 0)
+        r = onnx_rewrite(graph, e.graph.nbytes, relocate_tensor, &rc, image, image_len, &why);
+    if (r < 0) {
+        ingest_client_close(m->priv->derived_refs);
+        m->priv->derived_refs = NULL;
+        if (r == -TETRIS_E_NOMEM)
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", why.msg);
+        log_warn("event=derived-ignored model=%s reason=%s", model_path, LOG_Q(why.msg));
+        return 0;
+    }
+    return 1;
+}
+
+/* Asks the daemon to make the derived form of the share image (the
+ * session is open already: nothing waits for it but this caller). */
+static void request_derived(const char *model_path, const char *root, const uint8_t *image,
+                            size_t len)
+{
+    char sock[PATH_MAX];
+    tetris_error err = {0};
+    ingest_client *c = NULL;
+    cleanup_close int fd = memfd_create("tetris-share-image", MFD_CLOEXEC);
+    int r = fd < 0 ? tetris_fail(&err, TETRIS_E_IO, errno, "memfd_create") : 0;
+    if (r == 0 && write(fd, image, len) != (ssize_t)len)
+        r = tetris_fail(&err, TETRIS_E_IO, errno, "write the share image");
+    snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
+    if (r == 0)
+        r = ingest_client_connect(sock, 30000, &c, &err);
+    if (r == 0)
+        r = ingest_client_derive(c, model_path, fd, DERIVE_WAIT_MS, &err);
+    ingest_client_close(c);
+    if (r < 0)
+        log_warn("event=derive-request-failed model=%s msg=%s", model_path, LOG_Q(err.msg));
+    else
+        log_info("event=derive-requested model=%s result=made", model_path);
+}
+
 /* Builds the stripped image and registers the shared initializers. Leaves
  * *image NULL when ORT should load the model file itself: nothing is
  * shared, or external data the store cannot serve would resolve against
  * the store instead of the model's directory. */
 static int prepare_shared(ort_model *m, const char *model_path, const agent_model *am,
-                          OrtSessionOptions *so, uint8_t **image, size_t *image_len,
-                          tetris_error *err)
+                          const struct ort_adapter_options *o, OrtSessionOptions *so,
+                          uint8_t **image, size_t *image_len, tetris_error *err)
 {
     struct ort_model_private *p = m->priv;
     const char *root = agent_store_public_dir(am);
@@ -204,6 +371,26 @@ static int prepare_shared(ort_model *m, const char *model_path, const agent_mode
                   m->api->AddSessionConfigEntry(
                       so, "session.model_external_initializers_file_folder_path", root),
                   "set the external data folder", err);
+    tensor_digest source;
+    derived_source_digest(rewritten, rewritten_len, &source);
+    uint8_t *derived = NULL;
+    size_t derived_len = 0;
+    if (r == 0 && o->derived != ORT_DERIVED_OFF && o->save_optimized == NULL)
+        r = try_derived(m, model_path, root, &source, &derived, &derived_len, err);
+    if (r == 1) {
+        /* The form is optimised and pre-packed already: ORT must neither
+         * optimise again nor ignore the pre-packed blobs. */
+        r = ort_check(m->api, m->api->SetSessionGraphOptimizationLevel(so, ORT_DISABLE_ALL),
+                      "set graph optimization", err);
+        if (r == 0)
+            r = ort_check(m->api,
+                          m->api->AddSessionConfigEntry(so, "session.disable_prepacking", "0"),
+                          "enable pre-packing", err);
+        m->derived = true;
+        *image = derived;
+        *image_len = derived_len;
+        return r;
+    }
     for (size_t i = 0; r == 0 && i < p->n; i++)
         r = ort_check(m->api, m->api->AddInitializer(so, p->names[i], p->values[i]),
                       "add a shared initializer", err);
@@ -282,7 +469,7 @@ int ort_model_open(const char *model_path, const agent_model *am,
     if (r == 0)
         r = session_options(m, o, &so, err);
     if (r == 0 && am != NULL)
-        r = prepare_shared(m, model_path, am, so, &image, &image_len, err);
+        r = prepare_shared(m, model_path, am, o, so, &image, &image_len, err);
     if (r == 0 && image != NULL)
         r = ort_check(m->api,
                       m->api->CreateSessionFromArray(m->priv->env, image, image_len, so,
@@ -293,14 +480,26 @@ int ort_model_open(const char *model_path, const agent_model *am,
                       "create session", err);
     if (so != NULL)
         m->api->ReleaseSessionOptions(so);
+    if (r < 0 && m->derived) {
+        /* The form was checked when it was made; a session that still
+         * cannot open it runs on the plain weights. */
+        log_warn("event=derived-ignored model=%s reason=%s action=plain-weights", model_path,
+                 LOG_Q(err->msg));
+        ort_model_free(m);
+        struct ort_adapter_options plain = *o;
+        plain.derived = ORT_DERIVED_OFF;
+        return ort_model_open(model_path, am, &plain, out, err);
+    }
     if (r < 0) {
         ort_model_free(m);
         return tetris_wrap(err, "%s", model_path);
     }
     log_debug("event=ort-session model=%s shared_tensors=%zu shared_bytes=%llu "
-              "inline_tensors=%zu inline_bytes=%llu",
-              model_path, m->shared_tensors, (unsigned long long)m->shared_bytes,
-              m->inline_tensors, (unsigned long long)m->inline_bytes);
+              "inline_tensors=%zu inline_bytes=%llu derived=%d",
+              model_path, m->shared_tensors, (unsigned long long)m->shared_bytes, m->inline_tensors,
+              (unsigned long long)m->inline_bytes, m->derived);
+    if (o->derived == ORT_DERIVED_MAKE && !m->derived && image != NULL && am != NULL)
+        request_derived(model_path, agent_store_public_dir(am), image, image_len);
     *out = m;
     return 0;
 }
@@ -319,6 +518,7 @@ void ort_model_free(ort_model *m)
         }
         free(p->values);
         free(p->names);
+        ingest_client_close(p->derived_refs);
         if (p->cpu != NULL)
             m->api->ReleaseMemoryInfo(p->cpu);
         if (p->env != NULL)

@@ -12,7 +12,11 @@
  * the agent could only load privately (fallback), and whatever ORT derives
  * from weights: graph optimisations (fusions fold weights into new private
  * initializers) and MLAS pre-packing. Both are off by default so that the
- * weights ORT computes with are exactly the shared pages. */
+ * weights ORT computes with are exactly the shared pages, unless the store
+ * holds the model's derived form (protocol/derived.h): then the session
+ * opens that optimised graph with optimisation off and pre-packing on, and
+ * ORT maps the pre-packed weights from the store too. A form for another
+ * runtime version or CPU is not used (one log line). */
 #ifndef TETRIS_ORT_ADAPTER_H
 #define TETRIS_ORT_ADAPTER_H
 
@@ -26,12 +30,22 @@
 
 #define ORT_ADAPTER_MIN_SHARED_BYTES 128
 
+/* Derived forms (protocol/derived.h): the optimised graph with its
+ * pre-packed weights, made once per node by the node daemon. */
+enum ort_derived {
+    ORT_DERIVED_USE = 0, /* open it when the store has one for this runtime and CPU */
+    ORT_DERIVED_OFF,     /* never */
+    ORT_DERIVED_MAKE,    /* USE; without one, ask the daemon after the session is
+                            open and wait for it (tests, registration) */
+};
+
 struct ort_adapter_options {
     int intra_op_threads;   /* 0: ORT's default (one per core) */
     int graph_optimization; /* GraphOptimizationLevel, default ORT_DISABLE_ALL */
     bool prepack;           /* let ORT pre-pack weights (private copies); default false */
     const char *save_optimized; /* write the optimised graph, weights included,
                                    to this ONNX file (ORT's SetOptimizedModelFilePath) */
+    enum ort_derived derived;   /* store mode only; default ORT_DERIVED_USE */
 };
 
 typedef struct ort_model {
@@ -41,6 +55,8 @@ typedef struct ort_model {
     uint64_t shared_bytes;
     size_t inline_tensors;  /* left in the image: ORT holds its own copy */
     uint64_t inline_bytes;
+    bool derived; /* the session is the store's derived form: optimised
+                     at `all`, pre-packed weights mapped from the store */
     struct ort_model_private *priv;
 } ort_model;
 

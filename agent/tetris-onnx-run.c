@@ -72,6 +72,20 @@ static int parse_graph_opt(const struct opt_spec *spec, const char *label, const
     return ort_parse_graph_optimization(value, spec->dest, err);
 }
 
+static int parse_derived(const struct opt_spec *spec, const char *label, const char *value,
+                         tetris_error *err)
+{
+    static const char *const names[] =
+        {[ORT_DERIVED_USE] = "use", [ORT_DERIVED_OFF] = "off", [ORT_DERIVED_MAKE] = "make"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(value, names[i]) == 0) {
+            *(enum ort_derived *)spec->dest = (enum ort_derived)i;
+            return 0;
+        }
+    }
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected use, off or make", label, value);
+}
+
 static void options_init(struct run_options *o)
 {
     memset(o, 0, sizeof(*o));
@@ -155,6 +169,15 @@ static int parse_args(int argc, char **argv, struct run_options *o)
          .meta = "OUT",
          .help = "also write the optimised graph and its weights to OUT (ONNX): optimise once "
                  "at registration with --graph-opt all, then share OUT's fused weights"},
+        {.name = "derived",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o->ort.derived,
+         .parse = parse_derived,
+         .meta = "MODE",
+         .help = "the store's derived form (optimised graph, pre-packed weights made once per "
+                 "node by the daemon): use (default) it when there is one for this runtime "
+                 "and CPU; off; make: use it, and without one ask the daemon for it after the "
+                 "session is open and wait"},
         {.name = "dim",
          .type = OPT_TYPE_I64,
          .dest = &o->dynamic_dim,
@@ -230,15 +253,15 @@ static int print_result(const struct run_options *o, const agent_model *am, cons
 {
     const char *mode = !o->use_store ? "private" : o->mode == AGENT_MODE_DIRECT ? "direct" : "store";
     json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:s, s:f, s:f, s:f, s:I, s:I, "
-                          "s:I, s:I}",
-                          "model", o->model, "mode", mode, "seed", (json_int_t)o->seed,
-                          "runs", o->runs, "inputs", (json_int_t)io->n_in,
-                          "outputs", (json_int_t)io->n_out, "output_bytes", (json_int_t)out_bytes,
-                          "sha256", hex, "load_ms", load_ms, "session_ms", session_ms,
-                          "run_ms", run_ms, "shared_tensors", (json_int_t)m->shared_tensors,
-                          "shared_bytes", (json_int_t)m->shared_bytes,
-                          "inline_tensors", (json_int_t)m->inline_tensors,
-                          "inline_bytes", (json_int_t)m->inline_bytes);
+                          "s:I, s:I, s:b}",
+                          "model", o->model, "mode", mode, "seed", (json_int_t)o->seed, "runs",
+                          o->runs, "inputs", (json_int_t)io->n_in, "outputs", (json_int_t)io->n_out,
+                          "output_bytes", (json_int_t)out_bytes, "sha256", hex, "load_ms", load_ms,
+                          "session_ms", session_ms, "run_ms", run_ms, "shared_tensors",
+                          (json_int_t)m->shared_tensors, "shared_bytes",
+                          (json_int_t)m->shared_bytes, "inline_tensors",
+                          (json_int_t)m->inline_tensors, "inline_bytes",
+                          (json_int_t)m->inline_bytes, "derived", m->derived);
     if (j != NULL && am != NULL) {
         json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s}", "tensors",
                               (json_int_t)am->stats.tensors, "bytes",

@@ -2,9 +2,10 @@
 # ONNX and its protobuf reader, manifests), the ONNX rewriter that strips
 # shared payloads before ONNX Runtime sees a model, the decoders of what
 # peers send (ingest messages, and json_scan which cuts them up, node
-# inventories, the AdmissionReviews tetris-webhook gets, the inference
-# requests tetris-function decodes), the readers of the files the store and
-# the daemon keep (holder files, the store marker, the daemon's state file),
+# inventories, derived-form index entries, the AdmissionReviews
+# tetris-webhook gets, the inference requests tetris-function decodes),
+# the readers of the files the store and the daemon keep (holder files,
+# the store marker, the daemon's state file),
 # the model view's index a function's container reads (view_check), the
 # pin file the daemon reads before each pass (pin_file), and the YAML
 # reader with the settings and profile readers on top of it (yaml).
@@ -16,7 +17,7 @@
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-                holders store_marker state view_check oip yaml pin_file
+                holders store_marker state view_check oip yaml derived pin_file
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)

@@ -20,8 +20,7 @@ rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
     "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$seeds/yaml" \
-    "$seeds/pin_file" \
-    "$dir/artifacts"
+    "$seeds/derived" "$seeds/pin_file" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -49,6 +48,9 @@ printf '%s' '[1, -0.5e+3, "\u00e9\ud83d\ude00\n", true, false, null, {"a": {"b":
     >"$seeds/json_scan/kinds.json"
 printf '%s\n' '{"node":"n-1","tenant":"alpha","generation":7,"capacity_bytes":0,"resident_bytes":8,"evictable_bytes":8,"tensors":[{"digest":"'${d#sha256:}'","bytes":8}]}' \
     >"$seeds/inventory/inventory.json"
+# A derived-form entry the daemon wrote (its identity matches its fields).
+printf '%s\n' '{"cpu":"x86_64 sse4_1 avx avx2 fma f16c avx512f avx512bw avx512dq avx512vl avx512_vnni avx_vnni avx512_bf16","data":{"crc32":217682605,"digest":"sha256:93fa8d2d7e7d7711b626ccd0e1e1013889160e9ded1931c026f051141a573a35","nbytes":15147008},"data_location":"derived.data","format":"tetris-derived/1","graph":{"crc32":2243505611,"digest":"sha256:1ee9849c8fd55347455bc7f02ed7fe3e15e0b7dcf3a47ffabaea99585177bce5","nbytes":58013},"identity":"sha256:43814ad856e35e7994de1fe33aefdbce84495c4d1437eff3fa72d7c846f74b60","runtime":"onnxruntime 1.29.0","source":"sha256:1e958a97944d2f71441188e506db4fc93cda06a8b9e858d21573c3d9d58f4ae0","transform":"ort-optimize-all-prepack"}' \
+    >"$seeds/derived/entry.json"
 h=${d#sha256:}
 printf 'tetris-holder 1\npid 42\nlabel /models/a.onnx\n%s 8\n%s 4096\n' "$h" "$h" \
     >"$seeds/holders/holder.ref"
@@ -105,7 +107,7 @@ printf '%s\n' 'apiVersion: v1' 'current-context: a' 'contexts:' \
 
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check oip yaml}; do
+         holders store_marker state view_check oip yaml derived}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in

@@ -293,6 +293,44 @@ static int put_entry(struct buf *b, const char *key, const char *value, tetris_e
     return r;
 }
 
+/* Whether the external_data entry f of tensor is one of ONNX Runtime's
+ * "prepacked_N" entries; fills its key and value. */
+static bool prepacked_entry(const pb_reader *tensor, const pb_field *f, pb_field *key,
+                            pb_field *value)
+{
+    pb_reader e;
+    struct field fd;
+    tetris_error ignored;
+    bool is = false, has_value = false;
+    if (pb_reader_sub(tensor, f, &e, &ignored) < 0)
+        return false;
+    while (field_next(&e, &fd, &ignored) == 1) {
+        if (fd.f.number == 1 && fd.f.wire_type == PB_WT_LEN) {
+            is = fd.f.len > 9 && memcmp(fd.f.data, "prepacked", 9) == 0;
+            *key = fd.f;
+        } else if (fd.f.number == 2 && fd.f.wire_type == PB_WT_LEN) {
+            has_value = true;
+            *value = fd.f;
+        }
+    }
+    return is && has_value;
+}
+
+/* Emits a kept "prepacked_N" entry, its value mapped when ext says so. */
+static int put_prepacked(struct buf *t, const struct field *fd, const pb_field *key,
+                         const pb_field *value, const struct onnx_external *ext, tetris_error *err)
+{
+    if (ext->map_prepacked == NULL)
+        return buf_copy_field(t, fd, err);
+    char mapped[4096], name[64];
+    if (key->len >= sizeof(name) || !ext->map_prepacked(ext->map_ctx, (const char *)value->data,
+                                                        value->len, mapped, sizeof(mapped)))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "a pre-packed entry could not be mapped");
+    memcpy(name, key->data, key->len);
+    name[key->len] = '\0';
+    return put_entry(t, name, mapped, err);
+}
+
 /* Emits into out (as field `number` of the parent) the TensorProto msg
  * without its payload, pointing at external data instead. name, if not
  * NULL, replaces the tensor's own name. */
@@ -309,6 +347,12 @@ static int tensor_externalise(const pb_reader *msg, const struct onnx_tensor_ref
 
     while (r == 0 && (n = field_next(&rd, &fd, err)) == 1) {
         unsigned num = fd.f.number;
+        pb_field key, value;
+        if (num == TP_EXTERNAL_DATA && ext->keep_prepacked && fd.f.wire_type == PB_WT_LEN &&
+            prepacked_entry(&rd, &fd.f, &key, &value)) {
+            r = put_prepacked(&t, &fd, &key, &value, ext, err);
+            continue;
+        }
         if (is_data_field(num) || num == TP_EXTERNAL_DATA || num == TP_DATA_LOCATION ||
             (name != NULL && num == TP_NAME))
             continue;

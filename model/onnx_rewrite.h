@@ -38,6 +38,15 @@ struct onnx_tensor_ref {
 struct onnx_external {
     char location[256];
     uint64_t offset;
+    /* Keep the tensor's "prepacked_N" external-data entries (ONNX Runtime's
+     * pre-packed blobs, offsets in the same file: protocol/derived.h), for
+     * a tensor moved to another file with the same bytes. */
+    bool keep_prepacked;
+    /* With keep_prepacked, if set: writes into out (cap bytes, NUL-ended)
+     * the value that replaces a kept entry's value (len bytes, not
+     * NUL-ended); false refuses the image (TETRIS_E_FORMAT). */
+    bool (*map_prepacked)(void *ctx, const char *value, size_t len, char *out, size_t cap);
+    void *map_ctx;
 };
 
 /* Decides whether t leaves the image; returns true to externalise it and

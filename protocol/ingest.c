@@ -21,6 +21,7 @@
 #include "common/json_scan.h"
 #include "common/textbuf.h"
 #include "model/manifest.h"
+#include "protocol/derived.h"
 
 /* ---- framing ---- */
 
@@ -288,6 +289,15 @@ char *ingest_fallback_encode(const char *label, const char *reason)
     return text;
 }
 
+char *ingest_derive_encode(const char *label, const char *transform)
+{
+    json_t *req = json_pack("{s:s, s:s, s:s}", "op", "derive", "label", label ? label : "",
+                            "transform", transform);
+    char *text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    return text;
+}
+
 char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests, size_t n)
 {
     json_t *list = json_array();
@@ -316,7 +326,7 @@ char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests,
 
 /* The top-level members a request may have; others are ignored. */
 struct request_members {
-    json_span op, label, reason, sources, tensors, device, digests;
+    json_span op, label, reason, sources, tensors, device, digests, transform;
 };
 
 static int collect_members(json_span doc, struct request_members *m, tetris_error *err)
@@ -332,6 +342,7 @@ static int collect_members(json_span doc, struct request_members *m, tetris_erro
         {"tensors", offsetof(struct request_members, tensors)},
         {"device", offsetof(struct request_members, device)},
         {"digests", offsetof(struct request_members, digests)},
+        {"transform", offsetof(struct request_members, transform)},
     };
     memset(m, 0, sizeof(*m));
     json_iter it;
@@ -534,6 +545,14 @@ int ingest_request_decode(const char *json, size_t len, size_t n_fds, ingest_req
     } else if (strcmp(op, "gpu_attach") == 0 && n_fds == 0) {
         rq->op = INGEST_OP_GPU_ATTACH;
         rc = decode_gpu_attach(&m, rq, err);
+    } else if (strcmp(op, "derive") == 0 && n_fds == 1) {
+        rq->op = INGEST_OP_DERIVE;
+        rc = decode_label(m.label, rq, err);
+        if (rc == 0)
+            rc = optional_string(m.transform, "transform", &rq->transform, err);
+        if (rc == 0 && strcmp(rq->transform, DERIVED_TRANSFORM_ORT) != 0)
+            rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "derive: unknown transform (expected %s)",
+                             DERIVED_TRANSFORM_ORT);
     } else if (strcmp(op, "report_fallback") == 0 && n_fds == 0) {
         rq->op = INGEST_OP_REPORT_FALLBACK;
         rc = optional_string(m.label, "label", &rq->label, err);
@@ -560,6 +579,7 @@ void ingest_request_free(ingest_request *rq)
         return;
     free(rq->label);
     free(rq->reason);
+    free(rq->transform);
     for (size_t i = 0; rq->sources != NULL && i < rq->n_sources; i++)
         free(rq->sources[i]);
     free(rq->sources);

@@ -72,6 +72,17 @@
  *            error reply below, but the connection stays open: its host
  *            references are untouched. A malformed request closes it, as
  *            any other does.
+ *   request  {"op":"derive","label":S,"transform":"ort-optimize-all-prepack"}
+ *            + one descriptor: the model's share image (protocol/derived.h)
+ *            at most INGEST_MAX_DERIVE_IMAGE bytes, a regular file or memfd
+ *   reply    {"ok":true} once the daemon has made the derived form (in a
+ *            child it runs, tetris-derive), published its two tensors and
+ *            written its index entry, or found one there already; the
+ *            error reply otherwise ("unavailable": derivation is off on
+ *            this node; "full": no room; "runtime": the runtime refused the
+ *            graph; "timeout"). The connection stays open either way. It
+ *            may take minutes: a client asks from a thread that no start
+ *            waits for. One derivation per connection at a time.
  *   error    {"ok":false,"error":CODE,"message":S}, after which the daemon
  *            closes the connection. CODE is tetris_code_name() of the
  *            failure. A daemon at its connection limit sends this
@@ -171,7 +182,13 @@ int ingest_wait_ready(int sock, short events, int64_t deadline_ms, tetris_error 
 
 /* ---- requests ---- */
 
-enum ingest_op { INGEST_OP_INGEST, INGEST_OP_REPORT_FALLBACK, INGEST_OP_GPU_ATTACH };
+enum ingest_op {
+    INGEST_OP_INGEST,
+    INGEST_OP_REPORT_FALLBACK,
+    INGEST_OP_GPU_ATTACH,
+    INGEST_OP_DERIVE,
+};
+#define INGEST_MAX_DERIVE_IMAGE (64u << 20) /* a derive request's share image */
 
 typedef struct ingest_request_tensor {
     /* name owned by the request; source is INGEST_SOURCE_DESCRIPTOR, for
@@ -187,6 +204,7 @@ typedef struct ingest_request {
     enum ingest_op op;
     char *label;  /* "" when absent */
     char *reason; /* report_fallback's; "" when absent */
+    char *transform; /* derive's; "" when absent */
     size_t n_sources;
     char **sources; /* informational paths */
     size_t n_tensors;
@@ -207,6 +225,8 @@ int ingest_request_encode(const char *label, const model *m, char **json,
                           tetris_error *err);
 /* {"op":"report_fallback",...}; malloc'd, NULL when out of memory. */
 char *ingest_fallback_encode(const char *label, const char *reason);
+/* {"op":"derive",...}; malloc'd, NULL when out of memory. */
+char *ingest_derive_encode(const char *label, const char *transform);
 /* {"op":"gpu_attach",...} for digests[0..n); malloc'd, NULL when out of
  * memory. */
 char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests, size_t n);

@@ -98,6 +98,8 @@ struct store_counters {
     atomic_uint_least64_t ingest_over_budget;   /* requests refused or cut by a budget */
     atomic_uint_least64_t claims_failed;        /* claims whose bytes failed verification */
     atomic_uint_least64_t claims_backed_off;    /* claims refused: their uid backs off */
+    atomic_uint_least64_t derived_forms;        /* derived forms made (derive.c) */
+    atomic_uint_least64_t derive_failures;      /* derivations that failed */
 };
 
 extern const double ingest_duration_bounds[INGEST_DURATION_BUCKETS];
@@ -118,7 +120,6 @@ void starts_record(struct served_store *ss, const char *label, size_t resident, 
                    int64_t us);
 /* "hit", "partial" or "miss". */
 const char *start_result_name(enum start_result r);
-
 
 /* Connections of one peer process (SO_PEERCRED), under peers_lock. */
 struct peer_conns {

@@ -66,7 +66,7 @@ struct http_api {
 struct store_snapshot {
     const char *tenant;
     uint64_t resident, logical, saved, tensors, holders, generation, unverified;
-    uint64_t claims_failed, claims_backed_off;
+    uint64_t claims_failed, claims_backed_off, derived_forms, derive_failures;
     uint64_t connections, ingests_active, connections_refused, ingest_over_budget, ingest_requests,
         ingest_errors, ingest_tensors, ingest_bytes, ingest_rejected, fallbacks, reclaims,
         evictions, reclaimed_bytes, scrubbed_bytes, scrub_errors, repaired_holders,
@@ -108,6 +108,8 @@ static void snapshot_store(struct served_store *ss, struct store_snapshot *out)
     out->ingest_over_budget = atomic_load(&c->ingest_over_budget);
     out->claims_failed = atomic_load(&c->claims_failed);
     out->claims_backed_off = atomic_load(&c->claims_backed_off);
+    out->derived_forms = atomic_load(&c->derived_forms);
+    out->derive_failures = atomic_load(&c->derive_failures);
     out->ingest_requests = atomic_load(&c->ingest_requests);
     out->ingest_errors = atomic_load(&c->ingest_errors);
     out->ingest_tensors = atomic_load(&c->ingest_tensors);
@@ -165,6 +167,11 @@ static const struct store_family {
     {"tetris_ingest_claims_backed_off_total", "counter",
      "Claims refused unread because their uid backs off after failed ones.",
      SNAP(claims_backed_off)},
+    {"tetris_derived_forms_total", "counter",
+     "Derived forms (optimised graph and pre-packed weights) made and indexed.",
+     SNAP(derived_forms)},
+    {"tetris_derive_failures_total", "counter",
+     "Derivations that failed (refused graph, full store, timeout).", SNAP(derive_failures)},
     {"tetris_ingest_requests_total", "counter", "Ingest requests served.", SNAP(ingest_requests)},
     {"tetris_ingest_errors_total", "counter", "Ingest requests refused as malformed or failed.",
      SNAP(ingest_errors)},

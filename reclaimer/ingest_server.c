@@ -32,6 +32,7 @@
 #include "model/model.h"
 #include "model/model_publish.h"
 #include "protocol/ingest.h"
+#include "reclaimer/derive.h"
 
 const double ingest_duration_bounds[INGEST_DURATION_BUCKETS] = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
@@ -805,6 +806,80 @@ static int handle_gpu_attach(struct conn *c, const ingest_request *rq, char **re
     return 0;
 }
 
+/* A derived form of the share image behind fds[0] (protocol/derived.h):
+ * made by tetris-derive (derive.c), its graph and data published as
+ * claims of this connection (charged, verified and budgeted like any),
+ * then its index entry written. Failures are the error reply with the
+ * connection kept open: they concern only this derivation. */
+static int handle_derive(struct conn *c, const ingest_request *rq, const int *fds, char **reply,
+                         tetris_error *err)
+{
+    struct served_store *ss = c->srv->ss;
+    const char *public_dir = store_public_dir(ss->store);
+    struct derive_output out;
+    tetris_error derr = {0};
+    int rc = derive_make(store_root(ss->store), public_dir, fds[0], &out, &derr);
+    derived_entry e = {0};
+    ingest_request_tensor parts[2] = {0};
+    struct ingest_tensor_result res[2] = {0};
+    int part_fds[2] = {out.graph_fd, out.data_fd};
+    for (size_t i = 0; rc == 0 && i < 2; i++) {
+        struct stat st;
+        if (fstat(part_fds[i], &st) != 0 || st.st_size <= 0) {
+            rc = tetris_fail(&derr, TETRIS_E_RUNTIME, errno, "derive: empty output");
+            break;
+        }
+        tensor_desc *t = &parts[i].desc;
+        t->name = i == 0 ? "derived graph" : "derived data";
+        snprintf(t->meta.dtype, sizeof(t->meta.dtype), "uint8");
+        t->meta.ndim = 1;
+        t->meta.shape[0] = st.st_size;
+        t->meta.nbytes = t->length = (uint64_t)st.st_size;
+        t->encoding = TENSOR_ENC_RAW;
+        parts[i].source_index = i;
+        struct budget b;
+        budget_init(c, &b);
+        publish_one(ss, part_fds, &parts[i], &b, &res[i]);
+        if (res[i].status == INGEST_REJECTED)
+            rc = tetris_fail(&derr, res[i].code, 0, "derive: %s: %s", t->name, res[i].reason);
+    }
+    if (rc == 0) {
+        snprintf(e.transform, sizeof(e.transform), "%s", rq->transform);
+        snprintf(e.runtime, sizeof(e.runtime), "%s", out.runtime);
+        snprintf(e.cpu, sizeof(e.cpu), "%s", out.cpu);
+        snprintf(e.data_location, sizeof(e.data_location), "%s", DERIVED_DATA_LOCATION);
+        e.source = out.source;
+        derived_identity(e.transform, e.runtime, e.cpu, &e.source, &e.identity);
+        struct derived_part *p[2] = {&e.graph, &e.data};
+        for (size_t i = 0; i < 2; i++)
+            *p[i] = (struct derived_part){.digest = parts[i].desc.meta.digest,
+                                          .nbytes = parts[i].desc.meta.nbytes,
+                                          .crc32 = parts[i].desc.meta.crc32};
+        rc = derive_write_entry(public_dir, &e, &derr);
+    }
+    derive_output_close(&out);
+    char source[TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_digest_to_hex(&out.source, source);
+    if (rc < 0) {
+        atomic_fetch_add(&ss->counters.derive_failures, 1);
+        log_warn("event=derive-failed tenant=%s pid=%d label=%s code=%s msg=%s", tenant_name(ss),
+                 (int)c->pid, LOG_Q(rq->label), tetris_code_name(-rc), LOG_Q(derr.msg));
+        *reply = ingest_error_encode(-rc, derr.msg);
+    } else {
+        atomic_fetch_add(&ss->counters.derived_forms, 1);
+        log_info("event=derived tenant=%s pid=%d label=%s source=%s runtime=%s graph_bytes=%llu "
+                 "data_bytes=%llu took_ms=%lld child_uid=%lld child_gid=%lld "
+                 "child_capabilities=%s",
+                 tenant_name(ss), (int)c->pid, LOG_Q(rq->label), source, LOG_Q(out.runtime),
+                 (unsigned long long)e.graph.nbytes, (unsigned long long)e.data.nbytes,
+                 (long long)out.took_ms, out.uid, out.gid, out.capabilities ? "some" : "none");
+        *reply = ingest_ack_encode();
+    }
+    if (*reply == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "reply");
+    return 0;
+}
+
 static int handle_message(struct conn *c, const char *text, size_t len, const int *fds,
                           size_t n_fds, char **reply, int *out_fds, size_t *n_out,
                           tetris_error *err)
@@ -817,6 +892,8 @@ static int handle_message(struct conn *c, const char *text, size_t len, const in
         rc = handle_ingest(c, rq, fds, reply, err);
     else if (rq->op == INGEST_OP_GPU_ATTACH)
         rc = handle_gpu_attach(c, rq, reply, out_fds, n_out, err);
+    else if (rq->op == INGEST_OP_DERIVE)
+        rc = handle_derive(c, rq, fds, reply, err);
     else
         rc = handle_fallback(c, rq, reply, err);
     ingest_request_free(rq);

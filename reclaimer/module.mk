@@ -4,7 +4,8 @@ PROGRAMS += tetris-reclaimer
 tetris-reclaimer_SRCS := reclaimer/tetris-reclaimer.c reclaimer/stores.c reclaimer/served.c \
                          reclaimer/adopt.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
-                         reclaimer/gpu_pool.c reclaimer/peers.c reclaimer/starts.c
+                         reclaimer/gpu_pool.c reclaimer/peers.c reclaimer/derive.c \
+                         reclaimer/starts.c
 # The daemon's settings, tensor index and reclaim rule are in the library
 # so the unit tests (and the cluster evaluation, for the rule) can reach
 # them.

@@ -1,0 +1,481 @@
+/* tetris-derive - the node daemon's derivation child: optimises one
+ * model's share image (protocol/derived.h) with ONNX Runtime at level
+ * `all`, with MLAS pre-packing, and writes the optimised graph and one
+ * external data file holding its initializers and their pre-packed forms,
+ * which the daemon then publishes into the store as a derived form.
+ *
+ * Why a program of its own: the graph comes from a pod, and ONNX Runtime
+ * is a large parser and optimiser. tetris-reclaimer runs this with bounded
+ * resources (address space, CPU time, file size, descriptors), no new
+ * privileges and a deadline (reclaimer/derive.c), so a hostile graph can at
+ * worst fail its own derivation; the daemon names the result by the digest
+ * of the bytes it handed over, not by anything this program says. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "common/options.h"
+#include "agent/ort_adapter.h"
+#include "agent/unprivileged.h"
+#include "common/fileio.h"
+#include "model/onnx_rewrite.h"
+#include "protocol/derived.h"
+#include "protocol/ingest.h"
+
+enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
+
+struct derive_options {
+    int graph_fd;
+    const char *external_dir;
+    const char *out_dir;
+    int threads;
+    int uid, gid; /* -1: keep the caller's */
+};
+
+static const char about[] =
+    "Optimises the ONNX graph read from --graph-fd at level all with pre-packing\n"
+    "and writes DIR/graph.onnx and DIR/" DERIVED_DATA_LOCATION " (initializers of\n"
+    "128 bytes or more and their pre-packed forms). Prints one JSON line with\n"
+    "the runtime that made them and the credentials it ran with. With --uid and\n"
+    "--gid it becomes that user, without groups or capabilities, before it\n"
+    "reads the graph. Run by tetris-reclaimer, not by hand.\n";
+
+static const char epilogue[] =
+    "Exit status: 0 ok, 1 the runtime failed, 2 usage, 3 the graph is not one\n"
+    "the runtime accepts.\n";
+
+/* ---- re-laying out the data file ----
+ *
+ * ONNX Runtime 1.29 writes pre-packed blobs at whatever offset the file has
+ * reached (it aligns only blobs over 1 MiB), and maps them where they lie:
+ * a packed GEMM weight at an offset that is not a multiple of 64 makes
+ * MLAS's aligned loads fault (PP-OCRv4 rec, its own output opened the
+ * stock way, crashes). So every tensor and blob is copied to an offset
+ * aligned to 64 bytes (4096 from a page up, so that it can be mapped on
+ * its own), and the graph's offsets rewritten to match. */
+struct relayout {
+    const uint8_t *data; /* the data file ORT wrote */
+    size_t data_len;
+    int out_fd; /* the new data file */
+    uint64_t cursor;
+    bool failed;
+    bool foreign; /* a tensor's external data is elsewhere (the store) */
+};
+
+static uint64_t align_for(uint64_t n)
+{
+    return n >= 4096 ? 4096 : 64;
+}
+
+/* Copies [offset, offset + len) of the old file to the next aligned
+ * offset of the new one; returns that offset, or UINT64_MAX. */
+static uint64_t relayout_copy(struct relayout *r, uint64_t offset, uint64_t len)
+{
+    if (offset > r->data_len || len > r->data_len - offset)
+        return UINT64_MAX;
+    uint64_t a = align_for(len);
+    uint64_t at = (r->cursor + a - 1) / a * a;
+    for (uint64_t done = 0; done < len;) {
+        ssize_t w = pwrite(r->out_fd, r->data + offset + done, len - done, (off_t)(at + done));
+        if (w <= 0)
+            return UINT64_MAX;
+        done += (uint64_t)w;
+    }
+    r->cursor = at + len;
+    return at;
+}
+
+/* "KEY|off;len;sum|off;len;sum..." with every blob moved. */
+static bool relayout_blobs(void *ctx, const char *value, size_t len, char *out, size_t cap)
+{
+    struct relayout *r = ctx;
+    char in[4096];
+    if (len >= sizeof(in))
+        return false;
+    memcpy(in, value, len);
+    in[len] = '\0';
+    char *save = NULL, *field = strtok_r(in, "|", &save);
+    if (field == NULL)
+        return false;
+    size_t used = (size_t)snprintf(out, cap, "%s", field);
+    while ((field = strtok_r(NULL, "|", &save)) != NULL) {
+        unsigned long long off, n;
+        char sum[64];
+        if (sscanf(field, "%llu;%llu;%63s", &off, &n, sum) != 3)
+            return false;
+        uint64_t at = relayout_copy(r, off, n);
+        if (at == UINT64_MAX || used >= cap)
+            return false;
+        used += (size_t)snprintf(out + used, cap - used, "|%llu;%llu;%s", (unsigned long long)at, n,
+                                 sum);
+    }
+    return used < cap;
+}
+
+static bool relayout_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+{
+    struct relayout *r = ctx;
+    size_t n = strlen(DERIVED_DATA_LOCATION);
+    if (r->failed || ref->location == NULL)
+        return false;
+    if (ref->location_len != n || memcmp(ref->location, DERIVED_DATA_LOCATION, n) != 0) {
+        r->foreign = true;
+        return false;
+    }
+    uint64_t at = relayout_copy(r, ref->offset, ref->length);
+    if (at == UINT64_MAX) {
+        r->failed = true;
+        return false;
+    }
+    snprintf(ext->location, sizeof(ext->location), "%s", DERIVED_DATA_LOCATION);
+    ext->offset = at;
+    ext->keep_prepacked = true;
+    ext->map_prepacked = relayout_blobs;
+    ext->map_ctx = r;
+    return true;
+}
+
+static int write_file(const char *path, const uint8_t *bytes, size_t len, tetris_error *err)
+{
+    cleanup_close int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "%s", path);
+    for (size_t done = 0; done < len;) {
+        ssize_t w = write(fd, bytes + done, len - done);
+        if (w <= 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "%s", path);
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+static int relayout(const char *out_dir, tetris_error *err)
+{
+    char graph_path[4096], data_path[4096], new_data[4096];
+    snprintf(graph_path, sizeof(graph_path), "%s/graph.onnx", out_dir);
+    snprintf(data_path, sizeof(data_path), "%s/%s", out_dir, DERIVED_DATA_LOCATION);
+    snprintf(new_data, sizeof(new_data), "%s/%s.aligned", out_dir, DERIVED_DATA_LOCATION);
+    cleanup_free char *graph = NULL;
+    size_t graph_len = 0;
+    int rc = file_read_all(graph_path, INGEST_MAX_DERIVE_IMAGE, &graph, &graph_len, err);
+    if (rc < 0)
+        return rc;
+    cleanup_close int data_fd = open(data_path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (data_fd < 0 || fstat(data_fd, &st) != 0 || st.st_size <= 0)
+        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "%s: none written", data_path);
+    struct relayout r = {.data_len = (size_t)st.st_size};
+    r.data = mmap(NULL, r.data_len, PROT_READ, MAP_PRIVATE, data_fd, 0);
+    if (r.data == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", data_path);
+    r.out_fd = open(new_data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cleanup_free uint8_t *rewritten = NULL;
+    size_t rewritten_len = 0;
+    if (r.out_fd < 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", new_data);
+    else
+        rc = onnx_rewrite((const uint8_t *)graph, graph_len, relayout_tensor, &r, &rewritten,
+                          &rewritten_len, err);
+    if (rc == 0 && r.failed)
+        rc = tetris_fail(err, TETRIS_E_RUNTIME, 0,
+                         "the data file does not hold what the graph names");
+    /* A form is its graph and its one data file: one that still names the
+     * store's tensors (ORT leaves some subgraph initializers where they
+     * were) could not be checked here, nor opened as one unit. */
+    if (rc == 0 && r.foreign)
+        rc = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                         "the optimised graph keeps external data outside %s",
+                         DERIVED_DATA_LOCATION);
+    munmap((void *)r.data, r.data_len);
+    if (r.out_fd >= 0 && close(r.out_fd) != 0 && rc == 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", new_data);
+    if (rc == 0)
+        rc = write_file(graph_path, rewritten, rewritten_len, err);
+    if (rc == 0 && rename(new_data, data_path) != 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", data_path);
+    return rc;
+}
+
+/* Opens the form as instances will (optimisation off, pre-packing on):
+ * ONNX Runtime cannot open every graph it optimises (Silero VAD v5's If
+ * branches: "initializer name is not unique"), and such a form must not
+ * be published. The data file is handed over in memory: ONNX Runtime
+ * resolves a data folder by its canonical path, which an unprivileged
+ * child cannot walk to its output directory (a store's private one). */
+static int check_opens(const OrtApi *api, const char *out_dir, tetris_error *err)
+{
+    char graph_path[4096], data_path[4096];
+    snprintf(graph_path, sizeof(graph_path), "%s/graph.onnx", out_dir);
+    snprintf(data_path, sizeof(data_path), "%s/%s", out_dir, DERIVED_DATA_LOCATION);
+    cleanup_free char *graph = NULL;
+    size_t graph_len = 0;
+    int r = file_read_all(graph_path, INGEST_MAX_DERIVE_IMAGE, &graph, &graph_len, err);
+    if (r < 0)
+        return r;
+    cleanup_close int data_fd = open(data_path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (data_fd < 0 || fstat(data_fd, &st) != 0 || st.st_size <= 0)
+        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "%s: none written", data_path);
+    size_t data_len = (size_t)st.st_size;
+    char *data = mmap(NULL, data_len, PROT_READ, MAP_PRIVATE, data_fd, 0);
+    if (data == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", data_path);
+    const ORTCHAR_T *names[] = {DERIVED_DATA_LOCATION};
+    char *buffers[] = {data};
+    OrtEnv *env = NULL;
+    OrtSessionOptions *so = NULL;
+    OrtSession *session = NULL;
+    r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris-derive", &env),
+                  "create environment", err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
+    if (r == 0)
+        r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_DISABLE_ALL),
+                      "set graph optimization", err);
+    if (r == 0)
+        r = ort_check(api,
+                      api->AddExternalInitializersFromFilesInMemory(so, names, buffers, &data_len,
+                                                                    1),
+                      "hand over the data file", err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSessionFromArray(env, graph, graph_len, so, &session),
+                      "open the optimised graph", err);
+    if (session != NULL)
+        api->ReleaseSession(session);
+    if (so != NULL)
+        api->ReleaseSessionOptions(so);
+    if (env != NULL)
+        api->ReleaseEnv(env);
+    munmap(data, data_len);
+    if (r < 0)
+        err->code = TETRIS_E_FORMAT;
+    return r;
+}
+
+static int read_image(int fd, uint8_t **out, size_t *len, tetris_error *err)
+{
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "graph");
+    for (;;) {
+        if (n == cap) {
+            if (cap >= INGEST_MAX_DERIVE_IMAGE) {
+                free(buf);
+                return tetris_fail(err, TETRIS_E_FORMAT, 0, "graph larger than %u bytes",
+                                   INGEST_MAX_DERIVE_IMAGE);
+            }
+            uint8_t *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                free(buf);
+                return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "graph");
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            free(buf);
+            return tetris_fail(err, TETRIS_E_IO, errno, "read the graph");
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static int derive(const OrtApi *api, const struct derive_options *o, const uint8_t *image,
+                  size_t len, tetris_error *err)
+{
+    char graph[4096];
+    char min_size[16];
+    OrtEnv *env = NULL;
+    OrtSessionOptions *so = NULL;
+    OrtSession *session = NULL;
+    snprintf(graph, sizeof(graph), "%s/graph.onnx", o->out_dir);
+    snprintf(min_size, sizeof(min_size), "%d", DERIVED_MIN_EXTERNAL_BYTES);
+    int r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "tetris-derive", &env),
+                      "create environment", err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
+    if (r == 0)
+        r = ort_check(api, api->SetIntraOpNumThreads(so, o->threads), "set threads", err);
+    if (r == 0)
+        r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_ENABLE_ALL),
+                      "set graph optimization", err);
+    if (r == 0)
+        r = ort_check(api, api->SetOptimizedModelFilePath(so, graph), "set the output", err);
+    const char *entries[][2] = {
+        {"session.model_external_initializers_file_folder_path", o->external_dir},
+        {"session.optimized_model_external_initializers_file_name", DERIVED_DATA_LOCATION},
+        {"session.optimized_model_external_initializers_min_size_in_bytes", min_size},
+        {"session.save_external_prepacked_constant_initializers", "1"},
+    };
+    for (size_t i = 0; r == 0 && i < sizeof(entries) / sizeof(entries[0]); i++)
+        r = ort_check(api, api->AddSessionConfigEntry(so, entries[i][0], entries[i][1]),
+                      entries[i][0], err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSessionFromArray(env, image, len, so, &session),
+                      "optimise the graph", err);
+    if (session != NULL)
+        api->ReleaseSession(session);
+    if (so != NULL)
+        api->ReleaseSessionOptions(so);
+    if (env != NULL)
+        api->ReleaseEnv(env);
+    return r;
+}
+
+/* The output directory, opened while the process may still reach it (a
+ * store's private directory is its owner's only): after the drop it is
+ * named through /proc/self/fd, which a process may always follow. */
+static int open_out_dir(const struct derive_options *o, int *out_fd, tetris_error *err)
+{
+    *out_fd = open(o->out_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (*out_fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "%s", o->out_dir);
+    return 0;
+}
+
+/* ONNX Runtime resolves external data by the folder's canonical path, so
+ * the store's public directory must be reachable by its real name, as it
+ * is on a node (its parents are 0755). */
+static int check_external_dir(const struct derive_options *o, tetris_error *err)
+{
+    if (access(o->external_dir, R_OK | X_OK) != 0)
+        return tetris_fail(err, TETRIS_E_DENIED, errno,
+                           "%s is not readable by uid %d: the store's public directory and its "
+                           "parents must be readable and searchable by others",
+                           o->external_dir, o->uid);
+    return 0;
+}
+
+/* The result line: the runtime, and the credentials the kernel shows for
+ * this process, which the daemon checks and logs. */
+static int print_result(tetris_error *err)
+{
+    struct unprivileged_creds c;
+    int rc = unprivileged_read(&c, err);
+    if (rc < 0) {
+        log_error("event=derive-failed msg=%s", LOG_Q(err->msg));
+        return rc;
+    }
+    char runtime[DERIVED_NAME_MAX];
+    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
+    printf("{\"runtime\":\"%s\",\"uid\":%u,\"gid\":%u,\"groups\":%u,"
+           "\"cap_eff\":\"%016" PRIx64 "\",\"cap_prm\":\"%016" PRIx64 "\","
+           "\"cap_bnd\":\"%016" PRIx64 "\",\"no_new_privs\":%s}\n",
+           runtime, (unsigned)c.uid[1], (unsigned)c.gid[1], c.n_groups, c.cap_eff, c.cap_prm,
+           c.cap_bnd, c.no_new_privs ? "true" : "false");
+    return fflush(stdout) == 0 ? 0 : tetris_fail(err, TETRIS_E_IO, errno, "stdout");
+}
+
+int main(int argc, char **argv)
+{
+    struct derive_options o = {.graph_fd = -1, .threads = 1, .uid = -1, .gid = -1};
+    const struct opt_spec options[] = {
+        {.name = "graph-fd",
+         .type = OPT_TYPE_INT,
+         .dest = &o.graph_fd,
+         .min = 0,
+         .max = 1 << 20,
+         .meta = "N",
+         .help = "read the share image from descriptor N"},
+        {.name = "external-dir",
+         .type = OPT_TYPE_STRING,
+         .dest = &o.external_dir,
+         .meta = "DIR",
+         .help = "the store's public directory the graph's external data resolve in"},
+        {.name = "out-dir",
+         .type = OPT_TYPE_STRING,
+         .dest = &o.out_dir,
+         .meta = "DIR",
+         .help = "write graph.onnx and " DERIVED_DATA_LOCATION " here"},
+        {.name = "threads",
+         .type = OPT_TYPE_INT,
+         .dest = &o.threads,
+         .min = 1,
+         .max = 64,
+         .meta = "N",
+         .help = "intra-op threads (default 1)"},
+        {.name = "uid",
+         .type = OPT_TYPE_INT,
+         .dest = &o.uid,
+         .min = 1,
+         .max = INT32_MAX,
+         .meta = "N",
+         .help = "become this user before reading the graph (with --gid; needs root)"},
+        {.name = "gid",
+         .type = OPT_TYPE_INT,
+         .dest = &o.gid,
+         .min = 1,
+         .max = INT32_MAX,
+         .meta = "N",
+         .help = "and this group, without supplementary groups"},
+        {0},
+    };
+    const struct opt_program prog = {
+        .name = "tetris-derive",
+        .synopsis = "--graph-fd N --external-dir DIR --out-dir DIR [--threads N]\n"
+                    "[--uid N --gid N]",
+        .about = about,
+        .options = options,
+        .epilogue = epilogue,
+    };
+    int first = opt_parse(&prog, argc, argv);
+    if (first < 0)
+        return EXIT_USAGE;
+    if (first < argc || o.graph_fd < 0 || o.external_dir == NULL || o.out_dir == NULL) {
+        fprintf(stderr, "tetris-derive: --graph-fd, --external-dir and --out-dir are needed\n");
+        return EXIT_USAGE;
+    }
+    if ((o.uid < 0) != (o.gid < 0)) {
+        fprintf(stderr, "tetris-derive: --uid and --gid go together\n");
+        return EXIT_USAGE;
+    }
+    tetris_error err = {0};
+    char out_dir[64];
+    cleanup_close int out_fd = -1;
+    if (o.uid >= 0) {
+        if (open_out_dir(&o, &out_fd, &err) < 0 ||
+            unprivileged_become((uid_t)o.uid, (gid_t)o.gid, &err) < 0 ||
+            check_external_dir(&o, &err) < 0) {
+            log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
+            return EXIT_FAILED;
+        }
+        snprintf(out_dir, sizeof(out_dir), "/proc/self/fd/%d", out_fd);
+        o.out_dir = out_dir;
+    }
+    umask(077);
+    cleanup_free uint8_t *image = NULL;
+    size_t len = 0;
+    if (read_image(o.graph_fd, &image, &len, &err) < 0) {
+        log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
+        return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
+    }
+    const OrtApi *api = OrtGetApiBase()->GetApi(ORT_API_VERSION);
+    if (api == NULL) {
+        log_error("event=derive-failed msg=\"onnxruntime lacks API version %d\"", ORT_API_VERSION);
+        return EXIT_FAILED;
+    }
+    if (derive(api, &o, image, len, &err) < 0 || relayout(o.out_dir, &err) < 0 ||
+        check_opens(api, o.out_dir, &err) < 0) {
+        log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
+        return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
+    }
+    return print_result(&err) == 0 ? EXIT_OK : EXIT_FAILED;
+}

@@ -1,0 +1,111 @@
+/* derived.h - derived forms: what a runtime derives from a model's weights
+ * (ONNX Runtime's optimised graph and its MLAS pre-packed weights), kept in
+ * the store once per node and mapped by every instance instead of being
+ * recomputed into private memory at each start. The node daemon writes the
+ * index entries (reclaimer/derive.c), the agent reads them
+ * (agent/ort_adapter.c, agent/view.c); both go through this file.
+ *
+ * Trust: a derived form's bytes are two ordinary store tensors (dtype
+ * uint8, shape [n]: the graph and its external data file), published and
+ * verified like any tensor. What is trusted is the index entry that says
+ * whose derived form they are, and only the daemon writes it: a pod cannot
+ * write the store's public directory, and it cannot say what a transform
+ * of some weights is. The daemon makes the form itself, in a child it runs
+ * (tetris-derive), from the bytes it read, and names the entry by the
+ * digest of those bytes.
+ *
+ * The source of a derivation is the agent's *share image* of the model:
+ * the ONNX graph with every tensor the store holds (128 bytes or more)
+ * turned into external data {location "tensors/XX/<hex digest>"} (what
+ * ort_adapter.c hands ONNX Runtime anyway). Its bytes name the graph and
+ * every source tensor's digest, so their SHA-256 (derived_source_digest)
+ * identifies graph and weights at once, and the agent recomputes it at
+ * every start without hashing any weight.
+ *
+ * Identity: SHA-256 over "tetris-derived-v1", NUL, transform, NUL, runtime,
+ * NUL, cpu, NUL, the 32 source digest bytes (derived_identity). A form is
+ * used only by a runtime of the same version on a CPU with the same
+ * features, since the layout of pre-packed weights and of NCHWc blocks
+ * follows the kernels MLAS picks for the CPU.
+ *
+ * Index entry: <public>/derived/<source hex>, mode 0444, owned by the
+ * store's owner, written by rename (one entry per source; a node runs one
+ * daemon, so one runtime):
+ *
+ *   {"format":"tetris-derived/1","transform":"ort-optimize-all-prepack",
+ *    "runtime":"onnxruntime 1.29.0","cpu":"x86_64 avx avx2 fma ...",
+ *    "source":"sha256:HEX","identity":"sha256:HEX",
+ *    "graph":{"digest":"sha256:HEX","nbytes":N,"crc32":C},
+ *    "data":{"digest":"sha256:HEX","nbytes":N,"crc32":C},
+ *    "data_location":"derived.data"}
+ *
+ * data_location is the external-data location the graph names for every
+ * initializer (ONNX Runtime writes one data file; its pre-packed blobs are
+ * offsets in the same file as their initializer, "prepacked_N" entries),
+ * which a reader points at the data tensor's store file.
+ *
+ * Decoding trusts nothing: unknown keys, a wrong type, a malformed digest,
+ * an identity that does not match the fields, a file not owned by the
+ * store's owner or writable by others: TETRIS_E_FORMAT or TETRIS_E_DENIED
+ * naming why. */
+#ifndef TETRIS_PROTOCOL_DERIVED_H
+#define TETRIS_PROTOCOL_DERIVED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "tensorstore/digest.h"
+
+#define DERIVED_FORMAT "tetris-derived/1"
+#define DERIVED_DIR "derived"
+#define DERIVED_TRANSFORM_ORT "ort-optimize-all-prepack"
+#define DERIVED_DATA_LOCATION "derived.data"
+#define DERIVED_ENTRY_MAX_BYTES (64 << 10)
+#define DERIVED_NAME_MAX 256 /* transform, runtime, cpu; NUL included */
+/* What ONNX Runtime keeps inline in a derived graph: initializers smaller
+ * than this stay in the graph (shape operands must be inline). */
+#define DERIVED_MIN_EXTERNAL_BYTES 128
+
+struct derived_part {
+    tensor_digest digest;
+    uint64_t nbytes;
+    uint32_t crc32;
+};
+
+typedef struct derived_entry {
+    char transform[DERIVED_NAME_MAX];
+    char runtime[DERIVED_NAME_MAX];
+    char cpu[DERIVED_NAME_MAX];
+    tensor_digest source;
+    tensor_digest identity;
+    struct derived_part graph, data;
+    char data_location[DERIVED_NAME_MAX];
+} derived_entry;
+
+/* SHA-256 of a share image (see above). */
+void derived_source_digest(const void *image, size_t len, tensor_digest *out);
+/* The identity of a derived form (see above). */
+void derived_identity(const char *transform, const char *runtime, const char *cpu,
+                      const tensor_digest *source, tensor_digest *out);
+/* This machine's CPU as far as MLAS's kernel choice goes: the
+ * architecture, then the /proc/cpuinfo flags MLAS dispatches on, in a
+ * fixed order ("x86_64 sse4_1 avx avx2 fma f16c avx512f ..."). */
+int derived_cpu_features(char *out, size_t cap, tetris_error *err);
+/* "onnxruntime VERSION" for the version string ORT reports. */
+void derived_runtime_name(const char *ort_version, char *out, size_t cap);
+
+/* Encodes e as its index entry (malloc'd JSON and a newline; NULL when out
+ * of memory). */
+char *derived_entry_encode(const derived_entry *e);
+/* Decodes an index entry and checks that its identity matches its fields. */
+int derived_entry_decode(const char *json, size_t len, derived_entry *e, tetris_error *err);
+/* Reads the entry of source from the store's public directory: the file
+ * must be a regular file owned by the directory's owner and not writable
+ * by group or others. TETRIS_E_NOTFOUND when there is none. */
+int derived_entry_read(const char *public_dir, const tensor_digest *source, derived_entry *e,
+                       tetris_error *err);
+/* "<public_dir>/derived/<source hex>" */
+void derived_entry_path(const char *public_dir, const tensor_digest *source, char *out, size_t cap);
+
+#endif

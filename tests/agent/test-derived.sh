@@ -1,0 +1,171 @@
+#!/bin/sh
+# Derived forms (protocol/derived.h) through the real node daemon and real
+# ONNX Runtime on the real models: the daemon makes the optimised,
+# pre-packed form once (tetris-derive, a child); later instances open it
+# and answer byte for byte what stock ONNX Runtime at `all` with
+# pre-packing answers; a form ORT cannot reopen is not published; a form
+# under a wrong identity, or for another runtime, is not used (one log
+# line) and the instance runs on the plain weights; a full store refuses
+# a form and maps nothing wrong; instances share one copy (PSS); a hostile
+# graph fails its own derivation and the daemon goes on; the derivation
+# child runs as an unprivileged user.
+set -eu
+. "$(dirname "$0")/../lib/common.sh"
+need_models
+[ -x "$BIN/tetris-derive" ] || fail "tetris-derive not built in $BIN"
+store="$WORK/store"
+mkdir -p "$store"
+# The derivation child (uid 65534) reads the store's public directory by
+# its name, as on a node, where the store's parents are 0755.
+chmod 0711 "$WORK"
+reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600
+pub="$store/public"
+
+run() { "$BIN/tetris-onnx-run" "$@"; }
+
+# 1. Made once, then used: outputs equal stock ONNX Runtime's `all` + pre-packing.
+for m in ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_det_infer.onnx \
+    ch_ppocr_mobile_v2.0_cls_infer.onnx hello_deepa.onnx; do
+    stock=$(run "$MODELS/$m" --private --graph-opt all --prepack 2>/dev/null | jq -r .sha256)
+    plain=$(run "$MODELS/$m" --private 2>/dev/null | jq -r .sha256)
+    first=$(run "$MODELS/$m" --store "$store" --derived make 2>"$WORK/err") ||
+        fail "$m make: $(cat "$WORK/err")"
+    [ "$(json_get "$first" derived)" = false ] || fail "$m: a form before one was made"
+    [ "$(json_get "$first" sha256)" = "$plain" ] || fail "$m: the first instance's output differs"
+    grep -q "event=derive-requested.*result=made" "$WORK/err" || fail "$m: no form made: $(cat "$WORK/err")"
+    out=$(run "$MODELS/$m" --store "$store" 2>"$WORK/err") || fail "$m: $(cat "$WORK/err")"
+    [ "$(json_get "$out" derived)" = true ] || fail "$m: the form was not used: $(cat "$WORK/err")"
+    [ "$(json_get "$out" sha256)" = "$stock" ] ||
+        fail "$m: derived output $(json_get "$out" sha256) != stock all+prepack $stock"
+    echo "ok $m: derived form used, output = stock ONNX Runtime all + pre-packing ($stock)"
+done
+
+# 1b. The child that parsed those graphs was not root: the kernel's view
+# of it (/proc/self/status, read by the child after its drop, before it
+# read the graph), checked by the daemon and logged.
+n_made=$(grep -c "event=derived " "$WORK/daemon.log")
+[ "$n_made" = 4 ] || fail "expected 4 forms made, the daemon logged $n_made"
+[ "$(grep "event=derived " "$WORK/daemon.log" |
+    grep -c "child_uid=65534 child_gid=65534 child_capabilities=none")" = 4 ] ||
+    fail "a derivation ran privileged: $(grep "event=derived " "$WORK/daemon.log")"
+echo "ok every derivation ran as 65534:65534 without groups or capabilities"
+
+# 2. ONNX Runtime 1.29 cannot reopen its optimised Silero VAD v5 (If
+# branches): tetris-derive refuses it, nothing is published, the
+# instance runs on the plain weights.
+m=silero_vad_v5.onnx
+n_before=$(ls "$pub/derived" | wc -l)
+run "$MODELS/$m" --store "$store" --derived make >/dev/null 2>"$WORK/err" || fail "$m: $(cat "$WORK/err")"
+grep -q "event=derive-request-failed" "$WORK/err" || fail "$m: a form ORT cannot open was accepted"
+[ "$(ls "$pub/derived" | wc -l)" = "$n_before" ] || fail "$m: an entry was written"
+grep -q "event=derive-failed.*silero_vad_v5" "$WORK/daemon.log" || fail "$m: daemon did not log it"
+echo "ok $m: a form ONNX Runtime cannot reopen is refused, nothing published"
+
+m=ch_PP-OCRv4_rec_infer.onnx
+plain_store=$(run "$MODELS/$m" --store "$store" --derived off 2>/dev/null | jq -r .sha256)
+# The rec model's form was made first: the oldest entry.
+entry=$(ls -tr "$pub/derived"/* | head -n 1)
+[ -n "$entry" ] || fail "no entry for $m"
+cp "$entry" "$WORK/entry.orig"
+
+# rewrite_entry JQ: the entry replaced (as the daemon's owner would) by JQ of it.
+rewrite_entry() {
+    jq -c "$1" "$WORK/entry.orig" >"$WORK/entry.new"
+    chmod 0444 "$WORK/entry.new"
+    mv -f "$WORK/entry.new" "$entry"
+}
+# identity TRANSFORM RUNTIME CPU SOURCE_HEX: derived_identity() in shell.
+identity() {
+    { printf 'tetris-derived-v1\000%s\000%s\000%s\000' "$1" "$2" "$3"
+      printf '%s' "$4" | xxd -r -p; } | sha256sum | cut -c1-64
+}
+
+# 3. A wrong identity: not used, one log line, the plain weights' output.
+rewrite_entry '.identity = "sha256:" + ("0" * 64)'
+out=$(run "$MODELS/$m" --store "$store" 2>"$WORK/err")
+[ "$(json_get "$out" derived)" = false ] || fail "a form under a wrong identity was used"
+[ "$(grep -c 'event=derived-ignored' "$WORK/err")" = 1 ] || fail "wrong identity: $(cat "$WORK/err")"
+[ "$(json_get "$out" sha256)" = "$plain_store" ] || fail "wrong identity: output differs from plain"
+echo "ok a form under a wrong identity is not used (one log line)"
+
+# 4. Another runtime, or another CPU, under a consistent identity: one
+# log line, plain weights.
+src=$(jq -r .source "$WORK/entry.orig" | cut -c8-)
+tr=$(jq -r .transform "$WORK/entry.orig")
+rt=$(jq -r .runtime "$WORK/entry.orig")
+cpu=$(jq -r .cpu "$WORK/entry.orig")
+for case in runtime cpu; do
+    if [ $case = runtime ]; then r2="onnxruntime 1.22.0"; c2=$cpu; else r2=$rt; c2="$cpu amx_tile"; fi
+    id=$(identity "$tr" "$r2" "$c2" "$src")
+    rewrite_entry ".runtime = \"$r2\" | .cpu = \"$c2\" | .identity = \"sha256:$id\""
+    out=$(run "$MODELS/$m" --store "$store" 2>"$WORK/err")
+    [ "$(json_get "$out" derived)" = false ] || fail "$case mismatch: the form was used"
+    [ "$(grep -c 'event=derived-mismatch' "$WORK/err")" = 1 ] || fail "$case mismatch: $(cat "$WORK/err")"
+    [ "$(json_get "$out" sha256)" = "$plain_store" ] || fail "$case mismatch: output differs"
+    echo "ok a form for another $case falls back to the plain weights with one log line"
+done
+cp "$WORK/entry.orig" "$WORK/entry.keep"
+rewrite_entry '.'
+
+# 5. N instances share one copy of the derived data (PSS of its mapping).
+data=$(jq -r .data.digest "$WORK/entry.orig" | cut -c8-)
+mkfifo "$WORK/hold"
+pids=""
+for i in 1 2 3; do
+    "$BIN/tetris-onnx-run" "$MODELS/$m" --store "$store" --hold <"$WORK/hold" >"$WORK/out.$i" 2>"$WORK/err.$i" &
+    pids="$pids $!"
+    KILL_ON_EXIT="$KILL_ON_EXIT $!"
+done
+exec 3>"$WORK/hold"
+i=0
+for p in $pids; do
+    i=$((i + 1))
+    wait_output "$p" "$WORK/out.$i" "holder $i" "$WORK/err.$i"
+    [ "$(json_get "$(cat "$WORK/out.$i")" derived)" = true ] || fail "holder $i: no form"
+done
+rss=0
+pss=0
+for p in $pids; do
+    set -- $(awk -v d="$data" '$0 ~ d { on = 1; next } /^[0-9a-f]+-[0-9a-f]+ / { on = 0 }
+        on && /^Rss:/ { r += $2 } on && /^Pss:/ { s += $2 } END { print r + 0, s + 0 }' "/proc/$p/smaps")
+    rss=$((rss + $1))
+    pss=$((pss + $2))
+done
+[ "$rss" -gt 0 ] || fail "the holders map nothing of the derived data"
+# One copy: the three PSS add up to one RSS (each maps the same pages).
+[ $((pss * 3)) -le $((rss + 3 * 8)) ] || fail "derived data not shared: pss=${pss}kB rss(sum)=${rss}kB"
+exec 3>&-
+for p in $pids; do wait "$p" || true; done
+echo "ok 3 instances hold one copy of the derived data: PSS ${pss} kB for RSS ${rss} kB summed"
+
+# 6. A hostile graph fails its own derivation; the daemon goes on.
+head -c 65536 /dev/urandom >"$WORK/garbage.onnx"
+python3 - "$pub/ingest.sock" "$WORK/garbage.onnx" >"$WORK/hostile" <<'EOF'
+import json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+msg = json.dumps({"op": "derive", "label": "hostile", "transform": "ort-optimize-all-prepack"}).encode()
+with open(sys.argv[2], "rb") as f:
+    socket.send_fds(s, [struct.pack("<I", len(msg)) + msg], [f.fileno()])
+n = struct.unpack("<I", s.recv(4, socket.MSG_WAITALL))[0]
+print(s.recv(n, socket.MSG_WAITALL).decode())
+EOF
+jq -e '.ok == false' "$WORK/hostile" >/dev/null || fail "hostile graph: $(cat "$WORK/hostile")"
+kill -0 "$RECLAIMER_PID" || fail "the daemon died of a hostile graph"
+out=$(run "$MODELS/$m" --store "$store" 2>"$WORK/err")
+[ "$(json_get "$out" derived)" = true ] || fail "after the hostile graph: $(cat "$WORK/err")"
+echo "ok a hostile graph gets $(jq -r .error "$WORK/hostile"), the daemon serves on"
+reclaimer_stop
+
+# 7. A full store refuses the form and maps nothing wrong.
+store2="$WORK/store2"
+mkdir -p "$store2"
+reclaimer_start "$store2" "$WORK/daemon2.log" --listen "" --interval 3600 --capacity 14M
+out=$(run "$MODELS/$m" --store "$store2" --derived make 2>"$WORK/err") || fail "full: $(cat "$WORK/err")"
+[ "$(json_get "$out" sha256)" = "$plain_store" ] || fail "full store: output differs"
+grep -q "event=derive-failed.*code=full" "$WORK/daemon2.log" || fail "full store: $(tail -n 3 "$WORK/daemon2.log")"
+[ -z "$(ls "$store2/public/derived" 2>/dev/null)" ] || fail "full store: an entry was written"
+out=$(run "$MODELS/$m" --store "$store2" 2>"$WORK/err")
+[ "$(json_get "$out" derived)" = false ] || fail "full store: a form was used"
+[ "$(json_get "$out" sha256)" = "$plain_store" ] || fail "full store: output differs"
+echo "ok a full store refuses the form (full), instances run on the plain weights"
