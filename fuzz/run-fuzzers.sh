@@ -107,7 +107,7 @@ printf '%s\n' 'apiVersion: v1' 'current-context: a' 'contexts:' \
 
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check oip yaml derived}; do
+         holders store_marker state view_check oip yaml derived pin_file}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in
