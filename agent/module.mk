@@ -1,15 +1,18 @@
 # agent/module.mk - the agent library (loader, ingest client, ONNX Runtime
 # adapter, seeded inputs, model views), the tetris-agent CLI (with exec's
-# supervisor), tetris-onnx-run, and their tests.
+# supervisor), tetris-onnx-run, tetris-registry (models to OCI registries),
+# and their tests.
 LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c \
             agent/onnx_share.c agent/view.c
 
-PROGRAMS += tetris-agent tetris-onnx-run tetris-derive
+PROGRAMS += tetris-agent tetris-onnx-run tetris-derive tetris-registry
 tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c
 # One file that runs in any image with a glibc (`exec` as a container's
 # entrypoint, copied into a function's image): the libraries that are not
 # glibc's are linked in. It needs no ONNX Runtime.
 tetris-agent_LDLIBS := -Wl,-Bstatic -lcrypto -lz -ljansson -lyaml -Wl,-Bdynamic -lm -ldl
+tetris-registry_SRCS := agent/tetris-registry.c
+tetris-registry_LIBS := -lcurl
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime
 tetris-derive_SRCS := agent/tetris-derive.c agent/unprivileged.c

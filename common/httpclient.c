@@ -1,4 +1,4 @@
-/* httpclient.c - GETs with a timeout and a size cap on libcurl's multi
+/* httpclient.c - requests with a timeout and a size cap on libcurl's multi
  * interface (see httpclient.h). */
 #include "common/httpclient.h"
 
@@ -36,6 +36,10 @@ struct transfer {
     CURL *h;
     struct curl_slist *headers;
     textbuf body;
+    size_t received; /* reply body bytes, sunk or kept */
+    int sink_rc;     /* the sink's refusal, 0 if none */
+    tetris_error sink_err;
+    size_t sent; /* of rq->upload */
     bool too_big;
     CURLcode cc;
     bool done;
@@ -45,28 +49,80 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 {
     struct transfer *x = user;
     size_t n = size * nmemb;
-    if (x->rq->max_body != 0 && x->body.len + n + 1 > x->rq->max_body) {
+    /* A kept body needs a byte more for its NUL; a sunk one does not. */
+    size_t room = x->rq->sink != NULL ? 0 : 1;
+    if (x->rq->max_body != 0 && x->received + n + room > x->rq->max_body) {
         x->too_big = true;
         return 0;
     }
+    x->received += n;
+    if (x->rq->sink != NULL) {
+        int rc = x->rq->sink(x->rq->sink_ctx, data, n, &x->sink_err);
+        if (rc < 0) {
+            x->sink_rc = rc;
+            return 0;
+        }
+        return n;
+    }
     return textbuf_append(&x->body, data, n) ? n : 0;
+}
+
+static size_t on_upload(char *buf, size_t size, size_t nitems, void *user)
+{
+    struct transfer *x = user;
+    size_t n = x->rq->upload_len - x->sent;
+    if (n > size * nitems)
+        n = size * nitems;
+    memcpy(buf, (const char *)x->rq->upload + x->sent, n);
+    x->sent += n;
+    return n;
+}
+
+/* If the header line data (n bytes) is NAME (with its colon), its value
+ * without blanks around it, malloc'd; else NULL. */
+static char *header_value(const char *data, size_t n, const char *name)
+{
+    size_t name_len = strlen(name);
+    if (n <= name_len || strncasecmp(data, name, name_len) != 0)
+        return NULL;
+    const char *v = data + name_len;
+    size_t vlen = n - name_len;
+    while (vlen > 0 && (*v == ' ' || *v == '\t'))
+        v++, vlen--;
+    while (vlen > 0 && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' '))
+        vlen--;
+    return strndup(v, vlen);
+}
+
+static void keep_header(char **slot, char *value)
+{
+    if (value != NULL) {
+        free(*slot);
+        *slot = value;
+    }
 }
 
 static size_t on_header(char *data, size_t size, size_t nmemb, void *user)
 {
     struct transfer *x = user;
     size_t n = size * nmemb;
-    if (n > 5 && strncasecmp(data, "etag:", 5) == 0) {
-        const char *v = data + 5;
-        size_t vlen = n - 5;
-        while (vlen > 0 && (*v == ' ' || *v == '\t'))
-            v++, vlen--;
-        while (vlen > 0 && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' '))
-            vlen--;
-        free(x->rq->etag);
-        x->rq->etag = strndup(v, vlen);
+    keep_header(&x->rq->etag, header_value(data, n, "etag:"));
+    keep_header(&x->rq->location, header_value(data, n, "location:"));
+    keep_header(&x->rq->content_digest, header_value(data, n, "docker-content-digest:"));
+    char *length = header_value(data, n, "content-length:");
+    if (length != NULL) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(length, &end, 10);
+        x->rq->content_length = errno == 0 && *end == '\0' && end != length ? v : 0;
+        free(length);
     }
     return n;
+}
+
+static const char *method_of(const httpclient_request *rq)
+{
+    return rq->method != NULL ? rq->method : "GET";
 }
 
 static int setup(struct transfer *x)
@@ -81,9 +137,34 @@ static int setup(struct transfer *x)
         if ((x->headers = curl_slist_append(NULL, hdr)) == NULL)
             return -1;
     }
+    for (const char *const *h = rq->headers; h != NULL && *h != NULL; h++) {
+        struct curl_slist *more = curl_slist_append(x->headers, *h);
+        if (more == NULL)
+            return -1;
+        x->headers = more;
+    }
     long connect_ms = rq->connect_timeout_ms > 0 ? rq->connect_timeout_ms : rq->timeout_ms;
+    const char *method = method_of(rq);
     curl_easy_setopt(x->h, CURLOPT_URL, rq->url);
-    curl_easy_setopt(x->h, CURLOPT_HTTPGET, 1L);
+    if (strcmp(method, "GET") == 0) {
+        curl_easy_setopt(x->h, CURLOPT_HTTPGET, 1L);
+    } else if (strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(x->h, CURLOPT_NOBODY, 1L);
+    } else {
+        /* A body of upload_len bytes (maybe none) read from upload, with
+         * the method named: curl's upload mode sends PUT, which
+         * CUSTOMREQUEST renames. No "Expect: 100-continue" round trip. */
+        curl_easy_setopt(x->h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(x->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)rq->upload_len);
+        curl_easy_setopt(x->h, CURLOPT_READFUNCTION, on_upload);
+        curl_easy_setopt(x->h, CURLOPT_READDATA, x);
+        curl_easy_setopt(x->h, CURLOPT_CUSTOMREQUEST, method);
+        struct curl_slist *more = curl_slist_append(x->headers, "Expect:");
+        if (more == NULL)
+            return -1;
+        x->headers = more;
+    }
+    curl_easy_setopt(x->h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->headers);
     curl_easy_setopt(x->h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(x->h, CURLOPT_NOSIGNAL, 1L);
@@ -129,24 +210,31 @@ static void finish(struct transfer *x)
 {
     httpclient_request *rq = x->rq;
     const char *url = rq->url;
+    const char *method = method_of(rq);
     if (x->cc == CURLE_OK) {
         rq->body = textbuf_take(&x->body, &rq->len);
-        rq->rc = rq->body != NULL ? 0
-                                  : tetris_fail(&rq->err, TETRIS_E_NOMEM, ENOMEM, "GET %s", url);
+        rq->rc = rq->body != NULL
+                     ? 0
+                     : tetris_fail(&rq->err, TETRIS_E_NOMEM, ENOMEM, "%s %s", method, url);
     } else if (x->too_big) {
-        rq->rc = tetris_fail(&rq->err, TETRIS_E_PROTOCOL, 0,
-                             "GET %s: reply larger than %zu bytes", url, rq->max_body);
+        rq->rc = tetris_fail(&rq->err, TETRIS_E_PROTOCOL, 0, "%s %s: reply larger than %zu bytes",
+                             method, url, rq->max_body);
+    } else if (x->sink_rc < 0) {
+        rq->rc = tetris_fail(&rq->err, -x->sink_rc, 0, "%s %s: %s", method, url, x->sink_err.msg);
     } else if (x->body.failed || x->cc == CURLE_OUT_OF_MEMORY) {
-        rq->rc = tetris_fail(&rq->err, TETRIS_E_NOMEM, ENOMEM, "GET %s", url);
+        rq->rc = tetris_fail(&rq->err, TETRIS_E_NOMEM, ENOMEM, "%s %s", method, url);
     } else {
         rq->rc = tetris_fail(&rq->err,
                              x->cc == CURLE_OPERATION_TIMEDOUT ? TETRIS_E_TIMEOUT
                                                                : TETRIS_E_UNAVAILABLE,
-                             0, "GET %s: %s", url, curl_easy_strerror(x->cc));
+                             0, "%s %s: %s", method, url, curl_easy_strerror(x->cc));
     }
     if (rq->rc < 0) {
         free(rq->etag);
-        rq->etag = NULL;
+        free(rq->location);
+        free(rq->content_digest);
+        rq->etag = rq->location = rq->content_digest = NULL;
+        rq->content_length = 0;
         rq->status = 0;
     }
     textbuf_free(&x->body);
@@ -164,9 +252,9 @@ void httpclient_get_all(httpclient_request *const *rqs, size_t n, unsigned max_p
     CURLM *m = NULL;
     int rc = httpclient_global_init(&err);
     if (rc == 0 && (xs = calloc(n ? n : 1, sizeof *xs)) == NULL)
-        rc = tetris_fail(&err, TETRIS_E_NOMEM, ENOMEM, "GET: out of memory");
+        rc = tetris_fail(&err, TETRIS_E_NOMEM, ENOMEM, "HTTP: out of memory");
     if (rc == 0 && (m = curl_multi_init()) == NULL)
-        rc = tetris_fail(&err, TETRIS_E_NOMEM, ENOMEM, "GET: curl multi init");
+        rc = tetris_fail(&err, TETRIS_E_NOMEM, ENOMEM, "HTTP: curl multi init");
     if (rc < 0) {
         for (size_t i = 0; i < n; i++) {
             rqs[i]->rc = rc;
@@ -207,8 +295,11 @@ void httpclient_request_clear(httpclient_request *rq)
 {
     free(rq->body);
     free(rq->etag);
+    free(rq->location);
+    free(rq->content_digest);
     rq->body = NULL;
-    rq->etag = NULL;
+    rq->etag = rq->location = rq->content_digest = NULL;
+    rq->content_length = 0;
     rq->len = 0;
     rq->status = 0;
     rq->rc = 0;

@@ -1,8 +1,13 @@
-/* httpclient.h - GETs of small documents over HTTP(S) with libcurl: a node
- * daemon's /inventory, a Prometheus query. Each GET has a timeout, a cap
+/* httpclient.h - requests over HTTP(S) with libcurl: GETs of small
+ * documents (a node daemon's /inventory, a Prometheus query) and an OCI
+ * registry's calls (protocol/oci.h's clients: HEAD, POST, PUT of blobs and
+ * manifests, blobs streamed to a sink). Each request has a timeout, a cap
  * on the reply's size, an optional conditional header (If-None-Match) and
- * gives back the status, the body and the ETag. Many GETs run at once on
- * one thread (libcurl's multi interface).
+ * gives back the status, the body (or hands it to a sink), the ETag, the
+ * Location and the Docker-Content-Digest. Redirects are never followed: a
+ * 3xx is the reply, and the caller decides whether its Location is a host
+ * it may talk to. Many requests run at once on one thread (libcurl's
+ * multi interface).
  *
  * Usage:
  *   httpclient_request rq = {.url = url, .timeout_ms = 1000, .max_body = 1 << 20};
@@ -21,6 +26,7 @@
 #define TETRIS_HTTPCLIENT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 
@@ -32,6 +38,16 @@ typedef struct httpclient_request {
     size_t max_body;           /* 0: no limit */
     const char *if_none_match; /* NULL, or an ETag to send as If-None-Match */
     const char *user_agent;    /* NULL: none */
+    const char *method;        /* NULL: GET; else "HEAD", "POST", "PUT", "PATCH" */
+    const char *const *headers; /* NULL, or "Name: value" lines ending with NULL */
+    const void *upload;         /* the request's body (POST, PUT, PATCH), upload_len */
+    size_t upload_len;          /* bytes; a POST or PUT without upload sends none */
+    /* NULL: the reply's body is collected in body (max_body). Else each
+     * piece of it is handed here (body stays ""): return 0 to go on, or a
+     * negative code to stop the transfer, which then fails with that code
+     * and the sink's sink_err. max_body still caps the whole. */
+    int (*sink)(void *ctx, const void *data, size_t len, tetris_error *err);
+    void *sink_ctx;
 
     /* Filled by the GET; freed by httpclient_request_clear(). */
     int rc;            /* 0, or -code with err filled */
@@ -40,16 +56,19 @@ typedef struct httpclient_request {
     char *body;        /* NUL-terminated ("" when empty); NULL if rc < 0 */
     size_t len;
     char *etag;        /* the reply's ETag header as sent, NULL if none */
+    char *location;    /* its Location header, NULL if none */
+    char *content_digest;    /* its Docker-Content-Digest header, NULL if none */
+    uint64_t content_length; /* its Content-Length (HEAD included), 0 if none */
 } httpclient_request;
 
 /* libcurl's process-wide set-up, done once however often it is called
  * (the GETs call it themselves). */
 int httpclient_global_init(tetris_error *err);
 
-/* One GET: returns rq->rc and copies rq->err to err on failure. */
+/* One request: returns rq->rc and copies rq->err to err on failure. */
 int httpclient_get(httpclient_request *rq, tetris_error *err);
 
-/* n GETs at once, at most max_parallel connections open (0: no limit);
+/* n requests at once, at most max_parallel connections open (0: no limit);
  * each request's rc, err and reply are its own. */
 void httpclient_get_all(httpclient_request *const *rqs, size_t n, unsigned max_parallel);
 

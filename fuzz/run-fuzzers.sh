@@ -20,7 +20,7 @@ rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
     "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$seeds/yaml" \
-    "$seeds/derived" "$seeds/pin_file" "$dir/artifacts"
+    "$seeds/derived" "$seeds/pin_file" "$seeds/oci" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -105,9 +105,15 @@ printf '%s\n' 'apiVersion: v1' 'current-context: a' 'contexts:' \
     'clusters: [{name: c, cluster: {server: "https://x:6443"}}]' \
     'users:' '- name: u' '  user:' '    token: |' '      secret' >"$seeds/yaml/kubeconfig.yaml"
 
+# A registry artifact's manifest (protocol/oci.h), and a reference.
+a=$(printf 'a%.0s' $(seq 64)); b=$(echo "$a" | tr a b)
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":"application/vnd.tetris.model.v1","config":{"mediaType":"application/vnd.tetris.manifest.v1+json","digest":"sha256:%s","size":10},"layers":[{"mediaType":"application/vnd.tetris.onnx-graph.v1","digest":"sha256:%s","size":20},{"mediaType":"application/vnd.tetris.tensor.v1","digest":"sha256:%s","size":37,"annotations":{"io.tetris.tensor.name":"w"}}],"annotations":{"io.tetris.model":"m.onnx"}}' \
+    "$a" "$b" "$(echo "$a" | tr a c)" >"$seeds/oci/manifest.json"
+printf 'oci://reg.example:5000/models/bert-base:v1' >"$seeds/oci/ref"
+
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check oip yaml derived pin_file}; do
+         holders store_marker state view_check oip yaml derived pin_file oci}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in

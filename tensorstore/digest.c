@@ -18,6 +18,9 @@
 #include "tensorstore/crc32.h"
 
 #define DIGEST_DOMAIN_TAG "tetris-tensor-v1"
+_Static_assert(sizeof DIGEST_DOMAIN_TAG + TENSOR_DTYPE_MAX + 4 + 8 * TENSOR_MAX_DIMS <=
+                   TENSOR_DIGEST_HEADER_MAX,
+               "the digest header fits TENSOR_DIGEST_HEADER_MAX");
 /* Chunk of the combined SHA-256 + CRC32 pass; fits the L2 of any x86 core. */
 #define HASH_CHUNK_BYTES (128u * 1024u)
 
@@ -82,8 +85,7 @@ static void sha256_fetch(void)
     sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
 }
 
-/* The typed header that makes dtype and shape part of the identity. */
-static size_t digest_header(const tensor_meta *meta, uint8_t *buf)
+size_t tensor_digest_header(const tensor_meta *meta, uint8_t buf[TENSOR_DIGEST_HEADER_MAX])
 {
     size_t n = 0;
     size_t tag_len = sizeof DIGEST_DOMAIN_TAG; /* includes the NUL */
@@ -120,8 +122,8 @@ int tensor_hasher_new(const tensor_meta *meta, tensor_hasher **out, tetris_error
         tensor_hasher_free(h);
         return tetris_fail(err, TETRIS_E_RUNTIME, 0, "initialising SHA-256 failed");
     }
-    uint8_t header[sizeof DIGEST_DOMAIN_TAG + TENSOR_DTYPE_MAX + 4 + 8 * TENSOR_MAX_DIMS];
-    size_t header_len = digest_header(meta, header);
+    uint8_t header[TENSOR_DIGEST_HEADER_MAX];
+    size_t header_len = tensor_digest_header(meta, header);
     EVP_DigestUpdate(h->ctx, header, header_len);
     h->crc = crc32_update(0, NULL, 0);
     *out = h;

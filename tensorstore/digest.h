@@ -42,6 +42,13 @@ size_t tensor_dtype_size(const char *dtype);
  * product(shape) * dtype_size == nbytes without overflow. */
 int tensor_meta_validate(const tensor_meta *meta, tetris_error *err);
 
+/* The typed header hashed before the bytes (the domain tag, dtype, ndim,
+ * dims: see the top) of a valid meta, written into buf; returns its
+ * length. A registry's tensor blob is this header followed by the bytes
+ * (protocol/oci.h), so that the blob's SHA-256 is the identity. */
+#define TENSOR_DIGEST_HEADER_MAX 112
+size_t tensor_digest_header(const tensor_meta *meta, uint8_t buf[TENSOR_DIGEST_HEADER_MAX]);
+
 /* Streaming digest + crc32 over the bytes of one tensor. */
 typedef struct tensor_hasher tensor_hasher;
 int tensor_hasher_new(const tensor_meta *meta, tensor_hasher **out, tetris_error *err);
