@@ -631,7 +631,11 @@ void store_save_state(struct served_store *ss)
 
 void daemon_refresh_pins(struct daemon *d)
 {
+    /* The file as last read, failed reads included: a file is read again
+     * only once it changed (or appeared, or went), so a bad one is logged
+     * once, not at every pass. */
     static struct stat last;
+    static bool read_once;
     char path[PATH_MAX];
     pthread_mutex_lock(&d->cfg_lock);
     memcpy(path, d->cfg.pin_path, sizeof(path));
@@ -641,9 +645,12 @@ void daemon_refresh_pins(struct daemon *d)
     struct stat st = {0};
     if (stat(path, &st) < 0)
         memset(&st, 0, sizeof(st));
-    if (st.st_mtim.tv_sec == last.st_mtim.tv_sec && st.st_mtim.tv_nsec == last.st_mtim.tv_nsec &&
-        st.st_size == last.st_size && st.st_ino == last.st_ino && last.st_ino != 0)
+    if (read_once && st.st_mtim.tv_sec == last.st_mtim.tv_sec &&
+        st.st_mtim.tv_nsec == last.st_mtim.tv_nsec && st.st_size == last.st_size &&
+        st.st_ino == last.st_ino && st.st_dev == last.st_dev)
         return;
+    last = st;
+    read_once = true;
     struct pin *list = NULL;
     size_t n = 0;
     tetris_error err;
@@ -651,7 +658,6 @@ void daemon_refresh_pins(struct daemon *d)
         log_warn("event=pin-file-unreadable msg=%s action=keep-previous-pins", LOG_Q(err.msg));
         return;
     }
-    last = st;
     pthread_mutex_lock(&d->pin_lock);
     free(d->pinned);
     d->pinned = list;

@@ -95,6 +95,9 @@ wait "$WRITER" 2>/dev/null
 # Without a writer, opening the FIFO to read would wait for one.
 sleep 2
 [ "$(healthz_code)" = 200 ] || fail "a FIFO pin file without a writer held the main loop"
+# Passes every 200 ms, yet an unchanged bad file is said once.
+[ "$(grep -c "event=pin-file-unreadable" "$DAEMON_LOG")" = 1 ] ||
+    fail "an unchanged bad pin file logged at every pass: $(grep -c "event=pin-file-unreadable" "$DAEMON_LOG")"
 # The main loop's thread (the process's first) is stopped for real, alone:
 # a tracer seizes and interrupts that one thread and holds it until killed
 # (a tracer's exit lets it go). The HTTP threads go on answering.
