@@ -22,6 +22,9 @@ runs=${BENCH_RUNS:-20}
 threads=${BENCH_THREADS:-1}
 models=${BENCH_MODELS:-"ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_det_infer.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx"}
 work=$(mktemp -d /dev/shm/tetris-bench-derived.XXXXXX)
+# tetris-derive reads the store's public directory as an unprivileged
+# user, as on a node where the store's parents are 0755.
+chmod 0711 "$work"
 daemon=""
 cleanup() {
     [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
@@ -41,6 +44,10 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 for m in $models; do
     "$BIN/tetris-onnx-run" "$MODELS/$m" --store "$work/store" --derived make --threads "$threads" \
         >/dev/null 2>"$work/make.log" || { echo "$m: $(tail -n 1 "$work/make.log")" >&2; exit 1; }
+    # A refused derivation leaves the run on the plain weights: measuring
+    # that as "derived" would be wrong.
+    grep -q 'event=derive-requested .*result=' "$work/make.log" ||
+        { echo "$m: no derived form: $(grep derive "$work/make.log" | tail -n 1)" >&2; exit 1; }
 done
 echo "Derived forms against stock ONNX Runtime and the tetris default: $rounds rounds, interleaved;"
 echo "$threads thread(s); run = mean of $runs inferences; medians; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)."
@@ -68,6 +75,10 @@ for m in $models; do
         s=$(awk -F'\t' -v m=$mode '$1 == m { print $2 }' "$work/r" | median)
         t=$(awk -F'\t' -v m=$mode '$1 == m { print $3 }' "$work/r" | median)
         same=$(awk -F'\t' -v m=$mode -v w="$stock_sha" '$1 == m && $4 != w { d = 1 } END { print d ? "no" : "yes" }' "$work/r")
+        if [ $mode = derived ] && awk -F'\t' '$1 == "derived" && $5 != "true" { f = 1 } END { exit !f }' "$work/r"; then
+            echo "$m: an instance did not open the derived form" >&2
+            exit 1
+        fi
         printf '| %s | %s | %.0f | %.1f | %s |\n' "$m" "$mode" "$s" "$t" "$same"
     done
 done
