@@ -28,8 +28,25 @@ for m in ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_det_infer.onnx \
     ch_ppocr_mobile_v2.0_cls_infer.onnx hello_deepa.onnx; do
     stock=$(run "$MODELS/$m" --private --graph-opt all --prepack 2>/dev/null | jq -r .sha256)
     plain=$(run "$MODELS/$m" --private 2>/dev/null | jq -r .sha256)
+    # Two instances ask at once for the first model: one derivation, the
+    # other ask waits for it and is answered from the index.
+    twin=""
+    if [ "$m" = ch_PP-OCRv4_rec_infer.onnx ]; then
+        run "$MODELS/$m" --store "$store" --derived make >/dev/null 2>"$WORK/err.twin" &
+        twin=$!
+    fi
     first=$(run "$MODELS/$m" --store "$store" --derived make 2>"$WORK/err") ||
         fail "$m make: $(cat "$WORK/err")"
+    if [ -n "$twin" ]; then
+        wait "$twin" || fail "$m: the concurrent ask failed: $(cat "$WORK/err.twin")"
+        grep -q "event=derive-requested.*result=made" "$WORK/err.twin" ||
+            fail "$m: the concurrent ask got no form: $(cat "$WORK/err.twin")"
+        [ "$(grep -c "event=derived .*label=.*$m" "$WORK/daemon.log")" = 1 ] ||
+            fail "$m: concurrent asks derived more than once: $(grep "event=derive" "$WORK/daemon.log")"
+        grep -q "event=derive-existing.*label=.*$m" "$WORK/daemon.log" ||
+            fail "$m: the second ask was not answered from the index"
+        echo "ok $m: two concurrent asks, one derivation, the other answered from the index"
+    fi
     [ "$(json_get "$first" derived)" = false ] || fail "$m: a form before one was made"
     [ "$(json_get "$first" sha256)" = "$plain" ] || fail "$m: the first instance's output differs"
     grep -q "event=derive-requested.*result=made" "$WORK/err" || fail "$m: no form made: $(cat "$WORK/err")"
