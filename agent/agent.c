@@ -944,6 +944,17 @@ const char *agent_store_public_dir(const agent_model *am)
     return am->stats.mapped_bytes > 0 ? am->priv->public_dir : NULL;
 }
 
+void agent_model_unmap(agent_model *am)
+{
+    struct agent_model_private *p = am->priv;
+    for (size_t i = 0; i < am->model->n_tensors && p->maps != NULL; i++) {
+        if (p->maps[i].map_base == NULL)
+            continue;
+        store_unmap_tensor(&p->maps[i]);
+        am->tensors[i].data = NULL;
+    }
+}
+
 void agent_model_free(agent_model *am)
 {
     if (am == NULL)

@@ -149,6 +149,13 @@ const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);
  * shared tensors are mapped from; NULL when nothing is shared (private
  * load or full fallback). */
 const char *agent_store_public_dir(const agent_model *am);
+/* Unmaps the model's store mappings and keeps its references (the
+ * daemon's holder, and the watcher that registers them again): for a
+ * runtime that reads none of these bytes, a session on the model's
+ * derived form (ort_adapter.h). Their pages leave the process's RSS and
+ * PSS; their data become NULL, shared stays true. Private copies and
+ * device mappings stay. */
+void agent_model_unmap(agent_model *am);
 void agent_model_free(agent_model *am);
 
 #endif

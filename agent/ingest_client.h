@@ -77,12 +77,16 @@ int ingest_client_gpu_attach(ingest_client *c, const char *device, const tensor_
  * are never touched. The ingest's model must stay valid until
  * ingest_client_close, and from this call on only ingest_client_close may
  * use c. TETRIS_E_INVAL if nothing was ingested on c yet. */
+int ingest_client_keep_registered(ingest_client *c, tetris_error *err);
+
 /* Asks the daemon for the derived form of the share image behind image_fd
  * (protocol/derived.h) and waits for it, at most timeout_ms: 0 once the
- * daemon has written its index entry. Never from a start's path. */
+ * daemon has written its index entry, or found one it had made (a form
+ * under derivation for another connection is waited for, not made
+ * twice). It blocks: a start hands it to a thread of its own, with a
+ * connection of its own. */
 int ingest_client_derive(ingest_client *c, const char *label, int image_fd, int timeout_ms,
                          tetris_error *err);
-int ingest_client_keep_registered(ingest_client *c, tetris_error *err);
 
 /* Tells the daemon that an agent fell back to a private load (counted in
  * tetris_agent_fallbacks_total). Best effort: one short connection. */

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,12 @@ struct ort_model_private {
     char **names;
     size_t n, cap;
     ingest_client *derived_refs; /* references to the derived form's tensors */
+    /* What derived_refs registered, kept for its watcher to register
+     * again after a daemon restart (ingest_client_keep_registered). */
+    tensor_desc derived_descs[2];
+    char derived_paths[2][PATH_MAX];
+    model derived_model;
+    bool ask_derived; /* no form to use: ask the daemon once the session is open */
 };
 
 /* State of one rewrite pass: which agent tensors can back which protos. */
@@ -83,6 +91,23 @@ int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err)
     }
     return tetris_fail(err, TETRIS_E_INVAL, 0,
                        "graph optimization '%s': expected none, basic, extended or all", s);
+}
+
+int ort_derived_option(const struct opt_spec *spec, const char *label, const char *value,
+                       tetris_error *err)
+{
+    static const char *const names[] = {[ORT_DERIVED_AUTO] = "auto",
+                                        [ORT_DERIVED_USE] = "use",
+                                        [ORT_DERIVED_OFF] = "off",
+                                        [ORT_DERIVED_MAKE] = "make"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(value, names[i]) == 0) {
+            *(enum ort_derived *)spec->dest = (enum ort_derived)i;
+            return 0;
+        }
+    }
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected auto, use, off or make", label,
+                       value);
 }
 
 static bool name_taken(const struct ort_model_private *p, const char *name, size_t len)
@@ -203,17 +228,19 @@ static void store_file(const char *root, const tensor_digest *d, char *out, size
     snprintf(out, cap, "%s/tensors/%.2s/%s", root, hex, hex);
 }
 
-/* References the form's two tensors through a connection of its own (the
- * agent's connection has its watcher), so the daemon keeps them while the
- * session lives. */
+/* References the form's two tensors through a connection of its own
+ * (the agent's connection has its watcher), so the daemon keeps them
+ * while the session lives, across daemon restarts as the agent's own
+ * references are (a watcher of this connection registers them again). */
 static int hold_derived(ort_model *m, const char *root, const derived_entry *e, tetris_error *err)
 {
-    char sock[PATH_MAX], paths[2][PATH_MAX];
+    struct ort_model_private *p = m->priv;
+    char sock[PATH_MAX];
     const struct derived_part *parts[2] = {&e->graph, &e->data};
-    tensor_desc t[2];
-    memset(t, 0, sizeof(t));
+    tensor_desc *t = p->derived_descs;
+    memset(t, 0, sizeof(p->derived_descs));
     for (size_t i = 0; i < 2; i++) {
-        store_file(root, &parts[i]->digest, paths[i], sizeof(paths[i]));
+        store_file(root, &parts[i]->digest, p->derived_paths[i], sizeof(p->derived_paths[i]));
         t[i].name = i == 0 ? "derived graph" : "derived data";
         snprintf(t[i].meta.dtype, sizeof(t[i].meta.dtype), "uint8");
         t[i].meta.ndim = 1;
@@ -222,18 +249,23 @@ static int hold_derived(ort_model *m, const char *root, const derived_entry *e, 
         t[i].meta.digest = parts[i]->digest;
         t[i].meta.crc32 = parts[i]->crc32;
         t[i].has_digest = true;
-        t[i].source = paths[i];
+        t[i].source = p->derived_paths[i];
     }
-    model held = {.path = paths[0], .format = "onnx", .n_tensors = 2, .tensors = t};
+    p->derived_model =
+        (model){.path = p->derived_paths[0], .format = "onnx", .n_tensors = 2, .tensors = t};
     struct ingest_tensor_result res[2];
     struct ingest_summary summary;
+    tetris_error werr;
     snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
-    int r = ingest_client_connect(sock, 30000, &m->priv->derived_refs, err);
+    int r = ingest_client_connect(sock, 30000, &p->derived_refs, err);
     if (r == 0)
-        r = ingest_client_ingest(m->priv->derived_refs, "derived", &held, res, &summary, err);
+        r = ingest_client_ingest(p->derived_refs, "derived", &p->derived_model, res, &summary, err);
     if (r == 0 && summary.rejected > 0)
         r = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "the daemon rejected a tensor of it: %s",
                         res[0].status == INGEST_REJECTED ? res[0].reason : res[1].reason);
+    /* Without the watcher the references still hold until a restart. */
+    if (r == 0 && ingest_client_keep_registered(p->derived_refs, &werr) < 0)
+        log_warn("event=daemon-watch-failed model=derived detail=%s", LOG_Q(werr.msg));
     return r;
 }
 
@@ -263,15 +295,18 @@ static int read_store_file(const char *root, const struct derived_part *p, uint8
 /* Looks up the derived form of the share image source. 1 and the
  * relocated graph in *image when one for this runtime and CPU is there and
  * referenced; 0 when the session should use the plain weights (no form, or
- * one that does not fit: said in one log line). */
+ * one that does not fit: said in one log line). *absent: there is no
+ * form the daemon could answer with (no entry, or its tensors are gone),
+ * so asking for one may give one. */
 static int try_derived(ort_model *m, const char *model_path, const char *root,
                        const tensor_digest *source, uint8_t **image, size_t *image_len,
-                       tetris_error *err)
+                       bool *absent, tetris_error *err)
 {
     derived_entry e;
     tetris_error why = {0};
     char runtime[DERIVED_NAME_MAX], cpu[DERIVED_NAME_MAX];
     int r = derived_entry_read(root, source, &e, &why);
+    *absent = r == -TETRIS_E_NOTFOUND;
     if (r == -TETRIS_E_NOTFOUND)
         return 0;
     if (r < 0) {
@@ -289,7 +324,9 @@ static int try_derived(ort_model *m, const char *model_path, const char *root,
         return 0;
     }
     cleanup_free uint8_t *graph = NULL;
-    if ((r = hold_derived(m, root, &e, &why)) == 0)
+    r = hold_derived(m, root, &e, &why);
+    *absent = r == -TETRIS_E_NOTFOUND;
+    if (r == 0)
         r = read_store_file(root, &e.graph, &graph, &why);
     struct relocate_ctx rc = {.e = &e};
     if (r == 0)
@@ -305,35 +342,116 @@ static int try_derived(ort_model *m, const char *model_path, const char *root,
     return 1;
 }
 
-/* Asks the daemon to make the derived form of the share image (the
- * session is open already: nothing waits for it but this caller). */
-static void request_derived(const char *model_path, const char *root, const uint8_t *image,
-                            size_t len)
+/* Asks the daemon for the derived form of the share image behind fd and
+ * waits for its answer, at most wait_ms; one log line either way (a
+ * node without a daemon, direct mode, is no failure). */
+static void ask_derived(const char *model_path, const char *root, int fd, int wait_ms,
+                        const char *how)
 {
     char sock[PATH_MAX];
     tetris_error err = {0};
     ingest_client *c = NULL;
-    cleanup_close int fd = memfd_create("tetris-share-image", MFD_CLOEXEC);
-    int r = fd < 0 ? tetris_fail(&err, TETRIS_E_IO, errno, "memfd_create") : 0;
-    if (r == 0 && write(fd, image, len) != (ssize_t)len)
-        r = tetris_fail(&err, TETRIS_E_IO, errno, "write the share image");
     snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
+    int r = ingest_client_connect(sock, 30000, &c, &err);
     if (r == 0)
-        r = ingest_client_connect(sock, 30000, &c, &err);
-    if (r == 0)
-        r = ingest_client_derive(c, model_path, fd, DERIVE_WAIT_MS, &err);
+        r = ingest_client_derive(c, model_path, fd, wait_ms, &err);
     ingest_client_close(c);
-    if (r < 0)
-        log_warn("event=derive-request-failed model=%s msg=%s", model_path, LOG_Q(err.msg));
+    if (r == -TETRIS_E_UNAVAILABLE && c == NULL)
+        log_info("event=derive-request-skipped model=%s reason=%s", model_path, LOG_Q(err.msg));
+    else if (r < 0)
+        log_warn("event=derive-request-failed model=%s wait=%s msg=%s", model_path, how,
+                 LOG_Q(err.msg));
     else
-        log_info("event=derive-requested model=%s result=made", model_path);
+        log_info("event=derive-requested model=%s wait=%s result=made", model_path, how);
+}
+
+static int image_memfd(const uint8_t *image, size_t len, int *out, tetris_error *err)
+{
+    cleanup_close int fd = memfd_create("tetris-share-image", MFD_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "memfd_create");
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(fd, image + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return tetris_fail(err, TETRIS_E_IO, errno, "write the share image");
+        off += (size_t)w;
+    }
+    *out = steal_fd(&fd);
+    return 0;
+}
+
+/* A background ask: what the detached thread owns. */
+struct derive_ask {
+    char *model_path, *root;
+    int fd;
+};
+
+static void *ask_main(void *arg)
+{
+    struct derive_ask *a = arg;
+    ask_derived(a->model_path, a->root, a->fd, DERIVE_WAIT_MS, "background");
+    close(a->fd);
+    free(a->model_path);
+    free(a->root);
+    free(a);
+    return NULL;
+}
+
+/* Asks the daemon to make the derived form of the share image (the
+ * session is open already on the plain weights). ORT_DERIVED_MAKE waits
+ * for it; ORT_DERIVED_AUTO hands the ask to a detached thread of its own
+ * connection, so no start waits for it (the daemon goes on deriving if
+ * the process ends first) and the next instance finds the form. */
+static void request_derived(const char *model_path, const char *root, const uint8_t *image,
+                            size_t len, enum ort_derived how)
+{
+    tetris_error err = {0};
+    int fd = -1;
+    if (image_memfd(image, len, &fd, &err) < 0) {
+        log_warn("event=derive-request-failed model=%s msg=%s", model_path, LOG_Q(err.msg));
+        return;
+    }
+    if (how == ORT_DERIVED_MAKE) {
+        ask_derived(model_path, root, fd, DERIVE_WAIT_MS, "yes");
+        close(fd);
+        return;
+    }
+    struct derive_ask *a = calloc(1, sizeof(*a));
+    pthread_attr_t attr;
+    pthread_t t;
+    int rc = ENOMEM;
+    if (a != NULL && (a->model_path = strdup(model_path)) != NULL &&
+        (a->root = strdup(root)) != NULL && (rc = pthread_attr_init(&attr)) == 0) {
+        a->fd = fd;
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* The thread takes no signals: they stay with the threads that
+         * wait for them, whatever the process's disposition. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        rc = pthread_create(&t, &attr, ask_main, a);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc == 0)
+        return;
+    log_warn("event=derive-request-failed model=%s wait=background msg=%s", model_path,
+             LOG_Q(strerror(rc)));
+    close(fd);
+    if (a != NULL) {
+        free(a->model_path);
+        free(a->root);
+        free(a);
+    }
 }
 
 /* Builds the stripped image and registers the shared initializers. Leaves
  * *image NULL when ORT should load the model file itself: nothing is
  * shared, or external data the store cannot serve would resolve against
  * the store instead of the model's directory. */
-static int prepare_shared(ort_model *m, const char *model_path, const agent_model *am,
+static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
                           const struct ort_adapter_options *o, OrtSessionOptions *so,
                           uint8_t **image, size_t *image_len, tetris_error *err)
 {
@@ -375,8 +493,10 @@ static int prepare_shared(ort_model *m, const char *model_path, const agent_mode
     derived_source_digest(rewritten, rewritten_len, &source);
     uint8_t *derived = NULL;
     size_t derived_len = 0;
+    bool absent = false;
     if (r == 0 && o->derived != ORT_DERIVED_OFF && o->save_optimized == NULL)
-        r = try_derived(m, model_path, root, &source, &derived, &derived_len, err);
+        r = try_derived(m, model_path, root, &source, &derived, &derived_len, &absent, err);
+    p->ask_derived = absent && (o->derived == ORT_DERIVED_AUTO || o->derived == ORT_DERIVED_MAKE);
     if (r == 1) {
         /* The form is optimised and pre-packed already: ORT must neither
          * optimise again nor ignore the pre-packed blobs. */
@@ -386,6 +506,13 @@ static int prepare_shared(ort_model *m, const char *model_path, const agent_mode
             r = ort_check(m->api,
                           m->api->AddSessionConfigEntry(so, "session.disable_prepacking", "0"),
                           "enable pre-packing", err);
+        /* The plain weights' wrappers are not the session's: only the
+         * form's graph and data are. */
+        for (size_t i = 0; i < p->n; i++) {
+            m->api->ReleaseValue(p->values[i]);
+            free(p->names[i]);
+        }
+        p->n = 0;
         m->derived = true;
         *image = derived;
         *image_len = derived_len;
@@ -434,8 +561,8 @@ static int session_options(const ort_model *m, const struct ort_adapter_options 
     return 0;
 }
 
-int ort_model_open(const char *model_path, const agent_model *am,
-                   const struct ort_adapter_options *o, ort_model **out, tetris_error *err)
+int ort_model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
+                   ort_model **out, tetris_error *err)
 {
     struct ort_adapter_options defaults;
     OrtSessionOptions *so = NULL;
@@ -498,8 +625,12 @@ int ort_model_open(const char *model_path, const agent_model *am,
               "inline_tensors=%zu inline_bytes=%llu derived=%d",
               model_path, m->shared_tensors, (unsigned long long)m->shared_bytes, m->inline_tensors,
               (unsigned long long)m->inline_bytes, m->derived);
-    if (o->derived == ORT_DERIVED_MAKE && !m->derived && image != NULL && am != NULL)
-        request_derived(model_path, agent_store_public_dir(am), image, image_len);
+    /* The session reads the form, none of the plain weights: their
+     * mappings go (the references stay, the form is made of them). */
+    if (m->derived)
+        agent_model_unmap(am);
+    if (m->priv->ask_derived && !m->derived && image != NULL)
+        request_derived(model_path, agent_store_public_dir(am), image, image_len, o->derived);
     *out = m;
     return 0;
 }

@@ -26,6 +26,7 @@
 
 #include "agent/agent.h"
 #include "common/error.h"
+#include "common/options.h"
 #include "onnxruntime_c_api.h"
 
 #define ORT_ADAPTER_MIN_SHARED_BYTES 128
@@ -33,10 +34,13 @@
 /* Derived forms (protocol/derived.h): the optimised graph with its
  * pre-packed weights, made once per node by the node daemon. */
 enum ort_derived {
-    ORT_DERIVED_USE = 0, /* open it when the store has one for this runtime and CPU */
-    ORT_DERIVED_OFF,     /* never */
-    ORT_DERIVED_MAKE,    /* USE; without one, ask the daemon after the session is
-                            open and wait for it (tests, registration) */
+    ORT_DERIVED_AUTO = 0, /* USE; without one, ask the daemon for it in the
+                             background once the session is open (a detached
+                             thread: no start waits, a failure is one log line) */
+    ORT_DERIVED_USE,      /* open it when the store has one for this runtime and CPU */
+    ORT_DERIVED_OFF,      /* never */
+    ORT_DERIVED_MAKE,     /* USE; without one, ask the daemon after the session is
+                             open and wait for it (tests, registration) */
 };
 
 struct ort_adapter_options {
@@ -45,7 +49,7 @@ struct ort_adapter_options {
     bool prepack;           /* let ORT pre-pack weights (private copies); default false */
     const char *save_optimized; /* write the optimised graph, weights included,
                                    to this ONNX file (ORT's SetOptimizedModelFilePath) */
-    enum ort_derived derived;   /* store mode only; default ORT_DERIVED_USE */
+    enum ort_derived derived;   /* store mode only; default ORT_DERIVED_AUTO */
 };
 
 typedef struct ort_model {
@@ -65,9 +69,11 @@ void ort_adapter_options_init(struct ort_adapter_options *o);
 /* Creates a session for the ONNX file model_path. With am (from agent_load
  * on the same file) the tensors am maps from the store are shared; with am
  * NULL, ORT loads the file itself like any application (the baseline). am
- * must outlive the session. */
-int ort_model_open(const char *model_path, const agent_model *am,
-                   const struct ort_adapter_options *o, ort_model **out, tetris_error *err);
+ * must outlive the session. A session on the model's derived form reads
+ * none of am's mappings: they are unmapped (agent_model_unmap), the
+ * references kept. */
+int ort_model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
+                   ort_model **out, tetris_error *err);
 void ort_model_free(ort_model *m);
 
 /* Turns an OrtStatus into a TETRIS_E_RUNTIME error (and releases it);
@@ -76,5 +82,9 @@ int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_err
 
 /* Parses "none", "basic", "extended", "all" into a GraphOptimizationLevel. */
 int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err);
+/* The command lines' --derived (an opt_spec's parser, into an enum
+ * ort_derived): "auto", "use", "off" or "make"; else TETRIS_E_INVAL. */
+int ort_derived_option(const struct opt_spec *spec, const char *label, const char *value,
+                       tetris_error *err);
 
 #endif

@@ -39,6 +39,7 @@ struct derive_options {
     const char *out_dir;
     int threads;
     int uid, gid; /* -1: keep the caller's */
+    bool runtime; /* print the runtime's name only */
 };
 
 static const char about[] =
@@ -364,6 +365,16 @@ static int check_external_dir(const struct derive_options *o, tetris_error *err)
     return 0;
 }
 
+/* --runtime: what the daemon compares index entries with before it
+ * derives again; no graph is read. */
+static int print_runtime(void)
+{
+    char runtime[DERIVED_NAME_MAX];
+    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
+    printf("{\"runtime\":\"%s\"}\n", runtime);
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAILED;
+}
+
 /* The result line: the runtime, and the credentials the kernel shows for
  * this process, which the daemon checks and logs. */
 static int print_result(tetris_error *err)
@@ -426,12 +437,18 @@ int main(int argc, char **argv)
          .max = INT32_MAX,
          .meta = "N",
          .help = "and this group, without supplementary groups"},
+        {.name = "runtime",
+         .type = OPT_TYPE_FLAG,
+         .dest = &o.runtime,
+         .help = "print {\"runtime\":\"onnxruntime VERSION\"}, the runtime forms are made "
+                 "with, and exit (the daemon asks once, to find forms it made before)"},
         {0},
     };
     const struct opt_program prog = {
         .name = "tetris-derive",
         .synopsis = "--graph-fd N --external-dir DIR --out-dir DIR [--threads N]\n"
-                    "[--uid N --gid N]",
+                    "[--uid N --gid N]\n"
+                    "--runtime",
         .about = about,
         .options = options,
         .epilogue = epilogue,
@@ -439,6 +456,8 @@ int main(int argc, char **argv)
     int first = opt_parse(&prog, argc, argv);
     if (first < 0)
         return EXIT_USAGE;
+    if (o.runtime && first == argc)
+        return print_runtime();
     if (first < argc || o.graph_fd < 0 || o.external_dir == NULL || o.out_dir == NULL) {
         fprintf(stderr, "tetris-derive: --graph-fd, --external-dir and --out-dir are needed\n");
         return EXIT_USAGE;

@@ -72,20 +72,6 @@ static int parse_graph_opt(const struct opt_spec *spec, const char *label, const
     return ort_parse_graph_optimization(value, spec->dest, err);
 }
 
-static int parse_derived(const struct opt_spec *spec, const char *label, const char *value,
-                         tetris_error *err)
-{
-    static const char *const names[] =
-        {[ORT_DERIVED_USE] = "use", [ORT_DERIVED_OFF] = "off", [ORT_DERIVED_MAKE] = "make"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcmp(value, names[i]) == 0) {
-            *(enum ort_derived *)spec->dest = (enum ort_derived)i;
-            return 0;
-        }
-    }
-    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected use, off or make", label, value);
-}
-
 static void options_init(struct run_options *o)
 {
     memset(o, 0, sizeof(*o));
@@ -172,12 +158,14 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         {.name = "derived",
          .type = OPT_TYPE_CUSTOM,
          .dest = &o->ort.derived,
-         .parse = parse_derived,
+         .parse = ort_derived_option,
+         .env = TETRIS_ENV_DERIVED,
          .meta = "MODE",
          .help = "the store's derived form (optimised graph, pre-packed weights made once per "
-                 "node by the daemon): use (default) it when there is one for this runtime "
-                 "and CPU; off; make: use it, and without one ask the daemon for it after the "
-                 "session is open and wait"},
+                 "node by the daemon): auto (default): use it when there is one for this "
+                 "runtime and CPU, and without one ask the daemon for it in the background "
+                 "once the session is open; use: use it, never ask; off; make: use it, and "
+                 "without one ask the daemon after the session is open and wait"},
         {.name = "dim",
          .type = OPT_TYPE_I64,
          .dest = &o->dynamic_dim,

@@ -227,6 +227,18 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
          .env = TETRIS_ENV_THREADS,
          .meta = "N",
          .help = "ONNX Runtime intra-op threads per run (default 1)"},
+        {.name = "derived",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &o->derived,
+         .parse = ort_derived_option,
+         .env = TETRIS_ENV_DERIVED,
+         .meta = "MODE",
+         .help = "the store's derived form of the model (optimised graph and pre-packed "
+                 "weights, made once per node by the daemon): auto (default): use it when "
+                 "there is one for this runtime and CPU, and without one ask the daemon for it "
+                 "in the background once the session is open (no start waits; the next "
+                 "instance uses it); use: use it, never ask; off: the plain weights only; "
+                 "make: ask and wait before serving"},
         {.name = "dim",
          .type = OPT_TYPE_I64,
          .dest = &o->dynamic_dim,
@@ -435,6 +447,7 @@ static int load_model(struct fn *f, double *session_ms, tetris_error *err)
     }
     ort_adapter_options_init(&oo);
     oo.intra_op_threads = f->o.threads;
+    oo.derived = f->o.derived;
     double t0 = clock_now_ms();
     r = ort_model_open(f->o.model, f->am, &oo, &f->m, err);
     *session_ms = clock_now_ms() - t0;
@@ -481,14 +494,15 @@ static int print_ready(const struct fn *f, tetris_error *err)
     size_t host_len = colon != NULL ? (size_t)(colon - f->o.listen) : 0;
     snprintf(listen, sizeof(listen), "%.*s:%u", (int)host_len, f->o.listen,
              (unsigned)http_server_port(f->srv));
-    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:f, s:I, s:b, s:s}",
+    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:f, s:I, s:b, s:s, s:b}",
                           "event", "ready", "listen", listen, "port", (int)http_server_port(f->srv),
                           "model", f->o.model, "name", f->model_name, "mode", mode_name(&f->o),
                           "batching", f->io->batchable ? "concat" : "sequential", "batch",
                           f->o.batch.batch, "concurrency", f->o.batch.concurrency, "max_wait_ms",
                           f->o.batch.max_wait_ms, "shared_bytes", (json_int_t)f->m->shared_bytes,
                           "fell_back", f->am != NULL && f->am->stats.fell_back, "fallback_reason",
-                          f->am != NULL ? f->am->stats.fallback_reason : "");
+                          f->am != NULL ? f->am->stats.fallback_reason : "", "derived",
+                          f->m->derived);
     char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (text == NULL)
@@ -537,11 +551,11 @@ static int start(struct fn *f, tetris_error *err)
     atomic_store(&f->ready, true);
     log_info("event=ready model=%s name=%s mode=%s batching=%s batch=%d concurrency=%d "
              "max_wait_ms=%g threads=%d port=%u shared_bytes=%llu max_body_bytes=%llu "
-             "store=%s session_ms=%.3f start_ms=%.3f",
+             "store=%s derived=%d session_ms=%.3f start_ms=%.3f",
              f->o.model, LOG_Q(f->model_name), mi.mode, mi.batching, f->o.batch.batch,
              f->o.batch.concurrency, f->o.batch.max_wait_ms, f->o.threads,
              (unsigned)http_server_port(f->srv), (unsigned long long)f->m->shared_bytes,
-             (unsigned long long)f->o.max_body_bytes, mi.store, mi.steps_ms.session,
+             (unsigned long long)f->o.max_body_bytes, mi.store, f->m->derived, mi.steps_ms.session,
              clock_now_ms() - f->started_ms);
     if (f->am != NULL && f->am->stats.fell_back)
         log_warn("event=private-fallback model=%s reason=%s", LOG_Q(f->o.model),

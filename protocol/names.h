@@ -146,6 +146,7 @@
 #define TETRIS_ENV_BATCH "TETRIS_BATCH"
 #define TETRIS_ENV_CONCURRENCY "TETRIS_CONCURRENCY"
 #define TETRIS_ENV_THREADS "TETRIS_THREADS"
+#define TETRIS_ENV_DERIVED "TETRIS_DERIVED" /* derived forms: auto, use, off, make */
 #define TETRIS_ENV_MAX_WAIT_MS "TETRIS_MAX_WAIT_MS"
 #define TETRIS_ENV_DYNAMIC_DIM "TETRIS_DYNAMIC_DIM"
 /* The model view's directory (docs/PROTOCOLS.md, "Model view"), which

@@ -13,7 +13,14 @@
  * directory and of nothing else, and refuses a result whose reported
  * credentials are not those. A derivation at a time per
  * node: it is seconds to minutes of CPU, and the first instance of a
- * function runs on the plain weights meanwhile. */
+ * function runs on the plain weights meanwhile.
+ *
+ * No re-derivation: a source is claimed (derive_claim) before the index
+ * is looked at, so a second ask for the same source waits for the first
+ * and then finds its entry (derive_find) instead of deriving again. The
+ * runtime an entry must match is the child's own (derive_runtime asks
+ * tetris-derive once and keeps the answer): what the daemon publishes is
+ * named by what made it, never by what a pod says it runs. */
 #include "reclaimer/derive.h"
 
 #include <dirent.h>
@@ -66,8 +73,16 @@
 
 static pthread_mutex_t derive_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Copies the client's image into a sealed memfd, hashing it. */
-static int copy_image(int client_fd, int *out_fd, tensor_digest *source, tetris_error *err)
+/* Sources being derived or looked up (derive_claim), each once. */
+static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t claims_released = PTHREAD_COND_INITIALIZER;
+static struct derive_claim *claims;
+
+/* The child's runtime, asked once (derive_runtime); "" until then. */
+static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
+static char child_runtime[DERIVED_NAME_MAX];
+
+int derive_copy_image(int client_fd, int *out_fd, tensor_digest *source, tetris_error *err)
 {
     struct stat st;
     if (fstat(client_fd, &st) != 0)
@@ -159,7 +174,8 @@ static void set_limit(int resource, rlim_t value)
 }
 
 /* In the child, before exec: only descriptor 3 (the image) and the pipe
- * on stdout remain; stderr stays the daemon's log. */
+ * on stdout remain; stderr stays the daemon's log. Without an image
+ * (image_fd -1) it only asks the runtime's name (--runtime). */
 static void child_exec(const char *program, int image_fd, int out_pipe, const char *external_dir,
                        const char *out_dir, bool unprivileged)
 {
@@ -171,7 +187,7 @@ static void child_exec(const char *program, int image_fd, int out_pipe, const ch
     set_limit(RLIMIT_CPU, DERIVE_TIMEOUT_MS / 1000);
     set_limit(RLIMIT_FSIZE, DERIVE_MAX_FILE);
     set_limit(RLIMIT_CORE, 0);
-    if (dup2(out_pipe, STDOUT_FILENO) < 0 || dup2(image_fd, 3) != 3)
+    if (dup2(out_pipe, STDOUT_FILENO) < 0 || (image_fd >= 0 && dup2(image_fd, 3) != 3))
         _exit(127);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull < 0 || dup2(devnull, STDIN_FILENO) < 0)
@@ -193,6 +209,7 @@ static void child_exec(const char *program, int image_fd, int out_pipe, const ch
                     "--gid",
                     gid,
                     NULL};
+    char *probe[] = {(char *)program, "--runtime", NULL};
     if (!unprivileged)
         argv[7] = NULL;
     /* A clean environment; the sanitizers' own settings pass (their
@@ -207,29 +224,35 @@ static void child_exec(const char *program, int image_fd, int out_pipe, const ch
             envp[n_env++] = kv;
     }
     envp[n_env] = NULL;
-    execve(program, argv, envp);
+    execve(program, image_fd >= 0 ? argv : probe, envp);
     _exit(127);
 }
 
 /* Reads the child's one line of output and waits for it, killing its
- * group past the deadline. */
-static int child_wait(pid_t pid, int pipe_fd, char *line, size_t cap, tetris_error *err)
+ * group past the deadline or once stop_fd is readable (the daemon is
+ * stopping: a derivation must not hold its shutdown for minutes). */
+static int child_wait(pid_t pid, int pipe_fd, int stop_fd, char *line, size_t cap,
+                      tetris_error *err)
 {
     int64_t deadline = clock_mono_ms() + DERIVE_TIMEOUT_MS;
     size_t n = 0;
-    bool timed_out = false;
+    bool timed_out = false, stopped = false;
     for (;;) {
         int64_t left = deadline - clock_mono_ms();
         if (left <= 0) {
             timed_out = true;
             break;
         }
-        struct pollfd p = {.fd = pipe_fd, .events = POLLIN};
-        int r = poll(&p, 1, left > 1000 ? 1000 : (int)left);
+        struct pollfd p[2] = {{.fd = pipe_fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
+        int r = poll(p, 2, left > 1000 ? 1000 : (int)left);
         if (r < 0 && errno != EINTR)
             break;
         if (r <= 0)
             continue;
+        if (p[1].revents != 0) {
+            stopped = true;
+            break;
+        }
         ssize_t got = read(pipe_fd, line + n, cap - 1 - n);
         if (got <= 0)
             break; /* EOF: the child closed stdout (exited) */
@@ -238,7 +261,7 @@ static int child_wait(pid_t pid, int pipe_fd, char *line, size_t cap, tetris_err
             break;
     }
     line[n] = '\0';
-    if (timed_out)
+    if (timed_out || stopped)
         kill(-pid, SIGKILL);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
@@ -248,6 +271,8 @@ static int child_wait(pid_t pid, int pipe_fd, char *line, size_t cap, tetris_err
     if (timed_out)
         return tetris_fail(err, TETRIS_E_TIMEOUT, 0, "derive: no result within %d s",
                            DERIVE_TIMEOUT_MS / 1000);
+    if (stopped)
+        return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "derive: the daemon is stopping");
     if (WIFSIGNALED(status))
         return tetris_fail(err, TETRIS_E_RUNTIME, 0, "derive: tetris-derive died of signal %d",
                            WTERMSIG(status));
@@ -321,16 +346,109 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-int derive_make(const char *store_root, const char *public_dir, int client_fd,
-                struct derive_output *out, tetris_error *err)
+/* Forks, execs tetris-derive (child_exec) and waits for its line. */
+static int run_child(const char *program, int image_fd, const char *public_dir, const char *dir,
+                     bool unprivileged, int stop_fd, char *line, size_t cap, tetris_error *err)
+{
+    int pipe_fds[2];
+    if (pipe2(pipe_fds, O_CLOEXEC) != 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "derive: pipe");
+    pid_t pid = fork();
+    if (pid == 0)
+        child_exec(program, image_fd, pipe_fds[1], public_dir, dir, unprivileged);
+    close(pipe_fds[1]);
+    int rc = pid < 0 ? tetris_fail(err, TETRIS_E_IO, errno, "derive: fork")
+                     : child_wait(pid, pipe_fds[0], stop_fd, line, cap, err);
+    close(pipe_fds[0]);
+    return rc;
+}
+
+int derive_runtime(int stop_fd, char *out, size_t cap, tetris_error *err)
+{
+    char program[PATH_MAX], line[DERIVE_STDOUT_MAX];
+    pthread_mutex_lock(&runtime_lock);
+    int rc = 0;
+    if (child_runtime[0] == '\0') {
+        rc = derive_program(program, sizeof(program), err);
+        if (rc == 0)
+            rc = run_child(program, -1, NULL, NULL, false, stop_fd, line, sizeof(line), err);
+        json_t *j = rc == 0 ? json_loads(line, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        const char *s = json_string_value(json_object_get(j, "runtime"));
+        if (rc == 0 && (s == NULL || s[0] == '\0' || strlen(s) >= sizeof(child_runtime)))
+            rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                             "derive: tetris-derive --runtime printed no runtime");
+        if (rc == 0)
+            snprintf(child_runtime, sizeof(child_runtime), "%s", s);
+        json_decref(j);
+    }
+    snprintf(out, cap, "%s", child_runtime);
+    pthread_mutex_unlock(&runtime_lock);
+    return rc;
+}
+
+/* A derivation's child reports the runtime that made the form: the one
+ * kept from then on (tetris-derive's runtime replaced beside the daemon). */
+static void note_runtime(const char *runtime)
+{
+    pthread_mutex_lock(&runtime_lock);
+    if (strcmp(child_runtime, runtime) != 0) {
+        if (child_runtime[0] != '\0')
+            log_warn("event=derive-runtime-changed was=%s now=%s", LOG_Q(child_runtime),
+                     LOG_Q(runtime));
+        snprintf(child_runtime, sizeof(child_runtime), "%s", runtime);
+    }
+    pthread_mutex_unlock(&runtime_lock);
+}
+
+static bool claimed(const tensor_digest *source)
+{
+    for (const struct derive_claim *c = claims; c != NULL; c = c->next)
+        if (memcmp(&c->source, source, sizeof(*source)) == 0)
+            return true;
+    return false;
+}
+
+void derive_claim(struct derive_claim *c, const tensor_digest *source)
+{
+    pthread_mutex_lock(&claims_lock);
+    while (claimed(source))
+        pthread_cond_wait(&claims_released, &claims_lock);
+    c->source = *source;
+    c->next = claims;
+    claims = c;
+    pthread_mutex_unlock(&claims_lock);
+}
+
+void derive_release(struct derive_claim *c)
+{
+    pthread_mutex_lock(&claims_lock);
+    struct derive_claim **at = &claims;
+    while (*at != c)
+        at = &(*at)->next;
+    *at = c->next;
+    pthread_cond_broadcast(&claims_released);
+    pthread_mutex_unlock(&claims_lock);
+}
+
+bool derive_find(store *s, const tensor_digest *source, const char *transform, const char *runtime,
+                 const char *cpu, derived_entry *e)
+{
+    tetris_error ignored;
+    return derived_entry_read(store_public_dir(s), source, e, &ignored) == 0 &&
+           strcmp(e->transform, transform) == 0 && strcmp(e->runtime, runtime) == 0 &&
+           strcmp(e->cpu, cpu) == 0 && store_has_tensor(s, &e->graph.digest) &&
+           store_has_tensor(s, &e->data.digest);
+}
+
+int derive_make(const char *store_root, const char *public_dir, int image_fd,
+                const tensor_digest *source, int stop_fd, struct derive_output *out,
+                tetris_error *err)
 {
     char program[PATH_MAX], dir[PATH_MAX], line[DERIVE_STDOUT_MAX];
-    cleanup_close int image_fd = -1;
     memset(out, 0, sizeof(*out));
     out->graph_fd = out->data_fd = -1;
+    out->source = *source;
     int rc = derive_program(program, sizeof(program), err);
-    if (rc == 0)
-        rc = copy_image(client_fd, &image_fd, &out->source, err);
     if (rc == 0)
         rc = derived_cpu_features(out->cpu, sizeof(out->cpu), err);
     if (rc < 0)
@@ -345,22 +463,9 @@ int derive_make(const char *store_root, const char *public_dir, int client_fd,
         return rc;
     }
     pthread_mutex_lock(&derive_lock);
-    int pipe_fds[2];
-    if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
-        pthread_mutex_unlock(&derive_lock);
-        remove_dir(dir);
-        return tetris_fail(err, TETRIS_E_IO, errno, "derive: pipe");
-    }
     int64_t start = clock_mono_ms();
-    pid_t pid = fork();
-    if (pid == 0)
-        child_exec(program, image_fd, pipe_fds[1], public_dir, dir, unprivileged);
-    close(pipe_fds[1]);
-    if (pid < 0)
-        rc = tetris_fail(err, TETRIS_E_IO, errno, "derive: fork");
-    else
-        rc = child_wait(pid, pipe_fds[0], line, sizeof(line), err);
-    close(pipe_fds[0]);
+    rc = run_child(program, image_fd, public_dir, dir, unprivileged, stop_fd, line, sizeof(line),
+                   err);
     pthread_mutex_unlock(&derive_lock);
     if (rc == 0)
         rc = parse_result(line, unprivileged, out, err);
@@ -373,6 +478,7 @@ int derive_make(const char *store_root, const char *public_dir, int client_fd,
         derive_output_close(out);
         return rc;
     }
+    note_runtime(out->runtime);
     out->took_ms = clock_mono_ms() - start;
     return 0;
 }

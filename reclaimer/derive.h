@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "protocol/derived.h"
+#include "tensorstore/store.h"
 
 struct derive_output {
     tensor_digest source;           /* of the image the child read */
@@ -21,12 +22,40 @@ struct derive_output {
     int64_t took_ms;
 };
 
-/* Runs tetris-derive on the image behind client_fd (a pod's descriptor),
+/* Copies the image behind client_fd (a pod's descriptor) into a sealed
+ * memfd (*out_fd), hashing it into *source: the bytes the child reads are
+ * the bytes the form is named by. */
+int derive_copy_image(int client_fd, int *out_fd, tensor_digest *source, tetris_error *err);
+
+/* The runtime tetris-derive makes forms with ("onnxruntime 1.29.0"):
+ * asked of the program once (tetris-derive --runtime, bounded like a
+ * derivation) and kept; a derivation that reports another replaces it.
+ * TETRIS_E_UNAVAILABLE when tetris-derive is not installed. */
+int derive_runtime(int stop_fd, char *out, size_t cap, tetris_error *err);
+
+/* One derivation per source at a time: derive_claim waits while another
+ * thread holds a claim on the same source, then holds it until
+ * derive_release. The claim lives in the caller's storage. */
+struct derive_claim {
+    tensor_digest source;
+    struct derive_claim *next;
+};
+void derive_claim(struct derive_claim *c, const tensor_digest *source);
+void derive_release(struct derive_claim *c);
+
+/* Whether the store has a usable form of source: an index entry for this
+ * transform, runtime and CPU whose two tensors are in the store (*e). */
+bool derive_find(store *s, const tensor_digest *source, const char *transform, const char *runtime,
+                 const char *cpu, derived_entry *e);
+
+/* Runs tetris-derive on image_fd (derive_copy_image's, named source),
  * with external data resolved in public_dir and output under
- * store_root/private/tmp. TETRIS_E_UNAVAILABLE when tetris-derive is not
- * installed beside the daemon. */
-int derive_make(const char *store_root, const char *public_dir, int client_fd,
-                struct derive_output *out, tetris_error *err);
+ * store_root/private/tmp; killed, TETRIS_E_UNAVAILABLE, once stop_fd is
+ * readable. TETRIS_E_UNAVAILABLE too when tetris-derive is not installed
+ * beside the daemon. */
+int derive_make(const char *store_root, const char *public_dir, int image_fd,
+                const tensor_digest *source, int stop_fd, struct derive_output *out,
+                tetris_error *err);
 void derive_output_close(struct derive_output *out);
 /* Writes e's index entry under public_dir/derived/ (0444, by rename). */
 int derive_write_entry(const char *public_dir, const derived_entry *e, tetris_error *err);

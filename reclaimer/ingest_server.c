@@ -806,29 +806,20 @@ static int handle_gpu_attach(struct conn *c, const ingest_request *rq, char **re
     return 0;
 }
 
-/* A derived form of the share image behind fds[0] (protocol/derived.h):
- * made by tetris-derive (derive.c), its graph and data published as
- * claims of this connection (charged, verified and budgeted like any),
- * then its index entry written. Failures are the error reply with the
- * connection kept open: they concern only this derivation. */
-static int handle_derive(struct conn *c, const ingest_request *rq, const int *fds, char **reply,
-                         tetris_error *err)
+/* Publishes a made form's two outputs as claims of this connection
+ * (charged, verified and budgeted like any) and fills e's parts. */
+static int publish_derived(struct conn *c, const struct derive_output *out, derived_entry *e,
+                           tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
-    const char *public_dir = store_public_dir(ss->store);
-    struct derive_output out;
-    tetris_error derr = {0};
-    int rc = derive_make(store_root(ss->store), public_dir, fds[0], &out, &derr);
-    derived_entry e = {0};
     ingest_request_tensor parts[2] = {0};
     struct ingest_tensor_result res[2] = {0};
-    int part_fds[2] = {out.graph_fd, out.data_fd};
-    for (size_t i = 0; rc == 0 && i < 2; i++) {
+    int part_fds[2] = {out->graph_fd, out->data_fd};
+    struct derived_part *p[2] = {&e->graph, &e->data};
+    for (size_t i = 0; i < 2; i++) {
         struct stat st;
-        if (fstat(part_fds[i], &st) != 0 || st.st_size <= 0) {
-            rc = tetris_fail(&derr, TETRIS_E_RUNTIME, errno, "derive: empty output");
-            break;
-        }
+        if (fstat(part_fds[i], &st) != 0 || st.st_size <= 0)
+            return tetris_fail(err, TETRIS_E_RUNTIME, errno, "derive: empty output");
         tensor_desc *t = &parts[i].desc;
         t->name = i == 0 ? "derived graph" : "derived data";
         snprintf(t->meta.dtype, sizeof(t->meta.dtype), "uint8");
@@ -841,30 +832,83 @@ static int handle_derive(struct conn *c, const ingest_request *rq, const int *fd
         budget_init(c, &b);
         publish_one(ss, part_fds, &parts[i], &b, &res[i]);
         if (res[i].status == INGEST_REJECTED)
-            rc = tetris_fail(&derr, res[i].code, 0, "derive: %s: %s", t->name, res[i].reason);
+            return tetris_fail(err, res[i].code, 0, "derive: %s: %s", t->name, res[i].reason);
+        *p[i] = (struct derived_part){.digest = t->meta.digest,
+                                      .nbytes = t->meta.nbytes,
+                                      .crc32 = t->meta.crc32};
     }
+    return 0;
+}
+
+/* Makes the form of the sealed image (named source) and writes its index
+ * entry e. */
+static int make_derived(struct conn *c, const char *transform, int image_fd,
+                        const tensor_digest *source, derived_entry *e, struct derive_output *out,
+                        tetris_error *err)
+{
+    struct served_store *ss = c->srv->ss;
+    const char *public_dir = store_public_dir(ss->store);
+    int rc = derive_make(store_root(ss->store), public_dir, image_fd, source, c->srv->stop_pipe[0],
+                         out, err);
+    if (rc == 0)
+        rc = publish_derived(c, out, e, err);
     if (rc == 0) {
-        snprintf(e.transform, sizeof(e.transform), "%s", rq->transform);
-        snprintf(e.runtime, sizeof(e.runtime), "%s", out.runtime);
-        snprintf(e.cpu, sizeof(e.cpu), "%s", out.cpu);
-        snprintf(e.data_location, sizeof(e.data_location), "%s", DERIVED_DATA_LOCATION);
-        e.source = out.source;
-        derived_identity(e.transform, e.runtime, e.cpu, &e.source, &e.identity);
-        struct derived_part *p[2] = {&e.graph, &e.data};
-        for (size_t i = 0; i < 2; i++)
-            *p[i] = (struct derived_part){.digest = parts[i].desc.meta.digest,
-                                          .nbytes = parts[i].desc.meta.nbytes,
-                                          .crc32 = parts[i].desc.meta.crc32};
-        rc = derive_write_entry(public_dir, &e, &derr);
+        snprintf(e->transform, sizeof(e->transform), "%s", transform);
+        snprintf(e->runtime, sizeof(e->runtime), "%s", out->runtime);
+        snprintf(e->cpu, sizeof(e->cpu), "%s", out->cpu);
+        snprintf(e->data_location, sizeof(e->data_location), "%s", DERIVED_DATA_LOCATION);
+        e->source = *source;
+        derived_identity(e->transform, e->runtime, e->cpu, &e->source, &e->identity);
+        rc = derive_write_entry(public_dir, e, err);
     }
-    derive_output_close(&out);
-    char source[TENSOR_DIGEST_HEX_LEN + 1];
-    tensor_digest_to_hex(&out.source, source);
+    derive_output_close(out);
+    return rc;
+}
+
+/* A derived form of the share image behind fds[0] (protocol/derived.h).
+ * The source is claimed first (derive.c): a concurrent ask for it waits
+ * for the derivation under way and then finds its entry. A form already
+ * there for this transform, the child's runtime and this CPU is the
+ * answer; otherwise tetris-derive makes one (make_derived). Failures are
+ * the error reply with the connection kept open: they concern only this
+ * derivation. */
+static int handle_derive(struct conn *c, const ingest_request *rq, const int *fds, char **reply,
+                         tetris_error *err)
+{
+    struct served_store *ss = c->srv->ss;
+    char runtime[DERIVED_NAME_MAX], cpu[DERIVED_NAME_MAX], source[TENSOR_DIGEST_HEX_LEN + 1];
+    struct derive_output out = {.graph_fd = -1, .data_fd = -1};
+    struct derive_claim claim;
+    tensor_digest digest = {0};
+    cleanup_close int image_fd = -1;
+    derived_entry e = {0};
+    tetris_error derr = {0};
+    bool existing = false;
+    int64_t t0 = clock_mono_ms();
+    int rc = derive_copy_image(fds[0], &image_fd, &digest, &derr);
+    if (rc == 0) {
+        derive_claim(&claim, &digest);
+        rc = derive_runtime(c->srv->stop_pipe[0], runtime, sizeof(runtime), &derr);
+        if (rc == 0)
+            rc = derived_cpu_features(cpu, sizeof(cpu), &derr);
+        if (rc == 0)
+            existing = derive_find(ss->store, &digest, rq->transform, runtime, cpu, &e);
+        if (rc == 0 && !existing)
+            rc = make_derived(c, rq->transform, image_fd, &digest, &e, &out, &derr);
+        derive_release(&claim);
+    }
+    tensor_digest_to_hex(&digest, source);
     if (rc < 0) {
         atomic_fetch_add(&ss->counters.derive_failures, 1);
         log_warn("event=derive-failed tenant=%s pid=%d label=%s code=%s msg=%s", tenant_name(ss),
                  (int)c->pid, LOG_Q(rq->label), tetris_code_name(-rc), LOG_Q(derr.msg));
         *reply = ingest_error_encode(-rc, derr.msg);
+    } else if (existing) {
+        log_info("event=derive-existing tenant=%s pid=%d label=%s source=%s runtime=%s "
+                 "waited_ms=%lld",
+                 tenant_name(ss), (int)c->pid, LOG_Q(rq->label), source, LOG_Q(runtime),
+                 (long long)(clock_mono_ms() - t0));
+        *reply = ingest_ack_encode();
     } else {
         atomic_fetch_add(&ss->counters.derived_forms, 1);
         log_info("event=derived tenant=%s pid=%d label=%s source=%s runtime=%s graph_bytes=%llu "

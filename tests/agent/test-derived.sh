@@ -28,8 +28,25 @@ for m in ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_det_infer.onnx \
     ch_ppocr_mobile_v2.0_cls_infer.onnx hello_deepa.onnx; do
     stock=$(run "$MODELS/$m" --private --graph-opt all --prepack 2>/dev/null | jq -r .sha256)
     plain=$(run "$MODELS/$m" --private 2>/dev/null | jq -r .sha256)
+    # Two instances ask at once for the first model: one derivation, the
+    # other ask waits for it and is answered from the index.
+    twin=""
+    if [ "$m" = ch_PP-OCRv4_rec_infer.onnx ]; then
+        run "$MODELS/$m" --store "$store" --derived make >/dev/null 2>"$WORK/err.twin" &
+        twin=$!
+    fi
     first=$(run "$MODELS/$m" --store "$store" --derived make 2>"$WORK/err") ||
         fail "$m make: $(cat "$WORK/err")"
+    if [ -n "$twin" ]; then
+        wait "$twin" || fail "$m: the concurrent ask failed: $(cat "$WORK/err.twin")"
+        grep -q "event=derive-requested.*result=made" "$WORK/err.twin" ||
+            fail "$m: the concurrent ask got no form: $(cat "$WORK/err.twin")"
+        [ "$(grep -c "event=derived .*label=.*$m" "$WORK/daemon.log")" = 1 ] ||
+            fail "$m: concurrent asks derived more than once: $(grep "event=derive" "$WORK/daemon.log")"
+        grep -q "event=derive-existing.*label=.*$m" "$WORK/daemon.log" ||
+            fail "$m: the second ask was not answered from the index"
+        echo "ok $m: two concurrent asks, one derivation, the other answered from the index"
+    fi
     [ "$(json_get "$first" derived)" = false ] || fail "$m: a form before one was made"
     [ "$(json_get "$first" sha256)" = "$plain" ] || fail "$m: the first instance's output differs"
     grep -q "event=derive-requested.*result=made" "$WORK/err" || fail "$m: no form made: $(cat "$WORK/err")"
@@ -134,9 +151,41 @@ done
 [ "$rss" -gt 0 ] || fail "the holders map nothing of the derived data"
 # One copy: the three PSS add up to one RSS (each maps the same pages).
 [ $((pss * 3)) -le $((rss + 3 * 8)) ] || fail "derived data not shared: pss=${pss}kB rss(sum)=${rss}kB"
-exec 3>&-
-for p in $pids; do wait "$p" || true; done
 echo "ok 3 instances hold one copy of the derived data: PSS ${pss} kB for RSS ${rss} kB summed"
+
+# 5b. An instance on the form maps none of the plain weights (it keeps
+# their references: the form is made of them); one on the plain weights
+# maps them. Whole-process RSS and PSS (smaps_rollup) of both, measured.
+graph=$(jq -r .graph.digest "$WORK/entry.orig" | cut -c8-)
+"$BIN/tetris-onnx-run" "$MODELS/$m" --store "$store" --derived off --hold <"$WORK/hold" \
+    >"$WORK/out.plain" 2>"$WORK/err.plain" 3>&- &
+plain_pid=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $plain_pid"
+wait_output "$plain_pid" "$WORK/out.plain" "plain holder" "$WORK/err.plain"
+plain_maps() { grep "$pub/tensors/" "/proc/$1/maps" | grep -v -e "$data" -e "$graph" | wc -l; }
+rollup() { awk '/^Rss:/ { r = $2 } /^Pss:/ { p = $2 } END { print "RSS " r " kB, PSS " p " kB" }' "/proc/$1/smaps_rollup"; }
+for p in $pids; do
+    [ "$(plain_maps "$p")" = 0 ] || fail "an instance on the form maps plain weights: $(plain_maps "$p") mappings"
+done
+[ "$(plain_maps "$plain_pid")" -gt 0 ] || fail "the plain instance maps no plain weights"
+echo "ok on the form: no plain-weight mapping ($(rollup ${pids##* })); on the plain weights: $(plain_maps "$plain_pid") mappings ($(rollup "$plain_pid"))"
+
+# 5c. The form's references are registered again after a daemon restart,
+# like the instance's own (a watcher per connection).
+reclaimer_stop
+reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600
+i=0
+for p in $pids; do
+    i=$((i + 1))
+    wait_until 30 "[ \$(grep -c 'event=daemon-reregistered label=derived' '$WORK/err.$i') -ge 1 ]" ||
+        fail "holder $i did not register its form again: $(cat "$WORK/err.$i")"
+done
+"$BIN/tetris-agent" inspect --store "$store" >"$WORK/inspect" 2>&1
+[ "$(grep " live " "$WORK/inspect" | grep -c derived)" -ge 3 ] ||
+    fail "the new daemon holds no form references: $(cat "$WORK/inspect")"
+echo "ok after a daemon restart the form's references are registered again ($(grep " live " "$WORK/inspect" | grep -c derived) holders)"
+exec 3>&-
+for p in $pids $plain_pid; do wait "$p" || true; done
 
 # 6. A hostile graph fails its own derivation; the daemon goes on.
 head -c 65536 /dev/urandom >"$WORK/garbage.onnx"
