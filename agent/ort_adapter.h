@@ -34,11 +34,15 @@
 /* Derived forms (protocol/derived.h): the optimised graph with its
  * pre-packed weights, made once per node by the node daemon. */
 enum ort_derived {
-    ORT_DERIVED_AUTO = 0, /* USE; without one, ask the daemon for it in the
+    /* The default. A form's graph is optimised at `all`: its answers are
+     * stock ONNX Runtime's, not the plain graph's, so replicas of one
+     * function would answer differently once a form appears between their
+     * starts. A function opts in (TETRIS_DERIVED=auto). */
+    ORT_DERIVED_OFF = 0,  /* never */
+    ORT_DERIVED_AUTO,     /* USE; without one, ask the daemon for it in the
                              background once the session is open (a detached
                              thread: no start waits, a failure is one log line) */
     ORT_DERIVED_USE,      /* open it when the store has one for this runtime and CPU */
-    ORT_DERIVED_OFF,      /* never */
     ORT_DERIVED_MAKE,     /* USE; without one, ask the daemon after the session is
                              open and wait for it (tests, registration) */
 };
@@ -49,7 +53,7 @@ struct ort_adapter_options {
     bool prepack;           /* let ORT pre-pack weights (private copies); default false */
     const char *save_optimized; /* write the optimised graph, weights included,
                                    to this ONNX file (ORT's SetOptimizedModelFilePath) */
-    enum ort_derived derived;   /* store mode only; default ORT_DERIVED_AUTO */
+    enum ort_derived derived;   /* store mode only; default ORT_DERIVED_OFF */
 };
 
 typedef struct ort_model {

@@ -162,9 +162,9 @@ static int parse_args(int argc, char **argv, struct run_options *o)
          .env = TETRIS_ENV_DERIVED,
          .meta = "MODE",
          .help = "the store's derived form (optimised graph, pre-packed weights made once per "
-                 "node by the daemon): auto (default): use it when there is one for this "
+                 "node by the daemon): off (default); auto: use it when there is one for this "
                  "runtime and CPU, and without one ask the daemon for it in the background "
-                 "once the session is open; use: use it, never ask; off; make: use it, and "
+                 "once the session is open; use: use it, never ask; make: use it, and "
                  "without one ask the daemon after the session is open and wait"},
         {.name = "dim",
          .type = OPT_TYPE_I64,

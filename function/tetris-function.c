@@ -234,11 +234,12 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
          .env = TETRIS_ENV_DERIVED,
          .meta = "MODE",
          .help = "the store's derived form of the model (optimised graph and pre-packed "
-                 "weights, made once per node by the daemon): auto (default): use it when "
-                 "there is one for this runtime and CPU, and without one ask the daemon for it "
-                 "in the background once the session is open (no start waits; the next "
-                 "instance uses it); use: use it, never ask; off: the plain weights only; "
-                 "make: ask and wait before serving"},
+                 "weights, made once per node by the daemon; its answers are stock ONNX "
+                 "Runtime's at level all): off (default): the plain weights only; auto: use "
+                 "it when there is one for this runtime and CPU, and without one ask the "
+                 "daemon for it in the background once the session is open (no start waits; "
+                 "the next instance uses it); use: use it, never ask; make: ask and wait "
+                 "before serving"},
         {.name = "dim",
          .type = OPT_TYPE_I64,
          .dest = &o->dynamic_dim,

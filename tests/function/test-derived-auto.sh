@@ -1,6 +1,6 @@
 #!/bin/sh
 # tetris-function makes its model's derived form without anyone waiting
-# (protocol/derived.h, --derived auto, the default): the first instance on
+# (protocol/derived.h, --derived auto, opted into): the first instance on
 # a fresh store answers on the plain weights, what tetris-onnx-run
 # --private answers, and asks the real node daemon in the background; the
 # index entry appears without any explicit make while it serves; a second
@@ -8,7 +8,7 @@
 # ONNX Runtime at `all` with pre-packing answers. (Not what the first
 # answered: ONNX Runtime's fusions at `all` change the floating-point
 # results of both models for some inputs, e.g. hello_deepa seed 3.)
-# --derived use never asks.
+# --derived use never asks; the default (off) neither asks nor uses one.
 set -eu
 . "$(dirname "$0")/../lib/function.sh"
 [ -x "$BIN/tetris-derive" ] || fail "tetris-derive not built in $BIN"
@@ -19,7 +19,7 @@ mkdir -p "$store"
 chmod 0711 "$WORK"
 reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600
 pub="$store/public"
-# The default under test (common.sh sets use for the other tests).
+# The mode under test (common.sh sets use for the other tests).
 export TETRIS_DERIVED=auto
 
 # answers NAME: the sha256 of seeds 3 and 11, one line.
@@ -94,3 +94,14 @@ for m in hello_deepa.onnx ch_PP-OCRv4_det_infer.onnx; do
 done
 [ "$(grep -c "event=derived " "$WORK/daemon.log")" = 2 ] ||
     fail "expected 2 derivations: $(grep "event=derive" "$WORK/daemon.log")"
+
+# The default: a form in the store is neither used nor asked for.
+unset TETRIS_DERIVED
+fn_start dflt --model "$MODELS/hello_deepa.onnx" --store "$store"
+jq -e '.derived == false' "$WORK/dflt.ready" >/dev/null ||
+    fail "the default used the form: $(cat "$WORK/dflt.ready")"
+[ "$(answers dflt)" = "$(reference "$MODELS/hello_deepa.onnx")" ] ||
+    fail "the default did not answer what the plain weights answer"
+! grep -q "event=derive-request" "$WORK/dflt.log" || fail "the default asked for a form"
+stop_fn dflt
+echo "ok the default (off) runs on the plain weights beside a form and asks for none"

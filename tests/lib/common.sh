@@ -25,10 +25,9 @@ PROG="$(basename "$0" .sh)"
 # Under ASan: ONNX Runtime's own leaks are not ours (see lsan.supp).
 export LSAN_OPTIONS="suppressions=$ROOT/tests/lib/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 # Instances use a derived form the store has but ask for none in the
-# background (tetris-onnx-run and tetris-function --derived auto, their
-# default): a form made between a test's cold and warm start would change
-# the warm start's outputs to the optimised graph's. The tests of derived
-# forms ask for them (--derived make, or auto set explicitly).
+# background: a form made between a test's cold and warm start would
+# change the warm start's outputs to the optimised graph's. The tests of
+# derived forms ask for them (--derived make, or auto set explicitly).
 export TETRIS_DERIVED="${TETRIS_DERIVED:-use}"
 
 _shm=/dev/shm
