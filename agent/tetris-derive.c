@@ -159,32 +159,63 @@ static int write_file(const char *path, const uint8_t *bytes, size_t len, tetris
     return 0;
 }
 
+/* What ONNX Runtime wrote to out_dir: the graph, read whole, and the data
+ * file, mapped. */
+struct written_form {
+    char graph_path[4096], data_path[4096];
+    char *graph;
+    size_t graph_len;
+    uint8_t *data;
+    size_t data_len;
+};
+
+static int written_form_open(const char *out_dir, struct written_form *f, tetris_error *err)
+{
+    memset(f, 0, sizeof(*f));
+    f->data = MAP_FAILED;
+    snprintf(f->graph_path, sizeof(f->graph_path), "%s/graph.onnx", out_dir);
+    snprintf(f->data_path, sizeof(f->data_path), "%s/%s", out_dir, DERIVED_DATA_LOCATION);
+    int r = file_read_all(f->graph_path, INGEST_MAX_DERIVE_IMAGE, &f->graph, &f->graph_len, err);
+    if (r < 0)
+        return r;
+    cleanup_close int fd = open(f->data_path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0)
+        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "%s: none written", f->data_path);
+    f->data_len = (size_t)st.st_size;
+    f->data = mmap(NULL, f->data_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->data == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", f->data_path);
+    return 0;
+}
+
+static void written_form_close(struct written_form *f)
+{
+    free(f->graph);
+    f->graph = NULL;
+    if (f->data != MAP_FAILED)
+        munmap(f->data, f->data_len);
+    f->data = MAP_FAILED;
+}
+
 static int relayout(const char *out_dir, tetris_error *err)
 {
-    char graph_path[4096], data_path[4096], new_data[4096];
-    snprintf(graph_path, sizeof(graph_path), "%s/graph.onnx", out_dir);
-    snprintf(data_path, sizeof(data_path), "%s/%s", out_dir, DERIVED_DATA_LOCATION);
-    snprintf(new_data, sizeof(new_data), "%s/%s.aligned", out_dir, DERIVED_DATA_LOCATION);
-    cleanup_free char *graph = NULL;
-    size_t graph_len = 0;
-    int rc = file_read_all(graph_path, INGEST_MAX_DERIVE_IMAGE, &graph, &graph_len, err);
-    if (rc < 0)
+    struct written_form f;
+    int rc = written_form_open(out_dir, &f, err);
+    if (rc < 0) {
+        written_form_close(&f);
         return rc;
-    cleanup_close int data_fd = open(data_path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (data_fd < 0 || fstat(data_fd, &st) != 0 || st.st_size <= 0)
-        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "%s: none written", data_path);
-    struct relayout r = {.data_len = (size_t)st.st_size};
-    r.data = mmap(NULL, r.data_len, PROT_READ, MAP_PRIVATE, data_fd, 0);
-    if (r.data == MAP_FAILED)
-        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", data_path);
+    }
+    char new_data[sizeof(f.data_path) + 16];
+    snprintf(new_data, sizeof(new_data), "%s.aligned", f.data_path);
+    struct relayout r = {.data = f.data, .data_len = f.data_len};
     r.out_fd = open(new_data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cleanup_free uint8_t *rewritten = NULL;
     size_t rewritten_len = 0;
     if (r.out_fd < 0)
         rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", new_data);
     else
-        rc = onnx_rewrite((const uint8_t *)graph, graph_len, relayout_tensor, &r, &rewritten,
+        rc = onnx_rewrite((const uint8_t *)f.graph, f.graph_len, relayout_tensor, &r, &rewritten,
                           &rewritten_len, err);
     if (rc == 0 && r.failed)
         rc = tetris_fail(err, TETRIS_E_RUNTIME, 0,
@@ -196,13 +227,13 @@ static int relayout(const char *out_dir, tetris_error *err)
         rc = tetris_fail(err, TETRIS_E_FORMAT, 0,
                          "the optimised graph keeps external data outside %s",
                          DERIVED_DATA_LOCATION);
-    munmap((void *)r.data, r.data_len);
     if (r.out_fd >= 0 && close(r.out_fd) != 0 && rc == 0)
         rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", new_data);
     if (rc == 0)
-        rc = write_file(graph_path, rewritten, rewritten_len, err);
-    if (rc == 0 && rename(new_data, data_path) != 0)
-        rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", data_path);
+        rc = write_file(f.graph_path, rewritten, rewritten_len, err);
+    if (rc == 0 && rename(new_data, f.data_path) != 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", f.data_path);
+    written_form_close(&f);
     return rc;
 }
 
@@ -214,24 +245,14 @@ static int relayout(const char *out_dir, tetris_error *err)
  * child cannot walk to its output directory (a store's private one). */
 static int check_opens(const OrtApi *api, const char *out_dir, tetris_error *err)
 {
-    char graph_path[4096], data_path[4096];
-    snprintf(graph_path, sizeof(graph_path), "%s/graph.onnx", out_dir);
-    snprintf(data_path, sizeof(data_path), "%s/%s", out_dir, DERIVED_DATA_LOCATION);
-    cleanup_free char *graph = NULL;
-    size_t graph_len = 0;
-    int r = file_read_all(graph_path, INGEST_MAX_DERIVE_IMAGE, &graph, &graph_len, err);
-    if (r < 0)
+    struct written_form f;
+    int r = written_form_open(out_dir, &f, err);
+    if (r < 0) {
+        written_form_close(&f);
         return r;
-    cleanup_close int data_fd = open(data_path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (data_fd < 0 || fstat(data_fd, &st) != 0 || st.st_size <= 0)
-        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "%s: none written", data_path);
-    size_t data_len = (size_t)st.st_size;
-    char *data = mmap(NULL, data_len, PROT_READ, MAP_PRIVATE, data_fd, 0);
-    if (data == MAP_FAILED)
-        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", data_path);
+    }
     const ORTCHAR_T *names[] = {DERIVED_DATA_LOCATION};
-    char *buffers[] = {data};
+    char *buffers[] = {(char *)f.data};
     OrtEnv *env = NULL;
     OrtSessionOptions *so = NULL;
     OrtSession *session = NULL;
@@ -244,11 +265,11 @@ static int check_opens(const OrtApi *api, const char *out_dir, tetris_error *err
                       "set graph optimization", err);
     if (r == 0)
         r = ort_check(api,
-                      api->AddExternalInitializersFromFilesInMemory(so, names, buffers, &data_len,
+                      api->AddExternalInitializersFromFilesInMemory(so, names, buffers, &f.data_len,
                                                                     1),
                       "hand over the data file", err);
     if (r == 0)
-        r = ort_check(api, api->CreateSessionFromArray(env, graph, graph_len, so, &session),
+        r = ort_check(api, api->CreateSessionFromArray(env, f.graph, f.graph_len, so, &session),
                       "open the optimised graph", err);
     if (session != NULL)
         api->ReleaseSession(session);
@@ -256,7 +277,7 @@ static int check_opens(const OrtApi *api, const char *out_dir, tetris_error *err
         api->ReleaseSessionOptions(so);
     if (env != NULL)
         api->ReleaseEnv(env);
-    munmap(data, data_len);
+    written_form_close(&f);
     if (r < 0)
         err->code = TETRIS_E_FORMAT;
     return r;
