@@ -43,6 +43,8 @@ SHELL_TESTS += tests/reclaimer/test-conn-shares.sh \
                tests/reclaimer/test-parse-memory.sh \
                tests/reclaimer/test-shared-store.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
+# Models pulled from a registry: a real one, and a hostile one.
+SHELL_TESTS += tests/reclaimer/test-pull.sh tests/reclaimer/test-pull-faults.sh
 # Root: the store on a tmpfs of its own (huge=within_size), reused, refused;
 # a kernel without huge tmpfs pages played by an LD_PRELOAD library.
 SHELL_TESTS += tests/reclaimer/test-store-tmpfs.sh
