@@ -108,7 +108,6 @@ extern const double ingest_duration_bounds[INGEST_DURATION_BUCKETS];
 /* Pulls from registries (pull.h), node-wide: a registry is the node's
  * network, whichever store asked. */
 struct pull_counters {
-    atomic_uint_least64_t pulls;         /* pulls answered */
     atomic_uint_least64_t tensors;       /* tensor layers fetched and published */
     atomic_uint_least64_t bytes;         /* their layer bytes */
     atomic_uint_least64_t skipped_bytes; /* layer bytes not fetched: the store had them */

@@ -947,7 +947,6 @@ static void observe_pull(struct daemon *d, int64_t us, int rc)
     size_t b = 0;
     while (b < PULL_DURATION_BUCKETS && s > pull_duration_bounds[b])
         b++;
-    atomic_fetch_add(&p->pulls, 1);
     atomic_fetch_add(&p->duration_bucket[b], 1);
     atomic_fetch_add(&p->duration_us, (uint64_t)us);
 }

@@ -128,7 +128,8 @@ static void cache_trim(int dir, const char *keep, uint64_t cache_max)
             continue;
         }
         total += (uint64_t)st.st_size;
-        if (strcmp(e->d_name, keep) == 0 || strlen(e->d_name) >= sizeof(files[0].name))
+        size_t name_len = strlen(e->d_name);
+        if (strcmp(e->d_name, keep) == 0 || name_len >= sizeof(files[0].name))
             continue;
         if (n == cap) {
             size_t c = cap ? cap * 2 : 16;
@@ -138,13 +139,14 @@ static void cache_trim(int dir, const char *keep, uint64_t cache_max)
             files = f;
             cap = c;
         }
-        snprintf(files[n].name, sizeof(files[n].name), "%s", e->d_name);
+        memcpy(files[n].name, e->d_name, name_len + 1);
         files[n].size = st.st_size;
         files[n].mtime = st.st_mtime;
         n++;
     }
     closedir(d);
-    qsort(files, n, sizeof(*files), by_mtime);
+    if (n > 1)
+        qsort(files, n, sizeof(*files), by_mtime);
     for (size_t i = 0; i < n && total > cache_max; i++)
         if (unlinkat(dir, files[i].name, 0) == 0)
             total -= (uint64_t)files[i].size;
