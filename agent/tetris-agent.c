@@ -18,6 +18,7 @@
 #include "common/options.h"
 #include "model/manifest.h"
 #include "protocol/names.h"
+#include "protocol/oci.h"
 
 enum exit_code {
     EXIT_OK = 0,
@@ -496,6 +497,14 @@ static int load_for_view(const struct cli *c, const char *model_path, agent_mode
     tetris_error err = {0};
     int r;
 
+    /* A view names its model file (docs/PROTOCOLS.md, "Model view"): a
+     * pulled model has none yet. */
+    if (oci_ref_is(model_path))
+        return report(tetris_fail(&err, TETRIS_E_INVAL, 0,
+                                  "%s: a model view of a registry reference is not supported "
+                                  "yet (load and tetris-onnx-run take one)",
+                                  model_path),
+                      "load", &err);
     load_options(c, &o);
     o.populate = STORE_POPULATE_NONE;
     o.map_only = true;
