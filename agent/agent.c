@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,8 +37,10 @@
 #include "model/manifest.h"
 #include "model/model_publish.h"
 #include "protocol/names.h"
+#include "protocol/oci.h"
 
 #define DEFAULT_DAEMON_TIMEOUT_MS 30000
+#define DEFAULT_PULL_TIMEOUT_MS 600000 /* a model from a registry: minutes */
 /* Mappings left to the runtime after the tensors are mapped: its threads'
  * stacks, allocator arenas and libraries each take some, and an mmap
  * failing inside it is far worse than a few tensors held privately. */
@@ -60,6 +63,9 @@ struct agent_model_private {
     char *public_dir; /* the store's tensors/ and ingest socket */
     enum store_populate populate;
     atomic_bool populate_degraded_logged;
+    const uint8_t *graph; /* a pulled model's non-weight layer (mapped) */
+    size_t graph_len;
+    void *graph_map;       /* for munmap; NULL when graph_len is 0 */
     gpu_driver *gpu;       /* o->device: the driver */
     gpu_mapping *gpu_maps; /* one per distinct digest attached */
     size_t n_gpu_maps;
@@ -103,6 +109,7 @@ void agent_options_init(struct agent_options *o)
     o->daemon_timeout_ms = DEFAULT_DAEMON_TIMEOUT_MS;
     o->shuffle = true;
     o->populate = AGENT_POPULATE_DEFAULT;
+    o->pull_timeout_ms = DEFAULT_PULL_TIMEOUT_MS;
 }
 
 int agent_populate_option(const struct opt_spec *spec, const char *label, const char *value,
@@ -851,6 +858,157 @@ static int load_from_store(agent_model *am, const struct agent_options *o, tetri
     return r;
 }
 
+/* ---- a model named by a registry reference: the node daemon pulls it ---- */
+
+/* The pulled model's config, decoded: every tensor by identity, its bytes
+ * in the store (a tensor's region is its store file's, whole). */
+static int read_pulled_model(int fd, const char *ref, model **out, tetris_error *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "the pulled config");
+    cleanup_free char *text = malloc((size_t)st.st_size + 1);
+    if (text == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "the pulled config");
+    size_t done = 0;
+    while (done < (size_t)st.st_size) {
+        ssize_t r = pread(fd, text + done, (size_t)st.st_size - done, (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return tetris_fail(err, TETRIS_E_IO, r < 0 ? errno : 0, "read the pulled config");
+        done += (size_t)r;
+    }
+    int rc = manifest_parse(text, done, out, err);
+    if (rc < 0)
+        return tetris_wrap(err, "%s: the config", ref);
+    model *m = *out;
+    char *path = strdup(ref);
+    if (path == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "%s", ref);
+    free(m->path);
+    m->path = path;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        tensor_desc *t = &m->tensors[i];
+        if (!t->has_digest)
+            return tetris_fail(err, TETRIS_E_PROTOCOL, 0, "%s: tensor %s has no identity", ref,
+                               t->name);
+        free(t->source);
+        t->source = NULL;
+        t->offset = 0;
+        t->length = t->meta.nbytes;
+        t->encoding = TENSOR_ENC_RAW;
+    }
+    return 0;
+}
+
+static int map_graph(agent_model *am, int fd, tetris_error *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "the pulled graph");
+    if (st.st_size == 0)
+        return 0;
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "map the pulled graph");
+    am->priv->graph_map = p;
+    am->priv->graph = p;
+    am->priv->graph_len = (size_t)st.st_size;
+    return 0;
+}
+
+/* Pulls ref through the node daemon (which holds our references for as
+ * long as the connection is open) and maps every tensor of it. No private
+ * fallback: there is no file to fall back to, so a failure is the load's. */
+static int load_pulled(agent_model *am, const char *ref, const struct agent_options *o,
+                       tetris_error *err)
+{
+    struct agent_model_private *p = am->priv;
+    struct agent_steps *steps = &am->stats.steps;
+    if (o->mode != AGENT_MODE_STORE)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "%s: a model named by reference is pulled by the node daemon "
+                           "(store mode only)",
+                           ref);
+    struct store_options so = {.tenant = o->tenant, .read_only = true};
+    double mark = clock_now_ms();
+    int r = store_open(o->store_dir != NULL ? o->store_dir : STORE_DEFAULT_DIR, &so, &p->store,
+                       err);
+    if (r < 0)
+        return tetris_wrap(err, "%s: no store to pull into", ref);
+    if ((p->public_dir = strdup(store_public_dir(p->store))) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "out of memory");
+    step_done(&steps->store_ms, &mark);
+    char sock[4096];
+    if (o->daemon_socket != NULL)
+        snprintf(sock, sizeof(sock), "%s", o->daemon_socket);
+    else
+        snprintf(sock, sizeof(sock), "%s/%s", p->public_dir, INGEST_SOCKET_NAME);
+    const char *label = o->label != NULL ? o->label : ref;
+    if ((r = ingest_client_connect(sock, o->daemon_timeout_ms, &p->daemon, err)) < 0)
+        return tetris_wrap(err, "%s", ref);
+    step_done(&steps->connect_ms, &mark);
+    struct ingest_pull_result pulled;
+    int fds[2] = {-1, -1};
+    r = ingest_client_pull(p->daemon, label, ref, o->pull_timeout_ms, &pulled, fds, err);
+    step_done(&steps->register_ms, &mark);
+    if (r == 0)
+        r = read_pulled_model(fds[0], ref, &am->model, err);
+    if (r == 0)
+        r = map_graph(am, fds[1], err);
+    for (size_t i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    step_done(&steps->read_ms, &mark);
+    if (r < 0)
+        return r;
+    size_t n = am->model->n_tensors;
+    am->tensors = calloc(n + 1, sizeof(*am->tensors));
+    p->maps = calloc(n + 1, sizeof(*p->maps));
+    p->copies = calloc(n + 1, sizeof(*p->copies));
+    p->mappable = calloc(n + 1, sizeof(*p->mappable));
+    cleanup_free struct ingest_tensor_result *res = calloc(n + 1, sizeof(*res));
+    if (am->tensors == NULL || p->maps == NULL || p->copies == NULL || p->mappable == NULL ||
+        res == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    /* Every tensor is the store's, the small ones too: there is no file. */
+    for (size_t i = 0; i < n; i++) {
+        am->tensors[i].desc = &am->model->tensors[i];
+        p->mappable[i] = am->model->tensors[i].meta.nbytes > 0;
+        if (!p->mappable[i])
+            am->tensors[i].data = empty_tensor;
+    }
+    am->stats.tensors = n;
+    am->stats.bytes = am->model->total_bytes;
+    am->stats.ingested_bytes = pulled.pulled_bytes;
+    am->stats.store_result = pulled.pulled_tensors == 0                ? AGENT_STORE_HIT
+                             : pulled.pulled_tensors == pulled.tensors ? AGENT_STORE_MISS
+                                                                       : AGENT_STORE_PARTIAL;
+    if ((r = store_use_begin(p->store, err)) < 0)
+        return r;
+    map_resident(am, o, res);
+    store_use_end(p->store);
+    step_done(&steps->map_ms, &mark);
+    if (am->stats.fell_back)
+        return tetris_fail(err, TETRIS_E_IO, 0, "%s: %s", ref, am->stats.fallback_reason);
+    char digest[7 + TENSOR_DIGEST_HEX_LEN + 1];
+    oci_digest_format(&pulled.digest, digest);
+    log_info("event=pulled model=%s digest=%s tensors=%llu pulled_tensors=%llu "
+             "pulled_bytes=%llu skipped_bytes=%llu",
+             LOG_Q(ref), digest, (unsigned long long)pulled.tensors,
+             (unsigned long long)pulled.pulled_tensors, (unsigned long long)pulled.pulled_bytes,
+             (unsigned long long)pulled.skipped_bytes);
+    return 0;
+}
+
+const uint8_t *agent_model_graph(const agent_model *am, size_t *len)
+{
+    /* An agent_model put together by hand (tetris-registry's) has no priv. */
+    *len = am->priv != NULL ? am->priv->graph_len : 0;
+    return am->priv != NULL ? am->priv->graph : NULL;
+}
+
 static int read_model(const char *model_path, const struct agent_options *o, model **out,
                       tetris_error *err)
 {
@@ -880,6 +1038,22 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
     double mark = start;
+    if (oci_ref_is(model_path)) {
+        am->priv->populate = o->populate;
+        if ((r = load_pulled(am, model_path, o, err)) < 0) {
+            agent_model_free(am);
+            return r;
+        }
+        am->stats.load_ms = clock_now_ms() - start;
+        log_info("event=load model=%s tensors=%zu bytes=%llu mapped_bytes=%llu "
+                 "ingested_bytes=%llu private_bytes=0 load_ms=%.3f store=%s",
+                 LOG_Q(model_path), am->stats.tensors, (unsigned long long)am->stats.bytes,
+                 (unsigned long long)am->stats.mapped_bytes,
+                 (unsigned long long)am->stats.ingested_bytes, am->stats.load_ms,
+                 agent_store_result_name(am->stats.store_result));
+        *out = am;
+        return 0;
+    }
     if ((r = read_model(model_path, o, &am->model, err)) < 0) {
         agent_model_free(am);
         return r;
@@ -969,6 +1143,8 @@ void agent_model_free(agent_model *am)
             free(p->copies[i]);
         for (size_t i = 0; i < p->n_gpu_maps; i++)
             gpu_unmap(p->gpu, &p->gpu_maps[i]);
+        if (p->graph_map != NULL)
+            munmap(p->graph_map, p->graph_len);
         free(p->gpu_maps);
         gpu_driver_close(p->gpu);
         /* mappings are gone: now the references may go */

@@ -67,6 +67,9 @@ struct agent_options {
                                      NULL: host memory only */
     const char *libcuda;          /* the CUDA driver, NULL: $TETRIS_LIBCUDA or
                                      libcuda.so.1 */
+    int pull_timeout_ms;          /* a model named by reference (oci://): how long
+                                     the node daemon may take to pull it; default
+                                     600000 */
     bool map_only;                /* the caller never reads the bytes, it only holds the
                                      references (a model view's writer, view.h): tensors
                                      the store does not serve get no private copy and
@@ -140,8 +143,18 @@ void agent_options_init(struct agent_options *o);
  * store_populate): "none", "map" or "madvise"; else TETRIS_E_INVAL. */
 int agent_populate_option(const struct opt_spec *spec, const char *label, const char *value,
                           tetris_error *err);
+/* model_path is a model file, or a registry reference
+ * (oci://HOST:PORT/REPO[:TAG|@sha256:HEX], protocol/oci.h): then the node
+ * daemon pulls the model (STORE mode only) and every tensor is mapped
+ * from the store; there is no private fallback, and a pull the daemon
+ * refuses is the load's error with the daemon's message. */
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
                tetris_error *err);
+/* The non-weight part of a pulled model (ONNX: its graph, every tensor the
+ * store serves external data at "tensors/XX/<hex>"; safetensors: its
+ * header), *len its length; NULL (and 0) for a model loaded from a file.
+ * Valid until agent_model_free. */
+const uint8_t *agent_model_graph(const agent_model *am, size_t *len);
 /* "none", "hit", "partial" or "miss" (the metrics' store label). */
 const char *agent_store_result_name(enum agent_store_result r);
 const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);

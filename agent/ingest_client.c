@@ -295,6 +295,32 @@ int ingest_client_derive(ingest_client *c, const char *label, int image_fd, int 
     return rc;
 }
 
+int ingest_client_pull(ingest_client *c, const char *label, const char *ref, int timeout_ms,
+                       struct ingest_pull_result *out, int fds[2], tetris_error *err)
+{
+    int64_t deadline = clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : c->timeout_ms);
+    cleanup_free char *request = ingest_pull_encode(label, ref);
+    if (request == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pull request");
+    int rc = ingest_send_message(c->sock, request, strlen(request), NULL, 0, deadline, err);
+    cleanup_free char *reply = NULL;
+    size_t reply_len = 0, n_got = 0;
+    fds[0] = fds[1] = -1;
+    int got[2] = {-1, -1};
+    if (rc == 0)
+        rc = ingest_recv_message(c->sock, INGEST_MAX_MESSAGE_BYTES, &reply, &reply_len, got, 2,
+                                 &n_got, deadline, err);
+    if (rc == 0)
+        rc = ingest_pull_reply_decode(reply, reply_len, n_got, out, err);
+    for (size_t i = 0; i < 2; i++) {
+        if (rc == 0)
+            fds[i] = got[i];
+        else if (i < n_got)
+            close(got[i]);
+    }
+    return rc;
+}
+
 /* ---- staying registered across daemon restarts ---- */
 
 /* Sleeps about delay_ms (see REREGISTER_FIRST_DELAY_MS). Returns false if

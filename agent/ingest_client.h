@@ -88,6 +88,15 @@ int ingest_client_keep_registered(ingest_client *c, tetris_error *err);
 int ingest_client_derive(ingest_client *c, const char *label, int image_fd, int timeout_ms,
                          tetris_error *err);
 
+/* Asks the daemon to pull the model at ref (protocol/ingest.h, "pull")
+ * and to hold references to all its tensors for as long as c is open;
+ * waits at most timeout_ms (<= 0: the connection's timeout). On success
+ * fds[0] is the config (the model's manifest) and fds[1] its non-weight
+ * layer, read-only, the caller's to close. A refused pull is the daemon's
+ * code and message; the connection is closed by the daemon then. */
+int ingest_client_pull(ingest_client *c, const char *label, const char *ref, int timeout_ms,
+                       struct ingest_pull_result *out, int fds[2], tetris_error *err);
+
 /* Tells the daemon that an agent fell back to a private load (counted in
  * tetris_agent_fallbacks_total). Best effort: one short connection. */
 int ingest_report_fallback(const char *socket_path, const char *label, const char *reason,

@@ -39,6 +39,20 @@ int onnx_share_read_image(const char *path, uint8_t **out, size_t *len, tetris_e
     return 0;
 }
 
+int onnx_share_model_image(const agent_model *am, const char *model_path, uint8_t **out,
+                           size_t *len, tetris_error *err)
+{
+    size_t n = 0;
+    const uint8_t *graph = am != NULL ? agent_model_graph(am, &n) : NULL;
+    if (graph == NULL)
+        return onnx_share_read_image(model_path, out, len, err);
+    if ((*out = malloc(n > 0 ? n : 1)) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory copying %s", model_path);
+    memcpy(*out, graph, n);
+    *len = n;
+    return 0;
+}
+
 static bool same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
@@ -54,6 +68,8 @@ int onnx_share_match_init(struct onnx_share_match *m, const agent_model *am, con
     const model *mdl = am->model;
     memset(m, 0, sizeof(*m));
     m->am = am;
+    size_t graph_len;
+    m->pulled = agent_model_graph(am, &graph_len) != NULL;
     m->in_file = calloc(mdl->n_tensors + 1, sizeof(*m->in_file));
     if (m->in_file == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
@@ -71,12 +87,37 @@ int onnx_share_match_init(struct onnx_share_match *m, const agent_model *am, con
     return 0;
 }
 
+/* A pulled graph's payload at "tensors/XX/<hex>", offset 0: the tensor of
+ * that identity. */
+static const agent_tensor *find_by_store_name(const struct onnx_share_match *m,
+                                              const struct onnx_tensor_ref *ref)
+{
+    const model *mdl = m->am->model;
+    char location[8 + 3 + TENSOR_DIGEST_HEX_LEN + 1];
+    if (ref->location == NULL || ref->offset != 0 || ref->location_len != sizeof(location) - 1)
+        return NULL;
+    memcpy(location, ref->location, ref->location_len);
+    location[ref->location_len] = '\0';
+    tensor_digest d;
+    tetris_error derr;
+    if (strncmp(location, "tensors/", 8) != 0 || location[10] != '/' ||
+        strncmp(location + 8, location + 11, 2) != 0 ||
+        tensor_digest_from_hex(location + 11, &d, &derr) < 0)
+        return NULL;
+    for (size_t i = 0; i < mdl->n_tensors; i++)
+        if (tensor_digest_equal(&mdl->tensors[i].meta.digest, &d))
+            return &m->am->tensors[i];
+    return NULL;
+}
+
 const agent_tensor *onnx_share_match_find(const struct onnx_share_match *m,
                                           const struct onnx_tensor_ref *ref)
 {
     const model *mdl = m->am->model;
     char path[PATH_MAX];
 
+    if (m->pulled)
+        return find_by_store_name(m, ref);
     if (ref->location != NULL &&
         snprintf(path, sizeof(path), "%s/%.*s", m->model_dir, (int)ref->location_len,
                  ref->location) >= (int)sizeof(path))

@@ -20,12 +20,19 @@
 
 /* Reads the whole file at path into *out (malloc'd). */
 int onnx_share_read_image(const char *path, uint8_t **out, size_t *len, tetris_error *err);
+/* The image of am's model: a copy of a pulled model's graph
+ * (agent_model_graph), else the file at model_path read whole. */
+int onnx_share_model_image(const agent_model *am, const char *model_path, uint8_t **out,
+                           size_t *len, tetris_error *err);
 
 /* Matches protos to tensors: a proto's payload is tensor i's bytes when
  * both are in the same file (the model image, or the external data file
- * its location names relative to the model's folder) at the same offset. */
+ * its location names relative to the model's folder) at the same offset.
+ * In a pulled model's graph a payload is external data at the store name
+ * "tensors/XX/<hex>" of its tensor's identity: matched by that. */
 struct onnx_share_match {
     const agent_model *am;
+    bool pulled;
     char model_dir[PATH_MAX];
     bool *in_file; /* per tensor: its bytes are in the model file itself */
 };

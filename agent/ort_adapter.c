@@ -467,7 +467,7 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
     }
     if (root == NULL)
         return 0; /* nothing mapped from a store */
-    if ((r = onnx_share_read_image(model_path, &orig, &orig_len, err)) < 0)
+    if ((r = onnx_share_model_image(am, model_path, &orig, &orig_len, err)) < 0)
         return r;
     struct share_ctx c = {.m = m, .store_root = root, .err = err};
     if ((r = onnx_share_match_init(&c.match, am, model_path, err)) < 0)

@@ -18,6 +18,7 @@
 #include "common/options.h"
 #include "model/manifest.h"
 #include "protocol/names.h"
+#include "protocol/oci.h"
 
 enum exit_code {
     EXIT_OK = 0,
@@ -37,7 +38,8 @@ static const char commands_text[] =
     "        map MODEL's tensors from the store (default " STORE_DEFAULT_DIR "); the\n"
     "        node daemon ingests missing ones (--direct: ingest them ourselves;\n"
     "        --private: no store, the baseline). Prints one JSON object as soon as\n"
-    "        the model is loaded.\n"
+    "        the model is loaded. MODEL may be oci://HOST:PORT/REPO[:TAG|@sha256:HEX]:\n"
+    "        the node daemon pulls it (store mode only).\n"
     "  view [LOAD OPTIONS] MODEL DIR [--hold]\n"
     "        write MODEL's model view into DIR (new, or empty and ours): a\n"
     "        directory any runtime opens instead of MODEL to compute on the\n"
@@ -495,6 +497,14 @@ static int load_for_view(const struct cli *c, const char *model_path, agent_mode
     tetris_error err = {0};
     int r;
 
+    /* A view names its model file (docs/PROTOCOLS.md, "Model view"): a
+     * pulled model has none yet. */
+    if (oci_ref_is(model_path))
+        return report(tetris_fail(&err, TETRIS_E_INVAL, 0,
+                                  "%s: a model view of a registry reference is not supported "
+                                  "yet (load and tetris-onnx-run take one)",
+                                  model_path),
+                      "load", &err);
     load_options(c, &o);
     o.populate = STORE_POPULATE_NONE;
     o.map_only = true;

@@ -23,6 +23,7 @@
 #include "agent/ort_inputs.h"
 #include "common/textbuf.h"
 #include "protocol/names.h"
+#include "protocol/oci.h"
 #include "protocol/oip.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
@@ -47,7 +48,8 @@ struct run_options {
 static const char about[] =
     "Runs MODEL (ONNX) through ONNX Runtime on inputs built from its input\n"
     "metadata and a seeded PRNG, and prints one JSON object with the SHA-256 of\n"
-    "all output bytes (outputs in model order, raw little-endian).\n";
+    "all output bytes (outputs in model order, raw little-endian). MODEL may be\n"
+    "oci://HOST:PORT/REPO[:TAG|@sha256:HEX]: the node daemon pulls it into the store.\n";
 
 static const char epilogue[] =
     "Inputs: float types uniform in [-1, 1), integer types uniform in [0, 16),\n"
@@ -213,6 +215,9 @@ static int parse_args(int argc, char **argv, struct run_options *o)
         return opt_usage_error(&prog, "expected exactly one MODEL");
     if (a.private_ && (a.store_dir != NULL || a.direct || o->tenant != NULL || o->manifest != NULL))
         return opt_usage_error(&prog, "--private excludes --store, --direct, --tenant, --manifest");
+    if (oci_ref_is(argv[first]) && (a.private_ || a.direct || o->manifest != NULL))
+        return opt_usage_error(&prog, "a MODEL oci://... is pulled by the node daemon: not with "
+                                      "--private, --direct or --manifest");
     if (o->oip_request != NULL && strcmp(o->oip_request, "-") == 0)
         return opt_usage_error(&prog, "--oip-request needs a file (stdout carries the result)");
     if (a.store_dir != NULL)

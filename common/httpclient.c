@@ -35,6 +35,7 @@ struct transfer {
     httpclient_request *rq;
     CURL *h;
     struct curl_slist *headers;
+    struct curl_slist *resolve;
     textbuf body;
     size_t received; /* reply body bytes, sunk or kept */
     int sink_rc;     /* the sink's refusal, 0 if none */
@@ -54,6 +55,15 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
     if (x->rq->max_body != 0 && x->received + n + room > x->rq->max_body) {
         x->too_big = true;
         return 0;
+    }
+    long status = 0;
+    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status);
+    if (x->rq->sink != NULL && (status < 200 || status > 299)) {
+        /* Not the content asked for: kept (in part) for the message. */
+        size_t keep = x->body.len < HTTPCLIENT_ERROR_BODY_MAX
+                          ? HTTPCLIENT_ERROR_BODY_MAX - x->body.len
+                          : 0;
+        return keep == 0 || textbuf_append(&x->body, data, n < keep ? n : keep) ? n : 0;
     }
     x->received += n;
     if (x->rq->sink != NULL) {
@@ -142,6 +152,11 @@ static int setup(struct transfer *x)
         if (more == NULL)
             return -1;
         x->headers = more;
+    }
+    if (rq->resolve != NULL) {
+        if ((x->resolve = curl_slist_append(NULL, rq->resolve)) == NULL)
+            return -1;
+        curl_easy_setopt(x->h, CURLOPT_RESOLVE, x->resolve);
     }
     long connect_ms = rq->connect_timeout_ms > 0 ? rq->connect_timeout_ms : rq->timeout_ms;
     const char *method = method_of(rq);
@@ -239,6 +254,7 @@ static void finish(struct transfer *x)
     }
     textbuf_free(&x->body);
     curl_slist_free_all(x->headers);
+    curl_slist_free_all(x->resolve);
 }
 
 void httpclient_get_all(httpclient_request *const *rqs, size_t n, unsigned max_parallel)

@@ -30,6 +30,8 @@
 
 #include "common/error.h"
 
+#define HTTPCLIENT_ERROR_BODY_MAX 4096 /* of a non-2xx reply with a sink */
+
 typedef struct httpclient_request {
     /* Set by the caller. */
     const char *url;           /* http:// or https:// only */
@@ -43,11 +45,18 @@ typedef struct httpclient_request {
     const void *upload;         /* the request's body (POST, PUT, PATCH), upload_len */
     size_t upload_len;          /* bytes; a POST or PUT without upload sends none */
     /* NULL: the reply's body is collected in body (max_body). Else each
-     * piece of it is handed here (body stays ""): return 0 to go on, or a
-     * negative code to stop the transfer, which then fails with that code
-     * and the sink's sink_err. max_body still caps the whole. */
+     * piece of a 2xx reply's body is handed here (body stays ""): return 0
+     * to go on, or a negative code to stop the transfer, which then fails
+     * with that code and the sink's sink_err. max_body still caps the
+     * whole. Another status's body (an error document, a redirect's) is
+     * never sunk: its first HTTPCLIENT_ERROR_BODY_MAX bytes are kept in
+     * body. */
     int (*sink)(void *ctx, const void *data, size_t len, tetris_error *err);
     void *sink_ctx;
+    /* NULL, or "HOST:PORT:ADDRESS" (curl's CURLOPT_RESOLVE): connect to
+     * ADDRESS for HOST:PORT without asking DNS, so a name checked once
+     * cannot resolve elsewhere by the time of the connection. */
+    const char *resolve;
 
     /* Filled by the GET; freed by httpclient_request_clear(). */
     int rc;            /* 0, or -code with err filled */

@@ -3,7 +3,8 @@
  * any local process sends, and the agent's reply decoder. A request that
  * decodes must be JSON to jansson too (the decoder reads it with
  * common/json_scan.h, never loading it whole; json_scan.h says where the
- * two differ), and must encode again and decode to the same tensors. */
+ * two differ), and must encode again and decode to the same tensors (a
+ * pull: to the same reference). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "common/log.h"
 #include "model/model.h"
 #include "protocol/ingest.h"
+#include "protocol/oci.h"
 
 static void same_tensor(const tensor_desc *a, const tensor_desc *b)
 {
@@ -66,6 +68,24 @@ static void round_trip(const ingest_request *rq)
     model_free(m);
 }
 
+/* A decoded pull names a reference oci.h parses, and encodes again to
+ * the same request. */
+static void round_trip_pull(const ingest_request *rq)
+{
+    tetris_error err;
+    oci_ref ref;
+    if (strlen(rq->ref) > INGEST_MAX_REF || oci_ref_parse(rq->ref, &ref, &err) < 0)
+        abort();
+    char *json = ingest_pull_encode(rq->label, rq->ref);
+    ingest_request *back = NULL;
+    if (json == NULL || ingest_request_decode(json, strlen(json), 0, &back, &err) < 0 ||
+        back->op != INGEST_OP_PULL || strcmp(back->ref, rq->ref) != 0 ||
+        strcmp(back->label, rq->label) != 0)
+        abort();
+    ingest_request_free(back);
+    free(json);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *text = (const char *)data;
@@ -92,6 +112,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(whole);
         if (rq->op == INGEST_OP_INGEST)
             round_trip(rq);
+        if (rq->op == INGEST_OP_PULL)
+            round_trip_pull(rq);
         ingest_request_free(rq);
     }
     struct ingest_tensor_result results[2];
@@ -99,6 +121,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tetris_error err;
     if (ingest_reply_decode(text, size, 2, results, &sum, &err) == 0 &&
         sum.resident + sum.ingested + sum.rejected != 2)
+        abort();
+    struct ingest_pull_result pulled;
+    if (ingest_pull_reply_decode(text, size, 2, &pulled, &err) == 0 &&
+        memchr(pulled.holder, '\0', sizeof pulled.holder) == NULL)
         abort();
     return 0;
 }

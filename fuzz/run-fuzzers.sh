@@ -42,6 +42,10 @@ printf '%s' '{"op":"report_fallback","label":"fn","reason":"store full"}' >"$see
 printf '%s' '{"ok":true,"holder":"h","ingested_bytes":8,"tensors":[{"status":"ingested"},{"status":"rejected","error":"full","reason":"store full"}]}' \
     >"$seeds/ingest/reply.json"
 printf '%s' '{"ok":false,"error":"format","message":"bad"}' >"$seeds/ingest/error.json"
+printf '%s' '{"op":"pull","label":"fn","ref":"oci://registry.example:5000/models/bert:v1"}' \
+    >"$seeds/ingest/pull.json"
+printf '%s' '{"ok":true,"holder":"h","digest":"'$d'","tensors":3,"pulled_tensors":1,"pulled_bytes":9,"skipped_bytes":4}' \
+    >"$seeds/ingest/pull-reply.json"
 # JSON of every kind for the reader ingest requests are cut with.
 cp "$seeds"/ingest/*.json "$seeds/json_scan/"
 printf '%s' '[1, -0.5e+3, "\u00e9\ud83d\ude00\n", true, false, null, {"a": {"b": []}}, "x"]' \

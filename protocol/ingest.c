@@ -22,6 +22,7 @@
 #include "common/textbuf.h"
 #include "model/manifest.h"
 #include "protocol/derived.h"
+#include "protocol/oci.h"
 
 /* ---- framing ---- */
 
@@ -298,6 +299,15 @@ char *ingest_derive_encode(const char *label, const char *transform)
     return text;
 }
 
+char *ingest_pull_encode(const char *label, const char *ref)
+{
+    json_t *req = json_pack("{s:s, s:s, s:s}", "op", "pull", "label", label ? label : "", "ref",
+                            ref);
+    char *text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    return text;
+}
+
 char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests, size_t n)
 {
     json_t *list = json_array();
@@ -326,7 +336,7 @@ char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests,
 
 /* The top-level members a request may have; others are ignored. */
 struct request_members {
-    json_span op, label, reason, sources, tensors, device, digests, transform;
+    json_span op, label, reason, sources, tensors, device, digests, transform, ref;
 };
 
 static int collect_members(json_span doc, struct request_members *m, tetris_error *err)
@@ -343,6 +353,7 @@ static int collect_members(json_span doc, struct request_members *m, tetris_erro
         {"device", offsetof(struct request_members, device)},
         {"digests", offsetof(struct request_members, digests)},
         {"transform", offsetof(struct request_members, transform)},
+        {"ref", offsetof(struct request_members, ref)},
     };
     memset(m, 0, sizeof(*m));
     json_iter it;
@@ -553,6 +564,19 @@ int ingest_request_decode(const char *json, size_t len, size_t n_fds, ingest_req
         if (rc == 0 && strcmp(rq->transform, DERIVED_TRANSFORM_ORT) != 0)
             rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "derive: unknown transform (expected %s)",
                              DERIVED_TRANSFORM_ORT);
+    } else if (strcmp(op, "pull") == 0 && n_fds == 0) {
+        rq->op = INGEST_OP_PULL;
+        rc = decode_label(m.label, rq, err);
+        if (rc == 0 && m.ref.p == NULL)
+            rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "pull needs \"ref\"");
+        if (rc == 0)
+            rc = optional_string(m.ref, "ref", &rq->ref, err);
+        if (rc == 0 && strlen(rq->ref) > INGEST_MAX_REF)
+            rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "ref longer than %d bytes", INGEST_MAX_REF);
+        oci_ref parsed;
+        tetris_error rerr;
+        if (rc == 0 && oci_ref_parse(rq->ref, &parsed, &rerr) < 0)
+            rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "pull: %s", rerr.msg);
     } else if (strcmp(op, "report_fallback") == 0 && n_fds == 0) {
         rq->op = INGEST_OP_REPORT_FALLBACK;
         rc = optional_string(m.label, "label", &rq->label, err);
@@ -580,6 +604,7 @@ void ingest_request_free(ingest_request *rq)
     free(rq->label);
     free(rq->reason);
     free(rq->transform);
+    free(rq->ref);
     for (size_t i = 0; rq->sources != NULL && i < rq->n_sources; i++)
         free(rq->sources[i]);
     free(rq->sources);
@@ -762,6 +787,57 @@ int ingest_ack_decode(const char *json, size_t len, tetris_error *err)
 {
     json_t *reply = NULL;
     int rc = reply_open(json, len, &reply, err);
+    json_decref(reply);
+    return rc;
+}
+
+char *ingest_pull_reply_encode(const struct ingest_pull_result *r)
+{
+    char digest[7 + TENSOR_DIGEST_HEX_LEN + 1];
+    oci_digest_format(&r->digest, digest);
+    return dump_and_free(json_pack("{s:b, s:s, s:s, s:I, s:I, s:I, s:I}", "ok", 1, "holder",
+                                   r->holder, "digest", digest, "tensors", (json_int_t)r->tensors,
+                                   "pulled_tensors", (json_int_t)r->pulled_tensors, "pulled_bytes",
+                                   (json_int_t)r->pulled_bytes, "skipped_bytes",
+                                   (json_int_t)r->skipped_bytes));
+}
+
+/* A non-negative integer member of a reply into *out. */
+static int reply_count(const json_t *reply, const char *key, uint64_t *out, tetris_error *err)
+{
+    const json_t *v = json_object_get(reply, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                           "daemon reply: \"%s\" must be a non-negative integer", key);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+int ingest_pull_reply_decode(const char *json, size_t len, size_t n_fds,
+                             struct ingest_pull_result *out, tetris_error *err)
+{
+    json_t *reply = NULL;
+    memset(out, 0, sizeof(*out));
+    int rc = reply_open(json, len, &reply, err);
+    const char *holder = json_string_value(json_object_get(reply, "holder"));
+    const char *digest = json_string_value(json_object_get(reply, "digest"));
+    if (rc == 0 && (holder == NULL || strlen(holder) >= sizeof(out->holder)))
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "daemon reply: \"holder\" must be a string");
+    if (rc == 0 && (digest == NULL || oci_digest_parse(digest, &out->digest, err) < 0))
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "daemon reply: bad \"digest\"");
+    if (rc == 0)
+        rc = reply_count(reply, "tensors", &out->tensors, err);
+    if (rc == 0)
+        rc = reply_count(reply, "pulled_tensors", &out->pulled_tensors, err);
+    if (rc == 0)
+        rc = reply_count(reply, "pulled_bytes", &out->pulled_bytes, err);
+    if (rc == 0)
+        rc = reply_count(reply, "skipped_bytes", &out->skipped_bytes, err);
+    if (rc == 0 && n_fds != 2)
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                         "daemon reply to a pull came with %zu descriptors, not 2", n_fds);
+    if (rc == 0)
+        snprintf(out->holder, sizeof(out->holder), "%s", holder);
     json_decref(reply);
     return rc;
 }

@@ -83,6 +83,28 @@
  *            graph; "timeout"). The connection stays open either way. It
  *            may take minutes: a client asks from a thread that no start
  *            waits for. One derivation per connection at a time.
+ *   request  {"op":"pull","label":S,"ref":"oci://HOST:PORT/REPO[:TAG|@sha256:HEX]"}
+ *            no descriptors; ref at most INGEST_MAX_REF bytes (protocol/oci.h's
+ *            grammar). The daemon fetches the model from a registry it may
+ *            reach (its --registries; reclaimer/pull.h): the manifest (a
+ *            tag resolved to a digest once), its config and non-weight
+ *            layer, then only the tensors the store lacks, each verified
+ *            before it is published, and records the connection's
+ *            references to all of the model's tensors, as an ingest does.
+ *   reply    {"ok":true,"holder":ID,"digest":"sha256:HEX","tensors":N,
+ *             "pulled_tensors":N,"pulled_bytes":N,"skipped_bytes":N}
+ *            + two descriptors, read-only: the config (the model's manifest,
+ *            model/manifest.h, every tensor with its identity) and the
+ *            non-weight layer (ONNX: the graph, its weights external at
+ *            "tensors/XX/<hex>"; safetensors: the header), each verified
+ *            against its digest. digest names the manifest; tensors counts
+ *            its tensor layers, pulled_* those fetched, skipped_bytes the
+ *            layer bytes the store had. A pull that fails holds nothing:
+ *            the error reply ("denied": a registry not listed, a redirect
+ *            elsewhere; "corrupt": bytes that are not their digest or
+ *            size; "format": a manifest or config that is not a model;
+ *            "notfound"; "unavailable", "timeout", "http": the registry),
+ *            and the connection closes, as after any error.
  *   error    {"ok":false,"error":CODE,"message":S}, after which the daemon
  *            closes the connection. CODE is tetris_code_name() of the
  *            failure. A daemon at its connection limit sends this
@@ -187,7 +209,9 @@ enum ingest_op {
     INGEST_OP_REPORT_FALLBACK,
     INGEST_OP_GPU_ATTACH,
     INGEST_OP_DERIVE,
+    INGEST_OP_PULL,
 };
+#define INGEST_MAX_REF 1024                 /* a pull's reference */
 #define INGEST_MAX_DERIVE_IMAGE (64u << 20) /* a derive request's share image */
 
 typedef struct ingest_request_tensor {
@@ -205,6 +229,7 @@ typedef struct ingest_request {
     char *label;  /* "" when absent */
     char *reason; /* report_fallback's; "" when absent */
     char *transform; /* derive's; "" when absent */
+    char *ref;       /* pull's; "" when absent */
     size_t n_sources;
     char **sources; /* informational paths */
     size_t n_tensors;
@@ -227,6 +252,8 @@ int ingest_request_encode(const char *label, const model *m, char **json,
 char *ingest_fallback_encode(const char *label, const char *reason);
 /* {"op":"derive",...}; malloc'd, NULL when out of memory. */
 char *ingest_derive_encode(const char *label, const char *transform);
+/* {"op":"pull",...}; malloc'd, NULL when out of memory. */
+char *ingest_pull_encode(const char *label, const char *ref);
 /* {"op":"gpu_attach",...} for digests[0..n); malloc'd, NULL when out of
  * memory. */
 char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests, size_t n);
@@ -288,6 +315,18 @@ struct ingest_gpu_result {
     int code;
     char reason[INGEST_REASON_MAX];
 };
+
+/* The answer to a pull (its descriptors ride with it). */
+struct ingest_pull_result {
+    char holder[128];
+    tensor_digest digest; /* the manifest's */
+    uint64_t tensors, pulled_tensors, pulled_bytes, skipped_bytes;
+};
+char *ingest_pull_reply_encode(const struct ingest_pull_result *r);
+/* Decodes the reply to a pull that came with n_fds descriptors (two,
+ * else TETRIS_E_PROTOCOL); an error reply as ingest_reply_decode. */
+int ingest_pull_reply_decode(const char *json, size_t len, size_t n_fds,
+                             struct ingest_pull_result *out, tetris_error *err);
 
 char *ingest_gpu_reply_encode(const char *device, const struct ingest_gpu_result *results,
                               size_t n);

@@ -142,6 +142,11 @@ int oci_ref_parse(const char *s, oci_ref *out, tetris_error *err);
 bool oci_ref_is(const char *s);
 /* "HOST:PORT" (the port 80 when none was given) into out. */
 void oci_ref_authority(const oci_ref *r, char *out, size_t cap);
+/* HOST[:PORT] (a registry's address, as in a reference), len bytes of s,
+ * into host and *port (0 when none is given); TETRIS_E_INVAL naming what
+ * is wrong. */
+int oci_authority_parse(const char *s, size_t len, char host[OCI_HOST_MAX + 1], unsigned *port,
+                        tetris_error *err);
 
 /* ---- a registry's calls (OCI distribution API, plain HTTP) ----
  * Each call is one request with a time limit, its reply capped; a 3xx is
@@ -151,15 +156,53 @@ void oci_ref_authority(const oci_ref *r, char *out, size_t cap);
  * unexpected status (the message has it and the registry's words),
  * TETRIS_E_PROTOCOL for a reply we cannot use, and httpclient.h's. */
 
+/* Whether a request may go to HOST:PORT, and where: 0 with *resolve
+ * filled ("HOST:PORT:ADDRESS", the address to connect to, checked once
+ * and pinned; "" to let the name resolve), or a failure that stops the
+ * request unsent (the node daemon's allow-list, reclaimer/pull.h). */
+typedef int (*oci_admit_fn)(void *ctx, const char *host, unsigned port, char *resolve, size_t cap,
+                            tetris_error *err);
+#define OCI_RESOLVE_MAX (OCI_HOST_MAX + 80)
+#define OCI_MAX_REDIRECTS 4 /* a blob's, each to an admitted host */
+
 typedef struct oci_registry {
     char base[OCI_HOST_MAX + 32]; /* "http://HOST:PORT" */
+    char host[OCI_HOST_MAX + 1];
+    unsigned port;
     char repo[OCI_REPO_MAX + 1];
     long timeout_ms;     /* per request */
     uint64_t requests;   /* requests made (tests count them) */
     uint64_t bytes_sent; /* blob and manifest bytes uploaded */
+    /* NULL: any host (tetris-registry push, the user's own command); else
+     * asked before every request a pull makes, redirects included. */
+    oci_admit_fn admit;
+    void *admit_ctx;
 } oci_registry;
 
 void oci_registry_init(oci_registry *r, const oci_ref *ref, long timeout_ms);
+
+/* ---- a pull's calls (oci_fetch.c): every request admitted first ---- */
+
+/* GETs the manifest by reference (a tag, or "sha256:<hex>") into *json
+ * (malloc'd, NUL-terminated, at most OCI_MANIFEST_MAX_BYTES) and its
+ * SHA-256 into *digest. A redirect is TETRIS_E_PROTOCOL (a manifest comes
+ * from the registry named), a manifest the registry does not have
+ * TETRIS_E_NOTFOUND. The caller compares *digest with a pinned one and
+ * decodes the document (oci_artifact_parse checks its media type). */
+int oci_manifest_get(oci_registry *r, const char *reference, char **json, size_t *len,
+                     tensor_digest *digest, tetris_error *err);
+
+/* Hands blob d's bytes, exactly size of them, to sink in pieces
+ * (httpclient.h's sink: it may refuse with a negative code). A redirect
+ * (3xx with a Location) is followed by hand, at most OCI_MAX_REDIRECTS
+ * times, each target admitted like the registry itself (a relative
+ * Location stays on the host that sent it); http:// only. A reply longer
+ * than size is cut off and TETRIS_E_CORRUPT, a shorter one (or a broken
+ * transfer) TETRIS_E_CORRUPT or TETRIS_E_UNAVAILABLE; a refused redirect
+ * TETRIS_E_DENIED. Verifying the bytes is the sink's. */
+int oci_blob_get(oci_registry *r, const tensor_digest *d, uint64_t size,
+                 int (*sink)(void *ctx, const void *data, size_t len, tetris_error *err),
+                 void *sink_ctx, tetris_error *err);
 
 /* HEAD the blob: *present, and its size when present. */
 int oci_blob_exists(oci_registry *r, const tensor_digest *d, bool *present, uint64_t *size,

@@ -21,6 +21,8 @@ void oci_registry_init(oci_registry *r, const oci_ref *ref, long timeout_ms)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->base, sizeof r->base, "http://%s:%u", ref->host, ref->port != 0 ? ref->port : 80u);
+    snprintf(r->host, sizeof r->host, "%s", ref->host);
+    r->port = ref->port != 0 ? ref->port : 80u;
     snprintf(r->repo, sizeof r->repo, "%s", ref->repo);
     r->timeout_ms = timeout_ms;
 }

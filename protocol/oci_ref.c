@@ -83,31 +83,10 @@ int oci_ref_parse(const char *s, oci_ref *out, tetris_error *err)
     const char *slash = strchr(authority, '/');
     if (slash == NULL)
         return tetris_fail(err, TETRIS_E_INVAL, 0, "reference '%.200s' names no repository", s);
-    const char *host_end = slash;
-    if (authority[0] == '[') {
-        const char *close = memchr(authority, ']', (size_t)(slash - authority));
-        host_end = close != NULL ? close + 1 : slash;
-    } else {
-        const char *colon = memchr(authority, ':', (size_t)(slash - authority));
-        if (colon != NULL)
-            host_end = colon;
-    }
-    if (!host_valid(authority, (size_t)(host_end - authority)))
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "reference '%.200s': bad host", s);
-    memcpy(out->host, authority, (size_t)(host_end - authority));
-    if (host_end != slash) {
-        if (*host_end != ':' || host_end + 1 == slash ||
-            strspn(host_end + 1, "0123456789") != (size_t)(slash - host_end - 1) ||
-            slash - host_end - 1 > 5)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "reference '%.200s': bad port", s);
-        unsigned port = 0;
-        for (const char *p = host_end + 1; p < slash; p++)
-            port = port * 10 + (unsigned)(*p - '0');
-        if (port == 0 || port > 65535)
-            return tetris_fail(err, TETRIS_E_INVAL, 0, "reference '%.200s': bad port", s);
-        out->port = port;
-    }
-
+    int rc = oci_authority_parse(authority, (size_t)(slash - authority), out->host, &out->port,
+                                 err);
+    if (rc < 0)
+        return tetris_wrap(err, "reference '%.200s'", s);
     const char *path = slash + 1;
     const char *at = strchr(path, '@');
     const char *repo_end = at != NULL ? at : path + strlen(path);
@@ -139,6 +118,42 @@ int oci_ref_parse(const char *s, oci_ref *out, tetris_error *err)
                            "starting with '.' or '-')",
                            s);
     snprintf(out->tag, sizeof out->tag, "%s", tag);
+    return 0;
+}
+
+int oci_authority_parse(const char *s, size_t len, char host[OCI_HOST_MAX + 1], unsigned *port,
+                        tetris_error *err)
+{
+    const char *end = s + len;
+    const char *host_end = end;
+    if (len > 0 && s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        host_end = close != NULL ? close + 1 : end;
+    } else {
+        const char *colon = memchr(s, ':', len);
+        if (colon != NULL)
+            host_end = colon;
+    }
+    if (!host_valid(s, (size_t)(host_end - s)))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad host '%.*s'", (int)(len > 255 ? 255 : len),
+                           s);
+    memcpy(host, s, (size_t)(host_end - s));
+    host[host_end - s] = '\0';
+    *port = 0;
+    if (host_end == end)
+        return 0;
+    size_t digits = (size_t)(end - host_end - 1);
+    if (*host_end != ':' || digits == 0 || digits > 5 ||
+        strspn(host_end + 1, "0123456789") < digits)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad port in '%.*s'",
+                           (int)(len > 255 ? 255 : len), s);
+    unsigned p = 0;
+    for (const char *c = host_end + 1; c < end; c++)
+        p = p * 10 + (unsigned)(*c - '0');
+    if (p == 0 || p > 65535)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "bad port in '%.*s'",
+                           (int)(len > 255 ? 255 : len), s);
+    *port = p;
     return 0;
 }
 

@@ -2,6 +2,7 @@
 #include "reclaimer/config.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,46 @@ static int parse_tenants(struct reclaimer_config *cfg, const char *v, tetris_err
         if (cfg->n_tenants == RECLAIMER_TENANTS_MAX)
             return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d tenants", RECLAIMER_TENANTS_MAX);
         memcpy(cfg->tenants[cfg->n_tenants++], name, len + 1);
+    }
+    return 0;
+}
+
+/* "HOST:PORT,...": replaces the list; the port is required (a registry
+ * is an address, not a name with a default), a host is lowercased, an
+ * entry twice counts once. */
+static int parse_registries(struct reclaimer_registries *r, const char *v, tetris_error *err)
+{
+    memset(r, 0, sizeof(*r));
+    for (const char *p = v; *p != '\0';) {
+        size_t len = strcspn(p, ", ");
+        const char *entry = p;
+        p += len;
+        p += strspn(p, ", ");
+        if (len == 0)
+            continue;
+        char host[OCI_HOST_MAX + 1];
+        unsigned port = 0;
+        if (oci_authority_parse(entry, len, host, &port, err) < 0)
+            return -err->code;
+        if (port == 0)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "registry '%.*s' has no port (HOST:PORT)",
+                               (int)(len > 255 ? 255 : len), entry);
+        for (char *c = host; *c != '\0'; c++)
+            *c = (char)tolower((unsigned char)*c);
+        char norm[RECLAIMER_REGISTRY_LEN + 16];
+        snprintf(norm, sizeof(norm), "%s:%u", host, port); /* port <= 65535: it fits */
+        bool seen = false;
+        for (size_t i = 0; i < r->n && !seen; i++)
+            seen = strcmp(r->entries[i], norm) == 0;
+        if (seen)
+            continue;
+        if (r->n == RECLAIMER_REGISTRIES_MAX)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d registries",
+                               RECLAIMER_REGISTRIES_MAX);
+        size_t norm_len = strlen(norm);
+        if (norm_len >= RECLAIMER_REGISTRY_LEN)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "registry '%s' too long", norm);
+        memcpy(r->entries[r->n++], norm, norm_len + 1);
     }
     return 0;
 }
@@ -199,6 +240,14 @@ static int parse_tenants_opt(const struct opt_spec *spec, const char *label, con
     return 0;
 }
 
+static int parse_registries_opt(const struct opt_spec *spec, const char *label, const char *value,
+                                tetris_error *err)
+{
+    if (parse_registries(spec->dest, value, err) < 0)
+        return tetris_wrap(err, "%s", label);
+    return 0;
+}
+
 static int parse_store_tmpfs(const struct opt_spec *spec, const char *label, const char *value,
                              tetris_error *err)
 {
@@ -254,7 +303,7 @@ static const char epilogue[] =
 struct settings {
     struct share_dest capacity, tenant_capacity, shared_capacity, max_unverified,
         max_unverified_uid, gpu_store_quota;
-    struct opt_spec specs[40];
+    struct opt_spec specs[44];
     struct opt_program program;
 };
 
@@ -401,6 +450,22 @@ static void settings_init(struct settings *s, struct reclaimer_config *cfg)
         PERIOD_OPTION("health-deadline", health_deadline_s,
                       "/healthz fails once no pass has completed for the interval plus this "
                       "(default 60)"),
+        {.name = "registries",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &cfg->registries,
+         .parse = parse_registries_opt,
+         .meta = "HOST:PORT,...",
+         .help = "the registries pods may pull models from (oci:// references); no other "
+                 "host is ever contacted, redirects included (default none: pulls refused)"},
+        PERIOD_OPTION("registry-timeout", registry_timeout_s,
+                      "time limit of one request to a registry (default 60)"),
+        COUNT_OPTION("pull-parallel", pull_parallel, 1, 256,
+                     "blobs one pull fetches at once (default 8)"),
+        {.name = "registry-cache",
+         .type = OPT_TYPE_BYTES,
+         .dest = &cfg->registry_cache_bytes,
+         .meta = "BYTES",
+         .help = "pulled configs and graphs kept per store, by digest (default 256Mi)"},
         {.name = "once",
          .type = OPT_TYPE_FLAG,
          .dest = &cfg->once,
@@ -434,6 +499,9 @@ static void set_defaults(struct reclaimer_config *cfg)
     cfg->max_unverified_percent = RECLAIMER_DEFAULT_UNVERIFIED_PERCENT;
     cfg->ingest_timeout_s = 120;
     cfg->max_conns_per_pid = 8;
+    cfg->registry_timeout_s = 60;
+    cfg->pull_parallel = 8;
+    cfg->registry_cache_bytes = 256u << 20;
     const char *node = getenv(TETRIS_ENV_NODE_NAME);
     if (node != NULL && node[0] != '\0' && strlen(node) < sizeof(cfg->node_name))
         strcpy(cfg->node_name, node);

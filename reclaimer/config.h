@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "common/error.h"
+#include "protocol/oci.h"
 #include "reclaimer/store_tmpfs.h"
 
 /* Tenant stores one daemon can serve (--max-tenants caps it lower): each
@@ -24,6 +25,17 @@ struct reclaimer_tenant_uids {
     char tenant[64];
     uint32_t lo, hi; /* inclusive */
 };
+/* Registries a pull may reach (--registries): the operator's list, each
+ * "host:port" as written (host lowercased), compared with a reference's
+ * exactly (reclaimer/pull.h). */
+#define RECLAIMER_REGISTRIES_MAX 64
+#define RECLAIMER_REGISTRY_LEN (OCI_HOST_MAX + 8) /* ":65535" and the NUL */
+
+struct reclaimer_registries {
+    size_t n;
+    char entries[RECLAIMER_REGISTRIES_MAX][RECLAIMER_REGISTRY_LEN];
+};
+
 /* Without --capacity: this share of the store's filesystem. A node store
  * without a bound lets one pod fill the node's memory (tmpfs is RAM). */
 #define RECLAIMER_DEFAULT_CAPACITY_PERCENT 50
@@ -82,6 +94,10 @@ struct reclaimer_config {
     size_t n_tenants;
     unsigned max_tenants;        /* tenant stores served at most */
     bool no_tenants;             /* serve the shared store only */
+    struct reclaimer_registries registries; /* none: pulls are refused */
+    double registry_timeout_s;              /* one request to a registry */
+    unsigned pull_parallel;                 /* blobs one pull fetches at once */
+    uint64_t registry_cache_bytes;          /* configs and graphs kept per store */
     bool once;                   /* one pass, then exit */
     enum store_tmpfs_mode store_tmpfs; /* a tmpfs of the daemon's own? */
     bool mount_only;                   /* prepare the store's tmpfs, then exit */

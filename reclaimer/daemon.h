@@ -34,6 +34,7 @@
 #include "protocol/ingest.h"
 #include "tensorstore/store.h"
 #include "reclaimer/pin_file.h"
+#include "reclaimer/pull.h"
 #include "reclaimer/tensor_index.h"
 
 /* Per-model metrics are labelled with the holder's label (the model);
@@ -103,6 +104,17 @@ struct store_counters {
 };
 
 extern const double ingest_duration_bounds[INGEST_DURATION_BUCKETS];
+
+/* Pulls from registries (pull.h), node-wide: a registry is the node's
+ * network, whichever store asked. */
+struct pull_counters {
+    atomic_uint_least64_t tensors;       /* tensor layers fetched and published */
+    atomic_uint_least64_t bytes;         /* their layer bytes */
+    atomic_uint_least64_t skipped_bytes; /* layer bytes not fetched: the store had them */
+    atomic_uint_least64_t failures[PULL_FAIL_REASONS];
+    atomic_uint_least64_t duration_us;                                /* sum, microseconds */
+    atomic_uint_least64_t duration_bucket[PULL_DURATION_BUCKETS + 1]; /* +Inf last */
+};
 
 /* When an expensive step last ran and what it cost (see reclaim.c). */
 struct duty {
@@ -247,6 +259,8 @@ struct daemon {
      * all), so concurrent requests share the CPU allowance. */
     unsigned workers;
     struct worker_slots ingest_slots;
+
+    struct pull_counters pull;
 
     atomic_uint_least64_t reclaim_passes;
     atomic_uint connections; /* open ingest connections, all stores */

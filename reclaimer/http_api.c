@@ -288,6 +288,34 @@ static void render_starts(textbuf *t, const struct store_snapshot *snap, size_t 
         }
 }
 
+/* Pulls from registries, node-wide (pull.h). */
+static void render_pulls(textbuf *t, struct daemon *d)
+{
+    struct pull_counters *p = &d->pull;
+    prom_header(t, "tetris_pull_tensors_total", "counter",
+                "Tensor layers pulled from registries and published.");
+    prom_sample(t, "tetris_pull_tensors_total", NULL, 0, atomic_load(&p->tensors));
+    prom_header(t, "tetris_pull_bytes_total", "counter",
+                "Bytes of the tensor layers pulled from registries.");
+    prom_sample(t, "tetris_pull_bytes_total", NULL, 0, atomic_load(&p->bytes));
+    prom_header(t, "tetris_pull_skipped_bytes_total", "counter",
+                "Bytes of tensor layers not pulled because the store held them.");
+    prom_sample(t, "tetris_pull_skipped_bytes_total", NULL, 0, atomic_load(&p->skipped_bytes));
+    static const char failures[] = "tetris_pull_failures_total";
+    prom_header(t, failures, "counter", "Pulls that failed, by reason.");
+    for (size_t r = 0; r < PULL_FAIL_REASONS; r++) {
+        prom_label l = {"reason", pull_failure_name((enum pull_failure)r)};
+        prom_sample(t, failures, &l, 1, atomic_load(&p->failures[r]));
+    }
+    uint64_t buckets[PULL_DURATION_BUCKETS + 1];
+    for (size_t b = 0; b <= PULL_DURATION_BUCKETS; b++)
+        buckets[b] = atomic_load(&p->duration_bucket[b]);
+    static const char seconds[] = "tetris_pull_duration_seconds";
+    prom_header(t, seconds, "histogram", "Time to serve a pull that succeeded.");
+    prom_histogram(t, seconds, NULL, 0, pull_duration_bounds, buckets, PULL_DURATION_BUCKETS,
+                   (double)atomic_load(&p->duration_us) / 1e6, "%.6f");
+}
+
 char *daemon_render_metrics(struct daemon *d, bool tenants, size_t *len)
 {
     size_t n_all = daemon_store_count(d), n = 0, n_tenants = 0;
@@ -333,6 +361,7 @@ char *daemon_render_metrics(struct daemon *d, bool tenants, size_t *len)
     render_models(&t, snap, n);
     render_durations(&t, snap, n);
     render_starts(&t, snap, n);
+    render_pulls(&t, d);
     free(snap);
     gpu_pool_render_metrics(daemon_gpu_pool(), &t);
     prom_header(&t, "tetris_reclaim_passes_total", "counter",

@@ -14,6 +14,7 @@
  * connection is closed. */
 #include "reclaimer/daemon.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -137,6 +138,11 @@ struct budget {
     uint64_t spent;     /* bytes of the tensors it read or is reading */
     uint64_t ingested;  /* bytes it published */
     const char *cut;    /* the budget that refused a tensor, or NULL */
+    /* A pull's: the tensors' bytes come from a registry (pull.h), fetched
+     * on this many threads of its own (they wait on the network, not the
+     * CPU), and the request holds every tensor or none. NULL: an ingest. */
+    struct pull_plan *pull;
+    unsigned pull_threads;
 };
 
 static void budget_init(struct conn *c, struct budget *b)
@@ -452,7 +458,9 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
         return;
     }
     bool published = false;
-    if (computed) {
+    if (b->pull != NULL) {
+        rc = pull_publish_tensor(b->pull, &t->desc, budget_check, b, &published, &err);
+    } else if (computed) {
         rc = model_publish_tensor_computed(ss->store, &t->desc, fds[t->source_index], budget_check,
                                            b, &published, &err);
         r->has_digest = rc == 0;
@@ -464,7 +472,8 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
     }
     if (rc < 0 || !published) {
         end_claim(ss, c, charge, NULL);
-        if (rc == -TETRIS_E_CORRUPT || rc == -TETRIS_E_FORMAT)
+        /* A registry's wrong bytes are not the uid's claim: no backoff. */
+        if ((rc == -TETRIS_E_CORRUPT || rc == -TETRIS_E_FORMAT) && b->pull == NULL)
             claim_failed(ss, c, &t->desc, &err);
         if (rc < 0)
             reject(ss, r, -rc, err.msg);
@@ -643,15 +652,23 @@ static int publish_and_refer(struct conn *c, ingest_request *rq, const int *fds,
         }
         if (missing > 0 && runs < PUBLISH_ATTEMPTS) {
             pthread_rwlock_unlock(&ss->use_lock);
-            workers_run(rq->n_tensors, ss->d->workers, &ss->d->ingest_slots, publish_item, &job);
+            if (b->pull != NULL)
+                workers_run(rq->n_tensors, b->pull_threads, NULL, publish_item, &job);
+            else
+                workers_run(rq->n_tensors, ss->d->workers, &ss->d->ingest_slots, publish_item,
+                            &job);
             continue;
         }
-        for (size_t i = 0; i < rq->n_tensors; i++)
+        size_t rejected = 0;
+        for (size_t i = 0; i < rq->n_tensors; i++) {
             if (todo[i])
                 reject(ss, &res[i], TETRIS_E_UNAVAILABLE, "evicted before it was referenced");
+            rejected += res[i].status == INGEST_REJECTED;
+        }
         int rc = atomic_load(&ss->d->stopping)
                      ? tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping")
-                     : record_refs(c, rq, res, err);
+                 : b->pull != NULL && rejected > 0 ? 0 /* the caller fails it: no references */
+                                                   : record_refs(c, rq, res, err);
         pthread_rwlock_unlock(&ss->use_lock);
         return rc;
     }
@@ -924,6 +941,166 @@ static int handle_derive(struct conn *c, const ingest_request *rq, const int *fd
     return 0;
 }
 
+/* ---- pull: a model from a registry (pull.h) ---- */
+
+static int by_tensor_digest(const void *a, const void *b)
+{
+    const tensor_desc *x = *(const tensor_desc *const *)a, *y = *(const tensor_desc *const *)b;
+    return digest_cmp(&x->meta.digest, &y->meta.digest);
+}
+
+/* The request a pull publishes and refers: one entry per tensor layer
+ * (distinct identities), each its first tensor of the model (names and
+ * metas borrowed from plan->model: free only rq->tensors). */
+static int pull_request(const struct pull_plan *plan, const char *label, ingest_request *rq,
+                        tetris_error *err)
+{
+    const model *m = plan->model;
+    const oci_artifact *a = plan->artifact;
+    cleanup_free const tensor_desc **by_digest = malloc((m->n_tensors + 1) * sizeof(*by_digest));
+    rq->tensors = calloc(a->n_tensors + 1, sizeof(*rq->tensors));
+    if (by_digest == NULL || rq->tensors == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pull of %zu tensors", a->n_tensors);
+    for (size_t i = 0; i < m->n_tensors; i++)
+        by_digest[i] = &m->tensors[i];
+    qsort(by_digest, m->n_tensors, sizeof(*by_digest), by_tensor_digest);
+    for (size_t k = 0; k < a->n_tensors; k++) {
+        tensor_desc key = {.meta.digest = a->tensors[k].digest};
+        const tensor_desc *pk = &key;
+        const tensor_desc **t = bsearch(&pk, by_digest, m->n_tensors, sizeof(*by_digest),
+                                        by_tensor_digest);
+        /* oci_artifact_check_model: the config names exactly the layers. */
+        assert(t != NULL);
+        rq->tensors[k].desc = **t;
+        rq->tensors[k].desc.length = (*t)->meta.nbytes;
+    }
+    rq->n_tensors = a->n_tensors;
+    rq->op = INGEST_OP_PULL;
+    rq->label = (char *)label;
+    return 0;
+}
+
+static void observe_pull(struct daemon *d, int64_t us, int rc)
+{
+    struct pull_counters *p = &d->pull;
+    if (rc < 0) {
+        atomic_fetch_add(&p->failures[pull_failure_of(rc)], 1);
+        return;
+    }
+    double s = (double)us / 1e6;
+    size_t b = 0;
+    while (b < PULL_DURATION_BUCKETS && s > pull_duration_bounds[b])
+        b++;
+    atomic_fetch_add(&p->duration_bucket[b], 1);
+    atomic_fetch_add(&p->duration_us, (uint64_t)us);
+}
+
+/* Fetches and publishes the tensors the store lacks, refers to all. */
+static int pull_tensors(struct conn *c, struct pull_plan *plan, const char *label, unsigned threads,
+                        int64_t t0, struct ingest_pull_result *out, tetris_error *err)
+{
+    struct served_store *ss = c->srv->ss;
+    ingest_request prq = {0};
+    int rc = pull_request(plan, label, &prq, err);
+    cleanup_free ingest_request_tensor *tensors = prq.tensors;
+    if (rc == 0)
+        rc = check_request_refs(c, &prq, err);
+    cleanup_free struct ingest_tensor_result *res = rc == 0
+                                                        ? calloc(prq.n_tensors + 1, sizeof(*res))
+                                                        : NULL;
+    if (rc == 0 && res == NULL)
+        rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pull of %zu tensors", prq.n_tensors);
+    if (rc < 0)
+        return rc;
+    struct budget b;
+    budget_init(c, &b);
+    b.pull = plan;
+    b.pull_threads = threads;
+    atomic_fetch_add(&ss->counters.ingests_active, 1);
+    warm_requested(ss, &prq);
+    pthread_mutex_init(&b.lock, NULL);
+    size_t held = 0;
+    rc = publish_and_refer(c, &prq, NULL, &b, res, &held, err);
+    pthread_mutex_destroy(&b.lock);
+    atomic_fetch_sub(&ss->counters.ingests_active, 1);
+    for (size_t k = 0; rc == 0 && k < prq.n_tensors; k++)
+        if (res[k].status == INGEST_REJECTED)
+            rc = tetris_fail(err, res[k].code, 0, "%s", res[k].reason);
+    if (rc < 0)
+        return rc;
+    out->tensors = prq.n_tensors;
+    for (size_t k = 0; k < prq.n_tensors; k++) {
+        uint64_t size = plan->artifact->tensors[k].size;
+        if (res[k].status == INGEST_INGESTED) {
+            out->pulled_tensors++;
+            out->pulled_bytes += size;
+        } else {
+            out->skipped_bytes += size;
+        }
+    }
+    snprintf(out->holder, sizeof(out->holder), "%s", c->holder ? store_holder_id(c->holder) : "");
+    starts_record(ss, label, held, prq.n_tensors, clock_mono_us() - t0);
+    return 0;
+}
+
+static int handle_pull(struct conn *c, const ingest_request *rq, char **reply, int *out_fds,
+                       size_t *n_out, tetris_error *err)
+{
+    struct served_store *ss = c->srv->ss;
+    struct daemon *d = ss->d;
+    int64_t t0 = clock_mono_us();
+    /* The list is large for a connection thread's stack: on the heap. */
+    struct reclaimer_registries *list = malloc(sizeof(*list));
+    if (list == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pull");
+    pthread_mutex_lock(&d->cfg_lock);
+    *list = d->cfg.registries;
+    double timeout_s = d->cfg.registry_timeout_s;
+    unsigned threads = d->cfg.pull_parallel;
+    uint64_t cache_max = d->cfg.registry_cache_bytes;
+    pthread_mutex_unlock(&d->cfg_lock);
+    struct pull_plan *plan = calloc(1, sizeof(*plan));
+    int rc = plan != NULL ? pull_prepare(ss->store, rq->ref, list, timeout_s, cache_max, plan, err)
+                          : tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pull");
+    free(list);
+    struct ingest_pull_result r = {0};
+    if (rc == 0)
+        rc = pull_tensors(c, plan, rq->label, threads, t0, &r, err);
+    if (rc == 0) {
+        r.digest = plan->manifest_digest;
+        *reply = ingest_pull_reply_encode(&r);
+        out_fds[0] = dup(plan->config_fd);
+        out_fds[1] = dup(plan->graph_fd);
+        *n_out = 2;
+        if (*reply == NULL || out_fds[0] < 0 || out_fds[1] < 0)
+            rc = tetris_fail(err, TETRIS_E_NOMEM, errno, "pull reply");
+    }
+    int64_t us = clock_mono_us() - t0;
+    observe_pull(d, us, rc);
+    char digest[7 + TENSOR_DIGEST_HEX_LEN + 1] = "";
+    if (plan != NULL && plan->artifact != NULL)
+        oci_digest_format(&plan->manifest_digest, digest);
+    if (rc < 0) {
+        log_warn("event=pull-failed tenant=%s pid=%d label=%s ref=%s reason=%s code=%s msg=%s",
+                 tenant_name(ss), (int)c->pid, LOG_Q(rq->label), LOG_Q(rq->ref),
+                 pull_failure_name(pull_failure_of(rc)), tetris_code_name(-rc), LOG_Q(err->msg));
+    } else {
+        atomic_fetch_add(&d->pull.tensors, r.pulled_tensors);
+        atomic_fetch_add(&d->pull.bytes, r.pulled_bytes);
+        atomic_fetch_add(&d->pull.skipped_bytes, r.skipped_bytes);
+        log_info("event=pull tenant=%s pid=%d label=%s ref=%s digest=%s tensors=%llu "
+                 "pulled_tensors=%llu pulled_bytes=%llu skipped_bytes=%llu took_ms=%lld",
+                 tenant_name(ss), (int)c->pid, LOG_Q(rq->label), LOG_Q(rq->ref), digest,
+                 (unsigned long long)r.tensors, (unsigned long long)r.pulled_tensors,
+                 (unsigned long long)r.pulled_bytes, (unsigned long long)r.skipped_bytes,
+                 (long long)(us / 1000));
+    }
+    if (plan != NULL)
+        pull_plan_release(plan);
+    free(plan);
+    return rc;
+}
+
 static int handle_message(struct conn *c, const char *text, size_t len, const int *fds,
                           size_t n_fds, char **reply, int *out_fds, size_t *n_out,
                           tetris_error *err)
@@ -938,6 +1115,8 @@ static int handle_message(struct conn *c, const char *text, size_t len, const in
         rc = handle_gpu_attach(c, rq, reply, out_fds, n_out, err);
     else if (rq->op == INGEST_OP_DERIVE)
         rc = handle_derive(c, rq, fds, reply, err);
+    else if (rq->op == INGEST_OP_PULL)
+        rc = handle_pull(c, rq, reply, out_fds, n_out, err);
     else
         rc = handle_fallback(c, rq, reply, err);
     ingest_request_free(rq);

@@ -1,18 +1,25 @@
 # reclaimer/module.mk - the node daemon tetris-reclaimer and its tests.
 # (tetris-node-pins, its sidecar, is the sub-module reclaimer/node-pins/.)
 PROGRAMS += tetris-reclaimer
+tetris-reclaimer_LIBS := -lcurl
 tetris-reclaimer_SRCS := reclaimer/tetris-reclaimer.c reclaimer/stores.c reclaimer/served.c \
                          reclaimer/adopt.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
                          reclaimer/gpu_pool.c reclaimer/peers.c reclaimer/derive.c \
-                         reclaimer/starts.c
+                         reclaimer/starts.c reclaimer/pull.c
 # The daemon's settings, tensor index and reclaim rule are in the library
 # so the unit tests (and the cluster evaluation, for the rule) can reach
 # them.
 LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c reclaimer/pin_file.c \
-            reclaimer/reclaim_policy.c
+            reclaimer/reclaim_policy.c reclaimer/registry_allow.c
 UNIT_TESTS += tests/reclaimer/test_reclaimer_units.c tests/reclaimer/test_pin_file.c
 
+# A hostile registry for the pull tests (wrong bytes, truncation, size,
+# redirects), on the shared fault server.
+TEST_PROGRAMS += tetris-test-fault-registry
+tetris-test-fault-registry_SRCS := tests/reclaimer/fault_registry.c tests/lib/faultserver.c \
+                                   tests/lib/unit.c
+tetris-test-fault-registry_LIBS := -lcheck -lsubunit -lrt
 TEST_PROGRAMS += tetris-ingest-probe
 tetris-ingest-probe_SRCS := tests/reclaimer/ingest-probe.c
 SHELL_TESTS += tests/reclaimer/test-reclaim.sh
@@ -36,6 +43,8 @@ SHELL_TESTS += tests/reclaimer/test-conn-shares.sh \
                tests/reclaimer/test-parse-memory.sh \
                tests/reclaimer/test-shared-store.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
+# Models pulled from a registry: a real one, and a hostile one.
+SHELL_TESTS += tests/reclaimer/test-pull.sh tests/reclaimer/test-pull-faults.sh
 # Root: the store on a tmpfs of its own (huge=within_size), reused, refused;
 # a kernel without huge tmpfs pages played by an LD_PRELOAD library.
 SHELL_TESTS += tests/reclaimer/test-store-tmpfs.sh

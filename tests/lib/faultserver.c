@@ -41,6 +41,7 @@ struct fault_server {
     fault_request **requests;
     size_t n_requests, requests_cap;
     fault_handler handler;
+    fault_reply_handler reply_handler;
     void *handler_ctx;
 };
 
@@ -196,13 +197,15 @@ static void play(int fd, const queued_reply *q)
         return;
     }
     const char *body = q->body != NULL ? q->body : "";
+    size_t len = r->body_len > 0 ? r->body_len : strlen(body);
+    unsigned long long claimed = r->content_length > 0 ? (unsigned long long)r->content_length
+                                                       : (unsigned long long)len;
     snprintf(head, sizeof head,
-             "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+             "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %llu\r\n"
              "Connection: close\r\n%s\r\n",
-             r->status, reason_phrase(r->status), strlen(body),
-             q->headers != NULL ? q->headers : "");
+             r->status, reason_phrase(r->status), claimed, q->headers != NULL ? q->headers : "");
     if (send_all(fd, head, strlen(head)) == 0)
-        send_all(fd, body, strlen(body));
+        send_all(fd, body, len);
 }
 
 static void serve_one(fault_server *fs, int fd)
@@ -223,12 +226,19 @@ static void serve_one(fault_server *fs, int fd)
     if (recorded)
         fs->requests[fs->n_requests++] = rq;
     fault_handler handler = fs->handler;
+    fault_reply_handler reply_handler = fs->reply_handler;
     void *handler_ctx = fs->handler_ctx;
     pthread_mutex_unlock(&fs->lock);
 
     queued_reply q;
+    fault_reply whole = {0};
     if (next_reply(fs, &q)) {
         play(fd, &q);
+    } else if (reply_handler != NULL && reply_handler(handler_ctx, rq, &whole) == 0) {
+        queued_reply answer = {.r = whole,
+                               .headers = (char *)whole.headers,
+                               .body = (char *)whole.body};
+        play(fd, &answer);
     } else if (handler != NULL) {
         char *body = NULL;
         queued_reply answer = {.r = {.status = handler(handler_ctx, rq, &body)}};
@@ -325,6 +335,15 @@ void fault_server_push(fault_server *fs, const fault_reply *r)
         fs->queue_cap = cap;
     }
     fs->queue[fs->n_queue++] = q;
+    pthread_mutex_unlock(&fs->lock);
+}
+
+void fault_server_set_reply_handler(fault_server *fs, fault_reply_handler h, void *ctx)
+{
+    pthread_mutex_lock(&fs->lock);
+    fs->handler = NULL;
+    fs->reply_handler = h;
+    fs->handler_ctx = ctx;
     pthread_mutex_unlock(&fs->lock);
 }
 

@@ -23,6 +23,10 @@ typedef struct fault_reply {
     int status;           /* 0: close the connection without answering */
     const char *headers;  /* extra header lines, each ending in "\r\n" */
     const char *body;     /* sent with Content-Length (unless chunks) */
+    size_t body_len;      /* its bytes; 0: strlen(body) (a reply handler's
+                             body may be binary) */
+    long long content_length; /* > 0: the Content-Length to claim instead of
+                                 the body's (a truncated or overlong reply) */
     int delay_ms;         /* wait this long before answering */
     const char *const *chunks; /* NULL-terminated: sent chunked, one by one */
     int chunk_delay_ms;   /* between chunks */
@@ -44,6 +48,11 @@ typedef struct fault_request {
  * Runs on the server's thread. */
 typedef int (*fault_handler)(void *ctx, const fault_request *rq, char **body);
 
+/* Answers a request no queued reply is left for with a whole reply: fills
+ * *out (its strings stay the handler's, valid until its next call) and
+ * returns 0. Runs on the server's thread. */
+typedef int (*fault_reply_handler)(void *ctx, const fault_request *rq, fault_reply *out);
+
 /* Starts serving on 127.0.0.1 on a free port. NULL on failure (perror). */
 fault_server *fault_server_start(void);
 int fault_server_port(const fault_server *fs);
@@ -53,6 +62,9 @@ void fault_server_push(fault_server *fs, const fault_reply *r);
 /* Sets the handler that answers once the queue is empty (a fake
  * apiserver's objects, tests/lib/fake_apiserver.c). */
 void fault_server_set_handler(fault_server *fs, fault_handler h, void *ctx);
+/* The same with a reply handler (binary bodies, headers, lying lengths):
+ * it replaces a handler set before. */
+void fault_server_set_reply_handler(fault_server *fs, fault_reply_handler h, void *ctx);
 /* Requests received so far; fault_server_request(i) stays valid until stop. */
 size_t fault_server_count(fault_server *fs);
 const fault_request *fault_server_request(fault_server *fs, size_t i);

@@ -458,6 +458,55 @@ START_TEST(gpu_attach_round_trips)
 }
 END_TEST
 
+START_TEST(pull_round_trips)
+{
+    char *json = ingest_pull_encode("fn", "oci://registry.example:5000/models/bert:v1");
+    ck_assert_ptr_nonnull(json);
+    ingest_request *rq = NULL;
+    tetris_error err = {0};
+    ck_assert_msg(ingest_request_decode(json, strlen(json), 0, &rq, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(rq->op, INGEST_OP_PULL);
+    ck_assert_str_eq(rq->ref, "oci://registry.example:5000/models/bert:v1");
+    ck_assert_str_eq(rq->label, "fn");
+    ingest_request_free(rq);
+    /* A pull carries no descriptor and names a reference. */
+    ck_assert_int_eq(ingest_request_decode(json, strlen(json), 1, &rq, &err), -TETRIS_E_FORMAT);
+    free(json);
+    const char *bad[] = {
+        "{\"op\":\"pull\",\"label\":\"fn\"}",
+        "{\"op\":\"pull\",\"ref\":\"/models/bert.onnx\"}",
+        "{\"op\":\"pull\",\"ref\":\"oci://h:1/Upper\"}",
+        "{\"op\":\"pull\",\"ref\":7}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_int_eq(ingest_request_decode(bad[i], strlen(bad[i]), 0, &rq, &err),
+                         -TETRIS_E_FORMAT);
+
+    struct ingest_pull_result in = {.holder = "h1",
+                                    .tensors = 12,
+                                    .pulled_tensors = 2,
+                                    .pulled_bytes = 300,
+                                    .skipped_bytes = 66};
+    memset(in.digest.bytes, 0xab, sizeof in.digest.bytes);
+    json = ingest_pull_reply_encode(&in);
+    ck_assert_ptr_nonnull(json);
+    struct ingest_pull_result out;
+    ck_assert_msg(ingest_pull_reply_decode(json, strlen(json), 2, &out, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(out.holder, "h1");
+    ck_assert(tensor_digest_equal(&out.digest, &in.digest));
+    ck_assert(out.tensors == 12 && out.pulled_tensors == 2 && out.pulled_bytes == 300 &&
+              out.skipped_bytes == 66);
+    /* The config and the graph ride with it: two descriptors, no fewer. */
+    ck_assert_int_eq(ingest_pull_reply_decode(json, strlen(json), 1, &out, &err),
+                     -TETRIS_E_PROTOCOL);
+    free(json);
+    const char *refused = "{\"ok\":false,\"error\":\"denied\",\"message\":\"not listed\"}";
+    ck_assert_int_eq(ingest_pull_reply_decode(refused, strlen(refused), 0, &out, &err),
+                     -TETRIS_E_DENIED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not listed"));
+}
+END_TEST
+
 START_TEST(gpu_reply_round_trips)
 {
     struct ingest_gpu_result in[3] = {
@@ -554,6 +603,7 @@ static void unit_tests(Suite *s)
                         (int)(sizeof bad_replies / sizeof bad_replies[0]));
     tcase_add_test(tc, gpu_attach_round_trips);
     tcase_add_test(tc, gpu_reply_round_trips);
+    tcase_add_test(tc, pull_round_trips);
     tcase_add_test(tc, framing);
 }
 

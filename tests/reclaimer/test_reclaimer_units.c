@@ -1,6 +1,9 @@
 /* test_reclaimer_units.c - tetris-reclaimer's pure parts: size and
  * duration parsing, the YAML settings reader, settings precedence (file <
- * flags), and the tensor index (hash table with deletions, state file). */
+ * flags), the tensor index (hash table with deletions, state file) and
+ * the registries a pull may reach (--registries, registry_allow.c). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,7 @@
 
 #include "reclaimer/config.h"
 #include "common/config_yaml.h"
+#include "reclaimer/pull.h"
 #include "reclaimer/reclaim_policy.h"
 #include "reclaimer/tensor_index.h"
 #include "tests/lib/unit.h"
@@ -174,6 +178,95 @@ END_TEST
 
 /* The capacity is never unlimited by default: half the store's
  * filesystem (its nearest existing parent's while it does not exist). */
+START_TEST(test_config_registries)
+{
+    struct reclaimer_config cfg;
+    tetris_error err;
+    char *a1[] = {"r", "--store", "/tmp", NULL};
+    ck_assert_int_eq(reclaimer_config_load(3, a1, &cfg, &err), 0);
+    ck_assert_uint_eq(cfg.registries.n, 0); /* none: every pull refused */
+    char *a2[] = {"r",
+                  "--store",
+                  "/tmp",
+                  "--registries",
+                  "Registry.Example:5000, 10.0.0.7:443,[::1]:5000,registry.example:5000",
+                  NULL};
+    ck_assert_msg(reclaimer_config_load(5, a2, &cfg, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(cfg.registries.n, 3);
+    ck_assert_str_eq(cfg.registries.entries[0], "registry.example:5000");
+    ck_assert(registry_listed(&cfg.registries, "REGISTRY.example", 5000));
+    ck_assert(!registry_listed(&cfg.registries, "registry.example", 5001));
+    ck_assert(!registry_listed(&cfg.registries, "other.example", 5000));
+    ck_assert(registry_listed(&cfg.registries, "[::1]", 5000));
+    /* A port is required; a host must be one. */
+    char *a3[] = {"r", "--store", "/tmp", "--registries", "registry.example", NULL};
+    ck_assert_int_lt(reclaimer_config_load(5, a3, &cfg, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no port"));
+    char *a4[] = {"r", "--store", "/tmp", "--registries", "bad_host:1", NULL};
+    ck_assert_int_lt(reclaimer_config_load(5, a4, &cfg, &err), 0);
+    char *a5[] = {"r", "--store", "/tmp", "--registries", "h:99999", NULL};
+    ck_assert_int_lt(reclaimer_config_load(5, a5, &cfg, &err), 0);
+}
+END_TEST
+
+static bool special(int family, const char *addr)
+{
+    struct sockaddr_storage ss = {0};
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        ck_assert_int_eq(inet_pton(AF_INET, addr, &a->sin_addr), 1);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        ck_assert_int_eq(inet_pton(AF_INET6, addr, &a->sin6_addr), 1);
+    }
+    return registry_address_special((struct sockaddr *)&ss);
+}
+
+START_TEST(test_registry_addresses)
+{
+    ck_assert(special(AF_INET, "127.0.0.1"));
+    ck_assert(special(AF_INET, "127.9.9.9"));
+    ck_assert(special(AF_INET, "169.254.169.254"));
+    ck_assert(special(AF_INET, "169.254.1.1"));
+    ck_assert(special(AF_INET, "0.0.0.0"));
+    ck_assert(special(AF_INET, "100.100.100.200"));
+    ck_assert(!special(AF_INET, "10.0.0.7"));
+    ck_assert(!special(AF_INET, "93.184.216.34"));
+    ck_assert(special(AF_INET6, "::1"));
+    ck_assert(special(AF_INET6, "::"));
+    ck_assert(special(AF_INET6, "fe80::1"));
+    ck_assert(special(AF_INET6, "fd00:ec2::254"));
+    ck_assert(special(AF_INET6, "::ffff:127.0.0.1"));
+    ck_assert(special(AF_INET6, "::ffff:169.254.169.254"));
+    ck_assert(!special(AF_INET6, "2001:db8::1"));
+    ck_assert(!special(AF_INET6, "fd00:ec2::253"));
+
+    struct reclaimer_registries list = {0};
+    char resolve[OCI_RESOLVE_MAX];
+    tetris_error err;
+    /* Not listed: refused before anything is resolved. */
+    ck_assert_int_eq(registry_admit(&list, "127.0.0.1", 5000, resolve, sizeof resolve, &err),
+                     -TETRIS_E_DENIED);
+    /* Listed as the address itself (or localhost): the operator named it. */
+    snprintf(list.entries[list.n++], RECLAIMER_REGISTRY_LEN, "127.0.0.1:5000");
+    snprintf(list.entries[list.n++], RECLAIMER_REGISTRY_LEN, "localhost:5000");
+    snprintf(list.entries[list.n++], RECLAIMER_REGISTRY_LEN, "169.254.169.254:80");
+    ck_assert_msg(registry_admit(&list, "127.0.0.1", 5000, resolve, sizeof resolve, &err) == 0,
+                  "%s", err.msg);
+    ck_assert_str_eq(resolve, ""); /* an address needs no pinning */
+    ck_assert_int_eq(registry_admit(&list, "169.254.169.254", 80, resolve, sizeof resolve, &err),
+                     0);
+    ck_assert_msg(registry_admit(&list, "localhost", 5000, resolve, sizeof resolve, &err) == 0,
+                  "%s", err.msg);
+    /* A name is pinned to the address checked. */
+    ck_assert(strncmp(resolve, "localhost:5000:", 15) == 0);
+    ck_assert_int_eq(registry_admit(&list, "127.0.0.1", 5001, resolve, sizeof resolve, &err),
+                     -TETRIS_E_DENIED);
+}
+END_TEST
+
 START_TEST(test_config_budgets)
 {
     struct reclaimer_config cfg;
@@ -422,6 +515,8 @@ static void unit_tests(Suite *s)
     TCase *tc = unit_tcase(s, "units", 0);
     tcase_add_test(tc, test_parse_bytes);
     tcase_add_test(tc, test_config_budgets);
+    tcase_add_test(tc, test_config_registries);
+    tcase_add_test(tc, test_registry_addresses);
     tcase_add_test(tc, test_parse_seconds);
     tcase_add_test(tc, test_yaml_nested);
     tcase_add_test(tc, test_yaml_bad);
