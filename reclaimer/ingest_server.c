@@ -143,6 +143,12 @@ struct budget {
      * CPU), and the request holds every tensor or none. NULL: an ingest. */
     struct pull_plan *pull;
     unsigned pull_threads;
+    /* What it published, each entry's `fresh` raised until the request
+     * ends (budget_end): a pass while it runs must not count the tensors
+     * it has published but not yet referenced as cold, or its later claims
+     * would count on them as room (and the store end above its quota). */
+    tensor_digest *fresh;
+    size_t n_fresh, cap_fresh;
 };
 
 static void budget_init(struct conn *c, struct budget *b)
@@ -356,10 +362,50 @@ static int reserve(struct served_store *ss, struct budget *b, uint64_t charge, t
     return 0;
 }
 
+/* Raises the entry's fresh count for b (index_lock held). Without room to
+ * remember it the entry is left as it is: the request then only loses the
+ * protection, never leaves a count behind. */
+static void mark_fresh(struct served_store *ss, struct budget *b, const tensor_digest *dg)
+{
+    struct index_entry *e = tensor_index_find(ss->index, dg);
+    if (e == NULL)
+        return;
+    pthread_mutex_lock(&b->lock);
+    if (b->n_fresh == b->cap_fresh) {
+        size_t cap = b->cap_fresh ? b->cap_fresh * 2 : 16;
+        tensor_digest *l = realloc(b->fresh, cap * sizeof(*l));
+        if (l == NULL) {
+            pthread_mutex_unlock(&b->lock);
+            return;
+        }
+        b->fresh = l;
+        b->cap_fresh = cap;
+    }
+    b->fresh[b->n_fresh++] = *dg;
+    e->fresh++;
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* The request is over (its references recorded, or not at all): what it
+ * published is judged by references alone again. */
+static void budget_end(struct served_store *ss, struct budget *b)
+{
+    pthread_mutex_lock(&ss->index_lock);
+    for (size_t i = 0; i < b->n_fresh; i++) {
+        struct index_entry *e = tensor_index_find(ss->index, &b->fresh[i]);
+        if (e != NULL && e->fresh > 0)
+            e->fresh--;
+    }
+    pthread_mutex_unlock(&ss->index_lock);
+    free(b->fresh);
+    b->fresh = NULL;
+    b->n_fresh = b->cap_fresh = 0;
+}
+
 /* Ends a claim: its charge leaves the store's reserved bytes (a stored one
  * has become resident under the same index_lock, so no one sees the room
  * meanwhile) and its uid's; claims waiting for the bound are woken. */
-static void end_claim(struct served_store *ss, struct conn *c, uint64_t charge,
+static void end_claim(struct served_store *ss, struct conn *c, struct budget *b, uint64_t charge,
                       const tensor_meta *stored)
 {
     struct daemon *d = ss->d;
@@ -369,6 +415,8 @@ static void end_claim(struct served_store *ss, struct conn *c, uint64_t charge,
         tetris_error ierr;
         if (store_index_add(ss, stored, charge, clock_wall_ms() / 1000, &ierr) < 0)
             log_warn("event=index-add-failed msg=%s", LOG_Q(ierr.msg));
+        else
+            mark_fresh(ss, b, &stored->digest);
     }
     ss->reserved_bytes -= charge;
     pthread_mutex_unlock(&ss->index_lock);
@@ -453,7 +501,7 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
     }
     rc = budget_spend(b, &t->desc, &err);
     if (rc < 0) {
-        end_claim(ss, c, charge, NULL);
+        end_claim(ss, c, b, charge, NULL);
         reject(ss, r, -rc, err.msg);
         return;
     }
@@ -471,7 +519,7 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
                                           b, &published, &err);
     }
     if (rc < 0 || !published) {
-        end_claim(ss, c, charge, NULL);
+        end_claim(ss, c, b, charge, NULL);
         /* A registry's wrong bytes are not the uid's claim: no backoff. */
         if ((rc == -TETRIS_E_CORRUPT || rc == -TETRIS_E_FORMAT) && b->pull == NULL)
             claim_failed(ss, c, &t->desc, &err);
@@ -487,7 +535,7 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
     pthread_mutex_unlock(&b->lock);
     atomic_fetch_add(&ss->counters.ingest_tensors, 1);
     atomic_fetch_add(&ss->counters.ingest_bytes, meta->nbytes);
-    end_claim(ss, c, charge, meta);
+    end_claim(ss, c, b, charge, meta);
     want_pass_if_over(ss, b);
 }
 
@@ -708,6 +756,7 @@ static int handle_ingest(struct conn *c, ingest_request *rq, const int *fds, cha
     pthread_mutex_init(&b.lock, NULL);
     size_t held = 0;
     rc = publish_and_refer(c, rq, fds, &b, res, &held, err);
+    budget_end(ss, &b);
     pthread_mutex_destroy(&b.lock);
     uint64_t ingested_bytes = b.ingested;
     atomic_fetch_sub(&ss->counters.ingests_active, 1);
@@ -848,6 +897,7 @@ static int publish_derived(struct conn *c, const struct derive_output *out, deri
         struct budget b;
         budget_init(c, &b);
         publish_one(ss, part_fds, &parts[i], &b, &res[i]);
+        budget_end(ss, &b);
         if (res[i].status == INGEST_REJECTED)
             return tetris_fail(err, res[i].code, 0, "derive: %s: %s", t->name, res[i].reason);
         *p[i] = (struct derived_part){.digest = t->meta.digest,
@@ -1021,6 +1071,7 @@ static int pull_tensors(struct conn *c, struct pull_plan *plan, const char *labe
     pthread_mutex_init(&b.lock, NULL);
     size_t held = 0;
     rc = publish_and_refer(c, &prq, NULL, &b, res, &held, err);
+    budget_end(ss, &b);
     pthread_mutex_destroy(&b.lock);
     atomic_fetch_sub(&ss->counters.ingests_active, 1);
     for (size_t k = 0; rc == 0 && k < prq.n_tensors; k++)

@@ -227,7 +227,7 @@ static int free_cold(struct served_store *ss, int64_t now_s, double keep_alive_s
     size_t c = 0;
     struct index_entry *e;
     while ((e = tensor_index_next(ss->index, &c)) != NULL)
-        if (!(e->mark & MARK_REF)) {
+        if (!(e->mark & MARK_REF) && e->fresh == 0) {
             digests[n_cold] = e->digest;
             cold[n_cold] = (struct cold_tensor){.last_use_s = last_use(e), .slot = n_cold};
             n_cold++;
@@ -383,7 +383,7 @@ static void update_evictable(struct served_store *ss)
     size_t c = 0;
     struct index_entry *e;
     while ((e = tensor_index_next(ss->index, &c)) != NULL)
-        if (!(e->mark & MARK_REF))
+        if (!(e->mark & (MARK_REF | MARK_WARM)))
             cold += e->file_bytes;
     ss->warmed_bytes = 0; /* every mark was recounted */
     if (cold != ss->evictable_bytes) {
@@ -407,7 +407,7 @@ static int pass_locked(struct served_store *ss, struct pass *p, const struct lis
     size_t c = 0;
     struct index_entry *e;
     while ((e = tensor_index_next(ss->index, &c)) != NULL)
-        e->mark = MARK_SEEN;
+        e->mark = MARK_SEEN | (e->fresh > 0 ? MARK_WARM : 0);
     if (rc == 0)
         rc = store_foreach_holder(ss->store, on_holder, p, err);
     if (rc == 0) {

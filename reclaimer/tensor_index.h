@@ -21,6 +21,8 @@ struct index_entry {
     int64_t mtime_s;     /* publish time */
     int64_t last_ref_s;  /* last seen referenced, 0: never */
     uint32_t mark;       /* scratch for passes (seen / referenced) */
+    uint32_t fresh;      /* requests in flight that published it and have
+                            not referenced it yet: no pass counts it cold */
     bool used;           /* slot in use */
 };
 
