@@ -380,7 +380,8 @@ static inline uint64_t store_quota(const struct daemon *d, const struct served_s
 
 /* Index marks: seen by the last listing, referenced by a live holder or
  * pin, and warm: referenced, asked for or published since the last pass,
- * so not among its evictable bytes (see store_index_warm). */
+ * or published by a request still in flight (index_entry.fresh), so not
+ * among its evictable bytes (see store_index_warm). */
 #define MARK_SEEN 1u
 #define MARK_REF 2u
 #define MARK_WARM 4u
