@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "agent/ingest_client.h"
 #include "agent/onnx_share.h"
@@ -370,14 +371,9 @@ static int image_memfd(const uint8_t *image, size_t len, int *out, tetris_error 
     cleanup_close int fd = memfd_create("tetris-share-image", MFD_CLOEXEC);
     if (fd < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "memfd_create");
-    for (size_t off = 0; off < len;) {
-        ssize_t w = write(fd, image + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return tetris_fail(err, TETRIS_E_IO, errno, "write the share image");
-        off += (size_t)w;
-    }
+    int r = fd_write_all(fd, image, len, "the share image", err);
+    if (r < 0)
+        return r;
     *out = steal_fd(&fd);
     return 0;
 }

@@ -150,13 +150,7 @@ static int write_file(const char *path, const uint8_t *bytes, size_t len, tetris
     cleanup_close int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "%s", path);
-    for (size_t done = 0; done < len;) {
-        ssize_t w = write(fd, bytes + done, len - done);
-        if (w <= 0)
-            return tetris_fail(err, TETRIS_E_IO, errno, "%s", path);
-        done += (size_t)w;
-    }
-    return 0;
+    return fd_write_all(fd, bytes, len, path, err);
 }
 
 /* What ONNX Runtime wrote to out_dir: the graph, read whole, and the data

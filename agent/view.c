@@ -29,6 +29,7 @@
 
 #include "agent/onnx_share.h"
 #include "common/cleanup.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "model/onnx_rewrite.h"
 
@@ -150,21 +151,6 @@ static int make_subdir(model_view *v, const char *rel, tetris_error *err)
     return tetris_fail(err, TETRIS_E_IO, errno, "create %s/%s", v->dir, rel);
 }
 
-static int write_all(int fd, const void *data, size_t len, tetris_error *err)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tetris_fail(err, TETRIS_E_IO, errno, "write");
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Creates rel (which must not exist), writes data and makes it 0444. */
 static int write_file(model_view *v, const char *rel, const void *data, size_t len,
                       tetris_error *err)
@@ -175,7 +161,7 @@ static int write_file(model_view *v, const char *rel, const void *data, size_t l
         return tetris_fail(err, TETRIS_E_IO, errno, "create %s/%s", v->dir, rel);
     int r = record(v, rel, false, err);
     if (r == 0)
-        r = write_all(fd, data, len, err);
+        r = fd_write_all(fd, data, len, "its bytes", err);
     if (r == 0 && fchmod(fd, 0444) < 0)
         r = tetris_fail(err, TETRIS_E_IO, errno, "chmod");
     if (r == 0 && close(steal_fd(&fd)) < 0)

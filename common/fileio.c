@@ -59,3 +59,18 @@ int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len, t
     *len = n;
     return 0;
 }
+
+int fd_write_all(int fd, const void *buf, size_t len, const char *what, tetris_error *err)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : EIO, "write %s", what);
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}

@@ -1,6 +1,6 @@
 /* fileio.h - reading a whole file into memory, bounded: the one reader of
- * manifests, settings, profiles and tokens. A file larger than the bound
- * is an error, never silently cut, so a caller never parses a prefix. */
+ * manifests, settings, profiles and tokens; and writing a whole buffer. A file larger than the
+ * bound is an error, never silently cut, so a caller never parses a prefix. */
 #ifndef TETRIS_FILEIO_H
 #define TETRIS_FILEIO_H
 
@@ -15,5 +15,9 @@
  * max_bytes), TETRIS_E_NOMEM. A FIFO or device is refused without waiting
  * on it (TETRIS_E_IO, "not a regular file"). */
 int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len, tetris_error *err);
+
+/* Writes all len bytes of buf to fd (retrying short writes and EINTR).
+ * TETRIS_E_IO "write WHAT: ..." on failure. */
+int fd_write_all(int fd, const void *buf, size_t len, const char *what, tetris_error *err);
 
 #endif

@@ -46,6 +46,7 @@
 #include <jansson.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "protocol/ingest.h"
@@ -109,15 +110,9 @@ int derive_copy_image(int client_fd, int *out_fd, tensor_digest *source, tetris_
     int fd = memfd_create("tetris-derive-image", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "derive: memfd_create");
-    for (size_t off = 0; off < len;) {
-        ssize_t w = write(fd, buf + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            close(fd);
-            return tetris_fail(err, TETRIS_E_IO, errno, "derive: write the image copy");
-        }
-        off += (size_t)w;
+    if (fd_write_all(fd, buf, len, "derive: the image copy", err) < 0) {
+        close(fd);
+        return -TETRIS_E_IO;
     }
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0 ||
         lseek(fd, 0, SEEK_SET) != 0) {
