@@ -55,9 +55,11 @@ bool registry_address_special(const struct sockaddr *sa);
  * resolving to a special address the operator did not name (the listed
  * host is that very address, or "localhost"); else resolve is
  * "NAME:PORT:ADDRESS" to pin a name's connection to the address checked
- * ("" for an address, which needs no resolving). */
+ * ("" for an address, which needs no resolving), and *scheme
+ * OCI_SCHEME_HTTP for an entry written http://, OCI_SCHEME_HTTPS_OR_HTTP
+ * for a loopback address the operator named, else OCI_SCHEME_HTTPS. */
 int registry_admit(const struct reclaimer_registries *list, const char *host, unsigned port,
-                   char *resolve, size_t cap, tetris_error *err);
+                   char *resolve, size_t cap, enum oci_scheme *scheme, tetris_error *err);
 
 /* ---- pull.c ---- */
 
@@ -78,13 +80,23 @@ enum pull_failure pull_failure_of(int code);
 #define PULL_DURATION_BUCKETS 12
 extern const double pull_duration_bounds[PULL_DURATION_BUCKETS];
 
+/* What a pull may do, copied from the daemon's settings when it begins. */
+struct pull_settings {
+    struct reclaimer_registries allowed; /* --registries */
+    double timeout_s;                    /* one request (--registry-timeout) */
+    uint64_t cache_max;                  /* private/registry/'s bytes (--registry-cache) */
+    char auth_path[PATH_MAX];            /* --registry-auth: read by each pull; "": none */
+    char ca_file[PATH_MAX];              /* --registry-ca; "": the system's */
+};
+
 /* What a pull found before any tensor was fetched: the manifest by
  * digest, its artifact and model (the config), and the config and
  * non-weight layer as read-only descriptors of their cached files. */
 struct pull_plan {
     oci_ref ref;
-    oci_registry reg;
-    struct reclaimer_registries allowed; /* the list when the pull began */
+    oci_registry reg; /* open from pull_prepare's start to pull_plan_release */
+    struct pull_settings settings;
+    oci_credentials *credentials; /* settings.auth_path's, NULL without */
     tensor_digest manifest_digest;
     oci_artifact *artifact;
     model *model;
@@ -93,10 +105,11 @@ struct pull_plan {
 };
 
 /* Resolves ref_text and fetches what comes before the tensors, into
- * plan (released by pull_plan_release, also after a failure). cache_max:
- * bytes the store's private/registry/ may keep (--registry-cache). */
-int pull_prepare(store *s, const char *ref_text, const struct reclaimer_registries *allowed,
-                 double timeout_s, uint64_t cache_max, struct pull_plan *plan, tetris_error *err);
+ * plan (released by pull_plan_release, also after a failure). The
+ * credentials file is read here, each pull, so a Secret updated in place
+ * is used without a restart. */
+int pull_prepare(store *s, const char *ref_text, const struct pull_settings *settings,
+                 struct pull_plan *plan, tetris_error *err);
 void pull_plan_release(struct pull_plan *plan);
 
 /* Publishes tensor t of the plan (a tensor layer of its artifact) into
