@@ -179,17 +179,23 @@ static int blob_attempt(oci_registry *r, const char *digest, struct bounded_sink
         reply->retry_after_s = rq.retry_after_s;
         /* The messages lead with the fault: a rejected tensor's reason is
          * short (protocol/ingest.h), and the URL is in the pull's log. */
+        /* httpclient's "GET URL: what": the URL holds no ": ". */
+        const char *what = rc < 0 ? strstr(err->msg, ": ") : NULL;
         if (rc < 0 && b->refused.code != 0)
             rc = tetris_fail(err, b->refused.code, 0, "%s", b->refused.msg);
-        else if (rc < 0)
-            ; /* the transport's, or a refused target's */
+        else if (rc < 0 && rq.failure != HTTPCLIENT_FAIL_NONE && what != NULL) {
+            tetris_error transport = *err;
+            rc = tetris_fail(err, transport.code, 0, "%s (GET %s)",
+                             transport.msg + (what - err->msg) + 2, url);
+        } else if (rc < 0)
+            ; /* a refused target's */
         else if (rq.status == 404)
-            rc = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "GET %s: no such blob", url);
+            rc = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "no such blob (GET %s)", url);
         else if (rq.status == 206 && b->received > 0 && !b->started)
-            rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "GET %s: an empty 206", url);
+            rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "an empty 206 (GET %s)", url);
         else if (rq.status != 200 && rq.status != 206)
-            rc = tetris_fail(err, TETRIS_E_HTTP, 0, "GET %s: HTTP %ld: %.200s", url, rq.status,
-                             rq.body);
+            rc = tetris_fail(err, TETRIS_E_HTTP, 0, "HTTP %ld: %.100s (GET %s)", rq.status, rq.body,
+                             url);
         else if (b->received != b->size)
             rc = tetris_fail(err, TETRIS_E_CORRUPT, 0,
                              "%" PRIu64 " bytes, not the %" PRIu64 " the manifest declares",
