@@ -1,7 +1,8 @@
 #!/bin/sh
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
 # the ingest, JSON reader's, inventory, AdmissionReview and inference request
-# decoders', the holder, store marker, daemon state file and pin file readers', the
+# decoders', the registry's (artifacts, references, credentials, challenges,
+# tokens), the holder, store marker, daemon state file and pin file readers', the
 # YAML reader's with the settings and profiles on top of it) for
 # FUZZ_SECONDS (default 60) from a seed corpus made now from the real models
 # (.deps/models), the synthetic valid and malformed files of
@@ -20,7 +21,7 @@ rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
     "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$seeds/yaml" \
-    "$seeds/derived" "$seeds/pin_file" "$seeds/oci" "$dir/artifacts"
+    "$seeds/derived" "$seeds/pin_file" "$seeds/oci" "$seeds/oci_auth" "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -114,10 +115,18 @@ a=$(printf 'a%.0s' $(seq 64)); b=$(echo "$a" | tr a b)
 printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":"application/vnd.tetris.model.v1","config":{"mediaType":"application/vnd.tetris.manifest.v1+json","digest":"sha256:%s","size":10},"layers":[{"mediaType":"application/vnd.tetris.onnx-graph.v1","digest":"sha256:%s","size":20},{"mediaType":"application/vnd.tetris.tensor.v1","digest":"sha256:%s","size":37,"annotations":{"io.tetris.tensor.name":"w"}}],"annotations":{"io.tetris.model":"m.onnx"}}' \
     "$a" "$b" "$(echo "$a" | tr a c)" >"$seeds/oci/manifest.json"
 printf 'oci://reg.example:5000/models/bert-base:v1' >"$seeds/oci/ref"
+# Registry credentials (a dockerconfigjson Secret), a challenge, a token.
+printf '%s' '{"auths":{"reg.example:5000":{"auth":"YWxpY2U6czNjcmV0"},"https://other.example/v1/":{"username":"bob","password":"pa:ss","email":"b@x"}},"credsStore":"x"}' \
+    >"$seeds/oci_auth/dockerconfig.json"
+printf '%s' 'Bearer realm="https://auth.example/token",service="reg.example",scope="repository:models/bert:pull,push"' \
+    >"$seeds/oci_auth/challenge"
+printf '%s' 'Basic realm="Registry Realm"' >"$seeds/oci_auth/basic"
+printf '%s' '{"token":"eyJhbGciOi.J9.x","access_token":"a","expires_in":300}' \
+    >"$seeds/oci_auth/token.json"
 
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check oip yaml derived pin_file oci}; do
+         holders store_marker state view_check oip yaml derived pin_file oci oci_auth}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in

@@ -283,8 +283,6 @@ int oci_credentials_parse(const char *json, size_t len, const char *what, oci_cr
     size_t key_len, i = 0;
     bool seen = false;
     int rc = json_scan_object_begin(&s, err), r = 0;
-    if (rc < 0)
-        rc = tetris_wrap(err, "%s", what);
     while (rc == 0 && (r = json_scan_object_next(&s, &i, key, sizeof key, &key_len, err)) > 0) {
         if (key_len == 5 && strcmp(key, "auths") == 0) {
             rc = seen ? tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: \"auths\" twice", what)
@@ -295,11 +293,14 @@ int oci_credentials_parse(const char *json, size_t len, const char *what, oci_cr
         }
     }
     if (rc == 0 && r < 0)
-        rc = tetris_wrap(err, "%s", what);
-    if (rc == 0 && (rc = json_scan_end(&s, err)) < 0)
-        rc = tetris_wrap(err, "%s", what);
+        rc = r;
+    if (rc == 0)
+        rc = json_scan_end(&s, err);
     if (rc == 0 && !seen)
         rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: no \"auths\" object", what);
+    /* Every message names the file (json_scan's name a byte offset only). */
+    if (rc < 0 && strncmp(err->msg, what, strlen(what)) != 0)
+        rc = tetris_wrap(err, "%s", what);
     if (rc < 0) {
         oci_credentials_free(c);
         return rc;
