@@ -379,7 +379,9 @@ int oci_blob_mount(oci_registry *r, const tensor_digest *d, const char *from, bo
                    tetris_error *err);
 /* Uploads len bytes as blob d: in one PUT when chunk is 0 or len <= chunk,
  * else in PATCHes of chunk bytes and a closing PUT. The registry checks
- * the digest. */
+ * the digest. A step that meets what oci_retryable retries starts the
+ * whole upload again from its POST (a session's state is the registry's),
+ * at most OCI_MAX_ATTEMPTS times. */
 int oci_blob_upload(oci_registry *r, const tensor_digest *d, const void *data, size_t len,
                     size_t chunk, tetris_error *err);
 /* PUTs the manifest under reference (a tag or "sha256:..."); *digest is

@@ -15,6 +15,7 @@
 #include "protocol/oci.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -326,7 +327,8 @@ static int authenticate(oci_registry *r, const oci_challenge *ch, const char *se
                          "registry %s:%u asks for credentials (Basic realm \"%.100s\"), and there "
                          "are none for it (--registry-auth)",
                          r->host, r->port, ch->realm);
-    } else if (ch->scheme == OCI_AUTH_BASIC && sent != NULL) {
+    } else if (ch->scheme == OCI_AUTH_BASIC && sent != NULL &&
+               strncmp(sent, "Authorization: Basic ", 21) == 0) {
         rc = tetris_fail(err, TETRIS_E_DENIED, 0,
                          "registry %s:%u refused the credentials of user \"%.100s\"", r->host,
                          r->port, cred->username);
@@ -362,8 +364,10 @@ static int exchange(oci_registry *r, httpclient_request *rq, const char *url, co
 {
     const char *headers[MAX_HEADERS + 2];
     size_t n = 0;
-    for (const char *const *h = rq->headers; h != NULL && *h != NULL && n < MAX_HEADERS; h++)
+    for (const char *const *h = rq->headers; h != NULL && *h != NULL; h++) {
+        assert(n < MAX_HEADERS); /* the calls' own: at most three */
         headers[n++] = *h;
+    }
     if (authorization != NULL)
         headers[n++] = authorization;
     headers[n] = NULL;
