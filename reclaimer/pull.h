@@ -10,23 +10,33 @@
  * registry's digest and the store's are one); the connection then holds
  * references to every tensor of the model. What it adds is the registry:
  *   registry_allow.c  which registries may be reached (--registries), at
- *                     which address (resolved once, pinned), and that no
- *                     pod makes the daemon reach loopback, link-local or
- *                     metadata addresses the operator did not name;
- *   pull.c            the manifest (a tag resolved to a digest once; a
- *                     pinned digest checked), the config and the
+ *                     which address (resolved once, pinned), over which
+ *                     scheme (TLS unless listed http://, loopback may fall
+ *                     back), and that no pod makes the daemon reach
+ *                     loopback, link-local or metadata addresses the
+ *                     operator did not name;
+ *   pull.c            the credentials (--registry-auth, read again by each
+ *                     pull) and CA bundle (--registry-ca) a pull's registry
+ *                     session uses (protocol/oci.h: challenges, tokens,
+ *                     retries), the manifest (a tag resolved to a digest
+ *                     once; a pinned digest checked), the config and the
  *                     non-weight layer (cached per store by digest under
  *                     private/registry/, bounded by --registry-cache), and
- *                     each tensor blob's bytes, held to the declared size.
+ *                     each tensor blob's bytes, held to the declared size
+ *                     (a broken download resumed, each byte written once).
  *
  * Invariants: no request leaves for a host:port the list does not name
- * (redirects included, each checked before it is followed); nothing
- * unverified is published or cached (a blob's bytes are hashed before
- * they are a file anyone can open); a failed pull records no reference.
- * Tensors a failed pull verified before it failed stay, unreferenced, as
- * any cold tensor does until the reclaimer frees them.
+ * (redirects and token realms included, each checked before it is
+ * asked); credentials come from the operator's file only and go to the
+ * registry and its realm only; nothing unverified is published or cached
+ * (a blob's bytes are hashed before they are a file anyone can open); a
+ * failed pull records no reference and leaves no temp file. Tensors a
+ * failed pull verified before it failed stay, unreferenced, as any cold
+ * tensor does until the reclaimer frees them.
  * Tests: tests/reclaimer/test-pull.sh (a real registry),
+ * tests/reclaimer/test-pull-auth.sh (real ones with basic auth and TLS),
  * tests/reclaimer/test-pull-faults.sh (a hostile one),
+ * tests/reclaimer/test-pull-retries.sh (flaky and token-locked ones),
  * tests/reclaimer/test_reclaimer_units.c (the allow-list). */
 #ifndef TETRIS_RECLAIMER_PULL_H
 #define TETRIS_RECLAIMER_PULL_H
