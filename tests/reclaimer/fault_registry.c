@@ -5,7 +5,8 @@
  * (tests/lib/faultserver.h). It serves a copy of a real registry's
  * artifact from a directory (DIR/manifest, DIR/blobs/<hex>): GET of the
  * manifest and of blobs (a "Range: bytes=N-" answered 206 unless
- * --no-range), HEAD of blobs, PUT of a manifest (201, kept nowhere). It
+ * --no-range), HEAD of blobs; and takes uploads (POST 202 with a
+ * Location, PATCH 202, PUT 201) and manifests (PUT 201), keeping nothing. It
  * does one thing wrong with one blob (--target HEX), the first --times N
  * times it is asked for it (0, the default: always):
  *   none      nothing: a registry that should never be asked (its
@@ -16,7 +17,8 @@
  *   redirect  307 to the same path on 127.0.0.1:--redirect-port
  *   status    --status S (429, 503, ...) with Retry-After: --retry-after
  *             when given; with no --target, the manifest's first --times
- *             requests get it
+ *             requests get it; with --target uploads, the first --times
+ *             upload POSTs
  * and may lock everything under /v2/ (--auth):
  *   basic     401 "Basic realm=..." without Authorization: Basic of
  *             --user:--password
@@ -252,6 +254,30 @@ static int blob(struct registry *r, const fault_request *rq, const char *hex, fa
     return 0;
 }
 
+/* An upload's steps: taken, the bytes dropped (the registry's digest
+ * check is not what a push test asks of this one). */
+static int upload(struct registry *r, const fault_request *rq, fault_reply *out)
+{
+    bool spoil = r->target != NULL && strcmp(r->target, "uploads") == 0 &&
+                 strcmp(r->fault, "status") == 0 && strcmp(rq->method, "POST") == 0;
+    if (spoil && play_fault(r)) {
+        if (r->retry_after >= 0)
+            snprintf(r->headers, sizeof r->headers, "Retry-After: %d\r\n", r->retry_after);
+        *out = (fault_reply){.status = r->status, .body = "{\"errors\":[]}", .headers = r->headers};
+        return 0;
+    }
+    if (strcmp(rq->method, "PUT") == 0) {
+        *out = (fault_reply){.status = 201, .body = ""};
+        return 0;
+    }
+    /* POST opens a session, PATCH goes on with it: both name where next. */
+    int len = (int)(strstr(rq->target, "/blobs/uploads/") - rq->target);
+    snprintf(r->headers, sizeof r->headers, "Location: %.*s/blobs/uploads/session-%d\r\n", len,
+             rq->target, r->spoiled);
+    *out = (fault_reply){.status = 202, .body = "", .headers = r->headers};
+    return 0;
+}
+
 static int answer(void *ctx, const fault_request *rq, fault_reply *out)
 {
     struct registry *r = ctx;
@@ -269,6 +295,8 @@ static int answer(void *ctx, const fault_request *rq, fault_reply *out)
     if (!admitted(r, rq))
         return unauthorized(r, rq, out);
     const char *hex = strstr(rq->target, "/blobs/sha256:");
+    if (strstr(rq->target, "/blobs/uploads/") != NULL)
+        return upload(r, rq, out);
     if (strstr(rq->target, "/manifests/") != NULL) {
         if (strcmp(rq->method, "PUT") == 0) {
             *out = (fault_reply){.status = 201, .body = ""};

@@ -9,7 +9,8 @@
 # the blob it could not fetch. Bearer tokens: from the realm with basic
 # credentials, anonymously, asked again when one expires; a wrong password
 # and a realm not on --registries are refused (the realm never asked).
-# tetris-registry push authenticates the same way.
+# tetris-registry push authenticates the same way, and starts an upload
+# answered 503 again.
 # shellcheck disable=SC2154 # PORT_<name> (and _port) are set by fault_registry's eval
 set -eu
 . "$(dirname "$0")/../lib/reclaimer.sh"
@@ -135,4 +136,16 @@ out=$("$BIN/tetris-registry" push --registry-auth "$WORK/auth.json" "$MODELS/hel
 [ "$(json_get "$out" present)" = "$(json_get "$out" blobs)" ] || fail "bearer push: $out"
 grep -q "^PUT /v2/models/hello/manifests/v1 auth=Bearer" "$WORK/bearer.requests" ||
     fail "bearer push: $(tail -3 "$WORK/bearer.requests")"
+# A push's upload answered 503 is started again from its POST.
+mkdir -p "$WORK/empty/blobs"
+fault_registry uploads --dir "$WORK/empty" --fault status --status 503 --target uploads --times 1
+out=$("$BIN/tetris-registry" push "$MODELS/hello_deepa.onnx" \
+      "oci://127.0.0.1:$PORT_uploads/models/hello:v1" 2>"$WORK/push-uploads.log") ||
+    fail "push through a 503: $(tail -3 "$WORK/push-uploads.log")"
+blobs=$(json_get "$out" blobs)
+[ "$(json_get "$out" uploaded)" = "$blobs" ] || fail "push through a 503: $out"
+[ "$(grep -c '^POST /v2/models/hello/blobs/uploads/' "$WORK/uploads.requests")" = $((blobs + 1)) ] ||
+    fail "push through a 503: $(grep -c '^POST' "$WORK/uploads.requests") POSTs for $blobs blobs"
+grep -q "event=registry-retry op=upload status=503 attempt=1" "$WORK/push-uploads.log" ||
+    fail "push through a 503: no retry logged"
 echo "PASS $PROG"
