@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 #include "tensorstore/store_private.h"
 
 #define HOLDER_MAGIC "tetris-holder 1"
@@ -35,21 +36,6 @@ struct store_holder {
     char id[48];   /* <owner pid>-<random> */
     char name[64]; /* <id>.ref */
 };
-
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
 
 static void sanitize_label(const char *label, char *out, size_t out_len)
 {
@@ -93,8 +79,10 @@ int store_holder_open(store *s, const char *label, pid_t owner_pid, store_holder
     snprintf(h->id, sizeof h->id, "%ld-%s", (long)owner_pid, temp + strlen(prefix) + 1);
     snprintf(h->name, sizeof h->name, "%s" HOLDER_SUFFIX, h->id);
     int rc = 0;
-    if (write_all(h->fd, header, (size_t)n) < 0)
-        rc = tetris_fail(err, store_errno_code(errno), errno, "write holder %s", temp);
+    tetris_error write_err = {0};
+    if (fd_write_all(h->fd, header, (size_t)n, temp, &write_err) < 0)
+        rc = tetris_fail(err, store_errno_code(write_err.errnum), write_err.errnum,
+                         "write holder %s", temp);
     else if (renameat(s->holders_fd, temp, s->holders_fd, h->name) < 0)
         rc = tetris_fail(err, store_errno_code(errno), errno,
                          "publish holder %s/private/holders/%s", s->root, h->name);
@@ -132,8 +120,9 @@ int store_holder_add_many(store_holder *h, const tensor_digest *d, const uint64_
     size_t len = 0;
     for (size_t i = 0; i < n; i++)
         len += format_ref(buf + len, &d[i], nbytes[i]);
-    if (write_all(h->fd, buf, len) < 0)
-        return tetris_fail(err, store_errno_code(errno), errno,
+    tetris_error write_err = {0};
+    if (fd_write_all(h->fd, buf, len, h->name, &write_err) < 0)
+        return tetris_fail(err, store_errno_code(write_err.errnum), write_err.errnum,
                            "record references in %s/private/holders/%s", h->s->root, h->name);
     return 0;
 }
