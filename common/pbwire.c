@@ -2,32 +2,41 @@
  * pbwire.h for the format and what reading refuses). */
 #include "common/pbwire.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- reading ---- */
 
-void pb_reader_init(pb_reader *r, const uint8_t *buf, size_t len)
+void pb_reader_init(pb_reader *r, const uint8_t *data, size_t len)
 {
-    r->start = buf;
-    r->p = buf;
-    r->end = buf + len;
+    r->base = data;
+    r->p = data;
+    r->end = data + len;
+    r->depth = 0;
 }
 
-int pb_read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+uint64_t pb_offset(const pb_reader *r, const uint8_t *p)
 {
-    uint64_t v = 0;
+    return (uint64_t)(p - r->base);
+}
+
+int pb_decode_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
     const uint8_t *q = *p;
-    for (unsigned i = 0; i < PB_MAX_VARINT_BYTES; i++) {
+    uint64_t v = 0;
+    for (int i = 0; i < 10; i++) {
         if (q == end)
             return -1;
+        assert(q < end);
         uint8_t b = *q++;
         /* The tenth byte holds bit 63 only. */
-        if (i == PB_MAX_VARINT_BYTES - 1 && b > 1)
+        if (i == 9 && b > 1)
             return -1;
         v |= (uint64_t)(b & 0x7f) << (7 * i);
         if ((b & 0x80) == 0) {
+            assert(q <= end);
             *p = q;
             *out = v;
             return 0;
@@ -36,67 +45,107 @@ int pb_read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
     return -1;
 }
 
-static uint64_t read_le(const uint8_t *p, unsigned n)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-int pb_next(pb_reader *r, struct pb_field *f, tetris_error *err)
+int pb_next(pb_reader *r, pb_field *f, tetris_error *err)
 {
     if (r->p == r->end)
         return 0;
-    size_t at = (size_t)(r->p - r->start);
+    uint64_t at = pb_offset(r, r->p);
     uint64_t key;
-    if (pb_read_varint(&r->p, r->end, &key) < 0)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "protobuf: bad field key at offset %zu", at);
+    if (pb_decode_varint(&r->p, r->end, &key) < 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "byte %llu: malformed field key varint",
+                           (unsigned long long)at);
     uint64_t number = key >> 3;
     if (number == 0 || number > PB_MAX_FIELD_NUMBER)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           "protobuf: field number %llu at offset %zu is out of range",
-                           (unsigned long long)number, at);
-    memset(f, 0, sizeof(*f));
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "byte %llu: invalid field number %llu",
+                           (unsigned long long)at, (unsigned long long)number);
     f->number = (uint32_t)number;
-    f->type = (enum pb_wire_type)(key & 7);
+    f->wire_type = (enum pb_wire_type)(key & 7);
+    f->value = 0;
     size_t left;
     switch (key & 7) {
-    case PB_WIRE_VARINT:
-        if (pb_read_varint(&r->p, r->end, &f->value) < 0)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "protobuf: field %u at offset %zu: bad varint", f->number, at);
-        return 1;
-    case PB_WIRE_I64:
-    case PB_WIRE_I32: {
-        unsigned n = (key & 7) == PB_WIRE_I64 ? 8 : 4;
-        if ((size_t)(r->end - r->p) < n)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "protobuf: field %u at offset %zu: truncated fixed%u", f->number, at,
-                               n * 8);
-        f->value = read_le(r->p, n);
-        r->p += n;
-        return 1;
-    }
-    case PB_WIRE_LEN:
-        if (pb_read_varint(&r->p, r->end, &f->value) < 0)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "protobuf: field %u at offset %zu: bad length", f->number, at);
-        left = (size_t)(r->end - r->p);
-        if (f->value > left)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "protobuf: field %u at offset %zu: length %llu past the end "
-                               "(%zu bytes left)",
-                               f->number, at, (unsigned long long)f->value, left);
+    case PB_WT_VARINT:
         f->data = r->p;
-        f->len = (size_t)f->value;
-        r->p += f->len;
+        if (pb_decode_varint(&r->p, r->end, &f->value) < 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "byte %llu: field %u: malformed varint (truncated, over 10 bytes or "
+                               "over 64 bits)",
+                               (unsigned long long)at, f->number);
+        f->len = (size_t)(r->p - f->data);
         return 1;
-    default:
-        return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           "protobuf: field %u at offset %zu: wire type %u is not supported",
-                           f->number, at, (unsigned)(key & 7));
+    case PB_WT_FIXED64:
+    case PB_WT_FIXED32: {
+        size_t width = (key & 7) == PB_WT_FIXED64 ? 8 : 4;
+        if ((size_t)(r->end - r->p) < width)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "byte %llu: field %u: truncated %zu-byte value",
+                               (unsigned long long)at, f->number, width);
+        f->data = r->p;
+        f->len = width;
+        for (size_t i = 0; i < width; i++)
+            f->value |= (uint64_t)r->p[i] << (8 * i);
+        r->p += width;
+        assert(r->p <= r->end);
+        return 1;
     }
+    case PB_WT_LEN: {
+        uint64_t len;
+        if (pb_decode_varint(&r->p, r->end, &len) < 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "byte %llu: field %u: malformed length varint",
+                               (unsigned long long)at, f->number);
+        left = (size_t)(r->end - r->p);
+        if (len > left)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "byte %llu: field %u: length %llu runs past the end of its "
+                               "message (%zu bytes left)",
+                               (unsigned long long)at, f->number, (unsigned long long)len, left);
+        f->data = r->p;
+        f->len = (size_t)len;
+        r->p += len;
+        assert(r->p <= r->end); /* len <= left, checked above */
+        return 1;
+    }
+    default:
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "byte %llu: field %u: unsupported wire type %u",
+                           (unsigned long long)at, f->number, (unsigned)(key & 7));
+    }
+}
+
+int pb_reader_sub(const pb_reader *parent, const pb_field *f, pb_reader *child, tetris_error *err)
+{
+    if (f->wire_type != PB_WT_LEN)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "byte %llu: field %u: expected a message, got wire type %u",
+                           (unsigned long long)pb_offset(parent, f->data), f->number,
+                           (unsigned)f->wire_type);
+    if (parent->depth + 1 > PB_MAX_DEPTH)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "byte %llu: messages nested deeper than %d levels",
+                           (unsigned long long)pb_offset(parent, f->data), PB_MAX_DEPTH);
+    child->base = parent->base;
+    child->p = f->data;
+    child->end = f->data + f->len;
+    /* A field's bytes lie inside its parent's (pb_next checked them). */
+    assert(child->p >= parent->base && child->end <= parent->end && child->p <= child->end);
+    child->depth = parent->depth + 1;
+    return 0;
+}
+
+int pb_count_varints(const uint8_t *data, size_t len, uint64_t *count, tetris_error *err)
+{
+    const uint8_t *p = data;
+    const uint8_t *end = data + len;
+    uint64_t n = 0;
+    while (p < end) {
+        uint64_t v;
+        size_t at = (size_t)(p - data);
+        if (pb_decode_varint(&p, end, &v) < 0)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "malformed varint at byte %zu of packed data", at);
+        n++;
+    }
+    *count = n;
+    return 0;
 }
 
 int pb_map_entry(const uint8_t *data, size_t len, const uint8_t **key, size_t *key_len,
@@ -112,7 +161,7 @@ int pb_map_entry(const uint8_t *data, size_t len, const uint8_t **key, size_t *k
     while ((rc = pb_next(&r, &f, err)) > 0) {
         if (f.number != 1 && f.number != 2)
             continue;
-        if (f.type != PB_WIRE_LEN)
+        if (f.wire_type != PB_WT_LEN)
             return tetris_fail(err, TETRIS_E_FORMAT, 0, "protobuf: map entry's %s is not a string",
                                f.number == 1 ? "key" : "value");
         if (f.number == 1) {
@@ -189,7 +238,7 @@ static void put_le(pb_writer *w, uint64_t v, unsigned n)
 
 void pb_put_varint(pb_writer *w, uint32_t number, uint64_t value)
 {
-    put_key(w, number, PB_WIRE_VARINT);
+    put_key(w, number, PB_WT_VARINT);
     put_raw_varint(w, value);
 }
 
@@ -200,19 +249,19 @@ void pb_put_bool(pb_writer *w, uint32_t number, bool value)
 
 void pb_put_fixed32(pb_writer *w, uint32_t number, uint32_t value)
 {
-    put_key(w, number, PB_WIRE_I32);
+    put_key(w, number, PB_WT_FIXED32);
     put_le(w, value, 4);
 }
 
 void pb_put_fixed64(pb_writer *w, uint32_t number, uint64_t value)
 {
-    put_key(w, number, PB_WIRE_I64);
+    put_key(w, number, PB_WT_FIXED64);
     put_le(w, value, 8);
 }
 
 void pb_put_bytes(pb_writer *w, uint32_t number, const void *data, size_t len)
 {
-    put_key(w, number, PB_WIRE_LEN);
+    put_key(w, number, PB_WT_LEN);
     put_raw_varint(w, len);
     if (len == 0 || !reserve(w, len))
         return;

@@ -25,7 +25,7 @@ static void walk(const uint8_t *data, size_t size, int depth)
     while ((rc = pb_next(&r, &f, &err)) > 0) {
         if (f.number == 0 || f.number > PB_MAX_FIELD_NUMBER)
             abort();
-        if (f.type == PB_WIRE_LEN) {
+        if (f.wire_type == PB_WT_LEN) {
             if (f.data < data || f.len > size || f.data + f.len > data + size)
                 abort();
             if (depth < 4)

@@ -18,9 +18,9 @@
 /* A LEN field as a string of ours: UTF-8, no NUL, bounded. */
 static int take_string(const struct pb_field *f, const char *what, char **out, tetris_error *err)
 {
-    if (f->type != PB_WIRE_LEN)
+    if (f->wire_type != PB_WT_LEN)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a string (wire type %d)", what,
-                           (int)f->type);
+                           (int)f->wire_type);
     if (f->len > CSI_MAX_STRING)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: %zu bytes, over the limit of %d", what,
                            f->len, CSI_MAX_STRING);
@@ -39,7 +39,7 @@ static int take_string(const struct pb_field *f, const char *what, char **out, t
 
 static int take_bool(const struct pb_field *f, const char *what, bool *out, tetris_error *err)
 {
-    if (f->type != PB_WIRE_VARINT)
+    if (f->wire_type != PB_WT_VARINT)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a bool", what);
     *out = f->value != 0;
     return 0;
@@ -57,7 +57,7 @@ static int default_string(char **s, tetris_error *err)
 static int take_map_entry(const struct pb_field *f, const char *what, struct csi_kv **list,
                           size_t *n, tetris_error *err)
 {
-    if (f->type != PB_WIRE_LEN)
+    if (f->wire_type != PB_WT_LEN)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a map entry", what);
     if (*n == CSI_MAX_MAP_ENTRIES)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: more than %d entries", what,
@@ -67,8 +67,8 @@ static int take_map_entry(const struct pb_field *f, const char *what, struct csi
     int r = pb_map_entry(f->data, f->len, &k, &klen, &v, &vlen, err);
     if (r < 0)
         return tetris_wrap(err, "%s", what);
-    struct pb_field kf = {.type = PB_WIRE_LEN, .data = k, .len = klen};
-    struct pb_field vf = {.type = PB_WIRE_LEN, .data = v, .len = vlen};
+    struct pb_field kf = {.wire_type = PB_WT_LEN, .data = k, .len = klen};
+    struct pb_field vf = {.wire_type = PB_WT_LEN, .data = v, .len = vlen};
     struct csi_kv kv = {0};
     if ((r = take_string(&kf, what, &kv.key, err)) < 0 ||
         (r = take_string(&vf, what, &kv.value, err)) < 0) {
@@ -102,13 +102,13 @@ static int decode_capability(const struct pb_field *cap, struct csi_publish_requ
     pb_reader r, sub;
     struct pb_field f, g;
     int rc;
-    if (cap->type != PB_WIRE_LEN)
+    if (cap->wire_type != PB_WT_LEN)
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "volume_capability: not a message");
     pb_reader_init(&r, cap->data, cap->len);
     while ((rc = pb_next(&r, &f, err)) > 0) {
         if (f.number < 1 || f.number > 3)
             continue;
-        if (f.type != PB_WIRE_LEN)
+        if (f.wire_type != PB_WT_LEN)
             return tetris_fail(err, TETRIS_E_FORMAT, 0,
                                "volume_capability: field %u is not a "
                                "message",
@@ -123,7 +123,7 @@ static int decode_capability(const struct pb_field *cap, struct csi_publish_requ
                 (rc = take_string(&g, "volume_capability.mount.fs_type", &out->fs_type, err)) < 0)
                 return rc;
             if (f.number == 3 && g.number == 1) {
-                if (g.type != PB_WIRE_VARINT || g.value > UINT32_MAX)
+                if (g.wire_type != PB_WT_VARINT || g.value > UINT32_MAX)
                     return tetris_fail(err, TETRIS_E_FORMAT, 0,
                                        "volume_capability.access_mode.mode: not an enum");
                 out->access_mode = (uint32_t)g.value;
@@ -157,7 +157,7 @@ static int decode_publish_fields(const uint8_t *buf, size_t len, struct csi_publ
         case 6: rc = take_bool(&f, "readonly", &out->readonly, err); break;
         case 7:
             /* Secrets are never kept; only counted, so none is logged. */
-            if (f.type != PB_WIRE_LEN || ++out->n_secrets > CSI_MAX_MAP_ENTRIES)
+            if (f.wire_type != PB_WT_LEN || ++out->n_secrets > CSI_MAX_MAP_ENTRIES)
                 rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "secrets: bad or too many entries");
             break;
         case 8:

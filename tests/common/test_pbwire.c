@@ -41,16 +41,16 @@ START_TEST(round_trip_every_wire_type)
     tetris_error err = {0};
     pb_reader_init(&r, buf, len);
     uint64_t want_v[] = {0, UINT64_MAX, 1, 0xdeadbeef, 0x0102030405060708ull};
-    enum pb_wire_type want_t[] = {PB_WIRE_VARINT, PB_WIRE_VARINT, PB_WIRE_VARINT, PB_WIRE_I32,
-                                  PB_WIRE_I64};
+    enum pb_wire_type want_t[] = {PB_WT_VARINT, PB_WT_VARINT, PB_WT_VARINT, PB_WT_FIXED32,
+                                  PB_WT_FIXED64};
     for (unsigned i = 0; i < 5; i++) {
         ck_assert_int_eq(pb_next(&r, &f, &err), 1);
         ck_assert_uint_eq(f.number, i + 1);
-        ck_assert_int_eq(f.type, want_t[i]);
+        ck_assert_int_eq(f.wire_type, want_t[i]);
         ck_assert(f.value == want_v[i]);
     }
     ck_assert_int_eq(pb_next(&r, &f, &err), 1);
-    ck_assert_int_eq(f.type, PB_WIRE_LEN);
+    ck_assert_int_eq(f.wire_type, PB_WT_LEN);
     ck_assert_uint_eq(f.len, strlen("héllo"));
     ck_assert(memcmp(f.data, "héllo", f.len) == 0);
     ck_assert_int_eq(pb_next(&r, &f, &err), 1);
@@ -131,7 +131,7 @@ START_TEST(malformed_is_refused)
         uint8_t *b = malloc(cases[i].n);
         memcpy(b, cases[i].b, cases[i].n);
         ck_assert_msg(read_all(b, cases[i].n, &err) == -TETRIS_E_FORMAT, "case %zu", i);
-        ck_assert_msg(strstr(err.msg, "offset") != NULL, "case %zu: %s", i, err.msg);
+        ck_assert_msg(strstr(err.msg, "byte") != NULL, "case %zu: %s", i, err.msg);
         free(b);
     }
     /* the largest varint and the largest field number read */
