@@ -44,7 +44,7 @@ struct view_entry {
 struct model_view {
     char *dir; /* absolute */
     int dirfd;
-    bool self_contained;     /* view_options's */
+    bool mounted_tensors;    /* view_options's */
     mode_t dir_mode;         /* 0700, or 0755 for a self-contained view */
     bool made_dir;           /* we created the directory itself */
     struct view_entry *made; /* in creation order */
@@ -249,20 +249,23 @@ static bool resident(const char *store_dir, const tensor_desc *d, char *rel, siz
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= d->meta.nbytes;
 }
 
-/* Links tensors/XX/<hex> to the store's file (once per digest): a
- * symlink, or for a self-contained view a hard link (the store's file
- * itself, where the store is not mounted). */
+/* Links tensors/XX/<hex> to the store's file (once per digest). A view
+ * whose user mounts the store's tensors/ on its own gets the empty
+ * directory only: a link would name a store its reader cannot see, and
+ * ONNX's checker refuses external data that is a link (hard links
+ * included) in a subgraph. */
 static int link_tensor(model_view *v, const char *store_dir, const char *rel, tetris_error *err)
 {
     char dir[sizeof(VIEW_TENSORS_DIR "/XX")], target[PATH_MAX];
     int r;
+    if (v->mounted_tensors)
+        return make_subdir(v, VIEW_TENSORS_DIR, err);
     snprintf(dir, sizeof(dir), "%.*s", (int)sizeof(dir) - 1, rel);
     if ((r = make_subdir(v, VIEW_TENSORS_DIR, err)) < 0 || (r = make_subdir(v, dir, err)) < 0)
         return r;
     if (snprintf(target, sizeof(target), "%s/%s", store_dir, rel) >= (int)sizeof(target))
         return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", store_dir);
-    if ((v->self_contained ? linkat(AT_FDCWD, target, v->dirfd, rel, 0)
-                           : symlinkat(target, v->dirfd, rel)) == 0)
+    if (symlinkat(target, v->dirfd, rel) == 0)
         return record(v, rel, false, err);
     if (errno == EEXIST)
         return 0; /* a tensor of the same digest made it */
@@ -542,11 +545,11 @@ static int build(model_view *v, const agent_model *am, const char *model_path, s
         .graph = !onnx           ? NULL
                  : graph_written ? VIEW_GRAPH_NAME
                                  : model_abs,
-        .store = v->self_contained && p->store != NULL ? VIEW_SELF : p->store,
-        .external_data_folder = graph_written && v->self_contained ? VIEW_SELF
-                                : graph_written                    ? p->store
-                                : model_dir[0]                     ? model_dir
-                                                                   : "/",
+        .store = v->mounted_tensors && p->store != NULL ? VIEW_SELF : p->store,
+        .external_data_folder = graph_written && v->mounted_tensors ? VIEW_SELF
+                                : graph_written                     ? p->store
+                                : model_dir[0]                      ? model_dir
+                                                                    : "/",
         .shared = s->shared,
         .fallback = s->fallback,
         .tensors = entries,
@@ -571,8 +574,8 @@ int view_write_with(const agent_model *am, const char *model_path, const char *d
     if (v == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
     v->dirfd = -1;
-    v->self_contained = o != NULL && o->self_contained;
-    v->dir_mode = v->self_contained ? 0755 : 0700;
+    v->mounted_tensors = o != NULL && o->mounted_tensors;
+    v->dir_mode = v->mounted_tensors ? 0755 : 0700;
     r = make_dir(v, dir, err);
     if (r == 0)
         r = build(v, am, model_path, &p, err);
@@ -786,7 +789,7 @@ int view_check(const char *dir, struct view_check_result *out, tetris_error *err
     cleanup_free char *store_real = NULL, *model_dir = NULL;
     const char *store_path = json_string_value(store_v);
     if (store_path != NULL && strcmp(store_path, VIEW_SELF) == 0)
-        store_path = dir; /* a self-contained view: the tensors are its own files */
+        store_path = dir; /* the store's tensors/ is mounted in the view */
     if (r == 0 && store_path != NULL && (store_real = realpath(store_path, NULL)) == NULL)
         r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "store %s", json_string_value(store_v));
     if (r == 0 && (model_dir = realpath(model_path, NULL)) == NULL)
