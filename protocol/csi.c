@@ -320,6 +320,22 @@ int csi_encode_probe(bool ready, uint8_t **out, size_t *len, tetris_error *err)
     return pb_writer_finish(&w, out, len, err);
 }
 
+/* ControllerGetCapabilitiesResponse: capabilities = 1, one
+ * ControllerServiceCapability whose rpc = 1 is an RPC of type = 1 UNKNOWN
+ * (0, the default, so the RPC message is empty). */
+int csi_encode_controller_capabilities(uint8_t **out, size_t *len, tetris_error *err)
+{
+    pb_writer w, cap, rpc;
+    pb_writer_init(&w, CSI_MAX_REPLY_BYTES);
+    pb_writer_init(&cap, CSI_MAX_REPLY_BYTES);
+    pb_writer_init(&rpc, CSI_MAX_REPLY_BYTES);
+    pb_put_message(&cap, 1, &rpc);
+    pb_put_message(&w, 1, &cap);
+    pb_writer_free(&cap);
+    pb_writer_free(&rpc);
+    return pb_writer_finish(&w, out, len, err);
+}
+
 /* NodeGetCapabilitiesResponse: capabilities = 1, none listed. */
 int csi_encode_node_capabilities(uint8_t **out, size_t *len, tetris_error *err)
 {

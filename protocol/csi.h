@@ -28,6 +28,7 @@
 #define CSI_PATH_GET_PLUGIN_INFO "/csi.v1.Identity/GetPluginInfo"
 #define CSI_PATH_GET_PLUGIN_CAPABILITIES "/csi.v1.Identity/GetPluginCapabilities"
 #define CSI_PATH_PROBE "/csi.v1.Identity/Probe"
+#define CSI_PATH_CONTROLLER_GET_CAPABILITIES "/csi.v1.Controller/ControllerGetCapabilities"
 #define CSI_PATH_NODE_GET_CAPABILITIES "/csi.v1.Node/NodeGetCapabilities"
 #define CSI_PATH_NODE_GET_INFO "/csi.v1.Node/NodeGetInfo"
 #define CSI_PATH_NODE_PUBLISH_VOLUME "/csi.v1.Node/NodePublishVolume"
@@ -106,6 +107,12 @@ int csi_encode_plugin_info(const char *name, const char *version, uint8_t **out,
  * constraints or expansion. */
 int csi_encode_plugin_capabilities(uint8_t **out, size_t *len, tetris_error *err);
 int csi_encode_probe(bool ready, uint8_t **out, size_t *len, tetris_error *err);
+/* The Controller service is not offered (GetPluginCapabilities lists no
+ * CONTROLLER_SERVICE) and the kubelet never asks, but a CO or a conformance
+ * suite may ask for its capabilities: one capability of type UNKNOWN,
+ * since an empty list reads as a missing one to Go's protobuf (csi-sanity
+ * refuses it). */
+int csi_encode_controller_capabilities(uint8_t **out, size_t *len, tetris_error *err);
 /* No capability: no staging, stats, expansion. */
 int csi_encode_node_capabilities(uint8_t **out, size_t *len, tetris_error *err);
 int csi_encode_node_info(const char *node_id, int64_t max_volumes, uint8_t **out, size_t *len,

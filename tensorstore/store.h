@@ -29,6 +29,7 @@
  *                            tensor is never removed between "referenced"
  *                            and "mapped"
  *     reclaimer.state        the node daemon's last-use times
+ *     volumes/               tetris-csi's volumes (reclaimer/csi/volumes.h)
  *   tenants/NAME/            tenant stores (the shared store's pods see none)
  * Format 1 stores (all of it in one directory) are refused with a message
  * saying how to replace them: a store is a cache.

@@ -196,6 +196,11 @@ START_TEST(replies_use_csi_field_numbers)
     }
     free(buf);
 
+    ck_assert_int_eq(csi_encode_controller_capabilities(&buf, &len, &err), 0);
+    static const uint8_t unknown_only[] = {0x0a, 0x02, 0x0a, 0x00};
+    ck_assert(len == sizeof(unknown_only) && memcmp(buf, unknown_only, len) == 0);
+    free(buf);
+
     ck_assert_int_eq(csi_encode_node_capabilities(&buf, &len, &err), 0);
     ck_assert_uint_eq(len, 0);
     free(buf);
