@@ -44,6 +44,8 @@ struct view_entry {
 struct model_view {
     char *dir; /* absolute */
     int dirfd;
+    bool mounted_tensors;    /* view_options's */
+    mode_t dir_mode;         /* 0700, or 0755 for a self-contained view */
     bool made_dir;           /* we created the directory itself */
     struct view_entry *made; /* in creation order */
     size_t n_made, cap_made;
@@ -91,7 +93,7 @@ static int check_empty(int dirfd, const char *dir, tetris_error *err)
     return 0;
 }
 
-/* Creates the view's directory (or takes an empty one of ours), 0700. */
+/* Creates the view's directory (or takes an empty one of ours), dir_mode. */
 static int make_dir(model_view *v, const char *dir, tetris_error *err)
 {
     char path[PATH_MAX];
@@ -109,7 +111,7 @@ static int make_dir(model_view *v, const char *dir, tetris_error *err)
     } else {
         if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
             return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", dir);
-        if (mkdir(path, 0700) == 0)
+        if (mkdir(path, v->dir_mode) == 0)
             v->made_dir = true;
         else if (errno != EEXIST)
             return tetris_fail(err, TETRIS_E_IO, errno, "create view directory %s", path);
@@ -132,7 +134,7 @@ static int make_dir(model_view *v, const char *dir, tetris_error *err)
         if ((r = check_empty(v->dirfd, path, err)) < 0)
             return r;
     }
-    if (fchmod(v->dirfd, 0700) < 0)
+    if (fchmod(v->dirfd, v->dir_mode) < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "chmod %s", path);
     char *abs = realpath(path, NULL);
     if (abs == NULL)
@@ -144,7 +146,7 @@ static int make_dir(model_view *v, const char *dir, tetris_error *err)
 
 static int make_subdir(model_view *v, const char *rel, tetris_error *err)
 {
-    if (mkdirat(v->dirfd, rel, 0700) == 0)
+    if (mkdirat(v->dirfd, rel, v->dir_mode) == 0)
         return record(v, rel, true, err);
     if (errno == EEXIST)
         return 0; /* ours: made for an earlier tensor (the view was empty) */
@@ -247,11 +249,17 @@ static bool resident(const char *store_dir, const tensor_desc *d, char *rel, siz
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= d->meta.nbytes;
 }
 
-/* Links tensors/XX/<hex> to the store's file (once per digest). */
+/* Links tensors/XX/<hex> to the store's file (once per digest). A view
+ * whose user mounts the store's tensors/ on its own gets the empty
+ * directory only: a link would name a store its reader cannot see, and
+ * ONNX's checker refuses external data that is a link (hard links
+ * included) in a subgraph. */
 static int link_tensor(model_view *v, const char *store_dir, const char *rel, tetris_error *err)
 {
     char dir[sizeof(VIEW_TENSORS_DIR "/XX")], target[PATH_MAX];
     int r;
+    if (v->mounted_tensors)
+        return make_subdir(v, VIEW_TENSORS_DIR, err);
     snprintf(dir, sizeof(dir), "%.*s", (int)sizeof(dir) - 1, rel);
     if ((r = make_subdir(v, VIEW_TENSORS_DIR, err)) < 0 || (r = make_subdir(v, dir, err)) < 0)
         return r;
@@ -537,10 +545,11 @@ static int build(model_view *v, const agent_model *am, const char *model_path, s
         .graph = !onnx           ? NULL
                  : graph_written ? VIEW_GRAPH_NAME
                                  : model_abs,
-        .store = p->store,
-        .external_data_folder = graph_written  ? p->store
-                                : model_dir[0] ? model_dir
-                                               : "/",
+        .store = v->mounted_tensors && p->store != NULL ? VIEW_SELF : p->store,
+        .external_data_folder = graph_written && v->mounted_tensors ? VIEW_SELF
+                                : graph_written                     ? p->store
+                                : model_dir[0]                      ? model_dir
+                                                                    : "/",
         .shared = s->shared,
         .fallback = s->fallback,
         .tensors = entries,
@@ -552,6 +561,12 @@ static int build(model_view *v, const agent_model *am, const char *model_path, s
 int view_write(const agent_model *am, const char *model_path, const char *dir, model_view **out,
                tetris_error *err)
 {
+    return view_write_with(am, model_path, dir, NULL, out, err);
+}
+
+int view_write_with(const agent_model *am, const char *model_path, const char *dir,
+                    const struct view_options *o, model_view **out, tetris_error *err)
+{
     struct view_plan p = {0};
     model_view *v = calloc(1, sizeof(*v));
     int r;
@@ -559,6 +574,8 @@ int view_write(const agent_model *am, const char *model_path, const char *dir, m
     if (v == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
     v->dirfd = -1;
+    v->mounted_tensors = o != NULL && o->mounted_tensors;
+    v->dir_mode = v->mounted_tensors ? 0755 : 0700;
     r = make_dir(v, dir, err);
     if (r == 0)
         r = build(v, am, model_path, &p, err);
@@ -770,8 +787,10 @@ int view_check(const char *dir, struct view_check_result *out, tetris_error *err
         r = tetris_fail(err, TETRIS_E_FORMAT, 0,
                         "%s: needs model (absolute), graph, store, shared, fallback, tensors", dir);
     cleanup_free char *store_real = NULL, *model_dir = NULL;
-    if (r == 0 && json_is_string(store_v) &&
-        (store_real = realpath(json_string_value(store_v), NULL)) == NULL)
+    const char *store_path = json_string_value(store_v);
+    if (store_path != NULL && strcmp(store_path, VIEW_SELF) == 0)
+        store_path = dir; /* the store's tensors/ is mounted in the view */
+    if (r == 0 && store_path != NULL && (store_real = realpath(store_path, NULL)) == NULL)
         r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "store %s", json_string_value(store_v));
     if (r == 0 && (model_dir = realpath(model_path, NULL)) == NULL)
         r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "model %s", model_path);

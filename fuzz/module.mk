@@ -7,6 +7,7 @@
 # the readers of the files the store and the daemon keep (holder files,
 # the store marker, the daemon's state file),
 # the model view's index a function's container reads (view_check), the
+# protocol buffers reader and the CSI requests decoded with it (pbwire), the
 # pin file the daemon reads before each pass (pin_file), and the YAML
 # reader with the settings and profile readers on top of it (yaml).
 # Built with clang only by `make fuzz`, never by `make` or `make test`.
@@ -17,7 +18,7 @@
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-                holders store_marker state view_check oip yaml derived pin_file oci
+                holders store_marker state view_check oip yaml derived pin_file oci pbwire
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)

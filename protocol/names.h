@@ -142,6 +142,13 @@
  * urlPrefix). */
 #define TETRIS_EXTENDER_PORT 8888
 #define TETRIS_EXTENDER_LISTEN "127.0.0.1:" TETRIS_STRINGIFY(TETRIS_EXTENDER_PORT)
+/* The CSI driver (tetris-csi): its name (the chart's CSIDriver object and
+ * the pods' csi volumes name it too), its socket, and the kubelet's
+ * directories it registers in and mounts beneath. */
+#define TETRIS_CSI_DRIVER "csi.tetris.io"
+#define TETRIS_CSI_SOCKET "/var/lib/kubelet/plugins/" TETRIS_CSI_DRIVER "/csi.sock"
+#define TETRIS_KUBELET_REGISTRY_DIR "/var/lib/kubelet/plugins_registry"
+#define TETRIS_KUBELET_PODS_DIR "/var/lib/kubelet/pods"
 /* A function's HTTP port and the health path of OpenFaaS's watchdog. */
 #define TETRIS_FUNCTION_PORT 8080
 #define TETRIS_FUNCTION_HEALTH_PATH "/_/health"
