@@ -109,12 +109,11 @@
 #define TETRIS_VOLUME_MANIFEST "tetris-manifest"
 #define TETRIS_MANIFEST_MOUNT_DIR "/etc/tetris/manifest"
 /* The CSI way (tetris-webhook --volume csi): the model view as an inline
- * ephemeral CSI volume of driver TETRIS_CSI_DRIVER, its attribute
+ * ephemeral CSI volume of driver TETRIS_CSI_DRIVER (below), its attribute
  * TETRIS_CSI_ATTR_MODEL the model (a registry reference or a file the
  * node can read), mounted read-only at TETRIS_MODEL_VIEW_MOUNT_DIR, which
  * TETRIS_ENV_MODEL_VIEW names. */
 #define TETRIS_VOLUME_MODEL "tetris-model"
-#define TETRIS_CSI_DRIVER "csi.tetris.io"
 #define TETRIS_CSI_ATTR_MODEL "model"
 #define TETRIS_MODEL_VIEW_MOUNT_DIR "/var/run/tetris/model"
 /* The pod annotation naming the model's registry reference (oci://...),

@@ -37,6 +37,17 @@ struct store_holder {
     char name[64]; /* <id>.ref */
 };
 
+/* fd_write_all with the store's code for its errno (a full store is
+ * TETRIS_E_FULL, which callers tell apart from other failures). */
+static int holder_write(int fd, const char *buf, size_t len, tetris_error *err)
+{
+    tetris_error write_err = {0};
+    if (fd_write_all(fd, buf, len, "holder file", &write_err) == 0)
+        return 0;
+    return tetris_fail(err, store_errno_code(write_err.errnum), write_err.errnum, "%s",
+                       write_err.msg);
+}
+
 static void sanitize_label(const char *label, char *out, size_t out_len)
 {
     size_t i = 0;
@@ -79,10 +90,8 @@ int store_holder_open(store *s, const char *label, pid_t owner_pid, store_holder
     snprintf(h->id, sizeof h->id, "%ld-%s", (long)owner_pid, temp + strlen(prefix) + 1);
     snprintf(h->name, sizeof h->name, "%s" HOLDER_SUFFIX, h->id);
     int rc = 0;
-    tetris_error write_err = {0};
-    if (fd_write_all(h->fd, header, (size_t)n, temp, &write_err) < 0)
-        rc = tetris_fail(err, store_errno_code(write_err.errnum), write_err.errnum,
-                         "write holder %s", temp);
+    if (holder_write(h->fd, header, (size_t)n, err) < 0)
+        rc = tetris_wrap(err, "write holder %s", temp);
     else if (renameat(s->holders_fd, temp, s->holders_fd, h->name) < 0)
         rc = tetris_fail(err, store_errno_code(errno), errno,
                          "publish holder %s/private/holders/%s", s->root, h->name);
@@ -120,10 +129,8 @@ int store_holder_add_many(store_holder *h, const tensor_digest *d, const uint64_
     size_t len = 0;
     for (size_t i = 0; i < n; i++)
         len += format_ref(buf + len, &d[i], nbytes[i]);
-    tetris_error write_err = {0};
-    if (fd_write_all(h->fd, buf, len, h->name, &write_err) < 0)
-        return tetris_fail(err, store_errno_code(write_err.errnum), write_err.errnum,
-                           "record references in %s/private/holders/%s", h->s->root, h->name);
+    if (holder_write(h->fd, buf, len, err) < 0)
+        return tetris_wrap(err, "record references in %s/private/holders/%s", h->s->root, h->name);
     return 0;
 }
 
@@ -192,8 +199,8 @@ int store_kept_hold(store *s, const char *name, const char *label, const tensor_
                                                err);
     if (fd < 0)
         return tetris_wrap(err, "keep references in %s/private/holders", s->root);
-    if (write_all(fd, header, (size_t)hn) < 0 || write_all(fd, refs, len) < 0)
-        r = tetris_fail(err, store_errno_code(errno), errno, "write kept holder %s", temp);
+    if (holder_write(fd, header, (size_t)hn, err) < 0 || holder_write(fd, refs, len, err) < 0)
+        r = tetris_wrap(err, "write kept holder %s", temp);
     else if (renameat2(s->holders_fd, temp, s->holders_fd, file, RENAME_NOREPLACE) < 0)
         r = errno == EEXIST
                 ? tetris_fail(err, TETRIS_E_CONFLICT, errno, "kept holder %s exists already", name)

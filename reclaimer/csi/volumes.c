@@ -42,6 +42,7 @@
 #include "common/cleanup.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "protocol/names.h"
 #include "tensorstore/store.h"
 
 #define VOLUMES_DIR "volumes"
@@ -187,7 +188,7 @@ static int resolve_model(const csi_volumes *v, const char *model_path, char *out
 
 static bool attribute_known(const char *key)
 {
-    return strcmp(key, "model") == 0 || strcmp(key, CSI_CONTEXT_POD_NAME) == 0 ||
+    return strcmp(key, TETRIS_CSI_ATTR_MODEL) == 0 || strcmp(key, CSI_CONTEXT_POD_NAME) == 0 ||
            strcmp(key, CSI_CONTEXT_POD_NAMESPACE) == 0 || strcmp(key, CSI_CONTEXT_POD_UID) == 0 ||
            strcmp(key, CSI_CONTEXT_SERVICE_ACCOUNT) == 0 ||
            strcmp(key, CSI_CONTEXT_EPHEMERAL) == 0 ||
@@ -217,7 +218,7 @@ static int check_request(const struct csi_publish_request *r, struct grpc_reply 
         return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT,
                                "only inline ephemeral volumes are served (%s is %s)",
                                CSI_CONTEXT_EPHEMERAL, eph);
-    const char *model_path = csi_context_get(r, "model");
+    const char *model_path = csi_context_get(r, TETRIS_CSI_ATTR_MODEL);
     if (model_path == NULL || model_path[0] == '\0')
         return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT,
                                "volumeAttributes: model is required (a model file the node "
@@ -236,7 +237,8 @@ static int plan_publish(csi_volumes *v, const struct csi_publish_request *r, str
     tetris_error err = {0};
     if (volume_key(r->volume_id, p->key, &err) < 0 ||
         resolve_target(v, r->target_path, p->target, sizeof(p->target), &err) < 0 ||
-        resolve_model(v, csi_context_get(r, "model"), p->model, sizeof(p->model), &err) < 0)
+        resolve_model(v, csi_context_get(r, TETRIS_CSI_ATTR_MODEL), p->model, sizeof(p->model),
+                      &err) < 0)
         return grpc_reply_error(reply, &err);
     p->ns = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAMESPACE));
     p->pod = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAME));
