@@ -1119,6 +1119,13 @@ int agent_load_ref(const char *ref, const char *file, const struct agent_options
     int r = agent_load(ref, o, out, err);
     if (r == 0 || file == NULL)
         return r;
+    /* A file that is not there is no fallback (an image without weights
+     * that names one anyway): the pull's error is the one to tell. */
+    if (access(file, R_OK) != 0) {
+        log_info("event=no-fallback model=%s fallback=%s reason=unreadable errno=%d", LOG_Q(ref),
+                 LOG_Q(file), errno);
+        return r;
+    }
     /* The pull left nothing behind (no reference, no holder): the file is
      * a load of its own, through the store as any other. */
     agent_log_pull_fallback(ref, file, err);

@@ -151,8 +151,8 @@ int agent_populate_option(const struct opt_spec *spec, const char *label, const 
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
                tetris_error *err);
 /* Loads the model named by ref, a registry reference (agent_load); when
- * that fails and file (a model file) is not NULL, logs why in one line
- * (agent_log_pull_fallback) and loads file instead. *loaded is ref or
+ * that fails and file (a model file) is not NULL and readable, logs why in
+ * one line (agent_log_pull_fallback) and loads file instead. *loaded is ref or
  * file: the name the caller opens the model by (ort_model_open,
  * view_write). Fails with the pull's error when there is no file, else
  * with the file's. */

@@ -514,9 +514,11 @@ static int model_names(const struct opt_program *cmd, const char *named, const c
     *ref = model_ref;
     *file = named;
     if (named != NULL && oci_ref_is(named)) {
-        if (model_ref != NULL)
-            return opt_usage_error(cmd, "a registry reference twice: --model %s and --model-ref",
-                                   named),
+        /* The same reference twice (an image's TETRIS_MODEL_REF and a
+         * deployment's TETRIS_MODEL) is one. */
+        if (model_ref != NULL && strcmp(model_ref, named) != 0)
+            return opt_usage_error(cmd, "two registry references: --model %s and --model-ref %s",
+                                   named, model_ref),
                    EXIT_USAGE;
         *ref = named;
         *file = NULL;

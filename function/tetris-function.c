@@ -291,9 +291,11 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
     if (first != argc)
         return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]);
     if (o->model != NULL && oci_ref_is(o->model)) {
-        if (o->model_ref != NULL)
-            return opt_usage_error(&prog, "a registry reference twice: --model %s and --model-ref",
-                                   o->model);
+        /* The same reference twice (an image's TETRIS_MODEL_REF and a
+         * deployment's TETRIS_MODEL) is one. */
+        if (o->model_ref != NULL && strcmp(o->model_ref, o->model) != 0)
+            return opt_usage_error(&prog, "two registry references: --model %s and --model-ref %s",
+                                   o->model, o->model_ref);
         o->model_ref = o->model;
         o->model = NULL;
     }

@@ -7,8 +7,9 @@
 # computes what a private run of the file computes. When the pull fails
 # (a repository the registry lacks), the --model file is used instead with
 # one event=fallback line; without a file exec fails before its command
-# starts, with the registry's or the daemon's reason. A reference given
-# twice, or malformed, is a usage error.
+# starts, with the registry's or the daemon's reason (so it does when the
+# file is not there). Two references, or a malformed one, are a usage
+# error.
 set -eu
 . "$(dirname "$0")/../lib/reclaimer.sh"
 . "$(dirname "$0")/../lib/registry.sh"
@@ -54,8 +55,10 @@ jq -e '.files > 0 and .shared_files == .files and .shared == true' "$WORK/pulled
 grep -q "event=pulled" "$WORK/pulled.log" || fail "no event=pulled line"
 ! grep -q "event=fallback" "$WORK/pulled.log" || fail "a pull that worked fell back"
 [ "$(metric tetris_pull_tensors_total)" -gt 0 ] || fail "the daemon pulled nothing"
-# The same through TETRIS_MODEL (a reference), and no view is left behind.
-got=$(OUT="$WORK/env" TETRIS_MODEL="$ref" agent exec --store "$STORE" -- "$WORK/cmd.sh" \
+# The same through TETRIS_MODEL (a reference; TETRIS_MODEL_REF naming the
+# same one too, as an image's and a deployment's environment may), and no
+# view is left behind.
+got=$(OUT="$WORK/env" TETRIS_MODEL="$ref" TETRIS_MODEL_REF="$ref" agent exec --store "$STORE" -- "$WORK/cmd.sh" \
       2>"$WORK/env.log" | jq -r .sha256) || fail "exec with TETRIS_MODEL=$ref: $(tail -3 "$WORK/env.log")"
 [ "$got" = "$want" ] || fail "TETRIS_MODEL=$ref: outputs $got, want $want"
 [ -z "$(find "$WORK" -maxdepth 1 -name 'tetris-view.*')" ] || fail "a view was left behind"
@@ -83,16 +86,21 @@ for case in "$missing:3:no such" "oci://127.0.0.1:9/models/hello:v1:1:not one th
     [ ! -e "$WORK/none.check" ] || fail "$r without a file: the command ran"
     grep -q "$msg" "$WORK/status.err" || fail "$r: message: $(cat "$WORK/status.err")"
 done
+# A file that is not there is no fallback: the pull's reason stands.
+rc=$(OUT="$WORK/none" status agent exec --store "$STORE" --model-ref "$missing" \
+     --model "$WORK/no-such.onnx" -- "$WORK/cmd.sh")
+[ "$rc" = 3 ] && grep -q "no such" "$WORK/status.err" && grep -q "event=no-fallback" "$WORK/status.err" ||
+    fail "a missing fallback file: exit $rc: $(cat "$WORK/status.err")"
 daemon_alive || fail "the daemon died"
 echo "ok without a file a failed pull fails exec before its command (exit 3 not found, 1 denied)"
 
 # ---- usage ----
-[ "$(status agent exec --model "$ref" --model-ref "$ref" -- true)" = 2 ] ||
-    fail "a reference twice: not a usage error"
+[ "$(status agent exec --model "$ref" --model-ref "oci://$host/models/other:v1" -- true)" = 2 ] ||
+    fail "two references: not a usage error"
 [ "$(status agent exec --model-ref "oci://$host/Bad/Repo" -- true)" = 2 ] ||
     fail "a malformed reference: not a usage error"
 grep -q "oci://" "$WORK/status.err" || fail "malformed reference: message: $(cat "$WORK/status.err")"
-echo "ok a reference twice or malformed is a usage error"
+echo "ok two references, or a malformed one, are a usage error"
 
 # ---- safetensors: `view` of a reference, read by the Python package ----
 agent view --store "$STORE" "$sref" "$WORK/sview" >"$WORK/sview.out" 2>"$WORK/sview.log" ||

@@ -7,9 +7,9 @@
 # configured). When the pull fails the TETRIS_MODEL file serves instead,
 # with one event=fallback line; without a file the function exits non-zero
 # with the reason (3: the registry has no such model, 1: a registry the
-# node may not reach). A reference without a store to pull into needs a
-# file (usage error otherwise); given twice or malformed it is a usage
-# error.
+# node may not reach), as when the file is not there. A reference without
+# a store to pull into needs a file (usage error otherwise); two
+# references, or a malformed one, are a usage error.
 set -eu
 . "$(dirname "$0")/../lib/function.sh"
 . "$(dirname "$0")/../lib/registry.sh"
@@ -49,8 +49,9 @@ grep -q "event=pulled" "$WORK/pulled.log" || fail "pulled: no event=pulled line"
 ! grep -q "event=fallback" "$WORK/pulled.log" || fail "pulled: a pull that worked fell back"
 kill -TERM "$FN_PID_pulled"
 wait "$FN_PID_pulled" || fail "pulled: did not drain to 0"
-# The environment an image without weights carries.
-TETRIS_STORE="$store" TETRIS_MODEL="$ref" fn_start env
+# The environment an image without weights carries (its TETRIS_MODEL_REF),
+# and a deployment's TETRIS_MODEL naming the same reference.
+TETRIS_STORE="$store" TETRIS_MODEL="$ref" TETRIS_MODEL_REF="$ref" fn_start env
 served env "$ref"
 kill -TERM "$FN_PID_env"
 wait "$FN_PID_env" || true
@@ -91,8 +92,14 @@ grep -q "not one this node may reach" "$WORK/status.err" ||
     fail "an unlisted registry: message: $(cat "$WORK/status.err")"
 [ "$(status fn --model-ref "$ref")" = 2 ] || fail "a reference without a store or a file: not usage"
 grep -q "needs TETRIS_STORE" "$WORK/status.err" || fail "no store: message: $(cat "$WORK/status.err")"
-[ "$(status fn --store "$store" --model "$ref" --model-ref "$ref")" = 2 ] ||
-    fail "a reference twice: not usage"
+[ "$(status fn --store "$store" --model "$ref" --model-ref "oci://$host/models/other:v1")" = 2 ] ||
+    fail "two references: not usage"
+# A fallback file that is not there (the webhook's TETRIS_MODEL in an
+# image without weights): the pull's reason stands.
+[ "$(status fn --store "$store" --model-ref "$missing" --model "$WORK/no-such.onnx")" = 3 ] ||
+    fail "a missing fallback file: not exit 3: $(cat "$WORK/status.err")"
+grep -q "no such manifest" "$WORK/status.err" && grep -q "event=no-fallback" "$WORK/status.err" ||
+    fail "a missing fallback file: message: $(cat "$WORK/status.err")"
 [ "$(status fn --store "$store" --model-ref "oci://$host/Models/x")" = 2 ] ||
     fail "a malformed reference: not usage"
 kill -0 "$RECLAIMER_PID" || fail "the daemon died"
