@@ -70,6 +70,10 @@ typedef struct node_fit {
 } node_fit;
 
 void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *out);
+/* The score of a node holding present bytes of a model and lacking
+ * missing (any unit): round(10 θ), 10 only when nothing is missing, 0
+ * only when nothing is present. */
+int similarity_score(uint64_t present, uint64_t missing);
 
 /* A fresh version number for a model_need (never 0). */
 uint64_t model_need_version(void);
