@@ -8,6 +8,8 @@
  *                                  holds as external data
  *                                  "tensors/XX/<hex>" (offset 0)
  *   DIR/tensors/XX/<hex>           symlink to <store public>/tensors/XX/<hex>
+ *   DIR/model.safetensors-header   safetensors pulled from a registry: its
+ *                                  header, which "model" then names
  *
  * The locations resolve both against DIR (through the links: ONNX Runtime
  * before 1.24 opening DIR/model.onnx) and against the store's public
@@ -17,6 +19,16 @@
  * folder). When the store holds nothing of the model (no store, a full
  * store, no daemon, a private load) there is no model.onnx: tensors.json
  * names the original model as the graph and says why ("fallback").
+ * A model pulled from a registry has no original: "model" names the
+ * view's own model.onnx (or header), "ref" the reference.
+ *
+ * A view for a mount namespace without the store (view_options's
+ * mounted_tensors: tetris-csi's volumes) has no links: its tensors/ is an
+ * empty directory on which its user mounts the store's public tensors/
+ * (read-only), so the graph's locations name the store's own files
+ * there. Its directories are 0755 (the pod's uid reads them through a
+ * read-only mount) and its index's "store" and external-data folder are
+ * VIEW_SELF, ".": the view directory itself, wherever it is mounted.
  *
  * The view holds no reference: the agent_model it was written from does,
  * so a view must be removed (view_remove) before that model is freed.
@@ -36,6 +48,8 @@
 #define VIEW_FORMAT "tetris-model-view/1"
 #define VIEW_INDEX_NAME "tensors.json"
 #define VIEW_GRAPH_NAME "model.onnx"
+#define VIEW_SELF "." /* "store" of a view with mounted tensors: the view itself */
+#define VIEW_HEADER_NAME "model.safetensors-header"
 
 typedef struct model_view model_view;
 
@@ -55,6 +69,12 @@ struct view_stats {
  * image is not ONNX after all. On failure nothing of the view is left. */
 int view_write(const agent_model *am, const char *model_path, const char *dir, model_view **out,
                tetris_error *err);
+struct view_options {
+    bool mounted_tensors; /* tensors/ a mount point, 0755, "store": VIEW_SELF (above) */
+};
+/* view_write with options (NULL: view_write's defaults). */
+int view_write_with(const agent_model *am, const char *model_path, const char *dir,
+                    const struct view_options *o, model_view **out, tetris_error *err);
 /* The view's directory, absolute. */
 const char *view_dir(const model_view *v);
 const struct view_stats *view_stats(const model_view *v);
@@ -98,6 +118,7 @@ struct view_index_tensor {
 };
 struct view_index {
     const char *model;
+    const char *ref; /* the registry reference it was pulled by, NULL: a file */
     const char *model_format;
     const char *graph;
     const char *store;

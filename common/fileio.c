@@ -1,9 +1,11 @@
-/* fileio.c - whole-file reads, bounded (see fileio.h). */
+/* fileio.c - whole-file reads, bounded; whole writes and replacements (see
+ * fileio.h). */
 #include "common/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,4 +75,30 @@ int fd_write_all(int fd, const void *buf, size_t len, const char *what, tetris_e
         len -= (size_t)n;
     }
     return 0;
+}
+
+int file_replace(const char *path, const void *buf, size_t len, mode_t mode, tetris_error *err)
+{
+    cleanup_free char *tmp = NULL;
+    if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "replace %s", path);
+    /* A random name created exclusively: nothing planted under a name we
+     * would pick can be written through, and no crashed writer's leftover
+     * blocks the next one. */
+    cleanup_close int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "create %s", tmp);
+    int rc = fd_write_all(fd, buf, len, tmp, err);
+    /* mkostemp creates 0600; the caller's mode is the file's. */
+    if (rc == 0 && fchmod(fd, mode) < 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "chmod %s", tmp);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "fsync %s", tmp);
+    if (rc == 0 && close(steal_fd(&fd)) < 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "close %s", tmp);
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "rename %s to %s", tmp, path);
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
 }

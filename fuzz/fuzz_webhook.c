@@ -24,9 +24,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          .n_namespaces = 1,
          .tenants = tenants,
          .n_tenants = 1},
+        {.store_dir = "/s", .store_subdir = "public", .csi_driver = "csi.tetris.io"},
     };
     /* The tenant each config's namespace names. */
-    static const char *const ns_tenants[] = {NULL, "alpha"};
+    static const char *const ns_tenants[] = {NULL, "alpha", NULL};
     webhook_review rv;
     tetris_error err;
     if (webhook_review_parse((const char *)data, size, &rv, &err) < 0) {
@@ -52,7 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             webhook_pod_facts f = {.model = sel.model,
                                    .tenant = tenant,
                                    .manifest_configmap = sel.model,
-                                   .model_path = sel.model};
+                                   .model_path = sel.model,
+                                   .model_ref = sel.model_ref};
             int r = webhook_patch_build(&configs[c], &rv, &f, &patch, &err);
             if (r < 0 && err.code != TETRIS_E_FORMAT && err.code != TETRIS_E_INVAL &&
                 err.code != TETRIS_E_NOMEM)

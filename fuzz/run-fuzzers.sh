@@ -21,7 +21,8 @@ rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
     "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$seeds/yaml" \
-    "$seeds/derived" "$seeds/pin_file" "$seeds/oci" "$seeds/oci_auth" "$dir/artifacts"
+    "$seeds/derived" "$seeds/pin_file" "$seeds/oci" "$seeds/oci_auth" "$seeds/pbwire" \
+    "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
 cp "$seeds"/files/*.safetensors "$seeds/safetensors/"
@@ -124,13 +125,20 @@ printf '%s' 'Basic realm="Registry Realm"' >"$seeds/oci_auth/basic"
 printf '%s' '{"token":"eyJhbGciOi.J9.x","access_token":"a","expires_in":300}' \
     >"$seeds/oci_auth/token.json"
 
+# CSI requests as the kubelet sends them (protocol/csi.h): a publish with
+# its capability and volume context, an unpublish, a registration status.
+printf '\012\003vol\042\013/pods/x/mnt\052\004\022\000\032\000\060\001\102\022\012\005model\022\011/m/a.onnx' \
+    >"$seeds/pbwire/publish"
+printf '\012\003vol\022\013/pods/x/mnt' >"$seeds/pbwire/unpublish"
+printf '\010\001\022\002no' >"$seeds/pbwire/registration"
+
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check oip yaml derived pin_file oci oci_auth}; do
+         holders store_marker state view_check oip yaml derived pin_file oci oci_auth pbwire}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in
-    onnx*) ;;
+    onnx* | pbwire) ;;
     yaml) dict="-dict=$(pwd)/fuzz/yaml.dict" ;;
     *) dict="-dict=$(pwd)/fuzz/json.dict" ;;
     esac

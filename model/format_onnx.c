@@ -12,7 +12,7 @@
 
 #include "common/cleanup.h"
 #include "common/log.h"
-#include "model/protobuf.h"
+#include "common/pbwire.h"
 
 enum {
     MODEL_GRAPH = 7,

@@ -107,21 +107,7 @@ char *manifest_to_json(const model *m, tetris_error *err)
     return text;
 }
 
-static int write_all(int fd, const char *buf, size_t len, const char *path, tetris_error *err)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tetris_fail(err, TETRIS_E_IO, errno, "write %s", path);
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-/* Writes to a temporary name and renames, so a reader never sees half a
+/* Replaces the file whole (file_replace), so a reader never sees half a
  * manifest. */
 int manifest_write_file(const model *m, const char *path, tetris_error *err)
 {
@@ -131,24 +117,8 @@ int manifest_write_file(const model *m, const char *path, tetris_error *err)
     size_t len = strlen(text);
     text[len] = '\n'; /* json_dumps' NUL becomes the final newline */
     if (strcmp(path, "-") == 0)
-        return write_all(STDOUT_FILENO, text, len + 1, "stdout", err);
-
-    cleanup_free char *tmp = NULL;
-    if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", path);
-    cleanup_close int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "create %s", tmp);
-    int ret = write_all(fd, text, len + 1, tmp, err);
-    if (ret == 0 && fsync(fd) < 0)
-        ret = tetris_fail(err, TETRIS_E_IO, errno, "fsync %s", tmp);
-    if (ret == 0 && close(steal_fd(&fd)) < 0)
-        ret = tetris_fail(err, TETRIS_E_IO, errno, "close %s", tmp);
-    if (ret == 0 && rename(tmp, path) < 0)
-        ret = tetris_fail(err, TETRIS_E_IO, errno, "rename %s to %s", tmp, path);
-    if (ret < 0)
-        unlink(tmp);
-    return ret;
+        return fd_write_all(STDOUT_FILENO, text, len + 1, "stdout", err);
+    return file_replace(path, text, len + 1, 0644, err);
 }
 
 /* ---- reading ---- */

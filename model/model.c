@@ -16,7 +16,7 @@
 
 #include "common/cleanup.h"
 #include "common/workers.h"
-#include "model/protobuf.h"
+#include "common/pbwire.h"
 
 model *model_new(const char *path, const char *format, tetris_error *err)
 {

@@ -1,9 +1,9 @@
-# model/module.mk - the model-format library: the protobuf reader, the
-# safetensors and ONNX parsers, tensor manifests, publishing a model's
+# model/module.mk - the model-format library: the
+# safetensors and ONNX parsers (on common/pbwire.h's protobuf reader), tensor manifests, publishing a model's
 # tensors into the store and the ONNX rewriter; their unit tests, the
 # bad-input corpus generator and the bad-input CLI test. (The fuzz
 # harnesses are in fuzz/module.mk, built only by `make fuzz`.)
-LIB_SRCS += model/protobuf.c model/format_safetensors.c model/format_onnx.c \
+LIB_SRCS += model/format_safetensors.c model/format_onnx.c \
             model/model.c model/model_parse.c model/manifest.c model/model_print.c model/model_publish.c \
             model/onnx_rewrite.c
 

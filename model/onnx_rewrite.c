@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/protobuf.h"
+#include "common/pbwire.h"
 
 enum { WIRE_VARINT = PB_WT_VARINT, WIRE_LEN = PB_WT_LEN };
 

@@ -16,6 +16,8 @@
 #define SA_MOUNT "/var/run/secrets/tetris"
 /* The Job's app label and the managed-by label of what it stores. */
 #define JOB_ACCOUNT "tetris-profiler"
+/* The user and group the Job runs as: nobody's, no home, no rights. */
+#define JOB_UID 65534
 
 void job_options_init(struct job_options *o)
 {
@@ -120,10 +122,17 @@ static json_t *job_object(const struct job_options *o, const char *obj)
         json_array_append_new(volumes, json_pack("{s:s, s:{s:s}}", "name", "api-credentials",
                                                  "secret", "secretName", o->sa_secret));
     }
-    json_t *container = json_pack("{s:s, s:s, s:s, s:[s], s:o, s:o}", "name", "profiler", "image",
-                                  o->image, "imagePullPolicy", "IfNotPresent", "command",
+    /* The profiler reads the model and the store (both world-readable),
+     * talks to the node daemon's socket (open to all) and writes /tmp:
+     * nothing a root user or a capability adds. */
+    json_t *security = json_pack("{s:b, s:i, s:i, s:b, s:{s:[s]}, s:{s:s}}", "runAsNonRoot", 1,
+                                 "runAsUser", JOB_UID, "runAsGroup", JOB_UID,
+                                 "allowPrivilegeEscalation", 0, "capabilities", "drop", "ALL",
+                                 "seccompProfile", "type", "RuntimeDefault");
+    json_t *container = json_pack("{s:s, s:s, s:s, s:[s], s:o, s:o, s:o}", "name", "profiler",
+                                  "image", o->image, "imagePullPolicy", "IfNotPresent", "command",
                                   "/usr/local/bin/tetris-profiler", "args", job_args(o),
-                                  "volumeMounts", mounts);
+                                  "volumeMounts", mounts, "securityContext", security);
     /* hostNetwork: the function under test listens on loopback only. */
     json_t *pod = json_pack("{s:s, s:s, s:b, s:[o], s:o}", "serviceAccountName", name,
                             "restartPolicy", "Never", "hostNetwork", 1, "containers", container,

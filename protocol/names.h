@@ -108,6 +108,17 @@
 #define TETRIS_VOLUME_STORE "tetris-store"
 #define TETRIS_VOLUME_MANIFEST "tetris-manifest"
 #define TETRIS_MANIFEST_MOUNT_DIR "/etc/tetris/manifest"
+/* The CSI way (tetris-webhook --volume csi): the model view as an inline
+ * ephemeral CSI volume of driver TETRIS_CSI_DRIVER (below), its attribute
+ * TETRIS_CSI_ATTR_MODEL the model (a registry reference or a file the
+ * node can read), mounted read-only at TETRIS_MODEL_VIEW_MOUNT_DIR, which
+ * TETRIS_ENV_MODEL_VIEW names. */
+#define TETRIS_VOLUME_MODEL "tetris-model"
+#define TETRIS_CSI_ATTR_MODEL "model"
+#define TETRIS_MODEL_VIEW_MOUNT_DIR "/var/run/tetris/model"
+/* The pod annotation naming the model's registry reference (oci://...),
+ * which the CSI volume then carries instead of a node's file. */
+#define TETRIS_ANNOTATION_MODEL_REF "tetris.io/model-ref"
 /* A tenant's dedicated store, under the store directory. */
 #define TETRIS_TENANTS_SUBDIR "tenants"
 
@@ -130,6 +141,13 @@
  * urlPrefix). */
 #define TETRIS_EXTENDER_PORT 8888
 #define TETRIS_EXTENDER_LISTEN "127.0.0.1:" TETRIS_STRINGIFY(TETRIS_EXTENDER_PORT)
+/* The CSI driver (tetris-csi): its name (the chart's CSIDriver object and
+ * the pods' csi volumes name it too), its socket, and the kubelet's
+ * directories it registers in and mounts beneath. */
+#define TETRIS_CSI_DRIVER "csi.tetris.io"
+#define TETRIS_CSI_SOCKET "/var/lib/kubelet/plugins/" TETRIS_CSI_DRIVER "/csi.sock"
+#define TETRIS_KUBELET_REGISTRY_DIR "/var/lib/kubelet/plugins_registry"
+#define TETRIS_KUBELET_PODS_DIR "/var/lib/kubelet/pods"
 /* A function's HTTP port and the health path of OpenFaaS's watchdog. */
 #define TETRIS_FUNCTION_PORT 8080
 #define TETRIS_FUNCTION_HEALTH_PATH "/_/health"
@@ -138,7 +156,10 @@
 
 /* A function container (tetris-function), as the autoscaler and the
  * profiler set it. */
-#define TETRIS_ENV_MODEL "TETRIS_MODEL" /* the model file */
+#define TETRIS_ENV_MODEL "TETRIS_MODEL" /* the model file, or a registry reference */
+/* The model's registry reference (oci://...), pulled by the node daemon;
+ * TETRIS_MODEL, when set too, is the file used if the pull fails. */
+#define TETRIS_ENV_MODEL_REF "TETRIS_MODEL_REF"
 #define TETRIS_ENV_STORE "TETRIS_STORE" /* the store, mounted read-only */
 #define TETRIS_ENV_TENANT "TETRIS_TENANT"
 #define TETRIS_ENV_MANIFEST "TETRIS_MANIFEST"

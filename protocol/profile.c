@@ -489,20 +489,15 @@ int profile_write(FILE *f, const profile *p, tetris_error *err)
 
 int profile_save(const char *path, const profile *p, tetris_error *err)
 {
-    cleanup_free char *tmp = NULL;
-    if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
+    cleanup_free char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "save profile %s", path);
-    FILE *f = fopen(tmp, "w");
-    if (f == NULL)
-        return tetris_fail(err, TETRIS_E_IO, errno, "create %s", tmp);
-    int rc = profile_write(f, p, err);
-    if (rc == 0 && fsync(fileno(f)) != 0)
-        rc = tetris_fail(err, TETRIS_E_IO, errno, "fsync %s", tmp);
-    if (fclose(f) != 0 && rc == 0)
-        rc = tetris_fail(err, TETRIS_E_IO, errno, "close %s", tmp);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = tetris_fail(err, TETRIS_E_IO, errno, "rename %s to %s", tmp, path);
+    int rc = profile_write(mem, p, err);
+    if (fclose(mem) != 0 && rc == 0)
+        rc = tetris_fail(err, TETRIS_E_NOMEM, errno, "save profile %s", path);
     if (rc < 0)
-        unlink(tmp);
-    return rc;
+        return rc;
+    return file_replace(path, text, len, 0644, err);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 
 struct tensor_index {
     struct index_entry *slots;
@@ -145,46 +146,22 @@ struct index_entry *tensor_index_next(tensor_index *ix, size_t *cursor)
 
 int tensor_index_save(tensor_index *ix, const char *path, tetris_error *err)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "state path too long: %s", path);
-    /* A random name created O_EXCL: nothing planted under a name we would
-     * pick can be written through. */
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "create %s", tmp);
-    FILE *fp = fdopen(fd, "w");
-    if (fp == NULL) {
-        int e2 = errno;
-        close(fd);
-        unlink(tmp);
-        return tetris_fail(err, TETRIS_E_IO, e2, "create %s", tmp);
-    }
+    cleanup_free char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "save %s", path);
     struct index_entry *e;
     for (size_t c = 0; (e = tensor_index_next(ix, &c)) != NULL;) {
         if (e->last_ref_s == 0)
             continue;
         char hex[TENSOR_DIGEST_HEX_LEN + 1];
         tensor_digest_to_hex(&e->digest, hex);
-        fprintf(fp, "%s %" PRId64 "\n", hex, e->last_ref_s);
+        fprintf(mem, "%s %" PRId64 "\n", hex, e->last_ref_s);
     }
-    if (fflush(fp) != 0 || ferror(fp)) {
-        int e2 = errno;
-        fclose(fp);
-        unlink(tmp);
-        return tetris_fail(err, TETRIS_E_IO, e2, "write %s", tmp);
-    }
-    if (fclose(fp) != 0) {
-        int e2 = errno;
-        unlink(tmp);
-        return tetris_fail(err, TETRIS_E_IO, e2, "close %s", tmp);
-    }
-    if (rename(tmp, path) < 0) {
-        int e2 = errno;
-        unlink(tmp);
-        return tetris_fail(err, TETRIS_E_IO, e2, "rename %s", path);
-    }
-    return 0;
+    if (fclose(mem) != 0)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "save %s", path);
+    return file_replace(path, text, len, 0600, err);
 }
 
 int tensor_index_load(tensor_index *ix, const char *path, tetris_error *err)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/fileio.h"
 #include "tensorstore/store_private.h"
 
 #define HOLDER_MAGIC "tetris-holder 1"
@@ -36,19 +37,15 @@ struct store_holder {
     char name[64]; /* <id>.ref */
 };
 
-static int write_all(int fd, const char *buf, size_t len)
+/* fd_write_all with the store's code for its errno (a full store is
+ * TETRIS_E_FULL, which callers tell apart from other failures). */
+static int holder_write(int fd, const char *buf, size_t len, tetris_error *err)
 {
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    tetris_error write_err = {0};
+    if (fd_write_all(fd, buf, len, "holder file", &write_err) == 0)
+        return 0;
+    return tetris_fail(err, store_errno_code(write_err.errnum), write_err.errnum, "%s",
+                       write_err.msg);
 }
 
 static void sanitize_label(const char *label, char *out, size_t out_len)
@@ -93,8 +90,8 @@ int store_holder_open(store *s, const char *label, pid_t owner_pid, store_holder
     snprintf(h->id, sizeof h->id, "%ld-%s", (long)owner_pid, temp + strlen(prefix) + 1);
     snprintf(h->name, sizeof h->name, "%s" HOLDER_SUFFIX, h->id);
     int rc = 0;
-    if (write_all(h->fd, header, (size_t)n) < 0)
-        rc = tetris_fail(err, store_errno_code(errno), errno, "write holder %s", temp);
+    if (holder_write(h->fd, header, (size_t)n, err) < 0)
+        rc = tetris_wrap(err, "write holder %s", temp);
     else if (renameat(s->holders_fd, temp, s->holders_fd, h->name) < 0)
         rc = tetris_fail(err, store_errno_code(errno), errno,
                          "publish holder %s/private/holders/%s", s->root, h->name);
@@ -132,9 +129,8 @@ int store_holder_add_many(store_holder *h, const tensor_digest *d, const uint64_
     size_t len = 0;
     for (size_t i = 0; i < n; i++)
         len += format_ref(buf + len, &d[i], nbytes[i]);
-    if (write_all(h->fd, buf, len) < 0)
-        return tetris_fail(err, store_errno_code(errno), errno,
-                           "record references in %s/private/holders/%s", h->s->root, h->name);
+    if (holder_write(h->fd, buf, len, err) < 0)
+        return tetris_wrap(err, "record references in %s/private/holders/%s", h->s->root, h->name);
     return 0;
 }
 
@@ -150,6 +146,101 @@ void store_holder_close(store_holder *h)
     unlinkat(h->s->holders_fd, h->name, 0);
     close(h->fd);
     free(h);
+}
+
+/* ---- kept holders ---- */
+
+static int kept_name_check(const char *name, tetris_error *err)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > STORE_KEPT_NAME_MAX || name[0] == '.' ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") != n)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "kept holder name '%s': want 1 to %d of [a-z0-9._-], not starting "
+                           "with '.'",
+                           name, STORE_KEPT_NAME_MAX);
+    return 0;
+}
+
+static int kept_file_name(const char *name, char *out, size_t out_len, tetris_error *err)
+{
+    int r = kept_name_check(name, err);
+    if (r < 0)
+        return r;
+    snprintf(out, out_len, "%s" HOLDER_KEPT_SUFFIX, name);
+    return 0;
+}
+
+int store_kept_hold(store *s, const char *name, const char *label, const tensor_digest *d,
+                    const uint64_t *nbytes, size_t n, tetris_error *err)
+{
+    char file[STORE_KEPT_NAME_MAX + sizeof(HOLDER_KEPT_SUFFIX)];
+    int r = kept_file_name(name, file, sizeof file, err);
+    if (r < 0)
+        return r;
+    if (s->read_only || s->holders_fd < 0)
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "cannot keep references in read-only store %s",
+                           s->root);
+    char clean[HOLDER_LABEL_MAX + 1];
+    sanitize_label(label, clean, sizeof clean);
+    char header[HOLDER_LABEL_MAX + 64];
+    int hn = snprintf(header, sizeof header, HOLDER_MAGIC "\npid 0\nlabel %s\n", clean);
+    cleanup_free char *refs = malloc(n * (HOLDER_REF_LINE_MAX + 1) + 1);
+    if (refs == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, errno, "allocating %zu reference lines", n);
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += format_ref(refs + len, &d[i], nbytes[i]);
+
+    /* Locked while it is a temp file, so repair knows a live writer's. */
+    char temp[64], prefix[32];
+    snprintf(prefix, sizeof prefix, HOLDER_TEMP_PREFIX "-%ld", (long)getpid());
+    cleanup_close int fd = store_create_locked(s->holders_fd, prefix, "", 0644, temp, sizeof temp,
+                                               err);
+    if (fd < 0)
+        return tetris_wrap(err, "keep references in %s/private/holders", s->root);
+    if (holder_write(fd, header, (size_t)hn, err) < 0 || holder_write(fd, refs, len, err) < 0)
+        r = tetris_wrap(err, "write kept holder %s", temp);
+    else if (renameat2(s->holders_fd, temp, s->holders_fd, file, RENAME_NOREPLACE) < 0)
+        r = errno == EEXIST
+                ? tetris_fail(err, TETRIS_E_CONFLICT, errno, "kept holder %s exists already", name)
+                : tetris_fail(err, store_errno_code(errno), errno,
+                              "publish kept holder %s/private/holders/%s", s->root, file);
+    if (r < 0)
+        unlinkat(s->holders_fd, temp, 0);
+    return r;
+}
+
+int store_kept_release(store *s, const char *name, tetris_error *err)
+{
+    char file[STORE_KEPT_NAME_MAX + sizeof(HOLDER_KEPT_SUFFIX)];
+    int r = kept_file_name(name, file, sizeof file, err);
+    if (r < 0)
+        return r;
+    if (s->read_only || s->holders_fd < 0)
+        return tetris_fail(err, TETRIS_E_DENIED, 0,
+                           "cannot release references in read-only store %s", s->root);
+    if (unlinkat(s->holders_fd, file, 0) < 0 && errno != ENOENT)
+        return tetris_fail(err, store_errno_code(errno), errno,
+                           "release kept holder %s/private/holders/%s", s->root, file);
+    return 0;
+}
+
+int store_kept_exists(store *s, const char *name, tetris_error *err)
+{
+    char file[STORE_KEPT_NAME_MAX + sizeof(HOLDER_KEPT_SUFFIX)];
+    int r = kept_file_name(name, file, sizeof file, err);
+    if (r < 0)
+        return r;
+    if (s->holders_fd < 0)
+        return tetris_fail(err, TETRIS_E_DENIED, 0, "the holders of %s are private", s->root);
+    struct stat st;
+    if (fstatat(s->holders_fd, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        return S_ISREG(st.st_mode) ? 1 : 0;
+    if (errno == ENOENT)
+        return 0;
+    return tetris_fail(err, store_errno_code(errno), errno, "stat %s/private/holders/%s", s->root,
+                       file);
 }
 
 /* ---- reading holder files ---- */
@@ -280,14 +371,16 @@ int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holde
     }
     struct dirent *de;
     while ((de = readdir(dir)) != NULL) {
-        if (de->d_name[0] == '.' || !has_suffix(de->d_name, HOLDER_SUFFIX))
+        bool kept = has_suffix(de->d_name, HOLDER_KEPT_SUFFIX);
+        if (de->d_name[0] == '.' || (!kept && !has_suffix(de->d_name, HOLDER_SUFFIX)))
             continue;
         struct stat lst;
         if (fstatat(s->holders_fd, de->d_name, &lst, AT_SYMLINK_NOFOLLOW) < 0 ||
             !S_ISREG(lst.st_mode))
             continue; /* gone, or not a holder (repair removes links and FIFOs) */
-        /* The probe opens its own description: our own holders read alive. */
-        int dead = store_probe_dead(s->holders_fd, de->d_name, NULL, err);
+        /* The probe opens its own description: our own holders read alive.
+         * A kept holder lives as long as its file. */
+        int dead = kept ? 0 : store_probe_dead(s->holders_fd, de->d_name, NULL, err);
         if (dead == -TETRIS_E_NOTFOUND)
             continue; /* closed meanwhile */
         if (dead < 0)
@@ -313,13 +406,14 @@ int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holde
             return rc;
         }
         char id[256];
-        snprintf(id, sizeof id, "%.*s", (int)(strlen(de->d_name) - strlen(HOLDER_SUFFIX)),
-                 de->d_name);
+        size_t suffix = strlen(kept ? HOLDER_KEPT_SUFFIX : HOLDER_SUFFIX);
+        snprintf(id, sizeof id, "%.*s", (int)(strlen(de->d_name) - suffix), de->d_name);
         struct store_holder_info info = {
             .id = id,
             .label = p.label != NULL ? p.label : "",
             .pid = p.pid,
             .alive = dead == 0,
+            .kept = kept,
             .n_refs = p.n_refs,
             .refs = p.refs,
             .ref_bytes = p.ref_bytes,

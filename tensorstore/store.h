@@ -18,12 +18,18 @@
  *                            the holder keeps an flock on it, so a holder
  *                            file whose lock can be taken belongs to a dead
  *                            process and its references can be released
+ *     holders/<name>.keep    a kept holder: references held for something
+ *                            that is not a process (a mounted CSI volume),
+ *                            live for as long as the file exists; written
+ *                            whole (temp file, then rename), removed only
+ *                            by store_kept_release, never by repair
  *     quarantine/            tensors that failed a scrub (no new mappings)
  *     use.lock               shared by writers while they record references
  *                            and map; exclusive for a reclaim pass, so a
  *                            tensor is never removed between "referenced"
  *                            and "mapped"
  *     reclaimer.state        the node daemon's last-use times
+ *     volumes/               tetris-csi's volumes (reclaimer/csi/volumes.h)
  *   tenants/NAME/            tenant stores (the shared store's pods see none)
  * Format 1 stores (all of it in one directory) are refused with a message
  * saying how to replace them: a store is a cache.
@@ -49,7 +55,8 @@
  *     is recorded before its tensors are mapped (use.lock; asserted in
  *     agent.c map_tensor_only): test_store.c
  *     holder_records_references, killed_holder_is_found_dead_and_released,
- *     use_lock_excludes_reclaim, remove_and_quarantine_keep_existing_mappings.
+ *     use_lock_excludes_reclaim, remove_and_quarantine_keep_existing_mappings,
+ *     kept_holder_survives_repair_until_released.
  * Assertions are on in every build (none defines NDEBUG): a broken
  * invariant stops the process rather than publish or remove wrongly. */
 #ifndef TETRIS_STORE_H
@@ -220,10 +227,11 @@ const char *store_holder_id(const store_holder *h);
 void store_holder_close(store_holder *h);
 
 struct store_holder_info {
-    const char *id;
+    const char *id; /* a kept holder: its name */
     const char *label;
-    pid_t pid;
-    bool alive; /* its flock is still held */
+    pid_t pid;  /* 0 for a kept holder */
+    bool alive; /* its flock is still held; a kept holder is always alive */
+    bool kept;
     size_t n_refs;
     const tensor_digest *refs;
     const uint64_t *ref_bytes;
@@ -236,6 +244,31 @@ struct store_holder_info {
  * returns cb's value if cb returns non-zero; 0 otherwise. */
 int store_foreach_holder(store *s, int (*cb)(void *ctx, const struct store_holder_info *h),
                          void *ctx, tetris_error *err);
+
+/* ---- kept holders: references that outlive the process that took them ----
+ * For what holds tensors on behalf of something that is not a process: a
+ * CSI volume (tetris-csi) holds its model's tensors from publish to
+ * unpublish, across restarts of the plugin and of the daemon. A kept
+ * holder is holders/<name>.keep; store_foreach_holder reports it alive
+ * (so the reclaimer keeps its tensors), repair leaves it alone, and only
+ * store_kept_release ends it. Whoever takes one must release it: a name
+ * that encodes what it is for (the volume) lets a restarted owner find
+ * its own. The caller already holds the references (a load's holder)
+ * while it takes a kept one, so nothing is freed in between. */
+
+#define STORE_KEPT_NAME_MAX 100
+/* Writes holders/<name>.keep with the n references at once (a temp file,
+ * then rename without replacing). name: [a-z0-9._-], 1 to
+ * STORE_KEPT_NAME_MAX bytes, not starting with '.'. TETRIS_E_INVAL for a
+ * bad name, TETRIS_E_CONFLICT if it exists, TETRIS_E_DENIED on a
+ * read-only store. */
+int store_kept_hold(store *s, const char *name, const char *label, const tensor_digest *d,
+                    const uint64_t *nbytes, size_t n, tetris_error *err);
+/* Removes holders/<name>.keep: its references are released. 0 when it
+ * did not exist. */
+int store_kept_release(store *s, const char *name, tetris_error *err);
+/* Whether holders/<name>.keep exists (0 no, 1 yes, or a negative error). */
+int store_kept_exists(store *s, const char *name, tetris_error *err);
 
 /* ---- listing, removal, repair, verification ---- */
 

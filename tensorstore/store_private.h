@@ -24,6 +24,7 @@
 #define STORE_CAPACITY_LOCK "capacity"
 #define HOLDER_SUFFIX ".ref"       /* holders/<id>.ref */
 #define HOLDER_TEMP_PREFIX ".new"  /* holders/.new-<pid>.<random> before rename */
+#define HOLDER_KEPT_SUFFIX ".keep" /* holders/<name>.keep: a kept holder */
 
 /* Per-fanout-directory cache of the bytes its tensor files occupy, trusted
  * while the directory's mtime is unchanged and older than the scan (see

@@ -19,6 +19,7 @@
 
 #include "common/cleanup.h"
 #include "common/daemon_run.h"
+#include "common/fileio.h"
 #include "common/kube.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -44,35 +45,6 @@ static char *render(const node_models *m)
     return text;
 }
 
-static int write_atomically(const char *path, const char *text, tetris_error *err)
-{
-    char tmp[4096];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "pin file path too long");
-    cleanup_close int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "create %s", tmp);
-    size_t len = strlen(text), off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, text + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0) {
-            int e = errno;
-            unlink(tmp);
-            return tetris_fail(err, TETRIS_E_IO, e, "write %s", tmp);
-        }
-        off += (size_t)w;
-    }
-    if (fsync(fd) < 0 || rename(tmp, path) < 0) {
-        int e = errno;
-        unlink(tmp);
-        return tetris_fail(err, TETRIS_E_IO, e, "replace %s", path);
-    }
-    return 0;
-}
-
 /* One refresh; *last is the file's current contents (updated). */
 static int refresh(kube_client *kc, const char *node, const char *ns, const char *path,
                    char **last, tetris_error *err)
@@ -91,7 +63,7 @@ static int refresh(kube_client *kc, const char *node, const char *ns, const char
         free(text);
         return 0;
     }
-    r = write_atomically(path, text, err);
+    r = file_replace(path, text, strlen(text), 0644, err);
     if (r < 0) {
         free(text);
         return r;

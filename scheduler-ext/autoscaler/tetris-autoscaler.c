@@ -16,6 +16,7 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/daemon_run.h"
+#include "common/fileio.h"
 #include "scheduler-ext/autoscaler/ilp.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -684,17 +685,11 @@ static void tick_function(as_function *fn, run_config *rc, as_actuator *act, dou
  * start. Returns -1 when FILE cannot be written. */
 static int step_handshake(const char *path, double now_s)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        log_error("event=step-file-failed file=%s msg=\"path too long\"", path);
-        return -1;
-    }
-    FILE *f = fopen(tmp, "w");
-    bool ok = f != NULL && fprintf(f, "%.3f\n", now_s) > 0;
-    if (f != NULL && fclose(f) != 0)
-        ok = false;
-    if (!ok || rename(tmp, path) < 0) {
-        log_error("event=step-file-failed file=%s errno=%d", path, errno);
+    char text[64];
+    int len = snprintf(text, sizeof text, "%.3f\n", now_s);
+    tetris_error err = {0};
+    if (file_replace(path, text, (size_t)len, 0644, &err) < 0) {
+        log_error("event=step-file-failed file=%s msg=%s", path, LOG_Q(err.msg));
         return -1;
     }
     while (!daemon_run_stop_pending() && access(path, F_OK) == 0)

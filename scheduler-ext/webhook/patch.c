@@ -2,7 +2,8 @@
  * them (webhook.h says what and why).
  *
  * The patch is built as: the pod's volumes, then each container's mounts
- * and environment, then the model label, then the scheduler. Each list is
+ * and environment (the CSI way: then the pod's and each container's
+ * security context), then the model label, then the scheduler. Each list is
  * reconciled the same way (sync_named): an item of ours the pod lacks is
  * added, one it has under our name but different is replaced, one it has
  * already is left alone; a list the pod lacks altogether is added whole
@@ -54,12 +55,13 @@ void webhook_select(const struct webhook_config *c, const webhook_review *r, web
     out->model = meta_string(r->pod, "annotations", TETRIS_LABEL_MODEL);
     if (out->model == NULL)
         out->model = meta_string(r->pod, "labels", TETRIS_LABEL_MODEL);
+    out->model_ref = meta_string(r->pod, "annotations", TETRIS_ANNOTATION_MODEL_REF);
     out->tenant_label = meta_string(r->pod, "labels", TETRIS_LABEL_TENANT);
     out->tenant_annotation = meta_string(r->pod, "annotations", TETRIS_LABEL_TENANT);
     bool function = meta_string(r->pod, "labels", TETRIS_LABEL_FUNCTION) != NULL;
     if (!function && meta_string(r->pod, "annotations", TETRIS_LABEL_MODEL) == NULL) {
         out->reason = "not-a-function";
-        out->model = out->tenant_label = out->tenant_annotation = NULL;
+        out->model = out->model_ref = out->tenant_label = out->tenant_annotation = NULL;
         return;
     }
     webhook_pod_controller(r->pod, &out->controller);
@@ -339,6 +341,174 @@ static int sync_container(json_t *patch, const struct webhook_config *c, size_t 
     return r;
 }
 
+/* ---- the CSI way ---- */
+
+/* What the model view volume names: the pod's registry reference, else
+ * the model file its manifest describes (a file on the node). */
+static const char *csi_model(const webhook_pod_facts *f)
+{
+    return f->model_ref != NULL && f->model_ref[0] != '\0' ? f->model_ref : f->model_path;
+}
+
+static int sync_csi_volume(json_t *patch, const struct webhook_config *c, const json_t *spec,
+                           const char *model, tetris_error *err)
+{
+    wanted w = {.item = json_pack("{s:s, s:{s:s, s:b, s:{s:s}}}", "name", TETRIS_VOLUME_MODEL,
+                                  "csi", "driver", c->csi_driver, "readOnly", 1, "volumeAttributes",
+                                  TETRIS_CSI_ATTR_MODEL, model)};
+    if (w.item == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    return sync_named(patch, "/spec/volumes", member(spec, "volumes"), NULL, &w, 1, err);
+}
+
+static int sync_csi_container(json_t *patch, size_t index, const json_t *container,
+                              tetris_error *err)
+{
+    if (!json_is_object(container))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "pod: spec.containers[%zu] is not an object",
+                           index);
+    wanted mount = {.item = json_pack("{s:s, s:s, s:b}", "name", TETRIS_VOLUME_MODEL, "mountPath",
+                                      TETRIS_MODEL_VIEW_MOUNT_DIR, "readOnly", 1)};
+    wanted env = {.item = env_var(TETRIS_ENV_MODEL_VIEW, TETRIS_MODEL_VIEW_MOUNT_DIR)};
+    if (mount.item == NULL || env.item == NULL) {
+        wanted_release(&mount, 1);
+        wanted_release(&env, 1);
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    }
+    char path[128];
+    snprintf(path, sizeof path, "/spec/containers/%zu/volumeMounts", index);
+    int r = sync_named(patch, path, member(container, "volumeMounts"), "mountPath", &mount, 1, err);
+    snprintf(path, sizeof path, "/spec/containers/%zu/env", index);
+    if (r == 0)
+        return sync_named(patch, path, member(container, "env"), NULL, &env, 1, err);
+    wanted_release(&env, 1);
+    return r;
+}
+
+/* Adds key = value to the object at path (have, NULL when absent) unless
+ * it has the key: what the pod states itself is its own choice. */
+static int add_missing(json_t *patch, const char *path, const json_t *have, const char *key,
+                       json_t *value, tetris_error *err)
+{
+    if (json_object_get(have, key) != NULL) {
+        json_decref(value);
+        return 0;
+    }
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", path, key);
+    return add_op(patch, "add", p, value, err);
+}
+
+/* Adds the object at path whole when absent, else each of its members the
+ * pod lacks (one level down: an object member present is left alone). */
+static int add_object_members(json_t *patch, const char *path, const json_t *have, json_t *want,
+                              tetris_error *err)
+{
+    if (want == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    if (have == NULL)
+        return add_op(patch, "add", path, want, err);
+    if (!json_is_object(have)) {
+        json_decref(want);
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "pod: %s is not an object", path);
+    }
+    int r = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach (want, key, v)
+        if (r == 0)
+            r = add_missing(patch, path, have, key, json_incref(v), err);
+    json_decref(want);
+    return r;
+}
+
+/* A container's part of "restricted": no privilege escalation, every
+ * capability dropped. A capabilities object of the pod's own gets "ALL"
+ * added to its drop list; what it adds is left (and judged by admission). */
+static int sync_container_restricted(json_t *patch, const char *list, size_t index,
+                                     const json_t *container, tetris_error *err)
+{
+    if (!json_is_object(container))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "pod: spec.%s[%zu] is not an object", list,
+                           index);
+    char path[160];
+    snprintf(path, sizeof path, "/spec/%s/%zu/securityContext", list, index);
+    const json_t *sc = member(container, "securityContext");
+    int r = add_object_members(patch, path, sc,
+                               json_pack("{s:b, s:{s:[s]}}", "allowPrivilegeEscalation", 0,
+                                         "capabilities", "drop", "ALL"),
+                               err);
+    const json_t *caps = member(sc, "capabilities");
+    if (r < 0 || caps == NULL)
+        return r;
+    if (!json_is_object(caps))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "pod: %s/capabilities is not an object", path);
+    const json_t *drop = json_object_get(caps, "drop");
+    char caps_path[200];
+    snprintf(caps_path, sizeof caps_path, "%s/capabilities", path);
+    if (drop == NULL)
+        return add_missing(patch, caps_path, caps, "drop", json_pack("[s]", "ALL"), err);
+    if (!json_is_array(drop))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "pod: %s/drop is not an array", caps_path);
+    size_t i;
+    const json_t *d;
+    json_array_foreach (drop, i, d)
+        if (json_is_string(d) && strcmp(json_string_value(d), "ALL") == 0)
+            return 0;
+    char drop_path[220];
+    snprintf(drop_path, sizeof drop_path, "%s/drop/-", caps_path);
+    return add_op(patch, "add", drop_path, json_string("ALL"), err);
+}
+
+/* The pod's part of "restricted": non-root, the runtime's default seccomp
+ * profile; then every container's and init container's part. */
+static int sync_restricted(json_t *patch, const json_t *spec, tetris_error *err)
+{
+    int r = add_object_members(patch, "/spec/securityContext", member(spec, "securityContext"),
+                               json_pack("{s:b, s:{s:s}}", "runAsNonRoot", 1, "seccompProfile",
+                                         "type", "RuntimeDefault"),
+                               err);
+    static const char *const lists[] = {"containers", "initContainers"};
+    for (size_t l = 0; l < 2 && r == 0; l++) {
+        const json_t *list = member(spec, lists[l]);
+        if (list != NULL && !json_is_array(list))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "pod: spec.%s is not an array", lists[l]);
+        for (size_t i = 0; i < json_array_size(list) && r == 0; i++)
+            r = sync_container_restricted(patch, lists[l], i, json_array_get(list, i), err);
+    }
+    return r;
+}
+
+/* The CSI way: the model view volume instead of the store, and the pod
+ * made to pass "restricted". */
+static int build_csi(json_t *patch, const struct webhook_config *c, const json_t *spec,
+                     const webhook_pod_facts *f, tetris_error *err)
+{
+    const char *model = csi_model(f);
+    if (model == NULL)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "no model to mount: the pod has no " TETRIS_ANNOTATION_MODEL_REF
+                           " annotation and its model has no manifest naming a file");
+    const json_t *containers = member(spec, "containers");
+    int r = sync_csi_volume(patch, c, spec, model, err);
+    for (size_t i = 0; i < json_array_size(containers) && r == 0; i++)
+        r = sync_csi_container(patch, i, json_array_get(containers, i), err);
+    return r == 0 ? sync_restricted(patch, spec, err) : r;
+}
+
+static int build_host_path(json_t *patch, const struct webhook_config *c, const json_t *spec,
+                           const webhook_pod_facts *f, tetris_error *err)
+{
+    char store_dir[1024];
+    int rc = store_mount_dir(c, f, store_dir, sizeof store_dir, err);
+    if (rc == 0)
+        rc = sync_volumes(patch, spec, store_dir, f, err);
+    const json_t *containers = member(spec, "containers");
+    for (size_t i = 0; i < json_array_size(containers) && rc == 0; i++)
+        rc = sync_container(patch, c, i, json_array_get(containers, i), store_dir, f, err);
+    return rc;
+}
+
 static int sync_model_label(json_t *patch, const json_t *pod, const char *model, tetris_error *err)
 {
     const json_t *labels = member(member(pod, "metadata"), "labels");
@@ -377,16 +547,12 @@ int webhook_patch_build(const struct webhook_config *c, const webhook_review *r,
     if (f->model != NULL && !names_label_value_valid(f->model))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "model name '%.64s' is not a label value",
                            f->model);
-    char store_dir[1024];
-    int rc = store_mount_dir(c, f, store_dir, sizeof store_dir, err);
-    if (rc < 0)
-        return rc;
     json_t *patch = json_array();
     if (patch == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
-    rc = sync_volumes(patch, spec, store_dir, f, err);
-    for (size_t i = 0; i < json_array_size(containers) && rc == 0; i++)
-        rc = sync_container(patch, c, i, json_array_get(containers, i), store_dir, f, err);
+    int rc = c->csi_driver != NULL && c->csi_driver[0] != '\0'
+                 ? build_csi(patch, c, spec, f, err)
+                 : build_host_path(patch, c, spec, f, err);
     if (rc == 0 && f->model != NULL)
         rc = sync_model_label(patch, r->pod, f->model, err);
     if (rc == 0 && c->scheduler_name != NULL && c->scheduler_name[0] != '\0')

@@ -42,6 +42,8 @@ typedef struct options {
     const char *namespaces[MAX_NAMESPACES];
     const char *tenants[MAX_TENANTS];
     const char *manifest_ns;
+    bool csi;
+    const char *csi_driver;
     const char *service, *service_ns;
     const char *cert_names[MAX_CERT_NAMES];
     size_t n_cert_names;
@@ -56,7 +58,9 @@ static const char about[] =
     "(label\n" TETRIS_LABEL_FUNCTION ") and pods annotated " TETRIS_LABEL_MODEL
     " the node's tensor store (read-only\n"
     "hostPath), their model's manifest, the " TETRIS_LABEL_MODEL
-    " label and the tetris scheduler.\n"
+    " label and the tetris scheduler; or, with\n"
+    "--volume csi, their model view as an inline CSI volume, in a pod made to pass\n"
+    "Pod Security \"restricted\".\n"
     "Serves POST " TETRIS_WEBHOOK_PATH
     " (admission.k8s.io/v1 and v1beta1) and GET /healthz over TLS\n"
     "with a CA and certificate it makes at start, and writes that CA into its\n"
@@ -98,6 +102,21 @@ static int parse_tenant(const struct opt_spec *spec, const char *label, const ch
     return 0;
 }
 
+/* --volume: how a pod gets its model (see webhook.h). */
+static int parse_volume(const struct opt_spec *spec, const char *label, const char *value,
+                        tetris_error *err)
+{
+    options *o = spec->dest;
+    if (strcmp(value, "host-path") == 0)
+        o->csi = false;
+    else if (strcmp(value, "csi") == 0)
+        o->csi = true;
+    else
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s' is neither host-path nor csi", label,
+                           value);
+    return 0;
+}
+
 static int parse_cert_name(const struct opt_spec *spec, const char *label, const char *value,
                            tetris_error *err)
 {
@@ -136,6 +155,19 @@ static int parse_options(int argc, char **argv, options *o)
          .meta = "NAME",
          .help = "for pods that asked for the default scheduler (default " TETRIS_SCHEDULER_NAME
                  "; empty: leave it)"},
+        {.name = "volume",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = o,
+         .parse = parse_volume,
+         .meta = "WAY",
+         .help = "host-path (default): the store as a read-only hostPath volume; csi: the "
+                 "model view as an inline CSI volume and the pod made to pass Pod Security "
+                 "\"restricted\""},
+        {.name = "csi-driver",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->csi_driver,
+         .meta = "NAME",
+         .help = "the CSI driver of --volume csi (default " TETRIS_CSI_DRIVER ")"},
         {.name = "namespace",
          .type = OPT_TYPE_CUSTOM,
          .dest = o,
@@ -223,6 +255,7 @@ static int parse_options(int argc, char **argv, options *o)
         .cfg = {.store_dir = TETRIS_STORE_DIR,
                 .store_subdir = TETRIS_STORE_PUBLIC_SUBDIR,
                 .scheduler_name = TETRIS_SCHEDULER_NAME},
+        .csi_driver = TETRIS_CSI_DRIVER,
         .service = TETRIS_WEBHOOK_SERVICE,
         .configuration = TETRIS_WEBHOOK_CONFIGURATION,
         .cert_days = 365,
@@ -236,6 +269,10 @@ static int parse_options(int argc, char **argv, options *o)
         return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]);
     if (o->no_api && o->kubeconfig != NULL)
         return opt_usage_error(&prog, "--no-api and --kubeconfig exclude each other");
+    if (o->csi && !names_label_value_valid(o->csi_driver))
+        return opt_usage_error(&prog, "--csi-driver must be a driver name (a DNS-like name of "
+                                      "at most 63 characters)");
+    o->cfg.csi_driver = o->csi ? o->csi_driver : NULL;
     if (o->cfg.store_dir[0] != '/' || strstr(o->cfg.store_subdir, "..") != NULL ||
         o->cfg.store_subdir[0] == '/')
         return opt_usage_error(&prog, "--store must be absolute and --store-subdir a relative "
@@ -480,6 +517,7 @@ static int resolve_facts(program *p, const webhook_review *rv, const webhook_sel
                          pod_facts *pf, tetris_error *err)
 {
     pf->f.model = sel->model;
+    pf->f.model_ref = sel->model_ref;
     if (p->kc != NULL) {
         int r = namespace_tenant(p, rv->namespace_, &pf->tenant, err);
         if (r < 0)
@@ -718,9 +756,10 @@ static int program_start(program *p, tetris_error *err)
         r = http_server_start(p->http, err);
     if (r < 0)
         return r;
-    log_info("event=listening addr=%s port=%u store=%s store_subdir=%s scheduler=%s "
-             "namespaces=%zu tenants=%zu",
-             o->listen, http_server_port(p->http), o->cfg.store_dir,
+    log_info("event=listening addr=%s port=%u volume=%s csi_driver=%s store=%s store_subdir=%s "
+             "scheduler=%s namespaces=%zu tenants=%zu",
+             o->listen, http_server_port(p->http), o->csi ? "csi" : "host-path",
+             o->csi ? o->csi_driver : "-", o->cfg.store_dir,
              o->cfg.store_subdir[0] ? o->cfg.store_subdir : "-",
              o->cfg.scheduler_name[0] ? o->cfg.scheduler_name : "-", o->cfg.n_namespaces,
              o->cfg.n_tenants);

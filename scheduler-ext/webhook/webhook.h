@@ -52,6 +52,26 @@
  *                     its own TETRIS_MODEL
  *   label TETRIS_LABEL_MODEL=<model> (the extender and tetris-node-pins read it)
  *   spec.schedulerName=scheduler_name when it is unset or the default
+ *
+ * The CSI way (csi_driver set; --volume csi), for clusters whose
+ * namespaces enforce Pod Security "baseline" or "restricted", which forbid
+ * hostPath: instead of the store and manifest volumes and their mounts
+ * and environment,
+ *   volume TETRIS_VOLUME_MODEL    csi, driver csi_driver, readOnly, attribute
+ *                                 TETRIS_CSI_ATTR_MODEL = the pod's
+ *                                 TETRIS_ANNOTATION_MODEL_REF, else the
+ *                                 manifest's model file (no model: not
+ *                                 mutated); the node's CSI plugin builds
+ *                                 the model view in it, for the tenant the
+ *                                 kubelet's pod identity maps to
+ *   every container:  the mount, read-only, at TETRIS_MODEL_VIEW_MOUNT_DIR,
+ *                     env TETRIS_ENV_MODEL_VIEW naming it
+ *   securityContext   what "restricted" needs, where the pod says nothing:
+ *                     runAsNonRoot and seccompProfile RuntimeDefault on the
+ *                     pod; allowPrivilegeEscalation false and capabilities
+ *                     drop ALL on every container and init container. A
+ *                     field the pod sets itself is its choice and is kept
+ *                     (admission then judges it).
  * "Lacks" compares what we would add with what is there as a subset (the
  * apiserver defaults fields, e.g. a ConfigMap volume's defaultMode), and
  * an item of ours that differs is replaced, so a pod cannot keep a store
@@ -112,6 +132,7 @@ struct webhook_config {
     size_t n_namespaces;
     const char *const *tenants; /* the tenants the operator configured */
     size_t n_tenants;
+    const char *csi_driver; /* NULL or "": the store as hostPath; else the CSI way */
 };
 
 /* The object that controls a pod: its ownerReference with controller
@@ -128,6 +149,7 @@ typedef struct webhook_selection {
     bool selected;
     const char *reason;       /* why not (static), for the log */
     const char *model;        /* annotation, else label TETRIS_LABEL_MODEL; NULL none */
+    const char *model_ref;    /* annotation TETRIS_ANNOTATION_MODEL_REF; NULL none */
     const char *tenant_label; /* what the pod says of its tenant (label and */
     const char *tenant_annotation; /* annotation TETRIS_LABEL_TENANT); NULL none */
     webhook_owner controller; /* webhook_pod_controller's */
@@ -155,6 +177,7 @@ typedef struct webhook_pod_facts {
     const char *tenant;             /* webhook_tenant_decide's; NULL shared */
     const char *manifest_configmap; /* in the pod's namespace; NULL none */
     const char *model_path;         /* the manifest's model file; NULL none */
+    const char *model_ref;          /* webhook_selection's */
 } webhook_pod_facts;
 
 /* The JSON Patch for the review's pod (an array, empty when nothing is

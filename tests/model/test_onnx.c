@@ -16,7 +16,7 @@
 #include "tests/model/model_synth.h"
 #include "model/format_onnx.h"
 #include "model/model.h"
-#include "model/protobuf.h"
+#include "common/pbwire.h"
 #include "tests/lib/unit.h"
 
 static model *parse_ok(const char *path, const struct sbuf *b)

@@ -50,6 +50,9 @@ jq -e 'select(.kind == "Job") |
     (.spec.template.spec | .restartPolicy == "Never" and
         .nodeSelector["kubernetes.io/hostname"] == "tetris-node-0" and
         ([.containers[0].volumeMounts[].readOnly] | all) and
+        .containers[0].securityContext == {runAsNonRoot: true, runAsUser: 65534,
+            runAsGroup: 65534, allowPrivilegeEscalation: false,
+            capabilities: {drop: ["ALL"]}, seccompProfile: {type: "RuntimeDefault"}} and
         (.containers[0].args | .[0] == "profile" and
             index("/models/ch_ppocr_mobile_v2.0_cls_infer.onnx") == 1 and
             index("--store-configmaps") != null and index("c=1 b=1,2 p=1") != null))' \

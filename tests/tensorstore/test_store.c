@@ -1075,6 +1075,50 @@ START_TEST(killed_holder_is_found_dead_and_released)
 }
 END_TEST
 
+/* A kept holder (a CSI volume's) is alive without any process: repair
+ * leaves it and its references counted until it is released; its name
+ * is checked, and a second one of the same name is a conflict. */
+START_TEST(kept_holder_survives_repair_until_released)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(100, 72);
+    publish(s, &t, true);
+    tetris_error err;
+    uint64_t nbytes = t.meta.nbytes;
+    ck_assert_int_eq(store_kept_exists(s, "csi-vol1", &err), 0);
+    ck_assert_int_eq(store_kept_hold(s, "csi-vol1", "model.onnx", &t.meta.digest, &nbytes, 1, &err),
+                     0);
+    ck_assert_int_eq(store_kept_exists(s, "csi-vol1", &err), 1);
+    ck_assert_int_eq(store_kept_hold(s, "csi-vol1", "again", &t.meta.digest, &nbytes, 1, &err),
+                     -TETRIS_E_CONFLICT);
+    ck_assert_int_eq(store_kept_hold(s, "../x", "bad", &t.meta.digest, &nbytes, 1, &err),
+                     -TETRIS_E_INVAL);
+    ck_assert_int_eq(store_kept_hold(s, ".hidden", "bad", &t.meta.digest, &nbytes, 1, &err),
+                     -TETRIS_E_INVAL);
+
+    struct store_repair_report r;
+    ck_assert_int_eq(store_repair(s, &r, &err), 0);
+    ck_assert_uint_eq(r.dead_holders_released, 0);
+    struct holders_seen seen = scan_holders(s);
+    ck_assert_int_eq(seen.n, 1);
+    ck_assert_int_eq(seen.alive, 1);
+    ck_assert_uint_eq(seen.refs, 1);
+    ck_assert_int_eq(seen.pid, 0);
+    ck_assert_str_eq(seen.label, "model.onnx");
+    ck_assert(tensor_digest_equal(&seen.first, &t.meta.digest));
+    ck_assert(seen.first_bytes == nbytes);
+
+    ck_assert_int_eq(store_kept_release(s, "csi-vol1", &err), 0);
+    ck_assert_int_eq(store_kept_release(s, "csi-vol1", &err), 0);
+    seen = scan_holders(s);
+    ck_assert_int_eq(seen.n, 0);
+    free(t.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
 /* The light repair releases a killed holder and a dead writer's temp file,
  * keeps a live holder and a live writer's temp file, and leaves tensors/
  * alone (an inconsistent file there waits for the full repair). */
@@ -1356,6 +1400,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, read_only_store_maps_but_refuses_writes);
     tcase_add_test(tc, holder_records_references);
     tcase_add_test(tc, killed_holder_is_found_dead_and_released);
+    tcase_add_test(tc, kept_holder_survives_repair_until_released);
     tcase_add_test(tc, light_repair_skips_the_tensor_walk);
     tcase_add_test(tc, mapping_limit_is_named);
     tcase_add_test(tc, garbage_holder_files_are_parsed_defensively);

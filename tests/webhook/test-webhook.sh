@@ -160,6 +160,74 @@ wait "$PID" || rc=$?
 grep -q event=stopping "$WORK/main.log" || fail "no stopping line"
 echo "ok SIGTERM exits 0"
 
+# ---- the CSI way: the model view volume, Pod Security "restricted" ----
+# restricted POD: the rules "restricted" has that POD breaks, one per line.
+restricted() {
+    printf '%s' "$1" | jq -r -L "$ROOT/tests/lib" 'include "pod_security"; restricted_violations[]'
+}
+# The checker can fail: the hostPath way breaks "restricted" (and baseline).
+wh_start hostpath --no-api --namespace openfaas-fn
+hp_got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$pod")")
+hp_pod=$(printf '%s' "$pod" | jq -c --argjson ops "$(patch_of "$hp_got")" "$JPATCH")
+restricted "$hp_pod" | grep -q 'volume tetris-store: type hostPath' ||
+    fail "the restricted check passed a hostPath pod: $(restricted "$hp_pod")"
+wh_start csi --no-api --volume csi --namespace openfaas-fn
+ref=oci://registry.example:5000/models/silero_vad_v5:v1
+csi_pod=$(printf '%s' "$pod" | jq -c --arg r "$ref" '.metadata.annotations["tetris.io/model-ref"] = $r')
+got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$csi_pod")")
+patched=$(printf '%s' "$csi_pod" | jq -c --argjson ops "$(patch_of "$got")" "$JPATCH")
+printf '%s' "$patched" | jq -e --arg r "$ref" '
+    [.spec.volumes[]] == [{name: "tetris-model", csi: {driver: "csi.tetris.io", readOnly: true,
+                                                      volumeAttributes: {model: $r}}}]
+    and ([.spec.containers[] | .volumeMounts[] | select(.name == "tetris-model"
+          and .readOnly == true and .mountPath == "/var/run/tetris/model")] | length) == 2
+    and ([.spec.containers[] | .env[] | select(.name == "TETRIS_MODEL_VIEW"
+          and .value == "/var/run/tetris/model")] | length) == 2
+    and ([.spec.containers[] | .env[]? | select(.name == "TETRIS_STORE")] | length) == 0
+    and .spec.schedulerName == "tetris-scheduler"
+    and .metadata.labels["tetris.io/model"] == "silero_vad_v5"' >/dev/null ||
+    fail "csi: patched pod: $patched"
+v=$(restricted "$patched")
+[ -z "$v" ] || fail "csi: the mutated pod breaks restricted: $v"
+again=$(post "$(review admission.k8s.io/v1 openfaas-fn "$patched")")
+[ "$(patch_of "$again")" = '[]' ] || fail "csi: second review patched again: $again"
+echo "ok csi: model view volume, no hostPath, passes restricted; second review empty"
+
+# What a pod states itself is kept; what it lacks is added. Its own
+# capabilities get ALL dropped too; a capability it adds stays its choice
+# (and restricted then names it).
+own=$(printf '%s' "$csi_pod" | jq -c '.spec.securityContext = {runAsUser: 1000}
+    | .spec.containers[0].securityContext = {capabilities: {drop: ["NET_RAW"], add: ["SYS_ADMIN"]}}
+    | .spec.containers[1].securityContext = {allowPrivilegeEscalation: false,
+                                             capabilities: {add: ["NET_BIND_SERVICE"]}}
+    | .spec.initContainers = [{name: "init", image: "init:1"}]')
+got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$own")")
+patched=$(printf '%s' "$own" | jq -c --argjson ops "$(patch_of "$got")" "$JPATCH")
+printf '%s' "$patched" | jq -e '.spec.securityContext == {runAsUser: 1000, runAsNonRoot: true,
+        seccompProfile: {type: "RuntimeDefault"}}
+    and .spec.containers[0].securityContext == {allowPrivilegeEscalation: false,
+        capabilities: {drop: ["NET_RAW", "ALL"], add: ["SYS_ADMIN"]}}
+    and .spec.containers[1].securityContext == {allowPrivilegeEscalation: false,
+        capabilities: {add: ["NET_BIND_SERVICE"], drop: ["ALL"]}}
+    and .spec.initContainers[0].securityContext == {allowPrivilegeEscalation: false,
+        capabilities: {drop: ["ALL"]}}' >/dev/null || fail "csi: own security context: $patched"
+[ "$(restricted "$patched")" = "container fn: adds capability SYS_ADMIN" ] ||
+    fail "csi: restricted on a pod adding SYS_ADMIN: $(restricted "$patched")"
+again=$(post "$(review admission.k8s.io/v1 openfaas-fn "$patched")")
+[ "$(patch_of "$again")" = '[]' ] || fail "csi: own context patched again: $again"
+echo "ok csi: the pod's own security settings kept, the missing ones added"
+
+# Nothing to mount (no reference, no manifest without an apiserver): the
+# pod passes unchanged, and the log says why.
+got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$pod")")
+printf '%s' "${got#* }" | jq -e '.response.allowed == true' >/dev/null || fail "csi: no model: $got"
+[ "$(patch_of "$got")" = '[]' ] || fail "csi: a pod without a model was patched: $got"
+grep -q 'event=not-mutated.*no model to mount' "$WORK/csi.log" || fail "csi: no not-mutated line"
+"$BIN/tetris-webhook" --volume nfs >/dev/null 2>&1 && fail "--volume nfs accepted"
+"$BIN/tetris-webhook" --volume csi --csi-driver 'bad/name' >/dev/null 2>&1 &&
+    fail "--csi-driver bad/name accepted"
+echo "ok csi: a pod without a model passes unchanged; bad --volume and --csi-driver refused"
+
 # ---- tenants: the namespace's, never the pod's ----
 # Namespaces as the cluster's admin labelled them, read through the API:
 # alpha-fn and beta-fn are tenants' (configured with --tenant), rogue-fn

@@ -715,6 +715,44 @@ START_TEST(malformed_pods_refused)
 }
 END_TEST
 
+/* The CSI way reads the pod's security settings: ones of the wrong type
+ * are refused like any mistyped field, never patched over. */
+START_TEST(malformed_security_contexts_refused)
+{
+    static const char *const specs[] = {
+        "{\"containers\":[{}],\"securityContext\":\"x\"}",
+        "{\"containers\":[{\"securityContext\":[]}]}",
+        "{\"containers\":[{\"securityContext\":{\"capabilities\":1}}]}",
+        "{\"containers\":[{\"securityContext\":{\"capabilities\":{\"drop\":\"ALL\"}}}]}",
+        "{\"containers\":[{}],\"initContainers\":{}}",
+        "{\"containers\":[{}],\"initContainers\":[7]}",
+    };
+    struct webhook_config csi = plain;
+    csi.csi_driver = "csi.tetris.io";
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        json_t *pod = json_pack("{s:{s:{s:s}, s:{s:s}}, s:o}", "metadata", "labels",
+                                "faas_function", "f", "annotations", "tetris.io/model-ref",
+                                "oci://r.example/m:1", "spec", json_loads(specs[i], 0, NULL));
+        ck_assert_ptr_nonnull(pod);
+        char *text = review_text("admission.k8s.io/v1", "ns", "CREATE", pod);
+        webhook_review rv;
+        parse_ok(text, &rv);
+        webhook_selection sel;
+        webhook_select(&csi, &rv, &sel);
+        ck_assert(sel.selected);
+        webhook_pod_facts f = {.model_ref = sel.model_ref};
+        json_t *patch = NULL;
+        tetris_error err = {0};
+        ck_assert_msg(webhook_patch_build(&csi, &rv, &f, &patch, &err) == -TETRIS_E_FORMAT,
+                      "spec %zu: %s", i, err.msg);
+        ck_assert_ptr_nonnull(strstr(err.msg, "pod: "));
+        webhook_review_release(&rv);
+        free(text);
+        json_decref(pod);
+    }
+}
+END_TEST
+
 START_TEST(certificates_chain)
 {
     const char *names[] = {"tetris-webhook.tetris-system.svc", "tetris-webhook", "127.0.0.1"};
@@ -758,6 +796,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, pod_cannot_keep_its_own_store_volume);
     tcase_add_test(tc, malformed_reviews_refused);
     tcase_add_test(tc, malformed_pods_refused);
+    tcase_add_test(tc, malformed_security_contexts_refused);
     tcase_add_test(tc, certificates_chain);
 }
 

@@ -1,0 +1,15 @@
+# reclaimer/csi/module.mk - tetris-csi, the CSI node plugin beside the node
+# daemon: a pod's model view as an inline ephemeral volume (volumes.h), and
+# its tests: the plugin driven over gRPC by a test client, and csi-sanity.
+PROGRAMS += tetris-csi
+tetris-csi_SRCS := reclaimer/csi/tetris-csi.c reclaimer/csi/volumes.c
+
+# The kubelet's side of gRPC, for the tests: nghttp2 as a client.
+TEST_PROGRAMS += tetris-test-csi-client
+tetris-test-csi-client_SRCS := tests/csi/csi_client.c tests/lib/grpc_client.c
+
+# Root: real bind mounts beneath a pods directory of its own.
+SHELL_TESTS += tests/csi/test-csi.sh
+# The community's conformance suite, built once from its source tarball
+# with Go (minutes the first time; skipped without the tarball).
+SLOW_TESTS += tests/csi/test-csi-sanity.sh

@@ -1,0 +1,817 @@
+/* volumes.c - publishing and unpublishing tetris-csi's volumes (the
+ * layout and invariants are in volumes.h).
+ *
+ * Publish: check the request (what CSI requires, and what we accept:
+ * the "model" attribute and the kubelet's own), resolve the target path
+ * beneath the pods directory and the model beneath the models directory,
+ * then either find the volume published already (idempotent) or:
+ *   load    the model through the node daemon, as an agent (its
+ *           connection holds the references while we work);
+ *   keep    take the kept holder of the model's tensors;
+ *   view    write the self-contained view into the volume's directory;
+ *   record  write volume.json (by rename);
+ *   mount   bind-mount the view at the target, then make it read-only;
+ *   free    end the load: the kept holder alone holds the tensors now.
+ * A failure undoes the steps done, in reverse. A crash between two steps
+ * leaves an unfinished volume that recovery removes at the next start:
+ * without a record, or with a record but no mount.
+ *
+ * Unpublish: unmount, remove the target directory, then the record (the
+ * volume is gone from here on), the view and the kept holder. */
+#include "reclaimer/csi/volumes.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <openssl/evp.h>
+
+#include "agent/agent.h"
+#include "agent/view.h"
+#include "common/cleanup.h"
+#include "common/fileio.h"
+#include "common/log.h"
+#include "protocol/names.h"
+#include "tensorstore/store.h"
+
+#define VOLUMES_DIR "volumes"
+#define RECORD_NAME "volume.json"
+#define RECORD_TMP ".volume.json.tmp"
+#define VIEW_DIR_NAME "view"
+#define KEPT_PREFIX "csi-"
+#define KEY_HEX 64
+#define RECORD_MAX_BYTES (64u << 10)
+
+struct csi_volumes {
+    struct csi_volumes_config c;
+    char *pods_real, *models_real;
+    store *store;
+    char volumes_dir[PATH_MAX];
+    char store_tensors[PATH_MAX]; /* the store's public tensors/, what views mount */
+    pthread_mutex_t lock;         /* every publish and unpublish */
+    size_t count;
+};
+
+/* What a publish asks for, checked. */
+struct publish_plan {
+    char key[KEY_HEX + 1];
+    char target[PATH_MAX]; /* resolved: its parent's real path + its name */
+    char model[PATH_MAX];  /* real path */
+    const char *ns, *pod, *pod_uid, *service_account;
+};
+
+/* A volume's record, as read back. */
+struct record {
+    char *volume_id, *target, *model;
+};
+
+static void record_free(struct record *r)
+{
+    free(r->volume_id);
+    free(r->target);
+    free(r->model);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- names and paths ---- */
+
+static int volume_key(const char *volume_id, char key[KEY_HEX + 1], tetris_error *err)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_Digest(volume_id, strlen(volume_id), md, &n, EVP_sha256(), NULL) != 1 || n != 32)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "sha256 of the volume id failed");
+    for (unsigned i = 0; i < n; i++)
+        snprintf(key + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+static void kept_name(const char *key, char *out, size_t len)
+{
+    snprintf(out, len, KEPT_PREFIX "%s", key);
+}
+
+static int volume_path(const csi_volumes *v, const char *key, const char *name, char *out,
+                       size_t len, tetris_error *err)
+{
+    int n = name != NULL ? snprintf(out, len, "%s/%s/%s", v->volumes_dir, key, name)
+                         : snprintf(out, len, "%s/%s", v->volumes_dir, key);
+    if (n < 0 || (size_t)n >= len)
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: path too long", v->volumes_dir);
+    return 0;
+}
+
+static bool beneath(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (strcmp(dir, "/") == 0)
+        return path[0] == '/';
+    return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}
+
+/* The target must name a directory to be made (or an empty one) whose
+ * parent resolves, links followed, beneath the pods directory: a pod
+ * cannot make us mount elsewhere through a link in its own volume
+ * directory. The last component must not be a link either. */
+static int resolve_target(const csi_volumes *v, const char *target, char *out, size_t len,
+                          tetris_error *err)
+{
+    if (target[0] != '/')
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "target_path %s is not absolute", target);
+    cleanup_free char *copy = strdup(target);
+    if (copy == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/')
+        copy[--n] = '\0';
+    char *slash = strrchr(copy, '/');
+    const char *base = slash + 1;
+    if (slash == copy || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "target_path %s names no directory", target);
+    *slash = '\0';
+    cleanup_free char *parent = realpath(copy, NULL);
+    if (parent == NULL)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_INVAL, errno,
+                           "target_path %s: its parent does not resolve", target);
+    if (!beneath(parent, v->pods_real) || strcmp(parent, v->pods_real) == 0)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "target_path %s is outside the kubelet's pods directory %s", target,
+                           v->pods_real);
+    int w = snprintf(out, len, "%s/%s", parent, base);
+    if (w < 0 || (size_t)w >= len)
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "target_path %s: too long", target);
+    struct stat st;
+    if (lstat(out, &st) == 0 && !S_ISDIR(st.st_mode))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "target_path %s exists and is not a directory",
+                           target);
+    return 0;
+}
+
+static int resolve_model(const csi_volumes *v, const char *model_path, char *out, size_t len,
+                         tetris_error *err)
+{
+    if (strncmp(model_path, "oci://", 6) == 0)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "model %s: registry references are not served by volumes yet; name a "
+                           "model file beneath %s",
+                           model_path, v->models_real);
+    if (model_path[0] != '/')
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "model %s is not an absolute path", model_path);
+    cleanup_free char *real = realpath(model_path, NULL);
+    if (real == NULL)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "model %s", model_path);
+    if (!beneath(real, v->models_real))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "model %s is outside the models directory %s",
+                           model_path, v->models_real);
+    struct stat st;
+    if (stat(real, &st) < 0 || !S_ISREG(st.st_mode))
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "model %s is not a regular file",
+                           model_path);
+    if (strlen(real) >= len)
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "model %s: too long", model_path);
+    strcpy(out, real);
+    return 0;
+}
+
+/* ---- the request ---- */
+
+static bool attribute_known(const char *key)
+{
+    return strcmp(key, TETRIS_CSI_ATTR_MODEL) == 0 || strcmp(key, CSI_CONTEXT_POD_NAME) == 0 ||
+           strcmp(key, CSI_CONTEXT_POD_NAMESPACE) == 0 || strcmp(key, CSI_CONTEXT_POD_UID) == 0 ||
+           strcmp(key, CSI_CONTEXT_SERVICE_ACCOUNT) == 0 ||
+           strcmp(key, CSI_CONTEXT_EPHEMERAL) == 0 ||
+           strcmp(key, "storage.kubernetes.io/csiProvisionerIdentity") == 0;
+}
+
+/* CSI's required fields, then our attributes: INVALID_ARGUMENT. */
+static int check_request(const struct csi_publish_request *r, struct grpc_reply *reply)
+{
+    if (r->volume_id[0] == '\0')
+        return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT, "volume_id is required");
+    if (r->target_path[0] == '\0')
+        return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT, "target_path is required");
+    if (!r->has_capability)
+        return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT, "volume_capability is required");
+    if (r->access_type != CSI_ACCESS_MOUNT)
+        return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT,
+                               "volume_capability: only mount volumes are served (a model view "
+                               "is a directory)");
+    for (size_t i = 0; i < r->n_context; i++)
+        if (!attribute_known(r->context[i].key))
+            return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT,
+                                   "volumeAttributes: unknown key %s (known: model)",
+                                   r->context[i].key);
+    const char *eph = csi_context_get(r, CSI_CONTEXT_EPHEMERAL);
+    if (eph != NULL && strcmp(eph, "true") != 0)
+        return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT,
+                               "only inline ephemeral volumes are served (%s is %s)",
+                               CSI_CONTEXT_EPHEMERAL, eph);
+    const char *model_path = csi_context_get(r, TETRIS_CSI_ATTR_MODEL);
+    if (model_path == NULL || model_path[0] == '\0')
+        return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT,
+                               "volumeAttributes: model is required (a model file the node "
+                               "can read)");
+    return GRPC_OK;
+}
+
+static const char *or_empty(const char *s)
+{
+    return s != NULL ? s : "";
+}
+
+static int plan_publish(csi_volumes *v, const struct csi_publish_request *r, struct publish_plan *p,
+                        struct grpc_reply *reply)
+{
+    tetris_error err = {0};
+    if (volume_key(r->volume_id, p->key, &err) < 0 ||
+        resolve_target(v, r->target_path, p->target, sizeof(p->target), &err) < 0 ||
+        resolve_model(v, csi_context_get(r, TETRIS_CSI_ATTR_MODEL), p->model, sizeof(p->model),
+                      &err) < 0)
+        return grpc_reply_error(reply, &err);
+    p->ns = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAMESPACE));
+    p->pod = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAME));
+    p->pod_uid = or_empty(csi_context_get(r, CSI_CONTEXT_POD_UID));
+    p->service_account = or_empty(csi_context_get(r, CSI_CONTEXT_SERVICE_ACCOUNT));
+    return GRPC_OK;
+}
+
+/* ---- records ---- */
+
+static int read_record(const csi_volumes *v, const char *key, struct record *out, tetris_error *err)
+{
+    char path[PATH_MAX];
+    int r = volume_path(v, key, RECORD_NAME, path, sizeof(path), err);
+    if (r < 0)
+        return r;
+    cleanup_free char *text = NULL;
+    size_t len;
+    if ((r = file_read_all(path, RECORD_MAX_BYTES, &text, &len, err)) < 0)
+        return r;
+    json_error_t jerr;
+    json_t *j = json_loadb(text, len, 0, &jerr);
+    const char *id = json_string_value(json_object_get(j, "volume_id"));
+    const char *target = json_string_value(json_object_get(j, "target_path"));
+    const char *model_path = json_string_value(json_object_get(j, "model"));
+    if (id == NULL || target == NULL || model_path == NULL) {
+        json_decref(j);
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a volume record", path);
+    }
+    out->volume_id = strdup(id);
+    out->target = strdup(target);
+    out->model = strdup(model_path);
+    json_decref(j);
+    if (out->volume_id == NULL || out->target == NULL || out->model == NULL) {
+        record_free(out);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* The tenant a volume's store belongs to. The seam for the mapping from
+ * the pod's namespace and service account that the cluster's admin will
+ * set: until then every volume is the shared store's, and the record
+ * keeps the pod's identity for it. */
+static const char *tenant_of(const struct publish_plan *p)
+{
+    (void)p;
+    return NULL;
+}
+
+static int write_record(const csi_volumes *v, const struct csi_publish_request *r,
+                        const struct publish_plan *p, tetris_error *err)
+{
+    char dir[PATH_MAX];
+    int rc = volume_path(v, p->key, NULL, dir, sizeof(dir), err);
+    if (rc < 0)
+        return rc;
+    json_t *j = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:o}", "volume_id", r->volume_id,
+                          "target_path", p->target, "model", p->model, "pod", "namespace", p->ns,
+                          "name", p->pod, "uid", p->pod_uid, "service_account", p->service_account,
+                          "tenant", tenant_of(p) ? json_string(tenant_of(p)) : json_null());
+    cleanup_free char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", dir);
+    cleanup_close int fd = openat(dfd, RECORD_TMP,
+                                  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "create %s/%s", dir, RECORD_TMP);
+    if ((rc = fd_write_all(fd, text, strlen(text), RECORD_TMP, err)) < 0)
+        return rc;
+    if (renameat(dfd, RECORD_TMP, dfd, RECORD_NAME) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "rename %s/%s", dir, RECORD_TMP);
+    return 0;
+}
+
+/* ---- mounts ---- */
+
+/* Whether path is dir, mounted read-only (the same directory). */
+static bool mounted_at(const char *dir, const char *path)
+{
+    struct stat a, b;
+    struct statvfs fs;
+    if (stat(dir, &a) < 0 || lstat(path, &b) < 0 || statvfs(path, &fs) < 0)
+        return false;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino && (fs.f_flag & ST_RDONLY) != 0;
+}
+
+/* Whether the volume is whole at target: its view, and the store's
+ * tensors on the view's tensors/. */
+static bool view_mounted_at(const csi_volumes *v, const char *view, const char *target)
+{
+    char tensors[PATH_MAX];
+    return mounted_at(view, target) &&
+           snprintf(tensors, sizeof(tensors), "%s/tensors", target) < (int)sizeof(tensors) &&
+           mounted_at(v->store_tensors, tensors);
+}
+
+/* Unmounts whatever is mounted at target (stacked mounts too). */
+static int unmount_all(const char *target, tetris_error *err)
+{
+    for (int i = 0; i < 16; i++) {
+        if (umount2(target, UMOUNT_NOFOLLOW) == 0)
+            continue;
+        if (errno == EINVAL || errno == ENOENT)
+            return 0; /* not a mount point (any more) */
+        return tetris_fail(err, TETRIS_E_IO, errno, "unmount %s", target);
+    }
+    return tetris_fail(err, TETRIS_E_IO, 0, "unmount %s: still mounted after 16 unmounts", target);
+}
+
+/* A bind mount of src at dst, then read-only: a bind mount takes its
+ * flags from a remount of its own. */
+static int bind_read_only(const char *src, const char *dst, tetris_error *err)
+{
+    if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+        return tetris_fail(err, errno == EPERM ? TETRIS_E_DENIED : TETRIS_E_IO, errno,
+                           "bind-mount %s at %s", src, dst);
+    if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0) {
+        int e = errno;
+        if (umount2(dst, MNT_DETACH) < 0)
+            log_error("event=unmount-failed path=%s msg=%s", LOG_Q(dst), LOG_Q(strerror(errno)));
+        return tetris_fail(err, TETRIS_E_IO, e, "make the mount at %s read-only", dst);
+    }
+    return 0;
+}
+
+/* Unmounts the volume at target: the store's tensors, then the view. */
+static int unmount_volume(const char *target, tetris_error *err)
+{
+    char tensors[PATH_MAX];
+    if (snprintf(tensors, sizeof(tensors), "%s/tensors", target) >= (int)sizeof(tensors))
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", target);
+    int r = unmount_all(tensors, err);
+    return r < 0 ? r : unmount_all(target, err);
+}
+
+/* The view at target, and the store's tensors/ on its tensors/, both
+ * read-only; on failure nothing stays mounted. */
+static int mount_view(const csi_volumes *v, const char *view, const char *target, bool *made_target,
+                      tetris_error *err)
+{
+    char tensors[PATH_MAX];
+    *made_target = false;
+    if (snprintf(tensors, sizeof(tensors), "%s/tensors", target) >= (int)sizeof(tensors))
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", target);
+    if (mkdir(target, 0750) == 0)
+        *made_target = true;
+    else if (errno != EEXIST)
+        return tetris_fail(err, TETRIS_E_IO, errno, "create target %s", target);
+    int r = bind_read_only(view, target, err);
+    if (r == 0 && (r = bind_read_only(v->store_tensors, tensors, err)) < 0) {
+        tetris_error undo = {0};
+        if (unmount_volume(target, &undo) < 0)
+            log_error("event=unmount-failed path=%s msg=%s", LOG_Q(target), LOG_Q(undo.msg));
+    }
+    return r;
+}
+
+/* ---- removal ---- */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
+    if (r < 0 && errno != ENOENT)
+        log_warn("event=remove-failed path=%s msg=%s", LOG_Q(path), LOG_Q(strerror(errno)));
+    return 0;
+}
+
+/* Removes a volume's directory (its record first: from then on the
+ * volume does not exist) and releases its kept holder. Never crosses a
+ * mount point: a view still mounted somewhere is left alone. */
+static int forget_volume(csi_volumes *v, const char *key, tetris_error *err)
+{
+    char dir[PATH_MAX], rec[PATH_MAX], kept[KEY_HEX + 8];
+    int rc;
+    if ((rc = volume_path(v, key, NULL, dir, sizeof(dir), err)) < 0 ||
+        (rc = volume_path(v, key, RECORD_NAME, rec, sizeof(rec), err)) < 0)
+        return rc;
+    if (unlink(rec) < 0 && errno != ENOENT)
+        return tetris_fail(err, TETRIS_E_IO, errno, "remove %s", rec);
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) < 0 && errno != ENOENT)
+        return tetris_fail(err, TETRIS_E_IO, errno, "remove %s", dir);
+    kept_name(key, kept, sizeof(kept));
+    return store_kept_release(v->store, kept, err);
+}
+
+/* ---- publish ---- */
+
+/* Distinct digests of the tensors the store holds for the model. */
+static int collect_refs(const agent_model *am, tensor_digest **d, uint64_t **nbytes, size_t *n,
+                        tetris_error *err)
+{
+    const model *m = am->model;
+    *d = calloc(m->n_tensors + 1, sizeof(**d));
+    *nbytes = calloc(m->n_tensors + 1, sizeof(**nbytes));
+    *n = 0;
+    if (*d == NULL || *nbytes == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tensor_desc *t = &m->tensors[i];
+        if (!t->has_digest)
+            continue;
+        bool seen = false;
+        for (size_t k = 0; k < *n && !seen; k++)
+            seen = tensor_digest_equal(&(*d)[k], &t->meta.digest);
+        if (!seen) {
+            (*d)[*n] = t->meta.digest;
+            (*nbytes)[(*n)++] = t->meta.nbytes;
+        }
+    }
+    return 0;
+}
+
+/* The load's fallback reason as the call's status: the store could not
+ * serve the model whole, so there is no view of its pages to give. */
+static int fallback_status(const agent_model *am, struct grpc_reply *reply)
+{
+    const char *why = am->stats.fallback_reason;
+    int status = strstr(why, "full") != NULL ? GRPC_RESOURCE_EXHAUSTED : GRPC_UNAVAILABLE;
+    return grpc_reply_fail(reply, status, "the store cannot serve the model: %s", why);
+}
+
+static int load_model(const csi_volumes *v, const struct publish_plan *p, agent_model **am,
+                      struct grpc_reply *reply)
+{
+    struct agent_options o;
+    tetris_error err = {0};
+    agent_options_init(&o);
+    o.mode = AGENT_MODE_STORE;
+    o.store_dir = v->c.store_dir;
+    o.tenant = tenant_of(p);
+    o.daemon_socket = v->c.daemon_socket;
+    if (v->c.daemon_timeout_ms > 0)
+        o.daemon_timeout_ms = v->c.daemon_timeout_ms;
+    o.map_only = true;
+    o.label = strrchr(p->model, '/') + 1;
+    if (agent_load(p->model, &o, am, &err) < 0)
+        return grpc_reply_error(reply, &err);
+    if ((*am)->stats.fell_back) {
+        int status = fallback_status(*am, reply);
+        agent_model_free(*am);
+        *am = NULL;
+        return status;
+    }
+    return GRPC_OK;
+}
+
+/* The steps after the load; on failure, what they did is undone. */
+static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
+                       const struct publish_plan *p, const agent_model *am,
+                       struct grpc_reply *reply)
+{
+    tetris_error err = {0};
+    cleanup_free tensor_digest *d = NULL;
+    cleanup_free uint64_t *nbytes = NULL;
+    size_t n;
+    char dir[PATH_MAX], view[PATH_MAX], kept[KEY_HEX + 8];
+    bool made_target = false;
+    kept_name(p->key, kept, sizeof(kept));
+    int rc = collect_refs(am, &d, &nbytes, &n, &err);
+    if (rc == 0)
+        rc = volume_path(v, p->key, NULL, dir, sizeof(dir), &err);
+    if (rc == 0)
+        rc = volume_path(v, p->key, VIEW_DIR_NAME, view, sizeof(view), &err);
+    if (rc < 0)
+        return grpc_reply_error(reply, &err);
+    /* A volume directory without a record is an unfinished publish. */
+    if ((rc = forget_volume(v, p->key, &err)) < 0)
+        return grpc_reply_error(reply, &err);
+    rc = store_kept_hold(v->store, kept, strrchr(p->model, '/') + 1, d, nbytes, n, &err);
+    if (rc == 0 && mkdir(dir, 0700) < 0)
+        rc = tetris_fail(&err, TETRIS_E_IO, errno, "create %s", dir);
+    if (rc == 0) {
+        model_view *mv = NULL;
+        struct view_options vo = {.mounted_tensors = true};
+        rc = view_write_with(am, p->model, view, &vo, &mv, &err);
+        if (rc == 0 && view_stats(mv)->fallback != NULL)
+            rc = tetris_fail(&err, TETRIS_E_UNAVAILABLE, 0,
+                             "the store holds only part of the model (%s)",
+                             view_stats(mv)->fallback);
+        view_forget(mv);
+    }
+    if (rc == 0)
+        rc = write_record(v, r, p, &err);
+    if (rc == 0)
+        rc = mount_view(v, view, p->target, &made_target, &err);
+    if (rc == 0)
+        return GRPC_OK;
+    tetris_error undo = {0};
+    if (made_target && rmdir(p->target) < 0)
+        log_warn("event=remove-failed path=%s msg=%s", LOG_Q(p->target), LOG_Q(strerror(errno)));
+    if (forget_volume(v, p->key, &undo) < 0)
+        log_error("event=publish-undo-failed volume=%s msg=%s", LOG_Q(r->volume_id),
+                  LOG_Q(undo.msg));
+    return grpc_reply_error(reply, &err);
+}
+
+/* The volume is published already: the same target and model is the
+ * idempotent answer (after a crash between record and mount, the mount
+ * is made again); anything else is ALREADY_EXISTS. */
+static int publish_again(csi_volumes *v, const struct publish_plan *p, const struct record *rec,
+                         struct grpc_reply *reply)
+{
+    if (strcmp(rec->target, p->target) != 0)
+        return grpc_reply_fail(reply, GRPC_ALREADY_EXISTS,
+                               "volume %s is published at another target path, %s", rec->volume_id,
+                               rec->target);
+    if (strcmp(rec->model, p->model) != 0)
+        return grpc_reply_fail(reply, GRPC_ALREADY_EXISTS,
+                               "volume %s is published with another model, %s", rec->volume_id,
+                               rec->model);
+    char view[PATH_MAX];
+    tetris_error err = {0};
+    bool made_target;
+    if (volume_path(v, p->key, VIEW_DIR_NAME, view, sizeof(view), &err) < 0)
+        return grpc_reply_error(reply, &err);
+    if (view_mounted_at(v, view, p->target))
+        return GRPC_OK;
+    /* What a crash left half done is redone whole. */
+    if (unmount_volume(p->target, &err) < 0 ||
+        mount_view(v, view, p->target, &made_target, &err) < 0)
+        return grpc_reply_error(reply, &err);
+    return GRPC_OK;
+}
+
+void csi_volumes_publish(csi_volumes *v, const struct csi_publish_request *r,
+                         struct grpc_reply *reply)
+{
+    struct publish_plan p = {0};
+    if (check_request(r, reply) != GRPC_OK || plan_publish(v, r, &p, reply) != GRPC_OK) {
+        log_info("event=publish-refused volume=%s code=%s msg=%s", LOG_Q(r->volume_id),
+                 grpc_status_name(reply->status), LOG_Q(reply->message));
+        return;
+    }
+    pthread_mutex_lock(&v->lock);
+    struct record rec = {0};
+    tetris_error err = {0};
+    bool again = false;
+    if (read_record(v, p.key, &rec, &err) == 0) {
+        again = true;
+        publish_again(v, &p, &rec, reply);
+        record_free(&rec);
+    } else if (err.code != TETRIS_E_NOTFOUND) {
+        grpc_reply_error(reply, &err);
+    } else if (v->count >= (size_t)v->c.max_volumes) {
+        grpc_reply_fail(reply, GRPC_RESOURCE_EXHAUSTED, "this node serves %d volumes already",
+                        v->c.max_volumes);
+    } else {
+        agent_model *am = NULL;
+        if (load_model(v, &p, &am, reply) == GRPC_OK) {
+            if (publish_new(v, r, &p, am, reply) == GRPC_OK)
+                v->count++;
+            agent_model_free(am);
+        }
+    }
+    pthread_mutex_unlock(&v->lock);
+    if (reply->status == GRPC_OK)
+        log_info("event=published volume=%s target=%s model=%s namespace=%s pod=%s "
+                 "service_account=%s again=%s",
+                 LOG_Q(r->volume_id), LOG_Q(p.target), LOG_Q(p.model), LOG_Q(p.ns), LOG_Q(p.pod),
+                 LOG_Q(p.service_account), again ? "true" : "false");
+    else
+        log_warn("event=publish-failed volume=%s target=%s code=%s msg=%s", LOG_Q(r->volume_id),
+                 LOG_Q(p.target), grpc_status_name(reply->status), LOG_Q(reply->message));
+}
+
+/* ---- unpublish ---- */
+
+/* No record: nothing of ours is there. A directory the kubelet made and
+ * nothing is mounted on is removed, as the spec asks. */
+static void unpublish_unknown(const char *target)
+{
+    struct stat st, parent;
+    char up[PATH_MAX];
+    if (snprintf(up, sizeof(up), "%s/..", target) >= (int)sizeof(up))
+        return;
+    if (lstat(target, &st) == 0 && S_ISDIR(st.st_mode) && stat(up, &parent) == 0 &&
+        st.st_dev == parent.st_dev && rmdir(target) < 0 && errno != ENOTEMPTY)
+        log_warn("event=remove-failed path=%s msg=%s", LOG_Q(target), LOG_Q(strerror(errno)));
+}
+
+/* The record's target is resolved; the kubelet names it as it did. */
+static bool same_target(const char *recorded, const char *asked)
+{
+    char real[PATH_MAX];
+    return strcmp(recorded, asked) == 0 ||
+           (realpath(asked, real) != NULL && strcmp(recorded, real) == 0);
+}
+
+void csi_volumes_unpublish(csi_volumes *v, const struct csi_unpublish_request *r,
+                           struct grpc_reply *reply)
+{
+    if (r->volume_id[0] == '\0' || r->target_path[0] == '\0') {
+        grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT, "%s is required",
+                        r->volume_id[0] == '\0' ? "volume_id" : "target_path");
+        log_info("event=unpublish-refused code=INVALID_ARGUMENT msg=%s", LOG_Q(reply->message));
+        return;
+    }
+    char key[KEY_HEX + 1];
+    tetris_error err = {0};
+    struct record rec = {0};
+    bool known = false;
+    if (volume_key(r->volume_id, key, &err) < 0) {
+        grpc_reply_error(reply, &err);
+        return;
+    }
+    pthread_mutex_lock(&v->lock);
+    int rc = read_record(v, key, &rec, &err);
+    if (rc < 0 && err.code == TETRIS_E_NOTFOUND) {
+        unpublish_unknown(r->target_path);
+    } else if (rc < 0) {
+        grpc_reply_error(reply, &err);
+    } else if (!same_target(rec.target, r->target_path)) {
+        grpc_reply_fail(reply, GRPC_NOT_FOUND, "volume %s is published at %s, not at %s",
+                        r->volume_id, rec.target, r->target_path);
+    } else if (unmount_volume(rec.target, &err) < 0) {
+        grpc_reply_error(reply, &err);
+    } else {
+        known = true;
+        if (rmdir(rec.target) < 0 && errno != ENOENT)
+            log_warn("event=remove-failed path=%s msg=%s", LOG_Q(rec.target),
+                     LOG_Q(strerror(errno)));
+        if (forget_volume(v, key, &err) < 0)
+            grpc_reply_error(reply, &err);
+        else if (v->count > 0)
+            v->count--;
+    }
+    pthread_mutex_unlock(&v->lock);
+    record_free(&rec);
+    if (reply->status == GRPC_OK)
+        log_info("event=unpublished volume=%s target=%s known=%s", LOG_Q(r->volume_id),
+                 LOG_Q(r->target_path), known ? "true" : "false");
+    else
+        log_warn("event=unpublish-failed volume=%s target=%s code=%s msg=%s", LOG_Q(r->volume_id),
+                 LOG_Q(r->target_path), grpc_status_name(reply->status), LOG_Q(reply->message));
+}
+
+/* ---- opening and recovery ---- */
+
+static bool is_key(const char *name)
+{
+    return strlen(name) == KEY_HEX && strspn(name, "0123456789abcdef") == KEY_HEX;
+}
+
+/* One volume directory left by a previous run: kept if its view is
+ * mounted at its record's target, else forgotten. */
+static void recover_volume(csi_volumes *v, const char *key)
+{
+    struct record rec = {0};
+    tetris_error err = {0};
+    char view[PATH_MAX];
+    bool mounted = false;
+    if (volume_path(v, key, VIEW_DIR_NAME, view, sizeof(view), &err) == 0 &&
+        read_record(v, key, &rec, &err) == 0)
+        mounted = view_mounted_at(v, view, rec.target);
+    if (mounted) {
+        v->count++;
+        log_info("event=volume-recovered volume=%s target=%s", LOG_Q(rec.volume_id),
+                 LOG_Q(rec.target));
+    } else if (forget_volume(v, key, &err) < 0) {
+        log_error("event=recover-failed key=%s msg=%s", key, LOG_Q(err.msg));
+    } else {
+        log_info("event=volume-forgotten key=%s reason=%s", key,
+                 rec.volume_id != NULL ? "not-mounted" : "no-record");
+    }
+    record_free(&rec);
+}
+
+struct orphan_kept {
+    csi_volumes *v;
+    char (*keys)[KEY_HEX + 1];
+    size_t n, cap;
+};
+
+static int find_orphan_kept(void *ctx, const struct store_holder_info *h)
+{
+    struct orphan_kept *o = ctx;
+    char dir[PATH_MAX];
+    struct stat st;
+    const char *key = h->id + strlen(KEPT_PREFIX);
+    if (!h->kept || strncmp(h->id, KEPT_PREFIX, strlen(KEPT_PREFIX)) != 0 || !is_key(key) ||
+        volume_path(o->v, key, NULL, dir, sizeof(dir), NULL) < 0 || stat(dir, &st) == 0)
+        return 0;
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 16;
+        void *k = realloc(o->keys, cap * sizeof(*o->keys));
+        if (k == NULL)
+            return -TETRIS_E_NOMEM;
+        o->keys = k;
+        o->cap = cap;
+    }
+    snprintf(o->keys[o->n++], KEY_HEX + 1, "%s", key);
+    return 0;
+}
+
+static int recover(csi_volumes *v, tetris_error *err)
+{
+    cleanup_closedir DIR *d = opendir(v->volumes_dir);
+    if (d == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", v->volumes_dir);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (is_key(de->d_name))
+            recover_volume(v, de->d_name);
+    /* Kept holders whose volume directory is gone: an unpublish that
+     * stopped between the two. */
+    struct orphan_kept o = {.v = v};
+    int rc = store_foreach_holder(v->store, find_orphan_kept, &o, err);
+    for (size_t i = 0; rc == 0 && i < o.n; i++) {
+        char kept[KEY_HEX + 8];
+        kept_name(o.keys[i], kept, sizeof(kept));
+        rc = store_kept_release(v->store, kept, err);
+        if (rc == 0)
+            log_info("event=kept-holder-released name=%s reason=no-volume", kept);
+    }
+    free(o.keys);
+    return rc == -TETRIS_E_NOMEM ? tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory") : rc;
+}
+
+int csi_volumes_open(const struct csi_volumes_config *c, csi_volumes **out, tetris_error *err)
+{
+    csi_volumes *v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    v->c = *c;
+    pthread_mutex_init(&v->lock, NULL);
+    int rc = 0;
+    if ((v->pods_real = realpath(c->pods_dir, NULL)) == NULL)
+        rc = tetris_fail(err, TETRIS_E_INVAL, errno, "pods directory %s", c->pods_dir);
+    else if ((v->models_real = realpath(c->models_dir, NULL)) == NULL)
+        rc = tetris_fail(err, TETRIS_E_INVAL, errno, "models directory %s", c->models_dir);
+    struct store_options so = {0};
+    if (rc == 0)
+        rc = store_open(c->store_dir, &so, &v->store, err);
+    if (rc == 0 && snprintf(v->volumes_dir, sizeof(v->volumes_dir), "%s/private/" VOLUMES_DIR,
+                            store_root(v->store)) >= (int)sizeof(v->volumes_dir))
+        rc = tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", store_root(v->store));
+    if (rc == 0 && snprintf(v->store_tensors, sizeof(v->store_tensors), "%s/tensors",
+                            store_public_dir(v->store)) >= (int)sizeof(v->store_tensors))
+        rc = tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", store_root(v->store));
+    if (rc == 0 && mkdir(v->volumes_dir, 0700) < 0 && errno != EEXIST)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "create %s", v->volumes_dir);
+    if (rc == 0)
+        rc = recover(v, err);
+    if (rc < 0) {
+        csi_volumes_close(v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+void csi_volumes_close(csi_volumes *v)
+{
+    if (v == NULL)
+        return;
+    store_close(v->store);
+    free(v->pods_real);
+    free(v->models_real);
+    pthread_mutex_destroy(&v->lock);
+    free(v);
+}
+
+size_t csi_volumes_count(csi_volumes *v)
+{
+    pthread_mutex_lock(&v->lock);
+    size_t n = v->count;
+    pthread_mutex_unlock(&v->lock);
+    return n;
+}

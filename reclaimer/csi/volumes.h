@@ -1,0 +1,75 @@
+/* volumes.h - tetris-csi's volumes: a model view per CSI inline volume,
+ * mounted read-only at the kubelet's target path, and the references to
+ * its tensors held for exactly the volume's life. The plugin's files are
+ * listed here:
+ *   tetris-csi.c   the program: options, the gRPC services (Identity,
+ *                  Node, the kubelet's plugin registration), the run loop
+ *   volumes.c      publish and unpublish, the records, recovery at start
+ *
+ * On disk, in the store root the daemon serves (DIR, or DIR/tenants/NAME):
+ *   private/volumes/<key>/volume.json  the record: volume id, target path,
+ *                                      model, the pod's identity; written
+ *                                      last (by rename), so a directory
+ *                                      without it is an unfinished publish
+ *   private/volumes/<key>/view/        the model view (agent/view.h, self-
+ *                                      contained: hard links to the store's
+ *                                      tensor files), bind-mounted
+ *                                      read-only at the target path
+ *   private/holders/csi-<key>.keep     the kept holder of its tensors
+ *                                      (tensorstore/store.h)
+ * <key> is the hex SHA-256 of the volume id, so any id maps to one safe
+ * name. Nothing here is reachable from a pod but the view, through its
+ * read-only mount.
+ *
+ * Invariants (tests/csi/test-csi.sh checks each):
+ *   - a volume whose publish returned OK has its record, its view mounted
+ *     read-only at its target and its kept holder, until its unpublish
+ *     returns OK; a failed publish leaves none of the three (no mount, no
+ *     reference);
+ *   - publish and unpublish are idempotent; a second publish of a volume
+ *     at another target or of another model is ALREADY_EXISTS and changes
+ *     nothing;
+ *   - after a restart of the plugin, the records whose views are still
+ *     mounted are the volumes; every other record, view directory and
+ *     csi- kept holder is an unfinished publish or unpublish and is
+ *     removed (the kubelet retries a publish it was not answered). The
+ *     daemon's restarts do not touch kept holders.
+ * Publishes and unpublishes run one at a time (one lock): the kubelet
+ * sends few, each is bounded by the model's load. */
+#ifndef TETRIS_CSI_VOLUMES_H
+#define TETRIS_CSI_VOLUMES_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+#include "common/grpc.h"
+#include "protocol/csi.h"
+
+struct csi_volumes_config {
+    const char *store_dir;     /* the daemon's store root */
+    const char *daemon_socket; /* NULL: <store>/public/ingest.sock */
+    const char *pods_dir;      /* target paths must be beneath it */
+    const char *models_dir;    /* model files must be beneath it */
+    int max_volumes;
+    int daemon_timeout_ms;
+};
+
+typedef struct csi_volumes csi_volumes;
+
+/* Opens the store (as a writer: the plugin runs as the store's owner),
+ * makes private/volumes/ and recovers what a previous run left (above).
+ * TETRIS_E_NOTFOUND without a store, TETRIS_E_DENIED for a store that is
+ * not ours, TETRIS_E_INVAL for a pods or models directory that does not
+ * resolve. */
+int csi_volumes_open(const struct csi_volumes_config *c, csi_volumes **out, tetris_error *err);
+void csi_volumes_close(csi_volumes *v);
+size_t csi_volumes_count(csi_volumes *v);
+
+/* NodePublishVolume and NodeUnpublishVolume: fill reply (its status is
+ * the call's, the message says why) and log the outcome once. */
+void csi_volumes_publish(csi_volumes *v, const struct csi_publish_request *r,
+                         struct grpc_reply *reply);
+void csi_volumes_unpublish(csi_volumes *v, const struct csi_unpublish_request *r,
+                           struct grpc_reply *reply);
+
+#endif
