@@ -3,7 +3,7 @@
 # supervisor), tetris-onnx-run, tetris-registry (models to OCI registries),
 # and their tests.
 LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c \
-            agent/onnx_share.c agent/view.c
+            agent/onnx_share.c agent/view.c agent/derived_form.c
 
 PROGRAMS += tetris-agent tetris-onnx-run tetris-derive tetris-registry
 tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c

@@ -9,7 +9,16 @@
  * resources (address space, CPU time, file size, descriptors), no new
  * privileges and a deadline (reclaimer/derive.c), so a hostile graph can at
  * worst fail its own derivation; the daemon names the result by the digest
- * of the bytes it handed over, not by anything this program says. */
+ * of the bytes it handed over, not by anything this program says.
+ *
+ * Which runtime: the ONNX Runtime this program is linked with, or the one
+ * in the library --runtime-lib names (the daemon's --derive-runtimes: an
+ * operator's list, e.g. onnxruntime-node's own library, so that a Node.js
+ * function's view can carry a form its runtime may open). Such a library
+ * is loaded on its own (RTLD_LOCAL | RTLD_DEEPBIND: its symbols bind to
+ * itself, not to the linked runtime) and asked for the C API of its own
+ * version, of which only calls as old as DERIVE_MIN_API are made. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -33,13 +42,26 @@
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
 
+/* The oldest C API a --runtime-lib must offer: every call made here is at
+ * least this old (AddExternalInitializersFromFilesInMemory: 18), and 22 is
+ * the oldest runtime whose forms were checked against its stock output
+ * (onnxruntime-node 1.22, tests/langs/test-node-derived.sh). */
+#define DERIVE_MIN_API 22
+
 struct derive_options {
     int graph_fd;
     const char *external_dir;
     const char *out_dir;
+    const char *runtime_lib; /* NULL: the linked runtime */
     int threads;
     int uid, gid; /* -1: keep the caller's */
     bool runtime; /* print the runtime's name only */
+};
+
+/* The runtime forms are made with. */
+struct runtime {
+    const OrtApiBase *base;
+    const OrtApi *api;
 };
 
 static const char about[] =
@@ -48,7 +70,9 @@ static const char about[] =
     "128 bytes or more and their pre-packed forms). Prints one JSON line with\n"
     "the runtime that made them and the credentials it ran with. With --uid and\n"
     "--gid it becomes that user, without groups or capabilities, before it\n"
-    "reads the graph. Run by tetris-reclaimer, not by hand.\n";
+    "reads the graph. With --runtime-lib it derives with the ONNX Runtime of\n"
+    "that shared library instead of its own. Run by tetris-reclaimer, not by\n"
+    "hand.\n";
 
 static const char epilogue[] =
     "Exit status: 0 ok, 1 the runtime failed, 2 usage, 3 the graph is not one\n"
@@ -380,19 +404,61 @@ static int check_external_dir(const struct derive_options *o, tetris_error *err)
     return 0;
 }
 
+/* The API version a runtime of version "1.MINOR.PATCH" offers (ONNX
+ * Runtime's C API version is its minor version), at most the one this
+ * program was built with: the table's first entries are the same in every
+ * version, so an older runtime's table serves every call as old as it. */
+static int api_version(const char *version, tetris_error *err)
+{
+    unsigned major = 0, minor = 0;
+    if (sscanf(version, "%u.%u", &major, &minor) != 2 || major != 1)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "onnxruntime version \"%s\" is not 1.N.M",
+                           version);
+    if (minor < DERIVE_MIN_API)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0,
+                           "onnxruntime %s is older than 1.%d, the oldest derived with", version,
+                           DERIVE_MIN_API);
+    return minor < ORT_API_VERSION ? (int)minor : ORT_API_VERSION;
+}
+
+/* The linked runtime, or the one in lib: loaded by the path the daemon
+ * gave (its operator's), its own symbols first. The handle stays open for
+ * the life of the process. */
+static int runtime_open(const char *lib, struct runtime *rt, tetris_error *err)
+{
+    rt->base = OrtGetApiBase();
+    if (lib != NULL) {
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        const OrtApiBase *(*get_base)(void) = NULL;
+        if (h == NULL)
+            return tetris_fail(err, TETRIS_E_RUNTIME, 0, "%s", dlerror());
+        *(void **)&get_base = dlsym(h, "OrtGetApiBase");
+        if (get_base == NULL || (rt->base = get_base()) == NULL)
+            return tetris_fail(err, TETRIS_E_RUNTIME, 0, "%s: no OrtGetApiBase", lib);
+    }
+    int version = api_version(rt->base->GetVersionString(), err);
+    if (version < 0)
+        return version;
+    rt->api = rt->base->GetApi((uint32_t)version);
+    if (rt->api == NULL)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "onnxruntime %s lacks API version %d",
+                           rt->base->GetVersionString(), version);
+    return 0;
+}
+
 /* --runtime: what the daemon compares index entries with before it
  * derives again; no graph is read. */
-static int print_runtime(void)
+static int print_runtime(const struct runtime *rt)
 {
     char runtime[DERIVED_NAME_MAX];
-    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
+    derived_runtime_name(rt->base->GetVersionString(), runtime, sizeof(runtime));
     printf("{\"runtime\":\"%s\"}\n", runtime);
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAILED;
 }
 
 /* The result line: the runtime, and the credentials the kernel shows for
  * this process, which the daemon checks and logs. */
-static int print_result(tetris_error *err)
+static int print_result(const struct runtime *rt, tetris_error *err)
 {
     struct unprivileged_creds c;
     int rc = unprivileged_read(&c, err);
@@ -401,7 +467,7 @@ static int print_result(tetris_error *err)
         return rc;
     }
     char runtime[DERIVED_NAME_MAX];
-    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
+    derived_runtime_name(rt->base->GetVersionString(), runtime, sizeof(runtime));
     printf("{\"runtime\":\"%s\",\"uid\":%u,\"gid\":%u,\"groups\":%u,"
            "\"cap_eff\":\"%016" PRIx64 "\",\"cap_prm\":\"%016" PRIx64 "\","
            "\"cap_bnd\":\"%016" PRIx64 "\",\"no_new_privs\":%s}\n",
@@ -452,18 +518,25 @@ int main(int argc, char **argv)
          .max = INT32_MAX,
          .meta = "N",
          .help = "and this group, without supplementary groups"},
+        {.name = "runtime-lib",
+         .type = OPT_TYPE_STRING,
+         .dest = &o.runtime_lib,
+         .meta = "PATH",
+         .help = "derive with the ONNX Runtime in this shared library (1.22 or later) instead "
+                 "of the linked one"},
         {.name = "runtime",
          .type = OPT_TYPE_FLAG,
          .dest = &o.runtime,
          .help = "print {\"runtime\":\"onnxruntime VERSION\"}, the runtime forms are made "
-                 "with, and exit (the daemon asks once, to find forms it made before)"},
+                 "with, and exit (the daemon asks once per runtime, to find forms it made "
+                 "before)"},
         {0},
     };
     const struct opt_program prog = {
         .name = "tetris-derive",
         .synopsis = "--graph-fd N --external-dir DIR --out-dir DIR [--threads N]\n"
-                    "[--uid N --gid N]\n"
-                    "--runtime",
+                    "[--uid N --gid N] [--runtime-lib PATH]\n"
+                    "--runtime [--runtime-lib PATH]",
         .about = about,
         .options = options,
         .epilogue = epilogue,
@@ -471,17 +544,24 @@ int main(int argc, char **argv)
     int first = opt_parse(&prog, argc, argv);
     if (first < 0)
         return EXIT_USAGE;
-    if (o.runtime && first == argc)
-        return print_runtime();
-    if (first < argc || o.graph_fd < 0 || o.external_dir == NULL || o.out_dir == NULL) {
-        fprintf(stderr, "tetris-derive: --graph-fd, --external-dir and --out-dir are needed\n");
-        return EXIT_USAGE;
-    }
+    tetris_error err = {0};
+    struct runtime rt;
     if ((o.uid < 0) != (o.gid < 0)) {
         fprintf(stderr, "tetris-derive: --uid and --gid go together\n");
         return EXIT_USAGE;
     }
-    tetris_error err = {0};
+    if (o.runtime && first == argc) {
+        if ((o.uid >= 0 && unprivileged_become((uid_t)o.uid, (gid_t)o.gid, &err) < 0) ||
+            runtime_open(o.runtime_lib, &rt, &err) < 0) {
+            log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
+            return EXIT_FAILED;
+        }
+        return print_runtime(&rt);
+    }
+    if (first < argc || o.graph_fd < 0 || o.external_dir == NULL || o.out_dir == NULL) {
+        fprintf(stderr, "tetris-derive: --graph-fd, --external-dir and --out-dir are needed\n");
+        return EXIT_USAGE;
+    }
     char out_dir[64];
     cleanup_close int out_fd = -1;
     if (o.uid >= 0) {
@@ -495,21 +575,21 @@ int main(int argc, char **argv)
         o.out_dir = out_dir;
     }
     umask(077);
+    /* The runtime is loaded as the user the graph is read as, before it. */
+    if (runtime_open(o.runtime_lib, &rt, &err) < 0) {
+        log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
+        return EXIT_FAILED;
+    }
     cleanup_free uint8_t *image = NULL;
     size_t len = 0;
     if (read_image(o.graph_fd, &image, &len, &err) < 0) {
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
-    const OrtApi *api = OrtGetApiBase()->GetApi(ORT_API_VERSION);
-    if (api == NULL) {
-        log_error("event=derive-failed msg=\"onnxruntime lacks API version %d\"", ORT_API_VERSION);
-        return EXIT_FAILED;
-    }
-    if (derive(api, &o, image, len, &err) < 0 || relayout(o.out_dir, &err) < 0 ||
-        check_opens(api, o.out_dir, &err) < 0) {
+    if (derive(rt.api, &o, image, len, &err) < 0 || relayout(o.out_dir, &err) < 0 ||
+        check_opens(rt.api, o.out_dir, &err) < 0) {
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
-    return print_result(&err) == 0 ? EXIT_OK : EXIT_FAILED;
+    return print_result(&rt, &err) == 0 ? EXIT_OK : EXIT_FAILED;
 }

@@ -11,4 +11,4 @@ LIB_SRCS += protocol/profile.c protocol/ingest.c protocol/inventory.c protocol/n
             protocol/oip.c protocol/derived.c protocol/oci_artifact.c protocol/oci_ref.c \
             protocol/oci_client.c protocol/oci_fetch.c
 UNIT_TESTS += tests/protocol/test_profile.c tests/protocol/test_ingest_protocol.c tests/protocol/test_inventory.c \
-              tests/protocol/test_names.c tests/protocol/test_oci.c
+              tests/protocol/test_names.c tests/protocol/test_oci.c tests/protocol/test_derived.c
