@@ -229,8 +229,9 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
 {
     struct ort_model_private *p = m->priv;
     const char *root = agent_store_public_dir(am);
-    cleanup_free uint8_t *orig = NULL, *rewritten = NULL;
-    size_t orig_len = 0, rewritten_len = 0;
+    cleanup_free uint8_t *rewritten = NULL;
+    size_t rewritten_len = 0;
+    struct onnx_share_image orig;
     int r;
 
     for (size_t i = 0; i < am->model->n_tensors; i++) {
@@ -239,13 +240,13 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
     }
     if (root == NULL)
         return 0; /* nothing mapped from a store */
-    if ((r = onnx_share_model_image(am, model_path, &orig, &orig_len, err)) < 0)
+    if ((r = onnx_share_image_open(am, model_path, &orig, err)) < 0)
         return r;
     struct share_ctx c = {.m = m, .store_root = root, .err = err};
-    if ((r = onnx_share_match_init(&c.match, am, model_path, err)) < 0)
-        return r;
-    r = onnx_rewrite(orig, orig_len, share_tensor, &c, &rewritten, &rewritten_len, err);
+    if ((r = onnx_share_match_init(&c.match, am, model_path, err)) == 0)
+        r = onnx_rewrite(orig.bytes, orig.len, share_tensor, &c, &rewritten, &rewritten_len, err);
     onnx_share_match_release(&c.match);
+    onnx_share_image_close(&orig);
     if (r < 0)
         return r;
     if (c.failed)

@@ -346,18 +346,19 @@ static bool share_proto(void *ctx, const struct onnx_tensor_ref *ref, struct onn
 static int write_graph(model_view *v, const char *model_path, const struct view_plan *p,
                        uint8_t **graph, size_t *graph_len, const char **reason, tetris_error *err)
 {
-    cleanup_free uint8_t *image = NULL, *out = NULL;
-    size_t image_len = 0, out_len = 0;
+    cleanup_free uint8_t *out = NULL;
+    size_t out_len = 0;
+    struct onnx_share_image image;
     struct view_share c = {.plan = p};
     int r;
 
     *graph = NULL;
-    if ((r = onnx_share_read_image(model_path, &image, &image_len, err)) < 0)
+    if ((r = onnx_share_image_open(p->am, model_path, &image, err)) < 0)
         return r;
-    if ((r = onnx_share_match_init(&c.match, p->am, model_path, err)) < 0)
-        return r;
-    r = onnx_rewrite(image, image_len, share_proto, &c, &out, &out_len, err);
+    if ((r = onnx_share_match_init(&c.match, p->am, model_path, err)) == 0)
+        r = onnx_rewrite(image.bytes, image.len, share_proto, &c, &out, &out_len, err);
     onnx_share_match_release(&c.match);
+    onnx_share_image_close(&image);
     if (r < 0)
         return tetris_wrap(err, "%s", model_path);
     /* Relative to the view, such a location would resolve nowhere. */
