@@ -38,6 +38,7 @@ struct run_options {
     enum store_populate populate;
     uint64_t seed;
     int runs;
+    int batch; /* requests per run, seeds seed, seed + 1, ... */
     int64_t dynamic_dim;
     bool hold;
     const char *oip_request; /* write the inputs here as an inference request */
@@ -82,6 +83,7 @@ static void options_init(struct run_options *o)
     o->store_dir = STORE_DEFAULT_DIR;
     o->seed = 1;
     o->runs = 1;
+    o->batch = 1;
     o->populate = AGENT_POPULATE_DEFAULT;
     o->dynamic_dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM;
     ort_adapter_options_init(&o->ort);
@@ -168,6 +170,15 @@ static int parse_args(int argc, char **argv, struct run_options *o)
                  "runtime and CPU, and without one ask the daemon for it in the background "
                  "once the session is open; use: use it, never ask; make: use it, and "
                  "without one ask the daemon after the session is open and wait"},
+        {.name = "batch",
+         .type = OPT_TYPE_INT,
+         .dest = &o->batch,
+         .min = 1,
+         .max = 1024,
+         .meta = "N",
+         .help = "run N requests at once (seeds N, N+1, ...), concatenated along the batch "
+                 "dimension: a model whose inputs and outputs all have a dynamic first one "
+                 "(default 1)"},
         {.name = "dim",
          .type = OPT_TYPE_I64,
          .dest = &o->dynamic_dim,
@@ -199,7 +210,7 @@ static int parse_args(int argc, char **argv, struct run_options *o)
     const struct opt_program prog = {
         .name = "tetris-onnx-run",
         .synopsis = "MODEL [--store DIR [--direct] [--tenant T] [--manifest M]\n"
-                    "       | --private] [--seed N] [--runs N] [--threads N]\n"
+                    "       | --private] [--seed N] [--runs N] [--batch N] [--threads N]\n"
                     "      [--graph-opt LEVEL] [--prepack] [--save-optimized OUT]\n"
                     "      [--dim N] [--hold] [--oip-request FILE]",
         .about = about,
@@ -220,6 +231,8 @@ static int parse_args(int argc, char **argv, struct run_options *o)
                                       "--private, --direct or --manifest");
     if (o->oip_request != NULL && strcmp(o->oip_request, "-") == 0)
         return opt_usage_error(&prog, "--oip-request needs a file (stdout carries the result)");
+    if (o->oip_request != NULL && o->batch > 1)
+        return opt_usage_error(&prog, "--oip-request writes one request: not with --batch");
     if (a.store_dir != NULL)
         o->store_dir = a.store_dir;
     if (a.direct)
@@ -245,10 +258,10 @@ static int print_result(const struct run_options *o, const agent_model *am, cons
                         double session_ms, double run_ms, tetris_error *err)
 {
     const char *mode = !o->use_store ? "private" : o->mode == AGENT_MODE_DIRECT ? "direct" : "store";
-    json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:s, s:f, s:f, s:f, s:I, s:I, "
-                          "s:I, s:I, s:b}",
+    json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:i, s:I, s:I, s:I, s:s, s:f, s:f, s:f, s:I, "
+                          "s:I, s:I, s:I, s:b}",
                           "model", o->model, "mode", mode, "seed", (json_int_t)o->seed, "runs",
-                          o->runs, "inputs", (json_int_t)io->n_in, "outputs", (json_int_t)io->n_out,
+                          o->runs, "batch", o->batch, "inputs", (json_int_t)io->n_in, "outputs", (json_int_t)io->n_out,
                           "output_bytes", (json_int_t)out_bytes, "sha256", hex, "load_ms", load_ms,
                           "session_ms", session_ms, "run_ms", run_ms, "shared_tensors",
                           (json_int_t)m->shared_tensors, "shared_bytes",
@@ -337,9 +350,17 @@ static int run_all(struct run_options *o, const ort_model *m, const ort_io *io, 
     char first[65] = "";
     int r;
 
-    if (inputs == NULL || outputs == NULL)
+    cleanup_free uint64_t *seeds = calloc((size_t)o->batch, sizeof(*seeds));
+    if (inputs == NULL || outputs == NULL || seeds == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
-    if ((r = ort_inputs_make(m, io, &o->seed, 1, inputs, err)) < 0)
+    for (int i = 0; i < o->batch; i++)
+        seeds[i] = o->seed + (uint64_t)i;
+    if (o->batch > 1 && !io->batchable)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "--batch %d: an input or output of the model has no dynamic first "
+                           "dimension",
+                           o->batch);
+    if ((r = ort_inputs_make(m, io, seeds, (size_t)o->batch, inputs, err)) < 0)
         return r;
     if (o->oip_request != NULL && (r = write_oip_request(o, m, io, inputs, err)) < 0) {
         ort_values_release(m, inputs, io->n_in);
