@@ -43,23 +43,6 @@ void ort_adapter_options_init(struct ort_adapter_options *o)
     o->graph_optimization = ORT_DISABLE_ALL;
 }
 
-int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_error *err)
-{
-    if (status == NULL)
-        return 0;
-    int code = TETRIS_E_RUNTIME;
-    switch (api->GetErrorCode(status)) {
-    case ORT_NO_SUCHFILE: code = TETRIS_E_NOTFOUND; break;
-    case ORT_NO_MODEL:
-    case ORT_INVALID_PROTOBUF:
-    case ORT_INVALID_GRAPH: code = TETRIS_E_FORMAT; break;
-    default: break;
-    }
-    int r = tetris_fail(err, code, 0, "onnxruntime: %s: %s", what, api->GetErrorMessage(status));
-    api->ReleaseStatus(status);
-    return r;
-}
-
 int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err)
 {
     static const struct {

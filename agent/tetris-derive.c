@@ -11,12 +11,13 @@
  * worst fail its own derivation; the daemon names the result by the digest
  * of the bytes it handed over, not by anything this program says.
  *
- * Which runtime: the ONNX Runtime this program is linked with, or the one
- * in the library --runtime-lib names (the daemon's --derive-runtimes: an
+ * Which runtime: the ONNX Runtime installed beside the build (the
+ * libonnxruntime.so.1 the program's run path finds), or the one in the
+ * library --runtime-lib names (the daemon's --derive-runtimes: an
  * operator's list, e.g. onnxruntime-node's own library, so that a Node.js
- * function's view can carry a form its runtime may open). Such a library
- * is loaded on its own (RTLD_LOCAL | RTLD_DEEPBIND: its symbols bind to
- * itself, not to the linked runtime) and asked for the C API of its own
+ * function's view can carry a form its runtime may open). The program
+ * links no ONNX Runtime: it loads exactly one, at run time, so two
+ * versions never share a process, and asks it for the C API of its own
  * version, of which only calls as old as DERIVE_MIN_API are made. */
 #include <dlfcn.h>
 #include <errno.h>
@@ -47,6 +48,8 @@ enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 
  * the oldest runtime whose forms were checked against its stock output
  * (onnxruntime-node 1.22, tests/langs/test-node-derived.sh). */
 #define DERIVE_MIN_API 22
+/* The runtime without --runtime-lib: the build's, by its soname. */
+#define DERIVE_DEFAULT_RUNTIME "libonnxruntime.so.1"
 
 struct derive_options {
     int graph_fd;
@@ -421,21 +424,19 @@ static int api_version(const char *version, tetris_error *err)
     return minor < ORT_API_VERSION ? (int)minor : ORT_API_VERSION;
 }
 
-/* The linked runtime, or the one in lib: loaded by the path the daemon
- * gave (its operator's), its own symbols first. The handle stays open for
- * the life of the process. */
+/* The runtime in lib (a path the daemon gave: its operator's), else the
+ * one the run path finds. The handle stays open for the life of the
+ * process. */
 static int runtime_open(const char *lib, struct runtime *rt, tetris_error *err)
 {
-    rt->base = OrtGetApiBase();
-    if (lib != NULL) {
-        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-        const OrtApiBase *(*get_base)(void) = NULL;
-        if (h == NULL)
-            return tetris_fail(err, TETRIS_E_RUNTIME, 0, "%s", dlerror());
-        *(void **)&get_base = dlsym(h, "OrtGetApiBase");
-        if (get_base == NULL || (rt->base = get_base()) == NULL)
-            return tetris_fail(err, TETRIS_E_RUNTIME, 0, "%s: no OrtGetApiBase", lib);
-    }
+    const char *path = lib != NULL ? lib : DERIVE_DEFAULT_RUNTIME;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const OrtApiBase *(*get_base)(void) = NULL;
+    if (h == NULL)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "%s", dlerror());
+    *(void **)&get_base = dlsym(h, "OrtGetApiBase");
+    if (get_base == NULL || (rt->base = get_base()) == NULL)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "%s: no OrtGetApiBase", path);
     int version = api_version(rt->base->GetVersionString(), err);
     if (version < 0)
         return version;
@@ -545,23 +546,26 @@ int main(int argc, char **argv)
     if (first < 0)
         return EXIT_USAGE;
     tetris_error err = {0};
-    struct runtime rt;
+    struct runtime rt = {0};
     if ((o.uid < 0) != (o.gid < 0)) {
         fprintf(stderr, "tetris-derive: --uid and --gid go together\n");
         return EXIT_USAGE;
     }
-    if (o.runtime && first == argc) {
-        if ((o.uid >= 0 && unprivileged_become((uid_t)o.uid, (gid_t)o.gid, &err) < 0) ||
-            runtime_open(o.runtime_lib, &rt, &err) < 0) {
-            log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
-            return EXIT_FAILED;
-        }
-        return print_runtime(&rt);
-    }
-    if (first < argc || o.graph_fd < 0 || o.external_dir == NULL || o.out_dir == NULL) {
+    bool probe = o.runtime && first == argc;
+    if (!probe && (first < argc || o.graph_fd < 0 || o.external_dir == NULL || o.out_dir == NULL)) {
         fprintf(stderr, "tetris-derive: --graph-fd, --external-dir and --out-dir are needed\n");
         return EXIT_USAGE;
     }
+    /* Loaded before the drop, as the dynamic loader loads a linked
+     * library: a runtime may lie where only root can reach, and it is the
+     * operator's, a file root alone could have written (the daemon checks
+     * --runtime-lib), not the pod's. */
+    if (runtime_open(o.runtime_lib, &rt, &err) < 0) {
+        log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
+        return EXIT_FAILED;
+    }
+    if (probe)
+        return print_runtime(&rt);
     char out_dir[64];
     cleanup_close int out_fd = -1;
     if (o.uid >= 0) {
@@ -575,11 +579,6 @@ int main(int argc, char **argv)
         o.out_dir = out_dir;
     }
     umask(077);
-    /* The runtime is loaded as the user the graph is read as, before it. */
-    if (runtime_open(o.runtime_lib, &rt, &err) < 0) {
-        log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
-        return EXIT_FAILED;
-    }
     cleanup_free uint8_t *image = NULL;
     size_t len = 0;
     if (read_image(o.graph_fd, &image, &len, &err) < 0) {

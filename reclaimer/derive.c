@@ -175,8 +175,8 @@ static void set_limit(int resource, rlim_t value)
 
 /* In the child, before exec: only descriptor 3 (the image) and the pipe
  * on stdout remain; stderr stays the daemon's log. Without an image
- * (image_fd -1) it only asks the runtime's name (--runtime), as the same
- * user: a library's code runs unprivileged like a derivation. */
+ * (image_fd -1) it only asks the runtime's name (--runtime). lib: the
+ * runtime's library, "" for tetris-derive's own. */
 static void child_exec(const char *program, int image_fd, int out_pipe, const char *external_dir,
                        const char *out_dir, const char *lib, bool unprivileged)
 {
@@ -202,19 +202,18 @@ static void child_exec(const char *program, int image_fd, int out_pipe, const ch
     char *argv[14] = {(char *)program, "--graph-fd",   "3", "--external-dir", (char *)external_dir,
                       "--out-dir",     (char *)out_dir};
     size_t n = 7;
-    char *probe[14] = {(char *)program, "--runtime"};
-    size_t n_probe = 2;
+    char *probe[5] = {(char *)program, "--runtime"};
     if (unprivileged) {
-        argv[n++] = probe[n_probe++] = "--uid";
-        argv[n++] = probe[n_probe++] = uid;
-        argv[n++] = probe[n_probe++] = "--gid";
-        argv[n++] = probe[n_probe++] = gid;
+        argv[n++] = "--uid";
+        argv[n++] = uid;
+        argv[n++] = "--gid";
+        argv[n++] = gid;
     }
     if (lib[0] != '\0') {
-        argv[n++] = probe[n_probe++] = "--runtime-lib";
-        argv[n++] = probe[n_probe++] = (char *)lib;
+        argv[n++] = probe[2] = "--runtime-lib";
+        argv[n++] = probe[3] = (char *)lib;
     }
-    argv[n] = probe[n_probe] = NULL;
+    argv[n] = NULL;
     /* A clean environment; the sanitizers' own settings pass (their
      * suppressions name ONNX Runtime's leaks, make SAN=1). */
     static const char *const pass[] = {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"};
@@ -378,8 +377,7 @@ static int ask_runtime(const char *program, struct derive_runtime *rt, int stop_
     if (rt->lib[0] != '\0')
         rc = trusted_path_resolve("derive runtime", rt->lib, lib, sizeof(lib), err);
     if (rc == 0)
-        rc = run_child(program, -1, NULL, NULL, lib, can_drop_child(), stop_fd, line, sizeof(line),
-                       err);
+        rc = run_child(program, -1, NULL, NULL, lib, false, stop_fd, line, sizeof(line), err);
     json_t *j = rc == 0 ? json_loads(line, JSON_REJECT_DUPLICATES, NULL) : NULL;
     const char *s = json_string_value(json_object_get(j, "runtime"));
     if (rc == 0 && !derived_name_valid(s))
