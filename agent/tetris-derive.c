@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,12 +425,45 @@ static int api_version(const char *version, tetris_error *err)
     return minor < ORT_API_VERSION ? (int)minor : ORT_API_VERSION;
 }
 
+/* The build's runtime: DERIVE_DEFAULT_RUNTIME in the first directory of
+ * this program's library search path that has it (LD_LIBRARY_PATH, its
+ * run path, the system's: as the dynamic loader would find a linked
+ * one), else the bare name. Searched here rather than by dlopen, which
+ * uses the run path of its caller: under ASan that is the sanitizer's
+ * interceptor, which has none. */
+static void default_runtime(char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", DERIVE_DEFAULT_RUNTIME);
+    void *self = dlopen(NULL, RTLD_NOW);
+    Dl_serinfo size;
+    if (self == NULL || dlinfo(self, RTLD_DI_SERINFOSIZE, &size) != 0)
+        return;
+    cleanup_free Dl_serinfo *info = malloc(size.dls_size);
+    if (info == NULL)
+        return;
+    *info = size;
+    if (dlinfo(self, RTLD_DI_SERINFOSIZE, info) != 0 || dlinfo(self, RTLD_DI_SERINFO, info) != 0)
+        return;
+    for (unsigned i = 0; i < info->dls_cnt; i++) {
+        char path[PATH_MAX];
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s", info->dls_serpath[i].dls_name,
+                             DERIVE_DEFAULT_RUNTIME) < sizeof(path) &&
+            access(path, R_OK) == 0) {
+            snprintf(out, cap, "%s", path);
+            return;
+        }
+    }
+}
+
 /* The runtime in lib (a path the daemon gave: its operator's), else the
- * one the run path finds. The handle stays open for the life of the
- * process. */
+ * build's. The handle stays open for the life of the process. */
 static int runtime_open(const char *lib, struct runtime *rt, tetris_error *err)
 {
-    const char *path = lib != NULL ? lib : DERIVE_DEFAULT_RUNTIME;
+    char path[PATH_MAX];
+    if (lib != NULL)
+        snprintf(path, sizeof(path), "%s", lib);
+    else
+        default_runtime(path, sizeof(path));
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     const OrtApiBase *(*get_base)(void) = NULL;
     if (h == NULL)
