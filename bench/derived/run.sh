@@ -17,7 +17,7 @@
 # (those are the node's once: the store's tensors, the form's two) and
 # what it maps of the store. The derived form is made once before the
 # rounds (a node daemon on a private store). Environment: TETRIS_BIN,
-# TETRIS_MODELS, BENCH_MODELS, BENCH_ROUNDS (5), BENCH_RUNS (20),
+# TETRIS_MODELS, BENCH_MODELS, BENCH_ROUNDS (5; 0: memory only), BENCH_RUNS (20),
 # BENCH_THREADS ("1"; e.g. "1 2"), BENCH_BATCHES ("1"; e.g. "1 8"),
 # BENCH_DIM (tetris-onnx-run's --dim: BERT's sequence; default its own).
 set -eu
@@ -71,10 +71,14 @@ for m in $models; do
 done
 echo "Derived forms against stock ONNX Runtime and the tetris default: $rounds rounds, interleaved;"
 echo "run = mean of $runs runs of one batch; medians; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)${BENCH_DIM:+; --dim $BENCH_DIM}."
-echo
-echo "| model | threads | batch | mode | session ms | run ms | run / stock | limit | same output as stock |"
-echo "|---|---:|---:|---|---:|---:|---:|---:|---|"
-for m in $models; do
+[ "$rounds" -eq 0 ] || echo
+# BENCH_ROUNDS=0: the memory table only
+[ "$rounds" -gt 0 ] || models_timed=""
+[ "$rounds" -eq 0 ] || {
+    echo "| model | threads | batch | mode | session ms | run ms | run / stock | limit | same output as stock |"
+    echo "|---|---:|---:|---|---:|---:|---:|---:|---|"
+}
+for m in ${models_timed-$models}; do
     for threads in $threads_list; do
         for batch in $batches; do
             : >"$work/r"
@@ -111,7 +115,7 @@ done
 # ---- memory of an extra instance ----
 # hold MODE MODEL: an instance of MODE held after one inference; its pid
 hold() {
-    rm -f "$work/in.$1"
+    rm -f "$work/in.$1" "$work/hold.$1"
     mkfifo "$work/in.$1"
     # shellcheck disable=SC2046,SC2086
     "$BIN/tetris-onnx-run" "$2" $(mode_args "$1") --threads 1 $dim --hold <"$work/in.$1" \
