@@ -8,8 +8,10 @@
 #             current default, --derived off)
 #   derived   store mappings of the derived form: the graph optimised at
 #             `all` once per node, pre-packed weights mapped from the store
-# each printing its session time and the mean of BENCH_RUNS inferences of
-# one batch on the same seeded inputs (tetris-onnx-run --batch). Medians
+# each printing its session time, its first inference alone (page faults
+# of what the session maps included) and the mean of the BENCH_RUNS - 1
+# after it, of one batch on the same seeded inputs (tetris-onnx-run
+# --batch; BENCH_RUNS at least 2). Medians
 # over BENCH_ROUNDS rounds; beside them the issue's limit, derived run ms
 # at most 1.02 x stock's, and whether the outputs are stock's byte for
 # byte. Then, per model, the memory an extra instance costs: one instance
@@ -26,6 +28,7 @@ BIN=${TETRIS_BIN:-$ROOT/bin}
 MODELS=${TETRIS_MODELS:-$ROOT/.deps/models}
 rounds=${BENCH_ROUNDS:-5}
 runs=${BENCH_RUNS:-20}
+[ "$runs" -ge 2 ] || { echo "bench/derived: BENCH_RUNS must be at least 2" >&2; exit 2; }
 threads_list=${BENCH_THREADS:-1}
 batches=${BENCH_BATCHES:-1}
 dim=${BENCH_DIM:+--dim $BENCH_DIM}
@@ -70,13 +73,13 @@ for m in $models; do
         { echo "$m: no derived form: $(grep derive "$work/make.log" | tail -n 1)" >&2; exit 1; }
 done
 echo "Derived forms against stock ONNX Runtime and the tetris default: $rounds rounds, interleaved;"
-echo "run = mean of $runs runs of one batch; medians; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)${BENCH_DIM:+; --dim $BENCH_DIM}."
+echo "run = mean of the $((runs - 1)) runs of one batch after the first; medians; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)${BENCH_DIM:+; --dim $BENCH_DIM}."
 [ "$rounds" -eq 0 ] || echo
 # BENCH_ROUNDS=0: the memory table only
 [ "$rounds" -gt 0 ] || models_timed=""
 [ "$rounds" -eq 0 ] || {
-    echo "| model | threads | batch | mode | session ms | run ms | run / stock | limit | same output as stock |"
-    echo "|---|---:|---:|---|---:|---:|---:|---:|---|"
+    echo "| model | threads | batch | mode | session ms | first run ms | run ms | run / stock | limit | same output as stock |"
+    echo "|---|---:|---:|---|---:|---:|---:|---:|---:|---|"
 }
 for m in ${models_timed-$models}; do
     for threads in $threads_list; do
@@ -89,7 +92,7 @@ for m in ${models_timed-$models}; do
                     # shellcheck disable=SC2046,SC2086
                     "$BIN/tetris-onnx-run" "$MODELS/$m" $(mode_args $mode) --runs "$runs" \
                         --threads "$threads" --batch "$batch" $dim 2>"$work/err" |
-                        jq -r --arg mode $mode '[$mode, .session_ms, .run_ms, .sha256, .derived // false] | @tsv' \
+                        jq -r --arg mode $mode '[$mode, .session_ms, (.run_ms * .runs - .first_run_ms) / (.runs - 1), .sha256, .derived // false, .first_run_ms] | @tsv' \
                             >>"$work/r" || { echo "$m $mode: $(tail -n 1 "$work/err")" >&2; exit 1; }
                 done
             done
@@ -101,12 +104,13 @@ for m in ${models_timed-$models}; do
             fi
             for mode in stock tetris derived; do
                 s=$(awk -F'\t' -v m=$mode '$1 == m { print $2 }' "$work/r" | median)
+                f=$(awk -F'\t' -v m=$mode '$1 == m { print $6 }' "$work/r" | median)
                 t=$(awk -F'\t' -v m=$mode '$1 == m { print $3 }' "$work/r" | median)
                 same=$(awk -F'\t' -v m=$mode -v w="$stock_sha" '$1 == m && $4 != w { d = 1 } END { print d ? "no" : "yes" }' "$work/r")
                 ratio=$(awk -v a="$t" -v b="$stock_run" 'BEGIN { printf "%.3f", a / b }')
                 limit=""; [ $mode != derived ] || limit="<= 1.02"
-                printf '| %s | %s | %s | %s | %.0f | %.1f | %s | %s | %s |\n' "$m" "$threads" "$batch" \
-                    "$mode" "$s" "$t" "$ratio" "$limit" "$same"
+                printf '| %s | %s | %s | %s | %.0f | %.1f | %.1f | %s | %s | %s |\n' "$m" "$threads" \
+                    "$batch" "$mode" "$s" "$f" "$t" "$ratio" "$limit" "$same"
             done
         done
     done
