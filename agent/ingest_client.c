@@ -277,11 +277,11 @@ int ingest_client_gpu_attach(ingest_client *c, const char *device, const tensor_
     return 0;
 }
 
-int ingest_client_derive(ingest_client *c, const char *label, int image_fd, int timeout_ms,
-                         tetris_error *err)
+int ingest_client_derive(ingest_client *c, const char *label, int image_fd, const char *runtime,
+                         int timeout_ms, tetris_error *err)
 {
     int64_t deadline = clock_mono_ms() + timeout_ms;
-    cleanup_free char *request = ingest_derive_encode(label, DERIVED_TRANSFORM_ORT);
+    cleanup_free char *request = ingest_derive_encode(label, DERIVED_TRANSFORM_ORT, runtime);
     if (request == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "derive request");
     int rc = ingest_send_message(c->sock, request, strlen(request), &image_fd, 1, deadline, err);

@@ -80,13 +80,14 @@ int ingest_client_gpu_attach(ingest_client *c, const char *device, const tensor_
 int ingest_client_keep_registered(ingest_client *c, tetris_error *err);
 
 /* Asks the daemon for the derived form of the share image behind image_fd
- * (protocol/derived.h) and waits for it, at most timeout_ms: 0 once the
- * daemon has written its index entry, or found one it had made (a form
- * under derivation for another connection is waited for, not made
- * twice). It blocks: a start hands it to a thread of its own, with a
- * connection of its own. */
-int ingest_client_derive(ingest_client *c, const char *label, int image_fd, int timeout_ms,
-                         tetris_error *err);
+ * (protocol/derived.h) for runtime ("onnxruntime 1.22.0"; NULL: the
+ * daemon's own) and waits for it, at most timeout_ms: 0 once the daemon
+ * has written its index entry, or found one it had made (a form under
+ * derivation for another connection is waited for, not made twice). It
+ * blocks: a start hands it to a thread of its own, with a connection of
+ * its own. */
+int ingest_client_derive(ingest_client *c, const char *label, int image_fd, const char *runtime,
+                         int timeout_ms, tetris_error *err);
 
 /* Asks the daemon to pull the model at ref (protocol/ingest.h, "pull")
  * and to hold references to all its tensors for as long as c is open;

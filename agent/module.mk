@@ -3,7 +3,7 @@
 # supervisor), tetris-onnx-run, tetris-registry (models to OCI registries),
 # and their tests.
 LIB_SRCS += agent/agent.c agent/ingest_client.c agent/ort_adapter.c agent/ort_inputs.c \
-            agent/onnx_share.c agent/view.c
+            agent/onnx_share.c agent/view.c agent/derived_form.c agent/ort_status.c
 
 PROGRAMS += tetris-agent tetris-onnx-run tetris-derive tetris-registry
 tetris-agent_SRCS := agent/tetris-agent.c agent/hold.c agent/supervise.c
@@ -15,8 +15,9 @@ tetris-registry_SRCS := agent/tetris-registry.c
 tetris-registry_LIBS := -lcurl
 tetris-onnx-run_SRCS := agent/tetris-onnx-run.c agent/hold.c
 tetris-onnx-run_LIBS := -lonnxruntime
+# ONNX Runtime is loaded at run time (dlopen): the one beside the build,
+# found by the program's run path as the linker would, or --runtime-lib.
 tetris-derive_SRCS := agent/tetris-derive.c agent/unprivileged.c
-tetris-derive_LIBS := -lonnxruntime
 
 UNIT_TESTS += tests/agent/test_agent.c tests/agent/test_ingest_client.c tests/agent/test_view.c
 UNIT_LIBS += -lonnxruntime

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,18 +40,42 @@ int onnx_share_read_image(const char *path, uint8_t **out, size_t *len, tetris_e
     return 0;
 }
 
-int onnx_share_model_image(const agent_model *am, const char *model_path, uint8_t **out,
-                           size_t *len, tetris_error *err)
+int onnx_share_image_open(const agent_model *am, const char *model_path,
+                          struct onnx_share_image *img, tetris_error *err)
 {
-    size_t n = 0;
-    const uint8_t *graph = am != NULL ? agent_model_graph(am, &n) : NULL;
-    if (graph == NULL)
-        return onnx_share_read_image(model_path, out, len, err);
-    if ((*out = malloc(n > 0 ? n : 1)) == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory copying %s", model_path);
-    memcpy(*out, graph, n);
-    *len = n;
+    memset(img, 0, sizeof(*img));
+    const uint8_t *graph = am != NULL ? agent_model_graph(am, &img->len) : NULL;
+    if (graph != NULL) {
+        img->bytes = graph;
+        return 0;
+    }
+    cleanup_close int fd = open(model_path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open %s", model_path);
+    if (fstat(fd, &st) < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", model_path);
+    if (!S_ISREG(st.st_mode) || st.st_size <= 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a regular file with bytes",
+                           model_path);
+    img->len = (size_t)st.st_size;
+    img->map = mmap(NULL, img->len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (img->map == MAP_FAILED) {
+        img->map = NULL;
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", model_path);
+    }
+    /* Read-ahead would read the weights around every header it faults
+     * in; only advice, so a kernel that ignores it costs nothing. */
+    madvise(img->map, img->len, MADV_RANDOM);
+    img->bytes = img->map;
     return 0;
+}
+
+void onnx_share_image_close(struct onnx_share_image *img)
+{
+    if (img->map != NULL)
+        munmap(img->map, img->len);
+    memset(img, 0, sizeof(*img));
 }
 
 static bool same_file(const char *a, const char *b)

@@ -20,10 +20,23 @@
 
 /* Reads the whole file at path into *out (malloc'd). */
 int onnx_share_read_image(const char *path, uint8_t **out, size_t *len, tetris_error *err);
-/* The image of am's model: a copy of a pulled model's graph
- * (agent_model_graph), else the file at model_path read whole. */
-int onnx_share_model_image(const agent_model *am, const char *model_path, uint8_t **out,
-                           size_t *len, tetris_error *err);
+
+/* The image of am's model, to rewrite: a pulled model's graph
+ * (agent_model_graph) where it lies, else the model file mapped read-only
+ * (MADV_RANDOM: no read-ahead). Not read: a rewrite touches only the
+ * graph's own bytes and the payloads it keeps, and skips over those it
+ * externalises, so the weights the store serves, most of a file that
+ * holds its weights inline (BERT-base: 437 MB), are never read from the
+ * file, copied, or held in private memory. (A file truncated while it is
+ * rewritten faults the process, as the model parser's mapping would.) */
+struct onnx_share_image {
+    const uint8_t *bytes;
+    size_t len;
+    void *map; /* the mapping; NULL for a pulled graph */
+};
+int onnx_share_image_open(const agent_model *am, const char *model_path,
+                          struct onnx_share_image *img, tetris_error *err);
+void onnx_share_image_close(struct onnx_share_image *img);
 
 /* Matches protos to tensors: a proto's payload is tensor i's bytes when
  * both are in the same file (the model image, or the external data file

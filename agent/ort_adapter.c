@@ -5,27 +5,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include "common/cleanup.h"
-#include "common/fileio.h"
 #include "common/log.h"
-#include "agent/ingest_client.h"
+#include "agent/derived_form.h"
 #include "agent/onnx_share.h"
 #include "protocol/derived.h"
 #include "protocol/ingest.h"
-
-/* How long a start waits for the daemon to make a derived form it asked
- * for (ORT_DERIVED_MAKE only; BERT-base takes about a minute here). */
-#define DERIVE_WAIT_MS (15 * 60 * 1000)
 
 struct ort_model_private {
     OrtEnv *env;
@@ -33,12 +23,7 @@ struct ort_model_private {
     OrtValue **values; /* one per shared initializer, wrapping a mapping */
     char **names;
     size_t n, cap;
-    ingest_client *derived_refs; /* references to the derived form's tensors */
-    /* What derived_refs registered, kept for its watcher to register
-     * again after a daemon restart (ingest_client_keep_registered). */
-    tensor_desc derived_descs[2];
-    char derived_paths[2][PATH_MAX];
-    model derived_model;
+    struct derived_form form; /* held while the session is on it */
     bool ask_derived; /* no form to use: ask the daemon once the session is open */
 };
 
@@ -56,23 +41,6 @@ void ort_adapter_options_init(struct ort_adapter_options *o)
 {
     memset(o, 0, sizeof(*o));
     o->graph_optimization = ORT_DISABLE_ALL;
-}
-
-int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_error *err)
-{
-    if (status == NULL)
-        return 0;
-    int code = TETRIS_E_RUNTIME;
-    switch (api->GetErrorCode(status)) {
-    case ORT_NO_SUCHFILE: code = TETRIS_E_NOTFOUND; break;
-    case ORT_NO_MODEL:
-    case ORT_INVALID_PROTOBUF:
-    case ORT_INVALID_GRAPH: code = TETRIS_E_FORMAT; break;
-    default: break;
-    }
-    int r = tetris_fail(err, code, 0, "onnxruntime: %s: %s", what, api->GetErrorMessage(status));
-    api->ReleaseStatus(status);
-    return r;
 }
 
 int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err)
@@ -199,248 +167,39 @@ static bool share_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct on
     return shared;
 }
 
-/* ---- derived forms ---- */
-
-/* onnx_share_fn for a derived graph: every initializer in the data file
- * moves to the data tensor's store file, pre-packed blobs included. */
-struct relocate_ctx {
-    const derived_entry *e;
-};
-
-static bool relocate_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+/* The runtime this process's sessions are: what a form must be made by. */
+static void own_runtime(char *out, size_t cap)
 {
-    const struct relocate_ctx *c = ctx;
-    const char *loc = c->e->data_location;
-    char hex[TENSOR_DIGEST_HEX_LEN + 1];
-    if (ref->location == NULL || ref->location_len != strlen(loc) ||
-        memcmp(ref->location, loc, ref->location_len) != 0)
-        return false;
-    tensor_digest_to_hex(&c->e->data.digest, hex);
-    snprintf(ext->location, sizeof(ext->location), "tensors/%.2s/%s", hex, hex);
-    ext->offset = ref->offset;
-    ext->keep_prepacked = true;
-    return true;
+    derived_runtime_name(OrtGetApiBase()->GetVersionString(), out, cap);
 }
 
-static void store_file(const char *root, const tensor_digest *d, char *out, size_t cap)
+/* Looks up and holds the derived form of the share image (image). 1 and
+ * its relocated graph in *graph when one for this runtime and CPU is
+ * there and referenced; 0 when the session should use the plain weights
+ * (said in one log line, derived_form.h). *absent: there is no form the
+ * daemon could answer with (no entry, or its tensors are gone), so asking
+ * for one may give one. */
+static int use_derived(ort_model *m, const char *model_path, const char *root, const uint8_t *image,
+                       size_t image_len, uint8_t **graph, size_t *graph_len, bool *absent,
+                       tetris_error *err)
 {
-    char hex[TENSOR_DIGEST_HEX_LEN + 1];
-    tensor_digest_to_hex(d, hex);
-    snprintf(out, cap, "%s/tensors/%.2s/%s", root, hex, hex);
-}
-
-/* References the form's two tensors through a connection of its own
- * (the agent's connection has its watcher), so the daemon keeps them
- * while the session lives, across daemon restarts as the agent's own
- * references are (a watcher of this connection registers them again). */
-static int hold_derived(ort_model *m, const char *root, const derived_entry *e, tetris_error *err)
-{
-    struct ort_model_private *p = m->priv;
-    char sock[PATH_MAX];
-    const struct derived_part *parts[2] = {&e->graph, &e->data};
-    tensor_desc *t = p->derived_descs;
-    memset(t, 0, sizeof(p->derived_descs));
-    for (size_t i = 0; i < 2; i++) {
-        store_file(root, &parts[i]->digest, p->derived_paths[i], sizeof(p->derived_paths[i]));
-        t[i].name = i == 0 ? "derived graph" : "derived data";
-        snprintf(t[i].meta.dtype, sizeof(t[i].meta.dtype), "uint8");
-        t[i].meta.ndim = 1;
-        t[i].meta.shape[0] = (int64_t)parts[i]->nbytes;
-        t[i].meta.nbytes = t[i].length = parts[i]->nbytes;
-        t[i].meta.digest = parts[i]->digest;
-        t[i].meta.crc32 = parts[i]->crc32;
-        t[i].has_digest = true;
-        t[i].source = p->derived_paths[i];
-    }
-    p->derived_model =
-        (model){.path = p->derived_paths[0], .format = "onnx", .n_tensors = 2, .tensors = t};
-    struct ingest_tensor_result res[2];
-    struct ingest_summary summary;
-    tetris_error werr;
-    snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
-    int r = ingest_client_connect(sock, 30000, &p->derived_refs, err);
-    if (r == 0)
-        r = ingest_client_ingest(p->derived_refs, "derived", &p->derived_model, res, &summary, err);
-    if (r == 0 && summary.rejected > 0)
-        r = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "the daemon rejected a tensor of it: %s",
-                        res[0].status == INGEST_REJECTED ? res[0].reason : res[1].reason);
-    /* Without the watcher the references still hold until a restart. */
-    if (r == 0 && ingest_client_keep_registered(p->derived_refs, &werr) < 0)
-        log_warn("event=daemon-watch-failed model=derived detail=%s", LOG_Q(werr.msg));
-    return r;
-}
-
-static int read_store_file(const char *root, const struct derived_part *p, uint8_t **out,
-                           tetris_error *err)
-{
-    char path[PATH_MAX];
-    store_file(root, &p->digest, path, sizeof(path));
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s", path);
-    uint8_t *buf = malloc(p->nbytes);
-    if (buf == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "derived graph");
-    for (uint64_t got = 0; got < p->nbytes;) {
-        ssize_t n = pread(fd, buf + got, p->nbytes - got, (off_t)got);
-        if (n <= 0) {
-            free(buf);
-            return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : 0, "%s: short", path);
-        }
-        got += (uint64_t)n;
-    }
-    *out = buf;
-    return 0;
-}
-
-/* Looks up the derived form of the share image source. 1 and the
- * relocated graph in *image when one for this runtime and CPU is there and
- * referenced; 0 when the session should use the plain weights (no form, or
- * one that does not fit: said in one log line). *absent: there is no
- * form the daemon could answer with (no entry, or its tensors are gone),
- * so asking for one may give one. */
-static int try_derived(ort_model *m, const char *model_path, const char *root,
-                       const tensor_digest *source, uint8_t **image, size_t *image_len,
-                       bool *absent, tetris_error *err)
-{
-    derived_entry e;
+    char runtime[DERIVED_NAME_MAX];
+    tensor_digest source;
     tetris_error why = {0};
-    char runtime[DERIVED_NAME_MAX], cpu[DERIVED_NAME_MAX];
-    int r = derived_entry_read(root, source, &e, &why);
+    own_runtime(runtime, sizeof(runtime));
+    derived_source_digest(image, image_len, &source);
+    if (derived_form_find(model_path, root, &source, runtime, &m->priv->form, absent) == 0)
+        return 0;
+    int r = derived_form_hold(&m->priv->form, root, graph, graph_len, &why);
     *absent = r == -TETRIS_E_NOTFOUND;
-    if (r == -TETRIS_E_NOTFOUND)
-        return 0;
+    if (r == -TETRIS_E_NOMEM)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", why.msg);
     if (r < 0) {
-        log_warn("event=derived-ignored model=%s reason=%s", model_path, LOG_Q(why.msg));
-        return 0;
-    }
-    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
-    if (derived_cpu_features(cpu, sizeof(cpu), &why) < 0)
-        cpu[0] = '\0';
-    if (strcmp(e.transform, DERIVED_TRANSFORM_ORT) != 0 || strcmp(e.runtime, runtime) != 0 ||
-        strcmp(e.cpu, cpu) != 0) {
-        log_warn("event=derived-mismatch model=%s action=plain-weights runtime=%s "
-                 "form_runtime=%s cpu=%s form_cpu=%s",
-                 model_path, LOG_Q(runtime), LOG_Q(e.runtime), LOG_Q(cpu), LOG_Q(e.cpu));
-        return 0;
-    }
-    cleanup_free uint8_t *graph = NULL;
-    r = hold_derived(m, root, &e, &why);
-    *absent = r == -TETRIS_E_NOTFOUND;
-    if (r == 0)
-        r = read_store_file(root, &e.graph, &graph, &why);
-    struct relocate_ctx rc = {.e = &e};
-    if (r == 0)
-        r = onnx_rewrite(graph, e.graph.nbytes, relocate_tensor, &rc, image, image_len, &why);
-    if (r < 0) {
-        ingest_client_close(m->priv->derived_refs);
-        m->priv->derived_refs = NULL;
-        if (r == -TETRIS_E_NOMEM)
-            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", why.msg);
-        log_warn("event=derived-ignored model=%s reason=%s", model_path, LOG_Q(why.msg));
+        log_warn("event=derived-ignored model=%s reason=%s action=plain-weights", model_path,
+                 LOG_Q(why.msg));
         return 0;
     }
     return 1;
-}
-
-/* Asks the daemon for the derived form of the share image behind fd and
- * waits for its answer, at most wait_ms; one log line either way (a
- * node without a daemon, direct mode, is no failure). */
-static void ask_derived(const char *model_path, const char *root, int fd, int wait_ms,
-                        const char *how)
-{
-    char sock[PATH_MAX];
-    tetris_error err = {0};
-    ingest_client *c = NULL;
-    snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
-    int r = ingest_client_connect(sock, 30000, &c, &err);
-    if (r == 0)
-        r = ingest_client_derive(c, model_path, fd, wait_ms, &err);
-    ingest_client_close(c);
-    if (r == -TETRIS_E_UNAVAILABLE && c == NULL)
-        log_info("event=derive-request-skipped model=%s reason=%s", model_path, LOG_Q(err.msg));
-    else if (r < 0)
-        log_warn("event=derive-request-failed model=%s wait=%s msg=%s", model_path, how,
-                 LOG_Q(err.msg));
-    else
-        log_info("event=derive-requested model=%s wait=%s result=made", model_path, how);
-}
-
-static int image_memfd(const uint8_t *image, size_t len, int *out, tetris_error *err)
-{
-    cleanup_close int fd = memfd_create("tetris-share-image", MFD_CLOEXEC);
-    if (fd < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "memfd_create");
-    int r = fd_write_all(fd, image, len, "the share image", err);
-    if (r < 0)
-        return r;
-    *out = steal_fd(&fd);
-    return 0;
-}
-
-/* A background ask: what the detached thread owns. */
-struct derive_ask {
-    char *model_path, *root;
-    int fd;
-};
-
-static void *ask_main(void *arg)
-{
-    struct derive_ask *a = arg;
-    ask_derived(a->model_path, a->root, a->fd, DERIVE_WAIT_MS, "background");
-    close(a->fd);
-    free(a->model_path);
-    free(a->root);
-    free(a);
-    return NULL;
-}
-
-/* Asks the daemon to make the derived form of the share image (the
- * session is open already on the plain weights). ORT_DERIVED_MAKE waits
- * for it; ORT_DERIVED_AUTO hands the ask to a detached thread of its own
- * connection, so no start waits for it (the daemon goes on deriving if
- * the process ends first) and the next instance finds the form. */
-static void request_derived(const char *model_path, const char *root, const uint8_t *image,
-                            size_t len, enum ort_derived how)
-{
-    tetris_error err = {0};
-    int fd = -1;
-    if (image_memfd(image, len, &fd, &err) < 0) {
-        log_warn("event=derive-request-failed model=%s msg=%s", model_path, LOG_Q(err.msg));
-        return;
-    }
-    if (how == ORT_DERIVED_MAKE) {
-        ask_derived(model_path, root, fd, DERIVE_WAIT_MS, "yes");
-        close(fd);
-        return;
-    }
-    struct derive_ask *a = calloc(1, sizeof(*a));
-    pthread_attr_t attr;
-    pthread_t t;
-    int rc = ENOMEM;
-    if (a != NULL && (a->model_path = strdup(model_path)) != NULL &&
-        (a->root = strdup(root)) != NULL && (rc = pthread_attr_init(&attr)) == 0) {
-        a->fd = fd;
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        /* The thread takes no signals: they stay with the threads that
-         * wait for them, whatever the process's disposition. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        rc = pthread_create(&t, &attr, ask_main, a);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        pthread_attr_destroy(&attr);
-    }
-    if (rc == 0)
-        return;
-    log_warn("event=derive-request-failed model=%s wait=background msg=%s", model_path,
-             LOG_Q(strerror(rc)));
-    close(fd);
-    if (a != NULL) {
-        free(a->model_path);
-        free(a->root);
-        free(a);
-    }
 }
 
 /* Builds the stripped image and registers the shared initializers. Leaves
@@ -453,8 +212,9 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
 {
     struct ort_model_private *p = m->priv;
     const char *root = agent_store_public_dir(am);
-    cleanup_free uint8_t *orig = NULL, *rewritten = NULL;
-    size_t orig_len = 0, rewritten_len = 0;
+    cleanup_free uint8_t *rewritten = NULL;
+    size_t rewritten_len = 0;
+    struct onnx_share_image orig;
     int r;
 
     for (size_t i = 0; i < am->model->n_tensors; i++) {
@@ -463,13 +223,13 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
     }
     if (root == NULL)
         return 0; /* nothing mapped from a store */
-    if ((r = onnx_share_model_image(am, model_path, &orig, &orig_len, err)) < 0)
+    if ((r = onnx_share_image_open(am, model_path, &orig, err)) < 0)
         return r;
     struct share_ctx c = {.m = m, .store_root = root, .err = err};
-    if ((r = onnx_share_match_init(&c.match, am, model_path, err)) < 0)
-        return r;
-    r = onnx_rewrite(orig, orig_len, share_tensor, &c, &rewritten, &rewritten_len, err);
+    if ((r = onnx_share_match_init(&c.match, am, model_path, err)) == 0)
+        r = onnx_rewrite(orig.bytes, orig.len, share_tensor, &c, &rewritten, &rewritten_len, err);
     onnx_share_match_release(&c.match);
+    onnx_share_image_close(&orig);
     if (r < 0)
         return r;
     if (c.failed)
@@ -485,13 +245,12 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
                   m->api->AddSessionConfigEntry(
                       so, "session.model_external_initializers_file_folder_path", root),
                   "set the external data folder", err);
-    tensor_digest source;
-    derived_source_digest(rewritten, rewritten_len, &source);
     uint8_t *derived = NULL;
     size_t derived_len = 0;
     bool absent = false;
     if (r == 0 && o->derived != ORT_DERIVED_OFF && o->save_optimized == NULL)
-        r = try_derived(m, model_path, root, &source, &derived, &derived_len, &absent, err);
+        r = use_derived(m, model_path, root, rewritten, rewritten_len, &derived, &derived_len,
+                        &absent, err);
     p->ask_derived = absent && (o->derived == ORT_DERIVED_AUTO || o->derived == ORT_DERIVED_MAKE);
     if (r == 1) {
         /* The form is optimised and pre-packed already: ORT must neither
@@ -625,8 +384,12 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
      * mappings go (the references stay, the form is made of them). */
     if (m->derived)
         agent_model_unmap(am);
-    if (m->priv->ask_derived && !m->derived && image != NULL)
-        request_derived(model_path, agent_store_public_dir(am), image, image_len, o->derived);
+    if (m->priv->ask_derived && !m->derived && image != NULL) {
+        char runtime[DERIVED_NAME_MAX];
+        own_runtime(runtime, sizeof(runtime));
+        derived_form_request(model_path, agent_store_public_dir(am), image, image_len, runtime,
+                             o->derived == ORT_DERIVED_MAKE);
+    }
     *out = m;
     return 0;
 }
@@ -645,7 +408,7 @@ void ort_model_free(ort_model *m)
         }
         free(p->values);
         free(p->names);
-        ingest_client_close(p->derived_refs);
+        derived_form_release(&p->form);
         if (p->cpu != NULL)
             m->api->ReleaseMemoryInfo(p->cpu);
         if (p->env != NULL)

@@ -88,6 +88,7 @@ struct cli {
     const char *model;     /* --model */
     const char *model_ref; /* --model-ref */
     const char *view_dir; /* --view-dir */
+    struct view_options view; /* --derived, --runtime */
     const char *arg;      /* the first operand, if any */
     const char *arg2;     /* the second (view: DIR) */
 };
@@ -112,6 +113,42 @@ static int parse_digests(const struct opt_spec *spec, const char *label, const c
                            label, value);
     return 0;
 }
+
+static int parse_view_derived(const struct opt_spec *spec, const char *label, const char *value,
+                              tetris_error *err)
+{
+    static const char *const names[] = {[VIEW_DERIVED_OFF] = "off",
+                                        [VIEW_DERIVED_USE] = "use",
+                                        [VIEW_DERIVED_AUTO] = "auto",
+                                        [VIEW_DERIVED_MAKE] = "make"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(value, names[i]) == 0) {
+            *(enum view_derived *)spec->dest = (enum view_derived)i;
+            return 0;
+        }
+    }
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected off, use, auto or make", label,
+                       value);
+}
+
+/* A view's derived form (view and exec): whether, and for which runtime. */
+#define VIEW_OPTIONS(derived_env, runtime_env)                                                     \
+    {.name = "derived",                                                                            \
+     .type = OPT_TYPE_CUSTOM,                                                                      \
+     .dest = &args.view.derived,                                                                   \
+     .parse = parse_view_derived,                                                                  \
+     .env = (derived_env),                                                                         \
+     .meta = "off|use|auto|make",                                                                  \
+     .help = "carry the store's derived form made by --runtime (optimised at all, pre-packed: "    \
+             "stock ONNX Runtime's answers and speed) when there is one (use); ask the daemon "    \
+             "for one in the background (auto) or wait for it (make) when there is none; default " \
+             "off"},                                                                               \
+    {                                                                                              \
+        .name = "runtime", .type = OPT_TYPE_STRING, .dest = &args.view.runtime,                    \
+        .env = (runtime_env), .meta = "\"onnxruntime VERSION\"",                                   \
+        .help = "the runtime the view's reader runs (onnxruntime-node 1.22: \"onnxruntime "        \
+                "1.22.0\"); only its forms are carried"                                            \
+    }
 
 /* The options of the store to use, and of how load, view and exec load a
  * model (LOAD OPTIONS); exec takes the store's from the environment. */
@@ -216,6 +253,7 @@ static const struct opt_spec load_options_[] = {
 
 static const struct opt_spec view_options[] = {
     LOAD_OPTIONS(NULL, NULL, NULL),
+    VIEW_OPTIONS(NULL, NULL),
     HOLD_OPTION("keep the references until stdin closes or SIGTERM, then remove the view; "
                 "without it the view stays and nothing holds its tensors (the daemon may reclaim "
                 "them)"),
@@ -242,6 +280,7 @@ static const struct opt_spec exec_options[] = {
      .meta = "DIR",
      .help = "where to write the view (default: a new directory in ${TMPDIR:-/tmp})"},
     LOAD_OPTIONS(TETRIS_ENV_STORE, TETRIS_ENV_TENANT, TETRIS_ENV_MANIFEST),
+    VIEW_OPTIONS(TETRIS_ENV_DERIVED, TETRIS_ENV_VIEW_RUNTIME),
     {0},
 };
 
@@ -552,11 +591,11 @@ static int load_for_view(const struct cli *c, const char *ref, const char *file,
     return EXIT_OK;
 }
 
-static int write_view(const agent_model *am, const char *model_path, const char *dir,
-                      model_view **v)
+static int write_view(const struct cli *c, const agent_model *am, const char *model_path,
+                      const char *dir, model_view **v)
 {
     tetris_error err = {0};
-    int r = view_write(am, model_path, dir, v, &err);
+    int r = view_write(am, model_path, dir, &c->view, v, &err);
     if (r < 0) {
         log_error("event=error op=view code=%s msg=%s", tetris_code_name(r), LOG_Q(err.msg));
         return EXIT_FAIL;
@@ -567,10 +606,11 @@ static int write_view(const agent_model *am, const char *model_path, const char 
 static int print_view(const model_view *v, const agent_model *am, const struct cli *c)
 {
     const struct view_stats *s = view_stats(v);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:f}", "view", view_dir(v),
-                          "model", am->model->path, "mode", mode_names[c->mode], "shared",
-                          s->shared, "fallback",
-                          s->fallback != NULL ? json_string(s->fallback) : json_null(), "tensors",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:b, s:o, s:o, s:I, s:I, s:I, s:I, s:f}", "view",
+                          view_dir(v), "model", am->model->path, "mode", mode_names[c->mode],
+                          "shared", s->shared, "fallback",
+                          s->fallback != NULL ? json_string(s->fallback) : json_null(), "derived",
+                          s->derived != NULL ? json_string(s->derived) : json_null(), "tensors",
                           (json_int_t)s->tensors, "shared_tensors", (json_int_t)s->shared_tensors,
                           "bytes", (json_int_t)s->bytes, "shared_bytes",
                           (json_int_t)s->shared_bytes, "load_ms", am->stats.load_ms);
@@ -597,7 +637,7 @@ static int cmd_view(int argc, char **argv)
         hold_block_signals();
     if ((r = load_for_view(&c, ref, file, &am, &loaded)) != EXIT_OK)
         return r;
-    if ((r = write_view(am, loaded, c.arg2, &v)) != EXIT_OK) {
+    if ((r = write_view(&c, am, loaded, c.arg2, &v)) != EXIT_OK) {
         agent_model_free(am);
         return r;
     }
@@ -638,7 +678,7 @@ static int cmd_exec(int argc, char **argv)
     supervise_block_signals();
     if ((r = load_for_view(&c, ref, file, &am, &loaded)) != EXIT_OK)
         return r;
-    if ((r = write_view(am, loaded, c.view_dir, &v)) != EXIT_OK) {
+    if ((r = write_view(&c, am, loaded, c.view_dir, &v)) != EXIT_OK) {
         agent_model_free(am);
         return r;
     }
@@ -683,8 +723,9 @@ static int cmd_check_view(int argc, char **argv)
                   LOG_Q(err.msg));
         return EXIT_BAD_INPUT;
     }
-    json_t *j = json_pack("{s:s, s:b, s:o, s:I, s:I, s:I}", "view", dir, "shared", res.shared,
+    json_t *j = json_pack("{s:s, s:b, s:o, s:o, s:I, s:I, s:I}", "view", dir, "shared", res.shared,
                           "fallback", res.fallback[0] ? json_string(res.fallback) : json_null(),
+                          "derived", res.derived[0] ? json_string(res.derived) : json_null(),
                           "tensors", (json_int_t)res.tensors, "files", (json_int_t)res.files,
                           "shared_files", (json_int_t)res.shared_files);
     return print_json_line(j) == 0 ? EXIT_OK : EXIT_FAIL;

@@ -9,10 +9,21 @@
  * resources (address space, CPU time, file size, descriptors), no new
  * privileges and a deadline (reclaimer/derive.c), so a hostile graph can at
  * worst fail its own derivation; the daemon names the result by the digest
- * of the bytes it handed over, not by anything this program says. */
+ * of the bytes it handed over, not by anything this program says.
+ *
+ * Which runtime: the ONNX Runtime installed beside the build (the
+ * libonnxruntime.so.1 the program's run path finds), or the one in the
+ * library --runtime-lib names (the daemon's --derive-runtimes: an
+ * operator's list, e.g. onnxruntime-node's own library, so that a Node.js
+ * function's view can carry a form its runtime may open). The program
+ * links no ONNX Runtime: it loads exactly one, at run time, so two
+ * versions never share a process, and asks it for the C API of its own
+ * version, of which only calls as old as DERIVE_MIN_API are made. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,13 +44,28 @@
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BAD_INPUT = 3 };
 
+/* The oldest C API a --runtime-lib must offer: every call made here is at
+ * least this old (AddExternalInitializersFromFilesInMemory: 18), and 22 is
+ * the oldest runtime whose forms were checked against its stock output
+ * (onnxruntime-node 1.22, tests/langs/test-node-derived.sh). */
+#define DERIVE_MIN_API 22
+/* The runtime without --runtime-lib: the build's, by its soname. */
+#define DERIVE_DEFAULT_RUNTIME "libonnxruntime.so.1"
+
 struct derive_options {
     int graph_fd;
     const char *external_dir;
     const char *out_dir;
+    const char *runtime_lib; /* NULL: the linked runtime */
     int threads;
     int uid, gid; /* -1: keep the caller's */
     bool runtime; /* print the runtime's name only */
+};
+
+/* The runtime forms are made with. */
+struct runtime {
+    const OrtApiBase *base;
+    const OrtApi *api;
 };
 
 static const char about[] =
@@ -48,7 +74,9 @@ static const char about[] =
     "128 bytes or more and their pre-packed forms). Prints one JSON line with\n"
     "the runtime that made them and the credentials it ran with. With --uid and\n"
     "--gid it becomes that user, without groups or capabilities, before it\n"
-    "reads the graph. Run by tetris-reclaimer, not by hand.\n";
+    "reads the graph. With --runtime-lib it derives with the ONNX Runtime of\n"
+    "that shared library instead of its own. Run by tetris-reclaimer, not by\n"
+    "hand.\n";
 
 static const char epilogue[] =
     "Exit status: 0 ok, 1 the runtime failed, 2 usage, 3 the graph is not one\n"
@@ -380,19 +408,92 @@ static int check_external_dir(const struct derive_options *o, tetris_error *err)
     return 0;
 }
 
+/* The API version a runtime of version "1.MINOR.PATCH" offers (ONNX
+ * Runtime's C API version is its minor version), at most the one this
+ * program was built with: the table's first entries are the same in every
+ * version, so an older runtime's table serves every call as old as it. */
+static int api_version(const char *version, tetris_error *err)
+{
+    unsigned major = 0, minor = 0;
+    if (sscanf(version, "%u.%u", &major, &minor) != 2 || major != 1)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "onnxruntime version \"%s\" is not 1.N.M",
+                           version);
+    if (minor < DERIVE_MIN_API)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0,
+                           "onnxruntime %s is older than 1.%d, the oldest derived with", version,
+                           DERIVE_MIN_API);
+    return minor < ORT_API_VERSION ? (int)minor : ORT_API_VERSION;
+}
+
+/* The build's runtime: DERIVE_DEFAULT_RUNTIME in the first directory of
+ * this program's library search path that has it (LD_LIBRARY_PATH, its
+ * run path, the system's: as the dynamic loader would find a linked
+ * one), else the bare name. Searched here rather than by dlopen, which
+ * uses the run path of its caller: under ASan that is the sanitizer's
+ * interceptor, which has none. */
+static void default_runtime(char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", DERIVE_DEFAULT_RUNTIME);
+    void *self = dlopen(NULL, RTLD_NOW);
+    Dl_serinfo size;
+    if (self == NULL || dlinfo(self, RTLD_DI_SERINFOSIZE, &size) != 0)
+        return;
+    cleanup_free Dl_serinfo *info = malloc(size.dls_size);
+    if (info == NULL)
+        return;
+    *info = size;
+    if (dlinfo(self, RTLD_DI_SERINFOSIZE, info) != 0 || dlinfo(self, RTLD_DI_SERINFO, info) != 0)
+        return;
+    for (unsigned i = 0; i < info->dls_cnt; i++) {
+        char path[PATH_MAX];
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s", info->dls_serpath[i].dls_name,
+                             DERIVE_DEFAULT_RUNTIME) < sizeof(path) &&
+            access(path, R_OK) == 0) {
+            snprintf(out, cap, "%s", path);
+            return;
+        }
+    }
+}
+
+/* The runtime in lib (a path the daemon gave: its operator's), else the
+ * build's. The handle stays open for the life of the process. */
+static int runtime_open(const char *lib, struct runtime *rt, tetris_error *err)
+{
+    char path[PATH_MAX];
+    if (lib != NULL)
+        snprintf(path, sizeof(path), "%s", lib);
+    else
+        default_runtime(path, sizeof(path));
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const OrtApiBase *(*get_base)(void) = NULL;
+    if (h == NULL)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "%s", dlerror());
+    *(void **)&get_base = dlsym(h, "OrtGetApiBase");
+    if (get_base == NULL || (rt->base = get_base()) == NULL)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "%s: no OrtGetApiBase", path);
+    int version = api_version(rt->base->GetVersionString(), err);
+    if (version < 0)
+        return version;
+    rt->api = rt->base->GetApi((uint32_t)version);
+    if (rt->api == NULL)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "onnxruntime %s lacks API version %d",
+                           rt->base->GetVersionString(), version);
+    return 0;
+}
+
 /* --runtime: what the daemon compares index entries with before it
  * derives again; no graph is read. */
-static int print_runtime(void)
+static int print_runtime(const struct runtime *rt)
 {
     char runtime[DERIVED_NAME_MAX];
-    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
+    derived_runtime_name(rt->base->GetVersionString(), runtime, sizeof(runtime));
     printf("{\"runtime\":\"%s\"}\n", runtime);
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAILED;
 }
 
 /* The result line: the runtime, and the credentials the kernel shows for
  * this process, which the daemon checks and logs. */
-static int print_result(tetris_error *err)
+static int print_result(const struct runtime *rt, tetris_error *err)
 {
     struct unprivileged_creds c;
     int rc = unprivileged_read(&c, err);
@@ -401,7 +502,7 @@ static int print_result(tetris_error *err)
         return rc;
     }
     char runtime[DERIVED_NAME_MAX];
-    derived_runtime_name(OrtGetApiBase()->GetVersionString(), runtime, sizeof(runtime));
+    derived_runtime_name(rt->base->GetVersionString(), runtime, sizeof(runtime));
     printf("{\"runtime\":\"%s\",\"uid\":%u,\"gid\":%u,\"groups\":%u,"
            "\"cap_eff\":\"%016" PRIx64 "\",\"cap_prm\":\"%016" PRIx64 "\","
            "\"cap_bnd\":\"%016" PRIx64 "\",\"no_new_privs\":%s}\n",
@@ -452,18 +553,25 @@ int main(int argc, char **argv)
          .max = INT32_MAX,
          .meta = "N",
          .help = "and this group, without supplementary groups"},
+        {.name = "runtime-lib",
+         .type = OPT_TYPE_STRING,
+         .dest = &o.runtime_lib,
+         .meta = "PATH",
+         .help = "derive with the ONNX Runtime in this shared library (1.22 or later) instead "
+                 "of the linked one"},
         {.name = "runtime",
          .type = OPT_TYPE_FLAG,
          .dest = &o.runtime,
          .help = "print {\"runtime\":\"onnxruntime VERSION\"}, the runtime forms are made "
-                 "with, and exit (the daemon asks once, to find forms it made before)"},
+                 "with, and exit (the daemon asks once per runtime, to find forms it made "
+                 "before)"},
         {0},
     };
     const struct opt_program prog = {
         .name = "tetris-derive",
         .synopsis = "--graph-fd N --external-dir DIR --out-dir DIR [--threads N]\n"
-                    "[--uid N --gid N]\n"
-                    "--runtime",
+                    "[--uid N --gid N] [--runtime-lib PATH]\n"
+                    "--runtime [--runtime-lib PATH]",
         .about = about,
         .options = options,
         .epilogue = epilogue,
@@ -471,17 +579,27 @@ int main(int argc, char **argv)
     int first = opt_parse(&prog, argc, argv);
     if (first < 0)
         return EXIT_USAGE;
-    if (o.runtime && first == argc)
-        return print_runtime();
-    if (first < argc || o.graph_fd < 0 || o.external_dir == NULL || o.out_dir == NULL) {
-        fprintf(stderr, "tetris-derive: --graph-fd, --external-dir and --out-dir are needed\n");
-        return EXIT_USAGE;
-    }
+    tetris_error err = {0};
+    struct runtime rt = {0};
     if ((o.uid < 0) != (o.gid < 0)) {
         fprintf(stderr, "tetris-derive: --uid and --gid go together\n");
         return EXIT_USAGE;
     }
-    tetris_error err = {0};
+    bool probe = o.runtime && first == argc;
+    if (!probe && (first < argc || o.graph_fd < 0 || o.external_dir == NULL || o.out_dir == NULL)) {
+        fprintf(stderr, "tetris-derive: --graph-fd, --external-dir and --out-dir are needed\n");
+        return EXIT_USAGE;
+    }
+    /* Loaded before the drop, as the dynamic loader loads a linked
+     * library: a runtime may lie where only root can reach, and it is the
+     * operator's, a file root alone could have written (the daemon checks
+     * --runtime-lib), not the pod's. */
+    if (runtime_open(o.runtime_lib, &rt, &err) < 0) {
+        log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
+        return EXIT_FAILED;
+    }
+    if (probe)
+        return print_runtime(&rt);
     char out_dir[64];
     cleanup_close int out_fd = -1;
     if (o.uid >= 0) {
@@ -501,15 +619,10 @@ int main(int argc, char **argv)
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
-    const OrtApi *api = OrtGetApiBase()->GetApi(ORT_API_VERSION);
-    if (api == NULL) {
-        log_error("event=derive-failed msg=\"onnxruntime lacks API version %d\"", ORT_API_VERSION);
-        return EXIT_FAILED;
-    }
-    if (derive(api, &o, image, len, &err) < 0 || relayout(o.out_dir, &err) < 0 ||
-        check_opens(api, o.out_dir, &err) < 0) {
+    if (derive(rt.api, &o, image, len, &err) < 0 || relayout(o.out_dir, &err) < 0 ||
+        check_opens(rt.api, o.out_dir, &err) < 0) {
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
-    return print_result(&err) == 0 ? EXIT_OK : EXIT_FAILED;
+    return print_result(&rt, &err) == 0 ? EXIT_OK : EXIT_FAILED;
 }

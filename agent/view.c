@@ -19,7 +19,11 @@
  * O_EXCL or its equivalent, and recorded; view_remove unlinks exactly the
  * recorded names (in reverse), each from a parent opened without following
  * links, so a link or file someone else put in the view is never followed
- * and never removed. */
+ * and never removed.
+ *
+ * A derived form (view_options) is looked up by the digest of the view's
+ * own graph, model.onnx, which is a share image (protocol/derived.h): what
+ * the daemon derives from when asked, with the runtime the view is for. */
 #include "agent/view.h"
 
 #include <dirent.h>
@@ -34,11 +38,13 @@
 
 #include <jansson.h>
 
+#include "agent/derived_form.h"
 #include "agent/onnx_share.h"
 #include "common/cleanup.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "model/onnx_rewrite.h"
+#include "protocol/names.h"
 #include "protocol/oci.h"
 
 #define VIEW_TENSORS_DIR "tensors"
@@ -59,6 +65,8 @@ struct model_view {
     size_t n_made, cap_made;
     struct view_stats stats;
     char fallback[256];
+    struct derived_form form; /* held while form_held */
+    bool form_held;
 };
 
 /* ---- the directory and what is made in it ---- */
@@ -223,6 +231,8 @@ void view_remove(model_view *v)
                  LOG_Q(strerror(errno)));
     if (v->dirfd >= 0)
         close(v->dirfd);
+    if (v->form_held)
+        derived_form_release(&v->form);
     free(v->made);
     free(v->dir);
     free(v);
@@ -346,39 +356,44 @@ static bool share_proto(void *ctx, const struct onnx_tensor_ref *ref, struct onn
     return true;
 }
 
-/* Writes model.onnx; *written false when the original must stay the graph
- * (*reason says why, if not the load's own fallback). A pulled model's
- * graph is always written: there is no original to name. */
+/* Writes model.onnx, its bytes in *graph (malloc'd); *graph NULL when the
+ * original must stay the graph (*reason says why, if not the load's own
+ * fallback). A pulled model's graph is always written: there is no
+ * original to name. */
 static int write_graph(model_view *v, const char *model_path, const struct view_plan *p,
-                       bool pulled, bool *written, const char **reason, tetris_error *err)
+                       bool pulled, uint8_t **graph, size_t *graph_len, const char **reason,
+                       tetris_error *err)
 {
-    cleanup_free uint8_t *image = NULL, *out = NULL;
-    size_t image_len = 0, out_len = 0;
+    cleanup_free uint8_t *out = NULL;
+    size_t out_len = 0;
+    struct onnx_share_image image;
     struct view_share c = {.plan = p};
     int r;
 
-    *written = false;
-    if ((r = onnx_share_model_image(p->am, model_path, &image, &image_len, err)) < 0)
+    *graph = NULL;
+    if ((r = onnx_share_image_open(p->am, model_path, &image, err)) < 0)
         return r;
-    if ((r = onnx_share_match_init(&c.match, p->am, model_path, err)) < 0)
-        return r;
-    r = onnx_rewrite(image, image_len, share_proto, &c, &out, &out_len, err);
+    if ((r = onnx_share_match_init(&c.match, p->am, model_path, err)) == 0)
+        r = onnx_rewrite(image.bytes, image.len, share_proto, &c, &out, &out_len, err);
     onnx_share_match_release(&c.match);
+    /* A pulled graph nothing was moved out of is written as it came. */
+    if (r == 0 && pulled && c.externalised == 0) {
+        free(out);
+        out_len = image.len;
+        if ((out = malloc(out_len > 0 ? out_len : 1)) == NULL)
+            r = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+        else
+            memcpy(out, image.bytes, out_len);
+    }
+    onnx_share_image_close(&image);
     if (r < 0)
         return tetris_wrap(err, "%s", model_path);
-    if (pulled) {
-        /* Its external data are store names: one the store lacks is a
-         * tensor the daemon said it holds for us. */
-        if (c.kept_external > 0)
-            return tetris_fail(err, TETRIS_E_NOTFOUND, 0,
-                               "%s: %zu tensors of the pulled graph are not in the store",
-                               model_path, c.kept_external);
-        if ((r = c.externalised > 0 ? write_file(v, VIEW_GRAPH_NAME, out, out_len, err)
-                                    : write_file(v, VIEW_GRAPH_NAME, image, image_len, err)) < 0)
-            return r;
-        *written = true;
-        return 0;
-    }
+    /* A pulled graph's external data are store names: one the store lacks
+     * is a tensor the daemon said it holds for us. */
+    if (pulled && c.kept_external > 0)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, 0,
+                           "%s: %zu tensors of the pulled graph are not in the store", model_path,
+                           c.kept_external);
     /* Relative to the view, such a location would resolve nowhere. */
     if (c.kept_external > 0) {
         log_info("event=view-graph-original model=%s reason=external-data-not-in-store "
@@ -387,12 +402,53 @@ static int write_graph(model_view *v, const char *model_path, const struct view_
         *reason = "external-data-not-in-store";
         return 0;
     }
-    if (c.externalised == 0)
+    if (c.externalised == 0 && !pulled)
         return 0;
     if ((r = write_file(v, VIEW_GRAPH_NAME, out, out_len, err)) < 0)
         return r;
-    *written = true;
+    *graph = steal_pointer(&out);
+    *graph_len = out_len;
     return 0;
+}
+
+/* ---- the derived form ---- */
+
+/* Adds the store's derived form of graph (the view's model.onnx) made by
+ * o->runtime: derived.onnx and a link to its data file. 1 when the view
+ * carries it; 0 when not (said in one log line: derived_form.h), asking
+ * the daemon for it first or in the background as o says. */
+static int add_derived(model_view *v, const char *model_path, const char *store_dir,
+                       const uint8_t *graph, size_t graph_len, const struct view_options *o,
+                       char *data_file, size_t data_file_len, tetris_error *err)
+{
+    tensor_digest source;
+    bool absent = false;
+    derived_source_digest(graph, graph_len, &source);
+    if (o->derived == VIEW_DERIVED_MAKE &&
+        derived_form_request(model_path, store_dir, graph, graph_len, o->runtime, true) < 0)
+        return 0;
+    if (derived_form_find(model_path, store_dir, &source, o->runtime, &v->form, &absent) == 0) {
+        if (absent && o->derived == VIEW_DERIVED_AUTO)
+            derived_form_request(model_path, store_dir, graph, graph_len, o->runtime, false);
+        return 0;
+    }
+    cleanup_free uint8_t *form = NULL;
+    size_t form_len = 0;
+    tetris_error why = {0};
+    int r = derived_form_hold(&v->form, store_dir, &form, &form_len, &why);
+    if (r == -TETRIS_E_NOMEM)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", why.msg);
+    if (r < 0) {
+        log_warn("event=derived-ignored model=%s reason=%s action=plain-graph", LOG_Q(model_path),
+                 LOG_Q(why.msg));
+        return 0;
+    }
+    v->form_held = true;
+    derived_form_store_name(&v->form.entry.data, data_file, data_file_len);
+    if ((r = link_tensor(v, store_dir, data_file, err)) < 0 ||
+        (r = write_file(v, VIEW_DERIVED_GRAPH_NAME, form, form_len, err)) < 0)
+        return r;
+    return 1;
 }
 
 /* ---- the index ---- */
@@ -434,6 +490,29 @@ static json_t *tensor_json(const struct view_index_tensor *t, tetris_error *err)
     return o;
 }
 
+/* "derived": the form's runtime and CPU (what its reader checks), its
+ * graph and data file, and the options that open it: optimisation off
+ * (the graph is optimised already), pre-packing on (its packs are in the
+ * data file, mapped instead of computed), external data in the store. */
+static json_t *derived_json(const struct view_index_derived *d, const char *store_dir)
+{
+    char identity[TENSOR_DIGEST_HEX_LEN + 8], digest[TENSOR_DIGEST_HEX_LEN + 8];
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    if (d == NULL)
+        return json_null();
+    tensor_digest_to_hex(&d->entry->identity, hex);
+    snprintf(identity, sizeof(identity), "sha256:%s", hex);
+    tensor_digest_to_hex(&d->entry->data.digest, hex);
+    snprintf(digest, sizeof(digest), "sha256:%s", hex);
+    return json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:I, s:s}, s:{s:s, s:s, s:o}}", "runtime",
+                     d->entry->runtime, "cpu", d->entry->cpu, "identity", identity, "graph",
+                     d->graph, "data", "file", d->data_file, "length",
+                     (json_int_t)d->entry->data.nbytes, "digest", digest, "session_options",
+                     "graph_optimization_level", "disabled", "session.disable_prepacking", "0",
+                     "session.model_external_initializers_file_folder_path",
+                     string_or_null(store_dir));
+}
+
 char *view_index_json(const struct view_index *ix, tetris_error *err)
 {
     json_t *tensors = json_array();
@@ -461,13 +540,13 @@ char *view_index_json(const struct view_index *ix, tetris_error *err)
                          "session.disable_prepacking", "1",
                          "session.model_external_initializers_file_folder_path",
                          string_or_null(ix->external_data_folder));
-    json_t *root = json_pack("{s:s, s:o, s:o, s:s, s:o, s:o, s:b, s:o, s:o, s:o}", "format",
+    json_t *root = json_pack("{s:s, s:o, s:o, s:s, s:o, s:o, s:b, s:o, s:o, s:o, s:o}", "format",
                              VIEW_FORMAT, "model", string_or_null(ix->model), "ref",
                              string_or_null(ix->ref), "model_format", ix->model_format, "graph",
                              string_or_null(ix->graph), "store", string_or_null(ix->store),
                              "shared", ix->shared, "fallback", string_or_null(ix->fallback),
-                             "session_options", opts != NULL ? opts : json_null(), "tensors",
-                             tensors);
+                             "session_options", opts != NULL ? opts : json_null(), "derived",
+                             derived_json(ix->derived, ix->store), "tensors", tensors);
     if (root == NULL) {
         tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: a path is not valid UTF-8 (or out of memory)",
                     ix->model);
@@ -504,12 +583,14 @@ static int write_index(model_view *v, const struct view_index *ix, tetris_error 
     return 0;
 }
 
-static int build(model_view *v, const agent_model *am, const char *model_path, struct view_plan *p,
-                 tetris_error *err)
+static int build(model_view *v, const agent_model *am, const char *model_path,
+                 const struct view_options *o, struct view_plan *p, tetris_error *err)
 {
     const model *m = am->model;
     const char *reason = NULL;
-    bool graph_written = false;
+    cleanup_free uint8_t *graph = NULL;
+    size_t graph_len = 0;
+    char data_file[sizeof(VIEW_TENSORS_DIR "/XX/") + TENSOR_DIGEST_HEX_LEN];
     int r;
 
     if ((r = plan(v, am, p, err)) < 0)
@@ -533,9 +614,18 @@ static int build(model_view *v, const agent_model *am, const char *model_path, s
     for (size_t i = 0; i < m->n_tensors; i++)
         in_store += p->in_store[i];
     if (onnx && (in_store > 0 || pulled != NULL) &&
-        (r = write_graph(v, pulled != NULL ? model_path : model_abs, p, pulled != NULL,
-                         &graph_written, &reason, err)) < 0)
+        (r = write_graph(v, pulled != NULL ? model_path : model_abs, p, pulled != NULL, &graph,
+                         &graph_len, &reason, err)) < 0)
         return r;
+    bool graph_written = graph != NULL;
+    /* Only a view whose graph is wholly the store's has a form: the
+     * form is made of the store's tensors. */
+    int derived = 0;
+    if (graph_written && !am->stats.fell_back && o != NULL && o->derived != VIEW_DERIVED_OFF &&
+        (derived = add_derived(v, model_abs, p->store, graph, graph_len, o, data_file,
+                               sizeof(data_file), err)) < 0)
+        return derived;
+    struct view_index_derived form = {&v->form.entry, VIEW_DERIVED_GRAPH_NAME, data_file};
 
     cleanup_free struct view_index_tensor *entries = calloc(m->n_tensors + 1, sizeof(*entries));
     if (entries == NULL)
@@ -590,23 +680,35 @@ static int build(model_view *v, const agent_model *am, const char *model_path, s
         .fallback = s->fallback,
         .tensors = entries,
         .n_tensors = m->n_tensors,
+        .derived = derived == 1 ? &form : NULL,
     };
+    s->derived = derived == 1 ? v->form.entry.runtime : NULL;
     return write_index(v, &ix, err);
 }
 
-int view_write(const agent_model *am, const char *model_path, const char *dir, model_view **out,
-               tetris_error *err)
-{
-    return view_write_with(am, model_path, dir, NULL, out, err);
-}
-
-int view_write_with(const agent_model *am, const char *model_path, const char *dir,
-                    const struct view_options *o, model_view **out, tetris_error *err)
+int view_write(const agent_model *am, const char *model_path, const char *dir,
+               const struct view_options *o, model_view **out, tetris_error *err)
 {
     struct view_plan p = {0};
-    model_view *v = calloc(1, sizeof(*v));
     int r;
 
+    if (o != NULL && o->derived != VIEW_DERIVED_OFF && o->runtime != NULL &&
+        !derived_name_valid(o->runtime))
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "runtime \"%s\": 1 to %d bytes without control characters or slashes "
+                           "(\"onnxruntime 1.22.0\")",
+                           o->runtime, DERIVED_NAME_MAX - 1);
+    /* TETRIS_DERIVED may be set for a whole function's environment: a
+     * view whose reader did not say which runtime it runs has no form. */
+    struct view_options plain = {0};
+    if (o != NULL && o->derived != VIEW_DERIVED_OFF && o->runtime == NULL) {
+        log_warn("event=view-derived-skipped model=%s reason=\"no runtime named (--runtime, "
+                 "$" TETRIS_ENV_VIEW_RUNTIME ")\"",
+                 LOG_Q(model_path));
+        plain.mounted_tensors = o->mounted_tensors;
+        o = &plain;
+    }
+    model_view *v = calloc(1, sizeof(*v));
     if (v == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
     v->dirfd = -1;
@@ -614,17 +716,18 @@ int view_write_with(const agent_model *am, const char *model_path, const char *d
     v->dir_mode = v->mounted_tensors ? 0755 : 0700;
     r = make_dir(v, dir, err);
     if (r == 0)
-        r = build(v, am, model_path, &p, err);
+        r = build(v, am, model_path, o, &p, err);
     plan_free(&p);
     if (r < 0) {
         view_remove(v);
         return r;
     }
     log_info("event=view dir=%s model=%s shared=%s fallback=%s tensors=%zu shared_tensors=%zu "
-             "shared_bytes=%llu",
+             "shared_bytes=%llu derived=%s",
              LOG_Q(v->dir), LOG_Q(model_path), v->stats.shared ? "true" : "false",
              v->stats.fallback != NULL ? v->stats.fallback : "none", v->stats.tensors,
-             v->stats.shared_tensors, (unsigned long long)v->stats.shared_bytes);
+             v->stats.shared_tensors, (unsigned long long)v->stats.shared_bytes,
+             LOG_Q(v->stats.derived != NULL ? v->stats.derived : "none"));
     *out = v;
     return 0;
 }
@@ -637,6 +740,8 @@ void view_forget(model_view *v)
         free(v->made[k].path);
     if (v->dirfd >= 0)
         close(v->dirfd);
+    if (v->form_held)
+        derived_form_release(&v->form);
     free(v->made);
     free(v->dir);
     free(v);
@@ -793,6 +898,39 @@ static int check_tensors(const char *dir, json_t *tensors, const char *store_rea
     return 0;
 }
 
+/* "derived", when not null: the runtime its reader compares with its own,
+ * its graph in the view, its data file in the store and that long, and
+ * session options of strings. */
+static int check_derived(const char *dir, const char *dir_real, json_t *d, const char *store_real,
+                         struct view_check_result *out, tetris_error *err)
+{
+    const char *runtime = json_string_value(json_object_get(d, "runtime"));
+    const char *graph = json_string_value(json_object_get(d, "graph"));
+    json_t *data = json_object_get(d, "data"), *opts = json_object_get(d, "session_options");
+    const char *file = json_string_value(json_object_get(data, "file"));
+    json_t *length = json_object_get(data, "length"), *v;
+    const char *key;
+    if (!json_is_object(d) || !derived_name_valid(runtime) || graph == NULL || file == NULL ||
+        !json_is_integer(length) || json_integer_value(length) <= 0 || !json_is_object(opts))
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "derived: needs runtime, graph, data {file, length} and "
+                           "session_options");
+    json_object_foreach (opts, key, v)
+        if (!json_is_string(v) && !json_is_null(v))
+            return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                               "derived: session_options \"%s\" is neither a string nor null", key);
+    if (store_real == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "derived: a form, but the view has no store");
+    const char *in_view[] = {dir_real, NULL}, *in_store[] = {store_real, NULL};
+    int r = check_file(dir, graph, in_view, 0, "derived graph", err);
+    if (r == 0)
+        r = check_file(dir, file, in_store, (uint64_t)json_integer_value(length), "derived data",
+                       err);
+    if (r == 0)
+        snprintf(out->derived, sizeof(out->derived), "%s", runtime);
+    return r;
+}
+
 int view_check(const char *dir, struct view_check_result *out, tetris_error *err)
 {
     struct stat st;
@@ -833,16 +971,18 @@ int view_check(const char *dir, struct view_check_result *out, tetris_error *err
         r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "store %s", json_string_value(store_v));
     if (r == 0 && (model_dir = realpath(model_path, NULL)) == NULL)
         r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "model %s", model_path);
+    cleanup_free char *dir_real = realpath(dir, NULL);
     if (r == 0) {
         *strrchr(model_dir, '/') = '\0';
-        const char *graph_allowed[] = {dir, model_dir, NULL};
-        cleanup_free char *dir_real = realpath(dir, NULL);
-        graph_allowed[0] = dir_real != NULL ? dir_real : dir;
+        const char *graph_allowed[] = {dir_real != NULL ? dir_real : dir, model_dir, NULL};
         if (json_is_string(graph))
             r = check_file(dir, json_string_value(graph), graph_allowed, 0, "graph", err);
     }
     if (r == 0)
         r = check_tensors(dir, tensors, store_real, model_dir[0] ? model_dir : "/", out, err);
+    json_t *derived = json_object_get(ix, "derived");
+    if (r == 0 && derived != NULL && !json_is_null(derived))
+        r = check_derived(dir, dir_real != NULL ? dir_real : dir, derived, store_real, out, err);
     if (r == 0) {
         out->shared = json_is_true(shared);
         if (json_is_string(fallback))

@@ -30,8 +30,18 @@
  * read-only mount) and its index's "store" and external-data folder are
  * VIEW_SELF, ".": the view directory itself, wherever it is mounted.
  *
- * The view holds no reference: the agent_model it was written from does,
- * so a view must be removed (view_remove) before that model is freed.
+ * A view written for a runtime (struct view_options) may also carry the
+ * store's derived form of its graph made by that runtime for this CPU
+ * (protocol/derived.h): DIR/derived.onnx, the form's graph, whose
+ * initializers and pre-packed blobs are in the form's data file, linked
+ * at DIR/tensors/XX/<hex> like a tensor; tensors.json's "derived" names
+ * them, the runtime and the session options that open them. Its reader
+ * opens the form only when it runs that runtime, else the plain graph.
+ *
+ * The view holds no reference to the model's tensors: the agent_model it
+ * was written from does, so a view must be removed (view_remove) before
+ * that model is freed. It does hold its derived form's two tensors, until
+ * view_remove or view_forget.
  * Invariants: a reader that sees tensors.json sees the whole view; the
  * directory is 0700, tensors.json and model.onnx 0444; view_remove
  * removes only what view_write made, never following a link. */
@@ -44,14 +54,35 @@
 
 #include "agent/agent.h"
 #include "common/error.h"
+#include "protocol/derived.h"
 
 #define VIEW_FORMAT "tetris-model-view/1"
 #define VIEW_INDEX_NAME "tensors.json"
 #define VIEW_GRAPH_NAME "model.onnx"
 #define VIEW_SELF "." /* "store" of a view with mounted tensors: the view itself */
 #define VIEW_HEADER_NAME "model.safetensors-header"
+#define VIEW_DERIVED_GRAPH_NAME "derived.onnx"
 
 typedef struct model_view model_view;
+
+/* Whether a view carries a derived form (derived_form.h). A form's graph
+ * is optimised at `all`: its answers are stock ONNX Runtime's, not the
+ * plain graph's, so a function opts in, as with tetris-onnx-run's
+ * --derived. */
+enum view_derived {
+    VIEW_DERIVED_OFF = 0, /* never */
+    VIEW_DERIVED_USE,     /* when the store has one for the runtime and CPU */
+    VIEW_DERIVED_AUTO,    /* USE; without one, ask the daemon in the background
+                             (the next view finds it) */
+    VIEW_DERIVED_MAKE,    /* USE; without one, ask the daemon and wait for it */
+};
+
+struct view_options {
+    enum view_derived derived;
+    const char *runtime;  /* the reader's ("onnxruntime 1.22.0"); needed
+                             unless derived is VIEW_DERIVED_OFF */
+    bool mounted_tensors; /* tensors/ a mount point, 0755, "store": VIEW_SELF (above) */
+};
 
 struct view_stats {
     size_t tensors;
@@ -60,21 +91,20 @@ struct view_stats {
     uint64_t shared_bytes;
     bool shared;          /* the graph (safetensors: any tensor) is the store's */
     const char *fallback; /* why not everything is the store's, NULL if it is */
+    const char *derived;  /* the runtime of the derived form carried, NULL: none */
 };
 
 /* Writes the view of am (from agent_load of model_path) into dir: a new
  * directory, or an existing empty one owned by us that is no link; NULL
- * makes one under $TMPDIR (else /tmp). TETRIS_E_DENIED for a dir that is
- * not ours, not empty or not a directory; TETRIS_E_FORMAT if the model
- * image is not ONNX after all. On failure nothing of the view is left. */
-int view_write(const agent_model *am, const char *model_path, const char *dir, model_view **out,
-               tetris_error *err);
-struct view_options {
-    bool mounted_tensors; /* tensors/ a mount point, 0755, "store": VIEW_SELF (above) */
-};
-/* view_write with options (NULL: view_write's defaults). */
-int view_write_with(const agent_model *am, const char *model_path, const char *dir,
-                    const struct view_options *o, model_view **out, tetris_error *err);
+ * makes one under $TMPDIR (else /tmp). o NULL: the defaults (no derived
+ * form, tensors linked). A form that is missing or cannot be held is no
+ * error: the view is the plain one (one log line, derived_form.h), and so
+ * is one asked for without a runtime (one log line). TETRIS_E_DENIED for a
+ * dir that is not ours, not empty or not a directory; TETRIS_E_FORMAT if
+ * the model image is not ONNX after all; TETRIS_E_INVAL for a runtime that
+ * cannot be one. On failure nothing of the view is left. */
+int view_write(const agent_model *am, const char *model_path, const char *dir,
+               const struct view_options *o, model_view **out, tetris_error *err);
 /* The view's directory, absolute. */
 const char *view_dir(const model_view *v);
 const struct view_stats *view_stats(const model_view *v);
@@ -89,6 +119,7 @@ void view_forget(model_view *v);
 struct view_check_result {
     bool shared;
     char fallback[256]; /* "" when null */
+    char derived[256];  /* the derived form's runtime, "" when none */
     size_t tensors;
     size_t files;        /* tensors with a file, each checked */
     size_t shared_files; /* of which in the store */
@@ -99,7 +130,8 @@ struct view_check_result {
  * its uid's or root's and writable by nobody else, tensors.json is
  * well-formed, the graph exists, and every tensor's file resolves to a
  * regular file inside the store (a shared tensor) or the original model's
- * folder, at least offset + length long. TETRIS_E_DENIED for ownership or
+ * folder, at least offset + length long; a derived form's graph is in the
+ * view and its data file in the store, that long. TETRIS_E_DENIED for ownership or
  * modes, TETRIS_E_FORMAT for a bad index, TETRIS_E_NOTFOUND for a file
  * that is missing or resolves elsewhere or is too short; the message
  * names the tensor. */
@@ -116,6 +148,12 @@ struct view_index_tensor {
     uint64_t offset, length;
     bool shared;
 };
+/* A derived form in tensors.json ("derived"). */
+struct view_index_derived {
+    const derived_entry *entry;
+    const char *graph;     /* relative to the view */
+    const char *data_file; /* relative to the view: a link into store */
+};
 struct view_index {
     const char *model;
     const char *ref; /* the registry reference it was pulled by, NULL: a file */
@@ -128,6 +166,7 @@ struct view_index {
     const char *fallback;
     const struct view_index_tensor *tensors;
     size_t n_tensors;
+    const struct view_index_derived *derived; /* NULL: "derived": null */
 };
 char *view_index_json(const struct view_index *ix, tetris_error *err);
 

@@ -102,10 +102,11 @@ int derived_cpu_features(char *out, size_t cap, tetris_error *err)
     return 0;
 }
 
-void derived_entry_path(const char *public_dir, const tensor_digest *source, char *out, size_t cap)
+void derived_entry_path(const char *public_dir, const tensor_digest *identity, char *out,
+                        size_t cap)
 {
     char hex[TENSOR_DIGEST_HEX_LEN + 1];
-    tensor_digest_to_hex(source, hex);
+    tensor_digest_to_hex(identity, hex);
     snprintf(out, cap, "%s/%s/%s", public_dir, DERIVED_DIR, hex);
 }
 
@@ -157,17 +158,24 @@ static int digest_field(json_t *v, const char *what, tensor_digest *out, tetris_
     return 0;
 }
 
+bool derived_name_valid(const char *s)
+{
+    if (s == NULL || s[0] == '\0' || strlen(s) >= DERIVED_NAME_MAX)
+        return false;
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '/')
+            return false;
+    return true;
+}
+
 static int name_field(json_t *v, const char *what, char *out, tetris_error *err)
 {
     const char *s = json_string_value(v);
-    if (s == NULL || s[0] == '\0' || strlen(s) >= DERIVED_NAME_MAX)
+    if (!derived_name_valid(s))
         return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                           "derived entry: %s must be a string of 1 to %d bytes", what,
-                           DERIVED_NAME_MAX - 1);
-    for (const char *p = s; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == '/')
-            return tetris_fail(err, TETRIS_E_FORMAT, 0,
-                               "derived entry: %s has a control character or a slash", what);
+                           "derived entry: %s must be a string of 1 to %d bytes without control "
+                           "characters or slashes",
+                           what, DERIVED_NAME_MAX - 1);
     strcpy(out, s);
     return 0;
 }
@@ -249,12 +257,12 @@ int derived_entry_decode(const char *json, size_t len, derived_entry *e, tetris_
     return 0;
 }
 
-int derived_entry_read(const char *public_dir, const tensor_digest *source, derived_entry *e,
+int derived_entry_read(const char *public_dir, const tensor_digest *identity, derived_entry *e,
                        tetris_error *err)
 {
     char path[4096];
     struct stat dir, st;
-    derived_entry_path(public_dir, source, path, sizeof(path));
+    derived_entry_path(public_dir, identity, path, sizeof(path));
     if (stat(public_dir, &dir) != 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "%s", public_dir);
     cleanup_close int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -276,7 +284,16 @@ int derived_entry_read(const char *public_dir, const tensor_digest *source, deri
     if (n < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "%s", path);
     int rc = derived_entry_decode(buf, (size_t)n, e, err);
-    if (rc == 0 && !tensor_digest_equal(&e->source, source))
-        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: names another source", path);
+    if (rc == 0 && !tensor_digest_equal(&e->identity, identity))
+        rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: holds the entry of another identity", path);
     return rc < 0 ? tetris_wrap(err, "%s", path) : 0;
+}
+
+int derived_entry_lookup(const char *public_dir, const char *transform, const char *runtime,
+                         const char *cpu, const tensor_digest *source, derived_entry *e,
+                         tetris_error *err)
+{
+    tensor_digest identity;
+    derived_identity(transform, runtime, cpu, source, &identity);
+    return derived_entry_read(public_dir, &identity, e, err);
 }

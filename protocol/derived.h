@@ -28,9 +28,13 @@
  * features, since the layout of pre-packed weights and of NCHWc blocks
  * follows the kernels MLAS picks for the CPU.
  *
- * Index entry: <public>/derived/<source hex>, mode 0444, owned by the
- * store's owner, written by rename (one entry per source; a node runs one
- * daemon, so one runtime):
+ * Index entry: <public>/derived/<identity hex>, mode 0444, owned by the
+ * store's owner, written by rename: one entry per source, transform,
+ * runtime and CPU (a daemon may derive with several runtimes, one per
+ * ONNX Runtime library its operator lists, so that a view for a function
+ * on another runtime, onnxruntime-node's, finds that runtime's form). A
+ * reader computes the identity of the form it can use and reads that name
+ * only: a form for another runtime or CPU is never even opened.
  *
  *   {"format":"tetris-derived/1","transform":"ort-optimize-all-prepack",
  *    "runtime":"onnxruntime 1.29.0","cpu":"x86_64 avx avx2 fma ...",
@@ -51,6 +55,7 @@
 #ifndef TETRIS_PROTOCOL_DERIVED_H
 #define TETRIS_PROTOCOL_DERIVED_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -94,18 +99,28 @@ void derived_identity(const char *transform, const char *runtime, const char *cp
 int derived_cpu_features(char *out, size_t cap, tetris_error *err);
 /* "onnxruntime VERSION" for the version string ORT reports. */
 void derived_runtime_name(const char *ort_version, char *out, size_t cap);
+/* Whether s may be a transform, runtime or cpu: 1 to DERIVED_NAME_MAX - 1
+ * bytes, no control character, no slash. */
+bool derived_name_valid(const char *s);
 
 /* Encodes e as its index entry (malloc'd JSON and a newline; NULL when out
  * of memory). */
 char *derived_entry_encode(const derived_entry *e);
 /* Decodes an index entry and checks that its identity matches its fields. */
 int derived_entry_decode(const char *json, size_t len, derived_entry *e, tetris_error *err);
-/* Reads the entry of source from the store's public directory: the file
- * must be a regular file owned by the directory's owner and not writable
- * by group or others. TETRIS_E_NOTFOUND when there is none. */
-int derived_entry_read(const char *public_dir, const tensor_digest *source, derived_entry *e,
+/* Reads the entry named identity from the store's public directory: the
+ * file must be a regular file owned by the directory's owner and not
+ * writable by group or others, and its identity the one it is named by.
+ * TETRIS_E_NOTFOUND when there is none. */
+int derived_entry_read(const char *public_dir, const tensor_digest *identity, derived_entry *e,
                        tetris_error *err);
-/* "<public_dir>/derived/<source hex>" */
-void derived_entry_path(const char *public_dir, const tensor_digest *source, char *out, size_t cap);
+/* derived_entry_read of the form of source made by transform with runtime
+ * for cpu (its identity). */
+int derived_entry_lookup(const char *public_dir, const char *transform, const char *runtime,
+                         const char *cpu, const tensor_digest *source, derived_entry *e,
+                         tetris_error *err);
+/* "<public_dir>/derived/<identity hex>" */
+void derived_entry_path(const char *public_dir, const tensor_digest *identity, char *out,
+                        size_t cap);
 
 #endif

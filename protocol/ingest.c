@@ -290,10 +290,15 @@ char *ingest_fallback_encode(const char *label, const char *reason)
     return text;
 }
 
-char *ingest_derive_encode(const char *label, const char *transform)
+char *ingest_derive_encode(const char *label, const char *transform, const char *runtime)
 {
     json_t *req = json_pack("{s:s, s:s, s:s}", "op", "derive", "label", label ? label : "",
                             "transform", transform);
+    if (req != NULL && runtime != NULL &&
+        json_object_set_new(req, "runtime", json_string(runtime)) < 0) {
+        json_decref(req);
+        return NULL;
+    }
     char *text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     return text;
@@ -336,7 +341,7 @@ char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests,
 
 /* The top-level members a request may have; others are ignored. */
 struct request_members {
-    json_span op, label, reason, sources, tensors, device, digests, transform, ref;
+    json_span op, label, reason, sources, tensors, device, digests, transform, runtime, ref;
 };
 
 static int collect_members(json_span doc, struct request_members *m, tetris_error *err)
@@ -353,6 +358,7 @@ static int collect_members(json_span doc, struct request_members *m, tetris_erro
         {"device", offsetof(struct request_members, device)},
         {"digests", offsetof(struct request_members, digests)},
         {"transform", offsetof(struct request_members, transform)},
+        {"runtime", offsetof(struct request_members, runtime)},
         {"ref", offsetof(struct request_members, ref)},
     };
     memset(m, 0, sizeof(*m));
@@ -564,6 +570,13 @@ int ingest_request_decode(const char *json, size_t len, size_t n_fds, ingest_req
         if (rc == 0 && strcmp(rq->transform, DERIVED_TRANSFORM_ORT) != 0)
             rc = tetris_fail(err, TETRIS_E_FORMAT, 0, "derive: unknown transform (expected %s)",
                              DERIVED_TRANSFORM_ORT);
+        if (rc == 0)
+            rc = optional_string(m.runtime, "runtime", &rq->runtime, err);
+        if (rc == 0 && m.runtime.p != NULL && !derived_name_valid(rq->runtime))
+            rc = tetris_fail(err, TETRIS_E_FORMAT, 0,
+                             "derive: runtime must be 1 to %d bytes without control characters "
+                             "or slashes",
+                             DERIVED_NAME_MAX - 1);
     } else if (strcmp(op, "pull") == 0 && n_fds == 0) {
         rq->op = INGEST_OP_PULL;
         rc = decode_label(m.label, rq, err);
@@ -604,6 +617,7 @@ void ingest_request_free(ingest_request *rq)
     free(rq->label);
     free(rq->reason);
     free(rq->transform);
+    free(rq->runtime);
     free(rq->ref);
     for (size_t i = 0; rq->sources != NULL && i < rq->n_sources; i++)
         free(rq->sources[i]);

@@ -72,17 +72,24 @@
  *            error reply below, but the connection stays open: its host
  *            references are untouched. A malformed request closes it, as
  *            any other does.
- *   request  {"op":"derive","label":S,"transform":"ort-optimize-all-prepack"}
+ *   request  {"op":"derive","label":S,"transform":"ort-optimize-all-prepack",
+ *             "runtime":"onnxruntime 1.22.0" (optional)}
  *            + one descriptor: the model's share image (protocol/derived.h)
- *            at most INGEST_MAX_DERIVE_IMAGE bytes, a regular file or memfd
+ *            at most INGEST_MAX_DERIVE_IMAGE bytes, a regular file or memfd.
+ *            runtime (derived_name_valid) names the runtime the form is
+ *            for, one of those the daemon derives with (its own
+ *            tetris-derive's, and the libraries of --derive-runtimes);
+ *            absent: tetris-derive's own. A pod only picks among the
+ *            operator's runtimes, it never names a library.
  *   reply    {"ok":true} once the daemon has made the derived form (in a
  *            child it runs, tetris-derive), published its two tensors and
  *            written its index entry, or found one there already; the
  *            error reply otherwise ("unavailable": derivation is off on
- *            this node; "full": no room; "runtime": the runtime refused the
- *            graph; "timeout"). The connection stays open either way. It
- *            may take minutes: a client asks from a thread that no start
- *            waits for. One derivation per connection at a time.
+ *            this node; "notfound": no such runtime here; "full": no room;
+ *            "runtime": the runtime refused the graph; "timeout"). The
+ *            connection stays open either way. It may take minutes: a
+ *            client asks from a thread that no start waits for. One
+ *            derivation per connection at a time.
  *   request  {"op":"pull","label":S,"ref":"oci://HOST:PORT/REPO[:TAG|@sha256:HEX]"}
  *            no descriptors; ref at most INGEST_MAX_REF bytes (protocol/oci.h's
  *            grammar). The daemon fetches the model from a registry it may
@@ -229,6 +236,7 @@ typedef struct ingest_request {
     char *label;  /* "" when absent */
     char *reason; /* report_fallback's; "" when absent */
     char *transform; /* derive's; "" when absent */
+    char *runtime;   /* derive's; "" when absent (the daemon's own) */
     char *ref;       /* pull's; "" when absent */
     size_t n_sources;
     char **sources; /* informational paths */
@@ -250,8 +258,9 @@ int ingest_request_encode(const char *label, const model *m, char **json,
                           tetris_error *err);
 /* {"op":"report_fallback",...}; malloc'd, NULL when out of memory. */
 char *ingest_fallback_encode(const char *label, const char *reason);
-/* {"op":"derive",...}; malloc'd, NULL when out of memory. */
-char *ingest_derive_encode(const char *label, const char *transform);
+/* {"op":"derive",...}, runtime left out when NULL; malloc'd, NULL when out
+ * of memory. */
+char *ingest_derive_encode(const char *label, const char *transform, const char *runtime);
 /* {"op":"pull",...}; malloc'd, NULL when out of memory. */
 char *ingest_pull_encode(const char *label, const char *ref);
 /* {"op":"gpu_attach",...} for digests[0..n); malloc'd, NULL when out of

@@ -14,4 +14,4 @@ LIB_SRCS += protocol/profile.c protocol/ingest.c protocol/inventory.c protocol/n
             protocol/csi.c
 UNIT_TESTS += tests/protocol/test_profile.c tests/protocol/test_ingest_protocol.c tests/protocol/test_inventory.c \
               tests/protocol/test_names.c tests/protocol/test_oci.c tests/protocol/test_oci_auth.c \
-              tests/protocol/test_csi.c
+              tests/protocol/test_csi.c tests/protocol/test_derived.c

@@ -173,6 +173,9 @@
 /* The model view's directory (docs/PROTOCOLS.md, "Model view"), which
  * `tetris-agent exec` sets for the command it runs. */
 #define TETRIS_ENV_MODEL_VIEW "TETRIS_MODEL_VIEW"
+/* The runtime a view's reader runs ("onnxruntime 1.22.0"): the one whose
+ * derived form the view may carry (`tetris-agent exec --runtime`). */
+#define TETRIS_ENV_VIEW_RUNTIME "TETRIS_VIEW_RUNTIME"
 /* The model's name and version in the Open Inference Protocol's paths
  * (/v2/models/NAME[/versions/VERSION]), and the largest request body. */
 #define TETRIS_ENV_MODEL_NAME "TETRIS_MODEL_NAME"

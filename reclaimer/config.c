@@ -148,6 +148,38 @@ static int parse_registries(struct reclaimer_registries *r, const char *v, tetri
     return 0;
 }
 
+/* "PATH,...": replaces the list; each an absolute path, once. Whether a
+ * file is there and trusted is checked when a derivation first needs it
+ * (reclaimer/derive.c). */
+static int parse_derive_runtimes(struct reclaimer_derive_runtimes *r, const char *v,
+                                 tetris_error *err)
+{
+    memset(r, 0, sizeof(*r));
+    for (const char *p = v; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        const char *entry = p;
+        p += len;
+        p += strspn(p, ",");
+        if (len == 0)
+            continue;
+        if (entry[0] != '/' || len >= sizeof(r->libs[0]))
+            return tetris_fail(err, TETRIS_E_INVAL, 0,
+                               "'%.*s' is not an absolute path of at most %zu bytes",
+                               (int)(len > 255 ? 255 : len), entry, sizeof(r->libs[0]) - 1);
+        bool seen = false;
+        for (size_t i = 0; i < r->n && !seen; i++)
+            seen = strlen(r->libs[i]) == len && memcmp(r->libs[i], entry, len) == 0;
+        if (seen)
+            continue;
+        if (r->n == RECLAIMER_DERIVE_RUNTIMES_MAX)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "at most %d runtimes",
+                               RECLAIMER_DERIVE_RUNTIMES_MAX);
+        memcpy(r->libs[r->n], entry, len);
+        r->libs[r->n++][len] = '\0';
+    }
+    return 0;
+}
+
 bool reclaimer_peer_allowed(const struct reclaimer_config *cfg, const char *tenant, uid_t uid)
 {
     bool bound = false, tenant_bound = false;
@@ -255,6 +287,14 @@ static int parse_registries_opt(const struct opt_spec *spec, const char *label, 
     return 0;
 }
 
+static int parse_derive_runtimes_opt(const struct opt_spec *spec, const char *label,
+                                     const char *value, tetris_error *err)
+{
+    if (parse_derive_runtimes(spec->dest, value, err) < 0)
+        return tetris_wrap(err, "%s", label);
+    return 0;
+}
+
 static int parse_store_tmpfs(const struct opt_spec *spec, const char *label, const char *value,
                              tetris_error *err)
 {
@@ -310,7 +350,7 @@ static const char epilogue[] =
 struct settings {
     struct share_dest capacity, tenant_capacity, shared_capacity, max_unverified,
         max_unverified_uid, gpu_store_quota;
-    struct opt_spec specs[44];
+    struct opt_spec specs[45];
     struct opt_program program;
 };
 
@@ -418,6 +458,15 @@ static void settings_init(struct settings *s, struct reclaimer_config *cfg)
                     "CUDA driver library (default $" GPU_LIBCUDA_ENV ", else " GPU_LIBCUDA_DEFAULT
                     "; loaded on the first gpu_attach; a flag only, "
                     "refused in --config; the file and its directory must be root's alone)"),
+        {.name = "derive-runtimes",
+         .type = OPT_TYPE_CUSTOM,
+         .dest = &cfg->derive_runtimes,
+         .parse = parse_derive_runtimes_opt,
+         .meta = "PATH,...",
+         .help = "ONNX Runtime libraries (1.22 or later) tetris-derive may also make derived "
+                 "forms with, for views of functions on those runtimes (onnxruntime-node's "
+                 "libonnxruntime.so.1); a flag only, refused in --config; each file and its "
+                 "directory must be root's alone"},
         SHARE_OPTION("gpu-store-quota", &s->gpu_store_quota,
                      "device memory per GPU one store (a tenant's, or the shared one) may hold, "
                      "padded (default: an equal share of the capacity per store served)"),
@@ -529,7 +578,7 @@ static void set_defaults(struct reclaimer_config *cfg)
 /* YAML keys: the options' names, with '-' or '_' ("keep_alive" = "keep-alive"),
  * each applied by the option's own parser. Not in a file: --config, the
  * flags (what a ConfigMap's writer must not switch: --once, --mount-only,
- * --no-tenants, --gpu-shared-store) and --libcuda. */
+ * --no-tenants, --gpu-shared-store), --libcuda and --derive-runtimes. */
 static int apply_file(const struct settings *s, const char *path, tetris_error *err)
 {
     config_yaml *y;
@@ -551,6 +600,12 @@ static int apply_file(const struct settings *s, const char *path, tetris_error *
                              "%s:%d: \"%s\" is refused in a settings file: the CUDA driver "
                              "is chosen by the daemon's --libcuda flag or $" GPU_LIBCUDA_ENV
                              " only",
+                             path, it->line, it->key);
+        else if (strcmp(spec->name, "derive-runtimes") == 0)
+            rc = tetris_fail(err, TETRIS_E_INVAL, 0,
+                             "%s:%d: \"%s\" is refused in a settings file: the runtimes "
+                             "tetris-derive loads are chosen by the daemon's --derive-runtimes "
+                             "flag only",
                              path, it->line, it->key);
         else
             rc = opt_apply(&s->program, it->key, it->value, where, err);

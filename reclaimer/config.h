@@ -38,6 +38,15 @@ struct reclaimer_registries {
     bool plain[RECLAIMER_REGISTRIES_MAX];
 };
 
+/* ONNX Runtime libraries tetris-derive may derive with besides its own
+ * (--derive-runtimes): the operator's list of absolute paths. */
+#define RECLAIMER_DERIVE_RUNTIMES_MAX 8
+
+struct reclaimer_derive_runtimes {
+    size_t n;
+    char libs[RECLAIMER_DERIVE_RUNTIMES_MAX][PATH_MAX];
+};
+
 /* Without --capacity: this share of the store's filesystem. A node store
  * without a bound lets one pod fill the node's memory (tmpfs is RAM). */
 #define RECLAIMER_DEFAULT_CAPACITY_PERCENT 50
@@ -81,6 +90,7 @@ struct reclaimer_config {
     uint64_t scrub_rate;         /* CRC-checked bytes per second, 0: off */
     uint64_t gpu_capacity_bytes; /* per GPU, shared tensors; 0: the device's */
     char libcuda_path[PATH_MAX]; /* "" -> $TETRIS_LIBCUDA or libcuda.so.1 */
+    struct reclaimer_derive_runtimes derive_runtimes; /* none: tetris-derive's own only */
     uint64_t gpu_store_quota_bytes; /* per store and GPU, padded; 0: an equal */
     double gpu_store_quota_percent; /* share; >0: this share of the capacity */
     bool gpu_shared_store;          /* gpu_attach served on the shared store */

@@ -18,9 +18,11 @@
  * No re-derivation: a source is claimed (derive_claim) before the index
  * is looked at, so a second ask for the same source waits for the first
  * and then finds its entry (derive_find) instead of deriving again. The
- * runtime an entry must match is the child's own (derive_runtime asks
- * tetris-derive once and keeps the answer): what the daemon publishes is
- * named by what made it, never by what a pod says it runs. */
+ * runtime an entry must match is the child's (derive_runtime asks
+ * tetris-derive once per runtime and keeps the answer): what the daemon
+ * publishes is named by what made it, never by what a pod says it runs.
+ * A pod's ask may name one of the runtimes the daemon derives with (its
+ * own, the operator's --derive-runtimes), never a library. */
 #include "reclaimer/derive.h"
 
 #include <dirent.h>
@@ -50,6 +52,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "protocol/ingest.h"
+#include "reclaimer/trusted_path.h"
 
 #define DERIVE_TIMEOUT_MS (10 * 60 * 1000)
 /* ASan reserves terabytes of address space for its shadow, so a sanitizer
@@ -79,9 +82,11 @@ static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t claims_released = PTHREAD_COND_INITIALIZER;
 static struct derive_claim *claims;
 
-/* The child's runtime, asked once (derive_runtime); "" until then. */
+/* The runtimes the child derives with (derive_runtime): slot 0 its own,
+ * then the operator's libraries; each one's name "" until asked. */
 static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
-static char child_runtime[DERIVED_NAME_MAX];
+static struct derive_runtime runtimes[1 + RECLAIMER_DERIVE_RUNTIMES_MAX];
+static size_t n_runtimes;
 
 int derive_copy_image(int client_fd, int *out_fd, tensor_digest *source, tetris_error *err)
 {
@@ -170,9 +175,10 @@ static void set_limit(int resource, rlim_t value)
 
 /* In the child, before exec: only descriptor 3 (the image) and the pipe
  * on stdout remain; stderr stays the daemon's log. Without an image
- * (image_fd -1) it only asks the runtime's name (--runtime). */
+ * (image_fd -1) it only asks the runtime's name (--runtime). lib: the
+ * runtime's library, "" for tetris-derive's own. */
 static void child_exec(const char *program, int image_fd, int out_pipe, const char *external_dir,
-                       const char *out_dir, bool unprivileged)
+                       const char *out_dir, const char *lib, bool unprivileged)
 {
     setpgid(0, 0);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
@@ -192,21 +198,22 @@ static void child_exec(const char *program, int image_fd, int out_pipe, const ch
     char uid[16], gid[16];
     snprintf(uid, sizeof(uid), "%d", DERIVE_UID);
     snprintf(gid, sizeof(gid), "%d", DERIVE_GID);
-    char *argv[] = {(char *)program,
-                    "--graph-fd",
-                    "3",
-                    "--external-dir",
-                    (char *)external_dir,
-                    "--out-dir",
-                    (char *)out_dir,
-                    "--uid",
-                    uid,
-                    "--gid",
-                    gid,
-                    NULL};
-    char *probe[] = {(char *)program, "--runtime", NULL};
-    if (!unprivileged)
-        argv[7] = NULL;
+    /* The program's name, at most 12 arguments, the NULL. */
+    char *argv[14] = {(char *)program, "--graph-fd",   "3", "--external-dir", (char *)external_dir,
+                      "--out-dir",     (char *)out_dir};
+    size_t n = 7;
+    char *probe[5] = {(char *)program, "--runtime"};
+    if (unprivileged) {
+        argv[n++] = "--uid";
+        argv[n++] = uid;
+        argv[n++] = "--gid";
+        argv[n++] = gid;
+    }
+    if (lib[0] != '\0') {
+        argv[n++] = probe[2] = "--runtime-lib";
+        argv[n++] = probe[3] = (char *)lib;
+    }
+    argv[n] = NULL;
     /* A clean environment; the sanitizers' own settings pass (their
      * suppressions name ONNX Runtime's leaks, make SAN=1). */
     static const char *const pass[] = {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"};
@@ -343,14 +350,15 @@ static void remove_dir(const char *dir)
 
 /* Forks, execs tetris-derive (child_exec) and waits for its line. */
 static int run_child(const char *program, int image_fd, const char *public_dir, const char *dir,
-                     bool unprivileged, int stop_fd, char *line, size_t cap, tetris_error *err)
+                     const char *lib, bool unprivileged, int stop_fd, char *line, size_t cap,
+                     tetris_error *err)
 {
     int pipe_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) != 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "derive: pipe");
     pid_t pid = fork();
     if (pid == 0)
-        child_exec(program, image_fd, pipe_fds[1], public_dir, dir, unprivileged);
+        child_exec(program, image_fd, pipe_fds[1], public_dir, dir, lib, unprivileged);
     close(pipe_fds[1]);
     int rc = pid < 0 ? tetris_fail(err, TETRIS_E_IO, errno, "derive: fork")
                      : child_wait(pid, pipe_fds[0], stop_fd, line, cap, err);
@@ -358,41 +366,95 @@ static int run_child(const char *program, int image_fd, const char *public_dir, 
     return rc;
 }
 
-int derive_runtime(int stop_fd, char *out, size_t cap, tetris_error *err)
+/* Asks tetris-derive the name of rt's runtime (runtime_lock held). A
+ * library is asked only if root alone could have written it. */
+static int ask_runtime(const char *program, struct derive_runtime *rt, int stop_fd,
+                       tetris_error *err)
 {
-    char program[PATH_MAX], line[DERIVE_STDOUT_MAX];
-    pthread_mutex_lock(&runtime_lock);
+    char line[DERIVE_STDOUT_MAX], lib[PATH_MAX];
     int rc = 0;
-    if (child_runtime[0] == '\0') {
-        rc = derive_program(program, sizeof(program), err);
-        if (rc == 0)
-            rc = run_child(program, -1, NULL, NULL, false, stop_fd, line, sizeof(line), err);
-        json_t *j = rc == 0 ? json_loads(line, JSON_REJECT_DUPLICATES, NULL) : NULL;
-        const char *s = json_string_value(json_object_get(j, "runtime"));
-        if (rc == 0 && (s == NULL || s[0] == '\0' || strlen(s) >= sizeof(child_runtime)))
-            rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
-                             "derive: tetris-derive --runtime printed no runtime");
-        if (rc == 0)
-            snprintf(child_runtime, sizeof(child_runtime), "%s", s);
-        json_decref(j);
+    snprintf(lib, sizeof(lib), "%s", rt->lib);
+    if (rt->lib[0] != '\0')
+        rc = trusted_path_resolve("derive runtime", rt->lib, lib, sizeof(lib), err);
+    if (rc == 0)
+        rc = run_child(program, -1, NULL, NULL, lib, false, stop_fd, line, sizeof(line), err);
+    json_t *j = rc == 0 ? json_loads(line, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    const char *s = json_string_value(json_object_get(j, "runtime"));
+    if (rc == 0 && !derived_name_valid(s))
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                         "derive: tetris-derive --runtime printed no runtime");
+    if (rc == 0) {
+        snprintf(rt->name, sizeof(rt->name), "%s", s);
+        snprintf(rt->lib, sizeof(rt->lib), "%s", lib);
+        log_info("event=derive-runtime runtime=%s lib=%s", LOG_Q(rt->name),
+                 LOG_Q(rt->lib[0] != '\0' ? rt->lib : "tetris-derive's own"));
     }
-    snprintf(out, cap, "%s", child_runtime);
-    pthread_mutex_unlock(&runtime_lock);
+    json_decref(j);
     return rc;
 }
 
-/* A derivation's child reports the runtime that made the form: the one
- * kept from then on (tetris-derive's runtime replaced beside the daemon). */
-static void note_runtime(const char *runtime)
+int derive_runtime(const struct reclaimer_derive_runtimes *libs, const char *want, int stop_fd,
+                   struct derive_runtime *out, tetris_error *err)
 {
+    char program[PATH_MAX];
+    int rc = derive_program(program, sizeof(program), err);
+    if (rc < 0)
+        return rc;
     pthread_mutex_lock(&runtime_lock);
-    if (strcmp(child_runtime, runtime) != 0) {
-        if (child_runtime[0] != '\0')
-            log_warn("event=derive-runtime-changed was=%s now=%s", LOG_Q(child_runtime),
-                     LOG_Q(runtime));
-        snprintf(child_runtime, sizeof(child_runtime), "%s", runtime);
+    if (n_runtimes == 0) {
+        n_runtimes = 1;
+        for (size_t i = 0; i < libs->n; i++)
+            snprintf(runtimes[n_runtimes++].lib, sizeof(runtimes[0].lib), "%s", libs->libs[i]);
+    }
+    size_t n = want[0] == '\0' ? 1 : n_runtimes;
+    bool found = false;
+    char names[512] = "";
+    for (size_t i = 0; i < n && !found && rc == 0; i++) {
+        tetris_error why;
+        struct derive_runtime *rt = &runtimes[i];
+        if (rt->name[0] == '\0' && ask_runtime(program, rt, stop_fd, &why) < 0) {
+            /* tetris-derive's own, or a stop: the ask fails; a library
+             * that cannot be asked is left out of this answer. */
+            if (i == 0 || why.code == TETRIS_E_UNAVAILABLE)
+                rc = tetris_fail(err, why.code, 0, "%s", why.msg);
+            else
+                log_warn("event=derive-runtime-refused lib=%s msg=%s", LOG_Q(rt->lib),
+                         LOG_Q(why.msg));
+            continue;
+        }
+        found = want[0] == '\0' || strcmp(rt->name, want) == 0;
+        if (found)
+            *out = *rt;
+        size_t used = strlen(names), len = strlen(rt->name);
+        if (used + len + 3 < sizeof(names)) {
+            memcpy(names + used, used > 0 ? ", " : "", used > 0 ? 2 : 0);
+            used += used > 0 ? 2 : 0;
+            memcpy(names + used, rt->name, len + 1);
+        }
     }
     pthread_mutex_unlock(&runtime_lock);
+    if (rc == 0 && !found)
+        rc = tetris_fail(err, TETRIS_E_NOTFOUND, 0,
+                         "derive: no runtime \"%s\" on this node (it derives with: %s)", want,
+                         names);
+    return rc;
+}
+
+/* The child reported another runtime than the one its library had: the
+ * library was replaced. The new name is kept; this derivation fails. */
+static int check_runtime(const struct derive_runtime *rt, const char *made_with, tetris_error *err)
+{
+    if (strcmp(rt->name, made_with) == 0)
+        return 0;
+    pthread_mutex_lock(&runtime_lock);
+    for (size_t i = 0; i < n_runtimes; i++)
+        if (strcmp(runtimes[i].lib, rt->lib) == 0)
+            snprintf(runtimes[i].name, sizeof(runtimes[i].name), "%s", made_with);
+    pthread_mutex_unlock(&runtime_lock);
+    log_warn("event=derive-runtime-changed lib=%s was=%s now=%s", LOG_Q(rt->lib), LOG_Q(rt->name),
+             LOG_Q(made_with));
+    return tetris_fail(err, TETRIS_E_RUNTIME, 0, "derive: the form was made with %s, not %s",
+                       made_with, rt->name);
 }
 
 static bool claimed(const tensor_digest *source)
@@ -429,15 +491,14 @@ bool derive_find(store *s, const tensor_digest *source, const char *transform, c
                  const char *cpu, derived_entry *e)
 {
     tetris_error ignored;
-    return derived_entry_read(store_public_dir(s), source, e, &ignored) == 0 &&
-           strcmp(e->transform, transform) == 0 && strcmp(e->runtime, runtime) == 0 &&
-           strcmp(e->cpu, cpu) == 0 && store_has_tensor(s, &e->graph.digest) &&
-           store_has_tensor(s, &e->data.digest);
+    return derived_entry_lookup(store_public_dir(s), transform, runtime, cpu, source, e,
+                                &ignored) == 0 &&
+           store_has_tensor(s, &e->graph.digest) && store_has_tensor(s, &e->data.digest);
 }
 
 int derive_make(const char *store_root, const char *public_dir, int image_fd,
-                const tensor_digest *source, int stop_fd, struct derive_output *out,
-                tetris_error *err)
+                const tensor_digest *source, const struct derive_runtime *rt, int stop_fd,
+                struct derive_output *out, tetris_error *err)
 {
     char program[PATH_MAX], dir[PATH_MAX], line[DERIVE_STDOUT_MAX];
     memset(out, 0, sizeof(*out));
@@ -459,11 +520,13 @@ int derive_make(const char *store_root, const char *public_dir, int image_fd,
     }
     pthread_mutex_lock(&derive_lock);
     int64_t start = clock_mono_ms();
-    rc = run_child(program, image_fd, public_dir, dir, unprivileged, stop_fd, line, sizeof(line),
-                   err);
+    rc = run_child(program, image_fd, public_dir, dir, rt->lib, unprivileged, stop_fd, line,
+                   sizeof(line), err);
     pthread_mutex_unlock(&derive_lock);
     if (rc == 0)
         rc = parse_result(line, unprivileged, out, err);
+    if (rc == 0)
+        rc = check_runtime(rt, out->runtime, err);
     if (rc == 0)
         rc = open_output(dir, "graph.onnx", &out->graph_fd, err);
     if (rc == 0)
@@ -473,7 +536,6 @@ int derive_make(const char *store_root, const char *public_dir, int image_fd,
         derive_output_close(out);
         return rc;
     }
-    note_runtime(out->runtime);
     out->took_ms = clock_mono_ms() - start;
     return 0;
 }
@@ -504,7 +566,7 @@ int derive_write_entry(const char *public_dir, const derived_entry *e, tetris_er
     bool ok = write(fd, text, len) == (ssize_t)len && fchmod(fd, 0444) == 0 && fsync(fd) == 0;
     int saved = errno;
     close(fd);
-    derived_entry_path(public_dir, &e->source, path, sizeof(path));
+    derived_entry_path(public_dir, &e->identity, path, sizeof(path));
     if (!ok || rename(tmp, path) != 0) {
         saved = ok ? errno : saved;
         unlink(tmp);

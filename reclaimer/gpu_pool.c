@@ -35,6 +35,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prom.h"
+#include "reclaimer/trusted_path.h"
 #include "tensorstore/gpu/gpu.h"
 
 struct gpu_entry {
@@ -65,32 +66,11 @@ gpu_pool *daemon_gpu_pool(void)
     return &pool;
 }
 
-/* Whether a file or directory a root daemon loads code through is
- * root's (or the daemon's own user's) alone: owned so and not writable by
- * group or others, so no one else could have put or swapped code there. */
-static int check_owned(const char *what, const char *path, tetris_error *err)
-{
-    struct stat st;
-    if (stat(path, &st) < 0)
-        return tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "libcuda: %s %s", what, path);
-    if (st.st_uid != 0 && st.st_uid != geteuid())
-        return tetris_fail(err, TETRIS_E_DENIED, 0,
-                           "libcuda: %s %s is owned by uid %u, not root: refusing to load it "
-                           "into the daemon",
-                           what, path, (unsigned)st.st_uid);
-    if (st.st_mode & (S_IWGRP | S_IWOTH))
-        return tetris_fail(err, TETRIS_E_DENIED, 0,
-                           "libcuda: %s %s is writable by group or others (mode %04o): "
-                           "refusing to load it into the daemon",
-                           what, path, (unsigned)(st.st_mode & 07777));
-    return 0;
-}
-
 /* The driver path to dlopen, checked: the --libcuda flag, else
  * $TETRIS_LIBCUDA (both the DaemonSet's; the settings file may not name
  * it, see config.c), else the loader's search for libcuda.so.1 (root's
  * ld.so configuration). A path is resolved, and the file, its directory and
- * the directory it was named in must be root's alone (check_owned). */
+ * the directory it was named in must be root's alone (trusted_path.h). */
 static int driver_path(const char *configured, char *out, size_t len, tetris_error *err)
 {
     const char *path = configured[0] != '\0' ? configured : getenv(GPU_LIBCUDA_ENV);
@@ -98,22 +78,10 @@ static int driver_path(const char *configured, char *out, size_t len, tetris_err
         snprintf(out, len, "%s", path != NULL && path[0] != '\0' ? path : GPU_LIBCUDA_DEFAULT);
         return 0;
     }
-    char real[PATH_MAX], dir[PATH_MAX];
-    if (realpath(path, real) == NULL)
-        return errno == ENOENT ? tetris_fail(err, TETRIS_E_UNAVAILABLE, 0,
-                                             "%s not found: GPU sharing unavailable", path)
-                               : tetris_fail(err, TETRIS_E_UNAVAILABLE, errno, "libcuda: %s", path);
-    snprintf(dir, sizeof(dir), "%s", path);
-    *strrchr(dir, '/') = '\0';
-    int rc = check_owned("directory", dir[0] != '\0' ? dir : "/", err);
-    if (rc == 0)
-        rc = check_owned("file", real, err);
-    snprintf(dir, sizeof(dir), "%s", real);
-    *strrchr(dir, '/') = '\0';
-    if (rc == 0)
-        rc = check_owned("directory", dir[0] != '\0' ? dir : "/", err);
-    if (rc == 0)
-        snprintf(out, len, "%s", real);
+    int rc = trusted_path_resolve("libcuda", path, out, len, err);
+    if (rc == -TETRIS_E_NOTFOUND)
+        return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "%s not found: GPU sharing unavailable",
+                           path);
     return rc;
 }
 

@@ -910,13 +910,13 @@ static int publish_derived(struct conn *c, const struct derive_output *out, deri
 /* Makes the form of the sealed image (named source) and writes its index
  * entry e. */
 static int make_derived(struct conn *c, const char *transform, int image_fd,
-                        const tensor_digest *source, derived_entry *e, struct derive_output *out,
-                        tetris_error *err)
+                        const tensor_digest *source, const struct derive_runtime *rt,
+                        derived_entry *e, struct derive_output *out, tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
     const char *public_dir = store_public_dir(ss->store);
-    int rc = derive_make(store_root(ss->store), public_dir, image_fd, source, c->srv->stop_pipe[0],
-                         out, err);
+    int rc = derive_make(store_root(ss->store), public_dir, image_fd, source, rt,
+                         c->srv->stop_pipe[0], out, err);
     if (rc == 0)
         rc = publish_derived(c, out, e, err);
     if (rc == 0) {
@@ -932,18 +932,20 @@ static int make_derived(struct conn *c, const char *transform, int image_fd,
     return rc;
 }
 
-/* A derived form of the share image behind fds[0] (protocol/derived.h).
+/* A derived form of the share image behind fds[0] (protocol/derived.h),
+ * made by the runtime the request names among the daemon's (derive.h).
  * The source is claimed first (derive.c): a concurrent ask for it waits
  * for the derivation under way and then finds its entry. A form already
- * there for this transform, the child's runtime and this CPU is the
- * answer; otherwise tetris-derive makes one (make_derived). Failures are
- * the error reply with the connection kept open: they concern only this
+ * there for this transform, that runtime and this CPU is the answer;
+ * otherwise tetris-derive makes one (make_derived). Failures are the
+ * error reply with the connection kept open: they concern only this
  * derivation. */
 static int handle_derive(struct conn *c, const ingest_request *rq, const int *fds, char **reply,
                          tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
-    char runtime[DERIVED_NAME_MAX], cpu[DERIVED_NAME_MAX], source[TENSOR_DIGEST_HEX_LEN + 1];
+    struct derive_runtime rt = {0};
+    char cpu[DERIVED_NAME_MAX], source[TENSOR_DIGEST_HEX_LEN + 1];
     struct derive_output out = {.graph_fd = -1, .data_fd = -1};
     struct derive_claim claim;
     tensor_digest digest = {0};
@@ -955,13 +957,15 @@ static int handle_derive(struct conn *c, const ingest_request *rq, const int *fd
     int rc = derive_copy_image(fds[0], &image_fd, &digest, &derr);
     if (rc == 0) {
         derive_claim(&claim, &digest);
-        rc = derive_runtime(c->srv->stop_pipe[0], runtime, sizeof(runtime), &derr);
+        /* Fixed at start (a flag only): read without the config lock. */
+        rc = derive_runtime(&ss->d->cfg.derive_runtimes, rq->runtime, c->srv->stop_pipe[0], &rt,
+                            &derr);
         if (rc == 0)
             rc = derived_cpu_features(cpu, sizeof(cpu), &derr);
         if (rc == 0)
-            existing = derive_find(ss->store, &digest, rq->transform, runtime, cpu, &e);
+            existing = derive_find(ss->store, &digest, rq->transform, rt.name, cpu, &e);
         if (rc == 0 && !existing)
-            rc = make_derived(c, rq->transform, image_fd, &digest, &e, &out, &derr);
+            rc = make_derived(c, rq->transform, image_fd, &digest, &rt, &e, &out, &derr);
         derive_release(&claim);
     }
     tensor_digest_to_hex(&digest, source);
@@ -973,7 +977,7 @@ static int handle_derive(struct conn *c, const ingest_request *rq, const int *fd
     } else if (existing) {
         log_info("event=derive-existing tenant=%s pid=%d label=%s source=%s runtime=%s "
                  "waited_ms=%lld",
-                 tenant_name(ss), (int)c->pid, LOG_Q(rq->label), source, LOG_Q(runtime),
+                 tenant_name(ss), (int)c->pid, LOG_Q(rq->label), source, LOG_Q(rt.name),
                  (long long)(clock_mono_ms() - t0));
         *reply = ingest_ack_encode();
     } else {

@@ -6,7 +6,7 @@ tetris-reclaimer_SRCS := reclaimer/tetris-reclaimer.c reclaimer/stores.c reclaim
                          reclaimer/adopt.c reclaimer/reclaim.c \
                          reclaimer/ingest_server.c reclaimer/http_api.c \
                          reclaimer/gpu_pool.c reclaimer/peers.c reclaimer/derive.c \
-                         reclaimer/starts.c reclaimer/pull.c
+                         reclaimer/starts.c reclaimer/pull.c reclaimer/trusted_path.c
 # The daemon's settings, tensor index and reclaim rule are in the library
 # so the unit tests (and the cluster evaluation, for the rule) can reach
 # them.

@@ -14,6 +14,16 @@
 // entry through `extra`. Without TETRIS_MODEL_VIEW it loads TETRIS_MODEL
 // itself with the same options (the private baseline: same outputs).
 //
+// A view written for this runtime (`tetris-agent exec --derived use
+// --runtime "onnxruntime 1.22.0"`) may carry the store's derived form:
+// the graph optimised at `all` once per node by this very runtime, its
+// pre-packed weights in a store file. The function opens it, with the
+// form's session options (optimisation off, pre-packing on), when the
+// form's runtime is the one onnxruntime-node runs, and answers as stock
+// onnxruntime-node at `all` does; a form made by another runtime is not
+// opened (its packs' layout is that runtime's): one log line, the plain
+// graph.
+//
 // What an inference computes is a handler's (OpenFaaS's template layout): a
 // module exporting `async handle({session, ort, feeds, outputs})` that
 // returns the named outputs as ort.Tensors. It is TETRIS_HANDLER, else
@@ -34,7 +44,7 @@ const http = require('node:http');
 const path = require('node:path');
 
 const oip = require('./oip');
-const { openView, ViewError } = require('./tetris-view');
+const { openView, derivedFor, ViewError } = require('./tetris-view');
 
 const PROG = 'tetris-node-function';
 const VERSION = require('./package.json').version;
@@ -54,7 +64,8 @@ onnxruntime-node.
 Environment:
   TETRIS_MODEL_VIEW  a tetris model view (written by tetris-agent exec/view):
                      the session opens its graph, whose weights are the node
-                     tensor store's pages, with its session options
+                     tensor store's pages, with its session options; or its
+                     derived form, when this onnxruntime-node made it
   TETRIS_MODEL       without a view: the ONNX model, loaded privately
   TETRIS_MODEL_NAME  the model's name in /v2/models/{name} (default: the
                      model file's name without .onnx)
@@ -128,8 +139,9 @@ function ortOptions(sessionOptions, threads) {
   return opts;
 }
 
-// What to open: the view's graph, or TETRIS_MODEL privately.
-function chooseModel() {
+// What to open: the view's graph (its derived form when runtime made it),
+// or TETRIS_MODEL privately.
+function chooseModel(runtime) {
   if (process.env.TETRIS_MODEL_VIEW) {
     let view;
     try {
@@ -140,14 +152,25 @@ function chooseModel() {
     }
     if (view.modelFormat !== 'onnx') die(EXIT_MODEL, 'bad-view', `the view's model is ${view.modelFormat}, not ONNX`);
     if (view.fallback !== null) log('warn', 'view-fallback', { reason: view.fallback, msg: 'serving the original model file' });
+    const form = derivedFor(view, runtime);
+    if (view.derived !== null && form === null) {
+      log('warn', 'view-derived-mismatch', {
+        runtime, form_runtime: view.derived.runtime, action: 'plain-graph',
+        msg: 'the derived form was made by another runtime',
+      });
+    }
     return {
-      mode: 'view', file: view.graph, model: view.model, options: view.sessionOptions,
-      tensors: view.tensors.length, sharedBytes: view.sharedBytes,
+      mode: 'view', file: form ? form.graph : view.graph, model: view.model,
+      options: form ? form.sessionOptions : view.sessionOptions, derived: form !== null,
+      tensors: view.tensors.length, sharedBytes: view.sharedBytes + (form ? form.dataLength : 0),
     };
   }
   const model = process.env.TETRIS_MODEL;
   if (!model) die(EXIT_USAGE, 'usage', 'neither TETRIS_MODEL_VIEW nor TETRIS_MODEL is set (try --help)');
-  return { mode: 'private', file: model, model, options: DEFAULT_SESSION_OPTIONS, tensors: 0, sharedBytes: 0 };
+  return {
+    mode: 'private', file: model, model, options: DEFAULT_SESSION_OPTIONS, derived: false, tensors: 0,
+    sharedBytes: 0,
+  };
 }
 
 // The user's handler, or running the session as it is.
@@ -288,7 +311,7 @@ function serve(ctx, addr) {
   server.listen(addr.port, addr.host, () => {
     log('info', 'serving', {
       port: server.address().port, pid: process.pid, model: ctx.model, name: ctx.name, mode: ctx.mode,
-      tensors: ctx.tensors, shared_bytes: ctx.sharedBytes, ort: ctx.ort.env.versions.node,
+      derived: ctx.derived, tensors: ctx.tensors, shared_bytes: ctx.sharedBytes, ort: ctx.ort.env.versions.node,
       handler: ctx.handler.file || 'session.run',
     });
   });
@@ -316,10 +339,10 @@ async function main() {
   const threads = positiveInt('TETRIS_THREADS', 1);
   const maxBody = positiveInt('TETRIS_MAX_BODY_BYTES', 64 * 1024 * 1024);
   const addr = listenAddress();
-  const chosen = chooseModel();
-  const handler = loadHandler();
   // loaded only now: --help and --version work without the runtime
   const ort = require('onnxruntime-node');
+  const chosen = chooseModel(`onnxruntime ${ort.env.versions.node}`);
+  const handler = loadHandler();
   let session;
   try {
     session = await ort.InferenceSession.create(chosen.file, ortOptions(chosen.options, threads));
@@ -332,7 +355,7 @@ async function main() {
   const version = process.env.TETRIS_MODEL_VERSION || null;
   serve({
     ort, session, handler, inputs, outputs, name, version, maxBody, mode: chosen.mode, model: chosen.model,
-    tensors: chosen.tensors, sharedBytes: chosen.sharedBytes,
+    derived: chosen.derived, tensors: chosen.tensors, sharedBytes: chosen.sharedBytes,
     metadata: oip.modelMetadata(name, version, 'onnx_onnxv1', inputs, outputs),
   }, addr);
 }

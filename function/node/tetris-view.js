@@ -15,6 +15,11 @@
 //     inside `store`, or is the model or a file beside it (its external
 //     data), at least offset + length bytes long, and length = elements x
 //     dtype size.
+//   - a derived form ("derived", not null: the store's graph optimised by
+//     one runtime, with its pre-packed weights) has its graph inside the
+//     view and its data file inside `store`, at least `length` bytes long.
+//     Its runtime is the one that made it: a caller opens it only when it
+//     runs that runtime (derivedFor), else the plain graph.
 // Anything else throws a ViewError whose message names the view, the
 // tensor and the field; nothing is ever written.
 'use strict';
@@ -168,6 +173,33 @@ function checkSessionOptions(ctx, so) {
   return out;
 }
 
+function checkDerived(ctx, d) {
+  const where = `${ctx.index}: "derived"`;
+  if (d === undefined || d === null) return null;
+  need(typeof d === 'object' && !Array.isArray(d), where, 'not an object');
+  need(typeof d.runtime === 'string' && d.runtime.length > 0, where, '"runtime" missing or not a string');
+  need(typeof d.graph === 'string' && d.graph.length > 0, where, '"graph" is not a path');
+  need(d.data !== null && typeof d.data === 'object' && typeof d.data.file === 'string' && isCount(d.data.length),
+    where, '"data" needs "file" and "length"');
+  need(ctx.store !== null, where, 'a derived form, but the view has no store');
+  const graph = realFile(resolveInView(ctx.dir, d.graph, where), where);
+  need(isInside(graph.real, ctx.dir), where, `graph ${d.graph} resolves to ${graph.real}, outside the view`);
+  const data = realFile(resolveInView(ctx.dir, d.data.file, where), where);
+  need(isInside(data.real, ctx.store), where, `data ${d.data.file} resolves to ${data.real}, outside the store ${ctx.store}`);
+  need(data.size >= d.data.length, where,
+    `data ${data.real} is ${data.size} bytes, shorter than its length ${d.data.length} (truncated?)`);
+  return {
+    runtime: d.runtime, graph: graph.real, dataFile: data.real, dataLength: d.data.length,
+    sessionOptions: checkSessionOptions({ index: `${ctx.index}: "derived"` }, d.session_options),
+  };
+}
+
+// The derived form of view if it was made by runtime ("onnxruntime
+// 1.22.0"), else null.
+function derivedFor(view, runtime) {
+  return view.derived !== null && view.derived.runtime === runtime ? view.derived : null;
+}
+
 // openView(dir = $TETRIS_MODEL_VIEW): the validated view. Throws ViewError.
 function openView(dir = process.env.TETRIS_MODEL_VIEW) {
   if (!dir) throw new ViewError('no model view: TETRIS_MODEL_VIEW is not set');
@@ -221,9 +253,10 @@ function openView(dir = process.env.TETRIS_MODEL_VIEW) {
     shared: v.shared,
     fallback: v.fallback,
     sessionOptions: checkSessionOptions(ctx, v.session_options),
+    derived: checkDerived(ctx, v.derived),
     tensors,
     sharedBytes: tensors.reduce((a, t) => a + (t.shared && t.file ? t.length : 0), 0),
   };
 }
 
-module.exports = { openView, ViewError, DTYPE_BYTES, FORMAT };
+module.exports = { openView, derivedFor, ViewError, DTYPE_BYTES, FORMAT };

@@ -520,7 +520,7 @@ static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
     if (rc == 0) {
         model_view *mv = NULL;
         struct view_options vo = {.mounted_tensors = true};
-        rc = view_write_with(am, p->model, view, &vo, &mv, &err);
+        rc = view_write(am, p->model, view, &vo, &mv, &err);
         if (rc == 0 && view_stats(mv)->fallback != NULL)
             rc = tetris_fail(&err, TETRIS_E_UNAVAILABLE, 0,
                              "the store holds only part of the model (%s)",

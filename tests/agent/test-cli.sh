@@ -45,4 +45,16 @@ expect 3 "$A" index "$WORK/truncated.onnx"
 expect 3 "$R" "$WORK/truncated.onnx" --store "$WORK/s" --direct
 expect 4 "$A" verify --store "$WORK/no-store"
 expect 4 "$A" inspect --store "$WORK/no-store"
+# --batch N: N requests per run, concatenated; only for a batchable model,
+# and not with --oip-request (one request).
+rec="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
+expect 0 "$R" "$rec" --private --batch 1
+one=$(jq -r .output_bytes "$WORK/out")
+expect 0 "$R" "$rec" --private --batch 3
+[ "$(jq -r .batch "$WORK/out")" = 3 ] && [ "$(jq -r .output_bytes "$WORK/out")" = $((one * 3)) ] ||
+    fail "--batch 3: $(cat "$WORK/out")"
+expect 1 "$R" "$MODELS/silero_vad_v5.onnx" --private --batch 2
+grep -q "no dynamic first dimension" "$WORK/err" || fail "--batch on a fixed batch: $(cat "$WORK/err")"
+expect 2 "$R" "$rec" --private --batch 2 --oip-request "$WORK/req.json"
+expect 2 "$R" "$rec" --private --batch 0
 echo "ok command-line contract"

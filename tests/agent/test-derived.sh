@@ -105,22 +105,39 @@ out=$(run "$MODELS/$m" --store "$store" 2>"$WORK/err")
 [ "$(json_get "$out" sha256)" = "$plain_store" ] || fail "wrong identity: output differs from plain"
 echo "ok a form under a wrong identity is not used (one log line)"
 
-# 4. Another runtime, or another CPU, under a consistent identity: one
-# log line, plain weights.
+# 4. Another runtime, or another CPU, under a consistent identity. Entries
+# are named by their identity: one for another runtime or CPU, named as
+# the daemon names it, is not the instance's to find (one log line: no
+# form for its own); written under the instance's own name, it names
+# another identity and is refused (one log line). Plain weights either way.
 src=$(jq -r .source "$WORK/entry.orig" | cut -c8-)
 tr=$(jq -r .transform "$WORK/entry.orig")
 rt=$(jq -r .runtime "$WORK/entry.orig")
 cpu=$(jq -r .cpu "$WORK/entry.orig")
+[ "$(basename "$entry")" = "$(identity "$tr" "$rt" "$cpu" "$src")" ] ||
+    fail "the entry is not named by its identity: $entry"
 for case in runtime cpu; do
     if [ $case = runtime ]; then r2="onnxruntime 1.22.0"; c2=$cpu; else r2=$rt; c2="$cpu amx_tile"; fi
     id=$(identity "$tr" "$r2" "$c2" "$src")
-    rewrite_entry ".runtime = \"$r2\" | .cpu = \"$c2\" | .identity = \"sha256:$id\""
+    jq -c ".runtime = \"$r2\" | .cpu = \"$c2\" | .identity = \"sha256:$id\"" "$WORK/entry.orig" >"$WORK/other"
+    chmod 0444 "$WORK/other"
+    mv -f "$WORK/other" "$pub/derived/$id"
+    rm -f "$entry"
     out=$(run "$MODELS/$m" --store "$store" 2>"$WORK/err")
     [ "$(json_get "$out" derived)" = false ] || fail "$case mismatch: the form was used"
-    [ "$(grep -c 'event=derived-mismatch' "$WORK/err")" = 1 ] || fail "$case mismatch: $(cat "$WORK/err")"
+    [ "$(grep -c 'event=derived-none' "$WORK/err")" = 1 ] || fail "$case mismatch: $(cat "$WORK/err")"
     [ "$(json_get "$out" sha256)" = "$plain_store" ] || fail "$case mismatch: output differs"
-    echo "ok a form for another $case falls back to the plain weights with one log line"
+    cp "$pub/derived/$id" "$WORK/entry.other"
+    rm -f "$pub/derived/$id"
+    cp "$WORK/entry.other" "$entry"
+    out=$(run "$MODELS/$m" --store "$store" 2>"$WORK/err")
+    [ "$(json_get "$out" derived)" = false ] || fail "$case mismatch under our name: the form was used"
+    [ "$(grep -c 'event=derived-ignored.*another identity' "$WORK/err")" = 1 ] ||
+        fail "$case mismatch under our name: $(cat "$WORK/err")"
+    [ "$(json_get "$out" sha256)" = "$plain_store" ] || fail "$case mismatch: output differs"
+    echo "ok a form for another $case is not found (or refused under our name): plain weights, one log line"
 done
+rm -f "$entry"
 cp "$WORK/entry.orig" "$WORK/entry.keep"
 rewrite_entry '.'
 

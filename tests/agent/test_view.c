@@ -142,7 +142,7 @@ START_TEST(write_and_remove_only_our_own)
     ck_assert_uint_eq(am->stats.private_bytes, 0); /* map_only: no copies */
     model_view *v = NULL;
     tetris_error err = {0};
-    ck_assert_msg(view_write(am, model_path, dir, &v, &err) == 0, "%s", err.msg);
+    ck_assert_msg(view_write(am, model_path, dir, NULL, &v, &err) == 0, "%s", err.msg);
     const struct view_stats *s = view_stats(v);
     ck_assert(s->shared);
     ck_assert_ptr_null(s->fallback);
@@ -190,12 +190,12 @@ START_TEST(refuses_a_directory_not_empty)
     agent_model *am = load(AGENT_MODE_PRIVATE, NULL);
     model_view *v = NULL;
     tetris_error err = {0};
-    ck_assert_int_eq(view_write(am, model_path, dir, &v, &err), -TETRIS_E_DENIED);
+    ck_assert_int_eq(view_write(am, model_path, dir, NULL, &v, &err), -TETRIS_E_DENIED);
     ck_assert_msg(strstr(err.msg, "not empty") != NULL, "%s", err.msg);
     ck_assert_int_eq(access(path, F_OK), 0);
     /* A new directory under a missing parent: an error, nothing made. */
     snprintf(path, sizeof(path), "%s/missing/view", scratch);
-    ck_assert_int_eq(view_write(am, model_path, path, &v, &err), -TETRIS_E_IO);
+    ck_assert_int_eq(view_write(am, model_path, path, NULL, &v, &err), -TETRIS_E_IO);
     agent_model_free(am);
 }
 END_TEST
@@ -207,7 +207,7 @@ START_TEST(check_refuses_untrusted_views)
     agent_model *am = load(AGENT_MODE_PRIVATE, NULL);
     model_view *v = NULL;
     tetris_error err = {0};
-    ck_assert_msg(view_write(am, model_path, dir, &v, &err) == 0, "%s", err.msg);
+    ck_assert_msg(view_write(am, model_path, dir, NULL, &v, &err) == 0, "%s", err.msg);
     ck_assert_str_eq(view_stats(v)->fallback, "private");
     struct view_check_result res;
     ck_assert_msg(view_check(dir, &res, &err) == 0, "%s", err.msg);

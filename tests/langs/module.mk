@@ -2,7 +2,7 @@
 # stock runtimes (function/node/: Node.js and onnxruntime-node; python/ and
 # function/python/: the tetris package and PyTorch) sharing weights through
 # model views written by `tetris-agent exec`.
-SHELL_TESTS += tests/langs/test-node-view.sh tests/langs/test-python-view.sh \
+SHELL_TESTS += tests/langs/test-node-view.sh tests/langs/test-node-derived.sh tests/langs/test-python-view.sh \
                tests/langs/test-oip-codecs.sh
 # PyTorch (installed by scripts/models/paper-models.sh; SKIP without it):
 # BERT-tiny's function takes about a minute and a half on a busy 2-core

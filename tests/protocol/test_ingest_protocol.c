@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "model/model.h"
+#include "protocol/derived.h"
 #include "protocol/ingest.h"
 #include "tests/lib/unit.h"
 
@@ -458,6 +459,47 @@ START_TEST(gpu_attach_round_trips)
 }
 END_TEST
 
+START_TEST(derive_round_trips)
+{
+    ingest_request *rq = NULL;
+    tetris_error err = {0};
+    /* Without a runtime: the daemon's own. */
+    char *json = ingest_derive_encode("fn", DERIVED_TRANSFORM_ORT, NULL);
+    ck_assert_msg(ingest_request_decode(json, strlen(json), 1, &rq, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(rq->op, INGEST_OP_DERIVE);
+    ck_assert_str_eq(rq->transform, DERIVED_TRANSFORM_ORT);
+    ck_assert_str_eq(rq->runtime, "");
+    ingest_request_free(rq);
+    free(json);
+    json = ingest_derive_encode("fn", DERIVED_TRANSFORM_ORT, "onnxruntime 1.22.0");
+    ck_assert_msg(ingest_request_decode(json, strlen(json), 1, &rq, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(rq->runtime, "onnxruntime 1.22.0");
+    ingest_request_free(rq);
+    /* The share image rides with it: one descriptor, no fewer. */
+    ck_assert_int_eq(ingest_request_decode(json, strlen(json), 0, &rq, &err), -TETRIS_E_FORMAT);
+    free(json);
+    const char *bad[] = {
+        "{\"op\":\"derive\",\"transform\":\"other\"}",
+        "{\"op\":\"derive\",\"transform\":\"ort-optimize-all-prepack\",\"runtime\":7}",
+        "{\"op\":\"derive\",\"transform\":\"ort-optimize-all-prepack\",\"runtime\":\"\"}",
+        "{\"op\":\"derive\",\"transform\":\"ort-optimize-all-prepack\",\"runtime\":\"a/b\"}",
+        "{\"op\":\"derive\",\"transform\":\"ort-optimize-all-prepack\",\"runtime\":\"a\\nb\"}",
+        "{\"op\":\"derive\",\"transform\":\"ort-optimize-all-prepack\",\"runtime\":\"x\","
+        "\"runtime\":\"y\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(ingest_request_decode(bad[i], strlen(bad[i]), 1, &rq, &err) ==
+                          -TETRIS_E_FORMAT,
+                      "accepted %s", bad[i]);
+    char runtime[DERIVED_NAME_MAX + 1];
+    memset(runtime, 'r', DERIVED_NAME_MAX);
+    runtime[DERIVED_NAME_MAX] = '\0';
+    json = ingest_derive_encode("fn", DERIVED_TRANSFORM_ORT, runtime);
+    ck_assert_int_eq(ingest_request_decode(json, strlen(json), 1, &rq, &err), -TETRIS_E_FORMAT);
+    free(json);
+}
+END_TEST
+
 START_TEST(pull_round_trips)
 {
     char *json = ingest_pull_encode("fn", "oci://registry.example:5000/models/bert:v1");
@@ -604,6 +646,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, gpu_attach_round_trips);
     tcase_add_test(tc, gpu_reply_round_trips);
     tcase_add_test(tc, pull_round_trips);
+    tcase_add_test(tc, derive_round_trips);
     tcase_add_test(tc, framing);
 }
 

@@ -1,0 +1,258 @@
+/* derived_form.c - finding, holding and asking for derived forms (see
+ * derived_form.h; the contract is protocol/derived.h). */
+#include "agent/derived_form.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/fileio.h"
+#include "common/log.h"
+#include "model/onnx_rewrite.h"
+
+void derived_form_store_name(const struct derived_part *p, char *out, size_t cap)
+{
+    char hex[TENSOR_DIGEST_HEX_LEN + 1];
+    tensor_digest_to_hex(&p->digest, hex);
+    snprintf(out, cap, "tensors/%.2s/%s", hex, hex);
+}
+
+int derived_form_find(const char *label, const char *root, const tensor_digest *source,
+                      const char *runtime, struct derived_form *f, bool *absent)
+{
+    char cpu[DERIVED_NAME_MAX];
+    tetris_error why = {0};
+    memset(f, 0, sizeof(*f));
+    *absent = false;
+    if (derived_cpu_features(cpu, sizeof(cpu), &why) < 0) {
+        log_warn("event=derived-ignored model=%s reason=%s", LOG_Q(label), LOG_Q(why.msg));
+        return 0;
+    }
+    int r = derived_entry_lookup(root, DERIVED_TRANSFORM_ORT, runtime, cpu, source, &f->entry,
+                                 &why);
+    if (r == -TETRIS_E_NOTFOUND) {
+        *absent = true;
+        log_info("event=derived-none model=%s runtime=%s cpu=%s action=plain-weights", LOG_Q(label),
+                 LOG_Q(runtime), LOG_Q(cpu));
+        return 0;
+    }
+    if (r < 0) {
+        log_warn("event=derived-ignored model=%s reason=%s action=plain-weights", LOG_Q(label),
+                 LOG_Q(why.msg));
+        return 0;
+    }
+    /* The identity the entry is named by covers these (derived_entry_read
+     * checked it against the fields and the name). */
+    assert(strcmp(f->entry.runtime, runtime) == 0 && strcmp(f->entry.cpu, cpu) == 0);
+    return 1;
+}
+
+/* onnx_share_fn for a derived graph: every initializer in the data file
+ * moves to the data tensor's store file, pre-packed blobs included. */
+static bool relocate_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct onnx_external *ext)
+{
+    const derived_entry *e = ctx;
+    const char *loc = e->data_location;
+    if (ref->location == NULL || ref->location_len != strlen(loc) ||
+        memcmp(ref->location, loc, ref->location_len) != 0)
+        return false;
+    derived_form_store_name(&e->data, ext->location, sizeof(ext->location));
+    ext->offset = ref->offset;
+    ext->keep_prepacked = true;
+    return true;
+}
+
+/* References the form's two tensors through a connection of its own (the
+ * agent's connection has its watcher), so the daemon keeps them while the
+ * form is used, across daemon restarts as the agent's own references are
+ * (a watcher of this connection registers them again). */
+static int hold_refs(struct derived_form *f, const char *root, tetris_error *err)
+{
+    const struct derived_part *parts[2] = {&f->entry.graph, &f->entry.data};
+    char sock[PATH_MAX], name[sizeof("tensors/XX/") + TENSOR_DIGEST_HEX_LEN];
+    tensor_desc *t = f->descs;
+    memset(f->descs, 0, sizeof(f->descs));
+    for (size_t i = 0; i < 2; i++) {
+        derived_form_store_name(parts[i], name, sizeof(name));
+        if (snprintf(f->paths[i], sizeof(f->paths[i]), "%s/%s", root, name) >=
+            (int)sizeof(f->paths[i]))
+            return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", root);
+        t[i].name = i == 0 ? "derived graph" : "derived data";
+        snprintf(t[i].meta.dtype, sizeof(t[i].meta.dtype), "uint8");
+        t[i].meta.ndim = 1;
+        t[i].meta.shape[0] = (int64_t)parts[i]->nbytes;
+        t[i].meta.nbytes = t[i].length = parts[i]->nbytes;
+        t[i].meta.digest = parts[i]->digest;
+        t[i].meta.crc32 = parts[i]->crc32;
+        t[i].has_digest = true;
+        t[i].source = f->paths[i];
+    }
+    f->refs_model = (model){.path = f->paths[0], .format = "onnx", .n_tensors = 2, .tensors = t};
+    struct ingest_tensor_result res[2];
+    struct ingest_summary summary;
+    tetris_error werr;
+    snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
+    int r = ingest_client_connect(sock, 30000, &f->refs, err);
+    if (r == 0)
+        r = ingest_client_ingest(f->refs, "derived", &f->refs_model, res, &summary, err);
+    if (r == 0 && summary.rejected > 0)
+        r = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "the daemon rejected a tensor of it: %s",
+                        res[0].status == INGEST_REJECTED ? res[0].reason : res[1].reason);
+    /* Without the watcher the references still hold until a restart. */
+    if (r == 0 && ingest_client_keep_registered(f->refs, &werr) < 0)
+        log_warn("event=daemon-watch-failed model=derived detail=%s", LOG_Q(werr.msg));
+    return r;
+}
+
+static int read_store_file(const char *path, uint64_t nbytes, uint8_t **out, tetris_error *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s", path);
+    cleanup_free uint8_t *buf = malloc(nbytes > 0 ? nbytes : 1);
+    if (buf == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "derived graph");
+    for (uint64_t got = 0; got < nbytes;) {
+        ssize_t n = pread(fd, buf + got, nbytes - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : 0, "%s: short", path);
+        got += (uint64_t)n;
+    }
+    *out = steal_pointer(&buf);
+    return 0;
+}
+
+int derived_form_hold(struct derived_form *f, const char *root, uint8_t **graph, size_t *len,
+                      tetris_error *err)
+{
+    cleanup_free uint8_t *bytes = NULL;
+    int r = hold_refs(f, root, err);
+    if (r == 0)
+        r = read_store_file(f->paths[0], f->entry.graph.nbytes, &bytes, err);
+    if (r == 0)
+        r = onnx_rewrite(bytes, f->entry.graph.nbytes, relocate_tensor, &f->entry, graph, len, err);
+    if (r < 0)
+        derived_form_release(f);
+    return r;
+}
+
+void derived_form_release(struct derived_form *f)
+{
+    ingest_client_close(f->refs);
+    f->refs = NULL;
+}
+
+/* ---- asking the daemon ---- */
+
+/* Asks for the form of the share image behind fd and waits for the
+ * answer, at most wait_ms; one log line either way (a node without a
+ * daemon, direct mode, is no failure). */
+static int ask(const char *label, const char *root, int fd, const char *runtime, int wait_ms,
+               const char *how)
+{
+    char sock[PATH_MAX];
+    tetris_error err = {0};
+    ingest_client *c = NULL;
+    snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
+    int r = ingest_client_connect(sock, 30000, &c, &err);
+    if (r == 0)
+        r = ingest_client_derive(c, label, fd, runtime, wait_ms, &err);
+    ingest_client_close(c);
+    if (r == -TETRIS_E_UNAVAILABLE && c == NULL)
+        log_info("event=derive-request-skipped model=%s reason=%s", LOG_Q(label), LOG_Q(err.msg));
+    else if (r < 0)
+        log_warn("event=derive-request-failed model=%s runtime=%s wait=%s msg=%s", LOG_Q(label),
+                 LOG_Q(runtime != NULL ? runtime : "default"), how, LOG_Q(err.msg));
+    else
+        log_info("event=derive-requested model=%s runtime=%s wait=%s result=made", LOG_Q(label),
+                 LOG_Q(runtime != NULL ? runtime : "default"), how);
+    return r;
+}
+
+static int image_memfd(const uint8_t *image, size_t len, int *out, tetris_error *err)
+{
+    cleanup_close int fd = memfd_create("tetris-share-image", MFD_CLOEXEC);
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "memfd_create");
+    int r = fd_write_all(fd, image, len, "the share image", err);
+    if (r < 0)
+        return r;
+    *out = steal_fd(&fd);
+    return 0;
+}
+
+/* A background ask: what the detached thread owns. */
+struct derive_ask {
+    char *label, *root, *runtime;
+    int fd;
+};
+
+static void ask_free(struct derive_ask *a)
+{
+    if (a == NULL)
+        return;
+    free(a->label);
+    free(a->root);
+    free(a->runtime);
+    free(a);
+}
+
+static void *ask_main(void *arg)
+{
+    struct derive_ask *a = arg;
+    ask(a->label, a->root, a->fd, a->runtime, DERIVED_FORM_WAIT_MS, "background");
+    close(a->fd);
+    ask_free(a);
+    return NULL;
+}
+
+int derived_form_request(const char *label, const char *root, const uint8_t *image, size_t len,
+                         const char *runtime, bool wait)
+{
+    tetris_error err = {0};
+    int fd = -1;
+    if (image_memfd(image, len, &fd, &err) < 0) {
+        log_warn("event=derive-request-failed model=%s msg=%s", LOG_Q(label), LOG_Q(err.msg));
+        return -err.code;
+    }
+    if (wait) {
+        int r = ask(label, root, fd, runtime, DERIVED_FORM_WAIT_MS, "yes");
+        close(fd);
+        return r;
+    }
+    struct derive_ask *a = calloc(1, sizeof(*a));
+    pthread_attr_t attr;
+    pthread_t t;
+    int rc = ENOMEM;
+    if (a != NULL && (a->label = strdup(label)) != NULL && (a->root = strdup(root)) != NULL &&
+        (runtime == NULL || (a->runtime = strdup(runtime)) != NULL) &&
+        (rc = pthread_attr_init(&attr)) == 0) {
+        a->fd = fd;
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* The thread takes no signals: they stay with the threads that
+         * wait for them, whatever the process's disposition. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        rc = pthread_create(&t, &attr, ask_main, a);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc == 0)
+        return 0;
+    log_warn("event=derive-request-failed model=%s wait=background msg=%s", LOG_Q(label),
+             LOG_Q(strerror(rc)));
+    close(fd);
+    ask_free(a);
+    return -TETRIS_E_NOMEM;
+}
