@@ -71,11 +71,19 @@ pins 0
 stopped_by "$PINS_PID" 15 "$WORK/pins.log" tetris-node-pins
 rm -f "$WORK/pins"
 pins 1
-kill -HUP "$PINS_PID"
-rc=0
-wait "$PINS_PID" || rc=$?
-[ $rc -eq 129 ] || fail "node-pins on SIGHUP: exit $rc, want 129 (SIGHUP's default)"
-note "node-pins: refresh at once, SIGTERM stops, SIGHUP not taken"
+# Under nohup (SIGHUP ignored when this shell started, which its children
+# inherit and a shell cannot undo) SIGHUP's default is not what the program
+# gets: there is nothing to check then.
+if [ $(($(awk '/^SigIgn:/ { print "0x" $2 }' /proc/$$/status) & 1)) -eq 1 ]; then
+    stopped_by "$PINS_PID" 15 "$WORK/pins.log" tetris-node-pins
+    note "node-pins: refresh at once, SIGTERM stops; SIGHUP ignored by our parent: not checked"
+else
+    kill -HUP "$PINS_PID"
+    rc=0
+    wait "$PINS_PID" || rc=$?
+    [ $rc -eq 129 ] || fail "node-pins on SIGHUP: exit $rc, want 129 (SIGHUP's default)"
+    note "node-pins: refresh at once, SIGTERM stops, SIGHUP not taken"
+fi
 
 # --- tetris-autoscaler run, real time: one round, then an hour's wait.
 "$BIN/tetris-autoscaler" run --slo-ms 50 --dry-run --interval 3600 --realtime \
