@@ -316,16 +316,41 @@ static const char *or_empty(const char *s)
     return s != NULL ? s : "";
 }
 
+/* Whether the pod's identity in the volume context is the kubelet's. With
+ * podInfoOnMount the kubelet writes pod.namespace, serviceAccount.name and
+ * pod.uid over whatever the pod's volumeAttributes said; without it (a
+ * CSIDriver changed or deleted) those keys are the pod's own. A pod cannot
+ * know its uid when it is created, so a pod.uid that names the pod
+ * directory the kubelet made the target in (<pods>/<uid>/volumes/...)
+ * shows the keys are the kubelet's. */
+static bool identity_from_kubelet(const csi_volumes *v, const struct publish_plan *p)
+{
+    size_t dir_len = strlen(v->pods_real), uid_len = strlen(p->pod_uid);
+    const char *uid = p->target + dir_len + 1;
+    return uid_len > 0 && beneath(p->target, v->pods_real) && p->target[dir_len] == '/' &&
+           strncmp(uid, p->pod_uid, uid_len) == 0 && uid[uid_len] == '/';
+}
+
 /* The store a volume gets, from the pod's identity as the kubelet gave it
  * (tenant_map.h): without a map, the shared store; with one, its most
  * specific rule, and PERMISSION_DENIED when none matches. The pod has no
- * say: an attribute naming a tenant was refused by check_request. */
+ * say: an attribute naming a tenant was refused by check_request, and an
+ * identity that is not the kubelet's counts as none (only "* *" matches
+ * it). */
 static int tenant_of(const csi_volumes *v, struct publish_plan *p, struct grpc_reply *reply)
 {
     p->tenant = NULL;
-    if (v->c.tenants == NULL ||
-        tenant_map_lookup(v->c.tenants, p->ns, p->service_account, &p->tenant))
+    if (v->c.tenants == NULL)
         return GRPC_OK;
+    bool named = identity_from_kubelet(v, p);
+    if (tenant_map_lookup(v->c.tenants, named ? p->ns : "", named ? p->service_account : "",
+                          &p->tenant))
+        return GRPC_OK;
+    if (!named)
+        return grpc_reply_fail(reply, GRPC_PERMISSION_DENIED,
+                               "the volume context names no pod the kubelet vouches for (its "
+                               "pod.uid is not the target's pod: the CSIDriver needs "
+                               "podInfoOnMount), and the node's tenant map has no \"* *\" rule");
     return grpc_reply_fail(reply, GRPC_PERMISSION_DENIED,
                            "no store for a pod of namespace \"%s\", service account \"%s\": the "
                            "node's tenant map has no rule for it (and no \"* * shared\")",

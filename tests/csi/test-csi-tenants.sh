@@ -151,6 +151,12 @@ refused PERMISSION_DENIED "a namespace the map does not name" publish vol-x x va
 grep -q "namespace .*team-c" "$WORK/reply" || fail "the refusal does not name the namespace"
 refused PERMISSION_DENIED "a pod the kubelet named not" call "$sock" publish vol-x \
     "$pods/uid-x/volumes/model" "model=$models/vad.onnx"
+# An identity the kubelet did not write (no podInfoOnMount: the pod's own
+# volumeAttributes) names another pod's uid, never the target's.
+# shellcheck disable=SC2046
+refused PERMISSION_DENIED "an identity that is not the kubelet's" call "$sock" publish vol-x \
+    "$pods/uid-x/volumes/model" "model=$models/vad.onnx" $(pod team-a default a)
+grep -q "podInfoOnMount" "$WORK/reply" || fail "the refusal does not say why: $(cat "$WORK/reply")"
 refused INVALID_ARGUMENT "a pod naming its tenant" publish vol-x x vad.onnx team-c default tenant=alpha
 refused INVALID_ARGUMENT "a pod naming another tenant" publish vol-x x vad.onnx team-a default tenant=beta
 refused FAILED_PRECONDITION "a tenant the daemon does not serve" publish vol-x x vad.onnx team-d default
@@ -182,6 +188,14 @@ grep -q 'event=volume-recovered volume="vol-a" .*tenant="alpha"' "$WORK/csi.log"
 [ -e "$A/private/holders/csi-$kb.keep" ] && fail "a kept holder in the wrong store survived"
 [ "$(keeps "$A")" = 1 ] && [ "$(keeps "$B")" = 2 ] && [ "$(keeps "$store")" = 1 ] ||
     fail "kept holders after the restart: alpha $(keeps "$A") beta $(keeps "$B") shared $(keeps "$store")"
+# A forged identity is no identity: the catch-all's store, not alpha's.
+# shellcheck disable=SC2046
+call "$sock" publish vol-f "$pods/uid-x/volumes/model" "model=$models/vad.onnx" $(pod team-a default a)
+want OK "a forged identity under the catch-all"
+[ "$(stat -c %d:%i "$pods/uid-x/volumes/model/tensors")" = "$(stat -c %d:%i "$store/public/tensors")" ] ||
+    fail "a forged identity got a tenant's store"
+call "$sock" unpublish vol-f "$pods/uid-x/volumes/model"
+want OK "unpublish the forged one"
 # Now team-c is the shared store's, through the catch-all.
 publish vol-c x vad.onnx team-c default
 want OK "the catch-all"
