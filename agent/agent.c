@@ -1105,6 +1105,35 @@ int agent_load(const char *model_path, const struct agent_options *o, agent_mode
     return 0;
 }
 
+void agent_log_pull_fallback(const char *ref, const char *file, const tetris_error *why)
+{
+    log_warn("event=fallback reason=pull-failed model=%s fallback=%s code=%s msg=%s", LOG_Q(ref),
+             LOG_Q(file), tetris_code_name(why->code), LOG_Q(why->msg));
+}
+
+int agent_load_ref(const char *ref, const char *file, const struct agent_options *o,
+                   agent_model **out, const char **loaded, tetris_error *err)
+{
+    assert(ref != NULL && oci_ref_is(ref));
+    *loaded = ref;
+    int r = agent_load(ref, o, out, err);
+    if (r == 0 || file == NULL)
+        return r;
+    /* A file that is not there is no fallback (an image without weights
+     * that names one anyway): the pull's error is the one to tell. */
+    if (access(file, R_OK) != 0) {
+        log_info("event=no-fallback model=%s fallback=%s reason=unreadable errno=%d", LOG_Q(ref),
+                 LOG_Q(file), errno);
+        return r;
+    }
+    /* The pull left nothing behind (no reference, no holder): the file is
+     * a load of its own, through the store as any other. */
+    agent_log_pull_fallback(ref, file, err);
+    tetris_error_clear(err);
+    *loaded = file;
+    return agent_load(file, o, out, err);
+}
+
 const agent_tensor *agent_find_tensor(const agent_model *am, const char *name)
 {
     for (size_t i = 0; i < am->model->n_tensors; i++)

@@ -150,6 +150,18 @@ int agent_populate_option(const struct opt_spec *spec, const char *label, const 
  * refuses is the load's error with the daemon's message. */
 int agent_load(const char *model_path, const struct agent_options *o, agent_model **out,
                tetris_error *err);
+/* Loads the model named by ref, a registry reference (agent_load); when
+ * that fails and file (a model file) is not NULL and readable, logs why in
+ * one line (agent_log_pull_fallback) and loads file instead. *loaded is ref or
+ * file: the name the caller opens the model by (ort_model_open,
+ * view_write). Fails with the pull's error when there is no file, else
+ * with the file's. */
+int agent_load_ref(const char *ref, const char *file, const struct agent_options *o,
+                   agent_model **out, const char **loaded, tetris_error *err);
+/* The one warning line of a pull that failed (why) and file used instead:
+ * event=fallback reason=pull-failed. For a caller that falls back without
+ * agent_load_ref (a private instance, which has no store to pull into). */
+void agent_log_pull_fallback(const char *ref, const char *file, const tetris_error *why);
 /* The non-weight part of a pulled model (ONNX: its graph, every tensor the
  * store serves external data at "tensors/XX/<hex>"; safetensors: its
  * header), *len its length; NULL (and 0) for a model loaded from a file.

@@ -44,10 +44,12 @@ static const char commands_text[] =
     "        write MODEL's model view into DIR (new, or empty and ours): a\n"
     "        directory any runtime opens instead of MODEL to compute on the\n"
     "        store's pages (docs/PROTOCOLS.md, \"Model view\").\n"
-    "  exec [LOAD OPTIONS] [--model MODEL] [--view-dir DIR] -- CMD [ARGS...]\n"
+    "  exec [LOAD OPTIONS] [--model MODEL] [--model-ref REF] [--view-dir DIR]\n"
+    "       -- CMD [ARGS...]\n"
     "        write the model view, run CMD with " TETRIS_ENV_MODEL_VIEW "=<view dir> in its\n"
     "        environment, hold the references while it runs, then remove the view\n"
-    "        and exit with CMD's status.\n"
+    "        and exit with CMD's status. view and exec take a registry reference\n"
+    "        as MODEL too (pulled by the node daemon).\n"
     "  check-view [DIR]\n"
     "        check a model view (default $" TETRIS_ENV_MODEL_VIEW ") the way its reader must\n"
     "        before trusting it\n"
@@ -83,7 +85,8 @@ struct cli {
     enum agent_mode mode; /* from direct and private_ */
     bool direct, private_;
     bool hold;
-    const char *model;    /* --model */
+    const char *model;     /* --model */
+    const char *model_ref; /* --model-ref */
     const char *view_dir; /* --view-dir */
     const char *arg;      /* the first operand, if any */
     const char *arg2;     /* the second (view: DIR) */
@@ -225,7 +228,14 @@ static const struct opt_spec exec_options[] = {
      .dest = &args.model,
      .env = TETRIS_ENV_MODEL,
      .meta = "MODEL",
-     .help = "the model (required)"},
+     .help = "the model file, or a registry reference oci://... (one of the two is required)"},
+    {.name = "model-ref",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.model_ref,
+     .env = TETRIS_ENV_MODEL_REF,
+     .meta = "REF",
+     .help = "the model's registry reference (oci://HOST:PORT/REPO[:TAG|@sha256:HEX]), pulled "
+             "by the node daemon; a --model file is then used only if the pull fails"},
     {.name = "view-dir",
      .type = OPT_TYPE_STRING,
      .dest = &args.view_dir,
@@ -291,9 +301,13 @@ static const struct opt_program exec_command = {
              "exits with CMD's status (128+N if signal N killed it). SIGTERM, SIGINT, SIGHUP,\n"
              "SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to CMD; CMD is killed if we die; as\n"
              "PID 1 we also reap orphans. No store, a full store or no daemon is no error:\n"
-             "the view then names the original model (\"fallback\"). --store, --tenant and\n"
-             "--manifest default to $" TETRIS_ENV_STORE ", $" TETRIS_ENV_TENANT
-             " and $" TETRIS_ENV_MANIFEST ".\n",
+             "the view then names the original model (\"fallback\"). A model named by a\n"
+             "registry reference (--model-ref, or --model oci://...) is pulled by the node\n"
+             "daemon; if the pull fails, the --model file is used (one log line), and without\n"
+             "one exec fails before CMD starts. --store, --tenant and --manifest default to\n"
+             "$" TETRIS_ENV_STORE ", $" TETRIS_ENV_TENANT " and $" TETRIS_ENV_MANIFEST
+             "; --model and --model-ref to\n"
+             "$" TETRIS_ENV_MODEL " and $" TETRIS_ENV_MODEL_REF ".\n",
     .options = exec_options,
     .epilogue = exit_text,
 };
@@ -488,27 +502,52 @@ static int cmd_load(int argc, char **argv)
 
 /* ---- view and exec ---- */
 
-/* Loads MODEL only to hold its references (the view's readers map the
+/* The model a command names: a registry reference (model_ref, or a named
+ * model that is one) and a file (named otherwise), either NULL. Returns
+ * EXIT_OK, or EXIT_USAGE after saying why. */
+static int model_names(const struct opt_program *cmd, const char *named, const char *model_ref,
+                       const char **ref, const char **file)
+{
+    tetris_error err = {0};
+    oci_ref parsed;
+
+    *ref = model_ref;
+    *file = named;
+    if (named != NULL && oci_ref_is(named)) {
+        /* The same reference twice (an image's TETRIS_MODEL_REF and a
+         * deployment's TETRIS_MODEL) is one. */
+        if (model_ref != NULL && strcmp(model_ref, named) != 0)
+            return opt_usage_error(cmd, "two registry references: --model %s and --model-ref %s",
+                                   named, model_ref),
+                   EXIT_USAGE;
+        *ref = named;
+        *file = NULL;
+    }
+    if (*ref != NULL && oci_ref_parse(*ref, &parsed, &err) < 0)
+        return opt_usage_error(cmd, "%s", err.msg), EXIT_USAGE;
+    if (*ref == NULL && *file == NULL)
+        return opt_usage_error(cmd, "no model: set " TETRIS_ENV_MODEL " or --model"), EXIT_USAGE;
+    return EXIT_OK;
+}
+
+/* Loads the model only to hold its references (the view's readers map the
  * pages themselves): no page tables, no private copies, so holding costs
- * this process next to no memory. */
-static int load_for_view(const struct cli *c, const char *model_path, agent_model **am)
+ * this process next to no memory. A reference is pulled, file loaded if
+ * the pull fails; *loaded is the one loaded. */
+static int load_for_view(const struct cli *c, const char *ref, const char *file, agent_model **am,
+                         const char **loaded)
 {
     struct agent_options o;
     tetris_error err = {0};
     int r;
 
-    /* A view names its model file (docs/PROTOCOLS.md, "Model view"): a
-     * pulled model has none yet. */
-    if (oci_ref_is(model_path))
-        return report(tetris_fail(&err, TETRIS_E_INVAL, 0,
-                                  "%s: a model view of a registry reference is not supported "
-                                  "yet (load and tetris-onnx-run take one)",
-                                  model_path),
-                      "load", &err);
     load_options(c, &o);
     o.populate = STORE_POPULATE_NONE;
     o.map_only = true;
-    if ((r = agent_load(model_path, &o, am, &err)) < 0)
+    *loaded = file;
+    r = ref != NULL ? agent_load_ref(ref, file, &o, am, loaded, &err)
+                    : agent_load(file, &o, am, &err);
+    if (r < 0)
         return report(r, "load", &err);
     return EXIT_OK;
 }
@@ -549,13 +588,16 @@ static int cmd_view(int argc, char **argv)
         return r;
     if (c.arg == NULL || c.arg2 == NULL)
         return opt_usage_error(&view_command, "expected MODEL and DIR"), EXIT_USAGE;
+    const char *ref, *file, *loaded;
+    if ((r = model_names(&view_command, c.arg, NULL, &ref, &file)) != EXIT_OK)
+        return r;
     /* Blocked before any thread starts, so that every thread leaves them
      * to hold_until_released. */
     if (c.hold)
         hold_block_signals();
-    if ((r = load_for_view(&c, c.arg, &am)) != EXIT_OK)
+    if ((r = load_for_view(&c, ref, file, &am, &loaded)) != EXIT_OK)
         return r;
-    if ((r = write_view(am, c.arg, c.arg2, &v)) != EXIT_OK) {
+    if ((r = write_view(am, loaded, c.arg2, &v)) != EXIT_OK) {
         agent_model_free(am);
         return r;
     }
@@ -589,14 +631,14 @@ static int cmd_exec(int argc, char **argv)
         return r;
     if (dashes + 1 >= argc)
         return opt_usage_error(&exec_command, "expected -- CMD [ARGS...]"), EXIT_USAGE;
-    if (c.model == NULL)
-        return opt_usage_error(&exec_command, "no model: set " TETRIS_ENV_MODEL " or --model"),
-               EXIT_USAGE;
+    const char *ref, *file, *loaded;
+    if ((r = model_names(&exec_command, c.model, c.model_ref, &ref, &file)) != EXIT_OK)
+        return r;
     /* Before the load starts threads: see supervise_block_signals. */
     supervise_block_signals();
-    if ((r = load_for_view(&c, c.model, &am)) != EXIT_OK)
+    if ((r = load_for_view(&c, ref, file, &am, &loaded)) != EXIT_OK)
         return r;
-    if ((r = write_view(am, c.model, c.view_dir, &v)) != EXIT_OK) {
+    if ((r = write_view(am, loaded, c.view_dir, &v)) != EXIT_OK) {
         agent_model_free(am);
         return r;
     }

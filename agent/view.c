@@ -8,6 +8,13 @@
  * the mapped ones are known to be both. Each is checked in the store
  * before its link is made.
  *
+ * A model pulled from a registry (agent_model_graph) has no file: the
+ * view's own copy of its non-weight part stands for it as "model" (ONNX:
+ * model.onnx, the pulled graph, whose external data are already at the
+ * store's names; safetensors: VIEW_HEADER_NAME, the pulled header), "ref"
+ * names the reference, and every tensor is the store's (the daemon holds
+ * them all for us, or the load failed).
+ *
  * Everything is created relative to the view's directory descriptor, with
  * O_EXCL or its equivalent, and recorded; view_remove unlinks exactly the
  * recorded names (in reverse), each from a parent opened without following
@@ -32,6 +39,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "model/onnx_rewrite.h"
+#include "protocol/oci.h"
 
 #define VIEW_TENSORS_DIR "tensors"
 #define VIEW_INDEX_TMP ".tensors.json.tmp"
@@ -339,9 +347,10 @@ static bool share_proto(void *ctx, const struct onnx_tensor_ref *ref, struct onn
 }
 
 /* Writes model.onnx; *written false when the original must stay the graph
- * (*reason says why, if not the load's own fallback). */
+ * (*reason says why, if not the load's own fallback). A pulled model's
+ * graph is always written: there is no original to name. */
 static int write_graph(model_view *v, const char *model_path, const struct view_plan *p,
-                       bool *written, const char **reason, tetris_error *err)
+                       bool pulled, bool *written, const char **reason, tetris_error *err)
 {
     cleanup_free uint8_t *image = NULL, *out = NULL;
     size_t image_len = 0, out_len = 0;
@@ -349,7 +358,7 @@ static int write_graph(model_view *v, const char *model_path, const struct view_
     int r;
 
     *written = false;
-    if ((r = onnx_share_read_image(model_path, &image, &image_len, err)) < 0)
+    if ((r = onnx_share_model_image(p->am, model_path, &image, &image_len, err)) < 0)
         return r;
     if ((r = onnx_share_match_init(&c.match, p->am, model_path, err)) < 0)
         return r;
@@ -357,6 +366,19 @@ static int write_graph(model_view *v, const char *model_path, const struct view_
     onnx_share_match_release(&c.match);
     if (r < 0)
         return tetris_wrap(err, "%s", model_path);
+    if (pulled) {
+        /* Its external data are store names: one the store lacks is a
+         * tensor the daemon said it holds for us. */
+        if (c.kept_external > 0)
+            return tetris_fail(err, TETRIS_E_NOTFOUND, 0,
+                               "%s: %zu tensors of the pulled graph are not in the store",
+                               model_path, c.kept_external);
+        if ((r = c.externalised > 0 ? write_file(v, VIEW_GRAPH_NAME, out, out_len, err)
+                                    : write_file(v, VIEW_GRAPH_NAME, image, image_len, err)) < 0)
+            return r;
+        *written = true;
+        return 0;
+    }
     /* Relative to the view, such a location would resolve nowhere. */
     if (c.kept_external > 0) {
         log_info("event=view-graph-original model=%s reason=external-data-not-in-store "
@@ -439,9 +461,10 @@ char *view_index_json(const struct view_index *ix, tetris_error *err)
                          "session.disable_prepacking", "1",
                          "session.model_external_initializers_file_folder_path",
                          string_or_null(ix->external_data_folder));
-    json_t *root = json_pack("{s:s, s:o, s:s, s:o, s:o, s:b, s:o, s:o, s:o}", "format", VIEW_FORMAT,
-                             "model", string_or_null(ix->model), "model_format", ix->model_format,
-                             "graph", string_or_null(ix->graph), "store", string_or_null(ix->store),
+    json_t *root = json_pack("{s:s, s:o, s:o, s:s, s:o, s:o, s:b, s:o, s:o, s:o}", "format",
+                             VIEW_FORMAT, "model", string_or_null(ix->model), "ref",
+                             string_or_null(ix->ref), "model_format", ix->model_format, "graph",
+                             string_or_null(ix->graph), "store", string_or_null(ix->store),
                              "shared", ix->shared, "fallback", string_or_null(ix->fallback),
                              "session_options", opts != NULL ? opts : json_null(), "tensors",
                              tensors);
@@ -492,14 +515,26 @@ static int build(model_view *v, const agent_model *am, const char *model_path, s
     if ((r = plan(v, am, p, err)) < 0)
         return r;
     bool onnx = strcmp(m->format, "onnx") == 0;
-    cleanup_free char *model_abs = realpath(model_path, NULL);
-    if (model_abs == NULL)
+    size_t pulled_len = 0;
+    const uint8_t *pulled = agent_model_graph(am, &pulled_len);
+    cleanup_free char *model_abs = NULL;
+    if (pulled != NULL) {
+        const char *own = onnx ? VIEW_GRAPH_NAME : VIEW_HEADER_NAME;
+        if (!onnx && (r = write_file(v, VIEW_HEADER_NAME, pulled, pulled_len, err)) < 0)
+            return r;
+        if (asprintf(&model_abs, "%s/%s", v->dir, own) < 0) {
+            model_abs = NULL;
+            return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+        }
+    } else if ((model_abs = realpath(model_path, NULL)) == NULL) {
         return tetris_fail(err, TETRIS_E_IO, errno, "realpath %s", model_path);
+    }
     size_t in_store = 0;
     for (size_t i = 0; i < m->n_tensors; i++)
         in_store += p->in_store[i];
-    if (onnx && in_store > 0 &&
-        (r = write_graph(v, model_abs, p, &graph_written, &reason, err)) < 0)
+    if (onnx && (in_store > 0 || pulled != NULL) &&
+        (r = write_graph(v, pulled != NULL ? model_path : model_abs, p, pulled != NULL,
+                         &graph_written, &reason, err)) < 0)
         return r;
 
     cleanup_free struct view_index_tensor *entries = calloc(m->n_tensors + 1, sizeof(*entries));
@@ -541,6 +576,7 @@ static int build(model_view *v, const agent_model *am, const char *model_path, s
     *strrchr(model_dir, '/') = '\0';
     struct view_index ix = {
         .model = model_abs,
+        .ref = pulled != NULL ? model_path : NULL,
         .model_format = m->format,
         .graph = !onnx           ? NULL
                  : graph_written ? VIEW_GRAPH_NAME
@@ -777,7 +813,7 @@ int view_check(const char *dir, struct view_check_result *out, tetris_error *err
     const char *model_path = json_string_value(json_object_get(ix, "model"));
     json_t *graph = json_object_get(ix, "graph"), *store_v = json_object_get(ix, "store");
     json_t *shared = json_object_get(ix, "shared"), *fallback = json_object_get(ix, "fallback");
-    json_t *tensors = json_object_get(ix, "tensors");
+    json_t *tensors = json_object_get(ix, "tensors"), *ref = json_object_get(ix, "ref");
     if (format == NULL || strcmp(format, VIEW_FORMAT) != 0)
         r = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: format is not \"" VIEW_FORMAT "\"", dir);
     else if (model_path == NULL || model_path[0] != '/' || !json_is_boolean(shared) ||
@@ -789,6 +825,9 @@ int view_check(const char *dir, struct view_check_result *out, tetris_error *err
         r = tetris_fail(err, TETRIS_E_FORMAT, 0,
                         "%s: needs model (absolute), graph, store (absolute, \".\" or null), "
                         "shared, fallback, tensors",
+                        dir);
+    else if (ref != NULL && !json_is_null(ref) && !oci_ref_is(json_string_value(ref)))
+        r = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: ref is neither null nor an oci:// reference",
                         dir);
     cleanup_free char *store_real = NULL, *model_dir = NULL;
     const char *store_path = json_string_value(store_v);

@@ -8,6 +8,8 @@
  *                                  holds as external data
  *                                  "tensors/XX/<hex>" (offset 0)
  *   DIR/tensors/XX/<hex>           symlink to <store public>/tensors/XX/<hex>
+ *   DIR/model.safetensors-header   safetensors pulled from a registry: its
+ *                                  header, which "model" then names
  *
  * The locations resolve both against DIR (through the links: ONNX Runtime
  * before 1.24 opening DIR/model.onnx) and against the store's public
@@ -17,6 +19,8 @@
  * folder). When the store holds nothing of the model (no store, a full
  * store, no daemon, a private load) there is no model.onnx: tensors.json
  * names the original model as the graph and says why ("fallback").
+ * A model pulled from a registry has no original: "model" names the
+ * view's own model.onnx (or header), "ref" the reference.
  *
  * A view for a mount namespace without the store (view_options's
  * mounted_tensors: tetris-csi's volumes) has no links: its tensors/ is an
@@ -45,6 +49,7 @@
 #define VIEW_INDEX_NAME "tensors.json"
 #define VIEW_GRAPH_NAME "model.onnx"
 #define VIEW_SELF "." /* "store" of a view with mounted tensors: the view itself */
+#define VIEW_HEADER_NAME "model.safetensors-header"
 
 typedef struct model_view model_view;
 
@@ -114,6 +119,7 @@ struct view_index_tensor {
 };
 struct view_index {
     const char *model;
+    const char *ref; /* the registry reference it was pulled by, NULL: a file */
     const char *model_format;
     const char *graph;
     const char *store;

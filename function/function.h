@@ -32,7 +32,9 @@
 #include "function/oip_request.h"
 
 struct fn_options {
-    const char *model;
+    const char *model;         /* the model file; NULL: only model_ref */
+    const char *model_ref;     /* its registry reference (oci://...), pulled by the
+                                  node daemon; model is then the fallback */
     const char *model_name;    /* NULL: the model file's base name without .onnx */
     const char *model_version; /* NULL: unversioned */
     const char *store_dir;     /* NULL: private */
@@ -51,6 +53,7 @@ struct fn {
     struct fn_options o;
     double started_ms; /* clock_now_ms() at main(): the start metrics' zero */
     char *model_name; /* what the /v2 paths call the model */
+    const char *model_path; /* what was loaded: o.model_ref, or o.model */
     agent_model *am;
     ort_model *m;
     ort_io *io;

@@ -30,6 +30,7 @@
 #include "function/oip_ort.h"
 #include "function/oip_response.h"
 #include "protocol/names.h"
+#include "protocol/oci.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILURE_ = 1, EXIT_USAGE = 2, EXIT_BAD_MODEL = 3 };
 
@@ -146,13 +147,23 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
          .dest = &o->model,
          .env = TETRIS_ENV_MODEL,
          .meta = "FILE",
-         .help = "the ONNX model (required)"},
+         .help = "the ONNX model: a file, or a registry reference oci://... (this or "
+                 "--model-ref is required)"},
+        {.name = "model-ref",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->model_ref,
+         .env = TETRIS_ENV_MODEL_REF,
+         .meta = "REF",
+         .help = "the model's registry reference (oci://HOST:PORT/REPO[:TAG|@sha256:HEX]), "
+                 "pulled by the node daemon into the store; a --model FILE is then used only "
+                 "if the pull fails"},
         {.name = "name",
          .type = OPT_TYPE_STRING,
          .dest = &o->model_name,
          .env = TETRIS_ENV_MODEL_NAME,
          .meta = "NAME",
-         .help = "the model's name in /v2/models/NAME (default: FILE's base name without .onnx)"},
+         .help = "the model's name in /v2/models/NAME (default: FILE's base name without .onnx, "
+                 "or the last component of REF's repository)"},
         {.name = "model-version",
          .type = OPT_TYPE_STRING,
          .dest = &o->model_version,
@@ -263,7 +274,7 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
     };
     const struct opt_program prog = {
         .name = "tetris-function",
-        .synopsis = "[--model FILE] [--name NAME] [--model-version V]\n"
+        .synopsis = "[--model FILE] [--model-ref REF] [--name NAME] [--model-version V]\n"
                     "[--store DIR [--direct] [--tenant T]\n"
                     "[--manifest M] | --private] [--listen ADDR:PORT]\n"
                     "[--batch B] [--concurrency P] [--max-wait-ms MS]\n"
@@ -279,8 +290,26 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
         return -1;
     if (first != argc)
         return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]);
-    if (o->model == NULL)
+    if (o->model != NULL && oci_ref_is(o->model)) {
+        /* The same reference twice (an image's TETRIS_MODEL_REF and a
+         * deployment's TETRIS_MODEL) is one. */
+        if (o->model_ref != NULL && strcmp(o->model_ref, o->model) != 0)
+            return opt_usage_error(&prog, "two registry references: --model %s and --model-ref %s",
+                                   o->model, o->model_ref);
+        o->model_ref = o->model;
+        o->model = NULL;
+    }
+    if (o->model == NULL && o->model_ref == NULL)
         return opt_usage_error(&prog, "no model: set " TETRIS_ENV_MODEL " or --model");
+    tetris_error err = {0};
+    oci_ref ref;
+    if (o->model_ref != NULL && oci_ref_parse(o->model_ref, &ref, &err) < 0)
+        return opt_usage_error(&prog, "%s", err.msg);
+    if (o->model_ref != NULL && o->model == NULL &&
+        (a.private_ || a.direct || o->store_dir == NULL))
+        return opt_usage_error(&prog, "a model named by reference is pulled by the node daemon: "
+                                      "it needs " TETRIS_ENV_STORE " (not --private or --direct), "
+                                      "or a --model FILE to use instead");
     if (!path_segment_valid(o->model_name) || !path_segment_valid(o->model_version))
         return opt_usage_error(&prog, "a model name or version must be 1 to 255 bytes without "
                                       "'/', control characters or spaces");
@@ -437,20 +466,30 @@ static int load_model(struct fn *f, double *session_ms, tetris_error *err)
     struct ort_adapter_options oo;
     int r;
 
+    f->model_path = f->o.model_ref != NULL ? f->o.model_ref : f->o.model;
     if (f->o.store_dir != NULL) {
         agent_options_init(&ao);
         ao.mode = f->o.mode;
         ao.store_dir = f->o.store_dir;
         ao.tenant = f->o.tenant;
         ao.manifest_path = f->o.manifest;
-        if ((r = agent_load(f->o.model, &ao, &f->am, err)) < 0)
+        r = f->o.model_ref != NULL
+                ? agent_load_ref(f->o.model_ref, f->o.model, &ao, &f->am, &f->model_path, err)
+                : agent_load(f->o.model, &ao, &f->am, err);
+        if (r < 0)
             return r;
+    } else if (f->o.model_ref != NULL) {
+        /* parse_args let a reference without a store through only with a file. */
+        tetris_error why = {0};
+        tetris_fail(&why, TETRIS_E_INVAL, 0, "no store to pull into (private)");
+        agent_log_pull_fallback(f->o.model_ref, f->o.model, &why);
+        f->model_path = f->o.model;
     }
     ort_adapter_options_init(&oo);
     oo.intra_op_threads = f->o.threads;
     oo.derived = f->o.derived;
     double t0 = clock_now_ms();
-    r = ort_model_open(f->o.model, f->am, &oo, &f->m, err);
+    r = ort_model_open(f->model_path, f->am, &oo, &f->m, err);
     *session_ms = clock_now_ms() - t0;
     if (r < 0 || (r = ort_io_describe(f->m, f->o.dynamic_dim, &f->io, err)) < 0 ||
         (r = oip_ort_signature(f->io, &f->sig, err)) < 0)
@@ -473,9 +512,19 @@ static int model_readable(const char *path, tetris_error *err)
     return 0;
 }
 
-/* The model file's base name without ".onnx", unless named. */
+/* The model file's base name without ".onnx", or the last component of
+ * the reference's repository (the same whether or not the pull works),
+ * unless named. */
 static int name_model(struct fn *f, tetris_error *err)
 {
+    oci_ref ref;
+    if (f->o.model_name == NULL && f->o.model_ref != NULL) {
+        if (oci_ref_parse(f->o.model_ref, &ref, err) < 0)
+            return -err->code;
+        const char *last = strrchr(ref.repo, '/');
+        f->model_name = strdup(last != NULL ? last + 1 : ref.repo);
+        return f->model_name != NULL ? 0 : tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    }
     const char *base = strrchr(f->o.model, '/');
     base = base != NULL ? base + 1 : f->o.model;
     size_t len = strlen(base);
@@ -497,7 +546,7 @@ static int print_ready(const struct fn *f, tetris_error *err)
              (unsigned)http_server_port(f->srv));
     json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:f, s:I, s:b, s:s, s:b}",
                           "event", "ready", "listen", listen, "port", (int)http_server_port(f->srv),
-                          "model", f->o.model, "name", f->model_name, "mode", mode_name(&f->o),
+                          "model", f->model_path, "name", f->model_name, "mode", mode_name(&f->o),
                           "batching", f->io->batchable ? "concat" : "sequential", "batch",
                           f->o.batch.batch, "concurrency", f->o.batch.concurrency, "max_wait_ms",
                           f->o.batch.max_wait_ms, "shared_bytes", (json_int_t)f->m->shared_bytes,
@@ -518,15 +567,17 @@ static int print_ready(const struct fn *f, tetris_error *err)
 static int start(struct fn *f, tetris_error *err)
 {
     struct fn_metrics_info mi = {0};
-    const char *base = strrchr(f->o.model, '/');
     int r;
 
-    /* A missing model is said as such before anything else; then serving,
-     * so that liveness answers while the model loads. */
-    if ((r = model_readable(f->o.model, err)) < 0 || (r = name_model(f, err)) < 0 ||
-        (r = serve(f, err)) < 0 || (r = load_model(f, &mi.steps_ms.session, err)) < 0)
+    /* A missing model is said as such before anything else (a file that is
+     * only the fallback of a reference may be missing); then serving, so
+     * that liveness answers while the model loads. */
+    if ((f->o.model_ref == NULL && (r = model_readable(f->o.model, err)) < 0) ||
+        (r = name_model(f, err)) < 0 || (r = serve(f, err)) < 0 ||
+        (r = load_model(f, &mi.steps_ms.session, err)) < 0)
         return r;
-    mi.model = base != NULL ? base + 1 : f->o.model;
+    const char *base = strrchr(f->model_path, '/');
+    mi.model = base != NULL ? base + 1 : f->model_path;
     mi.mode = mode_name(&f->o);
     mi.batching = f->io->batchable ? "concat" : "sequential";
     mi.shared_bytes = f->m->shared_bytes;
@@ -553,13 +604,13 @@ static int start(struct fn *f, tetris_error *err)
     log_info("event=ready model=%s name=%s mode=%s batching=%s batch=%d concurrency=%d "
              "max_wait_ms=%g threads=%d port=%u shared_bytes=%llu max_body_bytes=%llu "
              "store=%s derived=%d session_ms=%.3f start_ms=%.3f",
-             f->o.model, LOG_Q(f->model_name), mi.mode, mi.batching, f->o.batch.batch,
+             LOG_Q(f->model_path), LOG_Q(f->model_name), mi.mode, mi.batching, f->o.batch.batch,
              f->o.batch.concurrency, f->o.batch.max_wait_ms, f->o.threads,
              (unsigned)http_server_port(f->srv), (unsigned long long)f->m->shared_bytes,
              (unsigned long long)f->o.max_body_bytes, mi.store, f->m->derived, mi.steps_ms.session,
              clock_now_ms() - f->started_ms);
     if (f->am != NULL && f->am->stats.fell_back)
-        log_warn("event=private-fallback model=%s reason=%s", LOG_Q(f->o.model),
+        log_warn("event=private-fallback model=%s reason=%s", LOG_Q(f->model_path),
                  LOG_Q(f->am->stats.fallback_reason));
     return print_ready(f, err);
 }
@@ -606,7 +657,10 @@ static void run_stop(void *ctx)
 static int run_start_failed(void *ctx, int r, const tetris_error *err)
 {
     const struct fn *f = ctx;
-    log_error("event=error model=%s code=%s msg=%s", f->o.model ? f->o.model : "",
+    log_error("event=error model=%s code=%s msg=%s",
+              LOG_Q(f->o.model_ref != NULL ? f->o.model_ref
+                    : f->o.model != NULL   ? f->o.model
+                                           : ""),
               tetris_code_name(r), LOG_Q(err->msg));
     return exit_code_for(r);
 }

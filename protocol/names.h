@@ -156,7 +156,10 @@
 
 /* A function container (tetris-function), as the autoscaler and the
  * profiler set it. */
-#define TETRIS_ENV_MODEL "TETRIS_MODEL" /* the model file */
+#define TETRIS_ENV_MODEL "TETRIS_MODEL" /* the model file, or a registry reference */
+/* The model's registry reference (oci://...), pulled by the node daemon;
+ * TETRIS_MODEL, when set too, is the file used if the pull fails. */
+#define TETRIS_ENV_MODEL_REF "TETRIS_MODEL_REF"
 #define TETRIS_ENV_STORE "TETRIS_STORE" /* the store, mounted read-only */
 #define TETRIS_ENV_TENANT "TETRIS_TENANT"
 #define TETRIS_ENV_MANIFEST "TETRIS_MANIFEST"

@@ -312,9 +312,11 @@ static long best_node_for_variant(cluster *c, size_t f, size_t i, bool *own_held
         double add = mib + (own ? 0 : sp->own_mib) + (base ? 0 : sp->base_mib);
         if (!fits(&c->nodes[n], cfg->c, add))
             continue;
-        double theta = ((own ? sp->own_mib : 0) + (base ? sp->base_mib : 0)) /
-                       (sp->own_mib + sp->base_mib);
-        int score = (int)lround(SIMILARITY_MAX_SCORE * theta);
+        /* The extender's score, in KiB of the tensors held and lacking. */
+        double held = (own ? sp->own_mib : 0) + (base ? sp->base_mib : 0);
+        double lacking = (own ? 0 : sp->own_mib) + (base ? 0 : sp->base_mib);
+        int score = similarity_score((uint64_t)llround(held * 1024),
+                                     (uint64_t)llround(lacking * 1024));
         double free = least_allocated(&c->nodes[n], cfg->c, mib);
         if (score > best_score || (score == best_score && free > best_free)) {
             best = (long)n;

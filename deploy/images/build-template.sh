@@ -15,12 +15,17 @@
 # since the last import.
 #
 # Usage: deploy/images/build-template.sh -l node|python -d DIR -n NAME[:TAG]
-#                                        [-b BIN_DIR] [-m MODEL]... [-o OUT.tar]
+#                                        [-b BIN_DIR] [-m MODEL]... [-r REF]
+#                                        [-o OUT.tar]
 #   -l  the template's language
 #   -d  the function's folder, holding handler.js or handler.py
 #   -n  image reference
 #   -b  where tetris-agent is (default: bin/ of the source tree)
 #   -m  a model file, packed as /models/<its name>
+#   -r  the model's registry reference (oci://HOST:PORT/REPO[:TAG|@sha256:HEX]),
+#       TETRIS_MODEL_REF in the image's environment: the wrapper has the
+#       node's daemon pull it, so the image needs no weights (with -m too,
+#       the file is the fallback should the pull fail)
 #   -o  write the OCI archive here instead of importing it
 # Exit status: 0 image ready, 1 failure, 2 usage.
 set -eu
@@ -33,8 +38,8 @@ usage() {
     exit 2
 }
 
-lang="" dir="" name="" bin_dir="$ROOT/bin" out="" models=""
-while getopts l:d:n:b:m:o: opt; do
+lang="" dir="" name="" bin_dir="$ROOT/bin" out="" models="" ref=""
+while getopts l:d:n:b:m:r:o: opt; do
     case "$opt" in
     l) lang="$OPTARG" ;;
     d) dir="$OPTARG" ;;
@@ -43,6 +48,12 @@ while getopts l:d:n:b:m:o: opt; do
     m)
         [ -f "$OPTARG" ] || die "event=missing-model path=$OPTARG"
         models="$models $OPTARG"
+        ;;
+    r)
+        case "$OPTARG" in
+        oci://?*/?*) ref="$OPTARG" ;;
+        *) die "event=bad-reference ref=$OPTARG hint=\"oci://HOST:PORT/REPO[:TAG|@sha256:HEX]\"" ;;
+        esac
         ;;
     o) out="$OPTARG" ;;
     *) usage ;;
@@ -105,6 +116,7 @@ if [ "$lang" = node ]; then
     set -- "$@" -x "$stage$lib:$lib"
 fi
 for m in $models; do set -- "$@" -f "$m:/models/$(basename "$m")"; done
+[ -z "$ref" ] || set -- "$@" -E "TETRIS_MODEL_REF=$ref"
 
 if [ -n "$out" ]; then
     "$ROOT/scripts/cluster/pack-image.sh" -n "$name" "$@" -o "$out"
@@ -115,7 +127,7 @@ fi
 stamp="$CLUSTER_DIR/images/$(echo "$name" | tr '/:' '__').sha256"
 mkdir -p "$CLUSTER_DIR/images"
 # shellcheck disable=SC2086 # models is words
-sum="$( (echo "$lang"; cat "$agent" $models; tar -C "$stage" -cf - function tetris 2>/dev/null) |
+sum="$( (echo "$lang $ref"; cat "$agent" $models; tar -C "$stage" -cf - function tetris 2>/dev/null) |
     sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] &&
     ctr --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io images ls -q |

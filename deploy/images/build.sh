@@ -8,12 +8,22 @@
 # runs, imported into its containerd. Skips the work when the inputs have not
 # changed since the last import.
 #
+# A function image needs no weights when its model is in a registry
+# (tetris-registry push): -r packs tetris-function alone and names the
+# model by its reference (TETRIS_MODEL_REF in the image's environment);
+# the node's daemon pulls the tensors its store lacks when the function
+# starts (docs/OPENFAAS.md, "Models from a registry"). With -m too, the
+# file is the fallback should the pull fail.
+#
 # Usage: deploy/images/build.sh [-b BIN_DIR] [-n NAME[:TAG]] [-m MODEL]...
+#                               [-r oci://HOST:PORT/REPO[:TAG|@sha256:HEX]]
 #                               [-o OUT.tar]
 #   -b  programs to pack (default: bin/ of the source tree)
 #   -n  image reference (default tetris:latest)
 #   -m  a model file, packed as /models/<its name> (for OpenFaaS functions,
 #       which cannot mount one)
+#   -r  the model's registry reference: the image holds tetris-function
+#       (of BIN_DIR) and no weights, TETRIS_MODEL_REF=REF in its environment
 #   -o  write the OCI archive here instead of importing it
 # Exit status: 0 image ready, 1 failure, 2 usage.
 set -eu
@@ -21,14 +31,20 @@ PROG=image-build
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$ROOT/scripts/cluster/common.sh"
 
-bin_dir="$ROOT/bin" name="tetris:latest" out="" models=""
-while getopts b:n:m:o: opt; do
+bin_dir="$ROOT/bin" name="tetris:latest" out="" models="" ref=""
+while getopts b:n:m:r:o: opt; do
     case "$opt" in
     b) bin_dir="$OPTARG" ;;
     n) name="$OPTARG" ;;
     m)
         [ -f "$OPTARG" ] || die "event=missing-model path=$OPTARG"
         models="$models $OPTARG"
+        ;;
+    r)
+        case "$OPTARG" in
+        oci://?*/?*) ref="$OPTARG" ;;
+        *) die "event=bad-reference ref=$OPTARG hint=\"oci://HOST:PORT/REPO[:TAG|@sha256:HEX]\"" ;;
+        esac
         ;;
     o) out="$OPTARG" ;;
     *) sed -n '/^# Usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
@@ -39,8 +55,16 @@ case "$name" in *:*) ;; *) name="$name:latest" ;; esac
 
 ort="$ROOT/.deps/onnxruntime/lib/libonnxruntime.so.1"
 [ -f "$ort" ] || die "event=missing-onnxruntime path=$ort hint=\"run make deps\""
-set --
-for p in "$bin_dir"/*; do
+# Every program, or for a function of a pulled model the program alone.
+if [ -n "$ref" ]; then
+    [ -x "$bin_dir/tetris-function" ] ||
+        die "event=missing-program path=$bin_dir/tetris-function hint=\"run make\""
+    set -- "$bin_dir/tetris-function"
+else
+    set -- "$bin_dir"/*
+fi
+for p; do
+    shift
     [ -f "$p" ] && [ -x "$p" ] && set -- "$@" -x "$p"
 done
 [ $# -gt 0 ] || die "event=no-programs dir=$bin_dir hint=\"run make\""
@@ -50,7 +74,7 @@ set -- "$@" -f "$ort:/usr/local/lib/libonnxruntime.so.1"
 set -- "$@" -x /bin/sh:/bin/sh -x "$(command -v hostname):/bin/hostname"
 for m in $models; do set -- "$@" -f "$m:/models/$(basename "$m")"; done
 # Config, not files: part of what decides whether to import again.
-config="-e /usr/local/bin/tetris-function -E TETRIS_PORT=8080"
+config="-e /usr/local/bin/tetris-function -E TETRIS_PORT=8080${ref:+ -E TETRIS_MODEL_REF=$ref}"
 # shellcheck disable=SC2086 # config is words
 set -- "$@" $config
 
@@ -62,7 +86,8 @@ fi
 stamp="$CLUSTER_DIR/images/$(echo "$name" | tr '/:' '__').sha256"
 mkdir -p "$CLUSTER_DIR/images"
 # shellcheck disable=SC2086 # models is words
-sum="$( (cat "$bin_dir"/* "$ort" $models; echo "$config") | sha256sum | cut -d' ' -f1)"
+sum="$( (if [ -n "$ref" ]; then cat "$bin_dir/tetris-function"; else cat "$bin_dir"/*; fi
+        cat "$ort" $models; echo "$config") | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] &&
     ctr --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io images ls -q |
     grep -qE "(^|/)$name\$"; then

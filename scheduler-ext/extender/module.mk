@@ -16,4 +16,4 @@ UNIT_TESTS += tests/extender/test_id_set.c
 TEST_PROGRAMS += extender-test
 extender-test_SRCS := tests/extender/extender_test.c tests/lib/faultserver.c tests/lib/unit.c
 extender-test_LIBS := -lcheck -lsubunit -lrt -lcurl
-SHELL_TESTS += tests/extender/test-extender.sh
+SHELL_TESTS += tests/extender/test-extender.sh tests/extender/test-extender-registry.sh

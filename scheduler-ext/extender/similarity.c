@@ -18,6 +18,20 @@ static uint64_t present_bytes(const model_need *m, const node_inventory *inv)
     return present;
 }
 
+/* Held inside 1..9 while some bytes are present and some missing:
+ * rounding must never score a node that has to pull (be it 2% of the
+ * model) like one that pulls nothing, nor one that holds a little like
+ * one that holds nothing. */
+int similarity_score(uint64_t present, uint64_t missing)
+{
+    if (present == 0)
+        return 0;
+    if (missing == 0)
+        return SIMILARITY_MAX_SCORE;
+    long s = lround((double)present / (double)(present + missing) * SIMILARITY_MAX_SCORE);
+    return s < 1 ? 1 : s > SIMILARITY_MAX_SCORE - 1 ? SIMILARITY_MAX_SCORE - 1 : (int)s;
+}
+
 void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *out)
 {
     node_inventory *memo = (node_inventory *)inv; /* only the memo changes */
@@ -46,7 +60,7 @@ void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *o
     out->present_bytes = present;
     out->missing_bytes = m->total_bytes - present;
     out->theta = m->total_bytes > 0 ? (double)present / (double)m->total_bytes : 0.0;
-    out->score = (int)lround(out->theta * SIMILARITY_MAX_SCORE);
+    out->score = similarity_score(present, out->missing_bytes);
     uint64_t evictable = inv->evictable_bytes > present ? inv->evictable_bytes - present : 0;
     uint64_t room = inv->capacity_bytes + evictable; /* both below 2^63 (JSON integers) */
     uint64_t free_bytes = room > inv->resident_bytes ? room - inv->resident_bytes : 0;

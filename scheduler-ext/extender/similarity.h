@@ -7,7 +7,10 @@
  * tensors the node daemon evicts for room) is less the model's present
  * bytes, which may be among them and will not be evicted for it. A
  * capacity of 0 means "no limit reported". The extender's score is round(10 θ), the extender
- * protocol's 0..10 range. */
+ * protocol's 0..10 range, except that 10 is kept for a node that lacks no
+ * byte and 0 for one that holds none: a node that must pull part of the
+ * model scores 1..9 by the bytes it lacks (tests/extender/extender_test.c,
+ * score_by_bytes_lacking). */
 #ifndef TETRIS_SIMILARITY_H
 #define TETRIS_SIMILARITY_H
 
@@ -62,11 +65,15 @@ typedef struct node_fit {
     uint64_t present_bytes;
     uint64_t missing_bytes;
     double theta;  /* 0..1; 0 for a model without tensors */
-    int score;     /* round(10 θ) */
+    int score;     /* round(10 θ), 1..9 unless nothing or everything is missing */
     bool fits;
 } node_fit;
 
 void similarity_eval(const model_need *m, const node_inventory *inv, node_fit *out);
+/* The score of a node holding present bytes of a model and lacking
+ * missing (any unit): round(10 θ), 10 only when nothing is missing, 0
+ * only when nothing is present. */
+int similarity_score(uint64_t present, uint64_t missing);
 
 /* A fresh version number for a model_need (never 0). */
 uint64_t model_need_version(void);

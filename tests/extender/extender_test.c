@@ -777,6 +777,77 @@ START_TEST(theta_and_fit)
 }
 END_TEST
 
+/* "sha256:" and 64 times c. */
+static void digest_of(char c, char out[7 + 64 + 1])
+{
+    memcpy(out, "sha256:", 7);
+    memset(out + 7, c, 64);
+    out[7 + 64] = '\0';
+}
+
+/* A node that must pull is scored by the bytes it lacks: 10 only when it
+ * lacks none, 0 only when it holds none, and rounding never lifts a node
+ * that lacks 2% (or 1 byte) to 10 nor drops one that holds 1 byte to 0. */
+START_TEST(score_by_bytes_lacking)
+{
+    static const struct {
+        char c;
+        uint64_t nbytes;
+    } tensors[] = {{'a', 9799}, {'b', 200}, {'c', 1}};
+    static const struct {
+        const char *have; /* the tensors the node holds */
+        uint64_t missing;
+        int score;
+    } cases[] = {
+        {"abc", 0, 10},  {"ab", 1, 9},   {"a", 201, 9},  {"ac", 200, 9},
+        {"bc", 9799, 1}, {"c", 9999, 1}, {"", 10000, 0},
+    };
+    char digest[7 + 64 + 1];
+    textbuf mt = {0};
+    textbuf_puts(&mt, "{\"format\":\"tetris-manifest/1\",\"model\":\"m.onnx\",\"tensors\":[");
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
+        digest_of(tensors[i].c, digest);
+        textbuf_printf(
+            &mt, "%s{\"name\":\"%c\",\"source\":\"m.onnx\",\"digest\":\"%s\",\"nbytes\":%llu}",
+            i > 0 ? "," : "", tensors[i].c, digest, (unsigned long long)tensors[i].nbytes);
+    }
+    textbuf_puts(&mt, "]}");
+    size_t manifest_len;
+    char *manifest = textbuf_take(&mt, &manifest_len);
+    ck_assert_ptr_nonnull(manifest);
+    tensor_ids *ids = tensor_ids_new();
+    model_need *m = NULL;
+    tetris_error err = {0};
+    ck_assert_int_eq(manifest_need_parse(ids, "m", manifest, manifest_len, &m, &err), 0);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        textbuf t = {0};
+        textbuf_puts(&t, "{\"node\":\"x\",\"generation\":1,\"capacity_bytes\":0,"
+                         "\"resident_bytes\":0,\"tensors\":[");
+        for (const char *c = cases[k].have; *c != '\0'; c++) {
+            digest_of(*c, digest);
+            textbuf_printf(&t, "%s{\"digest\":\"%s\",\"bytes\":1}", c == cases[k].have ? "" : ",",
+                           digest);
+        }
+        textbuf_puts(&t, "]}");
+        size_t len;
+        char *text = textbuf_take(&t, &len);
+        node_inventory *ni = NULL;
+        ck_assert_int_eq(inventory_parse(ids, text, len, &ni, &err), 0);
+        node_fit fit;
+        similarity_eval(m, ni, &fit);
+        ck_assert_msg(fit.missing_bytes == cases[k].missing && fit.score == cases[k].score,
+                      "holding \"%s\": missing %llu score %d, want %llu and %d", cases[k].have,
+                      (unsigned long long)fit.missing_bytes, fit.score,
+                      (unsigned long long)cases[k].missing, cases[k].score);
+        node_inventory_free(ni);
+        free(text);
+    }
+    model_need_free(m);
+    tensor_ids_free(ids);
+    free(manifest);
+}
+END_TEST
+
 START_TEST(bad_manifests_and_inventories)
 {
     tensor_ids *ids = tensor_ids_new();
@@ -1285,6 +1356,7 @@ int main(int argc, char **argv)
     Suite *s = suite_create("scheduler-extender");
     TCase *pure = tcase_create("pure");
     tcase_add_test(pure, theta_and_fit);
+    tcase_add_test(pure, score_by_bytes_lacking);
     tcase_add_test(pure, bad_manifests_and_inventories);
     tcase_add_test(pure, id_table_shrinks_with_inventories);
     tcase_add_test(pure, id_table_survives_churn);

@@ -12,13 +12,17 @@
 #     when asked;
 #  3. bad values fail with a message naming the problem (schema, a memory
 #     limit below the store capacity, an autoscaler without Prometheus, a
-#     tenant name the store refuses, more tenants than maxTenants); the
-#     tenants list reaches the daemon (which makes exactly those stores)
-#     and the webhook; the CSI driver (csi.enabled) renders its CSIDriver,
-#     tetris-csi in the daemon's pod with the kubelet's directories, and
-#     the tenant map, which the plugin accepts, and the webhook's
-#     --volume csi; a map naming a tenant the daemons do not serve, twice
-#     the same rule, or the webhook's csi volume without the driver fail;
+#     tenant name the store refuses, more tenants than maxTenants, a
+#     registry that is no HOST:PORT, a CA from a ConfigMap and a Secret);
+#     the tenants list reaches the daemon (which makes exactly those
+#     stores) and the webhook; the registries reach the daemon's file
+#     (none by default), their credentials Secret and CA bundle only the
+#     daemon's container, read-only, as --registry-auth and --registry-ca;
+#     the CSI driver (csi.enabled) renders its CSIDriver, tetris-csi in the
+#     daemon's pod with the kubelet's directories, and the tenant map,
+#     which the plugin accepts, and the webhook's --volume csi; a map
+#     naming a tenant the daemons do not serve, twice the same rule, or the
+#     webhook's csi volume without the driver fail;
 #  4. the chart spells the names the programs use (protocol/names.h), its
 #     components stay off API-only nodes (tetris.io/node-kind) unless
 #     their affinity is dropped, and
@@ -71,6 +75,11 @@ expect "$rc" '(.args | index("--listen=$(HOST_IP):9464")) != null' "daemon does 
 expect "$rc" '(.args | index("--config=/etc/tetris/reclaimer.yaml")) != null' "daemon does not read its ConfigMap"
 expect "$rc" '(.args | index("--pin-file=/run/tetris-pins/pins")) != null' "daemon does not read the pins"
 expect "$ds" '[.spec.template.spec.containers[].name] == ["reclaimer", "node-pins"]' "no node-pins sidecar"
+expect "$ds" '([.spec.template.spec.volumes[] | select(.name | startswith("registry-"))] | length) == 0 and
+    ([.spec.template.spec.containers[0].args[] | select(startswith("--registry"))] | length) == 0' \
+    "registry credentials or flags rendered by default"
+doc "$WORK/default.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]' |
+    grep -q '^registries:' && fail "registries in the daemon's file by default (pulls must be refused)"
 # The store's tmpfs: only the init container may mount, in the host's
 # mount namespace; the daemon itself holds no capability (test-privilege.sh
 # checks every security context).
@@ -154,8 +163,27 @@ for kv in 'max_connections_per_uid: 100' 'max_connections_per_pid: 4' 'max_reque
     'ingest_timeout: "45s"' 'health_deadline: "2m"'; do
     grep -qxF "$kv" "$WORK/all-reclaimer.yaml" || fail "reclaimer config lacks '$kv'"
 done
+grep -qxF 'registries: "registry.example:5000,[fd00::1]:443"' "$WORK/all-reclaimer.yaml" ||
+    fail "reclaimer.registries does not reach the daemon's file: $(grep registries "$WORK/all-reclaimer.yaml")"
 "$BIN/tetris-reclaimer" --config "$WORK/all-reclaimer.yaml" --once --listen "" \
     2>"$WORK/once-all.log" || fail "tetris-reclaimer rejects the budgets: $(cat "$WORK/once-all.log")"
+# The registries' credentials and CA: the daemon's container alone mounts
+# them (not the init container, not node-pins), read-only, named by flags.
+expect "$ds" '.spec.template.spec.containers[0] as $c | $c.name == "reclaimer" and
+    ($c.args | index("--registry-auth=/etc/tetris-registry-auth/.dockerconfigjson")) != null and
+    ($c.args | index("--registry-ca=/etc/tetris-registry-ca/bundle.pem")) != null and
+    ([$c.volumeMounts[] | select(.name == "registry-auth" or .name == "registry-ca") |
+      [.mountPath, .readOnly]] == [["/etc/tetris-registry-auth", true], ["/etc/tetris-registry-ca", true]])' \
+    "registryAuth/registryCA do not reach the daemon as flags and read-only mounts"
+expect "$ds" '[.spec.template.spec.initContainers[]?, .spec.template.spec.containers[1:][] |
+    .volumeMounts[]? | select(.name | startswith("registry-"))] == []' \
+    "the registries' credentials reach a container other than the daemon"
+expect "$ds" '[.spec.template.spec.volumes[] | select(.name | startswith("registry-"))] ==
+    [{"name": "registry-auth", "secret": {"secretName": "tetris-registry", "defaultMode": 256,
+      "items": [{"key": ".dockerconfigjson", "path": ".dockerconfigjson"}]}},
+     {"name": "registry-ca", "configMap": {"name": "tetris-registry-ca",
+      "items": [{"key": "bundle.pem", "path": "bundle.pem"}]}}]' \
+    "registry volumes: not the dockerconfigjson Secret and the CA ConfigMap"
 expect "$(doc "$WORK/all.yaml" Deployment tetris-scheduler)" \
     '[.spec.template.spec.containers[] | select(.name == "extender") | .args[]] |
      index("--inventory-url-ports=9465,9200-9299") != null' \
@@ -363,6 +391,16 @@ bad "autoscaler.prometheusUrl" --set autoscaler.enabled=true
 bad "failurePolicy must be one of" --set webhook.failurePolicy=Sometimes
 bad "storeSubdir: Does not match pattern" --set webhook.storeSubdir=../up
 bad "tmpfs must be one of" --set reclaimer.store.tmpfs=always
+bad "name a configMap or a secret, not both" --set reclaimer.registryCA.configMap=a \
+    --set reclaimer.registryCA.secret=b
+bad "registries.0: Does not match pattern" --set 'reclaimer.registries={http://registry.example:5000}'
+bad "registries.0: Does not match pattern" --set 'reclaimer.registries={registry.example}'
+render "$WORK/ca-secret.yaml" --set reclaimer.registryCA.secret=corp-ca
+expect "$(doc "$WORK/ca-secret.yaml" DaemonSet tetris-reclaimer)" \
+    '[.spec.template.spec.volumes[] | select(.name == "registry-ca")] ==
+     [{"name": "registry-ca", "secret": {"secretName": "corp-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}] and
+     (.spec.template.spec.containers[0].args | index("--registry-ca=/etc/tetris-registry-ca/ca.crt")) != null' \
+    "registryCA.secret: not a Secret volume and --registry-ca"
 bad "tenants.1: Does not match pattern" --set 'tenants={alpha,../x}'
 bad "tenants.0: Does not match pattern" --set 'tenants={Alpha}'
 bad "more than reclaimer.maxTenants (2)" --set 'tenants={a,b,c}' --set reclaimer.maxTenants=2
