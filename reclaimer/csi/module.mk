@@ -19,6 +19,9 @@ SHELL_TESTS += tests/csi/test-csi-tenants.sh
 # Root: volumes read by the Node.js, Python and C readers as pods read
 # them (node and onnxruntime-node, numpy).
 SHELL_TESTS += tests/csi/test-csi-langs.sh
+# The real kubelet of the local cluster: registration, pods through the
+# webhook, tenants, restarts, unpublish.
+E2E_TESTS += tests/k8s/test-csi-k8s.sh
 # The community's conformance suite, built once from its source tarball
 # with Go (minutes the first time; skipped without the tarball).
 SLOW_TESTS += tests/csi/test-csi-sanity.sh
