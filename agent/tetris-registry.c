@@ -45,6 +45,9 @@ static struct {
     const char *from;
     uint64_t chunk;
     double timeout_s;
+    const char *auth;
+    const char *ca;
+    bool insecure;
 } args = {.timeout_s = 300};
 
 static const struct opt_spec push_options[] = {
@@ -72,6 +75,28 @@ static const struct opt_spec push_options[] = {
      .dmax = 86400,
      .meta = "S",
      .help = "the time limit of each request (default 300 s)"},
+    {.name = "registry-auth",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.auth,
+     .env = "TETRIS_REGISTRY_AUTH",
+     .meta = "FILE",
+     .help = "credentials for the registry, a dockerconfigjson document ({\"auths\": "
+             "{\"HOST:PORT\": {\"auth\": base64 of user:password}}}), used as its "
+             "WWW-Authenticate challenge asks (Basic, or a Bearer token from its realm) "
+             "(default none: anonymous)"},
+    {.name = "registry-ca",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.ca,
+     .env = "TETRIS_REGISTRY_CA",
+     .meta = "FILE",
+     .help = "PEM CA certificates that verify the registry's TLS certificate (default: the "
+             "system's)"},
+    {.name = "insecure",
+     .type = OPT_TYPE_FLAG,
+     .dest = &args.insecure,
+     .env = "TETRIS_REGISTRY_INSECURE",
+     .help = "the registry may be plain HTTP: TLS is tried first, plain HTTP if it does not "
+             "speak TLS (always so for a loopback registry)"},
     {0},
 };
 
@@ -92,7 +117,8 @@ static const struct opt_program push_command = {
     .synopsis = "[OPTION]... MODEL REF",
     .about =
         "Publishes MODEL as an OCI artifact at REF (oci://HOST[:PORT]/REPO[:TAG|@sha256:HEX],\n"
-        "plain HTTP): one layer per distinct tensor (its digest the tensor's identity),\n"
+        "HTTPS, port 443 by default): one layer per distinct tensor (its digest the tensor's\n"
+        "identity),\n"
         "the non-weight part (ONNX: the graph with external references; safetensors: the\n"
         "header) and the manifest as config. A blob the registry has (HEAD) or mounts\n"
         "from --from is not sent. Prints one JSON object: ref, digest, blobs, present,\n"
@@ -265,17 +291,40 @@ static int load_model(const char *path, model **out, tetris_error *err)
     return rc;
 }
 
+/* A file named by an option that cannot be used: a usage error (exit 2),
+ * not a bad model. */
+static int usage_file_error(const char *option, tetris_error *err)
+{
+    tetris_error cause = *err;
+    return tetris_fail(err, TETRIS_E_INVAL, cause.errnum, "%s: %s", option, cause.msg);
+}
+
 static int push(const char *model_path, const char *ref_text, tetris_error *err)
 {
     oci_ref ref;
     int rc = oci_ref_parse(ref_text, &ref, err);
     if (rc < 0)
         return rc;
+    if (args.ca != NULL && (rc = oci_ca_file_check(args.ca, err)) < 0)
+        return usage_file_error("--registry-ca", err);
     model *m = NULL;
     if ((rc = load_model(model_path, &m, err)) < 0)
         return rc;
     struct push p = {.from = args.from, .chunk = (size_t)args.chunk};
-    oci_registry_init(&p.reg, &ref, (long)(args.timeout_s * 1000));
+    oci_credentials *creds = NULL;
+    if (args.auth != NULL && (rc = oci_credentials_read(args.auth, &creds, err)) < 0) {
+        model_free(m);
+        return usage_file_error("--registry-auth", err);
+    }
+    oci_options o = {.timeout_ms = (long)(args.timeout_s * 1000),
+                     .ca_file = args.ca,
+                     .credentials = creds,
+                     .insecure = args.insecure};
+    if ((rc = oci_registry_open(&p.reg, &ref, &o, err)) < 0) {
+        oci_credentials_free(creds);
+        model_free(m);
+        return rc;
+    }
     cleanup_free char *config = NULL, *manifest = NULL;
     cleanup_free uint8_t *graph = NULL;
     size_t graph_len = 0, manifest_len = 0;
@@ -343,6 +392,8 @@ static int push(const char *model_path, const char *ref_text, tetris_error *err)
     }
     oci_artifact_free(a);
     model_free(m);
+    oci_registry_close(&p.reg);
+    oci_credentials_free(creds);
     return rc;
 }
 

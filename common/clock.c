@@ -2,6 +2,8 @@
 #include "common/clock.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 static struct timespec now(clockid_t id)
 {
@@ -51,4 +53,19 @@ void clock_sleep_ms(long ms)
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
+}
+
+long clock_backoff_ms(long base_ms, long max_ms, int attempt)
+{
+    long d = base_ms;
+    for (int i = 1; i < attempt && d < max_ms; i++)
+        d *= 2;
+    if (d > max_ms)
+        d = max_ms;
+    if (d <= 1)
+        return d;
+    static _Thread_local unsigned seed;
+    if (seed == 0)
+        seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)&seed;
+    return d / 2 + (long)(rand_r(&seed) % (unsigned)(d / 2 + 1));
 }

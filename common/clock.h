@@ -26,4 +26,10 @@ struct timespec clock_timespec(double ms);
 /* Sleeps ms milliseconds, the whole time even when signals arrive. */
 void clock_sleep_ms(long ms);
 
+/* The wait before try number attempt + 1 of something that failed
+ * (attempt >= 1): base_ms doubled per attempt up to max_ms, then a random
+ * point in [d/2, d], so clients that failed together do not come back
+ * together. */
+long clock_backoff_ms(long base_ms, long max_ms, int attempt);
+
 #endif

@@ -44,6 +44,8 @@ struct transfer {
     bool too_big;
     CURLcode cc;
     bool done;
+    char detail[CURL_ERROR_SIZE]; /* libcurl's words on a failure */
+    bool handshake_unfinished;    /* connected, but TLS never completed */
 };
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
@@ -88,6 +90,19 @@ static size_t on_upload(char *buf, size_t size, size_t nitems, void *user)
     return n;
 }
 
+static void clear_reply_headers(httpclient_request *rq)
+{
+    free(rq->etag);
+    free(rq->location);
+    free(rq->content_digest);
+    free(rq->www_authenticate);
+    free(rq->content_range);
+    rq->etag = rq->location = rq->content_digest = rq->www_authenticate = rq->content_range = NULL;
+    rq->content_length = 0;
+    rq->retry_after_s = HTTPCLIENT_RETRY_AFTER_NONE;
+    rq->status = 0;
+}
+
 /* If the header line data (n bytes) is NAME (with its colon), its value
  * without blanks around it, malloc'd; else NULL. */
 static char *header_value(const char *data, size_t n, const char *name)
@@ -119,6 +134,19 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *user)
     keep_header(&x->rq->etag, header_value(data, n, "etag:"));
     keep_header(&x->rq->location, header_value(data, n, "location:"));
     keep_header(&x->rq->content_digest, header_value(data, n, "docker-content-digest:"));
+    keep_header(&x->rq->www_authenticate, header_value(data, n, "www-authenticate:"));
+    keep_header(&x->rq->content_range, header_value(data, n, "content-range:"));
+    char *retry_after = header_value(data, n, "retry-after:");
+    if (retry_after != NULL) {
+        /* The delay-seconds form only; an HTTP date counts as none. */
+        char *end;
+        errno = 0;
+        long v = strtol(retry_after, &end, 10);
+        x->rq->retry_after_s = errno == 0 && *end == '\0' && end != retry_after && v >= 0
+                                   ? v
+                                   : HTTPCLIENT_RETRY_AFTER_NONE;
+        free(retry_after);
+    }
     char *length = header_value(data, n, "content-length:");
     if (length != NULL) {
         char *end;
@@ -190,6 +218,9 @@ static int setup(struct transfer *x)
     curl_easy_setopt(x->h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(x->h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(x->h, CURLOPT_ERRORBUFFER, x->detail);
+    if (rq->ca_file != NULL)
+        curl_easy_setopt(x->h, CURLOPT_CAINFO, rq->ca_file);
     if (rq->user_agent != NULL)
         curl_easy_setopt(x->h, CURLOPT_USERAGENT, rq->user_agent);
     return 0;
@@ -212,6 +243,11 @@ static void run(CURLM *m, struct transfer *xs, size_t n)
             x->cc = msg->data.result;
             x->done = true;
             curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->rq->status);
+            curl_off_t connected = 0, handshaken = 0;
+            curl_easy_getinfo(x->h, CURLINFO_CONNECT_TIME_T, &connected);
+            curl_easy_getinfo(x->h, CURLINFO_APPCONNECT_TIME_T, &handshaken);
+            x->handshake_unfinished = strncmp(x->rq->url, "https://", 8) == 0 && connected > 0 &&
+                                      handshaken == 0;
         }
         if (running > 0 && curl_multi_poll(m, NULL, 0, 100, NULL) != CURLM_OK)
             break;
@@ -219,6 +255,31 @@ static void run(CURLM *m, struct transfer *xs, size_t n)
     for (size_t i = 0; i < n; i++)
         if (!xs[i].done)
             xs[i].cc = CURLE_OPERATION_TIMEDOUT;
+}
+
+static enum httpclient_failure failure_of(const struct transfer *x)
+{
+    /* A peer that took the connection and never answered the TLS
+     * handshake (a plain HTTP server waiting for a request line). */
+    if (x->cc == CURLE_OPERATION_TIMEDOUT && x->handshake_unfinished)
+        return HTTPCLIENT_FAIL_TLS_HANDSHAKE;
+    switch (x->cc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY: return HTTPCLIENT_FAIL_CONNECT;
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE: return HTTPCLIENT_FAIL_DROPPED;
+    case CURLE_OPERATION_TIMEDOUT: return HTTPCLIENT_FAIL_TIMEOUT;
+    case CURLE_SSL_CONNECT_ERROR: return HTTPCLIENT_FAIL_TLS_HANDSHAKE;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH: return HTTPCLIENT_FAIL_TLS_VERIFY;
+    default: return HTTPCLIENT_FAIL_OTHER;
+    }
 }
 
 static void finish(struct transfer *x)
@@ -239,19 +300,15 @@ static void finish(struct transfer *x)
     } else if (x->body.failed || x->cc == CURLE_OUT_OF_MEMORY) {
         rq->rc = tetris_fail(&rq->err, TETRIS_E_NOMEM, ENOMEM, "%s %s", method, url);
     } else {
+        rq->failure = failure_of(x);
         rq->rc = tetris_fail(&rq->err,
                              x->cc == CURLE_OPERATION_TIMEDOUT ? TETRIS_E_TIMEOUT
                                                                : TETRIS_E_UNAVAILABLE,
-                             0, "%s %s: %s", method, url, curl_easy_strerror(x->cc));
+                             0, "%s %s: %s", method, url,
+                             x->detail[0] != '\0' ? x->detail : curl_easy_strerror(x->cc));
     }
-    if (rq->rc < 0) {
-        free(rq->etag);
-        free(rq->location);
-        free(rq->content_digest);
-        rq->etag = rq->location = rq->content_digest = NULL;
-        rq->content_length = 0;
-        rq->status = 0;
-    }
+    if (rq->rc < 0)
+        clear_reply_headers(rq);
     textbuf_free(&x->body);
     curl_slist_free_all(x->headers);
     curl_slist_free_all(x->resolve);
@@ -310,13 +367,9 @@ int httpclient_get(httpclient_request *rq, tetris_error *err)
 void httpclient_request_clear(httpclient_request *rq)
 {
     free(rq->body);
-    free(rq->etag);
-    free(rq->location);
-    free(rq->content_digest);
     rq->body = NULL;
-    rq->etag = rq->location = rq->content_digest = NULL;
-    rq->content_length = 0;
+    clear_reply_headers(rq);
     rq->len = 0;
-    rq->status = 0;
     rq->rc = 0;
+    rq->failure = HTTPCLIENT_FAIL_NONE;
 }

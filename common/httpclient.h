@@ -4,7 +4,8 @@
  * manifests, blobs streamed to a sink). Each request has a timeout, a cap
  * on the reply's size, an optional conditional header (If-None-Match) and
  * gives back the status, the body (or hands it to a sink), the ETag, the
- * Location and the Docker-Content-Digest. Redirects are never followed: a
+ * Location, the Docker-Content-Digest, the WWW-Authenticate challenge,
+ * Retry-After and Content-Range. Redirects are never followed: a
  * 3xx is the reply, and the caller decides whether its Location is a host
  * it may talk to. Many requests run at once on one thread (libcurl's
  * multi interface).
@@ -18,8 +19,10 @@
  * A reply of any status is a success of the GET (rc 0): the caller judges
  * the status. Failures: TETRIS_E_TIMEOUT (no complete reply in time),
  * TETRIS_E_PROTOCOL (reply larger than max_body), TETRIS_E_UNAVAILABLE
- * (cannot connect, connection broken), TETRIS_E_NOMEM; the message starts
- * with "GET <url>: ".
+ * (cannot connect, connection broken, TLS failed), TETRIS_E_NOMEM; the
+ * message starts with "GET <url>: " and gives libcurl's detail (a
+ * certificate's problem, say); `failure` says which kind of transport
+ * failure it was, for a caller that retries or falls back.
  *
  * Not for the Kubernetes API (kube.h: credentials, retries, watches). */
 #ifndef TETRIS_HTTPCLIENT_H
@@ -31,6 +34,21 @@
 #include "common/error.h"
 
 #define HTTPCLIENT_ERROR_BODY_MAX 4096 /* of a non-2xx reply with a sink */
+#define HTTPCLIENT_RETRY_AFTER_NONE (-1)
+
+/* What went wrong below HTTP when a request failed (rc < 0). */
+enum httpclient_failure {
+    HTTPCLIENT_FAIL_NONE = 0, /* a reply came, or the failure is not the transport's */
+    HTTPCLIENT_FAIL_CONNECT,  /* no connection: refused, unreachable, unresolvable */
+    HTTPCLIENT_FAIL_DROPPED,  /* the connection broke, or closed before the reply's end */
+    HTTPCLIENT_FAIL_TIMEOUT,
+    HTTPCLIENT_FAIL_TLS_HANDSHAKE, /* the peer did not complete a TLS handshake (it may
+                                      speak plain HTTP): refused it, or never answered
+                                      before the connect timeout */
+    HTTPCLIENT_FAIL_TLS_VERIFY,    /* its certificate is not trusted, or not for this
+                                      host; or the CA bundle is unusable */
+    HTTPCLIENT_FAIL_OTHER,
+};
 
 typedef struct httpclient_request {
     /* Set by the caller. */
@@ -57,6 +75,9 @@ typedef struct httpclient_request {
      * ADDRESS for HOST:PORT without asking DNS, so a name checked once
      * cannot resolve elsewhere by the time of the connection. */
     const char *resolve;
+    /* NULL, or a PEM file of the CA certificates that verify an https://
+     * peer (curl's CURLOPT_CAINFO) instead of the system's. */
+    const char *ca_file;
 
     /* Filled by the GET; freed by httpclient_request_clear(). */
     int rc;            /* 0, or -code with err filled */
@@ -68,6 +89,11 @@ typedef struct httpclient_request {
     char *location;    /* its Location header, NULL if none */
     char *content_digest;    /* its Docker-Content-Digest header, NULL if none */
     uint64_t content_length; /* its Content-Length (HEAD included), 0 if none */
+    char *www_authenticate;  /* its WWW-Authenticate header, NULL if none */
+    char *content_range;     /* its Content-Range header, NULL if none */
+    long retry_after_s;      /* its Retry-After in seconds (the delay form only),
+                                HTTPCLIENT_RETRY_AFTER_NONE if none */
+    enum httpclient_failure failure;
 } httpclient_request;
 
 /* libcurl's process-wide set-up, done once however often it is called

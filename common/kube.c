@@ -423,17 +423,7 @@ static bool should_retry(const request *rq, CURLcode curl_rc, long status, const
 /* Exponential backoff with jitter in [delay/2, delay]. */
 static long backoff_ms(const kube_client *c, int attempt)
 {
-    long d = c->base_backoff_ms;
-    for (int i = 1; i < attempt && d < c->max_backoff_ms; i++)
-        d *= 2;
-    if (d > c->max_backoff_ms)
-        d = c->max_backoff_ms;
-    if (d <= 1)
-        return d;
-    static _Thread_local unsigned seed;
-    if (seed == 0)
-        seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)&seed;
-    return d / 2 + (long)(rand_r(&seed) % (unsigned)(d / 2 + 1));
+    return clock_backoff_ms(c->base_backoff_ms, c->max_backoff_ms, attempt);
 }
 
 static int transport_error(const request *rq, const char *path, CURLcode rc, tetris_error *err)

@@ -1,8 +1,10 @@
 #!/bin/sh
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
 # the ingest, JSON reader's, inventory, AdmissionReview and inference request
-# decoders', the holder, store marker, daemon state file, pin file and CSI
-# tenant map readers', the YAML reader's with the settings and profiles on top of it) for
+# decoders', the registry's (artifacts, references, credentials, challenges,
+# tokens), the holder, store marker, daemon state file, pin file and CSI
+# tenant map readers', the YAML reader's with the settings and profiles on
+# top of it) for
 # FUZZ_SECONDS (default 60) from a seed corpus made now from the real models
 # (.deps/models), the synthetic valid and malformed files of
 # tetris-gen-model-corpus and a few messages. The corpus grows under
@@ -20,7 +22,8 @@ rm -rf "$seeds"
 mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$seeds/ingest" \
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
     "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$seeds/yaml" \
-    "$seeds/derived" "$seeds/pin_file" "$seeds/oci" "$seeds/pbwire" "$seeds/tenant_map" \
+    "$seeds/derived" "$seeds/pin_file" "$seeds/oci" "$seeds/oci_auth" "$seeds/pbwire" \
+    "$seeds/tenant_map" \
     "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
@@ -115,6 +118,14 @@ a=$(printf 'a%.0s' $(seq 64)); b=$(echo "$a" | tr a b)
 printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":"application/vnd.tetris.model.v1","config":{"mediaType":"application/vnd.tetris.manifest.v1+json","digest":"sha256:%s","size":10},"layers":[{"mediaType":"application/vnd.tetris.onnx-graph.v1","digest":"sha256:%s","size":20},{"mediaType":"application/vnd.tetris.tensor.v1","digest":"sha256:%s","size":37,"annotations":{"io.tetris.tensor.name":"w"}}],"annotations":{"io.tetris.model":"m.onnx"}}' \
     "$a" "$b" "$(echo "$a" | tr a c)" >"$seeds/oci/manifest.json"
 printf 'oci://reg.example:5000/models/bert-base:v1' >"$seeds/oci/ref"
+# Registry credentials (a dockerconfigjson Secret), a challenge, a token.
+printf '%s' '{"auths":{"reg.example:5000":{"auth":"YWxpY2U6czNjcmV0"},"https://other.example/v1/":{"username":"bob","password":"pa:ss","email":"b@x"}},"credsStore":"x"}' \
+    >"$seeds/oci_auth/dockerconfig.json"
+printf '%s' 'Bearer realm="https://auth.example/token",service="reg.example",scope="repository:models/bert:pull,push"' \
+    >"$seeds/oci_auth/challenge"
+printf '%s' 'Basic realm="Registry Realm"' >"$seeds/oci_auth/basic"
+printf '%s' '{"token":"eyJhbGciOi.J9.x","access_token":"a","expires_in":300}' \
+    >"$seeds/oci_auth/token.json"
 
 # CSI requests as the kubelet sends them (protocol/csi.h): a publish with
 # its capability and volume context, an unpublish, a registration status.
@@ -128,7 +139,7 @@ printf '%s\n' '# tenants' 'team-a  *  tenant:alpha' 'team-b inference tenant:bet
 
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check oip yaml derived pin_file oci pbwire \
+         holders store_marker state view_check oip yaml derived pin_file oci oci_auth pbwire \
          tenant_map}; do
     mkdir -p "$dir/corpus/$t"
     dict=""

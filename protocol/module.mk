@@ -10,6 +10,8 @@
 # manifest, a model's JSON form, is model/manifest.h's.)
 LIB_SRCS += protocol/profile.c protocol/ingest.c protocol/inventory.c protocol/names.c \
             protocol/oip.c protocol/derived.c protocol/oci_artifact.c protocol/oci_ref.c \
-            protocol/oci_client.c protocol/oci_fetch.c protocol/csi.c
+            protocol/oci_client.c protocol/oci_fetch.c protocol/oci_auth.c protocol/oci_transport.c \
+            protocol/csi.c
 UNIT_TESTS += tests/protocol/test_profile.c tests/protocol/test_ingest_protocol.c tests/protocol/test_inventory.c \
-              tests/protocol/test_names.c tests/protocol/test_oci.c tests/protocol/test_csi.c
+              tests/protocol/test_names.c tests/protocol/test_oci.c tests/protocol/test_oci_auth.c \
+              tests/protocol/test_csi.c

@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/httpclient.h"
 #include "tensorstore/digest.h"
 
 struct model;
@@ -128,7 +129,7 @@ void oci_digest_format(const tensor_digest *d, char out[7 + TENSOR_DIGEST_HEX_LE
 
 typedef struct oci_ref {
     char host[OCI_HOST_MAX + 1]; /* as written, brackets of an IPv6 address included */
-    unsigned port;               /* 0: none given (80 for http) */
+    unsigned port;               /* 0: none given (443) */
     char repo[OCI_REPO_MAX + 1];
     char tag[OCI_TAG_MAX + 1]; /* "" when pinned by digest */
     bool has_digest;
@@ -140,7 +141,7 @@ typedef struct oci_ref {
 int oci_ref_parse(const char *s, oci_ref *out, tetris_error *err);
 /* Whether s starts with "oci://" (a reference, not a file). */
 bool oci_ref_is(const char *s);
-/* "HOST:PORT" (the port 80 when none was given) into out. */
+/* "HOST:PORT" (the port 443 when none was given) into out. */
 void oci_ref_authority(const oci_ref *r, char *out, size_t cap);
 /* HOST[:PORT] (a registry's address, as in a reference), len bytes of s,
  * into host and *port (0 when none is given); TETRIS_E_INVAL naming what
@@ -148,38 +149,198 @@ void oci_ref_authority(const oci_ref *r, char *out, size_t cap);
 int oci_authority_parse(const char *s, size_t len, char host[OCI_HOST_MAX + 1], unsigned *port,
                         tetris_error *err);
 
-/* ---- a registry's calls (OCI distribution API, plain HTTP) ----
- * Each call is one request with a time limit, its reply capped; a 3xx is
- * never followed, and an upload's Location must name the registry itself
- * (a relative one, or the same scheme, host and port): a registry cannot
- * send our bytes or questions elsewhere. Errors: TETRIS_E_HTTP for an
- * unexpected status (the message has it and the registry's words),
- * TETRIS_E_PROTOCOL for a reply we cannot use, and httpclient.h's. */
+/* ---- credentials and trust (oci_auth.c) ----
+ *
+ * Credentials come from a file in the form of a Kubernetes Secret of type
+ * kubernetes.io/dockerconfigjson (its .dockerconfigjson key, what
+ * `docker login` writes to config.json):
+ *
+ *   {"auths": {"registry.example:5000": {"auth": "<base64 of user:password>"},
+ *              "https://other.example": {"username": "u", "password": "p"}}}
+ *
+ * A key is a registry's HOST[:PORT], optionally after "http://" or
+ * "https://" and before a path (both ignored); no port means 443, as in a
+ * reference. An entry has "auth", or "username" and "password", or all
+ * three agreeing; "email" is ignored, "identitytoken" and "registrytoken"
+ * (OAuth refresh tokens) are refused as unsupported, any other key is an
+ * error. Top-level members other than "auths" (a docker config.json's
+ * credsStore, credHelpers, ...) are ignored: no helper is ever run. The
+ * file is at most OCI_CREDENTIALS_FILE_MAX bytes, at most
+ * OCI_CREDENTIALS_MAX entries, a registry named once; a username is
+ * non-empty without ':' and neither it nor the password holds a control
+ * character (they become a header). Errors are TETRIS_E_FORMAT naming the
+ * entry and field, never a value: a secret is never in a message or log. */
 
-/* Whether a request may go to HOST:PORT, and where: 0 with *resolve
- * filled ("HOST:PORT:ADDRESS", the address to connect to, checked once
- * and pinned; "" to let the name resolve), or a failure that stops the
- * request unsent (the node daemon's allow-list, reclaimer/pull.h). */
+#define OCI_CREDENTIALS_FILE_MAX (256u << 10)
+#define OCI_CREDENTIALS_MAX 256
+#define OCI_USERNAME_MAX 256
+#define OCI_PASSWORD_MAX 8192
+#define OCI_TOKEN_MAX (16u << 10)       /* a bearer token */
+#define OCI_TOKEN_REPLY_MAX (64u << 10) /* the token server's whole reply */
+#define OCI_CHALLENGE_PARAM_MAX 1024    /* a challenge's realm, service or scope */
+#define OCI_CA_FILE_MAX (4u << 20)
+
+typedef struct oci_credential {
+    char host[OCI_HOST_MAX + 1]; /* lowercase */
+    unsigned port;               /* 0: none written (443) */
+    char *username, *password;
+} oci_credential;
+
+typedef struct oci_credentials {
+    size_t n;
+    oci_credential *entries;
+} oci_credentials;
+
+/* Decodes a credentials document (what = its name in messages). */
+int oci_credentials_parse(const char *json, size_t len, const char *what, oci_credentials **out,
+                          tetris_error *err);
+/* Reads and decodes the file at path; TETRIS_E_NOTFOUND, TETRIS_E_IO as
+ * file_read_all's. */
+int oci_credentials_read(const char *path, oci_credentials **out, tetris_error *err);
+/* The entry for host:port (port 0: 443), host compared without case; NULL
+ * if none. */
+const oci_credential *oci_credentials_find(const oci_credentials *c, const char *host,
+                                           unsigned port);
+/* Frees c, its secrets overwritten first. */
+void oci_credentials_free(oci_credentials *c);
+
+/* A registry's WWW-Authenticate challenge (RFC 7235: one challenge, its
+ * parameters tokens or quoted strings): Basic, or Bearer with the token
+ * server's realm (an absolute http(s) URL), service and scope. */
+enum oci_auth_scheme {
+    OCI_AUTH_BASIC = 1,
+    OCI_AUTH_BEARER,
+};
+
+typedef struct oci_challenge {
+    enum oci_auth_scheme scheme;
+    char realm[OCI_CHALLENGE_PARAM_MAX];
+    char service[OCI_CHALLENGE_PARAM_MAX];
+    char scope[OCI_CHALLENGE_PARAM_MAX];
+} oci_challenge;
+
+/* TETRIS_E_PROTOCOL naming what is wrong: another scheme, a parameter
+ * twice or too long, Bearer without a realm. */
+int oci_challenge_parse(const char *header, oci_challenge *out, tetris_error *err);
+/* The token server's reply ({"token": ...} or {"access_token": ...}, at
+ * most OCI_TOKEN_REPLY_MAX bytes; "token" wins when both are there): the
+ * token, malloc'd. TETRIS_E_PROTOCOL if it is not JSON, has neither, has
+ * a key twice, or a token that is empty, longer than OCI_TOKEN_MAX or not
+ * visible ASCII (it becomes a header). The message never quotes it. */
+int oci_token_parse(const char *json, size_t len, char **token, tetris_error *err);
+
+/* Whether path is a readable PEM file (at most OCI_CA_FILE_MAX) holding
+ * at least one certificate: a CA bundle, checked when it is named rather
+ * than at the first TLS handshake. */
+int oci_ca_file_check(const char *path, tetris_error *err);
+
+/* ---- a registry's calls (OCI distribution API) ----
+ * Every call goes through oci_send (oci_transport.c): one request with a
+ * time limit, its reply capped; a 3xx is never followed by libcurl, and an
+ * upload's Location must name the registry itself (a relative one, or the
+ * same scheme, host and port): a registry cannot send our bytes or
+ * questions elsewhere. Errors: TETRIS_E_HTTP for an unexpected status (the
+ * message has it and the registry's words), TETRIS_E_DENIED for a refused
+ * authentication or target, TETRIS_E_PROTOCOL for a reply we cannot use,
+ * and httpclient.h's.
+ *
+ * Schemes (decided as docker does): https:// unless the operator says a
+ * host is plain HTTP (the daemon's --registries entry "http://HOST:PORT");
+ * a loopback host (127.0.0.0/8, ::1, localhost) and a push's --insecure
+ * registry are tried over TLS first and fall back to plain HTTP only when
+ * the host does not speak TLS at all (never when its certificate fails).
+ * A redirect or token realm that is plain http:// must name a host that
+ * may be plain HTTP. A reference without a port means 443.
+ *
+ * Authentication follows the registry's WWW-Authenticate challenge: a
+ * request answered 401 is sent again with credentials (Basic: the
+ * credentials file's entry for the registry; Bearer: a token from the
+ * realm, asked with those credentials or anonymously, for the challenge's
+ * service and scope), at most twice. The credentials go only to the
+ * registry's own host:port and its token realm (which, for the daemon,
+ * must be on the list like any host), never to a redirect's target. A
+ * token is shared by the registry's copies (a pull's threads) and asked
+ * again when the registry stops taking it. */
+
+/* How a host may be reached. */
+enum oci_scheme {
+    OCI_SCHEME_HTTPS = 0,     /* TLS only */
+    OCI_SCHEME_HTTP,          /* plain HTTP: the operator said so */
+    OCI_SCHEME_HTTPS_OR_HTTP, /* TLS, or plain HTTP if the host does not speak TLS */
+};
+
+/* Whether a request may go to HOST:PORT, and how: 0 with *resolve filled
+ * ("HOST:PORT:ADDRESS", the address to connect to, checked once and
+ * pinned; "" to let the name resolve) and *scheme, or a failure that stops
+ * the request unsent (the node daemon's allow-list, reclaimer/pull.h). */
 typedef int (*oci_admit_fn)(void *ctx, const char *host, unsigned port, char *resolve, size_t cap,
-                            tetris_error *err);
+                            enum oci_scheme *scheme, tetris_error *err);
 #define OCI_RESOLVE_MAX (OCI_HOST_MAX + 80)
 #define OCI_MAX_REDIRECTS 4 /* a blob's, each to an admitted host */
 
+/* Retries (oci_call, a blob's download, an upload): 429, 5xx and
+ * transport failures (no connection, a dropped one, a timeout) are tried
+ * again, at most OCI_MAX_ATTEMPTS times in all, after an exponential
+ * backoff from OCI_BACKOFF_BASE_MS to OCI_BACKOFF_MAX_MS with jitter in
+ * [d/2, d], or the reply's Retry-After (seconds) when it gives one, at
+ * most OCI_RETRY_AFTER_MAX_S. */
+#define OCI_MAX_ATTEMPTS 5
+#define OCI_BACKOFF_BASE_MS 250
+#define OCI_BACKOFF_MAX_MS 8000
+#define OCI_RETRY_AFTER_MAX_S 30
+
+typedef struct oci_options {
+    long timeout_ms;                    /* per request */
+    const char *ca_file;                /* NULL: the system's CA certificates */
+    const oci_credentials *credentials; /* borrowed, outlives the registry; NULL: none */
+    bool insecure; /* without admit: the registry may fall back to plain HTTP */
+    /* NULL: any host (tetris-registry push, the user's own command); else
+     * asked before every request, redirects and token realms included. */
+    oci_admit_fn admit;
+    void *admit_ctx;
+} oci_options;
+
+typedef struct oci_session oci_session; /* oci_transport.c */
+
 typedef struct oci_registry {
-    char base[OCI_HOST_MAX + 32]; /* "http://HOST:PORT" */
+    char base[OCI_HOST_MAX + 32]; /* "https://HOST:PORT", or http:// once it is plain */
     char host[OCI_HOST_MAX + 1];
     unsigned port;
     char repo[OCI_REPO_MAX + 1];
     long timeout_ms;     /* per request */
     uint64_t requests;   /* requests made (tests count them) */
     uint64_t bytes_sent; /* blob and manifest bytes uploaded */
-    /* NULL: any host (tetris-registry push, the user's own command); else
-     * asked before every request a pull makes, redirects included. */
     oci_admit_fn admit;
     void *admit_ctx;
+    /* The scheme found, the credentials and the current Authorization,
+     * shared by copies of this registry (one per thread): only the
+     * oci_registry_open'ed one is closed. */
+    oci_session *session;
 } oci_registry;
 
-void oci_registry_init(oci_registry *r, const oci_ref *ref, long timeout_ms);
+int oci_registry_open(oci_registry *r, const oci_ref *ref, const oci_options *o, tetris_error *err);
+void oci_registry_close(oci_registry *r);
+
+/* ---- the transport the calls share (oci_transport.c) ---- */
+
+#define OCI_SEND_ANONYMOUS 1u /* the token request: no session credentials, no 401 handling */
+
+/* One request to rq->url (absolute), as described above: the target
+ * admitted and pinned, its scheme held to its host's (falling back once
+ * to plain HTTP where allowed), the registry's own requests given the
+ * session's Authorization and their 401 answered. The reply's status is
+ * the caller's to judge, but for 401 after authenticating
+ * (TETRIS_E_DENIED). */
+int oci_send(oci_registry *r, httpclient_request *rq, unsigned flags, tetris_error *err);
+/* oci_send, tried again as OCI_MAX_ATTEMPTS says. A 429 or 5xx still
+ * there after the last attempt is TETRIS_E_UNAVAILABLE. For requests
+ * that may be repeated as they are (not a PATCH of an upload, nor a
+ * download handing bytes to a sink). */
+int oci_call(oci_registry *r, httpclient_request *rq, unsigned flags, tetris_error *err);
+/* Whether the outcome (rc of oci_send, rq's reply) is worth another try;
+ * and how long to wait before try number attempt + 1. */
+bool oci_retryable(const httpclient_request *rq, int rc);
+long oci_retry_delay_ms(const httpclient_request *rq, int attempt);
 
 /* ---- a pull's calls (oci_fetch.c): every request admitted first ---- */
 
@@ -192,14 +353,19 @@ void oci_registry_init(oci_registry *r, const oci_ref *ref, long timeout_ms);
 int oci_manifest_get(oci_registry *r, const char *reference, char **json, size_t *len,
                      tensor_digest *digest, tetris_error *err);
 
-/* Hands blob d's bytes, exactly size of them, to sink in pieces
- * (httpclient.h's sink: it may refuse with a negative code). A redirect
- * (3xx with a Location) is followed by hand, at most OCI_MAX_REDIRECTS
- * times, each target admitted like the registry itself (a relative
- * Location stays on the host that sent it); http:// only. A reply longer
- * than size is cut off and TETRIS_E_CORRUPT, a shorter one (or a broken
- * transfer) TETRIS_E_CORRUPT or TETRIS_E_UNAVAILABLE; a refused redirect
- * TETRIS_E_DENIED. Verifying the bytes is the sink's. */
+/* Hands blob d's bytes, exactly size of them, to sink in pieces, each
+ * byte once and in order (httpclient.h's sink: it may refuse with a
+ * negative code). A redirect (3xx with a Location) is followed by hand, at
+ * most OCI_MAX_REDIRECTS times, each target admitted like the registry
+ * itself (a relative Location stays on the host that sent it) and sent no
+ * credentials. A transfer that breaks (a dropped connection, a timeout,
+ * 429, 5xx) is tried again as OCI_MAX_ATTEMPTS says, from the registry's
+ * URL, resumed where it stopped: "Range: bytes=N-", whose 206 must start
+ * at N; a 200 sends the whole blob again and its first N bytes are passed
+ * over. A reply longer than size is cut off and TETRIS_E_CORRUPT, one
+ * still short after the last attempt TETRIS_E_CORRUPT ("ended after"), a
+ * refused redirect TETRIS_E_DENIED. Verifying the bytes (the whole blob's
+ * digest) is the sink's. */
 int oci_blob_get(oci_registry *r, const tensor_digest *d, uint64_t size,
                  int (*sink)(void *ctx, const void *data, size_t len, tetris_error *err),
                  void *sink_ctx, tetris_error *err);
@@ -213,7 +379,9 @@ int oci_blob_mount(oci_registry *r, const tensor_digest *d, const char *from, bo
                    tetris_error *err);
 /* Uploads len bytes as blob d: in one PUT when chunk is 0 or len <= chunk,
  * else in PATCHes of chunk bytes and a closing PUT. The registry checks
- * the digest. */
+ * the digest. A step that meets what oci_retryable retries starts the
+ * whole upload again from its POST (a session's state is the registry's),
+ * at most OCI_MAX_ATTEMPTS times. */
 int oci_blob_upload(oci_registry *r, const tensor_digest *d, const void *data, size_t len,
                     size_t chunk, tetris_error *err);
 /* PUTs the manifest under reference (a tag or "sha256:..."); *digest is

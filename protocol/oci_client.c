@@ -1,7 +1,9 @@
 /* oci_client.c - the calls of the OCI distribution API a push makes
  * (blob HEAD, cross-repository mount, monolithic and chunked upload,
- * manifest PUT) on common/httpclient.h, held to oci.h's rules: nothing
- * followed or sent to a host other than the registry's. */
+ * manifest PUT) on oci_transport.c, held to oci.h's rules: nothing
+ * followed or sent to a host other than the registry's. A call that may be
+ * repeated as it is is tried again on its own (oci_call); an upload, whose
+ * steps share a session on the registry, is tried again whole. */
 #include "protocol/oci.h"
 
 #include <errno.h>
@@ -13,19 +15,11 @@
 #include <openssl/evp.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "common/httpclient.h"
+#include "common/log.h"
 
 #define REPLY_MAX (64u << 10) /* an error document or an empty 201 */
-
-void oci_registry_init(oci_registry *r, const oci_ref *ref, long timeout_ms)
-{
-    memset(r, 0, sizeof *r);
-    snprintf(r->base, sizeof r->base, "http://%s:%u", ref->host, ref->port != 0 ? ref->port : 80u);
-    snprintf(r->host, sizeof r->host, "%s", ref->host);
-    r->port = ref->port != 0 ? ref->port : 80u;
-    snprintf(r->repo, sizeof r->repo, "%s", ref->repo);
-    r->timeout_ms = timeout_ms;
-}
 
 int oci_sha256(const void *data, size_t len, tensor_digest *out, tetris_error *err)
 {
@@ -35,15 +29,14 @@ int oci_sha256(const void *data, size_t len, tensor_digest *out, tetris_error *e
     return 0;
 }
 
-/* One request; the reply's status is the caller's to judge. */
-static int call(oci_registry *r, httpclient_request *rq, tetris_error *err)
+/* One request, tried again where that is safe (oci_call); the reply's
+ * status is the caller's to judge. once: a step of an upload, which is
+ * tried again as a whole (upload_blob). */
+static int call(oci_registry *r, httpclient_request *rq, bool once, tetris_error *err)
 {
-    rq->timeout_ms = r->timeout_ms;
     if (rq->max_body == 0)
         rq->max_body = REPLY_MAX;
-    rq->user_agent = "tetris/" TETRIS_VERSION;
-    r->requests++;
-    int rc = httpclient_get(rq, err);
+    int rc = once ? oci_send(r, rq, 0, err) : oci_call(r, rq, 0, err);
     if (rc == 0)
         r->bytes_sent += rq->upload_len;
     return rc;
@@ -84,7 +77,7 @@ int oci_blob_exists(oci_registry *r, const tensor_digest *d, bool *present, uint
     oci_digest_format(d, digest);
     snprintf(url, sizeof url, "%s/v2/%s/blobs/%s", r->base, r->repo, digest);
     httpclient_request rq = {.url = url, .method = "HEAD"};
-    int rc = call(r, &rq, err);
+    int rc = call(r, &rq, false, err);
     if (rc == 0 && rq.status != 200 && rq.status != 404)
         rc = unexpected(&rq, url, err);
     if (rc == 0) {
@@ -96,14 +89,33 @@ int oci_blob_exists(oci_registry *r, const tensor_digest *d, bool *present, uint
     return rc;
 }
 
+/* What an upload step's failure says about trying the upload again. */
+struct upload_outcome {
+    bool retryable;
+    httpclient_request reply; /* its status and Retry-After only */
+};
+
+static void note_outcome(struct upload_outcome *o, const httpclient_request *rq, int rc)
+{
+    if (o == NULL)
+        return;
+    o->retryable = oci_retryable(rq, rc);
+    o->reply.status = rq->status;
+    o->reply.retry_after_s = rq->retry_after_s;
+}
+
 /* POST .../blobs/uploads/ (with query, if any): 201 (mounted, *location
- * NULL) or 202 with the session's URL in *location (malloc'd). */
-static int start_upload(oci_registry *r, const char *query, char **location, tetris_error *err)
+ * NULL) or 202 with the session's URL in *location (malloc'd). o: NULL
+ * for a call tried again on its own, else where a step of an upload says
+ * whether it may be. */
+static int start_upload(oci_registry *r, const char *query, char **location,
+                        struct upload_outcome *o, tetris_error *err)
 {
     char url[1024], where[1024];
     snprintf(url, sizeof url, "%s/v2/%s/blobs/uploads/%s", r->base, r->repo, query);
     httpclient_request rq = {.url = url, .method = "POST"};
-    int rc = call(r, &rq, err);
+    int rc = call(r, &rq, o != NULL, err);
+    note_outcome(o, &rq, rc);
     *location = NULL;
     if (rc == 0 && rq.status != 201 && rq.status != 202)
         rc = unexpected(&rq, url, err);
@@ -122,7 +134,7 @@ int oci_blob_mount(oci_registry *r, const tensor_digest *d, const char *from, bo
     oci_digest_format(d, digest);
     snprintf(query, sizeof query, "?mount=%s&from=%s", digest, from);
     cleanup_free char *location = NULL;
-    int rc = start_upload(r, query, &location, err);
+    int rc = start_upload(r, query, &location, NULL, err);
     /* A 202 is the registry declining the mount and opening a session we
      * do not use: it expires on its own. */
     *mounted = rc == 0 && location == NULL;
@@ -132,7 +144,7 @@ int oci_blob_mount(oci_registry *r, const tensor_digest *d, const char *from, bo
 /* Sends [offset, offset + len) of data to the session at *location
  * (PATCH), which the reply's Location replaces. */
 static int upload_chunk(oci_registry *r, char **location, const uint8_t *data, size_t offset,
-                        size_t len, tetris_error *err)
+                        size_t len, struct upload_outcome *o, tetris_error *err)
 {
     char range[96], where[1024];
     snprintf(range, sizeof range, "Content-Range: %zu-%zu", offset, offset + len - 1);
@@ -142,7 +154,8 @@ static int upload_chunk(oci_registry *r, char **location, const uint8_t *data, s
                              .headers = headers,
                              .upload = data + offset,
                              .upload_len = len};
-    int rc = call(r, &rq, err);
+    int rc = call(r, &rq, true, err);
+    note_outcome(o, &rq, rc);
     if (rc == 0 && rq.status != 202)
         rc = unexpected(&rq, *location, err);
     if (rc == 0 && (rc = own_location(r, rq.location, where, sizeof where, err)) == 0) {
@@ -158,17 +171,18 @@ static int upload_chunk(oci_registry *r, char **location, const uint8_t *data, s
     return rc;
 }
 
-int oci_blob_upload(oci_registry *r, const tensor_digest *d, const void *data, size_t len,
-                    size_t chunk, tetris_error *err)
+/* One upload, from its POST to its closing PUT. */
+static int upload_once(oci_registry *r, const tensor_digest *d, const void *data, size_t len,
+                       size_t chunk, struct upload_outcome *o, tetris_error *err)
 {
     cleanup_free char *location = NULL;
-    int rc = start_upload(r, "", &location, err);
+    int rc = start_upload(r, "", &location, o, err);
     if (rc == 0 && location == NULL)
         return tetris_fail(err, TETRIS_E_PROTOCOL, 0, "%s: upload started with 201", r->base);
     size_t sent = 0;
     if (rc == 0 && chunk != 0 && len > chunk)
         for (; rc == 0 && sent < len; sent += chunk)
-            rc = upload_chunk(r, &location, data, sent, len - sent < chunk ? len - sent : chunk,
+            rc = upload_chunk(r, &location, data, sent, len - sent < chunk ? len - sent : chunk, o,
                               err);
     if (rc < 0)
         return rc;
@@ -182,11 +196,31 @@ int oci_blob_upload(oci_registry *r, const tensor_digest *d, const void *data, s
                              .headers = headers,
                              .upload = (const uint8_t *)data + (len - rest),
                              .upload_len = rest};
-    rc = call(r, &rq, err);
+    rc = call(r, &rq, true, err);
+    note_outcome(o, &rq, rc);
     if (rc == 0 && rq.status != 201)
         rc = unexpected(&rq, url, err);
     httpclient_request_clear(&rq);
     return rc;
+}
+
+/* A failed step leaves its session behind (the registry expires it): the
+ * upload is tried again from a new POST, the bytes sent whole again. */
+int oci_blob_upload(oci_registry *r, const tensor_digest *d, const void *data, size_t len,
+                    size_t chunk, tetris_error *err)
+{
+    for (int attempt = 1;; attempt++) {
+        struct upload_outcome o = {.retryable = false};
+        int rc = upload_once(r, d, data, len, chunk, &o, err);
+        if (rc == 0 || !o.retryable)
+            return rc;
+        if (attempt == OCI_MAX_ATTEMPTS)
+            return tetris_wrap(err, "%d attempts", attempt);
+        long delay = oci_retry_delay_ms(&o.reply, attempt);
+        log_info("event=registry-retry op=upload status=%ld attempt=%d delay_ms=%ld msg=%s",
+                 o.reply.status, attempt, delay, LOG_Q(err->msg));
+        clock_sleep_ms(delay);
+    }
 }
 
 int oci_manifest_put(oci_registry *r, const char *reference, const char *json, size_t len,
@@ -203,7 +237,7 @@ int oci_manifest_put(oci_registry *r, const char *reference, const char *json, s
                              .headers = headers,
                              .upload = json,
                              .upload_len = len};
-    rc = call(r, &rq, err);
+    rc = call(r, &rq, false, err);
     if (rc == 0 && rq.status != 201)
         rc = unexpected(&rq, url, err);
     if (rc == 0 && rq.content_digest != NULL) {

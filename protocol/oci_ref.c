@@ -159,5 +159,5 @@ int oci_authority_parse(const char *s, size_t len, char host[OCI_HOST_MAX + 1], 
 
 void oci_ref_authority(const oci_ref *r, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s:%u", r->host, r->port != 0 ? r->port : 80u);
+    snprintf(out, cap, "%s:%u", r->host, r->port != 0 ? r->port : 443u);
 }

@@ -101,9 +101,10 @@ static int parse_tenants(struct reclaimer_config *cfg, const char *v, tetris_err
     return 0;
 }
 
-/* "HOST:PORT,...": replaces the list; the port is required (a registry
- * is an address, not a name with a default), a host is lowercased, an
- * entry twice counts once. */
+/* "[http://|https://]HOST:PORT,...": replaces the list; the port is
+ * required (a registry is an address, not a name with a default), a host
+ * is lowercased, an entry twice counts once (plain if either said so
+ * http://, the operator's word for a registry without TLS). */
 static int parse_registries(struct reclaimer_registries *r, const char *v, tetris_error *err)
 {
     memset(r, 0, sizeof(*r));
@@ -114,6 +115,10 @@ static int parse_registries(struct reclaimer_registries *r, const char *v, tetri
         p += strspn(p, ", ");
         if (len == 0)
             continue;
+        bool plain = len > 7 && strncasecmp(entry, "http://", 7) == 0;
+        size_t scheme = plain ? 7 : len > 8 && strncasecmp(entry, "https://", 8) == 0 ? 8 : 0;
+        entry += scheme;
+        len -= scheme;
         char host[OCI_HOST_MAX + 1];
         unsigned port = 0;
         if (oci_authority_parse(entry, len, host, &port, err) < 0)
@@ -127,7 +132,8 @@ static int parse_registries(struct reclaimer_registries *r, const char *v, tetri
         snprintf(norm, sizeof(norm), "%s:%u", host, port); /* port <= 65535: it fits */
         bool seen = false;
         for (size_t i = 0; i < r->n && !seen; i++)
-            seen = strcmp(r->entries[i], norm) == 0;
+            if ((seen = strcmp(r->entries[i], norm) == 0))
+                r->plain[i] |= plain;
         if (seen)
             continue;
         if (r->n == RECLAIMER_REGISTRIES_MAX)
@@ -136,6 +142,7 @@ static int parse_registries(struct reclaimer_registries *r, const char *v, tetri
         size_t norm_len = strlen(norm);
         if (norm_len >= RECLAIMER_REGISTRY_LEN)
             return tetris_fail(err, TETRIS_E_INVAL, 0, "registry '%s' too long", norm);
+        r->plain[r->n] = plain;
         memcpy(r->entries[r->n++], norm, norm_len + 1);
     }
     return 0;
@@ -454,9 +461,18 @@ static void settings_init(struct settings *s, struct reclaimer_config *cfg)
          .type = OPT_TYPE_CUSTOM,
          .dest = &cfg->registries,
          .parse = parse_registries_opt,
-         .meta = "HOST:PORT,...",
-         .help = "the registries pods may pull models from (oci:// references); no other "
-                 "host is ever contacted, redirects included (default none: pulls refused)"},
+         .meta = "[http://]HOST:PORT,...",
+         .help = "the registries pods may pull models from (oci:// references), over TLS, "
+                 "or plain HTTP for an entry written http://HOST:PORT; no other host is ever "
+                 "contacted, redirects and token servers included (default none: pulls "
+                 "refused)"},
+        TEXT_OPTION("registry-auth", registry_auth, "FILE",
+                    "registry credentials, a dockerconfigjson document (a Secret of type "
+                    "kubernetes.io/dockerconfigjson), read again by each pull (default none: "
+                    "anonymous)"),
+        TEXT_OPTION("registry-ca", registry_ca, "FILE",
+                    "PEM CA certificates that verify the registries' TLS certificates "
+                    "(default: the system's)"),
         PERIOD_OPTION("registry-timeout", registry_timeout_s,
                       "time limit of one request to a registry (default 60)"),
         COUNT_OPTION("pull-parallel", pull_parallel, 1, 256,
@@ -633,5 +649,15 @@ int reclaimer_config_load(int argc, char **argv, struct reclaimer_config *cfg,
                                                "%s/" STORE_PRIVATE_DIR "/reclaimer.state",
                                                cfg->store_dir) >= (int)sizeof(cfg->state_path))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "store path too long");
+    /* The registry files are checked now, not at the first pull: a
+     * mistake is a config error, not a pod's failure hours later. */
+    if (cfg->registry_auth[0] != '\0') {
+        oci_credentials *creds = NULL;
+        if (oci_credentials_read(cfg->registry_auth, &creds, err) < 0)
+            return tetris_wrap(err, "--registry-auth");
+        oci_credentials_free(creds);
+    }
+    if (cfg->registry_ca[0] != '\0' && oci_ca_file_check(cfg->registry_ca, err) < 0)
+        return tetris_wrap(err, "--registry-ca");
     return reclaimer_config_resolve_capacity(cfg, err);
 }

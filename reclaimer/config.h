@@ -27,13 +27,15 @@ struct reclaimer_tenant_uids {
 };
 /* Registries a pull may reach (--registries): the operator's list, each
  * "host:port" as written (host lowercased), compared with a reference's
- * exactly (reclaimer/pull.h). */
+ * exactly (reclaimer/pull.h); plain[i]: entry i was written
+ * "http://HOST:PORT", a registry without TLS. */
 #define RECLAIMER_REGISTRIES_MAX 64
 #define RECLAIMER_REGISTRY_LEN (OCI_HOST_MAX + 8) /* ":65535" and the NUL */
 
 struct reclaimer_registries {
     size_t n;
     char entries[RECLAIMER_REGISTRIES_MAX][RECLAIMER_REGISTRY_LEN];
+    bool plain[RECLAIMER_REGISTRIES_MAX];
 };
 
 /* Without --capacity: this share of the store's filesystem. A node store
@@ -98,6 +100,8 @@ struct reclaimer_config {
     double registry_timeout_s;              /* one request to a registry */
     unsigned pull_parallel;                 /* blobs one pull fetches at once */
     uint64_t registry_cache_bytes;          /* configs and graphs kept per store */
+    char registry_auth[PATH_MAX];           /* a dockerconfigjson file; "": anonymous */
+    char registry_ca[PATH_MAX];             /* a PEM CA bundle; "": the system's */
     bool once;                   /* one pass, then exit */
     enum store_tmpfs_mode store_tmpfs; /* a tmpfs of the daemon's own? */
     bool mount_only;                   /* prepare the store's tmpfs, then exit */

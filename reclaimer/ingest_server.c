@@ -1100,20 +1100,22 @@ static int handle_pull(struct conn *c, const ingest_request *rq, char **reply, i
     struct served_store *ss = c->srv->ss;
     struct daemon *d = ss->d;
     int64_t t0 = clock_mono_us();
-    /* The list is large for a connection thread's stack: on the heap. */
-    struct reclaimer_registries *list = malloc(sizeof(*list));
-    if (list == NULL)
+    /* The settings are large for a connection thread's stack: on the heap. */
+    struct pull_settings *settings = malloc(sizeof(*settings));
+    if (settings == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pull");
     pthread_mutex_lock(&d->cfg_lock);
-    *list = d->cfg.registries;
-    double timeout_s = d->cfg.registry_timeout_s;
+    settings->allowed = d->cfg.registries;
+    settings->timeout_s = d->cfg.registry_timeout_s;
+    settings->cache_max = d->cfg.registry_cache_bytes;
+    memcpy(settings->auth_path, d->cfg.registry_auth, sizeof(settings->auth_path));
+    memcpy(settings->ca_file, d->cfg.registry_ca, sizeof(settings->ca_file));
     unsigned threads = d->cfg.pull_parallel;
-    uint64_t cache_max = d->cfg.registry_cache_bytes;
     pthread_mutex_unlock(&d->cfg_lock);
     struct pull_plan *plan = calloc(1, sizeof(*plan));
-    int rc = plan != NULL ? pull_prepare(ss->store, rq->ref, list, timeout_s, cache_max, plan, err)
+    int rc = plan != NULL ? pull_prepare(ss->store, rq->ref, settings, plan, err)
                           : tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "pull");
-    free(list);
+    free(settings);
     struct ingest_pull_result r = {0};
     if (rc == 0)
         rc = pull_tensors(c, plan, rq->label, threads, t0, &r, err);

@@ -15,7 +15,8 @@ LIB_SRCS += reclaimer/config.c reclaimer/tensor_index.c reclaimer/store_tmpfs.c 
 UNIT_TESTS += tests/reclaimer/test_reclaimer_units.c tests/reclaimer/test_pin_file.c
 
 # A hostile registry for the pull tests (wrong bytes, truncation, size,
-# redirects), on the shared fault server.
+# redirects, error statuses, basic and token auth), on the shared fault
+# server.
 TEST_PROGRAMS += tetris-test-fault-registry
 tetris-test-fault-registry_SRCS := tests/reclaimer/fault_registry.c tests/lib/faultserver.c \
                                    tests/lib/unit.c
@@ -43,8 +44,10 @@ SHELL_TESTS += tests/reclaimer/test-conn-shares.sh \
                tests/reclaimer/test-parse-memory.sh \
                tests/reclaimer/test-shared-store.sh
 SHELL_TESTS += tests/reclaimer/test-workers.sh
-# Models pulled from a registry: a real one, and a hostile one.
-SHELL_TESTS += tests/reclaimer/test-pull.sh tests/reclaimer/test-pull-faults.sh
+# Models pulled from a registry: a real one (anonymous; with basic auth
+# and TLS), and a hostile, flaky or token-locked one.
+SHELL_TESTS += tests/reclaimer/test-pull.sh tests/reclaimer/test-pull-faults.sh \
+               tests/reclaimer/test-pull-auth.sh tests/reclaimer/test-pull-retries.sh
 # Root: the store on a tmpfs of its own (huge=within_size), reused, refused;
 # a kernel without huge tmpfs pages played by an LD_PRELOAD library.
 SHELL_TESTS += tests/reclaimer/test-store-tmpfs.sh

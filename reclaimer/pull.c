@@ -62,10 +62,10 @@ enum pull_failure pull_failure_of(int code)
 }
 
 static int admit(void *ctx, const char *host, unsigned port, char *resolve, size_t cap,
-                 tetris_error *err)
+                 enum oci_scheme *scheme, tetris_error *err)
 {
     const struct reclaimer_registries *allowed = ctx;
-    return registry_admit(allowed, host, port, resolve, cap, err);
+    return registry_admit(allowed, host, port, resolve, cap, scheme, err);
 }
 
 /* ---- the cache of configs and graphs: private/registry/<hex> ----
@@ -268,19 +268,26 @@ static int read_config(int fd, uint64_t size, model **out, tetris_error *err)
     return rc < 0 ? tetris_wrap(err, "the artifact's config") : 0;
 }
 
-int pull_prepare(store *s, const char *ref_text, const struct reclaimer_registries *allowed,
-                 double timeout_s, uint64_t cache_max, struct pull_plan *plan, tetris_error *err)
+int pull_prepare(store *s, const char *ref_text, const struct pull_settings *settings,
+                 struct pull_plan *plan, tetris_error *err)
 {
     memset(plan, 0, sizeof(*plan));
     plan->config_fd = plan->graph_fd = -1;
     plan->store = s;
-    plan->allowed = *allowed;
+    plan->settings = *settings;
     int rc = oci_ref_parse(ref_text, &plan->ref, err);
     if (rc < 0)
         return rc;
-    oci_registry_init(&plan->reg, &plan->ref, (long)(timeout_s * 1000));
-    plan->reg.admit = admit;
-    plan->reg.admit_ctx = &plan->allowed;
+    if (settings->auth_path[0] != '\0' &&
+        (rc = oci_credentials_read(settings->auth_path, &plan->credentials, err)) < 0)
+        return tetris_wrap(err, "%s: --registry-auth", ref_text);
+    oci_options o = {.timeout_ms = (long)(settings->timeout_s * 1000),
+                     .ca_file = settings->ca_file[0] != '\0' ? settings->ca_file : NULL,
+                     .credentials = plan->credentials,
+                     .admit = admit,
+                     .admit_ctx = &plan->settings.allowed};
+    if ((rc = oci_registry_open(&plan->reg, &plan->ref, &o, err)) < 0)
+        return rc;
     /* A tag is resolved once, here: everything after is by digest. */
     char reference[7 + TENSOR_DIGEST_HEX_LEN + OCI_TAG_MAX + 1];
     if (plan->ref.has_digest)
@@ -298,6 +305,7 @@ int pull_prepare(store *s, const char *ref_text, const struct reclaimer_registri
                            ref_text);
     if ((rc = oci_artifact_parse(json, len, "the registry's manifest", &plan->artifact, err)) < 0)
         return rc;
+    uint64_t cache_max = settings->cache_max;
     if ((rc = cache_get(plan, &plan->artifact->config, cache_max, &plan->config_fd, err)) < 0)
         return tetris_wrap(err, "%s: the config", ref_text);
     if ((rc = read_config(plan->config_fd, plan->artifact->config.size, &plan->model, err)) < 0)
@@ -311,6 +319,9 @@ int pull_prepare(store *s, const char *ref_text, const struct reclaimer_registri
 
 void pull_plan_release(struct pull_plan *plan)
 {
+    oci_registry_close(&plan->reg);
+    oci_credentials_free(plan->credentials);
+    plan->credentials = NULL;
     oci_artifact_free(plan->artifact);
     model_free(plan->model);
     if (plan->config_fd >= 0)
@@ -378,9 +389,9 @@ static int fill_tensor(void *ctx, void *dst, uint64_t len, tetris_error *err)
                                .check_ctx = f->check_ctx,
                                .next_check = CHECK_EVERY_BYTES};
     sink.header_len = tensor_digest_header(&f->t->meta, sink.header);
-    /* A copy per download: requests run on several threads at once. */
+    /* A copy per download: requests run on several threads at once (the
+     * session, with the credentials, is shared). */
     oci_registry reg = f->plan->reg;
-    reg.admit_ctx = (void *)&f->plan->allowed;
     return oci_blob_get(&reg, &f->t->meta.digest, sink.header_len + len, tensor_write, &sink, err);
 }
 

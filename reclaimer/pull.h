@@ -10,23 +10,33 @@
  * registry's digest and the store's are one); the connection then holds
  * references to every tensor of the model. What it adds is the registry:
  *   registry_allow.c  which registries may be reached (--registries), at
- *                     which address (resolved once, pinned), and that no
- *                     pod makes the daemon reach loopback, link-local or
- *                     metadata addresses the operator did not name;
- *   pull.c            the manifest (a tag resolved to a digest once; a
- *                     pinned digest checked), the config and the
+ *                     which address (resolved once, pinned), over which
+ *                     scheme (TLS unless listed http://, loopback may fall
+ *                     back), and that no pod makes the daemon reach
+ *                     loopback, link-local or metadata addresses the
+ *                     operator did not name;
+ *   pull.c            the credentials (--registry-auth, read again by each
+ *                     pull) and CA bundle (--registry-ca) a pull's registry
+ *                     session uses (protocol/oci.h: challenges, tokens,
+ *                     retries), the manifest (a tag resolved to a digest
+ *                     once; a pinned digest checked), the config and the
  *                     non-weight layer (cached per store by digest under
  *                     private/registry/, bounded by --registry-cache), and
- *                     each tensor blob's bytes, held to the declared size.
+ *                     each tensor blob's bytes, held to the declared size
+ *                     (a broken download resumed, each byte written once).
  *
  * Invariants: no request leaves for a host:port the list does not name
- * (redirects included, each checked before it is followed); nothing
- * unverified is published or cached (a blob's bytes are hashed before
- * they are a file anyone can open); a failed pull records no reference.
- * Tensors a failed pull verified before it failed stay, unreferenced, as
- * any cold tensor does until the reclaimer frees them.
+ * (redirects and token realms included, each checked before it is
+ * asked); credentials come from the operator's file only and go to the
+ * registry and its realm only; nothing unverified is published or cached
+ * (a blob's bytes are hashed before they are a file anyone can open); a
+ * failed pull records no reference and leaves no temp file. Tensors a
+ * failed pull verified before it failed stay, unreferenced, as any cold
+ * tensor does until the reclaimer frees them.
  * Tests: tests/reclaimer/test-pull.sh (a real registry),
+ * tests/reclaimer/test-pull-auth.sh (real ones with basic auth and TLS),
  * tests/reclaimer/test-pull-faults.sh (a hostile one),
+ * tests/reclaimer/test-pull-retries.sh (flaky and token-locked ones),
  * tests/reclaimer/test_reclaimer_units.c (the allow-list). */
 #ifndef TETRIS_RECLAIMER_PULL_H
 #define TETRIS_RECLAIMER_PULL_H
@@ -55,9 +65,11 @@ bool registry_address_special(const struct sockaddr *sa);
  * resolving to a special address the operator did not name (the listed
  * host is that very address, or "localhost"); else resolve is
  * "NAME:PORT:ADDRESS" to pin a name's connection to the address checked
- * ("" for an address, which needs no resolving). */
+ * ("" for an address, which needs no resolving), and *scheme
+ * OCI_SCHEME_HTTP for an entry written http://, OCI_SCHEME_HTTPS_OR_HTTP
+ * for a loopback address the operator named, else OCI_SCHEME_HTTPS. */
 int registry_admit(const struct reclaimer_registries *list, const char *host, unsigned port,
-                   char *resolve, size_t cap, tetris_error *err);
+                   char *resolve, size_t cap, enum oci_scheme *scheme, tetris_error *err);
 
 /* ---- pull.c ---- */
 
@@ -78,13 +90,23 @@ enum pull_failure pull_failure_of(int code);
 #define PULL_DURATION_BUCKETS 12
 extern const double pull_duration_bounds[PULL_DURATION_BUCKETS];
 
+/* What a pull may do, copied from the daemon's settings when it begins. */
+struct pull_settings {
+    struct reclaimer_registries allowed; /* --registries */
+    double timeout_s;                    /* one request (--registry-timeout) */
+    uint64_t cache_max;                  /* private/registry/'s bytes (--registry-cache) */
+    char auth_path[PATH_MAX];            /* --registry-auth: read by each pull; "": none */
+    char ca_file[PATH_MAX];              /* --registry-ca; "": the system's */
+};
+
 /* What a pull found before any tensor was fetched: the manifest by
  * digest, its artifact and model (the config), and the config and
  * non-weight layer as read-only descriptors of their cached files. */
 struct pull_plan {
     oci_ref ref;
-    oci_registry reg;
-    struct reclaimer_registries allowed; /* the list when the pull began */
+    oci_registry reg; /* open from pull_prepare's start to pull_plan_release */
+    struct pull_settings settings;
+    oci_credentials *credentials; /* settings.auth_path's, NULL without */
     tensor_digest manifest_digest;
     oci_artifact *artifact;
     model *model;
@@ -93,10 +115,11 @@ struct pull_plan {
 };
 
 /* Resolves ref_text and fetches what comes before the tensors, into
- * plan (released by pull_plan_release, also after a failure). cache_max:
- * bytes the store's private/registry/ may keep (--registry-cache). */
-int pull_prepare(store *s, const char *ref_text, const struct reclaimer_registries *allowed,
-                 double timeout_s, uint64_t cache_max, struct pull_plan *plan, tetris_error *err);
+ * plan (released by pull_plan_release, also after a failure). The
+ * credentials file is read here, each pull, so a Secret updated in place
+ * is used without a restart. */
+int pull_prepare(store *s, const char *ref_text, const struct pull_settings *settings,
+                 struct pull_plan *plan, tetris_error *err);
 void pull_plan_release(struct pull_plan *plan);
 
 /* Publishes tensor t of the plan (a tensor layer of its artifact) into

@@ -10,7 +10,13 @@
  * rebinding). An address no pod should make the daemon reach (loopback,
  * link-local, a cloud's metadata service, unspecified) is refused unless
  * the operator named it: the listed host is that address itself, or
- * "localhost". */
+ * "localhost".
+ *
+ * The list also says how a registry is reached: over TLS, unless its
+ * entry is "http://HOST:PORT" (the operator's word that it has none); a
+ * loopback registry the operator named is tried over TLS and may fall
+ * back to plain HTTP, as docker treats localhost. A token server and a
+ * blob store are hosts like any other: listed, or never reached. */
 #include "reclaimer/pull.h"
 
 #include <arpa/inet.h>
@@ -22,18 +28,24 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-bool registry_listed(const struct reclaimer_registries *list, const char *host, unsigned port)
+/* The index of host:port on the list, or -1. */
+static int listed_at(const struct reclaimer_registries *list, const char *host, unsigned port)
 {
     char want[RECLAIMER_REGISTRY_LEN];
     int n = snprintf(want, sizeof(want), "%s:%u", host, port);
     if (n < 0 || (size_t)n >= sizeof(want))
-        return false;
+        return -1;
     for (char *c = want; *c != '\0'; c++)
         *c = (char)tolower((unsigned char)*c);
     for (size_t i = 0; i < list->n; i++)
         if (strcmp(list->entries[i], want) == 0)
-            return true;
-    return false;
+            return (int)i;
+    return -1;
+}
+
+bool registry_listed(const struct reclaimer_registries *list, const char *host, unsigned port)
+{
+    return listed_at(list, host, port) >= 0;
 }
 
 /* Loopback, link-local, unspecified, or a metadata service's address. */
@@ -68,11 +80,24 @@ bool registry_address_special(const struct sockaddr *sa)
     return true;
 }
 
+/* 127.0.0.0/8, ::1, or an IPv4 loopback address mapped into IPv6. */
+static bool loopback_address(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr) >> 24) ==
+               127;
+    if (sa->sa_family != AF_INET6)
+        return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
 int registry_admit(const struct reclaimer_registries *list, const char *host, unsigned port,
-                   char *resolve, size_t cap, tetris_error *err)
+                   char *resolve, size_t cap, enum oci_scheme *scheme, tetris_error *err)
 {
     resolve[0] = '\0';
-    if (!registry_listed(list, host, port))
+    int at = listed_at(list, host, port);
+    if (at < 0)
         return tetris_fail(err, TETRIS_E_DENIED, 0,
                            "registry %s:%u is not one this node may reach (the daemon's "
                            "--registries)",
@@ -93,6 +118,7 @@ int registry_admit(const struct reclaimer_registries *list, const char *host, un
                           ? (const void *)&((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr
                           : (const void *)&((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr;
     bool special = registry_address_special(ai->ai_addr);
+    bool loopback = loopback_address(ai->ai_addr);
     bool six = ai->ai_family == AF_INET6;
     bool printed = inet_ntop(ai->ai_family, raw, addr, sizeof(addr)) != NULL;
     freeaddrinfo(ai);
@@ -103,11 +129,17 @@ int registry_admit(const struct reclaimer_registries *list, const char *host, un
      * (it resolves to itself) or localhost. */
     struct in6_addr probe;
     bool literal = inet_pton(AF_INET, name, &probe) == 1 || inet_pton(AF_INET6, name, &probe) == 1;
-    if (special && !literal && strcasecmp(name, "localhost") != 0)
+    bool named = literal || strcasecmp(name, "localhost") == 0;
+    if (special && !named)
         return tetris_fail(err, TETRIS_E_DENIED, 0,
                            "registry %s:%u resolves to %s, a loopback, link-local or metadata "
                            "address: list that address itself to allow it",
                            host, port, addr);
+    /* TLS unless the operator wrote http://; a loopback registry the
+     * operator named may be plain HTTP too (docker's rule for localhost). */
+    *scheme = list->plain[at]     ? OCI_SCHEME_HTTP
+              : loopback && named ? OCI_SCHEME_HTTPS_OR_HTTP
+                                  : OCI_SCHEME_HTTPS;
     if (literal)
         return 0; /* nothing to resolve, nothing to pin */
     int n = snprintf(resolve, cap, six ? "%s:%u:[%s]" : "%s:%u:%s", name, port, addr);

@@ -13,15 +13,14 @@ registry_start
 push="$BIN/tetris-registry"
 base="$MODELS/hello_deepa.onnx"
 variant="$MODELS/hello_deepa_old.onnx"
-host="127.0.0.1:$REGISTRY_PORT"
-accept='Accept: application/vnd.oci.image.manifest.v1+json'
+host=$REGISTRY_HOST
 
 out=$("$push" push "$base" "oci://$host/models/hello:v1" 2>"$WORK/push1.log") ||
     fail "push: $(cat "$WORK/push1.log")"
 [ "$(json_get "$out" uploaded)" = "$(json_get "$out" blobs)" ] || fail "first push: $out"
 [ "$(json_get "$out" present)" = 0 ] || fail "first push found blobs: $out"
 
-curl -sf -H "$accept" "$REGISTRY/v2/models/hello/manifests/v1" >"$WORK/v1.json" ||
+curl -sf -H "$REGISTRY_ACCEPT" "$REGISTRY/v2/models/hello/manifests/v1" >"$WORK/v1.json" ||
     fail "no manifest v1"
 jq -e '.artifactType == "application/vnd.tetris.model.v1" and
        .config.mediaType == "application/vnd.tetris.manifest.v1+json"' "$WORK/v1.json" \
@@ -43,7 +42,7 @@ out=$("$push" push "$base" "oci://$host/models/hello:v1" 2>/dev/null) || fail "s
 
 # The variant: only the blobs v1 lacks, byte for byte.
 out=$("$push" push "$variant" "oci://$host/models/hello:old" 2>/dev/null) || fail "variant push"
-curl -sf -H "$accept" "$REGISTRY/v2/models/hello/manifests/old" >"$WORK/old.json"
+curl -sf -H "$REGISTRY_ACCEPT" "$REGISTRY/v2/models/hello/manifests/old" >"$WORK/old.json"
 want=$(jq -s '([.[0].config, .[0].layers[]] | map({(.digest): .size}) | add) as $have |
               [.[1].config, .[1].layers[]] | unique_by(.digest) |
               map(select($have[.digest] == null) | .size) | add // 0' \

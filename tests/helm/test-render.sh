@@ -163,7 +163,7 @@ for kv in 'max_connections_per_uid: 100' 'max_connections_per_pid: 4' 'max_reque
     'ingest_timeout: "45s"' 'health_deadline: "2m"'; do
     grep -qxF "$kv" "$WORK/all-reclaimer.yaml" || fail "reclaimer config lacks '$kv'"
 done
-grep -qxF 'registries: "registry.example:5000,[fd00::1]:443"' "$WORK/all-reclaimer.yaml" ||
+grep -qxF 'registries: "registry.example:5000,[fd00::1]:443,http://registry.local:5000"' "$WORK/all-reclaimer.yaml" ||
     fail "reclaimer.registries does not reach the daemon's file: $(grep registries "$WORK/all-reclaimer.yaml")"
 "$BIN/tetris-reclaimer" --config "$WORK/all-reclaimer.yaml" --once --listen "" \
     2>"$WORK/once-all.log" || fail "tetris-reclaimer rejects the budgets: $(cat "$WORK/once-all.log")"
@@ -393,7 +393,8 @@ bad "storeSubdir: Does not match pattern" --set webhook.storeSubdir=../up
 bad "tmpfs must be one of" --set reclaimer.store.tmpfs=always
 bad "name a configMap or a secret, not both" --set reclaimer.registryCA.configMap=a \
     --set reclaimer.registryCA.secret=b
-bad "registries.0: Does not match pattern" --set 'reclaimer.registries={http://registry.example:5000}'
+bad "registries.0: Does not match pattern" --set 'reclaimer.registries={https://registry.example:5000}'
+bad "registries.0: Does not match pattern" --set 'reclaimer.registries={ftp://registry.example:5000}'
 bad "registries.0: Does not match pattern" --set 'reclaimer.registries={registry.example}'
 render "$WORK/ca-secret.yaml" --set reclaimer.registryCA.secret=corp-ca
 expect "$(doc "$WORK/ca-secret.yaml" DaemonSet tetris-reclaimer)" \

@@ -97,6 +97,14 @@ static fault_request *read_request(int fd)
             goto fail;
         len += (size_t)n;
         buf[len] = '\0';
+        if (buf[0] < 'A' || buf[0] > 'Z') {
+            /* Not HTTP (a TLS ClientHello, say): a 400, as any HTTP
+             * server answers, so the client learns it at once. */
+            static const char bad[] = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+                                      "Content-Length: 0\r\n\r\n";
+            send_all(fd, bad, sizeof bad - 1);
+            goto fail;
+        }
         if (end == NULL && (end = strstr(buf, "\r\n\r\n")) != NULL) {
             *end = '\0';
             char *cl = header_value(buf, "Content-Length");
@@ -117,6 +125,7 @@ static fault_request *read_request(int fd)
     rq->content_type = header_value(buf, "Content-Type");
     rq->authorization = header_value(buf, "Authorization");
     rq->if_none_match = header_value(buf, "If-None-Match");
+    rq->range = header_value(buf, "Range");
     rq->body = strndup(end + 4, len - (size_t)(end + 4 - buf));
     free(buf);
     return rq;
@@ -133,6 +142,7 @@ static void free_request(fault_request *rq)
     free(rq->content_type);
     free(rq->authorization);
     free(rq->if_none_match);
+    free(rq->range);
     free(rq->body);
     free(rq);
 }

@@ -40,6 +40,7 @@ typedef struct fault_request {
     char *content_type;   /* NULL when absent */
     char *authorization;  /* NULL when absent */
     char *if_none_match;  /* NULL when absent */
+    char *range;          /* NULL when absent */
     char *body;           /* "" when none */
 } fault_request;
 

@@ -164,6 +164,8 @@ START_TEST(references)
     ck_assert_int_eq(oci_ref_parse("oci://127.0.0.1/a/b", &r, &err), 0);
     ck_assert_str_eq(r.tag, "latest");
     ck_assert_int_eq(r.port, 0);
+    oci_ref_authority(&r, auth, sizeof auth); /* no port: a registry's, 443 */
+    ck_assert_str_eq(auth, "127.0.0.1:443");
     ck_assert_int_eq(oci_ref_parse("oci://[::1]:80/a@" HEX_A, &r, &err), 0);
     ck_assert(r.has_digest);
     ck_assert_str_eq(r.host, "[::1]");

@@ -8,43 +8,21 @@
 set -eu
 . "$(dirname "$0")/../lib/reclaimer.sh"
 . "$(dirname "$0")/../lib/registry.sh"
-need_models
-registry_start
-host="127.0.0.1:$REGISTRY_PORT"
-accept='Accept: application/vnd.oci.image.manifest.v1+json'
-run="$BIN/tetris-onnx-run"
-
-"$BIN/tetris-registry" push "$MODELS/hello_deepa.onnx" "oci://$host/models/hello:v1" \
-    >/dev/null 2>"$WORK/push.log" || fail "push: $(cat "$WORK/push.log")"
-# The artifact, copied for the fault registry.
+registry_with_hello
+host=$REGISTRY_HOST
+run=$RUN
 art="$WORK/artifact"
-mkdir -p "$art/blobs"
-curl -sf -H "$accept" "$REGISTRY/v2/models/hello/manifests/v1" >"$art/manifest"
-for d in $(jq -r '.config.digest, .layers[].digest' "$art/manifest"); do
-    curl -sf "$REGISTRY/v2/models/hello/blobs/$d" >"$art/blobs/${d#sha256:}" || fail "blob $d"
-done
-# The spoiled blob: the largest tensor.
-target=$(jq -r '[.layers[] | select(.mediaType == "application/vnd.tetris.tensor.v1")] |
-                max_by(.size) | .digest | sub("sha256:"; "")' "$art/manifest")
-target_file="$STORE/public/tensors/$(printf %.2s "$target")/$target"
+registry_copy_artifact "$art"
+target=$TARGET
+target_file=$TARGET_FILE
 
-# fault_registry NAME FAULT [ARGS]: starts one; sets PORT_<NAME>.
-fault_registry() {
-    _name=$1
-    _fault=$2
-    shift 2
-    "$BIN/tetris-test-fault-registry" --dir "$art" --fault "$_fault" --target "$target" \
-        --port-file "$WORK/$_name.port" --requests "$WORK/$_name.requests" "$@" &
-    KILL_ON_EXIT="$KILL_ON_EXIT $!"
-    wait_until 10 "[ -s '$WORK/$_name.port' ]" || fail "fault registry $_name did not start"
-    eval "PORT_$_name=\$(cat '$WORK/$_name.port')"
-}
-fault_registry elsewhere none
-: >"$WORK/elsewhere.requests"
-fault_registry corrupt corrupt
-fault_registry truncate truncate
-fault_registry oversize oversize
-fault_registry redirect redirect --redirect-port "$PORT_elsewhere"
+fault_registry elsewhere --dir "$art"
+fault_registry corrupt --dir "$art" --fault corrupt --target "$target"
+fault_registry truncate --dir "$art" --fault truncate --target "$target"
+fault_registry oversize --dir "$art" --fault oversize --target "$target"
+# shellcheck disable=SC2154 # set by fault_registry
+fault_registry redirect --dir "$art" --fault redirect --target "$target" \
+    --redirect-port "$PORT_elsewhere"
 # shellcheck disable=SC2154 # set by fault_registry
 start_daemon --registries "$host,127.0.0.1:$PORT_corrupt,127.0.0.1:$PORT_truncate,127.0.0.1:$PORT_oversize,127.0.0.1:$PORT_redirect"
 

@@ -11,27 +11,17 @@
 set -eu
 . "$(dirname "$0")/../lib/reclaimer.sh"
 . "$(dirname "$0")/../lib/registry.sh"
-need_models
-registry_start
-host="127.0.0.1:$REGISTRY_PORT"
-accept='Accept: application/vnd.oci.image.manifest.v1+json'
-run="$BIN/tetris-onnx-run"
-
-"$BIN/tetris-registry" push "$MODELS/hello_deepa.onnx" "oci://$host/models/hello:v1" \
-    >"$WORK/push1" 2>"$WORK/push.log" || fail "push v1: $(cat "$WORK/push.log")"
-"$BIN/tetris-registry" push "$MODELS/hello_deepa_old.onnx" "oci://$host/models/hello:old" \
-    >"$WORK/push2" 2>>"$WORK/push.log" || fail "push old: $(cat "$WORK/push.log")"
-curl -sf -H "$accept" "$REGISTRY/v2/models/hello/manifests/v1" >"$WORK/v1.json"
-curl -sf -H "$accept" "$REGISTRY/v2/models/hello/manifests/old" >"$WORK/old.json"
+registry_with_hello
+host=$REGISTRY_HOST
+run=$RUN
+registry_push "$MODELS/hello_deepa_old.onnx" "oci://$host/models/hello:old"
+registry_manifest models/hello old >"$WORK/old.json"
 
 # A registry that must never be asked: it records whatever reaches it.
 mkdir -p "$WORK/silent"
-"$BIN/tetris-test-fault-registry" --dir "$WORK/silent" --port-file "$WORK/silent.port" \
-    --requests "$WORK/silent.requests" &
-KILL_ON_EXIT="$KILL_ON_EXIT $!"
-wait_until 10 "[ -s '$WORK/silent.port' ]" || fail "the silent registry did not start"
-silent=$(cat "$WORK/silent.port")
-: >"$WORK/silent.requests"
+fault_registry silent --dir "$WORK/silent"
+# shellcheck disable=SC2154 # set by fault_registry
+silent=$PORT_silent
 
 # Any name of the hosts file other than localhost that is a loopback address.
 loopback_name=$(awk '$1 ~ /^(127\.|::1$)/ { for (i = 2; i <= NF; i++)

@@ -206,6 +206,21 @@ START_TEST(test_config_registries)
     ck_assert_int_lt(reclaimer_config_load(5, a4, &cfg, &err), 0);
     char *a5[] = {"r", "--store", "/tmp", "--registries", "h:99999", NULL};
     ck_assert_int_lt(reclaimer_config_load(5, a5, &cfg, &err), 0);
+    /* http:// marks a registry without TLS; https:// is the default's word. */
+    char *a6[] = {"r",
+                  "--store",
+                  "/tmp",
+                  "--registries",
+                  "http://plain.example:5000,https://tls.example:443,HTTP://Plain.example:5000",
+                  NULL};
+    ck_assert_msg(reclaimer_config_load(5, a6, &cfg, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(cfg.registries.n, 2);
+    ck_assert_str_eq(cfg.registries.entries[0], "plain.example:5000");
+    ck_assert(cfg.registries.plain[0]);
+    ck_assert_str_eq(cfg.registries.entries[1], "tls.example:443");
+    ck_assert(!cfg.registries.plain[1]);
+    char *a7[] = {"r", "--store", "/tmp", "--registries", "ftp://h:1", NULL};
+    ck_assert_int_lt(reclaimer_config_load(5, a7, &cfg, &err), 0);
 }
 END_TEST
 
@@ -245,24 +260,45 @@ START_TEST(test_registry_addresses)
 
     struct reclaimer_registries list = {0};
     char resolve[OCI_RESOLVE_MAX];
+    enum oci_scheme scheme;
     tetris_error err;
     /* Not listed: refused before anything is resolved. */
-    ck_assert_int_eq(registry_admit(&list, "127.0.0.1", 5000, resolve, sizeof resolve, &err),
+    ck_assert_int_eq(registry_admit(&list, "127.0.0.1", 5000, resolve, sizeof resolve, &scheme,
+                                    &err),
                      -TETRIS_E_DENIED);
     /* Listed as the address itself (or localhost): the operator named it. */
     snprintf(list.entries[list.n++], RECLAIMER_REGISTRY_LEN, "127.0.0.1:5000");
     snprintf(list.entries[list.n++], RECLAIMER_REGISTRY_LEN, "localhost:5000");
     snprintf(list.entries[list.n++], RECLAIMER_REGISTRY_LEN, "169.254.169.254:80");
-    ck_assert_msg(registry_admit(&list, "127.0.0.1", 5000, resolve, sizeof resolve, &err) == 0,
+    list.plain[list.n] = true;
+    snprintf(list.entries[list.n++], RECLAIMER_REGISTRY_LEN, "127.0.0.1:5080");
+    snprintf(list.entries[list.n++], RECLAIMER_REGISTRY_LEN, "10.0.0.7:443");
+    ck_assert_msg(registry_admit(&list, "127.0.0.1", 5000, resolve, sizeof resolve, &scheme,
+                                 &err) == 0,
                   "%s", err.msg);
     ck_assert_str_eq(resolve, ""); /* an address needs no pinning */
-    ck_assert_int_eq(registry_admit(&list, "169.254.169.254", 80, resolve, sizeof resolve, &err),
+    /* Loopback: TLS first, plain HTTP if it does not speak TLS (docker's
+     * rule); http:// listed: plain; anything else: TLS only. */
+    ck_assert_int_eq(scheme, OCI_SCHEME_HTTPS_OR_HTTP);
+    ck_assert_int_eq(registry_admit(&list, "127.0.0.1", 5080, resolve, sizeof resolve, &scheme,
+                                    &err),
                      0);
-    ck_assert_msg(registry_admit(&list, "localhost", 5000, resolve, sizeof resolve, &err) == 0,
+    ck_assert_int_eq(scheme, OCI_SCHEME_HTTP);
+    ck_assert_int_eq(registry_admit(&list, "10.0.0.7", 443, resolve, sizeof resolve, &scheme, &err),
+                     0);
+    ck_assert_int_eq(scheme, OCI_SCHEME_HTTPS);
+    ck_assert_int_eq(registry_admit(&list, "169.254.169.254", 80, resolve, sizeof resolve, &scheme,
+                                    &err),
+                     0);
+    ck_assert_int_eq(scheme, OCI_SCHEME_HTTPS);
+    ck_assert_msg(registry_admit(&list, "localhost", 5000, resolve, sizeof resolve, &scheme,
+                                 &err) == 0,
                   "%s", err.msg);
+    ck_assert_int_eq(scheme, OCI_SCHEME_HTTPS_OR_HTTP);
     /* A name is pinned to the address checked. */
     ck_assert(strncmp(resolve, "localhost:5000:", 15) == 0);
-    ck_assert_int_eq(registry_admit(&list, "127.0.0.1", 5001, resolve, sizeof resolve, &err),
+    ck_assert_int_eq(registry_admit(&list, "127.0.0.1", 5001, resolve, sizeof resolve, &scheme,
+                                    &err),
                      -TETRIS_E_DENIED);
 }
 END_TEST
