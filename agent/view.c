@@ -818,7 +818,7 @@ static int check_file(const char *dir, const char *file, const char *const *allo
         inside = beneath(real, allowed[k]);
     if (!inside)
         return tetris_fail(err, TETRIS_E_NOTFOUND, 0, "%s: %s resolves to %s, outside %s", what,
-                           file, real, allowed[0]);
+                           file, real, allowed[0] != NULL ? allowed[0] : "the store");
     if (stat(real, &st) < 0)
         return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s: %s", what, real);
     if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < need)
@@ -956,10 +956,14 @@ int view_check(const char *dir, struct view_check_result *out, tetris_error *err
         r = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: format is not \"" VIEW_FORMAT "\"", dir);
     else if (model_path == NULL || model_path[0] != '/' || !json_is_boolean(shared) ||
              !json_is_array(tensors) || !(json_is_string(graph) || json_is_null(graph)) ||
-             !(json_is_string(store_v) || json_is_null(store_v)) ||
+             !(json_is_null(store_v) ||
+               (json_is_string(store_v) && (json_string_value(store_v)[0] == '/' ||
+                                            strcmp(json_string_value(store_v), VIEW_SELF) == 0))) ||
              !(json_is_string(fallback) || json_is_null(fallback)))
         r = tetris_fail(err, TETRIS_E_FORMAT, 0,
-                        "%s: needs model (absolute), graph, store, shared, fallback, tensors", dir);
+                        "%s: needs model (absolute), graph, store (absolute, \".\" or null), "
+                        "shared, fallback, tensors",
+                        dir);
     else if (ref != NULL && !json_is_null(ref) && !oci_ref_is(json_string_value(ref)))
         r = tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: ref is neither null nor an oci:// reference",
                         dir);
@@ -969,17 +973,24 @@ int view_check(const char *dir, struct view_check_result *out, tetris_error *err
         store_path = dir; /* the store's tensors/ is mounted in the view */
     if (r == 0 && store_path != NULL && (store_real = realpath(store_path, NULL)) == NULL)
         r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "store %s", json_string_value(store_v));
-    if (r == 0 && (model_dir = realpath(model_path, NULL)) == NULL)
+    /* A CSI volume's view names the node's model, which its pod does not
+     * see: then nothing may come from the model's folder. */
+    if (r == 0 && (model_dir = realpath(model_path, NULL)) == NULL && errno != ENOENT)
         r = tetris_fail(err, TETRIS_E_NOTFOUND, errno, "model %s", model_path);
     cleanup_free char *dir_real = realpath(dir, NULL);
     if (r == 0) {
-        *strrchr(model_dir, '/') = '\0';
+        if (model_dir != NULL)
+            *strrchr(model_dir, '/') = '\0';
         const char *graph_allowed[] = {dir_real != NULL ? dir_real : dir, model_dir, NULL};
         if (json_is_string(graph))
             r = check_file(dir, json_string_value(graph), graph_allowed, 0, "graph", err);
     }
     if (r == 0)
-        r = check_tensors(dir, tensors, store_real, model_dir[0] ? model_dir : "/", out, err);
+        r = check_tensors(dir, tensors, store_real,
+                          model_dir == NULL ? NULL
+                          : model_dir[0]    ? model_dir
+                                            : "/",
+                          out, err);
     json_t *derived = json_object_get(ix, "derived");
     if (r == 0 && derived != NULL && !json_is_null(derived))
         r = check_derived(dir, dir_real != NULL ? dir_real : dir, derived, store_real, out, err);

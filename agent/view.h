@@ -130,8 +130,10 @@ struct view_check_result {
  * its uid's or root's and writable by nobody else, tensors.json is
  * well-formed, the graph exists, and every tensor's file resolves to a
  * regular file inside the store (a shared tensor) or the original model's
- * folder, at least offset + length long; a derived form's graph is in the
- * view and its data file in the store, that long. TETRIS_E_DENIED for ownership or
+ * folder (none when the model does not exist: a CSI volume's view seen
+ * from its pod), at least offset + length long; a derived form's graph is
+ * in the view and its data file in the store, that long. TETRIS_E_DENIED
+ * for ownership or
  * modes, TETRIS_E_FORMAT for a bad index, TETRIS_E_NOTFOUND for a file
  * that is missing or resolves elsewhere or is too short; the message
  * names the tensor. */

@@ -19,8 +19,12 @@
  *             only when not OK). A failure before any message is a
  *             "trailers-only" response: one HEADERS frame with all of it.
  *   refusals  another content-type: HTTP 415; another method: HTTP 405;
- *             an unknown path: UNIMPLEMENTED; no message, two messages or
- *             a cut one: INTERNAL (what gRPC's own servers answer).
+ *             an unknown path (or one that is not printable ASCII):
+ *             UNIMPLEMENTED; no message, two messages or a cut one:
+ *             INTERNAL (what gRPC's own servers answer).
+ *   other headers are not looked at: :authority in particular is
+ *             whatever the client sends (the kubelet's grpc-go sends the
+ *             socket's path).
  * Bytes that are not HTTP/2 (a missing connection preface, a bad frame)
  * end that connection with a GOAWAY; the server keeps serving the others.
  * Only unary calls exist: a handler gets the whole request message and

@@ -9,7 +9,14 @@
  * (bounded by the message limit; past it the rest is dropped and the call
  * answered RESOURCE_EXHAUSTED), and is answered when its END_STREAM
  * arrives, from inside nghttp2's frame callback, by the method's handler.
- * A stream is freed when nghttp2 closes it, answered or reset. */
+ * A stream is freed when nghttp2 closes it, answered or reset.
+ *
+ * nghttp2's HTTP messaging checks are off: grpc-go before 1.30 or so (the
+ * kubelet's, in Kubernetes 1.20) sends the Unix socket's path as
+ * :authority, whose '/' nghttp2 would answer with RST_STREAM
+ * PROTOCOL_ERROR, and there is no way to relax that one check. What a
+ * call needs is checked here instead: POST, a gRPC content-type, a :path
+ * of printable ASCII that names a method; the other headers are ignored. */
 #include "common/grpc.h"
 
 #include <errno.h>
@@ -56,7 +63,7 @@ struct conn {
 
 struct stream {
     char path[PATH_MAX_BYTES];
-    bool path_too_long, method_ok, content_type_ok;
+    bool path_bad, method_ok, content_type_ok;
     uint8_t *body;
     size_t body_len, body_cap;
     bool too_big;
@@ -157,7 +164,7 @@ static void serve_call(struct conn *c, int32_t id, struct stream *st)
         answer_http(c, id, "415");
         return;
     }
-    const struct grpc_method *m = st->path_too_long ? NULL : find_method(s, st->path);
+    const struct grpc_method *m = st->path_bad ? NULL : find_method(s, st->path);
     if (m == NULL) {
         answer_status(c, id, GRPC_UNIMPLEMENTED, "unknown method");
         log_debug("event=grpc-call server=%s path=%s status=UNIMPLEMENTED", s->o.name,
@@ -229,8 +236,10 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     if (st == NULL)
         return 0;
     if (namelen == 5 && memcmp(name, ":path", 5) == 0) {
-        st->path_too_long = valuelen >= sizeof(st->path);
-        if (!st->path_too_long) {
+        st->path_bad = valuelen >= sizeof(st->path);
+        for (size_t i = 0; i < valuelen && !st->path_bad; i++)
+            st->path_bad = value[i] < '!' || value[i] > '~';
+        if (!st->path_bad) {
             memcpy(st->path, value, valuelen);
             st->path[valuelen] = '\0';
         }
@@ -328,7 +337,14 @@ static int session_new(struct conn *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
-    int rc = nghttp2_session_server_new(&c->session, cb, c);
+    nghttp2_option *opt;
+    if (nghttp2_option_new(&opt) != 0) {
+        nghttp2_session_callbacks_del(cb);
+        return -1;
+    }
+    nghttp2_option_set_no_http_messaging(opt, 1);
+    int rc = nghttp2_session_server_new2(&c->session, cb, c, opt);
+    nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
     if (rc != 0)
         return -1;

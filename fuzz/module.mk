@@ -10,8 +10,9 @@
 # protocol buffers reader and the CSI requests decoded with it (pbwire), the
 # pin file the daemon reads before each pass (pin_file), the registry
 # artifact and references (oci), what a registry is trusted with and shows
-# (oci_auth: the credentials file, WWW-Authenticate, token replies), and the YAML
-# reader with the settings and profile readers on top of it (yaml).
+# (oci_auth: the credentials file, WWW-Authenticate, token replies),
+# tetris-csi's tenant map (tenant_map), and the YAML reader with the
+# settings and profile readers on top of it (yaml).
 # Built with clang only by `make fuzz`, never by `make` or `make test`.
 #
 # The harnesses link a clang-built, coverage-instrumented libtetris. Its
@@ -21,7 +22,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
                 holders store_marker state view_check oip yaml derived pin_file oci oci_auth \
-                pbwire
+                pbwire tenant_map
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)

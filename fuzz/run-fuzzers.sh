@@ -2,8 +2,9 @@
 # run-fuzzers.sh - runs each fuzzer (the parsers', the ONNX rewriter's,
 # the ingest, JSON reader's, inventory, AdmissionReview and inference request
 # decoders', the registry's (artifacts, references, credentials, challenges,
-# tokens), the holder, store marker, daemon state file and pin file readers', the
-# YAML reader's with the settings and profiles on top of it) for
+# tokens), the holder, store marker, daemon state file, pin file and CSI
+# tenant map readers', the YAML reader's with the settings and profiles on
+# top of it) for
 # FUZZ_SECONDS (default 60) from a seed corpus made now from the real models
 # (.deps/models), the synthetic valid and malformed files of
 # tetris-gen-model-corpus and a few messages. The corpus grows under
@@ -22,6 +23,7 @@ mkdir -p "$seeds/files" "$seeds/safetensors" "$seeds/onnx" "$seeds/manifest" "$s
     "$seeds/json_scan" "$seeds/inventory" "$seeds/webhook" "$seeds/holders" \
     "$seeds/store_marker" "$seeds/state" "$seeds/view_check" "$seeds/oip" "$seeds/yaml" \
     "$seeds/derived" "$seeds/pin_file" "$seeds/oci" "$seeds/oci_auth" "$seeds/pbwire" \
+    "$seeds/tenant_map" \
     "$dir/artifacts"
 
 "$gen" --valid "$seeds/files" >/dev/null
@@ -131,14 +133,18 @@ printf '\012\003vol\042\013/pods/x/mnt\052\004\022\000\032\000\060\001\102\022\0
     >"$seeds/pbwire/publish"
 printf '\012\003vol\022\013/pods/x/mnt' >"$seeds/pbwire/unpublish"
 printf '\010\001\022\002no' >"$seeds/pbwire/registration"
+# tetris-csi's tenant map, as the chart renders it.
+printf '%s\n' '# tenants' 'team-a  *  tenant:alpha' 'team-b inference tenant:beta # ml' \
+    'team-b * shared' '* * shared' >"$seeds/tenant_map/map"
 
 failed=0
 for t in ${FUZZ_TARGETS:-safetensors onnx onnx_rewrite manifest ingest json_scan inventory webhook \
-         holders store_marker state view_check oip yaml derived pin_file oci oci_auth pbwire}; do
+         holders store_marker state view_check oip yaml derived pin_file oci oci_auth pbwire \
+         tenant_map}; do
     mkdir -p "$dir/corpus/$t"
     dict=""
     case $t in
-    onnx* | pbwire) ;;
+    onnx* | pbwire | tenant_map) ;;
     yaml) dict="-dict=$(pwd)/fuzz/yaml.dict" ;;
     *) dict="-dict=$(pwd)/fuzz/json.dict" ;;
     esac

@@ -20,6 +20,12 @@
 //     view and its data file inside `store`, at least `length` bytes long.
 //     Its runtime is the one that made it: a caller opens it only when it
 //     runs that runtime (derivedFor), else the plain graph.
+// A view as a CSI volume (docs/programs/tetris-csi.md) has the store's
+// tensors mounted in it: its `store`, and the external-data folder of its
+// session options, are "." (the view directory, wherever it is mounted),
+// and its `model` is the node's path of the original, which a pod does not
+// see: a model that does not exist is no error, it only cannot be the
+// graph or a tensor's file.
 // Anything else throws a ViewError whose message names the view, the
 // tensor and the field; nothing is ever written.
 'use strict';
@@ -28,6 +34,10 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const FORMAT = 'tetris-model-view/1';
+// "store" (and a folder in session_options) of a view with the store's
+// tensors mounted in it: the view directory.
+const VIEW_SELF = '.';
+const FOLDER_OPTIONS = ['session.model_external_initializers_file_folder_path'];
 // tensors.json of the largest models is a few MB; a bound keeps a hostile
 // file from deciding how much memory we take.
 const MAX_INDEX_BYTES = 64 * 1024 * 1024;
@@ -117,7 +127,8 @@ function realFile(p, where) {
 function checkTensorFile(ctx, t, where) {
   const f = realFile(resolveInView(ctx.dir, t.file, where), where);
   const inStore = ctx.store !== null && isInside(f.real, ctx.store);
-  const isModel = f.real === ctx.model || path.dirname(f.real) === path.dirname(ctx.model);
+  const isModel = ctx.model !== null &&
+    (f.real === ctx.model || path.dirname(f.real) === path.dirname(ctx.model));
   need(inStore || (isModel && !t.shared), where,
     `file ${t.file} resolves to ${f.real}, outside the store ${ctx.store}` +
     (t.shared ? '' : ' and not the model or its external data'));
@@ -168,7 +179,8 @@ function checkSessionOptions(ctx, so) {
   const out = {};
   for (const [k, v] of Object.entries(so)) {
     need(typeof v === 'string' || v === null, where, `"${k}" is neither a string nor null`);
-    if (v !== null) out[k] = v; // null: the option does not apply to this view
+    // null: the option does not apply to this view
+    if (v !== null) out[k] = v === VIEW_SELF && FOLDER_OPTIONS.includes(k) ? ctx.dir : v;
   }
   return out;
 }
@@ -218,19 +230,21 @@ function openView(dir = process.env.TETRIS_MODEL_VIEW) {
   need(v.format === FORMAT, index, `"format" is ${JSON.stringify(v.format)}, not "${FORMAT}"`);
   need(typeof v.model === 'string' && path.isAbsolute(v.model), index, '"model" is not an absolute path');
   need(typeof v.model_format === 'string', index, '"model_format" missing or not a string');
-  need(v.store === null || (typeof v.store === 'string' && path.isAbsolute(v.store)), index,
-    '"store" is neither null nor an absolute path');
+  need(v.store === null || v.store === VIEW_SELF || (typeof v.store === 'string' && path.isAbsolute(v.store)),
+    index, '"store" is neither null, "." nor an absolute path');
   need(typeof v.shared === 'boolean', index, '"shared" missing or not a boolean');
   need(v.fallback === null || typeof v.fallback === 'string', index, '"fallback" is neither null nor a string');
   need(Array.isArray(v.tensors), index, '"tensors" is not an array');
-  let model;
+  let model = null;
   try {
     model = fs.realpathSync(v.model);
   } catch (e) {
-    throw new ViewError(`${index}: "model" ${v.model}: ${e.message}`);
+    if (e.code !== 'ENOENT') throw new ViewError(`${index}: "model" ${v.model}: ${e.message}`);
   }
   let store = null;
-  if (v.store !== null) {
+  if (v.store === VIEW_SELF) {
+    store = real;
+  } else if (v.store !== null) {
     try {
       store = fs.realpathSync(v.store);
     } catch (e) {

@@ -12,6 +12,12 @@ A view is trusted only if
     inside `store`, or, for a tensor that is not shared, is the model or a
     file beside it (its external data), at least offset + length bytes
     long, and length = elements x dtype size.
+A view as a CSI volume (docs/programs/tetris-csi.md) has the store's tensors
+mounted in it: its `store`, and the external-data folder of its session
+options, are "." (the view directory, wherever it is mounted), and its
+`model` is the node's path of the original, which a pod does not see: a
+model that does not exist is no error, it only cannot be the graph or a
+tensor's file.
 Anything else raises ViewError naming the view, the tensor and the field.
 Nothing is ever written, and mappings are PROT_READ: writing to an array
 raises (numpy) or faults (through a pointer), never changes the store.
@@ -40,6 +46,10 @@ FORMAT = "tetris-model-view/1"
 # file from deciding how much memory is taken.
 MAX_INDEX_BYTES = 64 * 1024 * 1024
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# "store" (and a folder in session_options) of a view with the store's
+# tensors mounted in it: the view directory.
+VIEW_SELF = "."
+FOLDER_OPTIONS = ("session.model_external_initializers_file_folder_path",)
 
 # canonical dtype name -> (numpy dtype of the array, element bytes, raw bits?)
 DTYPES = {
@@ -145,8 +155,9 @@ class View:
         _need(isinstance(index.get("model_format"), str), where,
               '"model_format" missing or not a string')
         store = index.get("store")
-        _need(store is None or (isinstance(store, str) and os.path.isabs(store)), where,
-              '"store" is neither null nor an absolute path')
+        _need(store is None or store == VIEW_SELF or
+              (isinstance(store, str) and os.path.isabs(store)),
+              where, '"store" is neither null, "." nor an absolute path')
         _need(isinstance(index.get("shared"), bool), where, '"shared" missing or not a boolean')
         fallback = index.get("fallback")
         _need(fallback is None or isinstance(fallback, str), where,
@@ -158,12 +169,20 @@ class View:
         _need(isinstance(index.get("tensors"), list), where, '"tensors" is not an array')
         try:
             self._model_real = os.path.realpath(model, strict=True)
+        except FileNotFoundError:
+            self._model_real = None
+        except OSError as e:
+            raise ViewError(f"{where}: {e.filename}: {e.strerror}") from None
+        if store == VIEW_SELF:
+            store = d
+        try:
             self._store_real = None if store is None else os.path.realpath(store, strict=True)
         except OSError as e:
             raise ViewError(f"{where}: {e.filename}: {e.strerror}") from None
         self.model, self.model_format, self.store = model, index["model_format"], store
         self.shared, self.fallback = index["shared"], fallback
-        self.session_options = {k: v for k, v in (so or {}).items() if v is not None}
+        self.session_options = {k: d if v == VIEW_SELF and k in FOLDER_OPTIONS else v
+                                for k, v in (so or {}).items() if v is not None}
         graph = index.get("graph")
         self.graph = None if graph is None else self._check_graph(graph)
         self.tensors = [self._check_tensor(t, i) for i, t in enumerate(index["tensors"])]
@@ -177,7 +196,8 @@ class View:
         where = f'{self._where}: "graph"'
         _need(isinstance(graph, str) and graph, where, "not a path")
         real, _ = _resolve(self.dir, graph, where)
-        _need(_inside(real, self.dir) or real == self._model_real, where,
+        is_model = self._model_real is not None and real == self._model_real
+        _need(_inside(real, self.dir) or is_model, where,
               f"{graph} resolves to {real}, neither inside the view nor the model")
         return real
 
@@ -209,8 +229,8 @@ class View:
               f'"length" {length} is not {elements} elements of {t["dtype"]}')
         real, size = _resolve(self.dir, f, where)
         in_store = self._store_real is not None and _inside(real, self._store_real)
-        is_model = (real == self._model_real or
-                    os.path.dirname(real) == os.path.dirname(self._model_real))
+        is_model = self._model_real is not None and (
+            real == self._model_real or os.path.dirname(real) == os.path.dirname(self._model_real))
         _need(in_store or (is_model and not t["shared"]), where,
               f"file {f} resolves to {real}, outside the store {self.store}" +
               ("" if t["shared"] else " and not the model or its external data"))

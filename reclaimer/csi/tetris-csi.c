@@ -20,6 +20,7 @@
 #include "common/options.h"
 #include "protocol/csi.h"
 #include "protocol/names.h"
+#include "reclaimer/csi/tenant_map.h"
 #include "reclaimer/csi/volumes.h"
 
 struct csi_run {
@@ -27,6 +28,7 @@ struct csi_run {
     const char *csi_socket;
     const char *registry_dir;
     const char *node_id;
+    const char *tenant_map_path;
     struct csi_volumes_config vc;
     char node_buf[256];
     char reg_socket[4096];
@@ -228,10 +230,11 @@ static int run_start(void *ctx, tetris_error *err)
             return r;
     }
     log_info("event=started driver=%s node=%s csi_socket=%s registration_socket=%s store=%s "
-             "pods_dir=%s models_dir=%s volumes=%zu",
+             "pods_dir=%s models_dir=%s tenant_map=%s volumes=%zu",
              run->driver, LOG_Q(run->node_id), LOG_Q(run->csi_socket),
              LOG_Q(run->registry_dir[0] != '\0' ? run->reg_socket : "none"),
              LOG_Q(run->vc.store_dir), LOG_Q(run->vc.pods_dir), LOG_Q(run->vc.models_dir),
+             LOG_Q(run->tenant_map_path != NULL ? run->tenant_map_path : "none"),
              csi_volumes_count(run->volumes));
     return 0;
 }
@@ -317,6 +320,13 @@ int main(int argc, char **argv)
          .max = 65536,
          .meta = "N",
          .help = "volumes this node serves at once (default 256)"},
+        {.name = "tenant-map",
+         .type = OPT_TYPE_STRING,
+         .dest = &run.tenant_map_path,
+         .meta = "FILE",
+         .help = "which store a pod's volume uses, from its namespace and service account "
+                 "(lines NAMESPACE SERVICE-ACCOUNT tenant:NAME|shared; a pod no line matches is "
+                 "refused); default: every volume the shared store's"},
         {.name = "daemon-timeout",
          .type = OPT_TYPE_INT,
          .dest = &run.vc.daemon_timeout_ms,
@@ -341,7 +351,8 @@ int main(int argc, char **argv)
                     "Exit status: 0 stopped by SIGTERM/SIGINT, 1 failure (a socket that cannot "
                     "be\n"
                     "made), 2 usage error (also a pods or models directory that does not\n"
-                    "resolve), 4 no usable store (missing, or not this user's).\n",
+                    "resolve, or a tenant map that cannot be read), 4 no usable store (missing,\n"
+                    "or not this user's).\n",
     };
     log_init(argv[0]);
     int first = opt_parse(&prog, argc, argv);
@@ -354,8 +365,24 @@ int main(int argc, char **argv)
             return opt_usage_error(&prog, "no --node-id, and no host name: %s", strerror(errno)), 2;
         run.node_id = run.node_buf;
     }
-    return daemon_run(&(struct daemon_run){.ctx = &run,
-                                           .start = run_start,
-                                           .stop = run_stop,
-                                           .start_failed = run_start_failed});
+    tenant_map *tenants = NULL;
+    if (run.tenant_map_path != NULL && run.tenant_map_path[0] != '\0') {
+        tetris_error err = {0};
+        if (tenant_map_read(run.tenant_map_path, &tenants, &err) < 0) {
+            log_error("event=start-failed code=%s msg=%s", tetris_code_name(err.code),
+                      LOG_Q(err.msg));
+            return 2;
+        }
+        run.vc.tenants = tenants;
+        log_info("event=tenant-map-read path=%s rules=%zu", LOG_Q(run.tenant_map_path),
+                 tenant_map_rules(tenants));
+    } else {
+        run.tenant_map_path = NULL;
+    }
+    int rc = daemon_run(&(struct daemon_run){.ctx = &run,
+                                             .start = run_start,
+                                             .stop = run_stop,
+                                             .start_failed = run_start_failed});
+    tenant_map_free(tenants);
+    return rc;
 }

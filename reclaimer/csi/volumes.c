@@ -20,6 +20,7 @@
  * volume is gone from here on), the view and the kept holder. */
 #include "reclaimer/csi/volumes.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -52,14 +53,25 @@
 #define KEPT_PREFIX "csi-"
 #define KEY_HEX 64
 #define RECORD_MAX_BYTES (64u << 10)
+/* A tenant's name (store_tenant_check: at most 63 bytes) and its NUL. */
+#define TENANT_NAME_BYTES 64
+
+/* A store that volumes use: the shared one or a tenant's, opened the
+ * first time a volume needs it and kept open. The shared store is the
+ * root: it holds every volume's record and view, whichever its tenant. */
+struct volume_store {
+    char tenant[TENANT_NAME_BYTES]; /* "" for the shared store */
+    store *store;
+    char tensors[PATH_MAX]; /* its public tensors/, what views mount */
+};
 
 struct csi_volumes {
     struct csi_volumes_config c;
     char *pods_real, *models_real;
-    store *store;
+    struct volume_store **stores; /* [0] the shared store; tenants' as opened */
+    size_t n_stores;
     char volumes_dir[PATH_MAX];
-    char store_tensors[PATH_MAX]; /* the store's public tensors/, what views mount */
-    pthread_mutex_t lock;         /* every publish and unpublish */
+    pthread_mutex_t lock; /* every publish and unpublish, and the stores */
     size_t count;
 };
 
@@ -69,11 +81,13 @@ struct publish_plan {
     char target[PATH_MAX]; /* resolved: its parent's real path + its name */
     char model[PATH_MAX];  /* real path */
     const char *ns, *pod, *pod_uid, *service_account;
+    const char *tenant; /* the tenant map's answer; NULL: the shared store */
 };
 
 /* A volume's record, as read back. */
 struct record {
     char *volume_id, *target, *model;
+    char *tenant; /* NULL: the shared store */
 };
 
 static void record_free(struct record *r)
@@ -81,7 +95,13 @@ static void record_free(struct record *r)
     free(r->volume_id);
     free(r->target);
     free(r->model);
+    free(r->tenant);
     memset(r, 0, sizeof(*r));
+}
+
+static const char *tenant_name(const char *tenant)
+{
+    return tenant != NULL ? tenant : "";
 }
 
 /* ---- names and paths ---- */
@@ -184,6 +204,71 @@ static int resolve_model(const csi_volumes *v, const char *model_path, char *out
     return 0;
 }
 
+/* ---- stores ---- */
+
+static void volume_store_free(struct volume_store *vs)
+{
+    if (vs == NULL)
+        return;
+    store_close(vs->store);
+    free(vs);
+}
+
+/* Opens the shared store (tenant NULL) or a tenant's as a writer: kept
+ * holders are written into it. TETRIS_E_NOTFOUND for a tenant whose
+ * store the node daemon does not serve. */
+static int volume_store_open(const csi_volumes *v, const char *tenant, struct volume_store **out,
+                             tetris_error *err)
+{
+    struct volume_store *vs = calloc(1, sizeof(*vs));
+    if (vs == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    snprintf(vs->tenant, sizeof(vs->tenant), "%s", tenant_name(tenant));
+    struct store_options so = {.tenant = tenant};
+    int rc = store_open(v->c.store_dir, &so, &vs->store, err);
+    if (rc == -TETRIS_E_NOTFOUND && tenant != NULL)
+        rc = tetris_fail(err, TETRIS_E_NOTFOUND, 0,
+                         "tenant %s has no store on this node: the node daemon serves the "
+                         "tenants it is configured with only",
+                         tenant);
+    if (rc == 0 && snprintf(vs->tensors, sizeof(vs->tensors), "%s/tensors",
+                            store_public_dir(vs->store)) >= (int)sizeof(vs->tensors))
+        rc = tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", store_root(vs->store));
+    if (rc < 0) {
+        volume_store_free(vs);
+        return rc;
+    }
+    *out = vs;
+    return 0;
+}
+
+/* The store of tenant (NULL: the shared one), opened now if it was not
+ * yet. Called with the lock held (or before any thread runs). */
+static int store_for(csi_volumes *v, const char *tenant, struct volume_store **out,
+                     tetris_error *err)
+{
+    for (size_t i = 0; i < v->n_stores; i++)
+        if (strcmp(v->stores[i]->tenant, tenant_name(tenant)) == 0) {
+            *out = v->stores[i];
+            return 0;
+        }
+    struct volume_store **grown = realloc(v->stores, (v->n_stores + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    v->stores = grown;
+    int rc = volume_store_open(v, tenant, &v->stores[v->n_stores], err);
+    if (rc < 0)
+        return rc;
+    *out = v->stores[v->n_stores++];
+    return 0;
+}
+
+static store *shared_store(const csi_volumes *v)
+{
+    assert(v->n_stores > 0 && v->stores[0]->tenant[0] == '\0');
+    return v->stores[0]->store;
+}
+
 /* ---- the request ---- */
 
 static bool attribute_known(const char *key)
@@ -231,6 +316,47 @@ static const char *or_empty(const char *s)
     return s != NULL ? s : "";
 }
 
+/* Whether the pod's identity in the volume context is the kubelet's. With
+ * podInfoOnMount the kubelet writes pod.namespace, serviceAccount.name and
+ * pod.uid over whatever the pod's volumeAttributes said; without it (a
+ * CSIDriver changed or deleted) those keys are the pod's own. A pod cannot
+ * know its uid when it is created, so a pod.uid that names the pod
+ * directory the kubelet made the target in (<pods>/<uid>/volumes/...)
+ * shows the keys are the kubelet's. */
+static bool identity_from_kubelet(const csi_volumes *v, const struct publish_plan *p)
+{
+    size_t dir_len = strlen(v->pods_real), uid_len = strlen(p->pod_uid);
+    const char *uid = p->target + dir_len + 1;
+    return uid_len > 0 && beneath(p->target, v->pods_real) && p->target[dir_len] == '/' &&
+           strncmp(uid, p->pod_uid, uid_len) == 0 && uid[uid_len] == '/';
+}
+
+/* The store a volume gets, from the pod's identity as the kubelet gave it
+ * (tenant_map.h): without a map, the shared store; with one, its most
+ * specific rule, and PERMISSION_DENIED when none matches. The pod has no
+ * say: an attribute naming a tenant was refused by check_request, and an
+ * identity that is not the kubelet's counts as none (only "* *" matches
+ * it). */
+static int tenant_of(const csi_volumes *v, struct publish_plan *p, struct grpc_reply *reply)
+{
+    p->tenant = NULL;
+    if (v->c.tenants == NULL)
+        return GRPC_OK;
+    bool named = identity_from_kubelet(v, p);
+    if (tenant_map_lookup(v->c.tenants, named ? p->ns : "", named ? p->service_account : "",
+                          &p->tenant))
+        return GRPC_OK;
+    if (!named)
+        return grpc_reply_fail(reply, GRPC_PERMISSION_DENIED,
+                               "the volume context names no pod the kubelet vouches for (its "
+                               "pod.uid is not the target's pod: the CSIDriver needs "
+                               "podInfoOnMount), and the node's tenant map has no \"* *\" rule");
+    return grpc_reply_fail(reply, GRPC_PERMISSION_DENIED,
+                           "no store for a pod of namespace \"%s\", service account \"%s\": the "
+                           "node's tenant map has no rule for it (and no \"* * shared\")",
+                           p->ns, p->service_account);
+}
+
 static int plan_publish(csi_volumes *v, const struct csi_publish_request *r, struct publish_plan *p,
                         struct grpc_reply *reply)
 {
@@ -244,7 +370,7 @@ static int plan_publish(csi_volumes *v, const struct csi_publish_request *r, str
     p->pod = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAME));
     p->pod_uid = or_empty(csi_context_get(r, CSI_CONTEXT_POD_UID));
     p->service_account = or_empty(csi_context_get(r, CSI_CONTEXT_SERVICE_ACCOUNT));
-    return GRPC_OK;
+    return tenant_of(v, p, reply);
 }
 
 /* ---- records ---- */
@@ -264,29 +390,27 @@ static int read_record(const csi_volumes *v, const char *key, struct record *out
     const char *id = json_string_value(json_object_get(j, "volume_id"));
     const char *target = json_string_value(json_object_get(j, "target_path"));
     const char *model_path = json_string_value(json_object_get(j, "model"));
-    if (id == NULL || target == NULL || model_path == NULL) {
+    json_t *tenant = json_object_get(j, "tenant");
+    /* A tenant is a valid name, so its store stays under the root. */
+    if (id == NULL || target == NULL || model_path == NULL ||
+        (tenant != NULL && !json_is_null(tenant) &&
+         (!json_is_string(tenant) || store_tenant_check(json_string_value(tenant), NULL) < 0))) {
         json_decref(j);
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a volume record", path);
     }
     out->volume_id = strdup(id);
     out->target = strdup(target);
     out->model = strdup(model_path);
+    bool has_tenant = json_is_string(tenant);
+    if (has_tenant)
+        out->tenant = strdup(json_string_value(tenant));
     json_decref(j);
-    if (out->volume_id == NULL || out->target == NULL || out->model == NULL) {
+    if (out->volume_id == NULL || out->target == NULL || out->model == NULL ||
+        (has_tenant && out->tenant == NULL)) {
         record_free(out);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
     }
     return 0;
-}
-
-/* The tenant a volume's store belongs to. The seam for the mapping from
- * the pod's namespace and service account that the cluster's admin will
- * set: until then every volume is the shared store's, and the record
- * keeps the pod's identity for it. */
-static const char *tenant_of(const struct publish_plan *p)
-{
-    (void)p;
-    return NULL;
 }
 
 static int write_record(const csi_volumes *v, const struct csi_publish_request *r,
@@ -299,7 +423,7 @@ static int write_record(const csi_volumes *v, const struct csi_publish_request *
     json_t *j = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:o}", "volume_id", r->volume_id,
                           "target_path", p->target, "model", p->model, "pod", "namespace", p->ns,
                           "name", p->pod, "uid", p->pod_uid, "service_account", p->service_account,
-                          "tenant", tenant_of(p) ? json_string(tenant_of(p)) : json_null());
+                          "tenant", p->tenant != NULL ? json_string(p->tenant) : json_null());
     cleanup_free char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (text == NULL)
@@ -330,14 +454,14 @@ static bool mounted_at(const char *dir, const char *path)
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino && (fs.f_flag & ST_RDONLY) != 0;
 }
 
-/* Whether the volume is whole at target: its view, and the store's
+/* Whether the volume is whole at target: its view, and its store's
  * tensors on the view's tensors/. */
-static bool view_mounted_at(const csi_volumes *v, const char *view, const char *target)
+static bool view_mounted_at(const struct volume_store *vs, const char *view, const char *target)
 {
     char tensors[PATH_MAX];
     return mounted_at(view, target) &&
            snprintf(tensors, sizeof(tensors), "%s/tensors", target) < (int)sizeof(tensors) &&
-           mounted_at(v->store_tensors, tensors);
+           mounted_at(vs->tensors, tensors);
 }
 
 /* Unmounts whatever is mounted at target (stacked mounts too). */
@@ -379,10 +503,10 @@ static int unmount_volume(const char *target, tetris_error *err)
     return r < 0 ? r : unmount_all(target, err);
 }
 
-/* The view at target, and the store's tensors/ on its tensors/, both
+/* The view at target, and its store's tensors/ on its tensors/, both
  * read-only; on failure nothing stays mounted. */
-static int mount_view(const csi_volumes *v, const char *view, const char *target, bool *made_target,
-                      tetris_error *err)
+static int mount_view(const struct volume_store *vs, const char *view, const char *target,
+                      bool *made_target, tetris_error *err)
 {
     char tensors[PATH_MAX];
     *made_target = false;
@@ -393,7 +517,7 @@ static int mount_view(const csi_volumes *v, const char *view, const char *target
     else if (errno != EEXIST)
         return tetris_fail(err, TETRIS_E_IO, errno, "create target %s", target);
     int r = bind_read_only(view, target, err);
-    if (r == 0 && (r = bind_read_only(v->store_tensors, tensors, err)) < 0) {
+    if (r == 0 && (r = bind_read_only(vs->tensors, tensors, err)) < 0) {
         tetris_error undo = {0};
         if (unmount_volume(target, &undo) < 0)
             log_error("event=unmount-failed path=%s msg=%s", LOG_Q(target), LOG_Q(undo.msg));
@@ -414,9 +538,12 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 }
 
 /* Removes a volume's directory (its record first: from then on the
- * volume does not exist) and releases its kept holder. Never crosses a
- * mount point: a view still mounted somewhere is left alone. */
-static int forget_volume(csi_volumes *v, const char *key, tetris_error *err)
+ * volume does not exist) and releases its kept holder in vs, the
+ * volume's store (NULL when not known: recovery's scan of every store
+ * finds the holder). Never crosses a mount point: a view still mounted
+ * somewhere is left alone. */
+static int forget_volume(csi_volumes *v, const char *key, const struct volume_store *vs,
+                         tetris_error *err)
 {
     char dir[PATH_MAX], rec[PATH_MAX], kept[KEY_HEX + 8];
     int rc;
@@ -427,8 +554,10 @@ static int forget_volume(csi_volumes *v, const char *key, tetris_error *err)
         return tetris_fail(err, TETRIS_E_IO, errno, "remove %s", rec);
     if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) < 0 && errno != ENOENT)
         return tetris_fail(err, TETRIS_E_IO, errno, "remove %s", dir);
+    if (vs == NULL)
+        return 0;
     kept_name(key, kept, sizeof(kept));
-    return store_kept_release(v->store, kept, err);
+    return store_kept_release(vs->store, kept, err);
 }
 
 /* ---- publish ---- */
@@ -475,8 +604,9 @@ static int load_model(const csi_volumes *v, const struct publish_plan *p, agent_
     agent_options_init(&o);
     o.mode = AGENT_MODE_STORE;
     o.store_dir = v->c.store_dir;
-    o.tenant = tenant_of(p);
-    o.daemon_socket = v->c.daemon_socket;
+    o.tenant = p->tenant;
+    /* A tenant's socket is in its store; --daemon-socket is the shared one. */
+    o.daemon_socket = p->tenant == NULL ? v->c.daemon_socket : NULL;
     if (v->c.daemon_timeout_ms > 0)
         o.daemon_timeout_ms = v->c.daemon_timeout_ms;
     o.map_only = true;
@@ -494,8 +624,8 @@ static int load_model(const csi_volumes *v, const struct publish_plan *p, agent_
 
 /* The steps after the load; on failure, what they did is undone. */
 static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
-                       const struct publish_plan *p, const agent_model *am,
-                       struct grpc_reply *reply)
+                       const struct publish_plan *p, const struct volume_store *vs,
+                       const agent_model *am, struct grpc_reply *reply)
 {
     tetris_error err = {0};
     cleanup_free tensor_digest *d = NULL;
@@ -512,9 +642,9 @@ static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
     if (rc < 0)
         return grpc_reply_error(reply, &err);
     /* A volume directory without a record is an unfinished publish. */
-    if ((rc = forget_volume(v, p->key, &err)) < 0)
+    if ((rc = forget_volume(v, p->key, vs, &err)) < 0)
         return grpc_reply_error(reply, &err);
-    rc = store_kept_hold(v->store, kept, strrchr(p->model, '/') + 1, d, nbytes, n, &err);
+    rc = store_kept_hold(vs->store, kept, strrchr(p->model, '/') + 1, d, nbytes, n, &err);
     if (rc == 0 && mkdir(dir, 0700) < 0)
         rc = tetris_fail(&err, TETRIS_E_IO, errno, "create %s", dir);
     if (rc == 0) {
@@ -530,21 +660,21 @@ static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
     if (rc == 0)
         rc = write_record(v, r, p, &err);
     if (rc == 0)
-        rc = mount_view(v, view, p->target, &made_target, &err);
+        rc = mount_view(vs, view, p->target, &made_target, &err);
     if (rc == 0)
         return GRPC_OK;
     tetris_error undo = {0};
     if (made_target && rmdir(p->target) < 0)
         log_warn("event=remove-failed path=%s msg=%s", LOG_Q(p->target), LOG_Q(strerror(errno)));
-    if (forget_volume(v, p->key, &undo) < 0)
+    if (forget_volume(v, p->key, vs, &undo) < 0)
         log_error("event=publish-undo-failed volume=%s msg=%s", LOG_Q(r->volume_id),
                   LOG_Q(undo.msg));
     return grpc_reply_error(reply, &err);
 }
 
-/* The volume is published already: the same target and model is the
- * idempotent answer (after a crash between record and mount, the mount
- * is made again); anything else is ALREADY_EXISTS. */
+/* The volume is published already: the same target, model and tenant is
+ * the idempotent answer (after a crash between record and mount, the
+ * mount is made again); anything else is ALREADY_EXISTS. */
 static int publish_again(csi_volumes *v, const struct publish_plan *p, const struct record *rec,
                          struct grpc_reply *reply)
 {
@@ -556,18 +686,50 @@ static int publish_again(csi_volumes *v, const struct publish_plan *p, const str
         return grpc_reply_fail(reply, GRPC_ALREADY_EXISTS,
                                "volume %s is published with another model, %s", rec->volume_id,
                                rec->model);
+    if (strcmp(tenant_name(rec->tenant), tenant_name(p->tenant)) != 0)
+        return grpc_reply_fail(reply, GRPC_ALREADY_EXISTS,
+                               "volume %s is published in another store, %s", rec->volume_id,
+                               rec->tenant != NULL ? rec->tenant : "the shared one");
     char view[PATH_MAX];
     tetris_error err = {0};
     bool made_target;
-    if (volume_path(v, p->key, VIEW_DIR_NAME, view, sizeof(view), &err) < 0)
+    struct volume_store *vs;
+    if (volume_path(v, p->key, VIEW_DIR_NAME, view, sizeof(view), &err) < 0 ||
+        store_for(v, p->tenant, &vs, &err) < 0)
         return grpc_reply_error(reply, &err);
-    if (view_mounted_at(v, view, p->target))
+    if (view_mounted_at(vs, view, p->target))
         return GRPC_OK;
     /* What a crash left half done is redone whole. */
     if (unmount_volume(p->target, &err) < 0 ||
-        mount_view(v, view, p->target, &made_target, &err) < 0)
+        mount_view(vs, view, p->target, &made_target, &err) < 0)
         return grpc_reply_error(reply, &err);
     return GRPC_OK;
+}
+
+/* A volume not published yet: its store, the load, the rest. */
+static int publish_first(csi_volumes *v, const struct csi_publish_request *r,
+                         const struct publish_plan *p, struct grpc_reply *reply)
+{
+    struct volume_store *vs;
+    agent_model *am = NULL;
+    tetris_error err = {0};
+    if (v->count >= (size_t)v->c.max_volumes)
+        return grpc_reply_fail(reply, GRPC_RESOURCE_EXHAUSTED,
+                               "this node serves %d volumes already", v->c.max_volumes);
+    /* A tenant the daemon does not serve is the node's configuration,
+     * not the request: the kubelet's retry succeeds once it is fixed. */
+    if (store_for(v, p->tenant, &vs, &err) < 0)
+        return err.code == TETRIS_E_NOTFOUND
+                   ? grpc_reply_fail(reply, GRPC_FAILED_PRECONDITION, "%s", err.msg)
+                   : grpc_reply_error(reply, &err);
+    int rc = load_model(v, p, &am, reply);
+    if (rc == GRPC_OK) {
+        rc = publish_new(v, r, p, vs, am, reply);
+        if (rc == GRPC_OK)
+            v->count++;
+        agent_model_free(am);
+    }
+    return rc;
 }
 
 void csi_volumes_publish(csi_volumes *v, const struct csi_publish_request *r,
@@ -589,23 +751,15 @@ void csi_volumes_publish(csi_volumes *v, const struct csi_publish_request *r,
         record_free(&rec);
     } else if (err.code != TETRIS_E_NOTFOUND) {
         grpc_reply_error(reply, &err);
-    } else if (v->count >= (size_t)v->c.max_volumes) {
-        grpc_reply_fail(reply, GRPC_RESOURCE_EXHAUSTED, "this node serves %d volumes already",
-                        v->c.max_volumes);
     } else {
-        agent_model *am = NULL;
-        if (load_model(v, &p, &am, reply) == GRPC_OK) {
-            if (publish_new(v, r, &p, am, reply) == GRPC_OK)
-                v->count++;
-            agent_model_free(am);
-        }
+        publish_first(v, r, &p, reply);
     }
     pthread_mutex_unlock(&v->lock);
     if (reply->status == GRPC_OK)
         log_info("event=published volume=%s target=%s model=%s namespace=%s pod=%s "
-                 "service_account=%s again=%s",
+                 "service_account=%s tenant=%s again=%s",
                  LOG_Q(r->volume_id), LOG_Q(p.target), LOG_Q(p.model), LOG_Q(p.ns), LOG_Q(p.pod),
-                 LOG_Q(p.service_account), again ? "true" : "false");
+                 LOG_Q(p.service_account), LOG_Q(tenant_name(p.tenant)), again ? "true" : "false");
     else
         log_warn("event=publish-failed volume=%s target=%s code=%s msg=%s", LOG_Q(r->volume_id),
                  LOG_Q(p.target), grpc_status_name(reply->status), LOG_Q(reply->message));
@@ -624,6 +778,20 @@ static void unpublish_unknown(const char *target)
     if (lstat(target, &st) == 0 && S_ISDIR(st.st_mode) && stat(up, &parent) == 0 &&
         st.st_dev == parent.st_dev && rmdir(target) < 0 && errno != ENOTEMPTY)
         log_warn("event=remove-failed path=%s msg=%s", LOG_Q(target), LOG_Q(strerror(errno)));
+}
+
+/* The store a recorded volume's kept holder is in; NULL (logged) when it
+ * cannot be opened: a tenant's store the daemon no longer has took the
+ * holder with it, and any other is found by the next start's scan. */
+static struct volume_store *record_store(csi_volumes *v, const struct record *rec)
+{
+    struct volume_store *vs;
+    tetris_error err = {0};
+    if (store_for(v, rec->tenant, &vs, &err) == 0)
+        return vs;
+    log_warn("event=volume-store-unavailable volume=%s tenant=%s msg=%s", LOG_Q(rec->volume_id),
+             LOG_Q(tenant_name(rec->tenant)), LOG_Q(err.msg));
+    return NULL;
 }
 
 /* The record's target is resolved; the kubelet names it as it did. */
@@ -667,7 +835,7 @@ void csi_volumes_unpublish(csi_volumes *v, const struct csi_unpublish_request *r
         if (rmdir(rec.target) < 0 && errno != ENOENT)
             log_warn("event=remove-failed path=%s msg=%s", LOG_Q(rec.target),
                      LOG_Q(strerror(errno)));
-        if (forget_volume(v, key, &err) < 0)
+        if (forget_volume(v, key, record_store(v, &rec), &err) < 0)
             grpc_reply_error(reply, &err);
         else if (v->count > 0)
             v->count--;
@@ -690,43 +858,64 @@ static bool is_key(const char *name)
 }
 
 /* One volume directory left by a previous run: kept if its view is
- * mounted at its record's target, else forgotten. */
+ * mounted at its record's target, with its store's tensors, else
+ * forgotten. */
 static void recover_volume(csi_volumes *v, const char *key)
 {
     struct record rec = {0};
     tetris_error err = {0};
     char view[PATH_MAX];
+    struct volume_store *vs = NULL;
     bool mounted = false;
     if (volume_path(v, key, VIEW_DIR_NAME, view, sizeof(view), &err) == 0 &&
-        read_record(v, key, &rec, &err) == 0)
-        mounted = view_mounted_at(v, view, rec.target);
+        read_record(v, key, &rec, &err) == 0 && (vs = record_store(v, &rec)) != NULL)
+        mounted = view_mounted_at(vs, view, rec.target);
     if (mounted) {
         v->count++;
-        log_info("event=volume-recovered volume=%s target=%s", LOG_Q(rec.volume_id),
-                 LOG_Q(rec.target));
-    } else if (forget_volume(v, key, &err) < 0) {
+        log_info("event=volume-recovered volume=%s target=%s tenant=%s", LOG_Q(rec.volume_id),
+                 LOG_Q(rec.target), LOG_Q(tenant_name(rec.tenant)));
+    } else if (forget_volume(v, key, vs, &err) < 0) {
         log_error("event=recover-failed key=%s msg=%s", key, LOG_Q(err.msg));
     } else {
         log_info("event=volume-forgotten key=%s reason=%s", key,
-                 rec.volume_id != NULL ? "not-mounted" : "no-record");
+                 rec.volume_id == NULL ? "no-record"
+                 : vs == NULL          ? "no-store"
+                                       : "not-mounted");
     }
     record_free(&rec);
 }
 
 struct orphan_kept {
     csi_volumes *v;
+    const struct volume_store *vs;
     char (*keys)[KEY_HEX + 1];
     size_t n, cap;
 };
 
+/* Whether the volume of key is this store's: its directory is there and
+ * its record names this store. */
+static bool volume_in_store(csi_volumes *v, const char *key, const struct volume_store *vs)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    struct record rec = {0};
+    tetris_error err = {0};
+    if (volume_path(v, key, NULL, dir, sizeof(dir), NULL) < 0 || stat(dir, &st) < 0)
+        return false;
+    /* Recovery removed every directory without a readable record. */
+    if (read_record(v, key, &rec, &err) < 0)
+        return true;
+    bool mine = strcmp(tenant_name(rec.tenant), vs->tenant) == 0;
+    record_free(&rec);
+    return mine;
+}
+
 static int find_orphan_kept(void *ctx, const struct store_holder_info *h)
 {
     struct orphan_kept *o = ctx;
-    char dir[PATH_MAX];
-    struct stat st;
     const char *key = h->id + strlen(KEPT_PREFIX);
     if (!h->kept || strncmp(h->id, KEPT_PREFIX, strlen(KEPT_PREFIX)) != 0 || !is_key(key) ||
-        volume_path(o->v, key, NULL, dir, sizeof(dir), NULL) < 0 || stat(dir, &st) == 0)
+        volume_in_store(o->v, key, o->vs))
         return 0;
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 16;
@@ -740,28 +929,63 @@ static int find_orphan_kept(void *ctx, const struct store_holder_info *h)
     return 0;
 }
 
+/* Releases the kept holders of one store that no volume of it owns: an
+ * unpublish that stopped between the volume and its holder, or a volume
+ * forgotten before its store was known. */
+static int release_orphans(csi_volumes *v, const struct volume_store *vs, tetris_error *err)
+{
+    struct orphan_kept o = {.v = v, .vs = vs};
+    int rc = store_foreach_holder(vs->store, find_orphan_kept, &o, err);
+    for (size_t i = 0; rc == 0 && i < o.n; i++) {
+        char kept[KEY_HEX + 8];
+        kept_name(o.keys[i], kept, sizeof(kept));
+        rc = store_kept_release(vs->store, kept, err);
+        if (rc == 0)
+            log_info("event=kept-holder-released name=%s tenant=%s reason=no-volume", kept,
+                     LOG_Q(vs->tenant));
+    }
+    free(o.keys);
+    return rc == -TETRIS_E_NOMEM ? tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory") : rc;
+}
+
+/* Opens every tenant store the daemon made (DIR/tenants/NAME), so that
+ * their kept holders are looked at too, whatever the tenant map says now:
+ * a map changed between two runs leaves no holder behind. */
+static int open_tenant_stores(csi_volumes *v, tetris_error *err)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof(dir), "%s/" TETRIS_TENANTS_SUBDIR, store_root(shared_store(v))) >=
+        (int)sizeof(dir))
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", dir);
+    cleanup_closedir DIR *d = opendir(dir);
+    if (d == NULL)
+        return errno == ENOENT ? 0 : tetris_fail(err, TETRIS_E_IO, errno, "open %s", dir);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        struct volume_store *vs;
+        tetris_error skip = {0};
+        if (de->d_name[0] == '.' || store_tenant_check(de->d_name, NULL) < 0)
+            continue;
+        if (store_for(v, de->d_name, &vs, &skip) < 0)
+            log_warn("event=tenant-store-skipped tenant=%s msg=%s", LOG_Q(de->d_name),
+                     LOG_Q(skip.msg));
+    }
+    return 0;
+}
+
 static int recover(csi_volumes *v, tetris_error *err)
 {
     cleanup_closedir DIR *d = opendir(v->volumes_dir);
     if (d == NULL)
         return tetris_fail(err, TETRIS_E_IO, errno, "open %s", v->volumes_dir);
+    int rc = open_tenant_stores(v, err);
     struct dirent *de;
-    while ((de = readdir(d)) != NULL)
+    while (rc == 0 && (de = readdir(d)) != NULL)
         if (is_key(de->d_name))
             recover_volume(v, de->d_name);
-    /* Kept holders whose volume directory is gone: an unpublish that
-     * stopped between the two. */
-    struct orphan_kept o = {.v = v};
-    int rc = store_foreach_holder(v->store, find_orphan_kept, &o, err);
-    for (size_t i = 0; rc == 0 && i < o.n; i++) {
-        char kept[KEY_HEX + 8];
-        kept_name(o.keys[i], kept, sizeof(kept));
-        rc = store_kept_release(v->store, kept, err);
-        if (rc == 0)
-            log_info("event=kept-holder-released name=%s reason=no-volume", kept);
-    }
-    free(o.keys);
-    return rc == -TETRIS_E_NOMEM ? tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory") : rc;
+    for (size_t i = 0; rc == 0 && i < v->n_stores; i++)
+        rc = release_orphans(v, v->stores[i], err);
+    return rc;
 }
 
 int csi_volumes_open(const struct csi_volumes_config *c, csi_volumes **out, tetris_error *err)
@@ -776,15 +1000,13 @@ int csi_volumes_open(const struct csi_volumes_config *c, csi_volumes **out, tetr
         rc = tetris_fail(err, TETRIS_E_INVAL, errno, "pods directory %s", c->pods_dir);
     else if ((v->models_real = realpath(c->models_dir, NULL)) == NULL)
         rc = tetris_fail(err, TETRIS_E_INVAL, errno, "models directory %s", c->models_dir);
-    struct store_options so = {0};
+    struct volume_store *shared;
     if (rc == 0)
-        rc = store_open(c->store_dir, &so, &v->store, err);
+        rc = store_for(v, NULL, &shared, err);
     if (rc == 0 && snprintf(v->volumes_dir, sizeof(v->volumes_dir), "%s/private/" VOLUMES_DIR,
-                            store_root(v->store)) >= (int)sizeof(v->volumes_dir))
-        rc = tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", store_root(v->store));
-    if (rc == 0 && snprintf(v->store_tensors, sizeof(v->store_tensors), "%s/tensors",
-                            store_public_dir(v->store)) >= (int)sizeof(v->store_tensors))
-        rc = tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", store_root(v->store));
+                            store_root(shared->store)) >= (int)sizeof(v->volumes_dir))
+        rc = tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long",
+                         store_root(shared->store));
     if (rc == 0 && mkdir(v->volumes_dir, 0700) < 0 && errno != EEXIST)
         rc = tetris_fail(err, TETRIS_E_IO, errno, "create %s", v->volumes_dir);
     if (rc == 0)
@@ -801,7 +1023,9 @@ void csi_volumes_close(csi_volumes *v)
 {
     if (v == NULL)
         return;
-    store_close(v->store);
+    for (size_t i = 0; i < v->n_stores; i++)
+        volume_store_free(v->stores[i]);
+    free(v->stores);
     free(v->pods_real);
     free(v->models_real);
     pthread_mutex_destroy(&v->lock);

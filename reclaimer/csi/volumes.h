@@ -5,21 +5,29 @@
  *   tetris-csi.c   the program: options, the gRPC services (Identity,
  *                  Node, the kubelet's plugin registration), the run loop
  *   volumes.c      publish and unpublish, the records, recovery at start
+ *   tenant_map.c   which store a pod's volume uses (tenant_map.h)
  *
- * On disk, in the store root the daemon serves (DIR, or DIR/tenants/NAME):
- *   private/volumes/<key>/volume.json  the record: volume id, target path,
- *                                      model, the pod's identity; written
- *                                      last (by rename), so a directory
- *                                      without it is an unfinished publish
- *   private/volumes/<key>/view/        the model view (agent/view.h, self-
- *                                      contained: hard links to the store's
- *                                      tensor files), bind-mounted
- *                                      read-only at the target path
- *   private/holders/csi-<key>.keep     the kept holder of its tensors
- *                                      (tensorstore/store.h)
- * <key> is the hex SHA-256 of the volume id, so any id maps to one safe
- * name. Nothing here is reachable from a pod but the view, through its
- * read-only mount.
+ * A volume's store is the shared one (DIR) or a tenant's (DIR/tenants/
+ * NAME), chosen by the tenant map from the pod's identity. On disk:
+ *   DIR/private/volumes/<key>/volume.json  the record: volume id, target
+ *                                      path, model, the pod's identity, the
+ *                                      tenant (null: shared); written last
+ *                                      (by rename), so a directory without
+ *                                      it is an unfinished publish
+ *   DIR/private/volumes/<key>/view/    the model view (agent/view.h), its
+ *                                      tensors/ empty: bind-mounted
+ *                                      read-only at the target path, with
+ *                                      the volume's store's public/tensors
+ *                                      mounted read-only on its tensors/
+ *   STORE/private/holders/csi-<key>.keep  the kept holder of its tensors
+ *                                      (tensorstore/store.h), in the
+ *                                      volume's store STORE
+ * The records and views of every tenant's volumes are in the shared
+ * store's private/ (one place to find a volume by its id); what a pod
+ * sees is its own store's tensors only. <key> is the hex SHA-256 of the
+ * volume id, so any id maps to one safe name. Nothing here is reachable
+ * from a pod but the view and its store's tensors, through read-only
+ * mounts.
  *
  * Invariants (tests/csi/test-csi.sh checks each):
  *   - a volume whose publish returned OK has its record, its view mounted
@@ -30,10 +38,15 @@
  *     at another target or of another model is ALREADY_EXISTS and changes
  *     nothing;
  *   - after a restart of the plugin, the records whose views are still
- *     mounted are the volumes; every other record, view directory and
- *     csi- kept holder is an unfinished publish or unpublish and is
- *     removed (the kubelet retries a publish it was not answered). The
- *     daemon's restarts do not touch kept holders.
+ *     mounted (with their store's tensors) are the volumes; every other
+ *     record, view directory and csi- kept holder, in the shared store
+ *     and in every tenant store the daemon made, is an unfinished publish
+ *     or unpublish and is removed (the kubelet retries a publish it was
+ *     not answered). The daemon's restarts do not touch kept holders;
+ *   - a volume's tensors mount and kept holder are its record's store's,
+ *     and that store is what the tenant map said for the pod when it was
+ *     published: a tenant's volume shows nothing of another store
+ *     (tests/csi/test-csi-tenants.sh).
  * Publishes and unpublishes run one at a time (one lock): the kubelet
  * sends few, each is bounded by the model's load. */
 #ifndef TETRIS_CSI_VOLUMES_H
@@ -44,6 +57,7 @@
 #include "common/error.h"
 #include "common/grpc.h"
 #include "protocol/csi.h"
+#include "reclaimer/csi/tenant_map.h"
 
 struct csi_volumes_config {
     const char *store_dir;     /* the daemon's store root */
@@ -52,12 +66,15 @@ struct csi_volumes_config {
     const char *models_dir;    /* model files must be beneath it */
     int max_volumes;
     int daemon_timeout_ms;
+    const tenant_map *tenants; /* NULL: every volume is the shared store's */
 };
 
 typedef struct csi_volumes csi_volumes;
 
-/* Opens the store (as a writer: the plugin runs as the store's owner),
- * makes private/volumes/ and recovers what a previous run left (above).
+/* Opens the store (as a writer: the plugin runs as the store's owner) and
+ * the tenant stores the daemon made, makes private/volumes/ and recovers
+ * what a previous run left (above). The tenant map is the caller's and
+ * must outlive the handle.
  * TETRIS_E_NOTFOUND without a store, TETRIS_E_DENIED for a store that is
  * not ours, TETRIS_E_INVAL for a pods or models directory that does not
  * resolve. */

@@ -11,6 +11,8 @@
 # what is mounted); publish and unpublish are idempotent; every bad
 # request gets CSI's status with a message and leaves no mount, no volume
 # and no reference; garbage on the socket ends that connection only.
+# The client sends the socket's path as :authority, as the kubelet's
+# grpc-go does.
 # Needs root (mounts).
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
@@ -185,6 +187,8 @@ call "$sock" raw GET /csi.v1.Identity/Probe application/grpc 0000000000
 grep -q '^http=405' "$WORK/reply" || fail "a GET: $(cat "$WORK/reply")"
 call "$sock" raw POST /csi.v1.Controller/CreateVolume application/grpc 0000000000
 want UNIMPLEMENTED "an unknown method"
+call "$sock" raw POST "$(printf '/csi.v1.Identity/Probe\001')" application/grpc 0000000000
+want UNIMPLEMENTED "a path that is not printable"
 call "$sock" raw POST /csi.v1.Identity/Probe application/grpc 0100000000
 want UNIMPLEMENTED "a compressed message"
 call "$sock" raw POST /csi.v1.Identity/Probe application/grpc 00000000

@@ -6,7 +6,10 @@
 #     privileged and cannot gain privileges; the daemon and its init
 #     container run as root (the store's owner), the init container with
 #     exactly SYS_ADMIN, SYS_CHROOT and SYS_PTRACE and no AppArmor profile;
-#     every other container runs as uid 65532 (runAsNonRoot);
+#     every other container runs as uid 65532 (runAsNonRoot); but for
+#     tetris-csi (csi.enabled): root, privileged, on a read-only root
+#     filesystem, the one container with a Bidirectional mount (the
+#     kubelet's pods directory, and nothing else);
 #  2. in the daemon's pod only tetris-node-pins holds a service-account
 #     token (projected, or the apiAccess Secret);
 #  3. each Role and ClusterRole grants exactly the verbs its program calls;
@@ -46,6 +49,7 @@ UNPRIVILEGED='{"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
 DAEMON='{"runAsUser": 0, "runAsNonRoot": false, "allowPrivilegeEscalation": false,
     "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"}}'
+CSI='{"privileged": true, "runAsUser": 0, "runAsNonRoot": false, "readOnlyRootFilesystem": true}'
 MOUNT='{"runAsUser": 0, "runAsNonRoot": false, "readOnlyRootFilesystem": true,
     "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"]},
     "seccompProfile": {"type": "RuntimeDefault"}}'
@@ -55,7 +59,7 @@ TOKEN=/var/run/secrets/kubernetes.io/serviceaccount
 containers() {
     _r="$1" _want="$2"
     check "$_r" "$CONTAINERS | map(.c.name) | sort == ($_want | sort)" "containers are not $_want"
-    check "$_r" "$CONTAINERS | map(select(.c.name | IN(\"reclaimer\", \"store-tmpfs\") | not)) |
+    check "$_r" "$CONTAINERS | map(select(.c.name | IN(\"reclaimer\", \"store-tmpfs\", \"csi\") | not)) |
         all(.c.securityContext == $UNPRIVILEGED)" "a container other than the daemon's is not unprivileged"
     check "$_r" "$CONTAINERS | map(select(.c.name == \"reclaimer\")) | all(.c.securityContext == $DAEMON)" \
         "the daemon is not root without capabilities"
@@ -63,7 +67,15 @@ containers() {
         all(.c.securityContext == $MOUNT and
             .annotations[\"container.apparmor.security.beta.kubernetes.io/store-tmpfs\"] == \"unconfined\")" \
         "the mount is not SYS_ADMIN, SYS_CHROOT, SYS_PTRACE, AppArmor unconfined"
-    check "$_r" "$CONTAINERS | all(.c.securityContext.privileged != true)" "a privileged container"
+    check "$_r" "$CONTAINERS | map(select(.c.name != \"csi\")) | all(.c.securityContext.privileged != true)" \
+        "a privileged container"
+    check "$_r" "$CONTAINERS | map(select(.c.name == \"csi\")) | all(.pod == \"tetris-reclaimer\" and
+        .c.securityContext == $CSI and
+        ([.c.volumeMounts[] | select(.mountPropagation != null)] ==
+         [{name: \"csi-pods\", mountPath: \"/var/lib/kubelet/pods\", mountPropagation: \"Bidirectional\"}]))" \
+        "tetris-csi: not root, privileged, read-only, Bidirectional on the pods directory alone"
+    check "$_r" "$CONTAINERS | map(select(.c.name != \"csi\")) | all([.c.volumeMounts[]? |
+        select(.mountPropagation != null)] == [])" "mount propagation outside tetris-csi"
     check "$_r" "[.[] | select(.kind == \"DaemonSet\") | .spec.template.spec] | all(
         .automountServiceAccountToken == false and
         ([.containers[] | select(any(.volumeMounts[]; .mountPath == \"$TOKEN\")) | .name] == [\"node-pins\"]))" \
@@ -135,7 +147,7 @@ check default "map(select(.kind == \"DaemonSet\")) | .[0].spec.template.spec.vol
     [\"serviceAccountToken\", \"configMap\", \"downwardAPI\"]" "node-pins has no projected token"
 
 render all -f "$ALL" --kube-version 1.20.2
-containers all '["store-tmpfs", "reclaimer", "node-pins", "kube-scheduler", "extender", "webhook", "autoscaler"]'
+containers all '["store-tmpfs", "reclaimer", "node-pins", "csi", "kube-scheduler", "extender", "webhook", "autoscaler"]'
 rbac all
 check all "map(select(.kind == \"DaemonSet\")) | .[0].spec.template.spec |
     [.containers[] | select(any(.volumeMounts[]; .name == \"api-credentials\")) | .name] == [\"node-pins\"]" \

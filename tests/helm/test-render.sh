@@ -18,6 +18,11 @@
 #     stores) and the webhook; the registries reach the daemon's file
 #     (none by default), their credentials Secret and CA bundle only the
 #     daemon's container, read-only, as --registry-auth and --registry-ca;
+#     the CSI driver (csi.enabled) renders its CSIDriver, tetris-csi in the
+#     daemon's pod with the kubelet's directories, and the tenant map,
+#     which the plugin accepts, and the webhook's --volume csi; a map
+#     naming a tenant the daemons do not serve, twice the same rule, or the
+#     webhook's csi volume without the driver fail;
 #  4. the chart spells the names the programs use (protocol/names.h), its
 #     components stay off API-only nodes (tetris.io/node-kind) unless
 #     their affinity is dropped, and
@@ -298,6 +303,77 @@ expect "$(doc "$WORK/tenants0.yaml" Deployment tetris-webhook)" \
     '.spec.template.spec.containers[0].args | map(select(startswith("--tenant="))) == []' \
     "maxTenants 0 still gives the webhook tenants"
 
+# 3d. The CSI driver: nothing by default; with csi.enabled the CSIDriver
+# object, tetris-csi in the node daemon's pod, the tenant map, which the
+# plugin accepts, and the webhook's --volume csi.
+[ -z "$(jq -c 'select(.kind == "CSIDriver")' "$WORK/default.yaml.json")" ] || fail "CSIDriver rendered by default"
+expect "$(doc "$WORK/default.yaml" DaemonSet tetris-reclaimer)" \
+    '[.spec.template.spec.containers[].name] | index("csi") == null' "tetris-csi rendered by default"
+expect "$(doc "$WORK/default.yaml" DaemonSet tetris-reclaimer)" \
+    '.spec.template.metadata.annotations | has("checksum/csi") | not' "a CSI checksum without the driver"
+printf '%s\n' 'tenants: [alpha, beta]' 'webhook:' '  enabled: true' '  volume: csi' 'csi:' '  enabled: true' \
+    '  kubeletDir: /srv/kubelet/' '  modelsDir: /srv/models' '  maxVolumes: 32' '  tenantMap:' \
+    '  - {namespace: team-a, tenant: alpha}' '  - {namespace: team-b, serviceAccount: inference, tenant: beta}' \
+    '  - {namespace: team-b, shared: true}' >"$WORK/csi-values.yaml"
+"$HELM" lint --strict "$CHART" -f "$WORK/csi-values.yaml" >"$WORK/lint" 2>&1 ||
+    fail "helm lint --strict with the CSI driver: $(cat "$WORK/lint")"
+render "$WORK/csi.yaml" -n tetris-system -f "$WORK/csi-values.yaml"
+expect "$(doc "$WORK/csi.yaml" CSIDriver csi.tetris.io)" '.apiVersion == "storage.k8s.io/v1" and
+    .spec == {"attachRequired": false, "podInfoOnMount": true, "volumeLifecycleModes": ["Ephemeral"]}' \
+    "the CSIDriver is not ephemeral, with the pod's identity and no attach"
+ds="$(doc "$WORK/csi.yaml" DaemonSet tetris-reclaimer)"
+csic="$(printf '%s' "$ds" | jq -c '.spec.template.spec.containers[] | select(.name == "csi")')"
+[ -n "$csic" ] || fail "csi.enabled renders no tetris-csi container in the daemon's pod"
+expect "$csic" '.command == ["/usr/local/bin/tetris-csi"] and .args == ["--store=/dev/shm/tetris",
+    "--csi-socket=/srv/kubelet/plugins/csi.tetris.io/csi.sock", "--registry-dir=/srv/kubelet/plugins_registry",
+    "--pods-dir=/srv/kubelet/pods", "--models-dir=/srv/models", "--max-volumes=32",
+    "--tenant-map=/etc/tetris-csi/tenant-map"]' "tetris-csi's arguments: $(printf '%s' "$csic" | jq -c .args)"
+# Each directory is the host's, at the same path (the kubelet names host
+# paths), the pods directory with its mounts propagated both ways.
+expect "$ds" '.spec.template.spec as $s | [$s.containers[] | select(.name == "csi") | .volumeMounts[] |
+    . as $m | {path: .mountPath, prop: .mountPropagation, ro: (.readOnly // false),
+      host: ($s.volumes[] | select(.name == $m.name) | (.hostPath.path // .configMap.name))}] ==
+    [{path: "/dev/shm/tetris", prop: null, ro: false, host: "/dev/shm/tetris"},
+     {path: "/srv/kubelet/plugins/csi.tetris.io", prop: null, ro: false, host: "/srv/kubelet/plugins/csi.tetris.io"},
+     {path: "/srv/kubelet/plugins_registry", prop: null, ro: false, host: "/srv/kubelet/plugins_registry"},
+     {path: "/srv/kubelet/pods", prop: "Bidirectional", ro: false, host: "/srv/kubelet/pods"},
+     {path: "/srv/models", prop: null, ro: true, host: "/srv/models"},
+     {path: "/etc/tetris-csi", prop: null, ro: true, host: "tetris-csi"}]' \
+    "tetris-csi's mounts: $(printf '%s' "$csic" | jq -c .volumeMounts)"
+expect "$ds" '.spec.template.metadata.annotations | has("checksum/csi")' "a changed tenant map does not roll the plugin"
+doc "$WORK/csi.yaml" ConfigMap tetris-csi | jq -r '.data["tenant-map"]' >"$WORK/tenant-map"
+[ "$(grep -v '^#' "$WORK/tenant-map")" = "$(printf 'team-a * tenant:alpha\nteam-b inference tenant:beta\nteam-b * shared')" ] ||
+    fail "the tenant map: $(cat "$WORK/tenant-map")"
+expect "$(doc "$WORK/csi.yaml" Deployment tetris-webhook)" '.spec.template.spec.containers[0].args |
+    index("--volume=csi") != null and index("--csi-driver=csi.tetris.io") != null' \
+    "webhook.volume csi does not reach the webhook"
+# The plugin takes the rendered arguments and map (directories of its own;
+# no kubelet, no mount: it starts, reads the map and stops).
+"$BIN/tetris-reclaimer" --store "$WORK/cstore" --tenants alpha,beta --once --listen "" \
+    2>"$WORK/once-csi.log" || fail "tetris-reclaimer for the CSI store: $(cat "$WORK/once-csi.log")"
+mkdir -p "$WORK/kubelet/pods" "$WORK/kubelet/plugins_registry" "$WORK/kubelet/plugins/csi.tetris.io" \
+    "$WORK/models"
+set -- $(printf '%s' "$csic" | jq -r '.args[]' | sed -e "s|^--store=.*|--store=$WORK/cstore|" \
+    -e "s|/srv/kubelet|$WORK/kubelet|" -e "s|/srv/models|$WORK/models|" \
+    -e "s|/etc/tetris-csi/tenant-map|$WORK/tenant-map|")
+"$BIN/tetris-csi" "$@" 2>"$WORK/csi.log" &
+cpid=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $cpid"
+wait_until 60 "grep -q event=started '$WORK/csi.log' || ! kill -0 $cpid" || fail "tetris-csi hangs"
+grep -q 'event=tenant-map-read .* rules=3' "$WORK/csi.log" && grep -q event=started "$WORK/csi.log" ||
+    fail "tetris-csi rejects the rendered arguments or map: $(cat "$WORK/csi.log")"
+kill -TERM "$cpid"
+wait "$cpid" || fail "tetris-csi: exit status $? on SIGTERM"
+set --
+# Pods no rule maps: the shared store's when asked; no map, no ConfigMap.
+render "$WORK/csi-shared.yaml" -f "$WORK/csi-values.yaml" --set csi.unmappedPods=shared
+doc "$WORK/csi-shared.yaml" ConfigMap tetris-csi | jq -r '.data["tenant-map"]' | grep -qx '\* \* shared' ||
+    fail "csi.unmappedPods=shared does not end the map with * * shared"
+render "$WORK/csi-nomap.yaml" --set csi.enabled=true
+[ -z "$(doc "$WORK/csi-nomap.yaml" ConfigMap tetris-csi)" ] || fail "a tenant map ConfigMap without csi.tenantMap"
+expect "$(doc "$WORK/csi-nomap.yaml" DaemonSet tetris-reclaimer)" '[.spec.template.spec.containers[] |
+    select(.name == "csi") | .args[] | select(startswith("--tenant-map"))] == []' "--tenant-map without a map"
+
 # 3. Bad values fail with a clear message.
 bad() {
     _want="$1"; shift
@@ -335,6 +411,18 @@ expect "$(doc "$WORK/no-tmpfs.yaml" DaemonSet tetris-reclaimer)" '.spec.template
 doc "$WORK/no-tmpfs.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]' |
     grep -qxF 'store_tmpfs: "none"' || fail "reclaimer.store.tmpfs=none does not reach the daemon's file"
 bad "timeoutSeconds: Must be less than or equal to 30" --set webhook.timeoutSeconds=60
+bad "webhook.volume csi gives pods a volume of the CSI driver: set csi.enabled" \
+    --set webhook.enabled=true --set webhook.volume=csi
+bad "volume must be one of" --set webhook.volume=nfs
+bad "to tenant gamma, which is not in tenants" -f "$WORK/csi-values.yaml" --set 'csi.tenantMap[0].tenant=gamma'
+bad "which is not in tenants (or reclaimer.maxTenants is 0)" -f "$WORK/csi-values.yaml" \
+    --set reclaimer.maxTenants=0
+bad "two rules for namespace team-b, service account inference" -f "$WORK/csi-values.yaml" \
+    --set 'csi.tenantMap[2].serviceAccount=inference'
+bad "csi.tenantMap with reclaimer.tenantUids" -f "$WORK/csi-values.yaml" --set reclaimer.tenantUids=alpha=60001
+bad "Must validate one and only one schema" -f "$WORK/csi-values.yaml" --set 'csi.tenantMap[0].shared=true'
+bad "tenantMap.0.namespace: Does not match pattern" -f "$WORK/csi-values.yaml" --set 'csi.tenantMap[0].namespace=*'
+bad "unmappedPods must be one of" --set csi.unmappedPods=sometimes
 "$HELM" template tetris "$CHART" --set reclaimer.resources.limits.memory=9Gi >/dev/null 2>&1 ||
     fail "a memory limit above the capacity is refused"
 
@@ -385,6 +473,13 @@ expect "$(doc "$WORK/webhook.yaml" MutatingWebhookConfiguration "$(name TETRIS_W
     ".webhooks[0].clientConfig.service | .path == \"$(name TETRIS_WEBHOOK_PATH)\" and
      .name == \"$(name TETRIS_WEBHOOK_SERVICE)\"" "webhook path or Service is not protocol/names.h's"
 grep -q "$(name TETRIS_LABEL_MODEL): MODEL" "$CHART/templates/NOTES.txt" || fail "NOTES do not label pods TETRIS_LABEL_MODEL"
+[ -n "$(doc "$WORK/csi.yaml" CSIDriver "$(name TETRIS_CSI_DRIVER)")" ] || fail "the CSIDriver is not TETRIS_CSI_DRIVER"
+render "$WORK/csi-default.yaml" --set csi.enabled=true
+expect "$(doc "$WORK/csi-default.yaml" DaemonSet tetris-reclaimer)" "[.spec.template.spec.containers[] |
+    select(.name == \"csi\") | .args[]] as \$a | (\$a | index(\"--registry-dir=$(name TETRIS_KUBELET_REGISTRY_DIR)\")) != null and
+    (\$a | index(\"--pods-dir=$(name TETRIS_KUBELET_PODS_DIR)\")) != null and
+    (\$a | index(\"--models-dir=$(name TETRIS_MODEL_HOST_DIR)\")) != null" \
+    "tetris-csi's default directories are not protocol/names.h's"
 
 # The files in deploy/ rendered from the chart are up to date.
 "$ROOT/scripts/gen-deploy.sh" "$WORK/deploy" 2>"$WORK/gen.err" ||

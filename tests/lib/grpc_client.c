@@ -186,11 +186,9 @@ int grpc_client_call_raw(const char *socket_path, const char *method, const char
     cleanup_close int fd = connect_unix(socket_path, err);
     if (fd < 0)
         return fd;
-    nghttp2_nv nva[] = {NV(":method", method),
-                        NV(":scheme", "http"),
-                        NV(":path", path),
-                        NV(":authority", "localhost"),
-                        NV("content-type", content_type),
+    nghttp2_nv nva[] = {NV(":method", method), NV(":scheme", "http"), NV(":path", path),
+                        /* as the kubelet's grpc-go does on a Unix socket */
+                        NV(":authority", socket_path), NV("content-type", content_type),
                         NV("te", "trailers")};
     struct call c = {.body = body, .body_len = body_len, .res = out};
     int r = run_call(fd, &c, nva, sizeof(nva) / sizeof(nva[0]), err);

@@ -180,3 +180,30 @@ below the capacity would get it OOM-killed once the store fills.
 {{- printf "$(HOST_IP):%d" (int .Values.reclaimer.port) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The CSI driver's name (protocol/names.h TETRIS_CSI_DRIVER). */}}
+{{- define "tetris.csiDriver" -}}
+csi.tetris.io
+{{- end -}}
+
+{{/*
+The CSI plugin's settings, checked before anything renders: a mapped tenant
+must be a store the daemons serve, a rule must say one thing, and tenants
+bound to uids refuse the plugin's loads (docs/programs/tetris-csi.md).
+*/}}
+{{- define "tetris.checkCsi" -}}
+{{- $seen := dict -}}
+{{- range .Values.csi.tenantMap -}}
+{{- $key := printf "%s %s" .namespace (.serviceAccount | default "*") -}}
+{{- if hasKey $seen $key -}}
+{{- fail (printf "csi.tenantMap: two rules for namespace %s, service account %s" .namespace (.serviceAccount | default "*")) -}}
+{{- end -}}
+{{- $_ := set $seen $key true -}}
+{{- if and .tenant (or (eq (int $.Values.reclaimer.maxTenants) 0) (not (has .tenant $.Values.tenants))) -}}
+{{- fail (printf "csi.tenantMap maps namespace %s to tenant %s, which is not in tenants (or reclaimer.maxTenants is 0): the node daemons serve no store for it" .namespace .tenant) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.csi.tenantMap .Values.reclaimer.tenantUids -}}
+{{- fail "csi.tenantMap with reclaimer.tenantUids: a tenant's socket then serves its uids only, and tetris-csi (root) loads its volumes' models through it; use one or the other" -}}
+{{- end -}}
+{{- end -}}
