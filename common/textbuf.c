@@ -122,3 +122,26 @@ bool textbuf_json_string(textbuf *t, const char *s)
     }
     return textbuf_append(t, "\"", 1);
 }
+
+int text_next_line(const char *text, size_t len, size_t *at, int *lineno, char *line,
+                   size_t line_max, const char *name, tetris_error *err)
+{
+    while (*at < len) {
+        const char *nl = memchr(text + *at, '\n', len - *at);
+        size_t end = nl != NULL ? (size_t)(nl - text) : len;
+        size_t line_len = end - *at;
+        (*lineno)++;
+        if (line_len > line_max)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: line longer than %zu bytes", name,
+                               *lineno, line_max);
+        memcpy(line, text + *at, line_len);
+        line[line_len] = '\0';
+        *at = end + 1;
+        if (strlen(line) != line_len)
+            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: NUL byte", name, *lineno);
+        line[strcspn(line, "\r#")] = '\0';
+        if (line[strspn(line, " \t")] != '\0')
+            return 1;
+    }
+    return 0;
+}

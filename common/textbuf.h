@@ -17,6 +17,8 @@
 #ifndef TETRIS_TEXTBUF_H
 #define TETRIS_TEXTBUF_H
 
+#include "common/error.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -46,5 +48,14 @@ bool textbuf_json_string(textbuf *t, const char *s);
 char *textbuf_take(textbuf *t, size_t *len);
 /* Frees the text and resets t (keeps max). */
 void textbuf_free(textbuf *t);
+
+/* The strict line files the node daemon and tetris-csi read (the pin file,
+ * the tenant map): the next line of text[0, len) from *at that says
+ * something, copied into line (line_max bytes at most, then the NUL), with
+ * a '#' comment and a '\r' cut off; blank lines are skipped. *lineno counts
+ * every line read. Returns 1 with a line, 0 at the end, or TETRIS_E_FORMAT
+ * "NAME:N: ..." for a line longer than line_max or holding a NUL byte. */
+int text_next_line(const char *text, size_t len, size_t *at, int *lineno, char *line,
+                   size_t line_max, const char *name, tetris_error *err);
 
 #endif

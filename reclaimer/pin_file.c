@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/cleanup.h"
+#include "common/textbuf.h"
 #include "common/fileio.h"
 
 /* The digest and the tenant of one line (comment already cut, not blank),
@@ -67,29 +68,18 @@ int pin_file_parse(const char *text, size_t len, const char *name, struct pin **
     cleanup_free struct pin *list = NULL;
     size_t n = 0, cap = 0;
     int lineno = 0;
-    for (size_t at = 0; at < len;) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        size_t end = nl != NULL ? (size_t)(nl - text) : len;
-        size_t line_len = end - at;
-        lineno++;
-        if (line_len > PIN_LINE_MAX)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: line longer than %d bytes", name,
-                               lineno, PIN_LINE_MAX);
-        char line[PIN_LINE_MAX + 1];
-        memcpy(line, text + at, line_len);
-        line[line_len] = '\0';
-        at = end + 1;
-        if (strlen(line) != line_len)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: NUL byte", name, lineno);
-        line[strcspn(line, "\r#")] = '\0';
-        if (line[strspn(line, " \t")] == '\0')
-            continue;
+    size_t at = 0;
+    char line[PIN_LINE_MAX + 1];
+    int got;
+    while ((got = text_next_line(text, len, &at, &lineno, line, PIN_LINE_MAX, name, err)) > 0) {
         if (grow(&list, n, &cap, err) < 0)
             return tetris_wrap(err, "%s", name);
         if (parse_line(line, &list[n], err) < 0)
             return tetris_wrap(err, "%s:%d", name, lineno);
         n++;
     }
+    if (got < 0)
+        return got;
     /* What the daemon's pin lookup relies on: a named tenant is a valid
      * one, so its store path stays under the store's root. */
     for (size_t i = 0; i < n; i++)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/cleanup.h"
+#include "common/textbuf.h"
 #include "common/fileio.h"
 #include "tensorstore/store.h"
 
@@ -168,23 +169,11 @@ int tenant_map_parse(const char *text, size_t len, const char *name, tenant_map 
     cleanup_free struct tenant_rule *rules = NULL;
     size_t n = 0, cap = 0;
     int lineno = 0;
-    for (size_t at = 0; at < len;) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        size_t end = nl != NULL ? (size_t)(nl - text) : len;
-        size_t line_len = end - at;
-        lineno++;
-        if (line_len > TENANT_MAP_LINE_MAX)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: line longer than %d bytes", name,
-                               lineno, TENANT_MAP_LINE_MAX);
-        char line[TENANT_MAP_LINE_MAX + 1];
-        memcpy(line, text + at, line_len);
-        line[line_len] = '\0';
-        at = end + 1;
-        if (strlen(line) != line_len)
-            return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: NUL byte", name, lineno);
-        line[strcspn(line, "\r#")] = '\0';
-        if (line[strspn(line, " \t")] == '\0')
-            continue;
+    size_t at = 0;
+    char line[TENANT_MAP_LINE_MAX + 1];
+    int got;
+    while ((got = text_next_line(text, len, &at, &lineno, line, TENANT_MAP_LINE_MAX, name, err)) >
+           0) {
         if (n == TENANT_MAP_MAX_RULES)
             return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s:%d: more than %d rules", name, lineno,
                                TENANT_MAP_MAX_RULES);
@@ -198,6 +187,8 @@ int tenant_map_parse(const char *text, size_t len, const char *name, tenant_map 
                                lineno, rules[n].ns, rules[n].sa);
         n++;
     }
+    if (got < 0)
+        return got;
     /* What tetris-csi relies on: a tenant is a valid name, so its store
      * DIR/tenants/NAME stays under DIR. */
     for (size_t i = 0; i < n; i++)
