@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/textbuf.h"
+
 static const char *const status_names[] = {
     "OK",
     "CANCELLED",
@@ -101,17 +103,6 @@ void grpc_percent_encode(const char *s, char *out, size_t out_len)
     out[o] = '\0';
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 void grpc_percent_decode(const char *s, char *out, size_t out_len)
 {
     size_t o = 0;
@@ -119,7 +110,8 @@ void grpc_percent_decode(const char *s, char *out, size_t out_len)
         return;
     for (size_t i = 0; s[i] != '\0' && o + 1 < out_len; i++) {
         int hi, lo;
-        if (s[i] == '%' && (hi = hex_value(s[i + 1])) >= 0 && (lo = hex_value(s[i + 2])) >= 0) {
+        if (s[i] == '%' && (hi = text_hex_value(s[i + 1])) >= 0 &&
+            (lo = text_hex_value(s[i + 2])) >= 0) {
             out[o++] = (char)(hi << 4 | lo);
             i += 2;
         } else {

@@ -145,3 +145,14 @@ int text_next_line(const char *text, size_t len, size_t *at, int *lineno, char *
     }
     return 0;
 }
+
+int text_hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

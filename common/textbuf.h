@@ -49,6 +49,10 @@ char *textbuf_take(textbuf *t, size_t *len);
 /* Frees the text and resets t (keeps max). */
 void textbuf_free(textbuf *t);
 
+/* The value of one hexadecimal digit (either case), -1 for any other
+ * character. */
+int text_hex_value(char c);
+
 /* The strict line files the node daemon and tetris-csi read (the pin file,
  * the tenant map): the next line of text[0, len) from *at that says
  * something, copied into line (line_max bytes at most, then the NUL), with

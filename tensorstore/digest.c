@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/textbuf.h"
 #include "tensorstore/crc32.h"
 
 #define DIGEST_DOMAIN_TAG "tetris-tensor-v1"
@@ -179,17 +180,6 @@ void tensor_digest_to_hex(const tensor_digest *d, char out[TENSOR_DIGEST_HEX_LEN
     out[TENSOR_DIGEST_HEX_LEN] = '\0';
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int tensor_digest_from_hex(const char *hex, tensor_digest *out, tetris_error *err)
 {
     if (hex == NULL)
@@ -199,8 +189,8 @@ int tensor_digest_from_hex(const char *hex, tensor_digest *out, tetris_error *er
         p += 7;
     tensor_digest d;
     for (int i = 0; i < TENSOR_DIGEST_BYTES; i++) {
-        int hi = hex_value(p[2 * i]);
-        int lo = hi < 0 ? -1 : hex_value(p[2 * i + 1]);
+        int hi = text_hex_value(p[2 * i]);
+        int lo = hi < 0 ? -1 : text_hex_value(p[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return tetris_fail(err, TETRIS_E_FORMAT, 0,
                                "digest '%.80s' is not 64 hex characters", hex);
