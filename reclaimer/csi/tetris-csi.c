@@ -334,6 +334,14 @@ int main(int argc, char **argv)
          .max = 3600000,
          .meta = "MS",
          .help = "how long a publish waits for the daemon (default the agent's, 30000)"},
+        {.name = "pull-timeout",
+         .type = OPT_TYPE_INT,
+         .dest = &run.vc.pull_timeout_ms,
+         .min = 1,
+         .max = 3600000,
+         .meta = "MS",
+         .help = "how long a publish of a model named by reference (oci://) waits for the "
+                 "daemon's pull (default the agent's, 600000)"},
         {0},
     };
     const struct opt_program prog = {

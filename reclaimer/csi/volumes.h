@@ -66,6 +66,7 @@ struct csi_volumes_config {
     const char *models_dir;    /* model files must be beneath it */
     int max_volumes;
     int daemon_timeout_ms;
+    int pull_timeout_ms;       /* a reference's pull; <= 0: the agent's default */
     const tenant_map *tenants; /* NULL: every volume is the shared store's */
 };
 
