@@ -350,6 +350,7 @@ int main(int argc, char **argv)
         .about = "The CSI node plugin: a pod's inline volume\n"
                  "  csi: {driver: " TETRIS_CSI_DRIVER ", readOnly: true,\n"
                  "        volumeAttributes: {model: /var/lib/tetris/models/x.onnx}}\n"
+                 "(or model: oci://HOST:PORT/REPO[:TAG|@sha256:HEX], pulled by the node daemon)\n"
                  "gets the model view of the node's store (docs/PROTOCOLS.md, \"Model view\"),\n"
                  "mounted read-only; its tensors stay referenced until the volume is\n"
                  "unpublished, across restarts of this plugin and of the node daemon.\n",

@@ -6,7 +6,9 @@
  * beneath the pods directory and the model beneath the models directory,
  * then either find the volume published already (idempotent) or:
  *   load    the model through the node daemon, as an agent (its
- *           connection holds the references while we work);
+ *           connection holds the references while we work): a file is
+ *           ingested, a registry reference pulled by the daemon (its tag
+ *           resolved to a digest there, once);
  *   keep    take the kept holder of the model's tensors;
  *   view    write the self-contained view into the volume's directory;
  *   record  write volume.json (by rename);
