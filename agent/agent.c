@@ -65,6 +65,8 @@ struct agent_model_private {
     atomic_bool populate_degraded_logged;
     const uint8_t *graph; /* a pulled model's non-weight layer (mapped) */
     size_t graph_len;
+    bool pulled;                   /* loaded by reference: manifest_digest is set */
+    tensor_digest manifest_digest; /* the manifest the daemon pulled */
     void *graph_map;       /* for munmap; NULL when graph_len is 0 */
     gpu_driver *gpu;       /* o->device: the driver */
     gpu_mapping *gpu_maps; /* one per distinct digest attached */
@@ -992,6 +994,8 @@ static int load_pulled(agent_model *am, const char *ref, const struct agent_opti
     step_done(&steps->map_ms, &mark);
     if (am->stats.fell_back)
         return tetris_fail(err, TETRIS_E_IO, 0, "%s: %s", ref, am->stats.fallback_reason);
+    p->pulled = true;
+    p->manifest_digest = pulled.digest;
     char digest[7 + TENSOR_DIGEST_HEX_LEN + 1];
     oci_digest_format(&pulled.digest, digest);
     log_info("event=pulled model=%s digest=%s tensors=%llu pulled_tensors=%llu "
@@ -1007,6 +1011,14 @@ const uint8_t *agent_model_graph(const agent_model *am, size_t *len)
     /* An agent_model put together by hand (tetris-registry's) has no priv. */
     *len = am->priv != NULL ? am->priv->graph_len : 0;
     return am->priv != NULL ? am->priv->graph : NULL;
+}
+
+bool agent_model_pulled_digest(const agent_model *am, tensor_digest *out)
+{
+    if (am->priv == NULL || !am->priv->pulled)
+        return false;
+    *out = am->priv->manifest_digest;
+    return true;
 }
 
 static int read_model(const char *model_path, const struct agent_options *o, model **out,

@@ -167,6 +167,11 @@ void agent_log_pull_fallback(const char *ref, const char *file, const tetris_err
  * header), *len its length; NULL (and 0) for a model loaded from a file.
  * Valid until agent_model_free. */
 const uint8_t *agent_model_graph(const agent_model *am, size_t *len);
+/* The digest of the manifest a model named by reference was pulled as
+ * (its tag resolved once, by the node daemon) into *out; false for a
+ * model loaded from a file. A caller that must name the same model again
+ * (tetris-csi's volume records) keeps this, not the tag. */
+bool agent_model_pulled_digest(const agent_model *am, tensor_digest *out);
 /* "none", "hit", "partial" or "miss" (the metrics' store label). */
 const char *agent_store_result_name(enum agent_store_result r);
 const agent_tensor *agent_find_tensor(const agent_model *am, const char *name);

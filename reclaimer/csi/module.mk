@@ -16,6 +16,9 @@ tetris-test-csi-client_SRCS := tests/csi/csi_client.c tests/lib/grpc_client.c
 SHELL_TESTS += tests/csi/test-csi.sh
 # Root: tenants chosen from the pods' identities, one volume per tenant.
 SHELL_TESTS += tests/csi/test-csi-tenants.sh
+# Root: volumes of models named by registry reference, pulled by the
+# daemon from a real docker-registry (and hostile ones) on loopback.
+SHELL_TESTS += tests/csi/test-csi-registry.sh
 # Root: volumes read by the Node.js, Python and C readers as pods read
 # them (node and onnxruntime-node, numpy).
 SHELL_TESTS += tests/csi/test-csi-langs.sh

@@ -334,6 +334,14 @@ int main(int argc, char **argv)
          .max = 3600000,
          .meta = "MS",
          .help = "how long a publish waits for the daemon (default the agent's, 30000)"},
+        {.name = "pull-timeout",
+         .type = OPT_TYPE_INT,
+         .dest = &run.vc.pull_timeout_ms,
+         .min = 1,
+         .max = 3600000,
+         .meta = "MS",
+         .help = "how long a publish of a model named by reference (oci://) waits for the "
+                 "daemon's pull (default the agent's, 600000)"},
         {0},
     };
     const struct opt_program prog = {
@@ -342,6 +350,7 @@ int main(int argc, char **argv)
         .about = "The CSI node plugin: a pod's inline volume\n"
                  "  csi: {driver: " TETRIS_CSI_DRIVER ", readOnly: true,\n"
                  "        volumeAttributes: {model: /var/lib/tetris/models/x.onnx}}\n"
+                 "(or model: oci://HOST:PORT/REPO[:TAG|@sha256:HEX], pulled by the node daemon)\n"
                  "gets the model view of the node's store (docs/PROTOCOLS.md, \"Model view\"),\n"
                  "mounted read-only; its tensors stay referenced until the volume is\n"
                  "unpublished, across restarts of this plugin and of the node daemon.\n",

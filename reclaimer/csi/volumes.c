@@ -6,7 +6,9 @@
  * beneath the pods directory and the model beneath the models directory,
  * then either find the volume published already (idempotent) or:
  *   load    the model through the node daemon, as an agent (its
- *           connection holds the references while we work);
+ *           connection holds the references while we work): a file is
+ *           ingested, a registry reference pulled by the daemon (its tag
+ *           resolved to a digest there, once);
  *   keep    take the kept holder of the model's tensors;
  *   view    write the self-contained view into the volume's directory;
  *   record  write volume.json (by rename);
@@ -43,7 +45,9 @@
 #include "common/cleanup.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "protocol/ingest.h"
 #include "protocol/names.h"
+#include "protocol/oci.h"
 #include "tensorstore/store.h"
 
 #define VOLUMES_DIR "volumes"
@@ -55,6 +59,8 @@
 #define RECORD_MAX_BYTES (64u << 10)
 /* A tenant's name (store_tenant_check: at most 63 bytes) and its NUL. */
 #define TENANT_NAME_BYTES 64
+/* "sha256:<hex>" and its NUL: a pulled model's manifest digest. */
+#define DIGEST_TEXT_BYTES (7 + TENSOR_DIGEST_HEX_LEN + 1)
 
 /* A store that volumes use: the shared one or a tenant's, opened the
  * first time a volume needs it and kept open. The shared store is the
@@ -79,7 +85,11 @@ struct csi_volumes {
 struct publish_plan {
     char key[KEY_HEX + 1];
     char target[PATH_MAX]; /* resolved: its parent's real path + its name */
-    char model[PATH_MAX];  /* real path */
+    char model[PATH_MAX];  /* a file's real path, or the reference as asked */
+    bool by_ref;           /* model is a registry reference (oci://) */
+    /* by_ref: the manifest the reference resolved to, "sha256:<hex>",
+     * once loaded (a republish: the record's); "" for a file. */
+    char digest[DIGEST_TEXT_BYTES];
     const char *ns, *pod, *pod_uid, *service_account;
     const char *tenant; /* the tenant map's answer; NULL: the shared store */
 };
@@ -87,6 +97,7 @@ struct publish_plan {
 /* A volume's record, as read back. */
 struct record {
     char *volume_id, *target, *model;
+    char *digest; /* a reference's manifest, "sha256:<hex>"; NULL: a file */
     char *tenant; /* NULL: the shared store */
 };
 
@@ -95,6 +106,7 @@ static void record_free(struct record *r)
     free(r->volume_id);
     free(r->target);
     free(r->model);
+    free(r->digest);
     free(r->tenant);
     memset(r, 0, sizeof(*r));
 }
@@ -178,14 +190,24 @@ static int resolve_target(const csi_volumes *v, const char *target, char *out, s
     return 0;
 }
 
+/* A model file beneath the models directory, or a registry reference
+ * (protocol/oci.h's grammar): the node daemon pulls it from a registry
+ * its --registries allows, which is its decision, not ours. */
 static int resolve_model(const csi_volumes *v, const char *model_path, char *out, size_t len,
-                         tetris_error *err)
+                         bool *by_ref, tetris_error *err)
 {
-    if (strncmp(model_path, "oci://", 6) == 0)
-        return tetris_fail(err, TETRIS_E_INVAL, 0,
-                           "model %s: registry references are not served by volumes yet; name a "
-                           "model file beneath %s",
-                           model_path, v->models_real);
+    *by_ref = oci_ref_is(model_path);
+    if (*by_ref) {
+        oci_ref ref;
+        int r = oci_ref_parse(model_path, &ref, err);
+        if (r < 0)
+            return tetris_wrap(err, "model");
+        if (strlen(model_path) >= len || strlen(model_path) > INGEST_MAX_REF)
+            return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "model %.64s...: too long",
+                               model_path);
+        strcpy(out, model_path);
+        return 0;
+    }
     if (model_path[0] != '/')
         return tetris_fail(err, TETRIS_E_INVAL, 0, "model %s is not an absolute path", model_path);
     cleanup_free char *real = realpath(model_path, NULL);
@@ -307,7 +329,7 @@ static int check_request(const struct csi_publish_request *r, struct grpc_reply 
     if (model_path == NULL || model_path[0] == '\0')
         return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT,
                                "volumeAttributes: model is required (a model file the node "
-                               "can read)");
+                               "can read, or a registry reference oci://...)");
     return GRPC_OK;
 }
 
@@ -364,7 +386,7 @@ static int plan_publish(csi_volumes *v, const struct csi_publish_request *r, str
     if (volume_key(r->volume_id, p->key, &err) < 0 ||
         resolve_target(v, r->target_path, p->target, sizeof(p->target), &err) < 0 ||
         resolve_model(v, csi_context_get(r, TETRIS_CSI_ATTR_MODEL), p->model, sizeof(p->model),
-                      &err) < 0)
+                      &p->by_ref, &err) < 0)
         return grpc_reply_error(reply, &err);
     p->ns = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAMESPACE));
     p->pod = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAME));
@@ -390,23 +412,30 @@ static int read_record(const csi_volumes *v, const char *key, struct record *out
     const char *id = json_string_value(json_object_get(j, "volume_id"));
     const char *target = json_string_value(json_object_get(j, "target_path"));
     const char *model_path = json_string_value(json_object_get(j, "model"));
+    const char *digest = json_string_value(json_object_get(j, "digest"));
     json_t *tenant = json_object_get(j, "tenant");
-    /* A tenant is a valid name, so its store stays under the root. */
+    tensor_digest parsed;
+    /* A tenant is a valid name, so its store stays under the root; a
+     * reference has the digest it resolved to, a file none. */
     if (id == NULL || target == NULL || model_path == NULL ||
         (tenant != NULL && !json_is_null(tenant) &&
-         (!json_is_string(tenant) || store_tenant_check(json_string_value(tenant), NULL) < 0))) {
+         (!json_is_string(tenant) || store_tenant_check(json_string_value(tenant), NULL) < 0)) ||
+        oci_ref_is(model_path) != (digest != NULL) ||
+        (digest != NULL && oci_digest_parse(digest, &parsed, NULL) < 0)) {
         json_decref(j);
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a volume record", path);
     }
     out->volume_id = strdup(id);
     out->target = strdup(target);
     out->model = strdup(model_path);
+    if (digest != NULL)
+        out->digest = strdup(digest);
     bool has_tenant = json_is_string(tenant);
     if (has_tenant)
         out->tenant = strdup(json_string_value(tenant));
     json_decref(j);
     if (out->volume_id == NULL || out->target == NULL || out->model == NULL ||
-        (has_tenant && out->tenant == NULL)) {
+        (digest != NULL && out->digest == NULL) || (has_tenant && out->tenant == NULL)) {
         record_free(out);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
     }
@@ -424,6 +453,13 @@ static int write_record(const csi_volumes *v, const struct csi_publish_request *
                           "target_path", p->target, "model", p->model, "pod", "namespace", p->ns,
                           "name", p->pod, "uid", p->pod_uid, "service_account", p->service_account,
                           "tenant", p->tenant != NULL ? json_string(p->tenant) : json_null());
+    /* What a reference resolved to is the volume's model from here on:
+     * nothing resolves its tag again (a republish and recovery read the
+     * view this digest was pulled as). */
+    if (j != NULL && p->by_ref && json_object_set_new(j, "digest", json_string(p->digest)) < 0) {
+        json_decref(j);
+        j = NULL;
+    }
     cleanup_free char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (text == NULL)
@@ -596,7 +632,50 @@ static int fallback_status(const agent_model *am, struct grpc_reply *reply)
     return grpc_reply_fail(reply, status, "the store cannot serve the model: %s", why);
 }
 
-static int load_model(const csi_volumes *v, const struct publish_plan *p, agent_model **am,
+/* A pull's failure as the call's status. A registry the node daemon may
+ * not reach (not on its --registries, or a redirect elsewhere) is the
+ * volume's attribute to change: INVALID_ARGUMENT, CSI's "not allowed by
+ * the Plugin" (PERMISSION_DENIED is for an identity from the request's
+ * secrets, which there are none of). A registry that failed (bytes that
+ * are not their digest, an error status, unreachable) is UNAVAILABLE,
+ * which the kubelet retries. The rest are a file's statuses: NOT_FOUND (no
+ * such manifest), INVALID_ARGUMENT (not a model), RESOURCE_EXHAUSTED,
+ * DEADLINE_EXCEEDED. */
+static int pull_failed(const char *ref, tetris_error *err, struct grpc_reply *reply)
+{
+    tetris_wrap(err, "model %s", ref);
+    switch (err->code) {
+    case TETRIS_E_DENIED: return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT, "%s", err->msg);
+    case TETRIS_E_CORRUPT:
+    case TETRIS_E_HTTP:
+    case TETRIS_E_PROTOCOL:
+    case TETRIS_E_IO: return grpc_reply_fail(reply, GRPC_UNAVAILABLE, "%s", err->msg);
+    default: return grpc_reply_error(reply, err);
+    }
+}
+
+/* ref pinned to digest: what a volume's view says it is ("ref"), the
+ * manifest its tag resolved to in the reference's repository. */
+static int pinned_ref(const char *ref_text, const char *digest, char *out, size_t len,
+                      tetris_error *err)
+{
+    oci_ref ref;
+    char port[16] = "";
+    int r = oci_ref_parse(ref_text, &ref, err);
+    if (r < 0)
+        return r;
+    if (ref.port != 0)
+        snprintf(port, sizeof(port), ":%u", ref.port);
+    int n = snprintf(out, len, "oci://%s%s/%s@%s", ref.host, port, ref.repo, digest);
+    if (n < 0 || (size_t)n >= len)
+        return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "model %s: too long", ref_text);
+    return 0;
+}
+
+/* Loads the model through the volume's store's daemon socket, as an agent
+ * does: a file is ingested, a reference pulled (agent_load), and then
+ * p->digest is the manifest it resolved to. */
+static int load_model(const csi_volumes *v, struct publish_plan *p, agent_model **am,
                       struct grpc_reply *reply)
 {
     struct agent_options o;
@@ -609,10 +688,19 @@ static int load_model(const csi_volumes *v, const struct publish_plan *p, agent_
     o.daemon_socket = p->tenant == NULL ? v->c.daemon_socket : NULL;
     if (v->c.daemon_timeout_ms > 0)
         o.daemon_timeout_ms = v->c.daemon_timeout_ms;
+    if (v->c.pull_timeout_ms > 0)
+        o.pull_timeout_ms = v->c.pull_timeout_ms;
     o.map_only = true;
     o.label = strrchr(p->model, '/') + 1;
     if (agent_load(p->model, &o, am, &err) < 0)
-        return grpc_reply_error(reply, &err);
+        return p->by_ref ? pull_failed(p->model, &err, reply) : grpc_reply_error(reply, &err);
+    if (p->by_ref) {
+        tensor_digest d;
+        bool pulled = agent_model_pulled_digest(*am, &d);
+        assert(pulled); /* agent_load pulls every reference */
+        (void)pulled;
+        oci_digest_format(&d, p->digest);
+    }
     if ((*am)->stats.fell_back) {
         int status = fallback_status(*am, reply);
         agent_model_free(*am);
@@ -631,10 +719,12 @@ static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
     cleanup_free tensor_digest *d = NULL;
     cleanup_free uint64_t *nbytes = NULL;
     size_t n;
-    char dir[PATH_MAX], view[PATH_MAX], kept[KEY_HEX + 8];
+    char dir[PATH_MAX], view[PATH_MAX], kept[KEY_HEX + 8], pinned[PATH_MAX];
     bool made_target = false;
     kept_name(p->key, kept, sizeof(kept));
     int rc = collect_refs(am, &d, &nbytes, &n, &err);
+    if (rc == 0 && p->by_ref)
+        rc = pinned_ref(p->model, p->digest, pinned, sizeof(pinned), &err);
     if (rc == 0)
         rc = volume_path(v, p->key, NULL, dir, sizeof(dir), &err);
     if (rc == 0)
@@ -650,7 +740,7 @@ static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
     if (rc == 0) {
         model_view *mv = NULL;
         struct view_options vo = {.mounted_tensors = true};
-        rc = view_write(am, p->model, view, &vo, &mv, &err);
+        rc = view_write(am, p->by_ref ? pinned : p->model, view, &vo, &mv, &err);
         if (rc == 0 && view_stats(mv)->fallback != NULL)
             rc = tetris_fail(&err, TETRIS_E_UNAVAILABLE, 0,
                              "the store holds only part of the model (%s)",
@@ -708,7 +798,7 @@ static int publish_again(csi_volumes *v, const struct publish_plan *p, const str
 
 /* A volume not published yet: its store, the load, the rest. */
 static int publish_first(csi_volumes *v, const struct csi_publish_request *r,
-                         const struct publish_plan *p, struct grpc_reply *reply)
+                         struct publish_plan *p, struct grpc_reply *reply)
 {
     struct volume_store *vs;
     agent_model *am = NULL;
@@ -747,6 +837,8 @@ void csi_volumes_publish(csi_volumes *v, const struct csi_publish_request *r,
     bool again = false;
     if (read_record(v, p.key, &rec, &err) == 0) {
         again = true;
+        if (rec.digest != NULL)
+            snprintf(p.digest, sizeof(p.digest), "%s", rec.digest);
         publish_again(v, &p, &rec, reply);
         record_free(&rec);
     } else if (err.code != TETRIS_E_NOTFOUND) {
@@ -756,9 +848,10 @@ void csi_volumes_publish(csi_volumes *v, const struct csi_publish_request *r,
     }
     pthread_mutex_unlock(&v->lock);
     if (reply->status == GRPC_OK)
-        log_info("event=published volume=%s target=%s model=%s namespace=%s pod=%s "
+        log_info("event=published volume=%s target=%s model=%s digest=%s namespace=%s pod=%s "
                  "service_account=%s tenant=%s again=%s",
-                 LOG_Q(r->volume_id), LOG_Q(p.target), LOG_Q(p.model), LOG_Q(p.ns), LOG_Q(p.pod),
+                 LOG_Q(r->volume_id), LOG_Q(p.target), LOG_Q(p.model),
+                 p.digest[0] != '\0' ? p.digest : "none", LOG_Q(p.ns), LOG_Q(p.pod),
                  LOG_Q(p.service_account), LOG_Q(tenant_name(p.tenant)), again ? "true" : "false");
     else
         log_warn("event=publish-failed volume=%s target=%s code=%s msg=%s", LOG_Q(r->volume_id),
@@ -872,8 +965,9 @@ static void recover_volume(csi_volumes *v, const char *key)
         mounted = view_mounted_at(vs, view, rec.target);
     if (mounted) {
         v->count++;
-        log_info("event=volume-recovered volume=%s target=%s tenant=%s", LOG_Q(rec.volume_id),
-                 LOG_Q(rec.target), LOG_Q(tenant_name(rec.tenant)));
+        log_info("event=volume-recovered volume=%s target=%s model=%s digest=%s tenant=%s",
+                 LOG_Q(rec.volume_id), LOG_Q(rec.target), LOG_Q(rec.model),
+                 rec.digest != NULL ? rec.digest : "none", LOG_Q(tenant_name(rec.tenant)));
     } else if (forget_volume(v, key, vs, &err) < 0) {
         log_error("event=recover-failed key=%s msg=%s", key, LOG_Q(err.msg));
     } else {

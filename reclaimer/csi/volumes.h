@@ -10,10 +10,12 @@
  * A volume's store is the shared one (DIR) or a tenant's (DIR/tenants/
  * NAME), chosen by the tenant map from the pod's identity. On disk:
  *   DIR/private/volumes/<key>/volume.json  the record: volume id, target
- *                                      path, model, the pod's identity, the
- *                                      tenant (null: shared); written last
- *                                      (by rename), so a directory without
- *                                      it is an unfinished publish
+ *                                      path, model (a file, or a registry
+ *                                      reference and the manifest digest it
+ *                                      was pulled as), the pod's identity,
+ *                                      the tenant (null: shared); written
+ *                                      last (by rename), so a directory
+ *                                      without it is an unfinished publish
  *   DIR/private/volumes/<key>/view/    the model view (agent/view.h), its
  *                                      tensors/ empty: bind-mounted
  *                                      read-only at the target path, with
@@ -43,6 +45,10 @@
  *     and in every tenant store the daemon made, is an unfinished publish
  *     or unpublish and is removed (the kubelet retries a publish it was
  *     not answered). The daemon's restarts do not touch kept holders;
+ *   - a volume named by a registry reference is the manifest its tag
+ *     resolved to when it was published (the record's digest): a
+ *     republish or a restart never pulls or resolves it again
+ *     (tests/csi/test-csi-registry.sh);
  *   - a volume's tensors mount and kept holder are its record's store's,
  *     and that store is what the tenant map said for the pod when it was
  *     published: a tenant's volume shows nothing of another store
@@ -66,6 +72,7 @@ struct csi_volumes_config {
     const char *models_dir;    /* model files must be beneath it */
     int max_volumes;
     int daemon_timeout_ms;
+    int pull_timeout_ms;       /* a reference's pull; <= 0: the agent's default */
     const tenant_map *tenants; /* NULL: every volume is the shared store's */
 };
 

@@ -163,7 +163,8 @@ refused INVALID_ARGUMENT "a persistent volume" publish vol-2 "$t2" "model=$model
 refused INVALID_ARGUMENT "a model outside the models directory" publish vol-2 "$t2" \
     "model=$MODELS/silero_vad_v5.onnx"
 refused INVALID_ARGUMENT "a relative model" publish vol-2 "$t2" "model=vad.onnx"
-refused INVALID_ARGUMENT "a registry model" publish vol-2 "$t2" "model=oci://reg.example:5000/m:v1"
+refused INVALID_ARGUMENT "a registry the daemon may not reach" publish vol-2 "$t2" \
+    "model=oci://reg.example:5000/m:v1"
 refused NOT_FOUND "a missing model" publish vol-2 "$t2" "model=$models/missing.onnx"
 refused INVALID_ARGUMENT "a file that is not a model" publish vol-2 "$t2" "model=$models/not-a-model.onnx"
 refused INVALID_ARGUMENT "a target outside the pods directory" publish vol-2 "$WORK/elsewhere/t" \
