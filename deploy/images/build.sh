@@ -1,7 +1,8 @@
 #!/bin/sh
 # build.sh - the project's OCI image: every program in a bin directory, the
-# shared libraries they load and libonnxruntime, in /usr/local/{bin,lib}, and
-# /bin/sh. Its entrypoint is tetris-function listening on :8080
+# shared libraries they load and libonnxruntime, in /usr/local/{bin,lib},
+# /bin/sh, and the library stock onnxruntime-node runs, under
+# /opt/tetris/runtimes/ (for the daemon's --derive-runtimes). Its entrypoint is tetris-function listening on :8080
 # (TETRIS_PORT), so OpenFaaS (faas-netes sets no command) runs it as a
 # function; every other use names its program as the container's command.
 # Packed with umoci (scripts/cluster/pack-image.sh); when the local cluster
@@ -69,6 +70,22 @@ for p; do
 done
 [ $# -gt 0 ] || die "event=no-programs dir=$bin_dir hint=\"run make\""
 set -- "$@" -f "$ort:/usr/local/lib/libonnxruntime.so.1"
+# The node daemon's image also carries the ONNX Runtime that stock
+# onnxruntime-node runs, for --derive-runtimes (the chart's
+# reclaimer.deriveRuntimes): Node.js functions then map forms made by
+# their own runtime. A file the daemon runs code from, so root's alone.
+node_ort=""
+for lib in "$ROOT"/.deps/node_modules/onnxruntime-node/bin/napi-v*/linux/x64/libonnxruntime.so.1; do
+    if [ -f "$lib" ]; then node_ort=$lib; fi
+done
+node_ort_version=$(sed -n 's/^ *"version": *"\([0-9.]*\)".*/\1/p' \
+    "$ROOT/.deps/node_modules/onnxruntime-node/package.json" 2>/dev/null | head -n 1)
+if [ -z "$ref" ] && [ -n "$node_ort" ] && [ -n "$node_ort_version" ]; then
+    node_ort_dest=/opt/tetris/runtimes/onnxruntime-node-$node_ort_version/libonnxruntime.so.1
+    set -- "$@" -f "$node_ort:$node_ort_dest"
+else
+    node_ort=""
+fi
 # libonnxruntime popen()s a shell while creating a session and crashes on a
 # NULL dereference when there is none.
 set -- "$@" -x /bin/sh:/bin/sh -x "$(command -v hostname):/bin/hostname"
@@ -87,7 +104,7 @@ stamp="$CLUSTER_DIR/images/$(echo "$name" | tr '/:' '__').sha256"
 mkdir -p "$CLUSTER_DIR/images"
 # shellcheck disable=SC2086 # models is words
 sum="$( (if [ -n "$ref" ]; then cat "$bin_dir/tetris-function"; else cat "$bin_dir"/*; fi
-        cat "$ort" $models; echo "$config") | sha256sum | cut -d' ' -f1)"
+        cat "$ort" $node_ort $models; echo "$config") | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] &&
     ctr --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io images ls -q |
     grep -qE "(^|/)$name\$"; then

@@ -8,7 +8,9 @@
 #  2. the reclaimer DaemonSet's pod runs on the real node, on a tmpfs of its
 #     own (huge=within_size) that its init container mounted, and serves
 #     /healthz, /metrics (promtool-clean, with the capacity from the chart's
-#     ConfigMap) and /inventory (its node's name) on loopback;
+#     ConfigMap) and /inventory (its node's name) on loopback; it makes a
+#     derived form with the onnxruntime-node library its image carries
+#     (reclaimer.deriveRuntimes), for a view asked from the host;
 #  3. the tetris-scheduler pod runs and binds a pod that asks for it, through
 #     the extender in the same pod (whose metrics count the filter call), and
 #     the daemon's tetris-node-pins sidecar pins that pod's model (the
@@ -28,6 +30,12 @@
 CHART="$ROOT/charts/tetris"
 
 k8s_skip_unless_possible
+need_models
+# The ONNX Runtime stock onnxruntime-node runs, which the image carries.
+node_pkg="$ROOT/.deps/node_modules/onnxruntime-node/package.json"
+[ -f "$node_pkg" ] || fail "no onnxruntime-node in $ROOT/.deps (scripts/deps.sh installs it)"
+node_ort_version="$(jq -r .version "$node_pkg")"
+node_ort="/opt/tetris/runtimes/onnxruntime-node-$node_ort_version/libonnxruntime.so.1"
 HELM="$("$ROOT/scripts/helm.sh")" || fail "cannot install helm (scripts/helm.sh)"
 k8s_cluster_up
 k8s_image
@@ -94,6 +102,7 @@ reclaimer:
   capacity: 96Mi
   keepAlive: 1m
   nodePins: {interval: 2}
+  deriveRuntimes: [$node_ort]
 scheduler:
   name: $scheduler
   configApiVersion: v1beta1
@@ -175,6 +184,18 @@ case ",$opts," in
 esac
 grep -q 'event=store-tmpfs state=reused ' "$work/reclaimer.log" ||
     fail "the daemon did not reuse the init container's tmpfs: $(grep event=store-tmpfs "$work/reclaimer.log")"
+# A view for onnxruntime-node asked from the host: the daemon derives with
+# the library its image carries, named by the chart, and the view has the
+# form.
+model="$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+"$BIN/tetris-agent" view --store "$store" --derived make --runtime "onnxruntime $node_ort_version" \
+    "$model" "$work/view" >"$work/view.json" 2>"$work/view.err" ||
+    fail "tetris-agent view against the chart's daemon: $(tail -n 3 "$work/view.err")"
+k8s_pod_log "$ns" "$pod" reclaimer >"$work/reclaimer.log" 2>&1
+grep -qF "event=derive-runtime runtime=\"onnxruntime $node_ort_version\" lib=$node_ort" "$work/reclaimer.log" ||
+    fail "the daemon did not derive with $node_ort: $(grep event=derive "$work/reclaimer.log")"
+[ "$(jq -r '.derived != null' "$work/view.json")" = true ] && [ -f "$work/view/derived.onnx" ] ||
+    fail "the view carries no derived form: $(cat "$work/view.json") $(grep event=derive "$work/view.err")"
 # tetris-node-pins' file, in its emptyDir as the node's kubelet keeps it.
 uid="$(kc -n "$ns" get pod "$pod" -o jsonpath='{.metadata.uid}')"
 pins="$CLUSTER_DIR/kubelet/pods/$uid/volumes/kubernetes.io~empty-dir/pins/pins"

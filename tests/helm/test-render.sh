@@ -78,6 +78,8 @@ expect "$ds" '[.spec.template.spec.containers[].name] == ["reclaimer", "node-pin
 expect "$ds" '([.spec.template.spec.volumes[] | select(.name | startswith("registry-"))] | length) == 0 and
     ([.spec.template.spec.containers[0].args[] | select(startswith("--registry"))] | length) == 0' \
     "registry credentials or flags rendered by default"
+expect "$rc" '[.args[] | select(startswith("--derive-runtimes"))] == []' \
+    "--derive-runtimes rendered by default"
 doc "$WORK/default.yaml" ConfigMap tetris-reclaimer | jq -r '.data["reclaimer.yaml"]' |
     grep -q '^registries:' && fail "registries in the daemon's file by default (pulls must be refused)"
 # The store's tmpfs: only the init container may mount, in the host's
@@ -175,6 +177,11 @@ expect "$ds" '.spec.template.spec.containers[0] as $c | $c.name == "reclaimer" a
     ([$c.volumeMounts[] | select(.name == "registry-auth" or .name == "registry-ca") |
       [.mountPath, .readOnly]] == [["/etc/tetris-registry-auth", true], ["/etc/tetris-registry-ca", true]])' \
     "registryAuth/registryCA do not reach the daemon as flags and read-only mounts"
+# Runtimes to derive with are code the daemon runs: a flag, never the file.
+expect "$ds" '.spec.template.spec.containers[0].args |
+    index("--derive-runtimes=/opt/tetris/runtimes/onnxruntime-node-1.22.0/libonnxruntime.so.1,/opt/rt/b.so") != null' \
+    "reclaimer.deriveRuntimes does not reach the daemon as --derive-runtimes"
+grep -q derive "$WORK/all-reclaimer.yaml" && fail "deriveRuntimes in the daemon's config file"
 expect "$ds" '[.spec.template.spec.initContainers[]?, .spec.template.spec.containers[1:][] |
     .volumeMounts[]? | select(.name | startswith("registry-"))] == []' \
     "the registries' credentials reach a container other than the daemon"
@@ -396,6 +403,7 @@ bad "name a configMap or a secret, not both" --set reclaimer.registryCA.configMa
 bad "registries.0: Does not match pattern" --set 'reclaimer.registries={https://registry.example:5000}'
 bad "registries.0: Does not match pattern" --set 'reclaimer.registries={ftp://registry.example:5000}'
 bad "registries.0: Does not match pattern" --set 'reclaimer.registries={registry.example}'
+bad "deriveRuntimes.0: Does not match pattern" --set 'reclaimer.deriveRuntimes={lib/libonnxruntime.so.1}'
 render "$WORK/ca-secret.yaml" --set reclaimer.registryCA.secret=corp-ca
 expect "$(doc "$WORK/ca-secret.yaml" DaemonSet tetris-reclaimer)" \
     '[.spec.template.spec.volumes[] | select(.name == "registry-ca")] ==
