@@ -194,6 +194,9 @@ model="$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx"
 k8s_pod_log "$ns" "$pod" reclaimer >"$work/reclaimer.log" 2>&1
 grep -qF "event=derive-runtime runtime=\"onnxruntime $node_ort_version\" lib=$node_ort" "$work/reclaimer.log" ||
     fail "the daemon did not derive with $node_ort: $(grep event=derive "$work/reclaimer.log")"
+# The chart's capabilities are for this: the child parsing the graph is nobody.
+grep -q "event=derived .*runtime=\"onnxruntime $node_ort_version\" .* child_uid=65534 child_gid=65534 child_capabilities=none" \
+    "$work/reclaimer.log" || fail "the derive child kept the daemon's user: $(grep event=derive "$work/reclaimer.log")"
 [ "$(jq -r '.derived != null' "$work/view.json")" = true ] && [ -f "$work/view/derived.onnx" ] ||
     fail "the view carries no derived form: $(cat "$work/view.json") $(grep event=derive "$work/view.err")"
 # tetris-node-pins' file, in its emptyDir as the node's kubelet keeps it.
