@@ -221,6 +221,11 @@ static int setup(struct transfer *x)
     curl_easy_setopt(x->h, CURLOPT_ERRORBUFFER, x->detail);
     if (rq->ca_file != NULL)
         curl_easy_setopt(x->h, CURLOPT_CAINFO, rq->ca_file);
+    if (rq->tls_probe) {
+        curl_easy_setopt(x->h, CURLOPT_CONNECT_ONLY, 1L);
+        curl_easy_setopt(x->h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(x->h, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
     if (rq->user_agent != NULL)
         curl_easy_setopt(x->h, CURLOPT_USERAGENT, rq->user_agent);
     return 0;

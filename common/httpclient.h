@@ -28,6 +28,7 @@
 #ifndef TETRIS_HTTPCLIENT_H
 #define TETRIS_HTTPCLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,6 +79,11 @@ typedef struct httpclient_request {
     /* NULL, or a PEM file of the CA certificates that verify an https://
      * peer (curl's CURLOPT_CAINFO) instead of the system's. */
     const char *ca_file;
+    /* An https:// url only asks whether its peer speaks TLS: connect, do
+     * the handshake without verifying the peer (nor loading a CA bundle,
+     * which may not exist), send nothing (curl's CURLOPT_CONNECT_ONLY).
+     * rc 0: it completed a handshake; nothing it sent is trusted. */
+    bool tls_probe;
 
     /* Filled by the GET; freed by httpclient_request_clear(). */
     int rc;            /* 0, or -code with err filled */

@@ -32,10 +32,17 @@
 #define MAX_HEADERS 8 /* a call's own, and the Authorization */
 #define AUTH_ROUNDS 2 /* 401s answered per request */
 #define URL_MAX (16u << 10)
-/* A registry that may be plain HTTP gets this long to start its TLS
- * handshake the first time: a plain HTTP server that waits for a request
- * line instead of answering the ClientHello is found out in seconds. */
+/* A registry that may be plain HTTP gets this long to complete a TLS
+ * handshake when it is probed: a plain HTTP server that waits for a
+ * request line instead of answering the ClientHello is found out in
+ * seconds. */
 #define TLS_PROBE_MS 5000L
+/* Registries (host:port) a probe found plain, remembered for the process's
+ * life so that each later session (a daemon's pull) starts plain instead
+ * of probing again; one is forgotten when a plain request to it fails at
+ * the transport or is answered 400 (restarted with TLS, say), so the next
+ * session probes it again. Beyond this many the oldest is forgotten. */
+#define PLAIN_REMEMBERED 32
 
 struct oci_session {
     pthread_mutex_t lock;
@@ -92,6 +99,58 @@ void oci_registry_close(oci_registry *r)
     pthread_mutex_destroy(&s->refresh);
     free(s);
     r->session = NULL;
+}
+
+/* ---- what this process learnt of registries' schemes ---- */
+
+static pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct plain_registry {
+    char host[OCI_HOST_MAX + 1];
+    unsigned port;
+} plain_known[PLAIN_REMEMBERED];
+static size_t n_plain_known;
+
+/* plain_lock held. */
+static size_t plain_find(const char *host, unsigned port)
+{
+    size_t i = 0;
+    while (i < n_plain_known &&
+           (plain_known[i].port != port || strcasecmp(plain_known[i].host, host) != 0))
+        i++;
+    return i;
+}
+
+static bool plain_remembered(const char *host, unsigned port)
+{
+    pthread_mutex_lock(&plain_lock);
+    bool known = plain_find(host, port) < n_plain_known;
+    pthread_mutex_unlock(&plain_lock);
+    return known;
+}
+
+static void plain_remember(const char *host, unsigned port)
+{
+    pthread_mutex_lock(&plain_lock);
+    if (plain_find(host, port) == n_plain_known) {
+        if (n_plain_known == PLAIN_REMEMBERED)
+            memmove(plain_known, plain_known + 1, --n_plain_known * sizeof(plain_known[0]));
+        struct plain_registry *p = &plain_known[n_plain_known++];
+        snprintf(p->host, sizeof p->host, "%s", host);
+        p->port = port;
+    }
+    pthread_mutex_unlock(&plain_lock);
+}
+
+static void plain_forget(const char *host, unsigned port)
+{
+    pthread_mutex_lock(&plain_lock);
+    size_t i = plain_find(host, port);
+    if (i < n_plain_known) {
+        memmove(plain_known + i, plain_known + i + 1,
+                (n_plain_known - i - 1) * sizeof(plain_known[0]));
+        n_plain_known--;
+    }
+    pthread_mutex_unlock(&plain_lock);
 }
 
 /* ---- where a request goes ---- */
@@ -356,11 +415,54 @@ static int authenticate(oci_registry *r, const oci_challenge *ch, const char *se
 
 /* ---- sending ---- */
 
+/* Whether a registry that may be plain speaks TLS, found once per session
+ * (or remembered, plain_known) by a handshake that verifies nothing and
+ * sends nothing: a plain HTTP server answers the ClientHello with an HTTP
+ * error, or with nothing until TLS_PROBE_MS. Verifying is left to the
+ * requests themselves, so a certificate that does not verify is never a
+ * reason to go plain, and a CA bundle this host lacks (an image without
+ * one) is not taken for a peer that does not speak TLS. 0 with the
+ * session's scheme known, or a failure to reach it (rq->failure says
+ * which, for oci_call's retries). */
+static int probe_tls(oci_registry *r, httpclient_request *rq, const char *url, const char *resolve,
+                     tetris_error *err)
+{
+    if (plain_remembered(r->host, r->port)) {
+        registry_goes_plain(r);
+        return 0;
+    }
+    httpclient_request p = {
+        .url = url,
+        .tls_probe = true,
+        .resolve = resolve[0] != '\0' ? resolve : NULL,
+        .timeout_ms = r->timeout_ms,
+        .connect_timeout_ms = r->timeout_ms <= 0 || r->timeout_ms > TLS_PROBE_MS ? TLS_PROBE_MS : 0,
+    };
+    int rc = httpclient_get(&p, err);
+    enum httpclient_failure failure = p.failure;
+    httpclient_request_clear(&p);
+    if (rc == 0) {
+        registry_speaks_tls(r);
+        return 0;
+    }
+    if (failure != HTTPCLIENT_FAIL_TLS_HANDSHAKE) {
+        rq->failure = failure;
+        return rc;
+    }
+    /* It does not speak TLS: plain HTTP from now on, as docker does with
+     * a loopback or insecure registry. */
+    registry_goes_plain(r);
+    plain_remember(r->host, r->port);
+    log_info("event=registry-plain-http registry=%s:%u msg=\"no TLS handshake: plain HTTP, as "
+             "allowed for this host\"",
+             r->host, r->port);
+    return 0;
+}
+
 /* One exchange with url, given the extra header authorization (may be
- * NULL) and a connect timeout (0: the request's); rq's own fields are as
- * the caller left them afterwards. */
+ * NULL); rq's own fields are as the caller left them afterwards. */
 static int exchange(oci_registry *r, httpclient_request *rq, const char *url, const char *resolve,
-                    const char *authorization, long connect_ms, tetris_error *err)
+                    const char *authorization, tetris_error *err)
 {
     const char *headers[MAX_HEADERS + 2];
     size_t n = 0;
@@ -379,13 +481,11 @@ static int exchange(oci_registry *r, httpclient_request *rq, const char *url, co
     rq->timeout_ms = r->timeout_ms;
     rq->user_agent = "tetris/" TETRIS_VERSION;
     rq->ca_file = r->session->ca_file;
-    rq->connect_timeout_ms = connect_ms;
     r->requests++;
     int rc = httpclient_get(rq, err);
     rq->url = caller_url;
     rq->headers = caller_headers;
     rq->resolve = NULL;
-    rq->connect_timeout_ms = 0;
     return rc;
 }
 
@@ -408,6 +508,9 @@ int oci_send(oci_registry *r, httpclient_request *rq, unsigned flags, tetris_err
     cleanup_free char *url = strdup(rq->url);
     if (url == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, errno, "%s", rq->url);
+    if (t.own && t.tls && scheme == OCI_SCHEME_HTTPS_OR_HTTP && registry_tls_unknown(r) &&
+        (rc = probe_tls(r, rq, url, resolve, err)) < 0)
+        return rc;
     if (t.own && t.tls &&
         (scheme == OCI_SCHEME_HTTP ||
          (scheme == OCI_SCHEME_HTTPS_OR_HTTP && registry_is_plain(r)))) {
@@ -423,32 +526,10 @@ int oci_send(oci_registry *r, httpclient_request *rq, unsigned flags, tetris_err
     bool fetched = false;
     for (int round = 0;;) {
         char *sent = credentials ? authorization_copy(r) : NULL;
-        bool probe = t.own && t.tls && scheme == OCI_SCHEME_HTTPS_OR_HTTP &&
-                     registry_tls_unknown(r);
-        long connect_ms = probe && (r->timeout_ms <= 0 || r->timeout_ms > TLS_PROBE_MS)
-                              ? TLS_PROBE_MS
-                              : 0;
-        rc = exchange(r, rq, url, resolve, sent, connect_ms, err);
-        if (rc == 0 && probe)
-            registry_speaks_tls(r);
-        if (rc < 0 && t.own && t.tls && scheme == OCI_SCHEME_HTTPS_OR_HTTP &&
-            rq->failure == HTTPCLIENT_FAIL_TLS_HANDSHAKE) {
-            /* It does not speak TLS: plain HTTP from now on, as docker
-             * does with a loopback or insecure registry. A certificate it
-             * presents and we cannot verify is no reason to fall back. */
-            secret_free(sent);
-            char *plain = plain_url(url);
-            if (plain == NULL)
-                return tetris_fail(err, TETRIS_E_NOMEM, errno, "%s", rq->url);
-            free(url);
-            url = plain;
-            t.tls = false;
-            registry_goes_plain(r);
-            log_info("event=registry-plain-http registry=%s:%u msg=\"no TLS handshake: plain "
-                     "HTTP, as allowed for this host\"",
-                     r->host, r->port);
-            continue;
-        }
+        rc = exchange(r, rq, url, resolve, sent, err);
+        if (t.own && !t.tls && scheme == OCI_SCHEME_HTTPS_OR_HTTP &&
+            ((rc < 0 && rq->failure != HTTPCLIENT_FAIL_NONE) || (rc == 0 && rq->status == 400)))
+            plain_forget(r->host, r->port);
         if (rc < 0 || !credentials || rq->status != 401) {
             secret_free(sent);
             return rc;

@@ -111,6 +111,7 @@ struct pull_counters {
     atomic_uint_least64_t tensors;       /* tensor layers fetched and published */
     atomic_uint_least64_t bytes;         /* their layer bytes */
     atomic_uint_least64_t skipped_bytes; /* layer bytes not fetched: the store had them */
+    atomic_uint_least64_t withdrawn_tensors; /* published by pulls that failed, removed again */
     atomic_uint_least64_t failures[PULL_FAIL_REASONS];
     atomic_uint_least64_t duration_us;                                /* sum, microseconds */
     atomic_uint_least64_t duration_bucket[PULL_DURATION_BUCKETS + 1]; /* +Inf last */
@@ -329,6 +330,19 @@ int store_startup(struct served_store *ss, tetris_error *err);
  * number of bytes. Every store is passed even if one fails; the pass's
  * time counts from start_us. */
 int daemon_pass_stores(struct daemon *d, int64_t start_us, tetris_error *err);
+/* What store_withdraw did. */
+struct withdrawal {
+    size_t tensors; /* removed */
+    uint64_t bytes; /* their file bytes */
+    size_t kept;    /* wanted by something else: a live holder, a pin, a
+                       request that has it fresh */
+};
+/* Removes the tensors a failed request published (published[0..n), each
+ * listed once per time it published it, while its fresh counts are still
+ * raised) that nothing else wants, under the pass's locks (reclaim.c says
+ * why a concurrent request naming one never loses it). */
+int store_withdraw(struct served_store *ss, const tensor_digest *published, size_t n,
+                   struct withdrawal *out, tetris_error *err);
 /* Writes a store's last-use state file now (at shutdown). */
 void store_save_state(struct served_store *ss);
 /* Re-reads --pin-file if it changed (the hook for the cluster side). */

@@ -301,6 +301,10 @@ static void render_pulls(textbuf *t, struct daemon *d)
     prom_header(t, "tetris_pull_skipped_bytes_total", "counter",
                 "Bytes of tensor layers not pulled because the store held them.");
     prom_sample(t, "tetris_pull_skipped_bytes_total", NULL, 0, atomic_load(&p->skipped_bytes));
+    prom_header(t, "tetris_pull_withdrawn_tensors_total", "counter",
+                "Tensors published by pulls that then failed, removed again.");
+    prom_sample(t, "tetris_pull_withdrawn_tensors_total", NULL, 0,
+                atomic_load(&p->withdrawn_tensors));
     static const char failures[] = "tetris_pull_failures_total";
     prom_header(t, failures, "counter", "Pulls that failed, by reason.");
     for (size_t r = 0; r < PULL_FAIL_REASONS; r++) {

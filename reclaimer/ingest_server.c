@@ -1049,6 +1049,31 @@ static void observe_pull(struct daemon *d, int64_t us, int rc)
     atomic_fetch_add(&p->duration_us, (uint64_t)us);
 }
 
+/* A pull that failed holds no reference (publish_and_refer records none
+ * once a tensor was rejected), and what it published goes again unless
+ * something else wants it by now (store_withdraw): the store is as it was
+ * before the pull. Once its references are recorded the tensors are the
+ * connection's, whatever becomes of the reply. */
+static void withdraw_published(struct conn *c, struct budget *b, const char *label)
+{
+    struct served_store *ss = c->srv->ss;
+    if (b->n_fresh == 0)
+        return;
+    struct withdrawal w;
+    tetris_error err;
+    if (store_withdraw(ss, b->fresh, b->n_fresh, &w, &err) < 0) {
+        /* They stay, unreferenced: the passes free them as cold tensors. */
+        log_warn("event=pull-withdraw-failed tenant=%s pid=%d label=%s tensors=%zu code=%s "
+                 "msg=%s",
+                 tenant_name(ss), (int)c->pid, LOG_Q(label), b->n_fresh, tetris_code_name(err.code),
+                 LOG_Q(err.msg));
+        return;
+    }
+    log_info("event=pull-withdrawn tenant=%s pid=%d label=%s tensors=%zu bytes=%llu kept=%zu",
+             tenant_name(ss), (int)c->pid, LOG_Q(label), w.tensors, (unsigned long long)w.bytes,
+             w.kept);
+}
+
 /* Fetches and publishes the tensors the store lacks, refers to all. */
 static int pull_tensors(struct conn *c, struct pull_plan *plan, const char *label, unsigned threads,
                         int64_t t0, struct ingest_pull_result *out, tetris_error *err)
@@ -1075,12 +1100,16 @@ static int pull_tensors(struct conn *c, struct pull_plan *plan, const char *labe
     pthread_mutex_init(&b.lock, NULL);
     size_t held = 0;
     rc = publish_and_refer(c, &prq, NULL, &b, res, &held, err);
-    budget_end(ss, &b);
-    pthread_mutex_destroy(&b.lock);
-    atomic_fetch_sub(&ss->counters.ingests_active, 1);
     for (size_t k = 0; rc == 0 && k < prq.n_tensors; k++)
         if (res[k].status == INGEST_REJECTED)
             rc = tetris_fail(err, res[k].code, 0, "%s", res[k].reason);
+    /* Before budget_end: the withdrawal tells this pull's fresh counts
+     * from other requests' by them. */
+    if (rc < 0)
+        withdraw_published(c, &b, label);
+    budget_end(ss, &b);
+    pthread_mutex_destroy(&b.lock);
+    atomic_fetch_sub(&ss->counters.ingests_active, 1);
     if (rc < 0)
         return rc;
     out->tensors = prq.n_tensors;

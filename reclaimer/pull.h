@@ -30,9 +30,10 @@
  * asked); credentials come from the operator's file only and go to the
  * registry and its realm only; nothing unverified is published or cached
  * (a blob's bytes are hashed before they are a file anyone can open); a
- * failed pull records no reference and leaves no temp file. Tensors a
- * failed pull verified before it failed stay, unreferenced, as any cold
- * tensor does until the reclaimer frees them.
+ * failed pull records no reference, leaves no temp file and leaves the
+ * store as it was: the tensors it published before it failed are
+ * withdrawn (ingest_server.c, store_withdraw in reclaim.c) unless a live
+ * holder, a pin or another request in flight wants them by then.
  * Tests: tests/reclaimer/test-pull.sh (a real registry),
  * tests/reclaimer/test-pull-auth.sh (real ones with basic auth and TLS),
  * tests/reclaimer/test-pull-faults.sh (a hostile one),

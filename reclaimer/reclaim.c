@@ -183,7 +183,10 @@ static int reconcile(struct served_store *ss, tetris_error *err)
     return 0;
 }
 
-static int remove_tensor(struct served_store *ss, struct index_entry *e, bool eviction)
+/* Why a tensor leaves the store: each is counted apart. */
+enum removal { REMOVAL_RECLAIM, REMOVAL_EVICT, REMOVAL_WITHDRAW };
+
+static int remove_tensor(struct served_store *ss, struct index_entry *e, enum removal why)
 {
     tetris_error err;
     tensor_digest dg = e->digest;
@@ -199,10 +202,15 @@ static int remove_tensor(struct served_store *ss, struct index_entry *e, bool ev
     ss->resident_bytes -= bytes < ss->resident_bytes ? bytes : ss->resident_bytes;
     tensor_index_remove(ss->index, &dg);
     ss->generation++;
-    atomic_fetch_add(eviction ? &ss->counters.evictions : &ss->counters.reclaims, 1);
-    atomic_fetch_add(&ss->counters.reclaimed_bytes, bytes);
-    log_debug("event=%s digest=%s bytes=%llu", eviction ? "evicted" : "reclaimed", hex,
-              (unsigned long long)bytes);
+    static const char *const names[] = {"reclaimed", "evicted", "withdrawn"};
+    if (why == REMOVAL_WITHDRAW) {
+        atomic_fetch_add(&ss->d->pull.withdrawn_tensors, 1);
+    } else {
+        atomic_fetch_add(why == REMOVAL_EVICT ? &ss->counters.evictions : &ss->counters.reclaims,
+                         1);
+        atomic_fetch_add(&ss->counters.reclaimed_bytes, bytes);
+    }
+    log_debug("event=%s digest=%s bytes=%llu", names[why], hex, (unsigned long long)bytes);
     return 0;
 }
 
@@ -242,7 +250,7 @@ static int free_cold(struct served_store *ss, int64_t now_s, double keep_alive_s
                                                ss->resident_bytes, target);
         if (v == RECLAIM_KEEP)
             break; /* the rest are younger and the store is under target */
-        if (remove_tensor(ss, e, v == RECLAIM_EVICT) == 0)
+        if (remove_tensor(ss, e, v == RECLAIM_EVICT ? REMOVAL_EVICT : REMOVAL_RECLAIM) == 0)
             freed++;
     }
     *n_freed = freed;
@@ -501,6 +509,129 @@ static int store_pass(struct served_store *ss, const struct pass_policy *pol, in
         log_info("event=reclaim-pass tenant=%s freed=%zu tensors=%zu resident_bytes=%llu",
                  tenant_name(ss), freed, tensors, (unsigned long long)resident);
     return 0;
+}
+
+/* ---- withdrawal: what a failed pull published ----
+ * A pull holds every tensor of its model or none (pull.h): when it fails,
+ * the tensors it published itself go again, so the store is as it was
+ * before it, unless something else wants them by then. The rest of the
+ * pass's rule applies: a tensor is kept while a live holder references
+ * it, a pin of this store names it, or another request in flight has it
+ * fresh (published and not yet referenced: its own count in
+ * index_entry.fresh).
+ *
+ * Invariant: a request that names a withdrawn digest never loses it. It
+ * checks presence and records its references under one read-hold of
+ * use_lock (publish_and_refer; a direct-mode agent, another process,
+ * under the store's use lock, which store_reclaim_begin excludes). The
+ * withdrawal holds both exclusively, so that request either recorded its
+ * reference before (it is in a live holder's file, read here, and the
+ * tensor stays) or checks after, finds the tensor missing and publishes
+ * it again. A request that published it too (the store already had it:
+ * its publish is not one) has it fresh, which is counted here as well.
+ * Tested by tests/reclaimer/test-pull-faults.sh. */
+
+struct withdraw_candidate {
+    tensor_digest digest;
+    unsigned own_fresh; /* how often the withdrawing request published it */
+    bool wanted;
+};
+
+static int candidate_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(tensor_digest));
+}
+
+static struct withdraw_candidate *find_candidate(struct withdraw_candidate *c, size_t n,
+                                                 const tensor_digest *dg)
+{
+    return n > 0 ? bsearch(dg, c, n, sizeof(*c), candidate_cmp) : NULL;
+}
+
+struct withdraw_marks {
+    struct withdraw_candidate *c;
+    size_t n;
+};
+
+static int on_withdraw_holder(void *ctx, const struct store_holder_info *h)
+{
+    struct withdraw_marks *m = ctx;
+    if (!h->alive)
+        return 0;
+    for (size_t i = 0; i < h->n_refs; i++) {
+        struct withdraw_candidate *c = find_candidate(m->c, m->n, &h->refs[i]);
+        if (c != NULL)
+            c->wanted = true;
+    }
+    return 0;
+}
+
+/* Marks the candidates something else wants, and removes the others
+ * (use_lock, the store's reclaim lock and index_lock held). */
+static int withdraw_locked(struct served_store *ss, struct withdraw_candidate *c, size_t n,
+                           struct withdrawal *out, tetris_error *err)
+{
+    struct withdraw_marks m = {c, n};
+    int rc = store_foreach_holder(ss->store, on_withdraw_holder, &m, err);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&ss->d->pin_lock);
+    for (size_t i = 0; i < ss->d->n_pinned; i++) {
+        if (strcmp(ss->d->pinned[i].tenant, ss->tenant) != 0)
+            continue;
+        struct withdraw_candidate *p = find_candidate(c, n, &ss->d->pinned[i].digest);
+        if (p != NULL)
+            p->wanted = true;
+    }
+    pthread_mutex_unlock(&ss->d->pin_lock);
+    for (size_t i = 0; i < n; i++) {
+        struct index_entry *e = tensor_index_find(ss->index, &c[i].digest);
+        if (e == NULL) /* gone already (scrubbed into quarantine) */
+            continue;
+        if (c[i].wanted || e->fresh > c[i].own_fresh) {
+            out->kept++;
+            continue;
+        }
+        uint64_t bytes = e->file_bytes;
+        if (remove_tensor(ss, e, REMOVAL_WITHDRAW) == 0) {
+            out->tensors++;
+            out->bytes += bytes;
+        }
+    }
+    return 0;
+}
+
+int store_withdraw(struct served_store *ss, const tensor_digest *published, size_t n,
+                   struct withdrawal *out, tetris_error *err)
+{
+    *out = (struct withdrawal){0};
+    if (n == 0)
+        return 0;
+    cleanup_free struct withdraw_candidate *c = malloc(n * sizeof(*c));
+    if (c == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "withdrawal of %zu tensors", n);
+    for (size_t i = 0; i < n; i++)
+        c[i] = (struct withdraw_candidate){.digest = published[i], .own_fresh = 1};
+    qsort(c, n, sizeof(*c), candidate_cmp);
+    /* A digest published twice by the request (evicted in between) is one
+     * candidate that counts both. */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k > 0 && candidate_cmp(&c[k - 1], &c[i]) == 0)
+            c[k - 1].own_fresh++;
+        else
+            c[k++] = c[i];
+    }
+    pthread_rwlock_wrlock(&ss->use_lock);
+    int rc = store_reclaim_begin(ss->store, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&ss->index_lock);
+        rc = withdraw_locked(ss, c, k, out, err);
+        pthread_mutex_unlock(&ss->index_lock);
+        store_reclaim_end(ss->store);
+    }
+    pthread_rwlock_unlock(&ss->use_lock);
+    return rc < 0 ? tetris_wrap(err, "store %s", store_root(ss->store)) : 0;
 }
 
 int daemon_pass_stores(struct daemon *d, int64_t start_us, tetris_error *err)

@@ -8,6 +8,10 @@
 # pulls that manifest and a wrong one is refused; a registry not on
 # --registries is refused and never asked (its request log stays empty),
 # as is a listed name that resolves to loopback; the daemon keeps serving.
+# The registry is listed without http://: a loopback one, probed for TLS
+# once (one event=registry-plain-http for every pull of the daemon's
+# life), and a daemon whose host has no CA bundle (the project's image)
+# still finds it plain and pulls from it.
 set -eu
 . "$(dirname "$0")/../lib/reclaimer.sh"
 . "$(dirname "$0")/../lib/registry.sh"
@@ -105,5 +109,29 @@ daemon_alive || fail "the daemon died"
     2>"$WORK/load.err" || fail "tetris-agent load: $(tail -3 "$WORK/load.err")"
 http_get /metrics | promtool check metrics >"$WORK/promtool.out" 2>&1 ||
     fail "promtool: $(cat "$WORK/promtool.out")"
+# Many pulls, one probe: the daemon remembers the registry is plain.
+[ "$(grep -c "event=registry-plain-http registry=$host " "$DAEMON_LOG")" = 1 ] ||
+    fail "the registry was probed for TLS more than once: $(grep -c event=registry-plain-http "$DAEMON_LOG")"
 stop_daemon
+
+# No CA bundle on the daemon's host (an image without one): the probe
+# does not need one, so the plain registry is still found plain.
+if unshare -m sh -c 'mount -t tmpfs none /etc/ssl/certs' 2>/dev/null; then
+    bare="$WORK/bare-store"
+    unshare -m sh -c 'mount -t tmpfs none /etc/ssl/certs && exec "$@"' sh \
+        "$BIN/tetris-reclaimer" --store "$bare" --listen "" --registries "$host" \
+        >"$WORK/bare.log" 2>&1 &
+    bare_pid=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $bare_pid"
+    wait_until 60 "grep -q event=serving '$WORK/bare.log'" || fail "daemon without CA bundle: $(tail -3 "$WORK/bare.log")"
+    out=$("$run" "oci://$host/models/hello:v1" --store "$bare" 2>"$WORK/bare.err") ||
+        fail "pull with no CA bundle: $(tail -3 "$WORK/bare.err")"
+    [ "$(json_get "$out" sha256)" = "$want" ] || fail "outputs differ without a CA bundle: $out"
+    grep -q "event=registry-plain-http registry=$host " "$WORK/bare.log" ||
+        fail "no plain-http line without a CA bundle"
+    kill -TERM "$bare_pid"
+    wait "$bare_pid" || fail "the daemon without a CA bundle exited $?"
+else
+    note "cannot hide /etc/ssl/certs (unshare -m): the no-CA-bundle case is not run"
+fi
 echo "PASS $PROG"
