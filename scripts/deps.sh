@@ -12,7 +12,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
 DEBS="gcc make pkg-config libcurl4-openssl-dev libjansson-dev libyaml-dev zlib1g-dev
 libglpk-dev glpk-utils check libsubunit-dev libssl-dev libmicrohttpd-dev libnghttp2-dev clang
-libclang-rt-14-dev llvm clang-format prometheus jq unzip yq python3-numpy"
+libclang-rt-14-dev llvm clang-format prometheus jq unzip yq python3-numpy ca-certificates"
 command -v npm >/dev/null 2>&1 || DEBS="$DEBS nodejs npm"
 
 missing=""

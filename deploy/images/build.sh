@@ -1,7 +1,7 @@
 #!/bin/sh
 # build.sh - the project's OCI image: every program in a bin directory, the
 # shared libraries they load and libonnxruntime, in /usr/local/{bin,lib},
-# /bin/sh, and the library stock onnxruntime-node runs, under
+# /bin/sh, the system's CA bundle, and the library stock onnxruntime-node runs, under
 # /opt/tetris/runtimes/ (for the daemon's --derive-runtimes). Its entrypoint is tetris-function listening on :8080
 # (TETRIS_PORT), so OpenFaaS (faas-netes sets no command) runs it as a
 # function; every other use names its program as the container's command.
@@ -89,6 +89,12 @@ fi
 # libonnxruntime popen()s a shell while creating a session and crashes on a
 # NULL dereference when there is none.
 set -- "$@" -x /bin/sh:/bin/sh -x "$(command -v hostname):/bin/hostname"
+# The CAs that verify a registry's TLS certificate where libcurl looks for
+# them: without the bundle every https request fails before its handshake
+# (reclaimer.registryCA adds a private CA).
+cas=/etc/ssl/certs/ca-certificates.crt
+[ -f "$cas" ] || die "event=missing-ca-bundle path=$cas hint=\"apt-get install ca-certificates\""
+set -- "$@" -f "$cas:$cas"
 for m in $models; do set -- "$@" -f "$m:/models/$(basename "$m")"; done
 # Config, not files: part of what decides whether to import again.
 config="-e /usr/local/bin/tetris-function -E TETRIS_PORT=8080${ref:+ -E TETRIS_MODEL_REF=$ref}"
@@ -104,7 +110,7 @@ stamp="$CLUSTER_DIR/images/$(echo "$name" | tr '/:' '__').sha256"
 mkdir -p "$CLUSTER_DIR/images"
 # shellcheck disable=SC2086 # models is words
 sum="$( (if [ -n "$ref" ]; then cat "$bin_dir/tetris-function"; else cat "$bin_dir"/*; fi
-        cat "$ort" $node_ort $models; echo "$config") | sha256sum | cut -d' ' -f1)"
+        cat "$ort" $node_ort "$cas" $models; echo "$config") | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] &&
     ctr --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io images ls -q |
     grep -qE "(^|/)$name\$"; then
