@@ -612,7 +612,10 @@ int main(int argc, char **argv)
         snprintf(out_dir, sizeof(out_dir), "/proc/self/fd/%d", out_fd);
         o.out_dir = out_dir;
     }
-    umask(077);
+    /* Readable by others: a daemon without CAP_DAC_OVERRIDE (the chart's)
+     * reads what this user wrote as "other". Nobody else reaches them:
+     * the directory is beneath the store's private/, root's alone. */
+    umask(022);
     cleanup_free uint8_t *image = NULL;
     size_t len = 0;
     if (read_image(o.graph_fd, &image, &len, &err) < 0) {

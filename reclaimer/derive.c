@@ -513,7 +513,10 @@ int derive_make(const char *store_root, const char *public_dir, int image_fd,
     if (mkdtemp(dir) == NULL)
         return tetris_fail(err, TETRIS_E_IO, errno, "derive: mkdtemp");
     bool unprivileged = can_drop_child();
-    if (unprivileged && chown(dir, DERIVE_UID, DERIVE_GID) != 0) {
+    /* The child's user owns the directory; the daemon, without
+     * CAP_DAC_OVERRIDE in the chart, must still enter it to read the
+     * results (nobody else can: private/ is root's alone). */
+    if (unprivileged && (chmod(dir, 0711) != 0 || chown(dir, DERIVE_UID, DERIVE_GID) != 0)) {
         rc = tetris_fail(err, TETRIS_E_IO, errno, "derive: chown %s", dir);
         remove_dir(dir);
         return rc;
