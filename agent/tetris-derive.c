@@ -175,7 +175,7 @@ static bool relayout_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct
 
 static int write_file(const char *path, const uint8_t *bytes, size_t len, tetris_error *err)
 {
-    cleanup_close int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cleanup_close int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return tetris_fail(err, TETRIS_E_IO, errno, "%s", path);
     return fd_write_all(fd, bytes, len, path, err);
@@ -231,7 +231,7 @@ static int relayout(const char *out_dir, tetris_error *err)
     char new_data[sizeof(f.data_path) + 16];
     snprintf(new_data, sizeof(new_data), "%s.aligned", f.data_path);
     struct relayout r = {.data = f.data, .data_len = f.data_len};
-    r.out_fd = open(new_data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    r.out_fd = open(new_data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     cleanup_free uint8_t *rewritten = NULL;
     size_t rewritten_len = 0;
     if (r.out_fd < 0)
@@ -612,9 +612,10 @@ int main(int argc, char **argv)
         snprintf(out_dir, sizeof(out_dir), "/proc/self/fd/%d", out_fd);
         o.out_dir = out_dir;
     }
-    /* Readable by others: a daemon without CAP_DAC_OVERRIDE (the chart's)
-     * reads what this user wrote as "other". Nobody else reaches them:
-     * the directory is beneath the store's private/, root's alone. */
+    /* What it writes is readable by others (0644 here and in write_file
+     * and the relayout): a daemon without CAP_DAC_OVERRIDE (the chart's)
+     * reads what this user wrote as "other". Nobody else reaches it: the
+     * directory is beneath the store's private/, root's alone. */
     umask(022);
     cleanup_free uint8_t *image = NULL;
     size_t len = 0;
