@@ -1,12 +1,14 @@
 /* tenant_map.c - reads the CSI tenant map (tenant_map.h): lines of a
  * namespace, a service account and a store, checked one by one, all or
- * nothing, and answers which store a pod's identity gets. */
+ * nothing, and answers which store a pod's identity gets; and follows
+ * the map's file as it changes. */
 #include "reclaimer/csi/tenant_map.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/cleanup.h"
 #include "common/textbuf.h"
@@ -240,4 +242,104 @@ bool tenant_map_lookup(const tenant_map *m, const char *ns, const char *sa, cons
         return false;
     *tenant = r->tenant[0] != '\0' ? r->tenant : NULL;
     return true;
+}
+
+/* ---- the file, followed ---- */
+
+/* What stat(2) says of the file a path names: equal identities are the
+ * same text (tenant_map.h says when that does not hold). */
+struct file_identity {
+    bool exists;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+};
+
+struct tenant_map_file {
+    char *path;
+    tenant_map *map;           /* the map in use: always one that parsed */
+    struct file_identity seen; /* the file last looked at, refused or not */
+};
+
+static int identify(const char *path, struct file_identity *out, tetris_error *err)
+{
+    struct stat st;
+    memset(out, 0, sizeof(*out));
+    if (stat(path, &st) < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 0;
+        return tetris_fail(err, TETRIS_E_IO, errno, "stat %s", path);
+    }
+    *out = (struct file_identity){.exists = true,
+                                  .dev = st.st_dev,
+                                  .ino = st.st_ino,
+                                  .size = st.st_size,
+                                  .mtime = st.st_mtim};
+    return 0;
+}
+
+static bool same_file(const struct file_identity *a, const struct file_identity *b)
+{
+    if (!a->exists || !b->exists)
+        return a->exists == b->exists;
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+int tenant_map_file_open(const char *path, tenant_map_file **out, tetris_error *err)
+{
+    cleanup_free tenant_map_file *f = calloc(1, sizeof(*f));
+    if (f == NULL || (f->path = strdup(path)) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: out of memory", path);
+    /* Identified first: a change while it is read is then a change the
+     * next refresh sees. */
+    int rc = identify(path, &f->seen, err);
+    if (rc == 0)
+        rc = tenant_map_read(path, &f->map, err);
+    if (rc < 0) {
+        free(f->path);
+        return rc;
+    }
+    *out = steal_pointer(&f);
+    return 0;
+}
+
+void tenant_map_file_free(tenant_map_file *f)
+{
+    if (f == NULL)
+        return;
+    tenant_map_free(f->map);
+    free(f->path);
+    free(f);
+}
+
+int tenant_map_file_refresh(tenant_map_file *f, tetris_error *err)
+{
+    struct file_identity now;
+    int rc = identify(f->path, &now, err);
+    if (rc < 0)
+        return rc;
+    if (same_file(&now, &f->seen))
+        return 0;
+    f->seen = now;
+    if (!now.exists)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, ENOENT, "%s: no such file", f->path);
+    tenant_map *m = NULL;
+    if ((rc = tenant_map_read(f->path, &m, err)) < 0)
+        return rc;
+    assert(m != NULL);
+    tenant_map_free(f->map);
+    f->map = m;
+    return 1;
+}
+
+const tenant_map *tenant_map_file_map(const tenant_map_file *f)
+{
+    return f->map;
+}
+
+const char *tenant_map_file_path(const tenant_map_file *f)
+{
+    return f->path;
 }

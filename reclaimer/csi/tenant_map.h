@@ -8,10 +8,12 @@
  * naming one is refused before the map is asked.
  *
  * The file is written by the chart from its values (csi.tenantMap and
- * csi.unmappedPods), read by tetris-csi when it starts. Whoever can write
- * it decides every pod's tenant, so the plugin trusts its location, not
- * its text: every line is checked and one bad line refuses the whole file
- * (the plugin does not start).
+ * csi.unmappedPods) into a ConfigMap, read by tetris-csi when it starts
+ * and followed after (tenant_map_file below: a helm upgrade changes the
+ * map of new volumes without a restart). Whoever can write it decides
+ * every pod's tenant, so the plugin trusts its location, not its text:
+ * every line is checked and one bad line refuses the whole file (at
+ * start the plugin does not start; later the map before it stays).
  *
  * Format, per line, three fields separated by blanks:
  *   NAMESPACE  SERVICE-ACCOUNT  STORE
@@ -78,5 +80,45 @@ size_t tenant_map_rules(const tenant_map *m);
  * Returns true when a rule matches, with *tenant the tenant's name (owned
  * by the map) or NULL for the shared store; false when none does. */
 bool tenant_map_lookup(const tenant_map *m, const char *ns, const char *sa, const char **tenant);
+
+/* ---- the file, followed ----
+ *
+ * A map file that may change under the plugin: the kubelet updates a
+ * mounted ConfigMap by writing the new files beside the old ones and
+ * swapping a symbolic link (..data), so the path names a new file (a new
+ * inode); an admin's editor may rewrite it in place (a new size or
+ * modification time). The file is known by what stat(2) says of the path,
+ * links followed: device, inode, size and modification time. The path is
+ * stat'ed before the file is read, so a text always is as new as the
+ * identity kept with it or newer: a change while it is read is seen by
+ * the next refresh and read again, never missed. (An in-place rewrite of
+ * the same size within one tick of the file system's clock looks like no
+ * change; the kubelet's swap always is one.)
+ *
+ * Invariant: tenant_map_file_map() is always a map that parsed (the one
+ * read at open, or a newer one); a text that does not parse, or a path
+ * that names nothing, never replaces it. Not thread-safe: the caller
+ * serializes refreshes and lookups (tetris-csi: under its volumes' lock),
+ * and no answer of a map is used after the refresh that may free it. */
+typedef struct tenant_map_file tenant_map_file;
+
+/* Reads the map at path as tenant_map_read does (same errors) and
+ * remembers the file it read. */
+int tenant_map_file_open(const char *path, tenant_map_file **out, tetris_error *err);
+void tenant_map_file_free(tenant_map_file *f);
+
+/* Re-reads the file when the path names another file than the last one
+ * looked at (device, inode, size or modification time differ). Returns 0
+ * when nothing changed (or the change was refused already), 1 when the new
+ * text is the map now, or a negative code with err set when the change is
+ * refused and the map before it stays: TETRIS_E_NOTFOUND when the path
+ * names nothing now, else tenant_map_read's error (TETRIS_E_FORMAT with
+ * the line named). A refused change is reported once: the next refresh
+ * returns 0 until the path names another file again. */
+int tenant_map_file_refresh(tenant_map_file *f, tetris_error *err);
+
+/* The map in use: valid until the next refresh or free. */
+const tenant_map *tenant_map_file_map(const tenant_map_file *f);
+const char *tenant_map_file_path(const tenant_map_file *f);
 
 #endif

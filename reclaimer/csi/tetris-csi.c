@@ -326,7 +326,8 @@ int main(int argc, char **argv)
          .meta = "FILE",
          .help = "which store a pod's volume uses, from its namespace and service account "
                  "(lines NAMESPACE SERVICE-ACCOUNT tenant:NAME|shared; a pod no line matches is "
-                 "refused); default: every volume the shared store's"},
+                 "refused); followed: a changed file applies to new volumes; default: every "
+                 "volume the shared store's"},
         {.name = "daemon-timeout",
          .type = OPT_TYPE_INT,
          .dest = &run.vc.daemon_timeout_ms,
@@ -374,17 +375,19 @@ int main(int argc, char **argv)
             return opt_usage_error(&prog, "no --node-id, and no host name: %s", strerror(errno)), 2;
         run.node_id = run.node_buf;
     }
-    tenant_map *tenants = NULL;
+    /* Read now, so a map that does not parse stops the start (exit 2);
+     * followed after by the publishes (volumes.h). */
+    tenant_map_file *tenants = NULL;
     if (run.tenant_map_path != NULL && run.tenant_map_path[0] != '\0') {
         tetris_error err = {0};
-        if (tenant_map_read(run.tenant_map_path, &tenants, &err) < 0) {
+        if (tenant_map_file_open(run.tenant_map_path, &tenants, &err) < 0) {
             log_error("event=start-failed code=%s msg=%s", tetris_code_name(err.code),
                       LOG_Q(err.msg));
             return 2;
         }
         run.vc.tenants = tenants;
         log_info("event=tenant-map-read path=%s rules=%zu", LOG_Q(run.tenant_map_path),
-                 tenant_map_rules(tenants));
+                 tenant_map_rules(tenant_map_file_map(tenants)));
     } else {
         run.tenant_map_path = NULL;
     }
@@ -392,6 +395,6 @@ int main(int argc, char **argv)
                                              .start = run_start,
                                              .stop = run_stop,
                                              .start_failed = run_start_failed});
-    tenant_map_free(tenants);
+    tenant_map_file_free(tenants);
     return rc;
 }

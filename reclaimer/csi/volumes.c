@@ -77,7 +77,9 @@ struct csi_volumes {
     struct volume_store **stores; /* [0] the shared store; tenants' as opened */
     size_t n_stores;
     char volumes_dir[PATH_MAX];
-    pthread_mutex_t lock; /* every publish and unpublish, and the stores */
+    /* Every publish and unpublish, the stores, and the tenant map: its
+     * file is refreshed and the map asked under the lock only. */
+    pthread_mutex_t lock;
     size_t count;
 };
 
@@ -91,7 +93,11 @@ struct publish_plan {
      * once loaded (a republish: the record's); "" for a file. */
     char digest[DIGEST_TEXT_BYTES];
     const char *ns, *pod, *pod_uid, *service_account;
-    const char *tenant; /* the tenant map's answer; NULL: the shared store */
+    /* The volume's store: NULL for the shared one, else tenant_buf, a copy
+     * of the map's answer (or the record's), so that no answer outlives
+     * the map that gave it: a later publish may swap the map. */
+    const char *tenant;
+    char tenant_buf[TENANT_NAME_BYTES];
 };
 
 /* A volume's record, as read back. */
@@ -99,6 +105,9 @@ struct record {
     char *volume_id, *target, *model;
     char *digest; /* a reference's manifest, "sha256:<hex>"; NULL: a file */
     char *tenant; /* NULL: the shared store */
+    /* The pod's identity the volume was published for; NULL in a record
+     * without it. */
+    char *ns, *service_account;
 };
 
 static void record_free(struct record *r)
@@ -108,6 +117,8 @@ static void record_free(struct record *r)
     free(r->model);
     free(r->digest);
     free(r->tenant);
+    free(r->ns);
+    free(r->service_account);
     memset(r, 0, sizeof(*r));
 }
 
@@ -353,21 +364,55 @@ static bool identity_from_kubelet(const csi_volumes *v, const struct publish_pla
            strncmp(uid, p->pod_uid, uid_len) == 0 && uid[uid_len] == '/';
 }
 
-/* The store a volume gets, from the pod's identity as the kubelet gave it
- * (tenant_map.h): without a map, the shared store; with one, its most
- * specific rule, and PERMISSION_DENIED when none matches. The pod has no
- * say: an attribute naming a tenant was refused by check_request, and an
- * identity that is not the kubelet's counts as none (only "* *" matches
- * it). */
-static int tenant_of(const csi_volumes *v, struct publish_plan *p, struct grpc_reply *reply)
+static void set_tenant(struct publish_plan *p, const char *tenant)
 {
     p->tenant = NULL;
+    if (tenant == NULL)
+        return;
+    snprintf(p->tenant_buf, sizeof(p->tenant_buf), "%s", tenant);
+    p->tenant = p->tenant_buf;
+}
+
+/* The tenant map to ask now, its file read again when it changed
+ * (tenant_map.h). A change that is refused (a text that does not parse, a
+ * file that is gone) leaves the map before it in use, and is said once.
+ * Called with the lock held. */
+static const tenant_map *current_tenants(csi_volumes *v)
+{
+    tetris_error err = {0};
+    const char *path = tenant_map_file_path(v->c.tenants);
+    int rc = tenant_map_file_refresh(v->c.tenants, &err);
+    const tenant_map *m = tenant_map_file_map(v->c.tenants);
+    assert(m != NULL);
+    if (rc == 1)
+        log_info("event=tenant-map-changed path=%s rules=%zu", LOG_Q(path), tenant_map_rules(m));
+    else if (rc == -TETRIS_E_NOTFOUND)
+        log_warn("event=tenant-map-missing path=%s msg=%s rules=%zu kept=previous", LOG_Q(path),
+                 LOG_Q(err.msg), tenant_map_rules(m));
+    else if (rc < 0)
+        log_warn("event=tenant-map-refused path=%s code=%s msg=%s rules=%zu kept=previous",
+                 LOG_Q(path), tetris_code_name(err.code), LOG_Q(err.msg), tenant_map_rules(m));
+    return m;
+}
+
+/* The store a volume gets, from the pod's identity as the kubelet gave it
+ * (tenant_map.h): without a map, the shared store; with one, the most
+ * specific rule of the map in use now, and PERMISSION_DENIED when none
+ * matches. The pod has no say: an attribute naming a tenant was refused
+ * by check_request, and an identity that is not the kubelet's counts as
+ * none (only "* *" matches it). Called with the lock held. */
+static int tenant_of(csi_volumes *v, struct publish_plan *p, struct grpc_reply *reply)
+{
+    set_tenant(p, NULL);
     if (v->c.tenants == NULL)
         return GRPC_OK;
     bool named = identity_from_kubelet(v, p);
-    if (tenant_map_lookup(v->c.tenants, named ? p->ns : "", named ? p->service_account : "",
-                          &p->tenant))
+    const char *tenant = NULL;
+    if (tenant_map_lookup(current_tenants(v), named ? p->ns : "", named ? p->service_account : "",
+                          &tenant)) {
+        set_tenant(p, tenant);
         return GRPC_OK;
+    }
     if (!named)
         return grpc_reply_fail(reply, GRPC_PERMISSION_DENIED,
                                "the volume context names no pod the kubelet vouches for (its "
@@ -392,6 +437,24 @@ static int plan_publish(csi_volumes *v, const struct csi_publish_request *r, str
     p->pod = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAME));
     p->pod_uid = or_empty(csi_context_get(r, CSI_CONTEXT_POD_UID));
     p->service_account = or_empty(csi_context_get(r, CSI_CONTEXT_SERVICE_ACCOUNT));
+    return GRPC_OK;
+}
+
+/* The store of the volume p asks for; rec is its record when it is
+ * published already. The same request again (the record's pod identity:
+ * the kubelet retries, or remounts after its restart) keeps the record's
+ * store whatever the map says now: the map chose once, when the volume
+ * was published, and a map changed since applies to new volumes. Any
+ * other request asks the map (and a store other than the record's is
+ * then ALREADY_EXISTS, publish_again). Called with the lock held. */
+static int choose_store(csi_volumes *v, struct publish_plan *p, const struct record *rec,
+                        struct grpc_reply *reply)
+{
+    if (rec != NULL && rec->ns != NULL && rec->service_account != NULL &&
+        strcmp(rec->ns, p->ns) == 0 && strcmp(rec->service_account, p->service_account) == 0) {
+        set_tenant(p, rec->tenant);
+        return GRPC_OK;
+    }
     return tenant_of(v, p, reply);
 }
 
@@ -414,6 +477,9 @@ static int read_record(const csi_volumes *v, const char *key, struct record *out
     const char *model_path = json_string_value(json_object_get(j, "model"));
     const char *digest = json_string_value(json_object_get(j, "digest"));
     json_t *tenant = json_object_get(j, "tenant");
+    json_t *pod = json_object_get(j, "pod");
+    const char *ns = json_string_value(json_object_get(pod, "namespace"));
+    const char *sa = json_string_value(json_object_get(pod, "service_account"));
     tensor_digest parsed;
     /* A tenant is a valid name, so its store stays under the root; a
      * reference has the digest it resolved to, a file none. */
@@ -433,9 +499,14 @@ static int read_record(const csi_volumes *v, const char *key, struct record *out
     bool has_tenant = json_is_string(tenant);
     if (has_tenant)
         out->tenant = strdup(json_string_value(tenant));
+    if (ns != NULL)
+        out->ns = strdup(ns);
+    if (sa != NULL)
+        out->service_account = strdup(sa);
     json_decref(j);
     if (out->volume_id == NULL || out->target == NULL || out->model == NULL ||
-        (digest != NULL && out->digest == NULL) || (has_tenant && out->tenant == NULL)) {
+        (digest != NULL && out->digest == NULL) || (has_tenant && out->tenant == NULL) ||
+        (ns != NULL && out->ns == NULL) || (sa != NULL && out->service_account == NULL)) {
         record_free(out);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
     }
@@ -822,32 +893,42 @@ static int publish_first(csi_volumes *v, const struct csi_publish_request *r,
     return rc;
 }
 
+static void log_publish_refused(const struct csi_publish_request *r, const struct grpc_reply *reply)
+{
+    log_info("event=publish-refused volume=%s code=%s msg=%s", LOG_Q(r->volume_id),
+             grpc_status_name(reply->status), LOG_Q(reply->message));
+}
+
 void csi_volumes_publish(csi_volumes *v, const struct csi_publish_request *r,
                          struct grpc_reply *reply)
 {
     struct publish_plan p = {0};
     if (check_request(r, reply) != GRPC_OK || plan_publish(v, r, &p, reply) != GRPC_OK) {
-        log_info("event=publish-refused volume=%s code=%s msg=%s", LOG_Q(r->volume_id),
-                 grpc_status_name(reply->status), LOG_Q(reply->message));
+        log_publish_refused(r, reply);
         return;
     }
     pthread_mutex_lock(&v->lock);
     struct record rec = {0};
     tetris_error err = {0};
-    bool again = false;
-    if (read_record(v, p.key, &rec, &err) == 0) {
+    bool again = false, refused = false;
+    int rc = read_record(v, p.key, &rec, &err);
+    if (rc < 0 && err.code != TETRIS_E_NOTFOUND) {
+        grpc_reply_error(reply, &err);
+    } else if (choose_store(v, &p, rc == 0 ? &rec : NULL, reply) != GRPC_OK) {
+        refused = true;
+    } else if (rc == 0) {
         again = true;
         if (rec.digest != NULL)
             snprintf(p.digest, sizeof(p.digest), "%s", rec.digest);
         publish_again(v, &p, &rec, reply);
-        record_free(&rec);
-    } else if (err.code != TETRIS_E_NOTFOUND) {
-        grpc_reply_error(reply, &err);
     } else {
         publish_first(v, r, &p, reply);
     }
     pthread_mutex_unlock(&v->lock);
-    if (reply->status == GRPC_OK)
+    record_free(&rec);
+    if (refused)
+        log_publish_refused(r, reply);
+    else if (reply->status == GRPC_OK)
         log_info("event=published volume=%s target=%s model=%s digest=%s namespace=%s pod=%s "
                  "service_account=%s tenant=%s again=%s",
                  LOG_Q(r->volume_id), LOG_Q(p.target), LOG_Q(p.model),

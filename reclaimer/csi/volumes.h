@@ -53,8 +53,14 @@
  *     and that store is what the tenant map said for the pod when it was
  *     published: a tenant's volume shows nothing of another store
  *     (tests/csi/test-csi-tenants.sh).
+ *   - a volume's store is chosen once, when it is first published; a
+ *     tenant map changed since (its file followed, tenant_map.h) applies
+ *     to new volumes: a published volume, its republish by the same pod
+ *     and its recovery after a restart keep its record's store.
  * Publishes and unpublishes run one at a time (one lock): the kubelet
- * sends few, each is bounded by the model's load. */
+ * sends few, each is bounded by the model's load. The tenant map is
+ * asked, and replaced by its file's new text, only under that lock, and
+ * a publish keeps a copy of the answer: no answer outlives its map. */
 #ifndef TETRIS_CSI_VOLUMES_H
 #define TETRIS_CSI_VOLUMES_H
 
@@ -73,15 +79,18 @@ struct csi_volumes_config {
     int max_volumes;
     int daemon_timeout_ms;
     int pull_timeout_ms;       /* a reference's pull; <= 0: the agent's default */
-    const tenant_map *tenants; /* NULL: every volume is the shared store's */
+    /* NULL: every volume is the shared store's. Followed: its file is
+     * refreshed under the lock by each publish that asks it. */
+    tenant_map_file *tenants;
 };
 
 typedef struct csi_volumes csi_volumes;
 
 /* Opens the store (as a writer: the plugin runs as the store's owner) and
  * the tenant stores the daemon made, makes private/volumes/ and recovers
- * what a previous run left (above). The tenant map is the caller's and
- * must outlive the handle.
+ * what a previous run left (above; recovery reads the records, never the
+ * tenant map). The tenant map is the caller's and must outlive the
+ * handle; the handle refreshes it, so nobody else uses it meanwhile.
  * TETRIS_E_NOTFOUND without a store, TETRIS_E_DENIED for a store that is
  * not ours, TETRIS_E_INVAL for a pods or models directory that does not
  * resolve. */

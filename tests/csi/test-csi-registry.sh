@@ -14,21 +14,11 @@
 # no mount, no volume and no reference left; unpublish leaves nothing and
 # the tensors are the reclaimer's again. Needs root (mounts).
 set -eu
-. "$(dirname "$0")/../lib/common.sh"
-need_models
-[ "$(id -u)" = 0 ] || skip "needs root: the volumes are bind mounts"
-command -v mountpoint >/dev/null || skip "no mountpoint(1)"
+. "$(dirname "$0")/../lib/csi.sh"
 
-store="$WORK/store"
-STORE=$store # registry_copy_artifact's TARGET_FILE
-models="$WORK/models"
-pods="$WORK/pods"
-sock="$WORK/csi.sock"
 map="$WORK/tenant-map"
-A="$store/tenants/alpha"
-mkdir -p "$store" "$models" "$pods"
-for u in 1 2 3 4 x; do mkdir -p "$pods/uid-$u/volumes"; done
-at_exit "grep -o ' $WORK[^ ]* ' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l 2>/dev/null || true"
+A="$STORE/tenants/alpha"
+for u in 1 2 3 4 x; do mkdir -p "$PODS/uid-$u/volumes"; done
 
 . "$(dirname "$0")/../lib/registry.sh"
 registry_with_hello
@@ -52,85 +42,58 @@ cat >"$map" <<'MAP'
 team-a  *  tenant:alpha
 *       *  shared
 MAP
-reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600 --tenants alpha \
+reclaimer_start "$STORE" "$WORK/daemon.log" --listen "" --interval 3600 --tenants alpha \
     --registries "$listed"
 
-csi_start() {
-    "$BIN/tetris-csi" --store "$store" --csi-socket "$sock" --registry-dir "" \
-        --pods-dir "$pods" --models-dir "$models" --node-id node-a --tenant-map "$map" \
-        >>"$WORK/csi.log" 2>&1 &
-    CSI_PID=$!
-    KILL_ON_EXIT="$KILL_ON_EXIT $CSI_PID"
-    wait_until 60 "[ \$(grep -c event=started '$WORK/csi.log') -gt $1 ] || ! kill -0 $CSI_PID" ||
-        fail "tetris-csi did not start"
-    kill -0 "$CSI_PID" 2>/dev/null || fail "tetris-csi died: $(tail -n 5 "$WORK/csi.log")"
-}
-call() {
-    "$BIN/tetris-test-csi-client" "$@" >"$WORK/reply" 2>"$WORK/reply.err" ||
-        fail "no answer to $2: $(cat "$WORK/reply" "$WORK/reply.err")"
-}
-want() {
-    grep -q "^status=$1 " "$WORK/reply" || fail "$2: want $1, got $(cat "$WORK/reply")"
-}
-# publish VOLUME UID MODEL [NAMESPACE]: the kubelet's publish for pod uid-UID.
-publish() {
-    call "$sock" publish "$1" "$pods/uid-$2/volumes/model" "model=$3" \
-        csi.storage.k8s.io/ephemeral=true "csi.storage.k8s.io/pod.name=fn-$2" \
-        "csi.storage.k8s.io/pod.namespace=${4:-team-b}" "csi.storage.k8s.io/pod.uid=uid-$2" \
-        csi.storage.k8s.io/serviceAccount.name=default
-}
-all_keeps() { find "$store" -path '*/private/holders/csi-*.keep' | wc -l; }
-volumes() { find "$store/private/volumes" -mindepth 1 -maxdepth 1 | wc -l; }
-mounts_under() { grep -c " $1[/ ]" /proc/self/mountinfo || true; }
-record() { cat "$store/private/volumes/$(printf %s "$1" | sha256sum | cut -c1-64)/volume.json"; }
+record() { cat "$STORE/private/volumes/$(printf %s "$1" | sha256sum | cut -c1-64)/volume.json"; }
 # outputs FILE: tetris-onnx-run's digest of the model's outputs, private.
 outputs() {
     "$BIN/tetris-onnx-run" "$1" --private --seed 7 2>"$WORK/run.err" | jq -r .sha256
 }
 
-csi_start 0
+csi_start --registry-dir "" --tenant-map "$map"
 want_v1=$(outputs "$MODELS/hello_deepa.onnx")
 want_old=$(outputs "$MODELS/hello_deepa_old.onnx")
 [ -n "$want_v1" ] && [ -n "$want_old" ] && [ "$want_v1" != "$want_old" ] ||
     fail "the two models' outputs: $want_v1, $want_old"
 
 # ---- pulls that fail: a status, and nothing left behind ----
-# refused STATUS MESSAGE WHAT MODEL: a publish of MODEL gets STATUS saying
+# pull_refused STATUS MESSAGE WHAT MODEL: a publish of MODEL gets STATUS saying
 # MESSAGE; no mount, volume, kept holder or daemon holder (a reference)
 # appears, and the spoiled tensor is not in the store.
-refused() {
-    publish vol-bad x "$4"
+pull_refused() {
+    publish vol-bad x "$4" team-b default
     want "$1" "$3"
     grep -q "$2" "$WORK/reply" || fail "$3: message: $(cat "$WORK/reply")"
-    [ "$(mounts_under "$pods")" = 0 ] || fail "$3: a mount was left behind"
+    [ "$(mounts_under "$PODS")" = 0 ] || fail "$3: a mount was left behind"
     [ "$(volumes)" = 0 ] || fail "$3: a volume was left behind"
-    [ -z "$(ls "$store/private/holders")" ] ||
-        fail "$3: references were left behind: $(ls "$store/private/holders")"
+    [ -z "$(ls "$STORE/private/holders")" ] ||
+        fail "$3: references were left behind: $(ls "$STORE/private/holders")"
     [ ! -e "$TARGET_FILE" ] || fail "$3: the spoiled tensor was published"
-    [ ! -e "$pods/uid-x/volumes/model" ] || fail "$3: the target was made"
+    [ ! -e "$PODS/uid-x/volumes/model" ] || fail "$3: the target was made"
 }
 # shellcheck disable=SC2154 # set by fault_registry
-refused INVALID_ARGUMENT "is not one this node may reach" "an unlisted registry" \
+pull_refused INVALID_ARGUMENT "is not one this node may reach" "an unlisted registry" \
     "oci://127.0.0.1:$PORT_silent/models/hello:v1"
 [ ! -s "$WORK/silent.requests" ] ||
     fail "a request reached the unlisted registry: $(cat "$WORK/silent.requests")"
-refused UNAVAILABLE "hash to\|do not match" "a blob that is not its digest" \
+pull_refused UNAVAILABLE "hash to\|do not match" "a blob that is not its digest" \
     "oci://127.0.0.1:$PORT_corrupt/models/hello:v1"
 grep -q "GET /v2/models/hello/blobs/sha256:$TARGET" "$WORK/corrupt.requests" ||
     fail "the corrupt registry's spoiled blob was never asked for"
-refused UNAVAILABLE "ended after" "a blob cut short" "oci://127.0.0.1:$PORT_truncate/models/hello:v1"
-refused UNAVAILABLE "." "a registry that is down" "oci://127.0.0.1:$down/models/hello:v1"
-refused NOT_FOUND "." "an unknown tag" "oci://$host/models/hello:nope"
-refused INVALID_ARGUMENT "." "a reference that does not parse" "oci://$host/Models/hello:v1"
+pull_refused UNAVAILABLE "ended after" "a blob cut short" "oci://127.0.0.1:$PORT_truncate/models/hello:v1"
+pull_refused UNAVAILABLE "." "a registry that is down" "oci://127.0.0.1:$down/models/hello:v1"
+pull_refused NOT_FOUND "." "an unknown tag" "oci://$host/models/hello:nope"
+pull_refused INVALID_ARGUMENT "." "a reference that does not parse" "oci://$host/Models/hello:v1"
 kill -0 "$RECLAIMER_PID" 2>/dev/null || fail "the daemon died"
 grep -q 'event=publish-failed volume="vol-bad"' "$WORK/csi.log" || fail "failures not logged"
 
 # ---- by tag, by digest: the pulled model's view ----
-t1="$pods/uid-1/volumes/model"
-t2="$pods/uid-2/volumes/model"
-publish vol-tag 1 "oci://$host/models/hello:v1"
+t1="$PODS/uid-1/volumes/model"
+t2="$PODS/uid-2/volumes/model"
+publish vol-tag 1 "oci://$host/models/hello:v1" team-b default
 want OK "publish by tag"
-publish vol-digest 2 "oci://$host/models/hello@$digest1"
+publish vol-digest 2 "oci://$host/models/hello@$digest1" team-b default
 want OK "publish by digest"
 for t in "$t1" "$t2"; do
     mountpoint -q "$t" || fail "nothing mounted at $t"
@@ -142,7 +105,7 @@ for t in "$t1" "$t2"; do
         >/dev/null || fail "$t's index: $(jq -c 'del(.tensors)' "$t/tensors.json")"
     # Every tensor is the store's own file, the pulled one.
     jq -r '.tensors[] | .file' "$t/tensors.json" | sort -u | while read -r f; do
-        [ "$(stat -c %d:%i "$t/$f")" = "$(stat -c %d:%i "$store/public/$f")" ] ||
+        [ "$(stat -c %d:%i "$t/$f")" = "$(stat -c %d:%i "$STORE/public/$f")" ] ||
             fail "$t: $f is not the store's file"
     done
     got=$(outputs "$t/model.onnx")
@@ -151,7 +114,7 @@ done
 [ "$(all_keeps)" = 2 ] || fail "want two kept holders, have $(all_keeps)"
 n_tensors=$(jq '[.layers[] | select(.mediaType == "application/vnd.tetris.tensor.v1")] | length' \
             "$WORK/v1.json")
-for k in "$store"/private/holders/csi-*.keep; do
+for k in "$STORE"/private/holders/csi-*.keep; do
     [ "$(grep -c '^[0-9a-f]\{64\} ' "$k")" = "$n_tensors" ] ||
         fail "$k does not hold the model's $n_tensors tensors"
 done
@@ -161,8 +124,8 @@ grep -q "event=published volume=\"vol-tag\" .*digest=$digest1" "$WORK/csi.log" |
     fail "the digest is not logged"
 
 # ---- a tenant's pod: the pull lands in its tenant's store ----
-t4="$pods/uid-4/volumes/model"
-publish vol-alpha 4 "oci://$host/models/hello:v1" team-a
+t4="$PODS/uid-4/volumes/model"
+publish vol-alpha 4 "oci://$host/models/hello:v1" team-a default
 want OK "publish for tenant alpha"
 [ "$(find "$A/private/holders" -name 'csi-*.keep' | wc -l)" = 1 ] ||
     fail "the tenant's kept holder is not in its store"
@@ -176,7 +139,7 @@ done
 registry_push "$MODELS/hello_deepa_old.onnx" "oci://$host/models/hello:v1"
 digest_old=$(jq -r .digest "$WORK/push.out")
 [ "$digest_old" != "$digest1" ] || fail "the tag did not move"
-publish vol-tag 1 "oci://$host/models/hello:v1"
+publish vol-tag 1 "oci://$host/models/hello:v1" team-b default
 want OK "publish again after the tag moved"
 [ "$(mounts_under "$t1")" = 2 ] || fail "publish again mounted twice"
 [ "$(outputs "$t1/model.onnx")" = "$want_v1" ] || fail "the republished volume changed model"
@@ -186,40 +149,40 @@ record vol-tag | jq -e --arg d "$digest1" '.digest == $d' >/dev/null ||
 # ---- the plugin killed and restarted: recovered from what is mounted ----
 kill -KILL "$CSI_PID"
 wait "$CSI_PID" 2>/dev/null || true
-csi_start 1
+csi_start --registry-dir "" --tenant-map "$map"
 for v in vol-tag vol-digest vol-alpha; do
     grep -q "event=volume-recovered volume=\"$v\" .*digest=$digest1" "$WORK/csi.log" ||
         fail "$v not recovered with its digest"
 done
 [ "$(all_keeps)" = 3 ] || fail "kept holders after the restart: $(all_keeps)"
-publish vol-tag 1 "oci://$host/models/hello:v1"
+publish vol-tag 1 "oci://$host/models/hello:v1" team-b default
 want OK "publish after the restart"
 [ "$(outputs "$t1/model.onnx")" = "$want_v1" ] || fail "the recovered volume changed model"
 # A new volume resolves the tag now: the moved model.
-t3="$pods/uid-3/volumes/model"
-publish vol-moved 3 "oci://$host/models/hello:v1"
+t3="$PODS/uid-3/volumes/model"
+publish vol-moved 3 "oci://$host/models/hello:v1" team-b default
 want OK "publish of the moved tag"
 [ "$(outputs "$t3/model.onnx")" = "$want_old" ] || fail "the moved tag's volume is not its model"
 record vol-moved | jq -e --arg d "$digest_old" '.digest == $d' >/dev/null ||
     fail "vol-moved's record: $(record vol-moved)"
-publish vol-tag 1 "oci://$host/models/hello@$digest_old"
+publish vol-tag 1 "oci://$host/models/hello@$digest_old" team-b default
 want ALREADY_EXISTS "the volume with another digest"
 
 # ---- unpublish: nothing left, the tensors the reclaimer's ----
 for v in "vol-tag $t1" "vol-digest $t2" "vol-moved $t3" "vol-alpha $t4"; do
     # shellcheck disable=SC2086
     set -- $v
-    call "$sock" unpublish "$1" "$2"
+    csi unpublish "$1" "$2"
     want OK "unpublish $1"
     [ -e "$2" ] && fail "$1: the target is still there"
 done
-[ "$(mounts_under "$pods")" = 0 ] || fail "mounts left after unpublish"
+[ "$(mounts_under "$PODS")" = 0 ] || fail "mounts left after unpublish"
 [ "$(all_keeps)" = 0 ] || fail "kept holders left after unpublish"
 [ "$(volumes)" = 0 ] || fail "volumes left after unpublish"
 reclaimer_stop
-"$BIN/tetris-reclaimer" --store "$store" --listen "" --tenants alpha --keep-alive 0 --once \
+"$BIN/tetris-reclaimer" --store "$STORE" --listen "" --tenants alpha --keep-alive 0 --once \
     >>"$WORK/once.log" 2>&1 || fail "reclaimer --once: $(tail -n 3 "$WORK/once.log")"
-left=$(find "$store/public/tensors" "$A/public/tensors" -type f | wc -l)
+left=$(find "$STORE/public/tensors" "$A/public/tensors" -type f | wc -l)
 [ "$left" = 0 ] || fail "$left tensors of unpublished volumes stay"
 kill -TERM "$CSI_PID"
 wait "$CSI_PID" || fail "tetris-csi exited $? on SIGTERM"

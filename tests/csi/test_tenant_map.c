@@ -1,10 +1,15 @@
 /* test_tenant_map.c - the CSI tenant map (reclaimer/csi/tenant_map.h):
  * what a line may say, which rule a pod's identity gets (the most
- * specific), that a pod no rule matches gets none, and that one bad line
- * refuses the whole file with the line named. */
+ * specific), that a pod no rule matches gets none, that one bad line
+ * refuses the whole file with the line named; and the file followed: a
+ * rewrite, a rename over it and the kubelet's swap of a link are each
+ * read once, a text that does not parse or a file that is gone is refused
+ * once and the map before it stays. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "reclaimer/csi/tenant_map.h"
 #include "tests/lib/unit.h"
@@ -179,6 +184,82 @@ START_TEST(test_read_file)
 }
 END_TEST
 
+/* What the followed map says of team-a's and team-b's default pods. */
+static const char *stores_of(const tenant_map_file *f, char *buf, size_t size)
+{
+    const tenant_map *m = tenant_map_file_map(f);
+    snprintf(buf, size, "%s %s", store_of(m, "team-a", "default"),
+             store_of(m, "team-b", "default"));
+    return buf;
+}
+
+START_TEST(test_follow_file)
+{
+    const char *dir = unit_scratch_dir("tenant-map-follow");
+    char path[512], data[512], v1[512], v2[512], tmp[512], file[600], buf[64];
+    tenant_map_file *f = NULL;
+    tetris_error err;
+    /* The kubelet's layout: map -> ..data/map, ..data -> v1. */
+    snprintf(path, sizeof(path), "%s/map", dir);
+    snprintf(data, sizeof(data), "%s/..data", dir);
+    snprintf(v1, sizeof(v1), "%s/v1", dir);
+    snprintf(v2, sizeof(v2), "%s/v2", dir);
+    snprintf(tmp, sizeof(tmp), "%s/..data_tmp", dir);
+    ck_assert_int_eq(mkdir(v1, 0700), 0);
+    ck_assert_int_eq(mkdir(v2, 0700), 0);
+    snprintf(file, sizeof(file), "%s/map", v1);
+    unit_write_text(file, "team-a * tenant:alpha\n");
+    ck_assert_int_eq(symlink("v1", data), 0);
+    ck_assert_int_eq(symlink("..data/map", path), 0);
+    ck_assert_int_eq(tenant_map_file_open(path, &f, &err), 0);
+    ck_assert_str_eq(tenant_map_file_path(f), path);
+    ck_assert_str_eq(stores_of(f, buf, sizeof(buf)), "alpha refused");
+    /* Nothing changed: nothing read. */
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), 0);
+
+    /* The kubelet's update: the new file beside, the link swapped by rename. */
+    snprintf(file, sizeof(file), "%s/map", v2);
+    unit_write_text(file, "team-a * tenant:alpha\nteam-b * tenant:beta\n");
+    ck_assert_int_eq(symlink("v2", tmp), 0);
+    ck_assert_int_eq(rename(tmp, data), 0);
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), 1);
+    ck_assert_str_eq(stores_of(f, buf, sizeof(buf)), "alpha beta");
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), 0);
+
+    /* A text that does not parse: refused once, with the line; the map
+     * before it stays, also at the next refresh. */
+    ck_assert_int_eq(unlink(path), 0);
+    unit_write_text(path, "team-a * tenant:alpha\nteam-b beta\n");
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), -TETRIS_E_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, ":2: want NAMESPACE SERVICE-ACCOUNT STORE"));
+    ck_assert_str_eq(stores_of(f, buf, sizeof(buf)), "alpha beta");
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), 0);
+    ck_assert_str_eq(stores_of(f, buf, sizeof(buf)), "alpha beta");
+
+    /* Rewritten in place, fixed (another size): read. */
+    unit_write_text(path, "team-a * shared\n* * tenant:gamma\n");
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), 1);
+    ck_assert_str_eq(stores_of(f, buf, sizeof(buf)), "shared gamma");
+
+    /* Gone: refused once, the map before it stays; back: read. */
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), -TETRIS_E_NOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, path));
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), 0);
+    ck_assert_str_eq(stores_of(f, buf, sizeof(buf)), "shared gamma");
+    unit_write_text(path, "team-b * shared\n");
+    ck_assert_int_eq(tenant_map_file_refresh(f, &err), 1);
+    ck_assert_str_eq(stores_of(f, buf, sizeof(buf)), "refused shared");
+    tenant_map_file_free(f);
+
+    /* At open, a map that does not parse, or no file, is the caller's error. */
+    unit_write_text(path, "team-b\n");
+    ck_assert_int_eq(tenant_map_file_open(path, &f, &err), -TETRIS_E_FORMAT);
+    snprintf(file, sizeof(file), "%s/absent", dir);
+    ck_assert_int_eq(tenant_map_file_open(file, &f, &err), -TETRIS_E_NOTFOUND);
+}
+END_TEST
+
 static void unit_tests(Suite *s)
 {
     TCase *tc = unit_tcase(s, "tenant_map", 0);
@@ -187,6 +268,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, test_bad_maps);
     tcase_add_test(tc, test_bounds);
     tcase_add_test(tc, test_read_file);
+    tcase_add_test(tc, test_follow_file);
 }
 
 UNIT_MAIN("tenant_map")
