@@ -192,7 +192,7 @@ model="$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx"
     "$model" "$work/view" >"$work/view.json" 2>"$work/view.err" ||
     fail "tetris-agent view against the chart's daemon: $(tail -n 3 "$work/view.err")"
 k8s_pod_log "$ns" "$pod" reclaimer >"$work/reclaimer.log" 2>&1
-grep -qF "event=derive-runtime runtime=\"onnxruntime $node_ort_version\" lib=$node_ort" "$work/reclaimer.log" ||
+grep -qF "event=derive-runtime runtime=\"onnxruntime $node_ort_version\" lib=\"$node_ort\"" "$work/reclaimer.log" ||
     fail "the daemon did not derive with $node_ort: $(grep event=derive "$work/reclaimer.log")"
 # The chart's capabilities are for this: the child parsing the graph is nobody.
 grep -q "event=derived .*runtime=\"onnxruntime $node_ort_version\" .* child_uid=65534 child_gid=65534 child_capabilities=none" \
