@@ -69,9 +69,9 @@ static const char exit_text[] =
     "Logs go to stderr as key=value lines (TETRIS_LOG_LEVEL=debug for more).\n"
     "Exit status: 0 ok; 1 failure (verify found corrupt tensors, a load failed, a\n"
     "view cannot be written: a --view-dir or DIR that is not empty or not ours);\n"
-    "2 usage; 3 bad model or manifest (check-view: a view not to trust); 4 no\n"
-    "usable store at DIR. exec, once CMD started: CMD's status; 126 CMD cannot\n"
-    "be run, 127 CMD not found.\n";
+    "2 usage; 3 bad model or manifest (check-view, exec on a given view: a view not\n"
+    "to trust); 4 no usable store at DIR. exec, once CMD started: CMD's status;\n"
+    "126 CMD cannot be run, 127 CMD not found.\n";
 
 struct cli {
     const char *store_dir;
