@@ -15,10 +15,10 @@
 #     recognition model, `tetris-onnx-run --private`; Python: the template's
 #     perceptron over its safetensors file, computed on the host);
 #  3. the store holds one copy of each model: the C and the Node.js
-#     function map the same files of PP-OCRv4 rec (each one's PSS of them
-#     about half its RSS), one kept holder per volume, and the functions
-#     say what they map (the C function's tetris_function_shared_tensor_bytes
-#     through the gateway);
+#     function map the same files of PP-OCRv4 rec, the two Python replicas
+#     those of the perceptron (each one's PSS of them about half its RSS),
+#     one kept holder per volume, and the C function says what it maps
+#     (tetris_function_shared_tensor_bytes, through the gateway);
 #  4. DELETE /system/functions unpublishes every volume: no volume, kept
 #     holder or mount is left.
 # The plugin and the node daemon run on this machine (as the chart's
@@ -163,24 +163,31 @@ copy=$(find "$store/public/tensors" -type f | wc -l)
     fail "the store holds $copy tensor files, want one copy of $copy_ocr_rec + $copy_mlp"
 [ "$(csi_volumes "$store")" = $pods ] && [ "$(csi_keeps "$store")" = $pods ] ||
     fail "volumes $(csi_volumes "$store"), kept holders $(csi_keeps "$store"), want $pods"
-# The processes that map PP-OCRv4 rec's files: the C and the Node.js function.
-mkdir -p "$WORK/ocr-files"
-for d in $(jq -r '.tensors[].digest | sub("sha256:"; "")' "$WORK/ocr-rec.json" | sort -u); do
-    f="$store/public/tensors/$(printf '%s' "$d" | cut -c1-2)/$d"
-    [ -f "$f" ] || fail "the store lacks $d of ocr-rec"
-    ln -s "$f" "$WORK/ocr-files/$d"
-done
-store_mappers "$WORK/ocr-files/" "$WORK/mappers"
-[ "$(wc -l <"$WORK/mappers")" = 2 ] || fail "want the 2 functions of ocr-rec mapping its tensors: $(cat "$WORK/mappers")"
-while read -r p r s; do
-    [ $((s * 2)) -le $((r + r / 10 + 8)) ] || fail "$p: PSS $s kB of RSS $r kB of the store: not shared"
-done <"$WORK/mappers"
+# shared_by MODEL N: N processes map MODEL's files in the store (the
+# functions' runtimes), each with about its 1/N share of their pages.
+shared_by() {
+    mkdir -p "$WORK/$1-files"
+    for _d in $(jq -r '.tensors[].digest | sub("sha256:"; "")' "$WORK/$1.json" | sort -u); do
+        _f="$store/public/tensors/$(printf '%s' "$_d" | cut -c1-2)/$_d"
+        [ -f "$_f" ] || fail "the store lacks $_d of $1"
+        ln -sf "$_f" "$WORK/$1-files/$_d"
+    done
+    store_mappers "$WORK/$1-files/" "$WORK/$1.mappers"
+    [ "$(wc -l <"$WORK/$1.mappers")" = "$2" ] ||
+        fail "want $2 processes mapping $1's tensors: $(cat "$WORK/$1.mappers")"
+    while read -r _p _r _s; do
+        [ $((_s * $2)) -le $((_r + _r / 10 + 8)) ] || fail "$_p: PSS $_s kB of RSS $_r kB of $1's files: not shared by $2"
+    done <"$WORK/$1.mappers"
+}
+# PP-OCRv4 rec: the C and the Node.js function; mlp: the two Python replicas.
+shared_by ocr-rec 2
+shared_by mlp 2
 shared="$(curl -fsS --max-time 10 "$OF_GW/function/ocr-c/metrics" |
     awk '$1 == "tetris_function_shared_tensor_bytes" { print $2 }')"
 [ "${shared:-0}" -gt 0 ] || fail "the C function maps nothing from its volume: shared_tensor_bytes=${shared:-none}"
 curl -fsS "http://127.0.0.1:$metrics_port/metrics" |
     grep -E '^tetris_store_(holders|resident_bytes|tensors) ' >"$WORK/store.metrics" || true
-echo "ok 3. one copy: $copy tensor files for $pods volumes ($pods kept holders); the C and Node.js functions share ocr-rec's pages ($(tr '\n' ' ' <"$WORK/mappers")); the C function maps $shared bytes"
+echo "ok 3. one copy: $copy tensor files for $pods volumes ($pods kept holders); the C and Node.js functions share ocr-rec's pages, the Python replicas mlp's; the C function maps $shared bytes"
 
 # ---- 4. deleting the functions unpublishes the volumes ----
 for fn in ocr-c ocr-node mlp-py; do
