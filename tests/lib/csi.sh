@@ -75,13 +75,15 @@ csi_cleanup() {
 
 # store_mappers TENSORS OUT: every process that maps a file of the
 # directory TENSORS (a store's public/tensors, or links to some of its
-# files), one line "PID RSS PSS" (kB of those files) each, into OUT.
+# files), one line "PID RSS PSS" (kB of those files) each, into OUT. A
+# process that mapped them and touched none of their pages yet is listed
+# with an RSS of 0.
 store_mappers() {
     find -L "$1" -type f -printf '%i\n' >"$2.inodes"
     for _s in /proc/[0-9]*/smaps; do
         awk -v p="${_s%/smaps}" 'NR == FNR { ino[$1] = 1; next }
             /^[0-9a-f]+-[0-9a-f]+ / { in_store = ($5 in ino) && $6 ~ /\/tensors\// }
-            /^Rss:/ && in_store { r += $2 } /^Pss:/ && in_store { s += $2 }
-            END { if (r > 0) print p, r, s }' "$2.inodes" "$_s" 2>/dev/null
+            /^Size:/ && in_store { z += $2 } /^Rss:/ && in_store { r += $2 } /^Pss:/ && in_store { s += $2 }
+            END { if (z > 0) print p, r + 0, s + 0 }' "$2.inodes" "$_s" 2>/dev/null
     done >"$2"
 }
