@@ -201,6 +201,7 @@ wait_until "$K8S_TIMEOUT" "[ -z \"\$(kc -n $ns get pods -o name)\" ] && [ \$(csi
 [ "$(csi_mounts)" = 0 ] || fail "mounts left under the kubelet's pods directory"
 [ "$(grep -c 'event=unpublished .*known=true' "$WORK/csi.log")" -ge $pods ] ||
     fail "$(grep -c 'event=unpublished .*known=true' "$WORK/csi.log") volumes unpublished, want $pods"
-left="$(kc -n "$ns" get deployments,replicasets,services,pods -l faas_function -o name)"
-[ -z "$left" ] || fail "left in $ns: $left"
+# faas-netes deletes in the foreground: the Deployments go once their pods have.
+wait_until "$K8S_TIMEOUT" "[ -z \"\$(kc -n $ns get deployments,replicasets,services,pods -l faas_function -o name)\" ]" ||
+    fail "left in $ns: $(kc -n "$ns" get deployments,replicasets,services,pods -l faas_function -o name | tr '\n' ' ')"
 echo "ok 4. the functions deleted through the gateway: $pods volumes unpublished, no kept holder or mount left"
