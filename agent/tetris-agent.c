@@ -1,11 +1,13 @@
 /* tetris-agent - the agent's command line: index a model (manifest), load
  * it through the node's tensor store, verify a store, and inspect models
  * and stores. */
+#include <errno.h>
 #include <malloc.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -45,11 +47,13 @@ static const char commands_text[] =
     "        directory any runtime opens instead of MODEL to compute on the\n"
     "        store's pages (docs/PROTOCOLS.md, \"Model view\").\n"
     "  exec [LOAD OPTIONS] [--model MODEL] [--model-ref REF] [--view-dir DIR]\n"
-    "       -- CMD [ARGS...]\n"
+    "       [--model-view DIR] -- CMD [ARGS...]\n"
     "        write the model view, run CMD with " TETRIS_ENV_MODEL_VIEW "=<view dir> in its\n"
     "        environment, hold the references while it runs, then remove the view\n"
     "        and exit with CMD's status. view and exec take a registry reference\n"
-    "        as MODEL too (pulled by the node daemon).\n"
+    "        as MODEL too (pulled by the node daemon). A view the platform gives\n"
+    "        (--model-view, $" TETRIS_ENV_MODEL_VIEW ": tetris-csi's volume) is checked and\n"
+    "        used as is: CMD replaces exec, nothing is loaded.\n"
     "  check-view [DIR]\n"
     "        check a model view (default $" TETRIS_ENV_MODEL_VIEW ") the way its reader must\n"
     "        before trusting it\n"
@@ -65,9 +69,9 @@ static const char exit_text[] =
     "Logs go to stderr as key=value lines (TETRIS_LOG_LEVEL=debug for more).\n"
     "Exit status: 0 ok; 1 failure (verify found corrupt tensors, a load failed, a\n"
     "view cannot be written: a --view-dir or DIR that is not empty or not ours);\n"
-    "2 usage; 3 bad model or manifest (check-view: a view not to trust); 4 no\n"
-    "usable store at DIR. exec, once CMD started: CMD's status; 126 CMD cannot\n"
-    "be run, 127 CMD not found.\n";
+    "2 usage; 3 bad model or manifest (check-view, exec on a given view: a view not\n"
+    "to trust); 4 no usable store at DIR. exec, once CMD started: CMD's status;\n"
+    "126 CMD cannot be run, 127 CMD not found.\n";
 
 struct cli {
     const char *store_dir;
@@ -88,6 +92,7 @@ struct cli {
     const char *model;     /* --model */
     const char *model_ref; /* --model-ref */
     const char *view_dir; /* --view-dir */
+    const char *given_view;   /* --model-view: a view the platform made */
     struct view_options view; /* --derived, --runtime */
     const char *arg;      /* the first operand, if any */
     const char *arg2;     /* the second (view: DIR) */
@@ -279,6 +284,13 @@ static const struct opt_spec exec_options[] = {
      .dest = &args.view_dir,
      .meta = "DIR",
      .help = "where to write the view (default: a new directory in ${TMPDIR:-/tmp})"},
+    {.name = "model-view",
+     .type = OPT_TYPE_STRING,
+     .dest = &args.given_view,
+     .env = TETRIS_ENV_MODEL_VIEW,
+     .meta = "DIR",
+     .help = "a view the platform made (tetris-csi's volume): checked, then CMD replaces exec "
+             "with it; the model and load options are not used"},
     LOAD_OPTIONS(TETRIS_ENV_STORE, TETRIS_ENV_TENANT, TETRIS_ENV_MANIFEST),
     VIEW_OPTIONS(TETRIS_ENV_DERIVED, TETRIS_ENV_VIEW_RUNTIME),
     {0},
@@ -346,7 +358,11 @@ static const struct opt_program exec_command = {
              "one exec fails before CMD starts. --store, --tenant and --manifest default to\n"
              "$" TETRIS_ENV_STORE ", $" TETRIS_ENV_TENANT " and $" TETRIS_ENV_MANIFEST
              "; --model and --model-ref to\n"
-             "$" TETRIS_ENV_MODEL " and $" TETRIS_ENV_MODEL_REF ".\n",
+             "$" TETRIS_ENV_MODEL " and $" TETRIS_ENV_MODEL_REF ".\n"
+             "A view the platform made (--model-view, default $" TETRIS_ENV_MODEL_VIEW
+             ": tetris-csi's\n"
+             "volume, whose kept holder holds the tensors) is used as is: it is checked as\n"
+             "check-view does, then CMD replaces exec (execvp), with nothing loaded or held.\n",
     .options = exec_options,
     .epilogue = exit_text,
 };
@@ -657,6 +673,35 @@ static int cmd_view(int argc, char **argv)
     return r;
 }
 
+/* CMD in place of exec, on a view the platform made and holds (a
+ * tetris-csi volume: its kept holder keeps the tensors for the volume's
+ * life): nothing is loaded or held here, so nothing needs this process.
+ * The view is checked first, as its reader will: a view not to trust ends
+ * exec before CMD starts. Returns only on failure. */
+static int exec_given_view(const char *dir, char **cmd)
+{
+    struct view_check_result res;
+    tetris_error err = {0};
+    int r;
+
+    if ((r = view_check(dir, &res, &err)) < 0) {
+        log_error("event=view-invalid view=%s code=%s msg=%s", LOG_Q(dir), tetris_code_name(r),
+                  LOG_Q(err.msg));
+        return EXIT_BAD_INPUT;
+    }
+    if (setenv(TETRIS_ENV_MODEL_VIEW, dir, 1) < 0) {
+        log_error("event=error op=exec msg=\"cannot set " TETRIS_ENV_MODEL_VIEW "\"");
+        return EXIT_FAIL;
+    }
+    log_info("event=exec-given-view view=%s shared=%d tensors=%zu shared_files=%zu cmd=%s",
+             LOG_Q(dir), res.shared, res.tensors, res.shared_files, LOG_Q(cmd[0]));
+    fflush(NULL);
+    execvp(cmd[0], cmd);
+    int e = errno;
+    log_error("event=exec-failed cmd=%s errno=%d msg=%s", LOG_Q(cmd[0]), e, LOG_Q(strerror(e)));
+    return e == ENOENT || e == ENOTDIR ? SUPERVISE_EXIT_NOT_FOUND : SUPERVISE_EXIT_CANNOT_RUN;
+}
+
 static int cmd_exec(int argc, char **argv)
 {
     agent_model *am = NULL;
@@ -671,6 +716,8 @@ static int cmd_exec(int argc, char **argv)
         return r;
     if (dashes + 1 >= argc)
         return opt_usage_error(&exec_command, "expected -- CMD [ARGS...]"), EXIT_USAGE;
+    if (c.given_view != NULL && c.given_view[0] != '\0')
+        return exec_given_view(c.given_view, argv + dashes + 1);
     const char *ref, *file, *loaded;
     if ((r = model_names(&exec_command, c.model, c.model_ref, &ref, &file)) != EXIT_OK)
         return r;

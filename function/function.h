@@ -8,6 +8,7 @@
  *   batcher.c          the batching queue and its workers (batcher.h)
  *   oip_ort.c          protocol tensors in and out of ONNX Runtime
  *   fn_metrics.c       the request metrics
+ *   fn_view.c          a model view the platform made (tetris-csi's volume)
  *
  * Life cycle: the HTTP server starts first, so that liveness answers while
  * the model loads; `loaded` is set once the model, its signature, the
@@ -23,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "agent/agent.h"
 #include "agent/ort_adapter.h"
 #include "agent/ort_inputs.h"
@@ -35,6 +38,9 @@ struct fn_options {
     const char *model;         /* the model file; NULL: only model_ref */
     const char *model_ref;     /* its registry reference (oci://...), pulled by the
                                   node daemon; model is then the fallback */
+    const char *model_view;    /* a model view the platform made (tetris-csi's
+                                  volume): its graph instead of model and the
+                                  store; NULL: none */
     const char *model_name;    /* NULL: the model file's base name without .onnx */
     const char *model_version; /* NULL: unversioned */
     const char *store_dir;     /* NULL: private */
@@ -49,8 +55,18 @@ struct fn_options {
     uint64_t max_body_bytes;
 };
 
+/* What tetris-function takes from a view's index (docs/PROTOCOLS.md,
+ * "Model view"). */
+struct fn_view {
+    char *dir;     /* the view, absolute, links resolved */
+    char *graph;   /* the file a session opens: absolute, or in the view */
+    char *model;   /* the original model's path, informational: its name */
+    json_t *index; /* tensors.json */
+};
+
 struct fn {
     struct fn_options o;
+    struct fn_view view; /* when o.model_view */
     double started_ms; /* clock_now_ms() at main(): the start metrics' zero */
     char *model_name; /* what the /v2 paths call the model */
     const char *model_path; /* what was loaded: o.model_ref, or o.model */
@@ -70,6 +86,19 @@ struct fn {
     pthread_cond_t replies_sent;
     unsigned replies_pending;
 };
+
+/* ---- fn_view.c ---- */
+/* Checks the view at dir as its reader must (view_check) and reads its
+ * index into *out (fn_view_free). TETRIS_E_DENIED, TETRIS_E_FORMAT or
+ * TETRIS_E_NOTFOUND for a view not to trust, TETRIS_E_FORMAT for one
+ * without an ONNX graph. */
+int fn_view_read(const char *dir, struct fn_view *out, tetris_error *err);
+/* A session on the view's graph: ONNX Runtime maps its external data, the
+ * store's files, itself; *out's shared counts are the store's tensors it
+ * maps (/proc/self/maps). */
+int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, ort_model **out,
+                 tetris_error *err);
+void fn_view_free(struct fn_view *v);
 
 /* ---- fn_replies.c ---- */
 /* An inference handler's first step: false (and resp is a 503) while the

@@ -157,13 +157,21 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
          .help = "the model's registry reference (oci://HOST:PORT/REPO[:TAG|@sha256:HEX]), "
                  "pulled by the node daemon into the store; a --model FILE is then used only "
                  "if the pull fails"},
+        {.name = "model-view",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->model_view,
+         .env = TETRIS_ENV_MODEL_VIEW,
+         .meta = "DIR",
+         .help = "a model view the platform made (tetris-csi's volume, mounted by the webhook "
+                 "at " TETRIS_MODEL_VIEW_MOUNT_DIR "): its graph is served, its weights the "
+                 "store's pages; --model, --model-ref and --store are then not used"},
         {.name = "name",
          .type = OPT_TYPE_STRING,
          .dest = &o->model_name,
          .env = TETRIS_ENV_MODEL_NAME,
          .meta = "NAME",
          .help = "the model's name in /v2/models/NAME (default: FILE's base name without .onnx, "
-                 "or the last component of REF's repository)"},
+                 "or the last component of REF's repository; with a view, its model's)"},
         {.name = "model-version",
          .type = OPT_TYPE_STRING,
          .dest = &o->model_version,
@@ -274,7 +282,8 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
     };
     const struct opt_program prog = {
         .name = "tetris-function",
-        .synopsis = "[--model FILE] [--model-ref REF] [--name NAME] [--model-version V]\n"
+        .synopsis = "[--model FILE] [--model-ref REF] [--model-view DIR] [--name NAME]\n"
+                    "[--model-version V]\n"
                     "[--store DIR [--direct] [--tenant T]\n"
                     "[--manifest M] | --private] [--listen ADDR:PORT]\n"
                     "[--batch B] [--concurrency P] [--max-wait-ms MS]\n"
@@ -290,7 +299,14 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
         return -1;
     if (first != argc)
         return opt_usage_error(&prog, "unexpected argument '%s'", argv[first]);
-    if (o->model != NULL && oci_ref_is(o->model)) {
+    /* --private is the baseline: the model file, whatever the platform
+     * mounted. */
+    if (a.private_ || (o->model_view != NULL && o->model_view[0] == '\0'))
+        o->model_view = NULL;
+    if (o->model_view != NULL) {
+        if (a.direct)
+            return opt_usage_error(&prog, "--direct needs the store, not a model view");
+    } else if (o->model != NULL && oci_ref_is(o->model)) {
         /* The same reference twice (an image's TETRIS_MODEL_REF and a
          * deployment's TETRIS_MODEL) is one. */
         if (o->model_ref != NULL && strcmp(o->model_ref, o->model) != 0)
@@ -299,13 +315,13 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
         o->model_ref = o->model;
         o->model = NULL;
     }
-    if (o->model == NULL && o->model_ref == NULL)
+    if (o->model_view == NULL && o->model == NULL && o->model_ref == NULL)
         return opt_usage_error(&prog, "no model: set " TETRIS_ENV_MODEL " or --model");
     tetris_error err = {0};
     oci_ref ref;
     if (o->model_ref != NULL && oci_ref_parse(o->model_ref, &ref, &err) < 0)
         return opt_usage_error(&prog, "%s", err.msg);
-    if (o->model_ref != NULL && o->model == NULL &&
+    if (o->model_view == NULL && o->model_ref != NULL && o->model == NULL &&
         (a.private_ || a.direct || o->store_dir == NULL))
         return opt_usage_error(&prog, "a model named by reference is pulled by the node daemon: "
                                       "it needs " TETRIS_ENV_STORE " (not --private or --direct), "
@@ -324,7 +340,10 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
 
 static const char *mode_name(const struct fn_options *o)
 {
-    return o->store_dir == NULL ? "private" : o->mode == AGENT_MODE_DIRECT ? "direct" : "store";
+    return o->model_view != NULL          ? "view"
+           : o->store_dir == NULL         ? "private"
+           : o->mode == AGENT_MODE_DIRECT ? "direct"
+                                          : "store";
 }
 
 /* ---- HTTP ---- */
@@ -466,8 +485,17 @@ static int load_model(struct fn *f, double *session_ms, tetris_error *err)
     struct ort_adapter_options oo;
     int r;
 
+    ort_adapter_options_init(&oo);
+    oo.intra_op_threads = f->o.threads;
     f->model_path = f->o.model_ref != NULL ? f->o.model_ref : f->o.model;
-    if (f->o.store_dir != NULL) {
+    if (f->o.model_view != NULL) {
+        double t0 = clock_now_ms();
+        f->model_path = f->view.graph;
+        r = fn_view_open(&f->view, &oo, &f->m, err);
+        *session_ms = clock_now_ms() - t0;
+        if (r < 0)
+            return r;
+    } else if (f->o.store_dir != NULL) {
         agent_options_init(&ao);
         ao.mode = f->o.mode;
         ao.store_dir = f->o.store_dir;
@@ -485,13 +513,15 @@ static int load_model(struct fn *f, double *session_ms, tetris_error *err)
         agent_log_pull_fallback(f->o.model_ref, f->o.model, &why);
         f->model_path = f->o.model;
     }
-    ort_adapter_options_init(&oo);
-    oo.intra_op_threads = f->o.threads;
-    oo.derived = f->o.derived;
-    double t0 = clock_now_ms();
-    r = ort_model_open(f->model_path, f->am, &oo, &f->m, err);
-    *session_ms = clock_now_ms() - t0;
-    if (r < 0 || (r = ort_io_describe(f->m, f->o.dynamic_dim, &f->io, err)) < 0 ||
+    if (f->m == NULL) {
+        oo.derived = f->o.derived;
+        double t0 = clock_now_ms();
+        r = ort_model_open(f->model_path, f->am, &oo, &f->m, err);
+        *session_ms = clock_now_ms() - t0;
+        if (r < 0)
+            return r;
+    }
+    if ((r = ort_io_describe(f->m, f->o.dynamic_dim, &f->io, err)) < 0 ||
         (r = oip_ort_signature(f->io, &f->sig, err)) < 0)
         return r;
     f->model_metadata = oip_response_model_metadata(f->model_name, f->o.model_version, f->sig,
@@ -512,21 +542,22 @@ static int model_readable(const char *path, tetris_error *err)
     return 0;
 }
 
-/* The model file's base name without ".onnx", or the last component of
- * the reference's repository (the same whether or not the pull works),
- * unless named. */
+/* The model file's base name without ".onnx" (a view's: its original
+ * model's), or the last component of the reference's repository (the
+ * same whether or not the pull works), unless named. */
 static int name_model(struct fn *f, tetris_error *err)
 {
     oci_ref ref;
-    if (f->o.model_name == NULL && f->o.model_ref != NULL) {
+    const char *file = f->o.model_view != NULL ? f->view.model : f->o.model;
+    if (f->o.model_name == NULL && f->o.model_ref != NULL && f->o.model_view == NULL) {
         if (oci_ref_parse(f->o.model_ref, &ref, err) < 0)
             return -err->code;
         const char *last = strrchr(ref.repo, '/');
         f->model_name = strdup(last != NULL ? last + 1 : ref.repo);
         return f->model_name != NULL ? 0 : tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
-    const char *base = strrchr(f->o.model, '/');
-    base = base != NULL ? base + 1 : f->o.model;
+    const char *base = strrchr(file, '/');
+    base = base != NULL ? base + 1 : file;
     size_t len = strlen(base);
     if (f->o.model_name != NULL)
         f->model_name = strdup(f->o.model_name);
@@ -569,10 +600,13 @@ static int start(struct fn *f, tetris_error *err)
     struct fn_metrics_info mi = {0};
     int r;
 
-    /* A missing model is said as such before anything else (a file that is
-     * only the fallback of a reference may be missing); then serving, so
-     * that liveness answers while the model loads. */
-    if ((f->o.model_ref == NULL && (r = model_readable(f->o.model, err)) < 0) ||
+    /* A missing model (or a view not to trust) is said as such before
+     * anything else (a file that is only the fallback of a reference may
+     * be missing); then serving, so that liveness answers while the model
+     * loads. */
+    if ((f->o.model_view != NULL && (r = fn_view_read(f->o.model_view, &f->view, err)) < 0) ||
+        (f->o.model_view == NULL && f->o.model_ref == NULL &&
+         (r = model_readable(f->o.model, err)) < 0) ||
         (r = name_model(f, err)) < 0 || (r = serve(f, err)) < 0 ||
         (r = load_model(f, &mi.steps_ms.session, err)) < 0)
         return r;
@@ -631,6 +665,7 @@ static void stop(struct fn *f)
     free(f->model_metadata);
     oip_ort_signature_free(f->sig);
     free(f->model_name);
+    fn_view_free(&f->view);
     ort_io_free(f->io);
     ort_model_free(f->m);
     agent_model_free(f->am);

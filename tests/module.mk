@@ -25,4 +25,5 @@ E2E_TESTS += tests/k8s/test-extender-kubeclient.sh tests/k8s/test-extender-place
              tests/k8s/test-extender-pins.sh tests/k8s/test-cluster-smoke.sh \
              tests/k8s/test-autoscaler-placement.sh tests/k8s/test-openfaas.sh \
              tests/k8s/test-eval-validate.sh tests/k8s/test-openfaas-docs.sh \
-             tests/k8s/test-openfaas-models.sh tests/k8s/test-openfaas-registry.sh
+             tests/k8s/test-openfaas-models.sh tests/k8s/test-openfaas-registry.sh \
+             tests/k8s/test-openfaas-csi.sh

@@ -25,6 +25,7 @@
 # The plugin and the daemon run on the host (as the chart's DaemonSet
 # would, with the kubelet's directories); the pods are real containers.
 . "$(dirname "$0")/../lib/k8s.sh"
+. "$ROOT/tests/lib/csi-k8s.sh"
 
 k8s_skip_unless_possible
 k8s_release_only "$BIN/tetris-onnx-run"
@@ -40,13 +41,10 @@ bns="$K8S_NS"
 k8s_namespace csi-nobody
 nns="$K8S_NS"
 N=3
-DRIVER=csi.tetris.io
-kubelet="$CLUSTER_DIR/kubelet"
-plugin_dir="$kubelet/plugins/$DRIVER"
 store="$WORK/store"
 models="$WORK/models"
 map="$WORK/tenant-map"
-mkdir -p "$store" "$models" "$plugin_dir"
+mkdir -p "$store" "$models"
 cp "$MODELS/silero_vad_v5.onnx" "$models/vad.onnx"
 cp "$MODELS/hello_deepa.onnx" "$models/other.onnx"
 printf '%s * tenant:alpha\n%s * tenant:beta\n' "$ans" "$bns" >"$map"
@@ -54,63 +52,31 @@ A="$store/tenants/alpha"
 B="$store/tenants/beta"
 
 # ---- the node's two programs, restartable ----
-# The plugin is not a child of this shell: the exit handler must delete
-# the pods (and the kubelet unpublish their volumes) while it still runs,
-# and a test's exit waits for its children before its handlers run.
 daemon_start() {
     reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600 --tenants alpha,beta
 }
-csi_start() {
-    _n=$(grep -c event=started "$WORK/csi.log" 2>/dev/null || true)
-    ("$BIN/tetris-csi" --store "$store" --csi-socket "$plugin_dir/csi.sock" \
-        --registry-dir "$kubelet/plugins_registry" --pods-dir "$kubelet/pods" --models-dir "$models" \
-        --node-id "$NODE_NAME" --tenant-map "$map" >>"$WORK/csi.log" 2>&1 &
-        echo $! >"$WORK/csi.pid")
-    CSI_PID=$(cat "$WORK/csi.pid")
-    wait_until 60 "[ \$(grep -c event=started '$WORK/csi.log') -gt ${_n:-0} ] || ! kill -0 $CSI_PID" ||
-        fail "tetris-csi did not start"
-    kill -0 "$CSI_PID" 2>/dev/null || fail "tetris-csi died: $(tail -n 5 "$WORK/csi.log")"
-}
+plugin_start() { csi_start "$store" "$models" --tenant-map "$map"; }
 # kill_both: SIGKILL to the plugin and the daemon, both gone on return.
 kill_both() {
     kill -KILL "$CSI_PID" "$RECLAIMER_PID"
     wait "$RECLAIMER_PID" 2>/dev/null || true
     wait_until 30 "! kill -0 $CSI_PID 2>/dev/null" || fail "tetris-csi survived SIGKILL"
 }
-keeps() { find "$1/private/holders" -name 'csi-*.keep' 2>/dev/null | wc -l; }
+keeps() { csi_keeps "$1"; }
 all_keeps() { find "$store" -path '*/private/holders/csi-*.keep' | wc -l; }
-volumes() { find "$store/private/volumes" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
-our_mounts() { grep -c " $kubelet/pods/.*/kubernetes.io~csi/" /proc/self/mountinfo || true; }
+volumes() { csi_volumes "$store"; }
 
 # At exit, before the namespaces go: the pods are deleted while the plugin
 # still answers, so that the kubelet unpublishes their volumes; then the
 # programs stop and whatever is still mounted from the store goes.
-csi_cleanup() {
-    for _ns in $ans $bns $nns; do
-        kc -n "$_ns" delete pods --all --grace-period=1 --wait=false >/dev/null 2>&1
-    done
-    wait_until 90 "[ \$(volumes) = 0 ]" 2>/dev/null
-    kill -TERM "$CSI_PID" 2>/dev/null
-    wait_until 30 "! kill -0 $CSI_PID 2>/dev/null" 2>/dev/null
-    grep -o " $kubelet/pods/[^ ]*/kubernetes.io~csi/[^ ]* " /proc/self/mountinfo | sort -r |
-        xargs -r -n1 umount -l 2>/dev/null
-    kc delete csidriver "$DRIVER" --wait=false >/dev/null 2>&1
-    rm -rf "$plugin_dir"
-}
-at_exit csi_cleanup
+csi_cleanup_at_exit "$store" "$ans $bns $nns"
 
 daemon_start
-csi_start
+plugin_start
 
 # ---- 1. registration and the CSIDriver ----
-"$("$ROOT/scripts/helm.sh")" template tetris "$ROOT/charts/tetris" --set csi.enabled=true \
-    --show-only templates/csi.yaml >"$WORK/csidriver.yaml" || fail "helm template of the CSIDriver"
-kc apply -f "$WORK/csidriver.yaml" >/dev/null || fail "cannot create the CSIDriver"
-wait_until 60 "grep -q 'event=registered driver=$DRIVER' '$WORK/csi.log'" ||
-    fail "the kubelet did not register the plugin: $(tail -n 5 "$WORK/csi.log")"
-wait_until 60 "kc get csinode '$NODE_NAME' -o json | jq -e '.spec.drivers // [] | any(.name == \"$DRIVER\" and .nodeID == \"$NODE_NAME\")' >/dev/null" ||
-    fail "CSINode $NODE_NAME does not list $DRIVER: $(kc get csinode "$NODE_NAME" -o json | jq -c .spec)"
-echo "ok the plugin registered itself with the kubelet; the node lists $DRIVER"
+csi_register
+echo "ok the plugin registered itself with the kubelet; the node lists $CSI_DRIVER"
 
 # ---- 2. N pods of tenant alpha through the webhook ----
 k8s_manifest "$mns" vad "$models/vad.onnx" "$WORK/vad.json"
@@ -163,7 +129,7 @@ i=1
 while [ $i -le $N ]; do
     ran "$ans" "fn-$i" vad
     admitted="$(kc -n "$ans" get pod "fn-$i" -o json)"
-    printf '%s' "$admitted" | jq -e --arg d "$DRIVER" --arg m "$models/vad.onnx" '[.spec.volumes[] | select(.csi != null)] |
+    printf '%s' "$admitted" | jq -e --arg d "$CSI_DRIVER" --arg m "$models/vad.onnx" '[.spec.volumes[] | select(.csi != null)] |
         length == 1 and .[0].csi == {driver: $d, readOnly: true, volumeAttributes: {model: $m}}' >/dev/null ||
         fail "fn-$i: not the webhook's CSI volume: $(printf '%s' "$admitted" | jq -c .spec.volumes)"
     v="$(printf '%s' "$admitted" | jq -c -L "$ROOT/tests/lib" 'include "pod_security"; restricted_violations')"
@@ -178,13 +144,7 @@ copy=$(find "$A/public/tensors" -type f | wc -l)
 [ "$(find "$store/public/tensors" -type f | wc -l)" = 0 ] || fail "alpha's model went into the shared store"
 # Every process that maps alpha's tensor files: the N runtimes, each with
 # its 1/N share of the pages.
-find "$A/public/tensors" -type f -printf '%i\n' >"$WORK/alpha.inodes"
-for s in /proc/[0-9]*/smaps; do
-    awk -v p="${s%/smaps}" 'NR == FNR { ino[$1] = 1; next }
-        /^[0-9a-f]+-[0-9a-f]+ / { in_store = ($5 in ino) && $6 ~ /\/tensors\// }
-        /^Rss:/ && in_store { r += $2 } /^Pss:/ && in_store { s += $2 }
-        END { if (r > 0) print p, r, s }' "$WORK/alpha.inodes" "$s" 2>/dev/null
-done >"$WORK/mappers"
+store_mappers "$A/public/tensors" "$WORK/mappers"
 [ "$(wc -l <"$WORK/mappers")" = $N ] || fail "want $N processes mapping alpha's tensors: $(cat "$WORK/mappers")"
 while read -r p r s; do
     [ $((s * N)) -le $((r + r / 10 + 8)) ] || fail "$p: PSS $s kB of RSS $r kB of the store: not shared by $N pods"
@@ -220,10 +180,10 @@ kill_both
     >>"$WORK/once.log" 2>&1 || fail "reclaimer --once: $(tail -n 3 "$WORK/once.log")"
 [ "$(find "$A/public/tensors" -type f | wc -l)" = "$copy" ] || fail "a reclaim pass freed tensors the volumes hold"
 daemon_start
-csi_start
+plugin_start
 [ "$(grep -c 'event=volume-recovered' "$WORK/csi.log")" = $((N + 1)) ] ||
     fail "after the restart: $(grep -c 'event=volume-recovered' "$WORK/csi.log") volumes recovered, want $((N + 1))"
-wait_until 60 "[ \$(grep -c 'event=registered driver=$DRIVER' '$WORK/csi.log') -ge 2 ]" ||
+wait_until 60 "[ \$(grep -c 'event=registered driver=$CSI_DRIVER' '$WORK/csi.log') -ge 2 ]" ||
     fail "the restarted plugin did not register again"
 # A publish in flight: the daemon stopped, the load waits on it. The load
 # opens alpha's store again and connects to its socket: more descriptors
@@ -236,7 +196,7 @@ wait_until 60 "[ \$(loading) -ge $((base + 2)) ]" || fail "the kubelet did not c
 sleep 1
 kill_both
 daemon_start
-csi_start
+plugin_start
 ran "$ans" fn-late vad
 [ "$(volumes)" = $((N + 2)) ] && [ "$(keeps "$A")" = $((N + 1)) ] && [ "$(keeps "$B")" = 1 ] ||
     fail "after the killed publish: volumes $(volumes), alpha's holders $(keeps "$A"), beta's $(keeps "$B")"
@@ -252,7 +212,7 @@ for n in $ans $bns; do kc -n "$n" delete pods --all --grace-period=1 --wait=fals
 wait_until 120 "[ \$(volumes) = 0 ] && [ -z \"\$(kc -n $ans get pods -o name)\$(kc -n $bns get pods -o name)\" ]" ||
     fail "after deleting the pods: $(volumes) volumes left; $(grep -c event=unpublished "$WORK/csi.log") unpublished"
 [ "$(all_keeps)" = 0 ] || fail "kept holders left: $(find "$store" -name 'csi-*.keep')"
-[ "$(our_mounts)" = 0 ] || fail "mounts left under the kubelet's pods directory"
+[ "$(csi_mounts)" = 0 ] || fail "mounts left under the kubelet's pods directory"
 [ "$(grep -c 'event=unpublished .*known=true' "$WORK/csi.log")" -ge $((N + 2)) ] ||
     fail "$(grep -c 'event=unpublished .*known=true' "$WORK/csi.log") volumes unpublished, want $((N + 2))"
 reclaimer_stop

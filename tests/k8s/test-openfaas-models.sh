@@ -19,15 +19,7 @@
 k8s_skip_unless_possible
 k8s_release_only tetris-function
 need_models
-of_bin="$("$ROOT/scripts/cluster/build-openfaas.sh" 2>"$WORK/build-openfaas.log")" || {
-    rc=$?
-    [ $rc = 3 ] && skip "no OpenFaaS CE sources (TETRIS_OPENFAAS_SRC, default ../shared/openfaas)"
-    fail "cannot build OpenFaaS: $(tail -3 "$WORK/build-openfaas.log")"
-}
-for port in 8080 8082; do
-    ! ss -Hltn "sport = :$port" | grep -q . ||
-        fail "the OpenFaaS gateway needs port $port (hard-coded upstream), which is in use"
-done
+k8s_openfaas_bin
 k8s_cluster_up
 k8s_namespace openfaas-fn
 ns="$K8S_NS"
@@ -40,20 +32,8 @@ image=tetris-openfaas-models:latest
 "$ROOT/deploy/images/build.sh" -b "$BIN" -n "$image" "$@" 2>"$work/image.log" ||
     fail "function image: $(tail -3 "$work/image.log")"
 
-netes_port="$(free_port)"
-env port="$netes_port" function_namespace="$ns" image_pull_policy=Never http_probe=true \
-    read_timeout=60s write_timeout=60s \
-    "$of_bin/faas-netes" -kubeconfig "$KUBECONFIG_FILE" -operator=false >"$work/faas-netes.log" 2>&1 &
-KILL_ON_EXIT="$KILL_ON_EXIT $!"
-wait_until 60 "curl -fsS --max-time 2 http://127.0.0.1:$netes_port/healthz" ||
-    fail "faas-netes not healthy: $(tail -5 "$work/faas-netes.log")"
-env functions_provider_url="http://127.0.0.1:$netes_port/" function_namespace="$ns" \
-    scale_from_zero=false upstream_timeout=60s read_timeout=65s write_timeout=65s \
-    faas_prometheus_host=127.0.0.1 faas_prometheus_port=1 \
-    "$of_bin/gateway" >"$work/gateway.log" 2>&1 &
-KILL_ON_EXIT="$KILL_ON_EXIT $!"
-gw=http://127.0.0.1:8080
-wait_until 60 "curl -fsS --max-time 2 $gw/healthz" || fail "gateway not healthy: $(tail -5 "$work/gateway.log")"
+k8s_openfaas "$ns"
+gw="$OF_GW"
 
 seed=11
 n=0

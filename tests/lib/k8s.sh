@@ -258,3 +258,43 @@ k8s_pod_log() {
 k8s_describe() {
     kc -n "$1" describe pod "$2" >&2 2>/dev/null || true
 }
+
+# k8s_openfaas_bin: OpenFaaS CE's faas-netes and gateway, built once
+# (scripts/cluster/build-openfaas.sh), their folder in OF_BIN; SKIPs where
+# neither the binaries nor their sources are there. The gateway listens on
+# 8080 and 8082 (hard-coded upstream): it fails the test when they are taken.
+k8s_openfaas_bin() {
+    OF_BIN="$("$ROOT/scripts/cluster/build-openfaas.sh" 2>"$WORK/build-openfaas.log")" || {
+        _rc=$?
+        [ $_rc = 3 ] && skip "no OpenFaaS CE sources (TETRIS_OPENFAAS_SRC, default ../shared/openfaas)"
+        fail "cannot build OpenFaaS: $(tail -3 "$WORK/build-openfaas.log")"
+    }
+    for _port in 8080 8082; do
+        ! ss -Hltn "sport = :$_port" | grep -q . ||
+            fail "the OpenFaaS gateway needs port $_port (hard-coded upstream), which is in use"
+    done
+}
+
+# k8s_openfaas NS [VAR=VALUE...]: faas-netes (the provider, on a free port,
+# with the VAR=VALUEs of its environment added) and the gateway on
+# 127.0.0.1:8080, as OpenFaaS' chart runs them, for functions in NS;
+# killed at exit. Returns once both are healthy; the gateway's URL in OF_GW.
+k8s_openfaas() {
+    _ns=$1
+    shift
+    _netes_port="$(free_port)"
+    env port="$_netes_port" function_namespace="$_ns" image_pull_policy=Never http_probe=true \
+        read_timeout=60s write_timeout=60s "$@" \
+        "$OF_BIN/faas-netes" -kubeconfig "$KUBECONFIG_FILE" -operator=false >"$WORK/faas-netes.log" 2>&1 &
+    KILL_ON_EXIT="$KILL_ON_EXIT $!"
+    wait_until 60 "curl -fsS --max-time 2 http://127.0.0.1:$_netes_port/healthz" ||
+        fail "faas-netes not healthy: $(tail -5 "$WORK/faas-netes.log")"
+    env functions_provider_url="http://127.0.0.1:$_netes_port/" function_namespace="$_ns" \
+        scale_from_zero=false upstream_timeout=60s read_timeout=65s write_timeout=65s \
+        faas_prometheus_host=127.0.0.1 faas_prometheus_port=1 \
+        "$OF_BIN/gateway" >"$WORK/gateway.log" 2>&1 &
+    KILL_ON_EXIT="$KILL_ON_EXIT $!"
+    OF_GW=http://127.0.0.1:8080
+    wait_until 60 "curl -fsS --max-time 2 $OF_GW/healthz" ||
+        fail "gateway not healthy: $(tail -5 "$WORK/gateway.log")"
+}

@@ -1,0 +1,148 @@
+/* fn_view.c - tetris-function on a model view the platform made: a
+ * tetris-csi volume (docs/PROTOCOLS.md, "Model view"; TETRIS_MODEL_VIEW).
+ * The pod mounts no store and runs no agent: the volume's kept holder holds
+ * the tensors for the volume's life, and the view's graph names the store's
+ * tensor files (mounted read-only on its tensors/) as external data, which
+ * ONNX Runtime maps read-only and shared, as it does the agent's files.
+ *
+ * So the function only checks the view as any reader must (view_check:
+ * owners, modes, every file inside the store or the view and long enough)
+ * and opens a session on its graph with the view's session options, which
+ * are the adapter's defaults: graph optimisation off and no pre-packing,
+ * so the weights ORT computes with are the store's pages. A derived form
+ * the view may carry is not used (the plain graph's answers). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "agent/view.h"
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "common/strmap.h"
+#include "function/function.h"
+
+static int read_index(const char *dir, json_t *ix, struct fn_view *out, tetris_error *err)
+{
+    const char *graph = json_string_value(json_object_get(ix, "graph"));
+    const char *original = json_string_value(json_object_get(ix, "model"));
+    if (graph == NULL || graph[0] == '\0')
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           "model view %s has no ONNX graph (a safetensors model?)", dir);
+    if ((graph[0] == '/' ? asprintf(&out->graph, "%s", graph)
+                         : asprintf(&out->graph, "%s/%s", dir, graph)) < 0) {
+        out->graph = NULL;
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    }
+    if ((out->model = strdup(original != NULL ? original : out->graph)) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    if ((out->dir = realpath(dir, NULL)) == NULL)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "model view %s", dir);
+    out->index = json_incref(ix);
+    return 0;
+}
+
+/* The files under the view's tensors/ that this process maps, relative to
+ * the view ("tensors/XX/<hex>", as the index names them), from
+ * /proc/self/maps. */
+static int mapped_files(const char *dir, strmap *out, tetris_error *err)
+{
+    char prefix[PATH_MAX];
+    int n = snprintf(prefix, sizeof(prefix), "%s/", dir);
+    if (n < 0 || n >= (int)sizeof(prefix))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "model view %s: path too long", dir);
+    cleanup_fclose FILE *maps = fopen("/proc/self/maps", "re");
+    if (maps == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "/proc/self/maps");
+    cleanup_free char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, maps) > 0) {
+        line[strcspn(line, "\n")] = '\0';
+        const char *path = strchr(line, '/');
+        if (path != NULL && strncmp(path, prefix, (size_t)n) == 0 &&
+            strncmp(path + n, "tensors/", 8) == 0)
+            strmap_put(out, path + n, out);
+    }
+    return 0;
+}
+
+int fn_view_read(const char *dir, struct fn_view *out, tetris_error *err)
+{
+    struct view_check_result checked;
+    int r;
+
+    memset(out, 0, sizeof(*out));
+    if ((r = view_check(dir, &checked, err)) < 0)
+        return tetris_wrap(err, "model view %s", dir);
+    char path[PATH_MAX];
+    json_error_t je;
+    if (snprintf(path, sizeof(path), "%s/%s", dir, VIEW_INDEX_NAME) >= (int)sizeof(path))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "model view %s: path too long", dir);
+    /* view_check parsed it already: what it accepted is read here. */
+    json_t *ix = json_load_file(path, 0, &je);
+    if (ix == NULL)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "model view %s: %s", path, je.text);
+    r = read_index(dir, ix, out, err);
+    json_decref(ix);
+    if (r < 0) {
+        fn_view_free(out);
+        return r;
+    }
+    log_info("event=model-view view=%s graph=%s model=%s shared=%d fallback=%s tensors=%zu "
+             "shared_files=%zu",
+             LOG_Q(dir), LOG_Q(out->graph), LOG_Q(out->model), checked.shared,
+             LOG_Q(checked.fallback[0] != '\0' ? checked.fallback : "none"), checked.tensors,
+             checked.shared_files);
+    return 0;
+}
+
+int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, ort_model **out,
+                 tetris_error *err)
+{
+    int r = ort_model_open(v->graph, NULL, oo, out, err);
+    if (r < 0)
+        return r;
+    /* ONNX Runtime maps a tensor's external data, the store's file, when
+     * it is large enough to be worth a mapping, and reads the others into
+     * its own memory: the shared ones are the files it maps. */
+    strmap *mapped = strmap_new();
+    if (mapped == NULL) {
+        ort_model_free(*out);
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    }
+    if ((r = mapped_files(v->dir, mapped, err)) < 0) {
+        strmap_free(mapped, NULL);
+        ort_model_free(*out);
+        return r;
+    }
+    ort_model *m = *out;
+    m->shared_tensors = 0;
+    m->shared_bytes = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach (json_object_get(v->index, "tensors"), i, t) {
+        const char *file = json_string_value(json_object_get(t, "file"));
+        if (json_is_true(json_object_get(t, "shared")) && file != NULL &&
+            strmap_get(mapped, file) != NULL) {
+            m->shared_tensors++;
+            m->shared_bytes += (uint64_t)json_integer_value(json_object_get(t, "length"));
+        }
+    }
+    log_info("event=model-view-mapped view=%s files=%zu shared_tensors=%zu shared_bytes=%llu",
+             LOG_Q(v->dir), strmap_size(mapped), m->shared_tensors,
+             (unsigned long long)m->shared_bytes);
+    strmap_free(mapped, NULL);
+    return 0;
+}
+
+void fn_view_free(struct fn_view *v)
+{
+    free(v->dir);
+    free(v->graph);
+    free(v->model);
+    json_decref(v->index);
+    memset(v, 0, sizeof(*v));
+}
