@@ -19,7 +19,8 @@
 #     nothing they hold; killed again in the middle of a publish (the
 #     daemon stopped, the load waiting on it): the kubelet's retry
 #     publishes the volume, nothing is left of the broken attempt.
-#  5. Deleting the pods unpublishes every volume (NodeUnpublishVolume):
+#  5. Deleting the pods, one of them forced (--grace-period=0 --force),
+#     unpublishes every volume (NodeUnpublishVolume):
 #     no mount, record or kept holder is left, and a reclaim pass frees
 #     every tensor.
 # The plugin and the daemon run on the host (as the chart's DaemonSet
@@ -208,6 +209,13 @@ done
 echo "ok the plugin and the daemon killed twice (once mid-publish): volumes recovered, fn-late published by the retry"
 
 # ---- 5. deleting the pods unpublishes every volume ----
+# A pod force-deleted first: its API object goes at once and the kubelet
+# cleans up after it, unpublishing its volume all the same.
+forced="$(kc -n "$ans" get pods -o jsonpath='{.items[0].metadata.name}')"
+before="$(volumes)"
+kc -n "$ans" delete pod "$forced" --grace-period=0 --force >/dev/null 2>&1
+wait_until 120 "[ \$(volumes) = $((before - 1)) ]" ||
+    fail "pod $forced force-deleted: $(volumes) volumes left, want $((before - 1))"
 for n in $ans $bns; do kc -n "$n" delete pods --all --grace-period=1 --wait=false >/dev/null; done
 wait_until 120 "[ \$(volumes) = 0 ] && [ -z \"\$(kc -n $ans get pods -o name)\$(kc -n $bns get pods -o name)\" ]" ||
     fail "after deleting the pods: $(volumes) volumes left; $(grep -c event=unpublished "$WORK/csi.log") unpublished"
