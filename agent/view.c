@@ -933,6 +933,15 @@ static int check_derived(const char *dir, const char *dir_real, json_t *d, const
 
 int view_check(const char *dir, struct view_check_result *out, tetris_error *err)
 {
+    json_t *ix = NULL;
+    int r = view_check_index(dir, out, &ix, err);
+    json_decref(ix);
+    return r;
+}
+
+int view_check_index(const char *dir, struct view_check_result *out, json_t **index,
+                     tetris_error *err)
+{
     struct stat st;
     json_t *ix = NULL;
     int r;
@@ -998,6 +1007,7 @@ int view_check(const char *dir, struct view_check_result *out, tetris_error *err
         out->shared = json_is_true(shared);
         if (json_is_string(fallback))
             snprintf(out->fallback, sizeof(out->fallback), "%s", json_string_value(fallback));
+        *index = steal_pointer(&ix);
     }
     json_decref(ix);
     return r;

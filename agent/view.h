@@ -138,6 +138,12 @@ struct view_check_result {
  * that is missing or resolves elsewhere or is too short; the message
  * names the tensor. */
 int view_check(const char *dir, struct view_check_result *out, tetris_error *err);
+struct json_t;
+/* view_check, and on success *index is the tensors.json it checked (a
+ * jansson json_t the caller json_decref()s): a reader uses what passed,
+ * without reading the file again. */
+int view_check_index(const char *dir, struct view_check_result *out, struct json_t **index,
+                     tetris_error *err);
 
 /* The tensors.json text of a view (malloc'd), for view_write and tests:
  * every string JSON-escaped; `graph` NULL for safetensors, store NULL when

@@ -75,16 +75,9 @@ int fn_view_read(const char *dir, struct fn_view *out, tetris_error *err)
     int r;
 
     memset(out, 0, sizeof(*out));
-    if ((r = view_check(dir, &checked, err)) < 0)
+    json_t *ix = NULL;
+    if ((r = view_check_index(dir, &checked, &ix, err)) < 0)
         return tetris_wrap(err, "model view %s", dir);
-    char path[PATH_MAX];
-    json_error_t je;
-    if (snprintf(path, sizeof(path), "%s/%s", dir, VIEW_INDEX_NAME) >= (int)sizeof(path))
-        return tetris_fail(err, TETRIS_E_INVAL, 0, "model view %s: path too long", dir);
-    /* view_check parsed it already: what it accepted is read here. */
-    json_t *ix = json_load_file(path, 0, &je);
-    if (ix == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "model view %s: %s", path, je.text);
     r = read_index(dir, ix, out, err);
     json_decref(ix);
     if (r < 0) {
