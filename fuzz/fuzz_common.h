@@ -38,6 +38,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* The input as a C string in text[cap]: its first cap - 1 bytes (a NUL
+ * among them ends it early, as it would a header or an argument). */
+static inline void fuzz_text(const uint8_t *data, size_t size, char *text, size_t cap)
+{
+    size_t n = size < cap - 1 ? size : cap - 1;
+    memcpy(text, data, n);
+    text[n] = '\0';
+}
+
 /* A rejected input is a format error (or an I/O one for external data) and
  * the message names the input. */
 static inline void fuzz_check_error(const tetris_error *err, const char *what)

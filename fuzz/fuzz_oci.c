@@ -11,9 +11,7 @@
 static void check_reference(const uint8_t *data, size_t size)
 {
     char text[600];
-    size_t n = size < sizeof text - 1 ? size : sizeof text - 1;
-    memcpy(text, data, n);
-    text[n] = '\0';
+    fuzz_text(data, size, text, sizeof text);
     oci_ref r;
     tetris_error err;
     if (oci_ref_parse(text, &r, &err) < 0 &&

@@ -47,9 +47,7 @@ static void check_credentials(const uint8_t *data, size_t size)
 static void check_challenge(const uint8_t *data, size_t size)
 {
     char text[8192];
-    size_t n = size < sizeof text - 1 ? size : sizeof text - 1;
-    memcpy(text, data, n);
-    text[n] = '\0';
+    fuzz_text(data, size, text, sizeof text);
     oci_challenge ch;
     tetris_error err;
     if (oci_challenge_parse(text, &ch, &err) < 0) {
