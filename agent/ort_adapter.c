@@ -167,8 +167,7 @@ static bool share_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct on
     return shared;
 }
 
-/* The runtime this process's sessions are: what a form must be made by. */
-static void own_runtime(char *out, size_t cap)
+void ort_runtime_name(char *out, size_t cap)
 {
     derived_runtime_name(OrtGetApiBase()->GetVersionString(), out, cap);
 }
@@ -186,7 +185,7 @@ static int use_derived(ort_model *m, const char *model_path, const char *root, c
     char runtime[DERIVED_NAME_MAX];
     tensor_digest source;
     tetris_error why = {0};
-    own_runtime(runtime, sizeof(runtime));
+    ort_runtime_name(runtime, sizeof(runtime));
     derived_source_digest(image, image_len, &source);
     if (derived_form_find(model_path, root, &source, runtime, &m->priv->form, absent) == 0)
         return 0;
@@ -386,7 +385,7 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
         agent_model_unmap(am);
     if (m->priv->ask_derived && !m->derived && image != NULL) {
         char runtime[DERIVED_NAME_MAX];
-        own_runtime(runtime, sizeof(runtime));
+        ort_runtime_name(runtime, sizeof(runtime));
         derived_form_request(model_path, agent_store_public_dir(am), image, image_len, runtime,
                              o->derived == ORT_DERIVED_MAKE);
     }

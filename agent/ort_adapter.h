@@ -80,6 +80,10 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
                    ort_model **out, tetris_error *err);
 void ort_model_free(ort_model *m);
 
+/* The runtime this process's sessions are, as derived forms name it
+ * ("onnxruntime 1.29.0"): what a form must be made by to be opened. */
+void ort_runtime_name(char *out, size_t cap);
+
 /* Turns an OrtStatus into a TETRIS_E_RUNTIME error (and releases it);
  * returns 0 when status is NULL. */
 int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_error *err);

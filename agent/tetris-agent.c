@@ -122,18 +122,7 @@ static int parse_digests(const struct opt_spec *spec, const char *label, const c
 static int parse_view_derived(const struct opt_spec *spec, const char *label, const char *value,
                               tetris_error *err)
 {
-    static const char *const names[] = {[VIEW_DERIVED_OFF] = "off",
-                                        [VIEW_DERIVED_USE] = "use",
-                                        [VIEW_DERIVED_AUTO] = "auto",
-                                        [VIEW_DERIVED_MAKE] = "make"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcmp(value, names[i]) == 0) {
-            *(enum view_derived *)spec->dest = (enum view_derived)i;
-            return 0;
-        }
-    }
-    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected off, use, auto or make", label,
-                       value);
+    return view_derived_parse(label, value, spec->dest, err);
 }
 
 /* A view's derived form (view and exec): whether, and for which runtime. */

@@ -747,6 +747,34 @@ void view_forget(model_view *v)
     free(v);
 }
 
+int view_derived_parse(const char *label, const char *s, enum view_derived *out, tetris_error *err)
+{
+    static const char *const names[] = {[VIEW_DERIVED_OFF] = "off",
+                                        [VIEW_DERIVED_USE] = "use",
+                                        [VIEW_DERIVED_AUTO] = "auto",
+                                        [VIEW_DERIVED_MAKE] = "make"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum view_derived)i;
+            return 0;
+        }
+    }
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected off, use, auto or make", label,
+                       s);
+}
+
+size_t view_derived_tensors(const model_view *v, tensor_digest d[2], uint64_t nbytes[2])
+{
+    if (!v->form_held)
+        return 0;
+    const struct derived_part *parts[2] = {&v->form.entry.graph, &v->form.entry.data};
+    for (size_t i = 0; i < 2; i++) {
+        d[i] = parts[i]->digest;
+        nbytes[i] = parts[i]->nbytes;
+    }
+    return 2;
+}
+
 const char *view_dir(const model_view *v)
 {
     return v->dir;

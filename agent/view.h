@@ -77,6 +77,10 @@ enum view_derived {
     VIEW_DERIVED_MAKE,    /* USE; without one, ask the daemon and wait for it */
 };
 
+/* The mode named s ("off", "use", "auto", "make") in *out; else
+ * TETRIS_E_INVAL, the message naming label and the modes. */
+int view_derived_parse(const char *label, const char *s, enum view_derived *out, tetris_error *err);
+
 struct view_options {
     enum view_derived derived;
     const char *runtime;  /* the reader's ("onnxruntime 1.22.0"); needed
@@ -108,6 +112,11 @@ int view_write(const agent_model *am, const char *model_path, const char *dir,
 /* The view's directory, absolute. */
 const char *view_dir(const model_view *v);
 const struct view_stats *view_stats(const model_view *v);
+/* The store tensors of the derived form v carries (its graph, its data),
+ * into d and nbytes: 2, or 0 when it carries none. v holds them until
+ * view_remove or view_forget; an owner that keeps the view longer (a
+ * tetris-csi volume) takes a kept holder of them first. */
+size_t view_derived_tensors(const model_view *v, tensor_digest d[2], uint64_t nbytes[2]);
 /* Removes what view_write made (the directory too, once empty) and frees
  * v; what cannot be removed is logged. NULL is a no-op. */
 void view_remove(model_view *v);

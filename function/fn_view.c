@@ -9,8 +9,12 @@
  * owners, modes, every file inside the store or the view and long enough)
  * and opens a session on its graph with the view's session options, which
  * are the adapter's defaults: graph optimisation off and no pre-packing,
- * so the weights ORT computes with are the store's pages. A derived form
- * the view may carry is not used (the plain graph's answers). */
+ * so the weights ORT computes with are the store's pages. A view may carry
+ * the store's derived form of the graph (the volume's "derived" attribute:
+ * the pod opted in): opened instead, with its session options
+ * (optimisation off, pre-packing on, its packs mapped from the store),
+ * when ONNX Runtime of this very version made it for this CPU; else the
+ * plain graph, with one log line. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -24,6 +28,7 @@
 #include "common/log.h"
 #include "common/strmap.h"
 #include "function/function.h"
+#include "protocol/derived.h"
 
 static int read_index(const char *dir, json_t *ix, struct fn_view *out, tetris_error *err)
 {
@@ -92,12 +97,58 @@ int fn_view_read(const char *dir, struct fn_view *out, tetris_error *err)
     return 0;
 }
 
+/* The view's derived form's graph when this process can open it (NULL:
+ * the plain graph, said in one line when the view carries a form), and in
+ * *data the form's data file, relative to the view. view_check_index
+ * checked both files. */
+static const char *usable_form(const struct fn_view *v, const char **data)
+{
+    json_t *d = json_object_get(v->index, "derived");
+    if (!json_is_object(d))
+        return NULL;
+    const char *runtime = json_string_value(json_object_get(d, "runtime"));
+    const char *cpu = json_string_value(json_object_get(d, "cpu"));
+    const char *graph = json_string_value(json_object_get(d, "graph"));
+    *data = json_string_value(json_object_get(json_object_get(d, "data"), "file"));
+    char own[DERIVED_NAME_MAX], own_cpu[DERIVED_NAME_MAX];
+    tetris_error err = {0};
+    ort_runtime_name(own, sizeof(own));
+    const char *why = NULL;
+    if (runtime == NULL || strcmp(runtime, own) != 0)
+        why = "made by another runtime";
+    else if (derived_cpu_features(own_cpu, sizeof(own_cpu), &err) < 0)
+        why = err.msg;
+    else if (cpu == NULL || strcmp(cpu, own_cpu) != 0)
+        why = "made for another CPU";
+    if (why != NULL || graph == NULL || *data == NULL) {
+        log_warn("event=view-derived-mismatch view=%s runtime=%s form=%s reason=%s "
+                 "action=plain-graph",
+                 LOG_Q(v->dir), LOG_Q(own), LOG_Q(runtime != NULL ? runtime : "none"),
+                 LOG_Q(why != NULL ? why : "incomplete"));
+        return NULL;
+    }
+    return graph;
+}
+
 int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, ort_model **out,
                  tetris_error *err)
 {
-    int r = ort_model_open(v->graph, NULL, oo, out, err);
-    if (r < 0)
+    const char *data = NULL;
+    const char *form = usable_form(v, &data);
+    int r;
+    if (form != NULL) {
+        char path[PATH_MAX];
+        struct ort_adapter_options fo = *oo;
+        fo.graph_optimization = ORT_DISABLE_ALL;
+        fo.prepack = true;
+        if (snprintf(path, sizeof(path), "%s/%s", v->dir, form) >= (int)sizeof(path))
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "model view %s: path too long", v->dir);
+        if ((r = ort_model_open(path, NULL, &fo, out, err)) < 0)
+            return r;
+        (*out)->derived = true;
+    } else if ((r = ort_model_open(v->graph, NULL, oo, out, err)) < 0) {
         return r;
+    }
     /* ONNX Runtime maps a tensor's external data, the store's file, when
      * it is large enough to be worth a mapping, and reads the others into
      * its own memory: the shared ones are the files it maps. */
@@ -124,9 +175,16 @@ int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, 
             m->shared_bytes += (uint64_t)json_integer_value(json_object_get(t, "length"));
         }
     }
-    log_info("event=model-view-mapped view=%s files=%zu shared_tensors=%zu shared_bytes=%llu",
+    if (m->derived && strmap_get(mapped, data) != NULL) {
+        m->shared_tensors++;
+        m->shared_bytes += (uint64_t)json_integer_value(
+            json_object_get(json_object_get(json_object_get(v->index, "derived"), "data"),
+                            "length"));
+    }
+    log_info("event=model-view-mapped view=%s files=%zu shared_tensors=%zu shared_bytes=%llu "
+             "derived=%d",
              LOG_Q(v->dir), strmap_size(mapped), m->shared_tensors,
-             (unsigned long long)m->shared_bytes);
+             (unsigned long long)m->shared_bytes, m->derived);
     strmap_free(mapped, NULL);
     return 0;
 }

@@ -115,10 +115,21 @@
  * TETRIS_ENV_MODEL_VIEW names. */
 #define TETRIS_VOLUME_MODEL "tetris-model"
 #define TETRIS_CSI_ATTR_MODEL "model"
+/* Optional: whether the view carries the store's derived form of the
+ * graph ("off", the default; "use"; "auto": ask the node daemon for one
+ * when there is none, for the next volume) and for which runtime
+ * ("onnxruntime 1.22.0": the one the pod runs). */
+#define TETRIS_CSI_ATTR_DERIVED "derived"
+#define TETRIS_CSI_ATTR_RUNTIME "runtime"
 #define TETRIS_MODEL_VIEW_MOUNT_DIR "/var/run/tetris/model"
 /* The pod annotation naming the model's registry reference (oci://...),
  * which the CSI volume then carries instead of a node's file. */
 #define TETRIS_ANNOTATION_MODEL_REF "tetris.io/model-ref"
+/* The pod annotations the CSI volume's TETRIS_CSI_ATTR_DERIVED and
+ * TETRIS_CSI_ATTR_RUNTIME are copied from: the pod's own choice for its
+ * own volume, checked by the plugin. */
+#define TETRIS_ANNOTATION_DERIVED "tetris.io/derived"
+#define TETRIS_ANNOTATION_RUNTIME "tetris.io/runtime"
 /* A tenant's dedicated store, under the store directory. */
 #define TETRIS_TENANTS_SUBDIR "tenants"
 

@@ -22,6 +22,8 @@ SHELL_TESTS += tests/csi/test-csi-registry.sh
 # Root: volumes read by the Node.js, Python and C readers as pods read
 # them (node and onnxruntime-node, numpy).
 SHELL_TESTS += tests/csi/test-csi-langs.sh
+# Root: volumes that carry the store's derived form, read by tetris-function.
+SHELL_TESTS += tests/csi/test-csi-derived.sh
 # The real kubelet of the local cluster: registration, pods through the
 # webhook, tenants, restarts, unpublish.
 E2E_TESTS += tests/k8s/test-csi-k8s.sh

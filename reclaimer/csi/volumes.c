@@ -9,8 +9,10 @@
  *           connection holds the references while we work): a file is
  *           ingested, a registry reference pulled by the daemon (its tag
  *           resolved to a digest there, once);
- *   keep    take the kept holder of the model's tensors;
- *   view    write the self-contained view into the volume's directory;
+ *   view    write the self-contained view into the volume's directory,
+ *           with the store's derived form of the graph when the
+ *           attributes ask for one and the store has it;
+ *   keep    take the kept holder of the model's tensors (and the form's);
  *   record  write volume.json (by rename);
  *   mount   bind-mount the view at the target, then make it read-only;
  *   free    end the load: the kept holder alone holds the tensors now.
@@ -98,6 +100,10 @@ struct publish_plan {
      * the map that gave it: a later publish may swap the map. */
     const char *tenant;
     char tenant_buf[TENANT_NAME_BYTES];
+    /* The view's derived form: the pod's choice for its own volume, as
+     * tetris-agent's --derived and --runtime (make is refused: a publish
+     * does not wait for a derivation). */
+    struct view_options view;
 };
 
 /* A volume's record, as read back. */
@@ -306,7 +312,8 @@ static store *shared_store(const csi_volumes *v)
 
 static bool attribute_known(const char *key)
 {
-    return strcmp(key, TETRIS_CSI_ATTR_MODEL) == 0 || strcmp(key, CSI_CONTEXT_POD_NAME) == 0 ||
+    return strcmp(key, TETRIS_CSI_ATTR_MODEL) == 0 || strcmp(key, TETRIS_CSI_ATTR_DERIVED) == 0 ||
+           strcmp(key, TETRIS_CSI_ATTR_RUNTIME) == 0 || strcmp(key, CSI_CONTEXT_POD_NAME) == 0 ||
            strcmp(key, CSI_CONTEXT_POD_NAMESPACE) == 0 || strcmp(key, CSI_CONTEXT_POD_UID) == 0 ||
            strcmp(key, CSI_CONTEXT_SERVICE_ACCOUNT) == 0 ||
            strcmp(key, CSI_CONTEXT_EPHEMERAL) == 0 ||
@@ -329,7 +336,8 @@ static int check_request(const struct csi_publish_request *r, struct grpc_reply 
     for (size_t i = 0; i < r->n_context; i++)
         if (!attribute_known(r->context[i].key))
             return grpc_reply_fail(reply, GRPC_INVALID_ARGUMENT,
-                                   "volumeAttributes: unknown key %s (known: model)",
+                                   "volumeAttributes: unknown key %s (known: model, derived, "
+                                   "runtime)",
                                    r->context[i].key);
     const char *eph = csi_context_get(r, CSI_CONTEXT_EPHEMERAL);
     if (eph != NULL && strcmp(eph, "true") != 0)
@@ -424,6 +432,35 @@ static int tenant_of(csi_volumes *v, struct publish_plan *p, struct grpc_reply *
                            p->ns, p->service_account);
 }
 
+/* The view's derived form from the attributes: off unless "derived" says
+ * use or auto, which need a "runtime" that can name one. TETRIS_E_INVAL
+ * otherwise. */
+static int view_options_of(const struct csi_publish_request *r, struct view_options *o,
+                           tetris_error *err)
+{
+    const char *derived = csi_context_get(r, TETRIS_CSI_ATTR_DERIVED);
+    const char *runtime = csi_context_get(r, TETRIS_CSI_ATTR_RUNTIME);
+    *o = (struct view_options){.mounted_tensors = true};
+    if (derived == NULL)
+        return 0;
+    int rc = view_derived_parse("volumeAttributes: derived", derived, &o->derived, err);
+    if (rc < 0)
+        return rc;
+    if (o->derived == VIEW_DERIVED_MAKE)
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "volumeAttributes: derived: make would hold the publish for a whole "
+                           "derivation; use auto (the next volume gets the form)");
+    if (o->derived == VIEW_DERIVED_OFF)
+        return 0;
+    if (runtime == NULL || !derived_name_valid(runtime))
+        return tetris_fail(err, TETRIS_E_INVAL, 0,
+                           "volumeAttributes: derived %s needs runtime, the pod's runtime and "
+                           "version (\"onnxruntime 1.22.0\")",
+                           derived);
+    o->runtime = runtime;
+    return 0;
+}
+
 static int plan_publish(csi_volumes *v, const struct csi_publish_request *r, struct publish_plan *p,
                         struct grpc_reply *reply)
 {
@@ -432,6 +469,8 @@ static int plan_publish(csi_volumes *v, const struct csi_publish_request *r, str
         resolve_target(v, r->target_path, p->target, sizeof(p->target), &err) < 0 ||
         resolve_model(v, csi_context_get(r, TETRIS_CSI_ATTR_MODEL), p->model, sizeof(p->model),
                       &p->by_ref, &err) < 0)
+        return grpc_reply_error(reply, &err);
+    if (view_options_of(r, &p->view, &err) < 0)
         return grpc_reply_error(reply, &err);
     p->ns = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAMESPACE));
     p->pod = or_empty(csi_context_get(r, CSI_CONTEXT_POD_NAME));
@@ -781,6 +820,33 @@ static int load_model(const csi_volumes *v, struct publish_plan *p, agent_model 
     return GRPC_OK;
 }
 
+/* Takes the volume's kept holder: the model's n tensors and the derived
+ * form's two when the view mv carries one. */
+static int keep_tensors(const struct volume_store *vs, const char *kept, const char *model_path,
+                        tensor_digest *d, uint64_t *nbytes, size_t n, const model_view *mv,
+                        tetris_error *err)
+{
+    tensor_digest form[2];
+    uint64_t form_bytes[2];
+    size_t extra = view_derived_tensors(mv, form, form_bytes);
+    cleanup_free tensor_digest *all = NULL;
+    cleanup_free uint64_t *all_bytes = NULL;
+    if (extra > 0) {
+        all = malloc((n + extra) * sizeof(*all));
+        all_bytes = malloc((n + extra) * sizeof(*all_bytes));
+        if (all == NULL || all_bytes == NULL)
+            return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+        memcpy(all, d, n * sizeof(*d));
+        memcpy(all_bytes, nbytes, n * sizeof(*nbytes));
+        memcpy(all + n, form, extra * sizeof(*form));
+        memcpy(all_bytes + n, form_bytes, extra * sizeof(*form_bytes));
+        d = all;
+        nbytes = all_bytes;
+    }
+    return store_kept_hold(vs->store, kept, strrchr(model_path, '/') + 1, d, nbytes, n + extra,
+                           err);
+}
+
 /* The steps after the load; on failure, what they did is undone. */
 static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
                        const struct publish_plan *p, const struct volume_store *vs,
@@ -805,17 +871,18 @@ static int publish_new(csi_volumes *v, const struct csi_publish_request *r,
     /* A volume directory without a record is an unfinished publish. */
     if ((rc = forget_volume(v, p->key, vs, &err)) < 0)
         return grpc_reply_error(reply, &err);
-    rc = store_kept_hold(vs->store, kept, strrchr(p->model, '/') + 1, d, nbytes, n, &err);
-    if (rc == 0 && mkdir(dir, 0700) < 0)
-        rc = tetris_fail(&err, TETRIS_E_IO, errno, "create %s", dir);
+    rc = mkdir(dir, 0700) < 0 ? tetris_fail(&err, TETRIS_E_IO, errno, "create %s", dir) : 0;
     if (rc == 0) {
+        /* The view holds its derived form while it is written; the kept
+         * holder, taken before the view lets go, holds it from then on. */
         model_view *mv = NULL;
-        struct view_options vo = {.mounted_tensors = true};
-        rc = view_write(am, p->by_ref ? pinned : p->model, view, &vo, &mv, &err);
+        rc = view_write(am, p->by_ref ? pinned : p->model, view, &p->view, &mv, &err);
         if (rc == 0 && view_stats(mv)->fallback != NULL)
             rc = tetris_fail(&err, TETRIS_E_UNAVAILABLE, 0,
                              "the store holds only part of the model (%s)",
                              view_stats(mv)->fallback);
+        if (rc == 0)
+            rc = keep_tensors(vs, kept, p->model, d, nbytes, n, mv, &err);
         view_forget(mv);
     }
     if (rc == 0)

@@ -56,12 +56,15 @@ void webhook_select(const struct webhook_config *c, const webhook_review *r, web
     if (out->model == NULL)
         out->model = meta_string(r->pod, "labels", TETRIS_LABEL_MODEL);
     out->model_ref = meta_string(r->pod, "annotations", TETRIS_ANNOTATION_MODEL_REF);
+    out->derived = meta_string(r->pod, "annotations", TETRIS_ANNOTATION_DERIVED);
+    out->runtime = meta_string(r->pod, "annotations", TETRIS_ANNOTATION_RUNTIME);
     out->tenant_label = meta_string(r->pod, "labels", TETRIS_LABEL_TENANT);
     out->tenant_annotation = meta_string(r->pod, "annotations", TETRIS_LABEL_TENANT);
     bool function = meta_string(r->pod, "labels", TETRIS_LABEL_FUNCTION) != NULL;
     if (!function && meta_string(r->pod, "annotations", TETRIS_LABEL_MODEL) == NULL) {
         out->reason = "not-a-function";
         out->model = out->model_ref = out->tenant_label = out->tenant_annotation = NULL;
+        out->derived = out->runtime = NULL;
         return;
     }
     webhook_pod_controller(r->pod, &out->controller);
@@ -350,12 +353,32 @@ static const char *csi_model(const webhook_pod_facts *f)
     return f->model_ref != NULL && f->model_ref[0] != '\0' ? f->model_ref : f->model_path;
 }
 
-static int sync_csi_volume(json_t *patch, const struct webhook_config *c, const json_t *spec,
-                           const char *model, tetris_error *err)
+/* The volume's attributes: the model, and the pod's derived-form choice
+ * where it states one (the plugin refuses a bad one, with a message). */
+static json_t *csi_attributes(const webhook_pod_facts *f, const char *model)
 {
-    wanted w = {.item = json_pack("{s:s, s:{s:s, s:b, s:{s:s}}}", "name", TETRIS_VOLUME_MODEL,
-                                  "csi", "driver", c->csi_driver, "readOnly", 1, "volumeAttributes",
-                                  TETRIS_CSI_ATTR_MODEL, model)};
+    json_t *a = json_pack("{s:s}", TETRIS_CSI_ATTR_MODEL, model);
+    if (a != NULL && f->derived != NULL &&
+        json_object_set_new(a, TETRIS_CSI_ATTR_DERIVED, json_string(f->derived)) < 0)
+        goto fail;
+    if (a != NULL && f->runtime != NULL &&
+        json_object_set_new(a, TETRIS_CSI_ATTR_RUNTIME, json_string(f->runtime)) < 0)
+        goto fail;
+    return a;
+fail:
+    json_decref(a);
+    return NULL;
+}
+
+static int sync_csi_volume(json_t *patch, const struct webhook_config *c, const json_t *spec,
+                           const webhook_pod_facts *f, const char *model, tetris_error *err)
+{
+    json_t *attributes = csi_attributes(f, model);
+    wanted w = {.item = attributes == NULL
+                            ? NULL
+                            : json_pack("{s:s, s:{s:s, s:b, s:o}}", "name", TETRIS_VOLUME_MODEL,
+                                        "csi", "driver", c->csi_driver, "readOnly", 1,
+                                        "volumeAttributes", attributes)};
     if (w.item == NULL)
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     return sync_named(patch, "/spec/volumes", member(spec, "volumes"), NULL, &w, 1, err);
@@ -490,7 +513,7 @@ static int build_csi(json_t *patch, const struct webhook_config *c, const json_t
                            "no model to mount: the pod has no " TETRIS_ANNOTATION_MODEL_REF
                            " annotation and its model has no manifest naming a file");
     const json_t *containers = member(spec, "containers");
-    int r = sync_csi_volume(patch, c, spec, model, err);
+    int r = sync_csi_volume(patch, c, spec, f, model, err);
     for (size_t i = 0; i < json_array_size(containers) && r == 0; i++)
         r = sync_csi_container(patch, i, json_array_get(containers, i), err);
     return r == 0 ? sync_restricted(patch, spec, err) : r;

@@ -518,6 +518,8 @@ static int resolve_facts(program *p, const webhook_review *rv, const webhook_sel
 {
     pf->f.model = sel->model;
     pf->f.model_ref = sel->model_ref;
+    pf->f.derived = sel->derived;
+    pf->f.runtime = sel->runtime;
     if (p->kc != NULL) {
         int r = namespace_tenant(p, rv->namespace_, &pf->tenant, err);
         if (r < 0)

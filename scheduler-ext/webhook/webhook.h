@@ -61,7 +61,11 @@
  *                                 TETRIS_CSI_ATTR_MODEL = the pod's
  *                                 TETRIS_ANNOTATION_MODEL_REF, else the
  *                                 manifest's model file (no model: not
- *                                 mutated); the node's CSI plugin builds
+ *                                 mutated), and TETRIS_CSI_ATTR_DERIVED and
+ *                                 TETRIS_CSI_ATTR_RUNTIME = the pod's
+ *                                 TETRIS_ANNOTATION_DERIVED and
+ *                                 TETRIS_ANNOTATION_RUNTIME where it has
+ *                                 them; the node's CSI plugin builds
  *                                 the model view in it, for the tenant the
  *                                 kubelet's pod identity maps to
  *   every container:  the mount, read-only, at TETRIS_MODEL_VIEW_MOUNT_DIR,
@@ -150,6 +154,8 @@ typedef struct webhook_selection {
     const char *reason;       /* why not (static), for the log */
     const char *model;        /* annotation, else label TETRIS_LABEL_MODEL; NULL none */
     const char *model_ref;    /* annotation TETRIS_ANNOTATION_MODEL_REF; NULL none */
+    const char *derived;      /* annotations TETRIS_ANNOTATION_DERIVED and */
+    const char *runtime;      /* TETRIS_ANNOTATION_RUNTIME; NULL none */
     const char *tenant_label; /* what the pod says of its tenant (label and */
     const char *tenant_annotation; /* annotation TETRIS_LABEL_TENANT); NULL none */
     webhook_owner controller; /* webhook_pod_controller's */
@@ -178,6 +184,7 @@ typedef struct webhook_pod_facts {
     const char *manifest_configmap; /* in the pod's namespace; NULL none */
     const char *model_path;         /* the manifest's model file; NULL none */
     const char *model_ref;          /* webhook_selection's */
+    const char *derived, *runtime;  /* webhook_selection's */
 } webhook_pod_facts;
 
 /* The JSON Patch for the review's pod (an array, empty when nothing is

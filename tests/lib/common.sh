@@ -18,6 +18,11 @@
 # under set -e and set -u.
 # shellcheck shell=sh disable=SC2034
 
+# Once per test: a helper library that sources it again (tests/lib/csi.sh
+# and tests/lib/function.sh together) keeps the test's WORK and exit list.
+[ -z "${_TETRIS_TEST_COMMON:-}" ] || return 0
+_TETRIS_TEST_COMMON=1
+
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BIN="${TETRIS_BIN:-$ROOT/bin}"
 MODELS="${TETRIS_MODELS:-$ROOT/.deps/models}"

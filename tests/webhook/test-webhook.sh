@@ -193,6 +193,19 @@ again=$(post "$(review admission.k8s.io/v1 openfaas-fn "$patched")")
 [ "$(patch_of "$again")" = '[]' ] || fail "csi: second review patched again: $again"
 echo "ok csi: model view volume, no hostPath, passes restricted; second review empty"
 
+# The pod's derived-form choice goes to its volume's attributes (the plugin
+# checks them).
+d_pod=$(printf '%s' "$csi_pod" | jq -c '.metadata.annotations["tetris.io/derived"] = "auto"
+    | .metadata.annotations["tetris.io/runtime"] = "onnxruntime 1.22.0"')
+got=$(post "$(review admission.k8s.io/v1 openfaas-fn "$d_pod")")
+patched=$(printf '%s' "$d_pod" | jq -c --argjson ops "$(patch_of "$got")" "$JPATCH")
+printf '%s' "$patched" | jq -e --arg r "$ref" '[.spec.volumes[].csi.volumeAttributes] ==
+    [{model: $r, derived: "auto", runtime: "onnxruntime 1.22.0"}]' >/dev/null ||
+    fail "csi: the derived annotations: $(printf '%s' "$patched" | jq -c .spec.volumes)"
+again=$(post "$(review admission.k8s.io/v1 openfaas-fn "$patched")")
+[ "$(patch_of "$again")" = '[]' ] || fail "csi: derived annotations patched again: $again"
+echo "ok csi: tetris.io/derived and tetris.io/runtime become the volume's attributes"
+
 # What a pod states itself is kept; what it lacks is added. Its own
 # capabilities get ALL dropped too; a capability it adds stays its choice
 # (and restricted then names it).
