@@ -693,7 +693,7 @@ static int publish_and_refer(struct conn *c, ingest_request *rq, const int *fds,
         for (size_t i = 0; i < rq->n_tensors; i++) {
             const tensor_desc *t = &rq->tensors[i].desc;
             todo[i] = res[i].status != INGEST_REJECTED &&
-                      (!t->has_digest || !store_has_tensor(ss->store, &t->meta.digest));
+                      (!t->has_digest || !store_tensor_present(ss->store, &t->meta.digest));
             missing += todo[i];
             if (runs == 0)
                 *held += !todo[i] && t->meta.nbytes > 0;

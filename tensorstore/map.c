@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -177,6 +178,15 @@ bool store_has_tensor(store *s, const tensor_digest *d)
         return false;
     close(fd);
     return true;
+}
+
+bool store_tensor_present(store *s, const tensor_digest *d)
+{
+    char rel[3 + TENSOR_DIGEST_HEX_LEN + 1];
+    struct stat st;
+    tensor_relpath(d, rel);
+    return fstatat(s->tensors_fd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+           st.st_size >= TENSOR_TRAILER_BYTES;
 }
 
 int store_verify_tensor(store *s, const tensor_digest *d, tetris_error *err)

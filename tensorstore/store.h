@@ -136,6 +136,11 @@ void store_unmap_tensor(store_mapping *m);
  * tensor. */
 int store_map_budget(uint64_t *out, tetris_error *err);
 bool store_has_tensor(store *s, const tensor_digest *d);
+/* Whether tensors/ has a regular file named d: one fstatat, no open and
+ * no trailer read. Enough where the first invariant above is what vouches
+ * for a file's bytes (a registration asking which tensors it must
+ * publish); store_has_tensor also opens it and checks its trailer. */
+bool store_tensor_present(store *s, const tensor_digest *d);
 
 /* ---- publishing (ingest) ---- */
 

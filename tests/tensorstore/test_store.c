@@ -237,6 +237,39 @@ END_TEST
 
 /* ---- publish and map ---- */
 
+/* The cheap presence check counts regular files of a tensor's size at
+ * least a trailer's: not a link, a directory or a stub. */
+START_TEST(presence_is_a_regular_file_not_a_link)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor t = make_tensor(10, 3), other = make_tensor(10, 4);
+    publish(s, &other, true);
+    char *path = tensor_path(s, &t.meta.digest), *target = tensor_path(s, &other.meta.digest);
+    char *fan = strdup(path);
+    *strrchr(fan, '/') = '\0';
+    mkdir(fan, 0755);
+    ck_assert_int_eq(symlink(target, path), 0);
+    ck_assert(!store_tensor_present(s, &t.meta.digest));
+    ck_assert_int_eq(unlink(path), 0);
+    unit_write_text(path, "x");
+    ck_assert(!store_tensor_present(s, &t.meta.digest));
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    ck_assert(!store_tensor_present(s, &t.meta.digest));
+    ck_assert_int_eq(rmdir(path), 0);
+    publish(s, &t, true);
+    ck_assert(store_tensor_present(s, &t.meta.digest));
+    free(fan);
+    free(path);
+    free(target);
+    free(t.data);
+    free(other.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
 START_TEST(publish_map_roundtrip)
 {
     char *dir = new_dir();
@@ -244,11 +277,13 @@ START_TEST(publish_map_roundtrip)
     struct test_tensor t = make_tensor(1000, 1);
     tetris_error err;
     ck_assert(!store_has_tensor(s, &t.meta.digest));
+    ck_assert(!store_tensor_present(s, &t.meta.digest));
     store_mapping m;
     ck_assert_int_eq(store_map_tensor(s, &t.meta.digest, &m, &err), -TETRIS_E_NOTFOUND);
 
     publish(s, &t, true);
     ck_assert(store_has_tensor(s, &t.meta.digest));
+    ck_assert(store_tensor_present(s, &t.meta.digest));
     publish(s, &t, false); /* already resident: not written again */
 
     ck_assert_int_eq(store_map_tensor(s, &t.meta.digest, &m, &err), 0);
@@ -1384,6 +1419,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, open_creates_layout_and_reopens);
     tcase_add_test(tc, open_rejects_missing_and_foreign);
     tcase_add_test(tc, publish_map_roundtrip);
+    tcase_add_test(tc, presence_is_a_regular_file_not_a_link);
     tcase_add_test(tc, publish_empty_and_scalar);
     tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
     tcase_add_test(tc, chunked_publish_matches_and_verifies);
