@@ -202,7 +202,8 @@ function checkDerived(ctx, d) {
     `data ${data.real} is ${data.size} bytes, shorter than its length ${d.data.length} (truncated?)`);
   return {
     runtime: d.runtime, graph: graph.real, dataFile: data.real, dataLength: d.data.length,
-    sessionOptions: checkSessionOptions({ index: `${ctx.index}: "derived"` }, d.session_options),
+    // a folder of "." is the view's, as in the plain graph's options
+    sessionOptions: checkSessionOptions({ index: `${ctx.index}: "derived"`, dir: ctx.dir }, d.session_options),
   };
 }
 

@@ -15,14 +15,18 @@
 #   - a form of another runtime (a copy of the view saying so) is not
 #     opened: one event=view-derived-mismatch line, the plain graph's
 #     answers;
+#   - a volume for onnxruntime-node (the daemon derives with its library,
+#     --derive-runtimes): the Node.js function opens the form and answers
+#     as stock onnxruntime-node at its defaults;
 #   - bad attributes (make, no runtime, an unknown mode) are refused with
 #     INVALID_ARGUMENT and leave nothing behind; a runtime with no form
 #     gives the plain view.
 # Needs root (mounts).
-set -eu
 # shellcheck disable=SC2154 # FN_PID_* and FN_URL_*: fn_start's, by eval
+set -eu
 . "$(dirname "$0")/../lib/csi.sh"
 . "$ROOT/tests/lib/function.sh"
+. "$ROOT/tests/langs/lib.sh"
 
 # tetris-derive runs as nobody: the store's parents must let it through.
 chmod 0711 "$WORK"
@@ -45,7 +49,7 @@ runtime=$(sed -n 's/.*event=derive-requested .*runtime="\([^"]*\)".*/\1/p' "$WOR
 [ -n "$runtime" ] || fail "no runtime in $(cat "$WORK/make.log")"
 
 # ---- bad attributes: refused, nothing left ----
-mkdir -p "$PODS/uid-1/volumes" "$PODS/uid-2/volumes" "$PODS/uid-3/volumes" "$PODS/uid-4/volumes"
+for i in 1 2 3 4 5; do mkdir -p "$PODS/uid-$i/volumes"; done
 refused INVALID_ARGUMENT "derived=make" publish vol-1 1 ocr.onnx ns sa derived=make "runtime=$runtime"
 refused INVALID_ARGUMENT "derived=use without runtime" publish vol-1 1 ocr.onnx ns sa derived=use
 refused INVALID_ARGUMENT "derived=sometimes" publish vol-1 1 ocr.onnx ns sa derived=sometimes "runtime=$runtime"
@@ -113,10 +117,46 @@ jq -e --arg r "$runtime" '.derived.runtime == $r' "$PODS/uid-4/volumes/model/ten
     fail "auto: the next volume has no form"
 echo "ok derived=auto: the plain view first, the daemon makes the form, the next volume carries it"
 
+# ---- Node.js: onnxruntime-node on a volume with its runtime's form ----
+# The daemon derives with onnxruntime-node's own library (a copy where
+# only root may write, as the project image carries it).
+need_node
+lib=$(find "$NODE_PATH/onnxruntime-node/bin" -path '*/linux/x64/libonnxruntime.so.1' | head -n 1)
+[ -f "$lib" ] || fail "no linux x64 libonnxruntime.so.1 in $NODE_PATH/onnxruntime-node"
+mkdir -m 0755 "$WORK/runtimes"
+cp "$lib" "$WORK/runtimes/"
+node_runtime="onnxruntime $(node -e "process.stdout.write(require('onnxruntime-node').env.versions.node)")"
+reclaimer_stop
+reclaimer_start "$STORE" "$WORK/daemon.log" --listen "" --interval 3600 \
+    --derive-runtimes "$WORK/runtimes/libonnxruntime.so.1"
+cp "$MODELS/ch_PP-OCRv4_rec_infer.onnx" "$MODELS_DIR/ocrnode.onnx"
+"$BIN/tetris-agent" view --store "$STORE" --derived make --runtime "$node_runtime" \
+    "$MODELS_DIR/ocrnode.onnx" "$WORK/made-view" >"$WORK/made-view.json" 2>"$WORK/made-view.err" ||
+    fail "view --derived make: $(cat "$WORK/made-view.err")"
+[ "$(jq -r .derived "$WORK/made-view.json")" = "$node_runtime" ] || fail "no $node_runtime form: $(cat "$WORK/made-view.err")"
+publish vol-5 5 ocrnode.onnx ns sa derived=use "runtime=$node_runtime"
+want OK "publish with derived=use for onnxruntime-node"
+v5="$PODS/uid-5/volumes/model"
+jq -e --arg r "$node_runtime" '.derived.runtime == $r' "$v5/tensors.json" >/dev/null ||
+    fail "the Node.js volume carries no form: $(jq -c .derived "$v5/tensors.json")"
+stock_node=$(node "$ROOT/tests/langs/node_stock.js" "$MODELS_DIR/ocrnode.onnx" "$WORK/req.json") ||
+    fail "stock onnxruntime-node failed"
+serve_start "$WORK/node" env TETRIS_MODEL_VIEW="$v5" port=0 node "$ROOT/function/node/index.js" ||
+    fail "the Node.js function: $SERVE_ERROR"
+KILL_ON_EXIT="$KILL_ON_EXIT $SERVE_LAUNCHER"
+grep -q 'prog=tetris-node-function event=serving .* derived=true' "$WORK/node.log" ||
+    fail "the Node.js function is not on the form: $(grep event=serving "$WORK/node.log")"
+got=$(oip_answer "http://127.0.0.1:$SERVE_PORT" ocrnode "$WORK/req.json" "$WORK/node.resp") ||
+    fail "the Node.js function's answer"
+[ "$got" = "$stock_node" ] || fail "the Node.js function answers $got, stock onnxruntime-node $stock_node"
+kill "$SERVE_LAUNCHER"
+wait "$SERVE_LAUNCHER" 2>/dev/null || true
+echo "ok onnxruntime-node on a volume with its runtime's form: stock onnxruntime-node's answers"
+
 # ---- unpublish: the next pass frees the forms ----
 kill "$FN_PID_f1" "$FN_PID_f2"
 wait "$FN_PID_f1" "$FN_PID_f2" 2>/dev/null || true
-for i in 1 2 3 4; do
+for i in 1 2 3 4 5; do
     csi unpublish "vol-$i" "$PODS/uid-$i/volumes/model"
     want OK "unpublish vol-$i"
 done
