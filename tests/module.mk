@@ -17,7 +17,7 @@ tetris-test-fake-apiserver_LIBS := -lcheck -lsubunit -lrt
 SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh \
                tests/bench/test-eval.sh tests/bench/test-eval-decisions.sh
 SHELL_TESTS += tests/models/test-paper-models-cli.sh
-SLOW_TESTS += tests/models/test-paper-models-share.sh
+SLOW_TESTS += tests/models/test-paper-models-share.sh tests/models/test-paper-models-derived.sh
 SHELL_TESTS += tests/cli/test-help-version.sh tests/cli/test-lint.sh
 SHELL_TESTS += tests/helm/test-render.sh tests/helm/test-privilege.sh
 E2E_TESTS += tests/helm/test-dry-run.sh tests/helm/test-install.sh
