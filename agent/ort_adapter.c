@@ -65,18 +65,7 @@ int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err)
 int ort_derived_option(const struct opt_spec *spec, const char *label, const char *value,
                        tetris_error *err)
 {
-    static const char *const names[] = {[ORT_DERIVED_AUTO] = "auto",
-                                        [ORT_DERIVED_USE] = "use",
-                                        [ORT_DERIVED_OFF] = "off",
-                                        [ORT_DERIVED_MAKE] = "make"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcmp(value, names[i]) == 0) {
-            *(enum ort_derived *)spec->dest = (enum ort_derived)i;
-            return 0;
-        }
-    }
-    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected auto, use, off or make", label,
-                       value);
+    return derived_mode_parse(label, value, spec->dest, err);
 }
 
 static bool name_taken(const struct ort_model_private *p, const char *name, size_t len)
@@ -247,10 +236,10 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
     uint8_t *derived = NULL;
     size_t derived_len = 0;
     bool absent = false;
-    if (r == 0 && o->derived != ORT_DERIVED_OFF && o->save_optimized == NULL)
+    if (r == 0 && o->derived != DERIVED_OFF && o->save_optimized == NULL)
         r = use_derived(m, model_path, root, rewritten, rewritten_len, &derived, &derived_len,
                         &absent, err);
-    p->ask_derived = absent && (o->derived == ORT_DERIVED_AUTO || o->derived == ORT_DERIVED_MAKE);
+    p->ask_derived = absent && (o->derived == DERIVED_AUTO || o->derived == DERIVED_MAKE);
     if (r == 1) {
         /* The form is optimised and pre-packed already: ORT must neither
          * optimise again nor ignore the pre-packed blobs. */
@@ -368,7 +357,7 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
                  LOG_Q(err->msg));
         ort_model_free(m);
         struct ort_adapter_options plain = *o;
-        plain.derived = ORT_DERIVED_OFF;
+        plain.derived = DERIVED_OFF;
         return ort_model_open(model_path, am, &plain, out, err);
     }
     if (r < 0) {
@@ -387,7 +376,7 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
         char runtime[DERIVED_NAME_MAX];
         ort_runtime_name(runtime, sizeof(runtime));
         derived_form_request(model_path, agent_store_public_dir(am), image, image_len, runtime,
-                             o->derived == ORT_DERIVED_MAKE);
+                             o->derived == DERIVED_MAKE);
     }
     *out = m;
     return 0;

@@ -28,24 +28,9 @@
 #include "common/error.h"
 #include "common/options.h"
 #include "onnxruntime_c_api.h"
+#include "protocol/derived.h"
 
 #define ORT_ADAPTER_MIN_SHARED_BYTES 128
-
-/* Derived forms (protocol/derived.h): the optimised graph with its
- * pre-packed weights, made once per node by the node daemon. */
-enum ort_derived {
-    /* The default. A form's graph is optimised at `all`: its answers are
-     * stock ONNX Runtime's, not the plain graph's, so replicas of one
-     * function would answer differently once a form appears between their
-     * starts. A function opts in (TETRIS_DERIVED=auto). */
-    ORT_DERIVED_OFF = 0,  /* never */
-    ORT_DERIVED_AUTO,     /* USE; without one, ask the daemon for it in the
-                             background once the session is open (a detached
-                             thread: no start waits, a failure is one log line) */
-    ORT_DERIVED_USE,      /* open it when the store has one for this runtime and CPU */
-    ORT_DERIVED_MAKE,     /* USE; without one, ask the daemon after the session is
-                             open and wait for it (tests, registration) */
-};
 
 struct ort_adapter_options {
     int intra_op_threads;   /* 0: ORT's default (one per core) */
@@ -53,7 +38,8 @@ struct ort_adapter_options {
     bool prepack;           /* let ORT pre-pack weights (private copies); default false */
     const char *save_optimized; /* write the optimised graph, weights included,
                                    to this ONNX file (ORT's SetOptimizedModelFilePath) */
-    enum ort_derived derived;   /* store mode only; default ORT_DERIVED_OFF */
+    enum derived_mode derived;  /* store mode only (protocol/derived.h); default
+                                   DERIVED_OFF */
 };
 
 typedef struct ort_model {
@@ -91,7 +77,7 @@ int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_err
 /* Parses "none", "basic", "extended", "all" into a GraphOptimizationLevel. */
 int ort_parse_graph_optimization(const char *s, int *out, tetris_error *err);
 /* The command lines' --derived (an opt_spec's parser, into an enum
- * ort_derived): "auto", "use", "off" or "make"; else TETRIS_E_INVAL. */
+ * derived_mode): derived_mode_parse. */
 int ort_derived_option(const struct opt_spec *spec, const char *label, const char *value,
                        tetris_error *err);
 

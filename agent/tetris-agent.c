@@ -122,7 +122,7 @@ static int parse_digests(const struct opt_spec *spec, const char *label, const c
 static int parse_view_derived(const struct opt_spec *spec, const char *label, const char *value,
                               tetris_error *err)
 {
-    return view_derived_parse(label, value, spec->dest, err);
+    return derived_mode_parse(label, value, spec->dest, err);
 }
 
 /* A view's derived form (view and exec): whether, and for which runtime. */

@@ -424,11 +424,11 @@ static int add_derived(model_view *v, const char *model_path, const char *store_
     tensor_digest source;
     bool absent = false;
     derived_source_digest(graph, graph_len, &source);
-    if (o->derived == VIEW_DERIVED_MAKE &&
+    if (o->derived == DERIVED_MAKE &&
         derived_form_request(model_path, store_dir, graph, graph_len, o->runtime, true) < 0)
         return 0;
     if (derived_form_find(model_path, store_dir, &source, o->runtime, &v->form, &absent) == 0) {
-        if (absent && o->derived == VIEW_DERIVED_AUTO)
+        if (absent && o->derived == DERIVED_AUTO)
             derived_form_request(model_path, store_dir, graph, graph_len, o->runtime, false);
         return 0;
     }
@@ -621,7 +621,7 @@ static int build(model_view *v, const agent_model *am, const char *model_path,
     /* Only a view whose graph is wholly the store's has a form: the
      * form is made of the store's tensors. */
     int derived = 0;
-    if (graph_written && !am->stats.fell_back && o != NULL && o->derived != VIEW_DERIVED_OFF &&
+    if (graph_written && !am->stats.fell_back && o != NULL && o->derived != DERIVED_OFF &&
         (derived = add_derived(v, model_abs, p->store, graph, graph_len, o, data_file,
                                sizeof(data_file), err)) < 0)
         return derived;
@@ -692,7 +692,7 @@ int view_write(const agent_model *am, const char *model_path, const char *dir,
     struct view_plan p = {0};
     int r;
 
-    if (o != NULL && o->derived != VIEW_DERIVED_OFF && o->runtime != NULL &&
+    if (o != NULL && o->derived != DERIVED_OFF && o->runtime != NULL &&
         !derived_name_valid(o->runtime))
         return tetris_fail(err, TETRIS_E_INVAL, 0,
                            "runtime \"%s\": 1 to %d bytes without control characters or slashes "
@@ -701,7 +701,7 @@ int view_write(const agent_model *am, const char *model_path, const char *dir,
     /* TETRIS_DERIVED may be set for a whole function's environment: a
      * view whose reader did not say which runtime it runs has no form. */
     struct view_options plain = {0};
-    if (o != NULL && o->derived != VIEW_DERIVED_OFF && o->runtime == NULL) {
+    if (o != NULL && o->derived != DERIVED_OFF && o->runtime == NULL) {
         log_warn("event=view-derived-skipped model=%s reason=\"no runtime named (--runtime, "
                  "$" TETRIS_ENV_VIEW_RUNTIME ")\"",
                  LOG_Q(model_path));
@@ -745,22 +745,6 @@ void view_forget(model_view *v)
     free(v->made);
     free(v->dir);
     free(v);
-}
-
-int view_derived_parse(const char *label, const char *s, enum view_derived *out, tetris_error *err)
-{
-    static const char *const names[] = {[VIEW_DERIVED_OFF] = "off",
-                                        [VIEW_DERIVED_USE] = "use",
-                                        [VIEW_DERIVED_AUTO] = "auto",
-                                        [VIEW_DERIVED_MAKE] = "make"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcmp(s, names[i]) == 0) {
-            *out = (enum view_derived)i;
-            return 0;
-        }
-    }
-    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected off, use, auto or make", label,
-                       s);
 }
 
 size_t view_derived_tensors(const model_view *v, tensor_digest d[2], uint64_t nbytes[2])

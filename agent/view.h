@@ -65,26 +65,11 @@
 
 typedef struct model_view model_view;
 
-/* Whether a view carries a derived form (derived_form.h). A form's graph
- * is optimised at `all`: its answers are stock ONNX Runtime's, not the
- * plain graph's, so a function opts in, as with tetris-onnx-run's
- * --derived. */
-enum view_derived {
-    VIEW_DERIVED_OFF = 0, /* never */
-    VIEW_DERIVED_USE,     /* when the store has one for the runtime and CPU */
-    VIEW_DERIVED_AUTO,    /* USE; without one, ask the daemon in the background
-                             (the next view finds it) */
-    VIEW_DERIVED_MAKE,    /* USE; without one, ask the daemon and wait for it */
-};
-
-/* The mode named s ("off", "use", "auto", "make") in *out; else
- * TETRIS_E_INVAL, the message naming label and the modes. */
-int view_derived_parse(const char *label, const char *s, enum view_derived *out, tetris_error *err);
-
 struct view_options {
-    enum view_derived derived;
-    const char *runtime;  /* the reader's ("onnxruntime 1.22.0"); needed
-                             unless derived is VIEW_DERIVED_OFF */
+    enum derived_mode derived; /* whether the view carries a derived form
+                                  (protocol/derived.h) */
+    const char *runtime;       /* the reader's ("onnxruntime 1.22.0"); needed
+                                  unless derived is DERIVED_OFF */
     bool mounted_tensors; /* tensors/ a mount point, 0755, "store": VIEW_SELF (above) */
 };
 

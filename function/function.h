@@ -50,7 +50,7 @@ struct fn_options {
     char listen[300];
     struct batcher_options batch;
     int threads;
-    enum ort_derived derived; /* the store's derived form (ort_adapter.h) */
+    enum derived_mode derived; /* the store's derived form (ort_adapter.h) */
     int64_t dynamic_dim;
     uint64_t max_body_bytes;
 };

@@ -33,6 +33,22 @@ static void sha256_parts(const void *const *parts, const size_t *lens, size_t n,
     EVP_MD_CTX_free(ctx);
 }
 
+int derived_mode_parse(const char *label, const char *s, enum derived_mode *out, tetris_error *err)
+{
+    static const char *const names[] = {[DERIVED_OFF] = "off",
+                                        [DERIVED_USE] = "use",
+                                        [DERIVED_AUTO] = "auto",
+                                        [DERIVED_MAKE] = "make"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum derived_mode)i;
+            return 0;
+        }
+    }
+    return tetris_fail(err, TETRIS_E_INVAL, 0, "%s: '%s': expected off, use, auto or make", label,
+                       s);
+}
+
 void derived_source_digest(const void *image, size_t len, tensor_digest *out)
 {
     static const char tag[] = "tetris-derive-source-v1";

@@ -88,6 +88,24 @@ typedef struct derived_entry {
     char data_location[DERIVED_NAME_MAX];
 } derived_entry;
 
+/* Whether an instance uses the store's derived form of its model: a
+ * session in this process (agent/ort_adapter.h) or a view for a runtime in
+ * another (agent/view.h). A form's graph is optimised at `all`: its answers
+ * are stock ONNX Runtime's, not the plain graph's, so replicas of one
+ * function would answer differently once a form appears between their
+ * starts; a function opts in (TETRIS_DERIVED, --derived). */
+enum derived_mode {
+    DERIVED_OFF = 0, /* never: the default */
+    DERIVED_USE,     /* when the store has one for the runtime and CPU */
+    DERIVED_AUTO,    /* USE; without one, ask the daemon in the background (a
+                        detached thread: no start waits, a failure is one log
+                        line; the next instance finds it) */
+    DERIVED_MAKE,    /* USE; without one, ask the daemon and wait for it */
+};
+/* The mode named s ("off", "use", "auto", "make") in *out; else
+ * TETRIS_E_INVAL, the message naming label and the modes. */
+int derived_mode_parse(const char *label, const char *s, enum derived_mode *out, tetris_error *err);
+
 /* SHA-256 of a share image (see above). */
 void derived_source_digest(const void *image, size_t len, tensor_digest *out);
 /* The identity of a derived form (see above). */

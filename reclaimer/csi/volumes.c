@@ -443,14 +443,14 @@ static int view_options_of(const struct csi_publish_request *r, struct view_opti
     *o = (struct view_options){.mounted_tensors = true};
     if (derived == NULL)
         return 0;
-    int rc = view_derived_parse("volumeAttributes: derived", derived, &o->derived, err);
+    int rc = derived_mode_parse("volumeAttributes: derived", derived, &o->derived, err);
     if (rc < 0)
         return rc;
-    if (o->derived == VIEW_DERIVED_MAKE)
+    if (o->derived == DERIVED_MAKE)
         return tetris_fail(err, TETRIS_E_INVAL, 0,
                            "volumeAttributes: derived: make would hold the publish for a whole "
                            "derivation; use auto (the next volume gets the form)");
-    if (o->derived == VIEW_DERIVED_OFF)
+    if (o->derived == DERIVED_OFF)
         return 0;
     if (runtime == NULL || !derived_name_valid(runtime))
         return tetris_fail(err, TETRIS_E_INVAL, 0,
