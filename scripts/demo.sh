@@ -146,15 +146,7 @@ start_daemon() {
     HOW="node daemon (tetris-reclaimer) ingests, instances map read-only"
     # The store on a tmpfs of the daemon's own with 2 MiB pages, as the
     # chart does (where this user may not mount: the directory as it is).
-    "$BIN/tetris-reclaimer" --store "$1" --listen "" --interval 3600 --store-tmpfs huge \
-        2>"$WORK/daemon.log" &
-    DAEMON_PID=$!
-    i=0
-    while [ ! -S "$1/public/ingest.sock" ]; do
-        kill -0 $DAEMON_PID 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
-        i=$((i + 1)); [ $i -lt 200 ] || { echo "demo: daemon did not start" >&2; exit 1; }
-        sleep 0.05
-    done
+    daemon_start "$1" "$WORK/daemon.log" || { echo "demo: $DAEMON_ERROR" >&2; exit 1; }
     on=$(sed -n 's/.*event=store-tmpfs state=\([a-z-]*\) .* huge=\([a-z_-]*\).*/\1 \2/p' "$WORK/daemon.log")
     case "$on" in
     "mounted within_size" | "reused within_size") HOW="$HOW; store on a tmpfs of its own, 2 MiB pages" ;;

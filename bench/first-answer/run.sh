@@ -41,6 +41,7 @@ BIN="${TETRIS_BIN:-$ROOT/bin}"
 REPS="${BENCH_REPS:-5}"
 case "$REPS" in '' | *[!0-9]* | 0) echo "bench/first-answer: BENCH_REPS must be a positive number" >&2; exit 2 ;; esac
 say() { echo "bench/first-answer: $*" >&2; }
+. "$ROOT/scripts/lib/serving.sh"
 if [ $# -eq 0 ]; then
     for m in ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_rec_infer.onnx \
         ch_ppocr_mobile_v2.0_cls_infer.onnx silero_vad_v5.onnx; do
@@ -76,16 +77,7 @@ trap 'exit 130' INT TERM
 fresh_daemon() {
     stop_daemon
     rm -rf "$STORE"
-    mkdir "$STORE"
-    "$BIN/tetris-reclaimer" --store "$STORE" --listen "" --interval 3600 --store-tmpfs huge \
-        2>"$WORK/daemon.log" &
-    DAEMON_PID=$!
-    i=0
-    while [ ! -S "$STORE/public/ingest.sock" ]; do
-        kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
-        i=$((i + 1)); [ $i -lt 200 ] || { say "the daemon did not start"; exit 1; }
-        sleep 0.05
-    done
+    daemon_start "$STORE" "$WORK/daemon.log" || { say "$DAEMON_ERROR"; exit 1; }
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -193,14 +193,8 @@ measure() {
 
 start_daemon() {
     mkdir -p "$STORE"
-    "$BIN/tetris-reclaimer" --store "$STORE" --listen "" --interval 3600 --store-tmpfs huge 2>"$WORK/daemon.log" &
-    DAEMON=$!
-    local n=0
-    while [ ! -S "$STORE/public/ingest.sock" ]; do
-        kill -0 "$DAEMON" 2>/dev/null || die "the node daemon died: $(tail -n 3 "$WORK/daemon.log")"
-        n=$((n + 1)); [ $n -lt 600 ] || die "the node daemon did not start"
-        sleep 0.05
-    done
+    daemon_start "$STORE" "$WORK/daemon.log" || die "$DAEMON_ERROR"
+    DAEMON=$DAEMON_PID
     TMPFS_NOTE=$(sed -n 's/.*event=store-tmpfs state=\([a-z-]*\) .* huge=\([a-z_-]*\).*/\1 \2/p' "$WORK/daemon.log")
 }
 

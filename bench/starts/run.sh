@@ -42,16 +42,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-mkdir "$WORK/store"
-"$BIN/tetris-reclaimer" --store "$WORK/store" --listen "" --interval 3600 --store-tmpfs huge \
-    2>"$WORK/daemon.log" &
-DAEMON_PID=$!
-i=0
-while [ ! -S "$WORK/store/public/ingest.sock" ]; do
-    kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
-    i=$((i + 1)); [ $i -lt 200 ] || { echo "bench/starts: daemon did not start" >&2; exit 1; }
-    sleep 0.05
-done
+. "$ROOT/scripts/lib/serving.sh"
+daemon_start "$WORK/store" "$WORK/daemon.log" || { echo "bench/starts: $DAEMON_ERROR" >&2; exit 1; }
 pages=$(sed -n 's/.*event=store-tmpfs state=\([a-z-]*\) .*/\1/p' "$WORK/daemon.log")
 
 # median: of the numbers on stdin

@@ -25,6 +25,16 @@
 #                              prints its outputs' "<sha256> <bytes>" as
 #                              tetris-onnx-run prints them. Anything but 200:
 #                              a message on stderr, status 1.
+#   daemon_start STORE LOG [ARG...]
+#                              the node daemon ($BIN/tetris-reclaimer) on
+#                              STORE (made if missing), stderr in LOG, with
+#                              --listen "" --interval 3600 --store-tmpfs huge
+#                              (a tmpfs of 2 MiB pages of its own, as the
+#                              chart mounts it; where this user may not
+#                              mount, the directory as it is) and ARGs, until
+#                              its socket is there. Sets DAEMON_PID; returns
+#                              1 with DAEMON_ERROR when it exits first or has
+#                              no socket within 30 s.
 #   now_ms                     the wall clock in milliseconds
 #   pss_kb PID [PREFIX]        PSS of the process (smaps_rollup), or of its
 #                              mappings of files under PREFIX (kB)
@@ -42,6 +52,29 @@ SERVING_PY="${TETRIS_PYTHON:-$([ -x /usr/bin/python3 ] && echo /usr/bin/python3 
 export NODE_PATH="${NODE_PATH:-$ROOT/.deps/node_modules}"
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+daemon_start() {
+    _ds_store=$1 _ds_log=$2
+    shift 2
+    DAEMON_ERROR=""
+    mkdir -p "$_ds_store"
+    "$BIN/tetris-reclaimer" --store "$_ds_store" --listen "" --interval 3600 --store-tmpfs huge \
+        "$@" 2>"$_ds_log" &
+    DAEMON_PID=$!
+    _ds_polls=600
+    while [ ! -S "$_ds_store/public/ingest.sock" ]; do
+        if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
+            DAEMON_ERROR="the node daemon exited: $(tail -n 3 "$_ds_log")"
+            return 1
+        fi
+        _ds_polls=$((_ds_polls - 1))
+        [ "$_ds_polls" -gt 0 ] || {
+            DAEMON_ERROR="the node daemon has no socket after 30 s"
+            return 1
+        }
+        sleep 0.05
+    done
+}
 
 serve_start() {
     _sv_out=$1
