@@ -3,10 +3,12 @@
 # answer, stock ONNX Runtime against tetris cold and warm starts, beside the
 # node's limits measured in the same run: the start targets of the speed work.
 #
-# A start here is the whole of it: from before the process is forked to the
-# moment its first inference's outputs are on its stdout (tetris-onnx-run
+# A start here is the whole of it: from before the process is spawned to
+# the moment its first inference's outputs are on its stdout (tetris-onnx-run
 # --runs 1 prints its JSON line right after the first run; the process's
-# exit and teardown are not counted). Modes, one process each, interleaved
+# exit and teardown are not counted; both readings are taken in one
+# process, bench/first-answer/launch.py, so that the harness's own forks
+# are not counted either). Modes, one process each, interleaved
 # per round:
 #   stock     ONNX Runtime opens the file itself at its defaults
 #             (optimisation `all`, pre-packing on): the private start
@@ -85,22 +87,16 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "n/a" && b > 0) printf "%.2f
 now_us() { echo $(($(date +%s%N) / 1000)); }
 
 # answer OUT ARGS...: one tetris-onnx-run --runs 1 of ARGS; its JSON to
-# OUT.json, its log to OUT.log; prints the ms from before its fork to its
-# first answer's line on stdout.
+# OUT.json, its log to OUT.log; prints the ms from before its spawn to its
+# first answer's line on stdout (launch.py: both readings in one process).
 answer() {
     out=$1; shift
-    t0=$(now_us)
     # shellcheck disable=SC2086
-    "$BIN/tetris-onnx-run" "$@" --runs 1 $DIM 2>"$out.log" | {
-        IFS= read -r line || line=""
-        t1=$(now_us)
-        printf '%s\n' "$line" >"$out.json"
-        cat >/dev/null
-        echo $((t1 - t0)) >"$out.us"
-    }
-    jq -e .sha256 "$out.json" >/dev/null 2>&1 ||
+    "$SERVING_PY" "$ROOT/bench/first-answer/launch.py" "$out.json" "$out.log" \
+        "$BIN/tetris-onnx-run" "$@" --runs 1 $DIM >"$out.ms" &&
+        jq -e .sha256 "$out.json" >/dev/null 2>&1 ||
         { say "tetris-onnx-run $* gave no answer:"; cat "$out.log" >&2; exit 1; }
-    awk '{ printf "%.1f\n", $1 / 1000 }' "$out.us"
+    cat "$out.ms"
 }
 # expect OUT WHAT PATTERN: the start's log must show PATTERN
 expect() {
@@ -191,7 +187,7 @@ for model in "$@"; do
 done
 
 pages=$(sed -n 's/.*event=store-tmpfs state=\([a-z-]*\) .*/\1/p' "$WORK/daemon.log")
-echo "Start to first answer (ms, from before the fork to the answer on stdout); $REPS rounds, interleaved; medians."
+echo "Start to first answer (ms, from before the spawn to the answer on stdout); $REPS rounds, interleaved; medians."
 echo "Target: warm and derived <= 0.25x stock on BERT-base (the models over 100 MB), <= 1.0x on the small"
 echo "models; cold <= 1.0x stock."
 echo
