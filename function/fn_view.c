@@ -97,19 +97,27 @@ int fn_view_read(const char *dir, struct fn_view *out, tetris_error *err)
     return 0;
 }
 
-/* The view's derived form's graph when this process can open it (NULL:
- * the plain graph, said in one line when the view carries a form), and in
- * *data the form's data file, relative to the view. view_check_index
- * checked both files. */
-static const char *usable_form(const struct fn_view *v, const char **data)
+/* The derived form a view names: its graph and data file, relative to the
+ * view, and the data file's length. */
+struct view_form {
+    const char *graph, *data;
+    uint64_t data_length;
+};
+
+/* Whether this process can open the view's derived form, into *f: made by
+ * this ONNX Runtime for this CPU. false: the plain graph, said in one line
+ * when the view carries a form. view_check_index checked both files. */
+static bool usable_form(const struct fn_view *v, struct view_form *f)
 {
     json_t *d = json_object_get(v->index, "derived");
     if (!json_is_object(d))
-        return NULL;
+        return false;
     const char *runtime = json_string_value(json_object_get(d, "runtime"));
     const char *cpu = json_string_value(json_object_get(d, "cpu"));
-    const char *graph = json_string_value(json_object_get(d, "graph"));
-    *data = json_string_value(json_object_get(json_object_get(d, "data"), "file"));
+    json_t *data = json_object_get(d, "data");
+    f->graph = json_string_value(json_object_get(d, "graph"));
+    f->data = json_string_value(json_object_get(data, "file"));
+    f->data_length = (uint64_t)json_integer_value(json_object_get(data, "length"));
     char own[DERIVED_NAME_MAX], own_cpu[DERIVED_NAME_MAX];
     tetris_error err = {0};
     ort_runtime_name(own, sizeof(own));
@@ -120,28 +128,27 @@ static const char *usable_form(const struct fn_view *v, const char **data)
         why = err.msg;
     else if (cpu == NULL || strcmp(cpu, own_cpu) != 0)
         why = "made for another CPU";
-    if (why != NULL || graph == NULL || *data == NULL) {
+    if (why != NULL || f->graph == NULL || f->data == NULL) {
         log_warn("event=view-derived-mismatch view=%s runtime=%s form=%s reason=%s "
                  "action=plain-graph",
                  LOG_Q(v->dir), LOG_Q(own), LOG_Q(runtime != NULL ? runtime : "none"),
                  LOG_Q(why != NULL ? why : "incomplete"));
-        return NULL;
+        return false;
     }
-    return graph;
+    return true;
 }
 
 int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, ort_model **out,
                  tetris_error *err)
 {
-    const char *data = NULL;
-    const char *form = usable_form(v, &data);
+    struct view_form form = {0};
     int r;
-    if (form != NULL) {
+    if (usable_form(v, &form)) {
         char path[PATH_MAX];
         struct ort_adapter_options fo = *oo;
         fo.graph_optimization = ORT_DISABLE_ALL;
         fo.prepack = true;
-        if (snprintf(path, sizeof(path), "%s/%s", v->dir, form) >= (int)sizeof(path))
+        if (snprintf(path, sizeof(path), "%s/%s", v->dir, form.graph) >= (int)sizeof(path))
             return tetris_fail(err, TETRIS_E_INVAL, 0, "model view %s: path too long", v->dir);
         if ((r = ort_model_open(path, NULL, &fo, out, err)) < 0)
             return r;
@@ -175,11 +182,9 @@ int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, 
             m->shared_bytes += (uint64_t)json_integer_value(json_object_get(t, "length"));
         }
     }
-    if (m->derived && strmap_get(mapped, data) != NULL) {
+    if (m->derived && strmap_get(mapped, form.data) != NULL) {
         m->shared_tensors++;
-        m->shared_bytes += (uint64_t)json_integer_value(
-            json_object_get(json_object_get(json_object_get(v->index, "derived"), "data"),
-                            "length"));
+        m->shared_bytes += form.data_length;
     }
     log_info("event=model-view-mapped view=%s files=%zu shared_tensors=%zu shared_bytes=%llu "
              "derived=%d",
