@@ -85,6 +85,10 @@ fresh_daemon() {
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "n/a" && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 now_us() { echo $(($(date +%s%N) / 1000)); }
+# us_ms FILE...: the median of the microseconds in FILEs, in ms
+us_ms() { awk '{ printf "%.1f\n", $1 / 1000 }' "$@" | median; }
+# field MODE KEY: the median of KEY in the model $name's MODE starts
+field() { for f in "$WORK/$name.$1"[0-9]*.json; do jq -r ".$2" "$f"; done | median; }
 
 # answer OUT ARGS...: one tetris-onnx-run --runs 1 of ARGS; its JSON to
 # OUT.json, its log to OUT.log; prints the ms from before its spawn to its
@@ -160,8 +164,6 @@ for model in "$@"; do
         echo $(($(now_us) - t0)) >>"$WORK/$name.read"
         r=$((r + 1))
     done
-    us_ms() { awk '{ printf "%.1f\n", $1 / 1000 }' "$@" | median; }
-    field() { for f in "$WORK/$name.$1"[0-9]*.json; do jq -r ".$2" "$f"; done | median; }
     stock=$(median <"$WORK/$name.stock")
     cold=$(median <"$WORK/$name.cold")
     warm=$(median <"$WORK/$name.warm")
