@@ -12,6 +12,9 @@
 # per round:
 #   stock     ONNX Runtime opens the file itself at its defaults
 #             (optimisation `all`, pre-packing on): the private start
+#   private   ONNX Runtime opens the file itself at tetris's settings
+#             (optimisation off, no pre-packing): a baseline for the load,
+#             in the parts table only
 #   cold      the first instance on a node: an empty store, the node daemon
 #             hashes and publishes every tensor, the session runs on the
 #             plain weights (--derived off, the default)
@@ -135,7 +138,7 @@ for model in "$@"; do
     "$BIN/tetris-agent" index "$model" -o "$manifest" 2>/dev/null
     set -- --store "$STORE" --manifest "$manifest"
     cat "$model" "$model" >/dev/null # in the page cache, as for every mode
-    for mode in stock cold warm derived; do : >"$WORK/$name.$mode"; done
+    for mode in stock private cold warm derived; do : >"$WORK/$name.$mode"; done
     : >"$WORK/$name.write"; : >"$WORK/$name.read"
     r=1
     while [ "$r" -le "$REPS" ]; do
@@ -157,6 +160,7 @@ for model in "$@"; do
             sed -n 's/.*event=derive-failed .*msg=\(.*\)$/\1/p' "$WORK/daemon.log" | head -n 1 >"$WORK/$name.underivable"
         fi
         answer "$WORK/$name.stock$r" "$model" --private --graph-opt all --prepack >>"$WORK/$name.stock"
+        answer "$WORK/$name.private$r" "$model" --private >>"$WORK/$name.private"
         # the limits, in the same rounds: a tmpfs write and a read of the bytes
         t0=$(now_us); taskset -c 0 cp "$model" "$STORE/write-limit"; sync -f "$STORE" 2>/dev/null || true
         echo $(($(now_us) - t0)) >>"$WORK/$name.write"; rm -f "$STORE/write-limit"
@@ -179,7 +183,7 @@ for model in "$@"; do
     awk -v n="$name" -v b="$bytes" -v r="$sha_rate" -v w="$(us_ms "$WORK/$name.write")" \
         -v rd="$(us_ms "$WORK/$name.read")" -v s="$(field stock session_ms)" -v f="$(field stock first_run_ms)" \
         'BEGIN { printf "| %s | %.1f | %.1f | %s | %s | %.1f | %.1f |\n", n, b / 1e6, b / r * 1000, w, rd, s, f }' >>"$WORK/limits.md"
-    for mode in stock cold warm derived; do
+    for mode in stock private cold warm derived; do
         [ -s "$WORK/$name.$mode" ] || continue
         l=$(field "$mode" load_ms); s=$(field "$mode" session_ms); f=$(field "$mode" first_run_ms)
         t=$(median <"$WORK/$name.$mode")
@@ -200,7 +204,8 @@ echo
 cat "$WORK/limits.md"
 echo
 echo "Where each start goes (medians): load (the agent: connect, register, ingest or map), ONNX"
-echo "Runtime's session, the first inference, and the rest (exec, dynamic linking, process set-up):"
+echo "Runtime's session, the first inference, and the rest (exec, dynamic linking, process set-up);"
+echo "private: ONNX Runtime opening the file at tetris's settings (optimisation off, no pre-packing):"
 echo
 cat "$WORK/parts.md"
 echo
