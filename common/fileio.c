@@ -29,8 +29,11 @@ int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len, t
     if (!S_ISREG(st.st_mode))
         return tetris_fail(err, TETRIS_E_IO, 0, "%s: not a regular file", path);
     /* The size is a hint only (the file may grow while it is read): the
-     * bound is checked on what is read, one byte past it. */
-    size_t cap = st.st_size > 0 && (uint64_t)st.st_size < max_bytes ? (size_t)st.st_size + 1 : 4096;
+     * bound is checked on what is read, one byte past it. Room for the
+     * NUL and one byte more, so that the read that finds the end needs no
+     * larger buffer (a copy of the whole file, and past 128 KiB a fresh
+     * mapping's page faults, for nothing). */
+    size_t cap = st.st_size > 0 && (uint64_t)st.st_size < max_bytes ? (size_t)st.st_size + 2 : 4096;
     cleanup_free char *buf = NULL;
     size_t n = 0;
     for (;;) {

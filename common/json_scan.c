@@ -462,6 +462,23 @@ bool json_span_is_object(json_span v)
     return v.len >= 2 && v.p[0] == '{';
 }
 
+int json_span_uint(json_span v, uint64_t *out)
+{
+    if (v.len == 0 || (v.len > 1 && v.p[0] == '0'))
+        return 0;
+    uint64_t n = 0;
+    for (size_t i = 0; i < v.len; i++) {
+        unsigned d = (unsigned char)v.p[i] - '0';
+        if (d > 9)
+            return 0;
+        if (n > (UINT64_MAX - d) / 10)
+            return -1;
+        n = n * 10 + d;
+    }
+    *out = n;
+    return 1;
+}
+
 ssize_t json_span_string(json_span v, char *buf, size_t cap)
 {
     if (!json_span_is_string(v) || cap == 0)

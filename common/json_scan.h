@@ -67,6 +67,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/error.h"
@@ -158,6 +159,11 @@ size_t json_iter_count(json_iter it);
 bool json_span_is_string(json_span v);
 bool json_span_is_array(json_span v);
 bool json_span_is_object(json_span v);
+
+/* A non-negative integer literal (digits only: no sign, fraction or
+ * exponent) into *out: 1; 0 when v is no such literal; -1 when it is one
+ * above UINT64_MAX. */
+int json_span_uint(json_span v, uint64_t *out);
 
 /* Decodes a string literal into buf (cap bytes, NUL-terminated): its
  * length, or -1 when v is no string, it does not fit, or it holds a NUL

@@ -14,6 +14,9 @@
 
 #include "common/cleanup.h"
 #include "common/fileio.h"
+#include "common/json_scan.h"
+#include "common/textbuf.h"
+#include "common/utf8.h"
 
 #define MANIFEST_MAX_BYTES (256u << 20)
 
@@ -29,7 +32,37 @@ static void json_decref_p(json_t **j)
 
 /* ---- writing ---- */
 
-/* Strings must be UTF-8 (jansson refuses anything else). */
+int manifest_entry_write(textbuf *b, const tensor_desc *t, const char *source_key,
+                         const char *source_json, tetris_error *err)
+{
+    if (t->offset > INT64_MAX || t->length > INT64_MAX || t->meta.nbytes > INT64_MAX)
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor \"%s\": region beyond 2^63", t->name);
+    if (!utf8_valid(t->name, strlen(t->name)))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "tensor \"%s\": name is not valid UTF-8",
+                           t->name);
+    textbuf_puts(b, "{\"name\":");
+    textbuf_json_string(b, t->name);
+    textbuf_printf(b, ",\"dtype\":\"%s\",\"shape\":[", t->meta.dtype);
+    for (int i = 0; i < t->meta.ndim; i++)
+        textbuf_printf(b, "%s%lld", i > 0 ? "," : "", (long long)t->meta.shape[i]);
+    textbuf_printf(b,
+                   "],\"%s\":%s,\"offset\":%llu,\"length\":%llu,\"nbytes\":%llu,"
+                   "\"encoding\":\"%s\"",
+                   source_key, source_json, (unsigned long long)t->offset,
+                   (unsigned long long)t->length, (unsigned long long)t->meta.nbytes,
+                   encoding_name(t->encoding));
+    if (t->has_digest) {
+        char hex[TENSOR_DIGEST_HEX_LEN + 1];
+        tensor_digest_to_hex(&t->meta.digest, hex);
+        textbuf_printf(b, ",\"digest\":\"sha256:%s\",\"crc32\":%u", hex, t->meta.crc32);
+    }
+    if (!textbuf_puts(b, "}"))
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\": building its entry",
+                           t->name);
+    return 0;
+}
+
+/* manifest_entry_write's text, as jansson's value. */
 json_t *manifest_entry_encode(const tensor_desc *t, const char *source_key,
                               json_t *source_value, tetris_error *err)
 {
@@ -40,32 +73,23 @@ json_t *manifest_entry_encode(const tensor_desc *t, const char *source_key,
                     t->name);
         return NULL;
     }
-    if (t->offset > INT64_MAX || t->length > INT64_MAX || t->meta.nbytes > INT64_MAX) {
-        tetris_fail(err, TETRIS_E_INVAL, 0, "tensor \"%s\": region beyond 2^63", t->name);
-        return NULL;
-    }
-    __attribute__((cleanup(json_decref_p))) json_t *name = json_string(t->name);
-    if (name == NULL || source == NULL) {
+    if (source == NULL) {
         tetris_fail(err, TETRIS_E_INVAL, 0,
-                    "tensor \"%s\": name or source is not valid UTF-8 (or out of memory)",
-                    t->name);
+                    "tensor \"%s\": source is not valid UTF-8 (or out of memory)", t->name);
         return NULL;
     }
-    json_t *shape = json_array();
-    for (int i = 0; shape != NULL && i < t->meta.ndim; i++)
-        if (json_array_append_new(shape, json_integer(t->meta.shape[i])) < 0) {
-            json_decref(shape);
-            shape = NULL;
-        }
-    char hex[TENSOR_DIGEST_HEX_LEN + 1];
-    tensor_digest_to_hex(&t->meta.digest, hex);
-    char digest[TENSOR_DIGEST_HEX_LEN + 8];
-    snprintf(digest, sizeof digest, "sha256:%s", hex);
-    json_t *obj = json_pack("{s:O, s:s, s:o, s:O, s:I, s:I, s:I, s:s, s:s, s:I}", "name", name,
-                            "dtype", t->meta.dtype, "shape", shape, source_key, source, "offset",
-                            (json_int_t)t->offset, "length", (json_int_t)t->length, "nbytes",
-                            (json_int_t)t->meta.nbytes, "encoding", encoding_name(t->encoding),
-                            "digest", digest, "crc32", (json_int_t)t->meta.crc32);
+    cleanup_free char *source_json = json_dumps(source, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (source_json == NULL) {
+        tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\": building its entry", t->name);
+        return NULL;
+    }
+    textbuf b = {0};
+    if (manifest_entry_write(&b, t, source_key, source_json, err) < 0) {
+        textbuf_free(&b);
+        return NULL;
+    }
+    json_t *obj = json_loadb(b.data, b.len, 0, NULL);
+    textbuf_free(&b);
     if (obj == NULL)
         tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "tensor \"%s\": building its entry", t->name);
     return obj;
@@ -163,49 +187,103 @@ static int field_type_error(const struct where *w, const char *field, const char
     return report(w, field, problem, w->needs, err);
 }
 
-/* v is obj's member field (NULL: missing). */
-static int string_value(const json_t *v, const char *field, const struct where *w,
-                        const char **out, tetris_error *err)
+/* The members of an object that a decoder reads, by name: one pass over
+ * the object's members puts each known one's value in spans[k] (names[k];
+ * p NULL when absent). A known key given twice is refused; others are not
+ * read, so neither are their repeats (json_scan.h). */
+static int collect_members(json_span obj, const char *const *names, size_t n_names,
+                           json_span *spans, const struct where *w, tetris_error *err)
 {
-    if (v == NULL)
-        return field_type_error(w, field, "missing", err);
-    if (!json_is_string(v))
-        return field_type_error(w, field, "must be a string", err);
-    if (json_string_length(v) == 0)
-        return field_error(w, field, "must not be empty", err);
-    *out = json_string_value(v);
+    for (size_t k = 0; k < n_names; k++)
+        spans[k] = (json_span){NULL, 0};
+    json_iter it;
+    if (!json_iter_object(&it, obj))
+        return field_error(w, "tensors", "entry is not an object", err);
+    json_span key, value;
+    int r;
+    while ((r = json_iter_next(&it, &key, &value)) > 0) {
+        char name[32];
+        if (json_span_string(key, name, sizeof name) < 0)
+            continue; /* longer than any name read here */
+        for (size_t k = 0; k < n_names; k++) {
+            if (strcmp(name, names[k]) != 0)
+                continue;
+            if (spans[k].p != NULL)
+                return report(w, name, "duplicate key", NULL, err);
+            spans[k] = value;
+        }
+    }
+    if (r < 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not JSON", w->what);
     return 0;
 }
 
-static int get_string(const json_t *obj, const char *field, const struct where *w,
-                      const char **out, tetris_error *err)
+/* v as a string field (p NULL: missing) decoded into buf; one too long
+ * for buf, or holding a NUL, is a wrong value. */
+static int string_field(json_span v, const char *field, const struct where *w, char *buf,
+                        size_t cap, tetris_error *err)
 {
-    return string_value(json_object_get(obj, field), field, w, out, err);
-}
-
-static int get_uint(const json_t *obj, const char *field, uint64_t max, const struct where *w,
-                    uint64_t *out, tetris_error *err)
-{
-    const json_t *v = json_object_get(obj, field);
-    if (v == NULL)
+    if (v.p == NULL)
         return field_type_error(w, field, "missing", err);
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return field_type_error(w, field, "must be a non-negative integer", err);
-    if ((uint64_t)json_integer_value(v) > max) {
+    if (!json_span_is_string(v))
+        return field_type_error(w, field, "must be a string", err);
+    ssize_t n = json_span_string(v, buf, cap);
+    if (n < 0) {
         char problem[64];
-        snprintf(problem, sizeof problem, "%lld exceeds %llu",
-                 (long long)json_integer_value(v), (unsigned long long)max);
+        snprintf(problem, sizeof problem, "longer than %zu bytes or holds a NUL", cap - 1);
         return field_error(w, field, problem, err);
     }
-    *out = (uint64_t)json_integer_value(v);
+    if (n == 0)
+        return field_error(w, field, "must not be empty", err);
     return 0;
 }
 
-static int get_digest(const json_t *obj, const struct where *w, tensor_digest *out,
-                      tetris_error *err)
+/* The same, into a malloc'd copy of any length. */
+static int string_field_dup(json_span v, const char *field, const struct where *w, char **out,
+                            tetris_error *err)
 {
-    const char *digest;
-    int ret = get_string(obj, "digest", w, &digest, err);
+    if (v.p == NULL)
+        return field_type_error(w, field, "missing", err);
+    if (!json_span_is_string(v))
+        return field_type_error(w, field, "must be a string", err);
+    json_scan s;
+    size_t len;
+    json_scan_init(&s, v.p, v.len, 0);
+    char *copy = NULL;
+    int r = json_scan_string_dup(&s, &copy, &len, err);
+    if (r < 0)
+        return r;
+    if (len == 0 || strlen(copy) != len) {
+        free(copy);
+        return field_error(w, field, len == 0 ? "must not be empty" : "holds a NUL", err);
+    }
+    *out = copy;
+    return 0;
+}
+
+static int uint_field(json_span v, const char *field, uint64_t max, const struct where *w,
+                      uint64_t *out, tetris_error *err)
+{
+    if (v.p == NULL)
+        return field_type_error(w, field, "missing", err);
+    uint64_t n;
+    int r = json_span_uint(v, &n);
+    if (r == 0)
+        return field_type_error(w, field, "must be a non-negative integer", err);
+    if (r < 0 || n > max) {
+        char problem[64];
+        snprintf(problem, sizeof problem, "%.*s exceeds %llu", v.len > 24 ? 24 : (int)v.len, v.p,
+                 (unsigned long long)max);
+        return field_error(w, field, problem, err);
+    }
+    *out = n;
+    return 0;
+}
+
+static int digest_field(json_span v, const struct where *w, tensor_digest *out, tetris_error *err)
+{
+    char digest[8 + TENSOR_DIGEST_HEX_LEN + 1];
+    int ret = string_field(v, "digest", w, digest, sizeof digest, err);
     if (ret < 0)
         return ret;
     if (strncmp(digest, "sha256:", 7) != 0)
@@ -216,92 +294,118 @@ static int get_digest(const json_t *obj, const struct where *w, tensor_digest *o
     return 0;
 }
 
+/* The top-level members every reader of a manifest reads. */
+enum { TOP_FORMAT, TOP_MODEL, TOP_MODEL_FORMAT, TOP_TENSOR_BYTES, TOP_TENSORS, TOP_N };
+static const char *const top_names[TOP_N] = {"format", "model", "model_format", "tensor_bytes",
+                                             "tensors"};
+
 /* The document, an object, and its "format" and "tensors", as every reader
- * of a manifest starts. */
-static int manifest_open(const char *what, const char *json, size_t len, json_t **root,
-                         const json_t **tensors, tetris_error *err)
+ * of a manifest starts; top[] gets the top-level members. */
+static int manifest_open(const char *what, const char *json, size_t len, json_span *top,
+                         json_iter *tensors, tetris_error *err)
 {
-    json_error_t jerr;
-    *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (*root == NULL)
-        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not JSON: line %d column %d: %s", what,
-                           jerr.line, jerr.column, jerr.text);
-    if (!json_is_object(*root))
+    json_span doc;
+    tetris_error serr;
+    if (json_scan_document(json, len, &doc, &serr) < 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not JSON: %s", what, serr.msg);
+    if (!json_span_is_object(doc))
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s: not a JSON object", what);
     struct where w = {.what = what, .index = SIZE_MAX};
-    const char *format;
-    int ret = get_string(*root, "format", &w, &format, err);
+    int ret = collect_members(doc, top_names, TOP_N, top, &w, err);
+    char format[sizeof MANIFEST_FORMAT + 1];
+    if (ret == 0)
+        ret = string_field(top[TOP_FORMAT], "format", &w, format, sizeof format, err);
+    if (ret == 0 && strcmp(format, MANIFEST_FORMAT) != 0)
+        ret = field_error(&w, "format", "must be \"" MANIFEST_FORMAT "\"", err);
     if (ret < 0)
         return ret;
-    if (strcmp(format, MANIFEST_FORMAT) != 0)
-        return field_error(&w, "format", "must be \"" MANIFEST_FORMAT "\"", err);
-    *tensors = json_object_get(*root, "tensors");
-    if (*tensors == NULL)
+    if (top[TOP_TENSORS].p == NULL)
         return field_error(&w, "tensors", "missing", err);
-    if (!json_is_array(*tensors))
+    if (!json_iter_array(tensors, top[TOP_TENSORS]))
         return field_error(&w, "tensors", "must be an array", err);
     return 0;
 }
 
-static int entry_object(const json_t *entry, const struct where *w, tetris_error *err)
+/* An entry's members, in the order entry_decode reads them. */
+enum {
+    ENTRY_NAME,
+    ENTRY_DTYPE,
+    ENTRY_SOURCE,
+    ENTRY_ENCODING,
+    ENTRY_SHAPE,
+    ENTRY_OFFSET,
+    ENTRY_LENGTH,
+    ENTRY_NBYTES,
+    ENTRY_DIGEST,
+    ENTRY_CRC32,
+    ENTRY_N
+};
+
+static int shape_field(json_span v, const struct where *w, tensor_meta *meta, tetris_error *err)
 {
-    if (!json_is_object(entry))
-        return field_error(w, "tensors", "entry is not an object", err);
+    json_iter dims;
+    if (v.p == NULL)
+        return field_type_error(w, "shape", "missing", err);
+    if (!json_iter_array(&dims, v))
+        return field_type_error(w, "shape", "must be an array", err);
+    json_span d;
+    int ndim = 0;
+    while (json_iter_next(&dims, NULL, &d) > 0) {
+        uint64_t dim;
+        if (ndim == TENSOR_MAX_DIMS)
+            return field_error(w, "shape", "more than 8 dims", err);
+        if (json_span_uint(d, &dim) <= 0 || dim > INT64_MAX)
+            return field_error(w, "shape", "dims must be non-negative integers", err);
+        meta->shape[ndim++] = (int64_t)dim;
+    }
+    meta->ndim = ndim;
     return 0;
 }
 
-/* manifest_entry_decode at w (whose name it sets). */
-static int entry_decode(const json_t *obj, struct where *w, const char *source_key,
-                        bool digest_optional, tensor_desc *t, const json_t **source_value,
+/* manifest_entry_decode at w (whose name it sets), with the source
+ * member named source_key. */
+static int entry_decode(json_span obj, struct where *w, const char *source_key,
+                        bool digest_optional, tensor_desc *t, json_span *source_value,
                         tetris_error *err)
 {
-    int ret = entry_object(obj, w, err);
+    const char *names[ENTRY_N] = {"name",   "dtype",  "",       "encoding", "shape",
+                                  "offset", "length", "nbytes", "digest",   "crc32"};
+    names[ENTRY_SOURCE] = source_key;
+    json_span f[ENTRY_N];
+    int ret = collect_members(obj, names, ENTRY_N, f, w, err);
     if (ret < 0)
         return ret;
-    const char *name, *dtype, *encoding;
-    if ((ret = get_string(obj, "name", w, &name, err)) < 0)
+    cleanup_free char *name = NULL;
+    char dtype[sizeof t->meta.dtype + 1], encoding[8];
+    if ((ret = string_field_dup(f[ENTRY_NAME], "name", w, &name, err)) < 0)
         return ret;
     w->name = name;
-    if ((ret = get_string(obj, "dtype", w, &dtype, err)) < 0)
+    if ((ret = string_field(f[ENTRY_DTYPE], "dtype", w, dtype, sizeof dtype, err)) < 0)
         return ret;
-    *source_value = json_object_get(obj, source_key);
-    if (*source_value == NULL)
+    *source_value = f[ENTRY_SOURCE];
+    if (source_value->p == NULL)
         return field_type_error(w, source_key, "missing", err);
-    if ((ret = get_string(obj, "encoding", w, &encoding, err)) < 0)
+    if ((ret = string_field(f[ENTRY_ENCODING], "encoding", w, encoding, sizeof encoding, err)) < 0)
         return ret;
     if (tensor_dtype_size(dtype) == 0 || strlen(dtype) >= sizeof t->meta.dtype)
         return field_error(w, "dtype", "unknown dtype", err);
     snprintf(t->meta.dtype, sizeof t->meta.dtype, "%s", dtype);
-
-    const json_t *shape = json_object_get(obj, "shape");
-    if (shape == NULL)
-        return field_type_error(w, "shape", "missing", err);
-    if (!json_is_array(shape))
-        return field_type_error(w, "shape", "must be an array", err);
-    if (json_array_size(shape) > TENSOR_MAX_DIMS)
-        return field_error(w, "shape", "more than 8 dims", err);
-    t->meta.ndim = (int)json_array_size(shape);
-    for (int i = 0; i < t->meta.ndim; i++) {
-        const json_t *d = json_array_get(shape, (size_t)i);
-        if (!json_is_integer(d) || json_integer_value(d) < 0)
-            return field_error(w, "shape", "dims must be non-negative integers", err);
-        t->meta.shape[i] = json_integer_value(d);
-    }
+    if ((ret = shape_field(f[ENTRY_SHAPE], w, &t->meta, err)) < 0)
+        return ret;
     uint64_t computed;
     tetris_error serr;
     if (tensor_shape_nbytes(t->meta.dtype, t->meta.ndim, t->meta.shape, &computed, &serr) < 0)
         return field_error(w, "shape", serr.msg, err);
 
     uint64_t crc = 0;
-    if ((ret = get_uint(obj, "offset", INT64_MAX, w, &t->offset, err)) < 0 ||
-        (ret = get_uint(obj, "length", INT64_MAX, w, &t->length, err)) < 0 ||
-        (ret = get_uint(obj, "nbytes", INT64_MAX, w, &t->meta.nbytes, err)) < 0)
+    if ((ret = uint_field(f[ENTRY_OFFSET], "offset", INT64_MAX, w, &t->offset, err)) < 0 ||
+        (ret = uint_field(f[ENTRY_LENGTH], "length", INT64_MAX, w, &t->length, err)) < 0 ||
+        (ret = uint_field(f[ENTRY_NBYTES], "nbytes", INT64_MAX, w, &t->meta.nbytes, err)) < 0)
         return ret;
     /* An identity is both fields or, where allowed, neither: the reader
      * then computes it. */
-    bool identity = !digest_optional || json_object_get(obj, "digest") != NULL ||
-                    json_object_get(obj, "crc32") != NULL;
-    if (identity && (ret = get_uint(obj, "crc32", UINT32_MAX, w, &crc, err)) < 0)
+    bool identity = !digest_optional || f[ENTRY_DIGEST].p != NULL || f[ENTRY_CRC32].p != NULL;
+    if (identity && (ret = uint_field(f[ENTRY_CRC32], "crc32", UINT32_MAX, w, &crc, err)) < 0)
         return ret;
     t->meta.crc32 = identity ? (uint32_t)crc : 0;
     if (t->meta.nbytes != computed)
@@ -330,18 +434,17 @@ static int entry_decode(const json_t *obj, struct where *w, const char *source_k
                  (unsigned long long)t->length, (unsigned long long)(t->meta.nbytes / width));
         return field_error(w, "length", problem, err);
     }
-    if (identity && (ret = get_digest(obj, w, &t->meta.digest, err)) < 0)
+    if (identity && (ret = digest_field(f[ENTRY_DIGEST], w, &t->meta.digest, err)) < 0)
         return ret;
     t->has_digest = identity;
-    t->name = strdup(name);
-    if (t->name == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: tensor \"%s\"", w->what, name);
+    t->name = steal_pointer(&name);
+    w->name = t->name;
     return 0;
 }
 
-int manifest_entry_decode(const json_t *entry, const char *what, size_t index,
-                          const char *source_key, bool digest_optional, tensor_desc *t,
-                          const json_t **source_value, tetris_error *err)
+int manifest_entry_decode(json_span entry, const char *what, size_t index, const char *source_key,
+                          bool digest_optional, tensor_desc *t, json_span *source_value,
+                          tetris_error *err)
 {
     char needs[200];
     snprintf(needs, sizeof needs,
@@ -363,14 +466,14 @@ static char *resolve_source(const char *base_dir, const char *source)
     return out;
 }
 
-static int tensor_from_json(const json_t *obj, const char *base_dir, struct where *w,
-                            tensor_desc *t, tetris_error *err)
+static int tensor_from_json(json_span obj, const char *base_dir, struct where *w, tensor_desc *t,
+                            tetris_error *err)
 {
-    const json_t *value;
-    const char *source;
+    json_span value;
+    cleanup_free char *source = NULL;
     int ret = entry_decode(obj, w, "source", false, t, &value, err);
     if (ret == 0)
-        ret = string_value(value, "source", w, &source, err);
+        ret = string_field_dup(value, "source", w, &source, err);
     if (ret == 0 && (t->source = resolve_source(base_dir, source)) == NULL)
         ret = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: tensor \"%s\"", w->what, w->name);
     return ret;
@@ -382,17 +485,20 @@ static int manifest_parse_named(const char *what, const char *base_dir, const ch
                                 size_t len, model **out, tetris_error *err)
 {
     *out = NULL;
-    __attribute__((cleanup(json_decref_p))) json_t *root = NULL;
-    const json_t *tensors;
-    int ret = manifest_open(what, json, len, &root, &tensors, err);
+    json_span top[TOP_N];
+    json_iter tensors;
+    int ret = manifest_open(what, json, len, top, &tensors, err);
     if (ret < 0)
         return ret;
     struct where w = {.what = what, .index = SIZE_MAX};
-    const char *path, *model_format;
+    cleanup_free char *path = NULL;
+    char model_format[32];
     uint64_t tensor_bytes;
-    if ((ret = get_string(root, "model", &w, &path, err)) < 0 ||
-        (ret = get_string(root, "model_format", &w, &model_format, err)) < 0 ||
-        (ret = get_uint(root, "tensor_bytes", INT64_MAX, &w, &tensor_bytes, err)) < 0)
+    if ((ret = string_field_dup(top[TOP_MODEL], "model", &w, &path, err)) < 0 ||
+        (ret = string_field(top[TOP_MODEL_FORMAT], "model_format", &w, model_format,
+                            sizeof model_format, err)) < 0 ||
+        (ret = uint_field(top[TOP_TENSOR_BYTES], "tensor_bytes", INT64_MAX, &w, &tensor_bytes,
+                          err)) < 0)
         return ret;
 
     cleanup_free char *model_path = resolve_source(base_dir, path);
@@ -402,11 +508,12 @@ static int manifest_parse_named(const char *what, const char *base_dir, const ch
     if (m == NULL)
         return -TETRIS_E_NOMEM;
     w.needs = "name, dtype, shape, source, offset, length, nbytes, encoding, digest, crc32";
-    for (size_t i = 0; i < json_array_size(tensors) && ret == 0; i++) {
+    json_span entry;
+    for (size_t i = 0; ret == 0 && json_iter_next(&tensors, NULL, &entry) > 0; i++) {
         tensor_desc t = {0};
         w.index = i;
         w.name = NULL;
-        ret = tensor_from_json(json_array_get(tensors, i), base_dir, &w, &t, err);
+        ret = tensor_from_json(entry, base_dir, &w, &t, err);
         if (ret < 0) {
             free(t.name);
             free(t.source);
@@ -488,12 +595,12 @@ int manifest_read_digests(const char *json, size_t len, const char *what, bool w
                           manifest_digests *out, tetris_error *err)
 {
     memset(out, 0, sizeof *out);
-    __attribute__((cleanup(json_decref_p))) json_t *root = NULL;
-    const json_t *tensors;
-    int ret = manifest_open(what, json, len, &root, &tensors, err);
+    json_span top[TOP_N];
+    json_iter tensors;
+    int ret = manifest_open(what, json, len, top, &tensors, err);
     if (ret < 0)
         return ret;
-    size_t n = json_array_size(tensors);
+    size_t n = json_iter_count(tensors);
     manifest_digests d = {.n = n, .digests = malloc((n ? n : 1) * sizeof *d.digests)};
     if (with_nbytes)
         d.nbytes = malloc((n ? n : 1) * sizeof *d.nbytes);
@@ -501,18 +608,23 @@ int manifest_read_digests(const char *json, size_t len, const char *what, bool w
         manifest_digests_release(&d);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s: %zu tensors", what, n);
     }
+    enum { ID_NAME, ID_DIGEST, ID_NBYTES, ID_N };
+    static const char *const names[ID_N] = {"name", "digest", "nbytes"};
     struct where w = {.what = what, .needs = with_nbytes ? "digest, nbytes" : "digest"};
-    for (size_t i = 0; i < n && ret == 0; i++) {
-        const json_t *entry = json_array_get(tensors, i);
+    json_span entry;
+    for (size_t i = 0; ret == 0 && json_iter_next(&tensors, NULL, &entry) > 0; i++) {
+        json_span f[ID_N];
+        char name[256];
         w.index = i;
         w.name = NULL;
-        ret = entry_object(entry, &w, err);
+        ret = collect_members(entry, names, ID_N, f, &w, err);
         if (ret < 0)
             break;
-        w.name = json_string_value(json_object_get(entry, "name")); /* messages only */
-        ret = get_digest(entry, &w, &d.digests[i], err);
+        if (json_span_string(f[ID_NAME], name, sizeof name) > 0)
+            w.name = name; /* messages only */
+        ret = digest_field(f[ID_DIGEST], &w, &d.digests[i], err);
         if (ret == 0 && with_nbytes)
-            ret = get_uint(entry, "nbytes", INT64_MAX, &w, &d.nbytes[i], err);
+            ret = uint_field(f[ID_NBYTES], "nbytes", INT64_MAX, &w, &d.nbytes[i], err);
     }
     if (ret < 0) {
         manifest_digests_release(&d);

@@ -34,10 +34,16 @@
  * relative to the manifest's directory (manifest_read_file resolves it);
  * manifest_parse, which has no file, leaves it as it is.
  *
- * Decoding trusts nothing: duplicate keys, a missing or mistyped field,
- * a size that does not add up or overlapping regions are TETRIS_E_FORMAT
- * errors whose message names the input, the entry and the field:
+ * Decoding trusts nothing: text that is not JSON, a field given twice, a
+ * missing or mistyped field, a size that does not add up or overlapping
+ * regions are TETRIS_E_FORMAT errors whose message names the input, the
+ * entry and the field:
  *   WHAT: tensors[I] ("NAME"): field "F": PROBLEM
+ * The text is read in place (common/json_scan.h), not loaded as a tree: a
+ * tree of a model's few hundred entries costs an instance's start more
+ * than the rest of its manifest work (bench/first-answer: 3 of 4 ms for
+ * a 90 KB manifest, most of it the tree's allocations and their page
+ * faults). Members no decoder reads are passed over unread.
  *
  * Readers that need only the tensors' identities (the scheduler extender,
  * tetris-node-pins) use manifest_read_digests: the same decoder reading
@@ -54,6 +60,8 @@
 #include <jansson.h>
 
 #include "common/error.h"
+#include "common/json_scan.h"
+#include "common/textbuf.h"
 #include "tensorstore/digest.h"
 
 /* model.h's; declared here so that readers of identities only, which
@@ -78,6 +86,17 @@ int model_sources_realpath(struct model *m, tetris_error *err);
 
 /* ---- one tensor entry ---- */
 
+/* Appends ENTRY for t to b as compact JSON, its source field named
+ * source_key with the JSON text source_json (a literal the caller wrote:
+ * a number, or a string it escaped); "digest" and "crc32" only when
+ * t->has_digest (an ingest request may leave the identity to the daemon).
+ * The one encoder of an entry: the hot path (every instance's start sends
+ * its model's entries) writes text directly, without a tree.
+ * TETRIS_E_INVAL for a region beyond 2^63 or a name that is not UTF-8,
+ * TETRIS_E_NOMEM when b could not grow. */
+int manifest_entry_write(textbuf *b, const struct tensor_desc *t, const char *source_key,
+                         const char *source_json, tetris_error *err);
+
 /* ENTRY for t, with its source field named source_key ("source",
  * "source_index") set to source_value, whose reference it takes (on
  * failure too). TETRIS_E_INVAL when t has no digest, a region beyond 2^63
@@ -90,11 +109,12 @@ json_t *manifest_entry_encode(const struct tensor_desc *t, const char *source_ke
  * With digest_optional, an entry may leave out both "digest" and "crc32"
  * (t->has_digest false), never only one of them.
  * *source_value is the entry's source_key member, present but of any type:
- * the caller knows what it must be. what and index name the entry in
+ * the caller knows what it must be. entry is a span of a text that
+ * json_scan_document checked (common/json_scan.h). what and index name the entry in
  * messages (WHAT: tensors[INDEX] ...). */
-int manifest_entry_decode(const json_t *entry, const char *what, size_t index,
-                          const char *source_key, bool digest_optional, struct tensor_desc *t,
-                          const json_t **source_value, tetris_error *err);
+int manifest_entry_decode(json_span entry, const char *what, size_t index, const char *source_key,
+                          bool digest_optional, struct tensor_desc *t, json_span *source_value,
+                          tetris_error *err);
 
 /* ---- identities only ---- */
 

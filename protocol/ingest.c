@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/json_scan.h"
 #include "common/textbuf.h"
+#include "common/utf8.h"
 #include "model/manifest.h"
 #include "protocol/derived.h"
 #include "protocol/oci.h"
@@ -229,55 +230,68 @@ fail:
 
 /* ---- requests ---- */
 
+/* Finds or adds path in sources[*n]: its index, or -1 past
+ * INGEST_MAX_SOURCES. */
+static int source_index(const char *path, const char *sources[INGEST_MAX_SOURCES], size_t *n)
+{
+    size_t s = 0;
+    while (s < *n && strcmp(sources[s], path) != 0)
+        s++;
+    if (s == *n) {
+        if (s == INGEST_MAX_SOURCES)
+            return -1;
+        sources[(*n)++] = path;
+    }
+    return (int)s;
+}
+
+/* Written as text, not built as a tree: every instance's start sends its
+ * model's few hundred entries (bench/first-answer: a tree cost a small
+ * model's start some 3 ms, most of it allocations and their faults). */
 int ingest_request_encode(const char *label, const model *m, char **json,
                           const char *sources[INGEST_MAX_SOURCES], size_t *n_sources,
                           tetris_error *err)
 {
     *json = NULL;
     *n_sources = 0;
-    json_t *jsources = json_array();
-    json_t *tensors = json_array();
-    json_t *req = json_pack("{s:s, s:s, s:o*, s:o*}", "op", "ingest", "label", label ? label : "",
-                            "sources", jsources, "tensors", tensors);
-    if (req == NULL)
-        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    label = label != NULL ? label : "";
+    if (!utf8_valid(label, strlen(label)))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "label is not valid UTF-8");
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const char *path = m->tensors[i].source ? m->tensors[i].source : m->path;
+        size_t before = *n_sources;
+        if (source_index(path, sources, n_sources) < 0)
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "model has more than %d source files",
+                               INGEST_MAX_SOURCES);
+        if (*n_sources > before && !utf8_valid(path, strlen(path)))
+            return tetris_fail(err, TETRIS_E_INVAL, 0, "source %s is not valid UTF-8", path);
+    }
+    textbuf b = {0};
+    textbuf_reserve(&b, 64 + m->n_tensors * 256);
+    textbuf_puts(&b, "{\"op\":\"ingest\",\"label\":");
+    textbuf_json_string(&b, label);
+    textbuf_puts(&b, ",\"sources\":[");
+    for (size_t s = 0; s < *n_sources; s++) {
+        textbuf_puts(&b, s > 0 ? "," : "");
+        textbuf_json_string(&b, sources[s]);
+    }
+    textbuf_puts(&b, "],\"tensors\":[");
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < m->n_tensors; i++) {
         const tensor_desc *t = &m->tensors[i];
-        const char *path = t->source ? t->source : m->path;
-        size_t s = 0;
-        while (s < *n_sources && strcmp(sources[s], path) != 0)
-            s++;
-        if (s == *n_sources) {
-            if (s == INGEST_MAX_SOURCES) {
-                rc = tetris_fail(err, TETRIS_E_INVAL, 0, "model has more than %d source files",
-                                 INGEST_MAX_SOURCES);
-                break;
-            }
-            if (json_array_append_new(jsources, json_string(path)) < 0) {
-                rc = tetris_fail(err, TETRIS_E_INVAL, 0,
-                                 "source %s is not valid UTF-8 (or out of memory)", path);
-                break;
-            }
-            sources[(*n_sources)++] = path;
-        }
         /* A tensor without its identity goes without one: the daemon
          * computes it while it reads the bytes. */
-        tensor_desc d = *t;
-        d.has_digest = true;
-        json_t *entry = manifest_entry_encode(&d, "source_index", json_integer((json_int_t)s), err);
-        if (entry != NULL && !t->has_digest) {
-            json_object_del(entry, "digest");
-            json_object_del(entry, "crc32");
-        }
-        if (entry == NULL)
-            rc = -(err != NULL ? err->code : TETRIS_E_INVAL);
-        else if (json_array_append_new(tensors, entry) < 0)
-            rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+        char index[24];
+        snprintf(index, sizeof index, "%d",
+                 source_index(t->source ? t->source : m->path, sources, n_sources));
+        textbuf_puts(&b, i > 0 ? "," : "");
+        rc = manifest_entry_write(&b, t, "source_index", index, err);
     }
-    if (rc == 0 && (*json = json_dumps(req, JSON_COMPACT)) == NULL)
+    if (rc == 0 && !textbuf_puts(&b, "]}"))
         rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
-    json_decref(req);
+    if (rc == 0 && (*json = textbuf_take(&b, NULL)) == NULL)
+        rc = tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "request");
+    textbuf_free(&b);
     return rc;
 }
 
@@ -334,10 +348,11 @@ char *ingest_gpu_attach_encode(const char *device, const tensor_digest *digests,
 
 /* ---- decoding requests ----
  * A request is checked and cut into spans (common/json_scan.h), never
- * loaded whole: each tensor entry, source path and string is loaded on its
- * own, at most INGEST_MAX_ELEMENT_BYTES of text, and freed before the next,
- * so decoding holds the message, the request it fills in and one small
- * tree at a time. */
+ * loaded whole: tensor entries are decoded in place (model/manifest.h),
+ * and each source path and string is loaded on its own, at most
+ * INGEST_MAX_ELEMENT_BYTES of text, and freed before the next, so
+ * decoding holds the message, the request it fills in and one small tree
+ * at a time. */
 
 /* The top-level members a request may have; others are ignored. */
 struct request_members {
@@ -435,32 +450,29 @@ static int decode_label(json_span v, ingest_request *rq, tetris_error *err)
 static int decode_tensor(json_span v, size_t i, size_t n_sources, ingest_request_tensor *out,
                          tetris_error *err)
 {
-    char what[64];
-    snprintf(what, sizeof(what), REQUEST_WHAT ": tensors[%zu]", i);
-    json_t *entry;
-    int rc = load_element(v, what, &entry, err);
+    if (v.len > INGEST_MAX_ELEMENT_BYTES)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           REQUEST_WHAT ": tensors[%zu]: longer than %d bytes of JSON", i,
+                           INGEST_MAX_ELEMENT_BYTES);
+    json_span index;
+    int rc = manifest_entry_decode(v, REQUEST_WHAT, i, "source_index", true, &out->desc, &index,
+                                   err);
     if (rc < 0)
         return rc;
-    const json_t *index;
-    rc = manifest_entry_decode(entry, REQUEST_WHAT, i, "source_index", true, &out->desc, &index,
-                               err);
-    if (rc == 0) {
-        out->desc.source = (char *)INGEST_SOURCE_DESCRIPTOR;
-        if (!json_is_integer(index) || json_integer_value(index) < 0)
-            rc = tetris_fail(err, TETRIS_E_FORMAT, 0,
-                             REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": must "
-                                          "be a non-negative integer",
-                             i, out->desc.name);
-        else if ((uint64_t)json_integer_value(index) >= n_sources)
-            rc = tetris_fail(err, TETRIS_E_FORMAT, 0,
-                             REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": %lld "
-                                          "out of range (%zu sources)",
-                             i, out->desc.name, (long long)json_integer_value(index), n_sources);
-        else
-            out->source_index = (size_t)json_integer_value(index);
-    }
-    json_decref(entry);
-    return rc;
+    out->desc.source = (char *)INGEST_SOURCE_DESCRIPTOR;
+    uint64_t source;
+    if (json_span_uint(index, &source) <= 0)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": must "
+                                        "be a non-negative integer",
+                           i, out->desc.name);
+    if (source >= n_sources)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0,
+                           REQUEST_WHAT ": tensors[%zu] (\"%s\"): field \"source_index\": %llu "
+                                        "out of range (%zu sources)",
+                           i, out->desc.name, (unsigned long long)source, n_sources);
+    out->source_index = (size_t)source;
+    return 0;
 }
 
 static int decode_ingest(const struct request_members *m, size_t n_fds, ingest_request *rq,

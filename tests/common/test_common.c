@@ -416,6 +416,37 @@ START_TEST(test_json_scan_depth_is_bounded)
 }
 END_TEST
 
+/* json_span_uint: only digits are an unsigned integer, up to UINT64_MAX. */
+START_TEST(test_json_span_uint)
+{
+    static const struct {
+        const char *text;
+        int want;
+        uint64_t value;
+    } cases[] = {
+        {"0", 1, 0},
+        {"7", 1, 7},
+        {"18446744073709551615", 1, UINT64_MAX},
+        {"18446744073709551616", -1, 0},
+        {"99999999999999999999999", -1, 0},
+        {"-1", 0, 0},
+        {"-0", 0, 0},
+        {"1.0", 0, 0},
+        {"1e3", 0, 0},
+        {"01", 0, 0},
+        {"\"7\"", 0, 0},
+        {"true", 0, 0},
+        {"", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t v = 12345;
+        json_span span = {cases[i].text, strlen(cases[i].text)};
+        ck_assert_msg(json_span_uint(span, &v) == cases[i].want, "%s", cases[i].text);
+        ck_assert_uint_eq(v, cases[i].want == 1 ? cases[i].value : 12345);
+    }
+}
+END_TEST
+
 /* Members and elements come out as spans of the text, in order, keys
  * decoded; nested values are skipped whole. */
 START_TEST(test_json_scan_iterates)
@@ -839,6 +870,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, test_json_scan_accepts_what_jansson_does);
     tcase_add_test(tc, test_json_scan_depth_is_bounded);
     tcase_add_test(tc, test_json_scan_iterates);
+    tcase_add_test(tc, test_json_span_uint);
     tcase_add_test(tc, test_json_scan_pulls);
     tcase_add_test(tc, test_clock);
     tcase_add_test(tc, test_workers_run_each_item_once);

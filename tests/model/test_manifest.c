@@ -223,6 +223,43 @@ START_TEST(not_json_at_all)
 }
 END_TEST
 
+/* Mutations jansson cannot make (a repeated key, a number past 2^64, a
+ * NUL in a string), made in the text of a valid manifest: the first
+ * occurrence of `find` becomes `replace`. */
+static const struct {
+    const char *find, *replace, *expect;
+} bad_text[] = {
+    {"\"nbytes\"", "\"offset\": 0, \"nbytes\"",
+     "manifest: tensors[0]: field \"offset\": duplicate key"},
+    {"\"length\": 24", "\"length\": 123456789012345678901234567890",
+     "tensors[0] (\"w\"): field \"length\": 123456789012345678901234 exceeds"},
+    {"\"name\": \"w\"", "\"name\": \"w\\u0000x\"", "tensors[0]: field \"name\": holds a NUL"},
+    {"\"format\"", "\"format\": \"tetris-manifest/1\", \"format\"",
+     "field \"format\": duplicate key"},
+};
+
+START_TEST(text_level_mutations_are_refused)
+{
+    model *m = indexed_model();
+    tetris_error err;
+    char *json = manifest_to_json(m, &err);
+    model_free(m);
+    const char *at = strstr(json, bad_text[_i].find);
+    ck_assert_msg(at != NULL, "%s not in %s", bad_text[_i].find, json);
+    char *text = NULL;
+    ck_assert_int_ge(asprintf(&text, "%.*s%s%s", (int)(at - json), json, bad_text[_i].replace,
+                              at + strlen(bad_text[_i].find)),
+                     0);
+    model *out = NULL;
+    ck_assert_int_eq(manifest_parse(text, strlen(text), &out, &err), -TETRIS_E_FORMAT);
+    ck_assert_ptr_null(out);
+    ck_assert_msg(strstr(err.msg, bad_text[_i].expect) != NULL, "case %d: \"%s\" not in: %s", _i,
+                  bad_text[_i].expect, err.msg);
+    free(text);
+    free(json);
+}
+END_TEST
+
 START_TEST(print_lists_every_tensor)
 {
     model *m = indexed_model();
@@ -337,6 +374,17 @@ END_TEST
 
 /* ---- the entry codec and the identities-only reader ---- */
 
+/* e as text, decoded as an ingest request's entry is: a span of it. */
+static int decode_entry(const json_t *e, const char *source_key, bool digest_optional,
+                        tensor_desc *t, json_span *src, char **text, tetris_error *err)
+{
+    *text = json_dumps(e, JSON_COMPACT);
+    ck_assert_ptr_nonnull(*text);
+    json_span doc;
+    ck_assert_int_eq(json_scan_document(*text, strlen(*text), &doc, err), 0);
+    return manifest_entry_decode(doc, "x", 1, source_key, digest_optional, t, src, err);
+}
+
 START_TEST(entry_identity_is_optional_only_when_allowed_and_whole)
 {
     model *m = indexed_model();
@@ -345,18 +393,19 @@ START_TEST(entry_identity_is_optional_only_when_allowed_and_whole)
     ck_assert_msg(e != NULL, "%s", err.msg);
     json_object_del(e, "digest");
     tensor_desc t = {0};
-    const json_t *src = NULL;
+    json_span src;
+    char *text;
     /* Only crc32 left: half an identity is refused even where optional. */
-    ck_assert_int_eq(manifest_entry_decode(e, "x", 1, "where", true, &t, &src, &err),
-                     -TETRIS_E_FORMAT);
+    ck_assert_int_eq(decode_entry(e, "where", true, &t, &src, &text, &err), -TETRIS_E_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.msg, "\"digest\""));
+    free(text);
     json_object_del(e, "crc32");
-    ck_assert_int_eq(manifest_entry_decode(e, "x", 1, "where", false, &t, &src, &err),
-                     -TETRIS_E_FORMAT);
-    ck_assert_msg(manifest_entry_decode(e, "x", 1, "where", true, &t, &src, &err) == 0, "%s",
-                  err.msg);
+    ck_assert_int_eq(decode_entry(e, "where", false, &t, &src, &text, &err), -TETRIS_E_FORMAT);
+    free(text);
+    ck_assert_msg(decode_entry(e, "where", true, &t, &src, &text, &err) == 0, "%s", err.msg);
     ck_assert(!t.has_digest);
     ck_assert_uint_eq(t.meta.nbytes, m->tensors[1].meta.nbytes);
+    free(text);
     free(t.name);
     json_decref(e);
     model_free(m);
@@ -375,21 +424,23 @@ START_TEST(entry_codec_round_trips_with_any_source_key)
     ck_assert_msg(strstr(text, "\"shape\":[2],\"where\":7,\"offset\":") != NULL, "%s", text);
     free(text);
     tensor_desc t = {0};
-    const json_t *src = NULL;
-    ck_assert_msg(manifest_entry_decode(e, "x", 1, "where", false, &t, &src, &err) == 0, "%s",
-                  err.msg);
+    json_span src;
+    ck_assert_msg(decode_entry(e, "where", false, &t, &src, &text, &err) == 0, "%s", err.msg);
     assert_same_entry(v, &t);
     ck_assert_ptr_null(t.source);
-    ck_assert_int_eq(json_integer_value(src), 7);
+    uint64_t seven;
+    ck_assert_int_eq(json_span_uint(src, &seven), 1);
+    ck_assert_uint_eq(seven, 7);
+    free(text);
     free(t.name);
     /* A missing field is named along with what an entry needs. */
     json_object_del(e, "where");
     memset(&t, 0, sizeof t);
-    ck_assert_int_eq(manifest_entry_decode(e, "x", 1, "where", false, &t, &src, &err),
-                     -TETRIS_E_FORMAT);
+    ck_assert_int_eq(decode_entry(e, "where", false, &t, &src, &text, &err), -TETRIS_E_FORMAT);
     ck_assert_ptr_null(t.name);
     ck_assert_ptr_nonnull(strstr(err.msg, "x: tensors[1] (\"v\"): field \"where\": missing (an "
                                           "entry needs name, dtype, shape, where, offset"));
+    free(text);
     json_decref(e);
     model_free(m);
 }
@@ -477,6 +528,8 @@ static void unit_tests(Suite *s)
     tcase_add_loop_test(tc, malformed_manifests_name_the_field, 0,
                         (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, not_json_at_all);
+    tcase_add_loop_test(tc, text_level_mutations_are_refused, 0,
+                        sizeof bad_text / sizeof bad_text[0]);
     tcase_add_test(tc, print_lists_every_tensor);
     tcase_add_test(tc, relative_sources_are_relative_to_the_manifest);
     tcase_add_test(tc, realpath_makes_sources_absolute);
