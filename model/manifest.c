@@ -203,13 +203,21 @@ static int collect_members(json_span obj, const char *const *names, size_t n_nam
     int r;
     while ((r = json_iter_next(&it, &key, &value)) > 0) {
         char name[32];
-        if (json_span_string(key, name, sizeof name) < 0)
-            continue; /* longer than any name read here */
+        /* A key without escapes is its own text: no decoding. */
+        const char *raw = key.p + 1;
+        size_t len = key.len - 2;
+        if (memchr(raw, '\\', len) != NULL) {
+            ssize_t n = json_span_string(key, name, sizeof name);
+            if (n < 0)
+                continue; /* longer than any name read here */
+            raw = name;
+            len = (size_t)n;
+        }
         for (size_t k = 0; k < n_names; k++) {
-            if (strcmp(name, names[k]) != 0)
+            if (strlen(names[k]) != len || memcmp(raw, names[k], len) != 0)
                 continue;
             if (spans[k].p != NULL)
-                return report(w, name, "duplicate key", NULL, err);
+                return report(w, names[k], "duplicate key", NULL, err);
             spans[k] = value;
         }
     }

@@ -236,6 +236,8 @@ static const struct {
     {"\"name\": \"w\"", "\"name\": \"w\\u0000x\"", "tensors[0]: field \"name\": holds a NUL"},
     {"\"format\"", "\"format\": \"tetris-manifest/1\", \"format\"",
      "field \"format\": duplicate key"},
+    /* A key is what it decodes to: an escaped "name" repeats "name". */
+    {"\"dtype\"", "\"n\\u0061me\": \"x\", \"dtype\"", "tensors[0]: field \"name\": duplicate key"},
 };
 
 START_TEST(text_level_mutations_are_refused)
