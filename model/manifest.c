@@ -397,7 +397,7 @@ static int entry_decode(json_span obj, struct where *w, const char *source_key,
         return ret;
     if (tensor_dtype_size(dtype) == 0 || strlen(dtype) >= sizeof t->meta.dtype)
         return field_error(w, "dtype", "unknown dtype", err);
-    snprintf(t->meta.dtype, sizeof t->meta.dtype, "%s", dtype);
+    memcpy(t->meta.dtype, dtype, strlen(dtype) + 1);
     if ((ret = shape_field(f[ENTRY_SHAPE], w, &t->meta, err)) < 0)
         return ret;
     uint64_t computed;
