@@ -160,8 +160,8 @@ status_kb() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
     echo "|---|---:|---:|---:|---|---|"
 } >"$WORK/made.md"
 {
-    echo "| model | mode | start ms | / its stock | session ready ms | first inference ms | same output as stock |"
-    echo "|---|---|---:|---:|---:|---:|---|"
+    echo "| model | mode | start ms | / its stock | session ready ms | of which the agent's load ms | first inference ms | same output as stock |"
+    echo "|---|---|---:|---:|---:|---:|---:|---|"
 } >"$WORK/starts.md"
 {
     echo "| model | mode | anonymous MB | tmpfs mapped MB (RssShmem) | tmpfs PSS MB (Pss_Shmem) | PSS MB |"
@@ -180,9 +180,9 @@ for model in "$@"; do
         "$BENCH" --make "$WORK/again.ort" "$model" >/dev/null 2>>"$WORK/make.log" &&
         "$BENCH" --make "$WORK/prepacked.ort" --save-prepacked "$model" >"$WORK/make3.json" 2>>"$WORK/make.log" ||
         { say "$name: the ORT file could not be made: $(tail -n 1 "$WORK/make.log")"; exit 1; }
-    if cmp -s "$ort" "$WORK/again.ort"; then same=yes; else
-        same="no, $(cmp -l "$ort" "$WORK/again.ort" 2>/dev/null | wc -l) bytes differ"
-    fi
+    if cmp -s "$ort" "$WORK/again.ort"; then same=yes
+    elif [ "$(stat -c %s "$ort")" = "$(stat -c %s "$WORK/again.ort")" ]; then same="no (same size)"
+    else same="no (other size)"; fi
     awk -v n="$name" -v o="$(stat -L -c %s "$model")" -v b="$(jq .bytes "$WORK/make1.json")" \
         -v t="$(jq .make_ms "$WORK/make1.json")" -v s="$same" -v d="$(jq .data_bytes "$WORK/make3.json")" \
         -v p="$(jq .bytes "$WORK/make3.json")" \
@@ -215,10 +215,11 @@ for model in "$@"; do
         case $mode in stock | derived) base=stock ;; *) base=stock-bench ;; esac
         t=$(median <"$WORK/ms.$name.$mode")
         ready=$(field "$mode" '.load_ms + .session_ms')
+        load=$(field "$mode" .load_ms)
         first=$(field "$mode" .first_run_ms)
         differ=$(for f in "$WORK/start.$name.$mode".[0-9]*.json; do jq -r .sha256 "$f"; done | grep -cvx "$stock_sha" || true)
         if [ "$differ" = 0 ]; then out=yes; else out="no ($differ of $REPS starts)"; fi
-        echo "| $name | $mode | $t | $(ratio "$t" "$(median <"$WORK/ms.$name.$base")") | $ready | $first | $out |" >>"$WORK/starts.md"
+        echo "| $name | $mode | $t | $(ratio "$t" "$(median <"$WORK/ms.$name.$base")") | $ready | $load | $first | $out |" >>"$WORK/starts.md"
     done
 
     for mode in stock ort ort-copy ort-mmap derived; do
@@ -238,7 +239,8 @@ cat "$WORK/made.md"
 echo
 echo "Starts, from before the spawn to the first answer on stdout; $REPS rounds, the modes' order rotated"
 echo "each round; medians. \"/ its stock\": ort modes by stock-bench, derived by stock (the baseline of"
-echo "the same program); session ready: derived counts the agent's load and the session:"
+echo "the same program); session ready: from the start of main (derived: the agent's load, then"
+echo "the session; the others have no agent):"
 echo
 cat "$WORK/starts.md"
 echo
