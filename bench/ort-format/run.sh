@@ -188,6 +188,7 @@ for model in "$@"; do
         -v p="$(jq .bytes "$WORK/make3.json")" \
         'BEGIN { printf "| %s | %.1f | %.1f | %.0f | %s | %d, %.1f |\n", n, o / 1e6, b / 1e6, t, s, d, p / 1e6 }' >>"$WORK/made.md"
     rm -f "$WORK/again.ort" "$WORK/prepacked.ort" "$WORK/prepacked.ort.data"
+    cat "$WORK/make.log" >>"$WORK/makes.log"
 
     # The derived form, by the node daemon.
     "$BIN/tetris-agent" index "$model" -o "$manifest" 2>/dev/null
@@ -236,6 +237,11 @@ done
 echo "What ONNX Runtime $(jq -r .runtime "$WORK/make1.json" | sed 's/^onnxruntime //') writes for --make (optimisation all; MB = 10^6 bytes):"
 echo
 cat "$WORK/made.md"
+echo
+echo "ONNX Runtime's warnings while making them, once each:"
+echo
+# its lines without their colours and timestamp, "[W:onnxruntime:, FILE:LINE FUNCTION] "
+sed 's/\x1b\[[0-9;]*m//g; s/^.*\] //' "$WORK/makes.log" | sort -u | sed 's/^/- /'
 echo
 echo "Starts, from before the spawn to the first answer on stdout; $REPS rounds, the modes' order rotated"
 echo "each round; medians. \"/ its stock\": ort modes by stock-bench, derived by stock (the baseline of"

@@ -204,17 +204,20 @@ static int config(const struct start *s, const char *key, const char *value, tet
 }
 
 /* The environment and the options every start and --make share:
- * tetris-onnx-run's (one inter-op thread, its intra-op threads). */
-static int start_runtime(struct start *s, int threads, GraphOptimizationLevel level,
-                         tetris_error *err)
+ * tetris-onnx-run's (one inter-op thread, its intra-op threads). ONNX
+ * Runtime logs at log_level on stderr: a start logs nothing (FATAL, as
+ * tetris-onnx-run), --make its warnings, which say what it would not
+ * write. */
+static int start_runtime(struct start *s, OrtLoggingLevel log_level, int threads,
+                         GraphOptimizationLevel level, tetris_error *err)
 {
     const OrtApi *api = s->api = OrtGetApiBase()->GetApi(ORT_API_VERSION);
     if (api == NULL)
         return tetris_fail(err, TETRIS_E_RUNTIME, 0,
                            "onnxruntime %s does not provide API version %d",
                            OrtGetApiBase()->GetVersionString(), ORT_API_VERSION);
-    int r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris", &s->env),
-                      "create the environment", err);
+    int r = ort_check(api, api->CreateEnv(log_level, "tetris", &s->env), "create the environment",
+                      err);
     if (r == 0)
         r = ort_check(api, api->CreateSessionOptions(&s->so), "create session options", err);
     if (r == 0 && threads > 0)
@@ -265,7 +268,8 @@ static int map_file(struct start *s, const char *path, tetris_error *err)
 static int open_session(struct start *s, const struct bench_options *o, tetris_error *err)
 {
     bool ort = o->mode != MODE_STOCK;
-    int r = start_runtime(s, o->threads, ort ? ORT_DISABLE_ALL : ORT_ENABLE_ALL, err);
+    int r = start_runtime(s, ORT_LOGGING_LEVEL_FATAL, o->threads,
+                          ort ? ORT_DISABLE_ALL : ORT_ENABLE_ALL, err);
     const OrtApi *api = s->api;
     if (r < 0)
         return r;
@@ -355,7 +359,8 @@ static int print_json(json_t *j, tetris_error *err)
 
 /* --make: the ORT format of MODEL at level `all`. ONNX Runtime writes it
  * while it creates the session; with --save-prepacked it is asked for the
- * pre-packed weights in OUT.data, and the line says whether it wrote one. */
+ * pre-packed weights in OUT.data, and the line says whether it wrote one
+ * (ONNX Runtime's own warning on stderr says why not). */
 static int make_ort(const struct bench_options *o, tetris_error *err)
 {
     struct start s = {.map = MAP_FAILED};
@@ -371,7 +376,7 @@ static int make_ort(const struct bench_options *o, tetris_error *err)
         return tetris_fail(err, TETRIS_E_IO, errno, "cannot remove %s", data);
 
     double t0 = clock_now_ms();
-    int r = start_runtime(&s, o->threads, ORT_ENABLE_ALL, err);
+    int r = start_runtime(&s, ORT_LOGGING_LEVEL_WARNING, o->threads, ORT_ENABLE_ALL, err);
     if (r == 0)
         r = ort_check(s.api, s.api->SetOptimizedModelFilePath(s.so, o->make_out),
                       "set the optimised model path", err);
