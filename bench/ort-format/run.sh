@@ -28,15 +28,21 @@
 #   ort-copy    the same without ..._for_initializers (initializers copied)
 #   ort-mmap    ONNX Runtime maps the file itself
 #               (session.use_memory_mapped_ort_model), initializers in place
+#   ort-noprepack  as ort with pre-packing off: the format holds no
+#               pre-packed weights, so this is the start whose weights are
+#               all shared pages (and whose kernels read them unpacked)
 #   derived     tetris-onnx-run --store --manifest --derived use: tetris's
 #               fastest start (bench/first-answer's "derived")
 # A start is timed from before the spawn to its first answer on stdout
 # (bench/first-answer/launch.py); beside it, from each process's own JSON,
 # the time to a ready session (derived: the agent's load, then the
-# session) and the first inference alone. Pre-packing is on in every mode.
+# session) and the first inference alone. Pre-packing is on in every mode
+# but ort-noprepack.
 # The ORT modes are divided by stock-bench, stock and derived by stock:
 # each by the baseline of its own program. Outputs are compared with
-# stock's SHA-256 (seeded inputs, tetris-onnx-run's).
+# stock's SHA-256 (seeded inputs, tetris-onnx-run's); where an ORT mode's
+# differ, one more start of it, not timed, says by how much (--against
+# the outputs of an untimed stock-bench start).
 #
 # Then the memory: two processes per mode hold their session at once (after
 # one inference); per process, from /proc/PID/smaps_rollup and status, its
@@ -77,7 +83,7 @@ if [ $# -eq 0 ]; then
         say "no BERT-base (scripts/models/paper-models.sh bert-base failed): small models only"
     fi
 fi
-MODES="stock stock-bench ort ort-copy ort-mmap derived"
+MODES="stock stock-bench ort ort-copy ort-mmap ort-noprepack derived"
 parent=/dev/shm; [ -w "$parent" ] || parent="${TMPDIR:-/tmp}"
 WORK="$(mktemp -d "$parent/tetris-bench-ort-format.XXXXXX")"
 # tetris-derive reads the store's public directory as an unprivileged user,
@@ -110,7 +116,7 @@ cmdline() {
     case $1 in
     stock) echo "$RUN $model --private --graph-opt all --prepack" ;;
     stock-bench) echo "$BENCH --mode stock $model" ;;
-    ort | ort-copy | ort-mmap) echo "$BENCH --mode $1 $ort" ;;
+    ort*) echo "$BENCH --mode $1 $ort" ;;
     derived) echo "$RUN $model --store $STORE --manifest $manifest --derived use" ;;
     esac
 }
@@ -220,10 +226,21 @@ for model in "$@"; do
         first=$(field "$mode" .first_run_ms)
         differ=$(for f in "$WORK/start.$name.$mode".[0-9]*.json; do jq -r .sha256 "$f"; done | grep -cvx "$stock_sha" || true)
         if [ "$differ" = 0 ]; then out=yes; else out="no ($differ of $REPS starts)"; fi
+        case $differ/$mode in
+        0/* | */stock* | */derived) ;;
+        *)
+            # shellcheck disable=SC2046,SC2086
+            [ -s "$WORK/$name.want" ] || $(cmdline stock-bench) $DIM --outputs "$WORK/$name.want" >/dev/null
+            # shellcheck disable=SC2046,SC2086
+            out="$out: $($(cmdline "$mode") $DIM --against "$WORK/$name.want" |
+                jq -r '"\(.elements_differ) \(.elements) \(.max_abs_diff)"' |
+                awk '{ printf "%d of %d elements, largest difference %.2g", $1, $2, $3 }')"
+            ;;
+        esac
         echo "| $name | $mode | $t | $(ratio "$t" "$(median <"$WORK/ms.$name.$base")") | $ready | $load | $first | $out |" >>"$WORK/starts.md"
     done
 
-    for mode in stock ort ort-copy ort-mmap derived; do
+    for mode in stock ort ort-copy ort-mmap ort-noprepack derived; do
         case " $modes " in *" $mode "*) ;; *) continue ;; esac
         hold "$mode"
         for p in $held; do

@@ -33,16 +33,23 @@
  *   ort-copy  the same mapping, used directly, initializers copied out of it
  *   ort-mmap  ONNX Runtime maps FILE itself
  *             (session.use_memory_mapped_ort_model), initializers in place
- * Pre-packing stays on in every mode (ONNX Runtime's default, and tetris's
- * for its derived form). session_ms runs from before the environment is
+ *   ort-noprepack  as ort, without pre-packing (session.disable_prepacking):
+ *             what a start costs when the ORT format's weights are all the
+ *             kernels read, since it cannot hold pre-packed ones
+ * Pre-packing is on in every other mode (ONNX Runtime's default, and
+ * tetris's for its derived form). session_ms runs from before the environment is
  * created to the session being ready, the mapping included;
  * first_run_ms is the first Run and the outputs' hash: tetris-onnx-run's
- * definitions, so that its JSON and this one's compare.
+ * definitions, so that its JSON and this one's compare. --outputs writes
+ * the outputs' bytes (those hashed) to a file and --against compares them
+ * with such a file, element by element, for modes whose outputs are not
+ * stock's byte for byte (not timed: run.sh does it in starts of its own).
  *
  * Exit status: 0 ok, 1 ONNX Runtime or a file failed, 2 usage. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,18 +66,27 @@
 #include "agent/ort_inputs.h"
 #include "common/cleanup.h"
 #include "common/clock.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/options.h"
 
 enum exit_code { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 
-enum start_mode { MODE_NONE, MODE_STOCK, MODE_ORT, MODE_ORT_COPY, MODE_ORT_MMAP };
+enum start_mode {
+    MODE_NONE,
+    MODE_STOCK,
+    MODE_ORT,
+    MODE_ORT_COPY,
+    MODE_ORT_MMAP,
+    MODE_ORT_NOPREPACK
+};
 
 static const char *const mode_names[] = {
     [MODE_STOCK] = "stock",
     [MODE_ORT] = "ort",
     [MODE_ORT_COPY] = "ort-copy",
     [MODE_ORT_MMAP] = "ort-mmap",
+    [MODE_ORT_NOPREPACK] = "ort-noprepack",
 };
 
 struct bench_options {
@@ -82,6 +98,19 @@ struct bench_options {
     int64_t dim;
     int threads;
     bool hold;
+    const char *outputs; /* --outputs: write the outputs' bytes here */
+    const char *against; /* --against: compare the outputs with this file's */
+};
+
+/* What one start's first inference answered. */
+struct answer {
+    char sha256[65];
+    uint64_t bytes;
+    double run_ms;
+    /* With --against: elements (all outputs) and those whose bytes differ
+     * from the file's; the largest |difference| of a float output's. */
+    uint64_t elements, elements_differ;
+    double max_abs_diff;
 };
 
 /* The runtime and what a start holds, released in reverse. */
@@ -106,7 +135,8 @@ static const char epilogue[] =
     "defaults); ort (FILE is ORT format, mapped read-only and shared by this\n"
     "program, its bytes and initializers used in place, optimisation off); ort-copy\n"
     "(the same, initializers copied); ort-mmap (ONNX Runtime maps FILE itself,\n"
-    "initializers in place). Pre-packing is on in every mode.\n"
+    "initializers in place); ort-noprepack (as ort, pre-packing off). Pre-packing\n"
+    "is on in every other mode.\n"
     "\n"
     "Exit status: 0 ok, 1 ONNX Runtime or a file failed, 2 usage.\n";
 
@@ -119,7 +149,8 @@ static int parse_mode(const struct opt_spec *spec, const char *label, const char
             return 0;
         }
     return tetris_fail(err, TETRIS_E_INVAL, 0,
-                       "%s: '%s' is not a mode (stock, ort, ort-copy, ort-mmap)", label, value);
+                       "%s: '%s' is not a mode (stock, ort, ort-copy, ort-mmap, ort-noprepack)",
+                       label, value);
 }
 
 /* The options, checked together: --make or --mode, one file. Returns -1
@@ -142,7 +173,7 @@ static int parse_args(int argc, char **argv, struct bench_options *o)
          .dest = &o->mode,
          .parse = parse_mode,
          .meta = "M",
-         .help = "one start of FILE: stock, ort, ort-copy or ort-mmap"},
+         .help = "one start of FILE: stock, ort, ort-copy, ort-mmap or ort-noprepack"},
         {.name = "seed",
          .type = OPT_TYPE_U64,
          .dest = &o->seed,
@@ -169,13 +200,24 @@ static int parse_args(int argc, char **argv, struct bench_options *o)
          .type = OPT_TYPE_FLAG,
          .dest = &o->hold,
          .help = "after printing, keep the session until stdin closes or SIGTERM"},
+        {.name = "outputs",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->outputs,
+         .meta = "OUT",
+         .help = "also write the outputs' bytes, in output order (what sha256 covers), to OUT"},
+        {.name = "against",
+         .type = OPT_TYPE_STRING,
+         .dest = &o->against,
+         .meta = "REF",
+         .help = "compare the outputs with REF (another start's --outputs): elements, "
+                 "elements_differ and max_abs_diff (float outputs) in the JSON"},
         {0},
     };
     const struct opt_program prog = {
         .name = "tetris-bench-ort-format",
         .synopsis = "--make OUT [--save-prepacked] MODEL\n"
-                    "--mode stock|ort|ort-copy|ort-mmap [--seed N] [--dim N]\n"
-                    "  [--threads N] [--hold] FILE",
+                    "--mode stock|ort|ort-copy|ort-mmap|ort-noprepack [--seed N]\n"
+                    "  [--dim N] [--threads N] [--hold] [--outputs OUT] [--against REF] FILE",
         .about = about,
         .options = options,
         .epilogue = epilogue,
@@ -191,8 +233,8 @@ static int parse_args(int argc, char **argv, struct bench_options *o)
         return opt_usage_error(&prog, "expected one of --make and --mode");
     if (o->save_prepacked && o->make_out == NULL)
         return opt_usage_error(&prog, "--save-prepacked goes with --make");
-    if (o->hold && o->mode == MODE_NONE)
-        return opt_usage_error(&prog, "--hold goes with --mode");
+    if ((o->hold || o->outputs != NULL || o->against != NULL) && o->mode == MODE_NONE)
+        return opt_usage_error(&prog, "--hold, --outputs and --against go with --mode");
     o->file = argv[first];
     return 0;
 }
@@ -277,6 +319,8 @@ static int open_session(struct start *s, const struct bench_options *o, tetris_e
         return ort_check(api, api->CreateSession(s->env, o->file, s->so, &s->session),
                          "create the session", err);
     r = config(s, "session.load_model_format", "ORT", err);
+    if (r == 0 && o->mode == MODE_ORT_NOPREPACK)
+        r = config(s, "session.disable_prepacking", "1", err);
     if (r == 0 && o->mode != MODE_ORT_COPY)
         r = config(s, "session.use_ort_model_bytes_for_initializers", "1", err);
     if (o->mode == MODE_ORT_MMAP) {
@@ -298,11 +342,106 @@ static int open_session(struct start *s, const struct bench_options *o, tetris_e
     return r;
 }
 
-/* One run on the seeded inputs; hex gets the outputs' SHA-256. The view
+/* The outputs' bytes in output order, into one malloc'd buffer; spans[i]
+ * gets output i's length and element count. */
+struct span {
+    size_t len, count;
+};
+
+static int outputs_gather(const OrtApi *api, const ort_io *io, OrtValue *const *outputs,
+                          uint8_t **buf, size_t *total, struct span *spans, tetris_error *err)
+{
+    *total = 0;
+    for (size_t i = 0; i < io->n_out; i++) {
+        OrtTensorTypeAndShapeInfo *tsi = NULL;
+        int r = ort_check(api, api->GetTensorSizeInBytes(outputs[i], &spans[i].len), "output size",
+                          err);
+        if (r == 0)
+            r = ort_check(api, api->GetTensorTypeAndShape(outputs[i], &tsi), "output shape", err);
+        if (r == 0)
+            r = ort_check(api, api->GetTensorShapeElementCount(tsi, &spans[i].count),
+                          "output elements", err);
+        if (tsi != NULL)
+            api->ReleaseTensorTypeAndShapeInfo(tsi);
+        if (r < 0)
+            return r;
+        *total += spans[i].len;
+    }
+    if ((*buf = malloc(*total + 1)) == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory for the outputs");
+    size_t off = 0;
+    for (size_t i = 0; i < io->n_out; i++) {
+        const void *data = NULL;
+        int r = ort_check(api, api->GetTensorData(outputs[i], &data), "output data", err);
+        if (r < 0)
+            return r;
+        memcpy(*buf + off, data, spans[i].len);
+        off += spans[i].len;
+    }
+    return 0;
+}
+
+/* Compares the outputs (buf, spans) with the file ref: elements whose
+ * bytes differ, and for float outputs the largest |difference| (a NaN on
+ * either side is a differing element without a difference). */
+static int outputs_compare(const ort_io *io, const uint8_t *buf, size_t total,
+                           const struct span *spans, const char *ref, struct answer *a,
+                           tetris_error *err)
+{
+    cleanup_free char *want = NULL;
+    size_t want_len = 0;
+    int r = file_read_all(ref, total + 1, &want, &want_len, err);
+    if (r < 0)
+        return r;
+    if (want_len != total)
+        return tetris_fail(err, TETRIS_E_FORMAT, 0, "%s has %zu bytes, the outputs %zu", ref,
+                           want_len, total);
+    size_t off = 0;
+    for (size_t i = 0; i < io->n_out; off += spans[i].len, i++) {
+        size_t esize = spans[i].count > 0 ? spans[i].len / spans[i].count : 0;
+        bool is_float = io->out[i].type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+        a->elements += spans[i].count;
+        for (size_t e = 0; e < spans[i].count; e++) {
+            const uint8_t *got = buf + off + e * esize;
+            const uint8_t *exp = (const uint8_t *)want + off + e * esize;
+            if (memcmp(got, exp, esize) == 0)
+                continue;
+            a->elements_differ++;
+            if (is_float) {
+                float x, y;
+                memcpy(&x, got, sizeof(x));
+                memcpy(&y, exp, sizeof(y));
+                double d = fabs((double)x - (double)y);
+                if (d > a->max_abs_diff) /* false for a NaN: counted above only */
+                    a->max_abs_diff = d;
+            }
+        }
+    }
+    return 0;
+}
+
+/* --outputs and --against on the outputs of the first inference. */
+static int outputs_keep(const OrtApi *api, const ort_io *io, OrtValue *const *outputs,
+                        const struct bench_options *o, struct answer *a, tetris_error *err)
+{
+    cleanup_free uint8_t *buf = NULL;
+    cleanup_free struct span *spans = calloc(io->n_out + 1, sizeof(*spans));
+    size_t total = 0;
+    if (spans == NULL)
+        return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
+    int r = outputs_gather(api, io, outputs, &buf, &total, spans, err);
+    if (r == 0 && o->outputs != NULL)
+        r = file_replace(o->outputs, buf, total, 0644, err);
+    if (r == 0 && o->against != NULL)
+        r = outputs_compare(io, buf, total, spans, o->against, a, err);
+    return r;
+}
+
+/* One run on the seeded inputs; a gets the outputs' SHA-256. The view
  * is the session as agent/ort_inputs.h takes it: it reads only the API
  * and the session, so this start's own session serves. */
-static int first_answer(const struct start *s, const struct bench_options *o, char hex[65],
-                        uint64_t *out_bytes, double *run_ms, tetris_error *err)
+static int first_answer(const struct start *s, const struct bench_options *o, struct answer *a,
+                        tetris_error *err)
 {
     const ort_model view = {.api = s->api, .session = s->session};
     ort_io *io = NULL;
@@ -319,9 +458,11 @@ static int first_answer(const struct start *s, const struct bench_options *o, ch
         double t0 = clock_now_ms();
         r = ort_io_run(&view, io, inputs, outputs, err);
         if (r == 0)
-            r = ort_outputs_sha256(&view, io, outputs, 1, 0, hex, out_bytes, err);
-        *run_ms = clock_now_ms() - t0;
+            r = ort_outputs_sha256(&view, io, outputs, 1, 0, a->sha256, &a->bytes, err);
+        a->run_ms = clock_now_ms() - t0;
     }
+    if (r == 0 && (o->outputs != NULL || o->against != NULL))
+        r = outputs_keep(s->api, io, outputs, o, a, err);
     if (outputs != NULL)
         ort_values_release(&view, outputs, io->n_out);
     if (inputs != NULL)
@@ -409,9 +550,8 @@ static int make_ort(const struct bench_options *o, tetris_error *err)
 static int one_start(const struct bench_options *o, tetris_error *err)
 {
     struct start s = {.map = MAP_FAILED};
-    char hex[65] = "", runtime[64];
-    uint64_t out_bytes = 0;
-    double run_ms = 0;
+    struct answer a = {0};
+    char runtime[64];
 
     if (o->hold)
         hold_block_signals();
@@ -419,17 +559,25 @@ static int one_start(const struct bench_options *o, tetris_error *err)
     int r = open_session(&s, o, err);
     double session_ms = clock_now_ms() - t0;
     if (r == 0)
-        r = first_answer(&s, o, hex, &out_bytes, &run_ms, err);
+        r = first_answer(&s, o, &a, err);
+    json_t *j = NULL;
     if (r == 0) {
         ort_runtime_name(runtime, sizeof(runtime));
-        r = print_json(json_pack("{s:s, s:s, s:s, s:I, s:b, s:I, s:i, s:f, s:f, s:f, s:s, s:I}",
-                                 "model", o->file, "mode", mode_names[o->mode], "runtime", runtime,
-                                 "file_bytes", (json_int_t)file_bytes(o->file), "tmpfs",
-                                 on_tmpfs(o->file), "seed", (json_int_t)o->seed, "threads",
-                                 o->threads, "load_ms", 0.0, "session_ms", session_ms,
-                                 "first_run_ms", run_ms, "sha256", hex, "output_bytes",
-                                 (json_int_t)out_bytes),
-                       err);
+        j = json_pack("{s:s, s:s, s:s, s:I, s:b, s:I, s:i, s:f, s:f, s:f, s:s, s:I}", "model",
+                      o->file, "mode", mode_names[o->mode], "runtime", runtime, "file_bytes",
+                      (json_int_t)file_bytes(o->file), "tmpfs", on_tmpfs(o->file), "seed",
+                      (json_int_t)o->seed, "threads", o->threads, "load_ms", 0.0, "session_ms",
+                      session_ms, "first_run_ms", a.run_ms, "sha256", a.sha256, "output_bytes",
+                      (json_int_t)a.bytes);
+        if (j != NULL && o->against != NULL &&
+            json_object_update_new(j,
+                                   json_pack("{s:I, s:I, s:f}", "elements", (json_int_t)a.elements,
+                                             "elements_differ", (json_int_t)a.elements_differ,
+                                             "max_abs_diff", a.max_abs_diff)) < 0) {
+            json_decref(j);
+            j = NULL;
+        }
+        r = print_json(j, err);
     }
     if (r == 0 && o->hold)
         hold_until_released();
