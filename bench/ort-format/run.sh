@@ -44,6 +44,11 @@
 # differ, one more start of it, not timed, says by how much (--against
 # the outputs of an untimed stock-bench start).
 #
+# Then, since a start without pre-packing may pay for it later, the
+# inference after the start: one process per mode runs BENCH_RUNS times
+# (tetris-onnx-run's and tetris-bench-ort-format's --runs), the mean of the
+# runs after the first.
+#
 # Then the memory: two processes per mode hold their session at once (after
 # one inference); per process, from /proc/PID/smaps_rollup and status, its
 # anonymous memory (its own copies: weights loaded, pre-packed weights), the
@@ -55,7 +60,8 @@
 # when the paper-model cache has it (or can make it:
 # scripts/models/paper-models.sh).
 # Environment: TETRIS_BIN (programs, default bin/), BENCH_REPS (rounds,
-# default 5, 3 with BENCH_QUICK=1), BENCH_DIM (--dim for every model;
+# default 5, 3 with BENCH_QUICK=1), BENCH_RUNS (runs of the inference
+# table, default 10; 0: no such table), BENCH_DIM (--dim for every model;
 # default 128 for a model named bert-*, the programs' own otherwise).
 # Exit status: 0, 1 a start failed or gave no answer, 2 usage.
 set -eu
@@ -64,6 +70,8 @@ BIN="${TETRIS_BIN:-$ROOT/bin}"
 QUICK="${BENCH_QUICK:-0}"
 if [ "$QUICK" = 1 ]; then REPS="${BENCH_REPS:-3}"; else REPS="${BENCH_REPS:-5}"; fi
 case "$REPS" in '' | *[!0-9]* | 0) echo "bench/ort-format: BENCH_REPS must be a positive number" >&2; exit 2 ;; esac
+RUNS="${BENCH_RUNS:-10}"
+case "$RUNS" in '' | *[!0-9]* | 1) echo "bench/ort-format: BENCH_RUNS must be 0 or at least 2" >&2; exit 2 ;; esac
 say() { echo "bench/ort-format: $*" >&2; }
 . "$ROOT/scripts/lib/serving.sh"
 BENCH="$BIN/tetris-bench-ort-format"
@@ -170,6 +178,10 @@ status_kb() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
     echo "|---|---|---:|---:|---:|---:|---:|---|"
 } >"$WORK/starts.md"
 {
+    echo "| model | stock run ms | ort run ms | ort / stock | ort-noprepack run ms | ort-noprepack / stock | derived run ms | derived / stock |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+} >"$WORK/runs.md"
+{
     echo "| model | mode | anonymous MB | tmpfs mapped MB (RssShmem) | tmpfs PSS MB (Pss_Shmem) | PSS MB |"
     echo "|---|---|---:|---:|---:|---:|"
 } >"$WORK/memory.md"
@@ -240,6 +252,22 @@ for model in "$@"; do
         echo "| $name | $mode | $t | $(ratio "$t" "$(median <"$WORK/ms.$name.$base")") | $ready | $load | $first | $out |" >>"$WORK/starts.md"
     done
 
+    if [ "$RUNS" -ge 2 ]; then
+        row="| $name"
+        for mode in stock ort ort-noprepack derived; do
+            t=n/a
+            case " $modes " in *" $mode "*)
+                # shellcheck disable=SC2046,SC2086
+                t=$($(cmdline "$mode") $DIM --runs "$RUNS" 2>"$WORK/runs.log" |
+                    jq -r '(.run_ms * .runs - .first_run_ms) / (.runs - 1) * 10 | round / 10') ||
+                    { say "$name $mode --runs: $(tail -n 1 "$WORK/runs.log")"; exit 1; } ;;
+            esac
+            if [ "$mode" = stock ]; then stock_run=$t; row="$row | $t"
+            else row="$row | $t | $(ratio "$t" "$stock_run")"; fi
+        done
+        echo "$row |" >>"$WORK/runs.md"
+    fi
+
     for mode in stock ort ort-copy ort-mmap ort-noprepack derived; do
         case " $modes " in *" $mode "*) ;; *) continue ;; esac
         hold "$mode"
@@ -267,6 +295,13 @@ echo "the session; the others have no agent):"
 echo
 cat "$WORK/starts.md"
 echo
+if [ "$RUNS" -ge 2 ]; then
+    echo "Inference after the start: one process per mode, $RUNS runs of the same inputs, the mean of"
+    echo "the runs after the first (ms); ort-noprepack's kernels read weights that are not pre-packed:"
+    echo
+    cat "$WORK/runs.md"
+    echo
+fi
 echo "Memory per process, two processes holding a session of the same mode at once (after one"
 echo "inference); MB = MiB; shared pages show as tmpfs PSS = half of tmpfs mapped:"
 echo

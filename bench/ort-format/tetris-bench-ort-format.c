@@ -39,8 +39,10 @@
  * Pre-packing is on in every other mode (ONNX Runtime's default, and
  * tetris's for its derived form). session_ms runs from before the environment is
  * created to the session being ready, the mapping included;
- * first_run_ms is the first Run and the outputs' hash: tetris-onnx-run's
- * definitions, so that its JSON and this one's compare. --outputs writes
+ * first_run_ms is the first Run and the outputs' hash, and with --runs N
+ * run_ms the mean of all N (each run's outputs must hash alike):
+ * tetris-onnx-run's definitions, so that its JSON and this one's compare.
+ * --outputs writes
  * the outputs' bytes (those hashed) to a file and --against compares them
  * with such a file, element by element, for modes whose outputs are not
  * stock's byte for byte (not timed: run.sh does it in starts of its own).
@@ -97,6 +99,7 @@ struct bench_options {
     uint64_t seed;
     int64_t dim;
     int threads;
+    int runs;
     bool hold;
     const char *outputs; /* --outputs: write the outputs' bytes here */
     const char *against; /* --against: compare the outputs with this file's */
@@ -106,7 +109,7 @@ struct bench_options {
 struct answer {
     char sha256[65];
     uint64_t bytes;
-    double run_ms;
+    double first_ms, mean_ms; /* the first run, the mean of all */
     /* With --against: elements (all outputs) and those whose bytes differ
      * from the file's; the largest |difference| of a float output's. */
     uint64_t elements, elements_differ;
@@ -196,6 +199,14 @@ static int parse_args(int argc, char **argv, struct bench_options *o)
          .max = 1024,
          .meta = "N",
          .help = "ONNX Runtime intra-op threads (default 1, tetris-onnx-run's; 0 = one per core)"},
+        {.name = "runs",
+         .type = OPT_TYPE_INT,
+         .dest = &o->runs,
+         .min = 1,
+         .max = 1000000,
+         .meta = "N",
+         .help = "run N times; every run must give the same hash; run_ms is the mean "
+                 "(default 1)"},
         {.name = "hold",
          .type = OPT_TYPE_FLAG,
          .dest = &o->hold,
@@ -217,14 +228,18 @@ static int parse_args(int argc, char **argv, struct bench_options *o)
         .name = "tetris-bench-ort-format",
         .synopsis = "--make OUT [--save-prepacked] MODEL\n"
                     "--mode stock|ort|ort-copy|ort-mmap|ort-noprepack [--seed N]\n"
-                    "  [--dim N] [--threads N] [--hold] [--outputs OUT] [--against REF] FILE",
+                    "  [--dim N] [--threads N] [--runs N] [--hold] [--outputs OUT]\n"
+                    "  [--against REF] FILE",
         .about = about,
         .options = options,
         .epilogue = epilogue,
     };
     int first;
 
-    *o = (struct bench_options){.seed = 1, .dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM, .threads = 1};
+    *o = (struct bench_options){.seed = 1,
+                                .dim = ORT_INPUTS_DEFAULT_DYNAMIC_DIM,
+                                .threads = 1,
+                                .runs = 1};
     if ((first = opt_parse(&prog, argc, argv)) < 0)
         return -1;
     if (first != argc - 1)
@@ -233,8 +248,9 @@ static int parse_args(int argc, char **argv, struct bench_options *o)
         return opt_usage_error(&prog, "expected one of --make and --mode");
     if (o->save_prepacked && o->make_out == NULL)
         return opt_usage_error(&prog, "--save-prepacked goes with --make");
-    if ((o->hold || o->outputs != NULL || o->against != NULL) && o->mode == MODE_NONE)
-        return opt_usage_error(&prog, "--hold, --outputs and --against go with --mode");
+    if ((o->hold || o->outputs != NULL || o->against != NULL || o->runs > 1) &&
+        o->mode == MODE_NONE)
+        return opt_usage_error(&prog, "--runs, --hold, --outputs and --against go with --mode");
     o->file = argv[first];
     return 0;
 }
@@ -437,9 +453,10 @@ static int outputs_keep(const OrtApi *api, const ort_io *io, OrtValue *const *ou
     return r;
 }
 
-/* One run on the seeded inputs; a gets the outputs' SHA-256. The view
- * is the session as agent/ort_inputs.h takes it: it reads only the API
- * and the session, so this start's own session serves. */
+/* o->runs runs on the seeded inputs, each hashed as tetris-onnx-run
+ * hashes its own; a gets the first's SHA-256 and the times. The view is
+ * the session as agent/ort_inputs.h takes it: it reads only the API and
+ * the session, so this start's own session serves. */
 static int first_answer(const struct start *s, const struct bench_options *o, struct answer *a,
                         tetris_error *err)
 {
@@ -454,12 +471,22 @@ static int first_answer(const struct start *s, const struct bench_options *o, st
         r = tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     if (r == 0)
         r = ort_inputs_make(&view, io, &o->seed, 1, inputs, err);
-    if (r == 0) {
+    for (int i = 0; r == 0 && i < o->runs; i++) {
+        char hex[65];
+        ort_values_release(&view, outputs, io->n_out);
         double t0 = clock_now_ms();
         r = ort_io_run(&view, io, inputs, outputs, err);
         if (r == 0)
-            r = ort_outputs_sha256(&view, io, outputs, 1, 0, a->sha256, &a->bytes, err);
-        a->run_ms = clock_now_ms() - t0;
+            r = ort_outputs_sha256(&view, io, outputs, 1, 0, hex, &a->bytes, err);
+        double took = clock_now_ms() - t0;
+        a->mean_ms += took / o->runs;
+        if (i == 0) {
+            a->first_ms = took;
+            memcpy(a->sha256, hex, sizeof(hex));
+        } else if (r == 0 && strcmp(hex, a->sha256) != 0) {
+            r = tetris_fail(err, TETRIS_E_RUNTIME, 0, "run %d gave %s, run 1 gave %s", i + 1, hex,
+                            a->sha256);
+        }
     }
     if (r == 0 && (o->outputs != NULL || o->against != NULL))
         r = outputs_keep(s->api, io, outputs, o, a, err);
@@ -563,12 +590,12 @@ static int one_start(const struct bench_options *o, tetris_error *err)
     json_t *j = NULL;
     if (r == 0) {
         ort_runtime_name(runtime, sizeof(runtime));
-        j = json_pack("{s:s, s:s, s:s, s:I, s:b, s:I, s:i, s:f, s:f, s:f, s:s, s:I}", "model",
-                      o->file, "mode", mode_names[o->mode], "runtime", runtime, "file_bytes",
-                      (json_int_t)file_bytes(o->file), "tmpfs", on_tmpfs(o->file), "seed",
-                      (json_int_t)o->seed, "threads", o->threads, "load_ms", 0.0, "session_ms",
-                      session_ms, "first_run_ms", a.run_ms, "sha256", a.sha256, "output_bytes",
-                      (json_int_t)a.bytes);
+        j = json_pack("{s:s, s:s, s:s, s:I, s:b, s:I, s:i, s:i, s:f, s:f, s:f, s:f, s:s, s:I}",
+                      "model", o->file, "mode", mode_names[o->mode], "runtime", runtime,
+                      "file_bytes", (json_int_t)file_bytes(o->file), "tmpfs", on_tmpfs(o->file),
+                      "seed", (json_int_t)o->seed, "threads", o->threads, "runs", o->runs,
+                      "load_ms", 0.0, "session_ms", session_ms, "first_run_ms", a.first_ms,
+                      "run_ms", a.mean_ms, "sha256", a.sha256, "output_bytes", (json_int_t)a.bytes);
         if (j != NULL && o->against != NULL &&
             json_object_update_new(j,
                                    json_pack("{s:I, s:I, s:f}", "elements", (json_int_t)a.elements,

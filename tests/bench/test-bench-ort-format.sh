@@ -53,6 +53,11 @@ set +e
 set -e
 [ $rc_short -eq 1 ] && grep -q 'has 3 bytes' "$WORK/err" || fail "--against a short file: exit $rc_short, $(cat "$WORK/err")"
 
+# --runs: every run hashes alike, run_ms their mean.
+"$B" --mode ort --runs 3 "$WORK/cls.ort" >"$WORK/runs.json" 2>>"$WORK/ort.log" || fail "--runs 3: $(tail -n 1 "$WORK/ort.log")"
+jq -e --arg sha "$want" '.runs == 3 and .sha256 == $sha and .run_ms > 0 and .first_run_ms > 0' \
+    "$WORK/runs.json" >/dev/null || fail "--runs 3: $(cat "$WORK/runs.json")"
+
 # Another seed, other inputs, other outputs: the hash follows the inputs.
 "$B" --mode ort --seed 2 "$WORK/cls.ort" >"$WORK/seed2.json" 2>>"$WORK/ort.log"
 [ "$(jq -r .sha256 "$WORK/seed2.json")" != "$want" ] || fail "--seed 2 gave seed 1's outputs"
