@@ -45,9 +45,9 @@
 # the outputs of an untimed stock-bench start).
 #
 # Then, since a start without pre-packing may pay for it later, the
-# inference after the start: one process per mode runs BENCH_RUNS times
-# (tetris-onnx-run's and tetris-bench-ort-format's --runs), the mean of the
-# runs after the first.
+# inference after the start: in BENCH_REPS rounds, one process per mode
+# runs BENCH_RUNS times (tetris-onnx-run's and tetris-bench-ort-format's
+# --runs); the median of the means of the runs after the first.
 #
 # Then the memory: two processes per mode hold their session at once (after
 # one inference); per process, from /proc/PID/smaps_rollup and status, its
@@ -242,10 +242,12 @@ for model in "$@"; do
         0/* | */stock* | */derived) ;;
         *)
             # shellcheck disable=SC2046,SC2086
-            [ -s "$WORK/$name.want" ] || $(cmdline stock-bench) $DIM --outputs "$WORK/$name.want" >/dev/null
+            [ -s "$WORK/$name.want" ] || $(cmdline stock-bench) $DIM --outputs "$WORK/$name.want" \
+                >/dev/null 2>"$WORK/against.log" || { say "$name: $(tail -n 1 "$WORK/against.log")"; exit 1; }
             # shellcheck disable=SC2046,SC2086
-            out="$out: $($(cmdline "$mode") $DIM --against "$WORK/$name.want" |
-                jq -r '"\(.elements_differ) \(.elements) \(.max_abs_diff)"' |
+            $(cmdline "$mode") $DIM --against "$WORK/$name.want" >"$WORK/against.json" 2>"$WORK/against.log" ||
+                { say "$name $mode --against: $(tail -n 1 "$WORK/against.log")"; exit 1; }
+            out="$out: $(jq -r '"\(.elements_differ) \(.elements) \(.max_abs_diff)"' "$WORK/against.json" |
                 awk '{ printf "%d of %d elements, largest difference %.2g", $1, $2, $3 }')"
             ;;
         esac
@@ -253,17 +255,24 @@ for model in "$@"; do
     done
 
     if [ "$RUNS" -ge 2 ]; then
-        row="| $name"
-        for mode in stock ort ort-noprepack derived; do
-            t=n/a
-            case " $modes " in *" $mode "*)
+        run_modes=$(for m in stock ort ort-noprepack derived; do case " $modes " in *" $m "*) echo $m ;; esac; done)
+        for mode in $run_modes; do : >"$WORK/run.$name.$mode"; done
+        r=1
+        while [ "$r" -le "$REPS" ]; do
+            for mode in $(echo "$run_modes" | awk -v k="$r" '{ m[NR] = $1 } END { for (i = 0; i < NR; i++) print m[(i + k - 1) % NR + 1] }'); do
                 # shellcheck disable=SC2046,SC2086
-                t=$($(cmdline "$mode") $DIM --runs "$RUNS" 2>"$WORK/runs.log" |
-                    jq -r '(.run_ms * .runs - .first_run_ms) / (.runs - 1) * 10 | round / 10') ||
-                    { say "$name $mode --runs: $(tail -n 1 "$WORK/runs.log")"; exit 1; } ;;
-            esac
-            if [ "$mode" = stock ]; then stock_run=$t; row="$row | $t"
-            else row="$row | $t | $(ratio "$t" "$stock_run")"; fi
+                $(cmdline "$mode") $DIM --runs "$RUNS" >"$WORK/runs.json" 2>"$WORK/runs.log" ||
+                    { say "$name $mode --runs: $(tail -n 1 "$WORK/runs.log")"; exit 1; }
+                jq -r '(.run_ms * .runs - .first_run_ms) / (.runs - 1)' "$WORK/runs.json" >>"$WORK/run.$name.$mode"
+            done
+            r=$((r + 1))
+        done
+        stock_run=$(median <"$WORK/run.$name.stock")
+        row="| $name | $stock_run"
+        for mode in ort ort-noprepack derived; do
+            t=n/a
+            [ ! -e "$WORK/run.$name.$mode" ] || t=$(median <"$WORK/run.$name.$mode")
+            row="$row | $t | $(ratio "$t" "$stock_run")"
         done
         echo "$row |" >>"$WORK/runs.md"
     fi
@@ -296,8 +305,9 @@ echo
 cat "$WORK/starts.md"
 echo
 if [ "$RUNS" -ge 2 ]; then
-    echo "Inference after the start: one process per mode, $RUNS runs of the same inputs, the mean of"
-    echo "the runs after the first (ms); ort-noprepack's kernels read weights that are not pre-packed:"
+    echo "Inference after the start: $REPS rounds of one process per mode, $RUNS runs of the same inputs"
+    echo "each; the median of the means of the runs after the first (ms). ort-noprepack's kernels read"
+    echo "weights that are not pre-packed:"
     echo
     cat "$WORK/runs.md"
     echo
