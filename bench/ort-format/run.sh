@@ -15,8 +15,10 @@
 # are the same, and once more asking for the pre-packed weights in a data
 # file of their own (--save-prepacked), to see whether ONNX Runtime writes
 # any; the derived form, made by a node daemon on a private store
-# (tetris-onnx-run --derived make). The ORT file lies on a tmpfs (the
-# scratch directory in /dev/shm), as a store's file would. Then, in rounds,
+# (tetris-onnx-run --derived make). The daemon's store is a tmpfs of its
+# own, of 2 MiB pages as the chart mounts it (BENCH_TMPFS=plain: 4 KiB
+# pages), and the ORT files lie on a tmpfs mounted alike (where this user
+# may not mount, both are directories as they are). Then, in rounds,
 # one process per start, the modes in a rotated order each round:
 #   stock       tetris-onnx-run --private --graph-opt all --prepack: ONNX
 #               Runtime opens the .onnx file at its defaults (the baseline
@@ -62,7 +64,9 @@
 # Environment: TETRIS_BIN (programs, default bin/), BENCH_REPS (rounds,
 # default 5, 3 with BENCH_QUICK=1), BENCH_RUNS (runs of the inference
 # table, default 10; 0: no such table), BENCH_DIM (--dim for every model;
-# default 128 for a model named bert-*, the programs' own otherwise).
+# default 128 for a model named bert-*, the programs' own otherwise),
+# BENCH_TMPFS (huge, default, or plain: the pages of the store and of the
+# ORT files).
 # Exit status: 0, 1 a start failed or gave no answer, 2 usage.
 set -eu
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -70,6 +74,12 @@ BIN="${TETRIS_BIN:-$ROOT/bin}"
 QUICK="${BENCH_QUICK:-0}"
 if [ "$QUICK" = 1 ]; then REPS="${BENCH_REPS:-3}"; else REPS="${BENCH_REPS:-5}"; fi
 case "$REPS" in '' | *[!0-9]* | 0) echo "bench/ort-format: BENCH_REPS must be a positive number" >&2; exit 2 ;; esac
+TMPFS="${BENCH_TMPFS:-huge}"
+case "$TMPFS" in
+huge) HUGE_OPTION=",huge=within_size" ;;
+plain) HUGE_OPTION="" ;;
+*) echo "bench/ort-format: BENCH_TMPFS must be huge or plain" >&2; exit 2 ;;
+esac
 RUNS="${BENCH_RUNS:-10}"
 case "$RUNS" in '' | *[!0-9]* | 1) echo "bench/ort-format: BENCH_RUNS must be 0 or at least 2" >&2; exit 2 ;; esac
 say() { echo "bench/ort-format: $*" >&2; }
@@ -109,7 +119,11 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-daemon_start "$STORE" "$WORK/daemon.log" || { say "$DAEMON_ERROR"; exit 1; }
+daemon_start "$STORE" "$WORK/daemon.log" --store-tmpfs "$TMPFS" || { say "$DAEMON_ERROR"; exit 1; }
+# The ORT files on a tmpfs like the store's: the same pages under both forms.
+mkdir "$WORK/ort"
+mount -t tmpfs -o "mode=0755$HUGE_OPTION" tetris-bench-ort "$WORK/ort" 2>/dev/null ||
+    say "cannot mount a tmpfs: the ORT files on $WORK/ort as it is"
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "n/a" && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
@@ -190,22 +204,22 @@ for model in "$@"; do
     [ -r "$model" ] || { say "$model: not readable"; exit 1; }
     name=$(basename "$model" .onnx)
     case "$name" in bert-*) DIM="--dim ${BENCH_DIM:-128}" ;; *) DIM=${BENCH_DIM:+--dim $BENCH_DIM} ;; esac
-    ort="$WORK/$name.ort"
+    ort="$WORK/ort/$name.ort"
     manifest="$WORK/$name.manifest.json"
 
     # The ORT file, twice, then with the pre-packed weights asked for.
     "$BENCH" --make "$ort" "$model" >"$WORK/make1.json" 2>"$WORK/make.log" &&
-        "$BENCH" --make "$WORK/again.ort" "$model" >/dev/null 2>>"$WORK/make.log" &&
-        "$BENCH" --make "$WORK/prepacked.ort" --save-prepacked "$model" >"$WORK/make3.json" 2>>"$WORK/make.log" ||
+        "$BENCH" --make "$WORK/ort/again.ort" "$model" >/dev/null 2>>"$WORK/make.log" &&
+        "$BENCH" --make "$WORK/ort/prepacked.ort" --save-prepacked "$model" >"$WORK/make3.json" 2>>"$WORK/make.log" ||
         { say "$name: the ORT file could not be made: $(tail -n 1 "$WORK/make.log")"; exit 1; }
-    if cmp -s "$ort" "$WORK/again.ort"; then same=yes
-    elif [ "$(stat -c %s "$ort")" = "$(stat -c %s "$WORK/again.ort")" ]; then same="no (same size)"
+    if cmp -s "$ort" "$WORK/ort/again.ort"; then same=yes
+    elif [ "$(stat -c %s "$ort")" = "$(stat -c %s "$WORK/ort/again.ort")" ]; then same="no (same size)"
     else same="no (other size)"; fi
     awk -v n="$name" -v o="$(stat -L -c %s "$model")" -v b="$(jq .bytes "$WORK/make1.json")" \
         -v t="$(jq .make_ms "$WORK/make1.json")" -v s="$same" -v d="$(jq .data_bytes "$WORK/make3.json")" \
         -v p="$(jq .bytes "$WORK/make3.json")" \
         'BEGIN { printf "| %s | %.1f | %.1f | %.0f | %s | %d, %.1f |\n", n, o / 1e6, b / 1e6, t, s, d, p / 1e6 }' >>"$WORK/made.md"
-    rm -f "$WORK/again.ort" "$WORK/prepacked.ort" "$WORK/prepacked.ort.data"
+    rm -f "$WORK/ort/again.ort" "$WORK/ort/prepacked.ort" "$WORK/ort/prepacked.ort.data"
     cat "$WORK/make.log" >>"$WORK/makes.log"
 
     # The derived form, by the node daemon.
@@ -317,4 +331,6 @@ echo "inference); MB = MiB; shared pages show as tmpfs PSS = half of tmpfs mappe
 echo
 cat "$WORK/memory.md"
 echo
-echo "ORT file on tmpfs: $(jq -r .tmpfs "$WORK/start.$name.ort.1.json"); 1 intra-op thread; BERT at sequence ${BENCH_DIM:-128}; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)."
+ort_huge=$(findmnt -n -o OPTIONS "$WORK/ort" 2>/dev/null | grep -o 'huge=[a-z_]*' | cut -d= -f2 || true)
+pages=$(sed -n 's/.*event=store-tmpfs state=\([a-z-]*\) .* huge=\([a-z_]*\).*/\1, huge=\2/p' "$WORK/daemon.log")
+echo "Store tmpfs: ${pages:-unknown}; ORT files on a tmpfs: $(jq -r .tmpfs "$WORK/start.$name.ort.1.json"), huge=${ort_huge:-never}; 1 intra-op thread; BERT at sequence ${BENCH_DIM:-128}; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)."
