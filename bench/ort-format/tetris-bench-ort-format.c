@@ -37,15 +37,16 @@
  *             what a start costs when the ORT format's weights are all the
  *             kernels read, since it cannot hold pre-packed ones
  * Pre-packing is on in every other mode (ONNX Runtime's default, and
- * tetris's for its derived form). session_ms runs from before the environment is
- * created to the session being ready, the mapping included;
- * first_run_ms is the first Run and the outputs' hash, and with --runs N
- * run_ms the mean of all N (each run's outputs must hash alike):
- * tetris-onnx-run's definitions, so that its JSON and this one's compare.
- * --outputs writes
- * the outputs' bytes (those hashed) to a file and --against compares them
- * with such a file, element by element, for modes whose outputs are not
- * stock's byte for byte (not timed: run.sh does it in starts of its own).
+ * tetris's for its derived form).
+ *
+ * Times: session_ms from before the environment is created to the session
+ * being ready, the mapping included; first_run_ms the first Run and the
+ * outputs' hash; with --runs N, run_ms the mean of all N (each run's
+ * outputs must hash alike): tetris-onnx-run's definitions, so that its
+ * JSON and this one's compare. --outputs writes the outputs' bytes (those
+ * hashed) to a file and --against compares them with such a file, element
+ * by element, for modes whose outputs are not stock's byte for byte (not
+ * timed: run.sh does it in starts of its own).
  *
  * Exit status: 0 ok, 1 ONNX Runtime or a file failed, 2 usage. */
 #include <errno.h>
@@ -105,7 +106,7 @@ struct bench_options {
     const char *against; /* --against: compare the outputs with this file's */
 };
 
-/* What one start's first inference answered. */
+/* What one start's inferences answered. */
 struct answer {
     char sha256[65];
     uint64_t bytes;
@@ -122,7 +123,7 @@ struct start {
     OrtEnv *env;
     OrtSessionOptions *so;
     OrtSession *session;
-    void *map; /* the ORT file's bytes (ort, ort-copy), MAP_FAILED: none */
+    void *map; /* the ORT file's bytes (ort, ort-copy, ort-noprepack), MAP_FAILED: none */
     size_t map_len;
 };
 
@@ -130,7 +131,7 @@ static const char about[] =
     "Measures ONNX Runtime's ORT model format as a start path, one start per\n"
     "process. With --make, optimises the ONNX file MODEL at level all and writes\n"
     "it to OUT in the ORT format. With --mode, opens FILE as the mode says, runs\n"
-    "it once on seeded inputs and prints one JSON line: session_ms, first_run_ms\n"
+    "it on seeded inputs and prints one JSON line: session_ms, first_run_ms, run_ms\n"
     "and the SHA-256 of the outputs (tetris-onnx-run's inputs and hash).\n";
 
 static const char epilogue[] =
