@@ -28,3 +28,8 @@ tetris-eval_LIBS := -lglpk -lcurl
 # exits 77 without one).
 PROGRAMS += tetris-bench-gpu
 tetris-bench-gpu_SRCS := bench/gpu/tetris-bench-gpu.c
+# ONNX Runtime's ORT format against the ONNX file, one start per process
+# (bench/ort-format/run.sh).
+PROGRAMS += tetris-bench-ort-format
+tetris-bench-ort-format_SRCS := bench/ort-format/tetris-bench-ort-format.c agent/hold.c
+tetris-bench-ort-format_LIBS := -lonnxruntime

@@ -15,7 +15,8 @@ tetris-test-fake-apiserver_SRCS := tests/lib/fake_apiserver.c tests/lib/faultser
                                    tests/lib/unit.c
 tetris-test-fake-apiserver_LIBS := -lcheck -lsubunit -lrt
 SHELL_TESTS += tests/bench/test-synth-model.sh tests/bench/test-bench-map.sh \
-               tests/bench/test-eval.sh tests/bench/test-eval-decisions.sh
+               tests/bench/test-eval.sh tests/bench/test-eval-decisions.sh \
+               tests/bench/test-bench-ort-format.sh
 SHELL_TESTS += tests/models/test-paper-models-cli.sh
 SLOW_TESTS += tests/models/test-paper-models-share.sh tests/models/test-paper-models-derived.sh
 SHELL_TESTS += tests/cli/test-help-version.sh tests/cli/test-lint.sh
