@@ -95,22 +95,13 @@ static int fail_input(struct parse *p, const struct raw_input *in, const char *f
                        in->name != NULL ? shown(in->name, in->name_len, buf) : "?", what);
 }
 
-/* A JSON integer's sign and magnitude; -1 when it does not fit 64 bits. */
+/* A JSON integer token's sign and magnitude; -1 when it does not fit 64
+ * bits. */
 static int integer_value(const char *tok, size_t len, bool *negative, uint64_t *magnitude)
 {
-    size_t i = 0;
-    uint64_t v = 0;
     *negative = tok[0] == '-';
-    if (*negative)
-        i++;
-    for (; i < len; i++) {
-        unsigned d = (unsigned)(tok[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
-    *magnitude = v;
-    return 0;
+    json_span digits = {tok + *negative, len - *negative};
+    return json_span_uint(digits, magnitude) > 0 ? 0 : -1;
 }
 
 /* A non-negative JSON integer (a dimension, a size) up to max. */
