@@ -7,6 +7,8 @@
 
 #include <openssl/evp.h>
 
+#include "common/clock.h"
+
 static uint64_t splitmix64(uint64_t *state)
 {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
@@ -382,5 +384,33 @@ int ort_outputs_sha256(const ort_model *m, const ort_io *io, OrtValue *const *ou
     EVP_MD_CTX_free(ctx);
     for (unsigned i = 0; r == 0 && i < md_len; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    return r;
+}
+
+int ort_io_run_repeated(const ort_model *m, const ort_io *io, OrtValue *const *inputs,
+                        OrtValue **outputs, int runs, char hex[65], uint64_t *out_bytes,
+                        struct ort_run_times *times, tetris_error *err)
+{
+    *times = (struct ort_run_times){0};
+    int r = 0;
+    for (int i = 0; r == 0 && i < runs; i++) {
+        char got[65];
+        ort_values_release(m, outputs, io->n_out);
+        double t0 = clock_now_ms();
+        r = ort_io_run(m, io, inputs, outputs, err);
+        if (r == 0)
+            r = ort_outputs_sha256(m, io, outputs, 1, 0, got, out_bytes, err);
+        double took = clock_now_ms() - t0;
+        if (r < 0)
+            break;
+        times->mean_ms += took / runs;
+        if (i == 0) {
+            times->first_ms = took;
+            memcpy(hex, got, sizeof(got));
+        } else if (strcmp(got, hex) != 0) {
+            r = tetris_fail(err, TETRIS_E_RUNTIME, 0, "run %d gave %s, run 1 gave %s", i + 1, got,
+                            hex);
+        }
+    }
     return r;
 }

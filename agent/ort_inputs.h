@@ -82,6 +82,21 @@ int ort_io_run_some(const ort_model *m, const ort_io *io, OrtValue *const *input
 int ort_outputs_sha256(const ort_model *m, const ort_io *io, OrtValue *const *outputs, size_t n,
                        size_t j, char hex[65], uint64_t *out_bytes, tetris_error *err);
 
+/* What ort_io_run_repeated measured: the first run (with the page faults
+ * of what the session maps) and the mean of all, each run's hash of its
+ * outputs included. */
+struct ort_run_times {
+    double first_ms, mean_ms;
+};
+
+/* Runs the session `runs` times on inputs, each run's outputs hashed as
+ * ort_outputs_sha256 hashes a batch of one; hex gets the first run's
+ * hash and every later run must give the same (TETRIS_E_RUNTIME naming
+ * the run otherwise). outputs keeps the last run's (release them). */
+int ort_io_run_repeated(const ort_model *m, const ort_io *io, OrtValue *const *inputs,
+                        OrtValue **outputs, int runs, char hex[65], uint64_t *out_bytes,
+                        struct ort_run_times *times, tetris_error *err);
+
 void ort_values_release(const ort_model *m, OrtValue **values, size_t n);
 
 #endif

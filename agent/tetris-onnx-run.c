@@ -48,10 +48,6 @@ struct run_options {
 
 /* How long the runs took: the mean of all, and the first alone (it pays
  * the page faults of whatever the session maps and has not touched). */
-struct run_times {
-    double mean_ms, first_ms;
-};
-
 static const char about[] =
     "Runs MODEL (ONNX) through ONNX Runtime on inputs built from its input\n"
     "metadata and a seeded PRNG, and prints one JSON object with the SHA-256 of\n"
@@ -249,19 +245,9 @@ static int parse_args(int argc, char **argv, struct run_options *o)
 }
 
 /* Runs once and hashes every output's bytes, in output order. */
-static int run_once(const ort_model *m, const ort_io *io, OrtValue **inputs, OrtValue **outputs,
-                    char hex[65], uint64_t *out_bytes, tetris_error *err)
-{
-    ort_values_release(m, outputs, io->n_out);
-    int r = ort_io_run(m, io, inputs, outputs, err);
-    if (r == 0)
-        r = ort_outputs_sha256(m, io, outputs, 1, 0, hex, out_bytes, err);
-    return r;
-}
-
 static int print_result(const struct run_options *o, const agent_model *am, const ort_model *m,
                         const ort_io *io, const char *hex, uint64_t out_bytes, double load_ms,
-                        double session_ms, const struct run_times *times, tetris_error *err)
+                        double session_ms, const struct ort_run_times *times, tetris_error *err)
 {
     const char *mode = !o->use_store ? "private" : o->mode == AGENT_MODE_DIRECT ? "direct" : "store";
     json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:i, s:I, s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:I, "
@@ -350,11 +336,10 @@ static int write_oip_request(struct run_options *o, const ort_model *m, const or
 
 /* Prepares the inputs and runs o->runs times; every run must hash alike. */
 static int run_all(struct run_options *o, const ort_model *m, const ort_io *io, char hex[65],
-                   uint64_t *out_bytes, struct run_times *times, tetris_error *err)
+                   uint64_t *out_bytes, struct ort_run_times *times, tetris_error *err)
 {
     cleanup_free OrtValue **inputs = calloc(io->n_in + 1, sizeof(*inputs));
     cleanup_free OrtValue **outputs = calloc(io->n_out + 1, sizeof(*outputs));
-    char first[65] = "";
     int r;
 
     cleanup_free uint64_t *seeds = calloc((size_t)o->batch, sizeof(*seeds));
@@ -373,21 +358,7 @@ static int run_all(struct run_options *o, const ort_model *m, const ort_io *io, 
         ort_values_release(m, inputs, io->n_in);
         return r;
     }
-    *times = (struct run_times){0};
-    for (int i = 0; r == 0 && i < o->runs; i++) {
-        double t = clock_now_ms();
-        if ((r = run_once(m, io, inputs, outputs, hex, out_bytes, err)) < 0)
-            break;
-        double took = clock_now_ms() - t;
-        times->mean_ms += took / o->runs;
-        if (i == 0)
-            times->first_ms = took;
-        if (i == 0)
-            memcpy(first, hex, sizeof(first));
-        else if (strcmp(first, hex) != 0)
-            r = tetris_fail(err, TETRIS_E_RUNTIME, 0, "run %d gave %s, run 1 gave %s", i + 1,
-                            hex, first);
-    }
+    r = ort_io_run_repeated(m, io, inputs, outputs, o->runs, hex, out_bytes, times, err);
     ort_values_release(m, outputs, io->n_out);
     ort_values_release(m, inputs, io->n_in);
     return r;
@@ -404,7 +375,7 @@ int main(int argc, char **argv)
     char hex[65] = "";
     uint64_t out_bytes = 0;
     double t0, load_ms = 0, session_ms;
-    struct run_times times = {0};
+    struct ort_run_times times = {0};
     int r = 0, rc = EXIT_OK;
 
     log_init(argv[0]);

@@ -110,7 +110,7 @@ struct bench_options {
 struct answer {
     char sha256[65];
     uint64_t bytes;
-    double first_ms, mean_ms; /* the first run, the mean of all */
+    struct ort_run_times times;
     /* With --against: elements (all outputs) and those whose bytes differ
      * from the file's; the largest |difference| of a float output's. */
     uint64_t elements, elements_differ;
@@ -454,8 +454,8 @@ static int outputs_keep(const OrtApi *api, const ort_io *io, OrtValue *const *ou
     return r;
 }
 
-/* o->runs runs on the seeded inputs, each hashed as tetris-onnx-run
- * hashes its own; a gets the first's SHA-256 and the times. The view is
+/* o->runs runs on the seeded inputs (ort_io_run_repeated, as tetris-onnx-run
+ * runs them); a gets the first SHA-256 and the times. The view is
  * the session as agent/ort_inputs.h takes it: it reads only the API and
  * the session, so this start's own session serves. */
 static int first_answer(const struct start *s, const struct bench_options *o, struct answer *a,
@@ -472,23 +472,9 @@ static int first_answer(const struct start *s, const struct bench_options *o, st
         r = tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     if (r == 0)
         r = ort_inputs_make(&view, io, &o->seed, 1, inputs, err);
-    for (int i = 0; r == 0 && i < o->runs; i++) {
-        char hex[65];
-        ort_values_release(&view, outputs, io->n_out);
-        double t0 = clock_now_ms();
-        r = ort_io_run(&view, io, inputs, outputs, err);
-        if (r == 0)
-            r = ort_outputs_sha256(&view, io, outputs, 1, 0, hex, &a->bytes, err);
-        double took = clock_now_ms() - t0;
-        a->mean_ms += took / o->runs;
-        if (i == 0) {
-            a->first_ms = took;
-            memcpy(a->sha256, hex, sizeof(hex));
-        } else if (r == 0 && strcmp(hex, a->sha256) != 0) {
-            r = tetris_fail(err, TETRIS_E_RUNTIME, 0, "run %d gave %s, run 1 gave %s", i + 1, hex,
-                            a->sha256);
-        }
-    }
+    if (r == 0)
+        r = ort_io_run_repeated(&view, io, inputs, outputs, o->runs, a->sha256, &a->bytes,
+                                &a->times, err);
     if (r == 0 && (o->outputs != NULL || o->against != NULL))
         r = outputs_keep(s->api, io, outputs, o, a, err);
     if (outputs != NULL)
@@ -595,8 +581,9 @@ static int one_start(const struct bench_options *o, tetris_error *err)
                       "model", o->file, "mode", mode_names[o->mode], "runtime", runtime,
                       "file_bytes", (json_int_t)file_bytes(o->file), "tmpfs", on_tmpfs(o->file),
                       "seed", (json_int_t)o->seed, "threads", o->threads, "runs", o->runs,
-                      "load_ms", 0.0, "session_ms", session_ms, "first_run_ms", a.first_ms,
-                      "run_ms", a.mean_ms, "sha256", a.sha256, "output_bytes", (json_int_t)a.bytes);
+                      "load_ms", 0.0, "session_ms", session_ms, "first_run_ms", a.times.first_ms,
+                      "run_ms", a.times.mean_ms, "sha256", a.sha256, "output_bytes",
+                      (json_int_t)a.bytes);
         if (j != NULL && o->against != NULL &&
             json_object_update_new(j,
                                    json_pack("{s:I, s:I, s:f}", "elements", (json_int_t)a.elements,
