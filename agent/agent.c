@@ -346,8 +346,8 @@ static void publish_item(void *ctx, size_t k)
     tetris_error cause = {0};
     bool published = false;
     bool computed = !t->has_digest;
-    int r = computed ? model_publish_tensor_computed(am->priv->store, t, fd, NULL, NULL, &published,
-                                                     &cause)
+    int r = computed ? model_publish_tensor_computed(am->priv->store, t, fd, NULL, NULL, 0,
+                                                     &published, &cause)
                      : model_publish_tensor(am->priv->store, t, fd, &published, &cause);
     if (r == 0 && computed) {
         pthread_mutex_lock(&j->w.lock); /* the holder file is one for all workers */

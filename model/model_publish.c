@@ -53,13 +53,13 @@ int model_publish_tensor(store *s, const tensor_desc *t, int source_fd, bool *pu
 }
 
 int model_publish_tensor_computed(store *s, tensor_desc *t, int source_fd,
-                                  model_publish_check_fn check_fn, void *check_ctx, bool *published,
-                                  tetris_error *err)
+                                  model_publish_check_fn check_fn, void *check_ctx, unsigned flags,
+                                  bool *published, tetris_error *err)
 {
     struct source src = {.t = t, .fd = source_fd, .check = check_fn, .check_ctx = check_ctx};
     bool raw = t->encoding == TENSOR_ENC_RAW && t->length == t->meta.nbytes;
     int rc = store_publish_tensor_computed(s, &t->meta, raw ? read_raw_range : NULL,
-                                           raw ? NULL : decode_whole, &src, published, err);
+                                           raw ? NULL : decode_whole, &src, flags, published, err);
     if (rc == 0)
         t->has_digest = true;
     return rc;

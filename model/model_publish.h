@@ -30,9 +30,10 @@ int model_publish_tensor_checked(store *s, const tensor_desc *t, int source_fd,
 /* As model_publish_tensor_checked for a tensor without its identity
  * (t->has_digest false): the store computes it from the bytes as it writes
  * them (store_publish_tensor_computed), and it is filled into t->meta, with
- * t->has_digest, on success (published or found resident). */
+ * t->has_digest, on success (published or found resident). flags:
+ * store.h's STORE_PUBLISH_* (STORE_PUBLISH_SMALL_PAGES: raw tensors only). */
 int model_publish_tensor_computed(store *s, tensor_desc *t, int source_fd,
-                                  model_publish_check_fn check, void *check_ctx, bool *published,
-                                  tetris_error *err);
+                                  model_publish_check_fn check, void *check_ctx, unsigned flags,
+                                  bool *published, tetris_error *err);
 
 #endif

@@ -143,6 +143,9 @@ struct budget {
      * CPU), and the request holds every tensor or none. NULL: an ingest. */
     struct pull_plan *pull;
     unsigned pull_threads;
+    /* How its tensors are written (store.h's STORE_PUBLISH_*): a derived
+     * form's on 4 KiB pages (publish_derived). */
+    unsigned publish_flags;
     /* What it published, each entry's `fresh` raised until the request
      * ends (budget_end): a pass while it runs must not count the tensors
      * it has published but not yet referenced as cold, or its later claims
@@ -510,7 +513,7 @@ static void publish_one(struct served_store *ss, const int *fds, ingest_request_
         rc = pull_publish_tensor(b->pull, &t->desc, budget_check, b, &published, &err);
     } else if (computed) {
         rc = model_publish_tensor_computed(ss->store, &t->desc, fds[t->source_index], budget_check,
-                                           b, &published, &err);
+                                           b, b->publish_flags, &published, &err);
         r->has_digest = rc == 0;
         r->digest = meta->digest;
         r->crc32 = meta->crc32;
@@ -896,6 +899,7 @@ static int publish_derived(struct conn *c, const struct derive_output *out, deri
         parts[i].source_index = i;
         struct budget b;
         budget_init(c, &b);
+        b.publish_flags = STORE_PUBLISH_SMALL_PAGES;
         publish_one(ss, part_fds, &parts[i], &b, &res[i]);
         budget_end(ss, &b);
         if (res[i].status == INGEST_REJECTED)

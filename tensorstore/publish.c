@@ -172,17 +172,65 @@ static int write_in_chunks(const tensor_meta *meta, const char *hex, int fd,
     return 0;
 }
 
+/* STORE_PUBLISH_SMALL_PAGES: the chunks are read straight into a mapping
+ * of the file that allocates 4 KiB pages. Written with pwrite, or through
+ * a mapping without MADV_NOHUGEPAGE, a file of a huge= tmpfs gets 2 MiB
+ * pages wherever it is long enough; a fault through a MADV_NOHUGEPAGE
+ * mapping never does. MADV_POPULATE_WRITE allocates every page in one call
+ * and turns a full filesystem into an error rather than a SIGBUS in the
+ * copy (what allocate's fallocate does for the other paths; fallocate
+ * would allocate 2 MiB pages). A kernel without it (before 5.14) gets the
+ * fallocate, and so maybe 2 MiB pages: the flag is a layout, never a
+ * reason to fail. */
+static int read_into_small_pages(const tensor_meta *meta, const char *hex, int fd,
+                                 const struct byte_source *src, tensor_hasher *h, tetris_error *err)
+{
+    if (meta->nbytes == 0)
+        return 0;
+    size_t len = (size_t)meta->nbytes;
+    unsigned char *dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (dst == MAP_FAILED)
+        return tetris_fail(err, store_errno_code(errno), errno, "mmap temp file for %s", hex);
+    int rc = 0;
+    /* EINVAL: a kernel without transparent huge pages, 4 KiB pages anyway. */
+    if (madvise(dst, len, MADV_NOHUGEPAGE) < 0 && errno != EINVAL)
+        rc = tetris_fail(err, TETRIS_E_IO, errno, "madvise(MADV_NOHUGEPAGE) for %s", hex);
+    if (rc == 0 && madvise(dst, len, MADV_POPULATE_WRITE) < 0) {
+        if (errno != EINVAL)
+            /* EFAULT: a page could not be allocated, the filesystem is full. */
+            rc = tetris_fail(err, errno == EFAULT || errno == ENOMEM ? TETRIS_E_FULL : TETRIS_E_IO,
+                             errno == EFAULT ? ENOSPC : errno, "allocate %zu bytes for %s", len,
+                             hex);
+        else if (fallocate(fd, 0, 0, (off_t)len) < 0 && errno != EOPNOTSUPP)
+            rc = tetris_fail(err, store_errno_code(errno), errno, "allocate %zu bytes for %s", len,
+                             hex);
+    }
+    for (size_t off = 0; rc == 0 && off < len;) {
+        size_t n = len - off < STREAM_CHUNK_BYTES ? len - off : STREAM_CHUNK_BYTES;
+        rc = src->read(src->ctx, dst + off, off, n, err);
+        if (rc == 0)
+            tensor_hasher_update(h, dst + off, n);
+        off += n;
+    }
+    munmap(dst, len);
+    return rc;
+}
+
 /* Writes the bytes and hashes them as they are written. */
 static int write_and_hash(const tensor_meta *meta, const char *hex, int fd,
-                          const struct byte_source *src, tensor_digest *got, uint32_t *crc,
-                          tetris_error *err)
+                          const struct byte_source *src, unsigned flags, tensor_digest *got,
+                          uint32_t *crc, tetris_error *err)
 {
     tensor_hasher *h = NULL;
     int rc = tensor_hasher_new(meta, &h, err);
     if (rc < 0)
         return rc;
-    rc = src->read != NULL ? write_in_chunks(meta, hex, fd, src, h, err)
-                           : fill_through_mapping(meta, hex, fd, src, h, err);
+    if (flags & STORE_PUBLISH_SMALL_PAGES)
+        rc = read_into_small_pages(meta, hex, fd, src, h, err);
+    else if (src->read != NULL)
+        rc = write_in_chunks(meta, hex, fd, src, h, err);
+    else
+        rc = fill_through_mapping(meta, hex, fd, src, h, err);
     if (rc < 0) {
         tensor_hasher_free(h);
         tetris_wrap(err, "filling tensor %s", hex);
@@ -199,7 +247,7 @@ static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
 {
     tensor_digest got;
     uint32_t crc;
-    int rc = write_and_hash(meta, hex, fd, src, &got, &crc, err);
+    int rc = write_and_hash(meta, hex, fd, src, 0, &got, &crc, err);
     if (rc < 0)
         return rc;
     if (!tensor_digest_equal(&got, &meta->digest)) {
@@ -320,13 +368,17 @@ int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_f
  * resident under the lock and discard theirs). That costs a write of the
  * bytes, never a second read of them. */
 int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn read,
-                                  store_fill_fn fill, void *ctx, bool *published, tetris_error *err)
+                                  store_fill_fn fill, void *ctx, unsigned flags, bool *published,
+                                  tetris_error *err)
 {
     int rc = publish_check(s, meta, published, err);
     if (rc < 0)
         return rc;
     if ((read == NULL) == (fill == NULL))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "publish: give one of read and fill");
+    if ((flags & ~(unsigned)STORE_PUBLISH_SMALL_PAGES) != 0 ||
+        ((flags & STORE_PUBLISH_SMALL_PAGES) && read == NULL))
+        return tetris_fail(err, TETRIS_E_INVAL, 0, "publish: flags %#x with this source", flags);
     struct byte_source src = {.read = read, .fill = fill, .ctx = ctx};
     const char *what = "(identity pending)";
     struct temp_file t = {.fd = -1};
@@ -337,7 +389,7 @@ int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn rea
     if (fill != NULL)
         rc = allocate(s, what, file_bytes, &t, err);
     if (rc == 0)
-        rc = write_and_hash(meta, what, t.fd, &src, &meta->digest, &meta->crc32, err);
+        rc = write_and_hash(meta, what, t.fd, &src, flags, &meta->digest, &meta->crc32, err);
     /* Its identity is what its bytes hashed to: verified by construction. */
     t.verified = rc == 0;
     if (rc == 0) {

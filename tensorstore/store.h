@@ -168,6 +168,16 @@ typedef int (*store_read_fn)(void *ctx, void *dst, uint64_t offset, size_t len, 
 int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_fn read,
                                  void *ctx, bool *published, tetris_error *err);
 
+/* Flags of store_publish_tensor_computed. */
+enum {
+    /* The file on 4 KiB pages, even on a tmpfs mounted huge=: for bytes
+     * that several threads read at once (a derived form's pre-packed
+     * weights), which ran 13-28% slower at 2 threads from physically
+     * contiguous 2 MiB pages than from 4 KiB ones (BENCHMARKS.md, "Derived
+     * forms on 2 MiB store pages"). Needs a read source. */
+    STORE_PUBLISH_SMALL_PAGES = 1u << 0,
+};
+
 /* Publishes a tensor whose identity is not known yet, reading its bytes
  * once: they are written into a temp file (reserved against the capacity
  * like any publish) and hashed on the way, which fills meta->digest and
@@ -176,10 +186,11 @@ int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_f
  * *published is false). The store computes the name, so the invariant
  * that a file's bytes hash to its name holds whoever supplies the bytes.
  * Exactly one of read (chunks, as store_publish_tensor_chunked) and fill
- * (whole, as store_publish_tensor) is given. Errors as store_publish_tensor
+ * (whole, as store_publish_tensor) is given; flags: STORE_PUBLISH_*, 0 for
+ * none. Errors as store_publish_tensor
  * (no TETRIS_E_CORRUPT: there is no claim to contradict). */
 int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn read,
-                                  store_fill_fn fill, void *ctx, bool *published,
+                                  store_fill_fn fill, void *ctx, unsigned flags, bool *published,
                                   tetris_error *err);
 
 /* What a file of file_bytes really costs the filesystem, and so what the
