@@ -21,7 +21,10 @@
 # rounds (a node daemon on a private store). Environment: TETRIS_BIN,
 # TETRIS_MODELS, BENCH_MODELS, BENCH_ROUNDS (5; 0: memory only), BENCH_RUNS (20),
 # BENCH_THREADS ("1"; e.g. "1 2"), BENCH_BATCHES ("1"; e.g. "1 8"),
-# BENCH_DIM (tetris-onnx-run's --dim: BERT's sequence; default its own).
+# BENCH_DIM (tetris-onnx-run's --dim: BERT's sequence; default its own),
+# BENCH_STORE_TMPFS (the daemon's --store-tmpfs: huge, a tmpfs of 2 MiB
+# pages as the chart mounts it, by default; plain: 4 KiB pages; none:
+# /dev/shm as it is; the header says which the store got).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${TETRIS_BIN:-$ROOT/bin}
@@ -42,11 +45,14 @@ holders=""
 cleanup() {
     for p in $holders; do kill "$p" 2>/dev/null || true; done
     [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
+    # The daemon's tmpfs outlives it by design (reclaimer/store_tmpfs.h).
+    ! mountpoint -q "$work/store" 2>/dev/null || umount "$work/store" || umount -l "$work/store"
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
 mkdir -p "$work/store"
-"$BIN/tetris-reclaimer" --store "$work/store" --listen "" --interval 3600 >"$work/daemon.log" 2>&1 &
+"$BIN/tetris-reclaimer" --store "$work/store" --listen "" --interval 3600 \
+    --store-tmpfs "${BENCH_STORE_TMPFS:-huge}" >"$work/daemon.log" 2>&1 &
 daemon=$!
 i=0
 until grep -q event=serving "$work/daemon.log"; do
@@ -72,8 +78,14 @@ for m in $models; do
     grep -q 'event=derive-requested .*result=made' "$work/make.log" ||
         { echo "$m: no derived form: $(grep derive "$work/make.log" | tail -n 1)" >&2; exit 1; }
 done
+case $(sed -n 's/.*event=store-tmpfs state=\([a-z-]*\) .*huge=\([a-z_]*\).*/\1 \2/p' "$work/daemon.log") in
+*within_size) pages="a tmpfs of 2 MiB pages (a derived form's files on 4 KiB pages)" ;;
+"mounted never" | "reused never") pages="a tmpfs of 4 KiB pages" ;;
+*) pages="$(df --output=fstype "$work/store" | tail -n 1) as it is (4 KiB pages)" ;;
+esac
 echo "Derived forms against stock ONNX Runtime and the tetris default: $rounds rounds, interleaved;"
-echo "run = mean of the $((runs - 1)) runs of one batch after the first; medians; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)${BENCH_DIM:+; --dim $BENCH_DIM}."
+echo "run = mean of the $((runs - 1)) runs of one batch after the first; medians; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)${BENCH_DIM:+; --dim $BENCH_DIM};"
+echo "store on $pages."
 [ "$rounds" -eq 0 ] || echo
 # BENCH_ROUNDS=0: the memory table only
 [ "$rounds" -gt 0 ] || models_timed=""
