@@ -170,11 +170,11 @@ int store_publish_tensor_chunked(store *s, const tensor_meta *meta, store_read_f
 
 /* Flags of store_publish_tensor_computed. */
 enum {
-    /* The file on 4 KiB pages, even on a tmpfs mounted huge=: for bytes
-     * that several threads read at once (a derived form's pre-packed
-     * weights), which ran 13-28% slower at 2 threads from physically
-     * contiguous 2 MiB pages than from 4 KiB ones (BENCHMARKS.md, "Derived
-     * forms on 2 MiB store pages"). Needs a read source. */
+    /* The file on 4 KiB pages, even on a tmpfs mounted huge=: for a
+     * derived form's pre-packed weights, which BERT-base read 14-35%
+     * slower than stock ONNX Runtime from physically contiguous 2 MiB
+     * pages (1 and 2 threads), and as fast from 4 KiB ones (BENCHMARKS.md,
+     * "Derived forms on 2 MiB store pages"). Needs a read source. */
     STORE_PUBLISH_SMALL_PAGES = 1u << 0,
 };
 
