@@ -31,29 +31,12 @@ smaps_kb() {
     awk -v f="$2" -v k="$3:" '/^[0-9a-f]+-[0-9a-f]+ / { on = ($6 == f) }
         on && $1 == k { n += $2 } END { print n + 0 }' "/proc/$1/smaps"
 }
-# held NAME CMD...: CMD (which holds what it loaded until its stdin
-# closes) started; PID set, its output in $WORK/NAME.out.
-held() {
-    name=$1
-    shift
-    mkfifo "$WORK/$name.in"
-    "$@" <"$WORK/$name.in" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    PID=$!
-    KILL_ON_EXIT="$KILL_ON_EXIT $PID"
-    exec 3>"$WORK/$name.in"
-    wait_output $PID "$WORK/$name.out" "$name" "$WORK/$name.err"
-}
-let_go() {
-    exec 3>&-
-    wait "$PID" || fail "$1 exited non-zero: $(tail -n 3 "$WORK/$1.err")"
-}
-
 # --- the store maps plain tensors with 2 MiB entries -------------------------
 synth "$WORK/m.safetensors" 2 4194304 9
-held plain "$BIN/tetris-agent" load --store "$STORE" --direct --hold "$WORK/m.safetensors"
+held_start plain "$BIN/tetris-agent" load --store "$STORE" --direct --hold "$WORK/m.safetensors"
 # Its only shared-memory mappings are the store's tensors.
-plain_pmd=$(awk '/^ShmemPmdMapped:/ { print $2 }' "/proc/$PID/smaps_rollup")
-let_go plain
+plain_pmd=$(awk '/^ShmemPmdMapped:/ { print $2 }' "/proc/$HELD_PID/smaps_rollup")
+held_end plain
 [ "$plain_pmd" -ge 2048 ] ||
     skip "this kernel maps no 2 MiB store page with a 2 MiB entry (ShmemPmdMapped $plain_pmd kB)"
 note "plain 4 MiB tensors: ShmemPmdMapped $plain_pmd kB"
@@ -68,12 +51,12 @@ grep -q 'event=derive-requested .*result=made' "$WORK/make.err" ||
 data_hex=$(jq -r '.data.digest' "$pub"/derived/* | sed 's/^sha256://')
 data=$(realpath "$pub/tensors/$(echo "$data_hex" | cut -c1-2)/$data_hex")
 [ -f "$data" ] || fail "the form's data file is not in the store: $data"
-held derived "$BIN/tetris-onnx-run" "$m" --store "$STORE" --derived use --hold
+held_start derived "$BIN/tetris-onnx-run" "$m" --store "$STORE" --derived use --hold
 [ "$(jq -r .derived "$WORK/derived.out")" = true ] || fail "the form was not used: $(cat "$WORK/derived.err")"
 [ "$(jq -r .sha256 "$WORK/derived.out")" = "$stock" ] || fail "derived output differs from stock's"
-rss=$(smaps_kb $PID "$data" Rss)
-pmd=$(smaps_kb $PID "$data" ShmemPmdMapped)
-let_go derived
+rss=$(smaps_kb $HELD_PID "$data" Rss)
+pmd=$(smaps_kb $HELD_PID "$data" ShmemPmdMapped)
+held_end derived
 [ "$rss" -ge 4096 ] || fail "the instance maps ${rss} kB of the form's data, want it mapped (>= 4 MiB)"
 [ "$pmd" = 0 ] || fail "the form's data is on 2 MiB pages: ShmemPmdMapped ${pmd} kB of ${rss} kB mapped"
 note "the form's data: ${rss} kB mapped, ShmemPmdMapped 0; plain tensors ${plain_pmd} kB"

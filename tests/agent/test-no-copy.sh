@@ -21,18 +21,11 @@ model="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
 # hold ARGS...: starts an instance that holds the model after one inference;
 # sets $pid and leaves its result in $WORK/out.
 hold() {
-    rm -f "$WORK/out" "$WORK/in"
-    mkfifo "$WORK/in"
-    "$BIN/tetris-onnx-run" "$model" "$@" --hold <"$WORK/in" >"$WORK/out" 2>"$WORK/err" &
-    pid=$!
-    KILL_ON_EXIT="$KILL_ON_EXIT $pid"
-    exec 3>"$WORK/in"
-    wait_output $pid "$WORK/out" "tetris-onnx-run $*" "$WORK/err"
+    held_start inst "$BIN/tetris-onnx-run" "$model" "$@" --hold
+    pid=$HELD_PID
+    cp "$WORK/inst.out" "$WORK/out"
 }
-release() {
-    exec 3>&-
-    wait $pid || fail "instance exited non-zero"
-}
+release() { held_end inst; }
 anon_kb() { awk '/^RssAnon:/ { print $2 }' /proc/$1/status; }
 
 hold --private
@@ -68,17 +61,11 @@ release
 file_bytes=$(stat -c %s "$model")
 [ "$read_bytes" -lt $((file_bytes / 4)) ] ||
     fail "a warm instance read $read_bytes bytes; the model file is $file_bytes bytes, nearly all weights"
-rm -f "$WORK/in"
-mkfifo "$WORK/in"
-"$BIN/tetris-agent" view --store "$store" --direct --manifest "$WORK/manifest.json" --hold \
-    "$model" "$WORK/view" <"$WORK/in" >"$WORK/view.out" 2>"$WORK/view.err" &
-pid=$!
-KILL_ON_EXIT="$KILL_ON_EXIT $pid"
-exec 3>"$WORK/in"
-wait_output $pid "$WORK/view.out" "tetris-agent view" "$WORK/view.err"
-view_read=$(awk '/^rchar:/ { print $2 }' /proc/$pid/io)
+held_start view "$BIN/tetris-agent" view --store "$store" --direct --manifest "$WORK/manifest.json" \
+    --hold "$model" "$WORK/view"
+view_read=$(awk '/^rchar:/ { print $2 }' /proc/$HELD_PID/io)
 [ "$(jq -r .shared "$WORK/view.out")" = true ] || fail "the view is not the store's: $(cat "$WORK/view.out")"
-release
+held_end view
 [ "$view_read" -lt $((file_bytes / 4)) ] ||
     fail "writing a view read $view_read bytes; the model file is $file_bytes bytes"
 echo "ok the weights are not read from the model file: $read_bytes bytes read by a warm instance, $view_read by a view, of a $file_bytes-byte file"

@@ -138,6 +138,28 @@ wait_output() {
     [ -s "$2" ] || fail "$3 died: $(cat "$4" 2>/dev/null)"
 }
 
+# held_start NAME CMD...: CMD, which holds what it loaded until its stdin
+# closes (--hold), started with its stdin on a fifo this shell keeps open
+# (fd 3); its stdout in $WORK/NAME.out, stderr in $WORK/NAME.err; sets
+# HELD_PID and returns once CMD printed its result. One at a time.
+held_start() {
+    _hs_name=$1
+    shift
+    rm -f "$WORK/$_hs_name.in" "$WORK/$_hs_name.out"
+    mkfifo "$WORK/$_hs_name.in"
+    "$@" <"$WORK/$_hs_name.in" >"$WORK/$_hs_name.out" 2>"$WORK/$_hs_name.err" &
+    HELD_PID=$!
+    KILL_ON_EXIT="$KILL_ON_EXIT $HELD_PID"
+    exec 3>"$WORK/$_hs_name.in"
+    wait_output $HELD_PID "$WORK/$_hs_name.out" "$_hs_name" "$WORK/$_hs_name.err"
+}
+
+# held_end NAME: closes the held process's stdin; fails unless it exits 0.
+held_end() {
+    exec 3>&-
+    wait "$HELD_PID" || fail "$1 exited non-zero: $(tail -n 3 "$WORK/$1.err")"
+}
+
 # status CMD...: prints CMD's exit status (its output in $WORK/status.out
 # and $WORK/status.err).
 status() {
