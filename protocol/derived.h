@@ -7,8 +7,9 @@
  *
  * Trust: a derived form's bytes are two ordinary store tensors (dtype
  * uint8, shape [n]: the graph and its external data file), published and
- * verified like any tensor (on 4 KiB pages: STORE_PUBLISH_SMALL_PAGES). What is trusted is the
- * index entry that says whose derived form they are, and only the daemon writes it: a pod cannot
+ * verified like any tensor (written on 4 KiB pages:
+ * STORE_PUBLISH_SMALL_PAGES). What is trusted is the index entry that says
+ * whose derived form they are, and only the daemon writes it: a pod cannot
  * write the store's public directory, and it cannot say what a transform
  * of some weights is. The daemon makes the form itself, in a child it runs
  * (tetris-derive), from the bytes it read, and names the entry by the

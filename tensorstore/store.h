@@ -187,8 +187,8 @@ enum {
  * that a file's bytes hash to its name holds whoever supplies the bytes.
  * Exactly one of read (chunks, as store_publish_tensor_chunked) and fill
  * (whole, as store_publish_tensor) is given; flags: STORE_PUBLISH_*, 0 for
- * none. Errors as store_publish_tensor
- * (no TETRIS_E_CORRUPT: there is no claim to contradict). */
+ * none. Errors as store_publish_tensor (no TETRIS_E_CORRUPT: there is no
+ * claim to contradict). */
 int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn read,
                                   store_fill_fn fill, void *ctx, unsigned flags, bool *published,
                                   tetris_error *err);

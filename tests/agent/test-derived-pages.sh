@@ -6,8 +6,9 @@
 # tensor of the same store is mapped with 2 MiB ones (the store can, so
 # the 0 says something); the form's answers are still stock ONNX
 # Runtime's; a form larger than the daemon's bound on unverified bytes is
-# made (the daemon hashes its own form: it is no pod's claim). The plain weights' model is synthetic; the form is PP-OCRv4
-# rec's (its data is over 10 MB: five 2 MiB ranges). Needs root (mount).
+# made (the daemon hashes its own form: it is no pod's claim). The plain
+# weights' model is synthetic; the form is PP-OCRv4 rec's (its data is
+# over 10 MB: five 2 MiB ranges). Needs root (mount).
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
 need_models
@@ -31,6 +32,7 @@ smaps_kb() {
     awk -v f="$2" -v k="$3:" '/^[0-9a-f]+-[0-9a-f]+ / { on = ($6 == f) }
         on && $1 == k { n += $2 } END { print n + 0 }' "/proc/$1/smaps"
 }
+
 # --- the store maps plain tensors with 2 MiB entries -------------------------
 synth "$WORK/m.safetensors" 2 4194304 9
 held_start plain "$BIN/tetris-agent" load --store "$STORE" --direct --hold "$WORK/m.safetensors"

@@ -19,11 +19,10 @@ model="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
 "$BIN/tetris-agent" load --direct --store "$store" "$model" >/dev/null 2>&1 || fail "seeding the store"
 
 # hold ARGS...: starts an instance that holds the model after one inference;
-# sets $pid and leaves its result in $WORK/out.
+# sets $pid and leaves its result in $WORK/inst.out.
 hold() {
     held_start inst "$BIN/tetris-onnx-run" "$model" "$@" --hold
     pid=$HELD_PID
-    cp "$WORK/inst.out" "$WORK/out"
 }
 release() { held_end inst; }
 anon_kb() { awk '/^RssAnon:/ { print $2 }' /proc/$1/status; }
@@ -34,7 +33,7 @@ release
 
 hold --store "$store" --direct
 store_anon=$(anon_kb $pid)
-shared_bytes=$(jq -r .shared_bytes "$WORK/out")
+shared_bytes=$(jq -r .shared_bytes "$WORK/inst.out")
 touched_kb=$(awk -v pre="$store/public/tensors/" '/^[0-9a-f]+-[0-9a-f]+ / { in_store = index($6, pre) == 1 }
                                           /^Rss:/ && in_store { kb += $2 } END { print kb + 0 }' /proc/$pid/smaps)
 release
