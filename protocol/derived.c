@@ -2,6 +2,8 @@
  * is in derived.h). */
 #include "protocol/derived.h"
 
+#include <assert.h>
+
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
@@ -126,6 +128,24 @@ void derived_entry_path(const char *public_dir, const tensor_digest *identity, c
     snprintf(out, cap, "%s/%s/%s", public_dir, DERIVED_DIR, hex);
 }
 
+char *derived_part_label(enum derived_part_index i)
+{
+    return i == DERIVED_PART_GRAPH  ? "derived graph"
+           : i == DERIVED_PART_DATA ? "derived data"
+                                    : "derived ORT format";
+}
+
+size_t derived_entry_parts(const derived_entry *e)
+{
+    return e->has_ort ? DERIVED_PARTS : DERIVED_PART_ORT;
+}
+
+const struct derived_part *derived_entry_part(const derived_entry *e, enum derived_part_index i)
+{
+    assert(i < derived_entry_parts(e));
+    return i == DERIVED_PART_GRAPH ? &e->graph : i == DERIVED_PART_DATA ? &e->data : &e->ort;
+}
+
 static json_t *part_encode(const struct derived_part *p)
 {
     char hex[TENSOR_DIGEST_HEX_LEN + 1], digest[TENSOR_DIGEST_HEX_LEN + 8];
@@ -147,6 +167,10 @@ char *derived_entry_encode(const derived_entry *e)
                           "transform", e->transform, "runtime", e->runtime, "cpu", e->cpu, "source",
                           s, "identity", id, "graph", part_encode(&e->graph), "data",
                           part_encode(&e->data), "data_location", e->data_location);
+    if (j != NULL && e->has_ort && json_object_set_new(j, "ort", part_encode(&e->ort)) != 0) {
+        json_decref(j);
+        return NULL;
+    }
     char *text = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (text == NULL)
@@ -214,8 +238,9 @@ static int part_decode(json_t *v, const char *what, struct derived_part *p, tetr
 /* The fields of an entry, each checked (the identity is checked after). */
 static int entry_fields(json_t *j, derived_entry *e, tetris_error *err)
 {
-    static const char *const keys[] = {"format",   "transform", "runtime", "cpu",          "source",
-                                       "identity", "graph",     "data",    "data_location"};
+    static const char *const keys[] = {"format",        "transform", "runtime", "cpu",
+                                       "source",        "identity",  "graph",   "data",
+                                       "data_location", "ort"};
     if (!json_is_object(j))
         return tetris_fail(err, TETRIS_E_FORMAT, 0, "derived entry is not an object");
     const char *key;
@@ -247,6 +272,10 @@ static int entry_fields(json_t *j, derived_entry *e, tetris_error *err)
         rc = part_decode(json_object_get(j, "graph"), "graph", &e->graph, err);
     if (rc == 0)
         rc = part_decode(json_object_get(j, "data"), "data", &e->data, err);
+    json_t *ort = json_object_get(j, "ort");
+    e->has_ort = ort != NULL;
+    if (rc == 0 && e->has_ort)
+        rc = part_decode(ort, "ort", &e->ort, err);
     return rc;
 }
 

@@ -42,12 +42,23 @@
  *    "source":"sha256:HEX","identity":"sha256:HEX",
  *    "graph":{"digest":"sha256:HEX","nbytes":N,"crc32":C},
  *    "data":{"digest":"sha256:HEX","nbytes":N,"crc32":C},
- *    "data_location":"derived.data"}
+ *    "data_location":"derived.data",
+ *    "ort":{"digest":"sha256:HEX","nbytes":N,"crc32":C}}
  *
  * data_location is the external-data location the graph names for every
  * initializer (ONNX Runtime writes one data file; its pre-packed blobs are
  * offsets in the same file as their initializer, "prepacked_N" entries),
  * which a reader points at the data tensor's store file.
+ *
+ * "ort" (optional): the same optimised model in ONNX Runtime's own ORT
+ * format, one file with its initializers inside, which a session reads in
+ * place from a mapping of the store file (session.use_ort_model_bytes_
+ * directly and _for_initializers): no graph to parse and no external data
+ * to resolve, so it starts sooner. The format cannot hold pre-packed
+ * weights, so each instance packs its own: the daemon adds this part only
+ * when they are small (DERIVED_ORT_MAX_PREPACKED_BYTES), and a session in
+ * the agent uses it when it is there. A view (another process's runtime)
+ * uses the graph and data.
  *
  * Decoding trusts nothing: unknown keys, a wrong type, a malformed digest,
  * an identity that does not match the fields, a file not owned by the
@@ -72,12 +83,27 @@
 /* What ONNX Runtime keeps inline in a derived graph: initializers smaller
  * than this stay in the graph (shape operands must be inline). */
 #define DERIVED_MIN_EXTERNAL_BYTES 128
+/* The most pre-packed bytes a form's weights may have for the daemon to
+ * add its ORT-format part ("ort" above): each instance opened from that
+ * part packs them again, at its start and in private memory. Measured
+ * (BENCHMARKS.md, "The ORT-format part"): PP-OCRv4 det (9.6 KB packed)
+ * and ch_ppocr_mobile_v2.0_cls (12.8 KB) start sooner from it; PP-OCRv4
+ * rec (4.1 MB) starts no sooner and would hold 4 MB more per instance;
+ * BERT-base's (about 330 MB) the graph and data share instead. */
+#define DERIVED_ORT_MAX_PREPACKED_BYTES (1u << 20)
+/* The file tetris-derive writes the ORT-format part to, beside the graph
+ * and data. */
+#define DERIVED_ORT_FILE "model.ort"
 
 struct derived_part {
     tensor_digest digest;
     uint64_t nbytes;
     uint32_t crc32;
 };
+
+/* A form's parts, in the order the daemon publishes and readers
+ * reference them. */
+enum derived_part_index { DERIVED_PART_GRAPH, DERIVED_PART_DATA, DERIVED_PART_ORT, DERIVED_PARTS };
 
 typedef struct derived_entry {
     char transform[DERIVED_NAME_MAX];
@@ -87,6 +113,8 @@ typedef struct derived_entry {
     tensor_digest identity;
     struct derived_part graph, data;
     char data_location[DERIVED_NAME_MAX];
+    bool has_ort; /* the optional ORT-format part */
+    struct derived_part ort;
 } derived_entry;
 
 /* Whether an instance uses the store's derived form of its model: a
@@ -121,6 +149,16 @@ void derived_runtime_name(const char *ort_version, char *out, size_t cap);
 /* Whether s may be a transform, runtime or cpu: 1 to DERIVED_NAME_MAX - 1
  * bytes, no control character, no slash. */
 bool derived_name_valid(const char *s);
+
+/* A part's name in logs and ingest requests ("derived graph", "derived
+ * data", "derived ORT format"); a string literal (the type a tensor_desc's
+ * name has). */
+char *derived_part_label(enum derived_part_index i);
+/* How many parts e has: DERIVED_PARTS with its ORT-format part, else
+ * DERIVED_PART_ORT. */
+size_t derived_entry_parts(const derived_entry *e);
+/* e's part i (i < derived_entry_parts(e)). */
+const struct derived_part *derived_entry_part(const derived_entry *e, enum derived_part_index i);
 
 /* Encodes e as its index entry (malloc'd JSON and a newline; NULL when out
  * of memory). */

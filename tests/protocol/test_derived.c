@@ -14,6 +14,7 @@
 #include "tests/lib/unit.h"
 
 #define CPU "x86_64 sse4_1 avx avx2 fma f16c"
+#define HEX64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 static derived_entry sample(const char *runtime)
 {
@@ -58,6 +59,20 @@ START_TEST(entries_round_trip)
     ck_assert_str_eq(back.runtime, "onnxruntime 1.29.0");
     ck_assert(tensor_digest_equal(&back.identity, &e.identity));
     ck_assert(back.data.nbytes == 15024640 && back.graph.crc32 == 456);
+    ck_assert(!back.has_ort && strstr(text, "\"ort\"") == NULL);
+    free(text);
+    /* With the ORT-format part: it comes back, and the identity is the
+     * same (the part is what the daemon made, not what the form is of). */
+    e.has_ort = true;
+    memset(e.ort.digest.bytes, 0x33, sizeof(e.ort.digest.bytes));
+    e.ort.nbytes = 812345;
+    e.ort.crc32 = 789;
+    text = derived_entry_encode(&e);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(derived_entry_decode(text, strlen(text), &back, &err) == 0, "%s", err.msg);
+    ck_assert(back.has_ort && back.ort.nbytes == 812345 && back.ort.crc32 == 789);
+    ck_assert(tensor_digest_equal(&back.ort.digest, &e.ort.digest));
+    ck_assert(tensor_digest_equal(&back.identity, &e.identity));
     free(text);
 }
 END_TEST
@@ -139,6 +154,17 @@ START_TEST(entries_that_do_not_check_are_refused)
     ck_assert_int_eq(derived_entry_decode(extra, strlen(extra), &got, &err), -TETRIS_E_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.msg, "unknown key"));
     free(extra);
+    /* An ORT-format part that is not a part. */
+    static const char *const bad_ort[] = {"1", "{}",
+                                          "{\"digest\":\"sha256:00\",\"nbytes\":1,\"crc32\":0}",
+                                          "{\"digest\":\"sha256:" HEX64
+                                          "\",\"nbytes\":0,\"crc32\":0}"};
+    for (size_t i = 0; i < sizeof(bad_ort) / sizeof(bad_ort[0]); i++) {
+        ck_assert_int_gt(asprintf(&extra, "{\"ort\":%s,%s", bad_ort[i], text + 1), 0);
+        ck_assert_int_eq(derived_entry_decode(extra, strlen(extra), &got, &err), -TETRIS_E_FORMAT);
+        ck_assert_ptr_nonnull(strstr(err.msg, "ort"));
+        free(extra);
+    }
     free(text);
 }
 END_TEST
