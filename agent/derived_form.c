@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -70,42 +71,46 @@ static bool relocate_tensor(void *ctx, const struct onnx_tensor_ref *ref, struct
     return true;
 }
 
-/* References the form's two tensors through a connection of its own (the
- * agent's connection has its watcher), so the daemon keeps them while the
- * form is used, across daemon restarts as the agent's own references are
- * (a watcher of this connection registers them again). */
+/* References the form's tensors (the graph, the data, the ORT-format part
+ * if it has one: a form is reclaimed whole or not at all) through a
+ * connection of its own (the agent's connection has its watcher), so the
+ * daemon keeps them while the form is used, across daemon restarts as the
+ * agent's own references are (a watcher of this connection registers them
+ * again). */
 static int hold_refs(struct derived_form *f, const char *root, tetris_error *err)
 {
-    const struct derived_part *parts[2] = {&f->entry.graph, &f->entry.data};
+    size_t n = derived_entry_parts(&f->entry);
     char sock[PATH_MAX], name[sizeof("tensors/XX/") + TENSOR_DIGEST_HEX_LEN];
     tensor_desc *t = f->descs;
     memset(f->descs, 0, sizeof(f->descs));
-    for (size_t i = 0; i < 2; i++) {
-        derived_form_store_name(parts[i], name, sizeof(name));
+    for (size_t i = 0; i < n; i++) {
+        const struct derived_part *part = derived_entry_part(&f->entry, i);
+        derived_form_store_name(part, name, sizeof(name));
         if (snprintf(f->paths[i], sizeof(f->paths[i]), "%s/%s", root, name) >=
             (int)sizeof(f->paths[i]))
             return tetris_fail(err, TETRIS_E_INVAL, ENAMETOOLONG, "%s: too long", root);
-        t[i].name = i == 0 ? "derived graph" : "derived data";
+        t[i].name = derived_part_label(i);
         snprintf(t[i].meta.dtype, sizeof(t[i].meta.dtype), "uint8");
         t[i].meta.ndim = 1;
-        t[i].meta.shape[0] = (int64_t)parts[i]->nbytes;
-        t[i].meta.nbytes = t[i].length = parts[i]->nbytes;
-        t[i].meta.digest = parts[i]->digest;
-        t[i].meta.crc32 = parts[i]->crc32;
+        t[i].meta.shape[0] = (int64_t)part->nbytes;
+        t[i].meta.nbytes = t[i].length = part->nbytes;
+        t[i].meta.digest = part->digest;
+        t[i].meta.crc32 = part->crc32;
         t[i].has_digest = true;
         t[i].source = f->paths[i];
     }
-    f->refs_model = (model){.path = f->paths[0], .format = "onnx", .n_tensors = 2, .tensors = t};
-    struct ingest_tensor_result res[2];
+    f->refs_model = (model){.path = f->paths[0], .format = "onnx", .n_tensors = n, .tensors = t};
+    struct ingest_tensor_result res[DERIVED_PARTS];
     struct ingest_summary summary;
     tetris_error werr;
     snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
     int r = ingest_client_connect(sock, 30000, &f->refs, err);
     if (r == 0)
         r = ingest_client_ingest(f->refs, "derived", &f->refs_model, res, &summary, err);
-    if (r == 0 && summary.rejected > 0)
-        r = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "the daemon rejected a tensor of it: %s",
-                        res[0].status == INGEST_REJECTED ? res[0].reason : res[1].reason);
+    for (size_t i = 0; r == 0 && summary.rejected > 0 && i < n; i++)
+        if (res[i].status == INGEST_REJECTED)
+            r = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "the daemon rejected a tensor of it: %s",
+                            res[i].reason);
     /* Without the watcher the references still hold until a restart. */
     if (r == 0 && ingest_client_keep_registered(f->refs, &werr) < 0)
         log_warn("event=daemon-watch-failed model=derived detail=%s", LOG_Q(werr.msg));
@@ -146,10 +151,45 @@ int derived_form_hold(struct derived_form *f, const char *root, uint8_t **graph,
     return r;
 }
 
+/* Maps the ORT-format part's store file (its bytes, not its trailer),
+ * with its page tables filled: the session reads all of it at once. */
+static int map_ort(struct derived_form *f, tetris_error *err)
+{
+    const char *path = f->paths[DERIVED_PART_ORT];
+    size_t len = (size_t)f->entry.ort.nbytes;
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return tetris_fail(err, TETRIS_E_NOTFOUND, errno, "%s", path);
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || (uint64_t)st.st_size < f->entry.ort.nbytes)
+        return tetris_fail(err, TETRIS_E_IO, errno, "%s: shorter than its entry says", path);
+    void *bytes = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (bytes == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", path);
+    f->ort = bytes;
+    f->ort_len = len;
+    return 0;
+}
+
+int derived_form_hold_ort(struct derived_form *f, const char *root, tetris_error *err)
+{
+    assert(f->entry.has_ort);
+    int r = hold_refs(f, root, err);
+    if (r == 0)
+        r = map_ort(f, err);
+    if (r < 0)
+        derived_form_release(f);
+    return r;
+}
+
 void derived_form_release(struct derived_form *f)
 {
     ingest_client_close(f->refs);
     f->refs = NULL;
+    if (f->ort != NULL)
+        munmap((void *)f->ort, f->ort_len);
+    f->ort = NULL;
+    f->ort_len = 0;
 }
 
 /* ---- asking the daemon ---- */

@@ -2,9 +2,10 @@
  * shared by the ONNX Runtime adapter (ort_adapter.c: a session in this
  * process) and the model view (view.c: a runtime in another process, of
  * the version the view is written for): find the form of a share image
- * made for a runtime and this CPU, hold its two tensors while it is used,
- * rewrite its graph so that its data is the store's file, and ask the
- * node daemon to make a form that is missing.
+ * made for a runtime and this CPU, hold its tensors while it is used,
+ * rewrite its graph so that its data is the store's file (or map its
+ * ORT-format part), and ask the node daemon to make a form that is
+ * missing.
  *
  * Nothing here calls ONNX Runtime: the view's writer (tetris-agent) links
  * none, and the runtime a form is for is named by the caller (the
@@ -35,9 +36,11 @@
 struct derived_form {
     derived_entry entry;
     ingest_client *refs;
-    tensor_desc descs[2]; /* the graph, the data */
-    char paths[2][PATH_MAX];
+    tensor_desc descs[DERIVED_PARTS]; /* enum derived_part_index */
+    char paths[DERIVED_PARTS][PATH_MAX];
     model refs_model;
+    const uint8_t *ort; /* derived_form_hold_ort: the ORT-format part, mapped */
+    size_t ort_len;
 };
 
 /* Looks up the form of the share image named source (derived_source_digest)
@@ -51,7 +54,7 @@ struct derived_form {
 int derived_form_find(const char *label, const char *root, const tensor_digest *source,
                       const char *runtime, struct derived_form *f, bool *absent);
 
-/* References f's two tensors through a connection of its own, kept
+/* References f's tensors through a connection of its own, kept
  * registered across daemon restarts, then reads the form's graph from the
  * store and rewrites every initializer in its data file to the data
  * tensor's store name "tensors/XX/<hex>" (offsets and pre-packed blobs
@@ -61,7 +64,13 @@ int derived_form_find(const char *label, const char *root, const tensor_digest *
  * it). On failure nothing is held. */
 int derived_form_hold(struct derived_form *f, const char *root, uint8_t **graph, size_t *len,
                       tetris_error *err);
-/* Drops f's references (a no-op when not held). */
+/* References f's tensors as derived_form_hold does and maps its
+ * ORT-format part read-only (f->ort, f->ort_len: the bytes a session reads
+ * in place, until derived_form_release). f->entry must have one
+ * (has_ort). TETRIS_E_NOTFOUND as for derived_form_hold; on failure
+ * nothing is held. */
+int derived_form_hold_ort(struct derived_form *f, const char *root, tetris_error *err);
+/* Drops f's references and its mapping (a no-op when not held). */
 void derived_form_release(struct derived_form *f);
 
 /* "tensors/XX/<hex>": the store name of a part's tensor. */

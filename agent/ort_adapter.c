@@ -161,12 +161,13 @@ void ort_runtime_name(char *out, size_t cap)
     derived_runtime_name(OrtGetApiBase()->GetVersionString(), out, cap);
 }
 
-/* Looks up and holds the derived form of the share image (image). 1 and
- * its relocated graph in *graph when one for this runtime and CPU is
- * there and referenced; 0 when the session should use the plain weights
- * (said in one log line, derived_form.h). *absent: there is no form the
- * daemon could answer with (no entry, or its tensors are gone), so asking
- * for one may give one. */
+/* Looks up and holds the derived form of the share image (image). 1 when
+ * one for this runtime and CPU is there and referenced: with its
+ * ORT-format part mapped (m->priv->form.ort) when it has one, else with
+ * its relocated graph in *graph; 0 when the session should use the plain
+ * weights (said in one log line, derived_form.h). *absent: there is no
+ * form the daemon could answer with (no entry, or its tensors are gone),
+ * so asking for one may give one. */
 static int use_derived(ort_model *m, const char *model_path, const char *root, const uint8_t *image,
                        size_t image_len, uint8_t **graph, size_t *graph_len, bool *absent,
                        tetris_error *err)
@@ -178,7 +179,9 @@ static int use_derived(ort_model *m, const char *model_path, const char *root, c
     derived_source_digest(image, image_len, &source);
     if (derived_form_find(model_path, root, &source, runtime, &m->priv->form, absent) == 0)
         return 0;
-    int r = derived_form_hold(&m->priv->form, root, graph, graph_len, &why);
+    struct derived_form *f = &m->priv->form;
+    int r = f->entry.has_ort ? derived_form_hold_ort(f, root, &why)
+                             : derived_form_hold(f, root, graph, graph_len, &why);
     *absent = r == -TETRIS_E_NOTFOUND;
     if (r == -TETRIS_E_NOMEM)
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "%s", why.msg);
@@ -249,6 +252,14 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
             r = ort_check(m->api,
                           m->api->AddSessionConfigEntry(so, "session.disable_prepacking", "0"),
                           "enable pre-packing", err);
+        /* The ORT-format part is read where it is mapped, its initializers
+         * included (derived.h): the session holds no copy of them. */
+        static const char *const in_place[] = {"session.use_ort_model_bytes_directly",
+                                               "session.use_ort_model_bytes_for_initializers"};
+        for (size_t i = 0; r == 0 && p->form.ort != NULL && i < 2; i++)
+            r = ort_check(m->api, m->api->AddSessionConfigEntry(so, in_place[i], "1"), in_place[i],
+                          err);
+        m->derived_ort = p->form.ort != NULL;
         /* The plain weights' wrappers are not the session's: only the
          * form's graph and data are. */
         for (size_t i = 0; i < p->n; i++) {
@@ -340,7 +351,12 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
         r = session_options(m, o, &so, err);
     if (r == 0 && am != NULL)
         r = prepare_shared(m, model_path, am, o, so, &image, &image_len, err);
-    if (r == 0 && image != NULL)
+    if (r == 0 && m->derived_ort)
+        r = ort_check(m->api,
+                      m->api->CreateSessionFromArray(m->priv->env, m->priv->form.ort,
+                                                     m->priv->form.ort_len, so, &m->session),
+                      "create session", err);
+    else if (r == 0 && image != NULL)
         r = ort_check(m->api,
                       m->api->CreateSessionFromArray(m->priv->env, image, image_len, so,
                                                      &m->session),
@@ -365,9 +381,9 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
         return tetris_wrap(err, "%s", model_path);
     }
     log_debug("event=ort-session model=%s shared_tensors=%zu shared_bytes=%llu "
-              "inline_tensors=%zu inline_bytes=%llu derived=%d",
+              "inline_tensors=%zu inline_bytes=%llu derived=%d derived_ort=%d",
               model_path, m->shared_tensors, (unsigned long long)m->shared_bytes, m->inline_tensors,
-              (unsigned long long)m->inline_bytes, m->derived);
+              (unsigned long long)m->inline_bytes, m->derived, m->derived_ort);
     /* The session reads the form, none of the plain weights: their
      * mappings go (the references stay, the form is made of them). */
     if (m->derived)

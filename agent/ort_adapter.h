@@ -15,8 +15,10 @@
  * weights ORT computes with are exactly the shared pages, unless the store
  * holds the model's derived form (protocol/derived.h): then the session
  * opens that optimised graph with optimisation off and pre-packing on, and
- * ORT maps the pre-packed weights from the store too. A form for another
- * runtime version or CPU is not used (one log line). */
+ * ORT maps the pre-packed weights from the store too; a form with an
+ * ORT-format part (a model whose packed weights are small) is opened from
+ * that part instead, read in place from its store mapping. A form for
+ * another runtime version or CPU is not used (one log line). */
 #ifndef TETRIS_ORT_ADAPTER_H
 #define TETRIS_ORT_ADAPTER_H
 
@@ -51,6 +53,8 @@ typedef struct ort_model {
     uint64_t inline_bytes;
     bool derived; /* the session is the store's derived form: optimised
                      at `all`, pre-packed weights mapped from the store */
+    bool derived_ort; /* ... its ORT-format part, read in place from the
+                         store (weights packed privately) */
     struct ort_model_private *priv;
 } ort_model;
 

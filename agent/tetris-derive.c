@@ -71,8 +71,10 @@ struct runtime {
 static const char about[] =
     "Optimises the ONNX graph read from --graph-fd at level all with pre-packing\n"
     "and writes DIR/graph.onnx and DIR/" DERIVED_DATA_LOCATION " (initializers of\n"
-    "128 bytes or more and their pre-packed forms). Prints one JSON line with\n"
-    "the runtime that made them and the credentials it ran with. With --uid and\n"
+    "128 bytes or more and their pre-packed forms); when those pre-packed forms\n"
+    "are small, also DIR/" DERIVED_ORT_FILE ", the same model in the ORT format.\n"
+    "Prints one JSON line with the runtime that made them, the pre-packed bytes,\n"
+    "whether the ORT format was written and the credentials it ran with. With --uid and\n"
     "--gid it becomes that user, without groups or capabilities, before it\n"
     "reads the graph. With --runtime-lib it derives with the ONNX Runtime of\n"
     "that shared library instead of its own. Run by tetris-reclaimer, not by\n"
@@ -98,6 +100,7 @@ struct relayout {
     uint64_t cursor;
     bool failed;
     bool foreign; /* a tensor's external data is elsewhere (the store) */
+    uint64_t prepacked_bytes; /* of every pre-packed blob */
 };
 
 static uint64_t align_for(uint64_t n)
@@ -144,6 +147,7 @@ static bool relayout_blobs(void *ctx, const char *value, size_t len, char *out, 
         uint64_t at = relayout_copy(r, off, n);
         if (at == UINT64_MAX || used >= cap)
             return false;
+        r->prepacked_bytes += n;
         used += (size_t)snprintf(out + used, cap - used, "|%llu;%llu;%s", (unsigned long long)at, n,
                                  sum);
     }
@@ -220,7 +224,9 @@ static void written_form_close(struct written_form *f)
     f->data = MAP_FAILED;
 }
 
-static int relayout(const char *out_dir, tetris_error *err)
+/* Re-lays out the form ONNX Runtime wrote in out_dir; *prepacked: the
+ * bytes of its pre-packed blobs. */
+static int relayout(const char *out_dir, uint64_t *prepacked, tetris_error *err)
 {
     struct written_form f;
     int rc = written_form_open(out_dir, &f, err);
@@ -255,6 +261,7 @@ static int relayout(const char *out_dir, tetris_error *err)
         rc = write_file(f.graph_path, rewritten, rewritten_len, err);
     if (rc == 0 && rename(new_data, f.data_path) != 0)
         rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", f.data_path);
+    *prepacked = r.prepacked_bytes;
     written_form_close(&f);
     return rc;
 }
@@ -342,15 +349,22 @@ static int read_image(int fd, uint8_t **out, size_t *len, tetris_error *err)
     return 0;
 }
 
-static int derive(const OrtApi *api, const struct derive_options *o, const uint8_t *image,
-                  size_t len, tetris_error *err)
+/* What a run of ONNX Runtime's optimiser writes: the ONNX form (graph and
+ * one data file with the pre-packed weights) or the ORT-format part. */
+enum output_format { OUTPUT_ONNX, OUTPUT_ORT };
+
+/* Optimises the share image at level `all` and has ONNX Runtime write the
+ * result to out_dir in format. */
+static int optimise(const OrtApi *api, const struct derive_options *o, const uint8_t *image,
+                    size_t len, enum output_format format, tetris_error *err)
 {
-    char graph[4096];
+    char out[4096];
     char min_size[16];
     OrtEnv *env = NULL;
     OrtSessionOptions *so = NULL;
     OrtSession *session = NULL;
-    snprintf(graph, sizeof(graph), "%s/graph.onnx", o->out_dir);
+    snprintf(out, sizeof(out), "%s/%s", o->out_dir,
+             format == OUTPUT_ONNX ? "graph.onnx" : DERIVED_ORT_FILE);
     snprintf(min_size, sizeof(min_size), "%d", DERIVED_MIN_EXTERNAL_BYTES);
     int r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "tetris-derive", &env),
                       "create environment", err);
@@ -362,14 +376,23 @@ static int derive(const OrtApi *api, const struct derive_options *o, const uint8
         r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_ENABLE_ALL),
                       "set graph optimization", err);
     if (r == 0)
-        r = ort_check(api, api->SetOptimizedModelFilePath(so, graph), "set the output", err);
-    const char *entries[][2] = {
+        r = ort_check(api, api->SetOptimizedModelFilePath(so, out), "set the output", err);
+    const char *onnx_entries[][2] = {
         {"session.model_external_initializers_file_folder_path", o->external_dir},
         {"session.optimized_model_external_initializers_file_name", DERIVED_DATA_LOCATION},
         {"session.optimized_model_external_initializers_min_size_in_bytes", min_size},
         {"session.save_external_prepacked_constant_initializers", "1"},
     };
-    for (size_t i = 0; r == 0 && i < sizeof(entries) / sizeof(entries[0]); i++)
+    /* The ORT format holds its initializers itself (and no pre-packed
+     * ones: each session packs its own). */
+    const char *ort_entries[][2] = {
+        {"session.model_external_initializers_file_folder_path", o->external_dir},
+        {"session.save_model_format", "ORT"},
+    };
+    const char *(*entries)[2] = format == OUTPUT_ONNX ? onnx_entries : ort_entries;
+    size_t n_entries = format == OUTPUT_ONNX ? sizeof(onnx_entries) / sizeof(onnx_entries[0])
+                                             : sizeof(ort_entries) / sizeof(ort_entries[0]);
+    for (size_t i = 0; r == 0 && i < n_entries; i++)
         r = ort_check(api, api->AddSessionConfigEntry(so, entries[i][0], entries[i][1]),
                       entries[i][0], err);
     if (r == 0)
@@ -382,6 +405,73 @@ static int derive(const OrtApi *api, const struct derive_options *o, const uint8
     if (env != NULL)
         api->ReleaseEnv(env);
     return r;
+}
+
+/* Opens the ORT-format part as instances will: from a read-only mapping
+ * of its file, used in place (initializers included), optimisation off,
+ * pre-packing on. */
+static int check_ort_opens(const OrtApi *api, const char *out_dir, tetris_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", out_dir, DERIVED_ORT_FILE);
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0)
+        return tetris_fail(err, TETRIS_E_RUNTIME, errno, "%s: none written", path);
+    void *bytes = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (bytes == MAP_FAILED)
+        return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", path);
+    OrtEnv *env = NULL;
+    OrtSessionOptions *so = NULL;
+    OrtSession *session = NULL;
+    int r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris-derive", &env),
+                      "create environment", err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
+    if (r == 0)
+        r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_DISABLE_ALL),
+                      "set graph optimization", err);
+    static const char *const in_place[] = {"session.use_ort_model_bytes_directly",
+                                           "session.use_ort_model_bytes_for_initializers"};
+    for (size_t i = 0; r == 0 && i < sizeof(in_place) / sizeof(in_place[0]); i++)
+        r = ort_check(api, api->AddSessionConfigEntry(so, in_place[i], "1"), in_place[i], err);
+    if (r == 0)
+        r = ort_check(api,
+                      api->CreateSessionFromArray(env, bytes, (size_t)st.st_size, so, &session),
+                      "open the ORT-format model", err);
+    if (session != NULL)
+        api->ReleaseSession(session);
+    if (so != NULL)
+        api->ReleaseSessionOptions(so);
+    if (env != NULL)
+        api->ReleaseEnv(env);
+    munmap(bytes, (size_t)st.st_size);
+    return r;
+}
+
+/* The ORT-format part, made when the form's pre-packed weights are small
+ * enough for every instance to pack its own (derived.h). Best effort: a
+ * part that cannot be made or opened is left out, said in one line, and
+ * the form is the graph and data alone. *made: whether it was. */
+static void make_ort_part(const OrtApi *api, const struct derive_options *o, const uint8_t *image,
+                          size_t len, uint64_t prepacked, bool *made)
+{
+    char path[4096];
+    tetris_error err = {0};
+    *made = false;
+    snprintf(path, sizeof(path), "%s/%s", o->out_dir, DERIVED_ORT_FILE);
+    if (prepacked > DERIVED_ORT_MAX_PREPACKED_BYTES) {
+        log_info("event=derive-ort-skipped prepacked_bytes=%llu max=%u",
+                 (unsigned long long)prepacked, DERIVED_ORT_MAX_PREPACKED_BYTES);
+        return;
+    }
+    if (optimise(api, o, image, len, OUTPUT_ORT, &err) == 0 &&
+        check_ort_opens(api, o->out_dir, &err) == 0) {
+        *made = true;
+        return;
+    }
+    unlink(path);
+    log_warn("event=derive-ort-failed msg=%s action=onnx-form-only", LOG_Q(err.msg));
 }
 
 /* The output directory, opened while the process may still reach it (a
@@ -491,9 +581,10 @@ static int print_runtime(const struct runtime *rt)
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAILED;
 }
 
-/* The result line: the runtime, and the credentials the kernel shows for
- * this process, which the daemon checks and logs. */
-static int print_result(const struct runtime *rt, tetris_error *err)
+/* The result line: the runtime, what was made (the pre-packed bytes,
+ * whether the ORT-format part was), and the credentials the kernel shows
+ * for this process, which the daemon checks and logs. */
+static int print_result(const struct runtime *rt, uint64_t prepacked, bool ort, tetris_error *err)
 {
     struct unprivileged_creds c;
     int rc = unprivileged_read(&c, err);
@@ -503,11 +594,11 @@ static int print_result(const struct runtime *rt, tetris_error *err)
     }
     char runtime[DERIVED_NAME_MAX];
     derived_runtime_name(rt->base->GetVersionString(), runtime, sizeof(runtime));
-    printf("{\"runtime\":\"%s\",\"uid\":%u,\"gid\":%u,\"groups\":%u,"
-           "\"cap_eff\":\"%016" PRIx64 "\",\"cap_prm\":\"%016" PRIx64 "\","
-           "\"cap_bnd\":\"%016" PRIx64 "\",\"no_new_privs\":%s}\n",
-           runtime, (unsigned)c.uid[1], (unsigned)c.gid[1], c.n_groups, c.cap_eff, c.cap_prm,
-           c.cap_bnd, c.no_new_privs ? "true" : "false");
+    printf("{\"runtime\":\"%s\",\"prepacked_bytes\":%" PRIu64 ",\"ort\":%s,\"uid\":%u,"
+           "\"gid\":%u,\"groups\":%u,\"cap_eff\":\"%016" PRIx64 "\",\"cap_prm\":\"%016" PRIx64
+           "\",\"cap_bnd\":\"%016" PRIx64 "\",\"no_new_privs\":%s}\n",
+           runtime, prepacked, ort ? "true" : "false", (unsigned)c.uid[1], (unsigned)c.gid[1],
+           c.n_groups, c.cap_eff, c.cap_prm, c.cap_bnd, c.no_new_privs ? "true" : "false");
     return fflush(stdout) == 0 ? 0 : tetris_fail(err, TETRIS_E_IO, errno, "stdout");
 }
 
@@ -623,10 +714,13 @@ int main(int argc, char **argv)
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
-    if (derive(rt.api, &o, image, len, &err) < 0 || relayout(o.out_dir, &err) < 0 ||
-        check_opens(rt.api, o.out_dir, &err) < 0) {
+    uint64_t prepacked = 0;
+    if (optimise(rt.api, &o, image, len, OUTPUT_ONNX, &err) < 0 ||
+        relayout(o.out_dir, &prepacked, &err) < 0 || check_opens(rt.api, o.out_dir, &err) < 0) {
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
-    return print_result(&rt, &err) == 0 ? EXIT_OK : EXIT_FAILED;
+    bool ort = false;
+    make_ort_part(rt.api, &o, image, len, prepacked, &ort);
+    return print_result(&rt, prepacked, ort, &err) == 0 ? EXIT_OK : EXIT_FAILED;
 }

@@ -251,7 +251,7 @@ static int print_result(const struct run_options *o, const agent_model *am, cons
 {
     const char *mode = !o->use_store ? "private" : o->mode == AGENT_MODE_DIRECT ? "direct" : "store";
     json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:i, s:I, s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:I, "
-                          "s:I, s:I, s:I, s:b}",
+                          "s:I, s:I, s:I, s:b, s:b}",
                           "model", o->model, "mode", mode, "seed", (json_int_t)o->seed, "runs",
                           o->runs, "batch", o->batch, "inputs", (json_int_t)io->n_in, "outputs",
                           (json_int_t)io->n_out, "output_bytes", (json_int_t)out_bytes, "sha256",
@@ -260,7 +260,8 @@ static int print_result(const struct run_options *o, const agent_model *am, cons
                           (json_int_t)m->shared_tensors, "shared_bytes",
                           (json_int_t)m->shared_bytes, "inline_tensors",
                           (json_int_t)m->inline_tensors, "inline_bytes",
-                          (json_int_t)m->inline_bytes, "derived", m->derived);
+                          (json_int_t)m->inline_bytes, "derived", m->derived, "derived_ort",
+                          m->derived_ort);
     if (j != NULL && am != NULL) {
         json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s}", "tensors",
                               (json_int_t)am->stats.tensors, "bytes",

@@ -294,17 +294,24 @@ static int parse_result(const char *line, bool unprivileged, struct derive_outpu
     json_t *j = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
     const char *s = json_string_value(json_object_get(j, "runtime"));
     json_t *uid = json_object_get(j, "uid"), *gid = json_object_get(j, "gid");
+    json_t *prepacked = json_object_get(j, "prepacked_bytes");
     const char *cap_eff = json_string_value(json_object_get(j, "cap_eff"));
     int rc = 0;
     if (s == NULL || s[0] == '\0' || strlen(s) >= sizeof(out->runtime) || strchr(s, '/') != NULL)
         rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "derive: tetris-derive printed no runtime");
     else if (!json_is_integer(uid) || !json_is_integer(gid) || cap_eff == NULL)
         rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0, "derive: tetris-derive printed no credentials");
+    else if (!json_is_integer(prepacked) || json_integer_value(prepacked) < 0 ||
+             !json_is_boolean(json_object_get(j, "ort")))
+        rc = tetris_fail(err, TETRIS_E_PROTOCOL, 0,
+                         "derive: tetris-derive printed no pre-packed bytes or ORT part");
     if (rc == 0) {
         snprintf(out->runtime, sizeof(out->runtime), "%s", s);
         out->uid = (long long)json_integer_value(uid);
         out->gid = (long long)json_integer_value(gid);
         out->capabilities = strspn(cap_eff, "0") != strlen(cap_eff);
+        out->prepacked_bytes = (uint64_t)json_integer_value(prepacked);
+        out->has_ort = json_is_true(json_object_get(j, "ort"));
     }
     if (rc == 0 && unprivileged &&
         (out->uid != DERIVE_UID || out->gid != DERIVE_GID || out->capabilities ||
@@ -493,7 +500,8 @@ bool derive_find(store *s, const tensor_digest *source, const char *transform, c
     tetris_error ignored;
     return derived_entry_lookup(store_public_dir(s), transform, runtime, cpu, source, e,
                                 &ignored) == 0 &&
-           store_has_tensor(s, &e->graph.digest) && store_has_tensor(s, &e->data.digest);
+           store_has_tensor(s, &e->graph.digest) && store_has_tensor(s, &e->data.digest) &&
+           (!e->has_ort || store_has_tensor(s, &e->ort.digest));
 }
 
 int derive_make(const char *store_root, const char *public_dir, int image_fd,
@@ -502,7 +510,7 @@ int derive_make(const char *store_root, const char *public_dir, int image_fd,
 {
     char program[PATH_MAX], dir[PATH_MAX], line[DERIVE_STDOUT_MAX];
     memset(out, 0, sizeof(*out));
-    out->graph_fd = out->data_fd = -1;
+    out->graph_fd = out->data_fd = out->ort_fd = -1;
     out->source = *source;
     int rc = derive_program(program, sizeof(program), err);
     if (rc == 0)
@@ -534,6 +542,10 @@ int derive_make(const char *store_root, const char *public_dir, int image_fd,
         rc = open_output(dir, "graph.onnx", &out->graph_fd, err);
     if (rc == 0)
         rc = open_output(dir, DERIVED_DATA_LOCATION, &out->data_fd, err);
+    /* The ORT-format part only when the child says it made it (and then
+     * it must be there): a file it left unsaid is removed with the rest. */
+    if (rc == 0 && out->has_ort)
+        rc = open_output(dir, DERIVED_ORT_FILE, &out->ort_fd, err);
     remove_dir(dir);
     if (rc < 0) {
         derive_output_close(out);
@@ -549,7 +561,9 @@ void derive_output_close(struct derive_output *out)
         close(out->graph_fd);
     if (out->data_fd >= 0)
         close(out->data_fd);
-    out->graph_fd = out->data_fd = -1;
+    if (out->ort_fd >= 0)
+        close(out->ort_fd);
+    out->graph_fd = out->data_fd = out->ort_fd = -1;
 }
 
 int derive_write_entry(const char *public_dir, const derived_entry *e, tetris_error *err)

@@ -21,6 +21,9 @@ struct derive_output {
     long long uid, gid;             /* what the child ran as (its report) */
     bool capabilities;              /* it reported effective capabilities */
     int graph_fd, data_fd;          /* the outputs, read-only; -1 when none */
+    int ort_fd;                     /* the ORT-format part; -1 when not made */
+    uint64_t prepacked_bytes;       /* what the child reported */
+    bool has_ort;                   /* it reported the ORT-format part */
     int64_t took_ms;
 };
 

@@ -875,22 +875,24 @@ static int handle_gpu_attach(struct conn *c, const ingest_request *rq, char **re
     return 0;
 }
 
-/* Publishes a made form's two outputs as claims of this connection
- * (charged, verified and budgeted like any) and fills e's parts. */
+/* Publishes a made form's outputs (the graph, the data, the ORT-format
+ * part if made) as claims of this connection (charged, verified and
+ * budgeted like any) and fills e's parts. */
 static int publish_derived(struct conn *c, const struct derive_output *out, derived_entry *e,
                            tetris_error *err)
 {
     struct served_store *ss = c->srv->ss;
-    ingest_request_tensor parts[2] = {0};
-    struct ingest_tensor_result res[2] = {0};
-    int part_fds[2] = {out->graph_fd, out->data_fd};
-    struct derived_part *p[2] = {&e->graph, &e->data};
-    for (size_t i = 0; i < 2; i++) {
+    ingest_request_tensor parts[DERIVED_PARTS] = {0};
+    struct ingest_tensor_result res[DERIVED_PARTS] = {0};
+    int part_fds[DERIVED_PARTS] = {out->graph_fd, out->data_fd, out->ort_fd};
+    struct derived_part *p[DERIVED_PARTS] = {&e->graph, &e->data, &e->ort};
+    e->has_ort = out->ort_fd >= 0;
+    for (size_t i = 0; i < derived_entry_parts(e); i++) {
         struct stat st;
         if (fstat(part_fds[i], &st) != 0 || st.st_size <= 0)
             return tetris_fail(err, TETRIS_E_RUNTIME, errno, "derive: empty output");
         tensor_desc *t = &parts[i].desc;
-        t->name = i == 0 ? "derived graph" : "derived data";
+        t->name = derived_part_label(i);
         snprintf(t->meta.dtype, sizeof(t->meta.dtype), "uint8");
         t->meta.ndim = 1;
         t->meta.shape[0] = st.st_size;
@@ -909,6 +911,14 @@ static int publish_derived(struct conn *c, const struct derive_output *out, deri
         b.max_unverified = b.max_unverified_uid = 0;
         publish_one(ss, part_fds, &parts[i], &b, &res[i]);
         budget_end(ss, &b);
+        /* The ORT-format part is a faster start, not the form: a store
+         * without room for it keeps the form without it. */
+        if (res[i].status == INGEST_REJECTED && i == DERIVED_PART_ORT) {
+            log_warn("event=derive-ort-dropped tenant=%s pid=%d code=%s msg=%s", tenant_name(ss),
+                     (int)c->pid, tetris_code_name(res[i].code), LOG_Q(res[i].reason));
+            e->has_ort = false;
+            break;
+        }
         if (res[i].status == INGEST_REJECTED)
             return tetris_fail(err, res[i].code, 0, "derive: %s: %s", t->name, res[i].reason);
         *p[i] = (struct derived_part){.digest = t->meta.digest,
@@ -957,7 +967,7 @@ static int handle_derive(struct conn *c, const ingest_request *rq, const int *fd
     struct served_store *ss = c->srv->ss;
     struct derive_runtime rt = {0};
     char cpu[DERIVED_NAME_MAX], source[TENSOR_DIGEST_HEX_LEN + 1];
-    struct derive_output out = {.graph_fd = -1, .data_fd = -1};
+    struct derive_output out = {.graph_fd = -1, .data_fd = -1, .ort_fd = -1};
     struct derive_claim claim;
     tensor_digest digest = {0};
     cleanup_close int image_fd = -1;
@@ -994,11 +1004,13 @@ static int handle_derive(struct conn *c, const ingest_request *rq, const int *fd
     } else {
         atomic_fetch_add(&ss->counters.derived_forms, 1);
         log_info("event=derived tenant=%s pid=%d label=%s source=%s runtime=%s graph_bytes=%llu "
-                 "data_bytes=%llu took_ms=%lld child_uid=%lld child_gid=%lld "
-                 "child_capabilities=%s",
+                 "data_bytes=%llu prepacked_bytes=%llu ort_bytes=%llu took_ms=%lld "
+                 "child_uid=%lld child_gid=%lld child_capabilities=%s",
                  tenant_name(ss), (int)c->pid, LOG_Q(rq->label), source, LOG_Q(out.runtime),
                  (unsigned long long)e.graph.nbytes, (unsigned long long)e.data.nbytes,
-                 (long long)out.took_ms, out.uid, out.gid, out.capabilities ? "some" : "none");
+                 (unsigned long long)out.prepacked_bytes,
+                 (unsigned long long)(e.has_ort ? e.ort.nbytes : 0), (long long)out.took_ms,
+                 out.uid, out.gid, out.capabilities ? "some" : "none");
         *reply = ingest_ack_encode();
     }
     if (*reply == NULL)

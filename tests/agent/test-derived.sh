@@ -1,9 +1,11 @@
 #!/bin/sh
 # Derived forms (protocol/derived.h) through the real node daemon and real
 # ONNX Runtime on the real models: the daemon makes the optimised,
-# pre-packed form once (tetris-derive, a child); later instances open it
-# and answer byte for byte what stock ONNX Runtime at `all` with
-# pre-packing answers; a form ORT cannot reopen is not published; a form
+# pre-packed form once (tetris-derive, a child), with its ORT-format part
+# for these models of small pre-packed weights; later instances open it
+# (the ORT-format part, or the graph and data of an entry without one) and
+# answer byte for byte what stock ONNX Runtime at `all` with pre-packing
+# answers; a form ORT cannot reopen is not published; a form
 # under a wrong identity, or for another runtime, is not used (one log
 # line) and the instance runs on the plain weights; a full store refuses
 # a form and maps nothing wrong; instances share one copy (PSS); a hostile
@@ -54,8 +56,23 @@ for m in ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_det_infer.onnx \
     [ "$(json_get "$out" derived)" = true ] || fail "$m: the form was not used: $(cat "$WORK/err")"
     [ "$(json_get "$out" sha256)" = "$stock" ] ||
         fail "$m: derived output $(json_get "$out" sha256) != stock all+prepack $stock"
-    echo "ok $m: derived form used, output = stock ONNX Runtime all + pre-packing ($stock)"
+    # Pre-packed weights of at most 1 MiB: the form has its ORT-format
+    # part, and the instance opened that; more (rec's 4 MB): the graph and
+    # data alone (derived.h, DERIVED_ORT_MAX_PREPACKED_BYTES).
+    made=$(grep "event=derived .*label=.*$m" "$WORK/daemon.log" | head -n 1)
+    packed=$(echo "$made" | sed 's/.* prepacked_bytes=\([0-9]*\) .*/\1/')
+    ort_bytes=$(echo "$made" | sed 's/.* ort_bytes=\([0-9]*\) .*/\1/')
+    want_ort=false
+    [ "$packed" -gt 1048576 ] || want_ort=true
+    [ "$want_ort" = "$([ "$ort_bytes" -gt 0 ] && echo true || echo false)" ] ||
+        fail "$m: $packed pre-packed bytes and an ORT-format part of $ort_bytes bytes"
+    [ "$(json_get "$out" derived_ort)" = "$want_ort" ] ||
+        fail "$m: derived_ort is not $want_ort: $(cat "$WORK/err")"
+    [ "$want_ort" = false ] || newest=$(ls -t "$pub/derived"/* | head -n 1)
+    [ "$m" != ch_PP-OCRv4_det_infer.onnx ] || cp "$newest" "$WORK/entry.det"
+    echo "ok $m: derived form used ($packed pre-packed bytes; ORT-format part: $ort_bytes bytes, used: $want_ort), output = stock ONNX Runtime all + pre-packing ($stock)"
 done
+[ -s "$WORK/entry.det" ] || fail "no ORT-format part for ch_PP-OCRv4_det_infer.onnx"
 
 # 1b. The child that parsed those graphs was not root: the kernel's view
 # of it (/proc/self/status, read by the child after its drop, before it
@@ -141,34 +158,56 @@ rm -f "$entry"
 cp "$WORK/entry.orig" "$WORK/entry.keep"
 rewrite_entry '.'
 
-# 5. N instances share one copy of the derived data (PSS of its mapping).
-data=$(jq -r .data.digest "$WORK/entry.orig" | cut -c8-)
+# 5. N instances share one copy of what they read of the form (PSS of its
+# mapping): det's ORT-format part, rec's graph and data.
 mkfifo "$WORK/hold"
-pids=""
-for i in 1 2 3; do
-    "$BIN/tetris-onnx-run" "$MODELS/$m" --store "$store" --hold <"$WORK/hold" >"$WORK/out.$i" 2>"$WORK/err.$i" &
-    pids="$pids $!"
-    KILL_ON_EXIT="$KILL_ON_EXIT $!"
-done
-exec 3>"$WORK/hold"
-i=0
-for p in $pids; do
-    i=$((i + 1))
-    wait_output "$p" "$WORK/out.$i" "holder $i" "$WORK/err.$i"
-    [ "$(json_get "$(cat "$WORK/out.$i")" derived)" = true ] || fail "holder $i: no form"
-done
-rss=0
-pss=0
-for p in $pids; do
-    set -- $(awk -v d="$data" '$0 ~ d { on = 1; next } /^[0-9a-f]+-[0-9a-f]+ / { on = 0 }
-        on && /^Rss:/ { r += $2 } on && /^Pss:/ { s += $2 } END { print r + 0, s + 0 }' "/proc/$p/smaps")
-    rss=$((rss + $1))
-    pss=$((pss + $2))
-done
-[ "$rss" -gt 0 ] || fail "the holders map nothing of the derived data"
-# One copy: the three PSS add up to one RSS (each maps the same pages).
-[ $((pss * 3)) -le $((rss + 3 * 8)) ] || fail "derived data not shared: pss=${pss}kB rss(sum)=${rss}kB"
-echo "ok 3 instances hold one copy of the derived data: PSS ${pss} kB for RSS ${rss} kB summed"
+# hold_three WANT_ORT: three holders of the form; pids in $pids.
+hold_three() {
+    pids=""
+    rm -f "$WORK"/out.[123] # a holder truncates its own only once the fifo opens
+    for i in 1 2 3; do
+        "$BIN/tetris-onnx-run" "$MODELS/$m" --store "$store" --hold <"$WORK/hold" >"$WORK/out.$i" 2>"$WORK/err.$i" &
+        pids="$pids $!"
+        KILL_ON_EXIT="$KILL_ON_EXIT $!"
+    done
+    exec 3>"$WORK/hold"
+    i=0
+    for p in $pids; do
+        i=$((i + 1))
+        wait_output "$p" "$WORK/out.$i" "holder $i" "$WORK/err.$i"
+        [ "$(json_get "$(cat "$WORK/out.$i")" derived)" = true ] || fail "holder $i: no form: $(grep derive "$WORK/err.$i")"
+        [ "$(json_get "$(cat "$WORK/out.$i")" derived_ort)" = "$1" ] ||
+            fail "holder $i: derived_ort is not $1: $(cat "$WORK/out.$i")"
+        [ "$(json_get "$(cat "$WORK/out.$i")" sha256)" = "$stock" ] || fail "holder $i: output differs from stock"
+    done
+}
+# shared_copy DIGEST WHAT: the holders' mappings of the tensor DIGEST add
+# up to one copy (the three PSS to one RSS: each maps the same pages).
+shared_copy() {
+    rss=0
+    pss=0
+    for p in $pids; do
+        rp=$(awk -v d="$1" '$0 ~ d { on = 1; next } /^[0-9a-f]+-[0-9a-f]+ / { on = 0 }
+            on && /^Rss:/ { r += $2 } on && /^Pss:/ { s += $2 } END { print r + 0, s + 0 }' "/proc/$p/smaps")
+        rss=$((rss + ${rp% *}))
+        pss=$((pss + ${rp#* }))
+    done
+    [ "$rss" -gt 0 ] || fail "the holders map nothing of the $2"
+    [ $((pss * 3)) -le $((rss + 3 * 8)) ] ||
+        fail "$2 not shared: pss=${pss}kB rss(sum)=${rss}kB: $(grep -A 3 "$1" /proc/${pids##* }/smaps)"
+    echo "ok 3 instances hold one copy of the $2: PSS ${pss} kB for RSS ${rss} kB summed"
+}
+m=ch_PP-OCRv4_det_infer.onnx
+stock=$(run "$MODELS/$m" --private --graph-opt all --prepack 2>/dev/null | jq -r .sha256)
+hold_three true
+shared_copy "$(jq -r .ort.digest "$WORK/entry.det" | cut -c8-)" "form's ORT-format part ($m)"
+exec 3>&-
+for p in $pids; do wait "$p" || true; done
+m=ch_PP-OCRv4_rec_infer.onnx
+stock=$(run "$MODELS/$m" --private --graph-opt all --prepack 2>/dev/null | jq -r .sha256)
+data=$(jq -r .data.digest "$WORK/entry.orig" | cut -c8-)
+hold_three false
+shared_copy "$data" "derived data ($m)"
 
 # 5b. An instance on the form maps none of the plain weights (it keeps
 # their references: the form is made of them); one on the plain weights
@@ -235,3 +274,22 @@ out=$(run "$MODELS/$m" --store "$store2" 2>"$WORK/err")
 [ "$(json_get "$out" derived)" = false ] || fail "full store: a form was used"
 [ "$(json_get "$out" sha256)" = "$plain_store" ] || fail "full store: output differs"
 echo "ok a full store refuses the form (full), instances run on the plain weights"
+reclaimer_stop
+
+# 8. A store with room for the form but not for its ORT-format part keeps
+# the form without it (one log line); instances open the graph and data.
+m=ch_PP-OCRv4_det_infer.onnx
+stock=$(run "$MODELS/$m" --private --graph-opt all --prepack 2>/dev/null | jq -r .sha256)
+store3="$WORK/store3"
+mkdir -p "$store3"
+reclaimer_start "$store3" "$WORK/daemon3.log" --listen "" --interval 3600 --capacity 13M
+run "$MODELS/$m" --store "$store3" --derived make >/dev/null 2>"$WORK/err" || fail "no room for ORT: $(cat "$WORK/err")"
+grep -q "event=derive-ort-dropped.*code=full" "$WORK/daemon3.log" ||
+    fail "no room for ORT: $(grep event=derive "$WORK/daemon3.log" "$WORK/err")"
+e3=$(ls "$store3/public/derived"/*)
+[ "$(jq -r 'has("ort")' "$e3")" = false ] || fail "no room for ORT: the entry names an ORT-format part"
+out=$(run "$MODELS/$m" --store "$store3" 2>"$WORK/err")
+[ "$(json_get "$out" derived)" = true ] && [ "$(json_get "$out" derived_ort)" = false ] ||
+    fail "no room for ORT: $(cat "$WORK/err")"
+[ "$(json_get "$out" sha256)" = "$stock" ] || fail "no room for ORT: output differs from stock"
+echo "ok a store without room for the ORT-format part keeps the form without it: graph and data, output = stock"
