@@ -224,9 +224,15 @@ static void written_form_close(struct written_form *f)
     f->data = MAP_FAILED;
 }
 
-/* Re-lays out the form ONNX Runtime wrote in out_dir; *prepacked: the
- * bytes of its pre-packed blobs. */
-static int relayout(const char *out_dir, uint64_t *prepacked, tetris_error *err)
+/* What a form holds, as re-laid out. */
+struct form_bytes {
+    uint64_t data;      /* the data file */
+    uint64_t prepacked; /* of it, the pre-packed blobs */
+};
+
+/* Re-lays out the form ONNX Runtime wrote in out_dir; *bytes: what the
+ * new data file holds. */
+static int relayout(const char *out_dir, struct form_bytes *bytes, tetris_error *err)
 {
     struct written_form f;
     int rc = written_form_open(out_dir, &f, err);
@@ -261,7 +267,7 @@ static int relayout(const char *out_dir, uint64_t *prepacked, tetris_error *err)
         rc = write_file(f.graph_path, rewritten, rewritten_len, err);
     if (rc == 0 && rename(new_data, f.data_path) != 0)
         rc = tetris_fail(err, TETRIS_E_IO, errno, "%s", f.data_path);
-    *prepacked = r.prepacked_bytes;
+    *bytes = (struct form_bytes){.data = r.cursor, .prepacked = r.prepacked_bytes};
     written_form_close(&f);
     return rc;
 }
@@ -450,19 +456,22 @@ static int check_ort_opens(const OrtApi *api, const char *out_dir, tetris_error 
 }
 
 /* The ORT-format part, made when the form's pre-packed weights are small
- * enough for every instance to pack its own (derived.h). Best effort: a
- * part that cannot be made or opened is left out, said in one line, and
- * the form is the graph and data alone. *made: whether it was. */
+ * enough for every instance to pack its own, and the form small enough to
+ * be held a third time (derived.h). Best effort: a part that cannot be
+ * made or opened is left out, said in one line, and the form is the graph
+ * and data alone. *made: whether it was. */
 static void make_ort_part(const OrtApi *api, const struct derive_options *o, const uint8_t *image,
-                          size_t len, uint64_t prepacked, bool *made)
+                          size_t len, const struct form_bytes *form, bool *made)
 {
     char path[4096];
     tetris_error err = {0};
     *made = false;
     snprintf(path, sizeof(path), "%s/%s", o->out_dir, DERIVED_ORT_FILE);
-    if (prepacked > DERIVED_ORT_MAX_PREPACKED_BYTES) {
-        log_info("event=derive-ort-skipped prepacked_bytes=%llu max=%u",
-                 (unsigned long long)prepacked, DERIVED_ORT_MAX_PREPACKED_BYTES);
+    if (form->prepacked > DERIVED_ORT_MAX_PREPACKED_BYTES || form->data > DERIVED_ORT_MAX_BYTES) {
+        log_info("event=derive-ort-skipped prepacked_bytes=%llu data_bytes=%llu max_prepacked=%u "
+                 "max_data=%llu",
+                 (unsigned long long)form->prepacked, (unsigned long long)form->data,
+                 DERIVED_ORT_MAX_PREPACKED_BYTES, (unsigned long long)DERIVED_ORT_MAX_BYTES);
         return;
     }
     if (optimise(api, o, image, len, OUTPUT_ORT, &err) == 0 &&
@@ -714,13 +723,13 @@ int main(int argc, char **argv)
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
-    uint64_t prepacked = 0;
+    struct form_bytes form = {0};
     if (optimise(rt.api, &o, image, len, OUTPUT_ONNX, &err) < 0 ||
-        relayout(o.out_dir, &prepacked, &err) < 0 || check_opens(rt.api, o.out_dir, &err) < 0) {
+        relayout(o.out_dir, &form, &err) < 0 || check_opens(rt.api, o.out_dir, &err) < 0) {
         log_error("event=derive-failed msg=%s", LOG_Q(err.msg));
         return err.code == TETRIS_E_FORMAT ? EXIT_BAD_INPUT : EXIT_FAILED;
     }
     bool ort = false;
-    make_ort_part(rt.api, &o, image, len, prepacked, &ort);
-    return print_result(&rt, prepacked, ort, &err) == 0 ? EXIT_OK : EXIT_FAILED;
+    make_ort_part(rt.api, &o, image, len, &form, &ort);
+    return print_result(&rt, form.prepacked, ort, &err) == 0 ? EXIT_OK : EXIT_FAILED;
 }

@@ -56,7 +56,8 @@
  * directly and _for_initializers): no graph to parse and no external data
  * to resolve, so it starts sooner. The format cannot hold pre-packed
  * weights, so each instance packs its own: the daemon adds this part only
- * when they are small (DERIVED_ORT_MAX_PREPACKED_BYTES), and a session in
+ * when they are small (DERIVED_ORT_MAX_PREPACKED_BYTES) and the form is not
+ * large (DERIVED_ORT_MAX_BYTES), and a session in
  * the agent uses it when it is there. A view (another process's runtime)
  * uses the graph and data.
  *
@@ -91,6 +92,10 @@
  * rec (4.1 MB) starts no sooner and would hold 4 MB more per instance;
  * BERT-base's (about 330 MB) the graph and data share instead. */
 #define DERIVED_ORT_MAX_PREPACKED_BYTES (1u << 20)
+/* And the largest form (its data file) that gets one: the part holds the
+ * weights a third time on the node (the plain tensors, the data file, the
+ * part), and a FlatBuffers file cannot pass 2 GB. */
+#define DERIVED_ORT_MAX_BYTES (256ull << 20)
 /* The file tetris-derive writes the ORT-format part to, beside the graph
  * and data. */
 #define DERIVED_ORT_FILE "model.ort"
