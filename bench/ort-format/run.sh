@@ -34,7 +34,13 @@
 #               pre-packed weights, so this is the start whose weights are
 #               all shared pages (and whose kernels read them unpacked)
 #   derived     tetris-onnx-run --store --manifest --derived use: tetris's
-#               fastest start (bench/first-answer's "derived")
+#               fastest start (bench/first-answer's "derived"): for a model
+#               of small pre-packed weights the form's ORT-format part,
+#               read in place from the store (protocol/derived.h)
+#   derived-graph  the same with the form's index entry rewritten without
+#               its ORT-format part (as root, the store's owner): the
+#               form's graph and data file, as a form of large pre-packed
+#               weights is opened; only for a form that has that part
 # A start is timed from before the spawn to its first answer on stdout
 # (bench/first-answer/launch.py); beside it, from each process's own JSON,
 # the time to a ready session (derived: the agent's load, then the
@@ -101,7 +107,7 @@ if [ $# -eq 0 ]; then
         say "no BERT-base (scripts/models/paper-models.sh bert-base failed): small models only"
     fi
 fi
-MODES="stock stock-bench ort ort-copy ort-mmap ort-noprepack derived"
+MODES="stock stock-bench ort ort-copy ort-mmap ort-noprepack derived derived-graph"
 parent=/dev/shm; [ -w "$parent" ] || parent="${TMPDIR:-/tmp}"
 WORK="$(mktemp -d "$parent/tetris-bench-ort-format.XXXXXX")"
 # tetris-derive reads the store's public directory as an unprivileged user,
@@ -139,12 +145,21 @@ cmdline() {
     stock) echo "$RUN $model --private --graph-opt all --prepack" ;;
     stock-bench) echo "$BENCH --mode stock $model" ;;
     ort*) echo "$BENCH --mode $1 $ort" ;;
-    derived) echo "$RUN $model --store $STORE --manifest $manifest --derived use" ;;
+    derived*) echo "$RUN $model --store $STORE --manifest $manifest --derived use" ;;
     esac
+}
+# entry_for MODE: the model's derived entry as MODE reads it: without its
+# ORT-format part for derived-graph, as the daemon wrote it otherwise
+entry_for() {
+    [ -n "$entry" ] || return 0
+    src="$WORK/$name.entry"
+    [ "$1" != derived-graph ] || src="$WORK/$name.entry-graph"
+    cp "$src" "$WORK/entry.tmp" && chmod 0444 "$WORK/entry.tmp" && mv -f "$WORK/entry.tmp" "$entry"
 }
 # start MODE R: start number R of MODE, timed by launch.py
 start() {
     out="$WORK/start.$name.$1.$2"
+    entry_for "$1"
     # shellcheck disable=SC2046,SC2086
     "$SERVING_PY" "$ROOT/bench/first-answer/launch.py" "$out.json" "$out.log" $(cmdline "$1") $DIM \
         >"$out.ms" && jq -e .sha256 "$out.json" >/dev/null 2>&1 ||
@@ -158,6 +173,7 @@ hold() {
     rm -f "$WORK/hold.fifo" "$WORK/hold.1" "$WORK/hold.2"
     mkfifo "$WORK/hold.fifo"
     held=""
+    entry_for "$1"
     for i in 1 2; do
         # shellcheck disable=SC2046,SC2086
         $(cmdline "$1") $DIM --hold >"$WORK/hold.$i" 2>"$WORK/hold.$i.log" <"$WORK/hold.fifo" &
@@ -192,8 +208,8 @@ status_kb() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
     echo "|---|---|---:|---:|---:|---:|---:|---|"
 } >"$WORK/starts.md"
 {
-    echo "| model | stock run ms | ort run ms | ort / stock | ort-noprepack run ms | ort-noprepack / stock | derived run ms | derived / stock |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| model | stock run ms | ort run ms | ort / stock | ort-noprepack run ms | ort-noprepack / stock | derived run ms | derived / stock | derived-graph run ms | derived-graph / stock |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 } >"$WORK/runs.md"
 {
     echo "| model | mode | anonymous MB | tmpfs mapped MB (RssShmem) | tmpfs PSS MB (Pss_Shmem) | PSS MB |"
@@ -229,7 +245,17 @@ for model in "$@"; do
         { say "$name: --derived make failed: $(tail -n 1 "$WORK/derive.log")"; exit 1; }
     modes=$MODES
     grep -q 'event=derive-requested .*result=made' "$WORK/derive.log" ||
-        { say "$name: no derived form: $(grep derive "$WORK/daemon.log" | tail -n 1)"; modes=$(echo "$MODES" | sed 's/ derived//'); }
+        { say "$name: no derived form: $(grep derive "$WORK/daemon.log" | tail -n 1)"; modes=$(echo "$MODES" | sed 's/ derived.*//'); }
+    # The form's entry (the newest), and the same without its ORT-format
+    # part for derived-graph: only where it has one and we may rewrite it.
+    entry=$(ls -t "$STORE/public/derived"/* 2>/dev/null | head -n 1)
+    if [ -n "$entry" ] && jq -e 'has("ort")' "$entry" >/dev/null && [ -w "$STORE/public/derived" ]; then
+        cp "$entry" "$WORK/$name.entry"
+        jq -c 'del(.ort)' "$entry" >"$WORK/$name.entry-graph"
+    else
+        entry=""
+        modes=$(echo "$modes" | sed 's/ derived-graph//')
+    fi
 
     cat "$model" "$model" "$ort" >/dev/null # in the page cache, as for every mode
     for mode in $modes; do : >"$WORK/ms.$name.$mode"; done
@@ -243,9 +269,13 @@ for model in "$@"; do
     if [ -e "$WORK/ms.$name.derived" ] && ! jq -e -s 'all(.[]; .derived == true)' "$WORK/start.$name.derived".[0-9]*.json >/dev/null; then
         say "$name: a derived start did not open the derived form"; exit 1
     fi
+    if [ -e "$WORK/ms.$name.derived-graph" ] &&
+        ! jq -e -s 'all(.[]; .derived == true and .derived_ort == false)' "$WORK/start.$name.derived-graph".[0-9]*.json >/dev/null; then
+        say "$name: a derived-graph start did not open the form's graph"; exit 1
+    fi
     stock_sha=$(jq -r .sha256 "$WORK/start.$name.stock.1.json")
     for mode in $modes; do
-        case $mode in stock | derived) base=stock ;; *) base=stock-bench ;; esac
+        case $mode in stock | derived*) base=stock ;; *) base=stock-bench ;; esac
         t=$(median <"$WORK/ms.$name.$mode")
         ready=$(field "$mode" '.load_ms + .session_ms')
         load=$(field "$mode" .load_ms)
@@ -253,7 +283,7 @@ for model in "$@"; do
         differ=$(for f in "$WORK/start.$name.$mode".[0-9]*.json; do jq -r .sha256 "$f"; done | grep -cvx "$stock_sha" || true)
         if [ "$differ" = 0 ]; then out=yes; else out="no ($differ of $REPS starts)"; fi
         case $differ/$mode in
-        0/* | */stock* | */derived) ;;
+        0/* | */stock* | */derived*) ;;
         *)
             # shellcheck disable=SC2046,SC2086
             [ -s "$WORK/$name.want" ] || $(cmdline stock-bench) $DIM --outputs "$WORK/$name.want" \
@@ -269,7 +299,7 @@ for model in "$@"; do
     done
 
     if [ "$RUNS" -ge 2 ]; then
-        run_modes=$(for m in stock ort ort-noprepack derived; do case " $modes " in *" $m "*) echo $m ;; esac; done)
+        run_modes=$(for m in stock ort ort-noprepack derived derived-graph; do case " $modes " in *" $m "*) echo $m ;; esac; done)
         for mode in $run_modes; do : >"$WORK/run.$name.$mode"; done
         r=1
         while [ "$r" -le "$REPS" ]; do
@@ -283,7 +313,7 @@ for model in "$@"; do
         done
         stock_run=$(median <"$WORK/run.$name.stock")
         row="| $name | $stock_run"
-        for mode in ort ort-noprepack derived; do
+        for mode in ort ort-noprepack derived derived-graph; do
             t=n/a
             [ ! -e "$WORK/run.$name.$mode" ] || t=$(median <"$WORK/run.$name.$mode")
             row="$row | $t | $(ratio "$t" "$stock_run")"
@@ -291,7 +321,7 @@ for model in "$@"; do
         echo "$row |" >>"$WORK/runs.md"
     fi
 
-    for mode in stock ort ort-copy ort-mmap ort-noprepack derived; do
+    for mode in stock ort ort-copy ort-mmap ort-noprepack derived derived-graph; do
         case " $modes " in *" $mode "*) ;; *) continue ;; esac
         hold "$mode"
         for p in $held; do
@@ -300,6 +330,7 @@ for model in "$@"; do
             END { printf "| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", n, m, a / NR / 1024, r / NR / 1024, s / NR / 1024, p / NR / 1024 }' >>"$WORK/memory.md"
         release
     done
+    entry_for derived
 done
 
 echo "What ONNX Runtime $(jq -r .runtime "$WORK/make1.json" | sed 's/^onnxruntime //') writes for --make (optimisation all; MB = 10^6 bytes):"
@@ -312,7 +343,7 @@ echo
 sed 's/\x1b\[[0-9;]*m//g; s/^.*\] //' "$WORK/makes.log" | sort -u | sed 's/^/- /'
 echo
 echo "Starts, from before the spawn to the first answer on stdout; $REPS rounds, the modes' order rotated"
-echo "each round; medians. \"/ its stock\": ort modes by stock-bench, derived by stock (the baseline of"
+echo "each round; medians. \"/ its stock\": ort modes by stock-bench, derived modes by stock (the baseline of"
 echo "the same program); session ready: from the start of main (derived: the agent's load, then"
 echo "the session; the others have no agent):"
 echo
