@@ -272,6 +272,59 @@ static int relayout(const char *out_dir, struct form_bytes *bytes, tetris_error 
     return rc;
 }
 
+/* A session made here only to be checked or to have ONNX Runtime write
+ * what it optimised: its environment, options and session. */
+struct trial {
+    OrtEnv *env;
+    OrtSessionOptions *so;
+    OrtSession *session;
+};
+
+/* The environment and options of a trial at graph optimisation level. */
+static int trial_begin(const OrtApi *api, OrtLoggingLevel logging, GraphOptimizationLevel level,
+                       struct trial *t, tetris_error *err)
+{
+    memset(t, 0, sizeof(*t));
+    int r = ort_check(api, api->CreateEnv(logging, "tetris-derive", &t->env), "create environment",
+                      err);
+    if (r == 0)
+        r = ort_check(api, api->CreateSessionOptions(&t->so), "create session options", err);
+    if (r == 0)
+        r = ort_check(api, api->SetSessionGraphOptimizationLevel(t->so, level),
+                      "set graph optimization", err);
+    return r;
+}
+
+/* Adds config entries {key, value} to the trial's options. */
+static int trial_config(const OrtApi *api, struct trial *t, const char *const (*entries)[2],
+                        size_t n, tetris_error *err)
+{
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = ort_check(api, api->AddSessionConfigEntry(t->so, entries[i][0], entries[i][1]),
+                      entries[i][0], err);
+    return r;
+}
+
+/* Opens the model in bytes with the trial's options. */
+static int trial_open(const OrtApi *api, struct trial *t, const void *bytes, size_t len,
+                      const char *what, tetris_error *err)
+{
+    return ort_check(api, api->CreateSessionFromArray(t->env, bytes, len, t->so, &t->session), what,
+                     err);
+}
+
+static void trial_end(const OrtApi *api, struct trial *t)
+{
+    if (t->session != NULL)
+        api->ReleaseSession(t->session);
+    if (t->so != NULL)
+        api->ReleaseSessionOptions(t->so);
+    if (t->env != NULL)
+        api->ReleaseEnv(t->env);
+    memset(t, 0, sizeof(*t));
+}
+
 /* Opens the form as instances will (optimisation off, pre-packing on):
  * ONNX Runtime cannot open every graph it optimises (Silero VAD v5's If
  * branches: "initializer name is not unique"), and such a form must not
@@ -288,30 +341,16 @@ static int check_opens(const OrtApi *api, const char *out_dir, tetris_error *err
     }
     const ORTCHAR_T *names[] = {DERIVED_DATA_LOCATION};
     char *buffers[] = {(char *)f.data};
-    OrtEnv *env = NULL;
-    OrtSessionOptions *so = NULL;
-    OrtSession *session = NULL;
-    r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris-derive", &env),
-                  "create environment", err);
-    if (r == 0)
-        r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
-    if (r == 0)
-        r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_DISABLE_ALL),
-                      "set graph optimization", err);
+    struct trial t;
+    r = trial_begin(api, ORT_LOGGING_LEVEL_FATAL, ORT_DISABLE_ALL, &t, err);
     if (r == 0)
         r = ort_check(api,
-                      api->AddExternalInitializersFromFilesInMemory(so, names, buffers, &f.data_len,
-                                                                    1),
+                      api->AddExternalInitializersFromFilesInMemory(t.so, names, buffers,
+                                                                    &f.data_len, 1),
                       "hand over the data file", err);
     if (r == 0)
-        r = ort_check(api, api->CreateSessionFromArray(env, f.graph, f.graph_len, so, &session),
-                      "open the optimised graph", err);
-    if (session != NULL)
-        api->ReleaseSession(session);
-    if (so != NULL)
-        api->ReleaseSessionOptions(so);
-    if (env != NULL)
-        api->ReleaseEnv(env);
+        r = trial_open(api, &t, f.graph, f.graph_len, "open the optimised graph", err);
+    trial_end(api, &t);
     written_form_close(&f);
     if (r < 0)
         err->code = TETRIS_E_FORMAT;
@@ -366,24 +405,16 @@ static int optimise(const OrtApi *api, const struct derive_options *o, const uin
 {
     char out[4096];
     char min_size[16];
-    OrtEnv *env = NULL;
-    OrtSessionOptions *so = NULL;
-    OrtSession *session = NULL;
+    struct trial t;
     snprintf(out, sizeof(out), "%s/%s", o->out_dir,
              format == OUTPUT_ONNX ? "graph.onnx" : DERIVED_ORT_FILE);
     snprintf(min_size, sizeof(min_size), "%d", DERIVED_MIN_EXTERNAL_BYTES);
-    int r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "tetris-derive", &env),
-                      "create environment", err);
+    int r = trial_begin(api, ORT_LOGGING_LEVEL_ERROR, ORT_ENABLE_ALL, &t, err);
     if (r == 0)
-        r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
+        r = ort_check(api, api->SetIntraOpNumThreads(t.so, o->threads), "set threads", err);
     if (r == 0)
-        r = ort_check(api, api->SetIntraOpNumThreads(so, o->threads), "set threads", err);
-    if (r == 0)
-        r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_ENABLE_ALL),
-                      "set graph optimization", err);
-    if (r == 0)
-        r = ort_check(api, api->SetOptimizedModelFilePath(so, out), "set the output", err);
-    const char *onnx_entries[][2] = {
+        r = ort_check(api, api->SetOptimizedModelFilePath(t.so, out), "set the output", err);
+    const char *const onnx_entries[][2] = {
         {"session.model_external_initializers_file_folder_path", o->external_dir},
         {"session.optimized_model_external_initializers_file_name", DERIVED_DATA_LOCATION},
         {"session.optimized_model_external_initializers_min_size_in_bytes", min_size},
@@ -391,25 +422,18 @@ static int optimise(const OrtApi *api, const struct derive_options *o, const uin
     };
     /* The ORT format holds its initializers itself (and no pre-packed
      * ones: each session packs its own). */
-    const char *ort_entries[][2] = {
+    const char *const ort_entries[][2] = {
         {"session.model_external_initializers_file_folder_path", o->external_dir},
         {"session.save_model_format", "ORT"},
     };
-    const char *(*entries)[2] = format == OUTPUT_ONNX ? onnx_entries : ort_entries;
-    size_t n_entries = format == OUTPUT_ONNX ? sizeof(onnx_entries) / sizeof(onnx_entries[0])
-                                             : sizeof(ort_entries) / sizeof(ort_entries[0]);
-    for (size_t i = 0; r == 0 && i < n_entries; i++)
-        r = ort_check(api, api->AddSessionConfigEntry(so, entries[i][0], entries[i][1]),
-                      entries[i][0], err);
+    if (r == 0 && format == OUTPUT_ONNX)
+        r = trial_config(api, &t, onnx_entries, sizeof(onnx_entries) / sizeof(onnx_entries[0]),
+                         err);
+    else if (r == 0)
+        r = trial_config(api, &t, ort_entries, sizeof(ort_entries) / sizeof(ort_entries[0]), err);
     if (r == 0)
-        r = ort_check(api, api->CreateSessionFromArray(env, image, len, so, &session),
-                      "optimise the graph", err);
-    if (session != NULL)
-        api->ReleaseSession(session);
-    if (so != NULL)
-        api->ReleaseSessionOptions(so);
-    if (env != NULL)
-        api->ReleaseEnv(env);
+        r = trial_open(api, &t, image, len, "optimise the graph", err);
+    trial_end(api, &t);
     return r;
 }
 
@@ -427,30 +451,17 @@ static int check_ort_opens(const OrtApi *api, const char *out_dir, tetris_error 
     void *bytes = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (bytes == MAP_FAILED)
         return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", path);
-    OrtEnv *env = NULL;
-    OrtSessionOptions *so = NULL;
-    OrtSession *session = NULL;
-    int r = ort_check(api, api->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "tetris-derive", &env),
-                      "create environment", err);
+    static const char *const in_place[][2] = {
+        {"session.use_ort_model_bytes_directly", "1"},
+        {"session.use_ort_model_bytes_for_initializers", "1"},
+    };
+    struct trial t;
+    int r = trial_begin(api, ORT_LOGGING_LEVEL_FATAL, ORT_DISABLE_ALL, &t, err);
     if (r == 0)
-        r = ort_check(api, api->CreateSessionOptions(&so), "create session options", err);
+        r = trial_config(api, &t, in_place, sizeof(in_place) / sizeof(in_place[0]), err);
     if (r == 0)
-        r = ort_check(api, api->SetSessionGraphOptimizationLevel(so, ORT_DISABLE_ALL),
-                      "set graph optimization", err);
-    static const char *const in_place[] = {"session.use_ort_model_bytes_directly",
-                                           "session.use_ort_model_bytes_for_initializers"};
-    for (size_t i = 0; r == 0 && i < sizeof(in_place) / sizeof(in_place[0]); i++)
-        r = ort_check(api, api->AddSessionConfigEntry(so, in_place[i], "1"), in_place[i], err);
-    if (r == 0)
-        r = ort_check(api,
-                      api->CreateSessionFromArray(env, bytes, (size_t)st.st_size, so, &session),
-                      "open the ORT-format model", err);
-    if (session != NULL)
-        api->ReleaseSession(session);
-    if (so != NULL)
-        api->ReleaseSessionOptions(so);
-    if (env != NULL)
-        api->ReleaseEnv(env);
+        r = trial_open(api, &t, bytes, (size_t)st.st_size, "open the ORT-format model", err);
+    trial_end(api, &t);
     munmap(bytes, (size_t)st.st_size);
     return r;
 }
