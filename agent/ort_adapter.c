@@ -254,9 +254,9 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
                           "enable pre-packing", err);
         /* The ORT-format part is read where it is mapped, its initializers
          * included (derived.h): the session holds no copy of them. */
-        static const char *const in_place[] = {"session.use_ort_model_bytes_directly",
-                                               "session.use_ort_model_bytes_for_initializers"};
-        for (size_t i = 0; r == 0 && p->form.ort != NULL && i < 2; i++)
+        static const char *const in_place[] = ORT_IN_PLACE_ENTRIES;
+        for (size_t i = 0;
+             r == 0 && p->form.ort != NULL && i < sizeof(in_place) / sizeof(in_place[0]); i++)
             r = ort_check(m->api, m->api->AddSessionConfigEntry(so, in_place[i], "1"), in_place[i],
                           err);
         m->derived_ort = p->form.ort != NULL;

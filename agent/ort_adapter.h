@@ -33,6 +33,14 @@
 #include "protocol/derived.h"
 
 #define ORT_ADAPTER_MIN_SHARED_BYTES 128
+/* The session config entries (each set to "1") under which ONNX Runtime
+ * reads an ORT-format model where the caller keeps it, initializers
+ * included, with no copy: how an instance opens a derived form's
+ * ORT-format part, and so how tetris-derive checks that part opens. */
+#define ORT_IN_PLACE_ENTRIES                                                                       \
+    {                                                                                              \
+        "session.use_ort_model_bytes_directly", "session.use_ort_model_bytes_for_initializers"     \
+    }
 
 struct ort_adapter_options {
     int intra_op_threads;   /* 0: ORT's default (one per core) */

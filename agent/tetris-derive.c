@@ -451,14 +451,11 @@ static int check_ort_opens(const OrtApi *api, const char *out_dir, tetris_error 
     void *bytes = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (bytes == MAP_FAILED)
         return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", path);
-    static const char *const in_place[][2] = {
-        {"session.use_ort_model_bytes_directly", "1"},
-        {"session.use_ort_model_bytes_for_initializers", "1"},
-    };
+    static const char *const in_place[] = ORT_IN_PLACE_ENTRIES;
     struct trial t;
     int r = trial_begin(api, ORT_LOGGING_LEVEL_FATAL, ORT_DISABLE_ALL, &t, err);
-    if (r == 0)
-        r = trial_config(api, &t, in_place, sizeof(in_place) / sizeof(in_place[0]), err);
+    for (size_t i = 0; r == 0 && i < sizeof(in_place) / sizeof(in_place[0]); i++)
+        r = ort_check(api, api->AddSessionConfigEntry(t.so, in_place[i], "1"), in_place[i], err);
     if (r == 0)
         r = trial_open(api, &t, bytes, (size_t)st.st_size, "open the ORT-format model", err);
     trial_end(api, &t);

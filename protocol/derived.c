@@ -3,7 +3,6 @@
 #include "protocol/derived.h"
 
 #include <assert.h>
-
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>

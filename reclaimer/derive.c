@@ -498,10 +498,12 @@ bool derive_find(store *s, const tensor_digest *source, const char *transform, c
                  const char *cpu, derived_entry *e)
 {
     tetris_error ignored;
-    return derived_entry_lookup(store_public_dir(s), transform, runtime, cpu, source, e,
-                                &ignored) == 0 &&
-           store_has_tensor(s, &e->graph.digest) && store_has_tensor(s, &e->data.digest) &&
-           (!e->has_ort || store_has_tensor(s, &e->ort.digest));
+    if (derived_entry_lookup(store_public_dir(s), transform, runtime, cpu, source, e, &ignored) < 0)
+        return false;
+    for (size_t i = 0; i < derived_entry_parts(e); i++)
+        if (!store_has_tensor(s, &derived_entry_part(e, i)->digest))
+            return false;
+    return true;
 }
 
 int derive_make(const char *store_root, const char *public_dir, int image_fd,
