@@ -68,11 +68,11 @@ for m in ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_det_infer.onnx \
         fail "$m: $packed pre-packed bytes and an ORT-format part of $ort_bytes bytes"
     [ "$(json_get "$out" derived_ort)" = "$want_ort" ] ||
         fail "$m: derived_ort is not $want_ort: $(cat "$WORK/err")"
-    [ "$want_ort" = false ] || newest=$(ls -t "$pub/derived"/* | head -n 1)
-    [ "$m" != ch_PP-OCRv4_det_infer.onnx ] || cp "$newest" "$WORK/entry.det"
+    # det's entry (the newest now), for the sharing check of its part below
+    [ "$m" != ch_PP-OCRv4_det_infer.onnx ] || cp "$(ls -t "$pub/derived"/* | head -n 1)" "$WORK/entry.det"
     echo "ok $m: derived form used ($packed pre-packed bytes; ORT-format part: $ort_bytes bytes, used: $want_ort), output = stock ONNX Runtime all + pre-packing ($stock)"
 done
-[ -s "$WORK/entry.det" ] || fail "no ORT-format part for ch_PP-OCRv4_det_infer.onnx"
+[ -s "$WORK/entry.det" ] || fail "no derived entry for ch_PP-OCRv4_det_infer.onnx"
 
 # 1b. The child that parsed those graphs was not root: the kernel's view
 # of it (/proc/self/status, read by the child after its drop, before it
