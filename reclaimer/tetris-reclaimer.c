@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/daemon_run.h"
 #include "common/log.h"
+#include "tensorstore/store.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -187,7 +188,7 @@ static int run_start(void *ctx, tetris_error *err)
     int rc;
 
     raise_fd_limit();
-    if ((rc = prepare_store_tmpfs(cfg, &tmpfs, err)) < 0)
+    if ((rc = tensor_hasher_prepare(err)) < 0 || (rc = prepare_store_tmpfs(cfg, &tmpfs, err)) < 0)
         return rc;
     if (cfg->mount_only)
         return DAEMON_RUN_DONE;

@@ -106,14 +106,22 @@ size_t tensor_digest_header(const tensor_meta *meta, uint8_t buf[TENSOR_DIGEST_H
     return n;
 }
 
+int tensor_hasher_prepare(tetris_error *err)
+{
+    pthread_once(&sha256_once, sha256_fetch);
+    if (sha256_md == NULL)
+        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "OpenSSL has no SHA-256 implementation");
+    return 0;
+}
+
 int tensor_hasher_new(const tensor_meta *meta, tensor_hasher **out, tetris_error *err)
 {
     int rc = tensor_meta_validate(meta, err);
     if (rc < 0)
         return rc;
-    pthread_once(&sha256_once, sha256_fetch);
-    if (sha256_md == NULL)
-        return tetris_fail(err, TETRIS_E_RUNTIME, 0, "OpenSSL has no SHA-256 implementation");
+    rc = tensor_hasher_prepare(err);
+    if (rc < 0)
+        return rc;
 
     tensor_hasher *h = calloc(1, sizeof *h);
     if (h == NULL)

@@ -51,6 +51,12 @@ size_t tensor_digest_header(const tensor_meta *meta, uint8_t buf[TENSOR_DIGEST_H
 
 /* Streaming digest + crc32 over the bytes of one tensor. */
 typedef struct tensor_hasher tensor_hasher;
+/* Fetches SHA-256 from OpenSSL, once per process: that loads OpenSSL's
+ * configuration and providers (about 1.5 ms, during which every other
+ * hashing thread waits). tensor_hasher_new does it on first use; a
+ * long-lived process calls this at start so that its first ingest does not
+ * pay for it, and learns there that OpenSSL has no SHA-256. */
+int tensor_hasher_prepare(tetris_error *err);
 int tensor_hasher_new(const tensor_meta *meta, tensor_hasher **out, tetris_error *err);
 void tensor_hasher_update(tensor_hasher *h, const void *data, size_t len);
 /* Fills digest and crc32; frees h. */
