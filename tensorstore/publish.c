@@ -1,9 +1,9 @@
 /* publish.c - atomic, single-copy ingest of one tensor.
  *
  * Under the tensor's lock stripe: if the tensor is not resident yet, reserve
- * its full size in a temp file under tmp/ (flock-ed, so repair can tell a
- * live writer from a dead one), write the bytes, hash what was written,
- * append the trailer, make it 0444 and rename it into tensors/XX/. A crash
+ * its full size in a temp file under tmp/ (0444 from its creation; flock-ed,
+ * so repair can tell a live writer from a dead one), write the bytes, hash
+ * what was written, append the trailer and rename it into tensors/XX/. A crash
  * at any point leaves at most a temp file, never a partial file under
  * tensors/.
  *
@@ -70,7 +70,9 @@ static int temp_file_create(store *s, const char *hex, uint64_t file_bytes, stru
                             tetris_error *err)
 {
     t->dir_fd = s->tmp_fd;
-    t->fd = store_create_locked(s->tmp_fd, hex, "", 0644, t->name, sizeof t->name, err);
+    /* Read-only from the start (this descriptor, opened at creation, still
+     * writes): a published tensor is 0444, with no chmod per tensor. */
+    t->fd = store_create_locked(s->tmp_fd, hex, "", 0444, t->name, sizeof t->name, err);
     if (t->fd < 0) {
         tetris_wrap(err, "store %s/private/tmp", s->root);
         return t->fd;
@@ -263,6 +265,39 @@ static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
     return 0;
 }
 
+/* The fanout directory tensors/XX of a digest by its descriptor, made if
+ * missing: a link in its place is refused, never followed. Opened by the
+ * handle's first publish into it and kept (fanout directories are never
+ * removed; repair removes only what is not a directory there), so that a
+ * publish costs no mkdir, open and close of it: on a model of small
+ * tensors those were a tenth of the daemon's time per tensor (BENCHMARKS.md,
+ * "Cold start of a model of small tensors"). Threads that race on a
+ * first open keep the first descriptor installed. */
+static int fanout_dir(store *s, const tensor_digest *d, const char *hex, tetris_error *err)
+{
+    _Atomic int *slot = &s->fanout_fds[d->bytes[0]];
+    int fd = atomic_load(slot);
+    if (fd >= 0)
+        return fd;
+    char fanout[3] = {hex[0], hex[1], '\0'};
+    fd = store_open_dir(s->tensors_fd, fanout);
+    if (fd < 0 && errno == ENOENT) {
+        if (mkdirat(s->tensors_fd, fanout, 0755) < 0 && errno != EEXIST)
+            return tetris_fail(err, store_errno_code(errno), errno, "create %s/tensors/%s",
+                               s->public_dir, fanout);
+        fd = store_open_dir(s->tensors_fd, fanout);
+    }
+    if (fd < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "open %s/tensors/%s", s->public_dir,
+                           fanout);
+    int none = -1;
+    if (!atomic_compare_exchange_strong(slot, &none, fd)) {
+        close(fd);
+        fd = none;
+    }
+    return fd;
+}
+
 static int finish_file(store *s, const tensor_meta *meta, const char *hex, struct temp_file *t,
                        tetris_error *err)
 {
@@ -272,22 +307,13 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
     ssize_t n = pwrite(t->fd, trailer, sizeof trailer, (off_t)meta->nbytes);
     if (n != (ssize_t)sizeof trailer)
         return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : EIO, "write trailer of %s", hex);
-    if (fchmod(t->fd, 0444) < 0)
-        return tetris_fail(err, TETRIS_E_IO, errno, "chmod temp file of %s", hex);
 
-    char fanout[3] = {hex[0], hex[1], '\0'};
-    if (mkdirat(s->tensors_fd, fanout, 0755) < 0 && errno != EEXIST)
-        return tetris_fail(err, store_errno_code(errno), errno, "create %s/tensors/%s",
-                           s->public_dir, fanout);
-    /* Into the fanout directory by its descriptor: a link in its place is
-     * refused, never followed. */
-    cleanup_close int fanout_fd = store_open_dir(s->tensors_fd, fanout);
+    int fanout_fd = fanout_dir(s, &meta->digest, hex, err);
     if (fanout_fd < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "open %s/tensors/%s", s->public_dir,
-                           fanout);
+        return fanout_fd;
     if (renameat(t->dir_fd, t->name, fanout_fd, hex) < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%s/%s",
-                           s->public_dir, fanout, hex);
+        return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%.2s/%s",
+                           s->public_dir, hex, hex);
     close(t->fd); /* renamed: no longer ours to discard */
     t->fd = -1;
     return 0;

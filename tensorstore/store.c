@@ -273,6 +273,8 @@ static store *store_alloc(void)
         return NULL;
     s->root_fd = s->public_fd = s->private_fd = s->tensors_fd = s->tmp_fd = s->locks_fd = -1;
     s->holders_fd = s->quarantine_fd = s->use_lock_fd = -1;
+    for (size_t i = 0; i < STORE_TENSOR_FANOUT; i++)
+        atomic_init(&s->fanout_fds[i], -1);
     pthread_mutex_init(&s->mutex, NULL);
     pthread_mutex_init(&s->use_mutex, NULL);
     return s;
@@ -426,6 +428,11 @@ void store_close(store *s)
     for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
         if (fds[i] >= 0)
             close(fds[i]);
+    for (size_t i = 0; i < STORE_TENSOR_FANOUT; i++) {
+        int fd = atomic_load(&s->fanout_fds[i]);
+        if (fd >= 0)
+            close(fd);
+    }
     pthread_mutex_destroy(&s->mutex);
     pthread_mutex_destroy(&s->use_mutex);
     free(s->root);

@@ -5,6 +5,7 @@
 #define TETRIS_STORE_PRIVATE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -55,6 +56,9 @@ struct store {
     bool reclaiming;
     pthread_mutex_t mutex; /* guards the usage cache */
     struct usage_cache_entry usage[STORE_TENSOR_FANOUT];
+    /* tensors/XX as a publish first opened it, -1 before: kept for the
+     * handle's life (publish.c: fanout_dir). */
+    _Atomic int fanout_fds[STORE_TENSOR_FANOUT];
 };
 
 /* ---- tensor files: bytes followed by a fixed little-endian trailer ---- */
