@@ -270,6 +270,67 @@ START_TEST(presence_is_a_regular_file_not_a_link)
 }
 END_TEST
 
+/* A handle opens a fanout directory once and keeps it (publish.c:
+ * fanout_dir): a second tensor of that directory lands beside the first,
+ * and a link planted in place of a directory the handle has not opened is
+ * refused, nothing written through it and no temp file left. */
+START_TEST(publish_keeps_fanout_directories_and_refuses_links)
+{
+    char *dir = new_dir(), *elsewhere = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor first = make_tensor(64, 1), second = {0};
+    for (unsigned seed = 2; second.data == NULL; seed++) {
+        struct test_tensor t = make_tensor(64, seed);
+        if (t.meta.digest.bytes[0] == first.meta.digest.bytes[0])
+            second = t;
+        else
+            free(t.data);
+    }
+    publish(s, &first, true);
+    publish(s, &second, true);
+    char *a = tensor_path(s, &first.meta.digest), *b = tensor_path(s, &second.meta.digest);
+    struct stat sa, sb;
+    ck_assert_int_eq(stat(a, &sa), 0);
+    ck_assert_int_eq(stat(b, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0444);
+    *strrchr(a, '/') = '\0';
+    *strrchr(b, '/') = '\0';
+    ck_assert_str_eq(a, b);
+
+    struct test_tensor linked = {0};
+    for (unsigned seed = 1000; linked.data == NULL; seed++) {
+        struct test_tensor t = make_tensor(64, seed);
+        if (t.meta.digest.bytes[0] != first.meta.digest.bytes[0])
+            linked = t;
+        else
+            free(t.data);
+    }
+    char *path = tensor_path(s, &linked.meta.digest);
+    *strrchr(path, '/') = '\0';
+    ck_assert_int_eq(symlink(elsewhere, path), 0);
+    tetris_error err;
+    bool published = true;
+    ck_assert_int_lt(store_publish_tensor(s, &linked.meta, fill_copy, linked.data, &published,
+                                          &err),
+                     0);
+    ck_assert(!published);
+    ck_assert_int_eq(count_files(elsewhere), 0);
+    char *tmp = sub_path(s, "tmp");
+    ck_assert_int_eq(count_files(tmp), 0);
+    ck_assert(!store_tensor_present(s, &linked.meta.digest));
+    free(tmp);
+    free(path);
+    free(a);
+    free(b);
+    free(first.data);
+    free(second.data);
+    free(linked.data);
+    store_close(s);
+    free(elsewhere);
+    free(dir);
+}
+END_TEST
+
 START_TEST(publish_map_roundtrip)
 {
     char *dir = new_dir();
@@ -1446,6 +1507,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, open_rejects_missing_and_foreign);
     tcase_add_test(tc, publish_map_roundtrip);
     tcase_add_test(tc, presence_is_a_regular_file_not_a_link);
+    tcase_add_test(tc, publish_keeps_fanout_directories_and_refuses_links);
     tcase_add_test(tc, publish_empty_and_scalar);
     tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
     tcase_add_test(tc, chunked_publish_matches_and_verifies);
