@@ -43,25 +43,80 @@ struct byte_source {
     void *ctx;
 };
 
-/* A temp file in tmp/ that is removed unless it was renamed into place.
- * Invariant: only a temp file whose bytes hashed to the digest it is
- * published under (verified) is ever renamed into tensors/ (asserted in
- * finish_file; tested by tests/tensorstore/test_store.c
+/* How a store's publishes make their temp files. An unnamed one
+ * (O_TMPFILE in tmp/, linked into tensors/XX once verified) needs no name,
+ * lock or checks in tmp/, leaves nothing to repair after a crash (the
+ * kernel frees it with its last descriptor) and is put in place without a
+ * rename, which takes the filesystem's rename lock that publishing threads
+ * queue on: on a model of small tensors that is 5 system calls fewer a
+ * tensor (BENCHMARKS.md, "Cold start of a model of small tensors"). Other
+ * publishers cannot see it, so a store with a capacity (which counts the
+ * live temp files as reservations) names its temp files; so does a kernel
+ * or filesystem without O_TMPFILE and a process that can link a descriptor
+ * neither by AT_EMPTY_PATH (CAP_DAC_READ_SEARCH) nor through /proc. */
+enum temp_kind {
+    TEMP_UNKNOWN = 0, /* not probed yet */
+    TEMP_NAMED,
+    TEMP_UNNAMED_EMPTY_PATH,
+    TEMP_UNNAMED_PROC,
+};
+
+/* A temp file in tmp/ that is removed unless it was renamed (or, unnamed,
+ * linked) into place. Invariant: only a temp file whose bytes hashed to
+ * the digest it is published under (verified) is ever put into tensors/
+ * (asserted in finish_file; tested by tests/tensorstore/test_store.c
  * publish_rejects_wrong_bytes_and_bad_meta). */
 struct temp_file {
     int fd;
     int dir_fd;
+    enum temp_kind kind;
     bool verified; /* its bytes hash to the digest and crc32 of its meta */
-    char name[TENSOR_DIGEST_HEX_LEN + 32];
+    char name[TENSOR_DIGEST_HEX_LEN + 32]; /* TEMP_NAMED only */
 };
 
 static void temp_file_discard(struct temp_file *t)
 {
     if (t->fd < 0)
         return;
-    unlinkat(t->dir_fd, t->name, 0);
+    if (t->kind == TEMP_NAMED)
+        unlinkat(t->dir_fd, t->name, 0);
     close(t->fd);
     t->fd = -1;
+}
+
+/* Gives the unnamed file fd the name dir_fd/name. */
+static int link_unnamed(int fd, enum temp_kind how, int dir_fd, const char *name)
+{
+    assert(how == TEMP_UNNAMED_EMPTY_PATH || how == TEMP_UNNAMED_PROC);
+    if (how == TEMP_UNNAMED_EMPTY_PATH)
+        return linkat(fd, "", dir_fd, name, AT_EMPTY_PATH);
+    char proc[48];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    return linkat(AT_FDCWD, proc, dir_fd, name, AT_SYMLINK_FOLLOW);
+}
+
+/* The store's temp_kind, probed by its first publish: an unnamed file
+ * linked into tmp/ one way or the other and removed again (a crash in
+ * between leaves a file repair removes). Threads that probe at once agree
+ * but for a name taken by another thread's probe, which makes one of them
+ * settle for TEMP_NAMED: slower, never wrong. */
+static enum temp_kind store_temp_kind(store *s)
+{
+    int kind = atomic_load(&s->temp_kind);
+    if (kind != TEMP_UNKNOWN)
+        return (enum temp_kind)kind;
+    kind = TEMP_NAMED;
+    cleanup_close int fd = openat(s->tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0444);
+    char name[48];
+    snprintf(name, sizeof name, "link-probe.%ld", (long)gettid());
+    for (int how = TEMP_UNNAMED_EMPTY_PATH; fd >= 0 && how <= TEMP_UNNAMED_PROC; how++)
+        if (link_unnamed(fd, (enum temp_kind)how, s->tmp_fd, name) == 0) {
+            unlinkat(s->tmp_fd, name, 0);
+            kind = how;
+            break;
+        }
+    atomic_store(&s->temp_kind, kind);
+    return (enum temp_kind)kind;
 }
 
 /* Creates the temp file at its final size: from then on other publishers
@@ -70,9 +125,18 @@ static int temp_file_create(store *s, const char *hex, uint64_t file_bytes, stru
                             tetris_error *err)
 {
     t->dir_fd = s->tmp_fd;
+    t->kind = s->capacity_bytes == 0 ? store_temp_kind(s) : TEMP_NAMED;
     /* Read-only from the start (this descriptor, opened at creation, still
      * writes): a published tensor is 0444, with no chmod per tensor. */
-    t->fd = store_create_locked(s->tmp_fd, hex, "", 0444, t->name, sizeof t->name, err);
+    if (t->kind != TEMP_NAMED)
+        t->fd = openat(s->tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0444);
+    if (t->kind != TEMP_NAMED && t->fd < 0) {
+        t->fd = -1;
+        return tetris_fail(err, store_errno_code(errno), errno, "temp file in %s/private/tmp",
+                           s->root);
+    }
+    if (t->kind == TEMP_NAMED)
+        t->fd = store_create_locked(s->tmp_fd, hex, "", 0444, t->name, sizeof t->name, err);
     if (t->fd < 0) {
         tetris_wrap(err, "store %s/private/tmp", s->root);
         return t->fd;
@@ -298,6 +362,20 @@ static int fanout_dir(store *s, const tensor_digest *d, const char *hex, tetris_
     return fd;
 }
 
+/* Names the verified temp file fanout_fd/hex, in place of whatever had the
+ * name but did not verify as that tensor (the caller holds the tensor's
+ * lock and found it not resident): a rename replaces it, a link needs the
+ * name free. A reader's mapping of the file replaced keeps its pages. */
+static int put_in_place(struct temp_file *t, int fanout_fd, const char *hex)
+{
+    if (t->kind == TEMP_NAMED)
+        return renameat(t->dir_fd, t->name, fanout_fd, hex);
+    int rc = link_unnamed(t->fd, t->kind, fanout_fd, hex);
+    if (rc < 0 && errno == EEXIST && unlinkat(fanout_fd, hex, 0) == 0)
+        rc = link_unnamed(t->fd, t->kind, fanout_fd, hex);
+    return rc;
+}
+
 static int finish_file(store *s, const tensor_meta *meta, const char *hex, struct temp_file *t,
                        tetris_error *err)
 {
@@ -311,10 +389,11 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
     int fanout_fd = fanout_dir(s, &meta->digest, hex, err);
     if (fanout_fd < 0)
         return fanout_fd;
-    if (renameat(t->dir_fd, t->name, fanout_fd, hex) < 0)
+    int rc = put_in_place(t, fanout_fd, hex);
+    if (rc < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%.2s/%s",
                            s->public_dir, hex, hex);
-    close(t->fd); /* renamed: no longer ours to discard */
+    close(t->fd); /* in place: no longer ours to discard */
     t->fd = -1;
     return 0;
 }

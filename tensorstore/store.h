@@ -149,9 +149,10 @@ bool store_tensor_present(store *s, const tensor_digest *d);
 typedef int (*store_fill_fn)(void *ctx, void *dst, uint64_t len, tetris_error *err);
 
 /* Publishes one tensor atomically: under the tensor's lock, if it is not
- * already resident, fills a temp file, re-hashes it and compares digest and
- * crc32 with meta, appends the trailer, makes it 0444 and renames it into
- * tensors/. *published (may be NULL) says whether this call created it.
+ * already resident, fills a temp file (0444, unnamed where the store has
+ * no capacity and the system allows it: publish.c), re-hashes it and
+ * compares digest and crc32 with meta, appends the trailer and puts it in
+ * place under tensors/. *published (may be NULL) says whether this call created it.
  * TETRIS_E_CORRUPT if the filled bytes do not match meta; TETRIS_E_FULL if
  * capacity would be exceeded ("store full: need N bytes, M of C used") or
  * the filesystem is full; TETRIS_E_DENIED on a read-only store. Never
@@ -181,7 +182,7 @@ enum {
 /* Publishes a tensor whose identity is not known yet, reading its bytes
  * once: they are written into a temp file (reserved against the capacity
  * like any publish) and hashed on the way, which fills meta->digest and
- * meta->crc32; then, under that digest's lock, the file is renamed into
+ * meta->crc32; then, under that digest's lock, the file is put in place in
  * tensors/ unless the digest is resident already (then it is discarded and
  * *published is false). The store computes the name, so the invariant
  * that a file's bytes hash to its name holds whoever supplies the bytes.

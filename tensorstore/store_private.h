@@ -59,6 +59,7 @@ struct store {
     /* tensors/XX as a publish first opened it, -1 before: kept for the
      * handle's life (publish.c: fanout_dir). */
     _Atomic int fanout_fds[STORE_TENSOR_FANOUT];
+    _Atomic int temp_kind; /* how publishes make temp files (publish.c), 0 until the first */
 };
 
 /* ---- tensor files: bytes followed by a fixed little-endian trailer ---- */

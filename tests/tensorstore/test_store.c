@@ -6,14 +6,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -328,6 +332,123 @@ START_TEST(publish_keeps_fanout_directories_and_refuses_links)
     store_close(s);
     free(elsewhere);
     free(dir);
+}
+END_TEST
+
+/* What a fill sees of tmp/ while it writes: how many files are there. */
+struct counting_fill {
+    const float *data;
+    const char *tmp;
+    int tmp_files;
+};
+
+static int fill_counting_tmp(void *ctx, void *dst, uint64_t len, tetris_error *err)
+{
+    struct counting_fill *f = ctx;
+    f->tmp_files = count_files(f->tmp);
+    return fill_copy((void *)f->data, dst, len, err);
+}
+
+/* Drops CAP_DAC_READ_SEARCH, which linkat(AT_EMPTY_PATH) needs. */
+static int drop_dac_read_search(void)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) < 0)
+        return -1;
+    d[0].effective &= ~(1u << CAP_DAC_READ_SEARCH);
+    d[0].permitted &= ~(1u << CAP_DAC_READ_SEARCH);
+    return (int)syscall(SYS_capset, &h, d);
+}
+
+/* Hides /proc/self/fd: a tmpfs over /proc in a mount namespace of its own. */
+static int hide_proc(void)
+{
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return -1;
+    return mount("none", "/proc", "tmpfs", 0, NULL);
+}
+
+/* One child's publishes, in a store of its own at dir (its first publish
+ * probes how to make temp files): three tensors, one over a file in its
+ * place that is not that tensor. Exits 0 when each is resident, verifies,
+ * is 0444 and linked once, nothing is left in tmp/, and the fills saw
+ * want_tmp_files files in tmp/ (0: unnamed temp files, 1: named; -1:
+ * either, the same for the three). */
+static void publish_in_child(const char *dir, uint64_t capacity, int want_tmp_files)
+{
+    store *s = NULL;
+    tetris_error err;
+    struct store_options o = {.create = true, .capacity_bytes = capacity};
+    if (store_open(dir, &o, &s, &err) != 0)
+        _exit(20);
+    char *tmp = sub_path(s, "tmp");
+    for (unsigned i = 0; i < 3; i++) {
+        struct test_tensor t = make_tensor(100 + i, 70 + i);
+        char *path = tensor_path(s, &t.meta.digest);
+        if (i == 2) {
+            char *fan = strdup(path);
+            *strrchr(fan, '/') = '\0';
+            mkdir(fan, 0755);
+            unit_write_text(path, "not this tensor");
+            free(fan);
+        }
+        struct counting_fill f = {.data = t.data, .tmp = tmp, .tmp_files = -1};
+        bool published = false;
+        if (store_publish_tensor(s, &t.meta, fill_counting_tmp, &f, &published, &err) != 0 ||
+            !published)
+            _exit(21);
+        if (want_tmp_files < 0 && (f.tmp_files == 0 || f.tmp_files == 1))
+            want_tmp_files = f.tmp_files;
+        if (f.tmp_files != want_tmp_files)
+            _exit(22);
+        struct stat st;
+        if (stat(path, &st) != 0 || st.st_nlink != 1 || (st.st_mode & 07777) != 0444)
+            _exit(23);
+        if (store_verify_tensor(s, &t.meta.digest, &err) != 0)
+            _exit(24);
+        free(path);
+        free(t.data);
+    }
+    if (count_files(tmp) != 0)
+        _exit(25);
+    free(tmp);
+    store_close(s);
+    _exit(0);
+}
+
+/* A store without a capacity publishes through unnamed temp files
+ * (publish.c: store_temp_kind), linked by AT_EMPTY_PATH, or through /proc
+ * without CAP_DAC_READ_SEARCH (before Linux 6.10, which lets a process
+ * link what it opened), or named when neither works (no /proc either); a
+ * store with a capacity names them (its reservations). Each way leaves
+ * the same store. */
+START_TEST(publish_puts_temp_files_in_place_every_way)
+{
+    enum { AS_IS, NO_CAPABILITY, NO_PROC, CAPACITY, WAYS };
+    for (int way = 0; way < WAYS; way++) {
+        if (way == NO_PROC && geteuid() != 0)
+            continue; /* a mount namespace needs root here */
+        char *dir = new_dir();
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            if ((way == NO_CAPABILITY || way == NO_PROC) && geteuid() == 0 &&
+                drop_dac_read_search() < 0)
+                _exit(10);
+            if (way == NO_PROC && hide_proc() < 0)
+                _exit(11);
+            publish_in_child(dir, way == CAPACITY ? 1u << 30 : 0,
+                             way == CAPACITY  ? 1
+                             : way == NO_PROC ? -1
+                                              : 0);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "way %d: child status %d", way,
+                      status);
+        free(dir);
+    }
 }
 END_TEST
 
@@ -1508,6 +1629,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, publish_map_roundtrip);
     tcase_add_test(tc, presence_is_a_regular_file_not_a_link);
     tcase_add_test(tc, publish_keeps_fanout_directories_and_refuses_links);
+    tcase_add_test(tc, publish_puts_temp_files_in_place_every_way);
     tcase_add_test(tc, publish_empty_and_scalar);
     tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
     tcase_add_test(tc, chunked_publish_matches_and_verifies);
