@@ -232,6 +232,10 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
         m->shared_bytes = 0;
         return 0;
     }
+    /* Inline: what the store did not serve, whichever weights the session
+     * then opens (the plain ones or a derived form). */
+    m->inline_tensors -= m->shared_tensors;
+    m->inline_bytes -= m->shared_bytes;
     r = ort_check(m->api,
                   m->api->AddSessionConfigEntry(
                       so, "session.model_external_initializers_file_folder_path", root),
@@ -277,8 +281,6 @@ static int prepare_shared(ort_model *m, const char *model_path, agent_model *am,
                       "add a shared initializer", err);
     if (r < 0)
         return r;
-    m->inline_tensors -= m->shared_tensors;
-    m->inline_bytes -= m->shared_bytes;
     *image = steal_pointer(&rewritten);
     *image_len = rewritten_len;
     return 0;

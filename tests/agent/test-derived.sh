@@ -54,6 +54,9 @@ for m in ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_det_infer.onnx \
     grep -q "event=derive-requested.*result=made" "$WORK/err" || fail "$m: no form made: $(cat "$WORK/err")"
     out=$(run "$MODELS/$m" --store "$store" 2>"$WORK/err") || fail "$m: $(cat "$WORK/err")"
     [ "$(json_get "$out" derived)" = true ] || fail "$m: the form was not used: $(cat "$WORK/err")"
+    # Inline: what the store did not serve, on the form as on the plain weights.
+    [ "$(json_get "$out" inline_tensors)" = "$(json_get "$first" inline_tensors)" ] ||
+        fail "$m: $(json_get "$out" inline_tensors) inline tensors on the form, $(json_get "$first" inline_tensors) on the plain weights"
     [ "$(json_get "$out" sha256)" = "$stock" ] ||
         fail "$m: derived output $(json_get "$out" sha256) != stock all+prepack $stock"
     # Pre-packed weights of at most 1 MiB: the form has its ORT-format
