@@ -138,6 +138,8 @@ struct budget {
     uint64_t spent;     /* bytes of the tensors it read or is reading */
     uint64_t ingested;  /* bytes it published */
     const char *cut;    /* the budget that refused a tensor, or NULL */
+    _Atomic int64_t peer_checked_ms; /* when budget_check last polled the client */
+    atomic_bool client_left;         /* a poll found the client gone */
     /* A pull's: the tensors' bytes come from a registry (pull.h), fetched
      * on this many threads of its own (they wait on the network, not the
      * CPU), and the request holds every tensor or none. NULL: an ingest. */
@@ -200,21 +202,37 @@ static bool peer_gone(int sock)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0;
 }
 
+/* How often a request's workers look whether its client left: a poll
+ * before each tensor and each chunk was two system calls a tensor, a
+ * tenth of a small tensor's publish (BENCHMARKS.md, "Cold start of a
+ * model of small tensors"); a client that left costs this much more work
+ * at most. */
+#define PEER_CHECK_INTERVAL_MS 10
+
 /* Asked before each tensor and between its chunks: a request never holds
- * a tensor's lock past its deadline, nor works for a client that left. */
+ * a tensor's lock past its deadline, nor works for long for a client that
+ * left. */
 static int budget_check(void *ctx, tetris_error *err)
 {
     struct budget *b = ctx;
     if (atomic_load(&b->c->srv->ss->d->stopping))
         return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
-    if (clock_mono_ms() >= b->deadline_ms) {
+    int64_t now_ms = clock_mono_ms();
+    if (now_ms >= b->deadline_ms) {
         pthread_mutex_lock(&b->lock);
         b->cut = "time";
         pthread_mutex_unlock(&b->lock);
         return tetris_fail(err, TETRIS_E_TIMEOUT, 0,
                            "request over its time budget of %gs (--ingest-timeout)", b->timeout_s);
     }
-    if (peer_gone(b->c->sock))
+    /* One worker polls per interval (the one that moves the mark), and
+     * what it finds holds for every later check. */
+    int64_t checked_ms = atomic_load(&b->peer_checked_ms);
+    if (now_ms - checked_ms >= PEER_CHECK_INTERVAL_MS &&
+        atomic_compare_exchange_strong(&b->peer_checked_ms, &checked_ms, now_ms) &&
+        peer_gone(b->c->sock))
+        atomic_store(&b->client_left, true);
+    if (atomic_load(&b->client_left))
         return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "client hung up");
     return 0;
 }
