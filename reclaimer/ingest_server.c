@@ -145,6 +145,11 @@ struct budget {
      * CPU), and the request holds every tensor or none. NULL: an ingest. */
     struct pull_plan *pull;
     unsigned pull_threads;
+    /* A pull fails with its first rejected tensor (pull_failure, its
+     * index, set once under lock): its other tensors are fetched no
+     * further (budget_check), since the request will hold none of them. */
+    atomic_bool pull_failed;
+    size_t pull_failure;
     /* How its tensors are written (store.h's STORE_PUBLISH_*): a derived
      * form's on 4 KiB pages (publish_derived). */
     unsigned publish_flags;
@@ -217,6 +222,8 @@ static int budget_check(void *ctx, tetris_error *err)
     struct budget *b = ctx;
     if (atomic_load(&b->c->srv->ss->d->stopping))
         return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "daemon stopping");
+    if (b->pull != NULL && atomic_load(&b->pull_failed))
+        return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "the pull failed on another tensor");
     int64_t now_ms = clock_mono_ms();
     if (now_ms >= b->deadline_ms) {
         pthread_mutex_lock(&b->lock);
@@ -680,8 +687,19 @@ static void publish_item(void *ctx, size_t k)
 {
     const struct publish_job *j = ctx;
     size_t i = j->order[k];
-    if (j->todo[i])
-        publish_one(j->ss, j->fds, &j->rq->tensors[i], j->b, &j->res[i]);
+    if (!j->todo[i])
+        return;
+    publish_one(j->ss, j->fds, &j->rq->tensors[i], j->b, &j->res[i]);
+    /* The first rejection of a pull is its failure; the later ones are
+     * its other tensors abandoned (budget_check). */
+    if (j->b->pull != NULL && j->res[i].status == INGEST_REJECTED) {
+        pthread_mutex_lock(&j->b->lock);
+        if (!atomic_load(&j->b->pull_failed)) {
+            j->b->pull_failure = i;
+            atomic_store(&j->b->pull_failed, true);
+        }
+        pthread_mutex_unlock(&j->b->lock);
+    }
 }
 
 /* Checks under the use lock (shared) which tensors are resident; while
@@ -1141,9 +1159,14 @@ static int pull_tensors(struct conn *c, struct pull_plan *plan, const char *labe
     pthread_mutex_init(&b.lock, NULL);
     size_t held = 0;
     rc = publish_and_refer(c, &prq, NULL, &b, res, &held, err);
-    for (size_t k = 0; rc == 0 && k < prq.n_tensors; k++)
+    /* Its failure: the first tensor rejected, else (evicted before it was
+     * referenced) the first in order. */
+    size_t failed = atomic_load(&b.pull_failed) ? b.pull_failure : prq.n_tensors;
+    for (size_t k = 0; failed == prq.n_tensors && k < prq.n_tensors; k++)
         if (res[k].status == INGEST_REJECTED)
-            rc = tetris_fail(err, res[k].code, 0, "%s", res[k].reason);
+            failed = k;
+    if (rc == 0 && failed < prq.n_tensors)
+        rc = tetris_fail(err, res[failed].code, 0, "%s", res[failed].reason);
     /* Before budget_end: the withdrawal tells this pull's fresh counts
      * from other requests' by them. */
     if (rc < 0)
