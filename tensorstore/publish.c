@@ -1,11 +1,11 @@
 /* publish.c - atomic, single-copy ingest of one tensor.
  *
  * Under the tensor's lock stripe: if the tensor is not resident yet, reserve
- * its full size in a temp file under tmp/ (0444 from its creation; flock-ed,
- * so repair can tell a live writer from a dead one), write the bytes, hash
- * what was written, append the trailer and rename it into tensors/XX/. A crash
- * at any point leaves at most a temp file, never a partial file under
- * tensors/.
+ * its full size in a temp file under tmp/ (0444 from its creation; unnamed,
+ * or named and flock-ed so repair can tell a live writer from a dead one:
+ * see enum temp_kind), write the bytes, hash what was written, append the
+ * trailer and put it in place under tensors/XX/. A crash at any point
+ * leaves at most a named temp file, never a partial file under tensors/.
  *
  * Two ways to supply the bytes: a fill callback that writes the whole tensor
  * through a writable shared mapping (for decoders that need the whole
@@ -128,15 +128,13 @@ static int temp_file_create(store *s, const char *hex, uint64_t file_bytes, stru
     t->kind = s->capacity_bytes == 0 ? store_temp_kind(s) : TEMP_NAMED;
     /* Read-only from the start (this descriptor, opened at creation, still
      * writes): a published tensor is 0444, with no chmod per tensor. */
-    if (t->kind != TEMP_NAMED)
-        t->fd = openat(s->tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0444);
-    if (t->kind != TEMP_NAMED && t->fd < 0) {
-        t->fd = -1;
-        return tetris_fail(err, store_errno_code(errno), errno, "temp file in %s/private/tmp",
-                           s->root);
-    }
-    if (t->kind == TEMP_NAMED)
+    if (t->kind == TEMP_NAMED) {
         t->fd = store_create_locked(s->tmp_fd, hex, "", 0444, t->name, sizeof t->name, err);
+    } else {
+        t->fd = openat(s->tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0444);
+        if (t->fd < 0)
+            t->fd = tetris_fail(err, store_errno_code(errno), errno, "create an unnamed file");
+    }
     if (t->fd < 0) {
         tetris_wrap(err, "store %s/private/tmp", s->root);
         return t->fd;
