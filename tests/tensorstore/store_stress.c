@@ -11,7 +11,9 @@
  *   crash       trials of a publisher SIGKILLed at a random instant of its
  *               ingest: nothing partial is ever mappable, and after
  *               store_repair the store verifies clean with no temp files
- *               and no dead holders.
+ *               and no dead holders. Without --capacity the store's temp
+ *               files are unnamed (a killed writer's vanish with it); with
+ *               one they are named, and repair removes a dead writer's.
  *
  * Tensor contents come from a seeded generator written straight into the
  * store's fill mapping, so every process agrees on the bytes without
@@ -519,8 +521,16 @@ static int check_set(store *s, const struct gen_tensor *set, int n, int *residen
     return 0;
 }
 
+/* What the crash trials saw: the kills, and which of them landed inside
+ * an ingest (some of its tensors resident, not all). */
+struct crash_counts {
+    int killed;
+    int partial;
+};
+
 static int crash_trial(const struct options *o, store *s, int trial, uint64_t *span_ns,
-                       struct store_repair_report *total, int *killed, tetris_error *err)
+                       struct store_repair_report *total, struct crash_counts *seen,
+                       tetris_error *err)
 {
     int n = o->tensors;
     cleanup_free struct gen_tensor *set = make_set(n, o->seed * 1000003u + (uint64_t)trial,
@@ -533,17 +543,18 @@ static int crash_trial(const struct options *o, store *s, int trial, uint64_t *s
     int k = run_loader(o, set, n, delay, &took);
     if (k < 0)
         return tetris_fail(err, TETRIS_E_IO, 0, "loader failed on its own");
-    *killed += k;
+    seen->killed += k;
     if (k == 0) /* it finished: learn how long a whole ingest takes */
         *span_ns = (*span_ns * 3 + took) / 4;
 
-    int files, resident;
+    int files = 0, resident = 0;
     int rc = check_tensor_files(s, &files, err);
     if (rc == 0)
         rc = check_set(s, set, n, &resident, err);
     if (rc < 0)
         return rc;
     struct store_repair_report r;
+    seen->partial += k == 1 && resident > 0 && resident < n;
     rc = store_repair(s, &r, err);
     if (rc < 0)
         return rc;
@@ -576,7 +587,9 @@ static int run_crash(const struct options *o)
 {
     tetris_error err;
     store *s = NULL;
-    if (open_store(o->store_dir, true, &s, &err) < 0) {
+    /* The loaders open the store as created: with its capacity, if any. */
+    struct store_options so = {.create = true, .capacity_bytes = o->capacity};
+    if (store_open(o->store_dir, &so, &s, &err) < 0) {
         log_error("event=open-failed msg=%s", LOG_Q(err.msg));
         return EXIT_FAIL;
     }
@@ -594,24 +607,27 @@ static int run_crash(const struct options *o)
         store_remove_tensor(s, &warm[i].meta.digest, NULL);
     memset(&total, 0, sizeof total);
 
-    int killed = 0;
+    struct crash_counts seen = {0};
     for (int trial = 0; trial < o->trials; trial++) {
-        if (crash_trial(o, s, trial, &span, &total, &killed, &err) < 0) {
+        if (crash_trial(o, s, trial, &span, &total, &seen, &err) < 0) {
             log_error("event=trial-failed trial=%d msg=%s", trial, LOG_Q(err.msg));
             store_close(s);
             return EXIT_FAIL;
         }
     }
-    printf("trials=%d killed=%d finished=%d temp_files_removed=%zu dead_holders_released=%zu "
-           "bad_tensors_removed=%zu ingest_span_us=%llu\n",
-           o->trials, killed, o->trials - killed, total.temp_files_removed,
+    printf("trials=%d killed=%d partial=%d finished=%d temp_files_removed=%zu "
+           "dead_holders_released=%zu bad_tensors_removed=%zu ingest_span_us=%llu capacity=%llu\n",
+           o->trials, seen.killed, seen.partial, o->trials - seen.killed, total.temp_files_removed,
            total.dead_holders_released, total.bad_tensors_removed,
-           (unsigned long long)(span / 1000));
+           (unsigned long long)(span / 1000), (unsigned long long)o->capacity);
     store_close(s);
-    /* A run whose kills never landed inside an ingest tested nothing. */
-    if (killed == 0 || total.temp_files_removed == 0) {
-        log_error("event=no-kill-landed-mid-ingest killed=%d temp_files_removed=%zu", killed,
-                  total.temp_files_removed);
+    /* A run whose kills never landed inside an ingest tested nothing: some
+     * must have left a set partly published, and with named temp files
+     * some must have left one for repair. */
+    if (seen.killed == 0 || seen.partial == 0 ||
+        (o->capacity > 0 && total.temp_files_removed == 0)) {
+        log_error("event=no-kill-landed-mid-ingest killed=%d partial=%d temp_files_removed=%zu",
+                  seen.killed, seen.partial, total.temp_files_removed);
         return EXIT_FAIL;
     }
     return 0;
@@ -619,13 +635,13 @@ static int run_crash(const struct options *o)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tetris-store-stress concurrent|fill|crash --store DIR [options]\n"
-            "  concurrent   --procs N (32) --tensors N (24) --max-bytes B (262144)\n"
-            "  fill         --capacity B --procs N (32) --max-bytes B (262144)\n"
-            "  crash        --trials N (300) --tensors N (6) --max-bytes B (262144)\n"
-            "  --seed N     generator seed (1)\n"
-            "exit status: 0 invariants held, 1 an invariant failed, 2 usage error\n");
+    fprintf(f, "usage: tetris-store-stress concurrent|fill|crash --store DIR [options]\n"
+               "  concurrent   --procs N (32) --tensors N (24) --max-bytes B (262144)\n"
+               "  fill         --capacity B --procs N (32) --max-bytes B (262144)\n"
+               "  crash        --trials N (300) --tensors N (6) --max-bytes B (262144)\n"
+               "               [--capacity B: named temp files]\n"
+               "  --seed N     generator seed (1)\n"
+               "exit status: 0 invariants held, 1 an invariant failed, 2 usage error\n");
 }
 
 int main(int argc, char **argv)
