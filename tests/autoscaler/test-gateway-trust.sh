@@ -17,14 +17,19 @@ here="$ROOT/tests/autoscaler"
 command -v prometheus >/dev/null || skip "prometheus not installed"
 profile="$here/two-configs.profile.yaml"
 
-start_counter() { # NAME=RPS OUT
+# start_counter NAME=RPS OUT: a counter, its port in COUNTER_PORT (not in a
+# command substitution: its subshell would lose KILL_ON_EXIT, and the
+# counter would outlive the test).
+start_counter() {
     "$BIN/autoscaler-gateway-counter" "$1" >"$WORK/$2.out" 2>"$WORK/$2.log" &
     KILL_ON_EXIT="$KILL_ON_EXIT $!"
     wait_until 10 "grep -q '^port=' '$WORK/$2.out'" || fail "counter $2 did not start"
-    sed -n 's/^port=//p' "$WORK/$2.out"
+    COUNTER_PORT=$(sed -n 's/^port=//p' "$WORK/$2.out")
 }
-gw_port=$(start_counter fn=1 gateway)
-liar_port=$(start_counter fn=11150 liar)
+start_counter fn=1 gateway
+gw_port=$COUNTER_PORT
+start_counter fn=11150 liar
+liar_port=$COUNTER_PORT
 cat >"$WORK/prometheus.yml" <<YAML
 global:
   scrape_interval: 1s
