@@ -321,8 +321,9 @@ void daemon_close_stores(struct daemon *d);
 int daemon_reclaim_pass(struct daemon *d, tetris_error *err);
 
 /* ---- reclaim.c ---- */
-/* Repairs one store, rebuilds its index from it and re-adopts holders
- * whose owner outlived a previous daemon. Call once before serving it. */
+/* Repairs one store, rebuilds its index from it, re-adopts holders whose
+ * owner outlived a previous daemon and makes its lock stripes and fanout
+ * directories (store_prepare_publish). Call once before serving it. */
 int store_startup(struct served_store *ss, tetris_error *err);
 /* For each store: cheap repair (full repair on its duty cycle), reconcile
  * the index with the store, free cold tensors per keep-alive, evict LRU

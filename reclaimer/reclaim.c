@@ -746,6 +746,9 @@ int store_startup(struct served_store *ss, tetris_error *err)
 {
     remove_leftovers(ss);
     tetris_error lerr;
+    if (store_prepare_publish(ss->store, &lerr) < 0)
+        log_warn("event=store-prepare-failed tenant=%s code=%s msg=%s action=make-on-first-publish",
+                 tenant_name(ss), tetris_code_name(lerr.code), LOG_Q(lerr.msg));
     pthread_mutex_lock(&ss->index_lock);
     int rc = tensor_index_load(ss->index, ss->state_path, &lerr);
     pthread_mutex_unlock(&ss->index_lock);

@@ -280,18 +280,27 @@ int store_flock(int fd, int op, int timeout_ms)
     }
 }
 
+/* Opens locks/<name>, made if missing; a link planted in its place is
+ * removed, never followed. */
+static int open_lock_file(store *s, const char *name, tetris_error *err)
+{
+    int fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ELOOP && unlinkat(s->locks_fd, name, 0) == 0)
+        fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return tetris_fail(err, store_errno_code(errno), errno, "open lock %s/private/locks/%s",
+                           s->root, name);
+    return fd;
+}
+
 int store_lock_named(store *s, const char *name, tetris_error *err)
 {
     int rc = store_require_writable(s, "lock", err);
     if (rc < 0)
         return rc;
-    cleanup_close int fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == ELOOP && unlinkat(s->locks_fd, name, 0) == 0)
-        fd = store_openat(s->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC,
-                          0600); /* a planted link */
+    cleanup_close int fd = open_lock_file(s, name, err);
     if (fd < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "open lock %s/private/locks/%s",
-                           s->root, name);
+        return fd;
     if (store_flock(fd, LOCK_EX, STORE_LOCK_TIMEOUT_MS) < 0)
         return tetris_fail(err, errno == ETIMEDOUT ? TETRIS_E_TIMEOUT : TETRIS_E_IO, errno,
                            "lock %s/private/locks/%s", s->root, name);
@@ -304,6 +313,28 @@ int store_lock_tensor(store *s, const tensor_digest *d, tetris_error *err)
     tensor_digest_to_hex(d, hex);
     hex[STORE_LOCK_STRIPE_CHARS] = '\0';
     return store_lock_named(s, hex, err);
+}
+
+/* Made in order: when the last stripe is there, a previous call made them
+ * all (nothing removes a lock file), and a restart costs one fstatat. */
+int store_make_lock_stripes(store *s, tetris_error *err)
+{
+    int rc = store_require_writable(s, "make lock stripes", err);
+    unsigned stripes = 1u << (4 * STORE_LOCK_STRIPE_CHARS);
+    char name[STORE_LOCK_STRIPE_CHARS + 1];
+    struct stat st;
+    snprintf(name, sizeof name, "%0*x", STORE_LOCK_STRIPE_CHARS, stripes - 1);
+    if (rc == 0 && fstatat(s->locks_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        return 0;
+    for (unsigned i = 0; rc == 0 && i < stripes; i++) {
+        snprintf(name, sizeof name, "%0*x", STORE_LOCK_STRIPE_CHARS, i);
+        int fd = open_lock_file(s, name, err);
+        if (fd < 0)
+            rc = fd;
+        else
+            close(fd);
+    }
+    return rc;
 }
 
 int store_create_locked(int dir_fd, const char *prefix, const char *suffix, int mode,

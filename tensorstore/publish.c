@@ -327,37 +327,51 @@ static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
     return 0;
 }
 
-/* The fanout directory tensors/XX of a digest by its descriptor, made if
- * missing: a link in its place is refused, never followed. Opened by the
- * handle's first publish into it and kept (fanout directories are never
- * removed; repair removes only what is not a directory there), so that a
- * publish costs no mkdir, open and close of it: on a model of small
- * tensors those were a tenth of the daemon's time per tensor (BENCHMARKS.md,
- * "Cold start of a model of small tensors"). Threads that race on a
- * first open keep the first descriptor installed. */
-static int fanout_dir(store *s, const tensor_digest *d, const char *hex, tetris_error *err)
+/* The fanout directory tensors/XX (XX: fanout in hex) by its descriptor,
+ * made if missing: a link in its place is refused, never followed. Opened
+ * by the handle's first publish into it (or store_prepare_publish) and
+ * kept (fanout directories are never removed; repair removes only what is
+ * not a directory there), so that a publish costs no mkdir, open and close
+ * of it: on a model of small tensors those were a tenth of the daemon's
+ * time per tensor (BENCHMARKS.md, "Cold start of a model of small
+ * tensors"). Threads that race on a first open keep the first descriptor
+ * installed. */
+static int fanout_dir(store *s, uint8_t fanout, tetris_error *err)
 {
-    _Atomic int *slot = &s->fanout_fds[d->bytes[0]];
+    _Atomic int *slot = &s->fanout_fds[fanout];
     int fd = atomic_load(slot);
     if (fd >= 0)
         return fd;
-    char fanout[3] = {hex[0], hex[1], '\0'};
-    fd = store_open_dir(s->tensors_fd, fanout);
+    char name[3];
+    snprintf(name, sizeof name, "%02x", fanout);
+    fd = store_open_dir(s->tensors_fd, name);
     if (fd < 0 && errno == ENOENT) {
-        if (mkdirat(s->tensors_fd, fanout, 0755) < 0 && errno != EEXIST)
+        if (mkdirat(s->tensors_fd, name, 0755) < 0 && errno != EEXIST)
             return tetris_fail(err, store_errno_code(errno), errno, "create %s/tensors/%s",
-                               s->public_dir, fanout);
-        fd = store_open_dir(s->tensors_fd, fanout);
+                               s->public_dir, name);
+        fd = store_open_dir(s->tensors_fd, name);
     }
     if (fd < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "open %s/tensors/%s", s->public_dir,
-                           fanout);
+                           name);
     int none = -1;
     if (!atomic_compare_exchange_strong(slot, &none, fd)) {
         close(fd);
         fd = none;
     }
     return fd;
+}
+
+/* Drops the handle's descriptor of tensors/XX when it is stale (the
+ * directory was removed since it was opened): the next fanout_dir opens
+ * or makes it again. The stale descriptor is not closed, since another
+ * thread may be linking through it (its number reused would point that
+ * thread elsewhere): one descriptor kept per removal of a fanout
+ * directory, which nothing in tetris does. Returns whether it was
+ * dropped here. */
+static bool forget_fanout_dir(store *s, uint8_t fanout, int stale_fd)
+{
+    return atomic_compare_exchange_strong(&s->fanout_fds[fanout], &stale_fd, -1);
 }
 
 /* Names the verified temp file fanout_fd/hex, in place of whatever had the
@@ -384,10 +398,17 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
     if (n != (ssize_t)sizeof trailer)
         return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : EIO, "write trailer of %s", hex);
 
-    int fanout_fd = fanout_dir(s, &meta->digest, hex, err);
+    uint8_t fanout = meta->digest.bytes[0];
+    int fanout_fd = fanout_dir(s, fanout, err);
     if (fanout_fd < 0)
         return fanout_fd;
     int rc = put_in_place(t, fanout_fd, hex);
+    /* ENOENT: the directory behind the kept descriptor is gone. */
+    if (rc < 0 && errno == ENOENT && forget_fanout_dir(s, fanout, fanout_fd)) {
+        if ((fanout_fd = fanout_dir(s, fanout, err)) < 0)
+            return fanout_fd;
+        rc = put_in_place(t, fanout_fd, hex);
+    }
     if (rc < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%.2s/%s",
                            s->public_dir, hex, hex);
@@ -419,13 +440,12 @@ static int publish_from(store *s, const tensor_meta *meta, const struct byte_sou
     int rc = publish_check(s, meta, published, err);
     if (rc < 0)
         return rc;
-    if (store_has_tensor(s, &meta->digest))
-        return 0;
-
+    /* Only under the lock: every caller that publishes what is missing has
+     * looked already (a second look before the lock was a path lookup per
+     * tensor for nothing), and another publisher may have finished since. */
     cleanup_close int lock = store_lock_tensor(s, &meta->digest, err);
     if (lock < 0)
         return lock;
-    /* Another publisher may have finished while we waited for the lock. */
     if (store_has_tensor(s, &meta->digest))
         return 0;
 
@@ -448,6 +468,23 @@ static int publish_from(store *s, const tensor_meta *meta, const struct byte_sou
     temp_file_discard(&t);
     if (rc == 0 && published != NULL)
         *published = true;
+    return rc;
+}
+
+/* Each lock stripe and fanout directory made once at the daemon's start
+ * costs no create in the first loads: a create takes the directory's lock,
+ * which the publishing threads queue on (a cold start of a model of 250
+ * small tensors registered about 10% faster, BENCHMARKS.md). */
+int store_prepare_publish(store *s, tetris_error *err)
+{
+    int rc = store_make_lock_stripes(s, err);
+    for (unsigned i = 0; rc == 0 && i < STORE_TENSOR_FANOUT; i++) {
+        int fd = fanout_dir(s, (uint8_t)i, err);
+        if (fd < 0)
+            rc = fd;
+    }
+    if (rc < 0)
+        tetris_wrap(err, "prepare store %s for publishing", s->root);
     return rc;
 }
 

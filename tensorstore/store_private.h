@@ -98,6 +98,8 @@ int store_open_dir(int dir_fd, const char *path);
 int store_lock_tensor(store *s, const tensor_digest *d, tetris_error *err);
 /* Takes locks/<name> exclusively; returns its fd. */
 int store_lock_named(store *s, const char *name, tetris_error *err);
+/* Makes every lock stripe file that is missing (store_prepare_publish). */
+int store_make_lock_stripes(store *s, tetris_error *err);
 
 /* Creates a new file in dir_fd named <prefix>.<random><suffix>, flock-ed
  * exclusively, and makes sure it is still linked once locked (repair may

@@ -60,9 +60,11 @@ V="$STORE/private"
 ln -s "$OUT/file" "$STORE/planted"
 ln -s "$OUT/file" "$P/planted"
 ln -s "$OUT/dir" "$P/tensors/zz"
-# A fanout directory that is a link out of the store, and a tensor name
-# that is a link to a file outside.
+# A fanout directory that is a link out of the store (in place of the one
+# the daemon made at start, unless m1 has tensors there), and a tensor
+# name that is a link to a file outside.
 fan=$(printf %.2s "$second")
+rmdir "$P/tensors/$fan" 2>/dev/null || true
 [ -e "$P/tensors/$fan" ] || ln -s "$OUT/dir" "$P/tensors/$fan"
 mkdir -p "$P/tensors/$(printf %.2s "$first")"
 ln -s "$OUT/file" "$P/tensors/$(printf %.2s "$first")/$first"
@@ -71,6 +73,7 @@ for d in tmp holders locks quarantine; do
     ln -s "$OUT/dir" "$V/$d/planted-dir"
 done
 ln -s "$OUT/file" "$V/holders/1-planted.ref"
+rm -f "$V/locks/$(printf %.3s "$first")"
 ln -s "$OUT/file" "$V/locks/$(printf %.3s "$first")"
 ln -s "$OUT/file" "$V/tmp/$first.0123456789abcdef"
 rm -f "$V/reclaimer.state"

@@ -9,7 +9,9 @@
 #    evicts a referenced tensor; ingests past capacity are refused per
 #    tensor and the instance loads those privately;
 #  - --once runs repair plus one pass and exits;
-#  - digests in --pin-file are kept like referenced ones.
+#  - digests in --pin-file are kept like referenced ones;
+#  - the daemon makes the store's lock stripes and fanout directories at
+#    start, before the first load needs them.
 # Models differ in tensor size, so /inventory's "bytes" tells them apart.
 set -u
 . "$(dirname "$0")/../lib/reclaimer.sh"
@@ -30,6 +32,10 @@ keep_alive: 2
 scrub_rate: 0
 YAML
 start_daemon --config "$WORK/r.yaml"
+[ "$(find "$STORE/private/locks" -type f | wc -l)" = 4096 ] ||
+    fail "daemon start made $(find "$STORE/private/locks" -type f | wc -l) of 4096 lock stripes"
+[ "$(find "$STORE/public/tensors" -mindepth 1 -type d | wc -l)" = 256 ] ||
+    fail "daemon start made $(find "$STORE/public/tensors" -mindepth 1 -type d | wc -l) of 256 fanout directories"
 
 hold "$WORK/a.safetensors" "$WORK/a1.json"; A1=$HOLD_PID
 hold "$WORK/b.safetensors" "$WORK/b1.json"; B1=$HOLD_PID

@@ -335,6 +335,76 @@ START_TEST(publish_keeps_fanout_directories_and_refuses_links)
 }
 END_TEST
 
+/* store_prepare_publish makes every lock stripe and fanout directory, is
+ * idempotent (a second call, and one after a stripe went missing), refuses
+ * a link planted in place of a fanout directory, and leaves publishing as
+ * it was, also into a fanout directory removed after it was opened. */
+START_TEST(prepare_publish_makes_stripes_and_fanouts)
+{
+    char *dir = new_dir(), *elsewhere = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    char *locks = sub_path(s, "locks"), *tensors = sub_path(s, "tensors");
+    tetris_error err;
+    ck_assert_int_eq(count_files(locks), 0);
+    ck_assert_int_eq(count_files(tensors), 0);
+    ck_assert_int_eq(store_prepare_publish(s, &err), 0);
+    ck_assert_int_eq(count_files(locks), 4096);
+    ck_assert_int_eq(count_files(tensors), 256);
+    char *last;
+    ck_assert_int_ge(asprintf(&last, "%s/fff", locks), 0);
+    struct stat st;
+    ck_assert_int_eq(stat(last, &st), 0);
+    ck_assert(S_ISREG(st.st_mode));
+    ck_assert_uint_eq(st.st_mode & 07777, 0600);
+    ck_assert_int_eq(store_prepare_publish(s, &err), 0);
+    ck_assert_int_eq(unlink(last), 0);
+    ck_assert_int_eq(store_prepare_publish(s, &err), 0);
+    ck_assert_int_eq(count_files(locks), 4096);
+
+    struct test_tensor t = make_tensor(64, 7);
+    publish(s, &t, true);
+    ck_assert(store_has_tensor(s, &t.meta.digest));
+    /* A fanout directory removed under the handle's kept descriptor is
+     * made again by the next publish into it. */
+    struct test_tensor u = {0};
+    for (unsigned seed = 8; u.data == NULL; seed++) {
+        struct test_tensor c = make_tensor(64, seed);
+        if (c.meta.digest.bytes[0] != t.meta.digest.bytes[0])
+            u = c;
+        else
+            free(c.data);
+    }
+    char *removed = tensor_path(s, &u.meta.digest);
+    *strrchr(removed, '/') = '\0';
+    ck_assert_int_eq(rmdir(removed), 0);
+    publish(s, &u, true);
+    ck_assert(store_has_tensor(s, &u.meta.digest));
+    free(removed);
+    free(u.data);
+    store_close(s);
+
+    /* A fresh handle opens the directories again: one replaced by a link
+     * is refused, nothing made through it. */
+    char *fanout;
+    ck_assert_int_ge(asprintf(&fanout, "%s/%02x", tensors, t.meta.digest.bytes[0] ^ 1), 0);
+    ck_assert_int_eq(rmdir(fanout), 0);
+    ck_assert_int_eq(symlink(elsewhere, fanout), 0);
+    s = open_store(dir, 0, NULL);
+    ck_assert_int_lt(store_prepare_publish(s, &err), 0);
+    ck_assert_msg(strstr(err.msg, "prepare store") != NULL, "%s", err.msg);
+    ck_assert_int_eq(count_files(elsewhere), 0);
+    ck_assert(store_has_tensor(s, &t.meta.digest));
+    store_close(s);
+    free(fanout);
+    free(t.data);
+    free(last);
+    free(locks);
+    free(tensors);
+    free(elsewhere);
+    free(dir);
+}
+END_TEST
+
 /* What a fill sees of tmp/ while it writes: how many files are there. */
 struct counting_fill {
     const float *data;
@@ -1629,6 +1699,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, publish_map_roundtrip);
     tcase_add_test(tc, presence_is_a_regular_file_not_a_link);
     tcase_add_test(tc, publish_keeps_fanout_directories_and_refuses_links);
+    tcase_add_test(tc, prepare_publish_makes_stripes_and_fanouts);
     tcase_add_test(tc, publish_puts_temp_files_in_place_every_way);
     tcase_add_test(tc, publish_empty_and_scalar);
     tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
