@@ -149,6 +149,19 @@ static char *tensor_path(store *s, const tensor_digest *d)
     return p;
 }
 
+/* A 64-element tensor (seeds from first_seed on) whose fanout directory
+ * is of's (same) or another one (!same). */
+static struct test_tensor tensor_by_fanout(const struct test_tensor *of, bool same,
+                                           unsigned first_seed)
+{
+    for (unsigned seed = first_seed;; seed++) {
+        struct test_tensor t = make_tensor(64, seed);
+        if ((t.meta.digest.bytes[0] == of->meta.digest.bytes[0]) == same)
+            return t;
+        free(t.data);
+    }
+}
+
 /* sub is a path in the store as it was before the public/private split
  * ("tmp/x", "tensors"): where it lives now. */
 static char *sub_path(store *s, const char *sub)
@@ -282,14 +295,7 @@ START_TEST(publish_keeps_fanout_directories_and_refuses_links)
 {
     char *dir = new_dir(), *elsewhere = new_dir();
     store *s = open_store(dir, 0, NULL);
-    struct test_tensor first = make_tensor(64, 1), second = {0};
-    for (unsigned seed = 2; second.data == NULL; seed++) {
-        struct test_tensor t = make_tensor(64, seed);
-        if (t.meta.digest.bytes[0] == first.meta.digest.bytes[0])
-            second = t;
-        else
-            free(t.data);
-    }
+    struct test_tensor first = make_tensor(64, 1), second = tensor_by_fanout(&first, true, 2);
     publish(s, &first, true);
     publish(s, &second, true);
     char *a = tensor_path(s, &first.meta.digest), *b = tensor_path(s, &second.meta.digest);
@@ -301,14 +307,7 @@ START_TEST(publish_keeps_fanout_directories_and_refuses_links)
     *strrchr(b, '/') = '\0';
     ck_assert_str_eq(a, b);
 
-    struct test_tensor linked = {0};
-    for (unsigned seed = 1000; linked.data == NULL; seed++) {
-        struct test_tensor t = make_tensor(64, seed);
-        if (t.meta.digest.bytes[0] != first.meta.digest.bytes[0])
-            linked = t;
-        else
-            free(t.data);
-    }
+    struct test_tensor linked = tensor_by_fanout(&first, false, 1000);
     char *path = tensor_path(s, &linked.meta.digest);
     *strrchr(path, '/') = '\0';
     ck_assert_int_eq(symlink(elsewhere, path), 0);
@@ -366,14 +365,7 @@ START_TEST(prepare_publish_makes_stripes_and_fanouts)
     ck_assert(store_has_tensor(s, &t.meta.digest));
     /* A fanout directory removed under the handle's kept descriptor is
      * made again by the next publish into it. */
-    struct test_tensor u = {0};
-    for (unsigned seed = 8; u.data == NULL; seed++) {
-        struct test_tensor c = make_tensor(64, seed);
-        if (c.meta.digest.bytes[0] != t.meta.digest.bytes[0])
-            u = c;
-        else
-            free(c.data);
-    }
+    struct test_tensor u = tensor_by_fanout(&t, false, 8);
     char *removed = tensor_path(s, &u.meta.digest);
     *strrchr(removed, '/') = '\0';
     ck_assert_int_eq(rmdir(removed), 0);
