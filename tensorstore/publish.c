@@ -329,13 +329,11 @@ static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
 
 /* The fanout directory tensors/XX (XX: fanout in hex) by its descriptor,
  * made if missing: a link in its place is refused, never followed. Opened
- * by the handle's first publish into it (or store_prepare_publish) and
- * kept (fanout directories are never removed; repair removes only what is
- * not a directory there), so that a publish costs no mkdir, open and close
- * of it: on a model of small tensors those were a tenth of the daemon's
- * time per tensor (BENCHMARKS.md, "Cold start of a model of small
- * tensors"). Threads that race on a first open keep the first descriptor
- * installed. */
+ * by the handle's first publish into it and kept (fanout directories are never removed; repair
+ * removes only what is not a directory there), so that a publish costs no mkdir, open and close of
+ * it: on a model of small tensors those were a tenth of the daemon's time per tensor
+ * (BENCHMARKS.md, "Cold start of a model of small tensors"). Threads that race on a first open keep
+ * the first descriptor installed. */
 static int fanout_dir(store *s, uint8_t fanout, tetris_error *err)
 {
     _Atomic int *slot = &s->fanout_fds[fanout];
@@ -474,14 +472,27 @@ static int publish_from(store *s, const tensor_meta *meta, const struct byte_sou
 /* Each lock stripe and fanout directory made once at the daemon's start
  * costs no create in the first loads: a create takes the directory's lock,
  * which the publishing threads queue on (a cold start of a model of 250
- * small tensors registered about 10% faster, BENCHMARKS.md). */
+ * small tensors registered about 10% faster, BENCHMARKS.md). The fanout
+ * directories are made, not opened: a handle opens those it publishes into
+ * (fanout_dir), so a daemon serving many tenant stores holds descriptors
+ * only for the directories in use. */
 int store_prepare_publish(store *s, tetris_error *err)
 {
     int rc = store_make_lock_stripes(s, err);
     for (unsigned i = 0; rc == 0 && i < STORE_TENSOR_FANOUT; i++) {
-        int fd = fanout_dir(s, (uint8_t)i, err);
-        if (fd < 0)
-            rc = fd;
+        char name[3];
+        snprintf(name, sizeof name, "%02x", i);
+        struct stat st;
+        if (fstatat(s->tensors_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+            continue;
+        if (mkdirat(s->tensors_fd, name, 0755) == 0)
+            continue;
+        int made_error = errno; /* EEXIST: made meanwhile, or a link or file in its place */
+        if (made_error == EEXIST && fstatat(s->tensors_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISDIR(st.st_mode))
+            continue;
+        rc = tetris_fail(err, store_errno_code(made_error), made_error, "create %s/tensors/%s",
+                         s->public_dir, name);
     }
     if (rc < 0)
         tetris_wrap(err, "prepare store %s for publishing", s->root);

@@ -160,10 +160,11 @@ typedef int (*store_fill_fn)(void *ctx, void *dst, uint64_t len, tetris_error *e
 int store_publish_tensor(store *s, const tensor_meta *meta, store_fill_fn fill, void *ctx,
                          bool *published, tetris_error *err);
 
-/* Makes every lock stripe and fanout directory a publish could need and
- * keeps the fanout directories open: what the node daemon does at start,
- * so that the first loads on a node create no files but their tensors'.
- * Idempotent; publishes make what is missing anyway. */
+/* Makes every lock stripe and fanout directory a publish could need: what
+ * the node daemon does at start, so that the first loads on a node create
+ * no files but their tensors'. A link or file in place of a fanout
+ * directory fails it, naming the path. Idempotent; publishes make what is
+ * missing anyway. */
 int store_prepare_publish(store *s, tetris_error *err);
 
 /* Copies bytes [offset, offset + len) of the tensor into dst. */

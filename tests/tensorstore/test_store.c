@@ -365,14 +365,17 @@ START_TEST(prepare_publish_makes_stripes_and_fanouts)
     ck_assert(store_has_tensor(s, &t.meta.digest));
     /* A fanout directory removed under the handle's kept descriptor is
      * made again by the next publish into it. */
-    struct test_tensor u = tensor_by_fanout(&t, false, 8);
-    char *removed = tensor_path(s, &u.meta.digest);
+    struct test_tensor u = tensor_by_fanout(&t, false, 8), v = tensor_by_fanout(&u, true, 100);
+    publish(s, &v, true);
+    char *removed = tensor_path(s, &v.meta.digest);
+    ck_assert_int_eq(unlink(removed), 0);
     *strrchr(removed, '/') = '\0';
     ck_assert_int_eq(rmdir(removed), 0);
     publish(s, &u, true);
     ck_assert(store_has_tensor(s, &u.meta.digest));
     free(removed);
     free(u.data);
+    free(v.data);
     store_close(s);
 
     /* A fresh handle opens the directories again: one replaced by a link
