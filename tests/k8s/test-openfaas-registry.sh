@@ -11,19 +11,14 @@
 # exactly the layers the store lacked (tetris_pull_bytes_total against the
 # node's inventory and the registry's manifests), and every function
 # answers what a private run of its file computes. After the doc's
-# clean-up the test checks that nothing is left. SKIPs unless
-# BERT-base with variants is cached (exporting it takes PyTorch and
-# minutes) and where OpenFaaS cannot be built.
+# clean-up the test checks that nothing is left. Exports BERT-base with
+# variants the first time (minutes, PyTorch); SKIPs without PyTorch and
+# where OpenFaaS cannot be built.
 . "$(dirname "$0")/../lib/k8s.sh"
 
 k8s_skip_unless_possible
 k8s_release_only tetris-function
-CACHE="${TETRIS_CACHE:-$HOME/.cache/tetris}/paper-models"
-cached=""
-for d in "$CACHE"/bert-base-*; do
-    [ -f "$d/.done" ] && [ -f "$d/bert-base-ft3.onnx" ] && cached=$d
-done
-[ -n "$cached" ] || skip "no cached bert-base with 3 variants in $CACHE (run scripts/models/paper-models.sh bert-base:3)"
+paper_model bert-base:3
 doc="$ROOT/docs/OPENFAAS.md"
 OF=/tmp/tetris-openfaas
 "$ROOT/scripts/cluster/build-openfaas.sh" >"$WORK/of-bin" 2>"$WORK/build-openfaas.log" || {

@@ -17,10 +17,8 @@ need_numpy
 need_node
 [ -x "$BIN/tetris-reclaimer" ] || fail "tetris-reclaimer not built in $BIN"
 
-rc=0
-dir=$(TETRIS_BIN="$BIN" "$ROOT/scripts/models/paper-models.sh" --dir bert-base 2>"$WORK/paper.log") || rc=$?
-[ $rc -ne 3 ] || skip "PyTorch unavailable: $(tail -n 1 "$WORK/paper.log")"
-[ $rc -eq 0 ] || fail "scripts/models/paper-models.sh bert-base: $(tail -n 3 "$WORK/paper.log")"
+paper_model bert-base
+dir=$PAPER_MODEL_DIR
 "$PY" -c 'import torch' 2>/dev/null || skip "PyTorch is not importable by $PY"
 
 N=3

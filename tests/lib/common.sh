@@ -116,6 +116,20 @@ need_models() {
     ls "$MODELS"/*.onnx >/dev/null 2>&1 || fail "no real models in $MODELS (run scripts/deps.sh)"
 }
 
+# paper_model SPEC: sets PAPER_MODEL_DIR to the cache directory of a paper
+# model (SPEC as scripts/models/paper-models.sh takes it: NAME[:VARIANTS]),
+# exporting it the first time (minutes; installs Debian's PyTorch when
+# missing). SKIPs only when PyTorch is unavailable, fails otherwise: a
+# missing model is made, never a reason to check less.
+paper_model() {
+    _rc=0
+    PAPER_MODEL_DIR=$(TETRIS_BIN="$BIN" "$ROOT/scripts/models/paper-models.sh" --dir "$1" \
+        2>"$WORK/paper-models.log") || _rc=$?
+    [ $_rc -ne 3 ] || skip "PyTorch unavailable: $(tail -n 1 "$WORK/paper-models.log")"
+    [ $_rc -eq 0 ] && [ -d "$PAPER_MODEL_DIR" ] ||
+        fail "scripts/models/paper-models.sh $1: $(tail -n 3 "$WORK/paper-models.log")"
+}
+
 # wait_until SECONDS 'CONDITION': evaluates the shell condition every 0.1 s,
 # at most SECONDS * 10 times; returns 1 when it never held. The bound only
 # keeps a broken program from hanging the run: no test asserts on time.

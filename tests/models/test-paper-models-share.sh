@@ -4,17 +4,13 @@
 # with their weights mapped from one tensor store, compute exactly what a
 # private session does, and the variant's frozen bottom layers are stored
 # once: the store holds less than the two models' tensor bytes, by the
-# bytes their manifests share. SKIPs unless the models are already cached
-# (exporting them takes minutes and needs PyTorch).
+# bytes their manifests share. Exports the models the first time (minutes,
+# PyTorch); SKIPs only without PyTorch.
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
-CACHE="${TETRIS_CACHE:-$HOME/.cache/tetris}/paper-models"
-dir=""
-for d in "$CACHE"/bert-base-*; do
-    [ -f "$d/.done" ] && [ -f "$d/bert-base-ft1.onnx" ] && dir=$d
-done
-[ -n "$dir" ] || skip "no cached bert-base with variants in $CACHE (run scripts/models/paper-models.sh bert-base:3)"
 release_only tetris-onnx-run "runs a 440 MB model several times"
+paper_model bert-base:3
+dir=$PAPER_MODEL_DIR
 STORE="$WORK/store"
 mkdir "$STORE"
 
