@@ -472,7 +472,7 @@ static int publish_from(store *s, const tensor_meta *meta, const struct byte_sou
 /* Each lock stripe and fanout directory made once at the daemon's start
  * costs no create in the first loads: a create takes the directory's lock,
  * which the publishing threads queue on (a cold start of a model of 250
- * small tensors registered about 10% faster, BENCHMARKS.md). The fanout
+ * small tensors registered 14% faster, BENCHMARKS.md). The fanout
  * directories are made, not opened: a handle opens those it publishes into
  * (fanout_dir), so a daemon serving many tenant stores holds descriptors
  * only for the directories in use. */
