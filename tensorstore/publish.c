@@ -329,11 +329,12 @@ static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
 
 /* The fanout directory tensors/XX (XX: fanout in hex) by its descriptor,
  * made if missing: a link in its place is refused, never followed. Opened
- * by the handle's first publish into it and kept (fanout directories are never removed; repair
- * removes only what is not a directory there), so that a publish costs no mkdir, open and close of
- * it: on a model of small tensors those were a tenth of the daemon's time per tensor
- * (BENCHMARKS.md, "Cold start of a model of small tensors"). Threads that race on a first open keep
- * the first descriptor installed. */
+ * by the handle's first publish into it and kept (fanout directories are
+ * never removed; repair removes only what is not a directory there), so
+ * that a publish costs no mkdir, open and close of it: on a model of small
+ * tensors those were a tenth of the daemon's time per tensor
+ * (BENCHMARKS.md, "Cold start of a model of small tensors"). Threads that
+ * race on a first open keep the first descriptor installed. */
 static int fanout_dir(store *s, uint8_t fanout, tetris_error *err)
 {
     _Atomic int *slot = &s->fanout_fds[fanout];
@@ -360,16 +361,16 @@ static int fanout_dir(store *s, uint8_t fanout, tetris_error *err)
     return fd;
 }
 
-/* Drops the handle's descriptor of tensors/XX when it is stale (the
- * directory was removed since it was opened): the next fanout_dir opens
- * or makes it again. The stale descriptor is not closed, since another
- * thread may be linking through it (its number reused would point that
- * thread elsewhere): one descriptor kept per removal of a fanout
- * directory, which nothing in tetris does. Returns whether it was
- * dropped here. */
-static bool forget_fanout_dir(store *s, uint8_t fanout, int stale_fd)
+/* Drops the handle's descriptor of tensors/XX if it is still stale_fd (the
+ * directory behind it was removed), so that the next fanout_dir opens or
+ * makes the directory again; another thread may have done so already.
+ * The stale descriptor is not closed, since another thread may be linking
+ * through it (its number reused would point that thread elsewhere): one
+ * descriptor kept per removal of a fanout directory, which nothing in
+ * tetris does. */
+static void forget_fanout_dir(store *s, uint8_t fanout, int stale_fd)
 {
-    return atomic_compare_exchange_strong(&s->fanout_fds[fanout], &stale_fd, -1);
+    atomic_compare_exchange_strong(&s->fanout_fds[fanout], &stale_fd, -1);
 }
 
 /* Names the verified temp file fanout_fd/hex, in place of whatever had the
@@ -402,10 +403,13 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
         return fanout_fd;
     int rc = put_in_place(t, fanout_fd, hex);
     /* ENOENT: the directory behind the kept descriptor is gone. */
-    if (rc < 0 && errno == ENOENT && forget_fanout_dir(s, fanout, fanout_fd)) {
-        if ((fanout_fd = fanout_dir(s, fanout, err)) < 0)
-            return fanout_fd;
-        rc = put_in_place(t, fanout_fd, hex);
+    if (rc < 0 && errno == ENOENT) {
+        forget_fanout_dir(s, fanout, fanout_fd);
+        int again = fanout_dir(s, fanout, err);
+        if (again < 0)
+            return again;
+        if (again != fanout_fd)
+            rc = put_in_place(t, again, hex);
     }
     if (rc < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%.2s/%s",
