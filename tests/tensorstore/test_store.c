@@ -378,8 +378,8 @@ START_TEST(prepare_publish_makes_stripes_and_fanouts)
     free(v.data);
     store_close(s);
 
-    /* A fresh handle opens the directories again: one replaced by a link
-     * is refused, nothing made through it. */
+    /* A link in place of a fanout directory fails the preparation of a
+     * fresh handle, and nothing is made through it. */
     char *fanout;
     ck_assert_int_ge(asprintf(&fanout, "%s/%02x", tensors, t.meta.digest.bytes[0] ^ 1), 0);
     ck_assert_int_eq(rmdir(fanout), 0);
