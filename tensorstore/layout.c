@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -253,6 +254,29 @@ int store_openat(int dir_fd, const char *path, int flags, mode_t mode)
 int store_open_dir(int dir_fd, const char *path)
 {
     return store_openat(dir_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+}
+
+/* Kept fanout descriptors of every handle in the process. */
+static atomic_size_t fanout_fds_kept;
+
+/* The limit is read at each call (a getrlimit per fanout directory a
+ * handle first opens, not per tensor): a process that raises its limit
+ * later, as the node daemon does at its start, gets the larger budget. */
+bool store_keep_fanout_fd(void)
+{
+    struct rlimit rl;
+    size_t budget = SIZE_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        budget = (size_t)(rl.rlim_cur / 4);
+    if (atomic_fetch_add(&fanout_fds_kept, 1) < budget)
+        return true;
+    atomic_fetch_sub(&fanout_fds_kept, 1);
+    return false;
+}
+
+void store_release_fanout_fds(size_t n)
+{
+    atomic_fetch_sub(&fanout_fds_kept, n);
 }
 
 int store_flock(int fd, int op, int timeout_ms)

@@ -328,17 +328,20 @@ static int write_and_verify(const tensor_meta *meta, const char *hex, int fd,
 }
 
 /* The fanout directory tensors/XX (XX: fanout in hex) by its descriptor,
- * made if missing: a link in its place is refused, never followed. Opened
- * by the handle's first publish into it and kept (fanout directories are
- * never removed; repair removes only what is not a directory there), so
- * that a publish costs no mkdir, open and close of it: on a model of small
+ * made if missing: a link in its place is refused, never followed. Kept by
+ * the handle once a publish has opened it (fanout directories are never
+ * removed; repair removes only what is not a directory there), so that a
+ * publish costs no mkdir, open and close of it: on a model of small
  * tensors those were a tenth of the daemon's time per tensor
  * (BENCHMARKS.md, "Cold start of a model of small tensors"). Threads that
- * race on a first open keep the first descriptor installed. */
-static int fanout_dir(store *s, uint8_t fanout, tetris_error *err)
+ * race on a first open keep the first descriptor installed. *kept false:
+ * the process's budget of kept fanout descriptors is spent
+ * (store_keep_fanout_fd), and the caller closes this one after use. */
+static int fanout_dir(store *s, uint8_t fanout, bool *kept, tetris_error *err)
 {
     _Atomic int *slot = &s->fanout_fds[fanout];
     int fd = atomic_load(slot);
+    *kept = true;
     if (fd >= 0)
         return fd;
     char name[3];
@@ -353,9 +356,14 @@ static int fanout_dir(store *s, uint8_t fanout, tetris_error *err)
     if (fd < 0)
         return tetris_fail(err, store_errno_code(errno), errno, "open %s/tensors/%s", s->public_dir,
                            name);
+    if (!store_keep_fanout_fd()) {
+        *kept = false;
+        return fd;
+    }
     int none = -1;
     if (!atomic_compare_exchange_strong(slot, &none, fd)) {
         close(fd);
+        store_release_fanout_fds(1);
         fd = none;
     }
     return fd;
@@ -387,6 +395,32 @@ static int put_in_place(struct temp_file *t, int fanout_fd, const char *hex)
     return rc;
 }
 
+/* put_in_place into the tensor's fanout directory; once more if a kept
+ * descriptor's directory is gone (ENOENT), through the directory made
+ * again. */
+static int link_into_fanout(store *s, const tensor_meta *meta, const char *hex, struct temp_file *t,
+                            tetris_error *err)
+{
+    uint8_t fanout = meta->digest.bytes[0];
+    for (int attempt = 0;; attempt++) {
+        bool kept;
+        int fanout_fd = fanout_dir(s, fanout, &kept, err);
+        if (fanout_fd < 0)
+            return fanout_fd;
+        int rc = put_in_place(t, fanout_fd, hex), failure = errno;
+        if (!kept)
+            close(fanout_fd);
+        if (rc == 0)
+            return 0;
+        if (failure == ENOENT && kept && attempt == 0) {
+            forget_fanout_dir(s, fanout, fanout_fd);
+            continue;
+        }
+        return tetris_fail(err, store_errno_code(failure), failure, "publish %s/tensors/%.2s/%s",
+                           s->public_dir, hex, hex);
+    }
+}
+
 static int finish_file(store *s, const tensor_meta *meta, const char *hex, struct temp_file *t,
                        tetris_error *err)
 {
@@ -396,24 +430,9 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
     ssize_t n = pwrite(t->fd, trailer, sizeof trailer, (off_t)meta->nbytes);
     if (n != (ssize_t)sizeof trailer)
         return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : EIO, "write trailer of %s", hex);
-
-    uint8_t fanout = meta->digest.bytes[0];
-    int fanout_fd = fanout_dir(s, fanout, err);
-    if (fanout_fd < 0)
-        return fanout_fd;
-    int rc = put_in_place(t, fanout_fd, hex);
-    /* ENOENT: the directory behind the kept descriptor is gone. */
-    if (rc < 0 && errno == ENOENT) {
-        forget_fanout_dir(s, fanout, fanout_fd);
-        int again = fanout_dir(s, fanout, err);
-        if (again < 0)
-            return again;
-        if (again != fanout_fd)
-            rc = put_in_place(t, again, hex);
-    }
+    int rc = link_into_fanout(s, meta, hex, t, err);
     if (rc < 0)
-        return tetris_fail(err, store_errno_code(errno), errno, "publish %s/tensors/%.2s/%s",
-                           s->public_dir, hex, hex);
+        return rc;
     close(t->fd); /* in place: no longer ours to discard */
     t->fd = -1;
     return 0;
@@ -479,7 +498,8 @@ static int publish_from(store *s, const tensor_meta *meta, const struct byte_sou
  * small tensors registered 14% faster, BENCHMARKS.md). The fanout
  * directories are made, not opened: a handle opens those it publishes into
  * (fanout_dir), so a daemon serving many tenant stores holds descriptors
- * only for the directories in use. */
+ * only for the directories in use, and at most its budget of them
+ * (store_keep_fanout_fd). */
 int store_prepare_publish(store *s, tetris_error *err)
 {
     int rc = store_make_lock_stripes(s, err);

@@ -428,11 +428,15 @@ void store_close(store *s)
     for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
         if (fds[i] >= 0)
             close(fds[i]);
+    size_t kept = 0;
     for (size_t i = 0; i < STORE_TENSOR_FANOUT; i++) {
         int fd = atomic_load(&s->fanout_fds[i]);
-        if (fd >= 0)
+        if (fd >= 0) {
             close(fd);
+            kept++;
+        }
     }
+    store_release_fanout_fds(kept);
     pthread_mutex_destroy(&s->mutex);
     pthread_mutex_destroy(&s->use_mutex);
     free(s->root);

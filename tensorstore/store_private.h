@@ -57,7 +57,8 @@ struct store {
     pthread_mutex_t mutex; /* guards the usage cache */
     struct usage_cache_entry usage[STORE_TENSOR_FANOUT];
     /* tensors/XX as a publish first opened it, -1 before: kept for the
-     * handle's life (publish.c: fanout_dir). */
+     * handle's life (publish.c: fanout_dir) while the process's budget of
+     * kept fanout descriptors allows (store_keep_fanout_fd). */
     _Atomic int fanout_fds[STORE_TENSOR_FANOUT];
     _Atomic int temp_kind; /* how publishes make temp files (publish.c), 0 until the first */
 };
@@ -90,6 +91,16 @@ void tensor_relpath(const tensor_digest *d, char out[3 + TENSOR_DIGEST_HEX_LEN +
 int store_openat(int dir_fd, const char *path, int flags, mode_t mode);
 /* A subdirectory of dir_fd, the same way. */
 int store_open_dir(int dir_fd, const char *path);
+
+/* Fanout descriptors kept open by the process's store handles, counted
+ * together: a node daemon serving many tenant stores would otherwise keep
+ * 256 per store and could run out of descriptors for its clients. At most
+ * a quarter of the soft RLIMIT_NOFILE is kept; beyond it, a publish opens
+ * its fanout directory and closes it after. store_keep_fanout_fd takes one
+ * place in the budget (false: none left); store_release_fanout_fds gives
+ * back n places whose descriptors were closed. */
+bool store_keep_fanout_fd(void);
+void store_release_fanout_fds(size_t n);
 
 /* ---- locks and temp files ---- */
 

@@ -21,6 +21,9 @@
 #     existing directory too (the real agent loads through it);
 #   - the capacity bounds the node: a tenant's ingest is refused when the
 #     shared store already fills it;
+#   - descriptors: stores whose tensors spread over every fanout directory
+#     do not run a daemon with a low descriptor limit out of them (the
+#     fanout descriptors a daemon keeps are bounded, tensorstore);
 #   - --no-tenants serves the shared store only.
 # Tenants' inventories and series are read on --tenant-listen (what the
 # public --listen hides of them: test-tenant-isolation.sh).
@@ -196,6 +199,29 @@ note "capacity: the shared store's held bytes leave alpha room for one tensor on
 release "$A2"
 release "$S2"
 stop_daemon
+
+# ---- descriptors ----
+# Four stores of 300 small tensors each (most of the 256 fanout
+# directories in every store) under a limit of 200 descriptors: kept
+# without a bound, the fanout descriptors alone would need about 900.
+rm -rf "$STORE"
+synth "$WORK/many.safetensors" 300 256 53
+start_tenant_daemon --interval 200ms --keep-alive 1h --scrub-rate 0 --tenants alpha,beta,gamma
+prlimit --pid "$RECLAIMER_PID" --nofile=200:200 || fail "prlimit"
+fds_before=$(ls "/proc/$RECLAIMER_PID/fd" | wc -l)
+for s in "$STORE" "$A" "$B" "$STORE/tenants/gamma"; do
+    "$PROBE" load --store "$s" "$WORK/many.safetensors" </dev/null >"$WORK/many.json" 2>>"$WORK/probe.log" ||
+        fail "load into $s under a low descriptor limit failed"
+    jq -e '.fallback == false and .ingested == 300' "$WORK/many.json" >/dev/null ||
+        fail "load into $s under a low descriptor limit: $(cat "$WORK/many.json")"
+    [ "$(files "$s")" = 300 ] || fail "$s has $(files "$s") tensors, want 300"
+done
+# What the loads left open: the fanout descriptors kept, a quarter of 200.
+kept=$(($(ls "/proc/$RECLAIMER_PID/fd" | wc -l) - fds_before))
+[ "$kept" -le 50 ] || fail "the daemon keeps $kept more descriptors after the loads"
+daemon_alive || fail "the daemon died under a low descriptor limit"
+stop_daemon
+note "descriptors: four stores of 300 tensors each loaded under a limit of 200; the daemon kept $kept descriptors"
 
 # ---- --no-tenants ----
 start_tenant_daemon --interval 200ms --no-tenants --tenants alpha

@@ -16,6 +16,7 @@
 #include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -396,6 +397,55 @@ START_TEST(prepare_publish_makes_stripes_and_fanouts)
     free(locks);
     free(tensors);
     free(elsewhere);
+    free(dir);
+}
+END_TEST
+
+/* Publishes tensors of seeds first_seed.. into n distinct fanout
+ * directories; returns the seed after the last one used. */
+static unsigned publish_into_fanouts(store *s, unsigned first_seed, int n)
+{
+    bool used[256] = {false};
+    unsigned seed = first_seed;
+    for (int made = 0; made < n; seed++) {
+        struct test_tensor t = make_tensor(64, seed);
+        if (!used[t.meta.digest.bytes[0]]) {
+            used[t.meta.digest.bytes[0]] = true;
+            publish(s, &t, true);
+            ck_assert(store_has_tensor(s, &t.meta.digest));
+            made++;
+        }
+        free(t.data);
+    }
+    return seed;
+}
+
+/* The fanout descriptors the process's handles keep are bounded by a
+ * quarter of the soft descriptor limit: past it, publishing still works,
+ * each publish opening and closing its directory; a closed handle gives
+ * its places back to the next one. */
+START_TEST(kept_fanout_descriptors_stay_within_budget)
+{
+    struct rlimit saved, low;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    low = saved;
+    low.rlim_cur = 64; /* a budget of 16 */
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    char *dir = new_dir();
+
+    store *s = open_store(dir, 0, NULL);
+    int handle_fds = count_files("/proc/self/fd");
+    unsigned seed = publish_into_fanouts(s, 1, 40);
+    ck_assert_int_eq(count_files("/proc/self/fd"), handle_fds + 16);
+    store_close(s);
+
+    s = open_store(dir, 0, NULL);
+    handle_fds = count_files("/proc/self/fd");
+    publish_into_fanouts(s, seed, 10);
+    ck_assert_int_eq(count_files("/proc/self/fd"), handle_fds + 10);
+    store_close(s);
+
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
     free(dir);
 }
 END_TEST
@@ -1695,6 +1745,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, presence_is_a_regular_file_not_a_link);
     tcase_add_test(tc, publish_keeps_fanout_directories_and_refuses_links);
     tcase_add_test(tc, prepare_publish_makes_stripes_and_fanouts);
+    tcase_add_test(tc, kept_fanout_descriptors_stay_within_budget);
     tcase_add_test(tc, publish_puts_temp_files_in_place_every_way);
     tcase_add_test(tc, publish_empty_and_scalar);
     tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
