@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include <curl/curl.h>
 
@@ -119,6 +120,31 @@ static char *header_value(const char *data, size_t n, const char *name)
     return strndup(v, vlen);
 }
 
+long httpclient_retry_after_s(const char *value, time_t now)
+{
+    while (*value == ' ' || *value == '\t')
+        value++;
+    size_t len = strlen(value);
+    while (len > 0 && strchr(" \t\r\n", value[len - 1]) != NULL)
+        len--;
+    char v[64];
+    if (len == 0 || len >= sizeof v)
+        return HTTPCLIENT_RETRY_AFTER_NONE;
+    memcpy(v, value, len);
+    v[len] = '\0';
+    if (v[0] >= '0' && v[0] <= '9') {
+        char *end;
+        errno = 0;
+        long secs = strtol(v, &end, 10);
+        return errno == 0 && *end == '\0' ? secs : HTTPCLIENT_RETRY_AFTER_NONE;
+    }
+    /* The three date formats RFC 9110 makes recipients accept. */
+    time_t at = curl_getdate(v, NULL);
+    if (at == -1)
+        return HTTPCLIENT_RETRY_AFTER_NONE;
+    return at > now ? (long)(at - now) : 0;
+}
+
 static void keep_header(char **slot, char *value)
 {
     if (value != NULL) {
@@ -138,13 +164,7 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *user)
     keep_header(&x->rq->content_range, header_value(data, n, "content-range:"));
     char *retry_after = header_value(data, n, "retry-after:");
     if (retry_after != NULL) {
-        /* The delay-seconds form only; an HTTP date counts as none. */
-        char *end;
-        errno = 0;
-        long v = strtol(retry_after, &end, 10);
-        x->rq->retry_after_s = errno == 0 && *end == '\0' && end != retry_after && v >= 0
-                                   ? v
-                                   : HTTPCLIENT_RETRY_AFTER_NONE;
+        x->rq->retry_after_s = httpclient_retry_after_s(retry_after, time(NULL));
         free(retry_after);
     }
     char *length = header_value(data, n, "content-length:");

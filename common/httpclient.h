@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "common/error.h"
 
@@ -97,10 +98,18 @@ typedef struct httpclient_request {
     uint64_t content_length; /* its Content-Length (HEAD included), 0 if none */
     char *www_authenticate;  /* its WWW-Authenticate header, NULL if none */
     char *content_range;     /* its Content-Range header, NULL if none */
-    long retry_after_s;      /* its Retry-After in seconds (the delay form only),
-                                HTTPCLIENT_RETRY_AFTER_NONE if none */
+    long retry_after_s;      /* its Retry-After in seconds from its arrival
+                                (httpclient_retry_after_s), HTTPCLIENT_RETRY_AFTER_NONE
+                                if none */
     enum httpclient_failure failure;
 } httpclient_request;
+
+/* A Retry-After header's value (blanks around it allowed) as seconds to
+ * wait from now: its delay-seconds, or the time to its HTTP-date (RFC 9110
+ * 10.2.3; a date already past is 0); HTTPCLIENT_RETRY_AFTER_NONE if it is
+ * neither. Servers use both forms: a registry or API server's date must
+ * not read as "no advice" and retry at once into the same limit. */
+long httpclient_retry_after_s(const char *value, time_t now);
 
 /* libcurl's process-wide set-up, done once however often it is called
  * (the GETs call it themselves). */

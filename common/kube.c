@@ -263,16 +263,14 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *user)
     size_t n = size * nmemb;
     static const char name[] = "retry-after:";
     if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
-        char value[32];
+        char value[64];
         size_t vlen = n - (sizeof name - 1);
         if (vlen >= sizeof value)
             vlen = sizeof value - 1;
         memcpy(value, data + sizeof name - 1, vlen);
         value[vlen] = '\0';
-        char *end;
-        long secs = strtol(value, &end, 10);
-        /* Only the delay-seconds form; an HTTP date falls back to backoff. */
-        if (end != value && secs >= 0)
+        long secs = httpclient_retry_after_s(value, time(NULL));
+        if (secs != HTTPCLIENT_RETRY_AFTER_NONE)
             x->retry_after_ms = secs > KUBE_MAX_RETRY_AFTER_MS / 1000 ? KUBE_MAX_RETRY_AFTER_MS
                                                                       : secs * 1000;
     }

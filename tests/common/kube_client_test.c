@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -140,6 +141,26 @@ START_TEST(retry_after_is_honoured)
     int64_t waited_ms = clock_mono_ms() - start_ms;
     /* The client's own backoff is at most 4 ms here: only Retry-After explains a second. */
     ck_assert_int_ge(waited_ms, 1000);
+}
+END_TEST
+
+/* The HTTP-date form too: the server's clock two seconds ahead is at
+ * least one second of waiting (a date has whole seconds). */
+START_TEST(retry_after_date_is_honoured)
+{
+    char headers[96];
+    time_t at = time(NULL) + 2;
+    struct tm tm;
+    gmtime_r(&at, &tm);
+    strftime(headers, sizeof headers, "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    fault_server_push(fs, &(fault_reply){.status = 429, .headers = headers});
+    push(200, "{}");
+    int64_t start_ms = clock_mono_ms();
+    json_t *obj = NULL;
+    tetris_error err = {0};
+    ck_assert_int_eq(kube_get(kc, "/api/v1/nodes", &obj, &err), 0);
+    json_decref(obj);
+    ck_assert_int_ge(clock_mono_ms() - start_ms, 1000);
 }
 END_TEST
 
@@ -531,6 +552,7 @@ static Suite *kube_suite(void)
     tcase_add_test(tc, retries_429_storm_then_succeeds);
     tcase_add_test(tc, endless_429_gives_up_after_max_attempts);
     tcase_add_test(tc, retry_after_is_honoured);
+    tcase_add_test(tc, retry_after_date_is_honoured);
     tcase_add_test(tc, dropped_connection_retried_only_when_idempotent);
     tcase_add_test(tc, server_errors_retried_for_get_not_for_patch);
     tcase_add_test(tc, slow_reply_times_out);

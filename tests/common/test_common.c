@@ -743,6 +743,30 @@ static http_server *start_server(char *base, size_t len)
     return s;
 }
 
+/* Both forms of Retry-After (RFC 9110 10.2.3), the HTTP-date in each of
+ * the three formats a recipient must accept, and what is neither. */
+START_TEST(test_httpclient_retry_after)
+{
+    time_t now = 784111777; /* Sun, 06 Nov 1994 08:49:37 GMT */
+    ck_assert_int_eq(httpclient_retry_after_s("120", now), 120);
+    ck_assert_int_eq(httpclient_retry_after_s(" 0\r\n", now), 0);
+    ck_assert_int_eq(httpclient_retry_after_s("Sun, 06 Nov 1994 08:49:40 GMT", now), 3);
+    ck_assert_int_eq(httpclient_retry_after_s(" Sunday, 06-Nov-94 08:50:37 GMT\r\n", now), 60);
+    ck_assert_int_eq(httpclient_retry_after_s("Sun Nov  6 08:49:47 1994", now), 10);
+    ck_assert_int_eq(httpclient_retry_after_s("Sun, 06 Nov 1994 08:00:00 GMT", now), 0);
+    const char *bad[] = {"",
+                         " ",
+                         "-1",
+                         "12abc",
+                         "soon",
+                         "99999999999999999999999",
+                         "Sun, 99 Nov 1994 08:49:37 GMT"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(httpclient_retry_after_s(bad[i], now) == HTTPCLIENT_RETRY_AFTER_NONE,
+                      "'%s' read as %ld", bad[i], httpclient_retry_after_s(bad[i], now));
+}
+END_TEST
+
 START_TEST(test_httpclient_status_etag)
 {
     char base[64], url[128], missing[128];
@@ -875,6 +899,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, test_clock);
     tcase_add_test(tc, test_workers_run_each_item_once);
     tcase_add_test(tc, test_cpu_allowance_quota);
+    tcase_add_test(tc, test_httpclient_retry_after);
     tcase_add_test(tc, test_httpclient_status_etag);
     tcase_add_test(tc, test_httpclient_body_cap);
     tcase_add_test(tc, test_httpclient_timeout);

@@ -16,6 +16,8 @@
  *   oversize  the blob and 4096 bytes more, Content-Length to match
  *   redirect  307 to the same path on 127.0.0.1:--redirect-port
  *   status    --status S (429, 503, ...) with Retry-After: --retry-after
+ *             (seconds; with --retry-after-date, as the HTTP-date that
+ *             many seconds ahead)
  *             when given; with no --target, the manifest's first --times
  *             requests get it; with --target uploads, the first --times
  *             upload POSTs
@@ -51,7 +53,8 @@
 static const char usage_text[] =
     "usage: tetris-test-fault-registry --dir DIR --port-file F --requests F\n"
     "       [--fault none|corrupt|truncate|oversize|redirect|status] [--target HEX]\n"
-    "       [--times N] [--redirect-port P] [--status S] [--retry-after S] [--no-range]\n"
+    "       [--times N] [--redirect-port P] [--status S] [--retry-after S] [--retry-after-date] "
+    "[--no-range]\n"
     "       [--auth basic|bearer] [--user U --password P] [--realm-port P]\n"
     "       [--token-uses N]\n"
     "Serves DIR/manifest and DIR/blobs/<hex> as an OCI registry on 127.0.0.1,\n"
@@ -63,6 +66,7 @@ static const char usage_text[] =
 struct registry {
     const char *dir, *fault, *target, *requests, *auth, *user, *password;
     int redirect_port, realm_port, port, status, retry_after, times, token_uses;
+    bool retry_after_date; /* Retry-After as an HTTP-date */
     bool no_range;
     int spoiled;     /* times the fault was played */
     char basic[512]; /* the Authorization value --user:--password make */
@@ -189,6 +193,22 @@ static int token(struct registry *r, const fault_request *rq, fault_reply *out)
     return 0;
 }
 
+/* r->headers: the Retry-After of a status fault, if it has one. */
+static void retry_after_header(struct registry *r)
+{
+    r->headers[0] = '\0';
+    if (r->retry_after < 0)
+        return;
+    if (!r->retry_after_date) {
+        snprintf(r->headers, sizeof r->headers, "Retry-After: %d\r\n", r->retry_after);
+        return;
+    }
+    time_t at = time(NULL) + r->retry_after;
+    struct tm tm;
+    gmtime_r(&at, &tm);
+    strftime(r->headers, sizeof r->headers, "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+}
+
 /* The fault, if this request is one it is played on. */
 static bool play_fault(struct registry *r)
 {
@@ -246,9 +266,7 @@ static int blob(struct registry *r, const fault_request *rq, const char *hex, fa
                  r->redirect_port, rq->target);
         *out = (fault_reply){.status = 307, .body = "", .headers = r->headers};
     } else if (strcmp(r->fault, "status") == 0) {
-        r->headers[0] = '\0';
-        if (r->retry_after >= 0)
-            snprintf(r->headers, sizeof r->headers, "Retry-After: %d\r\n", r->retry_after);
+        retry_after_header(r);
         *out = (fault_reply){.status = r->status, .body = "{\"errors\":[]}", .headers = r->headers};
     }
     return 0;
@@ -261,8 +279,7 @@ static int upload(struct registry *r, const fault_request *rq, fault_reply *out)
     bool spoil = r->target != NULL && strcmp(r->target, "uploads") == 0 &&
                  strcmp(r->fault, "status") == 0 && strcmp(rq->method, "POST") == 0;
     if (spoil && play_fault(r)) {
-        if (r->retry_after >= 0)
-            snprintf(r->headers, sizeof r->headers, "Retry-After: %d\r\n", r->retry_after);
+        retry_after_header(r);
         *out = (fault_reply){.status = r->status, .body = "{\"errors\":[]}", .headers = r->headers};
         return 0;
     }
@@ -303,8 +320,7 @@ static int answer(void *ctx, const fault_request *rq, fault_reply *out)
             return 0;
         }
         if (r->target == NULL && strcmp(r->fault, "status") == 0 && play_fault(r)) {
-            if (r->retry_after >= 0)
-                snprintf(r->headers, sizeof r->headers, "Retry-After: %d\r\n", r->retry_after);
+            retry_after_header(r);
             *out = (fault_reply){.status = r->status,
                                  .body = "{\"errors\":[]}",
                                  .headers = r->headers};
@@ -337,6 +353,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--no-range") == 0) {
             r.no_range = true;
+            continue;
+        }
+        if (strcmp(a, "--retry-after-date") == 0) {
+            r.retry_after_date = true;
             continue;
         }
         if (v == NULL)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Pulls from a flaky or token-locked registry (tetris-test-fault-registry
 # serving a copy of a real artifact): a blob answered 503 twice, 429 with
-# Retry-After, a manifest answered 503 once, a connection dropped half-way
+# Retry-After in seconds, 503 with Retry-After as an HTTP-date, a manifest answered 503 once, a connection dropped half-way
 # through the largest blob (resumed with a Range from where it stopped,
 # and again from a registry that ignores Range) all pull, and the outputs
 # are the model's; a registry that stays down fails the pull after the
@@ -24,6 +24,8 @@ want=$("$RUN" "$MODELS/hello_deepa.onnx" --private 2>/dev/null | jq -r .sha256)
 fault_registry flaky --dir "$art" --fault status --status 503 --target "$TARGET" --times 2
 fault_registry limited --dir "$art" --fault status --status 429 --retry-after 1 \
     --target "$TARGET" --times 1
+fault_registry dated --dir "$art" --fault status --status 503 --retry-after 2 --retry-after-date \
+    --target "$TARGET" --times 1
 fault_registry manifest --dir "$art" --fault status --status 503 --times 1
 fault_registry dropped --dir "$art" --fault truncate --target "$TARGET" --times 1
 fault_registry norange --dir "$art" --fault truncate --target "$TARGET" --times 1 --no-range
@@ -36,7 +38,7 @@ fault_registry elsewhere --dir "$art" --auth bearer --realm-port "$PORT_tokens"
 registry_auth_file "$WORK/auth.json" "127.0.0.1:$PORT_bearer" alice pw-bearer \
     "127.0.0.1:$PORT_wrong" alice pw-bearer
 list=""
-for n in flaky limited manifest dropped norange down bearer anonymous wrong elsewhere; do
+for n in flaky limited dated manifest dropped norange down bearer anonymous wrong elsewhere; do
     eval "list=\"\$list\${list:+,}127.0.0.1:\$PORT_$n\""
 done
 start_daemon --registries "$list" --registry-auth "$WORK/auth.json" --pull-parallel 2
@@ -67,6 +69,13 @@ pulled limited
 waited=$(grep "^GET /v2/models/hello/blobs/sha256:$TARGET" "$WORK/limited.requests" |
          sed 's/.* ms=//' | awk 'NR == 1 { a = $1 } NR == 2 { print $1 - a }')
 [ "$waited" -ge 1000 ] || fail "limited: asked again after $waited ms, Retry-After said 1 s"
+fresh_store
+# Retry-After as an HTTP-date two seconds ahead (whole seconds: at least one).
+pulled dated
+[ "$(target_gets dated)" = 2 ] || fail "dated: asked $(target_gets dated) times"
+waited=$(grep "^GET /v2/models/hello/blobs/sha256:$TARGET" "$WORK/dated.requests" |
+         sed 's/.* ms=//' | awk 'NR == 1 { a = $1 } NR == 2 { print $1 - a }')
+[ "$waited" -ge 1000 ] || fail "dated: asked again after $waited ms, Retry-After gave a date 2 s ahead"
 fresh_store
 pulled manifest
 [ "$(grep -c '^GET /v2/models/hello/manifests/v1' "$WORK/manifest.requests")" = 2 ] ||
