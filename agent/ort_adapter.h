@@ -66,6 +66,18 @@ typedef struct ort_model {
     struct ort_model_private *priv;
 } ort_model;
 
+/* ONNX Runtime 1.29's Linux build starts a telemetry system with every
+ * environment: it keeps a device id and its events in a SQLite database
+ * under $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime (written, with
+ * fsyncs, at each process's start) and may upload them over HTTPS. A
+ * platform's functions should not report to a third party unasked, and
+ * the database's writes cost each start about 8 ms (BENCHMARKS.md): the
+ * programs that run ONNX Runtime call this first, in main() before any
+ * thread starts (it sets ORT_DISABLE_TELEMETRY=1 in their environment).
+ * ORT_DISABLE_TELEMETRY already set, to anything, is left as it is: =0
+ * keeps ONNX Runtime's default. */
+void ort_telemetry_default_off(void);
+
 void ort_adapter_options_init(struct ort_adapter_options *o);
 
 /* Creates a session for the ONNX file model_path. With am (from agent_load

@@ -1,9 +1,17 @@
-/* ort_status.c - an OrtStatus as a tetris error (ort_adapter.h's
- * ort_check). A file of its own because it needs no ONNX Runtime symbol,
- * only the API table it is handed: a program that loads ONNX Runtime at
- * run time (tetris-derive, which may derive with another version's
- * library) links it without linking ONNX Runtime. */
+/* ort_status.c - what a program that runs ONNX Runtime needs before and
+ * around it (ort_adapter.h's ort_telemetry_default_off and ort_check). A
+ * file of its own because it needs no ONNX Runtime symbol, only the API
+ * table it is handed: a program that loads ONNX Runtime at run time
+ * (tetris-derive, which may derive with another version's library) links
+ * it without linking ONNX Runtime. */
+#include <stdlib.h>
+
 #include "agent/ort_adapter.h"
+
+void ort_telemetry_default_off(void)
+{
+    setenv("ORT_DISABLE_TELEMETRY", "1", 0); /* fails only without memory: then it stays on */
+}
 
 int ort_check(const OrtApi *api, OrtStatus *status, const char *what, tetris_error *err)
 {

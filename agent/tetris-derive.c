@@ -687,6 +687,7 @@ int main(int argc, char **argv)
     int first = opt_parse(&prog, argc, argv);
     if (first < 0)
         return EXIT_USAGE;
+    ort_telemetry_default_off();
     tetris_error err = {0};
     struct runtime rt = {0};
     if ((o.uid < 0) != (o.gid < 0)) {

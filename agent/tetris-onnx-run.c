@@ -380,6 +380,7 @@ int main(int argc, char **argv)
     int r = 0, rc = EXIT_OK;
 
     log_init(argv[0]);
+    ort_telemetry_default_off();
     if (parse_args(argc, argv, &o) < 0)
         return EXIT_USAGE;
 

@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "function/function.h"
+#include "agent/ort_adapter.h"
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/daemon_run.h"
@@ -705,6 +706,7 @@ int main(int argc, char **argv)
     struct fn f = {.started_ms = clock_now_ms()};
 
     log_init(argv[0]);
+    ort_telemetry_default_off();
     if (parse_args(argc, argv, &f.o) < 0)
         return EXIT_USAGE;
     pthread_mutex_init(&f.replies_lock, NULL);

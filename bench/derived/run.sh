@@ -3,7 +3,7 @@
 # current tetris default, interleaved in one run: per model, thread count,
 # batch and round, one process each of
 #   stock     ONNX Runtime loads the file, optimisation `all`, pre-packing
-#             on (its defaults): private weights and packs
+#             on, telemetry on (its defaults): private weights and packs
 #   tetris    store mappings, optimisation off, no pre-packing (the
 #             current default, --derived off)
 #   derived   store mappings of the derived form: the graph optimised at
@@ -60,6 +60,9 @@ until grep -q event=serving "$work/daemon.log"; do
 done
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# mode_env MODE: the mode's environment: stock keeps ONNX Runtime's
+# telemetry, which tetris's programs turn off (agent/ort_adapter.h)
+mode_env() { [ "$1" != stock ] || echo "ORT_DISABLE_TELEMETRY=0"; }
 # mode_args MODE: tetris-onnx-run's arguments for the mode
 mode_args() {
     case $1 in
@@ -102,7 +105,7 @@ for m in ${models_timed-$models}; do
                 r=$((r + 1))
                 for mode in stock tetris derived; do
                     # shellcheck disable=SC2046,SC2086
-                    "$BIN/tetris-onnx-run" "$MODELS/$m" $(mode_args $mode) --runs "$runs" \
+                    env $(mode_env $mode) "$BIN/tetris-onnx-run" "$MODELS/$m" $(mode_args $mode) --runs "$runs" \
                         --threads "$threads" --batch "$batch" $dim 2>"$work/err" |
                         jq -r --arg mode $mode '[$mode, .session_ms, (.run_ms * .runs - .first_run_ms) / (.runs - 1), .sha256, .derived // false, .first_run_ms] | @tsv' \
                             >>"$work/r" || { echo "$m $mode: $(tail -n 1 "$work/err")" >&2; exit 1; }
@@ -134,7 +137,7 @@ hold() {
     rm -f "$work/in.$1" "$work/hold.$1"
     mkfifo "$work/in.$1"
     # shellcheck disable=SC2046,SC2086
-    "$BIN/tetris-onnx-run" "$2" $(mode_args "$1") --threads 1 $dim --hold <"$work/in.$1" \
+    env $(mode_env "$1") "$BIN/tetris-onnx-run" "$2" $(mode_args "$1") --threads 1 $dim --hold <"$work/in.$1" \
         >"$work/hold.$1" 2>"$work/hold.$1.err" &
     held=$!
     holders="$holders $held"

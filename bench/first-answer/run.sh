@@ -11,7 +11,11 @@
 # are not counted either). Modes, one process each, interleaved
 # per round:
 #   stock     ONNX Runtime opens the file itself at its defaults
-#             (optimisation `all`, pre-packing on): the private start
+#             (optimisation `all`, pre-packing on, its telemetry on:
+#             ORT_DISABLE_TELEMETRY=0): the private start
+#   quiet     the same with ONNX Runtime's telemetry off, as tetris's
+#             programs run it (agent/ort_adapter.h): how much of a gap to
+#             stock is the telemetry's, in the limits and parts tables
 #   private   ONNX Runtime opens the file itself at tetris's settings
 #             (optimisation off, no pre-packing): a baseline for the load,
 #             in the parts table only
@@ -93,13 +97,15 @@ us_ms() { awk '{ printf "%.1f\n", $1 / 1000 }' "$@" | median; }
 # field MODE KEY: the median of KEY in the model $name's MODE starts
 field() { for f in "$WORK/$name.$1"[0-9]*.json; do jq -r ".$2" "$f"; done | median; }
 
-# answer OUT ARGS...: one tetris-onnx-run --runs 1 of ARGS; its JSON to
-# OUT.json, its log to OUT.log; prints the ms from before its spawn to its
-# first answer's line on stdout (launch.py: both readings in one process).
+# answer OUT ARGS...: one tetris-onnx-run --runs 1 of ARGS, in the
+# environment ANSWER_ENV adds (VAR=VALUE words); its JSON to OUT.json, its
+# log to OUT.log; prints the ms from before its spawn to its first
+# answer's line on stdout (launch.py: both readings in one process).
+ANSWER_ENV=""
 answer() {
     out=$1; shift
     # shellcheck disable=SC2086
-    "$SERVING_PY" "$ROOT/bench/first-answer/launch.py" "$out.json" "$out.log" \
+    env $ANSWER_ENV "$SERVING_PY" "$ROOT/bench/first-answer/launch.py" "$out.json" "$out.log" \
         "$BIN/tetris-onnx-run" "$@" --runs 1 $DIM >"$out.ms" &&
         jq -e .sha256 "$out.json" >/dev/null 2>&1 ||
         { say "tetris-onnx-run $* gave no answer:"; cat "$out.log" >&2; exit 1; }
@@ -117,8 +123,8 @@ sha_rate=$(taskset -c 0 openssl speed -evp sha256 -bytes 262144 -seconds 2 2>/de
 [ -n "$sha_rate" ] || { say "openssl speed gave no SHA-256 rate"; exit 1; }
 
 {
-    echo "| model | MB | SHA-256, one core ms | tmpfs write ms | read from page cache ms | stock session ms | stock first inference ms |"
-    echo "|---|---:|---:|---:|---:|---:|---:|"
+    echo "| model | MB | SHA-256, one core ms | tmpfs write ms | read from page cache ms | stock session ms | stock first inference ms | stock start, telemetry off ms |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 } >"$WORK/limits.md"
 {
     echo "| model | stock start ms | cold start ms | cold / stock | warm start ms | warm / stock | derived start ms | derived / stock | target (warm, derived) | same output as stock (derived) |"
@@ -138,7 +144,7 @@ for model in "$@"; do
     "$BIN/tetris-agent" index "$model" -o "$manifest" 2>/dev/null
     set -- --store "$STORE" --manifest "$manifest"
     cat "$model" "$model" >/dev/null # in the page cache, as for every mode
-    for mode in stock private cold warm derived; do : >"$WORK/$name.$mode"; done
+    for mode in stock quiet private cold warm derived; do : >"$WORK/$name.$mode"; done
     : >"$WORK/$name.write"; : >"$WORK/$name.read"
     r=1
     while [ "$r" -le "$REPS" ]; do
@@ -159,7 +165,10 @@ for model in "$@"; do
         else
             sed -n 's/.*event=derive-failed .*msg=\(.*\)$/\1/p' "$WORK/daemon.log" | head -n 1 >"$WORK/$name.underivable"
         fi
+        ANSWER_ENV=ORT_DISABLE_TELEMETRY=0
         answer "$WORK/$name.stock$r" "$model" --private --graph-opt all --prepack >>"$WORK/$name.stock"
+        ANSWER_ENV=""
+        answer "$WORK/$name.quiet$r" "$model" --private --graph-opt all --prepack >>"$WORK/$name.quiet"
         answer "$WORK/$name.private$r" "$model" --private >>"$WORK/$name.private"
         # the limits, in the same rounds: a tmpfs write and a read of the bytes
         t0=$(now_us); taskset -c 0 cp "$model" "$STORE/write-limit"; sync -f "$STORE" 2>/dev/null || true
@@ -182,8 +191,9 @@ for model in "$@"; do
     echo "| $name | $stock | $cold | $(ratio "$cold" "$stock") | $warm | $(ratio "$warm" "$stock") | $derived | $(ratio "$derived" "$stock") | $target | $same |" >>"$WORK/starts.md"
     awk -v n="$name" -v b="$bytes" -v r="$sha_rate" -v w="$(us_ms "$WORK/$name.write")" \
         -v rd="$(us_ms "$WORK/$name.read")" -v s="$(field stock session_ms)" -v f="$(field stock first_run_ms)" \
-        'BEGIN { printf "| %s | %.1f | %.1f | %s | %s | %.1f | %.1f |\n", n, b / 1e6, b / r * 1000, w, rd, s, f }' >>"$WORK/limits.md"
-    for mode in stock private cold warm derived; do
+        -v q="$(median <"$WORK/$name.quiet")" \
+        'BEGIN { printf "| %s | %.1f | %.1f | %s | %s | %.1f | %.1f | %s |\n", n, b / 1e6, b / r * 1000, w, rd, s, f, q }' >>"$WORK/limits.md"
+    for mode in stock quiet private cold warm derived; do
         [ -s "$WORK/$name.$mode" ] || continue
         l=$(field "$mode" load_ms); s=$(field "$mode" session_ms); f=$(field "$mode" first_run_ms)
         t=$(median <"$WORK/$name.$mode")
@@ -205,7 +215,8 @@ cat "$WORK/limits.md"
 echo
 echo "Where each start goes (medians): load (the agent: connect, register, ingest or map), ONNX"
 echo "Runtime's session, the first inference, and the rest (exec, dynamic linking, process set-up);"
-echo "private: ONNX Runtime opening the file at tetris's settings (optimisation off, no pre-packing):"
+echo "quiet: stock with ONNX Runtime's telemetry off, as tetris's programs run; private: ONNX Runtime"
+echo "opening the file at tetris's settings (optimisation off, no pre-packing):"
 echo
 cat "$WORK/parts.md"
 echo

@@ -21,8 +21,9 @@
 # may not mount, both are directories as they are). Then, in rounds,
 # one process per start, the modes in a rotated order each round:
 #   stock       tetris-onnx-run --private --graph-opt all --prepack: ONNX
-#               Runtime opens the .onnx file at its defaults (the baseline
-#               of bench/first-answer)
+#               Runtime opens the .onnx file at its defaults, its telemetry
+#               on (ORT_DISABLE_TELEMETRY=0; the baseline of
+#               bench/first-answer)
 #   stock-bench the same start in tetris-bench-ort-format (its baseline)
 #   ort         the ORT file mapped read-only, MAP_SHARED, by the program and
 #               handed over with session.use_ort_model_bytes_directly and
@@ -142,7 +143,7 @@ field() { for f in "$WORK/start.$name.$1".[0-9]*.json; do jq -r "$2" "$f"; done 
 # cmdline MODE: the command line of one start of the model $model in MODE
 cmdline() {
     case $1 in
-    stock) echo "$RUN $model --private --graph-opt all --prepack" ;;
+    stock) echo "env ORT_DISABLE_TELEMETRY=0 $RUN $model --private --graph-opt all --prepack" ;;
     stock-bench) echo "$BENCH --mode stock $model" ;;
     ort*) echo "$BENCH --mode $1 $ort" ;;
     derived*) echo "$RUN $model --store $STORE --manifest $manifest --derived use" ;;
