@@ -64,18 +64,21 @@ target_gets() { grep -c "^GET /v2/models/hello/blobs/sha256:$TARGET" "$WORK/$1.r
 pulled flaky
 [ "$(target_gets flaky)" = 3 ] || fail "flaky: the blob was asked $(target_gets flaky) times, not 3"
 fresh_store
+# asked_again_after NAME: the target blob was asked twice of that
+# registry; sets WAITED to the ms between the two requests.
+asked_again_after() {
+    [ "$(target_gets "$1")" = 2 ] || fail "$1: asked $(target_gets "$1") times"
+    WAITED=$(grep "^GET /v2/models/hello/blobs/sha256:$TARGET" "$WORK/$1.requests" |
+        sed 's/.* ms=//' | awk 'NR == 1 { a = $1 } NR == 2 { print $1 - a }')
+}
 pulled limited
-[ "$(target_gets limited)" = 2 ] || fail "limited: asked $(target_gets limited) times"
-waited=$(grep "^GET /v2/models/hello/blobs/sha256:$TARGET" "$WORK/limited.requests" |
-         sed 's/.* ms=//' | awk 'NR == 1 { a = $1 } NR == 2 { print $1 - a }')
-[ "$waited" -ge 1000 ] || fail "limited: asked again after $waited ms, Retry-After said 1 s"
+asked_again_after limited
+[ "$WAITED" -ge 1000 ] || fail "limited: asked again after $WAITED ms, Retry-After said 1 s"
 fresh_store
 # Retry-After as an HTTP-date two seconds ahead (whole seconds: at least one).
 pulled dated
-[ "$(target_gets dated)" = 2 ] || fail "dated: asked $(target_gets dated) times"
-waited=$(grep "^GET /v2/models/hello/blobs/sha256:$TARGET" "$WORK/dated.requests" |
-         sed 's/.* ms=//' | awk 'NR == 1 { a = $1 } NR == 2 { print $1 - a }')
-[ "$waited" -ge 1000 ] || fail "dated: asked again after $waited ms, Retry-After gave a date 2 s ahead"
+asked_again_after dated
+[ "$WAITED" -ge 1000 ] || fail "dated: asked again after $WAITED ms, Retry-After gave a date 2 s ahead"
 fresh_store
 pulled manifest
 [ "$(grep -c '^GET /v2/models/hello/manifests/v1' "$WORK/manifest.requests")" = 2 ] ||
