@@ -31,6 +31,9 @@
 # store as a tmpfs of 2 MiB pages, as the chart does (the directory as it
 # is where this user may not mount).
 #
+# Each start's ratio to stock is given twice: of the medians, and round
+# by round (the median and range of each round's start over that round's
+# stock start: the machine's drift between rounds cancels out of it).
 # Limits, per model, printed beside the figures: SHA-256 of its bytes on
 # one core (openssl's loop), a tmpfs write of its bytes (cp, one core), a
 # read of the file from the page cache, and stock's session and first
@@ -89,6 +92,13 @@ fresh_daemon() {
     daemon_start "$STORE" "$WORK/daemon.log" || { say "$DAEMON_ERROR"; exit 1; }
 }
 
+# round_ratios MODE: MODE's start over stock's of the same round, every
+# round: "median (lowest-highest)", or n/a
+round_ratios() {
+    [ -s "$WORK/$name.$1" ] || { echo n/a; return; }
+    paste "$WORK/$name.$1" "$WORK/$name.stock" | awk '{ printf "%.3f\n", $1 / $2 }' | sort -g |
+        awk '{ v[NR] = $1 } END { printf "%.2f (%.2f-%.2f)", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[1], v[NR] }'
+}
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "n/a" && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 now_us() { echo $(($(date +%s%N) / 1000)); }
@@ -134,6 +144,10 @@ sha_rate=$(taskset -c 0 openssl speed -evp sha256 -bytes 262144 -seconds 2 2>/de
     echo "| model | mode | load ms | session ms | first inference ms | rest of the start ms |"
     echo "|---|---|---:|---:|---:|---:|"
 } >"$WORK/parts.md"
+{
+    echo "| model | cold / stock | warm / stock | derived / stock |"
+    echo "|---|---|---|---|"
+} >"$WORK/rounds.md"
 
 for model in "$@"; do
     [ -r "$model" ] || { say "$model: not readable"; exit 1; }
@@ -188,6 +202,7 @@ for model in "$@"; do
         [ "$(jq -r .sha256 "$f")" = "$stock_sha" ] || same=no
     done
     target="<= 1.0"; [ "$bytes" -lt 100000000 ] || target="<= 0.25"
+    echo "| $name | $(round_ratios cold) | $(round_ratios warm) | $(round_ratios derived) |" >>"$WORK/rounds.md"
     echo "| $name | $stock | $cold | $(ratio "$cold" "$stock") | $warm | $(ratio "$warm" "$stock") | $derived | $(ratio "$derived" "$stock") | $target | $same |" >>"$WORK/starts.md"
     awk -v n="$name" -v b="$bytes" -v r="$sha_rate" -v w="$(us_ms "$WORK/$name.write")" \
         -v rd="$(us_ms "$WORK/$name.read")" -v s="$(field stock session_ms)" -v f="$(field stock first_run_ms)" \
@@ -208,6 +223,11 @@ echo "Target: warm and derived <= 0.25x stock on BERT-base (the models over 100 
 echo "models; cold <= 1.0x stock."
 echo
 cat "$WORK/starts.md"
+echo
+echo "The same ratios round by round (each start over stock's of its round; the machine's drift"
+echo "between rounds cancels): median (lowest-highest):"
+echo
+cat "$WORK/rounds.md"
 echo
 echo "The node's limits for the same bytes (one core each; medians of the same rounds):"
 echo
