@@ -395,9 +395,9 @@ static int put_in_place(struct temp_file *t, int fanout_fd, const char *hex)
     return rc;
 }
 
-/* put_in_place into the tensor's fanout directory; once more if a kept
- * descriptor's directory is gone (ENOENT), through the directory made
- * again. */
+/* put_in_place into the tensor's fanout directory; once more if the
+ * directory is gone (ENOENT: removed under a kept descriptor, or since a
+ * publish over the budget opened it), through the directory made again. */
 static int link_into_fanout(store *s, const tensor_meta *meta, const char *hex, struct temp_file *t,
                             tetris_error *err)
 {
@@ -412,8 +412,9 @@ static int link_into_fanout(store *s, const tensor_meta *meta, const char *hex, 
             close(fanout_fd);
         if (rc == 0)
             return 0;
-        if (failure == ENOENT && kept && attempt == 0) {
-            forget_fanout_dir(s, fanout, fanout_fd);
+        if (failure == ENOENT && attempt == 0) {
+            if (kept)
+                forget_fanout_dir(s, fanout, fanout_fd);
             continue;
         }
         return tetris_fail(err, store_errno_code(failure), failure, "publish %s/tensors/%.2s/%s",
