@@ -71,7 +71,7 @@ typedef struct ort_model {
  * under $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime (written, with
  * fsyncs, at each process's start) and may upload them over HTTPS. A
  * platform's functions should not report to a third party unasked, and
- * the database's writes cost each start about 8 ms (BENCHMARKS.md): the
+ * the database's writes cost each start about 6 ms (BENCHMARKS.md): the
  * programs that run ONNX Runtime call this first, in main() before any
  * thread starts (it sets ORT_DISABLE_TELEMETRY=1 in their environment).
  * ORT_DISABLE_TELEMETRY already set, to anything, is left as it is: =0
