@@ -105,6 +105,11 @@ if ! kc -n "$ns" wait --for=condition=Ready "pod/$pod" --timeout="${K8S_TIMEOUT}
     k8s_pod_log "$ns" "$pod" >&2
     fail "function pod not Ready"
 fi
+# A Ready pod reaches the gateway once the endpoints controller and
+# faas-netes's informer have seen it; until then the gateway answers 503
+# "No endpoints available" (seen once in CI).
+wait_until 60 "curl -fsS --max-time 5 -o /dev/null $gw/function/$fn/v2/health/ready" ||
+    fail "the gateway never routed to the Ready pod: $(curl -sS --max-time 5 "$gw/function/$fn/v2/health/ready" 2>&1)"
 for seed in 4 9; do
     curl -sS --max-time 60 --data-binary "{\"seed\":$seed}" "$gw/function/$fn" >"$work/answer" 2>&1
     got=$(jq -r .sha256 "$work/answer" 2>/dev/null)
