@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -156,10 +155,7 @@ END_TEST
 START_TEST(retry_after_date_is_honoured)
 {
     char headers[96];
-    time_t at = time(NULL) + 3;
-    struct tm tm;
-    gmtime_r(&at, &tm);
-    strftime(headers, sizeof headers, "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    fault_retry_after_date(headers, sizeof headers, 3);
     ck_assert_int_ge(ms_to_retry(429, headers), 1000);
 }
 END_TEST

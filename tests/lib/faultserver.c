@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -421,6 +422,14 @@ void fault_server_stop(fault_server *fs)
     close(fs->stop_pipe[1]);
     pthread_mutex_destroy(&fs->lock);
     free(fs);
+}
+
+void fault_retry_after_date(char *out, size_t cap, int seconds)
+{
+    time_t at = time(NULL) + seconds;
+    struct tm tm;
+    gmtime_r(&at, &tm);
+    strftime(out, cap, "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
 }
 
 void fault_server_write_kubeconfig(const fault_server *fs, const char *path, const char *ns)

@@ -73,6 +73,11 @@ const fault_request *fault_server_request(fault_server *fs, size_t i);
 void fault_server_reset(fault_server *fs);
 void fault_server_stop(fault_server *fs);
 
+/* Writes into out (cap bytes) the header line "Retry-After: <HTTP-date>"
+ * (RFC 9110's preferred format) for seconds from now, CRLF-ended: a
+ * server's advice in its date form, which clients must honour too. */
+void fault_retry_after_date(char *out, size_t cap, int seconds);
+
 /* Writes a kubeconfig at path whose one cluster is fs over plain HTTP
  * (user token t0k3n) and whose context's namespace is ns (NULL: none);
  * fails the test on error. */

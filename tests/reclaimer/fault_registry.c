@@ -199,14 +199,10 @@ static void retry_after_header(struct registry *r)
     r->headers[0] = '\0';
     if (r->retry_after < 0)
         return;
-    if (!r->retry_after_date) {
+    if (r->retry_after_date)
+        fault_retry_after_date(r->headers, sizeof r->headers, r->retry_after);
+    else
         snprintf(r->headers, sizeof r->headers, "Retry-After: %d\r\n", r->retry_after);
-        return;
-    }
-    time_t at = time(NULL) + r->retry_after;
-    struct tm tm;
-    gmtime_r(&at, &tm);
-    strftime(r->headers, sizeof r->headers, "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
 }
 
 /* The fault, if this request is one it is played on. */

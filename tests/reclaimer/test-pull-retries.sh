@@ -1,14 +1,15 @@
 #!/bin/sh
 # Pulls from a flaky or token-locked registry (tetris-test-fault-registry
 # serving a copy of a real artifact): a blob answered 503 twice, 429 with
-# Retry-After in seconds, 503 with Retry-After as an HTTP-date, a manifest answered 503 once, a connection dropped half-way
-# through the largest blob (resumed with a Range from where it stopped,
-# and again from a registry that ignores Range) all pull, and the outputs
-# are the model's; a registry that stays down fails the pull after the
-# last attempt, with a message, leaving no temp file, no holder and not
-# the blob it could not fetch. Bearer tokens: from the realm with basic
-# credentials, anonymously, asked again when one expires; a wrong password
-# and a realm not on --registries are refused (the realm never asked).
+# Retry-After in seconds, 503 with Retry-After as an HTTP-date, a manifest
+# answered 503 once, a connection dropped half-way through the largest
+# blob (resumed with a Range from where it stopped, and again from a
+# registry that ignores Range) all pull, and the outputs are the model's;
+# a registry that stays down fails the pull after the last attempt, with a
+# message, leaving no temp file, no holder and not the blob it could not
+# fetch. Bearer tokens: from the realm with basic credentials,
+# anonymously, asked again when one expires; a wrong password and a realm
+# not on --registries are refused (the realm never asked).
 # tetris-registry push authenticates the same way, and starts an upload
 # answered 503 again.
 # shellcheck disable=SC2154 # PORT_<name> (and _port) are set by fault_registry's eval
