@@ -48,6 +48,9 @@ struct oci_session {
     pthread_mutex_t lock;
     pthread_mutex_t refresh;
     char *authorization; /* "Authorization: ..." for the registry; NULL: none yet */
+    /* The registry answered a request sent `authorization` with something
+     * other than 401: a 401 on it later is an expiry, not a refusal. */
+    bool authorization_accepted;
     bool plain;          /* the registry turned out not to speak TLS */
     bool tls;            /* it did complete a TLS handshake */
     char *ca_file;
@@ -265,6 +268,16 @@ static bool same_secret(const char *a, const char *b)
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
+/* The registry answered a request sent `sent` with something other than
+ * 401: if that is still the session's authorization, it was accepted. */
+static void authorization_was_accepted(oci_registry *r, const char *sent)
+{
+    pthread_mutex_lock(&r->session->lock);
+    if (same_secret(r->session->authorization, sent))
+        r->session->authorization_accepted = true;
+    pthread_mutex_unlock(&r->session->lock);
+}
+
 /* "Authorization: Basic base64(user:password)", malloc'd. */
 static char *basic_line(const oci_credential *c)
 {
@@ -367,7 +380,10 @@ static int fetch_token(oci_registry *r, const oci_challenge *ch, const oci_crede
 /* Answers a 401 whose challenge is ch, to a request that was sent
  * Authorization `sent` (NULL: none): new credentials in the session, or
  * TETRIS_E_DENIED saying why there are none. fetched: this request was
- * already given a token and the registry still refused it. */
+ * already given a token and the registry still refused it; that is a
+ * refusal only if the registry never accepted that token: with parallel
+ * requests another one can use up a token with few uses between its
+ * fetch and this request's use of it. */
 static int authenticate(oci_registry *r, const oci_challenge *ch, const char *sent, bool fetched,
                         tetris_error *err)
 {
@@ -375,6 +391,7 @@ static int authenticate(oci_registry *r, const oci_challenge *ch, const char *se
     pthread_mutex_lock(&s->refresh);
     pthread_mutex_lock(&s->lock);
     bool changed = !same_secret(s->authorization, sent);
+    bool expired = !changed && s->authorization_accepted;
     pthread_mutex_unlock(&s->lock);
     int rc = 0;
     char *line = NULL;
@@ -394,7 +411,7 @@ static int authenticate(oci_registry *r, const oci_challenge *ch, const char *se
     } else if (ch->scheme == OCI_AUTH_BASIC) {
         if ((line = basic_line(cred)) == NULL)
             rc = tetris_fail(err, TETRIS_E_NOMEM, errno, "credentials");
-    } else if (fetched) {
+    } else if (fetched && !expired) {
         rc = tetris_fail(err, TETRIS_E_DENIED, 0,
                          "registry %s:%u refused the token its realm gave%s%.100s%s for scope "
                          "\"%.200s\"",
@@ -407,6 +424,7 @@ static int authenticate(oci_registry *r, const oci_challenge *ch, const char *se
         pthread_mutex_lock(&s->lock);
         secret_free(s->authorization);
         s->authorization = line;
+        s->authorization_accepted = false;
         pthread_mutex_unlock(&s->lock);
     }
     pthread_mutex_unlock(&s->refresh);
@@ -531,6 +549,8 @@ int oci_send(oci_registry *r, httpclient_request *rq, unsigned flags, tetris_err
             ((rc < 0 && rq->failure != HTTPCLIENT_FAIL_NONE) || (rc == 0 && rq->status == 400)))
             plain_forget(r->host, r->port);
         if (rc < 0 || !credentials || rq->status != 401) {
+            if (rc == 0 && sent != NULL)
+                authorization_was_accepted(r, sent);
             secret_free(sent);
             return rc;
         }

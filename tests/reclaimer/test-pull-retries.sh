@@ -8,8 +8,9 @@
 # a registry that stays down fails the pull after the last attempt, with a
 # message, leaving no temp file, no holder and not the blob it could not
 # fetch. Bearer tokens: from the realm with basic credentials,
-# anonymously, asked again when one expires; a wrong password and a realm
-# not on --registries are refused (the realm never asked).
+# anonymously, asked again when one expires; a wrong password, a realm
+# not on --registries (never asked) and a token the registry never
+# accepts are refused.
 # tetris-registry push authenticates the same way, and starts an upload
 # answered 503 again.
 # shellcheck disable=SC2154 # PORT_<name> (and _port) are set by fault_registry's eval
@@ -36,10 +37,13 @@ fault_registry anonymous --dir "$art" --auth bearer --token-uses 3
 fault_registry wrong --dir "$art" --auth bearer --user alice --password other
 fault_registry tokens --dir "$art"
 fault_registry elsewhere --dir "$art" --auth bearer --realm-port "$PORT_tokens"
+fault_registry realm --dir "$art"
+fault_registry foreign --dir "$art" --auth bearer --realm-port "$PORT_realm"
 registry_auth_file "$WORK/auth.json" "127.0.0.1:$PORT_bearer" alice pw-bearer \
     "127.0.0.1:$PORT_wrong" alice pw-bearer
 list=""
-for n in flaky limited dated manifest dropped norange down bearer anonymous wrong elsewhere; do
+for n in flaky limited dated manifest dropped norange down bearer anonymous wrong elsewhere \
+    realm foreign; do
     eval "list=\"\$list\${list:+,}127.0.0.1:\$PORT_$n\""
 done
 start_daemon --registries "$list" --registry-auth "$WORK/auth.json" --pull-parallel 2
@@ -136,8 +140,15 @@ grep -q "token server refused the credentials of user" "$WORK/status.err" ||
     fail "elsewhere: the pull succeeded"
 grep -q "127.0.0.1:$PORT_tokens is not one this node may reach" "$WORK/status.err" ||
     fail "elsewhere: $(tail -2 "$WORK/status.err")"
-[ ! -s "$WORK/tokens.requests" ] || fail "the unlisted realm was asked: $(cat "$WORK/tokens.requests")"
-[ "$(metric 'tetris_pull_failures_total{reason="denied"}')" = 2 ] || fail "denied not counted"
+# A token the registry never accepts (its realm is another registry's):
+# refused after one fetch, not fetched again and again.
+[ "$(status "$RUN" "oci://127.0.0.1:$PORT_foreign/models/hello:v1" --store "$STORE")" != 0 ] ||
+    fail "foreign: the pull succeeded"
+grep -q "127.0.0.1:$PORT_foreign refused the token its realm gave for scope" "$WORK/status.err" ||
+    fail "foreign: $(tail -2 "$WORK/status.err")"
+[ "$(grep -c '^GET /token' "$WORK/realm.requests")" = 1 ] ||
+    fail "foreign: $(grep -c '^GET /token' "$WORK/realm.requests") tokens asked, not 1"
+[ "$(metric 'tetris_pull_failures_total{reason="denied"}')" = 3 ] || fail "denied not counted"
 stop_daemon
 
 # A push authenticates the same way: every blob there (HEAD), the
