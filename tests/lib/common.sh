@@ -66,7 +66,9 @@ _test_cleanup() {
     fi
 }
 trap _test_cleanup EXIT
-trap 'exit 1' INT TERM HUP
+# A reader that went away (run-tests piped into head) is a signal too: the
+# scratch directory still goes.
+trap 'exit 1' INT TERM HUP PIPE
 
 fail() {
     echo "FAIL $PROG: $*" >&2

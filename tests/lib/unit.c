@@ -1,11 +1,15 @@
 /* unit.c - the shared part of every Check unit test (see unit.h): the
- * runner, scratch directories removed at exit by the process that made
- * them, and whole-file writes and reads that fail the test on error.
+ * runner, scratch directories removed at exit, and whole-file writes and
+ * reads that fail the test on error.
  *
- * Check forks a child per test (CK_FORK, its default) and the child ends
- * with exit(), so atexit handlers run in children too. Each scratch
- * directory therefore remembers the pid that made it, and only that
- * process removes it: a child never removes its parent's directory.
+ * Check forks a child per test (CK_FORK, its default). A child that passes
+ * ends with exit(), so atexit handlers run in children too: each scratch
+ * directory remembers the pid that made it, and only that process removes
+ * it (a child never removes its parent's directory). A child that fails an
+ * assertion ends with _exit() and one that times out is killed, so its
+ * handlers never run: every scratch directory is therefore made inside one
+ * root directory of the runner's process, which removes the root, and
+ * whatever its children left there, when it exits.
  *
  * Check's assertions work only inside a test, and unit_scratch_dir also
  * serves unit_tests() before the runner starts: it fails through
@@ -37,12 +41,17 @@ struct scratch {
 
 static struct scratch *scratches;
 static size_t n_scratches;
+/* "tetris-<program>.XXXXXX": made by the runner's process before any
+ * child, removed at its exit. */
+static char *root;
+static pid_t root_owner;
 /* Set once the runner starts; Check's forked children inherit it. */
 static bool running;
 
 static void require(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int remove_at(int parent, const char *name);
 static void remove_scratches_at_exit(void);
+static const char *scratch_root(void);
 
 TCase *unit_tcase(Suite *s, const char *name, double timeout_s)
 {
@@ -56,6 +65,7 @@ TCase *unit_tcase(Suite *s, const char *name, double timeout_s)
 int unit_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);
+    scratch_root();
     running = true;
     srunner_run_all(sr, CK_ENV);
     int failed = srunner_ntests_failed(sr);
@@ -65,22 +75,36 @@ int unit_run(Suite *s)
 
 const char *unit_scratch_dir(const char *name)
 {
+    char *path = NULL;
+    require(asprintf(&path, "%s/%s.XXXXXX", scratch_root(), name) >= 0, "out of memory");
+    require(mkdtemp(path) != NULL, "mkdtemp %s: %s", path, strerror(errno));
+    struct scratch *grown = realloc(scratches, (n_scratches + 1) * sizeof(*grown));
+    require(grown != NULL, "out of memory");
+    scratches = grown;
+    scratches[n_scratches++] = (struct scratch){.path = path, .owner = getpid()};
+    return path;
+}
+
+/* The root every scratch directory is made in, made on first use (by the
+ * runner's process: unit_run makes it before the first fork). Others may
+ * pass through it (0711): tests run parts of themselves as another user. */
+static const char *scratch_root(void)
+{
+    if (root != NULL)
+        return root;
     const char *base = "/dev/shm";
     if (access(base, W_OK) != 0) {
         base = getenv("TMPDIR");
         if (base == NULL || base[0] == '\0')
             base = "/tmp";
     }
-    char *path = NULL;
-    require(asprintf(&path, "%s/tetris-%s.XXXXXX", base, name) >= 0, "out of memory");
-    require(mkdtemp(path) != NULL, "mkdtemp %s: %s", path, strerror(errno));
-    if (scratches == NULL)
-        require(atexit(remove_scratches_at_exit) == 0, "atexit failed");
-    struct scratch *grown = realloc(scratches, (n_scratches + 1) * sizeof(*grown));
-    require(grown != NULL, "out of memory");
-    scratches = grown;
-    scratches[n_scratches++] = (struct scratch){.path = path, .owner = getpid()};
-    return path;
+    require(asprintf(&root, "%s/tetris-%s.XXXXXX", base, program_invocation_short_name) >= 0,
+            "out of memory");
+    require(mkdtemp(root) != NULL, "mkdtemp %s: %s", root, strerror(errno));
+    require(chmod(root, 0711) == 0, "chmod %s: %s", root, strerror(errno));
+    root_owner = getpid();
+    require(atexit(remove_scratches_at_exit) == 0, "atexit failed");
+    return root;
 }
 
 void unit_remove_tree(const char *path)
@@ -143,8 +167,10 @@ static int remove_at(int parent, const char *name)
     return unlinkat(parent, name, AT_REMOVEDIR);
 }
 
-/* The directories this process made; its children's exits leave them. A
- * failure here is reported but cannot fail a test any more. */
+/* The directories this process made; its children's exits leave them.
+ * The root's owner then removes the root with whatever children that
+ * ended without their handlers left in it. A failure here is reported but
+ * cannot fail a test any more. */
 static void remove_scratches_at_exit(void)
 {
     pid_t self = getpid();
@@ -157,6 +183,10 @@ static void remove_scratches_at_exit(void)
     free(scratches);
     scratches = NULL;
     n_scratches = 0;
+    if (root != NULL && root_owner == self && remove_at(AT_FDCWD, root) != 0)
+        fprintf(stderr, "unit: cannot remove scratch directory %s: %s\n", root, strerror(errno));
+    free(root);
+    root = NULL;
 }
 
 void unit_write_file(const char *path, const void *data, size_t len)

@@ -1,7 +1,7 @@
 /* unit.h - what every Check unit test shares, so that a test file holds
  * only its tests: the main() that builds the suite, runs it and turns the
- * result into an exit status, scratch directories that are removed by the
- * process that made them, and whole-file writes and reads that fail the
+ * result into an exit status, scratch directories that are removed at
+ * exit, and whole-file writes and reads that fail the
  * test rather than return an error. Linked into every unit binary
  * (tests/lib/unit.c).
  *
@@ -43,13 +43,16 @@ int unit_run(Suite *s);
         return unit_run(s);                                                                        \
     }
 
-/* Makes a new, empty directory "tetris-<name>.XXXXXX" on tmpfs (/dev/shm
- * where writable, else $TMPDIR or /tmp) and returns its path, valid until
- * the process exits. The directory and everything in it are removed when
- * the process that made it exits, or earlier by unit_remove_tree: a
- * directory made before Check forks a test is not removed by the test's
- * child. Fails the current test (or aborts before the runner starts) if
- * the directory cannot be made. */
+/* Makes a new, empty directory "<name>.XXXXXX" and returns its path, valid
+ * until the process exits. It is made in the runner's root directory,
+ * "tetris-<program>.XXXXXX" on tmpfs (/dev/shm where writable, else
+ * $TMPDIR or /tmp; mode 0711). The directory and everything in it are
+ * removed when the process that made it exits, or earlier by
+ * unit_remove_tree: a directory made before Check forks a test is not
+ * removed by the test's child. One a test's child leaves (it failed, or
+ * timed out) goes with the root when the runner exits. Fails the current
+ * test (or aborts before the runner starts) if the directory cannot be
+ * made. */
 const char *unit_scratch_dir(const char *name);
 
 /* Removes path and everything under it, read-only directories included
