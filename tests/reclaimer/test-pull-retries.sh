@@ -140,6 +140,7 @@ grep -q "token server refused the credentials of user" "$WORK/status.err" ||
     fail "elsewhere: the pull succeeded"
 grep -q "127.0.0.1:$PORT_tokens is not one this node may reach" "$WORK/status.err" ||
     fail "elsewhere: $(tail -2 "$WORK/status.err")"
+[ ! -s "$WORK/tokens.requests" ] || fail "the unlisted realm was asked: $(cat "$WORK/tokens.requests")"
 # A token the registry never accepts (its realm is another registry's):
 # refused after one fetch, not fetched again and again.
 [ "$(status "$RUN" "oci://127.0.0.1:$PORT_foreign/models/hello:v1" --store "$STORE")" != 0 ] ||
