@@ -194,20 +194,61 @@ void derived_form_release(struct derived_form *f)
 
 /* ---- asking the daemon ---- */
 
+void derived_wait_init(struct derived_wait *w)
+{
+    pthread_mutex_init(&w->lock, NULL);
+    w->asking = NULL;
+    w->cancelled = false;
+}
+
+void derived_wait_cancel(struct derived_wait *w)
+{
+    pthread_mutex_lock(&w->lock);
+    w->cancelled = true;
+    if (w->asking != NULL)
+        ingest_client_interrupt(w->asking);
+    pthread_mutex_unlock(&w->lock);
+}
+
+void derived_wait_destroy(struct derived_wait *w)
+{
+    assert(w->asking == NULL);
+    pthread_mutex_destroy(&w->lock);
+}
+
+/* Sets the connection a cancel interrupts (NULL: none); false when the
+ * wait is cancelled already. */
+static bool wait_on(struct derived_wait *w, ingest_client *c)
+{
+    if (w == NULL)
+        return true;
+    pthread_mutex_lock(&w->lock);
+    bool cancelled = w->cancelled;
+    w->asking = cancelled ? NULL : c;
+    pthread_mutex_unlock(&w->lock);
+    return !cancelled;
+}
+
 /* Asks for the form of the share image behind fd and waits for the
- * answer, at most wait_ms; one log line either way (a node without a
- * daemon, direct mode, is no failure). */
+ * answer, at most wait_ms or until w (NULL: none) is cancelled; one log
+ * line either way (a node without a daemon, direct mode, is no failure;
+ * nor is a cancelled wait, the caller's). */
 static int ask(const char *label, const char *root, int fd, const char *runtime, int wait_ms,
-               const char *how)
+               const char *how, struct derived_wait *w)
 {
     char sock[PATH_MAX];
     tetris_error err = {0};
     ingest_client *c = NULL;
     snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
     int r = ingest_client_connect(sock, 30000, &c, &err);
-    if (r == 0)
+    if (r == 0 && !wait_on(w, c))
+        r = tetris_fail(&err, TETRIS_E_UNAVAILABLE, 0, "cancelled");
+    else if (r == 0)
         r = ingest_client_derive(c, label, fd, runtime, wait_ms, &err);
+    bool cancelled = c != NULL && !wait_on(w, NULL);
     ingest_client_close(c);
+    if (cancelled)
+        return -TETRIS_E_UNAVAILABLE;
     if (r == -TETRIS_E_UNAVAILABLE && c == NULL)
         log_info("event=derive-request-skipped model=%s reason=%s", LOG_Q(label), LOG_Q(err.msg));
     else if (r < 0)
@@ -250,14 +291,14 @@ static void ask_free(struct derive_ask *a)
 static void *ask_main(void *arg)
 {
     struct derive_ask *a = arg;
-    ask(a->label, a->root, a->fd, a->runtime, DERIVED_FORM_WAIT_MS, "background");
+    ask(a->label, a->root, a->fd, a->runtime, DERIVED_FORM_WAIT_MS, "background", NULL);
     close(a->fd);
     ask_free(a);
     return NULL;
 }
 
 int derived_form_request(const char *label, const char *root, const uint8_t *image, size_t len,
-                         const char *runtime, bool wait)
+                         const char *runtime, bool wait, struct derived_wait *w)
 {
     tetris_error err = {0};
     int fd = -1;
@@ -265,8 +306,9 @@ int derived_form_request(const char *label, const char *root, const uint8_t *ima
         log_warn("event=derive-request-failed model=%s msg=%s", LOG_Q(label), LOG_Q(err.msg));
         return -err.code;
     }
-    if (wait) {
-        int r = ask(label, root, fd, runtime, DERIVED_FORM_WAIT_MS, "yes");
+    if (wait || w != NULL) {
+        /* A cancellable ask is a serving process's: no start waits. */
+        int r = ask(label, root, fd, runtime, DERIVED_FORM_WAIT_MS, wait ? "yes" : "background", w);
         close(fd);
         return r;
     }

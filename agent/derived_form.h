@@ -16,6 +16,7 @@
 #define TETRIS_DERIVED_FORM_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -76,14 +77,28 @@ void derived_form_release(struct derived_form *f);
 /* "tensors/XX/<hex>": the store name of a part's tensor. */
 void derived_form_store_name(const struct derived_part *p, char *out, size_t cap);
 
+/* A waiting ask that another thread may end (a server stopping). */
+struct derived_wait {
+    pthread_mutex_t lock;
+    ingest_client *asking; /* the connection waited on, while there is one */
+    bool cancelled;
+};
+
+void derived_wait_init(struct derived_wait *w);
+/* Ends the ask waiting on w, now or as soon as it connects: its
+ * derived_form_request returns -TETRIS_E_UNAVAILABLE. */
+void derived_wait_cancel(struct derived_wait *w);
+void derived_wait_destroy(struct derived_wait *w);
+
 /* Asks the daemon serving root to make the form of the share image for
- * runtime (NULL: the daemon's own). With wait, waits for it (at most
- * DERIVED_FORM_WAIT_MS) and returns 0 once it is made, else <0; without,
- * a detached thread of its own connection asks (no start waits for it; the
- * daemon goes on deriving if this process ends first) and 0 is returned.
- * The outcome is one log line naming label (event=derive-requested,
- * derive-request-failed, or derive-request-skipped without a daemon). */
+ * runtime (NULL: the daemon's own). With wait or w, waits for it (at most
+ * DERIVED_FORM_WAIT_MS, or until w is cancelled) and returns 0 once it is
+ * made, else <0; without, a detached thread of its own connection asks
+ * (no start waits for it; the daemon goes on deriving if this process ends
+ * first) and 0 is returned. The outcome is one log line naming label
+ * (event=derive-requested, derive-request-failed, or
+ * derive-request-skipped without a daemon), none for a cancelled wait. */
 int derived_form_request(const char *label, const char *root, const uint8_t *image, size_t len,
-                         const char *runtime, bool wait);
+                         const char *runtime, bool wait, struct derived_wait *w);
 
 #endif

@@ -157,6 +157,14 @@ void ingest_client_close(ingest_client *c)
     free(c);
 }
 
+void ingest_client_interrupt(ingest_client *c)
+{
+    pthread_mutex_lock(&c->sock_lock);
+    if (c->sock >= 0)
+        shutdown(c->sock, SHUT_RDWR);
+    pthread_mutex_unlock(&c->sock_lock);
+}
+
 static void close_fds(int *fds, size_t n)
 {
     for (size_t i = 0; i < n; i++)

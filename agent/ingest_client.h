@@ -103,6 +103,11 @@ int ingest_client_pull(ingest_client *c, const char *label, const char *ref, int
 int ingest_report_fallback(const char *socket_path, const char *label, const char *reason,
                            int timeout_ms, tetris_error *err);
 
+/* Ends, from another thread, the exchange a call on c waits in: the
+ * connection is shut down, so the call fails (TETRIS_E_UNAVAILABLE) and
+ * c is left to close. */
+void ingest_client_interrupt(ingest_client *c);
+
 /* Closes the connection (stopping the watcher first, if any): the daemon
  * releases this client's references. */
 void ingest_client_close(ingest_client *c);

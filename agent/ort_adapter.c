@@ -25,6 +25,10 @@ struct ort_model_private {
     size_t n, cap;
     struct derived_form form; /* held while the session is on it */
     bool ask_derived; /* no form to use: ask the daemon once the session is open */
+    /* o->upgrade: the share image to ask for the form with, later
+     * (ort_upgrade_new takes it) */
+    uint8_t *upgrade_image;
+    size_t upgrade_image_len;
 };
 
 /* State of one rewrite pass: which agent tensors can back which protos. */
@@ -317,8 +321,11 @@ static int session_options(const ort_model *m, const struct ort_adapter_options 
     return 0;
 }
 
-int ort_model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
-                   ort_model **out, tetris_error *err)
+/* ort_model_open; unmap_plain: unmap the plain weights once a session is
+ * open on the derived form (an upgrade keeps them for the session it
+ * replaces). */
+static int model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
+                      bool unmap_plain, ort_model **out, tetris_error *err)
 {
     struct ort_adapter_options defaults;
     OrtSessionOptions *so = NULL;
@@ -376,7 +383,7 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
         ort_model_free(m);
         struct ort_adapter_options plain = *o;
         plain.derived = DERIVED_OFF;
-        return ort_model_open(model_path, am, &plain, out, err);
+        return model_open(model_path, am, &plain, unmap_plain, out, err);
     }
     if (r < 0) {
         ort_model_free(m);
@@ -388,16 +395,97 @@ int ort_model_open(const char *model_path, agent_model *am, const struct ort_ada
               (unsigned long long)m->inline_bytes, m->derived, m->derived_ort);
     /* The session reads the form, none of the plain weights: their
      * mappings go (the references stay, the form is made of them). */
-    if (m->derived)
+    if (m->derived && unmap_plain)
         agent_model_unmap(am);
-    if (m->priv->ask_derived && !m->derived && image != NULL) {
+    if (m->priv->ask_derived && !m->derived && image != NULL && o->upgrade &&
+        o->derived == DERIVED_AUTO) {
+        m->priv->upgrade_image = steal_pointer(&image);
+        m->priv->upgrade_image_len = image_len;
+    } else if (m->priv->ask_derived && !m->derived && image != NULL) {
         char runtime[DERIVED_NAME_MAX];
         ort_runtime_name(runtime, sizeof(runtime));
         derived_form_request(model_path, agent_store_public_dir(am), image, image_len, runtime,
-                             o->derived == DERIVED_MAKE);
+                             o->derived == DERIVED_MAKE, NULL);
     }
     *out = m;
     return 0;
+}
+
+int ort_model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
+                   ort_model **out, tetris_error *err)
+{
+    return model_open(model_path, am, o, true, out, err);
+}
+
+/* ---- moving to the derived form ---- */
+
+struct ort_upgrade {
+    char *model_path;
+    agent_model *am;
+    struct ort_adapter_options o; /* the plain session's, derived: use */
+    uint8_t *image;               /* the plain session's share image */
+    size_t image_len;
+    struct derived_wait wait;
+};
+
+int ort_upgrade_new(ort_model *m, const char *model_path, agent_model *am,
+                    const struct ort_adapter_options *o, ort_upgrade **out, tetris_error *err)
+{
+    *out = NULL;
+    if (m->priv->upgrade_image == NULL)
+        return 0;
+    ort_upgrade *u = calloc(1, sizeof(*u));
+    if (u == NULL || (u->model_path = strdup(model_path)) == NULL) {
+        free(u);
+        return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
+    }
+    u->am = am;
+    u->o = *o;
+    u->o.derived = DERIVED_USE;
+    u->o.upgrade = false;
+    u->image = steal_pointer(&m->priv->upgrade_image);
+    u->image_len = m->priv->upgrade_image_len;
+    derived_wait_init(&u->wait);
+    *out = u;
+    return 0;
+}
+
+int ort_upgrade_run(ort_upgrade *u, ort_model **out, tetris_error *err)
+{
+    char runtime[DERIVED_NAME_MAX];
+    ort_runtime_name(runtime, sizeof(runtime));
+    int r = derived_form_request(u->model_path, agent_store_public_dir(u->am), u->image,
+                                 u->image_len, runtime, false, &u->wait);
+    if (r == -TETRIS_E_UNAVAILABLE)
+        return tetris_fail(err, TETRIS_E_UNAVAILABLE, 0,
+                           "no derived form: cancelled, or no daemon");
+    if (r < 0)
+        return tetris_fail(err, -r, 0, "the node daemon made no derived form (its log says why)");
+    ort_model *m = NULL;
+    if ((r = model_open(u->model_path, u->am, &u->o, false, &m, err)) < 0)
+        return r;
+    if (!m->derived) {
+        /* Made, but not for this session (its log line says why). */
+        ort_model_free(m);
+        return tetris_fail(err, TETRIS_E_NOTFOUND, 0, "the derived form made cannot be opened");
+    }
+    *out = m;
+    return 0;
+}
+
+void ort_upgrade_cancel(ort_upgrade *u)
+{
+    derived_wait_cancel(&u->wait);
+}
+
+void ort_upgrade_free(ort_upgrade *u)
+{
+    if (u == NULL)
+        return;
+    derived_wait_destroy(&u->wait);
+    free(u->image);
+    free(u->model_path);
+    free(u);
 }
 
 void ort_model_free(ort_model *m)
@@ -415,6 +503,7 @@ void ort_model_free(ort_model *m)
         free(p->values);
         free(p->names);
         derived_form_release(&p->form);
+        free(p->upgrade_image);
         if (p->cpu != NULL)
             m->api->ReleaseMemoryInfo(p->cpu);
         if (p->env != NULL)

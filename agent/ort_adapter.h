@@ -50,6 +50,10 @@ struct ort_adapter_options {
                                    to this ONNX file (ORT's SetOptimizedModelFilePath) */
     enum derived_mode derived;  /* store mode only (protocol/derived.h); default
                                    DERIVED_OFF */
+    bool upgrade;               /* DERIVED_AUTO in a process that lives on (a server): a
+                                   missing form is not asked for in the background but
+                                   through ort_upgrade, which opens the session that
+                                   replaces this one */
 };
 
 typedef struct ort_model {
@@ -89,6 +93,30 @@ void ort_adapter_options_init(struct ort_adapter_options *o);
 int ort_model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
                    ort_model **out, tetris_error *err);
 void ort_model_free(ort_model *m);
+
+/* Moving a long-lived session from the plain weights to the store's
+ * derived form once the node daemon has made it (DERIVED_AUTO with
+ * o->upgrade): one thread asks and waits, then opens a session on the
+ * form; the caller swaps sessions between runs, frees the plain one and
+ * then unmaps the plain weights (agent_model_unmap). The form's answers
+ * are stock ONNX Runtime's at `all` with pre-packing, not the plain
+ * graph's (protocol/derived.h). */
+typedef struct ort_upgrade ort_upgrade;
+
+/* The upgrade of m, opened by ort_model_open(model_path, am, o) with
+ * o->upgrade: *out NULL when there is none to make (m is on the form
+ * already, found no store, or had a form it could not use). */
+int ort_upgrade_new(ort_model *m, const char *model_path, agent_model *am,
+                    const struct ort_adapter_options *o, ort_upgrade **out, tetris_error *err);
+/* Asks the daemon for the form and waits until it is made (at most
+ * derived_form.h's DERIVED_FORM_WAIT_MS), then opens *out on it, the plain
+ * weights left mapped. TETRIS_E_UNAVAILABLE: cancelled, or no daemon;
+ * TETRIS_E_NOTFOUND: a form made but not one this session can open; the
+ * daemon's code when it could not make one (each said in a log line). */
+int ort_upgrade_run(ort_upgrade *u, ort_model **out, tetris_error *err);
+/* From another thread: ends ort_upgrade_run's wait for the daemon. */
+void ort_upgrade_cancel(ort_upgrade *u);
+void ort_upgrade_free(ort_upgrade *u);
 
 /* The runtime this process's sessions are, as derived forms name it
  * ("onnxruntime 1.29.0"): what a form must be made by to be opened. */

@@ -229,6 +229,31 @@ void ort_io_free(ort_io *io)
     free(io);
 }
 
+static bool dims_equal(size_t ndim, const int64_t *a, const int64_t *b)
+{
+    return memcmp(a, b, ndim * sizeof(*a)) == 0;
+}
+
+bool ort_io_equal(const ort_io *a, const ort_io *b)
+{
+    if (a->n_in != b->n_in || a->n_out != b->n_out || a->batchable != b->batchable ||
+        a->seedable != b->seedable)
+        return false;
+    for (size_t i = 0; i < a->n_in; i++) {
+        const struct ort_input_desc *x = &a->in[i], *y = &b->in[i];
+        if (strcmp(a->in_names[i], b->in_names[i]) != 0 || x->type != y->type ||
+            x->ndim != y->ndim || !dims_equal(x->ndim, x->model_dims, y->model_dims))
+            return false;
+    }
+    for (size_t i = 0; i < a->n_out; i++) {
+        const struct ort_output_desc *x = &a->out[i], *y = &b->out[i];
+        if (strcmp(a->out_names[i], b->out_names[i]) != 0 || x->type != y->type ||
+            x->ndim != y->ndim || !dims_equal(x->ndim, x->model_dims, y->model_dims))
+            return false;
+    }
+    return true;
+}
+
 void ort_values_release(const ort_model *m, OrtValue **values, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

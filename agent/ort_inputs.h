@@ -60,6 +60,9 @@ typedef struct ort_io {
  * non-tensor input or output, or one of rank above TENSOR_MAX_DIMS. */
 int ort_io_describe(const ort_model *m, int64_t dynamic_dim, ort_io **out, tetris_error *err);
 void ort_io_free(ort_io *io);
+/* Whether two sessions take and give the same tensors: names, element
+ * types and declared dimensions, in order (the seeded shapes follow). */
+bool ort_io_equal(const ort_io *a, const ort_io *b);
 
 /* Creates io->n_in inputs holding the n requests with the given seeds
  * concatenated along dim 0. n > 1 needs io->batchable, and every input

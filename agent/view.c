@@ -425,11 +425,11 @@ static int add_derived(model_view *v, const char *model_path, const char *store_
     bool absent = false;
     derived_source_digest(graph, graph_len, &source);
     if (o->derived == DERIVED_MAKE &&
-        derived_form_request(model_path, store_dir, graph, graph_len, o->runtime, true) < 0)
+        derived_form_request(model_path, store_dir, graph, graph_len, o->runtime, true, NULL) < 0)
         return 0;
     if (derived_form_find(model_path, store_dir, &source, o->runtime, &v->form, &absent) == 0) {
         if (absent && o->derived == DERIVED_AUTO)
-            derived_form_request(model_path, store_dir, graph, graph_len, o->runtime, false);
+            derived_form_request(model_path, store_dir, graph, graph_len, o->runtime, false, NULL);
         return 0;
     }
     cleanup_free uint8_t *form = NULL;

@@ -22,6 +22,10 @@ struct scratch {
     uint64_t *seeds;
     bool *wanted; /* outputs a group asks for */
     OrtValue **inputs, **outputs;
+    /* The session the batch runs on, taken under the lock at its start
+     * (NULL between batches): batcher_replace_model waits until no worker
+     * holds the session it replaced. */
+    const ort_model *m;
 };
 
 struct worker {
@@ -31,13 +35,13 @@ struct worker {
 };
 
 struct batcher {
-    const ort_model *m;
+    const ort_model *m; /* what the next batch runs on */
     const ort_io *io;
     fn_metrics *metrics;
     struct batcher_options o;
     pthread_mutex_t lock;
     pthread_cond_t work; /* a request arrived, or draining began */
-    pthread_cond_t done; /* a batch finished */
+    pthread_cond_t done; /* a batch finished (and its worker let go of its session) */
     fn_request *head, *tail;
     size_t depth;
     uint64_t batches;
@@ -100,21 +104,21 @@ static void run_seeds_concatenated(batcher *b, struct scratch *s, fn_request **r
 
     for (size_t j = 0; j < n; j++)
         s->seeds[j] = reqs[j]->seed;
-    r = ort_inputs_make(b->m, io, s->seeds, n, s->inputs, &err);
+    r = ort_inputs_make(s->m, io, s->seeds, n, s->inputs, &err);
     if (r == 0) {
-        r = ort_io_run(b->m, io, s->inputs, s->outputs, &err);
-        ort_values_release(b->m, s->inputs, io->n_in);
+        r = ort_io_run(s->m, io, s->inputs, s->outputs, &err);
+        ort_values_release(s->m, s->inputs, io->n_in);
     }
     for (size_t j = 0; j < n; j++) {
         fn_request *req = reqs[j];
         if (r < 0)
             fail_request(req, &err);
-        else if (ort_outputs_sha256(b->m, io, s->outputs, n, j, req->sha256, &req->output_bytes,
+        else if (ort_outputs_sha256(s->m, io, s->outputs, n, j, req->sha256, &req->output_bytes,
                                     &err) < 0)
             fail_request(req, &err);
     }
     if (r == 0)
-        ort_values_release(b->m, s->outputs, io->n_out);
+        ort_values_release(s->m, s->outputs, io->n_out);
 }
 
 /* The model cannot take a batch dimension: one Run per seed request. */
@@ -125,15 +129,15 @@ static void run_seeds_sequentially(batcher *b, struct scratch *s, fn_request **r
     for (size_t j = 0; j < n; j++) {
         fn_request *req = reqs[j];
         tetris_error err = {0};
-        int r = ort_inputs_make(b->m, io, &req->seed, 1, s->inputs, &err);
+        int r = ort_inputs_make(s->m, io, &req->seed, 1, s->inputs, &err);
         if (r == 0) {
-            r = ort_io_run(b->m, io, s->inputs, s->outputs, &err);
-            ort_values_release(b->m, s->inputs, io->n_in);
+            r = ort_io_run(s->m, io, s->inputs, s->outputs, &err);
+            ort_values_release(s->m, s->inputs, io->n_in);
         }
         if (r == 0) {
-            r = ort_outputs_sha256(b->m, io, s->outputs, 1, 0, req->sha256, &req->output_bytes,
+            r = ort_outputs_sha256(s->m, io, s->outputs, 1, 0, req->sha256, &req->output_bytes,
                                    &err);
-            ort_values_release(b->m, s->outputs, io->n_out);
+            ort_values_release(s->m, s->outputs, io->n_out);
         }
         if (r < 0)
             fail_request(req, &err);
@@ -162,7 +166,7 @@ static int split_outputs(batcher *b, struct scratch *s, fn_request **group, size
         for (size_t i = 0; i < b->io->n_out; i++) {
             if (!req->tensors->output_wanted[i])
                 continue;
-            if (oip_ort_output(b->m, b->io, i, s->outputs[i], first, rows, total, &req->outputs[i],
+            if (oip_ort_output(s->m, b->io, i, s->outputs[i], first, rows, total, &req->outputs[i],
                                err) < 0) {
                 for (size_t k = 0; k < n; k++)
                     clear_outputs(b, group[k]);
@@ -188,14 +192,14 @@ static void run_group(batcher *b, struct scratch *s, fn_request **group, size_t 
         for (size_t i = 0; i < io->n_out; i++)
             s->wanted[i] |= group[j]->tensors->output_wanted[i];
     }
-    int r = oip_ort_inputs(b->m, io, s->group_tensors, n, s->inputs, &err);
+    int r = oip_ort_inputs(s->m, io, s->group_tensors, n, s->inputs, &err);
     if (r == 0) {
-        r = ort_io_run_some(b->m, io, s->inputs, s->wanted, s->outputs, &err);
-        ort_values_release(b->m, s->inputs, io->n_in);
+        r = ort_io_run_some(s->m, io, s->inputs, s->wanted, s->outputs, &err);
+        ort_values_release(s->m, s->inputs, io->n_in);
     }
     if (r == 0) {
         r = split_outputs(b, s, group, n, &err);
-        ort_values_release(b->m, s->outputs, io->n_out);
+        ort_values_release(s->m, s->outputs, io->n_out);
     }
     if (r < 0 && n > 1) {
         log_debug("event=batch-split requests=%zu msg=%s", n, LOG_Q(err.msg));
@@ -304,9 +308,11 @@ static void *worker_main(void *arg)
         size_t n = next_batch(b, w->s.reqs, &id);
         if (n == 0)
             break;
+        w->s.m = b->m;
         pthread_mutex_unlock(&b->lock);
         run_batch(b, &w->s, n, id);
         pthread_mutex_lock(&b->lock);
+        w->s.m = NULL;
         for (size_t j = 0; j < n; j++)
             w->s.reqs[j]->done = true;
         pthread_cond_broadcast(&b->done);
@@ -384,6 +390,26 @@ int batcher_run(batcher *b, fn_request *req, tetris_error *err)
         pthread_cond_wait(&b->done, &b->lock);
     pthread_mutex_unlock(&b->lock);
     return 0;
+}
+
+/* Whether a worker's batch runs on m (lock held). */
+static bool model_in_use(const batcher *b, const ort_model *m)
+{
+    for (int i = 0; i < b->n_workers; i++)
+        if (b->workers[i].s.m == m)
+            return true;
+    return false;
+}
+
+const ort_model *batcher_replace_model(batcher *b, const ort_model *m)
+{
+    pthread_mutex_lock(&b->lock);
+    const ort_model *previous = b->m;
+    b->m = m;
+    while (model_in_use(b, previous))
+        pthread_cond_wait(&b->done, &b->lock);
+    pthread_mutex_unlock(&b->lock);
+    return previous;
 }
 
 void batcher_drain(batcher *b)

@@ -5,7 +5,9 @@
  * A request is either a decoded inference request (its tensors, from
  * POST /v2/models/NAME/infer) or a seed (POST /: inputs generated from it
  * exactly as tetris-onnx-run --seed does). All workers share one ONNX
- * Runtime session (Run is thread-safe). When the model is batchable
+ * Runtime session (Run is thread-safe), taken at each batch's start: a
+ * session replaced meanwhile (batcher_replace_model) serves the batches
+ * already running, the new one every later batch. When the model is batchable
  * (ort_inputs.h), the seed requests of a batch are one Run over their
  * inputs concatenated along dim 0, and so are the tensor requests that
  * agree on every dimension but the first (oip_ort.h); the others run one
@@ -67,6 +69,11 @@ int batcher_new(const ort_model *m, const ort_io *io, const struct batcher_optio
  * run; the outcome is in req.
  * -TETRIS_E_UNAVAILABLE when the batcher is draining. */
 int batcher_run(batcher *b, fn_request *req, tetris_error *err);
+
+/* From the next batch on the workers run on m, a session of the same
+ * inputs and outputs (io) as the one it replaces; returns that one once
+ * no batch runs on it any more (the caller frees it). */
+const ort_model *batcher_replace_model(batcher *b, const ort_model *m);
 
 /* From now on partial batches do not wait and new requests are refused;
  * what is queued still runs. */

@@ -39,6 +39,7 @@ struct fn_metrics {
     pthread_mutex_t lock;
     char *model, *mode, *batching;
     uint64_t shared_bytes;
+    bool derived;
     uint64_t requests[N_CODES + 1];
     struct histogram request_duration, batch_size, batch_duration;
     uint64_t inflight, queue_depth;
@@ -60,6 +61,7 @@ int fn_metrics_new(const struct fn_metrics_info *info, fn_metrics **out, tetris_
     m->mode = strdup(info->mode);
     m->batching = strdup(info->batching);
     m->shared_bytes = info->shared_bytes;
+    m->derived = info->derived;
     m->started_ms = info->started_ms;
     m->store = strdup(info->store);
     m->start = strcmp(info->store, "hit") == 0 ? "warm" : "cold";
@@ -179,6 +181,14 @@ static void render_start(textbuf *t, const fn_metrics *m)
                            rows[i].ms / 1e3);
 }
 
+void fn_metrics_session(fn_metrics *m, uint64_t shared_bytes, bool derived)
+{
+    pthread_mutex_lock(&m->lock);
+    m->shared_bytes = shared_bytes;
+    m->derived = derived;
+    pthread_mutex_unlock(&m->lock);
+}
+
 char *fn_metrics_render(fn_metrics *m, size_t *len)
 {
     static const char requests[] = "tetris_function_requests_total";
@@ -207,6 +217,10 @@ char *fn_metrics_render(fn_metrics *m, size_t *len)
     prom_header(&t, "tetris_function_shared_tensor_bytes", "gauge",
                 "Model weight bytes read from tensor store mappings.");
     prom_sample(&t, "tetris_function_shared_tensor_bytes", NULL, 0, m->shared_bytes);
+    prom_header(&t, "tetris_function_derived_form", "gauge",
+                "1 while the session runs on the store's derived form of the model, 0 on its "
+                "plain weights.");
+    prom_sample(&t, "tetris_function_derived_form", NULL, 0, m->derived ? 1 : 0);
     prom_header(&t, "tetris_function_info", "gauge", "The model and how it is served.");
     prom_sample(&t, "tetris_function_info",
                 (prom_label[]){{"model", m->model}, {"mode", m->mode}, {"batching", m->batching}},

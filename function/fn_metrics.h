@@ -8,6 +8,7 @@
  *   tetris_function_queue_depth                      gauge (waiting for a worker)
  *   tetris_function_inflight_requests                gauge (accepted, not answered)
  *   tetris_function_shared_tensor_bytes              gauge (weights from the store)
+ *   tetris_function_derived_form                     gauge (1: on the derived form)
  *   tetris_function_info{model,mode,batching}        1
  *   tetris_function_start_seconds{start,store}       histogram (main() to ready)
  *   tetris_function_first_answer_seconds{start,store} histogram (main() to the
@@ -26,6 +27,7 @@
 #ifndef TETRIS_FN_METRICS_H
 #define TETRIS_FN_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +40,7 @@ struct fn_metrics_info {
     const char *mode;     /* "store", "direct", "private" */
     const char *batching; /* "concat" or "sequential" */
     uint64_t shared_bytes;
+    bool derived;      /* the session is on the store's derived form */
     double started_ms; /* clock_now_ms() at main() */
     const char *store; /* agent_store_result_name() */
     struct fn_start_steps {
@@ -54,6 +57,9 @@ void fn_metrics_request_begin(fn_metrics *m);
 void fn_metrics_request_end(fn_metrics *m, int code, double seconds);
 void fn_metrics_queue_depth(fn_metrics *m, size_t depth);
 void fn_metrics_batch(fn_metrics *m, size_t size, double seconds);
+
+/* The session was replaced (fn_upgrade.c): what it now shares. */
+void fn_metrics_session(fn_metrics *m, uint64_t shared_bytes, bool derived);
 
 /* The model is loaded and served: observes the start (now - started_ms). */
 void fn_metrics_ready(fn_metrics *m);

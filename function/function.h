@@ -9,6 +9,7 @@
  *   oip_ort.c          protocol tensors in and out of ONNX Runtime
  *   fn_metrics.c       the request metrics
  *   fn_view.c          a model view the platform made (tetris-csi's volume)
+ *   fn_upgrade.c       the move to the store's derived form (--derived auto)
  *
  * Life cycle: the HTTP server starts first, so that liveness answers while
  * the model loads; `loaded` is set once the model, its signature, the
@@ -71,7 +72,8 @@ struct fn {
     char *model_name; /* what the /v2 paths call the model */
     const char *model_path; /* what was loaded: o.model_ref, or o.model */
     agent_model *am;
-    ort_model *m;
+    struct ort_adapter_options ort_options; /* what the session was opened with */
+    ort_model *m; /* replaced only by fn_upgrade.c's thread, joined before it is freed */
     ort_io *io;
     oip_signature *sig;
     char *model_metadata; /* the /v2/models/NAME document */
@@ -79,6 +81,8 @@ struct fn {
     fn_metrics *metrics;
     batcher *batcher;
     http_server *srv;
+    ort_upgrade *upgrade; /* NULL: none under way */
+    pthread_t upgrade_thread;
     atomic_bool loaded, ready;
     /* Inference replies not yet sent: draining waits for them, because
      * stopping the HTTP server drops what it has not written. */
@@ -99,6 +103,15 @@ int fn_view_read(const char *dir, struct fn_view *out, tetris_error *err);
 int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, ort_model **out,
                  tetris_error *err);
 void fn_view_free(struct fn_view *v);
+
+/* ---- fn_upgrade.c ---- */
+/* With --derived auto and no form in the store, starts the thread that
+ * waits for the daemon to make it and moves the batcher to a session on
+ * it (once the function is ready); nothing to do otherwise. */
+int fn_upgrade_start(struct fn *f, tetris_error *err);
+/* Ends the wait and joins the thread (stop's first step, before the
+ * batcher and the session are freed). */
+void fn_upgrade_stop(struct fn *f);
 
 /* ---- fn_replies.c ---- */
 /* An inference handler's first step: false (and resp is a 503) while the

@@ -7,7 +7,7 @@ UNIT_TESTS += tests/function/test_oip.c
 PROGRAMS += tetris-function
 tetris-function_SRCS := function/tetris-function.c function/oip_api.c function/batcher.c \
                         function/oip_ort.c function/fn_metrics.c function/fn_replies.c \
-                        function/fn_view.c
+                        function/fn_view.c function/fn_upgrade.c
 tetris-function_LIBS := -lonnxruntime -lmicrohttpd
 
 SHELL_TESTS += $(sort $(wildcard tests/function/test-*.sh))

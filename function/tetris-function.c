@@ -257,9 +257,9 @@ static int parse_args(int argc, char **argv, struct fn_options *o)
                  "weights, made once per node by the daemon; its answers are stock ONNX "
                  "Runtime's at level all): off (default): the plain weights only; auto: use "
                  "it when there is one for this runtime and CPU, and without one ask the "
-                 "daemon for it in the background once the session is open (no start waits; "
-                 "the next instance uses it); use: use it, never ask; make: ask and wait "
-                 "before serving"},
+                 "daemon for it in the background once the session is open (no start waits) "
+                 "and move to it between batches once it is made; use: use it, never ask; "
+                 "make: ask and wait before serving"},
         {.name = "dim",
          .type = OPT_TYPE_I64,
          .dest = &o->dynamic_dim,
@@ -483,16 +483,16 @@ static int serve(struct fn *f, tetris_error *err)
 static int load_model(struct fn *f, double *session_ms, tetris_error *err)
 {
     struct agent_options ao;
-    struct ort_adapter_options oo;
+    struct ort_adapter_options *oo = &f->ort_options;
     int r;
 
-    ort_adapter_options_init(&oo);
-    oo.intra_op_threads = f->o.threads;
+    ort_adapter_options_init(oo);
+    oo->intra_op_threads = f->o.threads;
     f->model_path = f->o.model_ref != NULL ? f->o.model_ref : f->o.model;
     if (f->o.model_view != NULL) {
         double t0 = clock_now_ms();
         f->model_path = f->view.graph;
-        r = fn_view_open(&f->view, &oo, &f->m, err);
+        r = fn_view_open(&f->view, oo, &f->m, err);
         *session_ms = clock_now_ms() - t0;
         if (r < 0)
             return r;
@@ -515,9 +515,11 @@ static int load_model(struct fn *f, double *session_ms, tetris_error *err)
         f->model_path = f->o.model;
     }
     if (f->m == NULL) {
-        oo.derived = f->o.derived;
+        oo->derived = f->o.derived;
+        /* A server lives on: it moves to a form made after its start. */
+        oo->upgrade = true;
         double t0 = clock_now_ms();
-        r = ort_model_open(f->model_path, f->am, &oo, &f->m, err);
+        r = ort_model_open(f->model_path, f->am, oo, &f->m, err);
         *session_ms = clock_now_ms() - t0;
         if (r < 0)
             return r;
@@ -616,6 +618,7 @@ static int start(struct fn *f, tetris_error *err)
     mi.mode = mode_name(&f->o);
     mi.batching = f->io->batchable ? "concat" : "sequential";
     mi.shared_bytes = f->m->shared_bytes;
+    mi.derived = f->m->derived;
     mi.started_ms = f->started_ms;
     mi.store = agent_store_result_name(f->am != NULL ? f->am->stats.store_result
                                                      : AGENT_STORE_NONE);
@@ -636,6 +639,8 @@ static int start(struct fn *f, tetris_error *err)
     fn_metrics_ready(f->metrics);
     atomic_store(&f->loaded, true);
     atomic_store(&f->ready, true);
+    if ((r = fn_upgrade_start(f, err)) < 0)
+        return r;
     log_info("event=ready model=%s name=%s mode=%s batching=%s batch=%d concurrency=%d "
              "max_wait_ms=%g threads=%d port=%u shared_bytes=%llu max_body_bytes=%llu "
              "store=%s derived=%d session_ms=%.3f start_ms=%.3f",
@@ -656,6 +661,7 @@ static int start(struct fn *f, tetris_error *err)
 static void stop(struct fn *f)
 {
     atomic_store(&f->ready, false);
+    fn_upgrade_stop(f);
     if (f->batcher != NULL)
         batcher_drain(f->batcher);
     if (f->srv != NULL)
