@@ -429,8 +429,12 @@ static int finish_file(store *s, const tensor_meta *meta, const char *hex, struc
     uint8_t trailer[TENSOR_TRAILER_BYTES];
     trailer_encode(meta, trailer);
     ssize_t n = pwrite(t->fd, trailer, sizeof trailer, (off_t)meta->nbytes);
+    /* The bytes' blocks were allocated, the trailer's may not be: a
+     * filesystem that fills up here writes part of it (or none, ENOSPC),
+     * and the store is full like anywhere else. */
+    int failure = n < 0 ? errno : ENOSPC;
     if (n != (ssize_t)sizeof trailer)
-        return tetris_fail(err, TETRIS_E_IO, n < 0 ? errno : EIO, "write trailer of %s", hex);
+        return tetris_fail(err, store_errno_code(failure), failure, "write trailer of %s", hex);
     int rc = link_into_fanout(s, meta, hex, t, err);
     if (rc < 0)
         return rc;

@@ -18,6 +18,7 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1057,6 +1058,66 @@ START_TEST(capacity_limits_ingest)
 }
 END_TEST
 
+/* A filesystem that fills up is TETRIS_E_FULL wherever the publish runs
+ * out of room: in the tensor's bytes or in its trailer after them
+ * (publish.c: finish_file). In a child with a mount namespace of its own,
+ * a 256 KiB tmpfs gets tensors of about what is left (less, exactly,
+ * more): each is published or refused as full, never an I/O error, and
+ * one exactly as large as what is left has its bytes fit and its trailer
+ * not. Exit 0 when so; else the case's number, its message on stderr. */
+static void publish_until_full_in_child(const char *dir)
+{
+    static const long deltas[] = {-4096 - 160, -160, -4, 0, 4, 4096};
+    tetris_error err;
+    store *s = NULL;
+    struct store_options o = {.create = true};
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount("none", dir, "tmpfs", 0, "size=256k,mode=0755") < 0) {
+        perror("tmpfs");
+        _exit(40);
+    }
+    if (store_open(dir, &o, &s, &err) != 0) {
+        fprintf(stderr, "store_open: %s\n", err.msg);
+        _exit(40);
+    }
+    bool trailer_full = false;
+    for (size_t i = 0; i < sizeof deltas / sizeof deltas[0]; i++) {
+        struct statvfs v;
+        if (statvfs(dir, &v) != 0)
+            _exit(41);
+        long left = (long)(v.f_bavail * v.f_frsize), bytes = left + deltas[i];
+        struct test_tensor t = make_tensor((size_t)bytes / sizeof(float), 90 + (unsigned)i);
+        bool published = false;
+        int rc = store_publish_tensor_chunked(s, &t.meta, read_copy, t.data, &published, &err);
+        if (rc != 0 && rc != -TETRIS_E_FULL) {
+            fprintf(stderr, "%ld bytes with %ld left: %s\n", bytes, left, err.msg);
+            _exit(50 + (int)i);
+        }
+        trailer_full |= rc == -TETRIS_E_FULL && strstr(err.msg, "trailer") != NULL;
+        if (rc == 0 && store_remove_tensor(s, &t.meta.digest, &err) != 0)
+            _exit(42);
+        free(t.data);
+    }
+    store_close(s);
+    _exit(trailer_full ? 0 : 43);
+}
+
+START_TEST(full_filesystem_is_full)
+{
+    if (geteuid() != 0)
+        return; /* mounting a tmpfs needs root */
+    char *dir = new_dir();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        publish_until_full_in_child(dir);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    free(dir);
+}
+END_TEST
+
 /* An empty tensor is a page and an inode to tmpfs, and is charged so. */
 START_TEST(empty_tensors_are_charged_a_page_and_an_inode)
 {
@@ -1754,6 +1815,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, publish_empty_and_scalar);
     tcase_add_test(tc, publish_rejects_wrong_bytes_and_bad_meta);
     tcase_add_test(tc, chunked_publish_matches_and_verifies);
+    tcase_add_test(tc, full_filesystem_is_full);
     tcase_add_test(tc, computed_publish_names_the_file_by_its_bytes);
     tcase_add_test(tc, write_through_mapping_faults);
     tcase_add_test(tc, remove_and_quarantine_keep_existing_mappings);
