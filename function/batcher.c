@@ -401,7 +401,7 @@ static bool model_in_use(const batcher *b, const ort_model *m)
     return false;
 }
 
-const ort_model *batcher_replace_model(batcher *b, const ort_model *m)
+void batcher_replace_model(batcher *b, const ort_model *m)
 {
     pthread_mutex_lock(&b->lock);
     const ort_model *previous = b->m;
@@ -409,7 +409,6 @@ const ort_model *batcher_replace_model(batcher *b, const ort_model *m)
     while (model_in_use(b, previous))
         pthread_cond_wait(&b->done, &b->lock);
     pthread_mutex_unlock(&b->lock);
-    return previous;
 }
 
 void batcher_drain(batcher *b)

@@ -71,9 +71,9 @@ int batcher_new(const ort_model *m, const ort_io *io, const struct batcher_optio
 int batcher_run(batcher *b, fn_request *req, tetris_error *err);
 
 /* From the next batch on the workers run on m, a session of the same
- * inputs and outputs (io) as the one it replaces; returns that one once
- * no batch runs on it any more (the caller frees it). */
-const ort_model *batcher_replace_model(batcher *b, const ort_model *m);
+ * inputs and outputs (io) as the one it replaces; returns once no batch
+ * runs on that one any more (the caller, its owner, may free it). */
+void batcher_replace_model(batcher *b, const ort_model *m);
 
 /* From now on partial batches do not wait and new requests are refused;
  * what is queued still runs. */
