@@ -25,10 +25,8 @@ struct ort_model_private {
     size_t n, cap;
     struct derived_form form; /* held while the session is on it */
     bool ask_derived; /* no form to use: ask the daemon once the session is open */
-    /* o->upgrade: the share image to ask for the form with, later
-     * (ort_upgrade_new takes it) */
-    uint8_t *upgrade_image;
-    size_t upgrade_image_len;
+    bool form_only;   /* an upgrade's session: the form or nothing, no plain one */
+    ort_upgrade *upgrade; /* o->upgrade: the move to the form, until taken */
 };
 
 /* State of one rewrite pass: which agent tensors can back which protos. */
@@ -321,11 +319,14 @@ static int session_options(const ort_model *m, const struct ort_adapter_options 
     return 0;
 }
 
-/* ort_model_open; unmap_plain: unmap the plain weights once a session is
- * open on the derived form (an upgrade keeps them for the session it
- * replaces). */
+static int upgrade_new(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
+                       uint8_t *image, size_t image_len, ort_upgrade **out, tetris_error *err);
+
+/* ort_model_open; form_only: an upgrade's session, on the derived form or
+ * none (TETRIS_E_NOTFOUND), the plain weights left mapped for the session
+ * it replaces. */
 static int model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
-                      bool unmap_plain, ort_model **out, tetris_error *err)
+                      bool form_only, ort_model **out, tetris_error *err)
 {
     struct ort_adapter_options defaults;
     OrtSessionOptions *so = NULL;
@@ -342,6 +343,7 @@ static int model_open(const char *model_path, agent_model *am, const struct ort_
         free(m);
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
+    m->priv->form_only = form_only;
     m->api = OrtGetApiBase()->GetApi(ORT_API_VERSION);
     if (m->api == NULL) {
         ort_model_free(m);
@@ -360,6 +362,8 @@ static int model_open(const char *model_path, agent_model *am, const struct ort_
         r = session_options(m, o, &so, err);
     if (r == 0 && am != NULL)
         r = prepare_shared(m, model_path, am, o, so, &image, &image_len, err);
+    if (r == 0 && form_only && !m->derived)
+        r = tetris_fail(err, TETRIS_E_NOTFOUND, 0, "no derived form this session can open");
     if (r == 0 && m->derived_ort)
         r = ort_check(m->api,
                       m->api->CreateSessionFromArray(m->priv->env, m->priv->form.ort,
@@ -375,7 +379,7 @@ static int model_open(const char *model_path, agent_model *am, const struct ort_
                       "create session", err);
     if (so != NULL)
         m->api->ReleaseSessionOptions(so);
-    if (r < 0 && m->derived) {
+    if (r < 0 && m->derived && !form_only) {
         /* The form was checked when it was made; a session that still
          * cannot open it runs on the plain weights. */
         log_warn("event=derived-ignored model=%s reason=%s action=plain-weights", model_path,
@@ -383,7 +387,7 @@ static int model_open(const char *model_path, agent_model *am, const struct ort_
         ort_model_free(m);
         struct ort_adapter_options plain = *o;
         plain.derived = DERIVED_OFF;
-        return model_open(model_path, am, &plain, unmap_plain, out, err);
+        return model_open(model_path, am, &plain, false, out, err);
     }
     if (r < 0) {
         ort_model_free(m);
@@ -395,12 +399,16 @@ static int model_open(const char *model_path, agent_model *am, const struct ort_
               (unsigned long long)m->inline_bytes, m->derived, m->derived_ort);
     /* The session reads the form, none of the plain weights: their
      * mappings go (the references stay, the form is made of them). */
-    if (m->derived && unmap_plain)
+    if (m->derived && !form_only)
         agent_model_unmap(am);
     if (m->priv->ask_derived && !m->derived && image != NULL && o->upgrade &&
         o->derived == DERIVED_AUTO) {
-        m->priv->upgrade_image = steal_pointer(&image);
-        m->priv->upgrade_image_len = image_len;
+        r = upgrade_new(model_path, am, o, steal_pointer(&image), image_len, &m->priv->upgrade,
+                        err);
+        if (r < 0) {
+            ort_model_free(m);
+            return r;
+        }
     } else if (m->priv->ask_derived && !m->derived && image != NULL) {
         char runtime[DERIVED_NAME_MAX];
         ort_runtime_name(runtime, sizeof(runtime));
@@ -414,7 +422,12 @@ static int model_open(const char *model_path, agent_model *am, const struct ort_
 int ort_model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
                    ort_model **out, tetris_error *err)
 {
-    return model_open(model_path, am, o, true, out, err);
+    return model_open(model_path, am, o, false, out, err);
+}
+
+ort_upgrade *ort_model_take_upgrade(ort_model *m)
+{
+    return steal_pointer(&m->priv->upgrade);
 }
 
 /* ---- moving to the derived form ---- */
@@ -428,23 +441,23 @@ struct ort_upgrade {
     struct derived_wait wait;
 };
 
-int ort_upgrade_new(ort_model *m, const char *model_path, agent_model *am,
-                    const struct ort_adapter_options *o, ort_upgrade **out, tetris_error *err)
+/* The upgrade of a plain session (o: its options) opened from the share
+ * image image, which it takes. */
+static int upgrade_new(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
+                       uint8_t *image, size_t image_len, ort_upgrade **out, tetris_error *err)
 {
-    *out = NULL;
-    if (m->priv->upgrade_image == NULL)
-        return 0;
     ort_upgrade *u = calloc(1, sizeof(*u));
     if (u == NULL || (u->model_path = strdup(model_path)) == NULL) {
         free(u);
+        free(image);
         return tetris_fail(err, TETRIS_E_NOMEM, ENOMEM, "out of memory");
     }
     u->am = am;
     u->o = *o;
     u->o.derived = DERIVED_USE;
     u->o.upgrade = false;
-    u->image = steal_pointer(&m->priv->upgrade_image);
-    u->image_len = m->priv->upgrade_image_len;
+    u->image = image;
+    u->image_len = image_len;
     derived_wait_init(&u->wait);
     *out = u;
     return 0;
@@ -461,16 +474,7 @@ int ort_upgrade_run(ort_upgrade *u, ort_model **out, tetris_error *err)
                            "no derived form: cancelled, or no daemon");
     if (r < 0)
         return tetris_fail(err, -r, 0, "the node daemon made no derived form (its log says why)");
-    ort_model *m = NULL;
-    if ((r = model_open(u->model_path, u->am, &u->o, false, &m, err)) < 0)
-        return r;
-    if (!m->derived) {
-        /* Made, but not for this session (its log line says why). */
-        ort_model_free(m);
-        return tetris_fail(err, TETRIS_E_NOTFOUND, 0, "the derived form made cannot be opened");
-    }
-    *out = m;
-    return 0;
+    return model_open(u->model_path, u->am, &u->o, true, out, err);
 }
 
 void ort_upgrade_cancel(ort_upgrade *u)
@@ -503,7 +507,7 @@ void ort_model_free(ort_model *m)
         free(p->values);
         free(p->names);
         derived_form_release(&p->form);
-        free(p->upgrade_image);
+        ort_upgrade_free(p->upgrade);
         if (p->cpu != NULL)
             m->api->ReleaseMemoryInfo(p->cpu);
         if (p->env != NULL)

@@ -103,16 +103,18 @@ void ort_model_free(ort_model *m);
  * graph's (protocol/derived.h). */
 typedef struct ort_upgrade ort_upgrade;
 
-/* The upgrade of m, opened by ort_model_open(model_path, am, o) with
- * o->upgrade: *out NULL when there is none to make (m is on the form
- * already, found no store, or had a form it could not use). */
-int ort_upgrade_new(ort_model *m, const char *model_path, agent_model *am,
-                    const struct ort_adapter_options *o, ort_upgrade **out, tetris_error *err);
+/* Hands over the upgrade of m, opened by ort_model_open with o->upgrade:
+ * NULL when there is none to make (m is on the form already, found no
+ * store, or had a form it could not use) or it was taken. The upgrade
+ * reads m's agent model: it must not outlive it. */
+ort_upgrade *ort_model_take_upgrade(ort_model *m);
 /* Asks the daemon for the form and waits until it is made (at most
  * derived_form.h's DERIVED_FORM_WAIT_MS), then opens *out on it, the plain
- * weights left mapped. TETRIS_E_UNAVAILABLE: cancelled, or no daemon;
- * TETRIS_E_NOTFOUND: a form made but not one this session can open; the
- * daemon's code when it could not make one (each said in a log line). */
+ * weights left mapped.
+ * TETRIS_E_UNAVAILABLE: cancelled, or no daemon; TETRIS_E_NOTFOUND: a form
+ * made but not one this session can open (no plain session is opened);
+ * the daemon's code when it could not make one (each said in a log
+ * line). */
 int ort_upgrade_run(ort_upgrade *u, ort_model **out, tetris_error *err);
 /* From another thread: ends ort_upgrade_run's wait for the daemon. */
 void ort_upgrade_cancel(ort_upgrade *u);

@@ -79,10 +79,11 @@ static void *upgrade_main(void *arg)
 
 int fn_upgrade_start(struct fn *f, tetris_error *err)
 {
-    int r = ort_upgrade_new(f->m, f->model_path, f->am, &f->ort_options, &f->upgrade, err);
-    if (r < 0 || f->upgrade == NULL)
-        return r;
-    if ((r = pthread_create(&f->upgrade_thread, NULL, upgrade_main, f)) != 0) {
+    f->upgrade = ort_model_take_upgrade(f->m);
+    if (f->upgrade == NULL)
+        return 0;
+    int r = pthread_create(&f->upgrade_thread, NULL, upgrade_main, f);
+    if (r != 0) {
         ort_upgrade_free(f->upgrade);
         f->upgrade = NULL;
         return tetris_fail(err, TETRIS_E_IO, r, "cannot start the session's upgrade");

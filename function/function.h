@@ -72,7 +72,6 @@ struct fn {
     char *model_name; /* what the /v2 paths call the model */
     const char *model_path; /* what was loaded: o.model_ref, or o.model */
     agent_model *am;
-    struct ort_adapter_options ort_options; /* what the session was opened with */
     ort_model *m; /* replaced only by fn_upgrade.c's thread, joined before it is freed */
     ort_io *io;
     oip_signature *sig;

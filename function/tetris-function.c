@@ -483,16 +483,16 @@ static int serve(struct fn *f, tetris_error *err)
 static int load_model(struct fn *f, double *session_ms, tetris_error *err)
 {
     struct agent_options ao;
-    struct ort_adapter_options *oo = &f->ort_options;
+    struct ort_adapter_options oo;
     int r;
 
-    ort_adapter_options_init(oo);
-    oo->intra_op_threads = f->o.threads;
+    ort_adapter_options_init(&oo);
+    oo.intra_op_threads = f->o.threads;
     f->model_path = f->o.model_ref != NULL ? f->o.model_ref : f->o.model;
     if (f->o.model_view != NULL) {
         double t0 = clock_now_ms();
         f->model_path = f->view.graph;
-        r = fn_view_open(&f->view, oo, &f->m, err);
+        r = fn_view_open(&f->view, &oo, &f->m, err);
         *session_ms = clock_now_ms() - t0;
         if (r < 0)
             return r;
@@ -515,11 +515,11 @@ static int load_model(struct fn *f, double *session_ms, tetris_error *err)
         f->model_path = f->o.model;
     }
     if (f->m == NULL) {
-        oo->derived = f->o.derived;
+        oo.derived = f->o.derived;
         /* A server lives on: it moves to a form made after its start. */
-        oo->upgrade = true;
+        oo.upgrade = true;
         double t0 = clock_now_ms();
-        r = ort_model_open(f->model_path, f->am, oo, &f->m, err);
+        r = ort_model_open(f->model_path, f->am, &oo, &f->m, err);
         *session_ms = clock_now_ms() - t0;
         if (r < 0)
             return r;
