@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "model/onnx_rewrite.h"
@@ -196,7 +197,12 @@ void derived_form_release(struct derived_form *f)
 
 void derived_wait_init(struct derived_wait *w)
 {
+    pthread_condattr_t ca;
     pthread_mutex_init(&w->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->woken, &ca);
+    pthread_condattr_destroy(&ca);
     w->asking = NULL;
     w->cancelled = false;
 }
@@ -207,12 +213,14 @@ void derived_wait_cancel(struct derived_wait *w)
     w->cancelled = true;
     if (w->asking != NULL)
         ingest_client_interrupt(w->asking);
+    pthread_cond_broadcast(&w->woken);
     pthread_mutex_unlock(&w->lock);
 }
 
 void derived_wait_destroy(struct derived_wait *w)
 {
     assert(w->asking == NULL);
+    pthread_cond_destroy(&w->woken);
     pthread_mutex_destroy(&w->lock);
 }
 
@@ -229,34 +237,86 @@ static bool wait_on(struct derived_wait *w, ingest_client *c)
     return !cancelled;
 }
 
-/* Asks for the form of the share image behind fd and waits for the
- * answer, at most wait_ms or until w (NULL: none) is cancelled; one log
- * line either way (a node without a daemon, direct mode, is no failure;
- * nor is a cancelled wait, the caller's). */
-static int ask(const char *label, const char *root, int fd, const char *runtime, int wait_ms,
-               const char *how, struct derived_wait *w)
+/* Pauses ms milliseconds between tries; false when w is cancelled first. */
+static bool wait_pause(struct derived_wait *w, long ms)
+{
+    struct timespec until = clock_timespec(clock_now_ms() + (double)ms);
+    pthread_mutex_lock(&w->lock);
+    while (!w->cancelled && pthread_cond_timedwait(&w->woken, &w->lock, &until) != ETIMEDOUT)
+        ;
+    bool cancelled = w->cancelled;
+    pthread_mutex_unlock(&w->lock);
+    return !cancelled;
+}
+
+/* One try: asks for the form of the share image behind fd on a connection
+ * of its own and waits for the answer, at most wait_ms or until w (NULL:
+ * none) is cancelled. *reached: a daemon took the connection; *answered:
+ * its answer came (else the connection was lost or never made). */
+static int ask_once(const char *label, const char *root, int fd, const char *runtime,
+                    int64_t wait_ms, struct derived_wait *w, bool *reached, bool *answered,
+                    tetris_error *err)
 {
     char sock[PATH_MAX];
-    tetris_error err = {0};
     ingest_client *c = NULL;
     snprintf(sock, sizeof(sock), "%s/%s", root, INGEST_SOCKET_NAME);
-    int r = ingest_client_connect(sock, 30000, &c, &err);
+    *answered = false;
+    int r = ingest_client_connect(sock, 30000, &c, err);
+    *reached = c != NULL;
     if (r == 0 && !wait_on(w, c))
-        r = tetris_fail(&err, TETRIS_E_UNAVAILABLE, 0, "cancelled");
+        r = tetris_fail(err, TETRIS_E_UNAVAILABLE, 0, "cancelled");
     else if (r == 0)
-        r = ingest_client_derive(c, label, fd, runtime, wait_ms, &err);
-    bool cancelled = c != NULL && !wait_on(w, NULL);
+        r = ingest_client_derive(c, label, fd, runtime, (int)wait_ms, answered, err);
+    if (c != NULL)
+        wait_on(w, NULL);
     ingest_client_close(c);
-    if (cancelled)
-        return -TETRIS_E_UNAVAILABLE;
-    if (r == -TETRIS_E_UNAVAILABLE && c == NULL)
+    return r;
+}
+
+static bool wait_cancelled(struct derived_wait *w)
+{
+    return w != NULL && !wait_on(w, NULL);
+}
+
+/* Asks for the form of the share image behind fd and waits for the
+ * answer (derived_form_request: a server's wait, w, tries again after a
+ * daemon went away); one log line for the outcome (a node without a
+ * daemon, direct mode, is no failure; nor is a cancelled wait, the
+ * caller's). */
+static int ask(const char *label, const char *root, int fd, const char *runtime, const char *how,
+               struct derived_wait *w)
+{
+    const char *rt = runtime != NULL ? runtime : "default";
+    int64_t end = clock_mono_ms() + DERIVED_FORM_WAIT_MS;
+    tetris_error err = {0};
+    bool reached = false, reached_once = false, answered = false;
+    int r;
+    for (int attempt = 1;; attempt++) {
+        r = ask_once(label, root, fd, runtime, end - clock_mono_ms(), w, &reached, &answered,
+                     &err);
+        reached_once = reached_once || reached;
+        if (wait_cancelled(w))
+            return -TETRIS_E_UNAVAILABLE;
+        /* Only a daemon lost before it answered is asked again: an answer
+         * (a failure too: forms off on this node) is its verdict. */
+        if (w == NULL || r == 0 || answered || !reached_once)
+            break;
+        long pause_ms = clock_backoff_ms(250, 5000, attempt);
+        if (clock_mono_ms() + pause_ms >= end)
+            break;
+        log_info("event=derive-request-retry model=%s runtime=%s msg=%s retry_ms=%ld", LOG_Q(label),
+                 LOG_Q(rt), LOG_Q(err.msg), pause_ms);
+        if (!wait_pause(w, pause_ms))
+            return -TETRIS_E_UNAVAILABLE;
+    }
+    if (r == -TETRIS_E_UNAVAILABLE && !reached_once)
         log_info("event=derive-request-skipped model=%s reason=%s", LOG_Q(label), LOG_Q(err.msg));
     else if (r < 0)
         log_warn("event=derive-request-failed model=%s runtime=%s wait=%s msg=%s", LOG_Q(label),
-                 LOG_Q(runtime != NULL ? runtime : "default"), how, LOG_Q(err.msg));
+                 LOG_Q(rt), how, LOG_Q(err.msg));
     else
         log_info("event=derive-requested model=%s runtime=%s wait=%s result=made", LOG_Q(label),
-                 LOG_Q(runtime != NULL ? runtime : "default"), how);
+                 LOG_Q(rt), how);
     return r;
 }
 
@@ -291,7 +351,7 @@ static void ask_free(struct derive_ask *a)
 static void *ask_main(void *arg)
 {
     struct derive_ask *a = arg;
-    ask(a->label, a->root, a->fd, a->runtime, DERIVED_FORM_WAIT_MS, "background", NULL);
+    ask(a->label, a->root, a->fd, a->runtime, "background", NULL);
     close(a->fd);
     ask_free(a);
     return NULL;
@@ -308,7 +368,7 @@ int derived_form_request(const char *label, const char *root, const uint8_t *ima
     }
     if (wait || w != NULL) {
         /* A cancellable ask is a serving process's: no start waits. */
-        int r = ask(label, root, fd, runtime, DERIVED_FORM_WAIT_MS, wait ? "yes" : "background", w);
+        int r = ask(label, root, fd, runtime, wait ? "yes" : "background", w);
         close(fd);
         return r;
     }

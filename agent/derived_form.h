@@ -80,6 +80,7 @@ void derived_form_store_name(const struct derived_part *p, char *out, size_t cap
 /* A waiting ask that another thread may end (a server stopping). */
 struct derived_wait {
     pthread_mutex_t lock;
+    pthread_cond_t woken;  /* cancelled: ends a pause between tries */
     ingest_client *asking; /* the connection waited on, while there is one */
     bool cancelled;
 };
@@ -95,9 +96,14 @@ void derived_wait_destroy(struct derived_wait *w);
  * DERIVED_FORM_WAIT_MS, or until w is cancelled) and returns 0 once it is
  * made, else <0; without, a detached thread of its own connection asks
  * (no start waits for it; the daemon goes on deriving if this process ends
- * first) and 0 is returned. The outcome is one log line naming label
- * (event=derive-requested, derive-request-failed, or
- * derive-request-skipped without a daemon), none for a cancelled wait. */
+ * first) and 0 is returned. With w (a server's wait), a daemon that goes
+ * away after it took the ask (a restart: a DaemonSet's rolling update) is
+ * asked again, with backoff, until one answers or the wait's time is up;
+ * a node where no daemon answered at all is not (direct mode). The
+ * outcome is one log line naming label (event=derive-requested,
+ * derive-request-failed, or derive-request-skipped without a daemon),
+ * plus one per try again (event=derive-request-retry), none for a
+ * cancelled wait. */
 int derived_form_request(const char *label, const char *root, const uint8_t *image, size_t len,
                          const char *runtime, bool wait, struct derived_wait *w);
 

@@ -286,8 +286,9 @@ int ingest_client_gpu_attach(ingest_client *c, const char *device, const tensor_
 }
 
 int ingest_client_derive(ingest_client *c, const char *label, int image_fd, const char *runtime,
-                         int timeout_ms, tetris_error *err)
+                         int timeout_ms, bool *answered, tetris_error *err)
 {
+    *answered = false;
     int64_t deadline = clock_mono_ms() + timeout_ms;
     cleanup_free char *request = ingest_derive_encode(label, DERIVED_TRANSFORM_ORT, runtime);
     if (request == NULL)
@@ -298,6 +299,7 @@ int ingest_client_derive(ingest_client *c, const char *label, int image_fd, cons
     if (rc == 0)
         rc = ingest_recv_message(c->sock, INGEST_MAX_MESSAGE_BYTES, &reply, &reply_len, NULL, 0,
                                  &n_got, deadline, err);
+    *answered = rc == 0;
     if (rc == 0)
         rc = ingest_ack_decode(reply, reply_len, err);
     return rc;

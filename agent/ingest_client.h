@@ -85,9 +85,10 @@ int ingest_client_keep_registered(ingest_client *c, tetris_error *err);
  * has written its index entry, or found one it had made (a form under
  * derivation for another connection is waited for, not made twice). It
  * blocks: a start hands it to a thread of its own, with a connection of
- * its own. */
+ * its own. *answered: the daemon's answer came (a failure is then its
+ * code and message, not a lost connection). */
 int ingest_client_derive(ingest_client *c, const char *label, int image_fd, const char *runtime,
-                         int timeout_ms, tetris_error *err);
+                         int timeout_ms, bool *answered, tetris_error *err);
 
 /* Asks the daemon to pull the model at ref (protocol/ingest.h, "pull")
  * and to hold references to all its tensors for as long as c is open;

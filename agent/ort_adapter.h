@@ -110,7 +110,7 @@ typedef struct ort_upgrade ort_upgrade;
 ort_upgrade *ort_model_take_upgrade(ort_model *m);
 /* Asks the daemon for the form and waits until it is made (at most
  * derived_form.h's DERIVED_FORM_WAIT_MS), then opens *out on it, the plain
- * weights left mapped.
+ * weights left mapped; a daemon that restarts meanwhile is asked again.
  * TETRIS_E_UNAVAILABLE: cancelled, or no daemon; TETRIS_E_NOTFOUND: a form
  * made but not one this session can open (no plain session is opened);
  * the daemon's code when it could not make one (each said in a log

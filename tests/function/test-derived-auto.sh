@@ -11,9 +11,11 @@
 # Runtime at `all` with pre-packing answers, /metrics says it, and the
 # plain weights are no longer mapped. A second instance uses the form from
 # its start. (Answers change at the swap: ONNX Runtime's fusions at `all`
-# change the floating-point results of some models for some inputs.) A daemon that cannot make the form leaves the
-# instance on the plain weights (one log line); SIGTERM while the instance
-# waits for the daemon ends the wait and the process (exit 0).
+# change the floating-point results of some models for some inputs.) A
+# daemon that cannot make the form leaves the instance on the plain
+# weights (one log line); one that restarts while
+# the instance waits is asked again; SIGTERM while the instance waits for
+# the daemon ends the wait and the process (exit 0).
 # --derived use never asks; the default (off) neither asks nor uses one.
 set -eu
 . "$(dirname "$0")/../lib/function.sh"
@@ -183,6 +185,25 @@ curl -s "$FN_URL_nofrm/metrics" | grep -qx "tetris_function_derived_form 0" ||
 stop_fn nofrm
 chmod 0711 "$WORK"
 echo "ok a form the daemon cannot make leaves the instance on the plain weights: $(grep -o 'event=session-upgrade-failed.*' "$WORK/nofrm.log" | head -c 160)"
+
+# A daemon that goes away while the instance waits for its form (killed,
+# then started again on the same store, as a DaemonSet's update does) is
+# asked again: the instance moves to the form the new daemon makes.
+# backlog: connections the stopped daemon has not accepted (its socket's
+# Recv-Q); the ask is one of them once the instance has sent it.
+backlog() { ss -Hxl "src $pub/ingest.sock" | awk '{ n += $3 } END { print n + 0 }'; }
+fn_start_held again hello_deepa.onnx --store "$store"
+wait_until 30 "[ \$(backlog) -ge 1 ]" || fail "the instance did not ask the held daemon"
+kill -KILL "$RECLAIMER_PID"
+wait "$RECLAIMER_PID" 2>/dev/null || true
+reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600
+wait_until 60 "grep -q event=session-upgraded '$WORK/again.log'" ||
+    fail "no upgrade after the daemon's restart: $(grep event=derive "$WORK/again.log")"
+grep -q "event=derive-request-retry" "$WORK/again.log" || fail "no retry logged"
+[ "$(answers again)" = "$(reference "$MODELS/hello_deepa.onnx" --graph-opt all --prepack)" ] ||
+    fail "after the restart's upgrade the instance does not answer what stock answers"
+stop_fn again
+echo "ok a daemon restarted while the instance waits is asked again: $(grep -c event=derive-request-retry "$WORK/again.log") retries, then the form"
 
 # SIGTERM while the instance waits for a daemon that does not answer
 # (held stopped): the wait ends, the instance drains, exit 0.
