@@ -171,17 +171,16 @@ static int reserve(store *s, const char *hex, uint64_t file_bytes, struct temp_f
     return temp_file_create(s, hex, file_bytes, t, err);
 }
 
-/* Allocates the temp file's blocks (outside the capacity lock: on tmpfs this
+/* Allocates the file's blocks (outside the capacity lock: on tmpfs this
  * zeroes every page), so a full filesystem fails here with ENOSPC rather
- * than with SIGBUS while the caller writes through the mapping. After
- * ftruncate, so that tmpfs huge=within_size may use huge pages. */
-static int allocate(store *s, const char *hex, uint64_t file_bytes, struct temp_file *t,
-                    tetris_error *err)
+ * than with SIGBUS while the caller writes through a mapping. After
+ * ftruncate, so that tmpfs huge=within_size may use huge pages. A
+ * filesystem without fallocate leaves the writes to report ENOSPC. */
+static int allocate(int fd, uint64_t bytes, const char *hex, tetris_error *err)
 {
-    if (fallocate(t->fd, 0, 0, (off_t)file_bytes) < 0 && errno != EOPNOTSUPP)
-        return tetris_fail(err, store_errno_code(errno), errno,
-                           "allocate %llu bytes for %s in %s", (unsigned long long)file_bytes, hex,
-                           s->root);
+    if (fallocate(fd, 0, 0, (off_t)bytes) < 0 && errno != EOPNOTSUPP)
+        return tetris_fail(err, store_errno_code(errno), errno, "allocate %llu bytes for %s",
+                           (unsigned long long)bytes, hex);
     return 0;
 }
 
@@ -265,9 +264,8 @@ static int read_into_small_pages(const tensor_meta *meta, const char *hex, int f
             rc = tetris_fail(err, errno == EFAULT || errno == ENOMEM ? TETRIS_E_FULL : TETRIS_E_IO,
                              errno == EFAULT ? ENOSPC : errno, "allocate %zu bytes for %s", len,
                              hex);
-        else if (fallocate(fd, 0, 0, (off_t)len) < 0 && errno != EOPNOTSUPP)
-            rc = tetris_fail(err, store_errno_code(errno), errno, "allocate %zu bytes for %s", len,
-                             hex);
+        else
+            rc = allocate(fd, len, hex, err);
     }
     for (size_t off = 0; rc == 0 && off < len;) {
         size_t n = len - off < STREAM_CHUNK_BYTES ? len - off : STREAM_CHUNK_BYTES;
@@ -485,7 +483,7 @@ static int publish_from(store *s, const tensor_meta *meta, const struct byte_sou
     /* The mapping path needs the blocks up front (ENOSPC, not SIGBUS, on a
      * full filesystem); pwrite reports ENOSPC itself. */
     if (src->read == NULL)
-        rc = allocate(s, hex, file_bytes, &t, err);
+        rc = allocate(t.fd, file_bytes, hex, err);
     if (rc == 0)
         rc = write_and_verify(meta, hex, t.fd, src, err);
     t.verified = rc == 0;
@@ -567,7 +565,7 @@ int store_publish_tensor_computed(store *s, tensor_meta *meta, store_read_fn rea
     if (rc < 0)
         return rc;
     if (fill != NULL)
-        rc = allocate(s, what, file_bytes, &t, err);
+        rc = allocate(t.fd, file_bytes, what, err);
     if (rc == 0)
         rc = write_and_hash(meta, what, t.fd, &src, flags, &meta->digest, &meta->crc32, err);
     /* Its identity is what its bytes hashed to: verified by construction. */
