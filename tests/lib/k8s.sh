@@ -83,10 +83,16 @@ k8s_namespace() {
 
 # Pods bound to API-only nodes never terminate (no kubelet confirms), so
 # they are force-deleted once their namespace is terminating (from then on
-# no controller can create new ones there).
+# no controller can create new ones there). Before host paths go, the real
+# node's pods are deleted and waited for (at most a minute): until its
+# kubelet confirms, it may start a container of theirs again, and the
+# container runtime makes a missing hostPath source anew.
 k8s_cleanup() {
     for _ns in ${K8S_NAMESPACES:-}; do
         kc delete namespace "$_ns" --wait=false >/dev/null 2>&1
+        [ -z "${K8S_CLEANUP_PATHS:-}" ] ||
+            kc -n "$_ns" delete pods --field-selector "spec.nodeName=$NODE_NAME" --grace-period=1 \
+                --timeout=60s >/dev/null 2>&1
         kc -n "$_ns" delete pods --all --grace-period=0 --force --wait=false >/dev/null 2>&1
     done
     # A store the chart's init container mounted a tmpfs on outlives its
@@ -94,7 +100,12 @@ k8s_cleanup() {
     # may still map it).
     for _p in ${K8S_CLEANUP_PATHS:-}; do
         ! mountpoint -q "$_p" 2>/dev/null || umount -l "$_p"
-        rm -rf "$_p"
+        # Again while something still writes in it (at most 5 s).
+        for _try in 1 2 3 4 5 6 7 8 9 10; do
+            rm -rf "$_p" 2>/dev/null
+            [ -e "$_p" ] || break
+            sleep 0.5
+        done
     done
 }
 
