@@ -15,7 +15,8 @@
 # daemon that cannot make the form leaves the instance on the plain
 # weights (one log line); one that restarts while
 # the instance waits is asked again; SIGTERM while the instance waits for
-# the daemon ends the wait and the process (exit 0).
+# the daemon, or pauses between tries, ends the wait and the process
+# (exit 0).
 # --derived use never asks; the default (off) neither asks nor uses one.
 set -eu
 . "$(dirname "$0")/../lib/function.sh"
@@ -204,6 +205,25 @@ grep -q "event=derive-request-retry" "$WORK/again.log" || fail "no retry logged"
     fail "after the restart's upgrade the instance does not answer what stock answers"
 stop_fn again
 echo "ok a daemon restarted while the instance waits is asked again: $(grep -c event=derive-request-retry "$WORK/again.log") retries, then the form"
+
+# SIGTERM while the instance pauses between tries (its daemon gone, not
+# back yet) ends the pause: exit 0 at once.
+fn_start_held gone silero_vad_v5.onnx --store "$store"
+wait_until 30 "[ \$(backlog) -ge 1 ]" || fail "silero: the instance did not ask the held daemon"
+kill -KILL "$RECLAIMER_PID"
+wait "$RECLAIMER_PID" 2>/dev/null || true
+# A pause of 2 s or more has just begun when its line is logged.
+wait_until 30 "grep -Eq 'event=derive-request-retry .*retry_ms=([2-9][0-9]{3}|[0-9]{5})' '$WORK/gone.log'" ||
+    fail "no long pause while the daemon is gone: $(grep event=derive "$WORK/gone.log")"
+t0=$(date +%s%N)
+kill -TERM "$FN_PID_gone"
+rc=0
+wait "$FN_PID_gone" || rc=$?
+took=$((($(date +%s%N) - t0) / 1000000))
+[ $rc = 0 ] || fail "SIGTERM between tries: exit status $rc: $(tail -n 3 "$WORK/gone.log")"
+[ $took -le 1500 ] || fail "SIGTERM between tries took $took ms: the pause was not ended"
+reclaimer_start "$store" "$WORK/daemon.log" --listen "" --interval 3600
+echo "ok SIGTERM between tries for a daemon that is gone: exit 0 in ${took} ms"
 
 # SIGTERM while the instance waits for a daemon that does not answer
 # (held stopped): the wait ends, the instance drains, exit 0.
