@@ -186,9 +186,11 @@ static int decode(const json_t *root, const char *what, oci_artifact *a, tetris_
         if ((rc = descriptor(json_array_get(layers, i), where, false, &d, err)) < 0)
             return rc;
         if (i == 0) {
-            if (d.kind == OCI_LAYER_TENSOR)
+            if (d.kind == OCI_LAYER_TENSOR) {
+                free(d.name);
                 return tetris_fail(err, TETRIS_E_FORMAT, 0,
                                    "%s: the first layer is not the model's graph or header", where);
+            }
             a->graph = d;
             continue;
         }

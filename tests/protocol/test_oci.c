@@ -77,6 +77,15 @@ START_TEST(refuses_what_is_not_ours)
     j = doc(OCI_CONFIG_MEDIA_TYPE, OCI_TENSOR_MEDIA_TYPE, "");
     refused(j, "first layer");
     free(j);
+    /* ... named, as a tensor layer is: the name decoded is freed (a leak
+     * the fuzzer found). */
+    refused("{\"schemaVersion\":2,\"mediaType\":\"" OCI_MANIFEST_MEDIA_TYPE "\","
+            "\"artifactType\":\"" OCI_ARTIFACT_TYPE "\","
+            "\"config\":{\"mediaType\":\"" OCI_CONFIG_MEDIA_TYPE "\",\"digest\":\"" HEX_A
+            "\",\"size\":10},\"layers\":[{\"mediaType\":\"" OCI_TENSOR_MEDIA_TYPE
+            "\",\"digest\":\"" HEX_C "\",\"size\":37,\"annotations\":{\"" OCI_ANNOTATION_TENSOR_NAME
+            "\":\"w\"}}]}",
+            "first layer");
     j = doc(OCI_CONFIG_MEDIA_TYPE, OCI_ONNX_GRAPH_MEDIA_TYPE,
             ",{\"mediaType\":\"" OCI_SAFETENSORS_HEADER_MEDIA_TYPE "\",\"digest\":\"" HEX_C
             "\",\"size\":1}");
