@@ -167,6 +167,14 @@ static int map_ort(struct derived_form *f, tetris_error *err)
     void *bytes = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (bytes == MAP_FAILED)
         return tetris_fail(err, TETRIS_E_IO, errno, "mmap %s", path);
+    /* Published on 4 KiB pages (store.h, STORE_PUBLISH_SMALL_PAGES): no
+     * khugepaged collapse through this mapping. EINVAL: a kernel without
+     * transparent huge pages. */
+    if (madvise(bytes, len, MADV_NOHUGEPAGE) != 0 && errno != EINVAL) {
+        int e = errno;
+        munmap(bytes, len);
+        return tetris_fail(err, TETRIS_E_IO, e, "madvise(MADV_NOHUGEPAGE) on %s", path);
+    }
     f->ort = bytes;
     f->ort_len = len;
     return 0;

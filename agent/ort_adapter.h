@@ -50,6 +50,9 @@ struct ort_adapter_options {
                                    to this ONNX file (ORT's SetOptimizedModelFilePath) */
     enum derived_mode derived;  /* store mode only (protocol/derived.h); default
                                    DERIVED_OFF */
+    const char *external_data_folder; /* where external data resolves instead of the
+                                         model's folder (a model view's store); NULL:
+                                         ONNX Runtime's default */
     bool upgrade;               /* DERIVED_AUTO in a process that lives on (a server): a
                                    missing form is not asked for in the background but
                                    through ort_upgrade, which opens the session that

@@ -50,9 +50,9 @@ static int read_index(const char *dir, json_t *ix, struct fn_view *out, tetris_e
     return 0;
 }
 
-/* The files under the view's tensors/ that this process maps, relative to
- * the view ("tensors/XX/<hex>", as the index names them), from
- * /proc/self/maps. */
+/* The files under dir's tensors/ (the store's, or the view's with the
+ * store's tensors mounted in it) that this process maps, relative to dir
+ * ("tensors/XX/<hex>", as the index names them), from /proc/self/maps. */
 static int mapped_files(const char *dir, strmap *out, tetris_error *err)
 {
     char prefix[PATH_MAX];
@@ -138,11 +138,40 @@ static bool usable_form(const struct fn_view *v, struct view_form *f)
     return true;
 }
 
+/* ONNX Runtime maps the form's data itself: those mappings must not let
+ * khugepaged undo the 4 KiB pages the daemon wrote it on (store.h,
+ * STORE_PUBLISH_SMALL_PAGES). A failure costs speed, not answers. */
+static void keep_form_small_pages(const struct fn_view *v, const struct view_form *f)
+{
+    char path[PATH_MAX];
+    tetris_error err = {0};
+    size_t marked = 0;
+    if (snprintf(path, sizeof(path), "%s/%s", v->dir, f->data) >= (int)sizeof(path))
+        tetris_fail(&err, TETRIS_E_INVAL, 0, "path too long");
+    else
+        store_keep_small_pages(path, &marked, &err);
+    if (err.code != 0)
+        log_warn("event=derived-pages-unmarked view=%s msg=%s", LOG_Q(v->dir), LOG_Q(err.msg));
+    else
+        log_debug("event=derived-pages-marked view=%s mappings=%zu", LOG_Q(v->dir), marked);
+}
+
 int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, ort_model **out,
                  tetris_error *err)
 {
     struct view_form form = {0};
+    struct ort_adapter_options vo = *oo;
     int r;
+    /* External data resolves against the store's own files, not the
+     * view's links to them: ONNX Runtime 1.24 and later refuse data that
+     * resolves, links followed, outside the folder it resolves it against
+     * (PROTOCOLS.md, "Model view"). view_check_index checked `store`:
+     * absolute, "." (the store's tensors mounted in the view) or null (the
+     * original model, whose own folder holds its data). */
+    const char *view_store = json_string_value(json_object_get(v->index, "store"));
+    if (view_store != NULL)
+        vo.external_data_folder = strcmp(view_store, ".") == 0 ? v->dir : view_store;
+    oo = &vo;
     if (usable_form(v, &form)) {
         char path[PATH_MAX];
         struct ort_adapter_options fo = *oo;
@@ -153,6 +182,7 @@ int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, 
         if ((r = ort_model_open(path, NULL, &fo, out, err)) < 0)
             return r;
         (*out)->derived = true;
+        keep_form_small_pages(v, &form);
     } else if ((r = ort_model_open(v->graph, NULL, oo, out, err)) < 0) {
         return r;
     }
@@ -164,7 +194,10 @@ int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, 
         ort_model_free(*out);
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
-    if ((r = mapped_files(v->dir, mapped, err)) < 0) {
+    /* The files are mapped by the names they resolve to: the store's. */
+    cleanup_free char *mapped_dir =
+        realpath(vo.external_data_folder != NULL ? vo.external_data_folder : v->dir, NULL);
+    if ((r = mapped_files(mapped_dir != NULL ? mapped_dir : v->dir, mapped, err)) < 0) {
         strmap_free(mapped, NULL);
         ort_model_free(*out);
         return r;

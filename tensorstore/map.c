@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -74,6 +75,33 @@ int store_map_budget(uint64_t *out, tetris_error *err)
     if (rc < 0)
         return rc;
     *out = used + MAP_LIMIT_SLACK < limit ? limit - used - MAP_LIMIT_SLACK : 0;
+    return 0;
+}
+
+int store_keep_small_pages(const char *path, size_t *marked, tetris_error *err)
+{
+    struct stat st;
+    *marked = 0;
+    if (stat(path, &st) != 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno, "%s",
+                           path);
+    cleanup_fclose FILE *maps = fopen("/proc/self/maps", "re");
+    if (maps == NULL)
+        return tetris_fail(err, TETRIS_E_IO, errno, "open /proc/self/maps");
+    cleanup_free char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, maps) > 0) {
+        unsigned long start, end, inode;
+        unsigned dev_major, dev_minor;
+        if (sscanf(line, "%lx-%lx %*s %*x %x:%x %lu", &start, &end, &dev_major, &dev_minor,
+                   &inode) != 5 ||
+            inode != (unsigned long)st.st_ino || makedev(dev_major, dev_minor) != st.st_dev)
+            continue;
+        /* EINVAL: a kernel without transparent huge pages, nothing to keep. */
+        if (madvise((void *)start, end - start, MADV_NOHUGEPAGE) != 0 && errno != EINVAL)
+            return tetris_fail(err, TETRIS_E_IO, errno, "madvise(MADV_NOHUGEPAGE) on %s", path);
+        (*marked)++;
+    }
     return 0;
 }
 

@@ -135,6 +135,14 @@ void store_unmap_tensor(store_mapping *m);
  * naming vm.max_map_count. Reads /proc/self/maps: once per model, not per
  * tensor. */
 int store_map_budget(uint64_t *out, tetris_error *err);
+/* Marks every mapping this process has of the file at path (found in
+ * /proc/self/maps by device and inode) MADV_NOHUGEPAGE: for a file
+ * published on 4 KiB pages (STORE_PUBLISH_SMALL_PAGES) that a library maps
+ * itself, such as ONNX Runtime its external data. On a tmpfs mounted
+ * huge=, khugepaged moves a file's pages onto 2 MiB pages through any
+ * mapping eligible for them (seen within a minute; BENCHMARKS.md); these
+ * are not. *marked: how many mappings (0 when none, not an error). */
+int store_keep_small_pages(const char *path, size_t *marked, tetris_error *err);
 bool store_has_tensor(store *s, const tensor_digest *d);
 /* Whether tensors/ has a regular file named d: one fstatat, no open and
  * no trailer read. Enough where the first invariant above is what vouches

@@ -2,7 +2,10 @@
 # test-derived-pages.sh - a derived form's files sit on 4 KiB pages even in
 # a store on a tmpfs of 2 MiB pages (the chart's, --store-tmpfs huge;
 # store.h STORE_PUBLISH_SMALL_PAGES): an instance on the form maps its data
-# with no 2 MiB entry (ShmemPmdMapped 0 in its smaps), while a plain
+# with no 2 MiB entry (ShmemPmdMapped 0 in its smaps) and through no
+# mapping khugepaged could collapse it through (THPeligible 0), nor when
+# tetris-function opens it through a model view, nor its ORT-format part
+# (PP-OCRv4 det's, mapped by the agent), while a plain
 # tensor of the same store is mapped with 2 MiB ones (the store can, so
 # the 0 says something); the form's answers are still stock ONNX
 # Runtime's; a form larger than the daemon's bound on unverified bytes is
@@ -58,9 +61,60 @@ held_start derived "$BIN/tetris-onnx-run" "$m" --store "$STORE" --derived use --
 [ "$(jq -r .sha256 "$WORK/derived.out")" = "$stock" ] || fail "derived output differs from stock's"
 rss=$(smaps_kb $HELD_PID "$data" Rss)
 pmd=$(smaps_kb $HELD_PID "$data" ShmemPmdMapped)
+eligible=$(smaps_kb $HELD_PID "$data" THPeligible)
 held_end derived
 [ "$rss" -ge 4096 ] || fail "the instance maps ${rss} kB of the form's data, want it mapped (>= 4 MiB)"
 [ "$pmd" = 0 ] || fail "the form's data is on 2 MiB pages: ShmemPmdMapped ${pmd} kB of ${rss} kB mapped"
-note "the form's data: ${rss} kB mapped, ShmemPmdMapped 0; plain tensors ${plain_pmd} kB"
+# ONNX Runtime maps the data itself; a mapping the kernel may back with
+# 2 MiB pages would let khugepaged collapse the file onto them later.
+[ "$eligible" = 0 ] ||
+    fail "$eligible of the instance's mappings of the form's data are eligible for 2 MiB pages (THPeligible)"
+note "the form's data: ${rss} kB mapped, ShmemPmdMapped 0, no mapping THPeligible; plain tensors ${plain_pmd} kB"
+
+# --- a form's ORT-format part (PP-OCRv4 det's), which the agent maps ---------
+m="$MODELS/ch_PP-OCRv4_det_infer.onnx"
+"$BIN/tetris-onnx-run" "$m" --store "$STORE" --derived make >/dev/null 2>"$WORK/make-det.err" ||
+    fail "make det: $(tail -n 3 "$WORK/make-det.err")"
+ort_hex=$(jq -r 'select(.ort != null) | .ort.digest' "$pub"/derived/* | sed 's/^sha256://')
+[ "$(echo "$ort_hex" | wc -w)" = 1 ] || fail "expected one form with an ORT-format part: $ort_hex"
+ort=$(realpath "$pub/tensors/$(echo "$ort_hex" | cut -c1-2)/$ort_hex")
+held_start det "$BIN/tetris-onnx-run" "$m" --store "$STORE" --derived use --hold
+[ "$(jq -r .derived_ort "$WORK/det.out")" = true ] || fail "det's ORT-format part was not used: $(cat "$WORK/det.err")"
+rss=$(smaps_kb $HELD_PID "$ort" Rss)
+eligible=$(smaps_kb $HELD_PID "$ort" THPeligible)
+held_end det
+[ "$rss" -ge 2048 ] || fail "the instance maps ${rss} kB of det's ORT-format part, want it mapped (>= 2 MiB)"
+[ "$eligible" = 0 ] || fail "the ORT-format part's mapping is eligible for 2 MiB pages (THPeligible)"
+note "det's ORT-format part: ${rss} kB mapped, not THPeligible"
+
+# --- a form through a model view, which tetris-function opens ---------------
+# The agent's view links the store's files: the function opens them as the
+# store's (ONNX Runtime 1.24 and later refuse links out of the folder), and
+# no mapping of the form's data is eligible for 2 MiB pages either. Again
+# without the bound on unverified bytes, so that the agent's whole model is
+# shared and the view's form is the whole graph's (made here, `make`).
+stop_daemon
+start_daemon --store-tmpfs huge
+m="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
+runtime=$(sed -n 's/.*event=derive-requested .*runtime="\([^"]*\)".*/\1/p' "$WORK/make.err" | head -n 1)
+[ -n "$runtime" ] || fail "no runtime in $(cat "$WORK/make.err")"
+"$BIN/tetris-agent" exec --store "$STORE" --derived make --runtime "$runtime" \
+    --model "$m" --view-dir "$WORK/view" -- "$BIN/tetris-function" --listen 127.0.0.1:0 \
+    >"$WORK/view.out" 2>"$WORK/view.err" &
+exec_pid=$!
+KILL_ON_EXIT="$KILL_ON_EXIT $exec_pid"
+wait_output $exec_pid "$WORK/view.out" "exec tetris-function" "$WORK/view.err"
+jq -e '.mode == "view" and .derived == true and .shared_bytes > 0' "$WORK/view.out" >/dev/null ||
+    fail "the view's form was not used: $(cat "$WORK/view.out") $(tail -n 3 "$WORK/view.err")"
+view_data=$(realpath "$WORK/view/$(jq -r .derived.data.file "$WORK/view/tensors.json")")
+fn_pid=$(pgrep -P $exec_pid -x tetris-function) || fail "no tetris-function under exec"
+size=$(smaps_kb "$fn_pid" "$view_data" Size)
+eligible=$(smaps_kb "$fn_pid" "$view_data" THPeligible)
+kill -TERM "$fn_pid"
+wait "$exec_pid" || fail "exec tetris-function exited $? after SIGTERM: $(tail -n 3 "$WORK/view.err")"
+[ "$size" -ge 4096 ] || fail "the view's function maps ${size} kB of the form's data, want it mapped (>= 4 MiB)"
+[ "$eligible" = 0 ] ||
+    fail "$eligible of the view's function's mappings of the form's data are eligible for 2 MiB pages"
+note "through a model view: tetris-function on the form, $(jq .shared_bytes "$WORK/view.out") bytes shared, ${size} kB of the form's data mapped, not THPeligible"
 stop_daemon
 echo "derived form on 4 KiB pages: ok" >&2
