@@ -50,6 +50,22 @@ static int read_index(const char *dir, json_t *ix, struct fn_view *out, tetris_e
     return 0;
 }
 
+/* mapped_files: the prefix the files have, and where they go. */
+struct mapped_under {
+    const char *prefix; /* "DIR/" */
+    size_t prefix_len;
+    strmap *out;
+};
+
+static int add_mapped(void *ctx, const store_own_mapping *m)
+{
+    struct mapped_under *u = ctx;
+    if (m->path != NULL && strncmp(m->path, u->prefix, u->prefix_len) == 0 &&
+        strncmp(m->path + u->prefix_len, "tensors/", 8) == 0)
+        strmap_put(u->out, m->path + u->prefix_len, u->out);
+    return 0;
+}
+
 /* The files under dir's tensors/ (the store's, or the view's with the
  * store's tensors mounted in it) that this process maps, relative to dir
  * ("tensors/XX/<hex>", as the index names them), from /proc/self/maps. */
@@ -59,19 +75,8 @@ static int mapped_files(const char *dir, strmap *out, tetris_error *err)
     int n = snprintf(prefix, sizeof(prefix), "%s/", dir);
     if (n < 0 || n >= (int)sizeof(prefix))
         return tetris_fail(err, TETRIS_E_INVAL, 0, "model view %s: path too long", dir);
-    cleanup_fclose FILE *maps = fopen("/proc/self/maps", "re");
-    if (maps == NULL)
-        return tetris_fail(err, TETRIS_E_IO, errno, "/proc/self/maps");
-    cleanup_free char *line = NULL;
-    size_t cap = 0;
-    while (getline(&line, &cap, maps) > 0) {
-        line[strcspn(line, "\n")] = '\0';
-        const char *path = strchr(line, '/');
-        if (path != NULL && strncmp(path, prefix, (size_t)n) == 0 &&
-            strncmp(path + n, "tensors/", 8) == 0)
-            strmap_put(out, path + n, out);
-    }
-    return 0;
+    struct mapped_under u = {.prefix = prefix, .prefix_len = (size_t)n, .out = out};
+    return store_each_own_mapping(add_mapped, &u, err);
 }
 
 int fn_view_read(const char *dir, struct fn_view *out, tetris_error *err)

@@ -78,13 +78,9 @@ int store_map_budget(uint64_t *out, tetris_error *err)
     return 0;
 }
 
-int store_keep_small_pages(const char *path, size_t *marked, tetris_error *err)
+int store_each_own_mapping(int (*fn)(void *ctx, const store_own_mapping *m), void *ctx,
+                           tetris_error *err)
 {
-    struct stat st;
-    *marked = 0;
-    if (stat(path, &st) != 0)
-        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno, "%s",
-                           path);
     cleanup_fclose FILE *maps = fopen("/proc/self/maps", "re");
     if (maps == NULL)
         return tetris_fail(err, TETRIS_E_IO, errno, "open /proc/self/maps");
@@ -93,16 +89,53 @@ int store_keep_small_pages(const char *path, size_t *marked, tetris_error *err)
     while (getline(&line, &cap, maps) > 0) {
         unsigned long start, end, inode;
         unsigned dev_major, dev_minor;
-        if (sscanf(line, "%lx-%lx %*s %*x %x:%x %lu", &start, &end, &dev_major, &dev_minor,
-                   &inode) != 5 ||
-            inode != (unsigned long)st.st_ino || makedev(dev_major, dev_minor) != st.st_dev)
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*x %x:%x %lu %n", &start, &end, &dev_major, &dev_minor,
+                   &inode, &path_at) != 5)
             continue;
-        /* EINVAL: a kernel without transparent huge pages, nothing to keep. */
-        if (madvise((void *)start, end - start, MADV_NOHUGEPAGE) != 0 && errno != EINVAL)
-            return tetris_fail(err, TETRIS_E_IO, errno, "madvise(MADV_NOHUGEPAGE) on %s", path);
-        (*marked)++;
+        line[strcspn(line, "\n")] = '\0';
+        store_own_mapping m = {.start = start,
+                               .end = end,
+                               .dev = makedev(dev_major, dev_minor),
+                               .inode = inode,
+                               .path = line[path_at] == '/' ? line + path_at : NULL};
+        int r = fn(ctx, &m);
+        if (r != 0)
+            return r;
     }
     return 0;
+}
+
+/* store_keep_small_pages: the file's identity, and how many were marked. */
+struct small_pages {
+    const char *path;
+    struct stat st;
+    size_t marked;
+    tetris_error *err;
+};
+
+static int mark_small_pages(void *ctx, const store_own_mapping *m)
+{
+    struct small_pages *k = ctx;
+    if (m->inode != (unsigned long)k->st.st_ino || m->dev != k->st.st_dev)
+        return 0;
+    /* EINVAL: a kernel without transparent huge pages, nothing to keep. */
+    if (madvise((void *)m->start, m->end - m->start, MADV_NOHUGEPAGE) != 0 && errno != EINVAL)
+        return tetris_fail(k->err, TETRIS_E_IO, errno, "madvise(MADV_NOHUGEPAGE) on %s", k->path);
+    k->marked++;
+    return 0;
+}
+
+int store_keep_small_pages(const char *path, size_t *marked, tetris_error *err)
+{
+    struct small_pages k = {.path = path, .err = err};
+    *marked = 0;
+    if (stat(path, &k.st) != 0)
+        return tetris_fail(err, errno == ENOENT ? TETRIS_E_NOTFOUND : TETRIS_E_IO, errno, "%s",
+                           path);
+    int r = store_each_own_mapping(mark_small_pages, &k, err);
+    *marked = k.marked;
+    return r;
 }
 
 /* mmap failed with ENOMEM: name the limit if that is what was hit. */

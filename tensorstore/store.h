@@ -135,6 +135,17 @@ void store_unmap_tensor(store_mapping *m);
  * naming vm.max_map_count. Reads /proc/self/maps: once per model, not per
  * tensor. */
 int store_map_budget(uint64_t *out, tetris_error *err);
+/* One of this process's mappings, as /proc/self/maps lists it. */
+typedef struct store_own_mapping {
+    uintptr_t start, end;
+    dev_t dev;
+    unsigned long inode;
+    const char *path; /* NULL for an anonymous mapping; valid during the call only */
+} store_own_mapping;
+/* Calls fn on each of this process's mappings, in address order; a
+ * non-zero return of fn stops the walk and is returned. */
+int store_each_own_mapping(int (*fn)(void *ctx, const store_own_mapping *m), void *ctx,
+                           tetris_error *err);
 /* Marks every mapping this process has of the file at path (found in
  * /proc/self/maps by device and inode) MADV_NOHUGEPAGE: for a file
  * published on 4 KiB pages (STORE_PUBLISH_SMALL_PAGES) that a library maps

@@ -1672,6 +1672,64 @@ START_TEST(mapping_limit_is_named)
 }
 END_TEST
 
+/* Whether the mapping at addr is marked MADV_NOHUGEPAGE ("nh" in its
+ * VmFlags). */
+static bool mapping_no_huge(const void *addr)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    bool in = false, nh = false;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned long start, end;
+        if (sscanf(line, "%lx-%lx ", &start, &end) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (uintptr_t)addr >= start && (uintptr_t)addr < end;
+        else if (in && strncmp(line, "VmFlags:", 8) == 0)
+            nh = strstr(line, " nh") != NULL;
+    }
+    fclose(f);
+    return nh;
+}
+
+/* store_keep_small_pages marks exactly the mappings of its file, however
+ * many, and leaves the others; a file not mapped is none; a missing one
+ * is named. */
+START_TEST(small_pages_are_kept_for_every_mapping)
+{
+    char *dir = new_dir();
+    store *s = open_store(dir, 0, NULL);
+    struct test_tensor a = make_tensor(4096, 81), b = make_tensor(4096, 82);
+    publish(s, &a, true);
+    publish(s, &b, true);
+    tetris_error err = {0};
+    store_mapping ma1, ma2, mb;
+    ck_assert_int_eq(store_map_tensor(s, &a.meta.digest, &ma1, &err), 0);
+    ck_assert_int_eq(store_map_tensor(s, &a.meta.digest, &ma2, &err), 0);
+    ck_assert_int_eq(store_map_tensor(s, &b.meta.digest, &mb, &err), 0);
+    char *path_a = tensor_path(s, &a.meta.digest);
+    size_t marked = 99;
+    ck_assert_int_eq(store_keep_small_pages(path_a, &marked, &err), 0);
+    ck_assert_uint_eq(marked, 2);
+    ck_assert(mapping_no_huge(ma1.map_base));
+    ck_assert(mapping_no_huge(ma2.map_base));
+    ck_assert(!mapping_no_huge(mb.map_base));
+    store_unmap_tensor(&ma1);
+    store_unmap_tensor(&ma2);
+    ck_assert_int_eq(store_keep_small_pages(path_a, &marked, &err), 0);
+    ck_assert_uint_eq(marked, 0);
+    char *missing = sub_path(s, "tensors/no-such-file");
+    ck_assert_int_eq(store_keep_small_pages(missing, &marked, &err), -TETRIS_E_NOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no-such-file"));
+    store_unmap_tensor(&mb);
+    free(missing);
+    free(path_a);
+    free(a.data);
+    free(b.data);
+    store_close(s);
+    free(dir);
+}
+END_TEST
+
 START_TEST(garbage_holder_files_are_parsed_defensively)
 {
     char *dir = new_dir();
@@ -1832,6 +1890,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, kept_holder_survives_repair_until_released);
     tcase_add_test(tc, light_repair_skips_the_tensor_walk);
     tcase_add_test(tc, mapping_limit_is_named);
+    tcase_add_test(tc, small_pages_are_kept_for_every_mapping);
     tcase_add_test(tc, garbage_holder_files_are_parsed_defensively);
     tcase_add_test(tc, foreach_holder_stops_when_asked);
     tcase_add_test(tc, use_lock_excludes_reclaim);
