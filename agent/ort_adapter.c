@@ -25,7 +25,6 @@ struct ort_model_private {
     size_t n, cap;
     struct derived_form form; /* held while the session is on it */
     bool ask_derived; /* no form to use: ask the daemon once the session is open */
-    bool form_only;   /* an upgrade's session: the form or nothing, no plain one */
     ort_upgrade *upgrade; /* o->upgrade: the move to the form, until taken */
 };
 
@@ -364,7 +363,6 @@ static int model_open(const char *model_path, agent_model *am, const struct ort_
         free(m);
         return tetris_fail(err, TETRIS_E_NOMEM, 0, "out of memory");
     }
-    m->priv->form_only = form_only;
     m->api = OrtGetApiBase()->GetApi(ORT_API_VERSION);
     if (m->api == NULL) {
         ort_model_free(m);

@@ -98,7 +98,8 @@ start_daemon --store-tmpfs huge
 m="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
 runtime=$(sed -n 's/.*event=derive-requested .*runtime="\([^"]*\)".*/\1/p' "$WORK/make.err" | head -n 1)
 [ -n "$runtime" ] || fail "no runtime in $(cat "$WORK/make.err")"
-"$BIN/tetris-agent" exec --store "$STORE" --derived make --runtime "$runtime" \
+# The view goes into the scratch directory, whatever becomes of exec.
+TMPDIR="$WORK" "$BIN/tetris-agent" exec --store "$STORE" --derived make --runtime "$runtime" \
     --model "$m" --view-dir "$WORK/view" -- "$BIN/tetris-function" --listen 127.0.0.1:0 \
     >"$WORK/view.out" 2>"$WORK/view.err" &
 exec_pid=$!
