@@ -324,16 +324,11 @@ static int session_options(const ort_model *m, const struct ort_adapter_options 
     return 0;
 }
 
-/* ONNX Runtime maps the form's data itself, one mapping per initializer:
- * those mappings must not let khugepaged undo the 4 KiB pages the daemon
- * wrote it on (store.h, STORE_PUBLISH_SMALL_PAGES). A failure costs
- * speed, not answers: one log line. */
-static void keep_form_small_pages(const ort_model *m, const char *model_path)
+void ort_keep_form_small_pages(const char *data_path, const char *model_path)
 {
     tetris_error err = {0};
     size_t marked = 0;
-    const char *data = m->priv->form.paths[DERIVED_PART_DATA];
-    if (store_keep_small_pages(data, &marked, &err) < 0)
+    if (store_keep_small_pages(data_path, &marked, &err) < 0)
         log_warn("event=derived-pages-unmarked model=%s msg=%s", LOG_Q(model_path), LOG_Q(err.msg));
     else
         log_debug("event=derived-pages-marked model=%s mappings=%zu", LOG_Q(model_path), marked);
@@ -417,7 +412,7 @@ static int model_open(const char *model_path, agent_model *am, const struct ort_
               model_path, m->shared_tensors, (unsigned long long)m->shared_bytes, m->inline_tensors,
               (unsigned long long)m->inline_bytes, m->derived, m->derived_ort);
     if (m->derived && !m->derived_ort)
-        keep_form_small_pages(m, model_path);
+        ort_keep_form_small_pages(m->priv->form.paths[DERIVED_PART_DATA], model_path);
     /* The session reads the form, none of the plain weights: their
      * mappings go (the references stay, the form is made of them). */
     if (m->derived && !form_only)

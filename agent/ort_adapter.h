@@ -123,6 +123,13 @@ int ort_upgrade_run(ort_upgrade *u, ort_model **out, tetris_error *err);
 void ort_upgrade_cancel(ort_upgrade *u);
 void ort_upgrade_free(ort_upgrade *u);
 
+/* ONNX Runtime maps a derived form's data file (data_path) itself, one
+ * mapping per initializer: this marks them MADV_NOHUGEPAGE once a session
+ * is open on the form, so that khugepaged does not undo the 4 KiB pages
+ * the daemon wrote it on (store.h, STORE_PUBLISH_SMALL_PAGES). A failure
+ * costs speed, not answers: one log line naming model_path. */
+void ort_keep_form_small_pages(const char *data_path, const char *model_path);
+
 /* The runtime this process's sessions are, as derived forms name it
  * ("onnxruntime 1.29.0"): what a form must be made by to be opened. */
 void ort_runtime_name(char *out, size_t cap);

@@ -143,24 +143,6 @@ static bool usable_form(const struct fn_view *v, struct view_form *f)
     return true;
 }
 
-/* ONNX Runtime maps the form's data itself: those mappings must not let
- * khugepaged undo the 4 KiB pages the daemon wrote it on (store.h,
- * STORE_PUBLISH_SMALL_PAGES). A failure costs speed, not answers. */
-static void keep_form_small_pages(const struct fn_view *v, const struct view_form *f)
-{
-    char path[PATH_MAX];
-    tetris_error err = {0};
-    size_t marked = 0;
-    if (snprintf(path, sizeof(path), "%s/%s", v->dir, f->data) >= (int)sizeof(path))
-        tetris_fail(&err, TETRIS_E_INVAL, 0, "path too long");
-    else
-        store_keep_small_pages(path, &marked, &err);
-    if (err.code != 0)
-        log_warn("event=derived-pages-unmarked view=%s msg=%s", LOG_Q(v->dir), LOG_Q(err.msg));
-    else
-        log_debug("event=derived-pages-marked view=%s mappings=%zu", LOG_Q(v->dir), marked);
-}
-
 int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, ort_model **out,
                  tetris_error *err)
 {
@@ -176,19 +158,19 @@ int fn_view_open(const struct fn_view *v, const struct ort_adapter_options *oo, 
     const char *view_store = json_string_value(json_object_get(v->index, "store"));
     if (view_store != NULL)
         vo.external_data_folder = strcmp(view_store, ".") == 0 ? v->dir : view_store;
-    oo = &vo;
     if (usable_form(v, &form)) {
-        char path[PATH_MAX];
-        struct ort_adapter_options fo = *oo;
+        char path[PATH_MAX], data[PATH_MAX];
+        struct ort_adapter_options fo = vo;
         fo.graph_optimization = ORT_DISABLE_ALL;
         fo.prepack = true;
-        if (snprintf(path, sizeof(path), "%s/%s", v->dir, form.graph) >= (int)sizeof(path))
+        if (snprintf(path, sizeof(path), "%s/%s", v->dir, form.graph) >= (int)sizeof(path) ||
+            snprintf(data, sizeof(data), "%s/%s", v->dir, form.data) >= (int)sizeof(data))
             return tetris_fail(err, TETRIS_E_INVAL, 0, "model view %s: path too long", v->dir);
         if ((r = ort_model_open(path, NULL, &fo, out, err)) < 0)
             return r;
         (*out)->derived = true;
-        keep_form_small_pages(v, &form);
-    } else if ((r = ort_model_open(v->graph, NULL, oo, out, err)) < 0) {
+        ort_keep_form_small_pages(data, path);
+    } else if ((r = ort_model_open(v->graph, NULL, &vo, out, err)) < 0) {
         return r;
     }
     /* ONNX Runtime maps a tensor's external data, the store's file, when
