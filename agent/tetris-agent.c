@@ -662,6 +662,26 @@ static int cmd_view(int argc, char **argv)
     return r;
 }
 
+/* A view carrying a derived form is read by CMD's runtime, which maps the
+ * form's data itself and cannot be told to keep it on the 4 KiB pages the
+ * daemon wrote it on: through such mappings khugepaged would move the form
+ * onto 2 MiB pages, where pre-packed weights ran up to 1.35x slower
+ * (BENCHMARKS.md, "Derived forms on 2 MiB store pages"). So CMD starts with
+ * its unadvised mappings kept off them. Never a reason not to run CMD. */
+static void keep_form_small_pages(const char *view)
+{
+    tetris_error err = {0};
+    bool kept;
+    if (store_keep_small_pages_inherited(&kept, &err) < 0)
+        log_warn("event=form-pages-not-kept view=%s code=%s msg=%s", LOG_Q(view),
+                 tetris_code_name(err.code), LOG_Q(err.msg));
+    else if (!kept)
+        log_info("event=form-pages-not-kept view=%s msg=\"this kernel cannot keep a runtime's "
+                 "mappings off 2 MiB pages (Linux 6.18: PR_THP_DISABLE_EXCEPT_ADVISED); "
+                 "khugepaged may move the form onto them\"",
+                 LOG_Q(view));
+}
+
 /* CMD in place of exec, on a view the platform made and holds (a
  * tetris-csi volume: its kept holder keeps the tensors for the volume's
  * life): nothing is loaded or held here, so nothing needs this process.
@@ -684,6 +704,8 @@ static int exec_given_view(const char *dir, char **cmd)
     }
     log_info("event=exec-given-view view=%s shared=%d tensors=%zu shared_files=%zu cmd=%s",
              LOG_Q(dir), res.shared, res.tensors, res.shared_files, LOG_Q(cmd[0]));
+    if (res.derived[0] != '\0')
+        keep_form_small_pages(dir);
     fflush(NULL);
     execvp(cmd[0], cmd);
     int e = errno;
@@ -721,6 +743,10 @@ static int cmd_exec(int argc, char **argv)
     /* What the load and the rewrite freed goes back to the kernel: exec
      * stays resident for as long as CMD runs. */
     malloc_trim(0);
+    tensor_digest form[2];
+    uint64_t form_bytes[2];
+    if (view_derived_tensors(v, form, form_bytes) > 0)
+        keep_form_small_pages(view_dir(v));
     int sig = supervise_take_termination();
     if (sig != 0) {
         log_info("event=exec-cancelled view=%s sig=%d", LOG_Q(view_dir(v)), sig);

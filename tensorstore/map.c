@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -136,6 +137,33 @@ int store_keep_small_pages(const char *path, size_t *marked, tetris_error *err)
     int r = store_each_own_mapping(mark_small_pages, &k, err);
     *marked = k.marked;
     return r;
+}
+
+#ifndef PR_THP_DISABLE_EXCEPT_ADVISED
+#define PR_THP_DISABLE_EXCEPT_ADVISED (1 << 1) /* Linux 6.18 */
+#endif
+
+int store_keep_small_pages_inherited(bool *kept, tetris_error *err)
+{
+    *kept = false;
+    int now = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0);
+    if (now < 0)
+        return tetris_fail(err, TETRIS_E_IO, errno, "prctl(PR_GET_THP_DISABLE)");
+    if (now != 0) {
+        /* Off already, perhaps for every mapping: loosening it to "except
+         * advised" is not ours to do. */
+        *kept = true;
+        return 0;
+    }
+    if (prctl(PR_SET_THP_DISABLE, 1, PR_THP_DISABLE_EXCEPT_ADVISED, 0, 0) == 0) {
+        *kept = true;
+        return 0;
+    }
+    /* EINVAL: a kernel before the mode. Turning huge pages off altogether
+     * instead would also take them from the runtime's own heap. */
+    if (errno == EINVAL)
+        return 0;
+    return tetris_fail(err, TETRIS_E_IO, errno, "prctl(PR_SET_THP_DISABLE)");
 }
 
 /* mmap failed with ENOMEM: name the limit if that is what was hit. */

@@ -154,6 +154,16 @@ int store_each_own_mapping(int (*fn)(void *ctx, const store_own_mapping *m), voi
  * mapping eligible for them (seen within a minute; BENCHMARKS.md); these
  * are not. *marked: how many mappings (0 when none, not an error). */
 int store_keep_small_pages(const char *path, size_t *marked, tetris_error *err);
+/* The same for what programs this process starts map: a runtime that maps
+ * a form's data itself (a stock runtime reading a model view) cannot be
+ * told, so the process that starts it keeps every mapping made without
+ * MADV_HUGEPAGE, by it and by the programs it starts, off 2 MiB pages and
+ * out of khugepaged's reach (PR_SET_THP_DISABLE with
+ * PR_THP_DISABLE_EXCEPT_ADVISED: inherited across fork, kept across
+ * execve; mappings that ask for 2 MiB pages still get them). *kept is
+ * false, and nothing changed, on a kernel without that mode (before Linux
+ * 6.18); a process whose huge pages are off already is left as it is. */
+int store_keep_small_pages_inherited(bool *kept, tetris_error *err);
 bool store_has_tensor(store *s, const tensor_digest *d);
 /* Whether tensors/ has a regular file named d: one fstatat, no open and
  * no trailer read. Enough where the first invariant above is what vouches

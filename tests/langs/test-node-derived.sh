@@ -7,7 +7,11 @@
 # --derived --runtime` opens the form and answers byte for byte what stock
 # onnxruntime-node answers at its defaults (optimisation `all`,
 # pre-packing on) on the original model; two instances map the form's data
-# file once (the PSS of their mappings adds up to one RSS); a form missing
+# file once (the PSS of their mappings adds up to one RSS) and, on a store
+# of 2 MiB pages (as root: the daemon mounts one, as the chart's does),
+# through no mapping khugepaged could move it onto them (THPeligible 0: exec
+# starts the function with such mappings kept off 2 MiB pages, on a kernel
+# that can; tetris-agent.c keep_form_small_pages); a form missing
 # for the runtime, a runtime the daemon does not derive with, and a form
 # made by another runtime than the reader's (the daemon's own 1.29 read by
 # onnxruntime-node 1.22) each leave the function on the plain graph with
@@ -26,6 +30,11 @@ NAME=ch_PP-OCRv4_rec_infer
 FN="$ROOT/function/node/index.js"
 STORE="$WORK/store"
 mkdir "$STORE"
+TMPFS=""
+if [ "$(id -u)" = 0 ]; then
+    TMPFS="--store-tmpfs huge"
+    at_exit "umount '$STORE' 2>/dev/null || umount -l '$STORE' 2>/dev/null || true"
+fi
 # The derivation child (uid 65534) reads the store's public directory by
 # its name, as on a node, where the store's parents are 0755.
 chmod 0711 "$WORK"
@@ -52,7 +61,8 @@ st=$(status "$BIN/tetris-reclaimer" --config "$WORK/settings.yaml" --store "$STO
     fail "a settings file naming derive_runtimes: exit $st: $(cat "$WORK/status.err")"
 mkdir -m 0777 "$WORK/open"
 cp "$lib" "$WORK/open/"
-reclaimer_start "$STORE" "$WORK/daemon0.log" --listen "" --interval 3600 \
+# shellcheck disable=SC2086 # TMPFS is zero or two words
+reclaimer_start "$STORE" "$WORK/daemon0.log" --listen "" --interval 3600 $TMPFS \
     --derive-runtimes "$WORK/open/libonnxruntime.so.1"
 "$BIN/tetris-agent" view --store "$STORE" --derived make --runtime "$RUNTIME" "$MODEL" "$WORK/v0" \
     >"$WORK/v0.json" 2>"$WORK/v0.err" || fail "view: $(cat "$WORK/v0.err")"
@@ -63,7 +73,8 @@ reclaimer_stop
 rm -rf "$WORK/v0" "$STORE"/public/derived
 note "derive runtimes: refused in a settings file (exit 2), and from a directory others may write"
 
-reclaimer_start "$STORE" "$WORK/daemon.log" --listen "" --interval 3600 \
+# shellcheck disable=SC2086 # TMPFS is zero or two words
+reclaimer_start "$STORE" "$WORK/daemon.log" --listen "" --interval 3600 $TMPFS \
     --derive-runtimes "$WORK/runtimes/libonnxruntime.so.1"
 
 # serve NAME DERIVED RUNTIME: the function under exec; answers seed 1 as WANT
@@ -121,6 +132,7 @@ note "$RUNTIME's form, made with onnxruntime-node's library: answers = stock onn
 serve second use "$RUNTIME"
 [ "$(serving second)" = true ] || fail "second: no form: $(grep event=derive "$WORK/second.log")"
 answer second "$STOCK" "stock onnxruntime-node's"
+second_pid=$INST_PID second_launcher=$INST_LAUNCHER
 [ "$(grep -c "event=derived .*runtime=\"$RUNTIME\"" "$WORK/daemon.log")" = 1 ] || fail "the form was made twice"
 data="$STORE/public/$(jq -r .derived.data.file "$view/tensors.json")"
 data=$(realpath "$data")
@@ -133,6 +145,28 @@ for p in $made_pid $INST_PID; do
 done
 [ $((pss * 2)) -le $((rss + 2 * 8)) ] || fail "the form's data is not shared: PSS ${pss} kB for RSS ${rss} kB summed"
 note "2 instances map the form's data once: PSS $pss kB for RSS $rss kB summed (Pss_Shmem $(rollup_kb "$made_pid" Pss_Shmem) and $(rollup_kb "$INST_PID" Pss_Shmem) kB, anonymous $(rollup_kb "$made_pid" Anonymous) kB per instance)"
+# A third on the first one's view as given (a tetris-csi volume's is run
+# so): exec becomes the function.
+inst_start given env port=0 TETRIS_MODEL_VIEW="$view" "$BIN/tetris-agent" exec -- node "$FN"
+[ "$(serving given)" = true ] || fail "given view: no form: $(grep -e event=view -e event=serving "$WORK/given.log")"
+answer given "$STOCK" "stock onnxruntime-node's"
+# onnxruntime-node maps the form's data itself, one mapping per
+# initializer; on a store of 2 MiB pages an eligible one would let
+# khugepaged move the form onto them.
+if ! grep -q 'event=store-tmpfs state=mounted .*huge=within_size' "$WORK/daemon0.log"; then
+    note "the store is not on 2 MiB pages here: the form's pages not checked"
+elif grep -q 'event=form-pages-not-kept' "$WORK/made.log"; then
+    note "not checked: $(sed -n 's/.*event=form-pages-not-kept .*msg=//p' "$WORK/made.log" | head -n 1)"
+else
+    for p in $made_pid $second_pid $INST_PID; do
+        eligible=$(awk -v f="$data" '/^[0-9a-f]+-[0-9a-f]+ / { on = ($6 == f) }
+            on && $1 == "THPeligible:" { n += $2 } END { print n + 0 }' "/proc/$p/smaps")
+        [ "$eligible" = 0 ] ||
+            fail "instance $p: $eligible of its mappings of the form's data are eligible for 2 MiB pages (THPeligible)"
+    done
+    note "the store on 2 MiB pages: no mapping of the form's data THPeligible in any of the three instances"
+fi
+stop given
 
 # A form whose data is not the store's is refused (the view's copy, re-linked).
 cp -a "$view" "$WORK/bad-view"
@@ -147,6 +181,7 @@ rc=0
 "$BIN/tetris-agent" check-view "$WORK/bad-view" >/dev/null 2>"$WORK/bad-check.err" || rc=$?
 [ $rc -eq 3 ] || fail "check-view of a form outside the store: exit $rc: $(cat "$WORK/bad-check.err")"
 note "a form whose data is not the store's is refused (exit 3) by the function and by check-view"
+INST_LAUNCHER=$second_launcher
 stop second
 INST_LAUNCHER=$made_launcher
 stop made

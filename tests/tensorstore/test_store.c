@@ -16,6 +16,7 @@
 #include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -1730,6 +1731,55 @@ START_TEST(small_pages_are_kept_for_every_mapping)
 }
 END_TEST
 
+/* In a child, as it keeps the setting: WAY is what the child starts
+ * with (0: huge pages on; 1: off for every mapping), then
+ * store_keep_small_pages_inherited; exits 0 when what follows holds. */
+static int keep_small_pages_inherited_in_child(int way)
+{
+    if (way == 1 && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0)
+        return 10;
+    tetris_error err = {0};
+    bool kept = false;
+    if (store_keep_small_pages_inherited(&kept, &err) != 0)
+        return 11;
+    int now = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0);
+    if (!kept) /* a kernel without the mode: nothing changed */
+        return way == 0 && now == 0 ? 0 : 12;
+    /* 3: off except where asked for (PR_THP_DISABLE_EXCEPT_ADVISED is
+     * 1 << 1); wholly off stays wholly off (1). */
+    if (now != (way == 0 ? 3 : 1))
+        return 13;
+    if (store_keep_small_pages_inherited(&kept, &err) != 0 || !kept ||
+        prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) != now)
+        return 14;
+    pid_t pid = fork(); /* what the process starts has it too */
+    if (pid == 0)
+        _exit(prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == now ? 0 : 1);
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0)
+        return 15;
+    return 0;
+}
+
+/* store_keep_small_pages_inherited turns huge pages off for unadvised
+ * mappings, in this process and those it starts, and never loosens a
+ * process that has them off altogether; calling it again changes nothing. */
+START_TEST(small_pages_are_kept_for_started_programs)
+{
+    for (int way = 0; way < 2; way++) {
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+            _exit(keep_small_pages_inherited_in_child(way));
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "way %d: child status %d", way,
+                      status);
+    }
+}
+END_TEST
+
 START_TEST(garbage_holder_files_are_parsed_defensively)
 {
     char *dir = new_dir();
@@ -1891,6 +1941,7 @@ static void unit_tests(Suite *s)
     tcase_add_test(tc, light_repair_skips_the_tensor_walk);
     tcase_add_test(tc, mapping_limit_is_named);
     tcase_add_test(tc, small_pages_are_kept_for_every_mapping);
+    tcase_add_test(tc, small_pages_are_kept_for_started_programs);
     tcase_add_test(tc, garbage_holder_files_are_parsed_defensively);
     tcase_add_test(tc, foreach_holder_stops_when_asked);
     tcase_add_test(tc, use_lock_excludes_reclaim);
