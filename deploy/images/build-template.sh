@@ -77,6 +77,7 @@ node)
     nm="$ROOT/.deps/node_modules"
     [ -d "$nm/onnxruntime-node" ] || die "event=missing-onnxruntime-node path=$nm hint=\"run make deps\""
     cp "$ROOT"/function/node/index.js "$ROOT"/function/node/oip.js "$ROOT"/function/node/tetris-view.js \
+        "$ROOT"/function/node/view-session.js \
         "$ROOT"/function/node/package.json "$stage/function/"
     # onnxruntime-node with its linux x64 binding only (the package holds
     # every platform's), and the one package it requires.

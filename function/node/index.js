@@ -45,13 +45,12 @@ const path = require('node:path');
 
 const oip = require('./oip');
 const { openView, derivedFor, ViewError } = require('./tetris-view');
+const { ortSessionOptions, graphSource: viewGraphSource } = require('./view-session');
 
 const PROG = 'tetris-node-function';
 const VERSION = require('./package.json').version;
 // the view's defaults, also used for the private baseline
 const DEFAULT_SESSION_OPTIONS = { graph_optimization_level: 'disabled', 'session.disable_prepacking': '1' };
-const EXTERNAL_FOLDER_OPTION = 'session.model_external_initializers_file_folder_path';
-const GRAPH_LEVELS = ['disabled', 'basic', 'extended', 'all'];
 const EXIT_RUNTIME = 1;
 const EXIT_USAGE = 2;
 const EXIT_MODEL = 3;
@@ -126,18 +125,17 @@ function listenAddress() {
 
 // The view's session_options as onnxruntime-node's session options.
 function ortOptions(sessionOptions, threads) {
-  const opts = { intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential', extra: {} };
-  for (const [k, v] of Object.entries(sessionOptions)) {
-    if (k === 'graph_optimization_level') {
-      if (!GRAPH_LEVELS.includes(v)) die(EXIT_MODEL, 'bad-view', `graph_optimization_level "${v}" is not one of ${GRAPH_LEVELS}`);
-      opts.graphOptimizationLevel = v;
-    } else if (k.includes('.')) {
-      opts.extra[k] = v; // a session config entry, e.g. session.disable_prepacking
-    } else {
-      log('warn', 'view-option-ignored', { option: k, value: v, msg: 'no onnxruntime-node equivalent' });
-    }
+  let mapped;
+  try {
+    mapped = ortSessionOptions(sessionOptions, threads);
+  } catch (e) {
+    if (e instanceof ViewError) die(EXIT_MODEL, 'bad-view', e.message);
+    throw e;
   }
-  return opts;
+  for (const [option, value] of mapped.ignored) {
+    log('warn', 'view-option-ignored', { option, value, msg: 'no onnxruntime-node equivalent' });
+  }
+  return mapped.options;
 }
 
 // What to open: the view's graph (its derived form when runtime made it),
@@ -174,17 +172,12 @@ function chooseModel(runtime) {
   };
 }
 
-// What the session opens: a view's graph from its bytes, its external data
-// resolved against the folder its session options name (the store).
-// onnxruntime-node 1.24 to 1.27 refuse, by path, external data that
-// resolves (links followed) outside the model's folder even with that
-// folder set, and the links of a view the agent writes lead into the
-// store; from bytes every release from 1.22 on opens it, mapping the
-// store's files all the same (docs/programs/tetris-agent.md).
+// What the session opens: a view's graph (from its bytes where its
+// external data is the store's: view-session.js), or TETRIS_MODEL's path.
 function graphSource(chosen) {
-  if (chosen.mode !== 'view' || !(EXTERNAL_FOLDER_OPTION in chosen.options)) return chosen.file;
+  if (chosen.mode !== 'view') return chosen.file;
   try {
-    return fs.readFileSync(chosen.file);
+    return viewGraphSource(chosen.file, chosen.options);
   } catch (e) {
     return die(EXIT_MODEL, 'bad-model', `${chosen.file}: ${e.message}`);
   }

@@ -153,6 +153,26 @@ store_listing "$STORE" >"$WORK/store.after"
 cmp -s "$WORK/store.before" "$WORK/store.after" || fail "the store changed while bad views were read: $(diff "$WORK/store.before" "$WORK/store.after" | head -n 5)"
 note "$(wc -l <"$WORK/bad/cases") untrusted views refused with exit 3, store unchanged"
 
+# Session options onnxruntime-node cannot honour: a level it lacks is a bad
+# view (exit 3); an option it has no equivalent for is one warn line.
+opts_view() { # NAME JQ: a copy of the view with tensors.json edited by JQ
+    cp -a "$view" "$WORK/$1"
+    jq "$2" "$view/tensors.json" >"$WORK/$1/tensors.json"
+}
+opts_view level '.session_options.graph_optimization_level = "fastest"'
+rc=0
+env TETRIS_MODEL_VIEW="$WORK/level" port=0 node "$FN" >/dev/null 2>"$WORK/level.err" || rc=$?
+[ $rc -eq 3 ] && grep -q 'event=bad-view .*graph_optimization_level \\"fastest\\" is not one of' "$WORK/level.err" ||
+    fail "a view at level fastest: exit $rc: $(cat "$WORK/level.err")"
+opts_view unknown '.session_options.frobnicate = "1"'
+inst_start unknown env TETRIS_MODEL_VIEW="$WORK/unknown" port=0 node "$FN"
+[ "$(grep -c 'event=view-option-ignored option=frobnicate value=1' "$WORK/unknown.log")" = 1 ] ||
+    fail "an option without an equivalent: $(grep event= "$WORK/unknown.log")"
+check_outputs unknown "$INST_PORT" 1
+kill -TERM "$INST_LAUNCHER"
+wait "$INST_LAUNCHER" || fail "the function on a view with an unknown option: exit $? after SIGTERM"
+note "a level onnxruntime-node lacks: exit 3; an option without an equivalent: one warn line, still serving"
+
 # ---- stop: exec passes SIGTERM on, the function exits 0, the view goes ----
 for p in $launchers; do kill -TERM "$p"; done
 for p in $launchers; do wait "$p" || fail "tetris-agent exec $p: exit status $? after SIGTERM"; done
