@@ -160,7 +160,7 @@ int store_keep_small_pages_inherited(bool *kept, tetris_error *err)
         return 0;
     }
     /* EINVAL: a kernel before the mode. Turning huge pages off altogether
-     * instead would also take them from the runtime's own heap. */
+     * instead would also take them from what the runtime asks them for. */
     if (errno == EINVAL)
         return 0;
     return tetris_fail(err, TETRIS_E_IO, errno, "prctl(PR_SET_THP_DISABLE)");

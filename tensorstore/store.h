@@ -160,7 +160,8 @@ int store_keep_small_pages(const char *path, size_t *marked, tetris_error *err);
  * MADV_HUGEPAGE, by it and by the programs it starts, off 2 MiB pages and
  * out of khugepaged's reach (PR_SET_THP_DISABLE with
  * PR_THP_DISABLE_EXCEPT_ADVISED: inherited across fork, kept across
- * execve; mappings that ask for 2 MiB pages still get them). *kept is
+ * execve; mappings that ask for 2 MiB pages still get them, the others
+ * go without, anonymous ones too, as under THP "madvise"). *kept is
  * false, and nothing changed, on a kernel without that mode (before Linux
  * 6.18); a process whose huge pages are off already is left as it is. */
 int store_keep_small_pages_inherited(bool *kept, tetris_error *err);
