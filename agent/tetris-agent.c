@@ -743,9 +743,7 @@ static int cmd_exec(int argc, char **argv)
     /* What the load and the rewrite freed goes back to the kernel: exec
      * stays resident for as long as CMD runs. */
     malloc_trim(0);
-    tensor_digest form[2];
-    uint64_t form_bytes[2];
-    if (view_derived_tensors(v, form, form_bytes) > 0)
+    if (view_stats(v)->derived != NULL)
         keep_form_small_pages(view_dir(v));
     int sig = supervise_take_termination();
     if (sig != 0) {

@@ -60,7 +60,7 @@ async function main() {
     options = ortSessionOptions(form.sessionOptions, threads).options;
     source = graphSource(form.graph, form.sessionOptions);
   } else {
-    options = { graphOptimizationLevel: 'all', intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential' };
+    options = ortSessionOptions({ graph_optimization_level: 'all' }, threads).options;
     source = model;
   }
   const t0 = process.hrtime.bigint();

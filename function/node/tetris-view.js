@@ -37,7 +37,9 @@ const FORMAT = 'tetris-model-view/1';
 // "store" (and a folder in session_options) of a view with the store's
 // tensors mounted in it: the view directory.
 const VIEW_SELF = '.';
-const FOLDER_OPTIONS = ['session.model_external_initializers_file_folder_path'];
+// The session option naming the folder external data resolves against.
+const EXTERNAL_FOLDER_OPTION = 'session.model_external_initializers_file_folder_path';
+const FOLDER_OPTIONS = [EXTERNAL_FOLDER_OPTION];
 // tensors.json of the largest models is a few MB; a bound keeps a hostile
 // file from deciding how much memory we take.
 const MAX_INDEX_BYTES = 64 * 1024 * 1024;
@@ -274,4 +276,4 @@ function openView(dir = process.env.TETRIS_MODEL_VIEW) {
   };
 }
 
-module.exports = { openView, derivedFor, ViewError, DTYPE_BYTES, FORMAT };
+module.exports = { openView, derivedFor, ViewError, DTYPE_BYTES, FORMAT, EXTERNAL_FOLDER_OPTION };

@@ -7,10 +7,9 @@
 
 const fs = require('node:fs');
 
-const { ViewError } = require('./tetris-view');
+const { ViewError, EXTERNAL_FOLDER_OPTION } = require('./tetris-view');
 
 const GRAPH_LEVELS = ['disabled', 'basic', 'extended', 'all'];
-const EXTERNAL_FOLDER_OPTION = 'session.model_external_initializers_file_folder_path';
 
 // The view's session_options as onnxruntime-node's session options:
 // graph_optimization_level -> graphOptimizationLevel, every
