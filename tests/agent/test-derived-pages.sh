@@ -30,12 +30,6 @@ grep -q 'event=store-tmpfs state=mounted .*huge=within_size' "$DAEMON_LOG" ||
     skip "no 2 MiB tmpfs pages here: $(grep event=store-tmpfs "$DAEMON_LOG")"
 pub="$STORE/public"
 
-# smaps_kb PID FILE FIELD: FIELD summed over PID's mappings of FILE (kB).
-smaps_kb() {
-    awk -v f="$2" -v k="$3:" '/^[0-9a-f]+-[0-9a-f]+ / { on = ($6 == f) }
-        on && $1 == k { n += $2 } END { print n + 0 }' "/proc/$1/smaps"
-}
-
 # --- the store maps plain tensors with 2 MiB entries -------------------------
 synth "$WORK/m.safetensors" 2 4194304 9
 held_start plain "$BIN/tetris-agent" load --store "$STORE" --direct --hold "$WORK/m.safetensors"

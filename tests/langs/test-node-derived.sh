@@ -159,8 +159,7 @@ elif grep -q 'event=form-pages-not-kept' "$WORK/made.log"; then
     note "not checked: $(sed -n 's/.*event=form-pages-not-kept .*msg=//p' "$WORK/made.log" | head -n 1)"
 else
     for p in $made_pid $second_pid $INST_PID; do
-        eligible=$(awk -v f="$data" '/^[0-9a-f]+-[0-9a-f]+ / { on = ($6 == f) }
-            on && $1 == "THPeligible:" { n += $2 } END { print n + 0 }' "/proc/$p/smaps")
+        eligible=$(smaps_kb "$p" "$data" THPeligible)
         [ "$eligible" = 0 ] ||
             fail "instance $p: $eligible of its mappings of the form's data are eligible for 2 MiB pages (THPeligible)"
     done

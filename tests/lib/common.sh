@@ -13,7 +13,7 @@
 #                       $WORK/*.log), SKIP (exit 77: the test cannot run
 #                       here, see tests/run-tests.sh), progress lines
 #   KILL_ON_EXIT, at_exit  processes killed, then commands run, at exit
-# and the helpers below: bounded waits, exit statuses, ports, metrics, the
+# and the helpers below: bounded waits, exit statuses, smaps sums, ports, metrics, the
 # node daemon, the fake apiserver and a Prometheus server. It sets no shell options and works
 # under set -e and set -u.
 # shellcheck shell=sh disable=SC2034
@@ -196,6 +196,13 @@ assert_shared() {
     printf '%s\n' "$1" | jq -e '.fell_back == false and .mapped_bytes > 0 and
         .mapped_bytes + .private_bytes == .bytes and .private_bytes < 128 * .tensors' \
         >/dev/null || fail "$2: not served from the store: $1"
+}
+
+# smaps_kb PID FILE FIELD: FIELD (Rss, ShmemPmdMapped, THPeligible...)
+# summed over PID's mappings of FILE (a path as /proc/PID/smaps names it).
+smaps_kb() {
+    awk -v f="$2" -v k="$3:" '/^[0-9a-f]+-[0-9a-f]+ / { on = ($6 == f) }
+        on && $1 == k { n += $2 } END { print n + 0 }' "/proc/$1/smaps"
 }
 
 # free_port: a loopback TCP port no socket uses right now, below the
