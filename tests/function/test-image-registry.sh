@@ -10,7 +10,7 @@
 set -eu
 . "$(dirname "$0")/../lib/function.sh"
 . "$(dirname "$0")/../lib/registry.sh"
-command -v umoci >/dev/null || skip "umoci not installed"
+need_package umoci
 model=silero_vad_v5.onnx
 registry_start
 host="127.0.0.1:$REGISTRY_PORT"

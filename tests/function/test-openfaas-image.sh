@@ -8,7 +8,7 @@
 # OpenFaaS gives it (the port moved off 8080, which this machine may use).
 set -eu
 . "$(dirname "$0")/../lib/function.sh"
-command -v umoci >/dev/null || skip "umoci not installed"
+need_package umoci
 model=silero_vad_v5.onnx
 
 mkdir -p "$WORK/bin" "$WORK/oci"

@@ -10,14 +10,15 @@
 # outputs agree with ONNX Runtime's on the exported ONNX model (the Node.js
 # function, to 1e-4: different runtimes). Bad requests get 4xx; a view of
 # another architecture, of the ONNX model, or an untrusted one, exits 3
-# naming why. SKIPs when PyTorch is not installed (scripts/models/paper-models.sh
-# installs it).
+# naming why. Installs Debian's PyTorch when missing; SKIPs only when it
+# cannot, or $PY is not the Python it is for.
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_numpy
 need_node
+"$PY" -c 'import torch' 2>/dev/null || need_package python3-torch
 "$PY" -c 'import torch' 2>/dev/null ||
-    skip "PyTorch is not installed for $PY (scripts/models/paper-models.sh installs python3-torch)"
+    skip "PyTorch is not importable by $PY (Debian's python3-torch is for /usr/bin/python3)"
 [ -x "$BIN/tetris-reclaimer" ] || fail "tetris-reclaimer not built in $BIN"
 
 N=3

@@ -13,7 +13,7 @@
 #                       $WORK/*.log), SKIP (exit 77: the test cannot run
 #                       here, see tests/run-tests.sh), progress lines
 #   KILL_ON_EXIT, at_exit  processes killed, then commands run, at exit
-# and the helpers below: bounded waits, exit statuses, smaps sums, ports, metrics, the
+# and the helpers below: a test's Debian packages, bounded waits, exit statuses, smaps sums, ports, metrics, the
 # node daemon, the fake apiserver and a Prometheus server. It sets no shell options and works
 # under set -e and set -u.
 # shellcheck shell=sh disable=SC2034
@@ -116,6 +116,29 @@ asan_memory_as_release() {
 # need_models: the real models are there (scripts/deps.sh fetches them).
 need_models() {
     ls "$MODELS"/*.onnx >/dev/null 2>&1 || fail "no real models in $MODELS (run scripts/deps.sh)"
+}
+
+# need_package PACKAGE...: installs the Debian packages a test needs that
+# are not installed yet (a test's own tools, too heavy or too rare for every
+# build's scripts/deps.sh); SKIPs only when there is no apt-get or it fails
+# (no archive), as a missing tool is installed, never a reason to check less.
+need_package() {
+    _missing=""
+    for _p in "$@"; do
+        dpkg-query -W -f='${Status}' "$_p" 2>/dev/null | grep -q "install ok installed" ||
+            _missing="$_missing $_p"
+    done
+    [ -n "$_missing" ] || return 0
+    command -v apt-get >/dev/null 2>&1 || skip "no apt-get to install$_missing"
+    # A first try without the index's update, which is slow; a stale or
+    # missing index is updated once.
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $_missing \
+        >"$WORK/apt.log" 2>&1 ||
+        { apt-get update -qq >>"$WORK/apt.log" 2>&1 &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                $_missing >>"$WORK/apt.log" 2>&1; } ||
+        skip "apt-get install$_missing failed: $(tail -n 1 "$WORK/apt.log")"
 }
 
 # paper_model SPEC: sets PAPER_MODEL_DIR to the cache directory of a paper

@@ -34,14 +34,6 @@
 
 REGISTRY_ACCEPT='Accept: application/vnd.oci.image.manifest.v1+json'
 
-# _registry_need PROGRAM PACKAGE: installs PACKAGE when PROGRAM is missing.
-_registry_need() {
-    command -v "$1" >/dev/null 2>&1 && return 0
-    command -v apt-get >/dev/null 2>&1 || skip "no $1 and no apt-get to install $2"
-    apt-get install -y "$2" >"$WORK/apt.log" 2>&1 ||
-        skip "apt-get install $2 failed: $(tail -1 "$WORK/apt.log")"
-}
-
 registry_start() {
     _reg_auth=""
     _reg_tls=""
@@ -60,7 +52,7 @@ registry_start() {
         *) fail "registry_start: unknown option $1" ;;
         esac
     done
-    _registry_need docker-registry docker-registry
+    need_package docker-registry
     REGISTRY_PORT=$(free_port)
     REGISTRY_HOST="$_reg_addr:$REGISTRY_PORT"
     _reg_dir="$WORK/registry-$REGISTRY_PORT"
@@ -86,7 +78,7 @@ registry_start() {
 registry_tls() {
     TLS_CA="$WORK/tls/ca.pem"
     [ -s "$TLS_CA" ] && return 0
-    _registry_need openssl openssl
+    need_package openssl
     mkdir -p "$WORK/tls"
     _san="DNS:localhost,IP:127.0.0.1"
     for _ip in $(hostname -I 2>/dev/null); do _san="$_san,IP:$_ip"; done
@@ -103,7 +95,7 @@ registry_tls() {
 }
 
 registry_htpasswd() {
-    _registry_need htpasswd apache2-utils
+    need_package apache2-utils
     htpasswd -Bbc "$1" "$2" "$3" >/dev/null 2>&1 || fail "htpasswd $1"
 }
 
