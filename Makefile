@@ -4,7 +4,8 @@
 #
 #   make            build everything into bin/ (deps installed on demand)
 #   make check      lint, unit tests and the fast shell tests (minutes)
-#   make test       lint and every test, then every test again under ASan/UBSan
+#   make test       lint and every test, then again under ASan/UBSan (the
+#                   cluster tier there: the tests in E2E_SAN_TESTS)
 #   make lint       layering and conventions (scripts/lint/lint.sh)
 #   make demo       the main job on a local store (no cluster needed)
 #   make bench      benchmarks (long; prints tables, see BENCHMARKS.md)
@@ -42,6 +43,10 @@ LDLIBS := -lcrypto -lz -ljansson -lyaml -lm -ldl
 #   SHELL_TESTS  fast: one machine, no cluster, no long loops (make check)
 #   SLOW_TESTS   one machine but long: crash and stress loops, real cgroups
 #   E2E_TESTS    on the local Kubernetes cluster (scripts/cluster-up.sh)
+#   E2E_SAN_TESTS  the cluster tests make test runs under ASan/UBSan too:
+#                those where a real kubelet, apiserver or scheduler calls
+#                our programs (the rest repeat orchestration at twice the
+#                time; docs/TESTING.md)
 # make test runs all three. A test named in SLOW_TESTS or E2E_TESTS leaves
 # the fast tier even where a wildcard in SHELL_TESTS caught it. Unit tests
 # (UNIT_TESTS) are fast. tests/run-tests.sh says how a test passes, fails or
@@ -52,6 +57,7 @@ UNIT_TESTS :=
 SHELL_TESTS :=
 SLOW_TESTS :=
 E2E_TESTS :=
+E2E_SAN_TESTS :=
 TEST_PROGRAMS :=
 UNIT_LIBS :=
 
@@ -115,22 +121,35 @@ $(call unit_bin,$(1)): $(BUILD)/$(1:.c=.o) $(UNIT_LIB_OBJS) $(LIBTETRIS)
 endef
 $(foreach t,$(UNIT_TESTS),$(eval $(call UNIT_template,$(t))))
 
-# run_tests(shell tests): the unit tests, then those shell tests, against
-# the binaries of the current build flavour (BIN).
+# run_tests(unit tests, shell tests): those unit tests, then those shell
+# tests, against the binaries of the current build flavour (BIN).
 run_tests = TETRIS_BIN=$(abspath $(BIN)) TETRIS_BUILD=$(abspath $(BUILD)) \
-	    tests/run-tests.sh $(UNIT_BINS) -- $(1)
+	    tests/run-tests.sh $(1) -- $(2)
 
 # The fast tier, for the build flavour asked for (make check SAN=1).
 check: lint all $(UNIT_BINS)
-	@$(call run_tests,$(FAST_TESTS))
+	@$(call run_tests,$(UNIT_BINS),$(FAST_TESTS))
 
-# Every tier, for one build flavour.
+# The tiers in TIERS (default all three; the unit tests go with the fast
+# one), for one build flavour; the cluster tier of a sanitizer build is
+# E2E_SAN_TESTS.
+TIERS ?= fast slow e2e
+E2E_FLAVOUR_TESTS := $(if $(filter 1,$(SAN)),$(E2E_SAN_TESTS),$(E2E_TESTS))
 test-one: all $(UNIT_BINS)
-	@$(call run_tests,$(FAST_TESTS) $(SLOW_TESTS) $(E2E_TESTS))
+	@$(call run_tests,$(if $(filter fast,$(TIERS)),$(UNIT_BINS)), \
+	  $(if $(filter fast,$(TIERS)),$(FAST_TESTS)) \
+	  $(if $(filter slow,$(TIERS)),$(SLOW_TESTS)) \
+	  $(if $(filter e2e,$(TIERS)),$(E2E_FLAVOUR_TESTS)))
 
-test: lint
-	$(MAKE) test-one SAN=0
-	$(MAKE) test-one SAN=1
+# The cluster's Go programs build in the background meanwhile, on the CPU
+# the one-machine tiers leave idle (scripts/build-test-tools.sh); the
+# cluster tiers come last.
+test: lint deps-stamp
+	@scripts/build-test-tools.sh --background
+	$(MAKE) test-one SAN=0 TIERS="fast slow"
+	$(MAKE) test-one SAN=1 TIERS="fast slow"
+	$(MAKE) test-one SAN=0 TIERS=e2e
+	$(MAKE) test-one SAN=1 TIERS=e2e
 
 # Layering, file headers, module.mk ownership, commit subjects
 # (docs/STYLE.md, scripts/lint/layers.txt).

@@ -28,3 +28,4 @@ E2E_TESTS += tests/k8s/test-extender-kubeclient.sh tests/k8s/test-extender-place
              tests/k8s/test-eval-validate.sh tests/k8s/test-openfaas-docs.sh \
              tests/k8s/test-openfaas-models.sh tests/k8s/test-openfaas-registry.sh \
              tests/k8s/test-openfaas-csi.sh
+E2E_SAN_TESTS += tests/k8s/test-extender-kubeclient.sh tests/k8s/test-cluster-smoke.sh

@@ -27,6 +27,7 @@ SHELL_TESTS += tests/csi/test-csi-derived.sh
 # The real kubelet of the local cluster: registration, pods through the
 # webhook, tenants, restarts, unpublish.
 E2E_TESTS += tests/k8s/test-csi-k8s.sh
+E2E_SAN_TESTS += tests/k8s/test-csi-k8s.sh
 # The chart's DaemonSet with tetris-csi in it, on the same kubelet.
 E2E_TESTS += tests/helm/test-install-csi.sh
 # The community's conformance suite, built once from its source tarball

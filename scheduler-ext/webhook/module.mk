@@ -15,3 +15,4 @@ UNIT_TESTS += tests/webhook/test_webhook.c
 SHELL_TESTS += tests/webhook/test-webhook.sh
 # Registered with the local cluster's apiserver.
 E2E_TESTS += tests/k8s/test-webhook-k8s.sh
+E2E_SAN_TESTS += tests/k8s/test-webhook-k8s.sh

@@ -33,7 +33,7 @@ exec 9>"$KUBE_CACHE/.build.lock"
 flock 9
 have_all && exit 0
 
-apt_require golang-go rsync jq golang-github-modern-go-reflect2-dev ca-certificates
+apt_require $GO_BUILD_PACKAGES
 
 # A private apt configuration whose only source list is the deb-src twin of
 # the machine's debian.sources: the system's apt setup stays untouched.

@@ -43,7 +43,12 @@ die() {
     exit 1
 }
 
-# apt_require PKG... installs the Debian packages that are not installed yet.
+# What the Go builds of the test tools install (build-kube.sh needs all of
+# them; build-openfaas.sh and build-csi-sanity.sh Go and the CA roots).
+GO_BUILD_PACKAGES="golang-go rsync jq golang-github-modern-go-reflect2-dev ca-certificates"
+
+# apt_require PKG... installs the Debian packages that are not installed yet
+# (waiting for apt's lock while another install holds it).
 apt_require() {
     _missing=""
     for _p in "$@"; do
@@ -55,7 +60,8 @@ apt_require() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq || die "event=apt-update-failed"
     # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $_missing >/dev/null ||
+    apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 $_missing \
+        >/dev/null ||
         die "event=apt-install-failed packages=\"$_missing\""
 }
 

@@ -99,7 +99,8 @@ if ! torch_ok; then
     log "event=apt-install packages=\"$pkgs\" note=\"about 280 Debian packages, once\""
     export DEBIAN_FRONTEND=noninteractive
     # shellcheck disable=SC2086
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null; } ||
+    { apt-get update -qq &&
+        apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 $pkgs >/dev/null; } ||
         die "apt-get install $pkgs failed: PyTorch unavailable" 3
     torch_ok || die "PyTorch installed but '$PY -c \"import torch\"' fails" 3
 fi

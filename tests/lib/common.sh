@@ -131,13 +131,12 @@ need_package() {
     [ -n "$_missing" ] || return 0
     command -v apt-get >/dev/null 2>&1 || skip "no apt-get to install$_missing"
     # A first try without the index's update, which is slow; a stale or
-    # missing index is updated once.
+    # missing index is updated once. Another install's lock is waited for.
+    _apt="apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600"
     # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $_missing \
-        >"$WORK/apt.log" 2>&1 ||
+    DEBIAN_FRONTEND=noninteractive $_apt $_missing >"$WORK/apt.log" 2>&1 ||
         { apt-get update -qq >>"$WORK/apt.log" 2>&1 &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                $_missing >>"$WORK/apt.log" 2>&1; } ||
+            DEBIAN_FRONTEND=noninteractive $_apt $_missing >>"$WORK/apt.log" 2>&1; } ||
         skip "apt-get install$_missing failed: $(tail -n 1 "$WORK/apt.log")"
 }
 
