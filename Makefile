@@ -45,8 +45,8 @@ LDLIBS := -lcrypto -lz -ljansson -lyaml -lm -ldl
 #   E2E_TESTS    on the local Kubernetes cluster (scripts/cluster-up.sh)
 #   E2E_SAN_TESTS  the cluster tests make test runs under ASan/UBSan too:
 #                those where a real kubelet, apiserver or scheduler calls
-#                our programs (the rest repeat orchestration at twice the
-#                time; docs/TESTING.md)
+#                our programs (the rest drive the same C paths through
+#                Kubernetes objects, as long again; docs/TESTING.md)
 # make test runs all three. A test named in SLOW_TESTS or E2E_TESTS leaves
 # the fast tier even where a wildcard in SHELL_TESTS caught it. Unit tests
 # (UNIT_TESTS) are fast. tests/run-tests.sh says how a test passes, fails or

@@ -38,8 +38,8 @@ case "${1:-}" in
 esac
 
 # build_all: each build in turn, in the order the tests need them
-# (csi-sanity in the slow tier, then the cluster's); 3 from a script means its sources are not
-# here (its tests skip), not a failure.
+# (csi-sanity in the slow tier, then the cluster's); 3 from a script means
+# its sources are not here (its tests skip), not a failure.
 build_all() {
     _rc=0
     for _b in build-csi-sanity.sh cluster/build-kube.sh cluster/build-openfaas.sh; do
