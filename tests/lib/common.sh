@@ -13,8 +13,9 @@
 #                       $WORK/*.log), SKIP (exit 77: the test cannot run
 #                       here, see tests/run-tests.sh), progress lines
 #   KILL_ON_EXIT, at_exit  processes killed, then commands run, at exit
-# and the helpers below: a test's Debian packages, bounded waits, exit statuses, smaps sums, ports, metrics, the
-# node daemon, the fake apiserver and a Prometheus server. It sets no shell options and works
+# and the helpers below: a test's Debian packages, bounded waits, exit
+# statuses, smaps sums, ports, metrics, the node daemon, the fake apiserver
+# and a Prometheus server. It sets no shell options and works
 # under set -e and set -u.
 # shellcheck shell=sh disable=SC2034
 
