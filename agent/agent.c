@@ -450,9 +450,19 @@ static int by_size_descending(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Decides which tensors get mapped: all but the tiny ones, unless that is
- * more mappings than the process has left; then the largest ones, since
- * they save the most memory per mapping. Tensors left out are still
+/* Whether a tensor is worth a mapping: one of a page or more, or one the
+ * model keeps as external data, whatever its size (its runtime opens that
+ * file anyway, and a session whose external data is the store's resolves
+ * every external tensor there: one left to the model's folder would cost
+ * the whole model its sharing, ort_adapter.c). */
+static bool worth_mapping(const model *m, const tensor_desc *t)
+{
+    return t->meta.nbytes >= AGENT_MIN_MAPPED_BYTES || strcmp(t->source, m->path) != 0;
+}
+
+/* Decides which tensors get mapped: all worth it (worth_mapping), unless
+ * that is more mappings than the process has left; then the largest ones,
+ * since they save the most memory per mapping. Tensors left out are still
  * published and referenced, and load privately. */
 static int plan_mappings(agent_model *am, const struct agent_options *o, tetris_error *err)
 {
@@ -463,7 +473,7 @@ static int plan_mappings(agent_model *am, const struct agent_options *o, tetris_
     tetris_error cause = {0};
 
     for (size_t i = 0; i < m->n_tensors; i++) {
-        mappable[i] = m->tensors[i].meta.nbytes >= AGENT_MIN_MAPPED_BYTES;
+        mappable[i] = worth_mapping(m, &m->tensors[i]);
         eligible += mappable[i];
     }
     if (allowed == 0) {

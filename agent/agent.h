@@ -15,11 +15,16 @@
 #include "model/model.h"
 #include "tensorstore/store.h"
 
-/* Tensors smaller than this are read privately even in store modes (they
- * are still published and referenced, so the store holds whole models):
- * mapping one costs a page and a mapping per instance, more than the copy,
- * and runtimes keep such tensors (shape operands) inline anyway. */
-#define AGENT_MIN_MAPPED_BYTES 128
+/* Tensors smaller than a page are read privately even in store modes (they
+ * are still published and referenced, so the store holds whole models),
+ * unless the model keeps them as external data (agent.c, worth_mapping).
+ * Mapping one saves an instance at most a page, and costs its start an
+ * open, a read, an mmap and a close here, and the runtime's check of an
+ * external-data path (about 13 readlink calls in ONNX Runtime): for a
+ * model of many small tensors (ch_ppocr_mobile_v2.0_cls: 123 of its 150
+ * tensors of 128 bytes or more are under a page, 75 KB in all) that is a
+ * twentieth of its warm start (BENCHMARKS.md, "Small models"). */
+#define AGENT_MIN_MAPPED_BYTES 4096
 
 enum agent_mode {
     AGENT_MODE_STORE = 0, /* map from store; missing tensors via daemon */

@@ -125,8 +125,7 @@ static bool try_share(struct share_ctx *c, const struct onnx_tensor_ref *ref,
     struct stat st;
 
     if (c->failed || t == NULL || !t->shared || !onnx_share_same_size(ref, t) ||
-        t->desc->meta.nbytes < ORT_ADAPTER_MIN_SHARED_BYTES || ref->name_len == 0 ||
-        name_taken(c->m->priv, ref->name, ref->name_len))
+        ref->name_len == 0 || name_taken(c->m->priv, ref->name, ref->name_len))
         return false;
     uint64_t nbytes = t->desc->meta.nbytes;
     /* The store's own file is the external data: ORT validates that it

@@ -7,11 +7,11 @@
  * the session with AddInitializer, which makes ORT use that buffer instead
  * of deserializing a copy. Constant-node tensors become initializers first.
  *
- * What stays private (measured in README.md): tensors under
- * ORT_ADAPTER_MIN_SHARED_BYTES (shape operands ORT must see inline), tensors
- * the agent could only load privately (fallback), and whatever ORT derives
- * from weights: graph optimisations (fusions fold weights into new private
- * initializers) and MLAS pre-packing. Both are off by default so that the
+ * What stays private (measured in README.md): tensors the agent does not
+ * map (those under AGENT_MIN_MAPPED_BYTES, shape operands among them, and
+ * a load that fell back), and whatever ORT derives from weights: graph
+ * optimisations (fusions fold weights into new private initializers) and
+ * MLAS pre-packing. Both are off by default so that the
  * weights ORT computes with are exactly the shared pages, unless the store
  * holds the model's derived form (protocol/derived.h): then the session
  * opens that optimised graph with optimisation off and pre-packing on, and
@@ -32,7 +32,6 @@
 #include "onnxruntime_c_api.h"
 #include "protocol/derived.h"
 
-#define ORT_ADAPTER_MIN_SHARED_BYTES 128
 /* The session config entries (each set to "1") under which ONNX Runtime
  * reads an ORT-format model where the caller keeps it, initializers
  * included, with no copy: how an instance opens a derived form's

@@ -213,11 +213,11 @@ json_get() {
 }
 
 # assert_shared JSON WHAT: a load report (tetris-agent load, tetris-onnx-run)
-# that did not fall back and maps every tensor but the tiny ones (under
-# AGENT_MIN_MAPPED_BYTES = 128, read privately).
+# that did not fall back and maps every tensor but the small ones (under
+# AGENT_MIN_MAPPED_BYTES = 4096, a page: read privately).
 assert_shared() {
     printf '%s\n' "$1" | jq -e '.fell_back == false and .mapped_bytes > 0 and
-        .mapped_bytes + .private_bytes == .bytes and .private_bytes < 128 * .tensors' \
+        .mapped_bytes + .private_bytes == .bytes and .private_bytes < 4096 * .tensors' \
         >/dev/null || fail "$2: not served from the store: $1"
 }
 
