@@ -75,10 +75,11 @@ struct agent_options {
     int pull_timeout_ms;          /* a model named by reference (oci://): how long
                                      the node daemon may take to pull it; default
                                      600000 */
-    bool map_only;                /* the caller never reads the bytes, it only holds the
-                                     references (a model view's writer, view.h): tensors
-                                     the store does not serve get no private copy and
-                                     keep data NULL */
+    bool map_only;                /* the caller never reads the bytes of tensors the
+                                     store does not serve (a model view's writer,
+                                     view.h; an ONNX Runtime session, ort_adapter.h,
+                                     which reads them from the model): they get no
+                                     private copy and keep data NULL */
 };
 
 /* Where a load's time went, step by step (monotonic milliseconds; a step

@@ -89,7 +89,9 @@ void ort_adapter_options_init(struct ort_adapter_options *o);
 /* Creates a session for the ONNX file model_path. With am (from agent_load
  * on the same file) the tensors am maps from the store are shared; with am
  * NULL, ORT loads the file itself like any application (the baseline). am
- * must outlive the session. A session on the model's derived form reads
+ * must outlive the session. The session never reads am's private copies
+ * (the tensors the store does not serve come from the model's own bytes):
+ * load am with options.map_only, or they are a second copy. A session on the model's derived form reads
  * none of am's mappings: they are unmapped (agent_model_unmap), the
  * references kept. */
 int ort_model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,

@@ -263,12 +263,14 @@ static int print_result(const struct run_options *o, const agent_model *am, cons
                           (json_int_t)m->inline_bytes, "derived", m->derived, "derived_ort",
                           m->derived_ort);
     if (j != NULL && am != NULL) {
+        /* private_bytes: the model's bytes the store does not serve, which
+         * the session holds from the model file (the agent copies none). */
         json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s}", "tensors",
                               (json_int_t)am->stats.tensors, "bytes",
                               (json_int_t)am->stats.bytes, "mapped_bytes",
                               (json_int_t)am->stats.mapped_bytes, "ingested_bytes",
                               (json_int_t)am->stats.ingested_bytes, "private_bytes",
-                              (json_int_t)am->stats.private_bytes, "fell_back",
+                              (json_int_t)(am->stats.bytes - am->stats.mapped_bytes), "fell_back",
                               am->stats.fell_back, "fallback_reason", am->stats.fallback_reason);
         if (s == NULL || json_object_update(j, s) < 0) {
             json_decref(j);
@@ -392,6 +394,7 @@ int main(int argc, char **argv)
         ao.tenant = o.tenant;
         ao.manifest_path = o.manifest;
         ao.populate = o.populate;
+        ao.map_only = true;
         if ((r = agent_load(o.model, &ao, &am, &err)) < 0)
             goto fail;
         load_ms = clock_now_ms() - t0;

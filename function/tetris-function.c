@@ -502,6 +502,7 @@ static int load_model(struct fn *f, double *session_ms, tetris_error *err)
         ao.store_dir = f->o.store_dir;
         ao.tenant = f->o.tenant;
         ao.manifest_path = f->o.manifest;
+        ao.map_only = true;
         r = f->o.model_ref != NULL
                 ? agent_load_ref(f->o.model_ref, f->o.model, &ao, &f->am, &f->model_path, err)
                 : agent_load(f->o.model, &ao, &f->am, err);

@@ -8,6 +8,7 @@
 # files) and a model view's graph are built from a mapping of the file
 # that touches only the graph's bytes, so the process's read() bytes
 # (/proc/PID/io rchar) stay far below the file, whose weights are inline.
+# An instance whose load fell back holds one copy, not two.
 # (Memory and bytes, not time: deterministic for one model and build.)
 set -eu
 . "$(dirname "$0")/../lib/common.sh"
@@ -68,3 +69,16 @@ held_end view
 [ "$view_read" -lt $((file_bytes / 4)) ] ||
     fail "writing a view read $view_read bytes; the model file is $file_bytes bytes"
 echo "ok the weights are not read from the model file: $read_bytes bytes read by a warm instance, $view_read by a view, of a $file_bytes-byte file"
+
+# An instance whose load fell back (no store) holds one copy of the
+# weights, the session's from the model file: the agent makes none of its
+# own. Its anonymous memory is a private instance's, within less than half
+# the model's bytes (a second copy would add all of them).
+hold --store "$WORK/missing"
+fallback_anon=$(anon_kb $pid)
+[ "$(jq -r .fell_back "$WORK/inst.out")" = true ] || fail "no fallback: $(cat "$WORK/inst.out")"
+model_bytes=$(jq -r .bytes "$WORK/inst.out")
+release
+[ $(((fallback_anon - private_anon) * 1024 * 2)) -lt "$model_bytes" ] ||
+    fail "a fallen-back instance holds $fallback_anon kB anonymous, a private one $private_anon kB: a second copy of the $model_bytes-byte model?"
+echo "ok a fallen-back instance holds one copy: $fallback_anon kB anonymous against $private_anon kB private"
