@@ -141,10 +141,11 @@ test-one: all $(UNIT_BINS)
 	  $(if $(filter slow,$(TIERS)),$(SLOW_TESTS)) \
 	  $(if $(filter e2e,$(TIERS)),$(E2E_FLAVOUR_TESTS)))
 
-# The cluster's Go programs build in the background meanwhile, on the CPU
-# the one-machine tiers leave idle (scripts/build-test-tools.sh); the
-# cluster tiers come last.
-test: lint deps-stamp
+# The cluster's Go programs build and the paper models export in the
+# background meanwhile, on the CPU the one-machine tiers leave idle
+# (scripts/build-test-tools.sh; the exports are checked with the release
+# programs, made first); the cluster tiers come last.
+test: lint deps-stamp all
 	@scripts/build-test-tools.sh --background
 	$(MAKE) test-one SAN=0 TIERS="fast slow"
 	$(MAKE) test-one SAN=1 TIERS="fast slow"

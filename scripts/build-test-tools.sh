@@ -1,17 +1,20 @@
 #!/bin/sh
-# build-test-tools.sh - builds the Go programs the cluster tests need
-# (csi-sanity, Kubernetes, OpenFaaS CE's faas-netes and gateway), each once
-# into the cache, by the scripts that own them (scripts/build-csi-sanity.sh,
-# scripts/cluster/build-kube.sh, scripts/cluster/build-openfaas.sh).
+# build-test-tools.sh - makes what the tests need that takes minutes, each
+# once into the cache, by the scripts that own them: the Go programs of the
+# cluster tests (csi-sanity, Kubernetes, OpenFaaS CE's faas-netes and
+# gateway: scripts/build-csi-sanity.sh, scripts/cluster/build-kube.sh,
+# scripts/cluster/build-openfaas.sh) and the paper models the slow tier
+# runs (scripts/models/paper-models.sh, with PyTorch, which it installs).
 #
 # `make test` runs it with --background before the first test: the Debian
 # packages the builds need are installed first, in the foreground (apt has
 # one lock, and the tests install packages too), then the builds run at
 # the lowest CPU priority beside the tests that need no cluster, on the
-# time those leave idle. A test that needs a program calls its build
-# script as before, which waits on that build's lock and finds the program
-# made. A build that fails here is only logged: the test's own call builds
-# again and fails with the build's error where it matters.
+# time those leave idle. A test that needs a program or a model calls its
+# script as before, which waits on that build's or export's lock and finds
+# it made. A build that fails here is only logged: the test's own call
+# builds again and fails with the build's error where it matters. The
+# models are checked with the release programs: make them first.
 #
 # Usage: scripts/build-test-tools.sh [--background]
 # Environment: TETRIS_CACHE (default ~/.cache/tetris); the build scripts'
@@ -37,16 +40,29 @@ case "${1:-}" in
     ;;
 esac
 
+# The paper models the tests ask for (paper_model SPEC in tests/; a spec
+# is a cache key of its own: bert-base and bert-base:3 are two exports).
+PAPER_MODEL_SPECS="bert-base bert-base:3 resnet152 vgg19"
+
+# build SCRIPT [ARGS...]: runs scripts/SCRIPT; 3 from it means its sources
+# or PyTorch are not here (its tests skip), not a failure.
+build() {
+    _script=$1
+    shift
+    _r=0
+    "$ROOT/scripts/$_script" "$@" >/dev/null || _r=$?
+    [ $_r -eq 0 ] || [ $_r -eq 3 ] || { log "event=build-failed script=$_script rc=$_r"; return 1; }
+}
+
 # build_all: each build in turn, in the order the tests need them
-# (csi-sanity in the slow tier, then the cluster's); 3 from a script means
-# its sources are not here (its tests skip), not a failure.
+# (csi-sanity and the paper models in the slow tier, then the cluster's).
 build_all() {
     _rc=0
-    for _b in build-csi-sanity.sh cluster/build-kube.sh cluster/build-openfaas.sh; do
-        _r=0
-        "$ROOT/scripts/$_b" >/dev/null || _r=$?
-        [ $_r -eq 0 ] || [ $_r -eq 3 ] || { log "event=build-failed script=$_b rc=$_r"; _rc=1; }
-    done
+    build build-csi-sanity.sh || _rc=1
+    # shellcheck disable=SC2086
+    build models/paper-models.sh $PAPER_MODEL_SPECS || _rc=1
+    build cluster/build-kube.sh || _rc=1
+    build cluster/build-openfaas.sh || _rc=1
     return $_rc
 }
 

@@ -124,6 +124,12 @@ for s in $specs; do
     case $s in *:*) k=${s#*:} ;; esac
     key=$(printf '%s %s %s %s\n' "$script_sum" "$s" "$steps" "$versions" | sha256sum | cut -c1-16)
     dir="$CACHE/$name-$k-$key"
+    # One export of a model at a time: `make test` exports in the background
+    # while a test may ask for the same model; the second caller waits here,
+    # then finds it done.
+    mkdir -p "$CACHE"
+    exec 9>"$dir.lock"
+    flock 9 || die "cannot lock $dir.lock"
     if [ ! -f "$dir/.done" ]; then
         rm -rf "$dir.tmp"
         mkdir -p "$dir.tmp"
@@ -167,6 +173,7 @@ for s in $specs; do
         rm -rf "$dir"
         mv "$dir.tmp" "$dir"
     fi
+    exec 9>&-
     if [ $print_dir = 1 ]; then
         echo "$dir"
     else
