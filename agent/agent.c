@@ -457,6 +457,7 @@ static int by_size_descending(const void *a, const void *b)
  * the whole model its sharing, ort_adapter.c). */
 static bool worth_mapping(const model *m, const tensor_desc *t)
 {
+    assert(t->source != NULL); /* only a pulled model's have none; it maps all */
     return t->meta.nbytes >= AGENT_MIN_MAPPED_BYTES || strcmp(t->source, m->path) != 0;
 }
 

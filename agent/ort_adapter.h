@@ -11,8 +11,8 @@
  * map (those under AGENT_MIN_MAPPED_BYTES, shape operands among them, and
  * a load that fell back), and whatever ORT derives from weights: graph
  * optimisations (fusions fold weights into new private initializers) and
- * MLAS pre-packing. Both are off by default so that the
- * weights ORT computes with are exactly the shared pages, unless the store
+ * MLAS pre-packing. Both are off by default so that the weights ORT
+ * computes with are exactly the shared pages, unless the store
  * holds the model's derived form (protocol/derived.h): then the session
  * opens that optimised graph with optimisation off and pre-packing on, and
  * ORT maps the pre-packed weights from the store too; a form with an
@@ -91,9 +91,9 @@ void ort_adapter_options_init(struct ort_adapter_options *o);
  * NULL, ORT loads the file itself like any application (the baseline). am
  * must outlive the session. The session never reads am's private copies
  * (the tensors the store does not serve come from the model's own bytes):
- * load am with options.map_only, or they are a second copy. A session on the model's derived form reads
- * none of am's mappings: they are unmapped (agent_model_unmap), the
- * references kept. */
+ * load am with options.map_only, or they are a second copy. A session on
+ * the model's derived form reads none of am's mappings: they are unmapped
+ * (agent_model_unmap), the references kept. */
 int ort_model_open(const char *model_path, agent_model *am, const struct ort_adapter_options *o,
                    ort_model **out, tetris_error *err);
 void ort_model_free(ort_model *m);

@@ -119,6 +119,7 @@ shared_line() {
         | "\(.) \($v[0].tensor_bytes)"'
 }
 
+mkdir -p "$CACHE"
 for s in $specs; do
     name=${s%%:*} k=0
     case $s in *:*) k=${s#*:} ;; esac
@@ -127,7 +128,6 @@ for s in $specs; do
     # One export of a model at a time: `make test` exports in the background
     # while a test may ask for the same model; the second caller waits here,
     # then finds it done.
-    mkdir -p "$CACHE"
     exec 9>"$dir.lock"
     flock 9 || die "cannot lock $dir.lock"
     if [ ! -f "$dir/.done" ]; then
